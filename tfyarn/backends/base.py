@@ -1,0 +1,108 @@
+"""The backend interface: turn a spec into running tasks, then describe, follow, and stop them.
+
+Modelled on torchx's Scheduler (dryrun / schedule / describe / log_iter / cancel). ``local`` runs tasks as OS processes
+on this machine; ``yarn`` runs them as containers of a skein application. Both return the same :class:`AppStatus`, so
+the CLI, the Airflow operator and users' scripts work the same against either.
+"""
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from typing import Any, Callable, Iterator
+
+from tfyarn.errors import ExitCode, WaitTimeout
+from tfyarn.spec import JobSpec
+
+
+class AppState(str, Enum):
+    PENDING = "PENDING"       # accepted, tasks not all running yet
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    KILLED = "KILLED"
+    TIMED_OUT = "TIMED_OUT"   # a tfyarn deadline (rendezvous, stall, active deadline) ended it
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in (AppState.SUCCEEDED, AppState.FAILED, AppState.KILLED, AppState.TIMED_OUT)
+
+    @property
+    def exit_code(self) -> int:
+        return {AppState.SUCCEEDED: ExitCode.SUCCEEDED, AppState.KILLED: ExitCode.KILLED,
+                AppState.TIMED_OUT: ExitCode.TIMED_OUT}.get(self, ExitCode.FAILED)
+
+
+@dataclass
+class TaskStatus:
+    task: str                       # 'worker:1'
+    state: str                      # PENDING | RUNNING | SUCCEEDED | FAILED | KILLED
+    host: str | None = None
+    restarts: int = 0
+    exit_code: int | None = None
+    diagnostics: str = ""
+    log: str | None = None          # local path or URL of the task's log
+
+
+@dataclass
+class AppStatus:
+    """Stable, JSON-serialisable status (``tfyarn status --output json``; schema documented in the README)."""
+    app_id: str
+    backend: str
+    name: str
+    state: AppState
+    diagnostics: str = ""
+    tasks: list[TaskStatus] = field(default_factory=list)
+    progress: dict[str, Any] = field(default_factory=dict)   # global_step, total_steps, examples_per_sec, loss, eta_s
+    started: float | None = None
+    finished: float | None = None
+    tracking_url: str | None = None
+    summary: dict[str, Any] | None = None                   # final run summary, once written
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["state"] = self.state.value
+        d["schema"] = "tfyarn.status/1"
+        d["exit_code"] = int(self.state.exit_code) if self.state.is_terminal else None
+        return d
+
+
+class Backend(ABC):
+    name: str = "?"
+
+    @abstractmethod
+    def dryrun(self, spec: JobSpec) -> str:
+        """What would be launched, as text a user can read (YARN: the skein YAML). Starts nothing."""
+
+    @abstractmethod
+    def submit(self, spec: JobSpec) -> str:
+        """Start the job; return its app id without waiting for it to finish."""
+
+    @abstractmethod
+    def status(self, app_id: str) -> AppStatus: ...
+
+    @abstractmethod
+    def logs(self, app_id: str, task: str | None = None, follow: bool = False) -> Iterator[str]:
+        """Log lines of one task ('worker:1') or of all tasks (each line prefixed with its task)."""
+
+    @abstractmethod
+    def kill(self, app_id: str) -> None: ...
+
+    def list(self) -> list[AppStatus]:
+        return []
+
+    def wait(self, app_id: str, timeout: float | None = None, poll: float = 1.0,
+             on_update: Callable[[AppStatus], None] | None = None) -> AppStatus:
+        """Poll until the app ends; ``on_update`` sees each status (progress display). Bounded by ``timeout``."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            st = self.status(app_id)
+            if on_update:
+                on_update(st)
+            if st.state.is_terminal:
+                return st
+            if deadline is not None and time.monotonic() >= deadline:
+                raise WaitTimeout(f"timed out after {timeout:g}s waiting for {self.name} app {app_id} to finish "
+                                  f"(last state {st.state.value})")
+            time.sleep(poll)

@@ -1,0 +1,425 @@
+"""Job spec: YAML → validated, immutable model.
+
+Why pydantic with ``extra="forbid"`` everywhere: a typo in a key (``epoch:`` for ``epochs:``) must be an error, not a
+silently ignored setting that a user discovers after an hour on the cluster. All problems are collected and reported
+at once, each with its YAML path, so a user fixes a spec in one round trip (:class:`SpecError`).
+
+This module imports no TensorFlow: validating and submitting happen on gateway nodes.
+"""
+from __future__ import annotations
+
+import json
+import re
+from enum import Enum
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from tfyarn.errors import SpecError
+
+# ---------------------------------------------------------------------------------------------------------------- units
+
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
+_SIZE_UNITS_MIB = {
+    "": 1, "m": 1, "mi": 1, "mib": 1, "mb": 1e6 / 2**20,
+    "g": 1024, "gi": 1024, "gib": 1024, "gb": 1e9 / 2**20,
+    "t": 1024**2, "ti": 1024**2, "tib": 1024**2, "tb": 1e12 / 2**20,
+    "k": 1 / 1024, "ki": 1 / 1024, "kib": 1 / 1024, "kb": 1e3 / 2**20,
+}
+_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|sec|secs|m|min|mins|h|hr|hrs|d)?\s*$")
+_DURATION_S = {None: 1, "ms": 1e-3, "s": 1, "sec": 1, "secs": 1, "m": 60, "min": 60, "mins": 60,
+               "h": 3600, "hr": 3600, "hrs": 3600, "d": 86400}
+
+
+def parse_memory_mib(value: Any) -> int:
+    """'2 GiB', '2g', '512 MiB', 2048 (MiB) → MiB, rounded up (YARN allocates whole MiB)."""
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a size")
+    if isinstance(value, (int, float)):
+        mib = float(value)
+    else:
+        m = _SIZE_RE.match(str(value))
+        unit = m.group(2).lower() if m else None
+        if not m or unit not in _SIZE_UNITS_MIB:
+            raise ValueError(f"{value!r} is not a size (examples: '2 GiB', '512 MiB', 2048)")
+        mib = float(m.group(1)) * _SIZE_UNITS_MIB[unit]
+    if mib <= 0:
+        raise ValueError(f"{value!r} must be positive")
+    return int(-(-mib // 1))
+
+
+def parse_duration_s(value: Any) -> float:
+    """'30s', '5m', '1h', 90 (seconds) → seconds."""
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a duration")
+    if isinstance(value, (int, float)):
+        secs = float(value)
+    else:
+        m = _DURATION_RE.match(str(value))
+        if not m:
+            raise ValueError(f"{value!r} is not a duration (examples: '30s', '5m', '1h', 90)")
+        secs = float(m.group(1)) * _DURATION_S[m.group(2)]
+    if secs <= 0:
+        raise ValueError(f"{value!r} must be positive")
+    return secs
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+
+# ------------------------------------------------------------------------------------------------------------- sections
+
+class PackMode(str, Enum):
+    auto = "auto"
+    conda = "conda"
+    venv = "venv"
+    none = "none"
+
+
+class Environment(_Model):
+    """Where the Python that runs each container comes from (exactly one source wins: archive > python > pack)."""
+    pack: PackMode = PackMode.auto
+    archive: str | None = Field(None, description="Prebuilt packed env (tar.gz) URL, e.g. hdfs:///envs/tf.tar.gz")
+    python: str | None = Field(None, description="A python already installed on every node, e.g. /opt/py311/bin/python")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "Environment":
+        if self.archive and self.python:
+            raise ValueError("give either 'archive' or 'python', not both")
+        return self
+
+    @property
+    def source(self) -> str:
+        if self.archive:
+            return "archive"
+        if self.python:
+            return "python"
+        return "none" if self.pack == PackMode.none else "pack"
+
+
+DType = Literal["float32", "float64", "int64", "int32", "string", "bytes"]
+
+
+class Feature(_Model):
+    """One fixed-length feature of a tf.train.Example."""
+    dtype: DType
+    shape: tuple[int, ...] = ()
+
+    @field_validator("shape")
+    @classmethod
+    def _positive(cls, v: tuple[int, ...]) -> tuple[int, ...]:
+        if any(d <= 0 for d in v):
+            raise ValueError(f"dimensions must be positive, got {list(v)}")
+        return v
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+
+class Data(_Model):
+    train: list[str] = Field(..., description="fsspec URLs or globs of TFRecord files (hdfs://, file://, s3://, ...)")
+    eval: list[str] = Field(default_factory=list)
+    features: dict[str, Feature]
+    label: str | None = Field(None, description="name of the label feature (default: 'label' if present)")
+    batch_size: int = Field(..., gt=0, description="per worker; global batch = batch_size x training workers")
+    epochs: int = Field(1, gt=0)
+    shuffle_seed: int = 0
+    shuffle_buffer: int = Field(0, ge=0, description="records; seeded shuffle inside a worker's share, 0 = off")
+    prefetch: int = Field(4, gt=0, description="ready batches buffered per worker (memory = prefetch x batch)")
+    compression: Literal["auto", "none", "gzip"] = "auto"
+    on_corrupt: Literal["fail", "skip"] = "fail"
+
+    @field_validator("train", "eval", mode="before")
+    @classmethod
+    def _listify(cls, v: Any) -> Any:
+        return [v] if isinstance(v, str) else v
+
+    @field_validator("train")
+    @classmethod
+    def _nonempty(cls, v: list[str]) -> list[str]:
+        if not v:
+            raise ValueError("at least one URL or glob is needed")
+        return v
+
+    @model_validator(mode="after")
+    def _label(self) -> "Data":
+        if not self.features:
+            raise ValueError("features: at least one feature is needed")
+        label = self.label if self.label is not None else ("label" if "label" in self.features else None)
+        if label is not None and label not in self.features:
+            raise ValueError(f"label: {label!r} is not one of the features ({', '.join(self.features)})")
+        object.__setattr__(self, "label", label)
+        return self
+
+
+class Checkpoint(_Model):
+    dir: str | None = Field(None, description="fsspec URL; checkpoints are written locally then uploaded atomically")
+    every_steps: int | None = Field(None, gt=0)
+    every_secs: float | None = Field(600.0, description="duration, e.g. '10m'")
+    keep: int = Field(3, gt=0)
+
+    @field_validator("every_secs", mode="before")
+    @classmethod
+    def _dur(cls, v: Any) -> Any:
+        return None if v is None else parse_duration_s(v)
+
+
+RoleName = Literal["chief", "worker", "ps", "evaluator", "tensorboard"]
+ROLE_ORDER: tuple[str, ...] = ("chief", "worker", "ps", "evaluator", "tensorboard")
+#: Roles that appear in TF_CONFIG's cluster; evaluator and tensorboard stand outside it.
+CLUSTER_ROLES: tuple[str, ...] = ("chief", "worker", "ps")
+
+
+class Role(_Model):
+    instances: int = Field(1, ge=0)
+    memory_mib: int = Field(2048, alias="memory", description="'2 GiB', '512 MiB' or MiB as a number")
+    vcores: int = Field(1, gt=0)
+    gpus: int = Field(0, ge=0)
+    node_label: str | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    max_restarts: int = Field(0, ge=0)
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @field_validator("memory_mib", mode="before")
+    @classmethod
+    def _mem(cls, v: Any) -> int:
+        return parse_memory_mib(v)
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env_str(cls, v: Any) -> Any:
+        if isinstance(v, dict):
+            return {str(k): str(val) for k, val in v.items()}
+        return v
+
+
+def _default_roles() -> dict[str, Role]:
+    return {"worker": Role(instances=1)}
+
+
+class Timeouts(_Model):
+    """Every wait in tfyarn is bounded by one of these (seconds; strings like '2m' accepted)."""
+    rendezvous: float = 300.0
+    stall: float = 600.0
+    shutdown: float = 60.0
+    step: float = 300.0
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _dur(cls, v: Any) -> Any:
+        return parse_duration_s(v)
+
+
+class Kerberos(_Model):
+    principal: str
+    keytab: str
+
+
+class Acls(_Model):
+    enable: bool = False
+    view_users: list[str] = Field(default_factory=list)
+    view_groups: list[str] = Field(default_factory=list)
+    modify_users: list[str] = Field(default_factory=list)
+    modify_groups: list[str] = Field(default_factory=list)
+    ui_users: list[str] = Field(default_factory=list)
+
+
+# ------------------------------------------------------------------------------------------------------------- job spec
+
+_MODEL_REF_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+
+
+class JobSpec(_Model):
+    name: str = Field(..., pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+    queue: str = "default"
+    tags: list[str] = Field(default_factory=list)
+    user: str | None = Field(None, description="proxy user on YARN")
+    environment: Environment = Field(default_factory=Environment)
+    code: str | None = Field(None, description="directory shipped with the job and put on sys.path")
+    model: str = Field(..., description="module:callable returning a tfyarn model (or a custom train(ctx))")
+    params: dict[str, Any] = Field(default_factory=dict, description="keyword arguments passed to the model callable")
+    mode: Literal["ps", "allreduce"] = "ps"
+    sync: bool = False
+    data: Data
+    checkpoint: Checkpoint = Field(default_factory=Checkpoint)
+    roles: dict[RoleName, Role] = Field(default_factory=_default_roles)
+    timeouts: Timeouts = Field(default_factory=Timeouts)
+    kerberos: Kerberos | None = None
+    acls: Acls = Field(default_factory=Acls)
+    #: Where the spec was loaded from (relative local paths in it resolve against this directory).
+    base_dir: str | None = Field(None, exclude=True)
+
+    @field_validator("model")
+    @classmethod
+    def _model_ref(cls, v: str) -> str:
+        if not _MODEL_REF_RE.match(v):
+            raise ValueError(f"{v!r} is not 'module:callable' (e.g. tfyarn.models.recommender:model)")
+        return v
+
+    @model_validator(mode="after")
+    def _topology(self) -> "JobSpec":
+        problems = []
+        n = self.instances
+        if n("chief") > 1:
+            problems.append("roles.chief.instances: at most 1 chief")
+        if n("chief") + n("worker") == 0:
+            problems.append("roles: at least one chief or worker is needed to train")
+        if self.mode == "ps" and n("ps") == 0:
+            problems.append("roles.ps.instances: mode 'ps' needs at least one ps")
+        if self.mode == "allreduce" and n("ps") > 0:
+            problems.append("roles.ps: mode 'allreduce' has no parameter servers (remove roles.ps)")
+        if self.mode == "allreduce" and self.sync is False and "sync" in self.model_fields_set:
+            problems.append("sync: allreduce is always synchronous")
+        if n("evaluator") > 1:
+            problems.append("roles.evaluator.instances: at most 1 evaluator")
+        if n("tensorboard") > 1:
+            problems.append("roles.tensorboard.instances: at most 1 tensorboard")
+        if n("evaluator") and not self.data.eval:
+            problems.append("data.eval: an evaluator needs eval data")
+        if (n("evaluator") or n("tensorboard")) and not self.checkpoint.dir:
+            problems.append("checkpoint.dir: evaluator and tensorboard follow the checkpoint dir, set one")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    # -- derived facts used by every backend and the runtime ---------------------------------------------------------
+    def instances(self, role: str) -> int:
+        r = self.roles.get(role)  # type: ignore[call-overload]
+        return r.instances if r else 0
+
+    @property
+    def training_tasks(self) -> list[str]:
+        """Tasks that read data and run steps, in data-rank order: chief first, then workers."""
+        return [f"chief:0"] * self.instances("chief") + [f"worker:{i}" for i in range(self.instances("worker"))]
+
+    @property
+    def num_training_workers(self) -> int:
+        return len(self.training_tasks)
+
+    @property
+    def global_batch_size(self) -> int:
+        return self.data.batch_size * self.num_training_workers
+
+    def tasks(self) -> list[str]:
+        """Every task of the job as 'role:index', in launch order (ps first: workers connect to them)."""
+        order = ("ps", "chief", "worker", "evaluator", "tensorboard")
+        return [f"{r}:{i}" for r in order for i in range(self.instances(r))]
+
+    def resolve_path(self, path: str) -> str:
+        """A relative local path in the spec is relative to the spec file, not to the caller's cwd."""
+        if "://" in path or Path(path).is_absolute() or not self.base_dir:
+            return path
+        return str(Path(self.base_dir) / path)
+
+    def to_json(self) -> str:
+        return json.dumps(self.model_dump(mode="json", by_alias=True) | {"base_dir": self.base_dir}, indent=1)
+
+
+# ------------------------------------------------------------------------------------------------------------- loading
+
+def _format_loc(loc: tuple[Any, ...]) -> str:
+    parts = [str(p) for p in loc if not (isinstance(p, str) and p.startswith(("function-", "literal[")))]
+    return ".".join(parts) or "(top level)"
+
+
+def _lookup(doc: Any, loc: tuple[Any, ...]) -> tuple[bool, Any]:
+    cur = doc
+    for p in loc:
+        if isinstance(cur, dict) and p in cur:
+            cur = cur[p]
+        elif isinstance(cur, list) and isinstance(p, int) and p < len(cur):
+            cur = cur[p]
+        else:
+            return False, None
+    return True, cur
+
+
+def _problems(exc: ValidationError, doc: Any) -> list[str]:
+    out = []
+    for err in exc.errors():
+        loc = tuple(err["loc"])
+        path = _format_loc(loc)
+        if path.endswith("memory_mib"):
+            path = path[: -len("memory_mib")] + "memory"
+        etype, msg = err["type"], err["msg"]
+        if etype == "extra_forbidden":
+            out.append(f"{path}: unknown key (typo?)")
+            continue
+        if etype == "missing":
+            out.append(f"{path}: required")
+            continue
+        msg = msg.removeprefix("Value error, ")
+        found, value = _lookup(doc, loc)
+        if etype == "value_error" and (msg.endswith("is not a size (examples: '2 GiB', '512 MiB', 2048)")
+                                       or "is not a duration" in msg or "must be positive" in msg):
+            out.append(f"{path}: {msg}")
+        elif etype == "value_error" and ";" in msg and path == "(top level)":
+            out.extend(m.strip() for m in msg.split(";"))
+        elif found and not isinstance(value, (dict, list)):
+            out.append(f"{path}: {value!r} {msg[0].lower() + msg[1:]}")
+        else:
+            out.append(f"{path}: {msg}")
+    return out
+
+
+def _apply_override(doc: dict, assignment: str) -> None:
+    """``--set roles.worker.instances=4``: the value is parsed as YAML (so 4 is an int, [a, b] a list)."""
+    if "=" not in assignment:
+        raise SpecError([f"--set {assignment!r}: expected key.path=value"])
+    key, raw = assignment.split("=", 1)
+    parts = [p for p in key.strip().split(".") if p]
+    if not parts:
+        raise SpecError([f"--set {assignment!r}: empty key"])
+    cur = doc
+    for p in parts[:-1]:
+        nxt = cur.get(p)
+        if nxt is None:
+            nxt = cur[p] = {}
+        if not isinstance(nxt, dict):
+            raise SpecError([f"--set {key}: {p!r} is not a mapping"])
+        cur = nxt
+    cur[parts[-1]] = yaml.safe_load(raw) if raw.strip() else None
+
+
+def load_spec_dict(doc: Any, overrides: tuple[str, ...] | list[str] = (), base_dir: str | None = None) -> JobSpec:
+    if not isinstance(doc, dict):
+        raise SpecError([f"(top level): expected a mapping of keys, got {type(doc).__name__}"])
+    for o in overrides:
+        _apply_override(doc, o)
+    try:
+        spec = JobSpec.model_validate(doc)
+    except ValidationError as exc:
+        raise SpecError(_problems(exc, doc)) from None
+    return spec.model_copy(update={"base_dir": base_dir}) if base_dir else spec
+
+
+def load_spec(path: str | Path, overrides: tuple[str, ...] | list[str] = ()) -> JobSpec:
+    """Load, override and validate a YAML spec. Raises :class:`SpecError` listing every problem found."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise SpecError([f"{path}: cannot read ({exc.strerror})"]) from None
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise SpecError([f"{path}: not valid YAML: {exc}"]) from None
+    return load_spec_dict(doc if doc is not None else {}, overrides, base_dir=str(p.resolve().parent))
+
+
+def load_spec_json(text: str) -> JobSpec:
+    """The resolved spec as the launcher hands it to each task (already validated once on the gateway)."""
+    doc = json.loads(text)
+    base = doc.pop("base_dir", None)
+    return load_spec_dict(doc, base_dir=base)
+
+
+def json_schema() -> dict[str, Any]:
+    return JobSpec.model_json_schema(by_alias=True)
