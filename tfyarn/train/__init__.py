@@ -1,0 +1,42 @@
+"""Training inside a task: the model API and role dispatch (imported only inside tasks; TF is imported lazily).
+
+``run_task(ctx)`` is what the runtime calls for chief, worker, ps and evaluator (docs/ARCHITECTURE.md, "Role
+dispatch"). It returns on success and raises on failure.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from tfyarn.train.model import Model, build_model, custom_train, is_custom_train, load
+
+__all__ = ["Model", "custom_train", "is_custom_train", "build_model", "load", "run_task"]
+
+log = logging.getLogger("tfyarn.train")
+
+
+def run_task(ctx: Any) -> Any:
+    """Dispatch by role and ``spec.mode``: ps → :mod:`tfyarn.train.ps`; allreduce → :mod:`tfyarn.train.allreduce`;
+    evaluator → :mod:`tfyarn.train.evaluator`. A custom train function (``@custom_train``) replaces the built-in loop
+    on training tasks in either mode (ps tasks still serve until done)."""
+    spec = ctx.spec
+    role = ctx.role
+    if role == "evaluator":
+        from tfyarn.train import evaluator
+        return evaluator.run(ctx)
+    if role == "ps":
+        if spec.mode != "ps":
+            raise ValueError(f"{ctx.task_id}: a ps task in mode {spec.mode!r} (only mode 'ps' has parameter servers)")
+        from tfyarn.train import ps
+        return ps.serve(ctx)
+    if role not in ("chief", "worker"):
+        raise ValueError(f"{ctx.task_id}: run_task does not handle role {role!r}")
+    target = load(spec.model, spec.params, spec.resolve_path(spec.code) if spec.code else None)
+    if is_custom_train(target):
+        from tfyarn.train import helpers
+        return helpers.run_custom(ctx, target)
+    if spec.mode == "ps":
+        from tfyarn.train import ps
+        return ps.train(ctx, target)
+    from tfyarn.train import allreduce
+    return allreduce.run(ctx)

@@ -1,0 +1,53 @@
+"""Built-in recommender (like the seed's): user and item embeddings → dot product + biases → click logit.
+
+Data schema (``tfyarn.data.synth`` kind ``recommender``): ``label float32 ()``, ``user_id int64 ()``,
+``item_id int64 ()``. Ids are taken modulo the table sizes so any id space trains. Embedding gradients are sparse
+(IndexedSlices), so in ps mode a step only moves the looked-up rows over the network.
+"""
+from __future__ import annotations
+
+from tfyarn.train.model import Model
+
+
+class Recommender(Model):
+    def __init__(self, num_users: int = 1000, num_items: int = 1000, dim: int = 16, learning_rate: float = 0.1,
+                 seed: int = 1):
+        self.num_users, self.num_items, self.dim = int(num_users), int(num_items), int(dim)
+        self.learning_rate, self.seed = float(learning_rate), int(seed)
+
+    def build(self) -> None:
+        import tensorflow as tf
+        init = tf.random_normal_initializer(stddev=0.1, seed=self.seed)
+        self.users = tf.Variable(init([self.num_users, self.dim]), name="user_embedding")
+        self.items = tf.Variable(init([self.num_items, self.dim]), name="item_embedding")
+        self.user_bias = tf.Variable(tf.zeros([self.num_users]), name="user_bias")
+        self.item_bias = tf.Variable(tf.zeros([self.num_items]), name="item_bias")
+        self.bias = tf.Variable(0.0, name="global_bias")
+
+    def __call__(self, features, training):
+        import tensorflow as tf
+        u_ids = tf.math.floormod(tf.cast(features["user_id"], tf.int64), self.num_users)
+        i_ids = tf.math.floormod(tf.cast(features["item_id"], tf.int64), self.num_items)
+        u = tf.nn.embedding_lookup(self.users, u_ids)
+        i = tf.nn.embedding_lookup(self.items, i_ids)
+        return (tf.reduce_sum(u * i, axis=1) + tf.gather(self.user_bias, u_ids)
+                + tf.gather(self.item_bias, i_ids) + self.bias)
+
+    def loss(self, labels, predictions):
+        import tensorflow as tf
+        return tf.nn.sigmoid_cross_entropy_with_logits(labels=tf.cast(labels, tf.float32), logits=predictions)
+
+    def optimizer(self):
+        import tensorflow as tf
+        return tf.compat.v1.train.AdagradOptimizer(self.learning_rate)
+
+    def metrics(self, labels, predictions):
+        import tensorflow as tf
+        labels = tf.cast(labels, tf.float32)
+        correct = tf.cast(tf.equal(tf.cast(predictions > 0, tf.float32), labels), tf.float32)
+        return {"loss": tf.reduce_mean(self.loss(labels, predictions)), "accuracy": tf.reduce_mean(correct)}
+
+
+def model(**params) -> Recommender:
+    """``model: tfyarn.models.recommender:model``; params: num_users, num_items, dim, learning_rate, seed."""
+    return Recommender(**params)
