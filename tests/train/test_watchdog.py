@@ -1,0 +1,209 @@
+"""Stall watchdog: decision logic (no TF, explicit clock) and one real-process test with SIGSTOP.
+
+Why these tests: the seeds' jobs hung for hours with no signal. The watchdog must (1) never fire while any task's
+step advances, (2) fire once global progress has been flat for ``timeouts.stall``, (3) name the frozen task, and
+(4) leave the responsive tasks' stacks in their logs.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from tfyarn.backends.kvserver import KVServer
+from tfyarn.runtime.context import DONE_KEY, progress_key
+from tfyarn.runtime.kv import HttpKV, MemoryKV
+from tfyarn.runtime.watchdog import (DUMP_REQUEST_KEY, StallWatchdog, dump_stacks, install_stack_dumps,
+                                     stacks_ack_key, uninstall_stack_dumps)
+
+TASKS = ["chief:0", "worker:0"]
+
+
+def report(kv, task, step, **extra):
+    kv.put(progress_key(task), json.dumps({"step": step, "global_step": step, **extra}))
+
+
+def test_no_stall_while_any_task_advances():
+    kv = MemoryKV()
+    wd = StallWatchdog(kv, TASKS, stall_s=10)
+    for t in range(0, 60, 5):                 # only chief advances; that is still global progress
+        report(kv, "chief:0", t)
+        report(kv, "worker:0", 3)
+        assert wd.check(now=float(t)) is None
+
+
+def test_stall_after_flat_progress_names_tasks_and_steps():
+    kv = MemoryKV()
+    wd = StallWatchdog(kv, TASKS, stall_s=10)
+    report(kv, "chief:0", 1); report(kv, "worker:0", 1)
+    assert wd.check(now=0.0) is None
+    report(kv, "chief:0", 2); report(kv, "worker:0", 2)
+    assert wd.check(now=3.0) is None
+    assert wd.check(now=12.9) is None         # 9.9 s flat
+    r = wd.check(now=13.0)                    # 10 s flat
+    assert r is not None and r.stalled_for == pytest.approx(10.0)
+    assert r.stopped_tasks == TASKS
+    assert "chief:0 at step 2" in r.message and "worker:0 at step 2" in r.message
+    assert "timeouts.stall = 10s" in r.message
+
+
+def test_heartbeat_without_step_change_is_not_progress():
+    """A progress record rewritten with a new time but the same step (a live reporter thread over a blocked main
+    thread) must not keep the job alive."""
+    kv = MemoryKV()
+    wd = StallWatchdog(kv, TASKS, stall_s=5)
+    for t in range(8):
+        report(kv, "chief:0", 7, time=t); report(kv, "worker:0", 7, time=t)
+        r = wd.check(now=float(t))
+    assert r is not None and r.stalled_for == pytest.approx(7.0)
+
+
+def test_startup_without_any_progress_is_a_stall_after_startup_s():
+    kv = MemoryKV()
+    wd = StallWatchdog(kv, TASKS, stall_s=5, startup_s=20)
+    assert wd.check(now=100.0) is None
+    assert wd.check(now=119.0) is None
+    r = wd.check(now=120.0)
+    assert r is not None and "never reported a step" in r.message
+    assert r.suspects == TASKS
+
+
+def test_done_disables_the_watchdog():
+    kv = MemoryKV()
+    wd = StallWatchdog(kv, TASKS, stall_s=1)
+    report(kv, "chief:0", 5); report(kv, "worker:0", 5)
+    assert wd.check(now=0.0) is None
+    kv.put(DONE_KEY, "1")
+    assert wd.check(now=100.0) is None
+
+
+def test_laggard_is_the_suspect_when_everyone_answers():
+    kv = MemoryKV()
+    wd = StallWatchdog(kv, ["worker:0", "worker:1", "worker:2"], stall_s=2)
+    report(kv, "worker:0", 9); report(kv, "worker:1", 4); report(kv, "worker:2", 9)
+    wd.check(now=0.0)
+    r = wd.check(now=2.0)
+    assert r.suspects == ["worker:1"]
+
+
+def test_poll_requests_dumps_collects_acks_and_calls_back_once():
+    kv = MemoryKV()
+    calls = []
+    wd = StallWatchdog(kv, TASKS, stall_s=1, on_stall=calls.append, ack_wait_s=0.3, signal_pids=False)
+    report(kv, "chief:0", 1); report(kv, "worker:0", 1)
+    assert wd.poll(now=0.0) is None
+    # chief answers any dump request instantly; worker:0 never does (frozen)
+    orig_put = kv.put
+
+    def put(key, value):
+        orig_put(key, value)
+        if key == DUMP_REQUEST_KEY:
+            orig_put(stacks_ack_key("chief:0"), value)
+    kv.put = put
+    r = wd.poll(now=5.0)
+    assert r is not None and calls == [r]
+    assert r.no_ack == ["worker:0"] and r.suspects == ["worker:0"]
+    assert "worker:0 at step 1 (did not answer the stack-dump request)" in r.message
+    assert wd.poll(now=9.0) is r and len(calls) == 1
+
+
+def test_kv_dump_request_writes_stacks_and_acknowledges(capfd):
+    kv = MemoryKV()
+    install_stack_dumps(kv, "worker:3", poll_s=0.05)
+    try:
+        kv.put(DUMP_REQUEST_KEY, "r1")
+        kv.wait(stacks_ack_key("worker:3"), timeout=5, what="the dump acknowledgement of worker:3")
+    finally:
+        uninstall_stack_dumps()
+    err = capfd.readouterr().err
+    assert "tfyarn stack dump" in err and "request r1" in err
+    assert "test_kv_dump_request_writes_stacks_and_acknowledges" in err   # the main thread's frame is in the dump
+
+
+def test_dump_stacks_without_fd_logs_instead(caplog):
+    class NoFd:
+        def write(self, s): pass
+        def flush(self): pass
+    with caplog.at_level("WARNING"):
+        dump_stacks("unit test", file=NoFd())
+    assert "tfyarn stack dump" in caplog.text and "test_dump_stacks_without_fd_logs_instead" in caplog.text
+
+
+# ----------------------------------------------------------------------------------------------- real processes
+
+# A task that steps in lockstep with its peers (like a synchronous all-reduce): it advances only when every peer has
+# reached its step, so a frozen peer blocks it — alive, answering dump requests, but not advancing.
+FAKE_TASK = textwrap.dedent("""
+    import json, sys, time
+    from tfyarn.runtime.kv import HttpKV
+    from tfyarn.runtime.watchdog import install_stack_dumps
+    url, task, peers = sys.argv[1], sys.argv[2], sys.argv[3].split(",")
+    kv = HttpKV(url)
+    install_stack_dumps(kv, task, poll_s=0.2)
+
+    def wait_for_peers_in_collective(step):
+        while True:
+            steps = [json.loads(kv.get("progress/" + p) or '{"step": 0}')["step"] for p in peers]
+            if min(steps) >= step:
+                return
+            time.sleep(0.05)
+
+    def training_step_loop():
+        step = 0
+        while True:
+            wait_for_peers_in_collective(step)
+            step += 1
+            kv.put("progress/" + task, json.dumps({"step": step}))
+            time.sleep(0.05)
+    training_step_loop()
+""")
+
+
+@pytest.mark.timeout(90)
+def test_sigstopped_task_fails_the_job_with_diagnosis_and_stacks(tmp_path):
+    script = tmp_path / "fake_task.py"
+    script.write_text(FAKE_TASK)
+    stall_s, margin = 3.0, 4.0
+    with KVServer() as server:
+        kv = HttpKV(server.url)
+        procs, logs = {}, {}
+        for t in TASKS:
+            logs[t] = tmp_path / f"{t.replace(':', '_')}.log"
+            with open(logs[t], "w") as err:
+                procs[t] = subprocess.Popen([sys.executable, str(script), server.url, t, ",".join(TASKS)],
+                                            stderr=err, stdout=subprocess.DEVNULL)
+        try:
+            kv.wait_all([progress_key(t) for t in TASKS], timeout=30, what="first progress of the fake tasks")
+            stalled = []
+            wd = StallWatchdog(kv, {t: p.pid for t, p in procs.items()}, stall_s=stall_s,
+                               on_stall=lambda r: stalled.append((time.monotonic(), r)),
+                               interval=0.2, ack_wait_s=2.0).start()
+            time.sleep(1.5)
+            assert not stalled, "fired while both tasks were advancing"
+            t_freeze = time.monotonic()
+            os.kill(procs["worker:0"].pid, signal.SIGSTOP)
+            deadline = t_freeze + stall_s + margin + 2.0
+            while not stalled and time.monotonic() < deadline:
+                time.sleep(0.1)
+            wd.stop()
+            assert stalled, f"no stall reported within {stall_s + margin + 2.0}s of freezing worker:0"
+            fired_at, r = stalled[0]
+            assert fired_at - t_freeze <= stall_s + margin
+            assert r.process_states["worker:0"] == "stopped"
+            assert r.no_ack == ["worker:0"] and r.suspects == ["worker:0"]
+            assert set(r.stopped_tasks) == set(TASKS)
+            assert "worker:0" in r.message and "process stopped" in r.message
+        finally:
+            for p in procs.values():
+                os.kill(p.pid, signal.SIGCONT)
+                p.kill()
+                p.wait(timeout=10)
+    chief_log = logs["chief:0"].read_text()
+    assert "tfyarn stack dump" in chief_log
+    assert "wait_for_peers_in_collective" in chief_log and "training_step_loop" in chief_log

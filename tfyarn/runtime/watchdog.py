@@ -1,0 +1,375 @@
+"""Stall watchdog and on-demand stack dumps.
+
+Why: a distributed TF job that stops making progress usually does so silently — a worker blocked in a collective
+waiting for a frozen peer, a fed step waiting for a feeder thread that died, a chief stuck uploading a checkpoint. The
+seeds' jobs sat like that for hours. Two pieces turn such a hang into a failed job with a diagnosis:
+
+* **In every task** — :func:`install_stack_dumps`: ``faulthandler`` is registered for ``SIGUSR1`` (the local launcher
+  can signal a task by pid) and a small thread watches the KV key :data:`DUMP_REQUEST_KEY` (on YARN the launcher has
+  no pids, only the KV). Either way the task writes every Python thread's stack into its log (stderr) and, for the KV
+  route, acknowledges under ``stacks/<task>``. The C-level faulthandler path works even while the main thread is
+  blocked inside a TF op; the KV thread works as long as the process is scheduled (a SIGSTOPped task cannot answer,
+  which is itself the diagnosis).
+* **In the launcher (or anything holding the KV)** — :class:`StallWatchdog`: reads ``progress/<task>`` (JSON with a
+  ``step``/``global_step``) for the training tasks; when no task's step has advanced for ``stall_s``, it requests
+  stack dumps from every task, waits briefly for acknowledgements, and calls ``on_stall(report)`` with a
+  :class:`StallReport` naming the tasks whose step stopped advancing, which of them did not answer the dump request and
+  which processes are stopped/dead (when pids are known). :meth:`StallWatchdog.check` is pure decision logic driven by
+  an explicit ``now`` (tested without TF or threads); :meth:`StallWatchdog.start` runs it in a daemon thread.
+
+Nothing here imports TensorFlow.
+"""
+from __future__ import annotations
+
+import faulthandler
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Mapping
+
+from tfyarn.runtime.context import DONE_KEY, progress_key
+from tfyarn.runtime.kv import KV
+
+log = logging.getLogger(__name__)
+
+#: Anyone (the watchdog, an operator) writes a new request id here; every task dumps its stacks once per new id.
+DUMP_REQUEST_KEY = "control/dump_stacks"
+#: Signal the local launcher sends to ask a task for its stacks.
+DUMP_SIGNAL = signal.SIGUSR1
+
+
+def stacks_ack_key(task: str) -> str:
+    """``stacks/worker:1`` → the last dump request id that task answered (its stacks are in its log)."""
+    return f"stacks/{task}"
+
+
+# ----------------------------------------------------------------------------------------------------- in every task
+
+def dump_stacks(reason: str, file=None) -> None:
+    """Write every thread's Python stack to ``file`` (default stderr = the task's log), with a header saying why.
+
+    faulthandler needs a real file descriptor; when stderr has none (e.g. captured by pytest) the stacks are
+    formatted from ``sys._current_frames`` and logged instead, so a dump is never silently lost.
+    """
+    out = file if file is not None else sys.stderr
+    header = f"==== tfyarn stack dump (pid {os.getpid()}): {reason} ===="
+    try:
+        fd = out.fileno()
+    except (AttributeError, OSError, ValueError):
+        fd = None
+    if fd is not None:
+        out.write(header + "\n")
+        out.flush()
+        faulthandler.dump_traceback(file=out, all_threads=True)
+        out.write("==== end of stack dump ====\n")
+        out.flush()
+        return
+    names = {t.ident: t.name for t in threading.enumerate()}
+    parts = [header]
+    for ident, frame in sys._current_frames().items():
+        parts.append(f"Thread {names.get(ident, ident)}:\n" + "".join(traceback.format_stack(frame)))
+    log.warning("%s", "\n".join(parts))
+
+
+class _DumpRequestWatcher(threading.Thread):
+    """Polls :data:`DUMP_REQUEST_KEY`; dumps stacks and acknowledges once per new request id."""
+
+    def __init__(self, kv: KV, task: str, poll_s: float):
+        super().__init__(name="tfyarn-stack-dump", daemon=True)
+        self.kv, self.task, self.poll_s = kv, task, poll_s
+        self.stop_event = threading.Event()
+        self.seen = self._current()     # a request older than this task is not for it
+
+    def _current(self) -> str | None:
+        try:
+            return self.kv.get(DUMP_REQUEST_KEY)
+        except Exception:               # KV briefly unreachable: treat as no request, retry next poll
+            return None
+
+    def run(self) -> None:
+        while not self.stop_event.wait(self.poll_s):
+            req = self._current()
+            if req is None or req == self.seen:
+                continue
+            self.seen = req
+            dump_stacks(f"requested through the KV (request {req}) for {self.task}")
+            try:
+                self.kv.put(stacks_ack_key(self.task), req)
+            except Exception as exc:
+                log.warning("could not acknowledge stack dump request %s: %s", req, exc)
+
+
+_installed: dict[str, _DumpRequestWatcher | None] = {}
+
+
+def install_stack_dumps(kv: KV | None = None, task: str | None = None, poll_s: float = 1.0) -> None:
+    """Make this process dump all Python stacks into its log on ``SIGUSR1`` and on a KV request.
+
+    Idempotent (the runtime calls it for every task; trainers may call it again). ``kv``/``task`` enable the KV route.
+    """
+    if "signal" not in _installed and hasattr(signal, "SIGUSR1"):
+        try:
+            faulthandler.register(DUMP_SIGNAL, file=sys.stderr, all_threads=True, chain=False)
+            _installed["signal"] = None
+        except (AttributeError, ValueError, OSError, RuntimeError) as exc:
+            # stderr without a file descriptor (tests); the KV route still works.
+            log.debug("faulthandler.register(SIGUSR1) unavailable: %s", exc)
+    if kv is not None and task is not None and task not in _installed:
+        w = _DumpRequestWatcher(kv, task, poll_s)
+        w.start()
+        _installed[task] = w
+
+
+def uninstall_stack_dumps() -> None:
+    """Stop the KV watcher threads and unregister the signal (tests, or a task process that is about to exit)."""
+    for key, w in list(_installed.items()):
+        if w is not None:
+            w.stop_event.set()
+            w.join(timeout=5)
+        if key == "signal" and hasattr(signal, "SIGUSR1"):
+            faulthandler.unregister(DUMP_SIGNAL)
+        _installed.pop(key, None)
+
+
+# ------------------------------------------------------------------------------------------------------ the watchdog
+
+@dataclass
+class TaskState:
+    """What the watchdog knows about one task's progress."""
+    task: str
+    step: int | None = None          # last step seen (None: never reported)
+    changed_at: float = 0.0          # when (watchdog clock) the step last changed
+    pid: int | None = None
+
+
+@dataclass
+class StallReport:
+    """Why the job is being failed: which tasks stopped, which did not answer, which processes are frozen/dead."""
+    stalled_for: float
+    tasks: dict[str, TaskState]
+    stall_s: float
+    now: float
+    no_ack: list[str] = field(default_factory=list)          # tasks that did not answer the stack-dump request
+    process_states: dict[str, str] = field(default_factory=dict)   # task → 'stopped' / 'dead' / 'running' ...
+    dumps_requested: bool = False
+
+    @property
+    def stopped_tasks(self) -> list[str]:
+        """Every task whose step has not advanced for the stall period (in a sync stall: all training tasks)."""
+        return [t for t, s in self.tasks.items() if s.step is None or self.now - s.changed_at >= self.stall_s]
+
+    @property
+    def suspects(self) -> list[str]:
+        """Tasks most likely at fault: frozen/dead processes, then tasks that ignored the dump request, then the
+        laggards (lowest step) — a blocked all-reduce leaves the healthy peers alive and answering."""
+        bad = [t for t, st in self.process_states.items() if st in ("stopped", "dead", "zombie")]
+        bad += [t for t in self.no_ack if t not in bad]
+        if bad:
+            return bad
+        steps = {t: s.step for t, s in self.tasks.items()}
+        if any(v is None for v in steps.values()):
+            return [t for t, v in steps.items() if v is None]
+        low = min(steps.values()) if steps else None
+        return [t for t, v in steps.items() if v == low] if len({*steps.values()}) > 1 else []
+
+    @property
+    def message(self) -> str:
+        def one(t: str, s: TaskState) -> str:
+            where = "never reported a step" if s.step is None else f"at step {s.step}"
+            extra = []
+            if t in self.process_states and self.process_states[t] != "running":
+                extra.append(f"process {self.process_states[t]}")
+            if t in self.no_ack:
+                extra.append("did not answer the stack-dump request")
+            return f"{t} {where}" + (f" ({', '.join(extra)})" if extra else "")
+        lines = [f"training stalled: no task's step advanced for {self.stalled_for:.0f}s "
+                 f"(timeouts.stall = {self.stall_s:g}s); stopped advancing: "
+                 + "; ".join(one(t, self.tasks[t]) for t in self.stopped_tasks)]
+        if self.suspects:
+            lines.append(f"likely cause: {', '.join(self.suspects)}")
+        if self.dumps_requested:
+            lines.append("Python stacks of every responsive task are in its log (look for 'tfyarn stack dump')")
+        return ". ".join(lines)
+
+
+def _progress_step(value: str | None) -> int | None:
+    """The step a progress record reports: ``global_step`` if present, else ``step``; None if unreadable."""
+    if value is None:
+        return None
+    try:
+        d = json.loads(value)
+    except ValueError:
+        return None
+    if not isinstance(d, dict):
+        return None
+    for k in ("step", "global_step"):
+        # the task's own step first: in async ps mode global_step moves while a frozen worker's own step does not
+        if isinstance(d.get(k), (int, float)):
+            return int(d[k])
+    return None
+
+
+def process_state(pid: int) -> str:
+    """'running', 'sleeping', 'stopped', 'zombie' or 'dead' — psutil when available, else /proc."""
+    try:
+        import psutil
+        try:
+            st = psutil.Process(pid).status()
+        except psutil.NoSuchProcess:
+            return "dead"
+        return {"stopped": "stopped", "tracing-stop": "stopped", "zombie": "zombie", "dead": "dead"}.get(st, "running")
+    except ImportError:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                code = f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return "dead"
+        return {"T": "stopped", "t": "stopped", "Z": "zombie", "X": "dead"}.get(code, "running")
+
+
+class StallWatchdog:
+    """Fail the job when global training progress stops for ``stall_s``.
+
+    ``tasks`` is the training tasks to watch (``spec.training_tasks``), as a list or as ``{task: pid}`` (local
+    launcher). ``all_tasks`` (``{task: pid or None}``) are the tasks asked for stack dumps (default: ``tasks``; pass
+    every task of the job so the ps/evaluator stacks are dumped too). The clock starts at construction (or the first
+    :meth:`check`): a job whose tasks never report a step within ``startup_s`` (default ``stall_s``) is a stall too.
+
+    Usage from a launcher::
+
+        wd = StallWatchdog(kv, {t: pid_of[t] for t in spec.training_tasks}, spec.timeouts.stall,
+                           on_stall=lambda r: fail_job(r.message), all_tasks=pid_of)
+        wd.start()          # daemon thread, checks every `interval` s; stops on control/done or wd.stop()
+    """
+
+    def __init__(self, kv: KV, tasks: Iterable[str] | Mapping[str, int | None], stall_s: float,
+                 on_stall: Callable[[StallReport], None] | None = None, *,
+                 all_tasks: Mapping[str, int | None] | Iterable[str] | None = None,
+                 startup_s: float | None = None, ack_wait_s: float = 3.0, interval: float = 1.0,
+                 signal_pids: bool = True, clock: Callable[[], float] = time.monotonic):
+        pids = dict(tasks) if isinstance(tasks, Mapping) else {t: None for t in tasks}
+        if not pids:
+            raise ValueError("StallWatchdog needs at least one training task to watch")
+        self.kv, self.stall_s, self.on_stall = kv, float(stall_s), on_stall
+        self.startup_s = float(startup_s if startup_s is not None else stall_s)
+        self.ack_wait_s, self.interval, self.signal_pids, self.clock = ack_wait_s, interval, signal_pids, clock
+        at = dict(all_tasks) if isinstance(all_tasks, Mapping) else {t: None for t in (all_tasks or [])}
+        self.all_tasks: dict[str, int | None] = {**at, **{t: p for t, p in pids.items() if p or t not in at}}
+        self.states = {t: TaskState(t, pid=p or self.all_tasks.get(t)) for t, p in pids.items()}
+        self.started_at: float | None = None
+        self.last_progress: float | None = None
+        self.report: StallReport | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- pure-ish decision logic ---------------------------------------------------------------------------------------
+    def observe(self, progress: Mapping[str, str], now: float) -> None:
+        """Fold one snapshot of ``progress/*`` values into the per-task state."""
+        if self.started_at is None:
+            self.started_at = now
+        for t, st in self.states.items():
+            step = _progress_step(progress.get(progress_key(t)))
+            if step is not None and step != st.step:
+                st.step, st.changed_at = step, now
+                self.last_progress = now
+
+    def stalled_for(self, now: float) -> float:
+        """Seconds since any task's step last advanced (since start, before any step: compared with startup_s)."""
+        if self.last_progress is None:
+            return now - (self.started_at if self.started_at is not None else now)
+        return now - self.last_progress
+
+    def is_stalled(self, now: float) -> bool:
+        limit = self.startup_s if self.last_progress is None else self.stall_s
+        return self.stalled_for(now) >= limit
+
+    def check(self, now: float | None = None) -> StallReport | None:
+        """Read progress from the KV; return a report (without dumps/callback) if training stalled, else None.
+
+        Returns None once ``control/done`` is set: after training, shutdown is bounded by ``timeouts.shutdown``.
+        """
+        now = self.clock() if now is None else now
+        if self.kv.get(DONE_KEY) is not None:
+            return None
+        self.observe(self.kv.items("progress/"), now)
+        if not self.is_stalled(now):
+            return None
+        return StallReport(stalled_for=self.stalled_for(now), tasks=dict(self.states),
+                           stall_s=self.startup_s if self.last_progress is None else self.stall_s, now=now)
+
+    # -- side effects on a stall ----------------------------------------------------------------------------------------
+    def request_dumps(self) -> str:
+        """Ask every task for its stacks: KV request (all backends) + SIGUSR1 to known pids (local). Returns the id."""
+        req = f"{time.time():.3f}"
+        try:
+            self.kv.put(DUMP_REQUEST_KEY, req)
+        except Exception as exc:
+            log.warning("could not post the stack-dump request to the KV: %s", exc)
+        if self.signal_pids:
+            for t, pid in self.all_tasks.items():
+                if pid:
+                    try:
+                        os.kill(pid, DUMP_SIGNAL)
+                    except (ProcessLookupError, PermissionError) as exc:
+                        log.info("SIGUSR1 to %s (pid %s) failed: %s", t, pid, exc)
+        return req
+
+    def collect_acks(self, req: str, wait_s: float) -> list[str]:
+        """Tasks (of ``all_tasks``) that have not acknowledged ``req`` within ``wait_s`` seconds."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            acks = self.kv.items("stacks/")
+            missing = [t for t in self.all_tasks if acks.get(stacks_ack_key(t)) != req]
+            if not missing or time.monotonic() >= deadline:
+                return missing
+            time.sleep(0.1)
+
+    def diagnose(self, report: StallReport) -> StallReport:
+        """Request dumps, note who answered and which processes are stopped/dead; fills ``report`` in place."""
+        req = self.request_dumps()
+        report.dumps_requested = True
+        report.no_ack = self.collect_acks(req, self.ack_wait_s)
+        for t, pid in self.all_tasks.items():
+            if pid:
+                report.process_states[t] = process_state(pid)
+        return report
+
+    def poll(self, now: float | None = None) -> StallReport | None:
+        """One full round: check, and on a stall diagnose and call ``on_stall`` (once). Returns the report."""
+        if self.report is not None:
+            return self.report
+        report = self.check(now)
+        if report is None:
+            return None
+        self.report = self.diagnose(report)
+        log.error("%s", self.report.message)
+        if self.on_stall is not None:
+            self.on_stall(self.report)
+        return self.report
+
+    # -- thread ------------------------------------------------------------------------------------------------------
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                if self.kv.get(DONE_KEY) is not None or self.poll() is not None:
+                    return
+            except Exception as exc:     # a KV hiccup must not kill the watchdog; a dead KV is the launcher's concern
+                log.warning("stall watchdog: %s", exc)
+
+    def start(self) -> "StallWatchdog":
+        if self.started_at is None:
+            self.started_at = self.clock()
+        self._thread = threading.Thread(target=self._run, name="tfyarn-stall-watchdog", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
