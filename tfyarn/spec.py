@@ -397,7 +397,23 @@ def load_spec_dict(doc: Any, overrides: tuple[str, ...] | list[str] = (), base_d
         spec = JobSpec.model_validate(doc)
     except ValidationError as exc:
         raise SpecError(_problems(exc, doc)) from None
-    return spec.model_copy(update={"base_dir": base_dir}) if base_dir else spec
+    return _resolve_paths(spec, base_dir) if base_dir else spec
+
+
+def _resolve_paths(spec: JobSpec, base_dir: str) -> JobSpec:
+    """Relative local paths in a spec file are relative to the file, so every task (whatever its working directory)
+    sees the same absolute paths."""
+    def res(path: str) -> str:
+        return path if "://" in path or Path(path).is_absolute() else str((Path(base_dir) / path).resolve())
+
+    data = spec.data.model_copy(update={"train": [res(u) for u in spec.data.train],
+                                        "eval": [res(u) for u in spec.data.eval]})
+    update: dict[str, Any] = {"base_dir": base_dir, "data": data}
+    if spec.checkpoint.dir:
+        update["checkpoint"] = spec.checkpoint.model_copy(update={"dir": res(spec.checkpoint.dir)})
+    if spec.code:
+        update["code"] = res(spec.code)
+    return spec.model_copy(update=update)
 
 
 def load_spec(path: str | Path, overrides: tuple[str, ...] | list[str] = ()) -> JobSpec:

@@ -1,0 +1,84 @@
+"""The Python API (the CLI, the Airflow operator and users' scripts all go through it).
+
+    import tfyarn.api as tfy
+    spec = tfy.load("specs/quickstart.yaml", overrides=["data.epochs=1"])
+    status = tfy.run(spec)                  # local: foreground, returns the final AppStatus
+    app_id = tfy.submit(spec, "yarn")       # returns at once; then tfy.status / tfy.wait / tfy.logs / tfy.kill
+
+Backends are chosen by name (``local`` / ``yarn``) or, for an existing app, by its id (``local-…`` vs
+``application_…``). With no name, YARN is used when a cluster is configured (``HADOOP_CONF_DIR``), else local.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Callable, Iterator
+
+from tfyarn.backends.base import AppStatus, Backend
+from tfyarn.errors import TfyarnError
+from tfyarn.spec import JobSpec, load_spec
+
+BACKENDS = ("local", "yarn")
+
+
+def load(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> JobSpec:
+    """Load and validate a spec file; raises SpecError listing every problem."""
+    return load_spec(path, overrides)
+
+
+def default_backend_name() -> str:
+    return "yarn" if os.environ.get("HADOOP_CONF_DIR") else "local"
+
+
+def get_backend(name: str | None = None, **options) -> Backend:
+    name = name or default_backend_name()
+    if name == "local":
+        from tfyarn.backends.local import LocalBackend
+        return LocalBackend(**options)
+    if name == "yarn":
+        from tfyarn.backends.yarn import YarnBackend
+        return YarnBackend(**options)
+    raise TfyarnError(f"unknown backend {name!r} (choose from {', '.join(BACKENDS)})")
+
+
+def backend_for_app(app_id: str) -> Backend:
+    return get_backend("local" if app_id.startswith("local-") else "yarn")
+
+
+def dryrun(spec: JobSpec, backend: str | None = None) -> str:
+    return get_backend(backend).dryrun(spec)
+
+
+def run(spec: JobSpec, backend: str | None = None, echo: Callable[[str, str], None] | None = None,
+        on_update: Callable[[AppStatus], None] | None = None, timeout: float | None = None) -> AppStatus:
+    """Run a job to its end. Local: in the foreground (Ctrl-C stops every task). YARN: submit, then wait."""
+    b = get_backend(backend)
+    if b.name == "local":
+        return b.run(spec, echo=echo, on_update=on_update)  # type: ignore[attr-defined]
+    app_id = b.submit(spec)
+    return b.wait(app_id, timeout=timeout, on_update=on_update)
+
+
+def submit(spec: JobSpec, backend: str | None = None) -> str:
+    return get_backend(backend).submit(spec)
+
+
+def status(app_id: str) -> AppStatus:
+    return backend_for_app(app_id).status(app_id)
+
+
+def wait(app_id: str, timeout: float | None = None,
+         on_update: Callable[[AppStatus], None] | None = None) -> AppStatus:
+    return backend_for_app(app_id).wait(app_id, timeout=timeout, on_update=on_update)
+
+
+def logs(app_id: str, task: str | None = None, follow: bool = False) -> Iterator[str]:
+    return backend_for_app(app_id).logs(app_id, task=task, follow=follow)
+
+
+def kill(app_id: str) -> None:
+    backend_for_app(app_id).kill(app_id)
+
+
+def list_apps(backend: str | None = None) -> list[AppStatus]:
+    return get_backend(backend).list()

@@ -1,0 +1,468 @@
+"""Local backend: every task of the job is an OS process on this machine, started exactly as a YARN container starts it.
+
+Why a real process per task (not threads): TensorFlow's distributed runtime, gRPC servers, and the stalls tfyarn
+exists to prevent only show up between processes. The local backend is the quickstart, the test bed, and how users
+debug a spec before submitting it.
+
+Layout of one app (``$TFYARN_HOME/apps/<app_id>/``, default ``~/.tfyarn``)::
+
+    spec.json            the resolved spec the tasks read
+    status.json          AppStatus, rewritten atomically by the launcher (``status``/``wait`` read it)
+    launcher.pid         pid of the launcher process (``kill`` signals it)
+    tasks/<role>_<i>/    each task's working directory and ``task.log``
+
+The :class:`Launcher` runs the KV service, starts the tasks, follows them, and stops every one of them on the first
+failure, on Ctrl-C / SIGTERM, or on a kill request: no task outlives it (tasks also die with it, see
+``tfyarn.runtime.main._die_with_parent``).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+from tfyarn.backends.base import AppState, AppStatus, Backend, TaskStatus
+from tfyarn.backends.kvserver import KVServer
+from tfyarn.errors import AppNotFound, ExitCode
+from tfyarn.runtime.context import (ABORT_KEY, DONE_KEY, SUMMARY_KEY, TOTAL_STEPS_KEY, failure_key,
+                                    progress_key)
+from tfyarn.spec import JobSpec, load_spec_json
+
+log = logging.getLogger(__name__)
+
+#: Environment every local task gets unless its role's ``env`` overrides it (TF's C++ INFO chatter hides real output).
+TASK_ENV_DEFAULTS = {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1", "TF_ENABLE_ONEDNN_OPTS": "0"}
+#: Seconds a task gets between SIGTERM and SIGKILL when the job is stopped.
+STOP_GRACE_S = 5.0
+Echo = Callable[[str, str], None]
+
+
+def tfyarn_home() -> Path:
+    return Path(os.environ.get("TFYARN_HOME") or "~/.tfyarn").expanduser()
+
+
+def apps_dir() -> Path:
+    return tfyarn_home() / "apps"
+
+
+def new_app_id() -> str:
+    return time.strftime("local-%Y%m%d-%H%M%S-") + secrets.token_hex(3)
+
+
+def _write_json_atomic(path: Path, data: dict) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    os.replace(tmp, path)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _status_from_dict(d: dict) -> AppStatus:
+    tasks = [TaskStatus(**t) for t in d.get("tasks", [])]
+    return AppStatus(app_id=d["app_id"], backend=d.get("backend", "local"), name=d.get("name", ""),
+                     state=AppState(d["state"]), diagnostics=d.get("diagnostics", ""), tasks=tasks,
+                     progress=d.get("progress", {}), started=d.get("started"), finished=d.get("finished"),
+                     tracking_url=d.get("tracking_url"), summary=d.get("summary"))
+
+
+def aggregate_progress(items: dict[str, str], total_steps: int | None, training_tasks: list[str]) -> dict:
+    """Job progress from the tasks' ``progress/<task>`` records: the furthest global step, summed throughput."""
+    recs = {}
+    for key, raw in items.items():
+        try:
+            recs[key.split("/", 1)[1]] = json.loads(raw)
+        except (ValueError, IndexError):
+            continue
+    if not recs:
+        return {"total_steps": total_steps} if total_steps else {}
+    train = [recs[t] for t in training_tasks if t in recs]
+    gstep = max((r.get("global_step") or r.get("step") or 0) for r in recs.values())
+    eps = sum(r.get("examples_per_sec") or 0.0 for r in train)
+    losses = [r["loss"] for r in train if r.get("loss") is not None]
+    steps_per_s = sum(r.get("steps_per_sec") or 0.0 for r in train)
+    out = {"global_step": gstep, "examples_per_sec": round(eps, 1),
+           "loss": round(sum(losses) / len(losses), 6) if losses else None,
+           "epoch": max((r.get("epoch") or 0) for r in train) if train else None,
+           "per_task": {t: r.get("step") for t, r in recs.items()}}
+    if total_steps:
+        out["total_steps"] = total_steps
+        rate = steps_per_s if steps_per_s > 0 else None
+        out["eta_s"] = round((total_steps - gstep) / rate, 1) if rate and gstep < total_steps else None
+    return out
+
+
+@dataclass
+class _Task:
+    name: str
+    dir: Path
+    proc: subprocess.Popen | None = None
+    reader: threading.Thread | None = None
+    state: str = "PENDING"
+    exit_code: int | None = None
+    restarts: int = 0
+    diagnostics: str = ""
+    tail: list[str] = field(default_factory=list)
+
+    @property
+    def role(self) -> str:
+        return self.name.split(":")[0]
+
+    @property
+    def log_path(self) -> Path:
+        return self.dir / "task.log"
+
+
+class Launcher:
+    """Runs one app to its end in this process. Thread-safe :meth:`stop` (signal handlers, kill requests)."""
+
+    def __init__(self, spec: JobSpec, app_dir: Path, app_id: str, echo: Echo | None = None,
+                 on_update: Callable[[AppStatus], None] | None = None, python: str = sys.executable):
+        self.spec, self.app_dir, self.app_id = spec, app_dir, app_id
+        self.echo = echo
+        self.on_update = on_update
+        self.python = python
+        self.tasks = {name: _Task(name, app_dir / "tasks" / name.replace(":", "_")) for name in spec.tasks()}
+        self._stop = threading.Event()
+        self._stop_state = AppState.KILLED
+        self._stop_reason = ""
+        self._state = AppState.PENDING
+        self._diag = ""
+        self._started = time.time()
+        self._finished: float | None = None
+        self._progress: dict = {}
+        self._summary: dict | None = None
+        self.kv: KVServer | None = None
+
+    # ------------------------------------------------------------------------------------------------- control
+    def stop(self, reason: str, state: AppState = AppState.KILLED) -> None:
+        if not self._stop.is_set():
+            self._stop_reason, self._stop_state = reason, state
+            self._stop.set()
+
+    def _install_signal_handlers(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+
+        def handler(signum, _frame):
+            name = signal.Signals(signum).name
+            if self._stop.is_set():  # second signal: no more grace
+                self._kill_all(signal.SIGKILL)
+            self.stop(f"interrupted by {name}", AppState.KILLED)
+
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, handler)
+
+    # ------------------------------------------------------------------------------------------------- tasks
+    def _task_env(self, task: _Task, kv_url: str) -> dict[str, str]:
+        role, index = task.name.split(":")
+        env = dict(os.environ)
+        env.update(TASK_ENV_DEFAULTS)
+        env.update(self.spec.roles[role].env)  # type: ignore[index]
+        env.update({
+            "TFYARN_ROLE": role, "TFYARN_INDEX": index, "TFYARN_KV_URL": kv_url,
+            "TFYARN_SPEC_FILE": str(self.app_dir / "spec.json"), "TFYARN_APP_ID": self.app_id,
+            "TFYARN_PARENT_PID": str(os.getpid()), "TFYARN_HOST": "127.0.0.1", "TFYARN_ATTEMPT": "0",
+        })
+        if self.spec.code:
+            env["TFYARN_CODE_DIR"] = str(Path(self.spec.resolve_path(self.spec.code)).resolve())
+        env.pop("TF_CONFIG", None)
+        return env
+
+    def _start(self, task: _Task, kv_url: str) -> None:
+        task.dir.mkdir(parents=True, exist_ok=True)
+        # Own session: a terminal's Ctrl-C reaches only the launcher, which then stops tasks in order.
+        task.proc = subprocess.Popen([self.python, "-m", "tfyarn.runtime"], cwd=task.dir,
+                                     env=self._task_env(task, kv_url), stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+        task.state = "RUNNING"
+        task.reader = threading.Thread(target=self._pump, args=(task,), name=f"log-{task.name}", daemon=True)
+        task.reader.start()
+
+    def _pump(self, task: _Task) -> None:
+        """Copy a task's output to its log file and (live, prefixed with the task) to the launcher's output."""
+        assert task.proc and task.proc.stdout
+        with open(task.log_path, "ab") as logf:
+            for raw in iter(task.proc.stdout.readline, b""):
+                logf.write(raw)
+                logf.flush()
+                line = raw.decode(errors="replace").rstrip("\n")
+                task.tail = (task.tail + [line])[-20:]
+                if self.echo:
+                    self.echo(task.name, line)
+
+    def _signal(self, task: _Task, sig: int) -> None:
+        if task.proc and task.proc.poll() is None:
+            try:
+                os.killpg(task.proc.pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def _kill_all(self, sig: int) -> None:
+        for t in self.tasks.values():
+            self._signal(t, sig)
+
+    def _stop_tasks(self, tasks: list[_Task], grace: float) -> None:
+        """SIGTERM each task's process group, SIGKILL what is left after ``grace`` seconds; reap everything."""
+        live = [t for t in tasks if t.proc and t.proc.poll() is None]
+        for t in live:
+            self._signal(t, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for t in live:
+            try:
+                t.proc.wait(timeout=max(0.0, deadline - time.monotonic()))  # type: ignore[union-attr]
+            except subprocess.TimeoutExpired:
+                pass
+        for t in live:
+            self._signal(t, signal.SIGKILL)
+            t.proc.wait()  # type: ignore[union-attr]
+            if t.state == "RUNNING":
+                t.state, t.exit_code = "KILLED", t.proc.returncode  # type: ignore[union-attr]
+        for t in tasks:
+            if t.reader:
+                t.reader.join(timeout=2.0)
+
+    # ------------------------------------------------------------------------------------------------- status
+    def status(self) -> AppStatus:
+        tasks = [TaskStatus(task=t.name, state=t.state, host="127.0.0.1", restarts=t.restarts,
+                            exit_code=t.exit_code, diagnostics=t.diagnostics, log=str(t.log_path))
+                 for t in self.tasks.values()]
+        return AppStatus(app_id=self.app_id, backend="local", name=self.spec.name, state=self._state,
+                         diagnostics=self._diag, tasks=tasks, progress=self._progress, started=self._started,
+                         finished=self._finished, tracking_url=str(self.app_dir), summary=self._summary)
+
+    def _refresh(self) -> None:
+        assert self.kv is not None
+        store = self.kv.store
+        total = store.get(TOTAL_STEPS_KEY)
+        self._progress = aggregate_progress(store.items("progress/"), int(total) if total else None,
+                                            self.spec.training_tasks)
+        summary = store.get(SUMMARY_KEY)
+        if summary:
+            self._summary = json.loads(summary)
+        st = self.status()
+        _write_json_atomic(self.app_dir / "status.json", st.to_dict())
+        if self.on_update:
+            self.on_update(st)
+
+    def _failure_message(self, task: _Task) -> str:
+        assert self.kv is not None
+        reported = self.kv.store.get(failure_key(task.name))
+        if reported:
+            return reported
+        last = [ln for ln in task.tail if ln.strip()]
+        return last[-1] if last else "(no output)"
+
+    # ------------------------------------------------------------------------------------------------- main loop
+    def run(self) -> AppStatus:
+        """Start every task and follow them to the end. Returns the final status (also written to status.json)."""
+        self._install_signal_handlers()
+        self.app_dir.mkdir(parents=True, exist_ok=True)
+        (self.app_dir / "spec.json").write_text(self.spec.to_json())
+        (self.app_dir / "launcher.pid").write_text(str(os.getpid()))
+        training = set(self.spec.training_tasks)
+        with KVServer() as kv:
+            self.kv = kv
+            try:
+                for t in self.tasks.values():
+                    self._start(t, kv.url)
+                self._state = AppState.RUNNING
+                self._follow(training)
+            finally:
+                self._stop_tasks(list(self.tasks.values()), STOP_GRACE_S)
+                self._finished = time.time()
+                self._refresh()
+        return self.status()
+
+    def _follow(self, training: set[str]) -> None:
+        last_refresh = 0.0
+        shutdown_deadline: float | None = None
+        while True:
+            if self._stop.is_set():
+                self._end(self._stop_state, self._stop_reason)
+                kv_abort = self.kv.store if self.kv else None
+                if kv_abort:
+                    kv_abort.put(ABORT_KEY, self._stop_reason)
+                return
+            for t in self.tasks.values():
+                if t.state != "RUNNING" or t.proc is None or t.proc.poll() is None:
+                    continue
+                t.exit_code = t.proc.returncode
+                if t.exit_code == 0:
+                    t.state = "SUCCEEDED"
+                    if t.name not in training and not self._training_done(training):
+                        t.diagnostics = "exited before training finished"
+                        self._end(AppState.FAILED, f"{t.name} exited before training finished")
+                        return
+                    continue
+                t.state = "FAILED"
+                if t.reader:
+                    t.reader.join(timeout=2.0)
+                t.diagnostics = self._failure_message(t)
+                timed_out = t.exit_code == ExitCode.TIMED_OUT
+                self._end(AppState.TIMED_OUT if timed_out else AppState.FAILED,
+                          f"{t.name} exited with code {t.exit_code}: {t.diagnostics}")
+                return
+            if self._training_done(training):
+                assert self.kv is not None
+                self.kv.store.put(DONE_KEY, "1")  # a chief that died mid-shutdown must not leave ps waiting
+                rest = [t for t in self.tasks.values() if t.state == "RUNNING"]
+                if not rest:
+                    self._end(AppState.SUCCEEDED, "")
+                    return
+                if shutdown_deadline is None:
+                    shutdown_deadline = time.monotonic() + self.spec.timeouts.shutdown
+                elif time.monotonic() > shutdown_deadline:
+                    names = ", ".join(t.name for t in rest)
+                    log.warning("%s still running %gs after training finished; stopping them", names,
+                                self.spec.timeouts.shutdown)
+                    self._end(AppState.SUCCEEDED, f"stopped {names}: still running {self.spec.timeouts.shutdown:g}s "
+                                                  f"after training finished (timeouts.shutdown)")
+                    return
+            now = time.monotonic()
+            if now - last_refresh >= 0.5:
+                self._refresh()
+                last_refresh = now
+            self._stop.wait(0.1)
+
+    def _training_done(self, training: set[str]) -> bool:
+        return all(self.tasks[t].state == "SUCCEEDED" for t in training)
+
+    def _end(self, state: AppState, diagnostics: str) -> None:
+        self._state, self._diag = state, diagnostics
+        if state is not AppState.SUCCEEDED:
+            log.error("job %s: %s", state.value, diagnostics)
+
+
+class LocalBackend(Backend):
+    """Runs jobs on this machine. ``run`` follows in the foreground; ``submit`` detaches a launcher process."""
+    name = "local"
+
+    def __init__(self, home: Path | None = None):
+        self.home = home
+
+    def _apps(self) -> Path:
+        return (self.home / "apps") if self.home else apps_dir()
+
+    def app_dir(self, app_id: str) -> Path:
+        d = self._apps() / app_id
+        if not d.is_dir():
+            raise AppNotFound(f"no local app {app_id!r} under {self._apps()}")
+        return d
+
+    def dryrun(self, spec: JobSpec) -> str:
+        lines = [f"local app for job {spec.name!r}: {len(spec.tasks())} processes on 127.0.0.1",
+                 f"  mode={spec.mode} sync={spec.sync} global batch={spec.global_batch_size} "
+                 f"({spec.data.batch_size} per worker x {spec.num_training_workers} training tasks)"]
+        for task in spec.tasks():
+            role = task.split(":")[0]
+            env = " ".join(f"{k}={v}" for k, v in spec.roles[role].env.items())  # type: ignore[index]
+            lines.append(f"  {task:<14} {sys.executable} -m tfyarn.runtime {env}".rstrip())
+        return "\n".join(lines)
+
+    def run(self, spec: JobSpec, echo: Echo | None = None, on_update: Callable[[AppStatus], None] | None = None,
+            app_id: str | None = None) -> AppStatus:
+        app_id = app_id or new_app_id()
+        return Launcher(spec, self._apps() / app_id, app_id, echo=echo, on_update=on_update).run()
+
+    def submit(self, spec: JobSpec) -> str:
+        app_id = new_app_id()
+        d = self._apps() / app_id
+        d.mkdir(parents=True)
+        (d / "spec.json").write_text(spec.to_json())
+        _write_json_atomic(d / "status.json", AppStatus(app_id, "local", spec.name, AppState.PENDING,
+                                                        started=time.time(), tracking_url=str(d)).to_dict())
+        with open(d / "launcher.log", "ab") as out:
+            proc = subprocess.Popen([sys.executable, "-m", "tfyarn.backends.local", str(d), app_id],
+                                    stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+        (d / "launcher.pid").write_text(str(proc.pid))
+        return app_id
+
+    def status(self, app_id: str) -> AppStatus:
+        d = self.app_dir(app_id)
+        try:
+            st = _status_from_dict(json.loads((d / "status.json").read_text()))
+        except (OSError, ValueError) as exc:
+            raise AppNotFound(f"local app {app_id!r} has no readable status: {exc}") from None
+        if not st.state.is_terminal:
+            pid_file = d / "launcher.pid"
+            pid = int(pid_file.read_text()) if pid_file.exists() else None
+            if pid is not None and not _pid_alive(pid):
+                # the launcher may have just written its final status: read once more before declaring it dead
+                st = _status_from_dict(json.loads((d / "status.json").read_text()))
+                if not st.state.is_terminal:
+                    st.state, st.diagnostics = AppState.FAILED, f"launcher process {pid} died"
+        return st
+
+    def logs(self, app_id: str, task: str | None = None, follow: bool = False) -> Iterator[str]:
+        d = self.app_dir(app_id)
+        names = [task] if task else [p.name.replace("_", ":", 1) for p in sorted((d / "tasks").glob("*"))]
+        if task and not (d / "tasks" / task.replace(":", "_")).is_dir():
+            raise AppNotFound(f"app {app_id} has no task {task!r}")
+        if not follow or len(names) != 1:
+            for n in names:
+                path = d / "tasks" / n.replace(":", "_") / "task.log"
+                if path.exists():
+                    for line in path.read_text(errors="replace").splitlines():
+                        yield line if task else f"{n} | {line}"
+            return
+        yield from self._follow_log(app_id, d / "tasks" / task.replace(":", "_") / "task.log")  # type: ignore[union-attr]
+
+    def _follow_log(self, app_id: str, path: Path) -> Iterator[str]:
+        pos = 0
+        while True:
+            if path.exists():
+                with open(path, errors="replace") as f:
+                    f.seek(pos)
+                    chunk = f.read()
+                    pos = f.tell()
+                yield from chunk.splitlines()
+            if self.status(app_id).state.is_terminal:
+                return
+            time.sleep(0.5)
+
+    def kill(self, app_id: str, timeout: float = 30.0) -> None:
+        d = self.app_dir(app_id)
+        pid = int((d / "launcher.pid").read_text())
+        if _pid_alive(pid):
+            os.kill(pid, signal.SIGTERM)
+        self.wait(app_id, timeout=timeout, poll=0.2)
+
+    def list(self) -> list[AppStatus]:
+        out = []
+        for d in sorted(self._apps().glob("local-*")):
+            try:
+                out.append(self.status(d.name))
+            except AppNotFound:
+                continue
+        return out
+
+
+def _launch_detached(app_dir: str, app_id: str) -> int:
+    """Body of a detached launcher (``submit``): run the app whose spec.json is in ``app_dir``."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    d = Path(app_dir)
+    spec = load_spec_json((d / "spec.json").read_text())
+    st = Launcher(spec, d, app_id, echo=lambda task, line: print(f"{task:>13} | {line}", flush=True)).run()
+    return int(st.state.exit_code)
+
+
+if __name__ == "__main__":
+    sys.exit(_launch_detached(sys.argv[1], sys.argv[2]))

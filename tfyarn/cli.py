@@ -1,0 +1,254 @@
+"""``tfyarn`` command line: a thin layer over :mod:`tfyarn.api`.
+
+Exit codes (stable, for schedulers): 0 succeeded, 1 failed, 2 invalid spec or usage (nothing started), 3 killed,
+4 timed out.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from typing import Any, Callable
+
+import click
+
+from tfyarn import __version__
+from tfyarn.errors import ExitCode, SpecError, TfyarnError
+
+log = logging.getLogger("tfyarn")
+
+_set_option = click.option("--set", "overrides", multiple=True, metavar="KEY.PATH=VALUE",
+                           help="Override a spec value (YAML-parsed), e.g. --set roles.worker.instances=4. Repeatable.")
+
+
+def _backend_option(f: Callable) -> Callable:
+    f = click.option("--local", "backend", flag_value="local", help="Run on this machine (default without a cluster).")(f)
+    f = click.option("--yarn", "backend", flag_value="yarn", help="Run on YARN (default when HADOOP_CONF_DIR is set).")(f)
+    return f
+
+
+def _setup_logging(verbose: int, quiet: bool) -> None:
+    level = logging.WARNING if quiet else (logging.DEBUG if verbose else logging.INFO)
+    logging.basicConfig(level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def _fail(exc: TfyarnError) -> None:
+    click.echo(f"error: {exc}", err=True)
+    sys.exit(int(exc.exit_code))
+
+
+def _load(spec_path: str, overrides: tuple[str, ...]):
+    from tfyarn.api import load
+    try:
+        return load(spec_path, overrides)
+    except SpecError as exc:
+        _fail(exc)
+
+
+def _echo_task(task: str, line: str) -> None:
+    click.echo(f"{task:>13} | {line}", err=True)
+
+
+class _Group(click.Group):
+    """Maps tfyarn errors raised anywhere below a command to their exit codes with a one-line message."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except TfyarnError as exc:
+            _fail(exc)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="tfyarn")
+@click.option("-v", "--verbose", count=True, help="More logging.")
+@click.option("-q", "--quiet", is_flag=True, help="Only warnings, errors and the final result.")
+@click.pass_context
+def cli(ctx: click.Context, verbose: int, quiet: bool) -> None:
+    """Run distributed TensorFlow training on Hadoop YARN, or locally, to the end without hanging."""
+    _setup_logging(verbose, quiet)
+    ctx.obj = {"quiet": quiet, "verbose": verbose}
+
+
+# ------------------------------------------------------------------------------------------------------------ spec
+@cli.command()
+@click.argument("spec_path", metavar="SPEC")
+@_set_option
+def validate(spec_path: str, overrides: tuple[str, ...]) -> None:
+    """Check a spec and print what it would run (exit 2 and every problem if invalid)."""
+    spec = _load(spec_path, overrides)
+    roles = ", ".join(f"{r}x{spec.instances(r)}" for r in spec.roles if spec.instances(r))
+    click.echo(f"{spec_path}: ok — job {spec.name!r}, mode {spec.mode}{' sync' if spec.sync else ''}, {roles}, "
+               f"{spec.data.epochs} epochs, global batch {spec.global_batch_size} "
+               f"({spec.data.batch_size} per worker x {spec.num_training_workers})")
+
+
+@cli.command()
+def schema() -> None:
+    """Print the JSON Schema of job specs (for editors: yaml-language-server)."""
+    from tfyarn.spec import json_schema
+    click.echo(json.dumps(json_schema(), indent=2))
+
+
+# ------------------------------------------------------------------------------------------------------------ run
+@cli.command()
+@click.argument("spec_path", metavar="SPEC")
+@_set_option
+@_backend_option
+@click.option("--output", type=click.Choice(["text", "json"]), default="text", help="Final status format.")
+@click.pass_context
+def run(ctx: click.Context, spec_path: str, overrides: tuple[str, ...], backend: str | None, output: str) -> None:
+    """Run a job to its end and print a summary; the exit code is the job's outcome."""
+    from tfyarn import api
+    from tfyarn.display import ProgressView, summary_text
+    spec = _load(spec_path, overrides)
+    quiet = ctx.obj["quiet"]
+    view = None if quiet else ProgressView()
+    try:
+        st = api.run(spec, backend=backend, echo=None if quiet else _echo_task, on_update=view)
+    finally:
+        if view:
+            view.close()
+    _print_final(st, output)
+
+
+def _print_final(st, output: str) -> None:
+    from tfyarn.display import summary_text
+    if output == "json":
+        click.echo(json.dumps(st.to_dict(), indent=1))
+    else:
+        click.echo(summary_text(st))
+    sys.exit(int(st.state.exit_code))
+
+
+@cli.command()
+@click.argument("spec_path", metavar="SPEC")
+@_set_option
+@_backend_option
+@click.option("--dry-run", is_flag=True, help="Print what would be submitted (YARN: the skein spec YAML).")
+@click.option("--wait", "wait_", is_flag=True, help="Follow progress until the job ends; exit with its outcome.")
+@click.option("--output", type=click.Choice(["text", "json"]), default="text")
+@click.pass_context
+def submit(ctx: click.Context, spec_path: str, overrides: tuple[str, ...], backend: str | None, dry_run: bool,
+           wait_: bool, output: str) -> None:
+    """Submit a job and print its app id (does not wait unless --wait)."""
+    from tfyarn import api
+    from tfyarn.display import ProgressView
+    spec = _load(spec_path, overrides)
+    if dry_run:
+        click.echo(api.dryrun(spec, backend))
+        return
+    app_id = api.submit(spec, backend)
+    click.echo(app_id)
+    if wait_:
+        view = None if ctx.obj["quiet"] else ProgressView()
+        st = api.wait(app_id, on_update=view)
+        if view:
+            view.close()
+        _print_final(st, output)
+
+
+# ------------------------------------------------------------------------------------------------------------ apps
+@cli.command()
+@click.argument("app_id")
+@click.option("--output", type=click.Choice(["text", "json"]), default="text")
+def status(app_id: str, output: str) -> None:
+    """Status of an app. Exit code: its outcome if finished (0/1/3/4), else 0."""
+    from tfyarn import api
+    from tfyarn.display import progress_text, summary_text
+    st = api.status(app_id)
+    if output == "json":
+        click.echo(json.dumps(st.to_dict(), indent=1))
+    else:
+        click.echo(summary_text(st) if st.state.is_terminal else f"{st.app_id} {st.name}: {progress_text(st)}")
+        for t in st.tasks:
+            click.echo(f"  {t.task:<14} {t.state:<10} host={t.host or '-'} restarts={t.restarts}"
+                       + (f" exit={t.exit_code}" if t.exit_code is not None else ""))
+    sys.exit(int(st.state.exit_code) if st.state.is_terminal else 0)
+
+
+@cli.command()
+@click.argument("app_id")
+@click.option("--timeout", type=float, default=None, help="Seconds; exit 4 if the app is still running then.")
+@click.option("--output", type=click.Choice(["text", "json"]), default="text")
+@click.pass_context
+def wait(ctx: click.Context, app_id: str, timeout: float | None, output: str) -> None:
+    """Wait for an app to end; exit with its outcome."""
+    from tfyarn import api
+    from tfyarn.display import ProgressView
+    view = None if ctx.obj["quiet"] else ProgressView()
+    st = api.wait(app_id, timeout=timeout, on_update=view)
+    if view:
+        view.close()
+    _print_final(st, output)
+
+
+@cli.command()
+@click.argument("app_id")
+@click.option("--task", default=None, metavar="ROLE:INDEX", help="One task, e.g. worker:1 (default: all).")
+@click.option("-f", "--follow", is_flag=True, help="Keep printing new lines until the app ends.")
+def logs(app_id: str, task: str | None, follow: bool) -> None:
+    """Print the logs of an app's tasks."""
+    from tfyarn import api
+    for line in api.logs(app_id, task=task, follow=follow):
+        click.echo(line)
+
+
+@cli.command()
+@click.argument("app_id")
+def kill(app_id: str) -> None:
+    """Kill an app and every one of its tasks."""
+    from tfyarn import api
+    api.kill(app_id)
+    click.echo(f"killed {app_id}")
+
+
+@cli.command("list")
+@_backend_option
+@click.option("--output", type=click.Choice(["text", "json"]), default="text")
+def list_(backend: str | None, output: str) -> None:
+    """List tfyarn apps."""
+    from tfyarn import api
+    apps = api.list_apps(backend)
+    if output == "json":
+        click.echo(json.dumps([a.to_dict() for a in apps], indent=1))
+        return
+    for a in apps:
+        click.echo(f"{a.app_id:<36} {a.state.value:<10} {a.name}")
+
+
+# ------------------------------------------------------------------------------------------------------------ data
+@cli.group()
+def data() -> None:
+    """TFRecord data: index (manifest) and synthetic data sets."""
+
+
+@data.command("index")
+@click.argument("urls", nargs=-1, required=True)
+@click.option("--compression", type=click.Choice(["auto", "none", "gzip"]), default="auto")
+def data_index(urls: tuple[str, ...], compression: str) -> None:
+    """Build (or load the cached) manifest of TFRecord files and print a summary."""
+    from tfyarn.data import build_manifest, summarize
+    click.echo(summarize(build_manifest(list(urls), compression=compression)))
+
+
+@data.command("synth")
+@click.argument("out_dir")
+@click.option("--kind", type=click.Choice(["recommender", "logreg"]), default="recommender")
+@click.option("--files", type=int, default=8, show_default=True)
+@click.option("--records", type=int, default=20000, show_default=True, help="Records in all files together.")
+@click.option("--skew", type=float, default=4.0, show_default=True, help="Largest/smallest file size ratio.")
+@click.option("--seed", type=int, default=0, show_default=True)
+def data_synth(out_dir: str, kind: str, files: int, records: int, skew: float, seed: int) -> None:
+    """Write a synthetic, learnable TFRecord data set with deliberately uneven file sizes."""
+    from tfyarn.data import write_synthetic
+    paths = write_synthetic(out_dir, kind=kind, files=files, records=records, skew=skew, seed=seed)
+    click.echo(f"wrote {len(paths)} files under {out_dir}")
+
+
+def main() -> None:
+    cli(prog_name="tfyarn")
+
+
+if __name__ == "__main__":
+    main()

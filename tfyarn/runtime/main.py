@@ -1,0 +1,144 @@
+"""What every task runs first: read its identity from the environment, rendezvous, then hand over to its role.
+
+Identity comes from the environment the backend sets (see docs/ARCHITECTURE.md), so the same entry point runs as a
+local process and as a YARN container. On failure the task writes a one-line diagnosis to ``failure/<task>`` in the KV
+(the launcher / application status shows it) and exits non-zero: 4 for a timeout, 1 otherwise.
+"""
+from __future__ import annotations
+
+import faulthandler
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+from tfyarn.errors import ExitCode, WaitTimeout
+from tfyarn.runtime.context import TaskContext, failure_key
+from tfyarn.runtime.kv import KV, HttpKV, KVUnavailable
+from tfyarn.spec import load_spec_json
+
+log = logging.getLogger("tfyarn.runtime")
+
+
+def _configure_logging(task: str) -> None:
+    level = os.environ.get("TFYARN_LOG_LEVEL", "INFO").upper()
+    logging.basicConfig(level=level, stream=sys.stderr,
+                        format=f"%(asctime)s %(levelname)s [{task}] %(name)s: %(message)s")
+
+
+def _identity() -> tuple[str, int]:
+    role = os.environ.get("TFYARN_ROLE")
+    if not role:
+        raise RuntimeError("TFYARN_ROLE is not set: this entry point is started by a tfyarn backend")
+    index = os.environ.get("TFYARN_INDEX")
+    if index is None:  # on YARN, skein names containers '<service>_<instance>'
+        cid = os.environ.get("SKEIN_CONTAINER_ID", "")
+        index = cid.rsplit("_", 1)[-1] if "_" in cid else None
+    if index is None or not index.isdigit():
+        raise RuntimeError("cannot tell this task's index: set TFYARN_INDEX (or SKEIN_CONTAINER_ID=<role>_<n>)")
+    return role, int(index)
+
+
+def make_kv() -> KV:
+    """The launcher's HTTP KV when TFYARN_KV_URL is set, else the YARN application's skein KV."""
+    url = os.environ.get("TFYARN_KV_URL")
+    if url:
+        return HttpKV(url)
+    from tfyarn.runtime.kv_yarn import SkeinKV  # only inside YARN containers
+    return SkeinKV.from_current()
+
+
+def _die_with_parent() -> None:
+    """Locally, a task must not outlive its launcher, even if the launcher is SIGKILLed (no orphans, ever).
+
+    Linux delivers SIGKILL to us when the parent dies (PR_SET_PDEATHSIG); a watcher thread covers other systems and
+    the race where the parent died before the prctl call.
+    """
+    parent = os.environ.get("TFYARN_PARENT_PID")
+    if not parent:
+        return
+    parent_pid = int(parent)
+    if sys.platform.startswith("linux"):
+        import ctypes
+        try:
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
+        except OSError:
+            pass
+
+    def watch() -> None:
+        while True:
+            if os.getppid() != parent_pid:
+                os._exit(ExitCode.KILLED)
+            time.sleep(0.5)
+
+    if os.getppid() != parent_pid:
+        os._exit(ExitCode.KILLED)
+    threading.Thread(target=watch, name="tfyarn-parent-watch", daemon=True).start()
+
+
+def _report_failure(kv: KV | None, task: str, message: str) -> None:
+    if kv is None:
+        return
+    try:
+        kv.put(failure_key(task), message[:2000])
+    except KVUnavailable:
+        pass
+
+
+def build_context(kv: KV) -> TaskContext:
+    from tfyarn.runtime.rendezvous import rendezvous, task_host
+
+    role, index = _identity()
+    spec = load_spec_json(Path(os.environ["TFYARN_SPEC_FILE"]).read_text())
+    host = task_host()
+    cluster, port = rendezvous(spec, role, index, kv, host)
+    ctx = TaskContext(spec=spec, role=role, index=index, kv=kv, cluster=cluster, host=host, port=port,
+                      workdir=Path.cwd(), app_id=os.environ.get("TFYARN_APP_ID", "local"),
+                      attempt=int(os.environ.get("TFYARN_ATTEMPT", "0")))
+    if cluster:
+        os.environ["TF_CONFIG"] = ctx.tf_config_json()
+    return ctx
+
+
+def run_role(ctx: TaskContext) -> None:
+    if ctx.role == "tensorboard":
+        from tfyarn.train.tensorboard import run
+        run(ctx)
+    else:
+        from tfyarn.train import run_task
+        run_task(ctx)
+
+
+def main() -> int:
+    task = f"{os.environ.get('TFYARN_ROLE', '?')}:{os.environ.get('TFYARN_INDEX', '?')}"
+    _configure_logging(task)
+    _die_with_parent()
+    faulthandler.enable()
+    if hasattr(signal, "SIGUSR1"):  # the stall watchdog asks for stacks with SIGUSR1
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
+    code_dir = os.environ.get("TFYARN_CODE_DIR")
+    if code_dir:
+        sys.path.insert(0, code_dir)
+    kv: KV | None = None
+    try:
+        kv = make_kv()
+        ctx = build_context(kv)
+        started = time.monotonic()
+        run_role(ctx)
+        log.info("%s finished in %.1fs", ctx.task_id, time.monotonic() - started)
+        return ExitCode.SUCCEEDED
+    except WaitTimeout as exc:
+        log.error("%s", exc)
+        _report_failure(kv, task, str(exc))
+        return ExitCode.TIMED_OUT
+    except KeyboardInterrupt:
+        return ExitCode.KILLED
+    except BaseException as exc:  # noqa: BLE001 - a task reports any failure before exiting
+        log.exception("task %s failed", task)
+        _report_failure(kv, task, f"{type(exc).__name__}: {exc}")
+        return ExitCode.FAILED
+    finally:
+        logging.shutdown()
