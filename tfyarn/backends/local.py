@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
+import psutil
+
 from tfyarn.backends.base import AppState, AppStatus, Backend, TaskStatus
 from tfyarn.backends.kvserver import KVServer
 from tfyarn.errors import AppNotFound, ExitCode
@@ -65,13 +67,11 @@ def _write_json_atomic(path: Path, data: dict) -> None:
 
 
 def _pid_alive(pid: int) -> bool:
+    """True if ``pid`` runs (a zombie — exited, not yet reaped by its parent — counts as dead)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
         return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _status_from_dict(d: dict) -> AppStatus:

@@ -1,0 +1,127 @@
+"""Local backend with real processes: stop-all on failure, signals, rendezvous timeout, no orphans, submit/status/kill."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+
+from conftest import app_processes, small_spec, wait_no_processes
+from tfyarn import api
+from tfyarn.backends.base import AppState
+from tfyarn.backends.local import LocalBackend
+from tfyarn.spec import load_spec_dict
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def test_first_failure_stops_every_task_with_its_diagnosis(tmp_path):
+    spec = load_spec_dict(small_spec(tmp_path, model="custom_jobs:fail_on_worker"))
+    lines = []
+    t0 = time.monotonic()
+    st = LocalBackend().run(spec, echo=lambda task, line: lines.append((task, line)))
+    assert time.monotonic() - t0 < 60  # the chief would sleep 300 s if it were not stopped
+    assert st.state is AppState.FAILED
+    assert st.diagnostics.startswith("worker:0 exited with code 1: RuntimeError: boom from worker:0")
+    states = {t.task: t.state for t in st.tasks}
+    assert states == {"chief:0": "KILLED", "worker:0": "FAILED"}
+    assert any(task == "worker:0" and "boom from worker:0" in line for task, line in lines)
+    assert wait_no_processes(st.app_id, 5) == []
+    saved = json.loads((LocalBackend().app_dir(st.app_id) / "status.json").read_text())
+    assert saved["state"] == "FAILED" and saved["exit_code"] == 1
+
+
+def test_task_that_never_starts_times_out_naming_it(tmp_path):
+    # A sitecustomize that hangs worker:1 before the runtime starts: a container that never comes up.
+    hang = tmp_path / "hang"
+    hang.mkdir()
+    (hang / "sitecustomize.py").write_text(
+        "import os, time\n"
+        "if os.environ.get('TFYARN_ROLE') == 'worker' and os.environ.get('TFYARN_INDEX') == '1':\n"
+        "    time.sleep(600)\n")
+    spec = load_spec_dict(small_spec(tmp_path, model="custom_jobs:run_long",
+                                     roles={"chief": {"instances": 1},
+                                            "worker": {"instances": 2, "env": {"PYTHONPATH": str(hang)}}},
+                                     timeouts={"rendezvous": 4, "shutdown": 5}))
+    t0 = time.monotonic()
+    st = LocalBackend().run(spec)
+    assert st.state is AppState.TIMED_OUT
+    assert "rendezvous timed out after 4s: worker:1 never started (no address published)" in st.diagnostics
+    assert time.monotonic() - t0 < 40
+    assert wait_no_processes(st.app_id, 5) == []
+
+
+def _write_spec(tmp_path, spec: dict):
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signal_to_tfyarn_run_leaves_no_process_behind(tmp_path, sig, tfyarn_home):
+    path = _write_spec(tmp_path, small_spec(tmp_path, model="custom_jobs:run_long"))
+    proc = subprocess.Popen([sys.executable, "-m", "tfyarn.cli", "-q", "run", str(path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=dict(os.environ))
+    # wait until both tasks report progress (they are really training)
+    app_id = None
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        apps = list((tfyarn_home / "apps").glob("local-*")) if (tfyarn_home / "apps").exists() else []
+        if apps and (apps[0] / "status.json").exists():
+            app_id = apps[0].name
+            st = json.loads((apps[0] / "status.json").read_text())
+            if st["progress"].get("global_step", 0) > 3:
+                break
+        time.sleep(0.2)
+    assert app_id, "the launcher never wrote a status"
+    assert len(app_processes(app_id)) == 2
+    proc.send_signal(sig)
+    out, _ = proc.communicate(timeout=15)
+    assert proc.returncode == 3, out.decode()
+    assert f"interrupted by {sig.name}" in out.decode()
+    assert wait_no_processes(app_id, 10) == []
+
+
+def test_submit_status_logs_kill_and_orphan_protection(tmp_path):
+    spec = load_spec_dict(small_spec(tmp_path, model="custom_jobs:run_long"))
+    backend = LocalBackend()
+    app_id = backend.submit(spec)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        st = backend.status(app_id)
+        if st.progress.get("global_step", 0) > 2:
+            break
+        time.sleep(0.2)
+    assert st.state is AppState.RUNNING
+    assert {t.task for t in st.tasks} == {"chief:0", "worker:0"}
+    assert any("chief:0" in line for line in backend.logs(app_id))
+    assert api.status(app_id).app_id == app_id  # the API finds the backend by the app id
+    assert [a.app_id for a in backend.list()] == [app_id]
+    backend.kill(app_id, timeout=20)
+    st = backend.status(app_id)
+    assert st.state is AppState.KILLED and st.state.exit_code == 3
+    assert wait_no_processes(app_id, 10) == []
+
+
+def test_tasks_die_with_a_sigkilled_launcher(tmp_path):
+    spec = load_spec_dict(small_spec(tmp_path, model="custom_jobs:run_long"))
+    backend = LocalBackend()
+    app_id = backend.submit(spec)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(app_processes(app_id)) < 2:
+        time.sleep(0.2)
+    assert len(app_processes(app_id)) == 2
+    pid = int((backend.app_dir(app_id) / "launcher.pid").read_text())
+    os.kill(pid, signal.SIGKILL)
+    assert wait_no_processes(app_id, 10) == []
+    st = backend.status(app_id)
+    assert st.state is AppState.FAILED and f"launcher process {pid} died" in st.diagnostics
+
+
+def test_unknown_app_is_a_clear_error():
+    from tfyarn.errors import AppNotFound
+    with pytest.raises(AppNotFound, match="no local app 'local-nope'"):
+        LocalBackend().status("local-nope")
