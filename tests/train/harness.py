@@ -1,0 +1,161 @@
+"""A minimal multi-process harness for training tests: every task a separate Python process on 127.0.0.1.
+
+Why not the real launcher: trainer tests must not depend on the launcher's progress, and must exercise exactly what a
+task receives (a TaskContext, TF_CONFIG, the KV) — real gRPC over loopback, the real KV service
+(:class:`tfyarn.backends.kvserver.KVServer` + :class:`HttpKV`). Ports are reserved here (the rendezvous does that in
+production), each task gets ``TFYARN_*`` env and a JSON cluster, builds its context and calls ``target(ctx)``.
+
+Usage::
+
+    with LocalCluster(spec, tmp_path, target="tfyarn.train.allreduce:run") as c:
+        c.start()
+        codes = c.wait(timeout=120)           # {task: returncode}; kills everything on timeout
+        c.log("worker:0")                     # that task's stderr
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve()
+REPO = HERE.parents[2]
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LocalCluster:
+    """Start ``spec.tasks()`` (or ``tasks``) as processes running ``target`` (``module:function``) with a context."""
+
+    def __init__(self, spec, workdir: Path, target: str = "tfyarn.runtime.main:run_role",
+                 tasks: list[str] | None = None, env: dict[str, str] | None = None,
+                 targets: dict[str, str] | None = None):
+        from tfyarn.backends.kvserver import KVServer
+        from tfyarn.runtime.kv import HttpKV
+        from tfyarn.spec import CLUSTER_ROLES
+        self.spec, self.workdir, self.target = spec, Path(workdir), target
+        self.targets = targets or {}
+        self.tasks = tasks or spec.tasks()
+        self.env = env or {}
+        self.server = KVServer().start()
+        self.kv = HttpKV(self.server.url)
+        self.cluster: dict[str, list[str]] = {}
+        for role in CLUSTER_ROLES:
+            n = spec.instances(role)
+            if n:
+                self.cluster[role] = [f"127.0.0.1:{free_port()}" for _ in range(n)]
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.started_at: float | None = None
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.spec_file = self.workdir / "spec.json"
+        self.spec_file.write_text(spec.to_json())
+
+    def log_path(self, task: str) -> Path:
+        return self.workdir / f"{task.replace(':', '_')}.log"
+
+    def log(self, task: str) -> str:
+        return self.log_path(task).read_text(errors="replace")
+
+    def start(self, tasks: list[str] | None = None) -> "LocalCluster":
+        self.started_at = time.monotonic()
+        for task in tasks or self.tasks:
+            role, index = task.split(":")
+            env = {**os.environ, **self.env,
+                   "TFYARN_SPEC_FILE": str(self.spec_file), "TFYARN_ROLE": role, "TFYARN_INDEX": index,
+                   "TFYARN_KV_URL": self.server.url, "TFYARN_APP_ID": "test", "TFYARN_HARNESS_CLUSTER":
+                   json.dumps(self.cluster), "TFYARN_HARNESS_TARGET": self.targets.get(task, self.target),
+                   "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+            taskdir = self.workdir / task.replace(":", "_")
+            taskdir.mkdir(exist_ok=True)
+            with open(self.log_path(task), "w") as err:
+                self.procs[task] = subprocess.Popen([sys.executable, str(HERE)], env=env, cwd=taskdir,
+                                                    stdout=err, stderr=subprocess.STDOUT)
+        return self
+
+    def wait(self, timeout: float, tasks: list[str] | None = None) -> dict[str, int]:
+        """Wait for ``tasks`` (default all) to exit; on timeout kill every task and raise naming the ones still up."""
+        deadline = time.monotonic() + timeout
+        want = tasks or list(self.procs)
+        while True:
+            codes = {t: self.procs[t].poll() for t in want}
+            if all(c is not None for c in codes.values()):
+                return codes  # type: ignore[return-value]
+            if time.monotonic() >= deadline:
+                alive = [t for t, c in codes.items() if c is None]
+                self.kill()
+                tails = "\n".join(f"--- {t}\n{self.log(t)[-3000:]}" for t in alive)
+                raise TimeoutError(f"tasks still running after {timeout:g}s: {', '.join(alive)}\n{tails}")
+            time.sleep(0.1)
+
+    def signal(self, task: str, sig: int) -> None:
+        os.kill(self.procs[task].pid, sig)
+
+    def kill(self) -> None:
+        for p in self.procs.values():
+            if p.poll() is None:
+                try:
+                    os.kill(p.pid, signal.SIGCONT)
+                    p.kill()
+                except ProcessLookupError:
+                    pass
+        for p in self.procs.values():
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+
+    def close(self) -> None:
+        self.kill()
+        self.server.stop()
+
+    def __enter__(self) -> "LocalCluster":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _task_main() -> int:
+    """Inside a task process: build the TaskContext from the env, set TF_CONFIG, call the target."""
+    from tfyarn.runtime.context import TaskContext, failure_key
+    from tfyarn.runtime.kv import HttpKV
+    from tfyarn.spec import load_spec_json
+
+    role, index = os.environ["TFYARN_ROLE"], int(os.environ["TFYARN_INDEX"])
+    task = f"{role}:{index}"
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format=f"%(asctime)s %(levelname)s [{task}] %(name)s: %(message)s")
+    spec = load_spec_json(Path(os.environ["TFYARN_SPEC_FILE"]).read_text())
+    cluster = json.loads(os.environ["TFYARN_HARNESS_CLUSTER"])
+    port = int(cluster[role][index].rsplit(":", 1)[1]) if role in cluster else None
+    kv = HttpKV(os.environ["TFYARN_KV_URL"])
+    ctx = TaskContext(spec=spec, role=role, index=index, kv=kv, cluster=cluster, port=port, workdir=Path.cwd(),
+                      app_id="test")
+    if role in cluster:
+        os.environ["TF_CONFIG"] = ctx.tf_config_json()
+    mod, _, fn = os.environ["TFYARN_HARNESS_TARGET"].partition(":")
+    try:
+        getattr(importlib.import_module(mod), fn)(ctx)
+    except BaseException as exc:  # noqa: BLE001 - report like the runtime does
+        logging.getLogger("harness").exception("task %s failed", task)
+        try:
+            kv.put(failure_key(task), f"{type(exc).__name__}: {exc}"[:2000])
+        except Exception:
+            pass
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_task_main())

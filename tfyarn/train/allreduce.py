@@ -1,0 +1,347 @@
+"""allreduce mode: MultiWorkerMirroredStrategy, every training task stepping on ready batches from its own feeder.
+
+Why it is built this way (each point is a failure of the seeds or a measured TF 2.21 fact, ``../shared/NOTES.md``):
+
+* **Fed step with a fixed input signature.** Each task's :class:`tfyarn.data.Feeder` yields numpy batches of exactly
+  ``data.batch_size`` (a background thread reads and decodes ahead, so the step never waits on I/O). The step is a
+  ``tf.function`` with an ``input_signature`` of those shapes: one trace for the run, no retracing per batch, no
+  ``tf.data`` pipeline and no ``distribute_datasets_from_function`` (which pads short workers with empty batches).
+* **Equal steps, so no worker waits for a peer that ran out of data.** The planner gives every worker the same
+  ``steps(epoch)`` from the shared manifest; the chief publishes the total and every worker checks it matches its own
+  before the first step (a mismatch fails in seconds with both numbers instead of hanging in the last all-reduce).
+* **The loss is averaged over the GLOBAL batch** (per-worker batch x training workers; seed 003 divided by the local
+  batch, which makes the summed gradients N times too large). The global batch is logged at start.
+* **Collectives time out**: ``CommunicationOptions(timeout_seconds=timeouts.step)`` turns a lost or frozen peer into a
+  DeadlineExceeded error instead of an unbounded wait; strategy start-up is bounded by ``timeouts.rendezvous``.
+* **Only the chief checkpoints** (TF writes locally, :class:`tfyarn.train.checkpoint.CheckpointStore` uploads under a
+  temporary name then renames), writes the summary and sets ``control/done``. Saving mirrored variables needs no
+  collective, so the other workers do not take part. Every worker resumes from the latest checkpoint at start: the
+  global step gives the epoch and the position in that epoch's plan.
+* Models use plain TF ops and a ``tf.compat.v1.train`` optimizer (:mod:`tfyarn.train.model`): Keras 3 layers failed
+  under this strategy in tf-yarn's path.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from typing import Any, Callable
+
+from tfyarn.errors import WaitTimeout
+from tfyarn.runtime.context import ABORT_KEY, DONE_KEY, TOTAL_STEPS_KEY, TaskContext, failure_key
+from tfyarn.runtime.watchdog import install_stack_dumps
+from tfyarn.train.model import build_model, load, split_features, tf_dtype
+
+log = logging.getLogger("tfyarn.train.allreduce")
+
+CHECKPOINT_FORMAT = "tf2-object"
+
+
+def model_variable_keys(n: int) -> list[str]:
+    """Checkpoint keys of ``model.variables`` (creation order) in the object graph written by :func:`train_state`."""
+    return [f"model/var_{i}/.ATTRIBUTES/VARIABLE_VALUE" for i in range(n)]
+
+
+# --------------------------------------------------------------------------------------------------------- building
+
+def make_strategy(step_timeout_s: float) -> Any:
+    """MWMS from TF_CONFIG (set by the runtime), with collective ops bounded by ``timeouts.step``."""
+    import tensorflow as tf
+    opts = tf.distribute.experimental.CommunicationOptions(timeout_seconds=float(step_timeout_s))
+    return tf.distribute.MultiWorkerMirroredStrategy(communication_options=opts)
+
+
+def input_signature(features: dict[str, Any], batch_size: int) -> dict[str, Any]:
+    """One TensorSpec per feature, leading dim = the per-worker batch: the step is traced once for the run."""
+    import tensorflow as tf
+    return {name: tf.TensorSpec((batch_size, *f.shape), tf_dtype(f.dtype), name=name) for name, f in features.items()}
+
+
+def train_state(model: Any, optimizer: Any, global_step: Any) -> Any:
+    """The object graph that is checkpointed: model variables by creation index, optimizer slots, global step."""
+    import tensorflow as tf
+    model_vars = tf.train.Checkpoint(**{f"var_{i}": v for i, v in enumerate(model.variables)})
+    return tf.train.Checkpoint(model=model_vars, optimizer=optimizer, global_step=global_step)
+
+
+def make_step(strategy: Any, model: Any, optimizer: Any, global_step: Any, signature: dict[str, Any],
+              label: str | None, global_batch: int) -> Callable[[dict[str, Any]], Any]:
+    """The fed training step: ``step(batch) -> this worker's mean loss`` (a scalar tensor).
+
+    Gradients of the loss averaged over the global batch; the v1 optimizer's ``apply_gradients`` in replica context
+    all-reduces them (SUM) across workers, so the update equals one step over the global batch.
+    """
+    import tensorflow as tf
+    if label is None:
+        raise ValueError("allreduce mode trains on a label: set data.label (or name a feature 'label')")
+
+    def replica_step(batch):
+        features, labels = split_features(batch, label)
+        with tf.GradientTape() as tape:
+            predictions = model(features, training=True)
+            per_example = model.loss(labels, predictions)
+            loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables), global_step=global_step)
+        return tf.reduce_mean(per_example)
+
+    @tf.function(input_signature=[signature])
+    def step(batch):
+        local_loss = strategy.run(replica_step, args=(batch,))
+        return strategy.experimental_local_results(local_loss)[0]
+
+    return step
+
+
+def build(ctx: TaskContext, strategy: Any) -> tuple[Any, Any, Any, Any]:
+    """Model, optimizer and global step created under the strategy (mirrored, initial values from the chief)."""
+    import tensorflow as tf
+    spec = ctx.spec
+    model = load(spec.model, spec.params, spec.resolve_path(spec.code) if spec.code else None)
+    with strategy.scope():
+        build_model(model)
+        optimizer = model.optimizer()
+        global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step",
+                                  aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+    return model, optimizer, global_step, train_state(model, optimizer, global_step)
+
+
+# ------------------------------------------------------------------------------------------------------------- data
+
+def make_feeder(ctx: TaskContext) -> Any:
+    """This task's share of the training data: identical step counts on every worker (the epoch planner)."""
+    from tfyarn.data import Feeder, build_manifest
+    d = ctx.spec.data
+    manifest = build_manifest([ctx.spec.resolve_path(u) for u in d.train], compression=d.compression)
+    return Feeder(manifest, dict(d.features), d.batch_size, ctx.data_rank, ctx.num_data_workers,
+                  seed=d.shuffle_seed, shuffle_buffer=d.shuffle_buffer, prefetch=d.prefetch, on_corrupt=d.on_corrupt)
+
+
+def epoch_steps(feeder: Any, epochs: int) -> list[int]:
+    return [int(feeder.steps(e)) for e in range(epochs)]
+
+
+def position(global_step: int, steps: list[int]) -> tuple[int, int]:
+    """Global step → (epoch, step within that epoch) under the plan ``steps`` (per-epoch step counts)."""
+    done = 0
+    for epoch, n in enumerate(steps):
+        if global_step < done + n:
+            return epoch, global_step - done
+        done += n
+    return len(steps), 0
+
+
+def agree_on_total(ctx: TaskContext, total: int) -> None:
+    """The chief publishes the planned total; every other worker checks its own plan gives the same number.
+
+    A disagreement (different manifests or code on different hosts) would otherwise surface as a hang in the last
+    all-reduce of an epoch; here it fails at once, naming both numbers.
+    """
+    if ctx.is_chief:
+        ctx.kv.put(TOTAL_STEPS_KEY, str(total))
+        return
+    chief_total = int(ctx.kv.wait(TOTAL_STEPS_KEY, ctx.spec.timeouts.rendezvous,
+                                  what=f"the chief's planned step total ({TOTAL_STEPS_KEY})"))
+    if chief_total != total:
+        raise RuntimeError(f"{ctx.task_id} planned {total} steps but the chief planned {chief_total}: the workers "
+                           f"see different training data (check data.train is the same for every task)")
+
+
+# ------------------------------------------------------------------------------------------------------ checkpoints
+
+class Checkpointer:
+    """Chief-side periodic checkpoints (``checkpoint.every_steps`` / ``every_secs``) through the ps engineer's store.
+
+    Writes the TF checkpoint to local scratch, then :meth:`CheckpointStore.upload` (temp names, rename, keep N).
+    """
+
+    def __init__(self, ctx: TaskContext, state: Any, n_model_vars: int, steps: list[int]):
+        from tfyarn.train.checkpoint import CheckpointStore, local_dir_for
+        c = ctx.spec.checkpoint
+        self.ctx, self.state, self.n_model_vars, self.steps = ctx, state, n_model_vars, steps
+        self.store = CheckpointStore(ctx.spec.resolve_path(c.dir), keep=c.keep) if c.dir else None
+        self.every_steps, self.every_secs = c.every_steps, c.every_secs
+        self.local = local_dir_for(ctx.workdir, f"allreduce-{ctx.task_id.replace(':', '-')}")
+        self.last_step: int | None = None
+        self.last_time = time.monotonic()
+
+    def due(self, global_step: int) -> bool:
+        if self.store is None or not self.ctx.is_chief:
+            return False
+        if self.every_steps and global_step - (self.last_step or 0) >= self.every_steps:
+            return True
+        return bool(self.every_secs) and time.monotonic() - self.last_time >= self.every_secs
+
+    def save(self, global_step: int, worker_steps: int) -> dict[str, Any] | None:
+        if self.store is None or not self.ctx.is_chief or self.last_step == global_step:
+            return None
+        prefix = self.state.write(str(self.local / f"ckpt-{global_step}"))
+        epoch, in_epoch = position(global_step, self.steps)
+        meta = {"format": CHECKPOINT_FORMAT, "mode": "allreduce", "epoch": epoch, "step_in_epoch": in_epoch,
+                "worker_steps": worker_steps, "model_variables": model_variable_keys(self.n_model_vars),
+                "num_workers": self.ctx.num_data_workers}
+        entry = self.store.upload(prefix, global_step, meta)
+        for p in self.local.glob(f"ckpt-{global_step}*"):
+            p.unlink(missing_ok=True)
+        self.last_step, self.last_time = global_step, time.monotonic()
+        return entry
+
+    def restore_latest(self) -> dict[str, Any] | None:
+        """Every worker restores the newest committed checkpoint (same values everywhere); None if there is none."""
+        if self.store is None:
+            return None
+        entry = self.store.latest()
+        if entry is None:
+            return None
+        if entry.get("format") != CHECKPOINT_FORMAT:
+            raise ValueError(f"checkpoint {entry['name']} in {self.store.url} has format {entry.get('format')!r}; "
+                             f"allreduce mode resumes only from its own ({CHECKPOINT_FORMAT!r}) checkpoints")
+        prefix = self.store.download(entry, self.local / "restore")
+        self.state.read(prefix).expect_partial()
+        self.last_step = int(entry["global_step"])
+        log.info("%s resumed from %s (global step %d)", self.ctx.task_id, entry["name"], self.last_step)
+        return entry
+
+
+# ------------------------------------------------------------------------------------------------------- the loop
+
+class _Bounded:
+    """Fail the task (stack dump, ``failure/<task>``, exit 4) if a blocking call that TF cannot time out overruns."""
+
+    def __init__(self, ctx: TaskContext, what: str, timeout: float):
+        self.ctx, self.what, self.timeout = ctx, what, timeout
+        self.timer = threading.Timer(timeout, self._fire)
+        self.timer.daemon = True
+
+    def _fire(self) -> None:
+        from tfyarn.runtime.watchdog import dump_stacks
+        msg = f"{self.ctx.task_id}: timed out after {self.timeout:g}s waiting for {self.what}"
+        log.error("%s", msg)
+        dump_stacks(msg)
+        try:
+            self.ctx.kv.put(failure_key(self.ctx.task_id), msg)
+        finally:
+            os._exit(int(WaitTimeout.exit_code))
+
+    def __enter__(self) -> "_Bounded":
+        self.timer.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.timer.cancel()
+
+
+def _check_abort(ctx: TaskContext) -> None:
+    reason = ctx.kv.get(ABORT_KEY)
+    if reason is not None:
+        raise RuntimeError(f"{ctx.task_id}: job aborted: {reason}")
+
+
+def run(ctx: TaskContext) -> dict[str, Any]:
+    """Train this task's share in allreduce mode; the chief also checkpoints, summarises and sets control/done."""
+    from tfyarn.train.progress import ProgressReporter
+    spec = ctx.spec
+    install_stack_dumps(ctx.kv, ctx.task_id)
+    if ctx.data_rank < 0:
+        raise ValueError(f"{ctx.task_id} is not a training task ({', '.join(ctx.training_tasks)})")
+    workers, batch = ctx.num_data_workers, spec.data.batch_size
+    global_batch = batch * workers
+    log.info("%s: allreduce over %d training workers, per-worker batch %d x %d workers = global batch %d "
+             "(the loss is averaged over the global batch)", ctx.task_id, workers, batch, workers, global_batch)
+
+    with _Bounded(ctx, "MultiWorkerMirroredStrategy start-up (all workers connecting)", spec.timeouts.rendezvous):
+        strategy = make_strategy(spec.timeouts.step)
+    if strategy.num_replicas_in_sync != workers:
+        raise RuntimeError(f"{ctx.task_id}: the strategy has {strategy.num_replicas_in_sync} replicas, the spec has "
+                           f"{workers} training workers (one CPU replica per worker expected)")
+    model, optimizer, global_step, state = build(ctx, strategy)
+    step_fn = make_step(strategy, model, optimizer, global_step, input_signature(spec.data.features, batch),
+                        spec.data.label, global_batch)
+
+    feeder = make_feeder(ctx)
+    with feeder:
+        steps = epoch_steps(feeder, spec.data.epochs)
+        total = sum(steps)
+        agree_on_total(ctx, total)
+        ckpt = Checkpointer(ctx, state, len(model.variables), steps)
+        entry = ckpt.restore_latest()
+        start = int(global_step.numpy())
+        epoch0, in_epoch0 = position(start, steps)
+        log.info("%s: plan %s steps per epoch, %d in total; starting at global step %d (epoch %d, step %d)%s",
+                 ctx.task_id, steps, total, start, epoch0, in_epoch0, f" from {entry['name']}" if entry else "")
+        progress = ProgressReporter(ctx.kv, ctx.task_id)
+        progress.extra.update({"mode": "allreduce", "global_batch": global_batch})
+        ran, boundary_waits = _loop(ctx, feeder, step_fn, steps, epoch0, in_epoch0, start, progress, ckpt)
+    figures = progress.final()
+    figures.update(worker_steps=ran, global_step=int(global_step.numpy()), planned_total=total,
+                   traces=int(step_fn.experimental_get_tracing_count()),
+                   max_epoch_boundary_wait_s=round(max(boundary_waits, default=0.0), 4))
+    log.info("%s: ran %d steps (global step %d of %d planned), %.0f examples/s, step traced %d time(s)",
+             ctx.task_id, ran, figures["global_step"], total, figures["examples_per_sec"], figures["traces"])
+    if int(global_step.numpy()) != total:
+        raise RuntimeError(f"{ctx.task_id}: finished at global step {int(global_step.numpy())}, planned {total}")
+    if ctx.is_chief:
+        _finish(ctx, ckpt, figures, global_batch, steps, resumed_from=entry)
+    return figures
+
+
+def _loop(ctx: TaskContext, feeder: Any, step_fn: Any, steps: list[int], epoch0: int, in_epoch0: int,
+          gstep: int, progress: Any, ckpt: Checkpointer) -> tuple[int, list[float]]:
+    """Run the planned steps from (epoch0, in_epoch0). Returns (steps run here, epoch-boundary waits in s).
+
+    The epoch-boundary wait is the time from the end of an epoch's last step to the first batch of the next one
+    being ready — the place where the seeds froze — measured so the benchmark can show it stays below a step.
+    """
+    ran, waits, last_abort_check = 0, [], time.monotonic()
+    progress.begin()
+    for epoch in range(epoch0, len(steps)):
+        start = in_epoch0 if epoch == epoch0 else 0
+        t_end_prev = time.monotonic()
+        for i, batch in enumerate(feeder.epoch(epoch, start_step=start)):
+            if i == 0 and epoch > epoch0:
+                waits.append(time.monotonic() - t_end_prev)
+            loss = step_fn(batch)
+            ran += 1
+            gstep += 1
+            progress.report(step=gstep, epoch=epoch, loss=float(loss), examples=len(next(iter(batch.values()))),
+                            global_step=gstep)
+            if ckpt.due(gstep):
+                ckpt.save(gstep, ran)
+            now = time.monotonic()
+            if now - last_abort_check >= 2.0:
+                last_abort_check = now
+                _check_abort(ctx)
+            t_end_prev = now
+    return ran, waits
+
+
+def _finish(ctx: TaskContext, ckpt: Checkpointer, figures: dict[str, Any], global_batch: int, steps: list[int],
+            resumed_from: dict[str, Any] | None) -> None:
+    """Chief: final checkpoint, wait (bounded) for every worker's final figures, summary, then control/done."""
+    from tfyarn.train.progress import read_progress, write_summary
+    entry = ckpt.save(figures["global_step"], figures["worker_steps"])
+    others = [t for t in ctx.training_tasks if t != ctx.task_id]
+    deadline = time.monotonic() + ctx.spec.timeouts.shutdown
+    per_task = {}
+    while True:
+        per_task = read_progress(ctx.kv, ctx.training_tasks)
+        missing = [t for t in others if not per_task.get(t, {}).get("done")]
+        if not missing:
+            break
+        if time.monotonic() >= deadline:
+            log.warning("summary written without the final figures of %s (timed out after %gs waiting for them)",
+                        ", ".join(missing), ctx.spec.timeouts.shutdown)
+            break
+        time.sleep(0.1)
+    summary = {"mode": "allreduce", "global_step": figures["global_step"], "planned_steps": sum(steps),
+               "steps_per_epoch": steps, "epochs": len(steps), "workers": ctx.num_data_workers,
+               "per_worker_batch": ctx.spec.data.batch_size, "global_batch": global_batch,
+               "chief": figures, "tasks": {t: {"step": p.get("step"), "examples_per_sec": p.get("examples_per_sec"),
+                                              "loss": p.get("loss")} for t, p in per_task.items()},
+               "checkpoint": (entry or {}).get("name") or (ckpt.store.latest() or {}).get("name") if ckpt.store
+               else None, "resumed_from": (resumed_from or {}).get("name"), "app_id": ctx.app_id,
+               "attempt": ctx.attempt}
+    write_summary(ctx, summary)
+    ctx.kv.put(DONE_KEY, "1")
+    log.info("%s: training done at global step %d; control/done set", ctx.task_id, figures["global_step"])
