@@ -1,0 +1,164 @@
+"""Checkpoints on any fsspec URL (hdfs://, s3://, file://, a local path).
+
+Why not TF's own writer: TF 2.21 has no hdfs:// filesystem (NOTES.md). So TF writes a checkpoint to local disk, and
+:class:`CheckpointStore` uploads its files **under temporary names, then renames** them, and only then rewrites the
+index file ``tfyarn-checkpoint.json`` (also temp + rename). A reader that follows the index therefore never sees a
+half-uploaded checkpoint, whatever the filesystem; a crash mid-upload leaves only ``.tmp-*`` debris, cleaned later.
+
+Layout under the URL::
+
+    tfyarn-checkpoint.json     {"latest": "ckpt-120", "checkpoints": [{"name", "global_step", "time", ...meta}, ...]}
+    ckpt-120.index, ckpt-120.data-00000-of-00001      (a TF checkpoint prefix, name-based or object-based)
+    summary.json                                      (written at the end by the chief)
+
+``meta`` carries what a restart or the evaluator needs: ``format`` (``"v1-saver"`` for ps mode: names are graph
+variable names; ``"tf2-object"`` for allreduce), ``model_variables`` (checkpoint keys of ``model.variables`` in
+creation order: :func:`restore_model_variables` uses them to load a ps-mode checkpoint into an eager model),
+``worker_steps`` and ``epoch``.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("tfyarn.train.checkpoint")
+
+INDEX = "tfyarn-checkpoint.json"
+
+
+class CheckpointStore:
+    """Upload, list, prune and download checkpoints under one fsspec URL."""
+
+    def __init__(self, url: str, keep: int = 3):
+        import fsspec
+
+        self.url = url.rstrip("/")
+        self.keep = max(1, int(keep))
+        self.fs, self.root = fsspec.core.url_to_fs(self.url)
+        self.root = self.root.rstrip("/")
+
+    def _p(self, name: str) -> str:
+        return f"{self.root}/{name}"
+
+    # -- index ------------------------------------------------------------------------------------------------------
+    def index(self) -> dict[str, Any]:
+        """The index (``{"latest": None, "checkpoints": []}`` when there is no checkpoint yet)."""
+        p = self._p(INDEX)
+        if not self.fs.exists(p):
+            return {"latest": None, "checkpoints": []}
+        with self.fs.open(p, "r") as f:
+            return json.load(f)
+
+    def latest(self) -> dict[str, Any] | None:
+        """The newest committed checkpoint's entry (name, global_step, time, meta...), or None."""
+        idx = self.index()
+        for entry in reversed(idx.get("checkpoints", [])):
+            if entry["name"] == idx.get("latest"):
+                return entry
+        return None
+
+    def _write_atomic(self, name: str, data: bytes) -> None:
+        tmp = self._p(f".tmp-{uuid.uuid4().hex[:8]}-{name}")
+        with self.fs.open(tmp, "wb") as f:
+            f.write(data)
+        self._replace(tmp, self._p(name))
+
+    def _replace(self, src: str, dst: str) -> None:
+        """Rename ``src`` over ``dst`` (some filesystems refuse to rename onto an existing file: remove it first)."""
+        try:
+            self.fs.mv(src, dst)
+        except (FileExistsError, OSError):
+            if self.fs.exists(dst):
+                self.fs.rm(dst)
+            self.fs.mv(src, dst)
+
+    # -- write ------------------------------------------------------------------------------------------------------
+    def upload(self, local_prefix: str, global_step: int, meta: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Upload the files of the TF checkpoint ``local_prefix`` (``.../ckpt-120``), commit it in the index, prune.
+
+        Returns the committed index entry. Files go up as ``.tmp-<id>-<file>`` and are renamed once all are up.
+        """
+        t0 = time.monotonic()
+        local_prefix = str(local_prefix)
+        name = os.path.basename(local_prefix)
+        files = sorted(p for p in Path(local_prefix).parent.iterdir()
+                       if p.name == name + ".index" or p.name.startswith(name + ".data-"))
+        if not files:
+            raise FileNotFoundError(f"no checkpoint files for prefix {local_prefix}")
+        self.fs.makedirs(self.root, exist_ok=True)
+        tag = uuid.uuid4().hex[:8]
+        staged = []
+        for f in files:
+            tmp = self._p(f".tmp-{tag}-{f.name}")
+            self.fs.put_file(str(f), tmp)
+            staged.append((tmp, self._p(f.name)))
+        for tmp, final in staged:
+            self._replace(tmp, final)
+        entry = {"name": name, "global_step": int(global_step), "time": time.time(), **(meta or {})}
+        idx = self.index()
+        ckpts = [c for c in idx.get("checkpoints", []) if c["name"] != name] + [entry]
+        removed, ckpts = ckpts[:-self.keep], ckpts[-self.keep:]
+        self._write_atomic(INDEX, json.dumps({"latest": name, "checkpoints": ckpts}, indent=1).encode())
+        for old in removed:
+            self._delete(old["name"])
+        self._clean_tmp(keep_tag=None)
+        log.info("checkpoint %s (global step %d) uploaded to %s in %.2fs", name, global_step, self.url,
+                 time.monotonic() - t0)
+        return entry
+
+    def _delete(self, name: str) -> None:
+        for p in self.fs.glob(self._p(name + ".*")):
+            try:
+                self.fs.rm(p)
+            except FileNotFoundError:
+                pass
+
+    def _clean_tmp(self, keep_tag: str | None) -> None:
+        for p in self.fs.glob(self._p(".tmp-*")):
+            try:
+                self.fs.rm(p)
+            except FileNotFoundError:
+                pass
+
+    # -- read -------------------------------------------------------------------------------------------------------
+    def download(self, entry: dict[str, Any], local_dir: str | Path) -> str:
+        """Copy the checkpoint ``entry`` into ``local_dir``; returns the local prefix to restore from."""
+        local_dir = Path(local_dir)
+        local_dir.mkdir(parents=True, exist_ok=True)
+        name = entry["name"]
+        paths = self.fs.glob(self._p(name + ".*"))
+        if not any(p.endswith(".index") for p in paths):
+            raise FileNotFoundError(f"checkpoint {name} listed in {self.url}/{INDEX} but its files are missing")
+        for p in paths:
+            self.fs.get_file(p, str(local_dir / os.path.basename(p)))
+        return str(local_dir / name)
+
+
+def local_dir_for(workdir: str | Path, sub: str) -> Path:
+    """A fresh local scratch directory for checkpoints (``<workdir>/ckpt-<sub>``)."""
+    d = Path(workdir) / f"ckpt-{sub}"
+    if d.exists():
+        shutil.rmtree(d, ignore_errors=True)
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def restore_model_variables(model: Any, prefix: str, keys: list[str]) -> None:
+    """Assign a ps-mode (name-based) checkpoint to ``model.variables`` in creation order (eager or graph, no Saver).
+
+    ``keys`` is the entry's ``meta['model_variables']``. Used by the evaluator to load ps-mode checkpoints into an
+    eager model whose variable names need not match the training graph's.
+    """
+    import tensorflow as tf
+
+    reader = tf.train.load_checkpoint(prefix)
+    if len(keys) != len(model.variables):
+        raise ValueError(f"checkpoint {prefix} has {len(keys)} model variables, the model built {len(model.variables)}")
+    for key, var in zip(keys, model.variables):
+        var.assign(reader.get_tensor(key))

@@ -1,0 +1,97 @@
+"""What both built-in loops and a user's ``@custom_train`` function share: this task's feeder, progress, checkpoints.
+
+Kept apart from the loops so the escape hatch gets exactly the plumbing the built-in trainers use (the same epoch plan,
+the same rate-limited progress, the same atomic fsspec checkpoints), not a second, drifting copy.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from tfyarn.runtime.context import DONE_KEY
+from tfyarn.train.progress import ProgressReporter, write_summary
+
+log = logging.getLogger("tfyarn.train")
+
+
+def make_feeder(ctx: Any) -> Any:
+    """This task's share of ``data.train`` as ready numpy batches (``tfyarn.data.Feeder``, rank = ``ctx.data_rank``)."""
+    from tfyarn.data import Feeder, build_manifest
+
+    d = ctx.spec.data
+    if ctx.data_rank < 0:
+        raise ValueError(f"{ctx.task_id} is not a training task; it has no share of the data")
+    manifest = build_manifest([ctx.spec.resolve_path(u) for u in d.train], compression=d.compression)
+    return Feeder(manifest, d.features, d.batch_size, ctx.data_rank, ctx.num_data_workers, seed=d.shuffle_seed,
+                  shuffle_buffer=d.shuffle_buffer, prefetch=d.prefetch, on_corrupt=d.on_corrupt)
+
+
+def epoch_steps(feeder: Any, epochs: int) -> list[int]:
+    """Steps of each epoch (identical on every worker: the planner computes them from the manifest alone)."""
+    return [int(feeder.steps(e)) for e in range(epochs)]
+
+
+def position(done_steps: int, steps: list[int]) -> tuple[int, int]:
+    """``done_steps`` local steps already run → (epoch, step within that epoch) to resume at.
+
+    Returns ``(len(steps), 0)`` when everything is done.
+    """
+    left = int(done_steps)
+    for e, n in enumerate(steps):
+        if left < n:
+            return e, left
+        left -= n
+    return len(steps), 0
+
+
+@dataclass
+class Helpers:
+    """Handed to a ``@custom_train`` function as its second argument (see :mod:`tfyarn.train.model`)."""
+    ctx: Any
+    params: dict[str, Any]
+    progress: ProgressReporter
+    summary_extra: dict[str, Any] = field(default_factory=dict)
+
+    def feeder(self) -> Any:
+        return make_feeder(self.ctx)
+
+    def checkpoint_store(self) -> Any:
+        """A :class:`tfyarn.train.checkpoint.CheckpointStore` on ``checkpoint.dir``, or None when none is set."""
+        ck = self.ctx.spec.checkpoint
+        if not ck.dir:
+            return None
+        from tfyarn.train.checkpoint import CheckpointStore
+        return CheckpointStore(self.ctx.spec.resolve_path(ck.dir), keep=ck.keep)
+
+    def upload_checkpoint(self, local_prefix: str, global_step: int, meta: dict[str, Any] | None = None) -> Any:
+        store = self.checkpoint_store()
+        if store is None:
+            raise ValueError("checkpoint.dir is not set in the spec")
+        return store.upload(local_prefix, global_step, meta)
+
+    def latest_checkpoint(self) -> dict[str, Any] | None:
+        store = self.checkpoint_store()
+        return store.latest() if store else None
+
+
+def run_custom(ctx: Any, fn: Callable) -> Any:
+    """Run a user's ``@custom_train`` function; on the chief, then write the summary and set ``control/done``."""
+    progress = ProgressReporter(ctx.kv, ctx.task_id)
+    helpers = Helpers(ctx=ctx, params=dict(ctx.spec.params), progress=progress)
+    t0 = time.monotonic()
+    log.info("%s: running custom train function %s", ctx.task_id, getattr(fn, "__qualname__", fn))
+    result = fn(ctx, helpers)
+    mine = progress.final()
+    if ctx.is_chief:
+        summary = {"mode": ctx.spec.mode, "sync": ctx.spec.sync, "custom": True, "epochs": ctx.spec.data.epochs,
+                   "global_batch_size": ctx.spec.global_batch_size, "elapsed_s": round(time.monotonic() - t0, 3),
+                   "global_step": progress.global_step, "first_loss": mine["first_loss"],
+                   "last_loss": mine["last_loss"], "examples_per_sec": mine["examples_per_sec"]}
+        if isinstance(result, dict):
+            summary.update(result)
+        summary.update(helpers.summary_extra)
+        write_summary(ctx, summary)
+        ctx.kv.put(DONE_KEY, "1")
+    return result

@@ -1,0 +1,147 @@
+"""Progress reporting to the KV at a bounded rate, and the final run summary.
+
+Why bounded: a step can take 5 ms; one HTTP PUT per step would cost more than the step and flood the launcher. Each
+training task publishes ``progress/<task>`` at most every ``interval`` seconds (and once more at the end, ``force``),
+which the launcher turns into a progress line and the stall watchdog into "is anyone moving".
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from tfyarn.runtime.context import SUMMARY_KEY, TOTAL_STEPS_KEY, progress_key
+from tfyarn.runtime.kv import KV, KVUnavailable, put_json
+
+log = logging.getLogger("tfyarn.train.progress")
+
+
+class ProgressReporter:
+    """Tracks one task's steps, loss and throughput; publishes ``progress/<task>`` at most every ``interval`` s.
+
+    ``report`` is cheap when it does not publish (a clock read and a few additions), so call it every step.
+    A KV that is briefly unreachable does not fail training (progress is advisory); it is logged once.
+    """
+
+    def __init__(self, kv: KV, task: str, interval: float = 1.0, log_every: float = 10.0):
+        self.kv, self.task, self.interval, self.log_every = kv, task, interval, log_every
+        self.start = time.monotonic()
+        self.step = 0
+        self.global_step = 0
+        self.epoch = 0
+        self.examples = 0
+        self.first_loss: float | None = None
+        self.last_loss: float | None = None
+        self._last_pub = 0.0
+        self._last_log = self.start
+        self._win_t = self.start
+        self._win_ex = 0
+        self._rate = 0.0
+        self._kv_warned = False
+        self.extra: dict[str, Any] = {}
+
+    def begin(self) -> None:
+        """Restart the clock (call right before the first step, so start-up is not counted in examples/s)."""
+        self.start = self._win_t = self._last_log = time.monotonic()
+        self._win_ex = 0
+
+    def report(self, step: int, epoch: int, loss: float | None = None, examples: int = 0,
+               global_step: int | None = None, force: bool = False) -> None:
+        self.step, self.epoch = step, epoch
+        self.global_step = step if global_step is None else int(global_step)
+        self.examples += examples
+        self._win_ex += examples
+        if loss is not None:
+            loss = float(loss)
+            if self.first_loss is None:
+                self.first_loss = loss
+            self.last_loss = loss
+        now = time.monotonic()
+        if force or now - self._last_pub >= self.interval:
+            if now > self._win_t:
+                self._rate = self._win_ex / (now - self._win_t)
+            self._win_t, self._win_ex = now, 0
+            self._last_pub = now
+            self.publish()
+        if now - self._last_log >= self.log_every:
+            self._last_log = now
+            log.info("%s step %d (global %d) epoch %d loss %s %.0f examples/s", self.task, self.step,
+                     self.global_step, self.epoch, _fmt(self.last_loss), self._rate)
+
+    @property
+    def elapsed(self) -> float:
+        return time.monotonic() - self.start
+
+    @property
+    def examples_per_sec(self) -> float:
+        """Mean over the whole run (the windowed rate is what is published while running)."""
+        e = self.elapsed
+        return self.examples / e if e > 0 else 0.0
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"step": self.step, "global_step": self.global_step, "epoch": self.epoch,
+                "examples_per_sec": round(self._rate, 1), "loss": self.last_loss, "time": time.time(),
+                **self.extra}
+
+    def publish(self) -> None:
+        try:
+            put_json(self.kv, progress_key(self.task), self.snapshot())
+        except KVUnavailable as exc:
+            if not self._kv_warned:
+                log.warning("%s: cannot publish progress: %s", self.task, exc)
+                self._kv_warned = True
+
+    def final(self) -> dict[str, Any]:
+        """Publish the final state (done=true) and return this task's figures for the summary."""
+        self.extra["done"] = True
+        self._rate = self.examples_per_sec
+        self.publish()
+        return {"steps": self.step, "examples": self.examples, "examples_per_sec": round(self.examples_per_sec, 1),
+                "first_loss": self.first_loss, "last_loss": self.last_loss, "elapsed_s": round(self.elapsed, 3)}
+
+
+def _fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:.4f}"
+
+
+def publish_total_steps(kv: KV, total: int) -> None:
+    kv.put(TOTAL_STEPS_KEY, str(int(total)))
+
+
+def read_progress(kv: KV, tasks: list[str]) -> dict[str, dict[str, Any]]:
+    """The latest ``progress/<task>`` of each task that has published one."""
+    out = {}
+    for t in tasks:
+        v = kv.get(progress_key(t))
+        if v is not None:
+            out[t] = json.loads(v)
+    return out
+
+
+def summary_location(ctx: Any) -> str:
+    """Where the summary JSON goes: next to the checkpoints, or the task's workdir when there is no checkpoint dir."""
+    ckpt = ctx.spec.checkpoint.dir
+    if ckpt:
+        return ctx.spec.resolve_path(ckpt).rstrip("/") + "/summary.json"
+    return str(Path(ctx.workdir) / "summary.json")
+
+
+def write_summary(ctx: Any, summary: dict[str, Any]) -> str:
+    """Write the summary JSON (fsspec: temp name then rename) and put it in the KV ``summary``; returns its URL."""
+    import fsspec
+
+    url = summary_location(ctx)
+    text = json.dumps(summary, indent=1, sort_keys=True)
+    fs, path = fsspec.core.url_to_fs(url)
+    parent = path.rsplit("/", 1)[0]
+    if parent:
+        fs.makedirs(parent, exist_ok=True)
+    tmp = f"{parent}/.summary.json.tmp-{ctx.attempt}" if parent else f".summary.json.tmp-{ctx.attempt}"
+    with fs.open(tmp, "w") as f:
+        f.write(text)
+    fs.mv(tmp, path)
+    ctx.kv.put(SUMMARY_KEY, json.dumps(summary, separators=(",", ":")))
+    log.info("summary written to %s", url)
+    return url
