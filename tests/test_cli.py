@@ -1,0 +1,78 @@
+"""The CLI through click's runner and as a real subprocess: exit codes, all problems at once, schema, overrides."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+from click.testing import CliRunner
+
+from conftest import ROOT, small_spec
+from tfyarn.cli import cli
+
+
+def write(tmp_path, spec, name="job.yaml") -> str:
+    p = tmp_path / name
+    p.write_text(yaml.safe_dump(spec))
+    return str(p)
+
+
+def test_spec_with_three_mistakes_prints_all_three_and_exits_2(tmp_path):
+    spec = small_spec(tmp_path)
+    spec["roles"]["worker"]["memory"] = "8 gigs"
+    spec["data"]["epoch"] = 2
+    spec["timeouts"]["stall"] = "soon"
+    path = write(tmp_path, spec)
+    # a real process, as a scheduler would run it: nothing started, exit 2, every problem listed
+    proc = subprocess.run([sys.executable, "-m", "tfyarn.cli", "run", path], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 2
+    assert "3 problems in the job spec" in proc.stderr
+    for line in ["data.epoch: unknown key (typo?)",
+                 "roles.worker.memory: '8 gigs' is not a size",
+                 "timeouts.stall: 'soon' is not a duration"]:
+        assert line in proc.stderr
+    assert not (Path(tmp_path) / "tfyarn-home" / "apps").exists()  # nothing was started
+
+
+def test_validate_ok_states_the_global_batch(tmp_path):
+    path = write(tmp_path, small_spec(tmp_path))
+    r = CliRunner().invoke(cli, ["validate", path, "--set", "roles.worker.instances=3", "--set", "data.batch_size=8"])
+    assert r.exit_code == 0, r.output
+    assert "global batch 32 (8 per worker x 4)" in r.output
+
+
+def test_validate_bad_override_exits_2(tmp_path):
+    path = write(tmp_path, small_spec(tmp_path))
+    r = CliRunner().invoke(cli, ["validate", path, "--set", "roles.worker.instances=-2"])
+    assert r.exit_code == 2
+    assert "roles.worker.instances: -2" in r.output
+
+
+def test_schema_is_json_schema():
+    r = CliRunner().invoke(cli, ["schema"])
+    assert r.exit_code == 0
+    schema = json.loads(r.output)
+    assert schema["title"] == "JobSpec" and "roles" in schema["properties"]
+
+
+def test_quickstart_spec_validates():
+    r = CliRunner().invoke(cli, ["validate", str(ROOT / "specs" / "quickstart.yaml")])
+    assert r.exit_code == 0, r.output
+    assert "global batch 768" in r.output
+
+
+def test_status_of_unknown_app_exits_2():
+    r = CliRunner().invoke(cli, ["status", "local-does-not-exist"])
+    assert r.exit_code == 2
+    assert "no local app 'local-does-not-exist'" in r.output
+
+
+def test_run_json_output_and_exit_code_of_a_finished_job(tmp_path):
+    path = write(tmp_path, small_spec(tmp_path, model="custom_jobs:quick"))
+    r = CliRunner().invoke(cli, ["-q", "run", path, "--local", "--output", "json"])
+    assert r.exit_code == 0, r.output
+    st = json.loads(r.output[r.output.index("{"):])
+    assert st["schema"] == "tfyarn.status/1" and st["state"] == "SUCCEEDED" and st["exit_code"] == 0
+    r2 = CliRunner().invoke(cli, ["status", st["app_id"], "--output", "json"])
+    assert r2.exit_code == 0 and json.loads(r2.output)["state"] == "SUCCEEDED"
