@@ -1,0 +1,440 @@
+"""The feeder: this worker's share of an epoch as ready numpy batches, produced by background threads.
+
+Pipeline per epoch (two threads, two bounded queues)::
+
+    reader thread ──raw batches (≤ 2)──▶ parser thread ──ready batches (≤ prefetch)──▶ consumer (training loop)
+
+* The reader frames records (:mod:`tfrecord`, both CRCs), drops data-CRC-corrupt records when ``on_corrupt="skip"``,
+  applies the optional seeded shuffle buffer, and groups serialized records into batches.
+* The parser turns a batch into numpy arrays with one ``tf.io.parse_example`` call (TF releases the GIL, so it runs
+  on the second core while the reader holds the GIL), diagnoses bad records, and re-assembles exact batches when
+  records were skipped.
+* Exactly ``steps(epoch) - start_step`` batches are yielded — the same on every worker — because the plan gives every
+  worker the same number of records, and records lost to ``skip`` are made up by reading the start of the worker's
+  own share again (the alternative, a short epoch on one worker, is the stall this layer exists to prevent).
+
+Memory bound: ``(prefetch + 2 + 2) x batch`` (ready queue, raw queue, one batch in each thread) plus one read block
+(``block_bytes``, 8 MiB, plus one record) plus ``shuffle_buffer`` records. Nothing grows with the file or epoch size.
+
+Every wait is bounded: the consumer waits at most ``timeout`` seconds for a batch and the error names the worker,
+epoch, step and what each thread was doing; producers wait on full queues in short polls that notice ``close()``.
+"""
+from __future__ import annotations
+
+import logging
+import queue
+import random
+import threading
+import time
+from typing import Any, Callable, Iterator, Mapping
+
+import numpy as np
+
+from tfyarn.data import parse as parse_mod
+from tfyarn.data.errors import DataError, NoDataError
+from tfyarn.data.manifest import Manifest
+from tfyarn.data.planner import EpochPlan, RecordRange, plan
+from tfyarn.data.tfrecord import DEFAULT_BLOCK, iter_chunks
+from tfyarn.errors import WaitTimeout
+
+log = logging.getLogger(__name__)
+
+_POLL = 0.1          # seconds between checks of the stop flag while a producer waits on a full/empty queue
+_RAW_DEPTH = 2
+_MAX_ERRORS_KEPT = 100
+
+
+class _Stopped(Exception):
+    """The run was closed while a thread waited; the thread unwinds quietly."""
+
+
+class _Run:
+    """One epoch's threads and queues. Iterating yields the batches; closing stops and joins both threads."""
+
+    def __init__(self, feeder: "Feeder", epoch: int, start_step: int):
+        self.f = feeder
+        self.epoch = epoch
+        self.plan = feeder.plan(epoch)
+        if not 0 <= start_step <= self.plan.steps:
+            raise ValueError(f"start_step {start_step} is outside 0..{self.plan.steps} (steps of epoch {epoch})")
+        self.start_step = start_step
+        self.target = self.plan.steps - start_step
+        self.yielded = 0
+        self.stop = threading.Event()
+        self.raw: queue.Queue = queue.Queue(maxsize=_RAW_DEPTH)
+        self.ready: queue.Queue = queue.Queue(maxsize=feeder.prefetch)
+        self.deficit = 0                     # records the parser rejected; the reader reads that many more
+        self.deficit_lock = threading.Lock()
+        self.reader_state = "starting"
+        self.parser_state = "starting"
+        self.wait_s = 0.0                    # consumer time blocked on the ready queue after the first batch
+        self.waits_over_1ms = 0
+        self.threads: list[threading.Thread] = []
+        if self.target > 0:
+            tag = f"tfyarn-feeder-r{feeder.rank}-e{epoch}"
+            self.threads = [threading.Thread(target=self._guard, args=(self._read, "reader"), name=f"{tag}-reader",
+                                             daemon=True),
+                            threading.Thread(target=self._guard, args=(self._parse, "parser"), name=f"{tag}-parser",
+                                             daemon=True)]
+            for t in self.threads:
+                t.start()
+
+    # ------------------------------------------------------------------------------------------------ thread helpers
+    def _put(self, q: queue.Queue, item: Any, what: str) -> None:
+        while True:
+            if self.stop.is_set():
+                raise _Stopped
+            try:
+                q.put(item, timeout=_POLL)
+                return
+            except queue.Full:
+                continue
+
+    def _get(self, q: queue.Queue) -> Any:
+        while True:
+            if self.stop.is_set():
+                raise _Stopped
+            try:
+                return q.get(timeout=_POLL)
+            except queue.Empty:
+                continue
+
+    def _guard(self, fn: Callable[[], None], name: str) -> None:
+        try:
+            fn()
+        except _Stopped:
+            pass
+        except BaseException as exc:  # noqa: BLE001 - every failure must reach the consumer, not die in a thread
+            if not isinstance(exc, DataError):
+                log.exception("feeder %s thread failed", name)
+            try:
+                self._put(self.ready, ("error", exc), "ready")
+            except _Stopped:
+                pass
+        finally:
+            setattr(self, f"{name}_state", "finished")
+
+    # ------------------------------------------------------------------------------------------------------- reader
+    def _read(self) -> None:
+        f, B = self.f, self.f.batch_size
+        share = self.plan.shares[f.rank]
+        shuffle = f.shuffle_buffer > 0
+        skip_front = 0 if shuffle else self.start_step * B     # without shuffle, resume by seeking
+        discard = self.start_step * B if shuffle else 0        # with shuffle, replay to reproduce the order
+        need = self.target * B
+        rng = random.Random(f"{f.seed}|{self.epoch}|{f.rank}|shuffle")
+        sbuf: list[tuple[bytes, str, int, int]] = []
+        pay: list[bytes] = []
+        meta: list[tuple[str, np.ndarray, np.ndarray]] = []   # segments: (path, record indexes, byte offsets)
+        emitted = 0      # records handed to the parser
+
+        def remaining() -> int:
+            with self.deficit_lock:
+                return need + self.deficit - emitted - len(pay)
+
+        def done() -> bool:
+            return not discard and remaining() <= 0
+
+        def emit(pays: list[bytes], path: str, recs: np.ndarray, offs: np.ndarray) -> None:
+            """Append records to the pending batch; hand full batches (or the last needed records) to the parser."""
+            nonlocal discard, emitted, pay, meta
+            i, n = 0, len(pays)
+            if discard:
+                i = min(discard, n)
+                discard -= i
+            while i < n:
+                rem = remaining()
+                if rem <= 0:
+                    return
+                take = min(B - len(pay), rem, n - i)
+                pay.extend(pays[i:i + take])
+                meta.append((path, recs[i:i + take], offs[i:i + take]))
+                i += take
+                if len(pay) == B or remaining() <= 0:
+                    self._put(self.raw, ("batch", pay, meta), "raw")
+                    emitted += len(pay)
+                    pay, meta = [], []
+
+        def emit_shuffled(items: list[tuple[bytes, str, int, int]]) -> None:
+            for p, path, rec, off in items:
+                if done():
+                    return
+                emit([p], path, np.array([rec]), np.array([off]))
+
+        passes = 0
+        while True:
+            ranges = _advance(share, skip_front) if passes == 0 else list(share)
+            good = 0
+            for rr in ranges:
+                if done():
+                    break
+                fi = f.files[rr.path]
+                off, first = fi.boundary(rr.start)
+                self.reader_state = f"reading {rr.path} records {rr.start}..{rr.stop}"
+                for chunk in iter_chunks(rr.path, rr.start, rr.stop, offset=off, first_record=first, gz=fi.gz,
+                                         check_crc=f.check_crc, on_corrupt=f.on_corrupt, block_bytes=f.block_bytes,
+                                         max_records=max(B, 8192)):
+                    if self.stop.is_set():
+                        raise _Stopped
+                    pays, offs = chunk.payloads, chunk.offsets
+                    recs = np.arange(chunk.first, chunk.first + len(pays))
+                    if chunk.skipped:
+                        f._record_skips(chunk.skipped)
+                        keep = np.array([p is not None for p in pays])
+                        pays = [p for p in pays if p is not None]
+                        recs, offs = recs[keep], offs[keep]
+                    good += len(pays)
+                    if not shuffle:
+                        emit(pays, rr.path, recs, offs)
+                    else:
+                        out = []
+                        for p, r, o in zip(pays, recs.tolist(), offs.tolist()):
+                            if len(sbuf) < f.shuffle_buffer:
+                                sbuf.append((p, rr.path, r, o))
+                                continue
+                            j = rng.randrange(f.shuffle_buffer)
+                            out.append(sbuf[j])
+                            sbuf[j] = (p, rr.path, r, o)
+                        emit_shuffled(out)
+                    if done():
+                        break
+            rng.shuffle(sbuf)
+            emit_shuffled(sbuf)
+            sbuf = []
+            passes += 1
+            if good == 0 and not done():
+                raise DataError(f"worker {f.rank}, epoch {self.epoch}: no readable record in this worker's share "
+                                f"({len(share)} ranges, first {share[0].path if share else '-'}); "
+                                f"{f.skipped} records skipped as corrupt")
+            if not done():
+                self.reader_state = "re-reading the share to replace skipped records"
+                log.info("worker %d epoch %d: %d records still needed after skips; re-reading the share",
+                         f.rank, self.epoch, remaining())
+                continue
+            # Park (polling, noticing close) until the parser finishes or reports rejected records.
+            self.reader_state = "done, waiting for the parser"
+            while done():
+                if self.stop.is_set():
+                    raise _Stopped
+                time.sleep(_POLL / 4)
+
+    # ------------------------------------------------------------------------------------------------------- parser
+    def _parse(self) -> None:
+        f, B = self.f, self.f.batch_size
+        self.parser_state = "loading the parser"
+        parse = f.parser_factory(f.fields)
+        carry: dict[str, np.ndarray] | None = None
+        produced = 0
+        while produced < self.target:
+            self.parser_state = f"waiting for records (batch {produced} of {self.target})"
+            item = self._get(self.raw)
+            if item[0] == "error":
+                raise item[1]
+            _, payloads, meta = item
+            self.parser_state = f"parsing batch {produced} of {self.target}"
+            try:
+                out = parse(payloads)
+            except parse_mod.BatchParseError as exc:
+                out = self._salvage(parse, payloads, meta, str(exc))
+            n = len(next(iter(out.values()))) if out else 0
+            if carry is not None:
+                out = {k: np.concatenate([carry[k], out[k]]) for k in out}
+                n += len(next(iter(carry.values())))
+                carry = None
+            start = 0
+            while n - start >= B and produced < self.target:
+                batch = out if (start == 0 and n == B) else {k: v[start:start + B] for k, v in out.items()}
+                self._put(self.ready, ("batch", batch), "ready")
+                produced += 1
+                start += B
+            if start < n:
+                carry = {k: v[start:] for k, v in out.items()}
+        self.parser_state = "finished"
+        self.stop_reader()
+
+    def stop_reader(self) -> None:
+        with self.deficit_lock:
+            self.deficit = -(1 << 60)   # the reader sees nothing wanted and parks until stop
+
+    def _salvage(self, parse: Callable, payloads: list[bytes], meta: list, tf_msg: str) -> dict[str, np.ndarray]:
+        """A batch failed to parse: find the bad records, fail with a precise message or skip them."""
+        f = self.f
+        good, bad = [], []
+        flat = [(path, r, o) for path, recs, offs in meta for r, o in zip(recs.tolist(), offs.tolist())]
+        meta = flat
+        for p, m in zip(payloads, flat):
+            problem = parse_mod.diagnose(p, f.fields)
+            if problem is None:
+                good.append(p)
+                continue
+            feature, what = problem
+            path, rec, off = m
+            err = DataError(f"{path}: record {rec} at byte offset {off}: {what}", path=path, offset=off, record=rec,
+                            feature=feature)
+            if f.on_corrupt != "skip":
+                raise err
+            bad.append(err)
+        if not bad:
+            path, rec, off = meta[0]
+            raise DataError(f"{path}: batch starting at record {rec} (byte offset {off}) does not parse: {tf_msg}",
+                            path=path, offset=off, record=rec)
+        f._record_skips(bad)
+        with self.deficit_lock:
+            self.deficit += len(bad)
+        if not good:
+            return {fl.name: np.empty((0,) + fl.shape, dtype=parse_mod._KINDS[fl.dtype][1]) for fl in f.fields}
+        try:
+            return parse(good)
+        except parse_mod.BatchParseError as exc:
+            path, rec, off = meta[0]
+            raise DataError(f"{path}: batch starting at record {rec} (byte offset {off}) does not parse even "
+                            f"without the records diagnosed as bad: {exc}", path=path, offset=off, record=rec) from None
+
+    # ----------------------------------------------------------------------------------------------------- consumer
+    def __iter__(self) -> "_Run":
+        return self
+
+    def __next__(self) -> dict[str, np.ndarray]:
+        if self.yielded >= self.target:
+            self.close()
+            raise StopIteration
+        t0 = time.monotonic()
+        deadline = t0 + self.f.timeout
+        while True:
+            try:
+                kind, val = self.ready.get(timeout=min(_POLL * 5, max(0.0, deadline - time.monotonic())) or 1e-3)
+                break
+            except queue.Empty:
+                if self.stop.is_set():
+                    raise DataError(f"worker {self.f.rank} epoch {self.epoch}: the feeder was closed") from None
+                if time.monotonic() >= deadline:
+                    self.close()
+                    raise WaitTimeout(
+                        f"feeder (worker {self.f.rank}, epoch {self.epoch}): no batch ready within "
+                        f"{self.f.timeout:g}s at step {self.start_step + self.yielded} of {self.plan.steps} "
+                        f"(reader: {self.reader_state}; parser: {self.parser_state})") from None
+        waited = time.monotonic() - t0
+        if self.yielded > 0:
+            self.wait_s += waited
+            self.waits_over_1ms += waited > 1e-3
+        if kind == "error":
+            self.close()
+            raise val
+        self.yielded += 1
+        if self.yielded >= self.target:
+            self.close()
+        return val
+
+    def close(self) -> None:
+        self.stop.set()
+        deadline = time.monotonic() + max(5.0, 10 * _POLL)
+        for t in self.threads:
+            if t is threading.current_thread():
+                continue
+            t.join(timeout=max(0.0, deadline - time.monotonic()))
+            if t.is_alive():
+                log.warning("feeder thread %s did not stop within 5s (blocked in a read?); it is a daemon and "
+                            "will exit after its current operation", t.name)
+        self.f._finished(self)
+
+
+def _advance(share: tuple[RecordRange, ...], n: int) -> list[RecordRange]:
+    """The share without its first ``n`` records (resume mid-epoch by seeking, not by reading)."""
+    out = []
+    for r in share:
+        if n >= len(r):
+            n -= len(r)
+            continue
+        out.append(RecordRange(r.path, r.start + n, r.stop))
+        n = 0
+    return out
+
+
+class Feeder:
+    """This worker's batches, epoch by epoch. See the module docstring for the pipeline and its memory bound.
+
+    ``features``: ``{name: spec.Feature}`` (fixed shapes). Batches are ``{name: array}`` with leading dimension
+    ``batch_size``: shape () → (B,), (k,) → (B, k); float32/float64/int64/int32 as such; string → str objects, bytes
+    → bytes objects.
+
+    ``parser``: factory ``fields -> (list[bytes] -> dict)``, called once per epoch inside the parser thread;
+    the default uses TensorFlow (imported there, lazily).
+    """
+
+    def __init__(self, manifest: Manifest, features: Mapping[str, Any], batch_size: int, rank: int,
+                 num_workers: int, seed: int = 0, shuffle_buffer: int = 0, prefetch: int = 4,
+                 on_corrupt: str = "fail", *, check_crc: bool = True, timeout: float = 300.0,
+                 block_bytes: int = DEFAULT_BLOCK,
+                 parser: Callable[[tuple], Callable[[list[bytes]], dict[str, np.ndarray]]] | None = None):
+        if not 0 <= rank < num_workers:
+            raise ValueError(f"rank {rank} is not in 0..{num_workers - 1}")
+        if on_corrupt not in ("fail", "skip"):
+            raise ValueError(f"on_corrupt must be 'fail' or 'skip', not {on_corrupt!r}")
+        if batch_size <= 0 or prefetch <= 0 or shuffle_buffer < 0:
+            raise ValueError("batch_size and prefetch must be positive, shuffle_buffer >= 0")
+        self.manifest = manifest
+        self.files = manifest.by_path()
+        self.fields = parse_mod.schema(features)
+        self.batch_size, self.rank, self.num_workers = batch_size, rank, num_workers
+        self.seed, self.shuffle_buffer, self.prefetch = seed, shuffle_buffer, prefetch
+        self.on_corrupt, self.check_crc, self.timeout, self.block_bytes = on_corrupt, check_crc, timeout, block_bytes
+        self.parser_factory = parser or parse_mod.tf_parser
+        self.skipped = 0
+        self.skipped_errors: list[DataError] = []
+        self._lock = threading.Lock()
+        self._plans: dict[int, EpochPlan] = {}
+        self._active: _Run | None = None
+        self._last: _Run | None = None
+        if manifest.total_records < num_workers * batch_size:
+            raise NoDataError(f"{manifest.total_records} records are fewer than one global batch "
+                              f"({num_workers} workers x batch {batch_size}): no step can be planned")
+
+    def plan(self, epoch: int) -> EpochPlan:
+        p = self._plans.get(epoch)
+        if p is None:
+            p = plan(self.manifest, self.num_workers, epoch, self.seed, self.batch_size)
+            self._plans = {epoch: p, **{k: v for k, v in list(self._plans.items())[-3:]}}
+        return p
+
+    def steps(self, epoch: int) -> int:
+        """Steps of ``epoch`` — identical on every worker (computed from the manifest, no communication)."""
+        return self.plan(epoch).steps
+
+    def epoch(self, epoch: int, start_step: int = 0) -> Iterator[dict[str, np.ndarray]]:
+        """Exactly ``steps(epoch) - start_step`` batches. Starting another epoch closes the previous one."""
+        if self._active is not None:
+            self._active.close()
+        run = _Run(self, epoch, start_step)
+        self._active = run
+        return run
+
+    def _record_skips(self, errors: list[DataError]) -> None:
+        with self._lock:
+            self.skipped += len(errors)
+            for e in errors:
+                log.warning("skipped corrupt record: %s", e)
+            room = _MAX_ERRORS_KEPT - len(self.skipped_errors)
+            self.skipped_errors.extend(errors[:max(0, room)])
+
+    def _finished(self, run: _Run) -> None:
+        if self._active is run:
+            self._active = None
+            self._last = run
+
+    def stats(self) -> dict[str, Any]:
+        """Skipped records and how long the consumer waited on the feeder (after the first batch) in the last run."""
+        run = self._active or self._last
+        return {"skipped": self.skipped, "skipped_examples": [str(e) for e in self.skipped_errors[:10]],
+                "consumer_wait_s": run.wait_s if run else 0.0,
+                "waits_over_1ms": run.waits_over_1ms if run else 0}
+
+    def close(self) -> None:
+        """Stop every thread of the current epoch (idempotent)."""
+        if self._active is not None:
+            self._active.close()
+
+    def __enter__(self) -> "Feeder":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,296 @@
+"""The manifest: what every worker must agree on before it can plan an epoch without talking to anyone.
+
+Per file: URL, size, mtime, record count, and sparse record-boundary offsets (the byte offset of every ``stride``-th
+record) so a worker can start reading record ``k`` of a file by seeking to ``offsets[k // stride]`` — splitting a file
+among workers costs at most ``stride`` framed-but-unread records, never the prefix of the file.
+
+Why cached, and where: counting records means reading every byte once. ``tfyarn data index GLOB`` on the gateway (or
+the first job) pays for it and writes ``.<name>.tfyidx.json`` beside each data file (hidden, so globs and Hadoop
+conventions skip it). Where the data directory is read-only the index goes to a local cache
+(``$TFYARN_CACHE_DIR`` or ``~/.cache/tfyarn/index``) keyed by path + size + mtime. A cached entry is only used when
+size, mtime, stride and compression still match, so a rewritten file is re-indexed, never mis-split.
+
+Why files are sorted: the planner's output depends on file order, and every worker must compute the same plan.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import statistics
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import fsspec
+import numpy as np
+
+from tfyarn.data import tfrecord
+from tfyarn.data.errors import DataError, NoDataError
+
+log = logging.getLogger(__name__)
+
+INDEX_VERSION = 1
+DEFAULT_STRIDE = 1024
+_GLOB_CHARS = set("*?[")
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    """One TFRecord file. ``offsets[j]`` is the byte offset (decompressed, for GZIP) of record ``j * stride``."""
+    path: str
+    size: int
+    mtime: str
+    records: int
+    gz: bool
+    stride: int
+    offsets: tuple[int, ...]
+    data_bytes: int = 0          # decompressed TFRecord bytes (== size unless gz)
+
+    def boundary(self, record: int) -> tuple[int, int]:
+        """(byte offset, record index) of the closest indexed record boundary at or before ``record``."""
+        j = min(record // self.stride, len(self.offsets) - 1) if self.offsets else 0
+        return (self.offsets[j], j * self.stride) if self.offsets else (0, 0)
+
+
+@dataclass(frozen=True)
+class Manifest:
+    files: tuple[FileInfo, ...]
+    warnings: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def total_records(self) -> int:
+        return sum(f.records for f in self.files)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f.size for f in self.files)
+
+    def by_path(self) -> dict[str, FileInfo]:
+        return {f.path: f for f in self.files}
+
+    def to_json(self) -> str:
+        return json.dumps({"version": INDEX_VERSION, "files": [asdict(f) for f in self.files],
+                           "warnings": list(self.warnings)})
+
+    @classmethod
+    def from_json(cls, text: str) -> "Manifest":
+        doc = json.loads(text)
+        files = tuple(FileInfo(**{**f, "offsets": tuple(f["offsets"])}) for f in doc["files"])
+        return cls(files, tuple(doc.get("warnings", ())))
+
+    @classmethod
+    def from_counts(cls, counts: Iterable[tuple[str, int]]) -> "Manifest":
+        """A manifest from (path, records) pairs — for planning tests and what-if tools; it cannot be read from."""
+        return cls(tuple(FileInfo(p, 0, "", n, False, DEFAULT_STRIDE, ()) for p, n in sorted(counts)))
+
+
+# ------------------------------------------------------------------------------------------------------- file listing
+
+def _mtime(info: dict[str, Any]) -> str:
+    for key in ("mtime", "modification_time", "last_modified", "LastModified", "updated", "created", "ctime"):
+        if info.get(key) is not None:
+            return str(info[key])
+    return ""
+
+
+def _hidden(path: str) -> bool:
+    """Hadoop convention: names starting with '_' or '.' are metadata (_SUCCESS, .crc, our index files)."""
+    return path.rstrip("/").rsplit("/", 1)[-1].startswith(("_", "."))
+
+
+def expand(urls: Iterable[str]) -> list[tuple[str, dict[str, Any]]]:
+    """Expand globs and directories into (full URL, fsspec info) of data files, sorted, duplicates removed."""
+    found: dict[str, dict[str, Any]] = {}
+    for url in urls:
+        fs, path = fsspec.core.url_to_fs(url)
+        if _GLOB_CHARS & set(path):
+            paths = fs.glob(path)
+            if not paths:
+                raise NoDataError(f"{url}: the glob matches no file")
+        elif fs.isdir(path):
+            paths = fs.find(path)
+            if not paths:
+                raise NoDataError(f"{url}: the directory is empty")
+        elif fs.exists(path):
+            paths = [path]
+        else:
+            raise NoDataError(f"{url}: no such file")
+        matched = 0
+        for p in paths:
+            if _hidden(p):
+                continue
+            info = fs.info(p)
+            if info.get("type") != "file":
+                continue
+            found[fs.unstrip_protocol(p)] = info
+            matched += 1
+        if not matched:
+            raise NoDataError(f"{url}: matches no data file (only directories or hidden files)")
+    return sorted(found.items())
+
+
+# ------------------------------------------------------------------------------------------------------------- caching
+
+def _beside(url: str) -> str:
+    head, _, name = url.rpartition("/")
+    return f"{head}/.{name}.tfyidx.json"
+
+
+def _local_cache(url: str, size: int, mtime: str, cache_dir: str | None) -> Path:
+    root = Path(cache_dir or os.environ.get("TFYARN_CACHE_DIR") or Path.home() / ".cache" / "tfyarn" / "index")
+    key = hashlib.sha1(f"{url}|{size}|{mtime}".encode()).hexdigest()
+    return root / f"{key}.json"
+
+
+def _load_cached(url: str, size: int, mtime: str, stride: int, compression: str,
+                 cache_dir: str | None) -> FileInfo | None:
+    for loc in (_beside(url), str(_local_cache(url, size, mtime, cache_dir))):
+        try:
+            with fsspec.open(loc, "rt") as f:
+                doc = json.load(f)
+        except (OSError, ValueError):
+            continue
+        if (doc.get("version") == INDEX_VERSION and doc.get("path") == url and doc.get("size") == size
+                and doc.get("mtime") == mtime and doc.get("stride") == stride
+                and doc.get("compression") == compression):
+            doc.pop("version"), doc.pop("compression")
+            return FileInfo(**{**doc, "offsets": tuple(doc["offsets"])})
+    return None
+
+
+def _store(info: FileInfo, compression: str, cache_dir: str | None) -> str | None:
+    text = json.dumps({"version": INDEX_VERSION, "compression": compression, **asdict(info)})
+    beside = _beside(info.path)
+    tmp = f"{beside}.{uuid.uuid4().hex}.tmp"
+    try:  # write-then-rename: concurrent workers indexing the same file never read a half-written index
+        fs, p = fsspec.core.url_to_fs(tmp)
+        with fs.open(p, "wt") as f:
+            f.write(text)
+        fs.mv(p, fsspec.core.url_to_fs(beside)[1])
+        return beside
+    except Exception as exc:  # noqa: BLE001 - any failure to write beside the data means "use the local cache"
+        log.debug("cannot write index beside %s (%s); using the local cache", info.path, exc)
+    local = _local_cache(info.path, info.size, info.mtime, cache_dir)
+    try:
+        local.parent.mkdir(parents=True, exist_ok=True)
+        t = local.with_suffix(f".{uuid.uuid4().hex}.tmp")
+        t.write_text(text)
+        t.replace(local)
+        return str(local)
+    except OSError as exc:
+        log.warning("cannot cache the index of %s (%s); it will be rebuilt next time", info.path, exc)
+        return None
+
+
+# ------------------------------------------------------------------------------------------------------------ indexing
+
+def index_file(url: str, size: int, mtime: str, compression: str = "auto", stride: int = DEFAULT_STRIDE,
+               block_bytes: int = tfrecord.DEFAULT_BLOCK) -> FileInfo:
+    """Read one file once: count records, note every ``stride``-th boundary, check every length CRC (framing).
+
+    Data CRCs are checked when records are read for training, not here: indexing must stay I/O bound.
+    """
+    with fsspec.open(url, "rb") as raw:
+        head = raw.read(2)
+    gz = tfrecord.is_gzip(url, compression, head)
+    offsets: list[int] = []
+    rec = 0
+    base = 0
+    buf = b""
+    pos = 0
+    with tfrecord.open_records(url, gz) as f:
+        while True:
+            block = f.read(block_bytes)
+            if not block:
+                break
+            base += pos
+            buf = buf[pos:] + block if pos < len(buf) else block
+            pos = 0
+            fr = tfrecord.scan(buf, 0, 1 << 62)
+            n = len(fr.offsets)
+            if n:
+                offs = np.asarray(fr.offsets, dtype=np.int64)
+                bad = tfrecord.check_headers(np.frombuffer(buf, dtype=np.uint8), offs)
+                if bad >= 0:
+                    tfrecord._raise_bad_header(url, base + fr.offsets[bad], rec + bad)
+                first = (-rec) % stride
+                offsets.extend((offs[first::stride] + base).tolist())
+                rec += n
+            if len(buf) - fr.end >= tfrecord.HEADER and not tfrecord.header_ok(buf, fr.end):
+                tfrecord._raise_bad_header(url, base + fr.end, rec)   # a bad length: do not buffer to EOF
+            pos = fr.end
+        if pos < len(buf):
+            tfrecord._raise_incomplete(url, buf, pos, base, rec)
+    return FileInfo(url, size, mtime, rec, gz, stride, tuple(offsets), base + pos)
+
+
+def build_manifest(urls: list[str] | str, compression: str = "auto", cache_dir: str | None = None, *,
+                   stride: int = DEFAULT_STRIDE, parallel: int = 8, use_cache: bool = True) -> Manifest:
+    """Expand ``urls`` (fsspec URLs, globs, directories) and index every file, in parallel, using cached indexes.
+
+    Zero-length files are left out with a warning (Hadoop jobs write empty part files); if nothing is left the
+    error says so. Any framing error (not TFRecord, truncated, bad length CRC) fails the whole build: a file whose
+    record boundaries are unknown cannot be split among workers.
+    """
+    if isinstance(urls, str):
+        urls = [urls]
+    listed = expand(urls)
+    warnings: list[str] = []
+    todo = []
+    for url, info in listed:
+        size = int(info.get("size") or 0)
+        if size == 0:
+            msg = f"{url}: empty file (0 bytes), skipped"
+            log.warning(msg)
+            warnings.append(msg)
+            continue
+        todo.append((url, size, _mtime(info)))
+    if not todo:
+        raise NoDataError(f"{', '.join(urls)}: no records (every matched file is empty)")
+
+    def one(item: tuple[str, int, str]) -> FileInfo:
+        url, size, mtime = item
+        if use_cache:
+            hit = _load_cached(url, size, mtime, stride, compression, cache_dir)
+            if hit is not None:
+                return hit
+        fi = index_file(url, size, mtime, compression, stride)
+        if use_cache:
+            _store(fi, compression, cache_dir)
+        return fi
+
+    with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(todo))), thread_name_prefix="tfyarn-index") as ex:
+        files = tuple(ex.map(one, todo))
+    for fi in files:
+        if fi.records == 0:
+            warnings.append(f"{fi.path}: no records")
+    log.info("manifest: %d files, %d records, %d bytes", len(files), sum(f.records for f in files),
+             sum(f.size for f in files))
+    return Manifest(files, tuple(warnings))
+
+
+def summarize(manifest: Manifest) -> str:
+    """Human-readable summary for ``tfyarn data index GLOB``: totals, per-file spread (skew), warnings."""
+    files = manifest.files
+    counts = [f.records for f in files]
+    lines = [f"{len(files)} files, {manifest.total_records:,} records, {manifest.total_bytes:,} bytes"
+             f"{' (' + str(sum(f.gz for f in files)) + ' gzip)' if any(f.gz for f in files) else ''}"]
+    if counts:
+        lo, hi = min(counts), max(counts)
+        skew = f"{hi / lo:.1f}x" if lo else "inf (a file has no records)"
+        lines.append(f"records per file: min {lo:,}  median {statistics.median(counts):,.0f}  max {hi:,}  "
+                     f"(max/min {skew})")
+    shown = files if len(files) <= 20 else files[:10] + files[-10:]
+    width = max((len(f.path) for f in shown), default=4)
+    lines.append(f"{'file':<{width}}  {'records':>12}  {'bytes':>14}")
+    for i, f in enumerate(shown):
+        if len(files) > 20 and i == 10:
+            lines.append(f"... {len(files) - 20} more files ...")
+        lines.append(f"{f.path:<{width}}  {f.records:>12,}  {f.size:>14,}")
+    for w in manifest.warnings:
+        lines.append(f"warning: {w}")
+    return "\n".join(lines)

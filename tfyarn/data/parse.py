@@ -1,0 +1,189 @@
+"""Serialized ``tf.train.Example`` batches → dict of numpy arrays, per the spec's fixed-length feature schema.
+
+The fast path is one ``tf.io.parse_example`` call per batch (TF imported lazily, in the feeder's parser thread, never
+at ``tfyarn.data`` import: gateways have no TF). TF's C++ parser releases the GIL, so it overlaps with the Python
+framing thread on another core.
+
+When a batch fails, the slow path here re-reads each record with a tiny pure-Python Example decoder to say exactly
+which record and which feature is wrong (missing, wrong dtype, wrong number of values) — TF's own message names
+neither the file nor the record.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+#: spec dtype → (Example list kind, numpy dtype of the result)
+_KINDS = {"float32": ("float_list", np.float32), "float64": ("float_list", np.float64),
+          "int64": ("int64_list", np.int64), "int32": ("int64_list", np.int32),
+          "string": ("bytes_list", object), "bytes": ("bytes_list", object)}
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    @property
+    def kind(self) -> str:
+        return _KINDS[self.dtype][0]
+
+
+def schema(features: Mapping[str, Any]) -> tuple[Field, ...]:
+    """Accept spec ``Feature`` models, ``{"dtype":..., "shape":...}`` dicts or (dtype, shape) pairs."""
+    out = []
+    for name, f in features.items():
+        if isinstance(f, Mapping):
+            dtype, shape = f["dtype"], f.get("shape", ())
+        elif isinstance(f, (tuple, list)):
+            dtype, shape = f[0], (f[1] if len(f) > 1 else ())
+        else:
+            dtype, shape = f.dtype, f.shape
+        if dtype not in _KINDS:
+            raise ValueError(f"feature {name!r}: unsupported dtype {dtype!r} (one of {', '.join(_KINDS)})")
+        out.append(Field(name, dtype, tuple(int(d) for d in shape)))
+    return tuple(out)
+
+
+# ------------------------------------------------------------------------------------------- pure-Python diagnostics
+
+class _Malformed(Exception):
+    pass
+
+
+def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        if pos >= len(buf):
+            raise _Malformed("truncated varint")
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 63:
+            raise _Malformed("varint too long")
+
+
+def _fields(buf: bytes) -> list[tuple[int, int, Any]]:
+    """Top-level (field number, wire type, value) of a protobuf message; LEN values are bytes."""
+    out, pos = [], 0
+    while pos < len(buf):
+        tag, pos = _varint(buf, pos)
+        num, wt = tag >> 3, tag & 7
+        if wt == 0:
+            val, pos = _varint(buf, pos)
+        elif wt == 1:
+            val, pos = buf[pos:pos + 8], pos + 8
+        elif wt == 2:
+            n, pos = _varint(buf, pos)
+            if pos + n > len(buf):
+                raise _Malformed("truncated length-delimited field")
+            val, pos = buf[pos:pos + n], pos + n
+        elif wt == 5:
+            val, pos = buf[pos:pos + 4], pos + 4
+        else:
+            raise _Malformed(f"wire type {wt}")
+        if pos > len(buf) or num == 0:
+            raise _Malformed("truncated field")
+        out.append((num, wt, val))
+    return out
+
+
+def decode_example(payload: bytes) -> dict[str, tuple[str, list[Any]]]:
+    """``{name: (kind, values)}`` of one serialized Example (slow; for diagnostics and tests)."""
+    feats: dict[str, tuple[str, list[Any]]] = {}
+    for num, _, features in _fields(payload):
+        if num != 1:
+            continue
+        for fnum, _, entry in _fields(features):
+            if fnum != 1:
+                continue
+            key, value = b"", b""
+            for enum_, _, v in _fields(entry):
+                if enum_ == 1:
+                    key = v
+                elif enum_ == 2:
+                    value = v
+            kind, values = "empty", []
+            for knum, _, lst in _fields(value):
+                kind = {1: "bytes_list", 2: "float_list", 3: "int64_list"}.get(knum, "unknown")
+                for vnum, wt, v in _fields(lst):
+                    if vnum != 1:
+                        continue
+                    if kind == "float_list":
+                        values += np.frombuffer(v, "<f4").tolist() if wt == 2 else [np.frombuffer(v, "<f4")[0]]
+                    elif kind == "int64_list":
+                        if wt == 2:
+                            p = 0
+                            while p < len(v):
+                                x, p = _varint(v, p)
+                                values.append(x - (1 << 64) if x >= 1 << 63 else x)
+                        else:
+                            values.append(v - (1 << 64) if v >= 1 << 63 else v)
+                    else:
+                        values.append(v)
+            feats[key.decode("utf-8", "replace")] = (kind, values)
+    return feats
+
+
+def diagnose(payload: bytes, fields: tuple[Field, ...]) -> tuple[str | None, str] | None:
+    """(feature name or None, problem) for the first thing wrong with one record, or None if it fits the schema."""
+    try:
+        feats = decode_example(payload)
+    except _Malformed as exc:
+        return None, f"not a serialized tf.train.Example ({exc})"
+    for f in fields:
+        if f.name not in feats:
+            return f.name, f"feature {f.name!r} is missing"
+        kind, values = feats[f.name]
+        if kind != f.kind and kind != "empty":
+            return f.name, f"feature {f.name!r} has the wrong dtype: {kind}, expected {f.kind} (dtype {f.dtype})"
+        if len(values) != f.size:
+            return f.name, (f"feature {f.name!r} has the wrong shape: {len(values)} values, expected {f.size} "
+                            f"(shape {f.shape})")
+    return None
+
+
+# ------------------------------------------------------------------------------------------------------ TF fast path
+
+class BatchParseError(Exception):
+    """A batch did not parse; the feeder then diagnoses record by record."""
+
+
+def tf_parser(fields: tuple[Field, ...]) -> Callable[[list[bytes]], dict[str, np.ndarray]]:
+    """A function parsing a list of serialized Examples with one ``tf.io.parse_example`` call (imports TF)."""
+    import tensorflow as tf  # lazily: only feeder threads on training hosts get here
+
+    tf_types = {"float_list": tf.float32, "int64_list": tf.int64, "bytes_list": tf.string}
+    spec = {f.name: tf.io.FixedLenFeature(f.shape, tf_types[f.kind]) for f in fields}
+    np_types = {f.name: _KINDS[f.dtype][1] for f in fields}
+    decode = {f.name for f in fields if f.dtype == "string"}
+
+    def parse(payloads: list[bytes]) -> dict[str, np.ndarray]:
+        try:
+            out = tf.io.parse_example(tf.constant(payloads, dtype=tf.string), spec)
+        except (tf.errors.InvalidArgumentError, ValueError) as exc:
+            raise BatchParseError(str(exc).splitlines()[0] if str(exc) else repr(exc)) from None
+        res = {}
+        for name, t in out.items():
+            a = t.numpy()
+            if name in decode:
+                a = np.vectorize(lambda b: b.decode("utf-8"), otypes=[object])(a) if a.size else a.astype(object)
+            elif a.dtype != np_types[name]:
+                a = a.astype(np_types[name])
+            res[name] = a
+        return res
+
+    return parse

@@ -1,0 +1,137 @@
+"""The epoch planner: which records each worker reads in an epoch, computed identically everywhere.
+
+Why it exists: with round-robin *file* sharding, workers get different numbers of steps, and a synchronous job
+(MultiWorkerMirroredStrategy, SyncReplicas) then blocks forever in the collective of the worker that still has data
+(see docs/../shared/NOTES.md, "The stall"). The fix is a plan in which **every worker gets exactly the same number of
+steps**, computed from the manifest alone, so it needs no communication and survives restarts.
+
+How (a pure function of manifest, num_workers, epoch, seed, batch_size):
+
+1. Number all records globally in manifest (sorted path) order: ``0 .. T-1``.
+2. ``steps = T // (W * B)``; each worker reads exactly ``steps * B`` records; ``D = T - W * steps * B < W * B`` are
+   dropped this epoch.
+3. The dropped records are the cyclic window ``[r + epoch * D, r + (epoch + 1) * D)`` (``r`` from the seed): the
+   window slides every epoch, so no record is dropped twice before every other record has been dropped once.
+4. What is left, cut at file boundaries into pieces, is ordered by a hash of (seed, epoch, piece) — a reshuffle
+   every epoch that does not depend on numpy's or Python's RNG streams, so it is identical across versions and hosts.
+5. The ordered pieces are laid end to end and cut into ``W`` consecutive shares of ``steps * B`` records each,
+   splitting files into record ranges where a cut falls inside one (1 file and 4 workers works; a 10x skewed file
+   set is balanced to the record).
+
+Nothing depends on the previous epoch, so the worker count may change between epochs and a restarted job recomputes
+the plan from the epoch number alone.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, order=True)
+class RecordRange:
+    """Records ``[start, stop)`` of one file."""
+    path: str
+    start: int
+    stop: int
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+
+@dataclass(frozen=True)
+class EpochPlan:
+    epoch: int
+    num_workers: int
+    batch_size: int
+    steps: int                                       # identical for every worker
+    shares: tuple[tuple[RecordRange, ...], ...]      # shares[worker]: exactly steps * batch_size records
+    dropped: int                                     # records not read by anyone this epoch (< workers x batch)
+    dropped_ranges: tuple[RecordRange, ...] = ()
+
+    @property
+    def records_per_worker(self) -> int:
+        return self.steps * self.batch_size
+
+
+def _key(seed: int, epoch: int, piece: RecordRange) -> bytes:
+    return hashlib.blake2b(f"{seed}|{epoch}|{piece.path}|{piece.start}".encode(), digest_size=16).digest()
+
+
+def _rotation(seed: int, total: int) -> int:
+    h = hashlib.blake2b(f"{seed}|rotation".encode(), digest_size=8).digest()
+    return int.from_bytes(h, "little") % total
+
+
+def _counts(manifest: Any) -> list[tuple[str, int]]:
+    files = getattr(manifest, "files", manifest)
+    out = [(f.path, f.records) if hasattr(f, "records") else (str(f[0]), int(f[1])) for f in files]
+    out.sort()
+    return out
+
+
+def _slice(files: Sequence[tuple[str, int]], starts: Sequence[int], lo: int, hi: int) -> list[RecordRange]:
+    """Global record interval [lo, hi) (no wrap) → per-file ranges."""
+    out = []
+    for (path, n), s in zip(files, starts):
+        a, b = max(lo, s), min(hi, s + n)
+        if a < b:
+            out.append(RecordRange(path, a - s, b - s))
+    return out
+
+
+def plan(manifest: Any, num_workers: int, epoch: int, seed: int, batch_size: int) -> EpochPlan:
+    """The epoch's plan. ``manifest`` is a :class:`Manifest` (or any sequence of (path, records) pairs)."""
+    if num_workers <= 0 or batch_size <= 0 or epoch < 0:
+        raise ValueError(f"plan needs num_workers > 0, batch_size > 0, epoch >= 0 "
+                         f"(got {num_workers}, {batch_size}, {epoch})")
+    files = [(p, n) for p, n in _counts(manifest) if n > 0]
+    total = sum(n for _, n in files)
+    steps = total // (num_workers * batch_size) if total else 0
+    per_worker = steps * batch_size
+    dropped = total - num_workers * per_worker
+    if steps == 0:
+        log.warning("plan: %d records are fewer than one global batch (%d workers x %d); 0 steps",
+                    total, num_workers, batch_size)
+        return EpochPlan(epoch, num_workers, batch_size, 0, tuple(() for _ in range(num_workers)), total,
+                         tuple(RecordRange(p, 0, n) for p, n in files))
+    starts, acc = [], 0
+    for _, n in files:
+        starts.append(acc)
+        acc += n
+
+    def cyclic(lo: int, length: int) -> list[RecordRange]:
+        lo %= total
+        if lo + length <= total:
+            return _slice(files, starts, lo, lo + length)
+        return _slice(files, starts, lo, total) + _slice(files, starts, 0, lo + length - total)
+
+    drop_at = (_rotation(seed, total) + epoch * dropped) % total
+    dropped_ranges = cyclic(drop_at, dropped) if dropped else []
+    kept = cyclic(drop_at + dropped, total - dropped)
+    kept.sort(key=lambda r: _key(seed, epoch, r))
+    shares: list[tuple[RecordRange, ...]] = []
+    it = iter(kept)
+    cur = next(it, None)
+    for _ in range(num_workers):
+        need = per_worker
+        share: list[RecordRange] = []
+        while need:
+            assert cur is not None, "planner invariant: kept records == workers x per_worker"
+            take = min(need, len(cur))
+            share.append(RecordRange(cur.path, cur.start, cur.start + take))
+            need -= take
+            cur = RecordRange(cur.path, cur.start + take, cur.stop) if take < len(cur) else next(it, None)
+        shares.append(tuple(share))
+    return EpochPlan(epoch, num_workers, batch_size, steps, tuple(shares), dropped, tuple(dropped_ranges))
+
+
+def round_robin_steps(counts: Iterable[int], num_workers: int, batch_size: int) -> list[int]:
+    """Steps per worker under naive round-robin file sharding (the stall baseline the benchmark compares with)."""
+    per = [0] * num_workers
+    for i, n in enumerate(counts):
+        per[i % num_workers] += n
+    return [r // batch_size for r in per]
