@@ -1,0 +1,284 @@
+"""Container logs on YARN, during and after the run, on Hadoop 3.3 too.
+
+Why not ``skein.Client.application_logs``: it looks for ``/tmp/logs/<user>/logs/<appId>``, but Hadoop 3.3 aggregates
+into a bucketed layout ``<remote-app-log-dir>/<user>/bucket-<suffix>-<format>/<NNNN>/<appId>/`` (NNNN = the app's
+sequence number mod 10000, zero-padded), so skein finds nothing and its client retried for ~45 s in the measurement.
+
+Sources, in order:
+
+* **running containers**: the NodeManager web API (``/ws/v1/node/containers/<id>/logs`` lists the files,
+  ``/ws/v1/node/containerlogs/<id>/<file>`` serves one) — the NodeManager address comes from skein's container list.
+* **finished apps**: the aggregated files read directly from HDFS with hdfs-native (no JVM): every candidate
+  directory of :func:`aggregated_log_dirs` (bucket layout first, then the pre-3.3 layout), each node's file parsed by
+  :func:`parse_tfile_logs`. That parser reads the *uncompressed* TFile layout (Hadoop's default
+  ``yarn.nodemanager.log-aggregation.compression-type=none``); compressed or IFile logs return None and we fall back to
+* **``yarn logs -applicationId``** (needs the Hadoop CLI on the gateway; slow, JVM) — output parsed by
+  :func:`parse_yarn_logs_output`.
+
+Each task container starts its log with ``[tfyarn] container <service>_<n> yarn=<container id>``
+(:data:`tfyarn.backends.yarn_spec.LOG_HEADER`), which is how a YARN container id maps back to ``worker:1``.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import re
+import shutil
+import subprocess
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+from tfyarn import hdfs
+
+log = logging.getLogger(__name__)
+
+_APP_RE = re.compile(r"^application_(\d+)_(\d+)$")
+_CONTAINER_RE = re.compile(rb"container_(?:e\d+_)?\d+_\d+_\d+_\d+")
+_ENTRY_RE = re.compile(rb"\x00([\x01-\xff])([A-Za-z0-9_.\-]{1,255})\x00([\x01-\x14])(\d{1,20})")
+_HEADER_RE = re.compile(r"\[tfyarn\] container (\S+)_(\d+) yarn=(\S+)")
+#: Files YARN writes around a container that are not the task's output (shown only when asked for all files).
+HOUSEKEEPING_FILES = frozenset({"directory.info", "launch_container.sh", "prelaunch.err", "prelaunch.out",
+                                "container-localizer-syslog"})
+
+
+@dataclass
+class ContainerLog:
+    container_id: str                          # YARN container id
+    files: dict[str, str] = field(default_factory=dict)
+    host: str | None = None
+
+    @property
+    def task(self) -> str:
+        """'worker:1' from the tfyarn header, 'master' for the application master, else the container id."""
+        for text in self.files.values():
+            m = _HEADER_RE.search(text[:4096])
+            if m:
+                return f"{m.group(1)}:{m.group(2)}"
+        if self.container_id.endswith("_000001"):
+            return "master"
+        return self.container_id
+
+
+# ------------------------------------------------------------------------------------------- aggregated log layout
+
+def app_sequence(app_id: str) -> int:
+    m = _APP_RE.match(app_id)
+    if not m:
+        raise ValueError(f"not a YARN application id: {app_id!r} (expected application_<clusterTs>_<seq>)")
+    return int(m.group(2))
+
+
+def bucket(app_id: str) -> str:
+    """Hadoop 3.3's bucket dir for ``app_id``: sequence number mod 10000, 4 digits (``…_0012`` → ``0012``)."""
+    return "%04d" % (app_sequence(app_id) % 10000)
+
+
+def aggregated_log_dirs(app_id: str, user: str, conf: dict[str, str]) -> list[str]:
+    """Every directory where the aggregated logs of ``app_id`` may be, most likely first (qualified URLs)."""
+    root = conf.get("yarn.nodemanager.remote-app-log-dir", "/tmp/logs").rstrip("/")
+    nm_suffix = conf.get("yarn.nodemanager.remote-app-log-dir-suffix", "logs")
+    formats = [f.strip() for f in conf.get("yarn.log-aggregation.file-formats", "TFile").split(",") if f.strip()]
+    out: list[str] = []
+    for fmt in formats:
+        froot = conf.get(f"yarn.log-aggregation.{fmt}.remote-app-log-dir", root).rstrip("/")
+        suffix = conf.get(f"yarn.log-aggregation.{fmt}.remote-app-log-dir-suffix") or f"{nm_suffix}-{fmt.lower()}"
+        out.append(f"{froot}/{user}/bucket-{suffix}/{bucket(app_id)}/{app_id}")
+        out.append(f"{froot}/{user}/{suffix}/{app_id}")
+    out.append(f"{root}/{user}/{nm_suffix}/{app_id}")          # Hadoop 2.x / 3.0–3.2
+    seen, res = set(), []
+    for d in out:
+        q = hdfs.qualify(d, conf)
+        if q not in seen:
+            seen.add(q)
+            res.append(q)
+    return res
+
+
+def parse_tfile_logs(data: bytes) -> dict[str, dict[str, str]] | None:
+    """Container id → {file name: text} from one node's aggregated log file (uncompressed TFile), or None.
+
+    The layout (``AggregatedLogFormat``): per container a key ``writeUTF(containerId)``, then per log file
+    ``writeUTF(name) writeUTF(str(length))`` and ``length`` raw bytes. We scan for those records in order and skip
+    any match that falls inside content already consumed, so log text that happens to look like a record is safe.
+    A value longer than TFile's 1 MiB chunk size carries a few chunk-length bytes inside; we tolerate that.
+    """
+    marks: list[tuple[int, str, Any]] = []
+    for m in _CONTAINER_RE.finditer(data):
+        s = m.start()
+        if s >= 2 and int.from_bytes(data[s - 2:s], "big") == len(m.group(0)):
+            marks.append((s - 2, "key", m))
+    for m in _ENTRY_RE.finditer(data):
+        if m.group(1)[0] == len(m.group(2)) and m.group(3)[0] == len(m.group(4)):
+            marks.append((m.start(), "entry", m))
+    marks.sort(key=lambda t: t[0])
+    out: dict[str, dict[str, str]] = {}
+    current: str | None = None
+    consumed = 0
+    for pos, kind, m in marks:
+        if pos < consumed:
+            continue
+        if kind == "key":
+            current = m.group(0).decode()
+            consumed = m.end()
+            continue
+        if current is None:
+            continue
+        name, length = m.group(2).decode(), int(m.group(4))
+        start = m.end()
+        if start + length > len(data):
+            length = len(data) - start
+        text = data[start:start + length].decode("utf-8", "replace")
+        files = out.setdefault(current, {})
+        files[name] = files.get(name, "") + text
+        consumed = start + length
+    return out or None
+
+
+def read_aggregated_logs(app_id: str, user: str, conf: dict[str, str],
+                         get_fs: Callable[..., tuple[Any, str]] = hdfs.get_fs) -> list[ContainerLog] | None:
+    """Parsed aggregated logs of a finished app from the first candidate dir that exists; None if unreadable."""
+    for d in aggregated_log_dirs(app_id, user, conf):
+        try:
+            fs, path = get_fs(d, conf=conf)
+            if not fs.exists(path):
+                continue
+            entries = [e for e in fs.ls(path, detail=True) if e.get("type") == "file"]
+        except (OSError, ValueError, RuntimeError) as exc:
+            log.debug("cannot list %s: %s", d, exc)
+            continue
+        logs: dict[str, ContainerLog] = {}
+        unparsed = 0
+        for e in sorted(entries, key=lambda e: e["name"]):
+            with fs.open(e["name"], "rb") as f:
+                data = f.read()
+            parsed = parse_tfile_logs(data)
+            if parsed is None:
+                unparsed += 1
+                continue
+            host = e["name"].rstrip("/").rsplit("/", 1)[-1]
+            for cid, files in parsed.items():
+                cl = logs.setdefault(cid, ContainerLog(cid, host=host))
+                cl.files.update(files)
+        if unparsed and not logs:
+            log.info("aggregated logs in %s are not plain TFile (compressed or IFile); falling back to `yarn logs`", d)
+            return None
+        return sorted(logs.values(), key=lambda c: c.container_id)
+    return None
+
+
+# ------------------------------------------------------------------------------------------------- `yarn logs` CLI
+
+def yarn_logs_cli(app_id: str, container_id: str | None = None, timeout: float = 120.0,
+                  yarn: str | None = None) -> str:
+    """Output of ``yarn logs -applicationId`` (bounded by ``timeout``); raises if the CLI is missing or fails."""
+    exe = yarn or shutil.which("yarn")
+    if not exe:
+        raise FileNotFoundError("the `yarn` command is not on PATH (needed to read aggregated logs that are "
+                                "compressed or not in TFile format)")
+    cmd = [exe, "logs", "-applicationId", app_id]
+    if container_id:
+        cmd += ["-containerId", container_id]
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise TimeoutError(f"timed out after {timeout:g}s waiting for `yarn logs -applicationId {app_id}`") from None
+    if res.returncode != 0 and not res.stdout.strip():
+        raise RuntimeError(f"`yarn logs -applicationId {app_id}` failed ({res.returncode}): {res.stderr.strip()[-500:]}")
+    return res.stdout
+
+
+_CLI_CONTAINER_RE = re.compile(r"^Container: (container_\S+) on (\S+)", re.M)
+_CLI_LOGTYPE_RE = re.compile(r"^LogType:\s*(\S+)\s*$", re.M)
+
+
+def parse_yarn_logs_output(text: str) -> list[ContainerLog]:
+    """Split ``yarn logs`` output into containers and files (``LogType:``/``LogContents:``/``End of LogType:``)."""
+    out: dict[str, ContainerLog] = {}
+    starts = list(_CLI_CONTAINER_RE.finditer(text))
+    for i, m in enumerate(starts):
+        block = text[m.end(): starts[i + 1].start() if i + 1 < len(starts) else len(text)]
+        cl = out.setdefault(m.group(1), ContainerLog(m.group(1), host=m.group(2)))
+        for lt in _CLI_LOGTYPE_RE.finditer(block):
+            name = lt.group(1)
+            rest = block[lt.end():]
+            c = rest.find("LogContents:\n")
+            if c < 0:
+                continue
+            body = rest[c + len("LogContents:\n"):]
+            end = body.find(f"End of LogType:{name}")
+            cl.files[name] = body[:end] if end >= 0 else body
+    return list(out.values())
+
+
+# -------------------------------------------------------------------------------------------- NodeManager web API
+
+def _http_get(url: str, timeout: float, accept: str = "*/*") -> bytes:
+    req = urllib.request.Request(url, headers={"Accept": accept})
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        return resp.read()
+
+
+def _nm_base(nm_http_address: str) -> str:
+    return nm_http_address if "://" in nm_http_address else f"http://{nm_http_address}"
+
+
+def nm_log_files(nm_http_address: str, container_id: str, timeout: float = 10.0,
+                 http_get: Callable[[str, float, str], bytes] = _http_get) -> list[str]:
+    """Names of a live container's log files, from its NodeManager (Hadoop 2.8+/3.x JSON shapes)."""
+    url = f"{_nm_base(nm_http_address)}/ws/v1/node/containers/{container_id}/logs"
+    doc = json.loads(http_get(url, timeout, "application/json"))
+    infos = doc if isinstance(doc, list) else [doc]
+    names: list[str] = []
+    for info in infos:
+        block = info.get("containerLogsInfo", info) if isinstance(info, dict) else {}
+        files = block.get("containerLogInfo", [])
+        if isinstance(files, dict):
+            files = [files]
+        for f in files:
+            n = f.get("fileName")
+            if n and n not in names:
+                names.append(n)
+    return names
+
+
+def nm_read_log(nm_http_address: str, container_id: str, name: str, timeout: float = 10.0,
+                http_get: Callable[[str, float, str], bytes] = _http_get) -> str:
+    url = (f"{_nm_base(nm_http_address)}/ws/v1/node/containerlogs/{container_id}/"
+           f"{urllib.parse.quote(name)}")
+    return http_get(url, timeout, "text/plain").decode("utf-8", "replace")
+
+
+def nm_container_log(nm_http_address: str, container_id: str, timeout: float = 10.0,
+                     http_get: Callable[[str, float, str], bytes] = _http_get) -> ContainerLog:
+    """All log files of a live container; raises ``OSError``/``urllib.error.URLError`` when the NM can't serve."""
+    cl = ContainerLog(container_id, host=nm_http_address)
+    for name in nm_log_files(nm_http_address, container_id, timeout, http_get):
+        cl.files[name] = nm_read_log(nm_http_address, container_id, name, timeout, http_get)
+    return cl
+
+
+# ---------------------------------------------------------------------------------------------------- formatting
+
+def select_files(cl: ContainerLog, all_files: bool = False) -> list[str]:
+    """The files worth showing, task output first (``*.log``, stdout, stderr), YARN housekeeping only on request."""
+    names = [n for n in cl.files if all_files or n not in HOUSEKEEPING_FILES]
+    return sorted(names, key=lambda n: (not n.endswith(".log"), n not in ("stdout", "stderr"), n))
+
+
+def lines_of(cl: ContainerLog, all_files: bool = False, label: str | None = None) -> Iterator[str]:
+    """``"<task> | <line>"`` for every line of the selected files."""
+    task = label or cl.task
+    for name in select_files(cl, all_files):
+        for line in cl.files[name].splitlines():
+            yield f"{task} | {line}"
+
+
+def matches_task(cl: ContainerLog, task: str | None) -> bool:
+    """``task`` 'worker:1' or 'worker' (all workers) or a YARN container id; None matches every container."""
+    if task is None:
+        return True
+    t = cl.task
+    return task in (t, cl.container_id) or (":" not in task and t.split(":")[0] == task)

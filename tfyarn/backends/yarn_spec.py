@@ -1,0 +1,228 @@
+"""JobSpec → ``skein.ApplicationSpec``: one skein service per tfyarn role.
+
+Kept apart from the client code so it is pure: given the spec and where the shipped files are, the result is a real
+skein object (``tfyarn submit --dry-run`` prints its YAML, which ``skein.ApplicationSpec.from_yaml`` loads back to an
+equal object) and nothing touches the cluster.
+
+Every container runs the same script (:func:`container_script`): it exports the task contract of
+docs/ARCHITECTURE.md (``TFYARN_ROLE``, ``TFYARN_SPEC_FILE``, ``TFYARN_APP_ID``, ``TFYARN_CODE_DIR``; no
+``TFYARN_KV_URL``, so the runtime uses skein's KV through :mod:`tfyarn.runtime.kv_yarn`) and ``exec``s
+``python -m tfyarn.runtime`` from the unpacked environment. The task index is not in the env: on YARN it comes from
+``SKEIN_CONTAINER_ID`` / a KV slot claim (:func:`tfyarn.runtime.kv_yarn.task_index_from_env`), because skein gives a
+restarted container a new instance number.
+
+Files every service gets (YARN localizes them into the container's working dir):
+
+=================  =====================================================================================
+``env/``           the packed environment archive (visibility PRIVATE: NodeManagers cache it across runs)
+``tfyarn_src/``    the gateway's tfyarn source (zip), first on PYTHONPATH: the code that submits is what runs
+``code/``          the job's ``code:`` directory (zip), ``TFYARN_CODE_DIR``
+``tfyarn-spec.json``  the resolved spec, ``TFYARN_SPEC_FILE``
+``tfyarn.keytab``  only with ``kerberos:``; used by ``kinit`` in the script, never exported or logged
+=================  =====================================================================================
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shlex
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from tfyarn.backends._skein import skein
+from tfyarn.packaging import ENV_DIR, SKIP_DIRS, SKIP_SUFFIXES, EnvRef
+from tfyarn.spec import ROLE_ORDER, JobSpec
+
+#: Every tfyarn application carries this YARN tag (``tfyarn list`` filters on it). YARN lower-cases tags.
+TFYARN_TAG = "tfyarn"
+SPEC_FILE = "tfyarn-spec.json"
+CODE_DIR = "code"
+SRC_DIR = "tfyarn_src"
+KEYTAB_FILE = "tfyarn.keytab"
+#: Roles whose failure should not fail the job (a dead TensorBoard must not kill a day of training).
+SIDECAR_ROLES = frozenset({"tensorboard"})
+#: First line every task container writes to its log: lets the log reader map YARN container ids to tasks.
+LOG_HEADER = "[tfyarn] container"
+
+
+@dataclass(frozen=True)
+class Shipped:
+    """Where the files a job ships are (local paths are uploaded by skein into its per-app staging dir)."""
+    env: EnvRef
+    spec_file: str
+    tfyarn_src: str | None = None
+    code: str | None = None
+    keytab: str | None = None
+
+
+def _tag(s: str) -> str:
+    return s.strip().lower()[:100]
+
+
+def app_tags(spec: JobSpec, extra: Iterable[str] = ()) -> set[str]:
+    """YARN tags: ``tfyarn``, ``tfyarn-name:<name>``, then the spec's and the caller's (lower-cased, ≤100 chars)."""
+    tags = {TFYARN_TAG, _tag(f"tfyarn-name:{spec.name}")}
+    tags.update(_tag(t) for t in (*spec.tags, *extra) if t.strip())
+    return tags
+
+
+def container_script(env: EnvRef, *, code: bool, kerberos: bool) -> str:
+    """The bash every task container runs. ``exec`` so YARN's signals (kill, preemption) reach Python directly."""
+    py = env.python
+    lines = [
+        "set -eu",
+        f'echo "{LOG_HEADER} ${{SKEIN_CONTAINER_ID:-?}} yarn=${{CONTAINER_ID:-?}} host=$(hostname)" >&2',
+        'export TFYARN_APP_ID="${SKEIN_APPLICATION_ID:-}"',
+        f'export TFYARN_SPEC_FILE="$PWD/{SPEC_FILE}"',
+        f'export PYTHONPATH="$PWD/{SRC_DIR}${{PYTHONPATH:+:$PYTHONPATH}}"',
+        "export PYTHONUNBUFFERED=1",
+        "unset TFYARN_KV_URL",
+    ]
+    if code:
+        lines.append(f'export TFYARN_CODE_DIR="$PWD/{CODE_DIR}"')
+    if kerberos:
+        lines += [
+            'export KRB5CCNAME="FILE:$PWD/.krb5cc_tfyarn"',
+            f'kinit -kt "$PWD/{KEYTAB_FILE}" "$TFYARN_KRB_PRINCIPAL" '
+            '|| { echo "[tfyarn] kinit failed for $TFYARN_KRB_PRINCIPAL" >&2; exit 1; }',
+        ]
+    if env.source in ("pack", "archive"):
+        py = f"./{ENV_DIR}/bin/python"
+    lines.append(f"exec {shlex.quote(py) if not py.startswith('./') else py} -m tfyarn.runtime")
+    return "\n".join(lines) + "\n"
+
+
+def _files(shipped: Shipped) -> dict[str, Any]:
+    sk = skein()
+    files: dict[str, Any] = {SPEC_FILE: sk.File(shipped.spec_file, type="file")}
+    if shipped.env.archive_url:
+        # PRIVATE: the NodeManager keeps the unpacked archive in the user's cache, keyed by URL + timestamp, so the
+        # next run of the same (content-hashed) env starts without downloading or extracting anything.
+        files[ENV_DIR] = sk.File(shipped.env.archive_url, type="archive", visibility="private")
+    if shipped.tfyarn_src:
+        files[SRC_DIR] = sk.File(shipped.tfyarn_src, type="archive")
+    if shipped.code:
+        files[CODE_DIR] = sk.File(shipped.code, type="archive")
+    if shipped.keytab:
+        files[KEYTAB_FILE] = sk.File(shipped.keytab, type="file")
+    return files
+
+
+def build_application_spec(spec: JobSpec, shipped: Shipped, *, master_memory_mib: int = 512,
+                           master_vcores: int = 1, file_systems: Iterable[str] = (), extra_tags: Iterable[str] = (),
+                           attempt: int = 0, max_attempts: int = 1) -> Any:
+    """A validated ``skein.ApplicationSpec`` for ``spec``; pure (no cluster, no upload)."""
+    sk = skein()
+    files = _files(shipped)
+    script = container_script(shipped.env, code=bool(shipped.code), kerberos=bool(shipped.keytab))
+    services = {}
+    for role in ROLE_ORDER:
+        r = spec.roles.get(role)  # type: ignore[call-overload]
+        if r is None or r.instances == 0:
+            continue
+        env = dict(r.env)
+        env.update({"TFYARN_ROLE": role, "TFYARN_ATTEMPT": str(attempt)})
+        if shipped.keytab and spec.kerberos:
+            env["TFYARN_KRB_PRINCIPAL"] = spec.kerberos.principal
+        services[role] = sk.Service(
+            resources=sk.Resources(memory=r.memory_mib, vcores=r.vcores, gpus=r.gpus),
+            script=script, instances=r.instances, files=dict(files), env=env,
+            max_restarts=r.max_restarts, allow_failures=role in SIDECAR_ROLES,
+            node_label=r.node_label or "")
+    acls = sk.ACLs(enable=spec.acls.enable, view_users=list(spec.acls.view_users),
+                   view_groups=list(spec.acls.view_groups), modify_users=list(spec.acls.modify_users),
+                   modify_groups=list(spec.acls.modify_groups), ui_users=list(spec.acls.ui_users))
+    return sk.ApplicationSpec(
+        name=spec.name, queue=spec.queue, user=spec.user or "", tags=app_tags(spec, extra_tags),
+        services=services, acls=acls, file_systems=list(file_systems), max_attempts=max_attempts,
+        master=sk.Master(resources=sk.Resources(memory=master_memory_mib, vcores=master_vcores)))
+
+
+# ----------------------------------------------------------------------------------------------------- shipped files
+
+def _zip_tree(root: Path, dest: Path, arc_prefix: str = "") -> None:
+    """Deterministic zip (sorted names, fixed timestamps) so equal trees give byte-equal archives."""
+    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.partial")
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
+        for dirpath, dirnames, filenames in os.walk(root):
+            dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.endswith(SKIP_SUFFIXES))
+            for fn in sorted(filenames):
+                if fn.endswith(SKIP_SUFFIXES):
+                    continue
+                fp = Path(dirpath) / fn
+                info = zipfile.ZipInfo(arc_prefix + fp.relative_to(root).as_posix(), date_time=(1980, 1, 1, 0, 0, 0))
+                info.external_attr = (fp.stat().st_mode & 0o777 | 0o100000) << 16
+                info.compress_type = zipfile.ZIP_DEFLATED
+                zf.writestr(info, fp.read_bytes())
+    os.replace(tmp, dest)
+
+
+def _tree_digest(root: Path) -> str:
+    from tfyarn.packaging import hash_tree
+    return hash_tree(root)[:24]
+
+
+def build_code_zip(code_dir: str | os.PathLike, dest_dir: str | os.PathLike, write: bool = True) -> str:
+    """Zip the job's code dir into ``dest_dir/code-<hash>.zip`` (content-addressed: reused when unchanged).
+
+    ``write=False`` only computes the path (dry run).
+    """
+    root = Path(code_dir).resolve()
+    if not root.is_dir():
+        raise FileNotFoundError(f"code: {code_dir} is not a directory")
+    dest = Path(dest_dir) / f"code-{_tree_digest(root)}.zip"
+    if write and not dest.is_file():
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        _zip_tree(root, dest)
+    return str(dest)
+
+
+def build_tfyarn_zip(dest_dir: str | os.PathLike, write: bool = True) -> str:
+    """Zip this tfyarn package (``tfyarn/…`` at the archive root) into ``dest_dir/tfyarn-<hash>.zip``."""
+    import tfyarn
+
+    pkg = Path(tfyarn.__file__).resolve().parent
+    dest = Path(dest_dir) / f"tfyarn-{_tree_digest(pkg)}.zip"
+    if write and not dest.is_file():
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        _zip_tree(pkg, dest, arc_prefix="tfyarn/")
+    return str(dest)
+
+
+def spec_file_path(spec: JobSpec, dest_dir: str | os.PathLike) -> Path:
+    """Content-addressed path of the resolved spec JSON (same spec → same path, so dry-run YAML = submitted YAML)."""
+    text = spec.to_json()
+    return Path(dest_dir) / f"spec-{hashlib.sha256(text.encode()).hexdigest()[:24]}.json"
+
+
+def write_spec_file(spec: JobSpec, dest_dir: str | os.PathLike, write: bool = True) -> str:
+    p = spec_file_path(spec, dest_dir)
+    if write and not p.is_file():
+        p.parent.mkdir(parents=True, exist_ok=True)
+        tmp = p.with_name(f".{p.name}.{os.getpid()}.partial")
+        tmp.write_text(spec.to_json())
+        os.replace(tmp, p)
+    return str(p)
+
+
+def to_yaml(app_spec: Any) -> str:
+    """Stable, readable YAML of ``app_spec`` (sorted keys and tags, scripts as literal blocks).
+
+    skein's own ``to_yaml`` writes ``tags`` in set order (differs between runs) and folds scripts; this output loads
+    back with ``skein.ApplicationSpec.from_yaml`` to an equal object.
+    """
+    import yaml
+
+    class _Dumper(yaml.SafeDumper):
+        pass
+
+    def _str(dumper: yaml.SafeDumper, data: str) -> Any:
+        style = "|" if "\n" in data else None
+        return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=style)
+
+    _Dumper.add_representer(str, _str)
+    d = app_spec.to_dict()
+    d["tags"] = sorted(d.get("tags", []))
+    return yaml.dump(d, Dumper=_Dumper, sort_keys=True, default_flow_style=False, width=120)

@@ -1,0 +1,181 @@
+"""HDFS and Hadoop configuration access for the gateway and the containers, without a JVM.
+
+Why hdfs-native: TF 2.21 has no ``hdfs://`` filesystem and pyarrow's needs libhdfs.so + a JVM + CLASSPATH on every
+node (see docs/ARCHITECTURE.md and the field notes). hdfs-native is a Rust client that registers itself as fsspec's
+``hdfs``/``viewfs`` protocols and reads the cluster layout itself from ``$HADOOP_CONF_DIR`` (``core-site.xml``,
+``hdfs-site.xml``): HA nameservices (``dfs.nameservices``, ``dfs.ha.namenodes.*``) and viewfs mount tables work
+without any code here. Secure clusters: Kerberos from the ticket cache (or a principal + keytab, below), or delegation
+tokens read from ``$HADOOP_TOKEN_FILE_LOCATION`` — which YARN sets in every container and Oozie sets in its launcher,
+so code running there needs no keytab at all.
+
+This module adds what hdfs-native does not: reading Hadoop XML config for *other* settings tfyarn needs (defaultFS,
+log aggregation dirs, the ResourceManager address, scheduler limits), qualifying ``hdfs:///path`` URLs, and keytab
+hygiene (a keytab is a password: never logged, never copied into env or KV, refused when world-readable).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import stat
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+from urllib.parse import urlparse
+
+from tfyarn.errors import PreflightError
+
+log = logging.getLogger(__name__)
+
+CONF_FILES = ("core-site.xml", "hdfs-site.xml", "yarn-site.xml", "capacity-scheduler.xml")
+
+
+def hadoop_conf_dir(explicit: str | os.PathLike | None = None) -> Path | None:
+    """The Hadoop client config directory: ``explicit``, ``$HADOOP_CONF_DIR``, or ``$HADOOP_HOME/etc/hadoop``."""
+    for cand in (explicit, os.environ.get("HADOOP_CONF_DIR"),
+                 os.environ.get("HADOOP_HOME") and os.path.join(os.environ["HADOOP_HOME"], "etc", "hadoop")):
+        if cand and Path(cand).is_dir():
+            return Path(cand)
+    return None
+
+
+def parse_hadoop_xml(path: str | os.PathLike) -> dict[str, str]:
+    """``<configuration><property><name>k</name><value>v</value></property>...`` → {k: v} (no variable expansion)."""
+    out: dict[str, str] = {}
+    root = ET.parse(path).getroot()
+    for prop in root.iter("property"):
+        name, value = prop.findtext("name"), prop.findtext("value")
+        if name is not None:
+            out[name.strip()] = (value or "").strip()
+    return out
+
+
+def load_hadoop_conf(conf_dir: str | os.PathLike | None = None, files: Iterable[str] = CONF_FILES) -> dict[str, str]:
+    """Merged key/values of the client config files that exist (later files win, as Hadoop loads them)."""
+    d = hadoop_conf_dir(conf_dir)
+    conf: dict[str, str] = {}
+    if d is None:
+        return conf
+    for name in files:
+        p = d / name
+        if p.is_file():
+            try:
+                conf.update(parse_hadoop_xml(p))
+            except ET.ParseError as exc:
+                log.warning("ignoring unparsable Hadoop config %s: %s", p, exc)
+    return conf
+
+
+def default_fs(conf: dict[str, str]) -> str:
+    return conf.get("fs.defaultFS") or conf.get("fs.default.name") or "file:///"
+
+
+def qualify(url: str, conf: dict[str, str] | None = None) -> str:
+    """``hdfs:///p`` or ``/p`` (on a cluster whose defaultFS is HDFS) → ``hdfs://nameservice/p``.
+
+    Why: YARN localizes resources by fully qualified URL, and skein compares file systems by authority.
+    """
+    conf = load_hadoop_conf() if conf is None else conf
+    u = urlparse(url)
+    dfs = urlparse(default_fs(conf))
+    if not u.scheme:
+        if dfs.scheme in ("", "file"):
+            return "file://" + os.path.abspath(url)
+        return f"{dfs.scheme}://{dfs.netloc}{url if url.startswith('/') else '/' + url}"
+    if u.scheme in ("hdfs", "viewfs") and not u.netloc and dfs.scheme == u.scheme and dfs.netloc:
+        return f"{u.scheme}://{dfs.netloc}{u.path}"
+    return url
+
+
+def filesystems_for_tokens(urls: Iterable[str | None], conf: dict[str, str] | None = None) -> list[str]:
+    """Distinct non-default ``hdfs://``/``viewfs://`` authorities among ``urls`` (skein ``file_systems``).
+
+    skein always gets a delegation token for the defaultFS; data or checkpoints on another namespace need their own
+    token in the containers, or reads fail once the job runs there.
+    """
+    conf = load_hadoop_conf() if conf is None else conf
+    dfs = urlparse(default_fs(conf))
+    seen: list[str] = []
+    for url in urls:
+        if not url:
+            continue
+        u = urlparse(qualify(url, conf))
+        if u.scheme in ("hdfs", "viewfs") and u.netloc:
+            fs = f"{u.scheme}://{u.netloc}"
+            if (u.scheme, u.netloc) != (dfs.scheme, dfs.netloc) and fs not in seen:
+                seen.append(fs)
+    return seen
+
+
+# ------------------------------------------------------------------------------------------------------------ kerberos
+
+@dataclass(frozen=True)
+class Kerberos:
+    """Principal + keytab for the gateway client (skein driver, hdfs-native) and, shipped, for the containers.
+
+    ``repr`` shows the principal only: the keytab path is not secret, but keeping it out of logs keeps people from
+    copying it around.
+    """
+    principal: str
+    keytab: str
+
+    def __repr__(self) -> str:
+        return f"Kerberos(principal={self.principal!r}, keytab=<hidden>)"
+
+
+def check_keytab(path: str | os.PathLike) -> None:
+    """Refuse a keytab that is missing, not a regular file, or readable by every user (it is a password)."""
+    p = Path(path)
+    try:
+        st = p.stat()
+    except OSError:
+        raise PreflightError(f"kerberos.keytab: cannot read the keytab file ({p.name})") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise PreflightError(f"kerberos.keytab: {p.name} is not a regular file")
+    if st.st_mode & stat.S_IROTH:
+        raise PreflightError(f"kerberos.keytab: {p.name} is world-readable (mode {stat.S_IMODE(st.st_mode):o}); "
+                             f"run chmod 600 on it — tfyarn refuses to use or ship a world-readable keytab")
+
+
+def token_file() -> str | None:
+    """``$HADOOP_TOKEN_FILE_LOCATION`` when set and present (inside YARN containers and Oozie launchers)."""
+    p = os.environ.get("HADOOP_TOKEN_FILE_LOCATION")
+    return p if p and os.path.isfile(p) else None
+
+
+# ---------------------------------------------------------------------------------------------------------- fsspec
+
+def get_fs(url: str, kerberos: Kerberos | None = None, conf: dict[str, str] | None = None,
+           **storage_options: Any) -> tuple[Any, str]:
+    """(fsspec filesystem, path inside it) for ``url``; ``hdfs://``/``viewfs://`` through hdfs-native.
+
+    With ``kerberos`` the hdfs-native client logs in from the keytab itself (no ``kinit``, no shared ticket cache);
+    without it hdfs-native uses the ticket cache or ``$HADOOP_TOKEN_FILE_LOCATION`` tokens.
+    """
+    import fsspec.core
+
+    if "://" not in url and conf is not None:
+        url = qualify(url, conf)
+    u = urlparse(url)
+    if u.scheme in ("hdfs", "viewfs"):
+        url = qualify(url, conf if conf is not None else load_hadoop_conf())
+        u = urlparse(url)
+        from hdfs_native import Client
+        from hdfs_native.fsspec import HdfsFileSystem, ViewfsFileSystem
+
+        cls = HdfsFileSystem if u.scheme == "hdfs" else ViewfsFileSystem
+        if kerberos is not None:
+            # a private instance: fsspec caches filesystems by arguments, and this one gets its own client
+            check_keytab(kerberos.keytab)
+            fs = cls(host=u.hostname, port=u.port, skip_instance_cache=True, **storage_options)
+            base = f"{u.scheme}://{u.netloc}"
+            fs.client = Client(base, dict(storage_options) or None,
+                               kerberos_principal=kerberos.principal, kerberos_keytab=kerberos.keytab)
+        else:
+            fs = cls(host=u.hostname, port=u.port, **storage_options)
+        return fs, u.path or "/"
+    return fsspec.core.url_to_fs(url, **storage_options)
+
+
+def join(url: str, *parts: str) -> str:
+    return "/".join([url.rstrip("/")] + [p.strip("/") for p in parts])

@@ -1,0 +1,265 @@
+"""Checks before anything is packed, uploaded or submitted: fail in seconds on the gateway, not after allocation.
+
+What is checked (all problems are collected and reported together, like spec errors):
+
+* ``data.train`` / ``data.eval``: every URL or glob matches at least one file;
+* ``checkpoint.dir``: can be created and written (a probe file is written and removed);
+* the queue exists and is RUNNING; each role's memory / vcores (and the application master's) fit the queue's and the
+  cluster's maximum allocation; a role's node label is one the queue can use;
+* the Kerberos keytab exists and is not world-readable.
+
+The cluster is behind :class:`ClusterInfo` (two methods) so the rules are tested without a ResourceManager:
+:class:`StaticClusterInfo` for tests or offline use, :class:`SkeinClusterInfo` against a live cluster (queues from
+skein; maxima from the ResourceManager's scheduler REST API when reachable, else the gateway's yarn-site.xml /
+capacity-scheduler.xml). File checks go through fsspec (``hdfs://`` via hdfs-native, ``file://``, ``memory://``...).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import urllib.request
+import uuid
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol
+
+from tfyarn import hdfs
+from tfyarn.errors import PreflightError
+from tfyarn.spec import JobSpec
+
+log = logging.getLogger(__name__)
+
+GetFs = Callable[..., tuple[Any, str]]
+
+
+@dataclass(frozen=True)
+class QueueInfo:
+    name: str
+    state: str = "RUNNING"
+    max_memory_mib: int | None = None      # None: unknown (not checked)
+    max_vcores: int | None = None
+    node_labels: tuple[str, ...] | None = None   # accessible labels; None: unknown; ('*',): any
+
+
+class ClusterInfo(Protocol):
+    def queue(self, name: str) -> QueueInfo | None:
+        """The queue, or None when it does not exist."""
+
+    def max_allocation(self) -> tuple[int | None, int | None]:
+        """The cluster's largest container: (memory MiB, vcores); None where unknown."""
+
+
+@dataclass
+class StaticClusterInfo:
+    """Fixed answers (tests, or a cluster described by hand)."""
+    queues: dict[str, QueueInfo]
+    max_memory_mib: int | None = None
+    max_vcores: int | None = None
+
+    def queue(self, name: str) -> QueueInfo | None:
+        return self.queues.get(name)
+
+    def max_allocation(self) -> tuple[int | None, int | None]:
+        return self.max_memory_mib, self.max_vcores
+
+
+def _int(v: Any) -> int | None:
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def rm_webapp_urls(conf: dict[str, str]) -> list[str]:
+    """ResourceManager web addresses from yarn-site.xml, HA-aware (``yarn.resourcemanager.ha.rm-ids``)."""
+    https = conf.get("yarn.http.policy", "HTTP_ONLY") == "HTTPS_ONLY"
+    key = "yarn.resourcemanager.webapp.https.address" if https else "yarn.resourcemanager.webapp.address"
+    scheme = "https" if https else "http"
+    ids = [i.strip() for i in conf.get("yarn.resourcemanager.ha.rm-ids", "").split(",") if i.strip()]
+    addrs = [conf.get(f"{key}.{i}") or (conf.get(f"yarn.resourcemanager.hostname.{i}", "") + ":8088") for i in ids]
+    if not ids:
+        addrs = [conf.get(key) or (conf.get("yarn.resourcemanager.hostname", "") + (":8090" if https else ":8088"))]
+    return [f"{scheme}://{a}" for a in addrs if a and not a.startswith(":")]
+
+
+class SkeinClusterInfo:
+    """Queues through a skein ``Client``; maxima from the RM scheduler REST API, else from the client config."""
+
+    def __init__(self, client: Any, conf: dict[str, str] | None = None, http_timeout: float = 5.0):
+        self.client = client
+        self.conf = hdfs.load_hadoop_conf() if conf is None else conf
+        self.http_timeout = http_timeout
+        self._sched: dict[str, Any] | None = None
+
+    def _scheduler(self) -> dict[str, Any]:
+        if self._sched is None:
+            self._sched = {}
+            for base in rm_webapp_urls(self.conf):
+                try:
+                    with urllib.request.urlopen(f"{base}/ws/v1/cluster/scheduler", timeout=self.http_timeout) as r:
+                        self._sched = json.loads(r.read()).get("scheduler", {}).get("schedulerInfo", {})
+                        break
+                except (OSError, ValueError) as exc:
+                    log.debug("RM scheduler API at %s: %s", base, exc)
+        return self._sched
+
+    def _rest_queue(self, name: str) -> dict[str, Any] | None:
+        def walk(q: dict[str, Any]) -> dict[str, Any] | None:
+            if q.get("queueName") == name:
+                return q
+            children = (q.get("queues") or {}).get("queue") or []
+            for c in children if isinstance(children, list) else [children]:
+                hit = walk(c)
+                if hit:
+                    return hit
+            return None
+        s = self._scheduler()
+        return walk(s) if s else None
+
+    def queue(self, name: str) -> QueueInfo | None:
+        try:
+            q = self.client.get_queue(name)
+        except Exception as exc:  # noqa: BLE001 - skein raises its own error type for an unknown queue
+            if "not" in str(exc).lower() or "unknown" in str(exc).lower() or "exist" in str(exc).lower():
+                return None
+            raise
+        mem = vc = None
+        rq = self._rest_queue(name)
+        if rq:
+            ma = rq.get("maximumAllocation") or {}
+            mem, vc = _int(ma.get("memory")), _int(ma.get("vCores"))
+        if mem is None:
+            for k, v in self.conf.items():
+                if k.endswith(f".{name}.maximum-allocation-mb") and k.startswith("yarn.scheduler.capacity."):
+                    mem = _int(v)
+                if k.endswith(f".{name}.maximum-allocation-vcores") and k.startswith("yarn.scheduler.capacity."):
+                    vc = _int(v)
+        labels = tuple(getattr(q, "node_labels", ()) or ())
+        return QueueInfo(name=q.name, state=str(q.state), max_memory_mib=mem, max_vcores=vc,
+                         node_labels=labels or None)
+
+    def max_allocation(self) -> tuple[int | None, int | None]:
+        s = self._scheduler()
+        ma = (s or {}).get("maximumAllocation") or {}
+        mem, vc = _int(ma.get("memory")), _int(ma.get("vCores"))
+        if mem is None:
+            mem = _int(self.conf.get("yarn.scheduler.maximum-allocation-mb", 8192))
+        if vc is None:
+            vc = _int(self.conf.get("yarn.scheduler.maximum-allocation-vcores", 4))
+        return mem, vc
+
+
+# --------------------------------------------------------------------------------------------------- the checks
+
+def _has_glob(path: str) -> bool:
+    return any(c in path for c in "*?[")
+
+
+def check_data(spec: JobSpec, get_fs: GetFs = hdfs.get_fs) -> list[str]:
+    problems = []
+    for section, urls in (("data.train", spec.data.train), ("data.eval", spec.data.eval)):
+        for i, url in enumerate(urls):
+            resolved = spec.resolve_path(url)
+            try:
+                fs, path = get_fs(resolved)
+                if _has_glob(path):
+                    hits = [p for p in fs.glob(path) if fs.isfile(p)]
+                else:
+                    hits = [path] if fs.isfile(path) else [p for p in fs.find(path)] if fs.isdir(path) else []
+            except Exception as exc:  # noqa: BLE001 - any filesystem error is a reportable problem here
+                problems.append(f"{section}[{i}]: cannot list {url}: {type(exc).__name__}: {exc}")
+                continue
+            if not hits:
+                problems.append(f"{section}[{i}]: {url} matches no files")
+    return problems
+
+
+def check_checkpoint_dir(spec: JobSpec, get_fs: GetFs = hdfs.get_fs) -> list[str]:
+    """Create the dir and write + delete a probe file: the only reliable test of 'writable' across filesystems."""
+    if not spec.checkpoint.dir:
+        return []
+    url = spec.resolve_path(spec.checkpoint.dir)
+    try:
+        fs, path = get_fs(url)
+        fs.makedirs(path, exist_ok=True)
+        probe = path.rstrip("/") + f"/.tfyarn-write-test-{uuid.uuid4().hex[:12]}"
+        with fs.open(probe, "wb") as f:
+            f.write(b"ok")
+        fs.rm(probe)
+    except Exception as exc:  # noqa: BLE001
+        return [f"checkpoint.dir: {spec.checkpoint.dir} is not writable: {type(exc).__name__}: {exc}"]
+    return []
+
+
+def check_resources(spec: JobSpec, cluster: ClusterInfo, master_memory_mib: int = 512,
+                    master_vcores: int = 1) -> list[str]:
+    problems = []
+    q = cluster.queue(spec.queue)
+    if q is None:
+        return [f"queue: {spec.queue!r} does not exist on this cluster"]
+    if q.state.upper() != "RUNNING":
+        problems.append(f"queue: {spec.queue!r} is {q.state}, not RUNNING (it accepts no applications)")
+    cmem, cvc = cluster.max_allocation()
+    asks = [(f"roles.{name}", r.memory_mib, r.vcores, r.node_label) for name, r in spec.roles.items()
+            if r.instances > 0]
+    asks.append(("application master", master_memory_mib, master_vcores, None))
+    for where, mem, vc, label in asks:
+        role = where.startswith("roles.")
+        for limit, scope in ((q.max_memory_mib, f"queue {spec.queue!r}"), (cmem, "the cluster")):
+            if limit is not None and mem > limit:
+                problems.append(f"{where + '.memory' if role else where + ' memory'}: {mem} MiB exceeds the maximum "
+                                f"container size of {scope} ({limit} MiB)")
+        for limit, scope in ((q.max_vcores, f"queue {spec.queue!r}"), (cvc, "the cluster")):
+            if limit is not None and vc > limit:
+                problems.append(f"{where + '.vcores' if role else where + ' vcores'}: {vc} exceeds the maximum of "
+                                f"{scope} ({limit})")
+        if label and q.node_labels is not None and "*" not in q.node_labels and label not in q.node_labels:
+            problems.append(f"{where}.node_label: {label!r} is not accessible from queue {spec.queue!r} "
+                            f"(accessible: {', '.join(q.node_labels) or 'none'})")
+    return problems
+
+
+def check_kerberos(spec: JobSpec) -> list[str]:
+    if not spec.kerberos:
+        return []
+    try:
+        hdfs.check_keytab(spec.resolve_path(spec.kerberos.keytab))
+    except PreflightError as exc:
+        return [str(exc)]
+    return []
+
+
+def local_path_warnings(spec: JobSpec) -> list[str]:
+    """Paths on the gateway's own disk: YARN containers on other hosts cannot read them (fine on a shared mount)."""
+    out = []
+    urls = [("data.train", u) for u in spec.data.train] + [("data.eval", u) for u in spec.data.eval]
+    if spec.checkpoint.dir:
+        urls.append(("checkpoint.dir", spec.checkpoint.dir))
+    for where, u in urls:
+        if "://" not in u or u.startswith("file://"):
+            out.append(f"{where}: {u} is a local path; YARN containers on other hosts cannot see it "
+                       f"unless it is a shared mount")
+    return out
+
+
+def run_preflight(spec: JobSpec, cluster: ClusterInfo | None = None, get_fs: GetFs = hdfs.get_fs, *,
+                  master_memory_mib: int = 512, master_vcores: int = 1, check_files: bool = True) -> list[str]:
+    """Run every check; raise :class:`PreflightError` listing all problems, else return warnings (may be empty).
+
+    ``cluster=None`` skips the queue/resource checks (no ResourceManager to ask).
+    """
+    problems = check_kerberos(spec)
+    if cluster is not None:
+        problems += check_resources(spec, cluster, master_memory_mib, master_vcores)
+    if check_files:
+        problems += check_data(spec, get_fs)
+        problems += check_checkpoint_dir(spec, get_fs)
+    if problems:
+        n = len(problems)
+        err = PreflightError(f"{n} problem{'s' if n != 1 else ''} found before submitting (nothing was uploaded "
+                             f"or submitted):\n" + "\n".join(f"  - {p}" for p in problems))
+        err.problems = problems  # type: ignore[attr-defined]
+        raise err
+    warnings = local_path_warnings(spec)
+    for w in warnings:
+        log.warning("preflight: %s", w)
+    return warnings

@@ -1,0 +1,178 @@
+"""The runtime's KV on YARN: skein's application key-value store behind tfyarn's :class:`~tfyarn.runtime.kv.KV`.
+
+Why a wrapper: skein's ``kv.wait(key)`` blocks forever (no timeout), values are ``bytes``, and a lost application
+master surfaces as a bare ``ConnectionError``. Here every wait is bounded and names the keys still missing, values are
+``str`` like the local KV, and connection loss is :class:`~tfyarn.runtime.kv.KVUnavailable`.
+
+Also here, because only YARN needs it: the task index. skein names containers ``<service>_<n>`` and gives a *restarted*
+container a new ``n`` (worker_0 dies → worker_2 replaces it), so ``n`` is not the task index after a restart.
+:func:`claim_task_index` makes each container atomically claim a free ``slot/<role>:<i>`` key owned by its container
+id; skein deletes owned keys when their container exits, so a replacement finds exactly the dead task's slot.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import time
+from typing import Any, Iterable, Mapping
+
+from tfyarn.errors import WaitTimeout
+from tfyarn.runtime.kv import KV, KVUnavailable
+
+log = logging.getLogger(__name__)
+
+SLOT_PREFIX = "slot/"
+
+
+def slot_key(role: str, index: int) -> str:
+    return f"{SLOT_PREFIX}{role}:{index}"
+
+
+class SkeinKV(KV):
+    """tfyarn KV over a ``skein.kv.KeyValueStore`` (``app.kv``). Thread-safe as skein's store is."""
+
+    def __init__(self, store: Any, container_id: str | None = None):
+        self.store = store
+        #: ``<service>_<n>`` of this container (for owned keys); None on the gateway.
+        self.container_id = container_id
+
+    @classmethod
+    def from_current(cls) -> "SkeinKV":
+        """The KV of the application this container belongs to (``skein.ApplicationClient.from_current()``)."""
+        from tfyarn.backends._skein import skein
+
+        sk = skein()
+        try:
+            app = sk.ApplicationClient.from_current()
+        except ValueError as exc:  # skein raises context.ValueError "Not running inside a container"
+            raise KVUnavailable(f"not inside a skein container ({exc}); set TFYARN_KV_URL for a local run") from None
+        return cls(app.kv, os.environ.get("SKEIN_CONTAINER_ID"))
+
+    # skein raises ConnectionError when the application master is unreachable; map it to tfyarn's error.
+    def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except ConnectionError as exc:
+            raise KVUnavailable(f"skein application master unreachable: {exc}") from None
+
+    def get(self, key: str) -> str | None:
+        v = self._call(self.store.get, key)
+        return None if v is None else v.decode()
+
+    def put(self, key: str, value: str) -> None:
+        self._call(self.store.put, key, value=str(value).encode())
+
+    def delete(self, key: str) -> None:
+        self._call(self.store.discard, key)
+
+    def items(self, prefix: str = "") -> dict[str, str]:
+        if prefix:
+            got = self._call(self.store.get_prefix, prefix)
+        else:
+            got = self._call(self.store.get_range)
+        return {k: v.decode() for k, v in got.items()}
+
+    def wait_all(self, keys: Iterable[str], timeout: float, what: str | None = None) -> dict[str, str]:
+        """Block until every key exists, woken by skein's watch events (not polling); bounded by ``timeout``.
+
+        Subscribing before the first read closes the race where a key appears between the read and the watch.
+        """
+        keys = list(dict.fromkeys(keys))
+        deadline = time.monotonic() + timeout
+        found: dict[str, str] = {}
+        eq = self._call(self.store.event_queue)
+        try:
+            for k in keys:
+                self._call(eq.subscribe, key=k, event_type="PUT")
+            for k in keys:
+                v = self.get(k)
+                if v is not None:
+                    found[k] = v
+            while len(found) < len(keys):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    missing = [k for k in keys if k not in found]
+                    raise WaitTimeout(f"timed out after {timeout:g}s waiting for {what or 'keys'}: "
+                                      f"missing {', '.join(missing)}")
+                try:
+                    ev = eq.get(timeout=min(left, 5.0))
+                except queue.Empty:
+                    continue
+                except ConnectionError as exc:
+                    raise KVUnavailable(f"skein application master unreachable while waiting for "
+                                        f"{what or 'keys'}: {exc}") from None
+                if ev.key in keys and ev.result is not None and ev.result.value is not None:
+                    found[ev.key] = ev.result.value.decode()
+            return {k: found[k] for k in keys}
+        finally:
+            try:
+                eq.unsubscribe_all()
+            except Exception:  # noqa: BLE001 - the AM may be gone; the wait's outcome matters, not the cleanup
+                pass
+
+    def claim(self, key: str, value: str, owner: str | None = None) -> bool:
+        """Atomically create ``key`` if absent; with ``owner`` (a container id) skein deletes it when that exits."""
+        from tfyarn.backends._skein import skein
+
+        skv = skein().kv
+        op = skv.put(key, value=str(value).encode(), owner=owner) if owner else skv.put(key, value=str(value).encode())
+        res = self._call(self.store.transaction, conditions=[skv.missing(key)], on_success=[op])
+        return bool(res.succeeded)
+
+
+# ------------------------------------------------------------------------------------------------------ task index
+
+def parse_container_id(container_id: str) -> tuple[str, int]:
+    """``'worker_3'`` → ``('worker', 3)`` (skein's ``SKEIN_CONTAINER_ID`` = ``<service>_<instance>``)."""
+    service, sep, n = container_id.rpartition("_")
+    if not sep or not service or not n.isdigit():
+        raise ValueError(f"not a skein container id: {container_id!r} (expected '<service>_<n>')")
+    return service, int(n)
+
+
+def claim_task_index(kv: SkeinKV, role: str, instances: int, container_id: str, timeout: float = 60.0) -> int:
+    """This container's task index: its own instance number if that slot is free, else the first free slot.
+
+    A fresh container ``worker_1`` claims ``slot/worker:1``. A replacement ``worker_2`` (for a dead ``worker_0``)
+    finds ``slot/worker:2`` out of range and takes the slot skein freed when ``worker_0`` exited. Bounded: a dead
+    container's owned keys are deleted shortly after it exits, so we retry until ``timeout``.
+    """
+    _, n = parse_container_id(container_id)
+    order = ([n] if n < instances else []) + [i for i in range(instances) if i != n]
+    deadline = time.monotonic() + timeout
+    delay = 0.05
+    while True:
+        for i in order:
+            if kv.claim(slot_key(role, i), container_id, owner=container_id):
+                return i
+        if time.monotonic() >= deadline:
+            held = kv.items(f"{SLOT_PREFIX}{role}:")
+            raise WaitTimeout(f"timed out after {timeout:g}s waiting for a free {role} slot for container "
+                              f"{container_id}: all {instances} held ({', '.join(f'{k}={v}' for k, v in held.items())})")
+        time.sleep(delay)
+        delay = min(delay * 2, 1.0)
+
+
+def task_index_from_env(environ: Mapping[str, str] | None = None, kv: SkeinKV | None = None,
+                        instances: int | None = None, timeout: float = 60.0) -> int:
+    """The task index for the runtime: ``TFYARN_INDEX`` if set, else derived from ``SKEIN_CONTAINER_ID``.
+
+    With ``kv`` and ``instances`` (the role's instance count) the index is claimed through the KV, which is correct
+    after container restarts; without them it is the instance number (correct until a restart).
+    """
+    env = os.environ if environ is None else environ
+    if env.get("TFYARN_INDEX", "").strip():
+        return int(env["TFYARN_INDEX"])
+    cid = env.get("SKEIN_CONTAINER_ID")
+    if not cid:
+        raise ValueError("neither TFYARN_INDEX nor SKEIN_CONTAINER_ID is set: cannot tell which task this is")
+    if kv is not None and instances is not None:
+        role = env.get("TFYARN_ROLE") or parse_container_id(cid)[0]
+        return claim_task_index(kv, role, instances, cid, timeout)
+    return parse_container_id(cid)[1]
+
+
+def from_current() -> SkeinKV:
+    """The YARN KV for this container (what the runtime uses when ``TFYARN_KV_URL`` is unset)."""
+    return SkeinKV.from_current()
