@@ -125,3 +125,25 @@ def test_unknown_app_is_a_clear_error():
     from tfyarn.errors import AppNotFound
     with pytest.raises(AppNotFound, match="no local app 'local-nope'"):
         LocalBackend().status("local-nope")
+
+
+def test_frozen_worker_fails_the_job_after_the_stall_timeout_with_stacks_in_logs(tmp_path):
+    spec = load_spec_dict(small_spec(tmp_path, model="custom_jobs:lockstep",
+                                     timeouts={"rendezvous": 20, "stall": 4, "shutdown": 5}))
+    backend = LocalBackend()
+    app_id = backend.submit(spec)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and backend.status(app_id).progress.get("global_step", 0) < 5:
+        time.sleep(0.2)
+    assert backend.status(app_id).state is AppState.RUNNING
+    worker = next(p for p in app_processes(app_id) if p.environ()["TFYARN_ROLE"] == "worker")
+    frozen_at = time.monotonic()
+    worker.suspend()  # SIGSTOP
+    st = backend.wait(app_id, timeout=60, poll=0.2)
+    took = time.monotonic() - frozen_at
+    assert st.state is AppState.TIMED_OUT, st.diagnostics
+    assert 4 <= took < 4 + 15, took
+    assert "worker:0" in st.diagnostics and "stopped" in st.diagnostics
+    chief_log = "\n".join(backend.logs(app_id, task="chief:0"))
+    assert "tfyarn stack dump" in chief_log and "lockstep" in chief_log  # where the chief was waiting
+    assert wait_no_processes(app_id, 10) == []

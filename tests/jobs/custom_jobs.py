@@ -25,3 +25,21 @@ def run_long(ctx, helpers):
 @tfyarn.train.custom_train
 def quick(ctx, helpers):
     return {"pid": os.getpid()}
+
+
+@tfyarn.train.custom_train
+def lockstep(ctx, helpers):
+    """Like synchronous training: the chief never gets more than 2 steps ahead of worker:0 (KV as the barrier).
+
+    Freezing worker:0 therefore freezes global progress — what the stall watchdog must catch.
+    """
+    import json
+    for step in range(1, 100000):
+        if ctx.task_id == "chief:0":
+            while True:
+                raw = ctx.kv.get("progress/worker:0")
+                if raw and json.loads(raw).get("step", 0) >= step - 2:
+                    break
+                time.sleep(0.02)
+        helpers.progress.report(step=step, epoch=0, loss=1.0, examples=1)
+        time.sleep(0.05)

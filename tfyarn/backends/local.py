@@ -35,6 +35,7 @@ import psutil
 from tfyarn.backends.base import AppState, AppStatus, Backend, TaskStatus
 from tfyarn.backends.kvserver import KVServer
 from tfyarn.errors import AppNotFound, ExitCode
+from tfyarn.runtime.watchdog import StallWatchdog
 from tfyarn.runtime.context import (ABORT_KEY, DONE_KEY, SUMMARY_KEY, TOTAL_STEPS_KEY, failure_key,
                                     progress_key)
 from tfyarn.spec import JobSpec, load_spec_json
@@ -277,18 +278,34 @@ class Launcher:
         (self.app_dir / "spec.json").write_text(self.spec.to_json())
         (self.app_dir / "launcher.pid").write_text(str(os.getpid()))
         training = set(self.spec.training_tasks)
+        watchdog = None
         with KVServer() as kv:
             self.kv = kv
             try:
                 for t in self.tasks.values():
                     self._start(t, kv.url)
                 self._state = AppState.RUNNING
+                watchdog = self._start_watchdog(kv)
                 self._follow(training)
             finally:
+                if watchdog:
+                    watchdog.stop()
                 self._stop_tasks(list(self.tasks.values()), STOP_GRACE_S)
                 self._finished = time.time()
                 self._refresh()
         return self.status()
+
+    def _start_watchdog(self, kv: KVServer) -> StallWatchdog:
+        """Fail the job (TIMED_OUT) with stacks in the logs when global progress stops for ``timeouts.stall``.
+
+        Start-up (imports, rendezvous, session start) gets ``timeouts.rendezvous + timeouts.stall`` before the first
+        step must appear.
+        """
+        pids = {t.name: t.proc.pid for t in self.tasks.values() if t.proc}
+        wd = StallWatchdog(kv.store, {t: pids[t] for t in self.spec.training_tasks}, self.spec.timeouts.stall,
+                           on_stall=lambda report: self.stop(report.message, AppState.TIMED_OUT), all_tasks=pids,
+                           startup_s=self.spec.timeouts.rendezvous + self.spec.timeouts.stall)
+        return wd.start()
 
     def _follow(self, training: set[str]) -> None:
         last_refresh = 0.0

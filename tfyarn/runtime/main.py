@@ -18,6 +18,7 @@ from pathlib import Path
 from tfyarn.errors import ExitCode, WaitTimeout
 from tfyarn.runtime.context import TaskContext, failure_key
 from tfyarn.runtime.kv import KV, HttpKV, KVUnavailable
+from tfyarn.runtime.watchdog import install_stack_dumps
 from tfyarn.spec import load_spec_json
 
 log = logging.getLogger("tfyarn.runtime")
@@ -116,15 +117,14 @@ def main() -> int:
     task = f"{os.environ.get('TFYARN_ROLE', '?')}:{os.environ.get('TFYARN_INDEX', '?')}"
     _configure_logging(task)
     _die_with_parent()
-    faulthandler.enable()
-    if hasattr(signal, "SIGUSR1"):  # the stall watchdog asks for stacks with SIGUSR1
-        faulthandler.register(signal.SIGUSR1, all_threads=True)
+    faulthandler.enable()  # a crash in TF's C++ still leaves a Python stack in the log
     code_dir = os.environ.get("TFYARN_CODE_DIR")
     if code_dir:
         sys.path.insert(0, code_dir)
     kv: KV | None = None
     try:
         kv = make_kv()
+        install_stack_dumps(kv, task)  # the stall watchdog asks for stacks by SIGUSR1 or through the KV
         ctx = build_context(kv)
         started = time.monotonic()
         run_role(ctx)
