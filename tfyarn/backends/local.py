@@ -38,6 +38,7 @@ from tfyarn.errors import AppNotFound, ExitCode
 from tfyarn.runtime.watchdog import StallWatchdog
 from tfyarn.runtime.context import (ABORT_KEY, DONE_KEY, SUMMARY_KEY, TOTAL_STEPS_KEY, failure_key,
                                     progress_key)
+from tfyarn.report import HISTORY_FILE, ProgressHistory, report_for_launcher
 from tfyarn.spec import JobSpec, load_spec_json
 
 log = logging.getLogger(__name__)
@@ -80,7 +81,7 @@ def _status_from_dict(d: dict) -> AppStatus:
     return AppStatus(app_id=d["app_id"], backend=d.get("backend", "local"), name=d.get("name", ""),
                      state=AppState(d["state"]), diagnostics=d.get("diagnostics", ""), tasks=tasks,
                      progress=d.get("progress", {}), started=d.get("started"), finished=d.get("finished"),
-                     tracking_url=d.get("tracking_url"), summary=d.get("summary"))
+                     tracking_url=d.get("tracking_url"), summary=d.get("summary"), tags=d.get("tags", []))
 
 
 def aggregate_progress(items: dict[str, str], total_steps: int | None, training_tasks: list[str]) -> dict:
@@ -150,6 +151,7 @@ class Launcher:
         self._progress: dict = {}
         self._summary: dict | None = None
         self.kv: KVServer | None = None
+        self.history = ProgressHistory(app_dir / HISTORY_FILE)  # per-task progress over time, for the run report
 
     # ------------------------------------------------------------------------------------------------- control
     def stop(self, reason: str, state: AppState = AppState.KILLED) -> None:
@@ -246,14 +248,16 @@ class Launcher:
                  for t in self.tasks.values()]
         return AppStatus(app_id=self.app_id, backend="local", name=self.spec.name, state=self._state,
                          diagnostics=self._diag, tasks=tasks, progress=self._progress, started=self._started,
-                         finished=self._finished, tracking_url=str(self.app_dir), summary=self._summary)
+                         finished=self._finished, tracking_url=str(self.app_dir), summary=self._summary,
+                         tags=list(self.spec.tags))
 
     def _refresh(self) -> None:
         assert self.kv is not None
         store = self.kv.store
         total = store.get(TOTAL_STEPS_KEY)
-        self._progress = aggregate_progress(store.items("progress/"), int(total) if total else None,
-                                            self.spec.training_tasks)
+        items = store.items("progress/")
+        self.history.record(items)
+        self._progress = aggregate_progress(items, int(total) if total else None, self.spec.training_tasks)
         summary = store.get(SUMMARY_KEY)
         if summary:
             self._summary = json.loads(summary)
@@ -293,7 +297,18 @@ class Launcher:
                 self._stop_tasks(list(self.tasks.values()), STOP_GRACE_S)
                 self._finished = time.time()
                 self._refresh()
+        self._write_report()
         return self.status()
+
+    def _write_report(self) -> None:
+        """The run report (JSON + PNG, ``tfyarn.report``) in the app dir and next to the checkpoints.
+
+        After the final status.json, and never able to change the job's outcome: a report is a convenience.
+        """
+        try:
+            report_for_launcher(self.app_dir, self.status(), self.history, self.spec)
+        except Exception:  # noqa: BLE001 - e.g. an unwritable checkpoint dir; the job result stands
+            log.warning("could not write the run report of %s", self.app_id, exc_info=True)
 
     def _start_watchdog(self, kv: KVServer) -> StallWatchdog:
         """Fail the job (TIMED_OUT) with stacks in the logs when global progress stops for ``timeouts.stall``.
@@ -404,7 +419,8 @@ class LocalBackend(Backend):
         d.mkdir(parents=True)
         (d / "spec.json").write_text(spec.to_json())
         _write_json_atomic(d / "status.json", AppStatus(app_id, "local", spec.name, AppState.PENDING,
-                                                        started=time.time(), tracking_url=str(d)).to_dict())
+                                                        started=time.time(), tracking_url=str(d),
+                                                        tags=list(spec.tags)).to_dict())
         with open(d / "launcher.log", "ab") as out:
             proc = subprocess.Popen([sys.executable, "-m", "tfyarn.backends.local", str(d), app_id],
                                     stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,

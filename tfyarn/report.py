@@ -1,0 +1,246 @@
+"""The run report: what happened over time, per worker, kept next to the checkpoints after the job is gone.
+
+Why a separate artefact from the summary: the summary (written by the chief) holds end figures — first and last loss,
+mean examples/s. When a run is slow or its loss misbehaves, people ask *when* and *which worker*; that needs the
+progress history. The launcher records every ``progress/<task>`` record it sees (:class:`ProgressHistory`, appended to
+``progress.jsonl`` in the app dir as it arrives, so a crashed launcher still leaves it), and at the end
+:func:`write_run_report` writes ``report.json`` (schema ``tfyarn.report/1``) and ``report.png`` (loss and examples/s
+over time, one line per task) into the app dir and, when the spec has one, into ``checkpoint.dir``.
+
+matplotlib is optional (extra ``report``): without it the JSON is still written and the PNG is skipped with a warning.
+It is imported only when a plot is drawn, with the Agg canvas (no display, no global backend switch).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+SCHEMA = "tfyarn.report/1"
+REPORT_JSON = "report.json"
+REPORT_PNG = "report.png"
+HISTORY_FILE = "progress.jsonl"
+#: Fields of a progress record kept in the history (the rest of a record is task-specific detail).
+POINT_FIELDS = ("step", "global_step", "epoch", "loss", "examples_per_sec")
+
+
+class ProgressHistory:
+    """Per-task progress points over time, deduplicated by the record's own timestamp.
+
+    ``record`` takes the raw KV items (``progress/<task>`` → JSON) exactly as the launcher polls them; a record that
+    has not changed since the last poll is skipped, so polling faster than tasks publish costs nothing.
+    """
+
+    def __init__(self, path: Path | None = None):
+        self.path = Path(path) if path else None
+        self.points: list[dict[str, Any]] = []
+        self._seen: dict[str, Any] = {}
+
+    def record(self, items: dict[str, str], now: float | None = None) -> int:
+        """Add the new records among ``items``; returns how many were new (and appended to the file)."""
+        new = []
+        for key, raw in sorted(items.items()):
+            try:
+                rec = json.loads(raw)
+                task = key.split("/", 1)[1]
+            except (ValueError, IndexError):
+                continue
+            stamp = rec.get("time")
+            if stamp is not None and self._seen.get(task) == stamp:
+                continue
+            if stamp is None and self._seen.get(task) == rec:
+                continue
+            self._seen[task] = stamp if stamp is not None else rec
+            point = {"task": task, "time": float(stamp if stamp is not None else (now or time.time()))}
+            point.update({k: rec.get(k) for k in POINT_FIELDS if rec.get(k) is not None})
+            new.append(point)
+        if new:
+            self.points.extend(new)
+            if self.path:
+                with open(self.path, "a") as f:
+                    f.writelines(json.dumps(p, separators=(",", ":")) + "\n" for p in new)
+        return len(new)
+
+    @classmethod
+    def load(cls, path: Path) -> "ProgressHistory":
+        """Read a ``progress.jsonl`` (a torn last line, from a launcher killed mid-write, is ignored)."""
+        h = cls(None)
+        if Path(path).exists():
+            for line in Path(path).read_text().splitlines():
+                try:
+                    h.points.append(json.loads(line))
+                except ValueError:
+                    continue
+        return h
+
+
+def _rate_points(pts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A task's points whose examples/s is meaningful: not its first record, whose window is the instant between
+    the reporter's start and step 1 (a few microseconds, so a huge, meaningless rate)."""
+    return [p for p in pts[1:] if p.get("examples_per_sec") is not None]
+
+
+def _task_stats(points: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    by_task: dict[str, list[dict[str, Any]]] = {}
+    for p in points:
+        by_task.setdefault(p["task"], []).append(p)
+    out = {}
+    for task, pts in sorted(by_task.items()):
+        losses = [p["loss"] for p in pts if p.get("loss") is not None]
+        rates = [p["examples_per_sec"] for p in _rate_points(pts)]
+        out[task] = {"points": len(pts), "last_step": max((p.get("step") or 0) for p in pts),
+                     "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None,
+                     "mean_examples_per_sec": round(sum(rates) / len(rates), 1) if rates else None,
+                     "max_examples_per_sec": max(rates) if rates else None,
+                     "first_time": pts[0]["time"], "last_time": pts[-1]["time"]}
+    return out
+
+
+def build_report(status: dict[str, Any], points: list[dict[str, Any]]) -> dict[str, Any]:
+    """The ``tfyarn.report/1`` document from a status dict (``AppStatus.to_dict()``) and history points."""
+    started, finished = status.get("started"), status.get("finished")
+    return {"schema": SCHEMA, "app_id": status.get("app_id"), "name": status.get("name"),
+            "state": status.get("state"), "exit_code": status.get("exit_code"),
+            "diagnostics": status.get("diagnostics", ""), "started": started, "finished": finished,
+            "duration_s": round(finished - started, 3) if started and finished else None,
+            "summary": status.get("summary"), "tasks": _task_stats(points),
+            "history": HISTORY_FILE, "plot": None}
+
+
+def plot_history(points: list[dict[str, Any]], path: Path, title: str, t0: float | None = None) -> bool:
+    """Draw loss and examples/s over time (one line per task) into ``path``; False when matplotlib is missing."""
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError:
+        log.warning("matplotlib is not installed (pip install 'tfyarn[report]'): no plot in the run report")
+        return False
+    t0 = t0 if t0 is not None else min((p["time"] for p in points), default=0.0)
+    fig = Figure(figsize=(10, 7), dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    ax_loss, ax_rate = fig.subplots(2, 1, sharex=True)
+    tasks = sorted({p["task"] for p in points})
+    for task in tasks:
+        pts = [p for p in points if p["task"] == task]
+        lp = [(p["time"] - t0, p["loss"]) for p in pts if p.get("loss") is not None]
+        rp = [(p["time"] - t0, p["examples_per_sec"]) for p in _rate_points(pts)]
+        if lp:
+            ax_loss.plot(*zip(*lp), marker=".", linewidth=1.2, label=task)
+        if rp:
+            ax_rate.plot(*zip(*rp), marker=".", linewidth=1.2, label=task)
+    ax_loss.set_ylabel("loss")
+    ax_loss.set_title(title)
+    ax_rate.set_ylabel("examples/s")
+    ax_rate.set_xlabel("seconds since start")
+    for ax in (ax_loss, ax_rate):
+        ax.grid(True, alpha=0.3)
+        if tasks:
+            ax.legend(loc="best", fontsize="small")
+    if not points:
+        ax_loss.text(0.5, 0.5, "no progress was reported", ha="center", va="center", transform=ax_loss.transAxes)
+    fig.savefig(str(path))
+    return True
+
+
+def _upload(local: Path, url: str) -> None:
+    import fsspec
+    fs, root = fsspec.core.url_to_fs(url.rstrip("/"))
+    fs.makedirs(root, exist_ok=True)
+    tmp = f"{root}/.tmp-{local.name}"
+    fs.put_file(str(local), tmp)
+    if fs.exists(f"{root}/{local.name}"):
+        fs.rm(f"{root}/{local.name}")
+    fs.mv(tmp, f"{root}/{local.name}")
+
+
+def write_run_report(app_dir: Path, status: dict[str, Any], points: list[dict[str, Any]],
+                     checkpoint_url: str | None = None) -> dict[str, Any]:
+    """Write ``report.json`` + ``report.png`` into ``app_dir`` and copy both to ``checkpoint_url`` (when set)."""
+    app_dir = Path(app_dir)
+    report = build_report(status, points)
+    title = f"{status.get('name')} ({status.get('app_id')}) {status.get('state')}"
+    if plot_history(points, app_dir / REPORT_PNG, title, t0=status.get("started")):
+        report["plot"] = REPORT_PNG
+    if checkpoint_url:
+        report["checkpoint_dir"] = checkpoint_url
+    (app_dir / REPORT_JSON).write_text(json.dumps(report, indent=1, sort_keys=True))
+    if checkpoint_url:
+        for name in (REPORT_JSON, REPORT_PNG, HISTORY_FILE):
+            if (app_dir / name).exists():
+                _upload(app_dir / name, checkpoint_url)
+        log.info("run report written to %s and %s", app_dir, checkpoint_url)
+    return report
+
+
+def report_for_launcher(app_dir: Path, status: Any, history: ProgressHistory, spec: Any) -> dict[str, Any]:
+    """What the local launcher calls at the end of a run (``status`` is an AppStatus, ``spec`` a JobSpec)."""
+    ckpt = spec.resolve_path(spec.checkpoint.dir) if spec.checkpoint.dir else None
+    return write_run_report(app_dir, status.to_dict(), history.points, ckpt)
+
+
+# ------------------------------------------------------------------------------------------------ reading reports
+def fetch_report(app_id: str | None = None, source: str | None = None) -> tuple[dict[str, Any], str | None]:
+    """The report of an app and where its PNG is (a local path or a URL).
+
+    ``source`` is a directory URL holding ``report.json`` (e.g. a YARN job's checkpoint dir on HDFS). Without it, the
+    local app dir of ``app_id`` is used; a local app that has no report yet (still running, or its launcher died) gets
+    one built now from its status and recorded history.
+    """
+    from tfyarn.errors import AppNotFound, TfyarnError
+    if source:
+        import fsspec
+        fs, root = fsspec.core.url_to_fs(source.rstrip("/"))
+        try:
+            with fs.open(f"{root}/{REPORT_JSON}") as f:
+                report = json.loads(f.read())
+        except FileNotFoundError:
+            raise AppNotFound(f"no {REPORT_JSON} under {source}") from None
+        png = f"{source.rstrip('/')}/{REPORT_PNG}" if report.get("plot") else None
+        return report, png
+    if not app_id:
+        raise TfyarnError("give an app id or --from URL")
+    if not app_id.startswith("local-"):
+        raise TfyarnError(f"{app_id} is not a local app: its report is next to its checkpoints; "
+                          f"pass --from <checkpoint dir URL>")
+    from tfyarn.backends.local import LocalBackend
+    backend = LocalBackend()
+    d = backend.app_dir(app_id)
+    if not (d / REPORT_JSON).exists():
+        st = backend.status(app_id).to_dict()
+        write_run_report(d, st, ProgressHistory.load(d / HISTORY_FILE).points)
+    report = json.loads((d / REPORT_JSON).read_text())
+    return report, str(d / REPORT_PNG) if report.get("plot") else None
+
+
+def copy_report(report: dict[str, Any], png: str | None, dest: Path) -> list[Path]:
+    """Copy report.json (and the PNG) into ``dest``; returns the files written."""
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    out = [dest / REPORT_JSON]
+    out[0].write_text(json.dumps(report, indent=1, sort_keys=True))
+    if png:
+        import fsspec
+        with fsspec.open(png, "rb") as src:
+            (dest / REPORT_PNG).write_bytes(src.read())
+        out.append(dest / REPORT_PNG)
+    return out
+
+
+def report_text(report: dict[str, Any], png: str | None) -> str:
+    """A few lines for people: outcome, the plot's location, per-task figures."""
+    took = f" in {report['duration_s']:.1f}s" if report.get("duration_s") else ""
+    lines = [f"run report of {report.get('name')} ({report.get('app_id')}): {report.get('state')}{took}"]
+    if report.get("diagnostics"):
+        lines.append(f"  diagnosis: {report['diagnostics']}")
+    lines.append(f"  plot: {png or '(none: matplotlib missing or no progress)'}")
+    for task, s in (report.get("tasks") or {}).items():
+        loss = (f"loss {s['first_loss']:.4f} -> {s['last_loss']:.4f}"
+                if s.get("first_loss") is not None and s.get("last_loss") is not None else "loss -")
+        rate = (f"examples/s mean {s['mean_examples_per_sec']:,.0f} max {s['max_examples_per_sec']:,.0f}"
+                if s.get("mean_examples_per_sec") is not None else "examples/s -")
+        lines.append(f"  {task:<12} step {s.get('last_step')}  {loss}  {rate}  ({s.get('points')} points)")
+    return "\n".join(lines)
