@@ -141,6 +141,9 @@ class SizeBalancer:
         self.placed: dict[str, int] = {}
 
     def __call__(self, op: Any) -> int:
+        if op.type not in _VAR_OPS:
+            # accumulators, queues, hash tables: an explicit device scope (the variable's ps) overrides this choice
+            return min(range(self.num_ps), key=lambda j: (self.loads[j], j))
         size = _op_bytes(op)
         i = self.planned.get(op.name)
         if i is None:
@@ -191,9 +194,11 @@ class LockstepSync:
                  worker_device: str):
         tf = _tf()
         self.n = num_workers
+        with tf.compat.v1.device(global_step.device):
+            start = tf.identity(global_step.read_value())   # a tensor, not a callable: no colocation with the var
         with tf.compat.v1.device(worker_device):
             self.local_step = tf.compat.v1.Variable(
-                initial_value=lambda: global_step.read_value(), trainable=False, name="tfyarn_local_step",
+                initial_value=start, trainable=False, name="tfyarn_local_step",
                 collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES], use_resource=True, dtype=tf.int64)
         pushes, takes = [], []
         for g, v in grads_and_vars:
