@@ -23,6 +23,8 @@ from tfyarn.runtime.kv import KV, KVUnavailable
 log = logging.getLogger(__name__)
 
 SLOT_PREFIX = "slot/"
+#: ``taskmap/<container id>`` → ``role:index``; not owned, so it outlives the container (status and logs use it).
+TASKMAP_PREFIX = "taskmap/"
 
 
 def slot_key(role: str, index: int) -> str:
@@ -145,6 +147,7 @@ def claim_task_index(kv: SkeinKV, role: str, instances: int, container_id: str, 
     while True:
         for i in order:
             if kv.claim(slot_key(role, i), container_id, owner=container_id):
+                kv.put(f"{TASKMAP_PREFIX}{container_id}", f"{role}:{i}")
                 return i
         if time.monotonic() >= deadline:
             held = kv.items(f"{SLOT_PREFIX}{role}:")

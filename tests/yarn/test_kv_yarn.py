@@ -1,0 +1,112 @@
+"""The runtime's YARN KV adapter over skein's real KeyValueStore (fake only at the AM's gRPC boundary)."""
+import threading
+import time
+
+import pytest
+
+from fake_am import FakeAM
+from tfyarn.errors import WaitTimeout
+from tfyarn.runtime.kv import KVUnavailable, get_json, put_json
+from tfyarn.runtime.kv_yarn import (SkeinKV, claim_task_index, parse_container_id, slot_key,
+                                    task_index_from_env)
+
+
+@pytest.fixture
+def am():
+    return FakeAM()
+
+
+def test_get_put_items_delete_as_str(am):
+    kv = SkeinKV(am.kv)
+    assert kv.get("addr/worker:0") is None
+    kv.put("addr/worker:0", "h:1")
+    kv.put("addr/worker:1", "h:2")
+    kv.put("progress/worker:0", "{}")
+    assert kv.get("addr/worker:0") == "h:1"
+    assert am.kv.get("addr/worker:0") == b"h:1"          # stored as bytes, as skein requires
+    assert kv.items("addr/") == {"addr/worker:0": "h:1", "addr/worker:1": "h:2"}
+    assert set(kv.items()) == {"addr/worker:0", "addr/worker:1", "progress/worker:0"}
+    kv.delete("addr/worker:0")
+    kv.delete("never-there")
+    assert kv.get("addr/worker:0") is None
+    put_json(kv, "summary", {"loss": 0.5})
+    assert get_json(kv, "summary") == {"loss": 0.5}
+
+
+def test_wait_all_wakes_on_put_events(am):
+    kv = SkeinKV(am.kv)
+    kv.put("addr/ps:0", "a:1")
+
+    def later():
+        time.sleep(0.3)
+        SkeinKV(am.kv).put("addr/worker:0", "b:2")
+
+    threading.Thread(target=later).start()
+    t0 = time.monotonic()
+    got = kv.wait_all(["addr/ps:0", "addr/worker:0"], timeout=10, what="peers")
+    assert got == {"addr/ps:0": "a:1", "addr/worker:0": "b:2"}
+    assert time.monotonic() - t0 < 5
+
+
+def test_wait_times_out_naming_missing_keys(am):
+    kv = SkeinKV(am.kv)
+    kv.put("addr/ps:0", "a:1")
+    t0 = time.monotonic()
+    with pytest.raises(WaitTimeout) as ei:
+        kv.wait_all(["addr/ps:0", "addr/worker:1", "addr/chief:0"], timeout=0.5, what="rendezvous")
+    assert 0.4 < time.monotonic() - t0 < 5
+    msg = str(ei.value)
+    assert "rendezvous" in msg and "addr/worker:1" in msg and "addr/chief:0" in msg and "addr/ps:0" not in msg
+    with pytest.raises(WaitTimeout):
+        kv.wait("x", timeout=0.2)
+
+
+def test_am_gone_is_kv_unavailable(am):
+    kv = SkeinKV(am.kv)
+    am.down = True
+    with pytest.raises(KVUnavailable):
+        kv.get("x")
+    with pytest.raises(KVUnavailable):
+        kv.put("x", "1")
+
+
+def test_claim_is_atomic_and_owned(am):
+    kv = SkeinKV(am.kv)
+    assert kv.claim("slot/worker:0", "worker_0", owner="worker_0")
+    assert not kv.claim("slot/worker:0", "worker_5", owner="worker_5")
+    am.container_exited("worker_0")                      # the AM drops keys owned by an exited container
+    assert kv.get("slot/worker:0") is None
+    assert kv.claim("slot/worker:0", "worker_5", owner="worker_5")
+
+
+def test_task_index_survives_restarts(am):
+    kv = SkeinKV(am.kv)
+    assert claim_task_index(kv, "worker", 3, "worker_0") == 0
+    assert claim_task_index(kv, "worker", 3, "worker_1") == 1
+    assert claim_task_index(kv, "worker", 3, "worker_2") == 2
+    am.container_exited("worker_1")                      # worker:1 dies; skein starts worker_3 in its place
+    assert claim_task_index(kv, "worker", 3, "worker_3") == 1
+    assert kv.get("taskmap/worker_3") == "worker:1" and kv.get("taskmap/worker_1") == "worker:1"
+    with pytest.raises(WaitTimeout, match="free worker slot for container worker_4"):
+        claim_task_index(kv, "worker", 3, "worker_4", timeout=0.3)
+
+
+def test_task_index_from_env(am):
+    assert task_index_from_env({"TFYARN_INDEX": "2", "SKEIN_CONTAINER_ID": "worker_7"}) == 2
+    assert task_index_from_env({"SKEIN_CONTAINER_ID": "worker_7"}) == 7
+    kv = SkeinKV(am.kv)
+    env = {"SKEIN_CONTAINER_ID": "worker_7", "TFYARN_ROLE": "worker"}
+    assert task_index_from_env(env, kv=kv, instances=2) == 0
+    assert kv.get(slot_key("worker", 0)) == "worker_7"
+    with pytest.raises(ValueError, match="SKEIN_CONTAINER_ID"):
+        task_index_from_env({})
+    assert parse_container_id("param_server_12") == ("param_server", 12)
+    with pytest.raises(ValueError):
+        parse_container_id("worker")
+
+
+def test_from_current_outside_a_container_is_clear(monkeypatch):
+    for k in ("SKEIN_APPLICATION_ID", "SKEIN_APPMASTER_ADDRESS", "SKEIN_CONTAINER_ID"):
+        monkeypatch.delenv(k, raising=False)
+    with pytest.raises(KVUnavailable, match="not inside a skein container"):
+        SkeinKV.from_current()

@@ -1,0 +1,153 @@
+"""JobSpec → skein.ApplicationSpec through real skein objects, and the container script actually run by bash."""
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+import skein
+import yaml
+
+from conftest import make_spec
+from tfyarn.backends import yarn_spec
+from tfyarn.backends.yarn import YarnBackend
+from tfyarn.backends.yarn_spec import Shipped, build_application_spec, container_script
+from tfyarn.packaging import EnvRef
+
+ENV = EnvRef("pack", "./env/bin/python", archive_url="hdfs://nn:8020/user/alice/.tfyarn/envs/env-venv-abc.tar.gz",
+             env_hash="abc", kind="venv")
+
+
+def shipped(**kw):
+    d = dict(env=ENV, spec_file="/tmp/s/spec.json", tfyarn_src="/tmp/s/tfyarn.zip", code="/tmp/s/code.zip")
+    d.update(kw)
+    return Shipped(**d)
+
+
+def test_round_trip_and_fields(spec):
+    app = build_application_spec(spec, shipped(), master_memory_mib=1024, master_vcores=2,
+                                 file_systems=["hdfs://other-ns"], extra_tags=["airflow-dag:x"])
+    assert isinstance(app, skein.ApplicationSpec)
+    for text in (app.to_yaml(), yarn_spec.to_yaml(app)):
+        assert skein.ApplicationSpec.from_yaml(text) == app
+    assert skein.ApplicationSpec.from_json(app.to_json()) == app
+    assert skein.ApplicationSpec.from_protobuf(app.to_protobuf()).services == app.services
+
+    assert (app.name, app.queue, app.user) == ("yarn-test", "ml", "alice")
+    assert app.tags == {"tfyarn", "tfyarn-name:yarn-test", "team-a", "nightly", "airflow-dag:x"}
+    assert app.file_systems == ["hdfs://other-ns"]
+    assert app.master.resources == skein.Resources(memory=1024, vcores=2)
+    assert app.acls == skein.ACLs(enable=True, view_users=["bob"], modify_groups=["ml-ops"], ui_users=["*"])
+    assert set(app.services) == {"ps", "chief", "worker"}
+    w = app.services["worker"]
+    assert (w.instances, w.resources.memory, w.resources.vcores, w.resources.gpus) == (3, 4096, 4, 1)
+    assert w.node_label == "gpu" and w.max_restarts == 2 and not w.allow_failures
+    assert w.env == {"TF_CPP_MIN_LOG_LEVEL": "2", "TFYARN_ROLE": "worker", "TFYARN_ATTEMPT": "0"}
+    assert "TFYARN_KV_URL" not in w.env and "TFYARN_INDEX" not in w.env
+    assert app.services["chief"].resources == skein.Resources(memory=3072, vcores=2)
+    assert app.services["ps"].resources.memory == 1024 and app.services["ps"].node_label == ""
+    files = w.files
+    assert set(files) == {"env", "tfyarn_src", "code", "tfyarn-spec.json"}
+    assert files["env"].source == ENV.archive_url
+    assert str(files["env"].type) == "ARCHIVE" and str(files["env"].visibility) == "PRIVATE"
+    assert str(files["code"].type) == "ARCHIVE" and files["code"].source == "file:///tmp/s/code.zip"
+    assert str(files["tfyarn-spec.json"].type) == "FILE"
+
+
+def test_sidecar_tensorboard_and_zero_instance_roles():
+    s = make_spec(roles={"worker": {"instances": 2}, "ps": {"instances": 1}, "evaluator": {"instances": 0},
+                         "tensorboard": {"instances": 1}},
+                  checkpoint={"dir": "hdfs:///ckpt"})
+    app = build_application_spec(s, shipped())
+    assert set(app.services) == {"worker", "ps", "tensorboard"}
+    assert app.services["tensorboard"].allow_failures and not app.services["worker"].allow_failures
+
+
+def test_python_source_ships_no_env_and_kerberos_ships_keytab(tmp_path):
+    kt = tmp_path / "me.keytab"
+    kt.write_bytes(b"\x05\x02secret")
+    kt.chmod(0o600)
+    s = make_spec(environment={"python": "/opt/py 3/bin/python"}, kerberos={"principal": "me@EX", "keytab": str(kt)})
+    app = build_application_spec(s, shipped(env=EnvRef("python", "/opt/py 3/bin/python"), code=None,
+                                            keytab=str(kt)))
+    w = app.services["worker"]
+    assert "env" not in w.files and "code" not in w.files
+    assert w.files["tfyarn.keytab"].source == f"file://{kt}"
+    assert w.env["TFYARN_KRB_PRINCIPAL"] == "me@EX"
+    assert "secret" not in app.to_yaml()
+    assert "exec '/opt/py 3/bin/python' -m tfyarn.runtime" in w.script
+    assert 'kinit -kt "$PWD/tfyarn.keytab" "$TFYARN_KRB_PRINCIPAL"' in w.script
+
+
+def _fake_container_dir(tmp_path, script, python_impl):
+    """A directory laid out the way YARN localizes our files (env/, tfyarn_src/, code/, tfyarn-spec.json)."""
+    cdir = tmp_path / "container"
+    (cdir / "env" / "bin").mkdir(parents=True)
+    py = cdir / "env" / "bin" / "python"
+    py.write_text(python_impl)
+    py.chmod(0o755)
+    src_zip = yarn_spec.build_tfyarn_zip(tmp_path / "ship")
+    zipfile.ZipFile(src_zip).extractall(cdir / "tfyarn_src")
+    (cdir / "code").mkdir()
+    (cdir / "tfyarn-spec.json").write_text("{}")
+    (cdir / "script.sh").write_text(script)
+    return cdir
+
+
+def test_container_script_exports_the_task_contract_and_execs_runtime(tmp_path):
+    script = container_script(ENV, code=True, kerberos=False)
+    dump = tmp_path / "dump.txt"
+    cdir = _fake_container_dir(tmp_path, script, f'#!/bin/sh\n{{ echo "ARGS $*"; env; }} > {dump}\n')
+    env = {"PATH": os.environ["PATH"], "SKEIN_APPLICATION_ID": "application_1_0007",
+           "SKEIN_CONTAINER_ID": "worker_2", "CONTAINER_ID": "container_1_0007_01_000004",
+           "TFYARN_ROLE": "worker", "TFYARN_KV_URL": "http://leak", "PYTHONPATH": "/site/extra"}
+    res = subprocess.run(["bash", "script.sh"], cwd=cdir, env=env, capture_output=True, text=True, timeout=30)
+    assert res.returncode == 0, res.stderr
+    assert "[tfyarn] container worker_2 yarn=container_1_0007_01_000004" in res.stderr
+    out = dump.read_text().splitlines()
+    vals = dict(line.split("=", 1) for line in out if "=" in line and not line.startswith("ARGS"))
+    assert out[0] == "ARGS -m tfyarn.runtime"
+    assert vals["TFYARN_APP_ID"] == "application_1_0007"
+    assert vals["TFYARN_SPEC_FILE"] == f"{cdir}/tfyarn-spec.json"
+    assert vals["TFYARN_CODE_DIR"] == f"{cdir}/code"
+    assert vals["PYTHONPATH"] == f"{cdir}/tfyarn_src:/site/extra"
+    assert "TFYARN_KV_URL" not in vals and "TFYARN_INDEX" not in vals
+
+
+def test_shipped_tfyarn_source_is_what_imports(tmp_path):
+    """The zip put on PYTHONPATH wins over any tfyarn installed in the env (the gateway's code runs)."""
+    cdir = _fake_container_dir(tmp_path, "", "")
+    res = subprocess.run([sys.executable, "-c", "import tfyarn.runtime.kv_yarn as m; print(m.__file__)"],
+                         env={"PYTHONPATH": str(cdir / "tfyarn_src"), "PATH": os.environ["PATH"]},
+                         cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip().startswith(str(cdir / "tfyarn_src" / "tfyarn"))
+
+
+def test_zips_are_content_addressed(tmp_path):
+    code = tmp_path / "code"
+    (code / "pkg").mkdir(parents=True)
+    (code / "pkg" / "m.py").write_text("X = 1\n")
+    (code / "__pycache__").mkdir()
+    (code / "__pycache__" / "junk.pyc").write_bytes(b"x")
+    a = yarn_spec.build_code_zip(code, tmp_path / "ship")
+    assert yarn_spec.build_code_zip(code, tmp_path / "ship2") .rsplit("/", 1)[1] == a.rsplit("/", 1)[1]
+    assert zipfile.ZipFile(a).namelist() == ["pkg/m.py"]
+    (code / "pkg" / "m.py").write_text("X = 2\n")
+    assert yarn_spec.build_code_zip(code, tmp_path / "ship") != a
+    assert yarn_spec.build_code_zip(code, tmp_path / "nowrite", write=False) and not (tmp_path / "nowrite").exists()
+
+
+def test_backend_dryrun_is_loadable_and_writes_nothing(tmp_path, monkeypatch, spec):
+    monkeypatch.setenv("TFYARN_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("HADOOP_CONF_DIR", str(tmp_path / "noconf"))
+    b = YarnBackend(staging_dir="hdfs://nn:8020/user/alice/.tfyarn")
+    text = b.dryrun(spec)
+    app = skein.ApplicationSpec.from_yaml(text)
+    assert app == b.build(spec, dry_run=True)[0]
+    assert text == b.dryrun(spec)                                  # stable: same spec → same YAML
+    src = app.services["worker"].files["env"].source
+    assert src.startswith("hdfs://nn:8020/user/alice/.tfyarn/envs/env-venv-") and src.endswith(".tar.gz")
+    assert not (tmp_path / "cache").exists()
+    assert yaml.safe_load(text)["tags"] == sorted(yaml.safe_load(text)["tags"])

@@ -1,0 +1,514 @@
+"""YarnBackend: run a tfyarn job as a skein application on Hadoop YARN, then describe, follow and stop it.
+
+The pieces live in small modules; this one wires them to the :class:`~tfyarn.backends.base.Backend` interface:
+
+* :mod:`tfyarn.preflight` — data, checkpoint dir, queue and resource checks before anything is uploaded;
+* :mod:`tfyarn.packaging` — the environment archive, content-hashed and cached in the staging dir;
+* :mod:`tfyarn.backends.yarn_spec` — JobSpec → ``skein.ApplicationSpec`` (``dryrun`` prints its YAML);
+* :mod:`tfyarn.backends.yarn_logs` — NodeManager logs while running, aggregated logs (Hadoop 3.3 layout) after.
+
+**Driver.** skein talks to YARN through a Java driver. Starting one costs seconds, so we reuse a running global driver
+(``skein driver start``) when there is one; otherwise this backend starts a private driver on first use and stops it in
+:meth:`YarnBackend.close` (``driver="global"`` starts a global one instead and leaves it running for later commands).
+
+**Status after the end.** skein's application master — and its KV with the tasks' progress — is gone once the app
+ends. Every status read while the app runs is saved under ``$TFYARN_HOME/yarn/<app_id>.json`` (with the spec at
+submit), so ``status`` of a finished app still shows its tasks, last progress, summary and failure diagnoses.
+
+**Exit codes** (``AppState.exit_code``): SUCCEEDED 0; FAILED 1; KILLED 3; TIMED_OUT 4 — a FAILED app whose
+diagnostics or task failure messages say "timed out" (tfyarn's bounded waits all raise ``WaitTimeout("timed out
+after …")``). Invalid spec / preflight problems are 2 before anything is submitted.
+"""
+from __future__ import annotations
+
+import getpass
+import json
+import logging
+import os
+import time
+import urllib.error
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from tfyarn import hdfs, packaging
+from tfyarn.backends import yarn_logs, yarn_spec
+from tfyarn.backends._skein import skein
+from tfyarn.backends.base import AppState, AppStatus, Backend, TaskStatus
+from tfyarn.errors import AppNotFound, WaitTimeout
+from tfyarn.spec import JobSpec, load_spec_json
+
+log = logging.getLogger(__name__)
+
+ALL_CONTAINER_STATES = ("WAITING", "REQUESTED", "RUNNING", "SUCCEEDED", "FAILED", "KILLED")
+ACTIVE_APP_STATES = ("SUBMITTED", "ACCEPTED", "RUNNING")
+ALL_APP_STATES = ("NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED", "RUNNING", "FINISHED", "FAILED", "KILLED")
+TIMEOUT_MARK = "timed out"
+
+
+# ------------------------------------------------------------------------------------------------ state mapping
+
+def app_state(yarn_state: Any, final_status: Any, diagnostics: str = "",
+              task_states: list[str] | None = None) -> AppState:
+    """tfyarn's AppState from YARN's (state, final status), e.g. (FINISHED, SUCCEEDED) → SUCCEEDED.
+
+    A running app is PENDING until all of its tasks' containers run (YARN calls it RUNNING as soon as the AM runs).
+    A failure is TIMED_OUT when its diagnostics say a tfyarn deadline ended it.
+    """
+    st, fs = str(yarn_state).upper(), str(final_status).upper()
+    if st in ("NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED"):
+        return AppState.PENDING
+    if st == "RUNNING":
+        if task_states is not None and (not task_states or any(s in ("WAITING", "REQUESTED", "PENDING")
+                                                                for s in task_states)):
+            return AppState.PENDING
+        return AppState.RUNNING
+    if st == "KILLED" or (st == "FINISHED" and fs == "KILLED"):
+        return AppState.KILLED
+    if st == "FINISHED" and fs == "SUCCEEDED":
+        return AppState.SUCCEEDED
+    # FAILED, or FINISHED with FAILED/UNDEFINED final status
+    return AppState.TIMED_OUT if TIMEOUT_MARK in (diagnostics or "").lower() else AppState.FAILED
+
+
+def _ts(dt: Any) -> float | None:
+    return dt.timestamp() if dt is not None else None
+
+
+def _host(nm_http_address: str) -> str | None:
+    if not nm_http_address:
+        return None
+    return nm_http_address.split("://")[-1].rsplit(":", 1)[0] or None
+
+
+def _exit_code(msg: str) -> int | None:
+    import re
+    m = re.search(r"[Ee]xit (?:code|status):?\s*(-?\d+)", msg or "")
+    return int(m.group(1)) if m else None
+
+
+def tasks_from_containers(containers: list[Any], taskmap: dict[str, str], spec: JobSpec | None,
+                          failures: dict[str, str]) -> list[TaskStatus]:
+    """One TaskStatus per task (``role:index``) from skein containers: the newest container holding each task;
+    ``restarts`` = how many earlier containers held it. Tasks with no container yet are PENDING."""
+    by_task: dict[str, list[Any]] = {}
+    for c in containers:
+        cid = f"{c.service_name}_{c.instance}"
+        task = taskmap.get(cid) or f"{c.service_name}:{c.instance}"
+        by_task.setdefault(task, []).append(c)
+    out = []
+    order = spec.tasks() if spec is not None else []
+    names = order + sorted(t for t in by_task if t not in order)
+    for task in names:
+        cs = sorted(by_task.get(task, []), key=lambda c: (c.start_time is None, _ts(c.start_time) or 0, c.instance))
+        if not cs:
+            out.append(TaskStatus(task=task, state="PENDING", diagnostics=failures.get(task, "")))
+            continue
+        c = cs[-1]
+        state = str(c.state)
+        state = "PENDING" if state in ("WAITING", "REQUESTED") else state
+        diag = failures.get(task) or (c.exit_message if state in ("FAILED", "KILLED") else "")
+        out.append(TaskStatus(task=task, state=state, host=_host(c.yarn_node_http_address), restarts=len(cs) - 1,
+                              exit_code=_exit_code(c.exit_message) if state in ("FAILED", "KILLED")
+                              else (0 if state == "SUCCEEDED" else None),
+                              diagnostics=diag, log=c.yarn_container_logs or None))
+    return out
+
+
+def status_from_dict(d: dict[str, Any]) -> AppStatus:
+    return AppStatus(app_id=d["app_id"], backend="yarn", name=d.get("name", ""), state=AppState(d["state"]),
+                     diagnostics=d.get("diagnostics", ""), tasks=[TaskStatus(**t) for t in d.get("tasks", [])],
+                     progress=d.get("progress") or {}, started=d.get("started"), finished=d.get("finished"),
+                     tracking_url=d.get("tracking_url"), summary=d.get("summary"))
+
+
+# ------------------------------------------------------------------------------------------------------ backend
+
+class YarnBackend(Backend):
+    """tfyarn on YARN through skein.
+
+    Options (all optional):
+      staging_dir        HDFS dir for cached env archives (default ``$TFYARN_STAGING_DIR`` or
+                         ``hdfs:///user/<user>/.tfyarn``)
+      hadoop_conf_dir    default ``$HADOOP_CONF_DIR``
+      driver             "auto" (reuse a global skein driver, else a private one stopped by close()) |
+                         "global" (start a global driver if none, leave it running) | "private"
+      master_memory_mib, master_vcores   the skein application master's container
+      preflight          run :func:`tfyarn.preflight.run_preflight` in submit (default True)
+      progress           ``callback(stage, done, total)`` for environment packing/upload
+      extra_tags         more YARN tags (e.g. the Airflow dag/task/run ids)
+      client, cluster    injected skein Client / preflight ClusterInfo (tests, reuse)
+    """
+    name = "yarn"
+
+    def __init__(self, staging_dir: str | None = None, hadoop_conf_dir: str | None = None, driver: str = "auto",
+                 master_memory_mib: int = 512, master_vcores: int = 1, preflight: bool = True,
+                 progress: packaging.Progress | None = None, extra_tags: tuple[str, ...] = (),
+                 client: Any = None, cluster: Any = None, log_poll_s: float = 1.0,
+                 aggregation_wait_s: float = 30.0):
+        if driver not in ("auto", "global", "private"):
+            raise ValueError(f"driver must be auto, global or private, not {driver!r}")
+        self._staging_opt = staging_dir
+        self.hadoop_conf_dir = hadoop_conf_dir
+        self.driver = driver
+        self.master_memory_mib = master_memory_mib
+        self.master_vcores = master_vcores
+        self.preflight = preflight
+        self.progress = progress
+        self.extra_tags = tuple(extra_tags)
+        self.log_poll_s = log_poll_s
+        self.aggregation_wait_s = aggregation_wait_s
+        self._client = client
+        self._owns_client = False
+        self._cluster = cluster
+        self._conf: dict[str, str] | None = None
+        self._apps: dict[str, Any] = {}
+        self.last_env: packaging.EnvRef | None = None
+
+    # -- plumbing ----------------------------------------------------------------------------------------------------
+    @property
+    def conf(self) -> dict[str, str]:
+        if self._conf is None:
+            self._conf = hdfs.load_hadoop_conf(self.hadoop_conf_dir)
+        return self._conf
+
+    @property
+    def user(self) -> str:
+        return os.environ.get("HADOOP_USER_NAME") or getpass.getuser()
+
+    @property
+    def staging_dir(self) -> str:
+        d = self._staging_opt or os.environ.get("TFYARN_STAGING_DIR") or f"hdfs:///user/{self.user}/.tfyarn"
+        return hdfs.qualify(d, self.conf)
+
+    def client(self, spec: JobSpec | None = None) -> Any:
+        """The skein Client: the global driver's if one runs, else a driver of our own (see module docstring)."""
+        if self._client is not None:
+            return self._client
+        sk = skein()
+        krb = spec.kerberos if spec is not None else None
+        kw = {"keytab": spec.resolve_path(krb.keytab), "principal": krb.principal} if krb else {}
+        if kw:
+            hdfs.check_keytab(kw["keytab"])
+        if self.driver in ("auto", "global"):
+            try:
+                self._client = sk.Client.from_global_driver()
+                log.debug("using the running global skein driver")
+                return self._client
+            except sk.exceptions.DriverNotRunningError:
+                if self.driver == "global":
+                    sk.Client.start_global_driver(log=False, **kw)
+                    self._client = sk.Client.from_global_driver()
+                    return self._client
+        log.info("starting a skein driver (JVM) for this command; `skein driver start` keeps one running")
+        self._client = sk.Client(log=False, **kw)
+        self._owns_client = True
+        return self._client
+
+    def close(self) -> None:
+        """Close application connections; stop the skein driver if this backend started a private one."""
+        for app in self._apps.values():
+            try:
+                app.close()
+            except Exception:  # noqa: BLE001
+                pass
+        self._apps.clear()
+        if self._client is not None and self._owns_client:
+            self._client.close()
+            self._client = None
+            self._owns_client = False
+
+    def __enter__(self) -> "YarnBackend":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _state_path(self, app_id: str) -> Path:
+        from tfyarn.backends.local import tfyarn_home
+        return tfyarn_home() / "yarn" / f"{app_id}.json"
+
+    def _load_state(self, app_id: str) -> dict[str, Any]:
+        p = self._state_path(app_id)
+        try:
+            return json.loads(p.read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def _save_state(self, app_id: str, **updates: Any) -> None:
+        p = self._state_path(app_id)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        d = self._load_state(app_id)
+        d.update(updates)
+        tmp = p.with_name(p.name + f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(d, indent=1, default=str))
+        os.replace(tmp, p)
+
+    def _local_dir(self) -> Path:
+        return packaging.cache_dir() / "ship"
+
+    # -- spec → skein ---------------------------------------------------------------------------------------------
+    def build(self, spec: JobSpec, dry_run: bool = False) -> tuple[Any, packaging.EnvRef]:
+        """The skein ApplicationSpec for ``spec`` and its environment; with ``dry_run`` nothing is packed,
+        uploaded or written (the env archive URL is computed from the hash alone)."""
+        env = packaging.ensure_env(spec, self.staging_dir, self.progress, dry_run=dry_run, conf=self.conf)
+        local = self._local_dir()
+        code = None
+        if spec.code:
+            code = yarn_spec.build_code_zip(spec.resolve_path(spec.code), local, write=not dry_run)
+        keytab = spec.resolve_path(spec.kerberos.keytab) if spec.kerberos else None
+        if keytab:
+            hdfs.check_keytab(keytab)
+        shipped = yarn_spec.Shipped(env=env, spec_file=yarn_spec.write_spec_file(spec, local, write=not dry_run),
+                                    tfyarn_src=yarn_spec.build_tfyarn_zip(local, write=not dry_run),
+                                    code=code, keytab=keytab)
+        urls = [*spec.data.train, *spec.data.eval, spec.checkpoint.dir]
+        fss = hdfs.filesystems_for_tokens([spec.resolve_path(u) for u in urls if u], self.conf)
+        app = yarn_spec.build_application_spec(spec, shipped, master_memory_mib=self.master_memory_mib,
+                                               master_vcores=self.master_vcores, file_systems=fss,
+                                               extra_tags=self.extra_tags)
+        return app, env
+
+    def dryrun(self, spec: JobSpec) -> str:
+        """The exact skein YAML ``submit`` would send (``skein.ApplicationSpec.from_yaml`` loads it)."""
+        app, _ = self.build(spec, dry_run=True)
+        return yarn_spec.to_yaml(app)
+
+    def run_preflight(self, spec: JobSpec) -> list[str]:
+        from tfyarn import preflight
+
+        cluster = self._cluster
+        if cluster is None:
+            cluster = preflight.SkeinClusterInfo(self.client(spec), self.conf)
+        return preflight.run_preflight(spec, cluster, master_memory_mib=self.master_memory_mib,
+                                       master_vcores=self.master_vcores)
+
+    def submit(self, spec: JobSpec) -> str:
+        """Preflight, stage the environment (0 bytes when cached), submit; return the YARN application id."""
+        if self.preflight:
+            self.run_preflight(spec)
+        app, env = self.build(spec)
+        self.last_env = env
+        t0 = time.monotonic()
+        app_id = self.client(spec).submit(app)
+        log.info("submitted %s as %s (%.1fs; env %s, %d bytes uploaded)", spec.name, app_id,
+                 time.monotonic() - t0, "cached" if env.cached else env.source, env.uploaded_bytes)
+        self._save_state(app_id, app_id=app_id, name=spec.name, spec=spec.to_json(), submitted=time.time(),
+                         env=env.to_dict())
+        return app_id
+
+    # -- status --------------------------------------------------------------------------------------------------
+    def _report(self, app_id: str) -> Any:
+        sk = skein()
+        try:
+            return self.client().application_report(app_id)
+        except (sk.exceptions.ApplicationError, ValueError) as exc:
+            raise AppNotFound(f"no YARN application {app_id}: {exc}") from None
+
+    def _app_client(self, app_id: str) -> Any | None:
+        app = self._apps.get(app_id)
+        if app is None:
+            sk = skein()
+            try:
+                app = self.client().connect(app_id, wait=False)
+            except (sk.exceptions.ApplicationNotRunningError, sk.exceptions.ConnectionError) as exc:
+                log.debug("cannot connect to %s: %s", app_id, exc)
+                return None
+            self._apps[app_id] = app
+        return app
+
+    def _live(self, app_id: str, spec: JobSpec | None) -> dict[str, Any] | None:
+        """Tasks, progress, summary and failures from the running application master; None if unreachable."""
+        from tfyarn.backends.local import aggregate_progress
+        from tfyarn.runtime.kv_yarn import TASKMAP_PREFIX
+
+        app = self._app_client(app_id)
+        if app is None:
+            return None
+        try:
+            containers = app.get_containers(states=ALL_CONTAINER_STATES)
+            kv = {k: v.decode("utf-8", "replace") for k, v in app.kv.get_range().items()}
+        except Exception as exc:  # noqa: BLE001 - the AM may exit between the report and this call
+            log.debug("application master of %s unreachable: %s", app_id, exc)
+            self._apps.pop(app_id, None)
+            return None
+        taskmap = {k[len(TASKMAP_PREFIX):]: v for k, v in kv.items() if k.startswith(TASKMAP_PREFIX)}
+        failures = {k.split("/", 1)[1]: v for k, v in kv.items() if k.startswith("failure/")}
+        tasks = tasks_from_containers(containers, taskmap, spec, failures)
+        total = kv.get("plan/total_steps")
+        progress = aggregate_progress({k: v for k, v in kv.items() if k.startswith("progress/")},
+                                      int(total) if total and total.isdigit() else None,
+                                      spec.training_tasks if spec else [])
+        summary = None
+        if kv.get("summary"):
+            try:
+                summary = json.loads(kv["summary"])
+            except ValueError:
+                summary = None
+        if kv.get("tensorboard/url"):
+            progress["tensorboard_url"] = kv["tensorboard/url"]
+        return {"tasks": [t.__dict__ for t in tasks], "progress": progress, "summary": summary,
+                "failures": failures, "taskmap": taskmap,
+                "containers": {f"{c.service_name}_{c.instance}": c.yarn_container_id for c in containers}}
+
+    def status(self, app_id: str) -> AppStatus:
+        rep = self._report(app_id)
+        saved = self._load_state(app_id)
+        spec = load_spec_json(saved["spec"]) if saved.get("spec") else None
+        live = self._live(app_id, spec) if str(rep.state) == "RUNNING" else None
+        snap = live or saved.get("snapshot") or {}
+        failures = snap.get("failures") or {}
+        task_states = [t["state"] for t in snap.get("tasks", [])] if live else None
+        diag = (rep.diagnostics or "").strip()
+        fail_text = "; ".join(f"{t}: {m}" for t, m in sorted(failures.items()))
+        state = app_state(rep.state, rep.final_status, f"{diag} {fail_text}", task_states)
+        if fail_text and fail_text not in diag:
+            diag = f"{fail_text}\n{diag}".strip()
+        tasks = [TaskStatus(**t) for t in snap.get("tasks", [])]
+        if state.is_terminal:
+            for t in tasks:   # the last snapshot may predate the end: no task still runs in a finished app
+                if t.state in ("RUNNING", "PENDING"):
+                    t.state = "SUCCEEDED" if state == AppState.SUCCEEDED else "KILLED"
+        st = AppStatus(app_id=app_id, backend="yarn", name=rep.name, state=state, diagnostics=diag, tasks=tasks,
+                       progress=snap.get("progress") or {}, started=_ts(rep.start_time),
+                       finished=_ts(rep.finish_time) if state.is_terminal else None,
+                       tracking_url=rep.tracking_url or None, summary=snap.get("summary"))
+        if live is not None:
+            self._save_state(app_id, app_id=app_id, name=rep.name, snapshot=live)
+        if state.is_terminal and not saved.get("final"):
+            self._save_state(app_id, app_id=app_id, name=rep.name, final=st.to_dict())
+        return st
+
+    def list(self, all_states: bool = False) -> list[AppStatus]:
+        """tfyarn applications (YARN tag ``tfyarn``): active ones, or every one the RM still knows."""
+        reps = self.client().get_applications(states=ALL_APP_STATES if all_states else ACTIVE_APP_STATES)
+        out = []
+        for r in reps:
+            if yarn_spec.TFYARN_TAG not in {t.lower() for t in r.tags}:
+                continue
+            out.append(AppStatus(app_id=r.id, backend="yarn", name=r.name,
+                                 state=app_state(r.state, r.final_status, r.diagnostics),
+                                 diagnostics=r.diagnostics or "", started=_ts(r.start_time),
+                                 finished=_ts(r.finish_time), tracking_url=r.tracking_url or None))
+        return sorted(out, key=lambda s: s.started or 0)
+
+    def kill(self, app_id: str) -> None:
+        self._report(app_id)     # AppNotFound for an unknown id, before asking YARN to kill
+        self.client().kill_application(app_id)
+        app = self._apps.pop(app_id, None)
+        if app is not None:
+            app.close()
+
+    # -- logs ----------------------------------------------------------------------------------------------------
+    def _live_container_logs(self, app_id: str, task: str | None) -> list[tuple[str, yarn_logs.ContainerLog]]:
+        from tfyarn.runtime.kv_yarn import TASKMAP_PREFIX
+
+        app = self._app_client(app_id)
+        if app is None:
+            return []
+        containers = app.get_containers(states=ALL_CONTAINER_STATES)
+        taskmap = {k[len(TASKMAP_PREFIX):]: v.decode() for k, v in app.kv.get_prefix(TASKMAP_PREFIX).items()}
+        out = []
+        for c in containers:
+            if not c.yarn_container_id or not c.yarn_node_http_address:
+                continue
+            label = taskmap.get(f"{c.service_name}_{c.instance}") or f"{c.service_name}:{c.instance}"
+            probe = yarn_logs.ContainerLog(c.yarn_container_id)
+            if task is not None and task not in (label, c.yarn_container_id, label.split(":")[0]):
+                continue
+            try:
+                cl = yarn_logs.nm_container_log(c.yarn_node_http_address, c.yarn_container_id)
+            except (OSError, ValueError, urllib.error.URLError) as exc:
+                log.debug("NodeManager logs of %s: %s; trying `yarn logs`", c.yarn_container_id, exc)
+                try:
+                    text = yarn_logs.yarn_logs_cli(app_id, c.yarn_container_id, timeout=60)
+                    cls = yarn_logs.parse_yarn_logs_output(text)
+                    cl = cls[0] if cls else probe
+                except (OSError, RuntimeError, TimeoutError) as exc2:
+                    cl = probe
+                    cl.files["tfyarn"] = f"[tfyarn] logs unavailable: {exc}; {exc2}\n"
+            out.append((label, cl))
+        return out
+
+    def _finished_logs(self, app_id: str, task: str | None, user: str) -> list[tuple[str, yarn_logs.ContainerLog]]:
+        saved = self._load_state(app_id)
+        snap = saved.get("snapshot") or {}
+        taskmap = snap.get("taskmap") or {}
+        deadline = time.monotonic() + self.aggregation_wait_s
+        logs = None
+        while True:
+            logs = yarn_logs.read_aggregated_logs(app_id, user, self.conf)
+            if logs:
+                break
+            try:
+                logs = yarn_logs.parse_yarn_logs_output(yarn_logs.yarn_logs_cli(app_id, timeout=120))
+            except (OSError, RuntimeError, TimeoutError) as exc:
+                log.debug("`yarn logs` for %s: %s", app_id, exc)
+                logs = None
+            if logs:
+                break
+            if time.monotonic() >= deadline:
+                dirs = ", ".join(yarn_logs.aggregated_log_dirs(app_id, user, self.conf))
+                raise WaitTimeout(f"timed out after {self.aggregation_wait_s:g}s waiting for the aggregated logs of "
+                                  f"{app_id} (looked in {dirs}; is yarn.log-aggregation-enable true?)")
+            time.sleep(2.0)
+        out = []
+        for cl in logs:
+            label = cl.task
+            if ":" in label:
+                skein_id = label.replace(":", "_")
+                label = taskmap.get(skein_id, label)
+            if task is None or task in (label, cl.container_id, label.split(":")[0]):
+                out.append((label, cl))
+        return out
+
+    def logs(self, app_id: str, task: str | None = None, follow: bool = False,
+             all_files: bool = False, follow_timeout: float | None = None) -> Iterator[str]:
+        """``<task> | <line>`` for one task (``worker:1``), one role (``worker``) or all; ``follow`` streams new lines
+        of running containers until the app ends (or ``follow_timeout`` s)."""
+        rep = self._report(app_id)
+        user = rep.user or self.user
+        if str(rep.state) not in ("FINISHED", "FAILED", "KILLED"):
+            yield from self._follow(app_id, task, follow, all_files, follow_timeout)
+        else:
+            for label, cl in self._finished_logs(app_id, task, user):
+                yield from yarn_logs.lines_of(cl, all_files, label)
+
+    def _follow(self, app_id: str, task: str | None, follow: bool, all_files: bool,
+                follow_timeout: float | None) -> Iterator[str]:
+        seen: dict[tuple[str, str], int] = {}
+        deadline = None if follow_timeout is None else time.monotonic() + follow_timeout
+        while True:
+            for label, cl in self._live_container_logs(app_id, task):
+                for name in yarn_logs.select_files(cl, all_files):
+                    text = cl.files[name]
+                    key = (cl.container_id, name)
+                    start = seen.get(key, 0)
+                    if len(text) <= start:
+                        continue
+                    chunk = text[start:]
+                    if follow and not chunk.endswith("\n"):       # hold a partial last line for the next poll
+                        cut = chunk.rfind("\n") + 1
+                        chunk = chunk[:cut]
+                    seen[key] = start + len(chunk)
+                    for line in chunk.splitlines():
+                        yield f"{label} | {line}"
+            if not follow:
+                return
+            if str(self._report(app_id).state) in ("FINISHED", "FAILED", "KILLED"):
+                return
+            if deadline is not None and time.monotonic() >= deadline:
+                return
+            time.sleep(self.log_poll_s)
+
+    # -- waiting -------------------------------------------------------------------------------------------------
+    def wait(self, app_id: str, timeout: float | None = None, poll: float = 1.0,
+             on_update: Callable[[AppStatus], None] | None = None) -> AppStatus:
+        """Poll every ``poll`` s (one RM call + one AM call): returns within ~``poll`` s of the app's end."""
+        return super().wait(app_id, timeout=timeout, poll=poll, on_update=on_update)
+
+
+def pack(spec: JobSpec, staging_dir: str | None = None, progress: packaging.Progress | None = None,
+         hadoop_conf_dir: str | None = None) -> packaging.EnvRef:
+    """``tfyarn pack``: stage the spec's environment now (same cache as submit); 0 bytes when already staged."""
+    b = YarnBackend(staging_dir=staging_dir, hadoop_conf_dir=hadoop_conf_dir, progress=progress)
+    return packaging.ensure_env(spec, b.staging_dir, progress, conf=b.conf)
