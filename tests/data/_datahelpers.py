@@ -1,0 +1,22 @@
+"""Helpers for the data-layer tests (a plain module: conftest is not importable without packages)."""
+from __future__ import annotations
+
+from tfyarn.data.example import encode_example
+from tfyarn.data.tfrecord import TFRecordWriter
+
+#: schema of the records written by write_ids: every record has a globally unique id, so tests can check
+#: "every record exactly once" across workers.
+ID_SCHEMA = {"rid": {"dtype": "int64", "shape": ()}, "x": {"dtype": "float32", "shape": (2,)}}
+
+
+def example(rid: int) -> bytes:
+    return encode_example({"rid": [rid], "x": [float(rid), -float(rid)]}, {"rid": "int64", "x": "float"})
+
+
+def write_ids(url: str, start: int, n: int, compression: str = "none") -> list[bytes]:
+    """Write records rid = start .. start+n-1; returns their payloads."""
+    payloads = [example(start + i) for i in range(n)]
+    with TFRecordWriter(url, compression=compression) as w:
+        for p in payloads:
+            w.write(p)
+    return payloads

@@ -1,0 +1,184 @@
+"""Bad input: every case fails (or, with on_corrupt=skip, is skipped) with an exact message naming file, byte offset,
+record index and feature. Runs without TensorFlow (pure-Python parser) except where marked."""
+from __future__ import annotations
+
+import fsspec
+import pytest
+
+from tfyarn.data import DataError, Feeder, NoDataError, build_manifest
+from tfyarn.data.example import encode_example
+from tfyarn.data.parse import python_parser
+from tfyarn.data.tfrecord import TFRecordWriter
+
+from _datahelpers import ID_SCHEMA, example, write_ids
+
+
+def offsets(payloads):
+    out, acc = [], 0
+    for p in payloads:
+        out.append(acc)
+        acc += len(p) + 16
+    return out
+
+
+def patch(url, pos, fn):
+    fs, p = fsspec.core.url_to_fs(url)
+    data = bytearray(fs.cat_file(p))
+    fn(data, pos)
+    fs.pipe_file(p, bytes(data))
+
+
+def flip(data, pos):
+    data[pos] ^= 0x40
+
+
+def feeder(m, batch=5, workers=1, on_corrupt="fail", **kw):
+    return Feeder(m, ID_SCHEMA, batch, 0, workers, on_corrupt=on_corrupt, parser=python_parser, timeout=30, **kw)
+
+
+def drain(f, epoch=0):
+    return [b for b in f.epoch(epoch)]
+
+
+def test_truncated_file(mem, cache_dir):
+    url = f"{mem}/a.tfrecord"
+    p = write_ids(url, 0, 5)
+    fs, path = fsspec.core.url_to_fs(url)
+    fs.pipe_file(path, fs.cat_file(path)[:-3])
+    with pytest.raises(DataError) as e:
+        build_manifest([url], cache_dir=cache_dir)
+    assert str(e.value) == (f"memory:///{path.lstrip('/')}: record 4 at byte offset {offsets(p)[4]}: truncated file "
+                            f"({len(p[4]) + 16 - 3} trailing bytes are not a complete record)")
+    assert (e.value.record, e.value.offset) == (4, offsets(p)[4])
+
+
+def test_corrupted_length_crc(mem, cache_dir):
+    url = f"{mem}/a.tfrecord"
+    p = write_ids(url, 0, 5)
+    patch(url, offsets(p)[2] + 9, flip)
+    with pytest.raises(DataError) as e:
+        build_manifest([url], cache_dir=cache_dir)
+    full = build_url(url)
+    assert str(e.value) == f"{full}: record 2 at byte offset {offsets(p)[2]}: corrupted record header (length CRC mismatch)"
+
+
+def test_corrupted_length_itself_is_caught_without_reading_to_the_end(mem, cache_dir):
+    url = f"{mem}/a.tfrecord"
+    p = write_ids(url, 0, 5)
+    patch(url, offsets(p)[1] + 6, flip)         # a huge length: framing would otherwise wait for terabytes
+    with pytest.raises(DataError, match=r"record 1 at byte offset \d+: corrupted record header \(length CRC mismatch\)"):
+        build_manifest([url], cache_dir=cache_dir)
+
+
+def build_url(url):
+    fs, path = fsspec.core.url_to_fs(url)
+    return fs.unstrip_protocol(path)
+
+
+def test_corrupted_data_crc_fails_with_location(mem, cache_dir):
+    url = f"{mem}/a.tfrecord"
+    p = write_ids(url, 0, 20)
+    patch(url, offsets(p)[3] + 12 + 5, flip)
+    m = build_manifest([url], cache_dir=cache_dir)          # framing is intact: indexing succeeds
+    with feeder(m) as f, pytest.raises(DataError) as e:
+        drain(f)
+    assert str(e.value) == f"{build_url(url)}: record 3 at byte offset {offsets(p)[3]}: corrupted data (data CRC mismatch)"
+    assert (e.value.path, e.value.record, e.value.offset) == (build_url(url), 3, offsets(p)[3])
+
+
+def test_corrupted_data_crc_skip_loses_nothing_else(mem, cache_dir, no_thread_leak):
+    url = f"{mem}/a.tfrecord"
+    p = write_ids(url, 0, 20)
+    patch(url, offsets(p)[3] + 12 + 5, flip)
+    m = build_manifest([url], cache_dir=cache_dir)
+    with feeder(m, on_corrupt="skip") as f:
+        batches = drain(f)
+        assert len(batches) == f.steps(0) == 4
+        rids = [int(r) for b in batches for r in b["rid"]]
+        assert f.skipped == 1 and f.stats()["skipped"] == 1
+        assert "record 3 at byte offset" in f.stats()["skipped_examples"][0]
+    assert set(rids) == set(range(20)) - {3}          # everything else arrived
+    assert len(rids) == 20 and rids.count(0) == 2      # the shortfall is made up from the start of the share
+
+
+def test_zero_length_file_is_skipped_with_a_warning(mem, cache_dir):
+    write_ids(f"{mem}/a.tfrecord", 0, 5)
+    fsspec.filesystem("memory").pipe_file(f"{mem}/b.tfrecord".removeprefix("memory://"), b"")
+    m = build_manifest([f"{mem}/*.tfrecord"], cache_dir=cache_dir)
+    assert [f.records for f in m.files] == [5]
+    assert m.warnings == (f"{build_url(mem + '/b.tfrecord')}: empty file (0 bytes), skipped",)
+
+
+def test_only_zero_length_files(mem, cache_dir):
+    fsspec.filesystem("memory").pipe_file(f"{mem}/b.tfrecord".removeprefix("memory://"), b"")
+    with pytest.raises(NoDataError) as e:
+        build_manifest([f"{mem}/*.tfrecord"], cache_dir=cache_dir)
+    assert str(e.value) == f"{mem}/*.tfrecord: no records (every matched file is empty)"
+
+
+def test_not_a_tfrecord_file(local, cache_dir):
+    path = local.removeprefix("file://") + "/notes.txt"
+    open(path, "w").write("this is a CSV file, not TFRecords\n1,2,3\n")
+    with pytest.raises(DataError) as e:
+        build_manifest([f"{local}/notes.txt"], cache_dir=cache_dir)
+    assert str(e.value) == (f"file://{path}: not a TFRecord file (the first record header, at byte offset 0, fails "
+                            f"its length CRC check)")
+
+
+def test_tiny_non_tfrecord_file(local, cache_dir):
+    path = local.removeprefix("file://") + "/tiny"
+    open(path, "wb").write(b"hello")
+    with pytest.raises(DataError) as e:
+        build_manifest([f"{local}/tiny"], cache_dir=cache_dir)
+    assert str(e.value) == f"file://{path}: not a TFRecord file (5 bytes, shorter than one record header)"
+
+
+def test_glob_matching_nothing(mem, local):
+    with pytest.raises(NoDataError) as e:
+        build_manifest([f"{local}/nothing-*.tfrecord"])
+    assert str(e.value) == f"{local}/nothing-*.tfrecord: the glob matches no file"
+    assert e.value.exit_code == 2
+    with pytest.raises(NoDataError) as e:
+        build_manifest([f"{mem}/missing.tfrecord"])
+    assert str(e.value) == f"{mem}/missing.tfrecord: no such file"
+
+
+def write_with(url, n, bad_at, bad_payload):
+    payloads = [bad_payload if i == bad_at else example(i) for i in range(n)]
+    with TFRecordWriter(url) as w:
+        for q in payloads:
+            w.write(q)
+    return payloads
+
+
+BAD = {
+    "missing": (encode_example({"rid": [7]}, {"rid": "int64"}), "x", "feature 'x' is missing"),
+    "dtype": (encode_example({"rid": [7], "x": [1, 2]}, {"rid": "int64", "x": "int64"}), "x",
+              "feature 'x' has the wrong dtype: int64_list, expected float_list (dtype float32)"),
+    "shape": (encode_example({"rid": [7], "x": [1.0, 2.0, 3.0]}, {"rid": "int64", "x": "float"}), "x",
+              "feature 'x' has the wrong shape: 3 values, expected 2 (shape (2,))"),
+    "not-example": (b"\xff\xff\xff", None, "not a serialized tf.train.Example (truncated varint)"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_example_fails_naming_record_and_feature(mem, cache_dir, case):
+    payload, feature, what = BAD[case]
+    url = f"{mem}/a.tfrecord"
+    p = write_with(url, 20, 7, payload)
+    m = build_manifest([url], cache_dir=cache_dir)
+    with feeder(m) as f, pytest.raises(DataError) as e:
+        drain(f)
+    assert str(e.value) == f"{build_url(url)}: record 7 at byte offset {offsets(p)[7]}: {what}"
+    assert e.value.feature == feature and e.value.record == 7
+
+
+def test_bad_example_skip(mem, cache_dir, no_thread_leak):
+    url = f"{mem}/a.tfrecord"
+    write_with(url, 20, 7, BAD["missing"][0])
+    m = build_manifest([url], cache_dir=cache_dir)
+    with feeder(m, on_corrupt="skip") as f:
+        rids = [int(r) for b in drain(f) for r in b["rid"]]
+        assert f.skipped == 1
+        assert f.skipped_errors[0].feature == "x"
+    assert len(rids) == 20 and set(rids) == set(range(20)) - {7}
