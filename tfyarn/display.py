@@ -1,15 +1,27 @@
 """What people see while a job runs and when it ends (machines read ``status --output json`` instead).
 
-On a terminal: a live progress line (rich). Elsewhere (cron, Oozie, CI logs): plain timestamped lines at a bounded
-rate, so scheduler logs stay readable.
+Two audiences, two views behind one callable (:class:`ProgressView`, the ``on_update`` of ``run`` / ``wait``):
+
+* on a terminal, :class:`LiveView`: a rich live table of the tasks (role, index, state, host, restarts, step) under a
+  progress bar (global step / total, examples/s, ETA, loss). Task output lines printed meanwhile scroll above it.
+* elsewhere (cron, Oozie, CI, Airflow logs), :class:`LineView`: one plain, timestamped line at most every ``every``
+  seconds, plus a line at once when the job or a task changes state — scheduler logs stay readable and bounded
+  (a 10-hour job at the default 10 s is ~3600 lines, not one per 0.5 s poll).
+
+Rendering is split from output (:func:`render_status`, :func:`progress_text`), so tests render to a string console.
 """
 from __future__ import annotations
 
 import sys
 import time
-from typing import TextIO
+from typing import Any, Callable, TextIO
 
 from tfyarn.backends.base import AppStatus
+
+#: Seconds between two plain progress lines when nothing changed state (non-TTY).
+LINE_EVERY_S = 10.0
+_STATE_STYLE = {"RUNNING": "green", "SUCCEEDED": "bold green", "FAILED": "bold red", "KILLED": "yellow",
+                "TIMED_OUT": "bold red", "PENDING": "dim"}
 
 
 def _fmt_eta(s: float | None) -> str:
@@ -20,6 +32,7 @@ def _fmt_eta(s: float | None) -> str:
 
 
 def progress_text(st: AppStatus) -> str:
+    """One line: state, running tasks, step/total, epoch, examples/s, loss, ETA."""
     p = st.progress or {}
     running = sum(1 for t in st.tasks if t.state == "RUNNING")
     parts = [f"{st.state.value.lower()}", f"tasks {running}/{len(st.tasks)} running"]
@@ -37,31 +50,140 @@ def progress_text(st: AppStatus) -> str:
     return " · ".join(parts)
 
 
-class ProgressView:
-    """Callable for ``on_update``: a live line on a TTY, else a timestamped line every ``every`` seconds."""
+# ------------------------------------------------------------------------------------------------ rich rendering
+def tasks_table(st: AppStatus) -> Any:
+    """A rich Table: one row per task (role, index, state, host, restarts, local step, exit code)."""
+    from rich.table import Table
+    per_task = (st.progress or {}).get("per_task") or {}
+    table = Table(box=None, pad_edge=False, header_style="bold", expand=False)
+    for col, kw in (("role", {}), ("#", {"justify": "right"}), ("state", {}), ("host", {}),
+                    ("restarts", {"justify": "right"}), ("step", {"justify": "right"}), ("exit", {"justify": "right"})):
+        table.add_column(col, **kw)
+    for t in st.tasks:
+        role, _, index = t.task.partition(":")
+        step = per_task.get(t.task)
+        table.add_row(role, index, f"[{_STATE_STYLE.get(t.state, '')}]{t.state}[/]", t.host or "-", str(t.restarts),
+                      "-" if step is None else str(step), "" if t.exit_code is None else str(t.exit_code))
+    return table
 
-    def __init__(self, out: TextIO | None = None, every: float = 10.0, live: bool | None = None):
-        self.out = out or sys.stderr
-        self.every = every
-        self.live = self.out.isatty() if live is None else live
-        self._last = 0.0
+
+def progress_line(st: AppStatus, width: int = 30) -> Any:
+    """The progress bar with its figures: global step / total (%), examples/s, ETA, loss, epoch."""
+    from rich.progress_bar import ProgressBar
+    from rich.table import Table
+    p = st.progress or {}
+    step, total = p.get("global_step") or 0, p.get("total_steps")
+    bar = ProgressBar(total=float(total) if total else None, completed=float(min(step, total or step)), width=width,
+                      animation_time=0.0 if st.state.is_terminal else None)
+    figures = [f"step {step}/{total} ({100.0 * step / total:.0f}%)" if total else f"step {step}"]
+    figures.append(f"{p['examples_per_sec']:,.0f} ex/s" if p.get("examples_per_sec") else "- ex/s")
+    figures.append(f"ETA {_fmt_eta(p.get('eta_s'))}")
+    figures.append(f"loss {p['loss']:.4f}" if p.get("loss") is not None else "loss -")
+    if p.get("epoch") is not None:
+        figures.append(f"epoch {p['epoch']}")
+    grid = Table.grid(padding=(0, 1))
+    grid.add_row(f"[{_STATE_STYLE.get(st.state.value, '')}]{st.state.value}[/]", bar, "  ".join(figures))
+    return grid
+
+
+def render_status(st: AppStatus) -> Any:
+    """Everything the live view shows for one status: a title, the task table, the progress line."""
+    from rich.console import Group
+    from rich.text import Text
+    return Group(Text(f"{st.name} ({st.app_id})", style="bold"), tasks_table(st), progress_line(st))
+
+
+# ------------------------------------------------------------------------------------------------ the two views
+class LineView:
+    """Plain timestamped lines at a bounded rate: a line every ``every`` s if the text changed, and at once when the
+    job's or a task's state changes. ``clock`` is injectable so tests check the rate without sleeping."""
+
+    def __init__(self, out: TextIO, every: float = LINE_EVERY_S, clock: Callable[[], float] = time.monotonic,
+                 stamp: Callable[[], str] | None = None):
+        self.out, self.every, self.clock = out, every, clock
+        self.stamp = stamp or (lambda: time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+        self._last = -float("inf")
         self._last_text = ""
+        self._states: tuple = ()
 
     def __call__(self, st: AppStatus) -> None:
+        states = (st.state.value,) + tuple((t.task, t.state) for t in st.tasks)
         text = progress_text(st)
-        now = time.monotonic()
-        if self.live:
-            self.out.write("\r\033[K" + text)
+        now = self.clock()
+        changed = states != self._states
+        if changed or (text != self._last_text and now - self._last >= self.every):
+            line = f"{self.stamp()} {st.app_id} {text}"
+            if changed and self._states:
+                old = dict(self._states[1:])
+                moved = [f"{t.task} {t.state}" for t in st.tasks if old.get(t.task) != t.state]
+                if moved:
+                    line += " [" + ", ".join(moved) + "]"
+            self.out.write(line + "\n")
             self.out.flush()
-        elif text != self._last_text and (now - self._last >= self.every or st.state.is_terminal):
-            self.out.write(time.strftime("%Y-%m-%dT%H:%M:%S ") + text + "\n")
-            self.out.flush()
-            self._last, self._last_text = now, text
+            self._last, self._last_text, self._states = now, text, states
 
     def close(self) -> None:
-        if self.live:
-            self.out.write("\r\033[K")
+        pass
+
+
+class LiveView:
+    """A rich live display (task table + progress bar), refreshed on each status; ``close`` leaves the last frame."""
+
+    def __init__(self, console: Any = None, out: TextIO | None = None):
+        from rich.console import Console
+        from rich.live import Live
+        self.console = console or Console(file=out or sys.stderr, force_terminal=True)
+        self._live = Live(console=self.console, refresh_per_second=4, transient=False, redirect_stdout=True,
+                          redirect_stderr=True, auto_refresh=True)
+        self._started = False
+
+    def __call__(self, st: AppStatus) -> None:
+        if not self._started:
+            self._live.start()
+            self._started = True
+        self._live.update(render_status(st), refresh=True)
+
+    def print(self, text: str) -> None:
+        """Print a line above the live display (thread-safe: rich serialises console output)."""
+        from rich.text import Text
+        self.console.print(Text(text), soft_wrap=True)
+
+    def close(self) -> None:
+        if self._started:
+            self._live.stop()
+            self._started = False
+
+
+class ProgressView:
+    """Callable for ``on_update``: the live view on a TTY, else plain timestamped lines every ``every`` seconds."""
+
+    def __init__(self, out: TextIO | None = None, every: float = LINE_EVERY_S, live: bool | None = None):
+        self.out = out or sys.stderr
+        self.every = every
+        self.live = _isatty(self.out) if live is None else live
+        self._view: LiveView | LineView = LiveView(out=self.out) if self.live else LineView(self.out, every)
+
+    def __call__(self, st: AppStatus) -> None:
+        self._view(st)
+
+    def echo(self, task: str, line: str) -> None:
+        """A task's output line (the ``echo`` of ``run``): above the live display on a TTY, else as a plain line."""
+        text = f"{task:>13} | {line}"
+        if isinstance(self._view, LiveView):
+            self._view.print(text)
+        else:
+            self.out.write(text + "\n")
             self.out.flush()
+
+    def close(self) -> None:
+        self._view.close()
+
+
+def _isatty(out: TextIO) -> bool:
+    try:
+        return bool(out.isatty())
+    except (AttributeError, ValueError):
+        return False
 
 
 def summary_text(st: AppStatus) -> str:
