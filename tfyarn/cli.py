@@ -105,7 +105,8 @@ def run(ctx: click.Context, spec_path: str, overrides: tuple[str, ...], backend:
     quiet = ctx.obj["quiet"]
     view = None if quiet else ProgressView()
     try:
-        st = api.run(spec, backend=backend, echo=None if quiet else _echo_task, on_update=view)
+        # task lines go through the view: on a TTY they must print above the live table, not through it
+        st = api.run(spec, backend=backend, echo=view.echo if view else None, on_update=view)
     finally:
         if view:
             view.close()
