@@ -338,7 +338,9 @@ class Launcher:
                 t.exit_code = t.proc.returncode
                 if t.exit_code == 0:
                     t.state = "SUCCEEDED"
-                    if t.name not in training and not self._training_done(training):
+                    # ps/evaluator/tensorboard end when the chief publishes done; before that, their exit is a bug
+                    done = self.kv is not None and self.kv.store.get(DONE_KEY) is not None
+                    if t.name not in training and not done and not self._training_done(training):
                         t.diagnostics = "exited before training finished"
                         self._end(AppState.FAILED, f"{t.name} exited before training finished")
                         return
