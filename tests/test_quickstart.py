@@ -1,0 +1,39 @@
+"""The README's quickstart, exactly as a new user runs it: real processes (ps, chief, 2 workers) over gRPC."""
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, wait_no_processes
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+
+
+def test_quickstart_trains_to_the_end_and_the_loss_goes_down(tfyarn_home):
+    proc = subprocess.run([sys.executable, "-m", "tfyarn.cli", "run", str(ROOT / "specs" / "quickstart.yaml")],
+                          capture_output=True, text=True, timeout=200, cwd=ROOT)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    # the summary a user reads
+    assert re.search(r"job quickstart SUCCEEDED in [\d.]+s", out)
+    m = re.search(r"steps per worker: chief:0=(\d+) worker:0=(\d+) worker:1=(\d+)", out)
+    assert m and len(set(m.groups())) == 1, "every worker runs the same number of steps"
+    assert re.search(r"examples/s: [\d,]+", out)
+    loss = re.search(r"loss: first ([\d.]+) -> last ([\d.]+) \(down", out)
+    assert loss and float(loss.group(2)) < 0.9 * float(loss.group(1)), out[-1500:]
+    # live output is prefixed with the task
+    for task in ("ps:0", "chief:0", "worker:0", "worker:1"):
+        assert f"{task} | " in out
+    # the machine-readable facts agree
+    app_id = re.search(r"\((local-[\w-]+)\)", out).group(1)
+    st = json.loads((tfyarn_home / "apps" / app_id / "status.json").read_text())
+    s = st["summary"]
+    steps = int(m.group(1))
+    assert s["global_step"] == s["total_steps"] == 3 * steps
+    assert s["steps_per_worker"] == {"chief:0": steps, "worker:0": steps, "worker:1": steps}
+    assert s["global_batch_size"] == 768
+    assert {t["task"]: t["state"] for t in st["tasks"]} == {
+        "ps:0": "SUCCEEDED", "chief:0": "SUCCEEDED", "worker:0": "SUCCEEDED", "worker:1": "SUCCEEDED"}
+    assert wait_no_processes(app_id, 5) == []
