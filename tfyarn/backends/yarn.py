@@ -234,7 +234,8 @@ class YarnBackend(Backend):
         except (OSError, ValueError):
             return {}
 
-    def _save_state(self, app_id: str, **updates: Any) -> None:
+    def _save_state(self, _app_id: str, **updates: Any) -> None:
+        app_id = _app_id
         p = self._state_path(app_id)
         p.parent.mkdir(parents=True, exist_ok=True)
         d = self._load_state(app_id)

@@ -1,0 +1,204 @@
+"""YarnBackend's client side: YARN states → tfyarn states/exit codes, per-task status from skein containers and the
+app KV, status after the application master is gone, submit/kill/list, and preflight stopping a submit.
+
+The ResourceManager and the application master are the edge we cannot run here: ``FakeRM`` answers with real
+``skein.model.ApplicationReport`` / ``Container`` objects, and the app KV is skein's real KeyValueStore on FakeAM.
+"""
+from datetime import datetime, timedelta
+
+import fsspec
+import pytest
+import skein
+from skein.model import ApplicationReport, Container, ResourceUsageReport
+
+from conftest import make_spec
+from fake_am import FakeAM
+from tfyarn.backends.base import AppState
+from tfyarn.backends.yarn import YarnBackend, app_state
+from tfyarn.errors import AppNotFound, ExitCode, PreflightError
+from tfyarn.preflight import QueueInfo, StaticClusterInfo
+from tfyarn.runtime.kv import put_json
+from tfyarn.runtime.kv_yarn import SkeinKV, claim_task_index
+
+APP = "application_1700000000000_0042"
+T0 = datetime(2026, 1, 1, 12, 0, 0)
+
+
+def report(state="RUNNING", final="UNDEFINED", diagnostics="", tags=("tfyarn",), app_id=APP, name="yarn-test"):
+    res = skein.Resources(memory=0, vcores=0)
+    return ApplicationReport(id=app_id, name=name, user="alice", queue="ml", tags=set(tags), host="am-host",
+                             port=9000, tracking_url="http://rm/proxy/" + app_id, state=state, final_status=final,
+                             progress=0.1, usage=ResourceUsageReport(0, 0, 0, res, res, res),
+                             diagnostics=diagnostics, start_time=T0,
+                             finish_time=None if state == "RUNNING" else T0 + timedelta(minutes=5))
+
+
+def container(service, instance, state, minute=0, exit_message=""):
+    return Container(service_name=service, instance=instance, state=state,
+                     yarn_container_id=f"container_1700000000000_0042_01_{instance + 2:06d}",
+                     yarn_node_http_address="node1:8042", start_time=T0 + timedelta(minutes=minute),
+                     finish_time=None, exit_message=exit_message)
+
+
+class FakeApp:
+    def __init__(self, containers):
+        self.am = FakeAM()
+        self.kv = self.am.kv
+        self.containers = containers
+
+    def get_containers(self, services=None, states=None):
+        return [c for c in self.containers if states is None or str(c.state) in states]
+
+    def close(self):
+        pass
+
+
+class FakeRM:
+    """skein.Client's surface that YarnBackend uses."""
+
+    def __init__(self, reports, app=None):
+        self.reports = {r.id: r for r in reports}
+        self.app = app
+        self.submitted = []
+        self.killed = []
+
+    def application_report(self, app_id):
+        if app_id not in self.reports:
+            raise skein.exceptions.ApplicationError(f"Application {app_id} not found")
+        return self.reports[app_id]
+
+    def connect(self, app_id, wait=True):
+        if str(self.reports[app_id].state) != "RUNNING" or self.app is None:
+            raise skein.exceptions.ApplicationNotRunningError(app_id)
+        return self.app
+
+    def submit(self, spec):
+        assert isinstance(spec, skein.ApplicationSpec)
+        self.submitted.append(spec)
+        return APP
+
+    def kill_application(self, app_id, user=""):
+        self.killed.append(app_id)
+
+    def get_applications(self, states=None, **kw):
+        return [r for r in self.reports.values() if str(r.state) in states]
+
+
+@pytest.mark.parametrize("yarn, final, diag, tasks, expected, code", [
+    ("ACCEPTED", "UNDEFINED", "", None, AppState.PENDING, None),
+    ("RUNNING", "UNDEFINED", "", ["RUNNING", "PENDING"], AppState.PENDING, None),
+    ("RUNNING", "UNDEFINED", "", ["RUNNING", "RUNNING"], AppState.RUNNING, None),
+    ("FINISHED", "SUCCEEDED", "", None, AppState.SUCCEEDED, ExitCode.SUCCEEDED),
+    ("FINISHED", "FAILED", "Failure in service worker", None, AppState.FAILED, ExitCode.FAILED),
+    ("FAILED", "FAILED", "AM container exited with 137", None, AppState.FAILED, ExitCode.FAILED),
+    ("FINISHED", "KILLED", "", None, AppState.KILLED, ExitCode.KILLED),
+    ("KILLED", "KILLED", "Application killed by user", None, AppState.KILLED, ExitCode.KILLED),
+    ("FINISHED", "FAILED", "worker:1: timed out after 300s waiting for rendezvous", None, AppState.TIMED_OUT,
+     ExitCode.TIMED_OUT),
+    ("FINISHED", "UNDEFINED", "", None, AppState.FAILED, ExitCode.FAILED),
+])
+def test_state_and_exit_code_mapping(yarn, final, diag, tasks, expected, code):
+    st = app_state(skein.model.ApplicationState(yarn), skein.model.FinalStatus(final), diag, tasks)
+    assert st == expected
+    assert (st.exit_code if st.is_terminal else None) == code
+
+
+@pytest.fixture
+def running(monkeypatch, tmp_path):
+    monkeypatch.setenv("TFYARN_HOME", str(tmp_path / "home"))
+    spec = make_spec(environment={"python": "/opt/py/bin/python"})
+    cs = [container("ps", 0, "RUNNING"), container("chief", 0, "RUNNING"), container("worker", 0, "RUNNING"),
+          container("worker", 1, "FAILED", exit_message="Exit code: 137, killed"),
+          container("worker", 2, "RUNNING"), container("worker", 3, "RUNNING", minute=2)]
+    app = FakeApp(cs)
+    kv = SkeinKV(app.kv)
+    for cid, n in (("worker_0", 0), ("worker_1", 1), ("worker_2", 2)):
+        assert claim_task_index(kv, "worker", 3, cid) == n
+    app.am.container_exited("worker_1")
+    assert claim_task_index(kv, "worker", 3, "worker_3") == 1       # the replacement takes worker:1's slot
+    kv.put("plan/total_steps", "100")
+    put_json(kv, "progress/chief:0", {"step": 40, "global_step": 40, "examples_per_sec": 100.0, "loss": 0.4,
+                                      "steps_per_sec": 2.0})
+    put_json(kv, "progress/worker:0", {"step": 38, "global_step": 39, "examples_per_sec": 90.0, "loss": 0.6,
+                                       "steps_per_sec": 2.0})
+    rm = FakeRM([report()], app)
+    b = YarnBackend(client=rm, cluster=StaticClusterInfo({"ml": QueueInfo("ml")}), preflight=False)
+    b._save_state(APP, app_id=APP, name=spec.name, spec=spec.to_json())
+    return b, rm, app, kv
+
+
+def test_running_status_from_containers_and_kv(running):
+    b, rm, app, kv = running
+    st = b.status(APP)
+    assert st.state == AppState.RUNNING and st.backend == "yarn" and st.started == T0.timestamp()
+    tasks = {t.task: t for t in st.tasks}
+    assert list(tasks) == ["ps:0", "chief:0", "worker:0", "worker:1", "worker:2"]
+    assert tasks["worker:1"].state == "RUNNING" and tasks["worker:1"].restarts == 1
+    assert tasks["worker:0"].restarts == 0 and tasks["worker:0"].host == "node1"
+    assert st.progress["global_step"] == 40 and st.progress["total_steps"] == 100
+    assert st.progress["examples_per_sec"] == 190.0 and st.progress["eta_s"] == 15.0
+    d = st.to_dict()
+    assert d["schema"] == "tfyarn.status/1" and d["exit_code"] is None
+
+
+def test_status_after_the_am_is_gone_uses_the_last_snapshot(running):
+    b, rm, app, kv = running
+    b.status(APP)                                       # a poll while running (what `wait` does every second)
+    kv.put("failure/worker:2", "ValueError: bad record in part-3 at offset 77")
+    b.status(APP)
+    rm.reports[APP] = report("FINISHED", "FAILED", "Failure in service worker, see logs")
+    b._apps.clear()
+    st = b.status(APP)
+    assert st.state == AppState.FAILED and st.state.exit_code == 1
+    assert st.diagnostics.startswith("worker:2: ValueError: bad record in part-3 at offset 77")
+    assert "Failure in service worker" in st.diagnostics
+    assert {t.task for t in st.tasks} >= {"worker:1", "worker:2"}
+    assert all(t.state not in ("RUNNING", "PENDING") for t in st.tasks)
+    assert st.progress["global_step"] == 40 and st.finished is not None
+    fresh = YarnBackend(client=rm, preflight=False)     # another CLI process: reads the saved snapshot
+    assert fresh.status(APP).diagnostics == st.diagnostics
+
+
+def test_timed_out_from_task_failure_text(running):
+    b, rm, app, kv = running
+    kv.put("failure/chief:0", "timed out after 300s waiting for rendezvous: missing addr/worker:2")
+    b.status(APP)
+    rm.reports[APP] = report("FINISHED", "FAILED", "Failure in service chief")
+    b._apps.clear()
+    assert b.status(APP).state == AppState.TIMED_OUT
+
+
+def test_unknown_app_kill_and_list(running):
+    b, rm, app, kv = running
+    with pytest.raises(AppNotFound):
+        b.status("application_1_0001")
+    with pytest.raises(AppNotFound):
+        b.kill("application_1_0001")
+    assert rm.killed == []
+    b.kill(APP)
+    assert rm.killed == [APP]
+    rm.reports["application_1700000000000_0050"] = report(app_id="application_1700000000000_0050",
+                                                          tags=("spark",), name="other")
+    assert [s.app_id for s in b.list()] == [APP]
+
+
+def test_submit_runs_preflight_first_and_saves_the_spec(tmp_path, monkeypatch):
+    monkeypatch.setenv("TFYARN_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("TFYARN_CACHE_DIR", str(tmp_path / "cache"))
+    fs = fsspec.filesystem("memory")
+    fs.pipe("/sub/data/part-0.tfrecord", b"x")
+    spec = make_spec(environment={"python": "/opt/py/bin/python"},
+                     data={"train": ["memory:///sub/data/part-*.tfrecord"], "batch_size": 4,
+                           "features": {"label": {"dtype": "float32"}}})
+    rm = FakeRM([report()])
+    small = StaticClusterInfo({"ml": QueueInfo("ml", max_memory_mib=2048)}, max_memory_mib=8192, max_vcores=8)
+    b = YarnBackend(client=rm, cluster=small, staging_dir="memory:///sub/staging")
+    with pytest.raises(PreflightError) as ei:
+        b.submit(spec)
+    assert "roles.worker.memory: 4096 MiB exceeds the maximum container size of queue 'ml' (2048 MiB)" in str(ei.value)
+    assert rm.submitted == [] and not (tmp_path / "cache").exists()
+    b._cluster = StaticClusterInfo({"ml": QueueInfo("ml")}, max_memory_mib=8192, max_vcores=8)
+    assert b.submit(spec) == APP
+    sent = rm.submitted[0]
+    assert sent.services["worker"].instances == 3 and "tfyarn" in sent.tags
+    assert YarnBackend(client=rm, preflight=False)._load_state(APP)["spec"] == spec.to_json()

@@ -1,0 +1,100 @@
+"""Environment hash stability/change detection, venv-pack on a real venv, and the staging cache (memory://)."""
+import subprocess
+import tarfile
+
+import fsspec
+import pytest
+
+from conftest import add_dist, make_spec, site_packages
+from tfyarn import packaging
+from tfyarn.packaging import PackagingError, ensure_env, env_fingerprint
+
+
+def test_hash_is_stable_and_detects_changes(small_venv, tmp_path):
+    h0 = env_fingerprint(small_venv).env_hash
+    assert env_fingerprint(small_venv).env_hash == h0
+    add_dist(small_venv, "numpy", "2.0.0")
+    h1 = env_fingerprint(small_venv).env_hash
+    assert h1 != h0
+    add_dist(small_venv, "numpy", "2.0.1")                     # version change
+    h2 = env_fingerprint(small_venv).env_hash
+    assert h2 not in (h0, h1)
+    add_dist(small_venv, "tfyarn", "9.9.9")                    # tfyarn is shipped separately: not in the hash
+    assert env_fingerprint(small_venv).env_hash == h2
+    src = tmp_path / "mylib"
+    (src / "mylib").mkdir(parents=True)
+    (src / "mylib" / "__init__.py").write_text("A = 1\n")
+    add_dist(small_venv, "mylib", "0.1", editable=str(src))
+    h3 = env_fingerprint(small_venv).env_hash
+    (src / "mylib" / "__pycache__").mkdir()
+    (src / "mylib" / "__pycache__" / "x.pyc").write_bytes(b"junk")   # caches do not count
+    assert env_fingerprint(small_venv).env_hash == h3
+    (src / "mylib" / "__init__.py").write_text("A = 2\n")           # editable code change does
+    h4 = env_fingerprint(small_venv).env_hash
+    assert h4 != h3
+    fp = env_fingerprint(small_venv)
+    assert fp.kind == "venv" and ["numpy", "2.0.1"] in fp.document["distributions"]
+    assert set(fp.document["editable"]) == {"mylib"}
+    for d in ("numpy", "tfyarn", "mylib"):
+        for p in site_packages(small_venv).glob(f"{d}-*.dist-info"):
+            import shutil
+            shutil.rmtree(p)
+    assert env_fingerprint(small_venv).env_hash == h0
+
+
+def test_detect_kind(tmp_path, small_venv):
+    assert packaging.detect_env_kind(small_venv) == "venv"
+    (tmp_path / "c" / "conda-meta").mkdir(parents=True)
+    assert packaging.detect_env_kind(tmp_path / "c") == "conda"
+    with pytest.raises(PackagingError, match="neither a conda environment nor a virtualenv"):
+        packaging.detect_env_kind(tmp_path)
+
+
+def test_pack_real_venv_and_run_python_from_unpacked_archive(small_venv, tmp_path):
+    calls = []
+    out = packaging.pack_env(small_venv, "venv", tmp_path / "env.tar.gz", lambda *a: calls.append(a))
+    assert out.is_file() and calls[0][0] == "pack" and calls[-1][1] == out.stat().st_size
+    dest = tmp_path / "container" / "env"          # where YARN unpacks the archive
+    dest.mkdir(parents=True)
+    with tarfile.open(out) as tf:
+        tf.extractall(dest, filter="fully_trusted")
+    res = subprocess.run([str(dest / "bin" / "python"), "-c", "import sys; print(sys.prefix)"],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == str(dest)
+
+
+def test_ensure_env_uploads_once_then_hits_the_cache(small_venv, tmp_path, monkeypatch):
+    monkeypatch.setenv("TFYARN_CACHE_DIR", str(tmp_path / "cache"))
+    fs = fsspec.filesystem("memory")
+    staging = "memory://staging/tfyarn"
+    spec = make_spec()
+    stages = []
+    first = ensure_env(spec, staging, lambda s, d, t: stages.append(s), prefix=str(small_venv), fs=fs)
+    assert first.source == "pack" and not first.cached and first.uploaded_bytes > 0
+    assert first.archive_url == f"{staging}/envs/env-venv-{first.env_hash[:24]}.tar.gz"
+    assert fs.exists(fs._strip_protocol(first.archive_url))
+    assert fs.size(fs._strip_protocol(first.archive_url)) == first.uploaded_bytes
+    assert "upload" in stages and not [p for p in fs.find("/staging") if ".partial" in p]
+    again = ensure_env(spec, staging, prefix=str(small_venv), fs=fs)
+    assert again.cached and again.uploaded_bytes == 0 and again.archive_url == first.archive_url
+    add_dist(small_venv, "somelib", "1.0")               # env changed → new archive name, uploaded again
+    changed = ensure_env(spec, staging, prefix=str(small_venv), fs=fs)
+    assert changed.archive_url != first.archive_url and changed.uploaded_bytes > 0
+    dry = ensure_env(spec, "memory://elsewhere", prefix=str(small_venv), fs=fs, dry_run=True)
+    assert not fs.exists("/elsewhere") and dry.archive_url.startswith("memory://elsewhere/envs/")
+    for p in site_packages(small_venv).glob("somelib-*.dist-info"):
+        import shutil
+        shutil.rmtree(p)
+
+
+def test_other_sources_ship_nothing():
+    fs = fsspec.filesystem("memory")
+    a = ensure_env(make_spec(environment={"archive": "hdfs:///envs/prebuilt.tar.gz"}), "memory://s", fs=fs)
+    assert (a.source, a.archive_url, a.python, a.uploaded_bytes) == \
+        ("archive", "hdfs:///envs/prebuilt.tar.gz", "./env/bin/python", 0)
+    p = ensure_env(make_spec(environment={"python": "/opt/py/bin/python"}), "memory://s", fs=fs)
+    assert (p.source, p.archive_url, p.python) == ("python", None, "/opt/py/bin/python")
+    n = ensure_env(make_spec(environment={"pack": "none"}), "memory://s", fs=fs)
+    assert (n.source, n.python) == ("none", "python3")
+    assert not fs.exists("/s")
