@@ -313,11 +313,11 @@ class _Run:
                 if self.stop.is_set():
                     raise DataError(f"worker {self.f.rank} epoch {self.epoch}: the feeder was closed") from None
                 if time.monotonic() >= deadline:
+                    msg = (f"feeder (worker {self.f.rank}, epoch {self.epoch}): no batch ready within "
+                           f"{self.f.timeout:g}s at step {self.start_step + self.yielded} of {self.plan.steps} "
+                           f"(reader: {self.reader_state}; parser: {self.parser_state})")
                     self.close()
-                    raise WaitTimeout(
-                        f"feeder (worker {self.f.rank}, epoch {self.epoch}): no batch ready within "
-                        f"{self.f.timeout:g}s at step {self.start_step + self.yielded} of {self.plan.steps} "
-                        f"(reader: {self.reader_state}; parser: {self.parser_state})") from None
+                    raise WaitTimeout(msg) from None
         waited = time.monotonic() - t0
         if self.yielded > 0:
             self.wait_s += waited

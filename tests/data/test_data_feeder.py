@@ -1,0 +1,144 @@
+"""Feeder: exact steps, every record once across workers, resume, shuffle, early close without thread leaks,
+bounded waits. TF-free (pure-Python parser) unless the test says otherwise."""
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from tfyarn.data import Feeder, build_manifest, plan
+from tfyarn.data.errors import NoDataError
+from tfyarn.data.parse import python_parser
+from tfyarn.errors import WaitTimeout
+
+from _datahelpers import ID_SCHEMA, write_ids
+
+SIZES = [230, 23, 61, 120, 7]        # 441 records, ~30x skew
+
+
+def dataset(root, sizes=SIZES, compression="none"):
+    start = 0
+    for i, n in enumerate(sizes):
+        ext = ".tfrecord.gz" if compression == "gzip" else ".tfrecord"
+        write_ids(f"{root}/part-{i}{ext}", start, n, compression=compression)
+        start += n
+    return build_manifest([f"{root}/part-*"], stride=16, use_cache=False)
+
+
+def feeder(m, rank=0, workers=1, batch=7, **kw):
+    kw.setdefault("parser", python_parser)
+    kw.setdefault("timeout", 30)
+    return Feeder(m, ID_SCHEMA, batch, rank, workers, **kw)
+
+
+def rids(batches):
+    return [int(r) for b in batches for r in b["rid"]]
+
+
+@pytest.mark.parametrize("root", ["mem", "local"])
+@pytest.mark.parametrize("workers", [1, 3, 4])
+def test_every_worker_same_steps_every_record_once(root, workers, request, no_thread_leak):
+    m = dataset(request.getfixturevalue(root))
+    seen = []
+    for epoch in (0, 1):
+        steps = set()
+        got = []
+        for rank in range(workers):
+            with feeder(m, rank, workers) as f:
+                batches = list(f.epoch(epoch))
+                steps.add(len(batches))
+                assert len(batches) == f.steps(epoch)
+                for b in batches:
+                    assert b["rid"].shape == (7,) and b["rid"].dtype == np.int64
+                    assert b["x"].shape == (7, 2) and b["x"].dtype == np.float32
+                    assert (b["x"][:, 0] == b["rid"]).all()          # rows stay aligned across features
+                got += rids(batches)
+        p = plan(m, workers, epoch, 0, 7)
+        assert steps == {p.steps}
+        assert len(got) == len(set(got)) == workers * p.steps * 7 == 441 - p.dropped
+        seen.append(set(got))
+    assert seen[0] != seen[1] or plan(m, workers, 0, 0, 7).dropped == 0
+
+
+def test_gzip_files(mem):
+    m = dataset(mem, compression="gzip")
+    assert all(f.gz for f in m.files)
+    with feeder(m, batch=21) as f:
+        assert sorted(rids(f.epoch(0))) == list(range(441))
+
+
+@pytest.mark.parametrize("shuffle", [0, 50])
+def test_resume_mid_epoch_reproduces_the_rest(mem, shuffle):
+    m = dataset(mem)
+    with feeder(m, 1, 2, shuffle_buffer=shuffle, seed=5) as f:
+        full = list(f.epoch(3))
+        rest = list(f.epoch(3, start_step=11))
+        assert len(rest) == f.steps(3) - 11
+        assert rids(rest) == rids(full[11:])
+        assert list(f.epoch(3, start_step=f.steps(3))) == []
+
+
+def test_shuffle_buffer_is_seeded_and_changes_the_order(mem):
+    m = dataset(mem)
+    with feeder(m, shuffle_buffer=64, seed=1) as f:
+        a = rids(f.epoch(0))
+        b = rids(f.epoch(0))
+        c = rids(f.epoch(1))
+    with feeder(m) as f:
+        plain = rids(f.epoch(0))
+    assert a == b and sorted(a) == sorted(plain) and a != plain
+    assert c != a
+
+
+def test_closing_early_stops_all_threads(mem, no_thread_leak):
+    m = dataset(mem)
+    f = feeder(m, batch=3, prefetch=2)
+    it = f.epoch(0)
+    next(it)
+    time.sleep(0.2)                      # let both threads block on full queues
+    assert sum(t.name.startswith("tfyarn-feeder") for t in threading.enumerate()) == 2
+    f.close()
+
+
+def test_new_epoch_closes_the_previous_one(mem, no_thread_leak):
+    m = dataset(mem)
+    with feeder(m) as f:
+        next(f.epoch(0))
+        next(f.epoch(1))
+        assert sum(t.name.startswith("tfyarn-feeder") for t in threading.enumerate()) <= 2
+
+
+def test_consumer_wait_is_bounded_and_names_what_it_waited_for(mem, no_thread_leak):
+    m = dataset(mem)
+
+    def slow_parser(fields):
+        inner = python_parser(fields)
+
+        def parse(payloads):
+            time.sleep(2)
+            return inner(payloads)
+        return parse
+
+    with feeder(m, parser=slow_parser, timeout=0.3) as f, pytest.raises(WaitTimeout) as e:
+        next(f.epoch(2))
+    assert str(e.value) == ("feeder (worker 0, epoch 2): no batch ready within 0.3s at step 0 of 63 "
+                            "(reader: done, waiting for the parser; parser: parsing batch 0 of 63)")
+
+
+def test_fewer_records_than_one_global_batch(mem):
+    m = dataset(mem, sizes=[5, 3])
+    with pytest.raises(NoDataError) as e:
+        feeder(m, 0, 2, batch=5)
+    assert str(e.value) == "8 records are fewer than one global batch (2 workers x batch 5): no step can be planned"
+
+
+def test_bad_arguments(mem):
+    m = dataset(mem)
+    with pytest.raises(ValueError, match="rank 2 is not in 0..1"):
+        feeder(m, 2, 2)
+    with pytest.raises(ValueError, match="on_corrupt must be 'fail' or 'skip', not 'ignore'"):
+        feeder(m, on_corrupt="ignore")
+    with feeder(m) as f, pytest.raises(ValueError, match=r"start_step 64 is outside 0..63"):
+        f.epoch(0, start_step=64)
