@@ -83,14 +83,21 @@ class LocalCluster:
                                                     stdout=err, stderr=subprocess.STDOUT)
         return self
 
-    def wait(self, timeout: float, tasks: list[str] | None = None) -> dict[str, int]:
-        """Wait for ``tasks`` (default all) to exit; on timeout kill every task and raise naming the ones still up."""
+    def wait(self, timeout: float, tasks: list[str] | None = None, stop_on_failure: bool = True) -> dict[str, int]:
+        """Wait for ``tasks`` (default all) to exit; on timeout kill every task and raise naming the ones still up.
+
+        Like the launcher, a task exiting non-zero stops the others (``stop_on_failure``): their codes are then
+        negative (killed) and the failing task's is positive.
+        """
         deadline = time.monotonic() + timeout
         want = tasks or list(self.procs)
         while True:
             codes = {t: self.procs[t].poll() for t in want}
             if all(c is not None for c in codes.values()):
                 return codes  # type: ignore[return-value]
+            if stop_on_failure and any(c not in (None, 0) for c in codes.values()):
+                self.kill()
+                return {t: self.procs[t].poll() for t in want}  # type: ignore[misc]
             if time.monotonic() >= deadline:
                 alive = [t for t, c in codes.items() if c is None]
                 self.kill()
@@ -159,3 +166,30 @@ def _task_main() -> int:
 
 if __name__ == "__main__":
     sys.exit(_task_main())
+
+
+# ------------------------------------------------------------------------------------------------------- test data
+
+RECOMMENDER_FEATURES = {"label": {"dtype": "float32"}, "user_id": {"dtype": "int64"}, "item_id": {"dtype": "int64"}}
+
+
+def write_recommender_files(directory: Path, sizes: list[int], seed: int = 0) -> list[str]:
+    """TFRecord files of recommender examples with the given record counts (no TF: tfyarn.data's writer)."""
+    import numpy as np
+    from tfyarn.data.example import encode_example
+    from tfyarn.data.tfrecord import TFRecordWriter
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    paths = []
+    for i, n in enumerate(sizes):
+        path = directory / f"part-{i:05d}.tfrecord"
+        users, items = rng.integers(0, 1000, n), rng.integers(0, 1000, n)
+        labels = ((users + items) % 3 == 0).astype(np.float32)       # learnable: a loss that can go down
+        with TFRecordWriter(str(path)) as w:
+            for u, it, y in zip(users, items, labels):
+                w.write(encode_example({"label": [float(y)], "user_id": [int(u)], "item_id": [int(it)]},
+                                       {"label": "float", "user_id": "int64", "item_id": "int64"}))
+        paths.append(str(path))
+    return paths

@@ -111,11 +111,21 @@ def build(ctx: TaskContext, strategy: Any) -> tuple[Any, Any, Any, Any]:
 
 def make_feeder(ctx: TaskContext) -> Any:
     """This task's share of the training data: identical step counts on every worker (the epoch planner)."""
-    from tfyarn.data import Feeder, build_manifest
+    Feeder, build_manifest = data_api()
     d = ctx.spec.data
     manifest = build_manifest([ctx.spec.resolve_path(u) for u in d.train], compression=d.compression)
     return Feeder(manifest, dict(d.features), d.batch_size, ctx.data_rank, ctx.num_data_workers,
                   seed=d.shuffle_seed, shuffle_buffer=d.shuffle_buffer, prefetch=d.prefetch, on_corrupt=d.on_corrupt)
+
+
+def data_api() -> tuple[Any, Any]:
+    """(Feeder, build_manifest): the package exports them (ARCHITECTURE.md, Data API); the modules hold them too."""
+    try:
+        from tfyarn.data import Feeder, build_manifest
+    except ImportError:
+        from tfyarn.data.feeder import Feeder
+        from tfyarn.data.manifest import build_manifest
+    return Feeder, build_manifest
 
 
 def epoch_steps(feeder: Any, epochs: int) -> list[int]:
@@ -165,6 +175,18 @@ class Checkpointer:
         self.local = local_dir_for(ctx.workdir, f"allreduce-{ctx.task_id.replace(':', '-')}")
         self.last_step: int | None = None
         self.last_time = time.monotonic()
+        self.events = None
+        if ctx.is_chief:
+            from tfyarn.train.events import EventWriter
+            self.events = EventWriter(ctx.spec.resolve_path(c.dir) if c.dir else None, "train", self.local / "events")
+        self._last_event = 0.0
+
+    def scalars(self, global_step: int, values: dict[str, float], force: bool = False) -> None:
+        """Chief: training scalars into the "train" event file, at most once a second (uploaded with checkpoints)."""
+        now = time.monotonic()
+        if self.events is not None and (force or now - self._last_event >= 1.0):
+            self._last_event = now
+            self.events.scalars(global_step, values)
 
     def due(self, global_step: int) -> bool:
         if self.store is None or not self.ctx.is_chief:
@@ -182,6 +204,8 @@ class Checkpointer:
                 "worker_steps": worker_steps, "model_variables": model_variable_keys(self.n_model_vars),
                 "num_workers": self.ctx.num_data_workers}
         entry = self.store.upload(prefix, global_step, meta)
+        if self.events is not None:
+            self.events.sync()
         for p in self.local.glob(f"ckpt-{global_step}*"):
             p.unlink(missing_ok=True)
         self.last_step, self.last_time = global_step, time.monotonic()
@@ -273,6 +297,7 @@ def run(ctx: TaskContext) -> dict[str, Any]:
         progress = ProgressReporter(ctx.kv, ctx.task_id)
         progress.extra.update({"mode": "allreduce", "global_batch": global_batch})
         ran, boundary_waits = _loop(ctx, feeder, step_fn, steps, epoch0, in_epoch0, start, progress, ckpt)
+    progress.extra["worker_steps"] = ran
     figures = progress.final()
     figures.update(worker_steps=ran, global_step=int(global_step.numpy()), planned_total=total,
                    traces=int(step_fn.experimental_get_tracing_count()),
@@ -304,8 +329,10 @@ def _loop(ctx: TaskContext, feeder: Any, step_fn: Any, steps: list[int], epoch0:
             loss = step_fn(batch)
             ran += 1
             gstep += 1
-            progress.report(step=gstep, epoch=epoch, loss=float(loss), examples=len(next(iter(batch.values()))),
+            loss = float(loss)
+            progress.report(step=gstep, epoch=epoch, loss=loss, examples=len(next(iter(batch.values()))),
                             global_step=gstep)
+            ckpt.scalars(gstep, {"loss": loss, "examples_per_sec": progress.snapshot()["examples_per_sec"]})
             if ckpt.due(gstep):
                 ckpt.save(gstep, ran)
             now = time.monotonic()
@@ -320,7 +347,10 @@ def _finish(ctx: TaskContext, ckpt: Checkpointer, figures: dict[str, Any], globa
             resumed_from: dict[str, Any] | None) -> None:
     """Chief: final checkpoint, wait (bounded) for every worker's final figures, summary, then control/done."""
     from tfyarn.train.progress import read_progress, write_summary
+    ckpt.scalars(figures["global_step"], {"loss": figures["last_loss"]}, force=True)
     entry = ckpt.save(figures["global_step"], figures["worker_steps"])
+    if ckpt.events is not None:
+        ckpt.events.close()
     others = [t for t in ctx.training_tasks if t != ctx.task_id]
     deadline = time.monotonic() + ctx.spec.timeouts.shutdown
     per_task = {}
@@ -337,10 +367,10 @@ def _finish(ctx: TaskContext, ckpt: Checkpointer, figures: dict[str, Any], globa
     summary = {"mode": "allreduce", "global_step": figures["global_step"], "planned_steps": sum(steps),
                "steps_per_epoch": steps, "epochs": len(steps), "workers": ctx.num_data_workers,
                "per_worker_batch": ctx.spec.data.batch_size, "global_batch": global_batch,
-               "chief": figures, "tasks": {t: {"step": p.get("step"), "examples_per_sec": p.get("examples_per_sec"),
+               "chief": figures, "tasks": {t: {"step": p.get("step"), "worker_steps": p.get("worker_steps"), "examples_per_sec": p.get("examples_per_sec"),
                                               "loss": p.get("loss")} for t, p in per_task.items()},
-               "checkpoint": (entry or {}).get("name") or (ckpt.store.latest() or {}).get("name") if ckpt.store
-               else None, "resumed_from": (resumed_from or {}).get("name"), "app_id": ctx.app_id,
+               "checkpoint": (entry or ckpt.store.latest() or {}).get("name") if ckpt.store else None,
+               "resumed_from": (resumed_from or {}).get("name"), "app_id": ctx.app_id,
                "attempt": ctx.attempt}
     write_summary(ctx, summary)
     ctx.kv.put(DONE_KEY, "1")

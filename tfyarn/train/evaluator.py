@@ -1,0 +1,173 @@
+"""The evaluator role: follow new checkpoints, evaluate each on ``data.eval``, write metrics, end when training ends.
+
+Why it works this way:
+
+* It follows the checkpoint **index** (``tfyarn-checkpoint.json``, :class:`tfyarn.train.checkpoint.CheckpointStore`)
+  through fsspec, not the TF checkpoint dir: the index names only fully uploaded checkpoints, so it never restores a
+  half-written one, and it works on ``hdfs://`` where TF itself cannot read.
+* The model is built eagerly outside any strategy and restored by variable creation order
+  (:func:`restore_model_variables` with the entry's ``model_variables``), so the same code evaluates ps-mode
+  (name-based) and allreduce-mode (object-based) checkpoints.
+* It may skip checkpoints when training is faster than evaluation (it always evaluates the newest), but it always
+  evaluates the **final** one: on ``control/done`` it re-reads the index and evaluates the latest if not yet done.
+* Metrics go to ``<checkpoint dir>/eval/metrics.jsonl`` (one JSON object per evaluated checkpoint), to TF event files in
+  ``<checkpoint dir>/eval/`` (TensorBoard's "eval" run) and to the KV under ``eval/latest``.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from tfyarn.runtime.context import ABORT_KEY, DONE_KEY, TaskContext
+from tfyarn.runtime.watchdog import install_stack_dumps
+from tfyarn.train.model import build_model, load, split_features, tf_dtype
+
+log = logging.getLogger("tfyarn.train.evaluator")
+
+EVAL_KEY = "eval/latest"     # KV: JSON of the newest metrics (for the launcher's display)
+POLL_S = 2.0
+
+
+def training_ended_badly(ctx: TaskContext) -> str | None:
+    """Why training will never set ``control/done`` (abort, or a task reported a failure), or None.
+
+    The launcher stops every task when one fails, but a follower role must not depend on that to end.
+    """
+    reason = ctx.kv.get(ABORT_KEY)
+    if reason is not None:
+        return f"job aborted: {reason}"
+    failures = ctx.kv.items("failure/")
+    if failures:
+        return "training failed: " + "; ".join(f"{k.split('/', 1)[1]}: {v}" for k, v in sorted(failures.items()))
+    return None
+
+
+def make_eval_feeder(ctx: TaskContext) -> Any:
+    """One reader over the whole eval set (rank 0 of 1): full batches of ``data.batch_size``, same order every time."""
+    from tfyarn.train.allreduce import data_api
+    Feeder, build_manifest = data_api()
+    d = ctx.spec.data
+    manifest = build_manifest([ctx.spec.resolve_path(u) for u in d.eval], compression=d.compression)
+    return Feeder(manifest, dict(d.features), d.batch_size, 0, 1, seed=d.shuffle_seed, shuffle_buffer=0,
+                  prefetch=d.prefetch, on_corrupt=d.on_corrupt)
+
+
+def make_eval_step(model: Any, features: dict[str, Any], batch_size: int, label: str | None) -> Any:
+    """``step(batch) -> {metric: batch mean}``, traced once (fixed input signature)."""
+    import tensorflow as tf
+    if label is None:
+        raise ValueError("the evaluator needs a label: set data.label (or name a feature 'label')")
+    sig = {n: tf.TensorSpec((batch_size, *f.shape), tf_dtype(f.dtype), name=n) for n, f in features.items()}
+
+    @tf.function(input_signature=[sig])
+    def step(batch):
+        feats, labels = split_features(batch, label)
+        return model.metrics(labels, model(feats, training=False))
+
+    return step
+
+
+def evaluate(step: Any, feeder: Any) -> tuple[dict[str, float], int]:
+    """Mean of each metric over every eval batch (equal batch sizes, so the mean of means is exact)."""
+    sums: dict[str, float] = {}
+    n = 0
+    for batch in feeder.epoch(0):
+        for k, v in step(batch).items():
+            sums[k] = sums.get(k, 0.0) + float(v)
+        n += 1
+    if n == 0:
+        raise ValueError("the eval data gives no full batch: data.eval has fewer records than data.batch_size")
+    return {k: s / n for k, s in sums.items()}, n
+
+
+class MetricsLog:
+    """metrics.jsonl kept locally in full and re-uploaded whole (temp name, rename): HDFS has no reliable append."""
+
+    def __init__(self, url: str, local_dir: Path):
+        import fsspec
+        self.fs, root = fsspec.core.url_to_fs(url.rstrip("/"))
+        self.remote = f"{root.rstrip('/')}/eval/metrics.jsonl"
+        self.local = Path(local_dir) / "metrics.jsonl"
+        self.local.parent.mkdir(parents=True, exist_ok=True)
+        self.local.write_text("")
+
+    def append(self, record: dict[str, Any]) -> None:
+        from tfyarn.train.events import upload_file
+        with self.local.open("a") as f:
+            f.write(json.dumps(record, sort_keys=True) + "\n")
+        self.fs.makedirs(self.remote.rsplit("/", 1)[0], exist_ok=True)
+        upload_file(self.fs, self.local, self.remote)
+
+
+def run(ctx: TaskContext) -> list[dict[str, Any]]:
+    """Evaluate checkpoints as they appear until ``control/done`` (then the final one) or ``control/abort``."""
+    from tfyarn.train.checkpoint import CheckpointStore, local_dir_for
+    from tfyarn.train.events import EventWriter
+    install_stack_dumps(ctx.kv, ctx.task_id)
+    spec = ctx.spec
+    if not spec.checkpoint.dir or not spec.data.eval:
+        raise ValueError("the evaluator needs checkpoint.dir and data.eval")
+    url = spec.resolve_path(spec.checkpoint.dir)
+    store = CheckpointStore(url, keep=spec.checkpoint.keep)
+    model = load(spec.model, spec.params, spec.resolve_path(spec.code) if spec.code else None)
+    build_model(model)
+    step = make_eval_step(model, dict(spec.data.features), spec.data.batch_size, spec.data.label)
+    scratch = local_dir_for(ctx.workdir, "evaluator")
+    events = EventWriter(url, "eval", scratch / "events")
+    metrics_log = MetricsLog(url, scratch)
+    results: list[dict[str, Any]] = []
+    last: str | None = None
+    feeder = make_eval_feeder(ctx)
+    log.info("evaluator: following %s, evaluating on %s", url, ", ".join(spec.data.eval))
+    try:
+        with feeder:
+            while True:
+                done = ctx.kv.get(DONE_KEY) is not None       # read before the index: the final one is then listed
+                entry = store.latest()
+                if entry is not None and entry["name"] != last:
+                    results.append(_evaluate_entry(ctx, store, entry, model, step, feeder, scratch, events,
+                                                   metrics_log))
+                    last = entry["name"]
+                    continue                                   # a newer one may have landed meanwhile
+                if done:
+                    break
+                reason = training_ended_badly(ctx)
+                if reason is not None:
+                    log.warning("evaluator: %s; stopping after %d evaluations", reason, len(results))
+                    break
+                time.sleep(POLL_S)
+    finally:
+        events.close()
+    if not results:
+        log.warning("evaluator: training ended without any checkpoint in %s: nothing evaluated", url)
+    log.info("evaluator: %d checkpoint(s) evaluated; final %s", len(results), results[-1] if results else None)
+    return results
+
+
+def _evaluate_entry(ctx: TaskContext, store: Any, entry: dict[str, Any], model: Any, step: Any, feeder: Any,
+                    scratch: Path, events: Any, metrics_log: MetricsLog) -> dict[str, Any]:
+    from tfyarn.train.checkpoint import restore_model_variables
+    t0 = time.monotonic()
+    local = scratch / "restore" / entry["name"]
+    prefix = store.download(entry, local)
+    keys = entry.get("model_variables")
+    if not keys:
+        raise ValueError(f"checkpoint {entry['name']} has no 'model_variables' in its index entry")
+    restore_model_variables(model, prefix, keys)
+    metrics, batches = evaluate(step, feeder)
+    gstep = int(entry["global_step"])
+    record = {"checkpoint": entry["name"], "global_step": gstep, "epoch": entry.get("epoch"), "batches": batches,
+              "examples": batches * ctx.spec.data.batch_size, "time": time.time(),
+              "eval_seconds": round(time.monotonic() - t0, 3), **{k: round(v, 6) for k, v in metrics.items()}}
+    metrics_log.append(record)
+    events.scalars(gstep, metrics)
+    events.sync()
+    ctx.kv.put(EVAL_KEY, json.dumps(record, separators=(",", ":")))
+    for p in local.glob("*"):
+        p.unlink(missing_ok=True)
+    log.info("evaluated %s (global step %d) on %d examples in %.2fs: %s", entry["name"], gstep, record["examples"],
+             record["eval_seconds"], ", ".join(f"{k}={v:.4f}" for k, v in metrics.items()))
+    return record

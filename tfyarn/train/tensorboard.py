@@ -1,0 +1,118 @@
+"""The TensorBoard role: mirror the job's event files from the checkpoint dir, serve them, publish the URL.
+
+Why a mirror: TensorBoard reads ``hdfs://`` only through TF's filesystems, and TF 2.21 has no HDFS filesystem, so
+tf-yarn's TensorBoard task silently showed nothing (NOTES.md). Here event files (``*tfevents*`` anywhere under
+``checkpoint.dir``: ``train/`` from the chief, ``eval/`` from the evaluator) are copied through fsspec to a local
+directory every few seconds and TensorBoard serves that directory. Writers upload whole files under a temporary name
+then rename, so a copy is never torn.
+
+TensorBoard is not a TensorFlow dependency any more: without the ``tensorboard`` package this role fails at once with
+a message naming it, instead of running and showing nothing.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from tfyarn.runtime.context import DONE_KEY, TENSORBOARD_URL_KEY, TaskContext
+from tfyarn.runtime.watchdog import install_stack_dumps
+from tfyarn.train.evaluator import training_ended_badly
+
+log = logging.getLogger("tfyarn.train.tensorboard")
+
+SYNC_S = 5.0
+
+
+class MissingTensorBoard(RuntimeError):
+    pass
+
+
+def require_tensorboard() -> None:
+    """Fail with an actionable message if the ``tensorboard`` package is absent from the job's environment."""
+    try:
+        import tensorboard  # noqa: F401
+    except ImportError:
+        raise MissingTensorBoard(
+            "the tensorboard role needs the 'tensorboard' package in the job's Python environment (it is no longer "
+            "installed with TensorFlow): pip install tensorboard, or remove roles.tensorboard from the spec") from None
+
+
+class EventMirror:
+    """Copy new or grown event files from ``url`` (any fsspec URL) into ``local``, keeping relative paths."""
+
+    def __init__(self, url: str, local: Path):
+        import fsspec
+        self.fs, root = fsspec.core.url_to_fs(url.rstrip("/"))
+        self.root = root.rstrip("/")
+        self.local = Path(local)
+        self.local.mkdir(parents=True, exist_ok=True)
+        self._sizes: dict[str, int] = {}
+
+    def sync(self) -> int:
+        """One pass; returns how many files were copied. A missing dir (nothing written yet) copies nothing."""
+        if not self.fs.exists(self.root):
+            return 0
+        n = 0
+        for path, info in self.fs.find(self.root, detail=True).items():
+            name = path.rsplit("/", 1)[-1]
+            if "tfevents" not in name or name.startswith(".tmp-"):
+                continue
+            size = int(info.get("size") or 0)
+            rel = path[len(self.root):].lstrip("/")
+            if self._sizes.get(rel) == size:
+                continue
+            dst = self.local / rel
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            tmp = dst.with_name(f".{dst.name}.part")
+            self.fs.get_file(path, str(tmp))
+            os.replace(tmp, dst)          # TensorBoard never reads a half-copied file
+            self._sizes[rel] = size
+            n += 1
+        return n
+
+
+def start_server(logdir: Path, host: str) -> Any:
+    """Start TensorBoard in this process on a free port; returns the ``program.TensorBoard`` (``.launch()`` URL)."""
+    from tensorboard import program
+    tb = program.TensorBoard()
+    tb.configure(argv=[None, "--logdir", str(logdir), "--host", "0.0.0.0" if host not in ("127.0.0.1", "localhost")
+                       else "127.0.0.1", "--port", "0", "--reload_interval", str(int(SYNC_S))])
+    return tb
+
+
+def run(ctx: TaskContext, max_wait_s: float | None = None) -> str:
+    """Mirror, serve, publish ``tensorboard/url``; return on ``control/done`` (after a last sync) or abort."""
+    install_stack_dumps(ctx.kv, ctx.task_id)
+    require_tensorboard()
+    if not ctx.spec.checkpoint.dir:
+        raise ValueError("the tensorboard role needs checkpoint.dir (it serves the event files written there)")
+    url = ctx.spec.resolve_path(ctx.spec.checkpoint.dir)
+    mirror = EventMirror(url, Path(ctx.workdir) / "tensorboard-logs")
+    mirror.sync()
+    tb = start_server(mirror.local, ctx.host)
+    served = tb.launch()                                  # e.g. http://0.0.0.0:6006/ — rewrite with our address
+    port = served.rstrip("/").rsplit(":", 1)[1]
+    public = f"http://{ctx.host}:{port}/"
+    ctx.kv.put(TENSORBOARD_URL_KEY, public)
+    log.info("TensorBoard serving %s (mirror of %s) at %s", mirror.local, url, public)
+    deadline = None if max_wait_s is None else time.monotonic() + max_wait_s
+    while True:
+        try:
+            mirror.sync()
+        except OSError as exc:                            # a transient filesystem error must not end the role
+            log.warning("event file sync from %s failed: %s", url, exc)
+        if ctx.kv.get(DONE_KEY) is not None:
+            mirror.sync()
+            log.info("training done: TensorBoard stops")
+            return public
+        reason = training_ended_badly(ctx)
+        if reason is not None:
+            mirror.sync()
+            log.warning("%s: TensorBoard stops", reason)
+            return public
+        if deadline is not None and time.monotonic() >= deadline:
+            raise TimeoutError(f"tensorboard: control/done not set within {max_wait_s:g}s")
+        time.sleep(SYNC_S)
