@@ -1,0 +1,102 @@
+"""Preflight: every problem reported at once, before anything is uploaded; files checked on memory:// and file://."""
+import os
+
+import fsspec
+import pytest
+
+from conftest import make_spec
+from tfyarn.errors import ExitCode, PreflightError
+from tfyarn.preflight import (QueueInfo, StaticClusterInfo, check_checkpoint_dir, check_data, check_resources,
+                              rm_webapp_urls, run_preflight)
+
+FEAT = {"label": {"dtype": "float32"}}
+
+
+def data(*train, eval=()):
+    return {"train": list(train), "eval": list(eval), "features": FEAT, "batch_size": 4}
+
+
+@pytest.fixture
+def mem():
+    fs = fsspec.filesystem("memory")
+    fs.pipe("/pf/train/part-0.tfrecord", b"x")
+    fs.pipe("/pf/train/part-1.tfrecord", b"x")
+    yield fs
+    fs.rm("/pf", recursive=True)
+
+
+def test_data_globs_on_memory(mem):
+    ok = make_spec(data=data("memory:///pf/train/part-*.tfrecord", "memory:///pf/train/part-1.tfrecord"))
+    assert check_data(ok) == []
+    bad = make_spec(data=data("memory:///pf/train/part-*.tfrecord", "memory:///pf/nope/*.tfrecord",
+                              eval=["memory:///pf/eval.tfrecord"]))
+    assert check_data(bad) == ["data.train[1]: memory:///pf/nope/*.tfrecord matches no files",
+                               "data.eval[0]: memory:///pf/eval.tfrecord matches no files"]
+
+
+def test_data_and_checkpoint_on_file_urls(tmp_path):
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "a.tfrecord").write_bytes(b"x")
+    spec = make_spec(data=data(f"file://{tmp_path}/d/*.tfrecord"), checkpoint={"dir": f"file://{tmp_path}/ck/run1"})
+    assert check_data(spec) == [] and check_checkpoint_dir(spec) == []
+    assert (tmp_path / "ck" / "run1").is_dir() and os.listdir(tmp_path / "ck" / "run1") == []   # probe removed
+    (tmp_path / "blocker").write_text("a file where a directory should be")
+    spec = make_spec(data=data(f"file://{tmp_path}/d/*.tfrecord"), checkpoint={"dir": f"file://{tmp_path}/blocker/ck"})
+    (problem,) = check_checkpoint_dir(spec)
+    assert problem.startswith(f"checkpoint.dir: file://{tmp_path}/blocker/ck is not writable")
+
+
+def test_relative_data_path_resolves_against_the_spec_dir(tmp_path):
+    (tmp_path / "train.tfrecord").write_bytes(b"x")
+    spec = make_spec(data=data("train.tfrecord")).model_copy(update={"base_dir": str(tmp_path)})
+    assert check_data(spec) == []
+
+
+CLUSTER = StaticClusterInfo({"ml": QueueInfo("ml", max_memory_mib=8192, max_vcores=8, node_labels=("gpu",)),
+                             "frozen": QueueInfo("frozen", state="STOPPED")}, max_memory_mib=16384, max_vcores=4)
+
+
+def test_resources_against_queue_and_cluster():
+    assert check_resources(make_spec(), CLUSTER) == []          # worker: 4096 MiB, 4 vcores, label gpu
+    big = make_spec(roles={"ps": {"instances": 1, "memory": "12 GiB"},
+                           "worker": {"instances": 2, "vcores": 6, "node_label": "fast-ssd"}})
+    assert check_resources(big, CLUSTER, master_memory_mib=20000) == [
+        "roles.ps.memory: 12288 MiB exceeds the maximum container size of queue 'ml' (8192 MiB)",
+        "roles.worker.vcores: 6 exceeds the maximum of the cluster (4)",
+        "roles.worker.node_label: 'fast-ssd' is not accessible from queue 'ml' (accessible: gpu)",
+        "application master memory: 20000 MiB exceeds the maximum container size of queue 'ml' (8192 MiB)",
+        "application master memory: 20000 MiB exceeds the maximum container size of the cluster (16384 MiB)",
+    ]
+    assert check_resources(make_spec(queue="nosuch"), CLUSTER) == ["queue: 'nosuch' does not exist on this cluster"]
+    assert check_resources(make_spec(queue="frozen"), CLUSTER)[0] == \
+        "queue: 'frozen' is STOPPED, not RUNNING (it accepts no applications)"
+
+
+def test_run_preflight_reports_everything_at_once(tmp_path, mem):
+    kt = tmp_path / "me.keytab"
+    kt.write_bytes(b"k")
+    kt.chmod(0o644)
+    spec = make_spec(queue="nosuch", data=data("memory:///pf/none/*"), kerberos={"principal": "me@R", "keytab": str(kt)},
+                     checkpoint={"dir": "memory:///pf/ck"})
+    with pytest.raises(PreflightError) as ei:
+        run_preflight(spec, CLUSTER)
+    err = ei.value
+    assert err.exit_code == ExitCode.INVALID
+    assert len(err.problems) == 3 and "nothing was uploaded or submitted" in str(err)
+    assert "world-readable" in err.problems[0] and "me.keytab" in err.problems[0]
+    assert "queue: 'nosuch'" in err.problems[1] and "matches no files" in err.problems[2]
+    kt.chmod(0o600)
+    ok = make_spec(data=data("memory:///pf/train/*"), kerberos={"principal": "me@R", "keytab": str(kt)},
+                   checkpoint={"dir": "memory:///pf/ck"})
+    assert run_preflight(ok, CLUSTER) == []
+    local = make_spec(data=data(f"{tmp_path}/me.keytab"))
+    assert "is a local path" in run_preflight(local, None)[0]
+
+
+def test_rm_web_addresses_ha_and_https():
+    assert rm_webapp_urls({"yarn.resourcemanager.hostname": "rm1"}) == ["http://rm1:8088"]
+    conf = {"yarn.resourcemanager.ha.rm-ids": "a,b", "yarn.resourcemanager.webapp.address.a": "rma:8088",
+            "yarn.resourcemanager.hostname.b": "rmb"}
+    assert rm_webapp_urls(conf) == ["http://rma:8088", "http://rmb:8088"]
+    assert rm_webapp_urls({"yarn.http.policy": "HTTPS_ONLY",
+                           "yarn.resourcemanager.webapp.https.address": "rm:8090"}) == ["https://rm:8090"]
