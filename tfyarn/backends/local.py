@@ -296,16 +296,21 @@ class Launcher:
                     watchdog.stop()
                 self._stop_tasks(list(self.tasks.values()), STOP_GRACE_S)
                 self._finished = time.time()
+                self._write_report()  # before the final status.json: whoever sees the outcome finds the report
                 self._refresh()
-        self._write_report()
         return self.status()
 
     def _write_report(self) -> None:
         """The run report (JSON + PNG, ``tfyarn.report``) in the app dir and next to the checkpoints.
 
-        After the final status.json, and never able to change the job's outcome: a report is a convenience.
+        Written just before the final status.json, and never able to change the job's outcome: a convenience.
         """
         try:
+            if self.kv is not None:  # the last records and the summary, not those of the last 0.5 s poll
+                self.history.record(self.kv.store.items("progress/"))
+                summary = self.kv.store.get(SUMMARY_KEY)
+                if summary:
+                    self._summary = json.loads(summary)
             report_for_launcher(self.app_dir, self.status(), self.history, self.spec)
         except Exception:  # noqa: BLE001 - e.g. an unwritable checkpoint dir; the job result stands
             log.warning("could not write the run report of %s", self.app_id, exc_info=True)
