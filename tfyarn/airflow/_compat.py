@@ -1,0 +1,13 @@
+"""Airflow 3 (``airflow.sdk``) first, Airflow 2.x names as a fallback — imported only by the operator and trigger."""
+from __future__ import annotations
+
+try:  # Airflow 3
+    from airflow.sdk import BaseOperator
+    from airflow.sdk.exceptions import AirflowException
+except ImportError:  # Airflow 2.x
+    from airflow.exceptions import AirflowException  # type: ignore[no-redef]
+    from airflow.models import BaseOperator  # type: ignore[no-redef]
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+__all__ = ["AirflowException", "BaseOperator", "BaseTrigger", "TriggerEvent"]

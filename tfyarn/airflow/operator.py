@@ -1,0 +1,157 @@
+"""``TfyarnOperator``: run a tfyarn job from an Airflow task — submit, follow, fail with the job's diagnosis.
+
+What it guarantees, and why:
+
+* **No duplicate apps on retry.** Every app it submits carries tags made of the dag id, task id (+ map index) and run
+  id (:mod:`tfyarn.airflow.tags`). Before submitting, it lists the backend's apps; if one with those tags is still
+  running (the previous try's worker died, the app did not), it is adopted (``on_existing="adopt"``, the default:
+  follow it instead of starting another) or killed first (``"kill"``: start afresh).
+* **The app id is in XCom before any waiting** (key ``app_id``), so it is known even if the worker dies while waiting.
+  The return value (XCom ``return_value``) is ``{app_id, state, exit_code, summary, report}``; the summary (final
+  metrics) is also pushed under ``summary``.
+* **Progress in the task log**: a line every ``log_interval`` seconds and at once on every job or task state change.
+* **Killing the task kills the app**: ``on_kill`` (Airflow calls it on SIGTERM, mark-failed, or ``execution_timeout``)
+  kills the app; in deferrable mode the trigger's ``on_kill`` does (Airflow 3.3+ calls it when a user acts on the
+  deferred task).
+* **A failed job fails the task** with the job's diagnosis (``worker:0 exited with code 1: ...``) and the failed
+  tasks' log locations.
+* ``wait_timeout`` bounds the wait; when it runs out the app is killed (nothing keeps running unattended) and the task
+  fails.
+
+``deferrable=True`` hands the wait to :class:`tfyarn.airflow.trigger.TfyarnTrigger` (no worker slot is held while a
+long job trains); the triggerer process then needs tfyarn installed and, for the local backend, the same
+``TFYARN_HOME``.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, Sequence
+
+from tfyarn.airflow._compat import AirflowException, BaseOperator
+from tfyarn.airflow.progress_log import progress_logger
+from tfyarn.airflow.tags import airflow_tags, matches, merge_tags
+
+ON_EXISTING = ("adopt", "kill")
+
+
+class TfyarnOperator(BaseOperator):
+    """Submit a tfyarn spec (with ``--set``-style overrides) to a backend and wait for its outcome."""
+
+    template_fields: Sequence[str] = ("spec", "overrides", "backend")
+    ui_color = "#f4c96b"
+
+    def __init__(self, *, spec: str, overrides: Sequence[str] = (), backend: str | None = None,
+                 on_existing: str = "adopt", deferrable: bool = False, poll_interval: float = 5.0,
+                 log_interval: float = 30.0, wait_timeout: float | None = None, **kwargs: Any):
+        super().__init__(**kwargs)
+        if on_existing not in ON_EXISTING:
+            raise ValueError(f"on_existing must be one of {ON_EXISTING}, not {on_existing!r}")
+        self.spec = spec
+        self.overrides = list(overrides)
+        self.backend = backend
+        self.on_existing = on_existing
+        self.deferrable = deferrable
+        self.poll_interval = poll_interval
+        self.log_interval = log_interval
+        self.wait_timeout = wait_timeout
+        self._app_id: str | None = None
+
+    # ------------------------------------------------------------------------------------------------ execute
+    def execute(self, context: Any) -> Any:
+        ti = context["ti"]
+        tags = airflow_tags(ti.dag_id, ti.task_id, ti.run_id, getattr(ti, "map_index", None))
+        app_id = self._find_running(tags) or self._submit(tags)
+        self._app_id = app_id
+        ti.xcom_push(key="app_id", value=app_id)
+        if self.deferrable:
+            from tfyarn.airflow.trigger import TfyarnTrigger
+            self.defer(trigger=TfyarnTrigger(app_id=app_id, poll_interval=self.poll_interval,
+                                             log_interval=self.log_interval, timeout=self.wait_timeout),
+                       method_name="execute_complete")
+        return self._finish(self._wait(app_id), context)
+
+    def execute_complete(self, context: Any, event: dict[str, Any] | None = None) -> Any:
+        """Resumed after the trigger fired: read the final status and finish like the polling path."""
+        from tfyarn import api
+        event = event or {}
+        app_id = event.get("app_id") or context["ti"].xcom_pull(task_ids=self.task_id, key="app_id")
+        self._app_id = app_id
+        if event.get("status") == "timeout":
+            self._kill(app_id, "wait_timeout ran out")
+            raise AirflowException(event.get("message") or f"timed out waiting for tfyarn app {app_id}")
+        if event.get("status") == "error":
+            raise AirflowException(event.get("message") or f"lost track of tfyarn app {app_id}")
+        return self._finish(api.status(app_id), context)
+
+    def on_kill(self) -> None:
+        """Airflow is killing this task (SIGTERM, mark failed, execution_timeout): kill the app with it."""
+        if self._app_id:
+            self._kill(self._app_id, "the Airflow task was killed")
+
+    # ------------------------------------------------------------------------------------------------ steps
+    def _find_running(self, tags: list[str]) -> str | None:
+        from tfyarn import api
+        running = [a for a in api.list_apps(self.backend) if not a.state.is_terminal and matches(a.tags, tags)]
+        if not running:
+            return None
+        if self.on_existing == "adopt":
+            app = running[-1]
+            for other in running[:-1]:
+                self._kill(other.app_id, f"a newer app {app.app_id} of the same task instance is adopted")
+            self.log.info("adopting tfyarn app %s (%s), still running from an earlier try of this task instance",
+                          app.app_id, app.state.value)
+            return app.app_id
+        for app in running:
+            self._kill(app.app_id, "on_existing='kill': an earlier try's app is still running")
+        return None
+
+    def _submit(self, tags: list[str]) -> str:
+        from tfyarn import api
+        spec = api.load(self.spec, self.overrides)
+        all_tags = merge_tags(spec.tags, tags)
+        spec = api.load(self.spec, [*self.overrides, f"tags={json.dumps(all_tags)}"])
+        app_id = api.submit(spec, self.backend)
+        self.log.info("submitted tfyarn job %r as %s (tags %s)", spec.name, app_id, ", ".join(all_tags))
+        return app_id
+
+    def _wait(self, app_id: str) -> Any:
+        from tfyarn import api
+        from tfyarn.errors import WaitTimeout
+        backend = api.backend_for_app(app_id)
+        try:
+            return backend.wait(app_id, timeout=self.wait_timeout, poll=self.poll_interval,
+                                on_update=progress_logger(self.log, self.log_interval))
+        except WaitTimeout as exc:
+            self._kill(app_id, "wait_timeout ran out")
+            raise AirflowException(str(exc)) from None
+
+    def _kill(self, app_id: str, why: str) -> None:
+        from tfyarn import api
+        self.log.warning("killing tfyarn app %s: %s", app_id, why)
+        try:
+            api.kill(app_id)
+        except Exception:  # noqa: BLE001 - a kill that fails must not hide why we were killing
+            self.log.exception("could not kill tfyarn app %s", app_id)
+
+    def _finish(self, st: Any, context: Any) -> dict[str, Any]:
+        ti = context["ti"]
+        ti.xcom_push(key="summary", value=st.summary)
+        if st.state.value != "SUCCEEDED":
+            lines = [f"tfyarn app {st.app_id} {st.state.value}: {st.diagnostics or '(no diagnosis)'}"]
+            lines += [f"  {t.task} {t.state} (exit {t.exit_code}); log: {t.log}" for t in st.tasks
+                      if t.state in ("FAILED",)]
+            raise AirflowException("\n".join(lines))
+        self.log.info("tfyarn app %s SUCCEEDED; summary: %s", st.app_id, json.dumps(st.summary, sort_keys=True))
+        return {"app_id": st.app_id, "state": st.state.value, "exit_code": int(st.state.exit_code),
+                "summary": st.summary, "report": _report_location(st)}
+
+
+def _report_location(st: Any) -> str | None:
+    """Where the run report is (local: the app dir), if it was written."""
+    if st.backend == "local" and st.tracking_url:
+        from pathlib import Path
+        p = Path(st.tracking_url) / "report.json"
+        return str(p) if p.exists() else None
+    return None
+
+

@@ -1,0 +1,31 @@
+"""Progress of a tfyarn app as lines in an Airflow task log, at a bounded rate (shared by operator and trigger)."""
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+from tfyarn.backends.base import AppStatus
+from tfyarn.display import LineView
+
+
+class _LogWriter:
+    """A text stream that sends each written line to a logger (so :class:`LineView` can feed an Airflow log)."""
+
+    def __init__(self, log: logging.Logger | logging.LoggerAdapter):
+        self.log = log
+
+    def write(self, text: str) -> None:
+        for line in text.splitlines():
+            if line.strip():
+                self.log.info("%s", line)
+
+    def flush(self) -> None:
+        pass
+
+
+def progress_logger(log: logging.Logger | logging.LoggerAdapter, every: float) -> Callable[[AppStatus], None]:
+    """An ``on_update`` callable: a progress line every ``every`` s, and at once on any job or task state change.
+
+    Airflow stamps each log record, so lines start with a fixed ``tfyarn`` marker instead of a timestamp.
+    """
+    return LineView(_LogWriter(log), every=every, stamp=lambda: "tfyarn")

@@ -1,0 +1,48 @@
+"""Which tfyarn app belongs to which Airflow task instance — the tags that make retries safe.
+
+Why tags: when a worker dies (OOM, node loss, a deploy) Airflow retries the task, but the tfyarn app it started keeps
+running (on YARN it is independent of the worker; locally its launcher is detached). Without a way to find that app the
+retry would start a second, duplicate training job writing to the same checkpoints. The operator therefore tags every
+app it submits with its dag id, task id (+ map index) and run id; a retry lists the backend's apps and finds the
+running one by those tags, then adopts or kills it.
+
+YARN stores application tags lower-cased and limits each to 100 characters, so tags are normalised the same way
+here (long values are cut and suffixed with a hash of the full value, keeping them unique).
+"""
+from __future__ import annotations
+
+import hashlib
+from typing import Iterable
+
+MAX_TAG = 100
+
+
+def normalise_tag(tag: str) -> str:
+    """YARN-safe form of a tag: lower case, no commas, at most 100 characters (unique hash suffix if cut)."""
+    t = tag.lower().replace(",", "_")
+    if len(t) <= MAX_TAG:
+        return t
+    digest = hashlib.sha1(t.encode()).hexdigest()[:12]
+    return f"{t[:MAX_TAG - 13]}~{digest}"
+
+
+def airflow_tags(dag_id: str, task_id: str, run_id: str, map_index: int | None = None) -> list[str]:
+    """The tags identifying one task instance (all its tries share them)."""
+    task = task_id if map_index is None or map_index < 0 else f"{task_id}[{map_index}]"
+    return [normalise_tag(f"airflow-dag={dag_id}"), normalise_tag(f"airflow-task={task}"),
+            normalise_tag(f"airflow-run={run_id}")]
+
+
+def matches(app_tags: Iterable[str], wanted: Iterable[str]) -> bool:
+    """True if an app carries every wanted tag (compared in normalised form: YARN lower-cases tags)."""
+    have = {normalise_tag(t) for t in app_tags}
+    return all(normalise_tag(w) in have for w in wanted)
+
+
+def merge_tags(spec_tags: Iterable[str], extra: Iterable[str]) -> list[str]:
+    """The spec's own tags followed by ``extra``, without duplicates, order kept."""
+    out: list[str] = []
+    for t in [*spec_tags, *extra]:
+        if t not in out:
+            out.append(t)
+    return out

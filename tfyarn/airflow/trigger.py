@@ -1,0 +1,57 @@
+"""``TfyarnTrigger``: the deferrable wait of :class:`tfyarn.airflow.operator.TfyarnOperator`.
+
+Runs in the triggerer's event loop, so every tfyarn call (file reads locally, HTTP to the ResourceManager on YARN)
+goes through ``asyncio.to_thread`` and never blocks other triggers. Fires one event: ``{"status": "done", ...}`` when the
+app reaches a terminal state, ``"timeout"`` when ``timeout`` runs out, ``"error"`` when the app cannot be read.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, AsyncIterator
+
+from tfyarn.airflow._compat import BaseTrigger, TriggerEvent
+from tfyarn.airflow.progress_log import progress_logger
+
+
+class TfyarnTrigger(BaseTrigger):
+    def __init__(self, app_id: str, poll_interval: float = 5.0, log_interval: float = 30.0,
+                 timeout: float | None = None):
+        super().__init__()
+        self.app_id = app_id
+        self.poll_interval = poll_interval
+        self.log_interval = log_interval
+        self.timeout = timeout
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return ("tfyarn.airflow.trigger.TfyarnTrigger",
+                {"app_id": self.app_id, "poll_interval": self.poll_interval, "log_interval": self.log_interval,
+                 "timeout": self.timeout})
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        from tfyarn import api
+        show = progress_logger(self.log, self.log_interval)
+        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        while True:
+            try:
+                st = await asyncio.to_thread(api.status, self.app_id)
+            except Exception as exc:  # noqa: BLE001 - reported to the task, which fails with it
+                yield TriggerEvent({"status": "error", "app_id": self.app_id,
+                                    "message": f"cannot read the status of tfyarn app {self.app_id}: {exc}"})
+                return
+            show(st)
+            if st.state.is_terminal:
+                yield TriggerEvent({"status": "done", "app_id": self.app_id, "state": st.state.value})
+                return
+            if deadline is not None and time.monotonic() >= deadline:
+                yield TriggerEvent({"status": "timeout", "app_id": self.app_id,
+                                    "message": f"timed out after {self.timeout:g}s waiting for tfyarn app "
+                                               f"{self.app_id} to finish (last state {st.state.value})"})
+                return
+            await asyncio.sleep(self.poll_interval)
+
+    async def on_kill(self) -> None:
+        """A user killed the deferred task (mark failed / clear): kill the app too (Airflow 3.3+ calls this)."""
+        from tfyarn import api
+        self.log.warning("killing tfyarn app %s: the deferred Airflow task was killed", self.app_id)
+        await asyncio.to_thread(api.kill, self.app_id)
