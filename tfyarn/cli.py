@@ -218,6 +218,27 @@ def list_(backend: str | None, output: str) -> None:
         click.echo(f"{a.app_id:<36} {a.state.value:<10} {a.name}")
 
 
+@cli.command()
+@click.argument("app_id", required=False)
+@click.option("--from", "source", metavar="URL",
+              help="Directory holding report.json, e.g. a YARN job's checkpoint dir (hdfs://...).")
+@click.option("--to", "dest", metavar="DIR", help="Copy report.json and report.png into this local directory.")
+@click.option("--output", type=click.Choice(["text", "json"]), default="text")
+def report(app_id: str | None, source: str | None, dest: str | None, output: str) -> None:
+    """The run report of an app: loss and examples/s over time per worker (report.json + report.png).
+
+    Local apps: from the app dir (built now if the run has none yet). Others: --from the checkpoint dir.
+    """
+    from pathlib import Path
+
+    from tfyarn.report import copy_report, fetch_report, report_text
+    rep, png = fetch_report(app_id, source)
+    if dest:
+        written = copy_report(rep, png, Path(dest))
+        png = str(written[1]) if len(written) > 1 else None
+    click.echo(json.dumps(rep, indent=1, sort_keys=True) if output == "json" else report_text(rep, png))
+
+
 # ------------------------------------------------------------------------------------------------------------ data
 @cli.group()
 def data() -> None:
