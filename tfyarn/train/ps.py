@@ -177,6 +177,7 @@ class TrainGraph:
     ready_op: Any
     saver: Any
     model_var_keys: list[str]
+    align_steps: Any
     sync: "LockstepSync | None" = None
     placement: dict[str, int] = field(default_factory=dict)
 
@@ -266,6 +267,8 @@ def build_graph(ctx: Any, model: Any) -> TrainGraph:
                                                                   tf.constant([ctx.data_rank])))
             with tf.control_dependencies([count]):
                 train_op = tf.identity(step_value, name="train_step")
+            # sync resume: every worker is exactly at the global step (a checkpoint may catch a counter mid-round)
+            align_steps = worker_steps.assign(tf.fill([ctx.num_data_workers], global_step.read_value()))
         with tf.compat.v1.device(worker_device):
             init_op = tf.compat.v1.global_variables_initializer()
             local_init_op = tf.group(tf.compat.v1.local_variables_initializer(),
@@ -277,7 +280,8 @@ def build_graph(ctx: Any, model: Any) -> TrainGraph:
     graph.finalize()
     return TrainGraph(graph=graph, placeholders=placeholders, loss=loss, train_op=train_op, global_step=global_step,
                       worker_steps=worker_steps, init_op=init_op, local_init_op=local_init_op, ready_op=ready_op,
-                      saver=saver, model_var_keys=model_var_keys, sync=sync, placement=dict(balancer.placed))
+                      saver=saver, model_var_keys=model_var_keys, align_steps=align_steps, sync=sync,
+                      placement=dict(balancer.placed))
 
 
 # -------------------------------------------------------------------------------------------------------- session
@@ -351,7 +355,7 @@ class Checkpointer:
             return None
         prefix = self.tg.saver.save(sess, str(self.local / "ckpt"), global_step=gs, write_meta_graph=False,
                                     write_state=False)
-        ws = [int(x) for x in ws]
+        ws = [gs] * len(ws) if self.ctx.spec.sync else [int(x) for x in ws]
         meta = {"format": "v1-saver", "model_variables": self.tg.model_var_keys, "worker_steps": ws,
                 "epoch": helpers.position(min(ws), self.steps)[0], "mode": "ps", "sync": self.ctx.spec.sync}
         entry = self.store.upload(prefix, gs, meta)
@@ -398,18 +402,24 @@ def train(ctx: Any, model: Any) -> dict[str, Any] | None:
         if ctx.is_chief:
             log.info("variable placement (ps index): %s", tg.placement)
         ckpt = Checkpointer(ctx, tg, steps) if ctx.is_chief else None
-        sess = open_session(ctx, tg, server, ckpt.restore_prefix() if ckpt else None)
-        try:
-            return _run(ctx, tg, sess, feeder, steps, target, ckpt, t_start)
-        finally:
-            sess.close()
+        # Saver.save/restore refuse to run while TF2's eager mode is current: stay in the training graph
+        with tg.graph.as_default():
+            sess = open_session(ctx, tg, server, ckpt.restore_prefix() if ckpt else None)
+            try:
+                return _run(ctx, tg, sess, feeder, steps, target, ckpt, t_start)
+            finally:
+                sess.close()
 
 
 def _run(ctx: Any, tg: TrainGraph, sess: Any, feeder: Any, steps: list[int], target: int,
          ckpt: Checkpointer | None, t_start: float) -> dict[str, Any] | None:
     spec = ctx.spec
+    if spec.sync and ctx.is_chief:
+        sess.run(tg.align_steps)
     gs0, ws0 = sess.run([tg.global_step, tg.worker_steps])
     gs0 = int(gs0)
+    if spec.sync:
+        ws0 = [gs0] * ctx.num_data_workers
     done = gs0 if spec.sync else int(ws0[ctx.data_rank])
     epoch, start = helpers.position(done, steps)
     if done:
