@@ -184,7 +184,10 @@ class Role(_Model):
     gpus: int = Field(0, ge=0)
     node_label: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
-    max_restarts: int = Field(0, ge=0)
+    max_restarts: int = Field(0, ge=0, description="times one task of this role is restarted in place")
+    restart: Literal["never", "on_failure", "exit_code"] = Field(
+        "on_failure", description="which failures restart a task (up to max_restarts): any non-zero exit, or "
+                                  "exit_code: only 128-255 (killed by a signal, OOM), as Kubeflow's TFJob")
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
     @field_validator("memory_mib", mode="before")
@@ -210,8 +213,22 @@ class Timeouts(_Model):
     stall: float = 600.0
     shutdown: float = 60.0
     step: float = 300.0
+    active_deadline: float | None = Field(None, description="the whole job (all attempts); none by default")
+    allocation: float = Field(600.0, description="YARN: containers must be allocated within this")
 
     @field_validator("*", mode="before")
+    @classmethod
+    def _dur(cls, v: Any) -> Any:
+        return None if v is None else parse_duration_s(v)
+
+
+class Retry(_Model):
+    """Job-level attempts: on a failure no task restart can fix (a ps or the chief died, a collective broke), every
+    task is stopped and the job starts again from the latest checkpoint, up to ``max_attempts`` in all."""
+    max_attempts: int = Field(1, ge=1)
+    backoff: float = Field(10.0, description="wait before the next attempt")
+
+    @field_validator("backoff", mode="before")
     @classmethod
     def _dur(cls, v: Any) -> Any:
         return parse_duration_s(v)
@@ -251,6 +268,9 @@ class JobSpec(_Model):
     checkpoint: Checkpoint = Field(default_factory=Checkpoint)
     roles: dict[RoleName, Role] = Field(default_factory=_default_roles)
     timeouts: Timeouts = Field(default_factory=Timeouts)
+    retry: Retry = Field(default_factory=Retry)
+    success_policy: Literal["all_workers", "chief"] = Field(
+        "all_workers", description="the job succeeds when every training task finished, or as soon as the chief did")
     kerberos: Kerberos | None = None
     acls: Acls = Field(default_factory=Acls)
     #: Where the spec was loaded from (relative local paths in it resolve against this directory).
@@ -283,6 +303,15 @@ class JobSpec(_Model):
             problems.append("data.eval: an evaluator needs eval data")
         if (n("evaluator") or n("tensorboard")) and not self.checkpoint.dir:
             problems.append("checkpoint.dir: evaluator and tensorboard follow the checkpoint dir, set one")
+        for role in ("ps", "chief"):
+            r = self.roles.get(role)  # type: ignore[call-overload]
+            if r and r.max_restarts:
+                problems.append(f"roles.{role}.max_restarts: a restarted {role} cannot rejoin a running job "
+                                f"(the ps holds the variables, the chief the session); use retry.max_attempts")
+        w = self.roles.get("worker")
+        if self.mode == "allreduce" and w and w.max_restarts:
+            problems.append("roles.worker.max_restarts: allreduce cannot replace one worker in a running "
+                            "collective; use retry.max_attempts")
         if problems:
             raise ValueError("; ".join(problems))
         return self

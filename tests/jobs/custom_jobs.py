@@ -43,3 +43,19 @@ def lockstep(ctx, helpers):
                 time.sleep(0.02)
         helpers.progress.report(step=step, epoch=0, loss=1.0, examples=1)
         time.sleep(0.05)
+
+
+@tfyarn.train.custom_train
+def count(ctx, helpers):
+    """Run params['steps'] steps of 0.05 s; the chief fails once on the first job attempt if params say so."""
+    steps = int(helpers.params.get("steps", 40))
+    if helpers.params.get("chief_fails_first_attempt") and ctx.task_id == "chief:0" and ctx.attempt == 0:
+        time.sleep(0.5)
+        raise RuntimeError("chief lost on attempt 0")
+    exit_code = helpers.params.get("worker_exit_code")
+    for step in range(1, steps + 1):
+        if exit_code is not None and ctx.task_id == "worker:0" and step == 5 and os.environ["TFYARN_RESTART"] == "0":
+            os._exit(int(exit_code))
+        helpers.progress.report(step=step, epoch=0, loss=1.0 / step, examples=1)
+        time.sleep(0.05)
+    return {"steps": steps}

@@ -59,6 +59,7 @@ class AppStatus:
     finished: float | None = None
     tracking_url: str | None = None
     summary: dict[str, Any] | None = None                   # final run summary, once written
+    attempt: int = 0                                         # job attempt (0-based; retry.max_attempts)
     tags: list[str] = field(default_factory=list)            # the spec's tags (schedulers find their apps by them)
 
     def to_dict(self) -> dict[str, Any]:

@@ -39,6 +39,11 @@ class KVStore:
         with self._cond:
             return {k: v for k, v in self._d.items() if k.startswith(prefix)}
 
+    def clear(self) -> None:
+        """Forget everything (a new job attempt rendezvous afresh)."""
+        with self._cond:
+            self._d.clear()
+
     def wait(self, keys: list[str], timeout: float) -> dict[str, str]:
         with self._cond:
             self._cond.wait_for(lambda: all(k in self._d for k in keys), timeout=max(0.0, timeout))

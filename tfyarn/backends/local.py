@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import queue
 import secrets
 import signal
 import subprocess
@@ -36,7 +37,7 @@ from tfyarn.backends.base import AppState, AppStatus, Backend, TaskStatus
 from tfyarn.backends.kvserver import KVServer
 from tfyarn.errors import AppNotFound, ExitCode
 from tfyarn.runtime.watchdog import StallWatchdog
-from tfyarn.runtime.context import (ABORT_KEY, DONE_KEY, SUMMARY_KEY, TOTAL_STEPS_KEY, failure_key,
+from tfyarn.runtime.context import (ABORT_KEY, addr_key, DONE_KEY, SUMMARY_KEY, TOTAL_STEPS_KEY, failure_key,
                                     progress_key)
 from tfyarn.report import HISTORY_FILE, ProgressHistory, report_for_launcher
 from tfyarn.spec import JobSpec, load_spec_json
@@ -81,7 +82,7 @@ def _status_from_dict(d: dict) -> AppStatus:
     return AppStatus(app_id=d["app_id"], backend=d.get("backend", "local"), name=d.get("name", ""),
                      state=AppState(d["state"]), diagnostics=d.get("diagnostics", ""), tasks=tasks,
                      progress=d.get("progress", {}), started=d.get("started"), finished=d.get("finished"),
-                     tracking_url=d.get("tracking_url"), summary=d.get("summary"), tags=d.get("tags", []))
+                     tracking_url=d.get("tracking_url"), summary=d.get("summary"), tags=d.get("tags", []), attempt=d.get("attempt", 0))
 
 
 def aggregate_progress(items: dict[str, str], total_steps: int | None, training_tasks: list[str]) -> dict:
@@ -151,6 +152,9 @@ class Launcher:
         self._progress: dict = {}
         self._summary: dict | None = None
         self.kv: KVServer | None = None
+        self.attempt = 0
+        self.attempt_diagnostics: list[str] = []  # why each earlier attempt failed
+        self._stalled: queue.Queue[str] = queue.Queue()  # the watchdog thread reports here; the main loop ends the job
         self.history = ProgressHistory(app_dir / HISTORY_FILE)  # per-task progress over time, for the run report
 
     # ------------------------------------------------------------------------------------------------- control
@@ -181,7 +185,8 @@ class Launcher:
         env.update({
             "TFYARN_ROLE": role, "TFYARN_INDEX": index, "TFYARN_KV_URL": kv_url,
             "TFYARN_SPEC_FILE": str(self.app_dir / "spec.json"), "TFYARN_APP_ID": self.app_id,
-            "TFYARN_PARENT_PID": str(os.getpid()), "TFYARN_HOST": "127.0.0.1", "TFYARN_ATTEMPT": "0",
+            "TFYARN_PARENT_PID": str(os.getpid()), "TFYARN_HOST": "127.0.0.1",
+            "TFYARN_ATTEMPT": str(self.attempt), "TFYARN_RESTART": str(task.restarts),
         })
         if self.spec.code:
             env["TFYARN_CODE_DIR"] = str(Path(self.spec.resolve_path(self.spec.code)).resolve())
@@ -249,7 +254,7 @@ class Launcher:
         return AppStatus(app_id=self.app_id, backend="local", name=self.spec.name, state=self._state,
                          diagnostics=self._diag, tasks=tasks, progress=self._progress, started=self._started,
                          finished=self._finished, tracking_url=str(self.app_dir), summary=self._summary,
-                         tags=list(self.spec.tags))
+                         tags=list(self.spec.tags), attempt=self.attempt)
 
     def _refresh(self) -> None:
         assert self.kv is not None
@@ -276,24 +281,22 @@ class Launcher:
 
     # ------------------------------------------------------------------------------------------------- main loop
     def run(self) -> AppStatus:
-        """Start every task and follow them to the end. Returns the final status (also written to status.json)."""
+        """Start every task and follow them to the end, with restarts and job attempts as the spec allows.
+
+        Returns the final status (also written to status.json).
+        """
         self._install_signal_handlers()
         self.app_dir.mkdir(parents=True, exist_ok=True)
         (self.app_dir / "spec.json").write_text(self.spec.to_json())
         (self.app_dir / "launcher.pid").write_text(str(os.getpid()))
-        training = set(self.spec.training_tasks)
-        watchdog = None
         with KVServer() as kv:
             self.kv = kv
             try:
-                for t in self.tasks.values():
-                    self._start(t, kv.url)
-                self._state = AppState.RUNNING
-                watchdog = self._start_watchdog(kv)
-                self._follow(training)
+                while True:
+                    self._run_attempt(kv)
+                    if not self._next_attempt(kv):
+                        break
             finally:
-                if watchdog:
-                    watchdog.stop()
                 self._stop_tasks(list(self.tasks.values()), STOP_GRACE_S)
                 self._finished = time.time()
                 self._write_report()  # before the final status.json: whoever sees the outcome finds the report
@@ -315,6 +318,44 @@ class Launcher:
         except Exception:  # noqa: BLE001 - e.g. an unwritable checkpoint dir; the job result stands
             log.warning("could not write the run report of %s", self.app_id, exc_info=True)
 
+    def _run_attempt(self, kv: KVServer) -> None:
+        watchdog = None
+        try:
+            for t in self.tasks.values():
+                self._start(t, kv.url)
+            self._state = AppState.RUNNING
+            watchdog = self._start_watchdog(kv)
+            self._follow(set(self.spec.training_tasks), watchdog)
+        finally:
+            if watchdog:
+                watchdog.stop()
+            self._stop_tasks(list(self.tasks.values()), STOP_GRACE_S)
+
+    def _next_attempt(self, kv: KVServer) -> bool:
+        """After a failed attempt: start the whole job again (from its latest checkpoint) if attempts remain.
+
+        Not after success, a kill, or the active deadline. The KV is cleared: the new attempt rendezvous afresh.
+        """
+        retry = self.spec.retry
+        if (self._state not in (AppState.FAILED, AppState.TIMED_OUT) or self._stop.is_set()
+                or self._deadline_passed() or self.attempt + 1 >= retry.max_attempts):
+            return False
+        self.attempt += 1
+        log.warning("attempt %d/%d failed (%s); starting attempt %d from the latest checkpoint in %gs",
+                    self.attempt, retry.max_attempts, self._diag, self.attempt + 1, retry.backoff)
+        self.attempt_diagnostics.append(self._diag)
+        if self._stop.wait(retry.backoff):  # interruptible: Ctrl-C during the backoff stops here
+            self._end(self._stop_state, self._stop_reason)
+            return False
+        kv.store.clear()
+        for t in self.tasks.values():
+            t.state, t.exit_code, t.diagnostics, t.restarts = "PENDING", None, "", 0
+        return True
+
+    def _deadline_passed(self) -> bool:
+        d = self.spec.timeouts.active_deadline
+        return d is not None and time.time() - self._started > d
+
     def _start_watchdog(self, kv: KVServer) -> StallWatchdog:
         """Fail the job (TIMED_OUT) with stacks in the logs when global progress stops for ``timeouts.stall``.
 
@@ -323,19 +364,47 @@ class Launcher:
         """
         pids = {t.name: t.proc.pid for t in self.tasks.values() if t.proc}
         wd = StallWatchdog(kv.store, {t: pids[t] for t in self.spec.training_tasks}, self.spec.timeouts.stall,
-                           on_stall=lambda report: self.stop(report.message, AppState.TIMED_OUT), all_tasks=pids,
+                           on_stall=lambda report: self._stalled.put(report.message), all_tasks=pids,
                            startup_s=self.spec.timeouts.rendezvous + self.spec.timeouts.stall)
         return wd.start()
 
-    def _follow(self, training: set[str]) -> None:
+    def _restartable(self, task: _Task) -> bool:
+        """May this failed task be restarted in place? (Role policy, its budget, and the job not stopping.)"""
+        role = self.spec.roles[task.role]  # type: ignore[index]
+        code = task.exit_code if task.exit_code is not None else 1
+        code = 128 - code if code < 0 else code  # killed by signal N → 128+N, as a shell reports it
+        if role.restart == "never" or task.restarts >= role.max_restarts or self._stop.is_set():
+            return False
+        return role.restart == "on_failure" or 128 <= code <= 255
+
+    def _restart(self, task: _Task, watchdog: StallWatchdog) -> None:
+        assert self.kv is not None
+        role = self.spec.roles[task.role]  # type: ignore[index]
+        task.restarts += 1
+        log.warning("%s exited with code %s (%s); restarting it (%d/%d)", task.name, task.exit_code,
+                    task.diagnostics, task.restarts, role.max_restarts)
+        for key in (addr_key(task.name), failure_key(task.name)):
+            self.kv.store.delete(key)  # it publishes a new address; the old diagnosis is history
+        with open(task.log_path, "ab") as f:
+            f.write(f"==== tfyarn: restart {task.restarts}/{role.max_restarts} after exit code {task.exit_code} "
+                    f"====\n".encode())
+        self._start(task, self.kv.url)
+        watchdog.update_pid(task.name, task.proc.pid)  # type: ignore[union-attr]
+
+    def _follow(self, training: set[str], watchdog: StallWatchdog) -> None:
         last_refresh = 0.0
         shutdown_deadline: float | None = None
         while True:
             if self._stop.is_set():
                 self._end(self._stop_state, self._stop_reason)
-                kv_abort = self.kv.store if self.kv else None
-                if kv_abort:
-                    kv_abort.put(ABORT_KEY, self._stop_reason)
+                self.kv.store.put(ABORT_KEY, self._stop_reason)  # type: ignore[union-attr]
+                return
+            if not self._stalled.empty():
+                self._end(AppState.TIMED_OUT, self._stalled.get())
+                return
+            if self._deadline_passed():
+                self._end(AppState.TIMED_OUT, f"active deadline of {self.spec.timeouts.active_deadline:g}s exceeded "
+                                              f"(timeouts.active_deadline)")
                 return
             for t in self.tasks.values():
                 if t.state != "RUNNING" or t.proc is None or t.proc.poll() is None:
@@ -354,6 +423,9 @@ class Launcher:
                 if t.reader:
                     t.reader.join(timeout=2.0)
                 t.diagnostics = self._failure_message(t)
+                if self._restartable(t):
+                    self._restart(t, watchdog)
+                    continue
                 timed_out = t.exit_code == ExitCode.TIMED_OUT
                 self._end(AppState.TIMED_OUT if timed_out else AppState.FAILED,
                           f"{t.name} exited with code {t.exit_code}: {t.diagnostics}")
@@ -381,6 +453,9 @@ class Launcher:
             self._stop.wait(0.1)
 
     def _training_done(self, training: set[str]) -> bool:
+        """Success policy: every training task finished (default), or the chief did (``success_policy: chief``)."""
+        if self.spec.success_policy == "chief":
+            return self.tasks[self.spec.training_tasks[0]].state == "SUCCEEDED"
         return all(self.tasks[t].state == "SUCCEEDED" for t in training)
 
     def _end(self, state: AppState, diagnostics: str) -> None:

@@ -30,17 +30,17 @@ def _configure_logging(task: str) -> None:
                         format=f"%(asctime)s %(levelname)s [{task}] %(name)s: %(message)s")
 
 
-def _identity() -> tuple[str, int]:
+def _identity(kv: KV, instances_of) -> tuple[str, int]:
+    """This task's role and index. Locally both are in the environment; on YARN the index is claimed through the
+    KV (``kv_yarn.task_index_from_env``), because skein numbers a restarted container anew (worker_0 → worker_3)."""
     role = os.environ.get("TFYARN_ROLE")
     if not role:
         raise RuntimeError("TFYARN_ROLE is not set: this entry point is started by a tfyarn backend")
-    index = os.environ.get("TFYARN_INDEX")
-    if index is None:  # on YARN, skein names containers '<service>_<instance>'
-        cid = os.environ.get("SKEIN_CONTAINER_ID", "")
-        index = cid.rsplit("_", 1)[-1] if "_" in cid else None
-    if index is None or not index.isdigit():
-        raise RuntimeError("cannot tell this task's index: set TFYARN_INDEX (or SKEIN_CONTAINER_ID=<role>_<n>)")
-    return role, int(index)
+    index = os.environ.get("TFYARN_INDEX", "").strip()
+    if index:
+        return role, int(index)
+    from tfyarn.runtime.kv_yarn import task_index_from_env
+    return role, task_index_from_env(kv=kv, instances=instances_of(role))  # type: ignore[arg-type]
 
 
 def make_kv() -> KV:
@@ -92,8 +92,8 @@ def _report_failure(kv: KV | None, task: str, message: str) -> None:
 def build_context(kv: KV) -> TaskContext:
     from tfyarn.runtime.rendezvous import rendezvous, task_host
 
-    role, index = _identity()
     spec = load_spec_json(Path(os.environ["TFYARN_SPEC_FILE"]).read_text())
+    role, index = _identity(kv, spec.instances)
     host = task_host()
     cluster, port = rendezvous(spec, role, index, kv, host)
     ctx = TaskContext(spec=spec, role=role, index=index, kv=kv, cluster=cluster, host=host, port=port,

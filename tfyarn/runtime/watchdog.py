@@ -166,9 +166,13 @@ class StallReport:
 
     @property
     def suspects(self) -> list[str]:
-        """Tasks most likely at fault: frozen/dead processes, then tasks that ignored the dump request, then the
-        laggards (lowest step) — a blocked all-reduce leaves the healthy peers alive and answering."""
-        bad = [t for t, st in self.process_states.items() if st in ("stopped", "dead", "zombie")]
+        """Tasks most likely at fault: stopped (frozen) processes; else processes that are gone or did not answer
+        the dump request; else the laggards (lowest step). A blocked all-reduce leaves the healthy peers alive and
+        answering, so they are not suspects."""
+        stopped = [t for t, st in self.process_states.items() if st == "stopped"]
+        if stopped:
+            return stopped
+        bad = [t for t, st in self.process_states.items() if st in ("dead", "zombie")]
         bad += [t for t in self.no_ack if t not in bad]
         if bad:
             return bad
@@ -352,6 +356,12 @@ class StallWatchdog:
         if self.on_stall is not None:
             self.on_stall(self.report)
         return self.report
+
+    def update_pid(self, task: str, pid: int) -> None:
+        """A task was restarted in place: signal its new process from now on."""
+        self.all_tasks[task] = pid
+        if task in self.states:
+            self.states[task].pid = pid
 
     # -- thread ------------------------------------------------------------------------------------------------------
     def _run(self) -> None:
