@@ -1,0 +1,36 @@
+"""Helpers of the operations tests: a small real job (custom train functions from tests/ops/jobs, no TensorFlow)."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import yaml
+
+OPS = Path(__file__).resolve().parent
+JOBS = OPS / "jobs"
+DAGS = OPS / "dags"
+ROOT = OPS.parent.parent
+
+
+def job_spec(tmp_path: Path, model: str = "ops_jobs:short", **overrides) -> dict:
+    """A valid spec dict: allreduce chief + one worker running a custom train function from tests/ops/jobs."""
+    spec = {
+        "name": "ops-test", "model": model, "code": str(JOBS), "mode": "allreduce",
+        "params": {"steps": 40, "dt": 0.05},
+        "data": {"train": str(tmp_path / "nodata" / "*.tfrecord"), "batch_size": 4,
+                 "features": {"label": {"dtype": "float32"}}},
+        "roles": {"chief": {"instances": 1}, "worker": {"instances": 1}},
+        "timeouts": {"rendezvous": 30, "shutdown": 10},
+    }
+    spec.update(overrides)
+    return spec
+
+
+def write_spec(tmp_path: Path, spec: dict, name: str = "job.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def tfyarn_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "tfyarn.cli", *args]

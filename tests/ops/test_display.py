@@ -1,0 +1,106 @@
+"""The live view (rich, to a string console) and the plain line view (timestamps, bounded rate) — and both on a real
+run through the local backend."""
+import io
+import re
+
+import pytest
+from rich.console import Console
+
+from opsutil import job_spec
+from tfyarn.backends.base import AppState, AppStatus, TaskStatus
+from tfyarn.backends.local import LocalBackend
+from tfyarn.display import LineView, LiveView, ProgressView, render_status
+from tfyarn.spec import load_spec_dict
+
+STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d{4} ")
+
+
+def _status(state=AppState.RUNNING, step=120, worker1="RUNNING", restarts=0):
+    tasks = [TaskStatus("ps:0", "RUNNING", "10.0.0.5"), TaskStatus("chief:0", "RUNNING", "10.0.0.6"),
+             TaskStatus("worker:0", "RUNNING", "10.0.0.7"),
+             TaskStatus("worker:1", worker1, "10.0.0.8", restarts=restarts, exit_code=1 if worker1 == "FAILED" else None)]
+    progress = {"global_step": step, "total_steps": 300, "examples_per_sec": 51234.0, "loss": 0.41, "epoch": 1,
+                "eta_s": 12.3, "per_task": {"chief:0": 40, "worker:0": 41, "worker:1": 39}}
+    return AppStatus("local-x", "local", "ctr", state, tasks=tasks, progress=progress)
+
+
+def _text(renderable) -> str:
+    console = Console(file=io.StringIO(), width=140, force_terminal=False, color_system=None)
+    console.print(renderable)
+    return console.file.getvalue()
+
+
+def test_live_rendering_shows_tasks_and_progress():
+    out = _text(render_status(_status(restarts=2)))
+    lines = out.splitlines()
+    assert lines[0].strip() == "ctr (local-x)"
+    header = lines[1].split()
+    assert header == ["role", "#", "state", "host", "restarts", "step", "exit"]
+    rows = {tuple(ln.split()[:2]): ln.split() for ln in lines[2:6]}
+    assert rows[("worker", "1")][2:6] == ["RUNNING", "10.0.0.8", "2", "39"]
+    assert rows[("ps", "0")][2:6] == ["RUNNING", "10.0.0.5", "0", "-"]
+    bar_line = lines[6]
+    for part in ("RUNNING", "step 120/300 (40%)", "51,234 ex/s", "ETA 0m12s", "loss 0.4100", "epoch 1"):
+        assert part in bar_line, (part, bar_line)
+
+
+def test_live_view_writes_frames_to_a_terminal_and_keeps_the_last():
+    buf = io.StringIO()
+    view = LiveView(console=Console(file=buf, width=140, force_terminal=True, color_system=None))
+    view(_status(step=10))
+    view.print("   worker:1 | hello from a task")
+    view(_status(AppState.FAILED, step=150, worker1="FAILED"))
+    view.close()
+    out = buf.getvalue()
+    assert "hello from a task" in out
+    assert "step 150/300 (50%)" in out and "FAILED" in out
+    # the task line was printed above the live table, not inside a frame
+    assert out.index("hello from a task") < out.rindex("step 150/300")
+
+
+def test_line_view_timestamps_and_bounded_rate():
+    buf, now = io.StringIO(), [0.0]
+    view = LineView(buf, every=10.0, clock=lambda: now[0])
+    for i in range(200):  # 100 s of 0.5 s polls, progress moving every poll
+        now[0] = i * 0.5
+        view(_status(step=i))
+    lines = buf.getvalue().splitlines()
+    assert all(STAMP.match(ln) for ln in lines), lines[:3]
+    assert 10 <= len(lines) <= 11, len(lines)   # one line per 10 s, not 200
+    assert "running · tasks 4/4 running · step 0/300" in lines[0]
+
+
+def test_line_view_reports_state_changes_at_once():
+    buf, now = io.StringIO(), [0.0]
+    view = LineView(buf, every=60.0, clock=lambda: now[0])
+    view(_status(step=1))
+    now[0] = 1.0
+    view(_status(step=2))                    # same states, too soon: no line
+    now[0] = 2.0
+    view(_status(AppState.FAILED, step=3, worker1="FAILED"))
+    lines = buf.getvalue().splitlines()
+    assert len(lines) == 2
+    assert lines[1].endswith("[worker:1 FAILED]") and " failed · " in lines[1]
+
+
+def test_progress_view_chooses_by_tty():
+    assert isinstance(ProgressView(out=io.StringIO())._view, LineView)
+    assert isinstance(ProgressView(out=io.StringIO(), live=True)._view, LiveView)
+
+
+@pytest.mark.timeout(120)
+def test_plain_lines_on_a_real_run(tmp_path):
+    buf = io.StringIO()
+    view = ProgressView(out=buf, every=1.0)
+    spec = load_spec_dict(job_spec(tmp_path, params={"steps": 60, "dt": 0.05}))
+    st = LocalBackend().run(spec, echo=view.echo, on_update=view)
+    view.close()
+    assert st.state is AppState.SUCCEEDED
+    lines = buf.getvalue().splitlines()
+    progress = [ln for ln in lines if STAMP.match(ln)]
+    task_lines = [ln for ln in lines if re.match(r"^\s+(chief|worker):0 \| ", ln)]
+    assert task_lines, "task output was not echoed"
+    assert any("step " in ln and "/60" in ln and "loss" in ln for ln in progress), progress
+    assert progress[-1].split(" ", 2)[2].startswith("succeeded · tasks 0/2 running · step 60/60")
+    # bounded: a ~4 s run at one line per second plus state changes
+    assert len(progress) <= 16, progress
