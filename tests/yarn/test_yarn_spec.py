@@ -42,7 +42,8 @@ def test_round_trip_and_fields(spec):
     assert set(app.services) == {"ps", "chief", "worker"}
     w = app.services["worker"]
     assert (w.instances, w.resources.memory, w.resources.vcores, w.resources.gpus) == (3, 4096, 4, 1)
-    assert w.node_label == "gpu" and w.max_restarts == 2 and not w.allow_failures
+    assert w.node_label == "gpu" and w.max_restarts == 2 * 3 and not w.allow_failures
+    # skein restarts per service; tfyarn per task: 3 workers x 2 restarts each share one budget of 6
     assert w.env == {"TF_CPP_MIN_LOG_LEVEL": "2", "TFYARN_ROLE": "worker", "TFYARN_ATTEMPT": "0"}
     assert "TFYARN_KV_URL" not in w.env and "TFYARN_INDEX" not in w.env
     assert app.services["chief"].resources == skein.Resources(memory=3072, vcores=2)

@@ -129,7 +129,10 @@ def build_application_spec(spec: JobSpec, shipped: Shipped, *, master_memory_mib
         services[role] = sk.Service(
             resources=sk.Resources(memory=r.memory_mib, vcores=r.vcores, gpus=r.gpus),
             script=script, instances=r.instances, files=dict(files), env=env,
-            max_restarts=r.max_restarts, allow_failures=role in SIDECAR_ROLES,
+            # skein counts restarts per service (all instances share one budget), tfyarn's spec per task:
+            # the role gets max_restarts x instances. skein restarts on any failure (no exit_code policy on YARN).
+            max_restarts=r.max_restarts * r.instances if r.restart != "never" else 0,
+            allow_failures=role in SIDECAR_ROLES,
             node_label=r.node_label or "")
     acls = sk.ACLs(enable=spec.acls.enable, view_users=list(spec.acls.view_users),
                    view_groups=list(spec.acls.view_groups), modify_users=list(spec.acls.modify_users),
