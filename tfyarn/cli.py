@@ -239,6 +239,31 @@ def report(app_id: str | None, source: str | None, dest: str | None, output: str
     click.echo(json.dumps(rep, indent=1, sort_keys=True) if output == "json" else report_text(rep, png))
 
 
+@cli.command()
+@click.argument("spec_path", metavar="SPEC")
+@_set_option
+@click.option("--staging-dir", default=None, metavar="URL",
+              help="Where packed envs are cached (default $TFYARN_STAGING_DIR or hdfs:///user/<you>/.tfyarn).")
+def pack(spec_path: str, overrides: tuple[str, ...], staging_dir: str | None) -> None:
+    """Pack the spec's Python environment and stage it for YARN (cached by content hash: unchanged = 0 bytes)."""
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
+
+    from tfyarn.backends.yarn import pack as pack_env
+    spec = _load(spec_path, overrides)
+    with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), transient=True,
+                  console=None) as bar:
+        tasks: dict[str, Any] = {}
+
+        def progress(stage: str, done: int, total: int | None) -> None:
+            if stage not in tasks:
+                tasks[stage] = bar.add_task(stage, total=total)
+            bar.update(tasks[stage], completed=done, total=total)
+
+        ref = pack_env(spec, staging_dir, progress=progress)
+    what = "already staged, 0 bytes uploaded" if ref.cached else f"uploaded {ref.uploaded_bytes:,} bytes"
+    click.echo(f"{ref.source} env {ref.archive_url or ref.python} ({what})")
+
+
 # ------------------------------------------------------------------------------------------------------------ data
 @cli.group()
 def data() -> None:
