@@ -7,7 +7,7 @@ from pathlib import Path
 import yaml
 from click.testing import CliRunner
 
-from conftest import ROOT, small_spec
+from launch_helpers import ROOT, small_spec
 from tfyarn.cli import cli
 
 

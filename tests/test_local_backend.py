@@ -9,7 +9,7 @@ import time
 import pytest
 import yaml
 
-from conftest import app_processes, small_spec, wait_no_processes
+from launch_helpers import app_processes, small_spec, wait_no_processes
 from tfyarn import api
 from tfyarn.backends.base import AppState
 from tfyarn.backends.local import LocalBackend

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, wait_no_processes
+from launch_helpers import ROOT, wait_no_processes
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 

@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from conftest import app_processes, small_spec, wait_no_processes
+from launch_helpers import app_processes, small_spec, wait_no_processes
 from tfyarn.backends.base import AppState
 from tfyarn.backends.local import LocalBackend
 from tfyarn.spec import load_spec_dict

@@ -11,7 +11,7 @@ import pytest
 import skein
 from skein.model import ApplicationReport, Container, ResourceUsageReport
 
-from conftest import make_spec
+from yarnutil import make_spec
 from fake_am import FakeAM
 from tfyarn.backends.base import AppState
 from tfyarn.backends.yarn import YarnBackend, app_state

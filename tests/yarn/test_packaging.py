@@ -5,7 +5,7 @@ import tarfile
 import fsspec
 import pytest
 
-from conftest import add_dist, make_spec, site_packages
+from yarnutil import add_dist, make_spec, site_packages
 from tfyarn import packaging
 from tfyarn.packaging import PackagingError, ensure_env, env_fingerprint
 

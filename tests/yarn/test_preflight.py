@@ -4,7 +4,7 @@ import os
 import fsspec
 import pytest
 
-from conftest import make_spec
+from yarnutil import make_spec
 from tfyarn.errors import ExitCode, PreflightError
 from tfyarn.preflight import (QueueInfo, StaticClusterInfo, check_checkpoint_dir, check_data, check_resources,
                               rm_webapp_urls, run_preflight)

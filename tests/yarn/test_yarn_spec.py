@@ -9,7 +9,7 @@ import pytest
 import skein
 import yaml
 
-from conftest import make_spec
+from yarnutil import make_spec
 from tfyarn.backends import yarn_spec
 from tfyarn.backends.yarn import YarnBackend
 from tfyarn.backends.yarn_spec import Shipped, build_application_spec, container_script

@@ -1,0 +1,43 @@
+"""Helpers of the launcher tests: find an app's processes, and a small valid spec running tests/jobs functions."""
+import time
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+JOBS = Path(__file__).resolve().parent / "jobs"
+
+
+def app_processes(app_id: str) -> list[psutil.Process]:
+    """Live processes started for ``app_id`` (tasks carry TFYARN_APP_ID in their environment)."""
+    found = []
+    for p in psutil.process_iter(["pid"]):
+        try:
+            if p.environ().get("TFYARN_APP_ID") == app_id and p.status() != psutil.STATUS_ZOMBIE:
+                found.append(p)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
+def wait_no_processes(app_id: str, timeout: float) -> list[psutil.Process]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        left = app_processes(app_id)
+        if not left:
+            return []
+        time.sleep(0.2)
+    return app_processes(app_id)
+
+
+def small_spec(tmp_path, **overrides):
+    """A valid spec dict for launcher tests: allreduce (no ps), custom train from tests/jobs, tiny fake data."""
+    spec = {
+        "name": "launcher-test", "model": "custom_jobs:quick", "code": str(JOBS), "mode": "allreduce",
+        "data": {"train": str(tmp_path / "nodata" / "*.tfrecord"), "batch_size": 4,
+                 "features": {"label": {"dtype": "float32"}}},
+        "roles": {"chief": {"instances": 1}, "worker": {"instances": 1}},
+        "timeouts": {"rendezvous": 20, "shutdown": 10},
+    }
+    spec.update(overrides)
+    return spec
