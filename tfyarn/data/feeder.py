@@ -73,6 +73,7 @@ class _Run:
         self.parser_state = "starting"
         self.wait_s = 0.0                    # consumer time blocked on the ready queue after the first batch
         self.waits_over_1ms = 0
+        self.max_wait_s = 0.0
         self.threads: list[threading.Thread] = []
         if self.target > 0:
             tag = f"tfyarn-feeder-r{feeder.rank}-e{epoch}"
@@ -322,6 +323,7 @@ class _Run:
         if self.yielded > 0:
             self.wait_s += waited
             self.waits_over_1ms += waited > 1e-3
+            self.max_wait_s = max(self.max_wait_s, waited)
         if kind == "error":
             self.close()
             raise val
@@ -437,7 +439,8 @@ class Feeder:
         run = self._active or self._last
         return {"skipped": self.skipped, "skipped_examples": [str(e) for e in self.skipped_errors[:10]],
                 "consumer_wait_s": run.wait_s if run else 0.0,
-                "waits_over_1ms": run.waits_over_1ms if run else 0}
+                "waits_over_1ms": run.waits_over_1ms if run else 0,
+                "max_wait_s": run.max_wait_s if run else 0.0}
 
     def close(self) -> None:
         """Stop every thread of the current epoch (idempotent)."""

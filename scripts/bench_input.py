@@ -1,0 +1,167 @@
+#!/usr/bin/env python
+"""Input benchmark for issue 3: tfyarn feeder vs native tf.data, and the epoch boundary under skew.
+
+One run prints three markdown tables (paste them into BENCHMARKS.md, section "Input (issue 3)"):
+
+1. records/s of native ``TFRecordDataset -> batch(1000) -> map(parse_example)`` vs the tfyarn ``Feeder`` (both with
+   CRC checks on) over local files (``file://``) and memory (TF's ``ram://`` vs fsspec's ``memory://``);
+2. the epoch boundary with 2 and 4 workers on 10x skewed files: steps per worker, records dropped, and how long the
+   fastest worker would wait for the slowest at the boundary — tfyarn's plan vs round-robin file sharding;
+3. a consumer doing a 2 ms step: does it ever wait on the feeder after warm-up?
+
+Usage: ``python scripts/bench_input.py [--files 16 --records-per-file 50000 --reps 3 --dir /tmp/tfyarn-bench-input]``.
+The machine load average is printed with every table: on a shared machine, read the ratios, not the absolutes.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tfyarn.data import Feeder, build_manifest, plan, write_synthetic  # noqa: E402
+from tfyarn.data.planner import round_robin_steps  # noqa: E402
+from tfyarn.data.synth import SCHEMAS  # noqa: E402
+
+BATCH = 1000
+
+
+def load() -> str:
+    return "/".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def make(dirpath: str, files: int, per_file: int, skew: float, seed: int) -> str:
+    marker = Path(dirpath) / f"_DONE_{files}_{per_file}_{skew}_{seed}"
+    if not marker.exists():
+        shutil.rmtree(dirpath, ignore_errors=True)
+        write_synthetic(f"file://{dirpath}", "recommender", files=files, records=files * per_file, skew=skew,
+                        seed=seed)
+        marker.touch()
+    return f"file://{dirpath}"
+
+
+def native_rate(paths: list[str]) -> float:
+    import tensorflow as tf
+    spec = {"label": tf.io.FixedLenFeature([], tf.float32), "user_id": tf.io.FixedLenFeature([], tf.int64),
+            "item_id": tf.io.FixedLenFeature([], tf.int64)}
+    ds = tf.data.TFRecordDataset(paths).batch(BATCH).map(lambda x: tf.io.parse_example(x, spec))
+    t, n = time.perf_counter(), 0
+    for b in ds:
+        n += int(b["label"].shape[0])
+    return n / (time.perf_counter() - t)
+
+
+def feeder_rate(manifest, rank: int = 0, workers: int = 1, epoch: int = 0) -> tuple[float, float]:
+    with Feeder(manifest, SCHEMAS["recommender"], BATCH, rank, workers) as f:
+        t, n = time.perf_counter(), 0
+        for b in f.epoch(epoch):
+            n += len(b["label"])
+        dt = time.perf_counter() - t
+    return n / dt, dt
+
+
+def to_memory(manifest_url: str, paths: list[str]) -> tuple[str, list[str]]:
+    """Copy the files into fsspec's memory:// and TF's ram:// (each pipeline's in-memory filesystem)."""
+    import fsspec
+    import tensorflow as tf
+    mem, ram = [], []
+    for p in paths:
+        data = open(p, "rb").read()
+        name = p.rsplit("/", 1)[1]
+        fsspec.filesystem("memory").pipe_file(f"/bench/{name}", data)
+        with tf.io.gfile.GFile(f"ram://bench/{name}", "wb") as g:
+            g.write(data)
+        mem.append(f"memory:///bench/{name}")
+        ram.append(f"ram://bench/{name}")
+    return "memory:///bench/*", ram
+
+
+def speed_table(url: str, reps: int) -> None:
+    m = build_manifest([f"{url}/part-*"])
+    paths = [f.path.removeprefix("file://") for f in m.files]
+    mem_glob, ram = to_memory(url, paths)
+    mm = build_manifest([mem_glob], use_cache=False)
+    native_rate(paths[:1])
+    feeder_rate(m)                       # warm-up: TF import, page cache, parser construction
+    rows = []
+    for label, nat_src, man in (("file://", paths, m), ("memory:// (TF: ram://)", ram, mm)):
+        nat, ours = [], []
+        for _ in range(reps):            # interleaved so both see the same machine load
+            nat.append(native_rate(nat_src))
+            ours.append(feeder_rate(man)[0])
+        rows.append((label, statistics.median(nat), statistics.median(ours)))
+    total = m.total_records
+    print(f"\n### Throughput: {len(paths)} files x {total // len(paths):,} Examples (label float, user_id int64, "
+          f"item_id int64), {m.total_bytes / 1e6:.1f} MB, batch {BATCH}, CRC checks on, median of {reps} "
+          f"(load avg {load()})\n")
+    print("| source | native tf.data rec/s | tfyarn Feeder rec/s | ratio |")
+    print("|---|---:|---:|---:|")
+    for label, nat, ours in rows:
+        print(f"| {label} | {nat:,.0f} | {ours:,.0f} | {ours / nat:.2f}x |")
+
+
+def boundary_table(url: str) -> None:
+    m = build_manifest([f"{url}/part-*"])
+    counts = [f.records for f in m.files]
+    print(f"\n### Epoch boundary: {len(counts)} files, sizes {min(counts):,}..{max(counts):,} records "
+          f"({max(counts) / min(counts):.1f}x skew), {sum(counts):,} records, batch {BATCH} (load avg {load()})\n")
+    print("| workers | sharding | steps per worker | records dropped | fastest worker waits at the boundary |")
+    print("|---:|---|---|---:|---|")
+    for w in (2, 4):
+        p = plan(m, w, 0, 0, BATCH)
+        times = [feeder_rate(m, r, w)[1] for r in range(w)]
+        rate = p.steps * BATCH / statistics.mean(times)
+        print(f"| {w} | tfyarn plan | {', '.join(str(p.steps) for _ in range(w))} | {p.dropped:,} | "
+              f"{max(times) - min(times):.2f} s (input time per worker {min(times):.2f}..{max(times):.2f} s) |")
+        rr = round_robin_steps(counts, w, BATCH)
+        per = [sum(counts[i::w]) for i in range(w)]
+        dropped = sum(n - s * BATCH for n, s in zip(per, rr))
+        gap = (max(per) - min(per)) / rate
+        print(f"| {w} | round-robin files | {', '.join(map(str, rr))} | {dropped:,} | {gap:.2f} s of input alone; "
+              f"a synchronous job hangs (the short worker never joins the {max(rr) - min(rr)} extra steps) |")
+
+
+def consumer_table(url: str, step_ms: float = 2.0) -> None:
+    m = build_manifest([f"{url}/part-*"])
+    with Feeder(m, SCHEMAS["recommender"], BATCH, 0, 1) as f:
+        it = f.epoch(0)
+        for _ in range(3):               # warm-up: TF import is done, but the first parse groups fill the queue
+            next(it)
+        run = f._active
+        run.wait_s, run.waits_over_1ms, run.max_wait_s = 0.0, 0, 0.0
+        t, n = time.perf_counter(), 0
+        for _ in it:
+            time.sleep(step_ms / 1000)
+            n += 1
+        dt = time.perf_counter() - t
+        st = f.stats()
+    print(f"\n### Consumer with a {step_ms:g} ms step (load avg {load()})\n")
+    print("| steps after warm-up | epoch time | ideal (steps x step) | waits > 1 ms | longest wait | total wait |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    print(f"| {n} | {dt:.2f} s | {n * step_ms / 1000:.2f} s | {st['waits_over_1ms']} | "
+          f"{st['max_wait_s'] * 1000:.2f} ms | {st['consumer_wait_s'] * 1000:.1f} ms |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--files", type=int, default=16)
+    ap.add_argument("--records-per-file", type=int, default=50_000)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--dir", default="/tmp/tfyarn-bench-input")
+    a = ap.parse_args()
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    print(f"python {sys.version.split()[0]}, {os.cpu_count()} cpus, load avg at start {load()}")
+    even = make(f"{a.dir}/even", a.files, a.records_per_file, 1.0, 0)
+    skewed = make(f"{a.dir}/skew10", a.files, a.records_per_file, 10.0, 1)
+    speed_table(even, a.reps)
+    boundary_table(skewed)
+    consumer_table(even)
+
+
+if __name__ == "__main__":
+    main()
