@@ -82,3 +82,82 @@ def test_skewed_files_two_workers_three_epochs_finish_with_equal_steps_and_evalu
     assert lines[-1]["examples"] == 2000 and 0 < lines[-1]["loss"] < 1.0 and 0 <= lines[-1]["accuracy"] <= 1
     assert list((tmp_path / "ckpt" / "eval").glob("events.out.tfevents.*"))
     assert list((tmp_path / "ckpt" / "train").glob("events.out.tfevents.*"))
+
+
+def _wait_for(cond, timeout: float, what: str, interval: float = 0.1):
+    deadline = time.monotonic() + timeout
+    while True:
+        v = cond()
+        if v:
+            return v
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"timed out after {timeout:g}s waiting for {what}")
+        time.sleep(interval)
+
+
+def _latest_step(ckpt: Path) -> int:
+    try:
+        idx = json.loads((ckpt / "tfyarn-checkpoint.json").read_text())
+    except (OSError, ValueError):
+        return -1
+    return max((c["global_step"] for c in idx["checkpoints"] if c["name"] == idx["latest"]), default=-1)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_killed_job_resumes_at_the_checkpointed_epoch_and_step(tmp_path):
+    # 5 steps per epoch; a checkpoint every 7 steps lands mid-epoch (7 = epoch 1 step 2, 14 = epoch 2 step 4, ...)
+    spec = make_spec(tmp_path, epochs=40, checkpoint={"every_steps": 7})
+    ckpt = tmp_path / "ckpt"
+    with LocalCluster(spec, tmp_path / "run1") as c:
+        c.start()
+        _wait_for(lambda: _latest_step(ckpt) >= 7 or any(p.poll() is not None for p in c.procs.values()),
+                  timeout=180, what="the first checkpoint of run 1")
+        c.kill()                                              # SIGKILL every task mid-run
+        assert all(p.returncode == -signal.SIGKILL for p in c.procs.values()), "run 1 ended before the kill"
+    resumed = _latest_step(ckpt)
+    assert 7 <= resumed < 200 and resumed % 7 == 0
+    epoch, in_epoch = position(resumed, [5] * 40)
+    with LocalCluster(spec, tmp_path / "run2") as c:
+        c.start()
+        codes = c.wait(timeout=240)
+        logs = {t: c.log(t) for t in c.procs}
+        assert codes == {t: 0 for t in c.procs}, "\n".join(f"--- {t}\n{l[-3000:]}" for t, l in logs.items())
+        progress = {t: json.loads(c.kv.get(progress_key(t))) for t in spec.training_tasks}
+    summary = json.loads((ckpt / "summary.json").read_text())
+    assert summary["resumed_from"] == f"ckpt-{resumed}"
+    assert summary["global_step"] == summary["planned_steps"] == 200
+    for t in spec.training_tasks:
+        assert progress[t]["worker_steps"] == 200 - resumed, (t, progress[t])
+        assert f"starting at global step {resumed} (epoch {epoch}, step {in_epoch})" in logs[t]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_sigstopped_worker_fails_the_job_within_stall_timeout_with_stacks(tmp_path):
+    """A frozen worker: TF's coordination-service heartbeat (5-10 s) notices first in allreduce mode; the chief's
+    step fails, tfyarn translates TF's '/job:worker/replica:0/task:0' into 'worker:0' and dumps its stacks. The stall
+    watchdog runs as the launcher runs it, as the backstop (its own SIGSTOP test is in test_watchdog.py)."""
+    from tfyarn.runtime.context import failure_key
+    from tfyarn.runtime.watchdog import StallWatchdog
+    stall_s, margin = 20.0, 10.0
+    spec = make_spec(tmp_path, epochs=400, timeouts={"stall": stall_s, "step": 120})
+    with LocalCluster(spec, tmp_path / "run") as c:
+        c.start()
+        _wait_for(lambda: all((json.loads(c.kv.get(progress_key(t)) or "{}").get("step") or 0) >= 3
+                              for t in spec.training_tasks), timeout=180, what="both workers past step 3")
+        pids = {t: p.pid for t, p in c.procs.items()}
+        wd = StallWatchdog(c.kv, {t: pids[t] for t in spec.training_tasks}, spec.timeouts.stall,
+                           on_stall=lambda r: c.kill(), all_tasks=pids, interval=0.5).start()
+        frozen_at = time.monotonic()
+        c.signal("worker:0", signal.SIGSTOP)
+        codes = c.wait(timeout=stall_s + margin + 30)          # like the launcher: one failure stops the others
+        failed_after = time.monotonic() - frozen_at
+        wd.stop()
+        failure = c.kv.get(failure_key("chief:0")) or (wd.report.message if wd.report else "")
+        chief_log = c.log("chief:0")
+    assert failed_after <= stall_s + margin, failed_after
+    assert all(code != 0 for code in codes.values()), codes    # the job failed, nothing kept running
+    assert "worker:0" in failure, failure
+    assert "tfyarn stack dump" in chief_log                    # the blocked chief's Python stacks are in its log
+    assert "allreduce.py" in chief_log.split("tfyarn stack dump", 1)[1]

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 import time
 from typing import Any, Callable
@@ -256,6 +257,36 @@ class _Bounded:
         self.timer.cancel()
 
 
+_TF_TASK_RE = re.compile(r"/job:(\w+)/(?:replica:\d+/)?task:(\d+)")
+
+
+def collective_failure(ctx: TaskContext, exc: BaseException, step: int) -> str | None:
+    """A tfyarn diagnosis for a step that failed because of a peer (None for any other error), after a stack dump.
+
+    TF reports a frozen or dead peer as UnavailableError ("tasks are unhealthy (stopped sending heartbeats)": the
+    coordination service's heartbeat) and a collective that overran ``timeouts.step`` as DeadlineExceededError; both
+    name peers as ``/job:worker/replica:0/task:1``, which is translated to tfyarn's task ids.
+    """
+    kind = type(exc).__name__
+    if kind not in ("UnavailableError", "DeadlineExceededError", "AbortedError", "CancelledError"):
+        return None
+    text = str(exc)
+    peers = sorted({f"{j}:{i}" for j, i in _TF_TASK_RE.findall(text)} - {ctx.task_id})
+    first = next((ln.strip() for ln in text.splitlines() if "unhealthy" in ln or "timed out" in ln.lower()
+                  or "deadline" in ln.lower()), text.strip().splitlines()[0] if text.strip() else kind)
+    if kind == "DeadlineExceededError":
+        why = (f"a collective of step {step} did not complete within timeouts.step = {ctx.spec.timeouts.step:g}s "
+               f"(a peer is frozen, blocked or far slower)")
+    else:
+        why = f"step {step} failed because a peer is unreachable or stopped heartbeating (frozen or dead)"
+    msg = f"{ctx.task_id}: {why}" + (f"; peers named by TF: {', '.join(peers)}" if peers else "") + \
+          f". TF said: {kind}: {first[:300]}"
+    from tfyarn.runtime.watchdog import dump_stacks
+    dump_stacks(msg)
+    log.error("%s", msg)
+    return msg
+
+
 def _check_abort(ctx: TaskContext) -> None:
     reason = ctx.kv.get(ABORT_KEY)
     if reason is not None:
@@ -326,7 +357,13 @@ def _loop(ctx: TaskContext, feeder: Any, step_fn: Any, steps: list[int], epoch0:
         for i, batch in enumerate(feeder.epoch(epoch, start_step=start)):
             if i == 0 and epoch > epoch0:
                 waits.append(time.monotonic() - t_end_prev)
-            loss = step_fn(batch)
+            try:
+                loss = step_fn(batch)
+            except Exception as exc:
+                diagnosis = collective_failure(ctx, exc, gstep + 1)
+                if diagnosis is None:
+                    raise
+                raise RuntimeError(diagnosis) from exc
             ran += 1
             gstep += 1
             loss = float(loss)
