@@ -97,6 +97,9 @@ def test_no_dataset_or_iterator_op_on_a_ps_and_variables_balanced(tmp_path, sync
     assert var_dev["user_embedding"] != var_dev["item_embedding"]
     # by size, not round-robin: creation order users, items, user_bias... would put user_bias with users
     assert var_dev["user_bias"] != var_dev["user_embedding"]
+    # optimizer slots live with their variable, and the logged placement says so
+    assert var_dev["user_embedding/Adagrad"] == var_dev["user_embedding"]
+    assert tg.placement["item_bias/Adagrad"] == tg.placement["item_bias"]
 
 
 # --------------------------------------------------------------------------------------------------- real processes

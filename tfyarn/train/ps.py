@@ -147,10 +147,22 @@ class SizeBalancer:
         size = _op_bytes(op)
         i = self.planned.get(op.name)
         if i is None:
+            i = self._primary(op.name)
+        if i is None:
             i = min(range(self.num_ps), key=lambda j: (self.loads[j], j))
         self.loads[i] += size
         self.placed[op.name] = i
         return i
+
+
+    def _primary(self, name: str) -> int | None:
+        """Optimizer slots ('<var>/Adagrad') end up colocated with their variable (TF applies colocation after
+        device functions), so account their bytes to the variable's ps."""
+        best = None
+        for var, i in self.placed.items():
+            if name.startswith(var + "/") and (best is None or len(var) > len(best[0])):
+                best = (var, i)
+        return best[1] if best else None
 
 
 def variable_sizes(model_factory: Any) -> dict[str, int]:
