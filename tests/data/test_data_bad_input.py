@@ -182,3 +182,58 @@ def test_bad_example_skip(mem, cache_dir, no_thread_leak):
         assert f.skipped == 1
         assert f.skipped_errors[0].feature == "x"
     assert len(rids) == 20 and set(rids) == set(range(20)) - {7}
+
+
+# --------------------------------------------------------------- damaged framing with on_corrupt="skip": resync
+
+def test_corrupted_length_crc_skip_resyncs_and_loses_only_that_record(mem, cache_dir, no_thread_leak):
+    url = f"{mem}/a.tfrecord"
+    p = write_ids(url, 0, 20)
+    patch(url, offsets(p)[2] + 9, flip)
+    m = build_manifest([url], cache_dir=cache_dir, on_corrupt="skip")
+    full = build_url(url)
+    assert m.files[0].records == 19
+    assert m.warnings == (f"{full}: bytes {offsets(p)[2]}..{offsets(p)[3]} skipped as damaged (on_corrupt=skip)",)
+    with feeder(m, batch=19, on_corrupt="skip") as f:
+        rids = [int(r) for b in drain(f) for r in b["rid"]]
+    assert sorted(rids) == sorted(set(range(20)) - {2})
+
+
+def test_truncated_file_skip_keeps_every_complete_record(mem, cache_dir):
+    url = f"{mem}/a.tfrecord"
+    p = write_ids(url, 0, 12)
+    fs, path = fsspec.core.url_to_fs(url)
+    fs.pipe_file(path, fs.cat_file(path)[:-3])
+    m = build_manifest([url], cache_dir=cache_dir, on_corrupt="skip")
+    assert m.files[0].records == 11
+    end = offsets(p)[11] + len(p[11]) + 16 - 3
+    assert m.warnings == (f"{build_url(url)}: bytes {offsets(p)[11]}..{end} skipped as damaged (on_corrupt=skip)",)
+    with feeder(m, batch=11, on_corrupt="skip") as f:
+        assert sorted(int(r) for b in drain(f) for r in b["rid"]) == list(range(11))
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_garbage_inside_a_file_is_jumped_over_by_every_range(mem, cache_dir, workers):
+    url = f"{mem}/a.tfrecord"
+    p = write_ids(url, 0, 60)
+    junk = bytes(range(256)) * 2
+    patch(url, offsets(p)[25], lambda data, pos: data.__setitem__(slice(pos, pos), junk))   # insert 512 bytes
+    with pytest.raises(DataError, match="record 25 at byte offset"):
+        build_manifest([url], cache_dir=cache_dir, stride=4)
+    m = build_manifest([url], cache_dir=cache_dir, stride=4, on_corrupt="skip")
+    assert m.files[0].records == 60 and m.files[0].holes == ((offsets(p)[25], offsets(p)[25] + 512),)
+    got = []
+    for rank in range(workers):
+        with Feeder(m, ID_SCHEMA, 4, rank, workers, parser=python_parser, timeout=30) as f:
+            got += [int(r) for b in f.epoch(0) for r in b["rid"]]
+    dropped = 60 - (60 // (4 * workers)) * 4 * workers
+    assert len(got) == len(set(got)) == 60 - dropped
+
+
+def test_cached_lenient_index_does_not_hide_damage_from_fail_mode(mem, cache_dir):
+    url = f"{mem}/a.tfrecord"
+    p = write_ids(url, 0, 8)
+    patch(url, offsets(p)[2] + 9, flip)
+    build_manifest([url], cache_dir=cache_dir, on_corrupt="skip")          # caches an index with a hole
+    with pytest.raises(DataError, match="corrupted record header"):
+        build_manifest([url], cache_dir=cache_dir)

@@ -179,7 +179,7 @@ class _Run:
                 self.reader_state = f"reading {rr.path} records {rr.start}..{rr.stop}"
                 for chunk in iter_chunks(rr.path, rr.start, rr.stop, offset=off, first_record=first, gz=fi.gz,
                                          check_crc=f.check_crc, on_corrupt=f.on_corrupt, block_bytes=f.block_bytes,
-                                         max_records=G):
+                                         max_records=G, holes=f.holes.get(rr.path)):
                     if self.stop.is_set():
                         raise _Stopped
                     pays, offs = chunk.payloads, chunk.offsets
@@ -381,6 +381,7 @@ class Feeder:
             raise ValueError("batch_size and prefetch must be positive, shuffle_buffer >= 0")
         self.manifest = manifest
         self.files = manifest.by_path()
+        self.holes = {fi.path: dict(fi.holes) for fi in manifest.files if fi.holes}
         self.fields = parse_mod.schema(features)
         self.batch_size, self.rank, self.num_workers = batch_size, rank, num_workers
         self.seed, self.shuffle_buffer, self.prefetch = seed, shuffle_buffer, prefetch

@@ -49,6 +49,7 @@ class FileInfo:
     stride: int
     offsets: tuple[int, ...]
     data_bytes: int = 0          # decompressed TFRecord bytes (== size unless gz)
+    holes: tuple[tuple[int, int], ...] = ()   # damaged byte ranges skipped (on_corrupt="skip"): (start, resume)
 
     def boundary(self, record: int) -> tuple[int, int]:
         """(byte offset, record index) of the closest indexed record boundary at or before ``record``."""
@@ -79,13 +80,18 @@ class Manifest:
     @classmethod
     def from_json(cls, text: str) -> "Manifest":
         doc = json.loads(text)
-        files = tuple(FileInfo(**{**f, "offsets": tuple(f["offsets"])}) for f in doc["files"])
+        files = tuple(_fileinfo(f) for f in doc["files"])
         return cls(files, tuple(doc.get("warnings", ())))
 
     @classmethod
     def from_counts(cls, counts: Iterable[tuple[str, int]]) -> "Manifest":
         """A manifest from (path, records) pairs — for planning tests and what-if tools; it cannot be read from."""
         return cls(tuple(FileInfo(p, 0, "", n, False, DEFAULT_STRIDE, ()) for p, n in sorted(counts)))
+
+
+def _fileinfo(doc: dict[str, Any]) -> FileInfo:
+    return FileInfo(**{**doc, "offsets": tuple(doc["offsets"]),
+                       "holes": tuple(tuple(h) for h in doc.get("holes", ()))})  # type: ignore[arg-type]
 
 
 # ------------------------------------------------------------------------------------------------------- file listing
@@ -147,7 +153,7 @@ def _local_cache(url: str, size: int, mtime: str, cache_dir: str | None) -> Path
 
 
 def _load_cached(url: str, size: int, mtime: str, stride: int, compression: str,
-                 cache_dir: str | None) -> FileInfo | None:
+                 cache_dir: str | None, on_corrupt: str = "fail") -> FileInfo | None:
     for loc in (_beside(url), str(_local_cache(url, size, mtime, cache_dir))):
         try:
             with fsspec.open(loc, "rt") as f:
@@ -158,7 +164,10 @@ def _load_cached(url: str, size: int, mtime: str, stride: int, compression: str,
                 and doc.get("mtime") == mtime and doc.get("stride") == stride
                 and doc.get("compression") == compression):
             doc.pop("version"), doc.pop("compression")
-            return FileInfo(**{**doc, "offsets": tuple(doc["offsets"])})
+            fi = _fileinfo(doc)
+            if fi.holes and on_corrupt != "skip":
+                return None          # indexed leniently before; now damage must fail: re-index to raise
+            return fi
     return None
 
 
@@ -189,53 +198,86 @@ def _store(info: FileInfo, compression: str, cache_dir: str | None) -> str | Non
 # ------------------------------------------------------------------------------------------------------------ indexing
 
 def index_file(url: str, size: int, mtime: str, compression: str = "auto", stride: int = DEFAULT_STRIDE,
-               block_bytes: int = tfrecord.DEFAULT_BLOCK) -> FileInfo:
+               block_bytes: int = tfrecord.DEFAULT_BLOCK, on_corrupt: str = "fail") -> FileInfo:
     """Read one file once: count records, note every ``stride``-th boundary, check every length CRC (framing).
 
     Data CRCs are checked when records are read for training, not here: indexing must stay I/O bound.
+
+    ``on_corrupt="skip"``: damaged framing (bad length CRC, garbage, truncated tail) becomes a *hole* — the bytes
+    from the damage to the next valid record (found by :func:`tfrecord.find_resync`) or to the end of the file — and
+    records after it are still counted and read. Otherwise damage raises with the file, offset and record index.
     """
     with fsspec.open(url, "rb") as raw:
         head = raw.read(2)
     gz = tfrecord.is_gzip(url, compression, head)
     offsets: list[int] = []
+    holes: list[tuple[int, int]] = []
     rec = 0
     base = 0
     buf = b""
     pos = 0
+    eof = False
+    skip = on_corrupt == "skip"
     with tfrecord.open_records(url, gz) as f:
         while True:
-            block = f.read(block_bytes)
-            if not block:
-                break
-            base += pos
-            buf = buf[pos:] + block if pos < len(buf) else block
-            pos = 0
-            fr = tfrecord.scan(buf, 0, 1 << 62)
-            n = len(fr.offsets)
-            if n:
+            if not eof:
+                block = f.read(block_bytes)
+                if block:
+                    base += pos
+                    buf = buf[pos:] + block if pos < len(buf) else block
+                    pos = 0
+                else:
+                    eof = True
+            fr = tfrecord.scan(buf, pos, 1 << 62)
+            bad_at = None
+            if fr.offsets:
                 offs = np.asarray(fr.offsets, dtype=np.int64)
                 bad = tfrecord.check_headers(np.frombuffer(buf, dtype=np.uint8), offs)
                 if bad >= 0:
-                    tfrecord._raise_bad_header(url, base + fr.offsets[bad], rec + bad)
+                    bad_at, offs = fr.offsets[bad], offs[:bad]
                 first = (-rec) % stride
                 offsets.extend((offs[first::stride] + base).tolist())
-                rec += n
-            if len(buf) - fr.end >= tfrecord.HEADER and not tfrecord.header_ok(buf, fr.end):
-                tfrecord._raise_bad_header(url, base + fr.end, rec)   # a bad length: do not buffer to EOF
-            pos = fr.end
-        if pos < len(buf):
-            tfrecord._raise_incomplete(url, buf, pos, base, rec)
-    return FileInfo(url, size, mtime, rec, gz, stride, tuple(offsets), base + pos)
+                rec += len(offs)
+                pos = fr.end if bad_at is None else bad_at
+            if bad_at is None and len(buf) - pos >= tfrecord.HEADER and not tfrecord.header_ok(buf, pos):
+                bad_at = pos                                    # a bad length: do not buffer to EOF
+            if bad_at is not None:
+                if not skip:
+                    tfrecord._raise_bad_header(url, base + bad_at, rec)
+                resync = tfrecord.find_resync(buf, bad_at + 1)
+                if resync is None and not eof:
+                    pos = bad_at
+                    continue                                    # look further (the buffer grows until found)
+                end = resync if resync is not None else len(buf)
+                holes.append((base + bad_at, base + end))
+                log.warning("%s: bytes %d..%d skipped (damaged record header at record %d); %s", url, base + bad_at,
+                            base + end, rec, "resumed at the next valid record" if resync is not None else
+                            "no valid record after it")
+                pos = end
+                continue
+            if eof:
+                if pos < len(buf):
+                    if not skip:
+                        tfrecord._raise_incomplete(url, buf, pos, base, rec)
+                    holes.append((base + pos, base + len(buf)))
+                    log.warning("%s: bytes %d..%d skipped (truncated last record)", url, base + pos, base + len(buf))
+                    pos = len(buf)
+                break
+    return FileInfo(url, size, mtime, rec, gz, stride, tuple(offsets), base + pos, tuple(holes))
 
 
 def build_manifest(urls: list[str] | str, compression: str = "auto", cache_dir: str | None = None, *,
-                   stride: int = DEFAULT_STRIDE, parallel: int = 8, use_cache: bool = True) -> Manifest:
+                   stride: int = DEFAULT_STRIDE, parallel: int = 8, use_cache: bool = True,
+                   on_corrupt: str = "fail") -> Manifest:
     """Expand ``urls`` (fsspec URLs, globs, directories) and index every file, in parallel, using cached indexes.
 
     Zero-length files are left out with a warning (Hadoop jobs write empty part files); if nothing is left the
-    error says so. Any framing error (not TFRecord, truncated, bad length CRC) fails the whole build: a file whose
-    record boundaries are unknown cannot be split among workers.
+    error says so. A framing error (not TFRecord, truncated, bad length CRC) fails the build unless
+    ``on_corrupt="skip"`` (pass the spec's ``data.on_corrupt``): then the damaged bytes become a hole that readers
+    jump over, listed in ``Manifest.warnings``, and every record after the damage is still used.
     """
+    if on_corrupt not in ("fail", "skip"):
+        raise ValueError(f"on_corrupt must be 'fail' or 'skip', not {on_corrupt!r}")
     if isinstance(urls, str):
         urls = [urls]
     listed = expand(urls)
@@ -255,10 +297,10 @@ def build_manifest(urls: list[str] | str, compression: str = "auto", cache_dir: 
     def one(item: tuple[str, int, str]) -> FileInfo:
         url, size, mtime = item
         if use_cache:
-            hit = _load_cached(url, size, mtime, stride, compression, cache_dir)
+            hit = _load_cached(url, size, mtime, stride, compression, cache_dir, on_corrupt)
             if hit is not None:
                 return hit
-        fi = index_file(url, size, mtime, compression, stride)
+        fi = index_file(url, size, mtime, compression, stride, on_corrupt=on_corrupt)
         if use_cache:
             _store(fi, compression, cache_dir)
         return fi
@@ -266,6 +308,8 @@ def build_manifest(urls: list[str] | str, compression: str = "auto", cache_dir: 
     with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(todo))), thread_name_prefix="tfyarn-index") as ex:
         files = tuple(ex.map(one, todo))
     for fi in files:
+        for a, b in fi.holes:
+            warnings.append(f"{fi.path}: bytes {a}..{b} skipped as damaged (on_corrupt=skip)")
         if fi.records == 0:
             warnings.append(f"{fi.path}: no records")
     log.info("manifest: %d files, %d records, %d bytes", len(files), sum(f.records for f in files),

@@ -20,7 +20,7 @@ import logging
 import struct
 from dataclasses import dataclass, field
 from itertools import repeat
-from typing import IO, Iterator
+from typing import IO, Iterator, Mapping
 
 import fsspec
 import numpy as np
@@ -183,19 +183,21 @@ def _describe(path: str, offset: int, record: int) -> str:
 
 def iter_chunks(path: str, start: int, stop: int, *, offset: int = 0, first_record: int = 0, gz: bool = False,
                 check_crc: bool = True, on_corrupt: str = "fail", block_bytes: int = DEFAULT_BLOCK,
-                max_records: int = 1 << 16) -> Iterator[Chunk]:
+                max_records: int = 1 << 16, holes: Mapping[int, int] | None = None) -> Iterator[Chunk]:
     """Yield records ``[start, stop)`` of one TFRecord file in chunks of at most ``max_records``.
 
     ``offset``/``first_record`` is a known record boundary at or before ``start`` (from the manifest's sparse index),
     so a worker never reads what precedes its range. Records between the boundary and ``start`` are framed and their
     headers checked but their data CRCs are not computed.
 
-    ``on_corrupt="skip"``: a record whose *data* CRC is wrong is left out and reported in ``Chunk.skipped``. A bad
-    length CRC cannot be skipped — after it the record boundaries of the rest of the file are unknown — and always
-    raises.
+    ``on_corrupt="skip"``: a record whose *data* CRC is wrong is left out and reported in ``Chunk.skipped``.
+    Damaged *framing* (a bad length CRC, a truncated tail) is only skipped where the manifest, built with
+    ``on_corrupt="skip"``, found the next valid record: ``holes`` maps the byte offset of the damage to the offset
+    to resume at. Anywhere else it raises.
     """
     if stop <= start:
         return
+    holes = holes or {}
     with open_records(path, gz) as f:
         if offset:
             f.seek(offset)
@@ -219,11 +221,15 @@ def iter_chunks(path: str, start: int, stop: int, *, offset: int = 0, first_reco
                                 path=path, offset=base + pos, record=rec)
             arr = np.frombuffer(buf, dtype=np.uint8)
             progressed = False
+            jump = None
             while rec < stop:
                 want = min(stop - rec, max_records) if rec >= start else start - rec
                 fr = scan(buf, pos, want)
                 n = len(fr.offsets)
                 if n == 0:
+                    if base + pos in holes:
+                        jump = holes[base + pos]
+                        break
                     if eof:
                         _raise_incomplete(path, buf, pos, base, rec)
                     if len(buf) - pos >= HEADER and not header_ok(buf, pos):
@@ -232,16 +238,24 @@ def iter_chunks(path: str, start: int, stop: int, *, offset: int = 0, first_reco
                 progressed = True
                 offs = np.asarray(fr.offsets, dtype=np.int64)
                 bad_h = check_headers(arr, offs)
+                end = fr.end
                 if bad_h >= 0:
-                    _raise_bad_header(path, base + fr.offsets[bad_h], rec + bad_h)
-                if rec < start:          # framing only: records before the range
-                    rec += n
-                    pos = fr.end
-                    continue
-                lens = fr.lengths()
-                payloads, bad = payloads_and_check(buf, arr, offs, lens, check_crc)
-                skipped: list[DataError] = []
-                if len(bad):
+                    at = base + fr.offsets[bad_h]
+                    if at not in holes:
+                        _raise_bad_header(path, at, rec + bad_h)
+                    jump = holes[at]                     # known damage: keep the records before it, then jump
+                    n, offs, end = bad_h, offs[:bad_h], fr.offsets[bad_h]
+                    fr = Framed(fr.offsets[:bad_h], end)
+                if n and rec < start:    # framing only: records before the range
+                    take = min(n, start - rec)
+                    if take < n:         # (only when a jump cut a scan that was meant to stop at start)
+                        end = fr.offsets[take]
+                    rec += take
+                    pos = end
+                elif n:
+                    lens = fr.lengths()
+                    payloads, bad = payloads_and_check(buf, arr, offs, lens, check_crc)
+                    skipped: list[DataError] = []
                     for i in bad.tolist():
                         err = DataError(f"{_describe(path, base + fr.offsets[i], rec + i)}: corrupted data (data CRC "
                                         f"mismatch)", path=path, offset=base + fr.offsets[i], record=rec + i)
@@ -249,12 +263,47 @@ def iter_chunks(path: str, start: int, stop: int, *, offset: int = 0, first_reco
                             raise err
                         skipped.append(err)
                         payloads[i] = None  # type: ignore[call-overload]
-                chunk = Chunk(payloads, rec, offs + base, skipped)
-                rec += n
-                pos = fr.end
-                yield chunk
+                    chunk = Chunk(payloads, rec, offs + base, skipped)
+                    rec += n
+                    pos = end
+                    yield chunk
+                if jump is not None:
+                    break
+            if jump is not None:
+                progressed = True
+                if jump - base <= len(buf):
+                    pos = jump - base
+                else:
+                    f.seek(jump)
+                    buf, base, pos = b"", jump, 0
+                continue
             if eof and not progressed and rec < stop:
                 _raise_incomplete(path, buf, pos, base, rec)
+
+
+def find_resync(buf: bytes, start: int, window: int = 1 << 20) -> int | None:
+    """First position >= ``start`` in ``buf`` where a complete valid record begins (length and data CRC), or None.
+
+    Used only after damage, to skip to the next record: candidate headers are found in bulk (a vectorised CRC of
+    every 8-byte window), then each candidate's data CRC confirms it (a false header match is a 1 in 2^32 event,
+    confirmed by a second 1 in 2^32 check).
+    """
+    arr = np.frombuffer(buf, dtype=np.uint8)
+    lo = start
+    while lo + HEADER + FOOTER <= len(buf):
+        hi = min(len(buf) - (HEADER + FOOTER) + 1, lo + window)
+        span = arr[lo:hi + 11]
+        rows = np.lib.stride_tricks.sliding_window_view(span, 8)[:hi - lo]
+        stored = np.lib.stride_tricks.sliding_window_view(span[8:], 4)[:hi - lo].astype(np.uint32)
+        stored = stored[:, 0] | stored[:, 1] << 8 | stored[:, 2] << 16 | stored[:, 3] << 24
+        for c in np.flatnonzero(_mask_np(crc32c_rows(rows)) == stored).tolist():
+            p = lo + c
+            (length,) = _U64.unpack_from(buf, p)
+            e = p + HEADER + length
+            if e + FOOTER <= len(buf) and masked_crc(buf[p + HEADER:e]) == _U32.unpack_from(buf, e)[0]:
+                return p
+        lo = hi
+    return None
 
 
 def _raise_bad_header(path: str, offset: int, rec: int) -> None:
