@@ -75,7 +75,8 @@ class LocalCluster:
                    "TFYARN_SPEC_FILE": str(self.spec_file), "TFYARN_ROLE": role, "TFYARN_INDEX": index,
                    "TFYARN_KV_URL": self.server.url, "TFYARN_APP_ID": "test", "TFYARN_HARNESS_CLUSTER":
                    json.dumps(self.cluster), "TFYARN_HARNESS_TARGET": self.targets.get(task, self.target),
-                   "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+                   "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), self.env.get("PYTHONPATH", ""),
+                                                                        os.environ.get("PYTHONPATH", "")) if p)}
             taskdir = self.workdir / task.replace(":", "_")
             taskdir.mkdir(exist_ok=True)
             with open(self.log_path(task), "w") as err:
@@ -103,6 +104,21 @@ class LocalCluster:
                 self.kill()
                 tails = "\n".join(f"--- {t}\n{self.log(t)[-3000:]}" for t in alive)
                 raise TimeoutError(f"tasks still running after {timeout:g}s: {', '.join(alive)}\n{tails}")
+            time.sleep(0.1)
+
+    def wait_key(self, key: str, timeout: float, what: str) -> str:
+        """Wait for a KV key like ``kv.wait``, but fail at once (with the log tail) if any task exits non-zero."""
+        deadline = time.monotonic() + timeout
+        while True:
+            v = self.kv.get(key)
+            if v is not None:
+                return v
+            bad = {t: p.poll() for t, p in self.procs.items() if p.poll() not in (None, 0)}
+            if bad:
+                raise RuntimeError(f"while waiting for {what}: {bad} exited\n" +
+                                   "\n".join(f"--- {t}\n{self.log(t)[-3000:]}" for t in bad))
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"timed out after {timeout:g}s waiting for {what} ({key})")
             time.sleep(0.1)
 
     def signal(self, task: str, sig: int) -> None:

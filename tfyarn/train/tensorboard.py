@@ -92,6 +92,8 @@ def run(ctx: TaskContext, max_wait_s: float | None = None) -> str:
     url = ctx.spec.resolve_path(ctx.spec.checkpoint.dir)
     mirror = EventMirror(url, Path(ctx.workdir) / "tensorboard-logs")
     mirror.sync()
+    for noisy in ("tensorboard", "werkzeug"):            # per-request INFO lines would drown the task's log
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     tb = start_server(mirror.local, ctx.host)
     served = tb.launch()                                  # e.g. http://0.0.0.0:6006/ — rewrite with our address
     port = served.rstrip("/").rsplit(":", 1)[1]
