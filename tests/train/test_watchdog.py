@@ -113,6 +113,18 @@ def test_poll_requests_dumps_collects_acks_and_calls_back_once():
     assert wd.poll(now=9.0) is r and len(calls) == 1
 
 
+def test_update_pid_after_a_restart_is_used_for_diagnosis(monkeypatch):
+    import tfyarn.runtime.watchdog as wdmod
+    kv = MemoryKV()
+    wd = StallWatchdog(kv, {"worker:0": 111}, stall_s=1, ack_wait_s=0.0, signal_pids=False)
+    wd.update_pid("worker:0", 222)
+    seen = []
+    monkeypatch.setattr(wdmod, "process_state", lambda pid: seen.append(pid) or "stopped")
+    wd.check(now=0.0)
+    r = wd.poll(now=5.0)
+    assert seen == [222] and r.process_states == {"worker:0": "stopped"}
+
+
 def test_kv_dump_request_writes_stacks_and_acknowledges(capfd):
     kv = MemoryKV()
     install_stack_dumps(kv, "worker:3", poll_s=0.05)

@@ -272,6 +272,12 @@ class StallWatchdog:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
+    def update_pid(self, task: str, pid: int | None) -> None:
+        """A task was restarted in place: signal and inspect its new process from now on."""
+        self.all_tasks[task] = pid
+        if task in self.states:
+            self.states[task].pid = pid
+
     # -- pure-ish decision logic ---------------------------------------------------------------------------------------
     def observe(self, progress: Mapping[str, str], now: float) -> None:
         """Fold one snapshot of ``progress/*`` values into the per-task state."""
