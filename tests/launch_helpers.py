@@ -37,7 +37,7 @@ def small_spec(tmp_path, **overrides):
         "data": {"train": str(tmp_path / "nodata" / "*.tfrecord"), "batch_size": 4,
                  "features": {"label": {"dtype": "float32"}}},
         "roles": {"chief": {"instances": 1}, "worker": {"instances": 1}},
-        "timeouts": {"rendezvous": 20, "shutdown": 10},
+        "timeouts": {"rendezvous": 60, "shutdown": 10},  # generous: a loaded 2-core CI box imports TF slowly
     }
     spec.update(overrides)
     return spec

@@ -30,13 +30,14 @@ def test_load_errors_name_the_reference(tmp_path):
 
 
 def test_custom_train_marker_from_code_dir(tmp_path):
-    (tmp_path / "mytrain.py").write_text(textwrap.dedent("""
+    # a module name no other test uses: load() imports it into sys.modules
+    (tmp_path / "marker_train.py").write_text(textwrap.dedent("""
         import tfyarn.train
         @tfyarn.train.custom_train
         def train(ctx, helpers):
             return {"ok": True}
     """))
-    fn = load("mytrain:train", {"ignored": 1}, code_dir=str(tmp_path))
+    fn = load("marker_train:train", {"ignored": 1}, code_dir=str(tmp_path))
     assert is_custom_train(fn) and fn(None, None) == {"ok": True}
     assert not is_custom_train(lambda: 0)
     assert is_custom_train(custom_train(lambda ctx, h: None))
