@@ -120,13 +120,51 @@ def make_feeder(ctx: TaskContext) -> Any:
 
 
 def data_api() -> tuple[Any, Any]:
-    """(Feeder, build_manifest): the package exports them (ARCHITECTURE.md, Data API); the modules hold them too."""
-    try:
-        from tfyarn.data import Feeder, build_manifest
-    except ImportError:
-        from tfyarn.data.feeder import Feeder
-        from tfyarn.data.manifest import build_manifest
+    """(Feeder, build_manifest) from the data layer (ARCHITECTURE.md, Data API); imported late: it is task code."""
+    from tfyarn.data import Feeder, build_manifest
     return Feeder, build_manifest
+
+
+class EpochPipeline:
+    """Batches across epochs with no gap at the boundaries: epoch e+1 is already being read while e is consumed.
+
+    Why: a :class:`Feeder` starts an epoch's reader/parser threads when ``epoch(e)`` is called and stops the previous
+    epoch's, so the first batch of every epoch cost a cold start (thread start, file open, first parse: 10–70 ms,
+    many steps of a small model) — the place where every worker waits. Two feeders over the same manifest alternate
+    epochs; the next epoch's run is opened once the current epoch has delivered its first batch, so its prefetch
+    queue is full by the time it is needed. Memory: at most two epochs' prefetch queues.
+    """
+
+    def __init__(self, make: Callable[[], Any], epochs: int):
+        self.feeders = [make(), make()]
+        self.epochs = epochs
+
+    def steps(self, epoch: int) -> int:
+        return int(self.feeders[0].steps(epoch))
+
+    def run(self, epoch0: int, in_epoch0: int):
+        """Yield ``(epoch, batch)`` from (epoch0, in_epoch0) to the end of the last epoch."""
+        if epoch0 >= self.epochs:
+            return
+        cur = self.feeders[epoch0 % 2].epoch(epoch0, start_step=in_epoch0)
+        for epoch in range(epoch0, self.epochs):
+            nxt = None
+            for i, batch in enumerate(cur):
+                if i == 0 and epoch + 1 < self.epochs:
+                    nxt = self.feeders[(epoch + 1) % 2].epoch(epoch + 1)
+                yield epoch, batch
+            if epoch + 1 < self.epochs:
+                cur = nxt if nxt is not None else self.feeders[(epoch + 1) % 2].epoch(epoch + 1)
+
+    def close(self) -> None:
+        for f in self.feeders:
+            f.close()
+
+    def __enter__(self) -> "EpochPipeline":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def epoch_steps(feeder: Any, epochs: int) -> list[int]:
@@ -314,7 +352,7 @@ def run(ctx: TaskContext) -> dict[str, Any]:
     step_fn = make_step(strategy, model, optimizer, global_step, input_signature(spec.data.features, batch),
                         spec.data.label, global_batch)
 
-    feeder = make_feeder(ctx)
+    feeder = EpochPipeline(lambda: make_feeder(ctx), spec.data.epochs)
     with feeder:
         steps = epoch_steps(feeder, spec.data.epochs)
         total = sum(steps)
@@ -351,32 +389,31 @@ def _loop(ctx: TaskContext, feeder: Any, step_fn: Any, steps: list[int], epoch0:
     """
     ran, waits, last_abort_check = 0, [], time.monotonic()
     progress.begin()
-    for epoch in range(epoch0, len(steps)):
-        start = in_epoch0 if epoch == epoch0 else 0
+    prev_epoch, t_end_prev = epoch0, time.monotonic()
+    for epoch, batch in feeder.run(epoch0, in_epoch0):
+        if epoch != prev_epoch:
+            waits.append(time.monotonic() - t_end_prev)
+            prev_epoch = epoch
+        try:
+            loss = step_fn(batch)
+        except Exception as exc:
+            diagnosis = collective_failure(ctx, exc, gstep + 1)
+            if diagnosis is None:
+                raise
+            raise RuntimeError(diagnosis) from exc
+        ran += 1
+        gstep += 1
+        loss = float(loss)
+        progress.report(step=gstep, epoch=epoch, loss=loss, examples=len(next(iter(batch.values()))),
+                        global_step=gstep)
+        ckpt.scalars(gstep, {"loss": loss, "examples_per_sec": progress.snapshot()["examples_per_sec"]})
+        if ckpt.due(gstep):
+            ckpt.save(gstep, ran)
+        now = time.monotonic()
+        if now - last_abort_check >= 2.0:
+            last_abort_check = now
+            _check_abort(ctx)
         t_end_prev = time.monotonic()
-        for i, batch in enumerate(feeder.epoch(epoch, start_step=start)):
-            if i == 0 and epoch > epoch0:
-                waits.append(time.monotonic() - t_end_prev)
-            try:
-                loss = step_fn(batch)
-            except Exception as exc:
-                diagnosis = collective_failure(ctx, exc, gstep + 1)
-                if diagnosis is None:
-                    raise
-                raise RuntimeError(diagnosis) from exc
-            ran += 1
-            gstep += 1
-            loss = float(loss)
-            progress.report(step=gstep, epoch=epoch, loss=loss, examples=len(next(iter(batch.values()))),
-                            global_step=gstep)
-            ckpt.scalars(gstep, {"loss": loss, "examples_per_sec": progress.snapshot()["examples_per_sec"]})
-            if ckpt.due(gstep):
-                ckpt.save(gstep, ran)
-            now = time.monotonic()
-            if now - last_abort_check >= 2.0:
-                last_abort_check = now
-                _check_abort(ctx)
-            t_end_prev = now
     return ran, waits
 
 
@@ -401,7 +438,10 @@ def _finish(ctx: TaskContext, ckpt: Checkpointer, figures: dict[str, Any], globa
                         ", ".join(missing), ctx.spec.timeouts.shutdown)
             break
         time.sleep(0.1)
+    train_s = figures["elapsed_s"]
     summary = {"mode": "allreduce", "global_step": figures["global_step"], "planned_steps": sum(steps),
+               "examples_per_sec": round(figures["worker_steps"] * global_batch / train_s, 1) if train_s else 0.0,
+               "train_s": train_s, "steps_per_worker": {t: p.get("worker_steps") for t, p in per_task.items()},
                "steps_per_epoch": steps, "epochs": len(steps), "workers": ctx.num_data_workers,
                "per_worker_batch": ctx.spec.data.batch_size, "global_batch": global_batch,
                "chief": figures, "tasks": {t: {"step": p.get("step"), "worker_steps": p.get("worker_steps"), "examples_per_sec": p.get("examples_per_sec"),

@@ -1,0 +1,368 @@
+#!/usr/bin/env python
+"""Training benchmark (issue 4): fed vs in-graph step, examples/s by mode and workers, launch → first step,
+epoch-boundary waits. One run; prints a table and (with ``--write``) replaces the ``## Training (issue 4)`` section of
+BENCHMARKS.md.
+
+What is measured, and why:
+
+1. **Fed vs in-graph step, same model** (the built-in recommender, batch 1000), in one process per mode so the two
+   loops share the model and alternate epoch by epoch (machine-load drift hits both equally):
+   * ps-mode style (TF1 graph, ``Session``): placeholders fed with the Feeder's numpy batches vs the same graph reading
+     ``TFRecordDataset → batch → parse_example`` in the graph.
+   * allreduce style (TF2, MultiWorkerMirroredStrategy, 1 worker): tfyarn's fed ``tf.function`` step with a fixed
+     input signature vs the same step pulling ``next(iterator)`` of the same tf.data pipeline inside the function.
+   Step time = wall time of one loop iteration (fetch + step). Goal: fed ≤ 1.05× in-graph.
+2. **Epoch boundaries**, over 5 epochs of skewed files (10× largest/smallest): how long the fed loop waits for the
+   first batch of each new epoch, against the median step. Goal: no wait longer than one step.
+3. **examples/s with 1 and 2 training workers in each mode**: real jobs through the local backend (a process per
+   task, gRPC over 127.0.0.1), from each job's summary.json.
+4. **Launch → first step** of a local ps + chief + 2 workers job (Launcher started → first progress record of any
+   training task), against ``import tensorflow`` time measured on the same machine at the same time.
+   Goal: ≤ TF import + 1.5 s.
+
+Usage: ``python scripts/bench_training.py [--records 200000] [--write] [--workdir DIR]``
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+FEATURES = {"label": {"dtype": "float32"}, "user_id": {"dtype": "int64"}, "item_id": {"dtype": "int64"}}
+BATCH = 1000
+EPOCHS = 5
+SECTION = "## Training (issue 4)"
+
+
+def loadavg() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+# ------------------------------------------------------------------------------------------------- micro (child)
+
+def _micro_common(data_dir: str):
+    """The files and tfyarn's fed input: the allreduce loop's EpochPipeline (two Feeders, next epoch read ahead)."""
+    from tfyarn.data import Feeder, build_manifest
+    from tfyarn.spec import Feature
+    from tfyarn.train.allreduce import EpochPipeline
+    files = sorted(str(p) for p in Path(data_dir).glob("*.tfrecord"))
+    feats = {k: Feature(**v) for k, v in FEATURES.items()}
+    manifest = build_manifest(files)
+    return files, feats, EpochPipeline(lambda: Feeder(manifest, feats, BATCH, 0, 1, seed=0, prefetch=4), EPOCHS)
+
+
+def _dataset(files: list[str]):
+    """The in-graph input: native TFRecord reading and batched parsing, prefetched."""
+    import tensorflow as tf
+    spec = {"label": tf.io.FixedLenFeature([], tf.float32), "user_id": tf.io.FixedLenFeature([], tf.int64),
+            "item_id": tf.io.FixedLenFeature([], tf.int64)}
+    return (tf.data.TFRecordDataset(files).repeat().batch(BATCH, drop_remainder=True)
+            .map(lambda s: tf.io.parse_example(s, spec)).prefetch(4))
+
+
+def _run_alternating(pipeline, fed_step, graph_step) -> dict:
+    """5 epochs: each epoch fed, then as many in-graph steps. Returns per-step times and epoch-boundary waits."""
+    fed, ingraph, boundary, fetch = [], [], [], []
+    it = pipeline.run(0, 0)
+    n, cur = 0, 0
+    while True:
+        t0 = time.perf_counter()
+        try:
+            epoch, batch = next(it)
+        except StopIteration:
+            epoch = None
+        t1 = time.perf_counter()
+        if epoch != cur:                       # an epoch ended: the same number of in-graph steps
+            for _ in range(n):
+                g0 = time.perf_counter()
+                graph_step()
+                ingraph.append(time.perf_counter() - g0)
+            if epoch is None:
+                break
+            boundary.append(t1 - t0)
+            n, cur = 0, epoch
+            t0 = time.perf_counter() - (t1 - t0)
+        else:
+            fetch.append(t1 - t0)
+        fed_step(batch)
+        fed.append(time.perf_counter() - t0)
+        n += 1
+    return {"fed": fed, "ingraph": ingraph, "boundary": boundary, "fetch": fetch,
+            "steps_per_epoch": [pipeline.steps(e) for e in range(EPOCHS)]}
+
+
+def micro_graph(data_dir: str) -> dict:
+    """TF1 graph mode (what ps mode runs): placeholder-fed vs dataset-in-graph, same variables and optimizer."""
+    import tensorflow as tf
+    from tfyarn.models.recommender import model as make_model
+    from tfyarn.train.model import build_model, split_features
+    files, feats, feeder = _micro_common(data_dir)
+    g = tf.Graph()
+    with g.as_default():
+        m = build_model(make_model(dim=16))
+        opt = m.optimizer()
+        ph = {k: tf.compat.v1.placeholder(tf.float32 if v.dtype == "float32" else tf.int64, [BATCH], name=k)
+              for k, v in feats.items()}
+
+        def train_op(batch):
+            x, y = split_features(batch, "label")
+            return opt.minimize(tf.reduce_mean(m.loss(y, m(x, training=True))), var_list=m.trainable_variables)
+        fed_op = train_op(ph)
+        graph_op = train_op(tf.compat.v1.data.make_one_shot_iterator(_dataset(files)).get_next())
+        init = tf.compat.v1.global_variables_initializer()
+    sess = tf.compat.v1.Session(graph=g)
+    sess.run(init)
+    with feeder:
+        r = _run_alternating(feeder, lambda b: sess.run(fed_op, {ph[k]: b[k] for k in ph}),
+                             lambda: sess.run(graph_op))
+    sess.close()
+    return r
+
+
+def micro_allreduce(data_dir: str) -> dict:
+    """TF2 MWMS (1 worker, what allreduce mode runs): tfyarn's fed step vs the same step reading tf.data in-graph."""
+    import tensorflow as tf
+    from tfyarn.models.recommender import model as make_model
+    from tfyarn.train.allreduce import input_signature, make_step
+    from tfyarn.train.model import build_model, split_features
+    os.environ.pop("TF_CONFIG", None)
+    files, feats, feeder = _micro_common(data_dir)
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    with strategy.scope():
+        m = build_model(make_model(dim=16))
+        opt = m.optimizer()
+        gs = tf.Variable(0, dtype=tf.int64, trainable=False)
+    fed = make_step(strategy, m, opt, gs, input_signature(feats, BATCH), "label", BATCH)
+    it = iter(_dataset(files))
+
+    def replica(batch):
+        x, y = split_features(batch, "label")
+        with tf.GradientTape() as tape:
+            loss = tf.nn.compute_average_loss(m.loss(y, m(x, training=True)), global_batch_size=BATCH)
+        opt.apply_gradients(zip(tape.gradient(loss, m.trainable_variables), m.trainable_variables), global_step=gs)
+        return loss
+
+    @tf.function
+    def ingraph():
+        return strategy.experimental_local_results(strategy.run(replica, args=(next(it),)))[0]
+
+    with feeder:
+        r = _run_alternating(feeder, fed, ingraph)
+    r["traces"] = int(fed.experimental_get_tracing_count())
+    return r
+
+
+def summarize_micro(r: dict) -> dict:
+    skip = 10                                   # warm-up (tracing, first batches)
+    fed, ing = r["fed"][skip:], r["ingraph"][skip:]
+    med = statistics.median(fed)
+    return {"fed_mean_ms": 1e3 * statistics.fmean(fed), "fed_median_ms": 1e3 * med,
+            "ingraph_mean_ms": 1e3 * statistics.fmean(ing), "ingraph_median_ms": 1e3 * statistics.median(ing),
+            "ratio_mean": statistics.fmean(fed) / statistics.fmean(ing),
+            "ratio_median": med / statistics.median(ing),
+            "fetch_mean_ms": 1e3 * statistics.fmean(r["fetch"][skip:]) if r["fetch"][skip:] else 0.0,
+            "boundary_max_ms": 1e3 * max(r["boundary"], default=0.0),
+            "boundary_ms": [round(1e3 * b, 2) for b in r["boundary"]],
+            "steps": len(r["fed"]), "steps_per_epoch": r["steps_per_epoch"]}
+
+
+# --------------------------------------------------------------------------------------------------- jobs (parent)
+
+def job_spec(data: list[str], work: Path, mode: str, workers: int, ps: int = 0, epochs: int = EPOCHS):
+    from tfyarn.spec import load_spec_dict
+    roles = {"chief": {"instances": 1, "memory": "1 GiB"}}
+    if workers > 1:
+        roles["worker"] = {"instances": workers - 1, "memory": "1 GiB"}
+    if ps:
+        roles["ps"] = {"instances": ps, "memory": "1 GiB"}
+    return load_spec_dict({
+        "name": f"bench-{mode}-{workers}", "model": "tfyarn.models.recommender:model", "params": {"dim": 16},
+        "mode": mode, "data": {"train": data, "features": FEATURES, "batch_size": BATCH, "epochs": epochs},
+        "roles": roles, "checkpoint": {"dir": str(work / "ckpt"), "every_secs": 3600},
+        "timeouts": {"step": 120, "stall": 120, "rendezvous": 120, "shutdown": 60}})
+
+
+def run_job(spec, work: Path) -> dict:
+    """Run one local job in this process (the lead's Launcher), watching the KV for each task's first step."""
+    from tfyarn.backends.local import Launcher
+    work.mkdir(parents=True, exist_ok=True)
+    launcher = Launcher(spec, work / "app", f"local-bench-{work.name}")
+    first: dict[str, float] = {}
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            kv = launcher.kv
+            if kv is not None:
+                for key, val in kv.store.items("progress/").items():
+                    task = key.split("/", 1)[1]
+                    if task not in first and (json.loads(val).get("step") or 0) >= 1:
+                        first[task] = json.loads(val)["time"]   # published right after that task's first step
+            stop.wait(0.02)
+
+    th = threading.Thread(target=watch, daemon=True)
+    t0 = time.time()
+    th.start()
+    status = launcher.run()
+    stop.set()
+    th.join()
+    out = {"state": str(getattr(status.state, "value", status.state)), "wall_s": time.time() - t0,
+           "diagnostics": getattr(status, "diagnostics", "")}
+    try:
+        out["summary"] = json.loads((work / "ckpt" / "summary.json").read_text())
+    except OSError:
+        out["summary"] = None
+    if first:
+        out["launch_to_first_step_s"] = min(first.values()) - t0
+        out["launch_to_all_first_step_s"] = max(first.values()) - t0
+    return out
+
+
+def tf_import_s(n: int = 3) -> float:
+    code = "import time; t = time.perf_counter(); import tensorflow; print(time.perf_counter() - t)"
+    times = [float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                                  env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}).stdout.split()[-1])
+             for _ in range(n)]
+    return statistics.median(times)
+
+
+def child(kind: str, data_dir: str) -> dict:
+    r = micro_graph(data_dir) if kind == "graph" else micro_allreduce(data_dir)
+    return summarize_micro(r) | ({"traces": r["traces"]} if "traces" in r else {})
+
+
+def run_child(kind: str, data_dir: str) -> dict:
+    p = subprocess.run([sys.executable, __file__, "--child", kind, data_dir], capture_output=True, text=True,
+                       env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}, timeout=1800)
+    if p.returncode != 0:
+        raise RuntimeError(f"micro benchmark {kind} failed:\n{p.stderr[-3000:]}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+# ---------------------------------------------------------------------------------------------------------- report
+
+def eps(job: dict) -> str:
+    s = job.get("summary") or {}
+    if job.get("state") != "SUCCEEDED" or not s:
+        return f"failed ({job.get('state')}: {str(job.get('diagnostics'))[:80]})"
+    return f"{s.get('examples_per_sec', 0):,.0f}"
+
+
+def report(res: dict) -> str:
+    g, a = res["micro"]["graph"], res["micro"]["allreduce"]
+    lines = [SECTION, "",
+             f"`python scripts/bench_training.py --write` — {res['date']}, {res['cpus']} cores, "
+             f"load average {res['load_before']} before / {res['load_after']} after (the machine is shared with "
+             f"other engineers' TF processes: figures are noisy; ratios are taken within one process, alternating "
+             f"epoch by epoch). Data: {res['records']:,} recommender records in 16 files, 10x skew, batch {BATCH}, "
+             f"{EPOCHS} epochs.", "",
+             "### Fed vs in-graph step (same model, same process)", "",
+             "| mode | fed step (mean / median ms) | in-graph step (mean / median ms) | fed / in-graph (mean, median) "
+             "| goal |", "|---|---|---|---|---|"]
+    for name, m in (("ps style: TF1 graph, placeholders vs tf.data in graph", g),
+                    ("allreduce: MWMS tf.function, fixed signature vs next(iterator) in graph", a)):
+        ok = "met" if m["ratio_mean"] <= 1.05 else "NOT met"
+        lines.append(f"| {name} | {m['fed_mean_ms']:.2f} / {m['fed_median_ms']:.2f} | {m['ingraph_mean_ms']:.2f} / "
+                     f"{m['ingraph_median_ms']:.2f} | {m['ratio_mean']:.3f}, {m['ratio_median']:.3f} | ≤1.05: {ok} |")
+    lines += ["", "### Epoch boundaries (fed loop, 5 epochs of skewed files)", "",
+              "| mode | waits for the first batch of epochs 2–5 (ms) | longest | median step (ms) | goal |",
+              "|---|---|---|---|---|"]
+    for name, m in (("ps style (TF1)", g), ("allreduce (TF2)", a)):
+        ok = "met" if m["boundary_max_ms"] <= m["fed_median_ms"] else "NOT met"
+        lines.append(f"| {name} | {', '.join(f'{b:.2f}' for b in m['boundary_ms'])} | {m['boundary_max_ms']:.2f} | "
+                     f"{m['fed_median_ms']:.2f} | ≤ one step: {ok} |")
+    j = res["jobs"]
+    ar2 = (j.get("allreduce-2", {}).get("summary") or {}).get("chief", {})
+    if ar2:
+        lines += ["", f"In the 2-worker allreduce job the longest epoch-boundary wait measured inside the chief's "
+                      f"training loop was {1e3 * ar2.get('max_epoch_boundary_wait_s', 0):.2f} ms."]
+    lines += ["", "### examples/s, real local jobs (a process per task, gRPC over 127.0.0.1)", "",
+              "| mode | 1 training worker | 2 training workers |", "|---|---|---|",
+              f"| ps, async (1 ps) | {eps(j['ps-1'])} | {eps(j['ps-2'])} |",
+              f"| allreduce (MWMS) | {eps(j['allreduce-1'])} | {eps(j['allreduce-2'])} |", "",
+              "Two workers on 2 shared cores cannot scale: every task competes for the same cores (and the "
+              "other engineers' jobs).", "",
+              "### Launch → first step (local ps + chief + 2 workers)", ""]
+    ls = j["ps-launch"]
+    if "launch_to_first_step_s" in ls:
+        goal = res["tf_import_s"] + 1.5
+        ok = "met" if ls["launch_to_first_step_s"] <= goal else "NOT met"
+        lines.append(f"`import tensorflow`: {res['tf_import_s']:.2f} s (median of 3, same machine, same time). "
+                     f"Launcher start → first step of any training task: **{ls['launch_to_first_step_s']:.2f} s**; "
+                     f"→ every training task past its first step: {ls['launch_to_all_first_step_s']:.2f} s. "
+                     f"Goal ≤ TF import + 1.5 s = {goal:.2f} s: {ok}. Measured through the local backend's "
+                     f"Launcher (`tfyarn.backends.local`), state {ls['state']}.")
+    else:
+        lines.append(f"not measured: the job ended {ls.get('state')} ({ls.get('diagnostics')}) without a step")
+    return "\n".join(lines) + "\n"
+
+
+def write_section(text: str, path: Path) -> None:
+    """Replace (or append) only the Training section; other engineers own the rest of the file."""
+    old = path.read_text() if path.exists() else "# Benchmarks\n"
+    start = old.find(SECTION)
+    if start < 0:
+        new = old.rstrip("\n") + "\n\n" + text
+    else:
+        nxt = old.find("\n## ", start + len(SECTION))
+        new = old[:start] + text + (old[nxt + 1:] if nxt >= 0 else "")
+        if nxt >= 0 and not text.endswith("\n\n"):
+            new = old[:start] + text + "\n" + old[nxt + 1:]
+    path.write_text(new)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--records", type=int, default=200_000)
+    ap.add_argument("--workdir", default=None)
+    ap.add_argument("--write", action="store_true", help="write the section into BENCHMARKS.md")
+    ap.add_argument("--child", nargs=2, metavar=("KIND", "DATA_DIR"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        logging.basicConfig(level=logging.WARNING)
+        print(json.dumps(child(*args.child)))
+        return 0
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from tfyarn.data import write_synthetic
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="tfyarn-bench-"))
+    data_dir = work / "data"
+    res: dict = {"date": time.strftime("%Y-%m-%d %H:%M"), "cpus": os.cpu_count(), "load_before": loadavg(),
+                 "records": args.records, "micro": {}, "jobs": {}}
+    data = write_synthetic(str(data_dir), "recommender", files=16, records=args.records, skew=10.0, seed=0)
+    print(f"data: {len(data)} files in {data_dir}; load {res['load_before']}", flush=True)
+    for kind in ("graph", "allreduce"):
+        res["micro"][kind] = run_child(kind, str(data_dir))
+        print(kind, json.dumps(res["micro"][kind]), flush=True)
+    res["tf_import_s"] = tf_import_s()
+    print(f"import tensorflow: {res['tf_import_s']:.2f}s", flush=True)
+    res["jobs"]["ps-launch"] = run_job(job_spec(data, work / "ps-launch", "ps", 3, ps=1, epochs=1),
+                                       work / "ps-launch")
+    print("ps-launch", {k: v for k, v in res["jobs"]["ps-launch"].items() if k != "summary"}, flush=True)
+    for mode, workers in (("ps", 1), ("ps", 2), ("allreduce", 1), ("allreduce", 2)):
+        name = f"{mode}-{workers}"
+        res["jobs"][name] = run_job(job_spec(data, work / name, mode, workers, ps=1 if mode == "ps" else 0),
+                                    work / name)
+        print(name, eps(res["jobs"][name]), res["jobs"][name]["state"], flush=True)
+    res["load_after"] = loadavg()
+    (work / "results.json").write_text(json.dumps(res, indent=1, default=str))
+    text = report(res)
+    print("\n" + text)
+    if args.write:
+        write_section(text, REPO / "BENCHMARKS.md")
+        print(f"wrote the section to {REPO / 'BENCHMARKS.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
