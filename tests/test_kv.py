@@ -1,4 +1,5 @@
 """The local KV service and its HTTP client: values, prefixes, long-poll waits with named timeouts."""
+import json
 import threading
 import time
 
@@ -52,3 +53,20 @@ def test_unreachable_service_is_a_clear_error():
         url = s.url
     with pytest.raises(KVUnavailable, match="unreachable"):
         HttpKV(url, request_timeout=1).get("x")
+
+
+def test_progress_eta_follows_the_global_step_rate():
+    from tfyarn.backends.progress import GlobalStepRate, aggregate_progress
+    rate = GlobalStepRate()
+    items = lambda g: {"progress/chief:0": json.dumps({"step": g, "global_step": g, "examples_per_sec": 100.0,
+                                                       "loss": 0.5}),
+                       "progress/worker:0": json.dumps({"step": g, "global_step": g, "examples_per_sec": 50.0,
+                                                        "loss": 0.3})}
+    assert rate.add(0, now=0.0) is None
+    assert rate.add(10, now=1.0) == 10.0
+    p = aggregate_progress(items(20), 120, ["chief:0", "worker:0"])
+    assert p["global_step"] == 20 and p["examples_per_sec"] == 150.0 and p["loss"] == 0.4 and p["eta_s"] is None
+    r2 = GlobalStepRate()
+    r2.add(0, now=time.monotonic() - 2.0)
+    p = aggregate_progress(items(20), 120, ["chief:0", "worker:0"], r2)
+    assert p["eta_s"] == pytest.approx(10.0, rel=0.05)  # 100 steps left at 10 steps/s

@@ -17,10 +17,8 @@ pytestmark = pytest.mark.timeout(180)
 TOP = {"schema": str, "app_id": str, "backend": str, "name": str, "state": str, "exit_code": (int, type(None)),
        "diagnostics": str, "tasks": list, "progress": dict, "started": (float, type(None)),
        "finished": (float, type(None)), "tracking_url": (str, type(None)), "summary": (dict, type(None)),
-       "tags": list}
-#: Being added by the restarts work (uncommitted when this test was written): allowed, typed; move it into TOP when
-#: it has landed and is documented.
-OPTIONAL = {"attempt": int}
+       "tags": list, "attempt": int}
+OPTIONAL: dict = {}
 TASK = {"task": str, "state": str, "host": (str, type(None)), "restarts": int, "exit_code": (int, type(None)),
         "diagnostics": str, "log": (str, type(None))}
 PROGRESS = {"global_step": int, "total_steps": int, "examples_per_sec": float, "loss": (float, type(None)),

@@ -4,6 +4,7 @@ app KV, status after the application master is gone, submit/kill/list, and prefl
 The ResourceManager and the application master are the edge we cannot run here: ``FakeRM`` answers with real
 ``skein.model.ApplicationReport`` / ``Container`` objects, and the app KV is skein's real KeyValueStore on FakeAM.
 """
+import time
 from datetime import datetime, timedelta
 
 import fsspec
@@ -136,7 +137,12 @@ def test_running_status_from_containers_and_kv(running):
     assert tasks["worker:1"].state == "RUNNING" and tasks["worker:1"].restarts == 1
     assert tasks["worker:0"].restarts == 0 and tasks["worker:0"].host == "node1"
     assert st.progress["global_step"] == 40 and st.progress["total_steps"] == 100
-    assert st.progress["examples_per_sec"] == 190.0 and st.progress["eta_s"] == 15.0
+    assert st.progress["examples_per_sec"] == 190.0 and st.progress["eta_s"] is None  # one sample: no rate yet
+    time.sleep(1.1)  # the rate needs >= 1 s between samples
+    for task in ("chief:0", "worker:0"):  # the global step moves on: the next status read has an ETA
+        put_json(kv, f"progress/{task}", {"step": 60, "global_step": 60, "examples_per_sec": 95.0, "loss": 0.4})
+    eta = b.status(APP).progress["eta_s"]
+    assert eta is not None and eta > 0
     d = st.to_dict()
     assert d["schema"] == "tfyarn.status/1" and d["exit_code"] is None
 

@@ -35,6 +35,7 @@ import psutil
 
 from tfyarn.backends.base import AppState, AppStatus, Backend, TaskStatus
 from tfyarn.backends.kvserver import KVServer
+from tfyarn.backends.progress import GlobalStepRate, aggregate_progress
 from tfyarn.errors import AppNotFound, ExitCode
 from tfyarn.runtime.watchdog import StallWatchdog
 from tfyarn.runtime.context import (ABORT_KEY, addr_key, DONE_KEY, SUMMARY_KEY, TOTAL_STEPS_KEY, failure_key,
@@ -85,32 +86,6 @@ def _status_from_dict(d: dict) -> AppStatus:
                      tracking_url=d.get("tracking_url"), summary=d.get("summary"), tags=d.get("tags", []), attempt=d.get("attempt", 0))
 
 
-def aggregate_progress(items: dict[str, str], total_steps: int | None, training_tasks: list[str]) -> dict:
-    """Job progress from the tasks' ``progress/<task>`` records: the furthest global step, summed throughput."""
-    recs = {}
-    for key, raw in items.items():
-        try:
-            recs[key.split("/", 1)[1]] = json.loads(raw)
-        except (ValueError, IndexError):
-            continue
-    if not recs:
-        return {"total_steps": total_steps} if total_steps else {}
-    train = [recs[t] for t in training_tasks if t in recs]
-    gstep = max((r.get("global_step") or r.get("step") or 0) for r in recs.values())
-    eps = sum(r.get("examples_per_sec") or 0.0 for r in train)
-    losses = [r["loss"] for r in train if r.get("loss") is not None]
-    steps_per_s = sum(r.get("steps_per_sec") or 0.0 for r in train)
-    out = {"global_step": gstep, "examples_per_sec": round(eps, 1),
-           "loss": round(sum(losses) / len(losses), 6) if losses else None,
-           "epoch": max((r.get("epoch") or 0) for r in train) if train else None,
-           "per_task": {t: r.get("step") for t, r in recs.items()}}
-    if total_steps:
-        out["total_steps"] = total_steps
-        rate = steps_per_s if steps_per_s > 0 else None
-        out["eta_s"] = round((total_steps - gstep) / rate, 1) if rate and gstep < total_steps else None
-    return out
-
-
 @dataclass
 class _Task:
     name: str
@@ -152,6 +127,7 @@ class Launcher:
         self._progress: dict = {}
         self._summary: dict | None = None
         self.kv: KVServer | None = None
+        self._rate = GlobalStepRate()
         self.attempt = 0
         self.attempt_diagnostics: list[str] = []  # why each earlier attempt failed
         self._stalled: queue.Queue[str] = queue.Queue()  # the watchdog thread reports here; the main loop ends the job
@@ -262,7 +238,8 @@ class Launcher:
         total = store.get(TOTAL_STEPS_KEY)
         items = store.items("progress/")
         self.history.record(items)
-        self._progress = aggregate_progress(items, int(total) if total else None, self.spec.training_tasks)
+        self._progress = aggregate_progress(items, int(total) if total else None, self.spec.training_tasks,
+                                            self._rate)
         summary = store.get(SUMMARY_KEY)
         if summary:
             self._summary = json.loads(summary)

@@ -34,6 +34,7 @@ from tfyarn import hdfs, packaging
 from tfyarn.backends import yarn_logs, yarn_spec
 from tfyarn.backends._skein import skein
 from tfyarn.backends.base import AppState, AppStatus, Backend, TaskStatus
+from tfyarn.backends.progress import GlobalStepRate, aggregate_progress
 from tfyarn.errors import AppNotFound, WaitTimeout
 from tfyarn.spec import JobSpec, load_spec_json
 
@@ -162,6 +163,7 @@ class YarnBackend(Backend):
         self._cluster = cluster
         self._conf: dict[str, str] | None = None
         self._apps: dict[str, Any] = {}
+        self._rates: dict[str, GlobalStepRate] = {}  # per app, for the ETA across status reads (wait, --follow)
         self.last_env: packaging.EnvRef | None = None
 
     # -- plumbing ----------------------------------------------------------------------------------------------------
@@ -319,7 +321,6 @@ class YarnBackend(Backend):
 
     def _live(self, app_id: str, spec: JobSpec | None) -> dict[str, Any] | None:
         """Tasks, progress, summary and failures from the running application master; None if unreachable."""
-        from tfyarn.backends.local import aggregate_progress
         from tfyarn.runtime.kv_yarn import TASKMAP_PREFIX
 
         app = self._app_client(app_id)
@@ -338,7 +339,8 @@ class YarnBackend(Backend):
         total = kv.get("plan/total_steps")
         progress = aggregate_progress({k: v for k, v in kv.items() if k.startswith("progress/")},
                                       int(total) if total and total.isdigit() else None,
-                                      spec.training_tasks if spec else [])
+                                      spec.training_tasks if spec else [],
+                                      self._rates.setdefault(app_id, GlobalStepRate()))
         summary = None
         if kv.get("summary"):
             try:

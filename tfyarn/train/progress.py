@@ -18,6 +18,10 @@ from tfyarn.runtime.kv import KV, KVUnavailable, put_json
 log = logging.getLogger("tfyarn.train.progress")
 
 
+#: Shortest window over which a rate is computed.
+MIN_RATE_WINDOW_S = 0.25
+
+
 class ProgressReporter:
     """Tracks one task's steps, loss and throughput; publishes ``progress/<task>`` at most every ``interval`` s.
 
@@ -38,14 +42,16 @@ class ProgressReporter:
         self._last_log = self.start
         self._win_t = self.start
         self._win_ex = 0
+        self._win_steps = 0
         self._rate = 0.0
+        self._step_rate = 0.0
         self._kv_warned = False
         self.extra: dict[str, Any] = {}
 
     def begin(self) -> None:
         """Restart the clock (call right before the first step, so start-up is not counted in examples/s)."""
         self.start = self._win_t = self._last_log = time.monotonic()
-        self._win_ex = 0
+        self._win_ex = self._win_steps = 0
 
     def report(self, step: int, epoch: int, loss: float | None = None, examples: int = 0,
                global_step: int | None = None, force: bool = False) -> None:
@@ -59,10 +65,14 @@ class ProgressReporter:
                 self.first_loss = loss
             self.last_loss = loss
         now = time.monotonic()
+        self._win_steps += 1
         if force or now - self._last_pub >= self.interval:
-            if now > self._win_t:
+            # A rate over a window shorter than MIN_RATE_WINDOW_S (the first step right after begin()) would be
+            # noise (millions of examples/s); publish the position, keep the rate until a real window has passed.
+            if now - self._win_t >= MIN_RATE_WINDOW_S:
                 self._rate = self._win_ex / (now - self._win_t)
-            self._win_t, self._win_ex = now, 0
+                self._step_rate = self._win_steps / (now - self._win_t)
+                self._win_t, self._win_ex, self._win_steps = now, 0, 0
             self._last_pub = now
             self.publish()
         if now - self._last_log >= self.log_every:
@@ -82,7 +92,8 @@ class ProgressReporter:
 
     def snapshot(self) -> dict[str, Any]:
         return {"step": self.step, "global_step": self.global_step, "epoch": self.epoch,
-                "examples_per_sec": round(self._rate, 1), "loss": self.last_loss, "time": time.time(),
+                "examples_per_sec": round(self._rate, 1), "steps_per_sec": round(self._step_rate, 3),
+                "loss": self.last_loss, "time": time.time(),
                 **self.extra}
 
     def publish(self) -> None:

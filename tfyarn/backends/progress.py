@@ -1,0 +1,56 @@
+"""Job progress from the tasks' ``progress/<task>`` KV records, as every backend reports it.
+
+The ETA comes from how fast the *global* step itself moved over the last samples, not from summing per-task step
+rates: in async ps mode every worker step is a global step, in sync mode a global step is one round of all workers,
+and only the global step's own rate is right in both.
+"""
+from __future__ import annotations
+
+import json
+import time
+from collections import deque
+
+
+class GlobalStepRate:
+    """Global steps per second over a sliding window of (time, global step) samples."""
+
+    def __init__(self, window_s: float = 20.0, min_span_s: float = 1.0):
+        self.window_s, self.min_span_s = window_s, min_span_s
+        self._samples: deque[tuple[float, int]] = deque()
+
+    def add(self, global_step: int, now: float | None = None) -> float | None:
+        now = time.monotonic() if now is None else now
+        if self._samples and global_step < self._samples[-1][1]:
+            self._samples.clear()  # a new attempt restarted from a checkpoint
+        self._samples.append((now, global_step))
+        while len(self._samples) > 2 and now - self._samples[0][0] > self.window_s:
+            self._samples.popleft()
+        (t0, g0), (t1, g1) = self._samples[0], self._samples[-1]
+        return (g1 - g0) / (t1 - t0) if t1 - t0 >= self.min_span_s and g1 > g0 else None
+
+
+def aggregate_progress(items: dict[str, str], total_steps: int | None, training_tasks: list[str],
+                       rate: GlobalStepRate | None = None) -> dict:
+    """The furthest global step, summed examples/s, mean loss; ETA when ``rate`` follows the job over time."""
+    recs = {}
+    for key, raw in items.items():
+        try:
+            recs[key.split("/", 1)[1]] = json.loads(raw)
+        except (ValueError, IndexError):
+            continue
+    if not recs:
+        return {"total_steps": total_steps} if total_steps else {}
+    train = [recs[t] for t in training_tasks if t in recs]
+    gstep = max((r.get("global_step") or r.get("step") or 0) for r in recs.values())
+    eps = sum(r.get("examples_per_sec") or 0.0 for r in train)
+    losses = [r["loss"] for r in train if r.get("loss") is not None]
+    out = {"global_step": gstep, "examples_per_sec": round(eps, 1),
+           "loss": round(sum(losses) / len(losses), 6) if losses else None,
+           "epoch": max((r.get("epoch") or 0) for r in train) if train else None,
+           "per_task": {t: r.get("step") for t, r in recs.items()}}
+    steps_per_s = rate.add(gstep) if rate is not None else None
+    if total_steps:
+        out["total_steps"] = total_steps
+        out["eta_s"] = (round((total_steps - gstep) / steps_per_s, 1)
+                        if steps_per_s and gstep < total_steps else None)
+    return out
