@@ -113,3 +113,11 @@ def test_no_tensorflow_imported():
             "assert 'tensorflow' not in sys.modules, 'tensorflow imported'")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
+
+
+def test_build_is_bounded_by_a_timeout(mem):
+    from tfyarn.errors import WaitTimeout
+    for i in range(40):
+        write_ids(f"{mem}/p{i:02d}", 0, 2000)
+    with pytest.raises(WaitTimeout, match=r"^indexing 40 files: \d+ not finished within 1e-06s \(e\.g\. memory:///"):
+        build_manifest([f"{mem}/p*"], use_cache=False, parallel=2, timeout=1e-6)

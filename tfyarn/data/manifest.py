@@ -20,7 +20,7 @@ import logging
 import os
 import statistics
 import uuid
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -29,7 +29,8 @@ import fsspec
 import numpy as np
 
 from tfyarn.data import tfrecord
-from tfyarn.data.errors import DataError, NoDataError
+from tfyarn.data.errors import NoDataError
+from tfyarn.errors import WaitTimeout
 
 log = logging.getLogger(__name__)
 
@@ -268,13 +269,15 @@ def index_file(url: str, size: int, mtime: str, compression: str = "auto", strid
 
 def build_manifest(urls: list[str] | str, compression: str = "auto", cache_dir: str | None = None, *,
                    stride: int = DEFAULT_STRIDE, parallel: int = 8, use_cache: bool = True,
-                   on_corrupt: str = "fail") -> Manifest:
+                   on_corrupt: str = "fail", timeout: float = 3600.0) -> Manifest:
     """Expand ``urls`` (fsspec URLs, globs, directories) and index every file, in parallel, using cached indexes.
 
     Zero-length files are left out with a warning (Hadoop jobs write empty part files); if nothing is left the
     error says so. A framing error (not TFRecord, truncated, bad length CRC) fails the build unless
     ``on_corrupt="skip"`` (pass the spec's ``data.on_corrupt``): then the damaged bytes become a hole that readers
     jump over, listed in ``Manifest.warnings``, and every record after the damage is still used.
+
+    ``timeout`` bounds the whole build (seconds; files whose index is cached cost one small read each).
     """
     if on_corrupt not in ("fail", "skip"):
         raise ValueError(f"on_corrupt must be 'fail' or 'skip', not {on_corrupt!r}")
@@ -305,8 +308,21 @@ def build_manifest(urls: list[str] | str, compression: str = "auto", cache_dir: 
             _store(fi, compression, cache_dir)
         return fi
 
-    with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(todo))), thread_name_prefix="tfyarn-index") as ex:
-        files = tuple(ex.map(one, todo))
+    ex = ThreadPoolExecutor(max_workers=max(1, min(parallel, len(todo))), thread_name_prefix="tfyarn-index")
+    try:
+        futures = [ex.submit(one, item) for item in todo]
+        done, pending = wait(futures, timeout=timeout, return_when=FIRST_EXCEPTION)
+        for fut in done:
+            if fut.exception() is not None:
+                raise fut.exception()  # type: ignore[misc]
+        if pending:
+            late = [item[0] for item, fut in zip(todo, futures) if fut in pending]
+            raise WaitTimeout(f"indexing {len(todo)} files: {len(late)} not finished within {timeout:g}s "
+                              f"(e.g. {', '.join(late[:3])}); index them once with `tfyarn data index` or raise "
+                              f"the timeout")
+        files = tuple(fut.result() for fut in futures)
+    finally:
+        ex.shutdown(wait=False, cancel_futures=True)
     for fi in files:
         for a, b in fi.holes:
             warnings.append(f"{fi.path}: bytes {a}..{b} skipped as damaged (on_corrupt=skip)")
