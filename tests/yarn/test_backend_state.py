@@ -132,6 +132,7 @@ def test_running_status_from_containers_and_kv(running):
     b, rm, app, kv = running
     st = b.status(APP)
     assert st.state == AppState.RUNNING and st.backend == "yarn" and st.started == T0.timestamp()
+    assert st.tags == ["tfyarn"]  # schedulers (Airflow retries) find their apps by tags
     tasks = {t.task: t for t in st.tasks}
     assert list(tasks) == ["ps:0", "chief:0", "worker:0", "worker:1", "worker:2"]
     assert tasks["worker:1"].state == "RUNNING" and tasks["worker:1"].restarts == 1

@@ -374,7 +374,8 @@ class YarnBackend(Backend):
         st = AppStatus(app_id=app_id, backend="yarn", name=rep.name, state=state, diagnostics=diag, tasks=tasks,
                        progress=snap.get("progress") or {}, started=_ts(rep.start_time),
                        finished=_ts(rep.finish_time) if state.is_terminal else None,
-                       tracking_url=rep.tracking_url or None, summary=snap.get("summary"))
+                       tracking_url=rep.tracking_url or None, summary=snap.get("summary"),
+                       tags=sorted(rep.tags or ()))
         if live is not None:
             self._save_state(app_id, app_id=app_id, name=rep.name, snapshot=live)
         if state.is_terminal and not saved.get("final"):
@@ -391,7 +392,8 @@ class YarnBackend(Backend):
             out.append(AppStatus(app_id=r.id, backend="yarn", name=r.name,
                                  state=app_state(r.state, r.final_status, r.diagnostics),
                                  diagnostics=r.diagnostics or "", started=_ts(r.start_time),
-                                 finished=_ts(r.finish_time), tracking_url=r.tracking_url or None))
+                                 finished=_ts(r.finish_time), tracking_url=r.tracking_url or None,
+                                 tags=sorted(r.tags or ())))
         return sorted(out, key=lambda s: s.started or 0)
 
     def kill(self, app_id: str) -> None:
