@@ -135,3 +135,12 @@ def test_shipped_specs_are_valid():
     assert specs, "no example specs found"
     for p in specs:
         assert isinstance(load_spec(p), JobSpec), p
+
+
+def test_the_readme_spec_example_is_valid():
+    import re
+    from pathlib import Path
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    block = re.search(r"## The job spec\n\n```yaml\n(.*?)```", readme, re.S).group(1)
+    spec = load_spec_dict(yaml.safe_load(block))
+    assert spec.retry.max_attempts == 3 and spec.roles["worker"].restart == "exit_code"
