@@ -45,24 +45,25 @@ def make(dirpath: str, files: int, per_file: int, skew: float, seed: int) -> str
     return f"file://{dirpath}"
 
 
-def native_rate(paths: list[str]) -> float:
+def native_rate(paths: list[str]) -> tuple[float, float]:
     import tensorflow as tf
     spec = {"label": tf.io.FixedLenFeature([], tf.float32), "user_id": tf.io.FixedLenFeature([], tf.int64),
             "item_id": tf.io.FixedLenFeature([], tf.int64)}
     ds = tf.data.TFRecordDataset(paths).batch(BATCH).map(lambda x: tf.io.parse_example(x, spec))
-    t, n = time.perf_counter(), 0
+    t, c, n = time.perf_counter(), time.process_time(), 0
     for b in ds:
         n += int(b["label"].shape[0])
-    return n / (time.perf_counter() - t)
+    return n / (time.perf_counter() - t), 1e6 * (time.process_time() - c) / n
 
 
-def feeder_rate(manifest, rank: int = 0, workers: int = 1, epoch: int = 0) -> tuple[float, float]:
+def feeder_rate(manifest, rank: int = 0, workers: int = 1, epoch: int = 0) -> tuple[float, float, float]:
+    """(records/s, seconds, CPU us per record over all threads)."""
     with Feeder(manifest, SCHEMAS["recommender"], BATCH, rank, workers) as f:
-        t, n = time.perf_counter(), 0
+        t, c, n = time.perf_counter(), time.process_time(), 0
         for b in f.epoch(epoch):
             n += len(b["label"])
         dt = time.perf_counter() - t
-    return n / dt, dt
+    return n / dt, dt, 1e6 * (time.process_time() - c) / n
 
 
 def to_memory(manifest_url: str, paths: list[str]) -> tuple[str, list[str]]:
@@ -93,16 +94,22 @@ def speed_table(url: str, reps: int) -> None:
         nat, ours = [], []
         for _ in range(reps):            # interleaved so both see the same machine load
             nat.append(native_rate(nat_src))
-            ours.append(feeder_rate(man)[0])
-        rows.append((label, statistics.median(nat), statistics.median(ours)))
+            r, _, cpu = feeder_rate(man)
+            ours.append((r, cpu))
+        rows.append((label, nat, ours))
     total = m.total_records
     print(f"\n### Throughput: {len(paths)} files x {total // len(paths):,} Examples (label float, user_id int64, "
           f"item_id int64), {m.total_bytes / 1e6:.1f} MB, batch {BATCH}, CRC checks on, median of {reps} "
           f"(load avg {load()})\n")
-    print("| source | native tf.data rec/s | tfyarn Feeder rec/s | ratio |")
-    print("|---|---:|---:|---:|")
+    print("| source | native tf.data rec/s median (best) | tfyarn Feeder rec/s median (best) | ratio of medians "
+          "(of bests) | CPU us/record native / tfyarn |")
+    print("|---|---:|---:|---:|---:|")
     for label, nat, ours in rows:
-        print(f"| {label} | {nat:,.0f} | {ours:,.0f} | {ours / nat:.2f}x |")
+        nm, nb = statistics.median(r for r, _ in nat), max(r for r, _ in nat)
+        om, ob = statistics.median(r for r, _ in ours), max(r for r, _ in ours)
+        nc, oc = statistics.median(c for _, c in nat), statistics.median(c for _, c in ours)
+        print(f"| {label} | {nm:,.0f} ({nb:,.0f}) | {om:,.0f} ({ob:,.0f}) | {om / nm:.2f}x ({ob / nb:.2f}x) | "
+              f"{nc:.2f} / {oc:.2f} |")
 
 
 def boundary_table(url: str) -> None:
@@ -114,7 +121,7 @@ def boundary_table(url: str) -> None:
     print("|---:|---|---|---:|---|")
     for w in (2, 4):
         p = plan(m, w, 0, 0, BATCH)
-        times = [feeder_rate(m, r, w)[1] for r in range(w)]
+        times = [min(feeder_rate(m, r, w)[1] for _ in range(2)) for r in range(w)]   # best of 2: less load noise
         rate = p.steps * BATCH / statistics.mean(times)
         print(f"| {w} | tfyarn plan | {', '.join(str(p.steps) for _ in range(w))} | {p.dropped:,} | "
               f"{max(times) - min(times):.2f} s (input time per worker {min(times):.2f}..{max(times):.2f} s) |")
@@ -151,7 +158,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--files", type=int, default=16)
     ap.add_argument("--records-per-file", type=int, default=50_000)
-    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--dir", default="/tmp/tfyarn-bench-input")
     a = ap.parse_args()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
