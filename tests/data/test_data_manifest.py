@@ -29,8 +29,10 @@ def test_counts_offsets_and_sorted_full_urls(mem, cache_dir):
 def test_directories_and_hidden_files(local, cache_dir):
     root = local.removeprefix("file://")
     os.makedirs(f"{root}/d/sub")
+    os.makedirs(f"{root}/d/_temporary/0")
     write_ids(f"{local}/d/part-0", 0, 5)
     write_ids(f"{local}/d/sub/part-1", 0, 6)
+    write_ids(f"{local}/d/_temporary/0/part-2", 0, 7)          # a half-written job output: not data
     open(f"{root}/d/_SUCCESS", "w").close()
     open(f"{root}/d/.part-0.crc", "wb").write(b"junk")
     m = build_manifest([f"{local}/d"], cache_dir=cache_dir)

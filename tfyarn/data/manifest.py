@@ -98,39 +98,50 @@ def _fileinfo(doc: dict[str, Any]) -> FileInfo:
 # ------------------------------------------------------------------------------------------------------- file listing
 
 def _mtime(info: dict[str, Any]) -> str:
+    """The modification time as a stable string (filesystems differ in key and type; some return a datetime from
+    one call and a float from another, which would otherwise look like a changed file and defeat the cache)."""
     for key in ("mtime", "modification_time", "last_modified", "LastModified", "updated", "created", "ctime"):
-        if info.get(key) is not None:
-            return str(info[key])
+        v = info.get(key)
+        if v is None:
+            continue
+        if hasattr(v, "timestamp"):
+            v = v.timestamp()
+        try:
+            return repr(float(v))
+        except (TypeError, ValueError):
+            return str(v)
     return ""
 
 
-def _hidden(path: str) -> bool:
-    """Hadoop convention: names starting with '_' or '.' are metadata (_SUCCESS, .crc, our index files)."""
-    return path.rstrip("/").rsplit("/", 1)[-1].startswith(("_", "."))
-
-
 def expand(urls: Iterable[str]) -> list[tuple[str, dict[str, Any]]]:
-    """Expand globs and directories into (full URL, fsspec info) of data files, sorted, duplicates removed."""
+    """Expand globs and directories into (full URL, fsspec info) of data files, sorted, duplicates removed.
+
+    Listings ask for details in the same call (one round trip per directory on HDFS, not one per file). Inside a
+    directory, hidden files *and* hidden subdirectories (``_temporary/``) are skipped, as Hadoop does.
+    """
     found: dict[str, dict[str, Any]] = {}
     for url in urls:
         fs, path = fsspec.core.url_to_fs(url)
         if _GLOB_CHARS & set(path):
-            paths = fs.glob(path)
-            if not paths:
+            listing = fs.glob(path, detail=True)
+            if not listing:
                 raise NoDataError(f"{url}: the glob matches no file")
+            root = None
         elif fs.isdir(path):
-            paths = fs.find(path)
-            if not paths:
+            listing = fs.find(path, detail=True)
+            if not listing:
                 raise NoDataError(f"{url}: the directory is empty")
+            root = path.rstrip("/")
         elif fs.exists(path):
-            paths = [path]
+            listing = {path: fs.info(path)}
+            root = None
         else:
             raise NoDataError(f"{url}: no such file")
         matched = 0
-        for p in paths:
-            if _hidden(p):
+        for p, info in listing.items():
+            rel = p[len(root) + 1:] if root and p.startswith(root + "/") else p.rstrip("/").rsplit("/", 1)[-1]
+            if any(part.startswith(("_", ".")) for part in rel.split("/")):
                 continue
-            info = fs.info(p)
             if info.get("type") != "file":
                 continue
             found[fs.unstrip_protocol(p)] = info
