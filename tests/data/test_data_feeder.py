@@ -142,3 +142,47 @@ def test_bad_arguments(mem):
         feeder(m, on_corrupt="ignore")
     with feeder(m) as f, pytest.raises(ValueError, match=r"start_step 64 is outside 0..63"):
         f.epoch(0, start_step=64)
+
+
+def test_read_ahead_is_bounded_when_the_consumer_stalls(mem, no_thread_leak):
+    # The memory bound in the module docstring, checked: a consumer that stops consuming makes the reader stop after
+    # at most ~4 parse groups + prefetch batches + one framing step, whatever the epoch size.
+    sizes = [3000] * 4
+    m = dataset(mem, sizes=sizes)
+    with feeder(m, batch=10, prefetch=2, parse_group=100, frame_records=50) as f:
+        it = f.epoch(0)
+        next(it)
+        time.sleep(0.5)
+        run = f._active
+        bound = 4 * f.group + f.prefetch * f.batch_size + f.frame_records + f.batch_size
+        assert f.group == 100 and run.records_read <= bound < sum(sizes)
+        first = run.records_read
+        time.sleep(0.3)
+        assert run.records_read == first                     # parked, not spinning through the data
+
+
+def test_a_parser_failure_reaches_the_consumer(mem, no_thread_leak):
+    m = dataset(mem)
+
+    def broken(fields):
+        raise RuntimeError("no TensorFlow on this host")
+
+    with feeder(m, parser=broken) as f, pytest.raises(RuntimeError, match="no TensorFlow on this host"):
+        next(f.epoch(0))
+
+
+def test_shuffle_with_skip_and_resume(mem, cache_dir):
+    # A corrupt record inside the share, shuffle on, resumed mid-epoch: the resumed run equals the tail of the full run.
+    from tfyarn.data.example import encode_example
+    from tfyarn.data.tfrecord import TFRecordWriter
+    url = f"{mem}/x.tfrecord"
+    with TFRecordWriter(url) as w:
+        for i in range(100):
+            w.write(encode_example({"rid": [i]}, {"rid": "int64"}) if i == 40 else
+                    encode_example({"rid": [i], "x": [1.0, 2.0]}, {"rid": "int64", "x": "float"}))
+    m = build_manifest([url], cache_dir=cache_dir)
+    with feeder(m, batch=10, shuffle_buffer=16, seed=3, on_corrupt="skip") as f:
+        full = rids(f.epoch(0))
+        assert f.skipped == 1 and len(full) == 100 and 40 not in full and len(set(full)) == 99
+        rest = rids(f.epoch(0, start_step=4))
+        assert rest == full[40:]

@@ -13,6 +13,11 @@ Pipeline per epoch (two threads, two bounded queues)::
   worker the same number of records, and records lost to ``skip`` are made up by reading the start of the worker's
   own share again (the alternative, a short epoch on one worker, is the stall this layer exists to prevent).
 
+Resuming mid-epoch (``start_step``) reproduces exactly the batches the uninterrupted epoch would have yielded from
+that step on: by seeking when the stream is a plain function of the plan, by replaying the share (and dropping the
+first ``start_step x batch`` good rows after parsing) when a shuffle buffer or ``skip`` makes it depend on what was
+read before.
+
 Memory bound: serialized records for at most 4 parse groups (raw queue of 2, one being filled, one being parsed; a
 group is ``batch_size`` rounded to ~8k records), the parsed arrays of at most ``prefetch`` batches plus one parse
 group (batches are views into the parsed group), one read block (``block_bytes``, 8 MiB, plus one record) and
@@ -62,6 +67,7 @@ class _Run:
             raise ValueError(f"start_step {start_step} is outside 0..{self.plan.steps} (steps of epoch {epoch})")
         self.start_step = start_step
         self.target = self.plan.steps - start_step
+        self.replay = feeder.shuffle_buffer > 0 or feeder.on_corrupt == "skip"
         self.yielded = 0
         self.stop = threading.Event()
         self.raw: queue.Queue = queue.Queue(maxsize=_RAW_DEPTH)
@@ -74,6 +80,7 @@ class _Run:
         self.wait_s = 0.0                    # consumer time blocked on the ready queue after the first batch
         self.waits_over_1ms = 0
         self.max_wait_s = 0.0
+        self.records_read = 0                # framed by the reader (for the memory-bound test and stats)
         self.threads: list[threading.Thread] = []
         if self.target > 0:
             tag = f"tfyarn-feeder-r{feeder.rank}-e{epoch}"
@@ -124,9 +131,11 @@ class _Run:
         f, B = self.f, self.f.batch_size
         share = self.plan.shares[f.rank]
         shuffle = f.shuffle_buffer > 0
-        skip_front = 0 if shuffle else self.start_step * B     # without shuffle, resume by seeking
-        discard = self.start_step * B if shuffle else 0        # with shuffle, replay to reproduce the order
-        need = self.target * B
+        # Resume: seek past the first start_step batches when the stream is a plain function of the share. With a
+        # shuffle buffer or skipped records it is not (which records came first depends on what was read and
+        # rejected), so the reader replays the whole share and the parser drops the first start_step x B good rows.
+        skip_front = 0 if self.replay else self.start_step * B
+        need = (self.plan.steps if self.replay else self.target) * B
         G = f.group                                            # records per parse call (a multiple of B)
         rng = random.Random(f"{f.seed}|{self.epoch}|{f.rank}|shuffle")
         sbuf: list[tuple[bytes, str, int, int]] = []
@@ -139,15 +148,12 @@ class _Run:
                 return need + self.deficit - emitted - len(pay)
 
         def done() -> bool:
-            return not discard and remaining() <= 0
+            return remaining() <= 0
 
         def emit(pays: list[bytes], path: str, recs: np.ndarray, offs: np.ndarray) -> None:
             """Append records to the pending batch; hand full batches (or the last needed records) to the parser."""
-            nonlocal discard, emitted, pay, meta
+            nonlocal emitted, pay, meta
             i, n = 0, len(pays)
-            if discard:
-                i = min(discard, n)
-                discard -= i
             while i < n:
                 rem = remaining()
                 if rem <= 0:
@@ -183,6 +189,7 @@ class _Run:
                     if self.stop.is_set():
                         raise _Stopped
                     pays, offs = chunk.payloads, chunk.offsets
+                    self.records_read += len(pays)
                     recs = np.arange(chunk.first, chunk.first + len(pays))
                     if chunk.skipped:
                         f._record_skips(chunk.skipped, self)
@@ -231,6 +238,7 @@ class _Run:
         parse = f.parser_factory(f.fields)
         carry: dict[str, np.ndarray] | None = None
         produced = 0
+        drop = self.start_step * B if self.replay else 0     # replayed rows before the resume point
         while produced < self.target:
             self.parser_state = f"waiting for records (batch {produced} of {self.target})"
             item = self._get(self.raw)
@@ -243,6 +251,11 @@ class _Run:
             except parse_mod.BatchParseError as exc:
                 out = self._salvage(parse, payloads, meta, str(exc))
             n = len(next(iter(out.values()))) if out else 0
+            if drop:
+                cut = min(drop, n)
+                out = {k: v[cut:] for k, v in out.items()}
+                drop -= cut
+                n -= cut
             if carry is not None:
                 out = {k: np.concatenate([carry[k], out[k]]) for k in out}
                 n += len(next(iter(carry.values())))
