@@ -102,7 +102,7 @@ def _run_alternating(pipeline, fed_step, graph_step) -> dict:
             "steps_per_epoch": [pipeline.steps(e) for e in range(EPOCHS)]}
 
 
-def micro_graph(data_dir: str) -> dict:
+def micro_graph(data_dir: str, dim: int = 16) -> dict:
     """TF1 graph mode (what ps mode runs): placeholder-fed vs dataset-in-graph, same variables and optimizer."""
     import tensorflow as tf
     from tfyarn.models.recommender import model as make_model
@@ -110,7 +110,7 @@ def micro_graph(data_dir: str) -> dict:
     files, feats, feeder = _micro_common(data_dir)
     g = tf.Graph()
     with g.as_default():
-        m = build_model(make_model(dim=16))
+        m = build_model(make_model(dim=dim))
         opt = m.optimizer()
         ph = {k: tf.compat.v1.placeholder(tf.float32 if v.dtype == "float32" else tf.int64, [BATCH], name=k)
               for k, v in feats.items()}
@@ -130,7 +130,7 @@ def micro_graph(data_dir: str) -> dict:
     return r
 
 
-def micro_allreduce(data_dir: str) -> dict:
+def micro_allreduce(data_dir: str, dim: int = 16) -> dict:
     """TF2 MWMS (1 worker, what allreduce mode runs): tfyarn's fed step vs the same step reading tf.data in-graph."""
     import tensorflow as tf
     from tfyarn.models.recommender import model as make_model
@@ -140,7 +140,7 @@ def micro_allreduce(data_dir: str) -> dict:
     files, feats, feeder = _micro_common(data_dir)
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     with strategy.scope():
-        m = build_model(make_model(dim=16))
+        m = build_model(make_model(dim=dim))
         opt = m.optimizer()
         gs = tf.Variable(0, dtype=tf.int64, trainable=False)
     fed = make_step(strategy, m, opt, gs, input_signature(feats, BATCH), "label", BATCH)
@@ -154,8 +154,9 @@ def micro_allreduce(data_dir: str) -> dict:
         return loss
 
     @tf.function
-    def ingraph():
+    def ingraph_fn():
         return strategy.experimental_local_results(strategy.run(replica, args=(next(it),)))[0]
+    ingraph = ingraph_fn.get_concrete_function()   # called like tfyarn's fed step: the concrete function
 
     with feeder:
         r = _run_alternating(feeder, fed, ingraph)
