@@ -50,6 +50,58 @@ def test_model_variable_keys_match_the_checkpointed_object_graph():
                                       "model/var_1/.ATTRIBUTES/VARIABLE_VALUE"]
 
 
+class FakeFeeder:
+    """Feeder stand-in: epoch e has steps[e] batches {'e': e, 'i': i}; records when each epoch was opened."""
+
+    def __init__(self, steps, opened):
+        self._steps, self.opened = steps, opened
+
+    def steps(self, epoch):
+        return self._steps[epoch]
+
+    def epoch(self, epoch, start_step=0):
+        self.opened.append(epoch)
+        return iter([{"e": epoch, "i": i} for i in range(start_step, self._steps[epoch])])
+
+    def close(self):
+        pass
+
+
+def test_epoch_pipeline_yields_the_plan_from_a_resume_point_and_opens_the_next_epoch_early():
+    from tfyarn.train.allreduce import EpochPipeline
+    opened: list[int] = []
+    steps = [3, 2, 0, 2]
+    pipe = EpochPipeline(lambda: FakeFeeder(steps, opened), epochs=4)
+    seen, opened_when = [], {}
+    for epoch, batch in pipe.run(0, 1):
+        seen.append((epoch, batch["i"]))
+        time.sleep(0.01)                      # let the opener thread run
+        opened_when.setdefault(len(opened), len(seen))
+    assert seen == [(0, 1), (0, 2), (1, 0), (1, 1), (3, 0), (3, 1)]
+    assert opened == [0, 1, 2, 3]
+    # epoch 1 was opened while epoch 0 was still being consumed (after its first batch, before its last)
+    assert opened_when[2] <= 2
+
+
+def test_epoch_pipeline_resume_after_the_last_epoch_yields_nothing():
+    from tfyarn.train.allreduce import EpochPipeline
+    pipe = EpochPipeline(lambda: FakeFeeder([1], []), epochs=1)
+    assert list(pipe.run(1, 0)) == []
+
+
+def test_small_sparse_gradients_are_densified_large_ones_stay_sparse():
+    import tensorflow as tf
+    from types import SimpleNamespace
+    from tfyarn.train.allreduce import densify_if_small
+    g = tf.IndexedSlices(tf.ones([2, 4]), tf.constant([0, 3], tf.int64), tf.constant([10, 4], tf.int64))
+    small = SimpleNamespace(shape=tf.TensorShape([10, 4]), dtype=tf.float32, name="small")
+    big = SimpleNamespace(shape=tf.TensorShape([10_000_000, 4]), dtype=tf.float32, name="big")
+    dense = densify_if_small(g, small, global_batch=2000, workers=2)
+    assert not isinstance(dense, tf.IndexedSlices) and dense.shape == (10, 4)
+    assert float(tf.reduce_sum(dense)) == 8.0
+    assert isinstance(densify_if_small(g, big, global_batch=2000, workers=2), tf.IndexedSlices)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_skewed_files_two_workers_three_epochs_finish_with_equal_steps_and_evaluator(tmp_path):
