@@ -9,6 +9,7 @@ This module imports no TensorFlow: validating and submitting happen on gateway n
 from __future__ import annotations
 
 import json
+import math
 import re
 from enum import Enum
 from pathlib import Path
@@ -117,10 +118,7 @@ class Feature(_Model):
 
     @property
     def size(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
+        return math.prod(self.shape)
 
 
 class Data(_Model):
@@ -312,6 +310,10 @@ class JobSpec(_Model):
         if self.mode == "allreduce" and w and w.max_restarts:
             problems.append("roles.worker.max_restarts: allreduce cannot replace one worker in a running "
                             "collective; use retry.max_attempts")
+        if self.mode == "ps" and self.sync and w and w.max_restarts:
+            problems.append("roles.worker.max_restarts: sync ps mode cannot rejoin a restarted worker into a lockstep "
+                            "round safely (its dead process may have pushed gradients for a round still open); "
+                            "use retry.max_attempts")
         if problems:
             raise ValueError("; ".join(problems))
         return self

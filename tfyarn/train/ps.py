@@ -17,9 +17,18 @@ Why each piece is the way it is (the seeds' failures and NOTES.md's measurements
   device filters so a worker only talks to the ps tasks (and itself).
 * **Resume**: a ``tfyarn_worker_steps`` variable on a ps counts each worker's steps and is checkpointed with the model,
   so a restarted job knows each worker's epoch and position in the epoch plan (sync: all equal the global step).
+* **Worker rejoin** (async; a worker restarted in place, ``TFYARN_RESTART`` > 0): its counter on the ps survived, so it
+  resumes at its own position in the epoch plan. The counter is bumped on the ps right after the update (same ps,
+  no round trip to the worker), and a second counter ``tfyarn_worker_started`` is bumped on the ps when a step
+  begins: started > counted after a kill means a step was in flight. That step's interrupted run is lost (it applied
+  nothing, or — gradient transfer cut mid-step — part of the variables); the restarted worker runs it again from its
+  counter and *reports* it (``rejoin/<task>/<n>`` in the KV, ``lost_steps``/``lost_records`` in the summary). The
+  session carries the current ``cluster_def`` (ClusterSpec propagation), so the ps reach the restarted worker at its
+  new address instead of the one their server was started with. Sync mode does not rejoin (see :func:`_rejoin`).
 """
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -28,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from tfyarn.runtime.context import ABORT_KEY, DONE_KEY
-from tfyarn.runtime.kv import KVUnavailable
+from tfyarn.runtime.kv import KVUnavailable, put_json
 from tfyarn.train import helpers
 from tfyarn.train.model import build_model, split_features, tf_dtype
 from tfyarn.train.progress import ProgressReporter, publish_total_steps, read_progress, write_summary
@@ -36,6 +45,12 @@ from tfyarn.train.progress import ProgressReporter, publish_total_steps, read_pr
 log = logging.getLogger("tfyarn.train.ps")
 
 WORKER_STEPS_VAR = "tfyarn_worker_steps"
+WORKER_STARTED_VAR = "tfyarn_worker_started"
+
+
+def rejoin_key(task: str, restart: int) -> str:
+    """``rejoin/worker:0/1`` → JSON of the worker's first restart: where it resumed and what it lost."""
+    return f"rejoin/{task}/{restart}"
 _VAR_OPS = ("VarHandleOp", "VariableV2", "Variable", "AutoReloadVariable")
 #: How often a ps polls the KV for done/abort, and how long it tolerates an unreachable KV before exiting.
 PS_POLL_S = 0.25
@@ -62,12 +77,25 @@ def session_config(ctx: Any) -> Any:
     return cfg
 
 
+#: Job name a training task's TF server boots under (see :func:`start_server`).
+BOOT_JOB = "tfyarn_boot"
+
+
 def start_server(ctx: Any) -> Any:
+    """The ps boot with the whole cluster. A chief or worker boots alone, as ``/job:tfyarn_boot/task:0`` at its
+    address, and names the real cluster in each session (``cluster_def``, :func:`open_session`): TF's ClusterSpec
+    propagation refuses a session cluster naming the very job/task the master's server booted as, and without it the
+    ps would keep the address a worker had before it was restarted (the ps pulls gradients from the worker)."""
     tf = _tf()
     if not ctx.cluster or not ctx.cluster.get("ps"):
         raise ValueError(f"{ctx.task_id}: ps mode needs a cluster with ps tasks, got {ctx.cluster!r}")
-    server = tf.distribute.Server(tf.train.ClusterSpec(ctx.cluster), job_name=ctx.role, task_index=ctx.index,
-                                  config=session_config(ctx), start=True)
+    if ctx.role == "ps":
+        server = tf.distribute.Server(tf.train.ClusterSpec(ctx.cluster), job_name=ctx.role, task_index=ctx.index,
+                                      config=session_config(ctx), start=True)
+    else:
+        me = ctx.cluster[ctx.role][ctx.index]
+        server = tf.distribute.Server(tf.train.ClusterSpec({BOOT_JOB: [me]}), job_name=BOOT_JOB, task_index=0,
+                                      start=True)
     log.info("%s: TF server started at %s", ctx.task_id, server.target)
     return server
 
@@ -184,6 +212,8 @@ class TrainGraph:
     train_op: Any              # runs one local step; its value is the global step after it
     global_step: Any
     worker_steps: Any
+    worker_started: Any
+    reset_started: Any         # this worker's started := counted (after reading what was in flight)
     init_op: Any
     local_init_op: Any
     ready_op: Any
@@ -254,8 +284,16 @@ def build_graph(ctx: Any, model: Any) -> TrainGraph:
         with tf.compat.v1.device(setter):
             build_model(model)
             global_step = tf.compat.v1.train.get_or_create_global_step()
-            worker_steps = tf.Variable(tf.zeros([ctx.num_data_workers], tf.int64), trainable=False,
-                                       name=WORKER_STEPS_VAR)
+            with tf.compat.v1.device(global_step.device):  # with the global step: counted in the ps's partition
+                worker_steps = tf.Variable(tf.zeros([ctx.num_data_workers], tf.int64), trainable=False,
+                                           name=WORKER_STEPS_VAR)
+                worker_started = tf.Variable(tf.zeros([ctx.num_data_workers], tf.int64), trainable=False,
+                                             name=WORKER_STARTED_VAR)
+                rank = tf.constant([ctx.data_rank])
+                # no input from this worker: runs as soon as the ps partition of a step starts
+                started = worker_started.scatter_add(tf.IndexedSlices(tf.constant([1], tf.int64), rank))
+                reset_started = worker_started.scatter_update(
+                    tf.IndexedSlices(tf.gather(worker_steps.read_value(), rank), rank))
             placeholders = {name: tf.compat.v1.placeholder(tf_dtype(f.dtype), [None, *f.shape], name=f"in_{name}")
                             for name, f in spec.data.features.items()}
             feats, labels = split_features(placeholders, spec.data.label)
@@ -270,14 +308,15 @@ def build_graph(ctx: Any, model: Any) -> TrainGraph:
             if spec.sync:
                 sync = LockstepSync(opt, gvs, ctx.num_data_workers, ctx.data_rank, global_step, worker_device)
                 step_value = sync.step_op
+                counted_after = step_value
             else:
                 apply = opt.apply_gradients(gvs, global_step=global_step)
                 with tf.control_dependencies([apply]):
                     step_value = tf.identity(global_step.read_value())
-            with tf.control_dependencies([step_value]):
-                count = worker_steps.scatter_add(tf.IndexedSlices(tf.constant([1], tf.int64),
-                                                                  tf.constant([ctx.data_rank])))
-            with tf.control_dependencies([count]):
+                counted_after = apply   # on the ps, right after the update: no round trip to this worker between
+            with tf.control_dependencies([counted_after, started]), tf.compat.v1.device(global_step.device):
+                count = worker_steps.scatter_add(tf.IndexedSlices(tf.constant([1], tf.int64), rank))
+            with tf.control_dependencies([count, step_value]):
                 train_op = tf.identity(step_value, name="train_step")
             # sync resume: every worker is exactly at the global step (a checkpoint may catch a counter mid-round)
             align_steps = worker_steps.assign(tf.fill([ctx.num_data_workers], global_step.read_value()))
@@ -291,7 +330,8 @@ def build_graph(ctx: Any, model: Any) -> TrainGraph:
         model_var_keys = [v.op.name for v in model.variables]
     graph.finalize()
     return TrainGraph(graph=graph, placeholders=placeholders, loss=loss, train_op=train_op, global_step=global_step,
-                      worker_steps=worker_steps, init_op=init_op, local_init_op=local_init_op, ready_op=ready_op,
+                      worker_steps=worker_steps, worker_started=worker_started, reset_started=reset_started,
+                      init_op=init_op, local_init_op=local_init_op, ready_op=ready_op,
                       saver=saver, model_var_keys=model_var_keys, align_steps=align_steps, sync=sync,
                       placement=dict(balancer.placed))
 
@@ -305,6 +345,10 @@ def open_session(ctx: Any, tg: TrainGraph, server: Any, restore_prefix: str | No
                                            ready_for_local_init_op=tg.ready_op, graph=tg.graph,
                                            recovery_wait_secs=0.25)
     cfg = session_config(ctx)
+    # ClusterSpec propagation: the ps use *these* addresses for this session (a restarted worker's new port), not
+    # the ones their server started with. Device filters still limit whom this session talks to.
+    cfg.cluster_def.CopyFrom(tf.train.ClusterSpec(ctx.cluster).as_cluster_def())
+    cfg.experimental.share_session_state_in_clusterspec_propagation = True  # one set of variables for all sessions
     t0 = time.monotonic()
     if ctx.is_chief:
         sess = sm.prepare_session(server.target, init_op=tg.init_op, saver=tg.saver,
@@ -423,11 +467,62 @@ def train(ctx: Any, model: Any) -> dict[str, Any] | None:
                 sess.close()
 
 
+def _rejoin(ctx: Any, tg: TrainGraph, sess: Any, steps: list[int]) -> int:
+    """Before the first step: what did this worker's previous process leave in flight? Returns the lost steps.
+
+    started > counted on the ps = a step began and was never counted (the process died in it). The restarted worker
+    resumes at its counter, i.e. runs that step again; the interrupted run is reported (log + ``rejoin/`` key, read
+    into the summary by the chief). Then started := counted. A fresh attempt only resets: a checkpoint can catch a
+    live step between the two counters, which is not a loss of this attempt (that is bounded by the checkpoint).
+
+    Sync mode refuses: a dead process may have pushed gradients for a round that completes only after the restarted
+    one read the global step, so it would push a second gradient into that round or wait for a token it drained —
+    extra steps or a deadlock. The spec forbids worker restarts in sync ps mode; ``retry.max_attempts`` restarts the
+    whole job from its checkpoint instead.
+    """
+    import os
+    restart = int(os.environ.get("TFYARN_RESTART", "0") or 0)
+    if restart and ctx.spec.sync:
+        raise RuntimeError(f"{ctx.task_id}: a restarted worker cannot rejoin a sync (lockstep) ps job; "
+                           f"use retry.max_attempts (a job attempt from the latest checkpoint)")
+    started, counted = (int(x[ctx.data_rank]) for x in sess.run([tg.worker_started, tg.worker_steps]))
+    sess.run(tg.reset_started)
+    if not restart:
+        return 0
+    lost = max(0, started - counted)
+    epoch, step = helpers.position(counted, steps)
+    record = {"restart": restart, "resume_at": counted, "epoch": epoch, "step": step, "lost_steps": lost,
+              "lost_records": lost * ctx.spec.data.batch_size}
+    if lost:
+        log.warning("%s: restart %d rejoins; its previous process died with %d step(s) in flight (epoch %d step %d, "
+                    "%d records): that run is lost, the step runs again from the worker's counter %d", ctx.task_id,
+                    restart, lost, epoch, step, record["lost_records"], counted)
+    else:
+        log.warning("%s: restart %d rejoins at epoch %d step %d (counter %d); no step was in flight", ctx.task_id,
+                    restart, epoch, step, counted)
+    put_json(ctx.kv, rejoin_key(ctx.task_id, restart), record)
+    return lost
+
+
+def _rejoins(kv: Any, tasks: list[str]) -> dict[str, Any]:
+    """Summary fields from the ``rejoin/`` keys: per training task, restarts rejoined and steps/records lost."""
+    out: dict[str, Any] = {"rejoins": {t: 0 for t in tasks}, "lost_steps": {t: 0 for t in tasks},
+                           "lost_records": {t: 0 for t in tasks}}
+    for key, raw in kv.items("rejoin/").items():
+        task = key.split("/")[1]
+        rec = json.loads(raw)
+        out["rejoins"][task] = out["rejoins"].get(task, 0) + 1
+        out["lost_steps"][task] = out["lost_steps"].get(task, 0) + int(rec["lost_steps"])
+        out["lost_records"][task] = out["lost_records"].get(task, 0) + int(rec["lost_records"])
+    return out
+
+
 def _run(ctx: Any, tg: TrainGraph, sess: Any, feeder: Any, steps: list[int], target: int,
          ckpt: Checkpointer | None, t_start: float) -> dict[str, Any] | None:
     spec = ctx.spec
     if spec.sync and ctx.is_chief:
         sess.run(tg.align_steps)
+    lost = _rejoin(ctx, tg, sess, steps)
     gs0, ws0 = sess.run([tg.global_step, tg.worker_steps])
     gs0 = int(gs0)
     if spec.sync:
@@ -470,6 +565,7 @@ def _run(ctx: Any, tg: TrainGraph, sess: Any, feeder: Any, steps: list[int], tar
                 break
     mine = progress.final()
     mine["start_worker_steps"] = [int(x) for x in ws0]
+    mine["lost_steps"] = lost
     mine["train_start"] = progress.start
     log.info("%s: finished %d local steps (global step %d), %.0f examples/s, loss %s -> %s", ctx.task_id,
              mine["steps"], gs, mine["examples_per_sec"], mine["first_loss"], mine["last_loss"])
@@ -527,10 +623,14 @@ def _finish(ctx: Any, tg: TrainGraph, sess: Any, ckpt: Checkpointer | None, mine
         "global_batch_size": spec.global_batch_size, "batch_size": spec.data.batch_size,
         "num_workers": ctx.num_data_workers, "num_ps": len(ctx.cluster.get("ps", [])),
         "checkpoint": ckpt.store.url if ckpt and ckpt.store else None,
+        **_rejoins(ctx.kv, ctx.training_tasks),
     }
     log.info("training done: global step %d/%d, steps per worker %s, %.0f examples/s, loss %s -> %s, %.1fs",
              gs, target, summary["steps_per_worker"], summary["examples_per_sec"], summary["first_loss"],
              summary["last_loss"], elapsed)
+    if any(summary["rejoins"].values()):
+        log.warning("workers restarted and rejoined: %s; in-flight steps lost (run again): %s",
+                    summary["rejoins"], summary["lost_steps"])
     summary["summary_url"] = write_summary(ctx, summary)
     ctx.kv.put(DONE_KEY, "1")
     return summary

@@ -1,0 +1,52 @@
+"""The ps or the chief killed with SIGKILL: no task restart can fix that (the ps holds the variables, the chief the
+session), so the launcher stops every task and starts a second job attempt, which restores the latest checkpoint and
+trains to the planned global step. Lost work is bounded by the checkpoint interval.
+
+Real processes on the local backend (1 ps + chief + 1 worker), ``retry.max_attempts: 2``."""
+import re
+import signal
+
+import pytest
+
+from faultutil import fault_spec, planned_steps, task_process, wait_for_step
+from launch_helpers import wait_no_processes
+from tfyarn.backends.base import AppState
+from tfyarn.backends.local import LocalBackend
+from tfyarn.train.helpers import position
+
+EVERY = 6  # checkpoint every 6 global steps
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("victim", ["chief:0", pytest.param("ps:0", marks=pytest.mark.slow)])
+def test_ps_or_chief_killed_the_job_resumes_from_the_checkpoint(tmp_path, victim):
+    spec = fault_spec(tmp_path, retry={"max_attempts": 2, "backoff": "0.5s"}, checkpoint_every=EVERY)
+    steps = planned_steps(spec)
+    total = 2 * sum(steps)
+    backend = LocalBackend()
+    app_id = backend.submit(spec)
+    wait_for_step(backend, app_id, "chief:0", steps[0] + 3, timeout=90)   # into epoch 1: checkpoints exist
+    seen = int(backend.status(app_id).progress.get("global_step") or 0)
+    task_process(app_id, victim).send_signal(signal.SIGKILL)
+    st = backend.wait(app_id, timeout=180, poll=0.2)
+    assert st.state is AppState.SUCCEEDED, st.diagnostics
+    assert st.attempt == 1
+    assert st.summary["global_step"] == st.summary["total_steps"] == total
+    assert st.summary["steps_per_worker"] == {"chief:0": sum(steps), "worker:0": sum(steps)}
+    launcher_log = (backend.app_dir(app_id) / "launcher.log").read_text()
+    assert re.search(rf"attempt 1/2 failed \({re.escape(victim)} exited with code -9|"
+                     rf"attempt 1/2 failed \((chief|worker):0 exited with code 1: .*(Unavailable|Aborted|Cancelled)",
+                     launcher_log), launcher_log[-3000:]
+    chief_log = "\n".join(backend.logs(app_id, task="chief:0"))
+    m = re.search(r"resuming from (ckpt-\S+) \(global step (\d+)\)", chief_log)
+    assert m, chief_log[-3000:]
+    resumed = int(m.group(2))
+    # lost work <= the checkpoint interval (+ the worker's steps between two of the chief's, + progress lag)
+    assert seen - EVERY - 4 <= resumed < total, (seen, resumed)
+    # the resumed position is each worker's own counter from the checkpoint, in the planned epochs
+    m2 = re.search(r"chief:0: resuming at epoch (\d+) step (\d+) \(global step (\d+)\)", chief_log)
+    assert m2 and int(m2.group(3)) == resumed
+    chief_counter = sum(steps[:int(m2.group(1))]) + int(m2.group(2))
+    assert position(chief_counter, steps) == (int(m2.group(1)), int(m2.group(2)))
+    assert 0 < chief_counter <= resumed
+    assert wait_no_processes(app_id, 10) == []
