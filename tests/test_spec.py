@@ -64,6 +64,14 @@ def test_topology_errors_are_listed_separately():
     assert p == ["roles.chief.instances: at most 1 chief", "roles.ps.instances: mode 'ps' needs at least one ps"]
 
 
+def test_restart_rules_are_one_problem_each():
+    p = problems(doc(sync=True, roles__worker__max_restarts=2, roles__ps__max_restarts=1))
+    assert len(p) == 2
+    assert p[0].startswith("roles.ps.max_restarts: a restarted ps cannot rejoin") and p[0].endswith(
+        "use retry.max_attempts")
+    assert p[1].startswith("roles.worker.max_restarts: sync ps mode cannot rejoin")
+
+
 def test_allreduce_forbids_ps_and_evaluator_needs_eval_data():
     p = problems(doc(mode="allreduce", roles__evaluator={"instances": 1}))
     assert "roles.ps: mode 'allreduce' has no parameter servers (remove roles.ps)" in p
@@ -143,4 +151,4 @@ def test_the_readme_spec_example_is_valid():
     readme = (Path(__file__).parent.parent / "README.md").read_text()
     block = re.search(r"## The job spec\n\n```yaml\n(.*?)```", readme, re.S).group(1)
     spec = load_spec_dict(yaml.safe_load(block))
-    assert spec.retry.max_attempts == 3 and spec.roles["worker"].restart == "exit_code"
+    assert spec.retry.max_attempts == 3 and spec.sync

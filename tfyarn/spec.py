@@ -315,7 +315,7 @@ class JobSpec(_Model):
                             "round safely (its dead process may have pushed gradients for a round still open); "
                             "use retry.max_attempts")
         if problems:
-            raise ValueError("; ".join(problems))
+            raise ValueError("\n".join(problems))  # one line per problem, split again in _problems
         return self
 
     # -- derived facts used by every backend and the runtime ---------------------------------------------------------
@@ -390,7 +390,7 @@ def _problems(exc: ValidationError, doc: Any) -> list[str]:
                                        or "is not a duration" in msg or "must be positive" in msg):
             out.append(f"{path}: {msg}")
         elif etype == "value_error" and path == "(top level)":
-            out.extend(m.strip() for m in msg.split(";"))
+            out.extend(m.strip() for m in msg.split("\n"))
         elif found and not isinstance(value, (dict, list)):
             out.append(f"{path}: {value!r} {msg[0].lower() + msg[1:]}")
         else:
