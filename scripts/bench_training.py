@@ -285,6 +285,11 @@ def eps(job: dict) -> str:
     return f"{s.get('examples_per_sec', 0):,.0f}"
 
 
+def lfs(job: dict) -> str:
+    v = job.get("launch_to_first_step_s")
+    return "-" if v is None else f"{v:.1f} s"
+
+
 def report(res: dict) -> str:
     mi = res["micro"]
     lines = [SECTION, "",
@@ -328,9 +333,11 @@ def report(res: dict) -> str:
         lines += ["", f"In the 2-worker allreduce job the longest epoch-boundary wait measured inside the chief's "
                       f"training loop was {1e3 * ar2.get('max_epoch_boundary_wait_s', 0):.2f} ms."]
     lines += ["", "### examples/s, real local jobs (a process per task, gRPC over 127.0.0.1)", "",
-              "| mode | 1 training worker | 2 training workers |", "|---|---|---|",
-              f"| ps, async (1 ps) | {eps(j['ps-1'])} | {eps(j['ps-2'])} |",
-              f"| allreduce (MWMS) | {eps(j['allreduce-1'])} | {eps(j['allreduce-2'])} |", "",
+              "| mode | 1 training worker | 2 training workers | launch → first step (1 / 2 workers) |",
+              "|---|---|---|---|",
+              f"| ps, async (1 ps) | {eps(j['ps-1'])} | {eps(j['ps-2'])} | {lfs(j['ps-1'])} / {lfs(j['ps-2'])} |",
+              f"| allreduce (MWMS) | {eps(j['allreduce-1'])} | {eps(j['allreduce-2'])} | {lfs(j['allreduce-1'])} / "
+              f"{lfs(j['allreduce-2'])} |", "",
               "Two workers on 2 shared cores cannot scale: every task competes for the same cores (and the "
               "other engineers' jobs).", "",
               "### Launch → first step (local ps + chief + 2 workers)", ""]

@@ -293,12 +293,17 @@ class Checkpointer:
             self.events = EventWriter(ctx.spec.resolve_path(c.dir) if c.dir else None, "train", self.local / "events")
         self._last_event = 0.0
 
-    def scalars(self, global_step: int, values: dict[str, float], force: bool = False) -> None:
-        """Chief: training scalars into the "train" event file, at most once a second (uploaded with checkpoints)."""
+    def scalars(self, global_step: int, values: Callable[[], dict[str, float]], force: bool = False) -> None:
+        """Chief: training scalars into the "train" event file, at most once a second (uploaded with checkpoints).
+
+        ``values`` is called only when a record is due, so the per-step cost is one clock read.
+        """
+        if self.events is None:
+            return
         now = time.monotonic()
-        if self.events is not None and (force or now - self._last_event >= 1.0):
+        if force or now - self._last_event >= 1.0:
             self._last_event = now
-            self.events.scalars(global_step, values)
+            self.events.scalars(global_step, values())
 
     def due(self, global_step: int) -> bool:
         if self.store is None or not self.ctx.is_chief:
@@ -479,7 +484,7 @@ def _loop(ctx: TaskContext, feeder: Any, step_fn: Any, steps: list[int], epoch0:
         loss = float(loss)
         progress.report(step=gstep, epoch=epoch, loss=loss, examples=len(next(iter(batch.values()))),
                         global_step=gstep)
-        ckpt.scalars(gstep, {"loss": loss, "examples_per_sec": progress.snapshot()["examples_per_sec"]})
+        ckpt.scalars(gstep, lambda: {"loss": loss, "examples_per_sec": progress.snapshot()["examples_per_sec"]})
         if ckpt.due(gstep):
             ckpt.save(gstep, ran)
         now = time.monotonic()
@@ -494,7 +499,7 @@ def _finish(ctx: TaskContext, ckpt: Checkpointer, figures: dict[str, Any], globa
             resumed_from: dict[str, Any] | None) -> None:
     """Chief: final checkpoint, wait (bounded) for every worker's final figures, summary, then control/done."""
     from tfyarn.train.progress import read_progress, write_summary
-    ckpt.scalars(figures["global_step"], {"loss": figures["last_loss"]}, force=True)
+    ckpt.scalars(figures["global_step"], lambda: {"loss": figures["last_loss"]}, force=True)
     entry = ckpt.save(figures["global_step"], figures["worker_steps"])
     if ckpt.events is not None:
         ckpt.events.close()
