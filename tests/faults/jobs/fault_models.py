@@ -4,6 +4,7 @@
 on the training task's own device), so a short job still has enough wall time for a kill to land mid-epoch at a
 chosen step. Nothing else differs from ``tfyarn.models.recommender``.
 """
+import os
 import time
 
 from tfyarn.models.recommender import Recommender
@@ -33,3 +34,45 @@ class SlowRecommender(Recommender):
 
 def slow_recommender(**params) -> SlowRecommender:
     return SlowRecommender(**params)
+
+
+# ---------------------------------------------------------------------------------------------------- slow reader
+import fsspec  # noqa: E402
+from fsspec.implementations.local import LocalFileSystem  # noqa: E402
+
+
+class SlowFileSystem(LocalFileSystem):
+    """``slowfile://<path>``: the local file system with ``SLOWFILE_DELAY_S`` (default 0.2 s) added to every read
+    call, like a congested HDFS datanode. Real fsspec I/O through tfyarn's reader, nothing of tfyarn replaced."""
+    protocol = "slowfile"
+    root_marker = "/"
+
+    @classmethod
+    def _strip_protocol(cls, path):
+        path = str(path)
+        if path.startswith("slowfile://"):
+            path = path[len("slowfile://"):]
+        return LocalFileSystem._strip_protocol(path)
+
+    def unstrip_protocol(self, name):
+        return f"slowfile://{self._strip_protocol(name)}"
+
+    def _open(self, path, mode="rb", **kw):
+        f = super()._open(path, mode=mode, **kw)
+        if "r" not in mode:
+            return f
+        delay = float(os.environ.get("SLOWFILE_DELAY_S", "0.2"))
+        read = f.read
+
+        def slow_read(*a, **k):
+            time.sleep(delay)
+            return read(*a, **k)
+        f.read = slow_read
+        return f
+
+    def cat_file(self, path, start=None, end=None, **kw):
+        time.sleep(float(os.environ.get("SLOWFILE_DELAY_S", "0.2")))
+        return super().cat_file(path, start=start, end=end, **kw)
+
+
+fsspec.register_implementation("slowfile", SlowFileSystem, clobber=True)

@@ -1,0 +1,98 @@
+"""A frozen worker (SIGSTOP → the stall watchdog), corrupt records mid-epoch (on_corrupt fail and skip) and a slow
+reader (an fsspec file system adding latency to every read), each in a real local ps job (1 ps + chief + 1 worker).
+
+Each asserts the job's outcome, its final global step, the diagnosis text, and that no process is left behind."""
+import re
+import signal
+import sys
+
+import pytest
+
+from faultutil import JOBS, corrupt_record, fault_spec, planned_steps, task_process, wait_for_step, write_data
+from launch_helpers import wait_no_processes
+from tfyarn.backends.base import AppState
+from tfyarn.backends.local import LocalBackend
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def test_sigstopped_worker_is_diagnosed_by_the_stall_watchdog(tmp_path):
+    spec = fault_spec(tmp_path, timeouts={"stall": 8})
+    total = 2 * sum(planned_steps(spec))
+    backend = LocalBackend()
+    app_id = backend.submit(spec)
+    wait_for_step(backend, app_id, "worker:0", 3, timeout=90)
+    proc = task_process(app_id, "worker:0")
+    proc.send_signal(signal.SIGSTOP)
+    try:
+        st = backend.wait(app_id, timeout=120, poll=0.2)
+    finally:
+        if proc.is_running():
+            proc.send_signal(signal.SIGCONT)
+    assert st.state is AppState.TIMED_OUT, st.diagnostics
+    assert st.diagnostics.startswith("training stalled: no task's step advanced for"), st.diagnostics
+    assert "(timeouts.stall = 8s)" in st.diagnostics
+    assert re.search(r"worker:0 at step \d+ \(process stopped[,)]", st.diagnostics), st.diagnostics
+    assert "likely cause: worker:0" in st.diagnostics
+    assert st.summary is None
+    assert 0 < int(st.progress.get("global_step") or 0) < total
+    assert wait_no_processes(app_id, 15) == []
+
+
+def _corrupt_spec(tmp_path, on_corrupt):
+    urls = write_data(tmp_path / "data")
+    n = sum(1 for _ in open(urls[0], "rb").read().split(b"user_id")) - 1  # records in file 0 (one user_id each)
+    offset = corrupt_record(urls[0], n // 2)
+    spec = fault_spec(tmp_path, train=urls, data={"on_corrupt": on_corrupt, "shuffle_buffer": 0})
+    return spec, urls[0], n // 2, offset
+
+
+def test_corrupt_record_mid_epoch_fails_the_job_naming_file_record_and_offset(tmp_path):
+    spec, path, index, offset = _corrupt_spec(tmp_path, "fail")
+    total = 2 * sum(planned_steps(spec))
+    st = LocalBackend().run(spec)
+    assert st.state is AppState.FAILED, st.diagnostics
+    expected = (rf"^(chief|worker):0 exited with code 1: DataError: \S*{re.escape(path)}: record {index} at byte "
+                rf"offset {offset}: corrupted data \(data CRC mismatch\)")
+    assert re.search(expected, st.diagnostics), st.diagnostics
+    assert st.summary is None
+    assert int(st.progress.get("global_step") or 0) < total
+    assert wait_no_processes(st.app_id, 10) == []
+
+
+def test_corrupt_record_mid_epoch_is_skipped_and_the_job_reaches_the_planned_step(tmp_path):
+    spec, path, index, offset = _corrupt_spec(tmp_path, "skip")
+    steps = planned_steps(spec)
+    backend = LocalBackend()
+    st = backend.run(spec)
+    assert st.state is AppState.SUCCEEDED, st.diagnostics
+    assert st.diagnostics == ""
+    assert st.summary["global_step"] == st.summary["total_steps"] == 2 * sum(steps)
+    assert st.summary["steps_per_worker"] == {"chief:0": sum(steps), "worker:0": sum(steps)}
+    logs = "\n".join(backend.logs(st.app_id))
+    warn = f"skipped corrupt record: "
+    hits = [ln for ln in logs.splitlines() if warn in ln and f"record {index} at byte offset {offset}" in ln]
+    assert hits, logs[-3000:]
+    assert len(hits) == spec.data.epochs   # once per epoch: the record is met (and skipped) in every epoch
+    assert wait_no_processes(st.app_id, 10) == []
+
+
+@pytest.mark.slow
+def test_slow_reader_is_slow_but_correct(tmp_path):
+    """Every read of the training files takes 0.5 s longer (``slowfile://``, tests/faults/jobs): the job gets
+    slower, the watchdog does not mistake it for a stall, and it ends at the planned global step."""
+    sys.path.insert(0, str(JOBS))
+    import fault_models  # noqa: F401  registers slowfile:// in this process too (planned_steps reads the files)
+    urls = [f"slowfile://{u}" for u in write_data(tmp_path / "data")]
+    env = {"SLOWFILE_DELAY_S": "0.5"}
+    spec = fault_spec(tmp_path, train=urls, delay=0.0, timeouts={"stall": 30},
+                      worker={"env": env})
+    spec = spec.model_copy(update={"roles": {**spec.roles, "chief": spec.roles["chief"].model_copy(
+        update={"env": env})}})
+    steps = planned_steps(spec)
+    backend = LocalBackend()
+    st = backend.run(spec)
+    assert st.state is AppState.SUCCEEDED, st.diagnostics
+    assert st.diagnostics == ""
+    assert st.summary["global_step"] == st.summary["total_steps"] == 2 * sum(steps)
+    assert wait_no_processes(st.app_id, 10) == []
