@@ -399,7 +399,7 @@ class Feeder:
         self.batch_size, self.rank, self.num_workers = batch_size, rank, num_workers
         self.seed, self.shuffle_buffer, self.prefetch = seed, shuffle_buffer, prefetch
         self.on_corrupt, self.check_crc, self.timeout, self.block_bytes = on_corrupt, check_crc, timeout, block_bytes
-        self.parser_factory = parser or parse_mod.tf_parser
+        self.parser_factory = parser or parse_mod.default_parser
         #: records per parse call: one tf.io.parse_example over ~8k records costs far less per record than over
         #: 1k (call overhead, and TF parallelises large batches), and slicing the result into batches is free.
         self.group = batch_size * max(1, round(parse_group / batch_size))

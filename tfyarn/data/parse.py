@@ -220,3 +220,20 @@ def python_parser(fields: tuple[Field, ...]) -> Callable[[list[bytes]], dict[str
         return out
 
     return parse
+
+
+def default_parser(fields: tuple[Field, ...]) -> Callable[[list[bytes]], dict[str, np.ndarray]]:
+    """The feeder's parser: ``tf.io.parse_example`` when TensorFlow is installed (training hosts), else the
+    vectorised numpy decoder (:mod:`fastparse`) with the pure-Python parser behind it.
+
+    Why TF first although the numpy decoder costs about the same CPU per record (~0.4 us, measured over 8k-record
+    groups): TF's parser releases the GIL and runs on the second core while the reader frames records; the numpy
+    decoder holds the GIL and would serialise with the reader (and with the training loop).
+    """
+    import importlib.util
+    if importlib.util.find_spec("tensorflow") is not None:
+        return tf_parser(fields)
+    from tfyarn.data import fastparse
+    if fastparse.supports(fields):
+        return fastparse.with_fallback(fields, python_parser)
+    return python_parser(fields)
