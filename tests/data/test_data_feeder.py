@@ -117,7 +117,7 @@ def test_consumer_wait_is_bounded_and_names_what_it_waited_for(mem, no_thread_le
         inner = python_parser(fields)
 
         def parse(payloads):
-            time.sleep(2)
+            time.sleep(0.8)
             return inner(payloads)
         return parse
 
