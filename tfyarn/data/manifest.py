@@ -10,6 +10,10 @@ conventions skip it). Where the data directory is read-only the index goes to a 
 (``$TFYARN_CACHE_DIR`` or ``~/.cache/tfyarn/index``) keyed by path + size + mtime. A cached entry is only used when
 size, mtime, stride and compression still match, so a rewritten file is re-indexed, never mis-split.
 
+GZIP files: offsets are positions in the decompressed stream. GZIP cannot seek, so a worker whose range starts
+inside a .gz file decompresses (but does not parse or check) everything before it; prefer uncompressed files or many
+small .gz files when files are split among workers.
+
 Why files are sorted: the planner's output depends on file order, and every worker must compute the same plan.
 """
 from __future__ import annotations
