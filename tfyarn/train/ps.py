@@ -339,7 +339,8 @@ def build_graph(ctx: Any, model: Any) -> TrainGraph:
 # -------------------------------------------------------------------------------------------------------- session
 
 def open_session(ctx: Any, tg: TrainGraph, server: Any, restore_prefix: str | None) -> Any:
-    """Chief: initialise (or restore) the variables. Others: wait (0.25 s poll, bounded) until the chief has."""
+    """Chief: initialise (or restore) the variables. Others: wait (bounded, in 2 s slices) until the chief has;
+    None when control/done appears meanwhile (a worker restarted after training finished)."""
     tf = _tf()
     sm = tf.compat.v1.train.SessionManager(local_init_op=tg.local_init_op, ready_op=tg.ready_op,
                                            ready_for_local_init_op=tg.ready_op, graph=tg.graph,
@@ -355,13 +356,21 @@ def open_session(ctx: Any, tg: TrainGraph, server: Any, restore_prefix: str | No
                                   checkpoint_filename_with_path=restore_prefix, config=cfg,
                                   max_wait_secs=ctx.spec.timeouts.rendezvous)
     else:
-        try:
-            sess = sm.wait_for_session(server.target, config=cfg, max_wait_secs=ctx.spec.timeouts.rendezvous)
-        except tf.errors.DeadlineExceededError:
-            sess = None
-        if sess is None:
-            raise TimeoutError(f"{ctx.task_id}: the chief did not initialise the variables within "
-                               f"{ctx.spec.timeouts.rendezvous:g}s (timeouts.rendezvous)")
+        # in slices, so a worker restarted after training finished (killed on its way out) notices control/done
+        # and leaves instead of waiting for a chief and ps that are gone
+        deadline = t0 + ctx.spec.timeouts.rendezvous
+        sess = None
+        while sess is None:
+            if ctx.kv.get(DONE_KEY) is not None:
+                return None
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"{ctx.task_id}: the chief did not initialise the variables within "
+                                   f"{ctx.spec.timeouts.rendezvous:g}s (timeouts.rendezvous)")
+            try:
+                sess = sm.wait_for_session(server.target, config=cfg, max_wait_secs=min(2.0, left))
+            except tf.errors.DeadlineExceededError:
+                sess = None
     log.info("%s: session ready in %.2fs%s", ctx.task_id, time.monotonic() - t0,
              f" (restored {restore_prefix})" if restore_prefix else "")
     return sess
@@ -461,6 +470,9 @@ def train(ctx: Any, model: Any) -> dict[str, Any] | None:
         # Saver.save/restore refuse to run while TF2's eager mode is current: stay in the training graph
         with tg.graph.as_default():
             sess = open_session(ctx, tg, server, ckpt.restore_prefix() if ckpt else None)
+            if sess is None:
+                log.warning("%s: training already finished (%s is set); nothing to rejoin", ctx.task_id, DONE_KEY)
+                return {"steps": 0, "already_finished": True}
             try:
                 return _run(ctx, tg, sess, feeder, steps, target, ckpt, t_start)
             finally:
