@@ -74,13 +74,39 @@ def test_startup_without_any_progress_is_a_stall_after_startup_s():
     assert r.suspects == TASKS
 
 
-def test_done_disables_the_watchdog():
+def test_after_done_only_tasks_that_neither_finish_nor_advance_are_reported():
+    kv = MemoryKV()
+    wd = StallWatchdog(kv, ["chief:0", "worker:0", "worker:1"], stall_s=10)
+    for t in ("chief:0", "worker:0", "worker:1"):
+        report(kv, t, 5)
+    assert wd.check(now=0.0) is None
+    kv.put(DONE_KEY, "1")
+    report(kv, "chief:0", 9, done=True)      # finished
+    report(kv, "worker:0", 8)                # still winding down, advancing
+    assert wd.check(now=5.0) is None
+    report(kv, "worker:0", 9, done=True)
+    r = wd.check(now=10.0)                   # worker:1 (async, frozen) stuck at 5 since t=0
+    assert r is not None and r.after_done and list(r.tasks) == ["worker:1"] and r.stopped_tasks == ["worker:1"]
+    assert "training finished (control/done)" in r.message and "worker:1 at step 5" in r.message
+
+
+def test_a_finished_job_never_stalls():
     kv = MemoryKV()
     wd = StallWatchdog(kv, TASKS, stall_s=1)
     report(kv, "chief:0", 5); report(kv, "worker:0", 5)
     assert wd.check(now=0.0) is None
     kv.put(DONE_KEY, "1")
+    report(kv, "chief:0", 5, done=True); report(kv, "worker:0", 5, done=True)
     assert wd.check(now=100.0) is None
+
+
+def test_frozen_async_worker_is_not_a_stall_while_others_advance():
+    kv = MemoryKV()
+    wd = StallWatchdog(kv, ["worker:0", "worker:1"], stall_s=10)
+    for t in range(0, 100, 5):
+        report(kv, "worker:0", t)
+        report(kv, "worker:1", 3)
+        assert wd.check(now=float(t)) is None
 
 
 def test_laggard_is_the_suspect_when_everyone_answers():

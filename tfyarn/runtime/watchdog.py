@@ -146,6 +146,7 @@ class TaskState:
     step: int | None = None          # last step seen (None: never reported)
     changed_at: float = 0.0          # when (watchdog clock) the step last changed
     pid: int | None = None
+    finished: bool = False           # its final progress record says done
 
 
 @dataclass
@@ -158,6 +159,7 @@ class StallReport:
     no_ack: list[str] = field(default_factory=list)          # tasks that did not answer the stack-dump request
     process_states: dict[str, str] = field(default_factory=dict)   # task → 'stopped' / 'dead' / 'running' ...
     dumps_requested: bool = False
+    after_done: bool = False                                 # training finished, these tasks did not
 
     @property
     def stopped_tasks(self) -> list[str]:
@@ -192,9 +194,14 @@ class StallReport:
             if t in self.no_ack:
                 extra.append("did not answer the stack-dump request")
             return f"{t} {where}" + (f" ({', '.join(extra)})" if extra else "")
-        lines = [f"training stalled: no task's step advanced for {self.stalled_for:.0f}s "
-                 f"(timeouts.stall = {self.stall_s:g}s); stopped advancing: "
-                 + "; ".join(one(t, self.tasks[t]) for t in self.stopped_tasks)]
+        if self.after_done:
+            lines = [f"training finished (control/done) but these tasks neither finished nor advanced for "
+                     f"{self.stalled_for:.0f}s (timeouts.stall = {self.stall_s:g}s): "
+                     + "; ".join(one(t, self.tasks[t]) for t in self.stopped_tasks)]
+        else:
+            lines = [f"training stalled: no task's step advanced for {self.stalled_for:.0f}s "
+                     f"(timeouts.stall = {self.stall_s:g}s); stopped advancing: "
+                     + "; ".join(one(t, self.tasks[t]) for t in self.stopped_tasks)]
         if self.suspects:
             lines.append(f"likely cause: {', '.join(self.suspects)}")
         if self.dumps_requested:
@@ -202,19 +209,22 @@ class StallReport:
         return ". ".join(lines)
 
 
-def _progress_step(value: str | None) -> int | None:
-    """The step a progress record reports: ``global_step`` if present, else ``step``; None if unreadable."""
+def _progress_record(value: str | None) -> dict | None:
+    """A ``progress/<task>`` value as a dict; None if absent or unreadable (a bad record is not progress)."""
     if value is None:
         return None
     try:
         d = json.loads(value)
     except ValueError:
         return None
-    if not isinstance(d, dict):
-        return None
+    return d if isinstance(d, dict) else None
+
+
+def _progress_step(d: dict | None) -> int | None:
+    """The task's own ``step`` (else ``global_step``): in async ps mode the global step moves while a frozen
+    worker's own step does not."""
     for k in ("step", "global_step"):
-        # the task's own step first: in async ps mode global_step moves while a frozen worker's own step does not
-        if isinstance(d.get(k), (int, float)):
+        if d is not None and isinstance(d.get(k), (int, float)):
             return int(d[k])
     return None
 
@@ -249,7 +259,7 @@ class StallWatchdog:
 
         wd = StallWatchdog(kv, {t: pid_of[t] for t in spec.training_tasks}, spec.timeouts.stall,
                            on_stall=lambda r: fail_job(r.message), all_tasks=pid_of)
-        wd.start()          # daemon thread, checks every `interval` s; stops on control/done or wd.stop()
+        wd.start()          # daemon thread, checks every `interval` s; ends when every task finished or wd.stop()
     """
 
     def __init__(self, kv: KV, tasks: Iterable[str] | Mapping[str, int | None], stall_s: float,
@@ -284,10 +294,13 @@ class StallWatchdog:
         if self.started_at is None:
             self.started_at = now
         for t, st in self.states.items():
-            step = _progress_step(progress.get(progress_key(t)))
+            rec = _progress_record(progress.get(progress_key(t)))
+            step = _progress_step(rec)
             if step is not None and step != st.step:
                 st.step, st.changed_at = step, now
                 self.last_progress = now
+            if rec is not None and rec.get("done") is True:
+                st.finished = True
 
     def stalled_for(self, now: float) -> float:
         """Seconds since any task's step last advanced (since start, before any step: compared with startup_s)."""
@@ -302,12 +315,21 @@ class StallWatchdog:
     def check(self, now: float | None = None) -> StallReport | None:
         """Read progress from the KV; return a report (without dumps/callback) if training stalled, else None.
 
-        Returns None once ``control/done`` is set: after training, shutdown is bounded by ``timeouts.shutdown``.
+        Before ``control/done``: a stall is *global* — no training task's step advanced for ``stall_s`` (a slow or
+        paused worker in async mode is not a stall while others advance). After it: every training task should finish
+        promptly; one that neither finished (final progress ``done``) nor advanced for ``stall_s`` is reported —
+        e.g. a frozen async worker, which would otherwise keep the job from ever ending.
         """
         now = self.clock() if now is None else now
-        if self.kv.get(DONE_KEY) is not None:
-            return None
+        done = self.kv.get(DONE_KEY) is not None
         self.observe(self.kv.items("progress/"), now)
+        if done:
+            stuck = {t: s for t, s in self.states.items()
+                     if not s.finished and s.step is not None and now - s.changed_at >= self.stall_s}
+            if not stuck:
+                return None
+            return StallReport(stalled_for=now - max(s.changed_at for s in stuck.values()), tasks=stuck,
+                               stall_s=self.stall_s, now=now, after_done=True)
         if not self.is_stalled(now):
             return None
         return StallReport(stalled_for=self.stalled_for(now), tasks=dict(self.states),
@@ -373,7 +395,7 @@ class StallWatchdog:
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
             try:
-                if self.kv.get(DONE_KEY) is not None or self.poll() is not None:
+                if self.poll() is not None or all(s.finished for s in self.states.values()):
                     return
             except Exception as exc:     # a KV hiccup must not kill the watchdog; a dead KV is the launcher's concern
                 log.warning("stall watchdog: %s", exc)
