@@ -52,3 +52,40 @@ def test_evaluator_ends_when_training_fails_and_when_done_without_checkpoints(tm
     ctx2.kv.put(DONE_KEY, "1")
     assert evaluator.run(ctx2) == []
     assert not (tmp_path / "b" / "ckpt" / "eval" / "metrics.jsonl").exists()
+
+
+def _write_allreduce_checkpoint(ctx, step: int) -> None:
+    """A checkpoint in allreduce's object layout, uploaded through the CheckpointStore, as the chief writes it."""
+    import tensorflow as tf
+    from tfyarn.train.allreduce import CHECKPOINT_FORMAT, model_variable_keys, train_state
+    from tfyarn.train.checkpoint import CheckpointStore
+    from tfyarn.train.model import build_model, load
+    model = build_model(load(ctx.spec.model, ctx.spec.params))
+    opt = model.optimizer()
+    gs = tf.Variable(step, dtype=tf.int64)
+    prefix = train_state(model, opt, gs).write(str(ctx.workdir / "w" / f"ckpt-{step}"))
+    CheckpointStore(ctx.spec.checkpoint.dir).upload(prefix, step, {
+        "format": CHECKPOINT_FORMAT, "model_variables": model_variable_keys(len(model.variables)), "epoch": 0})
+
+
+@pytest.mark.timeout(120)
+def test_a_checkpoint_pruned_during_download_is_skipped_and_the_final_one_evaluated(tmp_path, monkeypatch):
+    from tfyarn.train import evaluator
+    from tfyarn.train.checkpoint import CheckpointStore
+    ctx = make_ctx(tmp_path)
+    _write_allreduce_checkpoint(ctx, 7)
+    real, calls = CheckpointStore.download, []
+
+    def flaky(self, entry, local_dir):
+        calls.append(entry["name"])
+        if len(calls) == 1:
+            raise FileNotFoundError(f"{entry['name']}.data-00000-of-00001 (pruned)")
+        return real(self, entry, local_dir)
+    monkeypatch.setattr(CheckpointStore, "download", flaky)
+    ctx.kv.put(DONE_KEY, "1")
+    results = evaluator.run(ctx)
+    assert calls == ["ckpt-7", "ckpt-7"]
+    assert [r["checkpoint"] for r in results] == ["ckpt-7"] and results[0]["examples"] == 1000
+    lines = (tmp_path / "ckpt" / "eval" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(l)["global_step"] for l in lines] == [7]
+    assert json.loads(ctx.kv.get("eval/latest"))["checkpoint"] == "ckpt-7"

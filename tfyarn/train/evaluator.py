@@ -45,6 +45,12 @@ def training_ended_badly(ctx: TaskContext) -> str | None:
     return None
 
 
+def _not_found_error() -> type:
+    """TF's NotFoundError (a checkpoint file gone between listing and reading); imported late: task code."""
+    import tensorflow as tf
+    return tf.errors.NotFoundError
+
+
 def make_eval_feeder(ctx: TaskContext) -> Any:
     """One reader over the whole eval set (rank 0 of 1): full batches of ``data.batch_size``, same order every time."""
     from tfyarn.train.allreduce import data_api
@@ -93,6 +99,8 @@ class MetricsLog:
         self.local = Path(local_dir) / "metrics.jsonl"
         self.local.parent.mkdir(parents=True, exist_ok=True)
         self.local.write_text("")
+        if self.fs.exists(self.remote):       # a restarted job: keep the earlier attempts' lines
+            self.fs.get_file(self.remote, str(self.local))
 
     def append(self, record: dict[str, Any]) -> None:
         from tfyarn.train.events import upload_file
@@ -128,8 +136,14 @@ def run(ctx: TaskContext) -> list[dict[str, Any]]:
                 done = ctx.kv.get(DONE_KEY) is not None       # read before the index: the final one is then listed
                 entry = store.latest()
                 if entry is not None and entry["name"] != last:
-                    results.append(_evaluate_entry(ctx, store, entry, model, step, feeder, scratch, events,
-                                                   metrics_log))
+                    try:
+                        results.append(_evaluate_entry(ctx, store, entry, model, step, feeder, scratch, events,
+                                                       metrics_log))
+                    except (FileNotFoundError, _not_found_error()) as exc:
+                        # pruned (checkpoint.keep) while we downloaded it: a newer one is in the index
+                        log.info("checkpoint %s disappeared before it was evaluated (%s); reading the index again",
+                                 entry["name"], exc)
+                        continue
                     last = entry["name"]
                     continue                                   # a newer one may have landed meanwhile
                 if done:
