@@ -138,7 +138,7 @@ def plot_history(points: list[dict[str, Any]], path: Path, title: str, t0: float
     ax_rate.set_xlabel("seconds since start")
     for ax in (ax_loss, ax_rate):
         ax.grid(True, alpha=0.3)
-        if tasks:
+        if ax.get_legend_handles_labels()[0]:  # a task may have reported no loss or no rate
             ax.legend(loc="best", fontsize="small")
     if not points:
         ax_loss.text(0.5, 0.5, "no progress was reported", ha="center", va="center", transform=ax_loss.transAxes)
