@@ -260,6 +260,18 @@ def tf_import_s(n: int = 3) -> float:
     return statistics.median(times)
 
 
+def concurrent_tf_imports(n: int = 4) -> float:
+    """Wall time for ``n`` processes importing TF at once: what a local 4-task job pays before any rendezvous."""
+    code = "import tensorflow"
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    t0 = time.perf_counter()
+    procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL) for _ in range(n)]
+    for p in procs:
+        p.wait(timeout=300)
+    return time.perf_counter() - t0
+
+
 def child(kind: str, data_dir: str) -> dict:
     if kind == "input":
         return input_cost(data_dir)
@@ -301,9 +313,12 @@ def report(res: dict) -> str:
              "### Fed vs in-graph step (same model, same process)", "",
              "Step = one loop iteration (fetch + step). Fed: tfyarn's input (Feeder numpy batches, two feeders so the "
              "next epoch is read ahead). In-graph: `TFRecordDataset → batch → parse_example → prefetch` inside the "
-             "graph. Both call a concrete function / `Session.run`.", "",
+             "graph. Both call a concrete function / `Session.run`. Each config ran "
+             f"{len(mi['graph-16'].get('ratio_mean_runs', [0]))} times (interleaved); the row is the run with the "
+             "median ratio of means, and all runs' ratios are listed: on this shared machine the spread between "
+             "runs of the same config is larger than the effect measured.", "",
              "| mode | model | fed step ms (mean / median) | in-graph step ms (mean / median) | fed / in-graph "
-             "(mean, median) | ≤1.05 |", "|---|---|---|---|---|---|"]
+             "(mean, median) | ratio of means, every run | ≤1.05 (median run) |", "|---|---|---|---|---|---|---|"]
     for kind, name in (("graph-16", "ps style: TF1 graph, placeholders"), ("allreduce-16", "allreduce: MWMS, fed "
                        "concrete fn"), ("graph-256", "ps style: TF1 graph, placeholders"),
                        ("allreduce-256", "allreduce: MWMS, fed concrete fn")):
@@ -311,7 +326,8 @@ def report(res: dict) -> str:
         ok = "met" if m["ratio_mean"] <= 1.05 else "NOT met"
         lines.append(f"| {name} | recommender dim {kind.split('-')[1]} | {m['fed_mean_ms']:.2f} / "
                      f"{m['fed_median_ms']:.2f} | {m['ingraph_mean_ms']:.2f} / {m['ingraph_median_ms']:.2f} | "
-                     f"{m['ratio_mean']:.3f}, {m['ratio_median']:.3f} | {ok} |")
+                     f"{m['ratio_mean']:.3f}, {m['ratio_median']:.3f} | "
+                     f"{', '.join(f'{x:.2f}' for x in m.get('ratio_mean_runs', [m['ratio_mean']]))} | {ok} |")
     ic = mi["input"]
     lines += ["", f"Input paths alone (no training): Feeder {ic['feeder_cpu_ms_per_batch']:.2f} ms CPU and "
                   f"{ic['feeder_wall_ms_per_batch']:.2f} ms wall per batch of {BATCH}; tf.data in graph "
@@ -350,6 +366,11 @@ def report(res: dict) -> str:
                      f"→ every training task past its first step: {ls['launch_to_all_first_step_s']:.2f} s. "
                      f"Goal ≤ TF import + 1.5 s = {goal:.2f} s: {ok}. Measured through the local backend's "
                      f"Launcher (`tfyarn.backends.local`), state {ls['state']}.")
+        if "tf_import_4_concurrent_s" in res:
+            lines.append("")
+            lines.append(f"Context: the job's 4 TF processes import TensorFlow at the same time on {res['cpus']} "
+                         f"cores; 4 concurrent `import tensorflow` alone take {res['tf_import_4_concurrent_s']:.2f} s "
+                         f"here, so on this machine the goal is bounded below by that, not by one import.")
     else:
         lines.append(f"not measured: the job ended {ls.get('state')} ({ls.get('diagnostics')}) without a step")
     return "\n".join(lines) + "\n"
@@ -373,7 +394,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--records", type=int, default=200_000)
     ap.add_argument("--workdir", default=None)
+    ap.add_argument("--repeats", type=int, default=3, help="runs of each fed/in-graph config (the median is shown)")
     ap.add_argument("--write", action="store_true", help="write the section into BENCHMARKS.md")
+    ap.add_argument("--from-results", default=None, help="re-render a previous run's results.json (no measuring)")
     ap.add_argument("--child", nargs=2, metavar=("KIND", "DATA_DIR"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -381,6 +404,12 @@ def main() -> int:
         print(json.dumps(child(*args.child)))
         return 0
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.from_results:
+        text = report(json.loads(Path(args.from_results).read_text()))
+        print(text)
+        if args.write:
+            write_section(text, REPO / "BENCHMARKS.md")
+        return 0
     from tfyarn.data import write_synthetic
     work = Path(args.workdir or tempfile.mkdtemp(prefix="tfyarn-bench-"))
     data_dir = work / "data"
@@ -388,11 +417,20 @@ def main() -> int:
                  "records": args.records, "micro": {}, "jobs": {}}
     data = write_synthetic(str(data_dir), "recommender", files=16, records=args.records, skew=10.0, seed=0)
     print(f"data: {len(data)} files in {data_dir}; load {res['load_before']}", flush=True)
-    for kind in ("graph-16", "allreduce-16", "graph-256", "allreduce-256", "input"):
-        res["micro"][kind] = run_child(kind, str(data_dir))
-        print(kind, json.dumps(res["micro"][kind]), flush=True)
+    kinds = ("graph-16", "allreduce-16", "graph-256", "allreduce-256")
+    runs: dict[str, list] = {k: [] for k in kinds}
+    for _ in range(args.repeats):                 # interleaved repeats: load bursts spread over every config
+        for kind in kinds:
+            runs[kind].append(run_child(kind, str(data_dir)))
+            print(kind, json.dumps(runs[kind][-1]), flush=True)
+    for kind in kinds:                            # the run with the median fed/in-graph ratio represents the config
+        ordered = sorted(runs[kind], key=lambda r: r["ratio_mean"])
+        res["micro"][kind] = ordered[len(ordered) // 2] | {"ratio_mean_runs": [r["ratio_mean"] for r in runs[kind]]}
+    res["micro"]["input"] = run_child("input", str(data_dir))
     res["tf_import_s"] = tf_import_s()
-    print(f"import tensorflow: {res['tf_import_s']:.2f}s", flush=True)
+    res["tf_import_4_concurrent_s"] = concurrent_tf_imports(4)
+    print(f"import tensorflow: {res['tf_import_s']:.2f}s; 4 at once: {res['tf_import_4_concurrent_s']:.2f}s",
+          flush=True)
     res["jobs"]["ps-launch"] = run_job(job_spec(data, work / "ps-launch", "ps", 3, ps=1, epochs=1),
                                        work / "ps-launch")
     print("ps-launch", {k: v for k, v in res["jobs"]["ps-launch"].items() if k != "summary"}, flush=True)

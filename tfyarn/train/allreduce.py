@@ -37,6 +37,7 @@ from tfyarn.train.model import build_model, load, split_features, tf_dtype
 log = logging.getLogger("tfyarn.train.allreduce")
 
 CHECKPOINT_FORMAT = "tf2-object"
+EVENT_SYNC_S = 30.0          # chief: upload the "train" event file at least this often
 
 
 def model_variable_keys(n: int) -> list[str]:
@@ -292,6 +293,7 @@ class Checkpointer:
             from tfyarn.train.events import EventWriter
             self.events = EventWriter(ctx.spec.resolve_path(c.dir) if c.dir else None, "train", self.local / "events")
         self._last_event = 0.0
+        self._last_sync = time.monotonic()
 
     def scalars(self, global_step: int, values: Callable[[], dict[str, float]], force: bool = False) -> None:
         """Chief: training scalars into the "train" event file, at most once a second (uploaded with checkpoints).
@@ -304,6 +306,9 @@ class Checkpointer:
         if force or now - self._last_event >= 1.0:
             self._last_event = now
             self.events.scalars(global_step, values())
+        if now - self._last_sync >= EVENT_SYNC_S:       # TensorBoard sees training between checkpoints too
+            self._last_sync = now
+            self.events.sync()
 
     def due(self, global_step: int) -> bool:
         if self.store is None or not self.ctx.is_chief:
