@@ -70,6 +70,13 @@ def _write_json_atomic(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
+def _write_text_atomic(path: Path, text: str) -> None:
+    """A reader never sees the file empty (write_text truncates first): status() polls launcher.pid concurrently."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
 def _pid_alive(pid: int) -> bool:
     """True if ``pid`` runs (a zombie — exited, not yet reaped by its parent — counts as dead)."""
     try:
@@ -265,7 +272,7 @@ class Launcher:
         self._install_signal_handlers()
         self.app_dir.mkdir(parents=True, exist_ok=True)
         (self.app_dir / "spec.json").write_text(self.spec.to_json())
-        (self.app_dir / "launcher.pid").write_text(str(os.getpid()))
+        _write_text_atomic(self.app_dir / "launcher.pid", str(os.getpid()))  # status() may be reading it now
         with KVServer() as kv:
             self.kv = kv
             try:
