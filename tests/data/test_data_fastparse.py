@@ -39,7 +39,7 @@ def batches(draw, extra_features=True):
     return fields, payloads
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=120, deadline=None)
 @given(batches())
 def test_matches_reference_decoder(case):
     fields, payloads = case
@@ -51,7 +51,7 @@ def test_matches_reference_decoder(case):
         assert np.array_equal(fast[f.name], ref[f.name]), f.name
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(batches(extra_features=False), st.data())
 def test_damaged_records_are_declined_or_decoded_exactly(case, data):
     # Without extra features every byte belongs to the schema's features or the structure. (The contents of

@@ -163,21 +163,30 @@ class BatchParseError(Exception):
 
 
 def tf_parser(fields: tuple[Field, ...]) -> Callable[[list[bytes]], dict[str, np.ndarray]]:
-    """A function parsing a list of serialized Examples with one ``tf.io.parse_example`` call (imports TF)."""
+    """A function parsing a list of serialized Examples with one TF parse op per call (imports TF).
+
+    Calls ``tf.raw_ops.ParseExampleV2`` with arguments built once: ``tf.io.parse_example``'s Python wrapper rebuilds
+    them on every call, which measured ~40 % of the cost of parsing 8k small records.
+    """
     import tensorflow as tf  # lazily: only feeder threads on training hosts get here
 
     tf_types = {"float_list": tf.float32, "int64_list": tf.int64, "bytes_list": tf.string}
-    spec = {f.name: tf.io.FixedLenFeature(f.shape, tf_types[f.kind]) for f in fields}
+    ordered = sorted(fields, key=lambda f: f.name)
+    names = [f.name for f in ordered]
+    args = dict(names=[], sparse_keys=[], dense_keys=names, ragged_keys=[],
+                dense_defaults=[tf.zeros([0], tf_types[f.kind]) for f in ordered],   # empty default = required
+                num_sparse=0, sparse_types=[], ragged_value_types=[], ragged_split_types=[],
+                dense_shapes=[list(f.shape) for f in ordered])
     np_types = {f.name: _KINDS[f.dtype][1] for f in fields}
     decode = {f.name for f in fields if f.dtype == "string"}
 
     def parse(payloads: list[bytes]) -> dict[str, np.ndarray]:
         try:
-            out = tf.io.parse_example(tf.constant(payloads, dtype=tf.string), spec)
+            dense = tf.raw_ops.ParseExampleV2(serialized=tf.constant(payloads, dtype=tf.string), **args)[3]
         except (tf.errors.InvalidArgumentError, ValueError) as exc:
             raise BatchParseError(str(exc).splitlines()[0] if str(exc) else repr(exc)) from None
         res = {}
-        for name, t in out.items():
+        for name, t in zip(names, dense):
             a = t.numpy()
             if name in decode:
                 a = np.vectorize(lambda b: b.decode("utf-8"), otypes=[object])(a) if a.size else a.astype(object)
@@ -215,7 +224,9 @@ def python_parser(fields: tuple[Field, ...]) -> Callable[[list[bytes]], dict[str
                 for i, v in enumerate(cols[f.name]):
                     a[i, :] = v
             else:
-                a = np.asarray(cols[f.name], dtype=np_types[f.name]).reshape(len(payloads), f.size)
+                # int64 first, then cast: an int32 feature wraps exactly as on the TF path, instead of raising.
+                wide = np.int64 if np_types[f.name] in (np.int32, np.int64) else np.float32
+                a = np.asarray(cols[f.name], dtype=wide).astype(np_types[f.name]).reshape(len(payloads), f.size)
             out[f.name] = a.reshape((len(payloads),) + f.shape)
         return out
 
