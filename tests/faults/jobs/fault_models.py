@@ -86,3 +86,14 @@ import tfyarn.train  # noqa: E402
 def dump_kv_and_env(ctx, helpers):
     """Return everything a task can see (the whole KV, its environment): the security test greps it for the keytab."""
     return {"kv": ctx.kv.items(""), "env": dict(os.environ)}
+
+
+@tfyarn.train.custom_train
+def chief_quick_worker_forever(ctx, helpers):
+    """The chief trains 3 steps and ends; worker:0 never ends (ignores control/done): the shutdown timeout's case."""
+    if ctx.task_id == "chief:0":
+        for step in range(1, 4):
+            helpers.progress.report(step=step, epoch=0, loss=1.0, examples=1, force=True)
+        return {"steps": 3}
+    while True:
+        time.sleep(0.2)
