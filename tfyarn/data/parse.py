@@ -76,6 +76,12 @@ def _varint(buf: bytes, pos: int) -> tuple[int, int]:
             raise _Malformed("varint too long")
 
 
+def _int64(x: int) -> int:
+    """A decoded varint as protobuf's int64: bits above 64 are dropped, then two's complement."""
+    x &= (1 << 64) - 1
+    return x - (1 << 64) if x >= 1 << 63 else x
+
+
 def _fields(buf: bytes) -> list[tuple[int, int, Any]]:
     """Top-level (field number, wire type, value) of a protobuf message; LEN values are bytes."""
     out, pos = [], 0
@@ -129,9 +135,9 @@ def decode_example(payload: bytes) -> dict[str, tuple[str, list[Any]]]:
                             p = 0
                             while p < len(v):
                                 x, p = _varint(v, p)
-                                values.append(x - (1 << 64) if x >= 1 << 63 else x)
+                                values.append(_int64(x))
                         else:
-                            values.append(v - (1 << 64) if v >= 1 << 63 else v)
+                            values.append(_int64(v))
                     else:
                         values.append(v)
             feats[key.decode("utf-8", "replace")] = (kind, values)
