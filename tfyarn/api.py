@@ -51,12 +51,17 @@ def dryrun(spec: JobSpec, backend: str | None = None) -> str:
 
 def run(spec: JobSpec, backend: str | None = None, echo: Callable[[str, str], None] | None = None,
         on_update: Callable[[AppStatus], None] | None = None, timeout: float | None = None) -> AppStatus:
-    """Run a job to its end. Local: in the foreground (Ctrl-C stops every task). YARN: submit, then wait."""
+    """Run a job to its end. Local: in the foreground (Ctrl-C stops every task). YARN: submit and follow, with
+    the spec's job attempts (``retry.max_attempts``) as new applications."""
     b = get_backend(backend)
-    if b.name == "local":
-        return b.run(spec, echo=echo, on_update=on_update)  # type: ignore[attr-defined]
-    app_id = b.submit(spec)
-    return b.wait(app_id, timeout=timeout, on_update=on_update)
+    try:
+        if b.name == "local":
+            return b.run(spec, echo=echo, on_update=on_update)  # type: ignore[attr-defined]
+        return b.run(spec, echo=echo, on_update=on_update, timeout=timeout)  # type: ignore[attr-defined]
+    finally:
+        close = getattr(b, "close", None)
+        if close:
+            close()  # a private skein driver is stopped
 
 
 def submit(spec: JobSpec, backend: str | None = None) -> str:

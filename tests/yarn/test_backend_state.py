@@ -209,3 +209,39 @@ def test_submit_runs_preflight_first_and_saves_the_spec(tmp_path, monkeypatch):
     sent = rm.submitted[0]
     assert sent.services["worker"].instances == 3 and "tfyarn" in sent.tags
     assert YarnBackend(client=rm, preflight=False)._load_state(APP)["spec"] == spec.to_json()
+
+
+class SequenceRM(FakeRM):
+    """Each submit is a new application; each ends in the next of ``outcomes`` (YARN state, final status, diag)."""
+
+    def __init__(self, outcomes):
+        super().__init__([])
+        self.outcomes = list(outcomes)
+
+    def submit(self, spec):
+        self.submitted.append(spec)
+        app_id = f"application_1700000000000_{len(self.submitted):04d}"
+        state, final, diag = self.outcomes[len(self.submitted) - 1]
+        self.reports[app_id] = report(state, final, diag, app_id=app_id)
+        return app_id
+
+
+def test_run_submits_a_new_attempt_after_a_failure_and_stops_on_success(tmp_path, monkeypatch):
+    monkeypatch.setenv("TFYARN_HOME", str(tmp_path / "home"))
+    spec = make_spec(environment={"python": "/opt/py/bin/python"}, retry={"max_attempts": 3, "backoff": 0.1})
+    rm = SequenceRM([("FINISHED", "FAILED", "Failure in service ps: ps:0 lost"), ("FINISHED", "SUCCEEDED", "")])
+    st = YarnBackend(client=rm, preflight=False, staging_dir=str(tmp_path / "staging")).run(spec, poll=0.01)
+    assert st.state is AppState.SUCCEEDED and st.attempt == 1
+    assert [a.services["chief"].env["TFYARN_ATTEMPT"] for a in rm.submitted] == ["0", "1"]
+    assert "earlier attempts: application_1700000000000_0001: Failure in service ps: ps:0 lost" in st.diagnostics
+
+
+def test_run_attempts_are_bounded_and_a_kill_is_not_retried(tmp_path, monkeypatch):
+    monkeypatch.setenv("TFYARN_HOME", str(tmp_path / "home"))
+    spec = make_spec(environment={"python": "/opt/py/bin/python"}, retry={"max_attempts": 2, "backoff": 0.1})
+    failing = SequenceRM([("FINISHED", "FAILED", "boom 1"), ("FINISHED", "FAILED", "boom 2")])
+    st = YarnBackend(client=failing, preflight=False, staging_dir=str(tmp_path / "s")).run(spec, poll=0.01)
+    assert st.state is AppState.FAILED and st.attempt == 1 and len(failing.submitted) == 2
+    killed = SequenceRM([("KILLED", "KILLED", "Application killed by user")])
+    st = YarnBackend(client=killed, preflight=False, staging_dir=str(tmp_path / "s")).run(spec, poll=0.01)
+    assert st.state is AppState.KILLED and len(killed.submitted) == 1

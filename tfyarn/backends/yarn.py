@@ -250,7 +250,7 @@ class YarnBackend(Backend):
         return packaging.cache_dir() / "ship"
 
     # -- spec → skein ---------------------------------------------------------------------------------------------
-    def build(self, spec: JobSpec, dry_run: bool = False) -> tuple[Any, packaging.EnvRef]:
+    def build(self, spec: JobSpec, dry_run: bool = False, attempt: int = 0) -> tuple[Any, packaging.EnvRef]:
         """The skein ApplicationSpec for ``spec`` and its environment; with ``dry_run`` nothing is packed,
         uploaded or written (the env archive URL is computed from the hash alone)."""
         env = packaging.ensure_env(spec, self.staging_dir, self.progress, dry_run=dry_run, conf=self.conf)
@@ -268,7 +268,7 @@ class YarnBackend(Backend):
         fss = hdfs.filesystems_for_tokens([spec.resolve_path(u) for u in urls if u], self.conf)
         app = yarn_spec.build_application_spec(spec, shipped, master_memory_mib=self.master_memory_mib,
                                                master_vcores=self.master_vcores, file_systems=fss,
-                                               extra_tags=self.extra_tags)
+                                               extra_tags=self.extra_tags, attempt=attempt)
         return app, env
 
     def dryrun(self, spec: JobSpec) -> str:
@@ -285,11 +285,11 @@ class YarnBackend(Backend):
         return preflight.run_preflight(spec, cluster, master_memory_mib=self.master_memory_mib,
                                        master_vcores=self.master_vcores)
 
-    def submit(self, spec: JobSpec) -> str:
+    def submit(self, spec: JobSpec, attempt: int = 0) -> str:
         """Preflight, stage the environment (0 bytes when cached), submit; return the YARN application id."""
-        if self.preflight:
+        if self.preflight and attempt == 0:
             self.run_preflight(spec)
-        app, env = self.build(spec)
+        app, env = self.build(spec, attempt=attempt)
         self.last_env = env
         t0 = time.monotonic()
         app_id = self.client(spec).submit(app)
@@ -298,6 +298,42 @@ class YarnBackend(Backend):
         self._save_state(app_id, app_id=app_id, name=spec.name, spec=spec.to_json(), submitted=time.time(),
                          env=env.to_dict())
         return app_id
+
+    def run(self, spec: JobSpec, echo: Callable[[str, str], None] | None = None,
+            on_update: Callable[[AppStatus], None] | None = None, timeout: float | None = None,
+            poll: float = 2.0) -> AppStatus:
+        """Submit and follow to the end, with the spec's job attempts: a FAILED or TIMED_OUT application is submitted
+        again (``TFYARN_ATTEMPT=n``, resuming from the latest checkpoint) after ``retry.backoff``, up to
+        ``retry.max_attempts`` applications in all, within ``timeouts.active_deadline``. (A bare ``submit`` runs one
+        attempt: the loop lives in whoever follows the job — ``run``, ``submit --wait``, the Airflow operator.)
+        """
+        start = time.monotonic()
+        deadline = spec.timeouts.active_deadline
+        earlier: list[str] = []
+        for attempt in range(spec.retry.max_attempts):
+            app_id = self.submit(spec, attempt=attempt)
+            left = None if deadline is None else max(1.0, deadline - (time.monotonic() - start))
+            limit = left if timeout is None else (timeout if left is None else min(timeout, left))
+            try:
+                st = self.wait(app_id, timeout=limit, poll=poll, on_update=on_update)
+            except WaitTimeout:
+                self.kill(app_id)
+                st = self.status(app_id)
+                st.state = AppState.TIMED_OUT
+                why = " (timeouts.active_deadline)" if limit == left else ""
+                st.diagnostics = f"timed out after {limit:g}s waiting for {app_id} to finish{why}; killed it"
+            st.attempt = attempt
+            if st.state not in (AppState.FAILED, AppState.TIMED_OUT) or attempt + 1 >= spec.retry.max_attempts:
+                break
+            if deadline is not None and time.monotonic() - start + spec.retry.backoff >= deadline:
+                break
+            earlier.append(f"{app_id}: {st.diagnostics}")
+            log.warning("attempt %d/%d (%s) failed: %s; submitting attempt %d in %gs", attempt + 1,
+                        spec.retry.max_attempts, app_id, st.diagnostics, attempt + 2, spec.retry.backoff)
+            time.sleep(spec.retry.backoff)
+        if earlier:
+            st.diagnostics = (st.diagnostics + "\nearlier attempts: " + "; ".join(earlier)).strip()
+        return st
 
     # -- status --------------------------------------------------------------------------------------------------
     def _report(self, app_id: str) -> Any:
