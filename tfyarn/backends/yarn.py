@@ -304,8 +304,9 @@ class YarnBackend(Backend):
             poll: float = 2.0) -> AppStatus:
         """Submit and follow to the end, with the spec's job attempts: a FAILED or TIMED_OUT application is submitted
         again (``TFYARN_ATTEMPT=n``, resuming from the latest checkpoint) after ``retry.backoff``, up to
-        ``retry.max_attempts`` applications in all, within ``timeouts.active_deadline``. (A bare ``submit`` runs one
-        attempt: the loop lives in whoever follows the job — ``run``, ``submit --wait``, the Airflow operator.)
+        ``retry.max_attempts`` applications in all, within ``timeouts.active_deadline``. (``submit`` and
+        ``submit --wait`` run one application: the attempt loop lives in ``tfyarn run`` / ``api.run``, which follow
+        the job to its end.)
         """
         start = time.monotonic()
         deadline = spec.timeouts.active_deadline
