@@ -209,3 +209,12 @@ def test_numpy_decoder_through_the_feeder_matches_and_diagnoses(mem, cache_dir):
     with feeder(bad, parser=fast, batch=10) as f, pytest.raises(DataError, match=r"record 9 at byte offset \d+: "
                                                                           r"feature 'x' has the wrong shape"):
         list(f.epoch(0))
+
+
+def test_accepts_the_specs_feature_models(mem):
+    from tfyarn.spec import Feature
+    m = dataset(mem)
+    features = {"rid": Feature(dtype="int32"), "x": Feature(dtype="float64", shape=(2,))}
+    with Feeder(m, features, 21, 0, 1, parser=python_parser, timeout=30) as f:
+        b = next(iter(f.epoch(0)))
+    assert b["rid"].dtype == np.int32 and b["x"].dtype == np.float64 and b["x"].shape == (21, 2)

@@ -92,7 +92,7 @@ class _Run:
                 t.start()
 
     # ------------------------------------------------------------------------------------------------ thread helpers
-    def _put(self, q: queue.Queue, item: Any, what: str) -> None:
+    def _put(self, q: queue.Queue, item: Any) -> None:
         while True:
             if self.stop.is_set():
                 raise _Stopped
@@ -120,7 +120,7 @@ class _Run:
             if not isinstance(exc, DataError):
                 log.exception("feeder %s thread failed", name)
             try:
-                self._put(self.ready, ("error", exc), "ready")
+                self._put(self.ready, ("error", exc))
             except _Stopped:
                 pass
         finally:
@@ -163,7 +163,7 @@ class _Run:
                 meta.append((path, recs[i:i + take], offs[i:i + take]))
                 i += take
                 if len(pay) == G or remaining() <= 0:
-                    self._put(self.raw, ("batch", pay, meta), "raw")
+                    self._put(self.raw, ("batch", pay, meta))
                     emitted += len(pay)
                     pay, meta = [], []
 
@@ -263,7 +263,7 @@ class _Run:
             start = 0
             while n - start >= B and produced < self.target:
                 batch = out if (start == 0 and n == B) else {k: v[start:start + B] for k, v in out.items()}
-                self._put(self.ready, ("batch", batch), "ready")
+                self._put(self.ready, ("batch", batch))
                 produced += 1
                 start += B
             if start < n:
