@@ -81,6 +81,9 @@ class _Run:
         self.waits_over_1ms = 0
         self.max_wait_s = 0.0
         self.records_read = 0                # framed by the reader (for the memory-bound test and stats)
+        #: seconds each thread spent blocked on a queue: a reader that waits a lot means parsing is the bottleneck,
+        #: a parser that waits a lot means reading is, both waiting means the consumer is (the healthy case).
+        self.blocked_s = {"reader": 0.0, "parser": 0.0}
         self.threads: list[threading.Thread] = []
         if self.target > 0:
             tag = f"tfyarn-feeder-r{feeder.rank}-e{epoch}"
@@ -93,23 +96,31 @@ class _Run:
 
     # ------------------------------------------------------------------------------------------------ thread helpers
     def _put(self, q: queue.Queue, item: Any) -> None:
-        while True:
-            if self.stop.is_set():
-                raise _Stopped
-            try:
-                q.put(item, timeout=_POLL)
-                return
-            except queue.Full:
-                continue
+        t0 = time.monotonic()
+        try:
+            while True:
+                if self.stop.is_set():
+                    raise _Stopped
+                try:
+                    q.put(item, timeout=_POLL)
+                    return
+                except queue.Full:
+                    continue
+        finally:
+            self.blocked_s[threading.current_thread().name.rsplit("-", 1)[-1]] += time.monotonic() - t0
 
     def _get(self, q: queue.Queue) -> Any:
-        while True:
-            if self.stop.is_set():
-                raise _Stopped
-            try:
-                return q.get(timeout=_POLL)
-            except queue.Empty:
-                continue
+        t0 = time.monotonic()
+        try:
+            while True:
+                if self.stop.is_set():
+                    raise _Stopped
+                try:
+                    return q.get(timeout=_POLL)
+                except queue.Empty:
+                    continue
+        finally:
+            self.blocked_s[threading.current_thread().name.rsplit("-", 1)[-1]] += time.monotonic() - t0
 
     def _guard(self, fn: Callable[[], None], name: str) -> None:
         try:
@@ -454,12 +465,16 @@ class Feeder:
             self._last = run
 
     def stats(self) -> dict[str, Any]:
-        """Skipped records and how long the consumer waited on the feeder (after the first batch) in the last run."""
+        """Skipped records; for the current (or last) epoch: how long the consumer waited on the feeder after the
+        first batch, and how long the reader and parser threads waited on each other (which stage limits)."""
         run = self._active or self._last
         return {"skipped": self.skipped, "skipped_examples": [str(e) for e in self.skipped_errors[:10]],
                 "consumer_wait_s": run.wait_s if run else 0.0,
                 "waits_over_1ms": run.waits_over_1ms if run else 0,
-                "max_wait_s": run.max_wait_s if run else 0.0}
+                "max_wait_s": run.max_wait_s if run else 0.0,
+                "records_read": run.records_read if run else 0,
+                "reader_blocked_s": run.blocked_s["reader"] if run else 0.0,
+                "parser_blocked_s": run.blocked_s["parser"] if run else 0.0}
 
     def close(self) -> None:
         """Stop every thread of the current epoch (idempotent)."""
