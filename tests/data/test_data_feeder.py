@@ -218,3 +218,13 @@ def test_accepts_the_specs_feature_models(mem):
     with Feeder(m, features, 21, 0, 1, parser=python_parser, timeout=30) as f:
         b = next(iter(f.epoch(0)))
     assert b["rid"].dtype == np.int32 and b["x"].dtype == np.float64 and b["x"].shape == (21, 2)
+
+
+def test_stats_after_an_epoch(mem):
+    m = dataset(mem)
+    with feeder(m, 0, 2) as f:
+        n = len(list(f.epoch(0)))
+        st = f.stats()
+    assert n == f.steps(0) == 31
+    assert st["records_read"] == 31 * 7 and st["skipped"] == 0 and st["skipped_examples"] == []
+    assert st["reader_blocked_s"] >= 0 and st["parser_blocked_s"] >= 0 and st["consumer_wait_s"] >= 0
