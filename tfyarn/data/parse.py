@@ -172,7 +172,8 @@ def tf_parser(fields: tuple[Field, ...]) -> Callable[[list[bytes]], dict[str, np
     """A function parsing a list of serialized Examples with one TF parse op per call (imports TF).
 
     Calls ``tf.raw_ops.ParseExampleV2`` with arguments built once: ``tf.io.parse_example``'s Python wrapper rebuilds
-    them on every call, which measured ~40 % of the cost of parsing 8k small records.
+    them on every call (measured, interleaved A/B over 6 epochs of 800k records: whole-feeder CPU 1.11 vs 1.27 us per
+    record, median; 963k vs 837k records/s).
     """
     import tensorflow as tf  # lazily: only feeder threads on training hosts get here
 
