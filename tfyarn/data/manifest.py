@@ -336,8 +336,10 @@ def build_manifest(urls: list[str] | str, compression: str = "auto", cache_dir: 
                               f"(e.g. {', '.join(late[:3])}); index them once with `tfyarn data index` or raise "
                               f"the timeout")
         files = tuple(fut.result() for fut in futures)
-    finally:
-        ex.shutdown(wait=False, cancel_futures=True)
+    except BaseException:
+        ex.shutdown(wait=False, cancel_futures=True)    # do not wait for a hung read: the error says what hung
+        raise
+    ex.shutdown(wait=True)                              # all done: the threads exit at once, none is left behind
     for fi in files:
         for a, b in fi.holes:
             warnings.append(f"{fi.path}: bytes {a}..{b} skipped as damaged (on_corrupt=skip)")
