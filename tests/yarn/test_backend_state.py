@@ -245,3 +245,24 @@ def test_run_attempts_are_bounded_and_a_kill_is_not_retried(tmp_path, monkeypatc
     killed = SequenceRM([("KILLED", "KILLED", "Application killed by user")])
     st = YarnBackend(client=killed, preflight=False, staging_dir=str(tmp_path / "s")).run(spec, poll=0.01)
     assert st.state is AppState.KILLED and len(killed.submitted) == 1
+
+
+def test_unallocated_containers_time_out_with_the_queue_state(monkeypatch, tmp_path):
+    monkeypatch.setenv("TFYARN_HOME", str(tmp_path / "home"))
+    spec = make_spec(environment={"python": "/opt/py/bin/python"}, timeouts={"allocation": "0.3s"})
+    cs = [container("ps", 0, "RUNNING"), container("chief", 0, "RUNNING"), container("worker", 0, "RUNNING"),
+          container("worker", 1, "REQUESTED"), container("worker", 2, "REQUESTED")]
+    rm = FakeRM([report()], FakeApp(cs))
+    rm.get_queue = lambda name: skein.model.Queue(name, "RUNNING", 20.0, 40.0, 99.5, set(), "")
+    b = YarnBackend(client=rm, preflight=False)
+    b._save_state(APP, app_id=APP, name=spec.name, spec=spec.to_json())
+    t0 = time.monotonic()
+    st = b.wait(APP, timeout=30, poll=0.05)
+    assert time.monotonic() - t0 < 10
+    assert st.state is AppState.TIMED_OUT and st.state.exit_code == ExitCode.TIMED_OUT
+    assert st.diagnostics == ("containers not allocated within 0.3s (timeouts.allocation): worker:1, worker:2 "
+                              "still pending; queue 'ml' is RUNNING at 100% of its capacity (capacity 20%, max 40%)")
+    assert rm.killed == [APP]
+    rm.reports[APP] = report("KILLED", "KILLED", "Application killed by user")
+    later = YarnBackend(client=rm, preflight=False).status(APP)  # another process asks later: still the deadline
+    assert later.state is AppState.TIMED_OUT and "timeouts.allocation" in later.diagnostics

@@ -403,6 +403,9 @@ class YarnBackend(Backend):
         state = app_state(rep.state, rep.final_status, f"{diag} {fail_text}", task_states)
         if fail_text and fail_text not in diag:
             diag = f"{fail_text}\n{diag}".strip()
+        final = saved.get("final") or {}
+        if state is AppState.KILLED and final.get("state") == AppState.TIMED_OUT.value:
+            state, diag = AppState.TIMED_OUT, final.get("diagnostics", diag)  # tfyarn killed it for a deadline
         tasks = [TaskStatus(**t) for t in snap.get("tasks", [])]
         if state.is_terminal:
             for t in tasks:   # the last snapshot may predate the end: no task still runs in a finished app
@@ -545,8 +548,57 @@ class YarnBackend(Backend):
     # -- waiting -------------------------------------------------------------------------------------------------
     def wait(self, app_id: str, timeout: float | None = None, poll: float = 1.0,
              on_update: Callable[[AppStatus], None] | None = None) -> AppStatus:
-        """Poll every ``poll`` s (one RM call + one AM call): returns within ~``poll`` s of the app's end."""
-        return super().wait(app_id, timeout=timeout, poll=poll, on_update=on_update)
+        """Poll every ``poll`` s (one RM call + one AM call): returns within ~``poll`` s of the app's end.
+
+        While following, an app whose containers stay unallocated (PENDING: the AM or some tasks) for longer than
+        the spec's ``timeouts.allocation`` is killed and ends TIMED_OUT, with the pending tasks and the queue's state
+        in the diagnosis — a full queue is the usual cause, and waiting forever for it is the hang we avoid.
+        """
+        saved = self._load_state(app_id)
+        limit = load_spec_json(saved["spec"]).timeouts.allocation if saved.get("spec") else None
+        pending_since: float | None = None
+
+        def follow(st: AppStatus) -> None:
+            nonlocal pending_since
+            if on_update:
+                on_update(st)
+            if st.state is not AppState.PENDING or limit is None:
+                pending_since = None
+                return
+            pending_since = pending_since or time.monotonic()
+            if time.monotonic() - pending_since > limit:
+                raise _NotAllocated(st)
+
+        try:
+            return super().wait(app_id, timeout=timeout, poll=poll, on_update=follow)
+        except _NotAllocated as exc:
+            diag = self._allocation_diagnosis(exc.status, limit)  # type: ignore[arg-type]
+            log.error("%s: %s; killing it", app_id, diag)
+            self.kill(app_id)
+            st = self.status(app_id)
+            st.state, st.diagnostics = AppState.TIMED_OUT, diag
+            self._save_state(app_id, final=st.to_dict())
+            return st
+
+    def _allocation_diagnosis(self, st: AppStatus, limit: float) -> str:
+        pending = [t.task for t in st.tasks if t.state == "PENDING"] or ["the application master"]
+        saved = self._load_state(st.app_id)
+        queue = load_spec_json(saved["spec"]).queue if saved.get("spec") else None
+        where = ""
+        if queue:
+            try:
+                q = self.client().get_queue(queue)
+                where = (f"; queue {queue!r} is {q.state} at {q.percent_used:.0f}% of its capacity "
+                         f"(capacity {q.capacity:g}%, max {q.max_capacity:g}%)")
+            except Exception as exc:  # noqa: BLE001 - the diagnosis must not fail on a missing queue report
+                where = f"; queue {queue!r}: no report ({exc})"
+        return (f"containers not allocated within {limit:g}s (timeouts.allocation): {', '.join(pending)} "
+                f"still pending{where}")
+
+
+class _NotAllocated(Exception):
+    def __init__(self, status: AppStatus):
+        self.status = status
 
 
 def pack(spec: JobSpec, staging_dir: str | None = None, progress: packaging.Progress | None = None,
