@@ -13,7 +13,7 @@ from typing import Any, Callable
 import click
 
 from tfyarn import __version__
-from tfyarn.errors import ExitCode, SpecError, TfyarnError
+from tfyarn.errors import SpecError, TfyarnError
 
 log = logging.getLogger("tfyarn")
 
@@ -100,7 +100,7 @@ def schema() -> None:
 def run(ctx: click.Context, spec_path: str, overrides: tuple[str, ...], backend: str | None, output: str) -> None:
     """Run a job to its end and print a summary; the exit code is the job's outcome."""
     from tfyarn import api
-    from tfyarn.display import ProgressView, summary_text
+    from tfyarn.display import ProgressView
     spec = _load(spec_path, overrides)
     quiet = ctx.obj["quiet"]
     view = None if quiet else ProgressView()

@@ -26,7 +26,6 @@ import os
 import platform
 import re
 import sys
-import tempfile
 import time
 import uuid
 from dataclasses import asdict, dataclass, field

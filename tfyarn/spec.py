@@ -326,7 +326,7 @@ class JobSpec(_Model):
     @property
     def training_tasks(self) -> list[str]:
         """Tasks that read data and run steps, in data-rank order: chief first, then workers."""
-        return [f"chief:0"] * self.instances("chief") + [f"worker:{i}" for i in range(self.instances("worker"))]
+        return ["chief:0"] * self.instances("chief") + [f"worker:{i}" for i in range(self.instances("worker"))]
 
     @property
     def num_training_workers(self) -> int:

@@ -11,46 +11,32 @@ Layout of one app (``$TFYARN_HOME/apps/<app_id>/``, default ``~/.tfyarn``)::
     launcher.pid         pid of the launcher process (``kill`` signals it)
     tasks/<role>_<i>/    each task's working directory and ``task.log``
 
-The :class:`Launcher` runs the KV service, starts the tasks, follows them, and stops every one of them on the first
-failure, on Ctrl-C / SIGTERM, or on a kill request: no task outlives it (tasks also die with it, see
-``tfyarn.runtime.main._die_with_parent``).
+The :class:`tfyarn.backends.launcher.Launcher` runs an app's tasks to the end; this module is the backend around it
+(app ids and dirs, foreground ``run``, detached ``submit``, ``status`` / ``logs`` / ``kill`` / ``list`` from the app dir).
 """
 from __future__ import annotations
 
 import json
 import logging
 import os
-import queue
 import secrets
 import signal
 import subprocess
 import sys
-import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
 import psutil
 
 from tfyarn.backends.base import AppState, AppStatus, Backend, TaskStatus
-from tfyarn.backends.kvserver import KVServer
-from tfyarn.backends.progress import GlobalStepRate, aggregate_progress
-from tfyarn.errors import AppNotFound, ExitCode
-from tfyarn.runtime.watchdog import StallWatchdog
-from tfyarn.runtime.context import (ABORT_KEY, addr_key, DONE_KEY, SUMMARY_KEY, TOTAL_STEPS_KEY, failure_key,
-                                    progress_key)
-from tfyarn.report import HISTORY_FILE, ProgressHistory, report_for_launcher
+from tfyarn.backends.launcher import Echo, Launcher, write_json_atomic, write_text_atomic
+from tfyarn.errors import AppNotFound
 from tfyarn.spec import JobSpec, load_spec_json
 
+__all__ = ["LocalBackend", "Launcher", "apps_dir", "new_app_id", "tfyarn_home"]
+
 log = logging.getLogger(__name__)
-
-#: Environment every local task gets unless its role's ``env`` overrides it (TF's C++ INFO chatter hides real output).
-TASK_ENV_DEFAULTS = {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1", "TF_ENABLE_ONEDNN_OPTS": "0"}
-#: Seconds a task gets between SIGTERM and SIGKILL when the job is stopped.
-STOP_GRACE_S = 5.0
-Echo = Callable[[str, str], None]
-
 
 def tfyarn_home() -> Path:
     return Path(os.environ.get("TFYARN_HOME") or "~/.tfyarn").expanduser()
@@ -62,19 +48,6 @@ def apps_dir() -> Path:
 
 def new_app_id() -> str:
     return time.strftime("local-%Y%m%d-%H%M%S-") + secrets.token_hex(3)
-
-
-def _write_json_atomic(path: Path, data: dict) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1))
-    os.replace(tmp, path)
-
-
-def _write_text_atomic(path: Path, text: str) -> None:
-    """A reader never sees the file empty (write_text truncates first): status() polls launcher.pid concurrently."""
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def _pid_alive(pid: int) -> bool:
@@ -91,361 +64,6 @@ def _status_from_dict(d: dict) -> AppStatus:
                      state=AppState(d["state"]), diagnostics=d.get("diagnostics", ""), tasks=tasks,
                      progress=d.get("progress", {}), started=d.get("started"), finished=d.get("finished"),
                      tracking_url=d.get("tracking_url"), summary=d.get("summary"), tags=d.get("tags", []), attempt=d.get("attempt", 0))
-
-
-@dataclass
-class _Task:
-    name: str
-    dir: Path
-    proc: subprocess.Popen | None = None
-    reader: threading.Thread | None = None
-    state: str = "PENDING"
-    exit_code: int | None = None
-    restarts: int = 0
-    diagnostics: str = ""
-    tail: list[str] = field(default_factory=list)
-
-    @property
-    def role(self) -> str:
-        return self.name.split(":")[0]
-
-    @property
-    def log_path(self) -> Path:
-        return self.dir / "task.log"
-
-
-class Launcher:
-    """Runs one app to its end in this process. Thread-safe :meth:`stop` (signal handlers, kill requests)."""
-
-    def __init__(self, spec: JobSpec, app_dir: Path, app_id: str, echo: Echo | None = None,
-                 on_update: Callable[[AppStatus], None] | None = None, python: str = sys.executable):
-        self.spec, self.app_dir, self.app_id = spec, app_dir, app_id
-        self.echo = echo
-        self.on_update = on_update
-        self.python = python
-        self.tasks = {name: _Task(name, app_dir / "tasks" / name.replace(":", "_")) for name in spec.tasks()}
-        self._stop = threading.Event()
-        self._stop_state = AppState.KILLED
-        self._stop_reason = ""
-        self._state = AppState.PENDING
-        self._diag = ""
-        self._started = time.time()
-        self._finished: float | None = None
-        self._progress: dict = {}
-        self._summary: dict | None = None
-        self.kv: KVServer | None = None
-        self._rate = GlobalStepRate()
-        self.attempt = 0
-        self.attempt_diagnostics: list[str] = []  # why each earlier attempt failed
-        self._stalled: queue.Queue[str] = queue.Queue()  # the watchdog thread reports here; the main loop ends the job
-        self.history = ProgressHistory(app_dir / HISTORY_FILE)  # per-task progress over time, for the run report
-
-    # ------------------------------------------------------------------------------------------------- control
-    def stop(self, reason: str, state: AppState = AppState.KILLED) -> None:
-        if not self._stop.is_set():
-            self._stop_reason, self._stop_state = reason, state
-            self._stop.set()
-
-    def _install_signal_handlers(self) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            return
-
-        def handler(signum, _frame):
-            name = signal.Signals(signum).name
-            if self._stop.is_set():  # second signal: no more grace
-                self._kill_all(signal.SIGKILL)
-            self.stop(f"interrupted by {name}", AppState.KILLED)
-
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            signal.signal(sig, handler)
-
-    # ------------------------------------------------------------------------------------------------- tasks
-    def _task_env(self, task: _Task, kv_url: str) -> dict[str, str]:
-        role, index = task.name.split(":")
-        env = dict(os.environ)
-        env.update(TASK_ENV_DEFAULTS)
-        env.update(self.spec.roles[role].env)  # type: ignore[index]
-        env.update({
-            "TFYARN_ROLE": role, "TFYARN_INDEX": index, "TFYARN_KV_URL": kv_url,
-            "TFYARN_SPEC_FILE": str(self.app_dir / "spec.json"), "TFYARN_APP_ID": self.app_id,
-            "TFYARN_PARENT_PID": str(os.getpid()), "TFYARN_HOST": "127.0.0.1",
-            "TFYARN_ATTEMPT": str(self.attempt), "TFYARN_RESTART": str(task.restarts),
-        })
-        if self.spec.code:
-            env["TFYARN_CODE_DIR"] = str(Path(self.spec.resolve_path(self.spec.code)).resolve())
-        env.pop("TF_CONFIG", None)
-        return env
-
-    def _start(self, task: _Task, kv_url: str) -> None:
-        task.dir.mkdir(parents=True, exist_ok=True)
-        # Own session: a terminal's Ctrl-C reaches only the launcher, which then stops tasks in order.
-        task.proc = subprocess.Popen([self.python, "-m", "tfyarn.runtime"], cwd=task.dir,
-                                     env=self._task_env(task, kv_url), stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-        task.state = "RUNNING"
-        task.reader = threading.Thread(target=self._pump, args=(task,), name=f"log-{task.name}", daemon=True)
-        task.reader.start()
-
-    def _pump(self, task: _Task) -> None:
-        """Copy a task's output to its log file and (live, prefixed with the task) to the launcher's output."""
-        assert task.proc and task.proc.stdout
-        with open(task.log_path, "ab") as logf:
-            for raw in iter(task.proc.stdout.readline, b""):
-                logf.write(raw)
-                logf.flush()
-                line = raw.decode(errors="replace").rstrip("\n")
-                task.tail = (task.tail + [line])[-20:]
-                if self.echo:
-                    self.echo(task.name, line)
-
-    def _signal(self, task: _Task, sig: int) -> None:
-        if task.proc and task.proc.poll() is None:
-            try:
-                os.killpg(task.proc.pid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
-
-    def _kill_all(self, sig: int) -> None:
-        for t in self.tasks.values():
-            self._signal(t, sig)
-
-    def _stop_tasks(self, tasks: list[_Task], grace: float) -> None:
-        """SIGTERM each task's process group, SIGKILL what is left after ``grace`` seconds; reap everything."""
-        live = [t for t in tasks if t.proc and t.proc.poll() is None]
-        for t in live:
-            self._signal(t, signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        for t in live:
-            try:
-                t.proc.wait(timeout=max(0.0, deadline - time.monotonic()))  # type: ignore[union-attr]
-            except subprocess.TimeoutExpired:
-                pass
-        for t in live:
-            self._signal(t, signal.SIGKILL)
-            t.proc.wait()  # type: ignore[union-attr]
-            if t.state == "RUNNING":
-                t.state, t.exit_code = "KILLED", t.proc.returncode  # type: ignore[union-attr]
-        for t in tasks:
-            if t.reader:
-                t.reader.join(timeout=2.0)
-
-    # ------------------------------------------------------------------------------------------------- status
-    def status(self) -> AppStatus:
-        tasks = [TaskStatus(task=t.name, state=t.state, host="127.0.0.1", restarts=t.restarts,
-                            exit_code=t.exit_code, diagnostics=t.diagnostics, log=str(t.log_path))
-                 for t in self.tasks.values()]
-        return AppStatus(app_id=self.app_id, backend="local", name=self.spec.name, state=self._state,
-                         diagnostics=self._diag, tasks=tasks, progress=self._progress, started=self._started,
-                         finished=self._finished, tracking_url=str(self.app_dir), summary=self._summary,
-                         tags=list(self.spec.tags), attempt=self.attempt)
-
-    def _refresh(self) -> None:
-        assert self.kv is not None
-        store = self.kv.store
-        total = store.get(TOTAL_STEPS_KEY)
-        items = store.items("progress/")
-        self.history.record(items)
-        self._progress = aggregate_progress(items, int(total) if total else None, self.spec.training_tasks,
-                                            self._rate)
-        summary = store.get(SUMMARY_KEY)
-        if summary:
-            self._summary = json.loads(summary)
-        st = self.status()
-        _write_json_atomic(self.app_dir / "status.json", st.to_dict())
-        if self.on_update:
-            self.on_update(st)
-
-    def _failure_message(self, task: _Task) -> str:
-        assert self.kv is not None
-        reported = self.kv.store.get(failure_key(task.name))
-        if reported:
-            return reported
-        last = [ln for ln in task.tail if ln.strip()]
-        return last[-1] if last else "(no output)"
-
-    # ------------------------------------------------------------------------------------------------- main loop
-    def run(self) -> AppStatus:
-        """Start every task and follow them to the end, with restarts and job attempts as the spec allows.
-
-        Returns the final status (also written to status.json).
-        """
-        self._install_signal_handlers()
-        self.app_dir.mkdir(parents=True, exist_ok=True)
-        (self.app_dir / "spec.json").write_text(self.spec.to_json())
-        _write_text_atomic(self.app_dir / "launcher.pid", str(os.getpid()))  # status() may be reading it now
-        with KVServer() as kv:
-            self.kv = kv
-            try:
-                while True:
-                    self._run_attempt(kv)
-                    if not self._next_attempt(kv):
-                        break
-            finally:
-                self._stop_tasks(list(self.tasks.values()), STOP_GRACE_S)
-                self._finished = time.time()
-                self._write_report()  # before the final status.json: whoever sees the outcome finds the report
-                self._refresh()
-        return self.status()
-
-    def _write_report(self) -> None:
-        """The run report (JSON + PNG, ``tfyarn.report``) in the app dir and next to the checkpoints.
-
-        Written just before the final status.json, and never able to change the job's outcome: a convenience.
-        """
-        try:
-            if self.kv is not None:  # the last records and the summary, not those of the last 0.5 s poll
-                self.history.record(self.kv.store.items("progress/"))
-                summary = self.kv.store.get(SUMMARY_KEY)
-                if summary:
-                    self._summary = json.loads(summary)
-            report_for_launcher(self.app_dir, self.status(), self.history, self.spec)
-        except Exception:  # noqa: BLE001 - e.g. an unwritable checkpoint dir; the job result stands
-            log.warning("could not write the run report of %s", self.app_id, exc_info=True)
-
-    def _run_attempt(self, kv: KVServer) -> None:
-        watchdog = None
-        try:
-            for t in self.tasks.values():
-                self._start(t, kv.url)
-            self._state = AppState.RUNNING
-            watchdog = self._start_watchdog(kv)
-            self._follow(set(self.spec.training_tasks), watchdog)
-        finally:
-            if watchdog:
-                watchdog.stop()
-            self._stop_tasks(list(self.tasks.values()), STOP_GRACE_S)
-
-    def _next_attempt(self, kv: KVServer) -> bool:
-        """After a failed attempt: start the whole job again (from its latest checkpoint) if attempts remain.
-
-        Not after success, a kill, or the active deadline. The KV is cleared: the new attempt rendezvous afresh.
-        """
-        retry = self.spec.retry
-        if (self._state not in (AppState.FAILED, AppState.TIMED_OUT) or self._stop.is_set()
-                or self._deadline_passed() or self.attempt + 1 >= retry.max_attempts):
-            return False
-        self.attempt += 1
-        log.warning("attempt %d/%d failed (%s); starting attempt %d from the latest checkpoint in %gs",
-                    self.attempt, retry.max_attempts, self._diag, self.attempt + 1, retry.backoff)
-        self.attempt_diagnostics.append(self._diag)
-        if self._stop.wait(retry.backoff):  # interruptible: Ctrl-C during the backoff stops here
-            self._end(self._stop_state, self._stop_reason)
-            return False
-        kv.store.clear()
-        for t in self.tasks.values():
-            t.state, t.exit_code, t.diagnostics, t.restarts = "PENDING", None, "", 0
-        return True
-
-    def _deadline_passed(self) -> bool:
-        d = self.spec.timeouts.active_deadline
-        return d is not None and time.time() - self._started > d
-
-    def _start_watchdog(self, kv: KVServer) -> StallWatchdog:
-        """Fail the job (TIMED_OUT) with stacks in the logs when global progress stops for ``timeouts.stall``.
-
-        Start-up (imports, rendezvous, session start) gets ``timeouts.rendezvous + timeouts.stall`` before the first
-        step must appear.
-        """
-        pids = {t.name: t.proc.pid for t in self.tasks.values() if t.proc}
-        wd = StallWatchdog(kv.store, {t: pids[t] for t in self.spec.training_tasks}, self.spec.timeouts.stall,
-                           on_stall=lambda report: self._stalled.put(report.message), all_tasks=pids,
-                           startup_s=self.spec.timeouts.rendezvous + self.spec.timeouts.stall)
-        return wd.start()
-
-    def _restartable(self, task: _Task) -> bool:
-        """May this failed task be restarted in place? (Role policy, its budget, and the job not stopping.)"""
-        role = self.spec.roles[task.role]  # type: ignore[index]
-        code = task.exit_code if task.exit_code is not None else 1
-        code = 128 - code if code < 0 else code  # killed by signal N → 128+N, as a shell reports it
-        if role.restart == "never" or task.restarts >= role.max_restarts or self._stop.is_set():
-            return False
-        return role.restart == "on_failure" or 128 <= code <= 255
-
-    def _restart(self, task: _Task, watchdog: StallWatchdog) -> None:
-        assert self.kv is not None
-        role = self.spec.roles[task.role]  # type: ignore[index]
-        task.restarts += 1
-        log.warning("%s exited with code %s (%s); restarting it (%d/%d)", task.name, task.exit_code,
-                    task.diagnostics, task.restarts, role.max_restarts)
-        for key in (addr_key(task.name), failure_key(task.name)):
-            self.kv.store.delete(key)  # it publishes a new address; the old diagnosis is history
-        with open(task.log_path, "ab") as f:
-            f.write(f"==== tfyarn: restart {task.restarts}/{role.max_restarts} after exit code {task.exit_code} "
-                    f"====\n".encode())
-        self._start(task, self.kv.url)
-        watchdog.update_pid(task.name, task.proc.pid)  # type: ignore[union-attr]
-
-    def _follow(self, training: set[str], watchdog: StallWatchdog) -> None:
-        last_refresh = 0.0
-        shutdown_deadline: float | None = None
-        while True:
-            if self._stop.is_set():
-                self._end(self._stop_state, self._stop_reason)
-                self.kv.store.put(ABORT_KEY, self._stop_reason)  # type: ignore[union-attr]
-                return
-            if not self._stalled.empty():
-                self._end(AppState.TIMED_OUT, self._stalled.get())
-                return
-            if self._deadline_passed():
-                self._end(AppState.TIMED_OUT, f"active deadline of {self.spec.timeouts.active_deadline:g}s exceeded "
-                                              f"(timeouts.active_deadline)")
-                return
-            for t in self.tasks.values():
-                if t.state != "RUNNING" or t.proc is None or t.proc.poll() is None:
-                    continue
-                t.exit_code = t.proc.returncode
-                if t.exit_code == 0:
-                    t.state = "SUCCEEDED"
-                    # ps/evaluator/tensorboard end when the chief publishes done; before that, their exit is a bug
-                    done = self.kv is not None and self.kv.store.get(DONE_KEY) is not None
-                    if t.name not in training and not done and not self._training_done(training):
-                        t.diagnostics = "exited before training finished"
-                        self._end(AppState.FAILED, f"{t.name} exited before training finished")
-                        return
-                    continue
-                t.state = "FAILED"
-                if t.reader:
-                    t.reader.join(timeout=2.0)
-                t.diagnostics = self._failure_message(t)
-                if self._restartable(t):
-                    self._restart(t, watchdog)
-                    continue
-                timed_out = t.exit_code == ExitCode.TIMED_OUT
-                self._end(AppState.TIMED_OUT if timed_out else AppState.FAILED,
-                          f"{t.name} exited with code {t.exit_code}: {t.diagnostics}")
-                return
-            if self._training_done(training):
-                assert self.kv is not None
-                self.kv.store.put(DONE_KEY, "1")  # a chief that died mid-shutdown must not leave ps waiting
-                rest = [t for t in self.tasks.values() if t.state == "RUNNING"]
-                if not rest:
-                    self._end(AppState.SUCCEEDED, "")
-                    return
-                if shutdown_deadline is None:
-                    shutdown_deadline = time.monotonic() + self.spec.timeouts.shutdown
-                elif time.monotonic() > shutdown_deadline:
-                    names = ", ".join(t.name for t in rest)
-                    log.warning("%s still running %gs after training finished; stopping them", names,
-                                self.spec.timeouts.shutdown)
-                    self._end(AppState.SUCCEEDED, f"stopped {names}: still running {self.spec.timeouts.shutdown:g}s "
-                                                  f"after training finished (timeouts.shutdown)")
-                    return
-            now = time.monotonic()
-            if now - last_refresh >= 0.5:
-                self._refresh()
-                last_refresh = now
-            self._stop.wait(0.1)
-
-    def _training_done(self, training: set[str]) -> bool:
-        """Success policy: every training task finished (default), or the chief did (``success_policy: chief``)."""
-        if self.spec.success_policy == "chief":
-            return self.tasks[self.spec.training_tasks[0]].state == "SUCCEEDED"
-        return all(self.tasks[t].state == "SUCCEEDED" for t in training)
-
-    def _end(self, state: AppState, diagnostics: str) -> None:
-        self._state, self._diag = state, diagnostics
-        if state is not AppState.SUCCEEDED:
-            log.error("job %s: %s", state.value, diagnostics)
 
 
 class LocalBackend(Backend):
@@ -484,14 +102,14 @@ class LocalBackend(Backend):
         d = self._apps() / app_id
         d.mkdir(parents=True)
         (d / "spec.json").write_text(spec.to_json())
-        _write_json_atomic(d / "status.json", AppStatus(app_id, "local", spec.name, AppState.PENDING,
+        write_json_atomic(d / "status.json", AppStatus(app_id, "local", spec.name, AppState.PENDING,
                                                         started=time.time(), tracking_url=str(d),
                                                         tags=list(spec.tags)).to_dict())
         with open(d / "launcher.log", "ab") as out:
             proc = subprocess.Popen([sys.executable, "-m", "tfyarn.backends.local", str(d), app_id],
                                     stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                     start_new_session=True)
-        (d / "launcher.pid").write_text(str(proc.pid))
+        write_text_atomic(d / "launcher.pid", str(proc.pid))
         return app_id
 
     def status(self, app_id: str) -> AppStatus:

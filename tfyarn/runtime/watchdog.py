@@ -385,12 +385,6 @@ class StallWatchdog:
             self.on_stall(self.report)
         return self.report
 
-    def update_pid(self, task: str, pid: int) -> None:
-        """A task was restarted in place: signal its new process from now on."""
-        self.all_tasks[task] = pid
-        if task in self.states:
-            self.states[task].pid = pid
-
     # -- thread ------------------------------------------------------------------------------------------------------
     def _run(self) -> None:
         while not self._stop.wait(self.interval):

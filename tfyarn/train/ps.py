@@ -33,7 +33,6 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from tfyarn.runtime.context import ABORT_KEY, DONE_KEY
