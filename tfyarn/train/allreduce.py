@@ -164,7 +164,8 @@ def make_feeder(ctx: TaskContext) -> Any:
     """This task's share of the training data: identical step counts on every worker (the epoch planner)."""
     Feeder, build_manifest = data_api()
     d = ctx.spec.data
-    manifest = build_manifest([ctx.spec.resolve_path(u) for u in d.train], compression=d.compression)
+    manifest = build_manifest([ctx.spec.resolve_path(u) for u in d.train], compression=d.compression,
+                              on_corrupt=d.on_corrupt)
     return Feeder(manifest, dict(d.features), d.batch_size, ctx.data_rank, ctx.num_data_workers,
                   seed=d.shuffle_seed, shuffle_buffer=d.shuffle_buffer, prefetch=d.prefetch, on_corrupt=d.on_corrupt)
 

@@ -56,7 +56,8 @@ def make_eval_feeder(ctx: TaskContext) -> Any:
     from tfyarn.train.allreduce import data_api
     Feeder, build_manifest = data_api()
     d = ctx.spec.data
-    manifest = build_manifest([ctx.spec.resolve_path(u) for u in d.eval], compression=d.compression)
+    manifest = build_manifest([ctx.spec.resolve_path(u) for u in d.eval], compression=d.compression,
+                              on_corrupt=d.on_corrupt)
     return Feeder(manifest, dict(d.features), d.batch_size, 0, 1, seed=d.shuffle_seed, shuffle_buffer=0,
                   prefetch=d.prefetch, on_corrupt=d.on_corrupt)
 

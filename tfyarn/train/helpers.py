@@ -23,7 +23,8 @@ def make_feeder(ctx: Any) -> Any:
     d = ctx.spec.data
     if ctx.data_rank < 0:
         raise ValueError(f"{ctx.task_id} is not a training task; it has no share of the data")
-    manifest = build_manifest([ctx.spec.resolve_path(u) for u in d.train], compression=d.compression)
+    manifest = build_manifest([ctx.spec.resolve_path(u) for u in d.train], compression=d.compression,
+                              on_corrupt=d.on_corrupt)
     return Feeder(manifest, d.features, d.batch_size, ctx.data_rank, ctx.num_data_workers, seed=d.shuffle_seed,
                   shuffle_buffer=d.shuffle_buffer, prefetch=d.prefetch, on_corrupt=d.on_corrupt)
 
