@@ -367,7 +367,7 @@ def report(res: dict) -> str:
                      f"Launcher start → first step of any training task: **{ls['launch_to_first_step_s']:.2f} s**; "
                      f"→ every training task past its first step: {ls['launch_to_all_first_step_s']:.2f} s. "
                      f"Goal ≤ TF import + 1.5 s = {goal:.2f} s: {ok}. Measured through the local backend's "
-                     f"Launcher (`tfyarn.backends.local`), state {ls['state']}.")
+                     f"Launcher (`tfyarn.backends.launcher`, what `tfyarn run` uses), state {ls['state']}.")
         if "tf_import_4_concurrent_s" in res:
             lines.append("")
             lines.append(f"Context: the job's 4 TF processes import TensorFlow at the same time on {res['cpus']} "
