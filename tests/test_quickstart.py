@@ -37,3 +37,31 @@ def test_quickstart_trains_to_the_end_and_the_loss_goes_down(tfyarn_home):
     assert {t["task"]: t["state"] for t in st["tasks"]} == {
         "ps:0": "SUCCEEDED", "chief:0": "SUCCEEDED", "worker:0": "SUCCEEDED", "worker:1": "SUCCEEDED"}
     assert wait_no_processes(app_id, 5) == []
+
+
+def test_sigint_mid_training_leaves_no_tensorflow_process_within_10s(tfyarn_home):
+    import signal
+    import time
+    proc = subprocess.Popen([sys.executable, "-m", "tfyarn.cli", "-q", "run", str(ROOT / "specs" / "quickstart.yaml"),
+                             "--set", "data.epochs=50"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT)
+    app_id = None
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # until every training task has run steps (TF fully up)
+        apps = sorted((tfyarn_home / "apps").glob("local-*")) if (tfyarn_home / "apps").exists() else []
+        if apps and (apps[0] / "status.json").exists():
+            app_id = apps[0].name
+            try:
+                per_task = json.loads((apps[0] / "status.json").read_text())["progress"].get("per_task") or {}
+            except ValueError:
+                per_task = {}
+            if all((per_task.get(t) or 0) > 2 for t in ("chief:0", "worker:0", "worker:1")):
+                break
+        time.sleep(0.2)
+    else:
+        proc.kill()
+        pytest.fail("the quickstart never started training")
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 3, out.decode()[-2000:]
+    assert wait_no_processes(app_id, 10 - (time.monotonic() - t0)) == []
