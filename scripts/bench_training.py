@@ -55,7 +55,7 @@ def _micro_common(data_dir: str):
     """The files and tfyarn's fed input: the allreduce loop's EpochPipeline (two Feeders, next epoch read ahead)."""
     from tfyarn.data import Feeder, build_manifest
     from tfyarn.spec import Feature
-    from tfyarn.train.allreduce import EpochPipeline
+    from tfyarn.data.pipeline import EpochPipeline
     files = sorted(str(p) for p in Path(data_dir).glob("*.tfrecord"))
     feats = {k: Feature(**v) for k, v in FEATURES.items()}
     manifest = build_manifest(files)

@@ -16,7 +16,8 @@ import pytest
 from harness import RECOMMENDER_FEATURES, LocalCluster, write_recommender_files
 from tfyarn.runtime.context import DONE_KEY, progress_key
 from tfyarn.spec import load_spec_dict
-from tfyarn.train.allreduce import model_variable_keys, position
+from tfyarn.train.allreduce import model_variable_keys
+from tfyarn.train.helpers import position
 
 SKEWED = [3000, 2500, 2000, 1500, 1000]
 
@@ -68,7 +69,7 @@ class FakeFeeder:
 
 
 def test_epoch_pipeline_yields_the_plan_from_a_resume_point_and_opens_the_next_epoch_early():
-    from tfyarn.train.allreduce import EpochPipeline
+    from tfyarn.data.pipeline import EpochPipeline
     opened: list[int] = []
     steps = [3, 2, 0, 2]
     pipe = EpochPipeline(lambda: FakeFeeder(steps, opened), epochs=4)
@@ -84,7 +85,7 @@ def test_epoch_pipeline_yields_the_plan_from_a_resume_point_and_opens_the_next_e
 
 
 def test_epoch_pipeline_resume_after_the_last_epoch_yields_nothing():
-    from tfyarn.train.allreduce import EpochPipeline
+    from tfyarn.data.pipeline import EpochPipeline
     pipe = EpochPipeline(lambda: FakeFeeder([1], []), epochs=1)
     assert list(pipe.run(1, 0)) == []
 

@@ -32,6 +32,8 @@ from typing import Any, Callable
 from tfyarn.errors import WaitTimeout
 from tfyarn.runtime.context import ABORT_KEY, DONE_KEY, TOTAL_STEPS_KEY, TaskContext, failure_key
 from tfyarn.runtime.watchdog import install_stack_dumps
+from tfyarn.data.pipeline import EpochPipeline
+from tfyarn.train import helpers
 from tfyarn.train.model import build_model, load, split_features, tf_dtype
 
 log = logging.getLogger("tfyarn.train.allreduce")
@@ -160,102 +162,6 @@ def build(ctx: TaskContext, strategy: Any) -> tuple[Any, Any, Any, Any]:
 
 # ------------------------------------------------------------------------------------------------------------- data
 
-def make_feeder(ctx: TaskContext) -> Any:
-    """This task's share of the training data: identical step counts on every worker (the epoch planner)."""
-    Feeder, build_manifest = data_api()
-    d = ctx.spec.data
-    manifest = build_manifest([ctx.spec.resolve_path(u) for u in d.train], compression=d.compression,
-                              on_corrupt=d.on_corrupt)
-    return Feeder(manifest, dict(d.features), d.batch_size, ctx.data_rank, ctx.num_data_workers,
-                  seed=d.shuffle_seed, shuffle_buffer=d.shuffle_buffer, prefetch=d.prefetch, on_corrupt=d.on_corrupt)
-
-
-def data_api() -> tuple[Any, Any]:
-    """(Feeder, build_manifest) from the data layer (ARCHITECTURE.md, Data API); imported late: it is task code."""
-    from tfyarn.data import Feeder, build_manifest
-    return Feeder, build_manifest
-
-
-class EpochPipeline:
-    """Batches across epochs with no gap at the boundaries: epoch e+1 is already being read while e is consumed.
-
-    Why: a :class:`Feeder` starts an epoch's reader/parser threads when ``epoch(e)`` is called and stops the previous
-    epoch's, so the first batch of every epoch cost a cold start (thread start, file open, first parse: 10–70 ms,
-    many steps of a small model) — the place where every worker waits. Two feeders over the same manifest alternate
-    epochs; the next epoch's run is opened once the current epoch has delivered its first batch, so its prefetch
-    queue is full by the time it is needed. Memory: at most two epochs' prefetch queues.
-    """
-
-    def __init__(self, make: Callable[[], Any], epochs: int):
-        self.feeders = [make(), make()]
-        self.epochs = epochs
-
-    def steps(self, epoch: int) -> int:
-        return int(self.feeders[0].steps(epoch))
-
-    def run(self, epoch0: int, in_epoch0: int):
-        """Yield ``(epoch, batch)`` from (epoch0, in_epoch0) to the end of the last epoch."""
-        if epoch0 >= self.epochs:
-            return
-        cur = self.feeders[epoch0 % 2].epoch(epoch0, start_step=in_epoch0)
-        for epoch in range(epoch0, self.epochs):
-            opener = None
-            for i, batch in enumerate(cur):
-                yield epoch, batch
-                if i == 0 and epoch + 1 < self.epochs:
-                    opener = self._open_async(epoch + 1)
-            if epoch + 1 < self.epochs:
-                cur = self._opened(opener, epoch + 1)
-
-    def _open_async(self, epoch: int) -> tuple[threading.Thread, list]:
-        """Open ``epoch`` (plan + thread start: a few ms of Python) off the training thread, between steps."""
-        out: list = []
-
-        def open_() -> None:
-            try:
-                out.append(self.feeders[epoch % 2].epoch(epoch))
-            except BaseException as exc:  # noqa: BLE001 - re-raised in the training thread by _opened
-                out.append(exc)
-        t = threading.Thread(target=open_, name=f"tfyarn-open-epoch-{epoch}", daemon=True)
-        t.start()
-        return t, out
-
-    def _opened(self, opener: tuple[threading.Thread, list] | None, epoch: int) -> Any:
-        if opener is None:                     # the epoch had no batch (nothing to overlap with): open it now
-            return self.feeders[epoch % 2].epoch(epoch)
-        t, out = opener
-        t.join(timeout=60.0)
-        if not out:
-            raise WaitTimeout(f"timed out after 60s waiting for the feeder to open epoch {epoch}")
-        if isinstance(out[0], BaseException):
-            raise out[0]
-        return out[0]
-
-    def close(self) -> None:
-        for f in self.feeders:
-            f.close()
-
-    def __enter__(self) -> "EpochPipeline":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-
-def epoch_steps(feeder: Any, epochs: int) -> list[int]:
-    return [int(feeder.steps(e)) for e in range(epochs)]
-
-
-def position(global_step: int, steps: list[int]) -> tuple[int, int]:
-    """Global step → (epoch, step within that epoch) under the plan ``steps`` (per-epoch step counts)."""
-    done = 0
-    for epoch, n in enumerate(steps):
-        if global_step < done + n:
-            return epoch, global_step - done
-        done += n
-    return len(steps), 0
-
-
 def agree_on_total(ctx: TaskContext, total: int) -> None:
     """The chief publishes the planned total; every other worker checks its own plan gives the same number.
 
@@ -322,7 +228,7 @@ class Checkpointer:
         if self.store is None or not self.ctx.is_chief or self.last_step == global_step:
             return None
         prefix = self.state.write(str(self.local / f"ckpt-{global_step}"))
-        epoch, in_epoch = position(global_step, self.steps)
+        epoch, in_epoch = helpers.position(global_step, self.steps)
         meta = {"format": CHECKPOINT_FORMAT, "mode": "allreduce", "epoch": epoch, "step_in_epoch": in_epoch,
                 "worker_steps": worker_steps, "model_variables": model_variable_keys(self.n_model_vars),
                 "num_workers": self.ctx.num_data_workers}
@@ -436,15 +342,15 @@ def run(ctx: TaskContext) -> dict[str, Any]:
     step_fn = make_step(strategy, model, optimizer, global_step, input_signature(spec.data.features, batch),
                         spec.data.label, global_batch)
 
-    feeder = EpochPipeline(lambda: make_feeder(ctx), spec.data.epochs)
+    feeder = EpochPipeline(lambda: helpers.make_feeder(ctx), spec.data.epochs)
     with feeder:
-        steps = epoch_steps(feeder, spec.data.epochs)
+        steps = helpers.epoch_steps(feeder, spec.data.epochs)
         total = sum(steps)
         agree_on_total(ctx, total)
         ckpt = Checkpointer(ctx, state, len(model.variables), steps)
         entry = ckpt.restore_latest()
         start = int(global_step.numpy())
-        epoch0, in_epoch0 = position(start, steps)
+        epoch0, in_epoch0 = helpers.position(start, steps)
         log.info("%s: plan %s steps per epoch, %d in total; starting at global step %d (epoch %d, step %d)%s",
                  ctx.task_id, steps, total, start, epoch0, in_epoch0, f" from {entry['name']}" if entry else "")
         progress = ProgressReporter(ctx.kv, ctx.task_id)

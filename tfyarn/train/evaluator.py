@@ -53,8 +53,7 @@ def _not_found_error() -> type:
 
 def make_eval_feeder(ctx: TaskContext) -> Any:
     """One reader over the whole eval set (rank 0 of 1): full batches of ``data.batch_size``, same order every time."""
-    from tfyarn.train.allreduce import data_api
-    Feeder, build_manifest = data_api()
+    from tfyarn.data import Feeder, build_manifest
     d = ctx.spec.data
     manifest = build_manifest([ctx.spec.resolve_path(u) for u in d.eval], compression=d.compression,
                               on_corrupt=d.on_corrupt)

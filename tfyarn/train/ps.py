@@ -37,6 +37,7 @@ from typing import Any
 
 from tfyarn.runtime.context import ABORT_KEY, DONE_KEY
 from tfyarn.runtime.kv import KVUnavailable, put_json
+from tfyarn.data.pipeline import EpochPipeline
 from tfyarn.train import helpers
 from tfyarn.train.model import build_model, split_features, tf_dtype
 from tfyarn.train.progress import ProgressReporter, publish_total_steps, read_progress, write_summary
@@ -451,7 +452,8 @@ def train(ctx: Any, model: Any) -> dict[str, Any] | None:
     """A chief or worker task in ps mode. Returns the summary on the chief, this task's figures otherwise."""
     spec = ctx.spec
     t_start = time.monotonic()
-    feeder = helpers.make_feeder(ctx)
+    # two feeders alternating epochs: the next epoch is read while this one trains (no cold start at a boundary)
+    feeder = EpochPipeline(lambda: helpers.make_feeder(ctx), spec.data.epochs)
     with feeder:
         steps = helpers.epoch_steps(feeder, spec.data.epochs)
         per_worker = sum(steps)
@@ -556,24 +558,23 @@ def _run(ctx: Any, tg: TrainGraph, sess: Any, feeder: Any, steps: list[int], tar
     label = spec.data.label
     progress.begin()
     t_first = None
-    for e in range(epoch, len(steps)):
-        for batch in feeder.epoch(e, start_step=start if e == epoch else 0):
-            gs, loss = step_fn(*[batch[n] for n in names])
-            gs = int(gs)
-            local += 1
-            if t_first is None:
-                t_first = time.monotonic()
-                log.info("%s: first step %.2fs after start, loss %.4f", ctx.task_id, t_first - t_start, loss)
-            if spec.sync and gs != local:
-                raise RuntimeError(f"{ctx.task_id}: sync lockstep broken: local step {local} but global step {gs}")
-            progress.report(step=local, epoch=e, loss=loss, global_step=gs,
-                            examples=len(batch[label]) if label else spec.data.batch_size)
-            if aggregator is not None and aggregator.error is not None:
-                raise RuntimeError(f"sync aggregation failed: {aggregator.error}") from aggregator.error
-            if ckpt and ckpt.due(gs):
-                ckpt.save(sess)
-            if spec.sync and gs >= target:
-                break
+    for e, batch in feeder.run(epoch, start):
+        gs, loss = step_fn(*[batch[n] for n in names])
+        gs = int(gs)
+        local += 1
+        if t_first is None:
+            t_first = time.monotonic()
+            log.info("%s: first step %.2fs after start, loss %.4f", ctx.task_id, t_first - t_start, loss)
+        if spec.sync and gs != local:
+            raise RuntimeError(f"{ctx.task_id}: sync lockstep broken: local step {local} but global step {gs}")
+        progress.report(step=local, epoch=e, loss=loss, global_step=gs,
+                        examples=len(batch[label]) if label else spec.data.batch_size)
+        if aggregator is not None and aggregator.error is not None:
+            raise RuntimeError(f"sync aggregation failed: {aggregator.error}") from aggregator.error
+        if ckpt and ckpt.due(gs):
+            ckpt.save(sess)
+        if spec.sync and gs >= target:
+            break
     mine = progress.final()
     mine["start_worker_steps"] = [int(x) for x in ws0]
     mine["lost_steps"] = lost
