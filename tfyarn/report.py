@@ -204,8 +204,13 @@ def fetch_report(app_id: str | None = None, source: str | None = None) -> tuple[
     if not app_id:
         raise TfyarnError("give an app id or --from URL")
     if not app_id.startswith("local-"):
-        raise TfyarnError(f"{app_id} is not a local app: its report is next to its checkpoints; "
-                          f"pass --from <checkpoint dir URL>")
+        from tfyarn.backends.local import tfyarn_home
+        d = tfyarn_home() / "yarn" / app_id  # written when this machine followed the job (run / --wait / wait)
+        if (d / REPORT_JSON).exists():
+            report = json.loads((d / REPORT_JSON).read_text())
+            return report, str(d / REPORT_PNG) if report.get("plot") else None
+        raise TfyarnError(f"no report of {app_id} on this machine (it is written by whoever followed the job to its "
+                          f"end, next to its checkpoints): pass --from <checkpoint dir URL>")
     from tfyarn.backends.local import LocalBackend
     backend = LocalBackend()
     d = backend.app_dir(app_id)

@@ -36,6 +36,7 @@ from tfyarn.backends._skein import skein
 from tfyarn.backends.base import AppState, AppStatus, Backend, TaskStatus
 from tfyarn.backends.progress import GlobalStepRate, aggregate_progress
 from tfyarn.errors import AppNotFound, WaitTimeout
+from tfyarn.report import HISTORY_FILE, ProgressHistory, write_run_report
 from tfyarn.spec import JobSpec, load_spec_json
 
 log = logging.getLogger(__name__)
@@ -164,6 +165,7 @@ class YarnBackend(Backend):
         self._conf: dict[str, str] | None = None
         self._apps: dict[str, Any] = {}
         self._rates: dict[str, GlobalStepRate] = {}  # per app, for the ETA across status reads (wait, --follow)
+        self._history: dict[str, ProgressHistory] = {}  # per app, progress over time for the run report
         self.last_env: packaging.EnvRef | None = None
 
     # -- plumbing ----------------------------------------------------------------------------------------------------
@@ -374,7 +376,12 @@ class YarnBackend(Backend):
         failures = {k.split("/", 1)[1]: v for k, v in kv.items() if k.startswith("failure/")}
         tasks = tasks_from_containers(containers, taskmap, spec, failures)
         total = kv.get("plan/total_steps")
-        progress = aggregate_progress({k: v for k, v in kv.items() if k.startswith("progress/")},
+        progress_items = {k: v for k, v in kv.items() if k.startswith("progress/")}
+        if app_id not in self._history:
+            self._report_dir(app_id).mkdir(parents=True, exist_ok=True)
+            self._history[app_id] = ProgressHistory(self._report_dir(app_id) / HISTORY_FILE)
+        self._history[app_id].record(progress_items)
+        progress = aggregate_progress(progress_items,
                                       int(total) if total and total.isdigit() else None,
                                       spec.training_tasks if spec else [],
                                       self._rates.setdefault(app_id, GlobalStepRate()))
@@ -570,7 +577,9 @@ class YarnBackend(Backend):
                 raise _NotAllocated(st)
 
         try:
-            return super().wait(app_id, timeout=timeout, poll=poll, on_update=follow)
+            st = super().wait(app_id, timeout=timeout, poll=poll, on_update=follow)
+            self._write_report(st)
+            return st
         except _NotAllocated as exc:
             diag = self._allocation_diagnosis(exc.status, limit)  # type: ignore[arg-type]
             log.error("%s: %s; killing it", app_id, diag)
@@ -579,6 +588,26 @@ class YarnBackend(Backend):
             st.state, st.diagnostics = AppState.TIMED_OUT, diag
             self._save_state(app_id, final=st.to_dict())
             return st
+
+    def _report_dir(self, app_id: str) -> Path:
+        return self._state_path(app_id).with_suffix("")
+
+    def _write_report(self, st: AppStatus) -> None:
+        """The run report (JSON + PNG) of a job this client followed: in ``$TFYARN_HOME/yarn/<app>/`` and next to
+        the checkpoints, like a local run's. Never changes the outcome."""
+        path = self._report_dir(st.app_id) / HISTORY_FILE
+        points = ProgressHistory.load(path).points  # every follower's points, not only this process's
+        if not points:
+            return
+        try:
+            saved = self._load_state(st.app_id)
+            spec = load_spec_json(saved["spec"]) if saved.get("spec") else None
+            ckpt = spec.resolve_path(spec.checkpoint.dir) if spec and spec.checkpoint.dir else None
+            d = self._report_dir(st.app_id)
+            d.mkdir(parents=True, exist_ok=True)
+            write_run_report(d, st.to_dict(), points, ckpt)
+        except Exception:  # noqa: BLE001 - a report is a convenience
+            log.warning("could not write the run report of %s", st.app_id, exc_info=True)
 
     def _allocation_diagnosis(self, st: AppStatus, limit: float) -> str:
         pending = [t.task for t in st.tasks if t.state == "PENDING"] or ["the application master"]
