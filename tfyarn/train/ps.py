@@ -420,12 +420,23 @@ class Checkpointer:
             return None
         prefix = self.tg.saver.save(sess, str(self.local / "ckpt"), global_step=gs, write_meta_graph=False,
                                     write_state=False)
+        # Async workers keep stepping while the Saver reads the ps: the counters in the files can be a step or two
+        # past what was read above. The index must describe what was saved, so read them back from the files.
+        gs, ws = self._saved_counters(prefix)
         ws = [gs] * len(ws) if self.ctx.spec.sync else [int(x) for x in ws]
         meta = {"format": "v1-saver", "model_variables": self.tg.model_var_keys, "worker_steps": ws,
                 "epoch": helpers.position(min(ws), self.steps)[0], "mode": "ps", "sync": self.ctx.spec.sync}
         entry = self.store.upload(prefix, gs, meta)
         self.last_step, self.last_time = gs, time.monotonic()
         return entry
+
+
+    def _saved_counters(self, prefix: str) -> tuple[int, list[int]]:
+        import tensorflow as tf
+        reader = tf.compat.v1.train.NewCheckpointReader(prefix)
+        gs = int(reader.get_tensor(self.tg.global_step.op.name))
+        ws = [int(x) for x in reader.get_tensor(self.tg.worker_steps.op.name)]
+        return gs, ws
 
 
 # ----------------------------------------------------------------------------------------------------- train loop
