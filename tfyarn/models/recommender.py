@@ -6,6 +6,7 @@ Data schema (``tfyarn.data.synth`` kind ``recommender``): ``label float32 ()``, 
 """
 from __future__ import annotations
 
+from tfyarn.models import binary_logit_metrics
 from tfyarn.train.model import Model
 
 
@@ -42,10 +43,7 @@ class Recommender(Model):
         return tf.compat.v1.train.AdagradOptimizer(self.learning_rate)
 
     def metrics(self, labels, predictions):
-        import tensorflow as tf
-        labels = tf.cast(labels, tf.float32)
-        correct = tf.cast(tf.equal(tf.cast(predictions > 0, tf.float32), labels), tf.float32)
-        return {"loss": tf.reduce_mean(self.loss(labels, predictions)), "accuracy": tf.reduce_mean(correct)}
+        return binary_logit_metrics(self, labels, predictions)
 
 
 def model(**params) -> Recommender:
