@@ -76,3 +76,18 @@ def test_run_json_output_and_exit_code_of_a_finished_job(tmp_path):
     assert st["schema"] == "tfyarn.status/1" and st["state"] == "SUCCEEDED" and st["exit_code"] == 0
     r2 = CliRunner().invoke(cli, ["status", st["app_id"], "--output", "json"])
     assert r2.exit_code == 0 and json.loads(r2.output)["state"] == "SUCCEEDED"
+
+
+def test_gateway_commands_import_no_tensorflow():
+    """Validating and building the YARN submission run on gateway nodes without TensorFlow (or Keras, matplotlib)."""
+    code = ("import sys\n"
+            "from click.testing import CliRunner\n"
+            "from tfyarn.cli import cli\n"
+            f"spec = {str(ROOT / 'specs' / 'ctr-yarn.yaml')!r}\n"
+            "assert CliRunner().invoke(cli, ['validate', spec]).exit_code == 0\n"
+            "r = CliRunner().invoke(cli, ['submit', spec, '--yarn', '--dry-run'])\n"
+            "assert r.exit_code == 0 and 'tfyarn.runtime' in r.output, r.output\n"
+            "print(sorted(m for m in ('tensorflow', 'keras', 'matplotlib') if m in sys.modules))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] == "[]"
