@@ -147,3 +147,16 @@ def test_frozen_worker_fails_the_job_after_the_stall_timeout_with_stacks_in_logs
     chief_log = "\n".join(backend.logs(app_id, task="chief:0"))
     assert "tfyarn stack dump" in chief_log and "lockstep" in chief_log  # where the chief was waiting
     assert wait_no_processes(app_id, 10) == []
+
+
+def test_logs_follow_every_task_until_the_end(tmp_path):
+    spec = load_spec_dict(small_spec(tmp_path, model="custom_jobs:count", params={"steps": 30}))
+    backend = LocalBackend()
+    app_id = backend.submit(spec)
+    lines = list(backend.logs(app_id, follow=True))  # returns by itself once the app has ended
+    assert backend.status(app_id).state is AppState.SUCCEEDED
+    for task in ("chief:0", "worker:0"):
+        mine = [ln for ln in lines if ln.startswith(f"{task} | ")]
+        assert any(f"{task} finished in" in ln for ln in mine), lines[-20:]
+    with pytest.raises(Exception, match="has no task 'worker:7'"):
+        list(backend.logs(app_id, task="worker:7"))

@@ -129,29 +129,49 @@ class LocalBackend(Backend):
         return st
 
     def logs(self, app_id: str, task: str | None = None, follow: bool = False) -> Iterator[str]:
+        """One task's log lines, or every task's prefixed with ``<task> | ``; ``follow`` keeps reading (all tasks
+        interleaved as they write) until the app has ended and everything it wrote has been read."""
         d = self.app_dir(app_id)
-        names = [task] if task else [p.name.replace("_", ":", 1) for p in sorted((d / "tasks").glob("*"))]
-        if task and not (d / "tasks" / task.replace(":", "_")).is_dir():
-            raise AppNotFound(f"app {app_id} has no task {task!r}")
-        if not follow or len(names) != 1:
-            for n in names:
-                path = d / "tasks" / n.replace(":", "_") / "task.log"
+        names = load_spec_json((d / "spec.json").read_text()).tasks()
+        if task is not None and task not in names:
+            raise AppNotFound(f"app {app_id} has no task {task!r} (tasks: {', '.join(names)})")
+        paths = {n: d / "tasks" / n.replace(":", "_") / "task.log" for n in ([task] if task else names)}
+
+        def fmt(n: str, line: str) -> str:
+            return line if task else f"{n} | {line}"
+
+        if not follow:
+            for n, path in paths.items():
                 if path.exists():
                     for line in path.read_text(errors="replace").splitlines():
-                        yield line if task else f"{n} | {line}"
+                        yield fmt(n, line)
             return
-        yield from self._follow_log(app_id, d / "tasks" / task.replace(":", "_") / "task.log")  # type: ignore[union-attr]
+        yield from self._follow_logs(app_id, paths, fmt)
 
-    def _follow_log(self, app_id: str, path: Path) -> Iterator[str]:
-        pos = 0
-        while True:
-            if path.exists():
-                with open(path, errors="replace") as f:
-                    f.seek(pos)
+    def _follow_logs(self, app_id: str, paths: dict[str, Path], fmt: Callable[[str, str], str]) -> Iterator[str]:
+        pos = {n: 0 for n in paths}
+        partial = {n: b"" for n in paths}  # a line being written is yielded once it is complete
+
+        def drain(final: bool) -> Iterator[str]:
+            for n, path in paths.items():
+                if not path.exists():
+                    continue
+                with open(path, "rb") as f:
+                    f.seek(pos[n])
                     chunk = f.read()
-                    pos = f.tell()
-                yield from chunk.splitlines()
-            if self.status(app_id).state.is_terminal:
+                    pos[n] = f.tell()
+                lines = (partial[n] + chunk).split(b"\n")
+                partial[n] = lines.pop()
+                if final and partial[n]:
+                    lines.append(partial[n])
+                    partial[n] = b""
+                for raw in lines:
+                    yield fmt(n, raw.decode(errors="replace"))
+
+        while True:
+            ended = self.status(app_id).state.is_terminal  # checked before the read: nothing written is missed
+            yield from drain(final=ended)
+            if ended:
                 return
             time.sleep(0.5)
 
