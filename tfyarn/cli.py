@@ -206,16 +206,25 @@ def kill(app_id: str) -> None:
 
 @cli.command("list")
 @_backend_option
-@click.option("--output", type=click.Choice(["text", "json"]), default="text")
-def list_(backend: str | None, output: str) -> None:
-    """List tfyarn apps."""
+@click.option("--tag", "tags", multiple=True, metavar="TAG",
+              help="Only apps carrying this tag (case-insensitive, as YARN stores them). Repeatable: all must match.")
+@click.option("--running", is_flag=True, help="Only apps that have not ended.")
+@click.option("--output", type=click.Choice(["text", "json", "ids"]), default="text",
+              help="ids: one app id a line (for scripts).")
+def list_(backend: str | None, tags: tuple[str, ...], running: bool, output: str) -> None:
+    """List tfyarn apps (e.g. a scheduler's retry finding the app of an earlier try: --running --tag ...)."""
     from tfyarn import api
-    apps = api.list_apps(backend)
+    want = {t.lower() for t in tags}
+    apps = [a for a in api.list_apps(backend)
+            if want <= {t.lower() for t in a.tags} and not (running and a.state.is_terminal)]
     if output == "json":
         click.echo(json.dumps([a.to_dict() for a in apps], indent=1))
-        return
-    for a in apps:
-        click.echo(f"{a.app_id:<36} {a.state.value:<10} {a.name}")
+    elif output == "ids":
+        for a in apps:
+            click.echo(a.app_id)
+    else:
+        for a in apps:
+            click.echo(f"{a.app_id:<36} {a.state.value:<10} {a.name}")
 
 
 @cli.command()

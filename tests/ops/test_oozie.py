@@ -75,3 +75,44 @@ def test_the_actions_command_line_validates_against_the_example_spec(tmp_path):
     proc = subprocess.run(["bash", str(OOZIE / "tfyarn-action.sh"), *bad], cwd=OOZIE, env=env,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "data.epochs" in proc.stderr
+
+
+def _action(tmp_path, spec_path, env_extra):
+    """Run the Oozie action script as Oozie's launcher would, against the local backend (no YARN here)."""
+    tfyarn_bin = tmp_path / "bin" / "tfyarn"
+    tfyarn_bin.parent.mkdir(exist_ok=True)
+    tfyarn_bin.write_text(f"#!/bin/sh\nexec {sys.executable} -m tfyarn.cli \"$@\"\n")
+    tfyarn_bin.chmod(0o755)
+    env = dict(os.environ, TFYARN=str(tfyarn_bin), TFYARN_BACKEND="--local", **env_extra)
+    return subprocess.Popen(["bash", str(OOZIE / "tfyarn-action.sh"), str(spec_path)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.timeout(180)
+def test_a_retried_action_adopts_the_running_app_instead_of_starting_another(tmp_path):
+    import time
+
+    from opsutil import job_spec, write_spec
+    from tfyarn.backends.local import LocalBackend
+    running = write_spec(tmp_path, job_spec(tmp_path, model="ops_jobs:long", tags=["ctr", "oozie-wf=w-1"]),
+                         "running.yaml")
+    first = subprocess.run([sys.executable, "-m", "tfyarn.cli", "-q", "submit", str(running), "--local"],
+                           capture_output=True, text=True, timeout=60)
+    app_id = first.stdout.strip()
+    assert app_id.startswith("local-"), first.stderr
+    # the retry: same tag; it must follow app_id, not submit the (short) spec it was given
+    retry = _action(tmp_path, write_spec(tmp_path, job_spec(tmp_path, tags=["ctr", "oozie-wf=w-1"])),
+                    {"TFYARN_ADOPT_TAG": "oozie-wf=w-1"})
+    time.sleep(3)
+    LocalBackend().kill(app_id)
+    out, err = retry.communicate(timeout=60)
+    assert f"app_id={app_id}" in out.splitlines(), (out, err)
+    assert f"adopting {app_id}" in err
+    assert retry.returncode == 3 and "exit_code=3" in out  # it followed the adopted app to its (killed) end
+    assert len(LocalBackend().list()) == 1  # nothing else was started
+    # no running app with the tag: the action submits its own job
+    fresh = _action(tmp_path, write_spec(tmp_path, job_spec(tmp_path, tags=["oozie-wf=w-2"]), "fresh.yaml"),
+                    {"TFYARN_ADOPT_TAG": "oozie-wf=w-2"})
+    out, err = fresh.communicate(timeout=120)
+    assert fresh.returncode == 0, err[-2000:]
+    assert "exit_code=0" in out and len(LocalBackend().list()) == 2
