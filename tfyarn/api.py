@@ -46,44 +46,46 @@ def backend_for_app(app_id: str) -> Backend:
 
 
 def dryrun(spec: JobSpec, backend: str | None = None) -> str:
-    return get_backend(backend).dryrun(spec)
+    with get_backend(backend) as b:
+        return b.dryrun(spec)
 
 
 def run(spec: JobSpec, backend: str | None = None, echo: Callable[[str, str], None] | None = None,
         on_update: Callable[[AppStatus], None] | None = None, timeout: float | None = None) -> AppStatus:
     """Run a job to its end. Local: in the foreground (Ctrl-C stops every task). YARN: submit and follow, with
     the spec's job attempts (``retry.max_attempts``) as new applications."""
-    b = get_backend(backend)
-    try:
+    with get_backend(backend) as b:
         if b.name == "local":
             return b.run(spec, echo=echo, on_update=on_update)  # type: ignore[attr-defined]
         return b.run(spec, echo=echo, on_update=on_update, timeout=timeout)  # type: ignore[attr-defined]
-    finally:
-        close = getattr(b, "close", None)
-        if close:
-            close()  # a private skein driver is stopped
 
 
 def submit(spec: JobSpec, backend: str | None = None) -> str:
-    return get_backend(backend).submit(spec)
+    with get_backend(backend) as b:
+        return b.submit(spec)
 
 
 def status(app_id: str) -> AppStatus:
-    return backend_for_app(app_id).status(app_id)
+    with backend_for_app(app_id) as b:
+        return b.status(app_id)
 
 
 def wait(app_id: str, timeout: float | None = None,
          on_update: Callable[[AppStatus], None] | None = None) -> AppStatus:
-    return backend_for_app(app_id).wait(app_id, timeout=timeout, on_update=on_update)
+    with backend_for_app(app_id) as b:
+        return b.wait(app_id, timeout=timeout, on_update=on_update)
 
 
 def logs(app_id: str, task: str | None = None, follow: bool = False) -> Iterator[str]:
-    return backend_for_app(app_id).logs(app_id, task=task, follow=follow)
+    with backend_for_app(app_id) as b:  # closed once the caller has read (or abandoned) the lines
+        yield from b.logs(app_id, task=task, follow=follow)
 
 
 def kill(app_id: str) -> None:
-    backend_for_app(app_id).kill(app_id)
+    with backend_for_app(app_id) as b:
+        b.kill(app_id)
 
 
 def list_apps(backend: str | None = None) -> list[AppStatus]:
-    return get_backend(backend).list()
+    with get_backend(backend) as b:
+        return b.list()

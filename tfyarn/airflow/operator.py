@@ -117,10 +117,10 @@ class TfyarnOperator(BaseOperator):
     def _wait(self, app_id: str) -> Any:
         from tfyarn import api
         from tfyarn.errors import WaitTimeout
-        backend = api.backend_for_app(app_id)
         try:
-            return backend.wait(app_id, timeout=self.wait_timeout, poll=self.poll_interval,
-                                on_update=progress_logger(self.log, self.log_interval))
+            with api.backend_for_app(app_id) as backend:  # a private skein driver is stopped afterwards
+                return backend.wait(app_id, timeout=self.wait_timeout, poll=self.poll_interval,
+                                    on_update=progress_logger(self.log, self.log_interval))
         except WaitTimeout as exc:
             self._kill(app_id, "wait_timeout ran out")
             raise AirflowException(str(exc)) from None

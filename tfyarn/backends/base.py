@@ -94,6 +94,15 @@ class Backend(ABC):
     def list(self) -> list[AppStatus]:
         return []
 
+    def close(self) -> None:
+        """Release what this backend holds (YARN: a private skein driver). Backends are context managers."""
+
+    def __enter__(self) -> "Backend":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def wait(self, app_id: str, timeout: float | None = None, poll: float = 1.0,
              on_update: Callable[[AppStatus], None] | None = None) -> AppStatus:
         """Poll until the app ends; ``on_update`` sees each status (progress display). Bounded by ``timeout``."""

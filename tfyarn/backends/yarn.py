@@ -221,12 +221,6 @@ class YarnBackend(Backend):
             self._client = None
             self._owns_client = False
 
-    def __enter__(self) -> "YarnBackend":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
     def _state_path(self, app_id: str) -> Path:
         from tfyarn.backends.local import tfyarn_home
         return tfyarn_home() / "yarn" / f"{app_id}.json"
