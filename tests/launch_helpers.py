@@ -41,3 +41,20 @@ def small_spec(tmp_path, **overrides):
     }
     spec.update(overrides)
     return spec
+
+
+def task_step(backend, app_id: str, task: str) -> int:
+    return int((backend.status(app_id).progress.get("per_task") or {}).get(task) or 0)
+
+
+def wait_for_step(backend, app_id: str, task: str, step: int, timeout: float) -> int:
+    """Wait until ``task`` reports local step >= ``step``; fails naming the task, the step and its last status."""
+    deadline = time.monotonic() + timeout
+    while True:
+        st = backend.status(app_id)
+        now = task_step(backend, app_id, task)
+        if now >= step:
+            return now
+        assert not st.state.is_terminal, f"job ended ({st.state.value}: {st.diagnostics}) before {task} step {step}"
+        assert time.monotonic() < deadline, f"{task} did not reach step {step} within {timeout:g}s (at {now})"
+        time.sleep(0.05)

@@ -9,7 +9,7 @@ import time
 import pytest
 import yaml
 
-from launch_helpers import app_processes, small_spec, wait_no_processes
+from launch_helpers import app_processes, small_spec, wait_for_step, wait_no_processes
 from tfyarn import api
 from tfyarn.backends.base import AppState
 from tfyarn.backends.local import LocalBackend
@@ -89,12 +89,8 @@ def test_submit_status_logs_kill_and_orphan_protection(tmp_path):
     spec = load_spec_dict(small_spec(tmp_path, model="custom_jobs:run_long"))
     backend = LocalBackend()
     app_id = backend.submit(spec)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        st = backend.status(app_id)
-        if st.progress.get("global_step", 0) > 2:
-            break
-        time.sleep(0.2)
+    wait_for_step(backend, app_id, "chief:0", 3, timeout=60)
+    st = backend.status(app_id)
     assert st.state is AppState.RUNNING
     assert {t.task for t in st.tasks} == {"chief:0", "worker:0"}
     assert any("chief:0" in line for line in backend.logs(app_id))
@@ -132,9 +128,7 @@ def test_frozen_worker_fails_the_job_after_the_stall_timeout_with_stacks_in_logs
                                      timeouts={"rendezvous": 20, "stall": 4, "shutdown": 5}))
     backend = LocalBackend()
     app_id = backend.submit(spec)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and backend.status(app_id).progress.get("global_step", 0) < 5:
-        time.sleep(0.2)
+    wait_for_step(backend, app_id, "chief:0", 5, timeout=60)
     assert backend.status(app_id).state is AppState.RUNNING
     worker = next(p for p in app_processes(app_id) if p.environ()["TFYARN_ROLE"] == "worker")
     frozen_at = time.monotonic()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import psutil
 
-from launch_helpers import app_processes
+from launch_helpers import app_processes, task_step, wait_for_step  # noqa: F401 - re-exported
 from tfyarn.spec import load_spec_dict
 
 JOBS = Path(__file__).resolve().parent / "jobs"
@@ -51,23 +51,6 @@ def planned_steps(spec) -> list[int]:
     m = build_manifest(spec.data.train)
     return [plan(m, spec.num_training_workers, e, spec.data.shuffle_seed, spec.data.batch_size).steps
             for e in range(spec.data.epochs)]
-
-
-def task_step(backend, app_id: str, task: str) -> int:
-    return int((backend.status(app_id).progress.get("per_task") or {}).get(task) or 0)
-
-
-def wait_for_step(backend, app_id: str, task: str, step: int, timeout: float) -> int:
-    """Wait until ``task`` reports local step >= ``step``; fails naming the task, the step and its last status."""
-    deadline = time.monotonic() + timeout
-    while True:
-        st = backend.status(app_id)
-        now = task_step(backend, app_id, task)
-        if now >= step:
-            return now
-        assert not st.state.is_terminal, f"job ended ({st.state.value}: {st.diagnostics}) before {task} step {step}"
-        assert time.monotonic() < deadline, f"{task} did not reach step {step} within {timeout:g}s (at {now})"
-        time.sleep(0.05)
 
 
 def task_process(app_id: str, task: str, timeout: float = 30.0) -> psutil.Process:
