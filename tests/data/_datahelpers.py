@@ -1,6 +1,8 @@
 """Helpers for the data-layer tests (a plain module: conftest is not importable without packages)."""
 from __future__ import annotations
 
+import os
+
 from tfyarn.data.example import encode_example
 from tfyarn.data.tfrecord import TFRecordWriter
 
@@ -20,3 +22,20 @@ def write_ids(url: str, start: int, n: int, compression: str = "none") -> list[b
         for p in payloads:
             w.write(p)
     return payloads
+
+
+def framer_children() -> list[int]:
+    """Live framing processes (``python -m tfyarn.data.framer``) started by this test process."""
+    me, found = os.getpid(), []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            stat = open(f"/proc/{d}/stat").read()
+            cmd = open(f"/proc/{d}/cmdline", "rb").read()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == me and b"tfyarn.data.framer" in cmd and stat.rsplit(")", 1)[1].split()[0] != "Z":
+            found.append(int(d))
+    return found

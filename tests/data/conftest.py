@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 
 import fsspec
 import pytest
+
+from _datahelpers import framer_children
 
 
 @pytest.fixture
@@ -36,3 +39,23 @@ def no_thread_leak():
     yield
     leaked = [t.name for t in threading.enumerate() if t.ident not in before and t.name.startswith("tfyarn")]
     assert not leaked, f"threads left running: {leaked}"
+    deadline = time.monotonic() + 5.0     # a closed feeder's framing process exits within its 2 s grace
+    while framer_children() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not framer_children(), f"framing processes left running: {framer_children()}"
+
+
+@pytest.fixture(params=["memory", "file"])
+def src(request, tmp_path):
+    """A data directory for feeder tests, once on each framing path: ``memory://`` files are framed in the feeder's
+    reader thread (another process cannot see them), ``file://`` files in the framing process (``framer.py``)."""
+    if request.param == "file":
+        yield f"file://{tmp_path}/data"
+        return
+    root = f"memory://t-{uuid.uuid4().hex[:10]}"
+    yield root
+    try:
+        fsspec.filesystem("memory").rm(root.removeprefix("memory://"), recursive=True)
+    except FileNotFoundError:
+        pass
+

@@ -75,8 +75,8 @@ def build_url(url):
     return fs.unstrip_protocol(path)
 
 
-def test_corrupted_data_crc_fails_with_location(mem, cache_dir):
-    url = f"{mem}/a.tfrecord"
+def test_corrupted_data_crc_fails_with_location(src, cache_dir):
+    url = f"{src}/a.tfrecord"
     p = write_ids(url, 0, 20)
     patch(url, offsets(p)[3] + 12 + 5, flip)
     m = build_manifest([url], cache_dir=cache_dir)          # framing is intact: indexing succeeds
@@ -86,8 +86,8 @@ def test_corrupted_data_crc_fails_with_location(mem, cache_dir):
     assert (e.value.path, e.value.record, e.value.offset) == (build_url(url), 3, offsets(p)[3])
 
 
-def test_corrupted_data_crc_skip_loses_nothing_else(mem, cache_dir, no_thread_leak):
-    url = f"{mem}/a.tfrecord"
+def test_corrupted_data_crc_skip_loses_nothing_else(src, cache_dir, no_thread_leak):
+    url = f"{src}/a.tfrecord"
     p = write_ids(url, 0, 20)
     patch(url, offsets(p)[3] + 12 + 5, flip)
     m = build_manifest([url], cache_dir=cache_dir)
@@ -162,9 +162,9 @@ BAD = {
 
 
 @pytest.mark.parametrize("case", sorted(BAD))
-def test_bad_example_fails_naming_record_and_feature(mem, cache_dir, case):
+def test_bad_example_fails_naming_record_and_feature(src, cache_dir, case):
     payload, feature, what = BAD[case]
-    url = f"{mem}/a.tfrecord"
+    url = f"{src}/a.tfrecord"
     p = write_with(url, 20, 7, payload)
     m = build_manifest([url], cache_dir=cache_dir)
     with feeder(m) as f, pytest.raises(DataError) as e:
@@ -173,8 +173,8 @@ def test_bad_example_fails_naming_record_and_feature(mem, cache_dir, case):
     assert e.value.feature == feature and e.value.record == 7
 
 
-def test_bad_example_skip(mem, cache_dir, no_thread_leak):
-    url = f"{mem}/a.tfrecord"
+def test_bad_example_skip(src, cache_dir, no_thread_leak):
+    url = f"{src}/a.tfrecord"
     write_with(url, 20, 7, BAD["missing"][0])
     m = build_manifest([url], cache_dir=cache_dir)
     with feeder(m, on_corrupt="skip") as f:
@@ -186,8 +186,8 @@ def test_bad_example_skip(mem, cache_dir, no_thread_leak):
 
 # --------------------------------------------------------------- damaged framing with on_corrupt="skip": resync
 
-def test_corrupted_length_crc_skip_resyncs_and_loses_only_that_record(mem, cache_dir, no_thread_leak):
-    url = f"{mem}/a.tfrecord"
+def test_corrupted_length_crc_skip_resyncs_and_loses_only_that_record(src, cache_dir, no_thread_leak):
+    url = f"{src}/a.tfrecord"
     p = write_ids(url, 0, 20)
     patch(url, offsets(p)[2] + 9, flip)
     m = build_manifest([url], cache_dir=cache_dir, on_corrupt="skip")
@@ -199,8 +199,8 @@ def test_corrupted_length_crc_skip_resyncs_and_loses_only_that_record(mem, cache
     assert sorted(rids) == sorted(set(range(20)) - {2})
 
 
-def test_truncated_file_skip_keeps_every_complete_record(mem, cache_dir):
-    url = f"{mem}/a.tfrecord"
+def test_truncated_file_skip_keeps_every_complete_record(src, cache_dir):
+    url = f"{src}/a.tfrecord"
     p = write_ids(url, 0, 12)
     fs, path = fsspec.core.url_to_fs(url)
     fs.pipe_file(path, fs.cat_file(path)[:-3])
@@ -213,8 +213,8 @@ def test_truncated_file_skip_keeps_every_complete_record(mem, cache_dir):
 
 
 @pytest.mark.parametrize("workers", [1, 3])
-def test_garbage_inside_a_file_is_jumped_over_by_every_range(mem, cache_dir, workers):
-    url = f"{mem}/a.tfrecord"
+def test_garbage_inside_a_file_is_jumped_over_by_every_range(src, cache_dir, workers):
+    url = f"{src}/a.tfrecord"
     p = write_ids(url, 0, 60)
     junk = bytes(range(256)) * 2
     patch(url, offsets(p)[25], lambda data, pos: data.__setitem__(slice(pos, pos), junk))   # insert 512 bytes

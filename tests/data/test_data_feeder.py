@@ -62,16 +62,16 @@ def test_every_worker_same_steps_every_record_once(root, workers, request, no_th
     assert seen[0] != seen[1] or plan(m, workers, 0, 0, 7).dropped == 0
 
 
-def test_gzip_files(mem):
-    m = dataset(mem, compression="gzip")
+def test_gzip_files(src):
+    m = dataset(src, compression="gzip")
     assert all(f.gz for f in m.files)
     with feeder(m, batch=21) as f:
         assert sorted(rids(f.epoch(0))) == list(range(441))
 
 
 @pytest.mark.parametrize("shuffle", [0, 50])
-def test_resume_mid_epoch_reproduces_the_rest(mem, shuffle):
-    m = dataset(mem)
+def test_resume_mid_epoch_reproduces_the_rest(src, shuffle):
+    m = dataset(src)
     with feeder(m, 1, 2, shuffle_buffer=shuffle, seed=5) as f:
         full = list(f.epoch(3))
         rest = list(f.epoch(3, start_step=11))
@@ -80,8 +80,8 @@ def test_resume_mid_epoch_reproduces_the_rest(mem, shuffle):
         assert list(f.epoch(3, start_step=f.steps(3))) == []
 
 
-def test_shuffle_buffer_is_seeded_and_changes_the_order(mem):
-    m = dataset(mem)
+def test_shuffle_buffer_is_seeded_and_changes_the_order(src):
+    m = dataset(src)
     with feeder(m, shuffle_buffer=64, seed=1) as f:
         a = rids(f.epoch(0))
         b = rids(f.epoch(0))
@@ -92,8 +92,8 @@ def test_shuffle_buffer_is_seeded_and_changes_the_order(mem):
     assert c != a
 
 
-def test_closing_early_stops_all_threads(mem, no_thread_leak):
-    m = dataset(mem)
+def test_closing_early_stops_all_threads(src, no_thread_leak):
+    m = dataset(src)
     f = feeder(m, batch=3, prefetch=2)
     it = f.epoch(0)
     next(it)
@@ -102,16 +102,16 @@ def test_closing_early_stops_all_threads(mem, no_thread_leak):
     f.close()
 
 
-def test_new_epoch_closes_the_previous_one(mem, no_thread_leak):
-    m = dataset(mem)
+def test_new_epoch_closes_the_previous_one(src, no_thread_leak):
+    m = dataset(src)
     with feeder(m) as f:
         next(f.epoch(0))
         next(f.epoch(1))
         assert sum(t.name.startswith("tfyarn-feeder") for t in threading.enumerate()) <= 2
 
 
-def test_consumer_wait_is_bounded_and_names_what_it_waited_for(mem, no_thread_leak):
-    m = dataset(mem)
+def test_consumer_wait_is_bounded_and_names_what_it_waited_for(src, no_thread_leak):
+    m = dataset(src)
 
     def slow_parser(fields):
         inner = python_parser(fields)
@@ -127,15 +127,15 @@ def test_consumer_wait_is_bounded_and_names_what_it_waited_for(mem, no_thread_le
                             "(reader: done, waiting for the parser; parser: parsing batch 0 of 63)")
 
 
-def test_fewer_records_than_one_global_batch(mem):
-    m = dataset(mem, sizes=[5, 3])
+def test_fewer_records_than_one_global_batch(src):
+    m = dataset(src, sizes=[5, 3])
     with pytest.raises(NoDataError) as e:
         feeder(m, 0, 2, batch=5)
     assert str(e.value) == "8 records are fewer than one global batch (2 workers x batch 5): no step can be planned"
 
 
-def test_bad_arguments(mem):
-    m = dataset(mem)
+def test_bad_arguments(src):
+    m = dataset(src)
     with pytest.raises(ValueError, match="rank 2 is not in 0..1"):
         feeder(m, 2, 2)
     with pytest.raises(ValueError, match="on_corrupt must be 'fail' or 'skip', not 'ignore'"):
@@ -144,11 +144,11 @@ def test_bad_arguments(mem):
         f.epoch(0, start_step=64)
 
 
-def test_read_ahead_is_bounded_when_the_consumer_stalls(mem, no_thread_leak):
+def test_read_ahead_is_bounded_when_the_consumer_stalls(src, no_thread_leak):
     # The memory bound in the module docstring, checked: a consumer that stops consuming makes the reader stop after
     # at most ~4 parse groups + prefetch batches + one framing step, whatever the epoch size.
     sizes = [3000] * 4
-    m = dataset(mem, sizes=sizes)
+    m = dataset(src, sizes=sizes)
     with feeder(m, batch=10, prefetch=2, parse_group=100, frame_records=50) as f:
         it = f.epoch(0)
         next(it)
@@ -161,8 +161,8 @@ def test_read_ahead_is_bounded_when_the_consumer_stalls(mem, no_thread_leak):
         assert run.records_read == first                     # parked, not spinning through the data
 
 
-def test_a_parser_failure_reaches_the_consumer(mem, no_thread_leak):
-    m = dataset(mem)
+def test_a_parser_failure_reaches_the_consumer(src, no_thread_leak):
+    m = dataset(src)
 
     def broken(fields):
         raise RuntimeError("no TensorFlow on this host")
@@ -171,11 +171,11 @@ def test_a_parser_failure_reaches_the_consumer(mem, no_thread_leak):
         next(f.epoch(0))
 
 
-def test_shuffle_with_skip_and_resume(mem, cache_dir):
+def test_shuffle_with_skip_and_resume(src, cache_dir):
     # A corrupt record inside the share, shuffle on, resumed mid-epoch: the resumed run equals the tail of the full run.
     from tfyarn.data.example import encode_example
     from tfyarn.data.tfrecord import TFRecordWriter
-    url = f"{mem}/x.tfrecord"
+    url = f"{src}/x.tfrecord"
     with TFRecordWriter(url) as w:
         for i in range(100):
             w.write(encode_example({"rid": [i]}, {"rid": "int64"}) if i == 40 else
@@ -188,7 +188,7 @@ def test_shuffle_with_skip_and_resume(mem, cache_dir):
         assert rest == full[40:]
 
 
-def test_numpy_decoder_through_the_feeder_matches_and_diagnoses(mem, cache_dir):
+def test_numpy_decoder_through_the_feeder_matches_and_diagnoses(src, cache_dir):
     from tfyarn.data import fastparse
     from tfyarn.data.errors import DataError
     from tfyarn.data.example import encode_example
@@ -197,11 +197,11 @@ def test_numpy_decoder_through_the_feeder_matches_and_diagnoses(mem, cache_dir):
     def fast(fields):
         return fastparse.with_fallback(fields, python_parser)
 
-    m = dataset(mem)
+    m = dataset(src)
     with feeder(m, 1, 3, parser=fast) as a, feeder(m, 1, 3) as b:
         for x, y in zip(a.epoch(2), b.epoch(2), strict=True):
             assert all(np.array_equal(x[k], y[k]) for k in x)
-    url = f"{mem}/bad/x.tfrecord"
+    url = f"{src}/bad/x.tfrecord"
     with TFRecordWriter(url) as w:
         for i in range(30):
             w.write(encode_example({"rid": [i], "x": [1.0, 2.0, 3.0]} if i == 9 else {"rid": [i], "x": [1.0, 2.0]}))
@@ -211,17 +211,17 @@ def test_numpy_decoder_through_the_feeder_matches_and_diagnoses(mem, cache_dir):
         list(f.epoch(0))
 
 
-def test_accepts_the_specs_feature_models(mem):
+def test_accepts_the_specs_feature_models(src):
     from tfyarn.spec import Feature
-    m = dataset(mem)
+    m = dataset(src)
     features = {"rid": Feature(dtype="int32"), "x": Feature(dtype="float64", shape=(2,))}
     with Feeder(m, features, 21, 0, 1, parser=python_parser, timeout=30) as f:
         b = next(iter(f.epoch(0)))
     assert b["rid"].dtype == np.int32 and b["x"].dtype == np.float64 and b["x"].shape == (21, 2)
 
 
-def test_stats_after_an_epoch(mem):
-    m = dataset(mem)
+def test_stats_after_an_epoch(src):
+    m = dataset(src)
     with feeder(m, 0, 2) as f:
         n = len(list(f.epoch(0)))
         st = f.stats()

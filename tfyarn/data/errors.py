@@ -18,6 +18,14 @@ class DataError(TfyarnError):
         super().__init__(message)
         self.path, self.offset, self.record, self.feature = path, offset, record, feature
 
+    def __reduce__(self):
+        """Pickle with the structured fields (errors cross from the framing process, ``tfyarn.data.framer``)."""
+        return _rebuild, (type(self), str(self), self.path, self.offset, self.record, self.feature)
+
+
+def _rebuild(cls, message, path, offset, record, feature):
+    return cls(message, path=path, offset=offset, record=record, feature=feature)
+
 
 class NoDataError(DataError):
     """Nothing to read (a glob matched no file, or every file is empty): nothing was started, so INVALID."""

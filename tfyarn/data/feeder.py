@@ -30,10 +30,12 @@ epoch, step and what each thread was doing; producers wait on full queues in sho
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import random
 import threading
 import time
+from contextlib import closing
 from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
@@ -42,7 +44,8 @@ from tfyarn.data import parse as parse_mod
 from tfyarn.data.errors import DataError, NoDataError
 from tfyarn.data.manifest import Manifest
 from tfyarn.data.planner import EpochPlan, RecordRange, plan
-from tfyarn.data.tfrecord import DEFAULT_BLOCK, iter_chunks
+from tfyarn.data.framer import FrameJob, Framer, protocol_shared
+from tfyarn.data.tfrecord import DEFAULT_BLOCK, Chunk, iter_chunks
 from tfyarn.errors import WaitTimeout
 
 log = logging.getLogger(__name__)
@@ -188,15 +191,8 @@ class _Run:
         while True:
             ranges = _advance(share, skip_front) if passes == 0 else list(share)
             good = 0
-            for rr in ranges:
-                if done():
-                    break
-                fi = f.files[rr.path]
-                off, first = fi.boundary(rr.start)
-                self.reader_state = f"reading {rr.path} records {rr.start}..{rr.stop}"
-                for chunk in iter_chunks(rr.path, rr.start, rr.stop, offset=off, first_record=first, gz=fi.gz,
-                                         check_crc=f.check_crc, on_corrupt=f.on_corrupt, block_bytes=f.block_bytes,
-                                         max_records=f.frame_records, holes=f.holes.get(rr.path)):
+            with closing(self._chunks(ranges)) as chunks:  # leaving early cancels the framing process's work
+                for rr, chunk in chunks:
                     if self.stop.is_set():
                         raise _Stopped
                     pays, offs = chunk.payloads, chunk.offsets
@@ -241,6 +237,36 @@ class _Run:
                 if self.stop.is_set():
                     raise _Stopped
                 time.sleep(_POLL / 4)
+
+    def _chunks(self, ranges: list[RecordRange]) -> Iterator[tuple[RecordRange, Chunk]]:
+        """The framed records of ``ranges`` in order: from the framing process (:mod:`framer`), or framed in this
+        thread when the files are not reachable from another process (``memory://``) or ``framing="thread"``."""
+        f = self.f
+        jobs = []
+        for rr in ranges:
+            off, first = f.files[rr.path].boundary(rr.start)
+            jobs.append(FrameJob(rr.path, rr.start, rr.stop, off, first, f.files[rr.path].gz, f.holes.get(rr.path)))
+        if f.framer is not None:
+            self.reader_state = f"framing process (pid {f.framer.pid or 'starting'}): {len(jobs)} ranges"
+            current = -1
+            for index, chunk in f.framer.chunks(jobs, self._check_stop):
+                if index != current:
+                    current = index
+                    rr = ranges[index]
+                    self.reader_state = (f"reading {rr.path} records {rr.start}..{rr.stop} "
+                                         f"(framing process pid {f.framer.pid})")
+                yield ranges[index], chunk
+            return
+        for rr, j in zip(ranges, jobs):
+            self.reader_state = f"reading {rr.path} records {rr.start}..{rr.stop}"
+            for chunk in iter_chunks(j.path, j.start, j.stop, offset=j.offset, first_record=j.first, gz=j.gz,
+                                     check_crc=f.check_crc, on_corrupt=f.on_corrupt, block_bytes=f.block_bytes,
+                                     max_records=f.frame_records, holes=j.holes):
+                yield rr, chunk
+
+    def _check_stop(self) -> None:
+        if self.stop.is_set():
+            raise _Stopped
 
     # ------------------------------------------------------------------------------------------------------- parser
     def _parse(self) -> None:
@@ -396,9 +422,13 @@ class Feeder:
                  num_workers: int, seed: int = 0, shuffle_buffer: int = 0, prefetch: int = 4,
                  on_corrupt: str = "fail", *, check_crc: bool = True, timeout: float = 300.0,
                  block_bytes: int = DEFAULT_BLOCK, parse_group: int = 16384, frame_records: int = 2048,
-                 parser: Callable[[tuple], Callable[[list[bytes]], dict[str, np.ndarray]]] | None = None):
+                 parser: Callable[[tuple], Callable[[list[bytes]], dict[str, np.ndarray]]] | None = None,
+                 framing: str | None = None):
         if not 0 <= rank < num_workers:
             raise ValueError(f"rank {rank} is not in 0..{num_workers - 1}")
+        framing = framing or os.environ.get("TFYARN_FRAMING", "auto")
+        if framing not in ("auto", "process", "thread"):
+            raise ValueError(f"framing must be 'auto', 'process' or 'thread', not {framing!r}")
         if on_corrupt not in ("fail", "skip"):
             raise ValueError(f"on_corrupt must be 'fail' or 'skip', not {on_corrupt!r}")
         if batch_size <= 0 or prefetch <= 0 or shuffle_buffer < 0:
@@ -419,6 +449,14 @@ class Feeder:
         #: the GIL) stay short, so the training thread gets the GIL back quickly (measured: 2 ms consumer steps took
         #: 2.45 ms at 2048 vs 2.83 ms at 8192, median of 6 on a loaded 2-core machine).
         self.frame_records = frame_records
+        #: where records are framed: a child process (the default: no per-record Python in the training process, see
+        #: :mod:`framer`), or the reader thread when a file lives in this process's ``memory://`` filesystem.
+        shared = all(protocol_shared(fi.path) for fi in manifest.files)
+        if framing == "process" and not shared:
+            raise ValueError("framing='process' cannot read memory:// files (they exist only in this process)")
+        self.framing = "process" if framing == "process" or (framing == "auto" and shared) else "thread"
+        self.framer = (Framer(check_crc=check_crc, on_corrupt=on_corrupt, block_bytes=block_bytes,
+                              max_records=frame_records) if self.framing == "process" else None)
         self.skipped = 0
         self.skipped_errors: list[DataError] = []
         self._lock = threading.Lock()
@@ -477,9 +515,11 @@ class Feeder:
                 "parser_blocked_s": run.blocked_s["parser"] if run else 0.0}
 
     def close(self) -> None:
-        """Stop every thread of the current epoch (idempotent)."""
+        """Stop every thread of the current epoch and the framing process (idempotent; a later epoch restarts it)."""
         if self._active is not None:
             self._active.close()
+        if self.framer is not None:
+            self.framer.close()
 
     def __enter__(self) -> "Feeder":
         return self
