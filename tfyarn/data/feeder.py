@@ -1,11 +1,15 @@
 """The feeder: this worker's share of an epoch as ready numpy batches, produced by background threads.
 
-Pipeline per epoch (two threads, two bounded queues)::
+Pipeline per epoch (a framing process, two threads, bounded queues)::
 
-    reader thread ──raw batches (≤ 2)──▶ parser thread ──ready batches (≤ prefetch)──▶ consumer (training loop)
+    framing process ──chunks (socket)──▶ reader thread ──raw groups (≤ 2)──▶ parser thread
+                                          ──ready batches (≤ prefetch)──▶ consumer (training loop)
 
-* The reader frames records (:mod:`tfrecord`, both CRCs), drops data-CRC-corrupt records when ``on_corrupt="skip"``,
-  applies the optional seeded shuffle buffer, and groups serialized records into batches.
+* The framing process (:mod:`framer`; one per feeder, reused every epoch) frames records (:mod:`tfrecord`, both
+  CRCs) and sends lists of payloads: the per-record Python of framing never holds the training process's GIL. Files
+  on ``memory://`` exist only in this process, so for them (or with ``framing="thread"``) the reader thread frames.
+* The reader drops data-CRC-corrupt records when ``on_corrupt="skip"``, applies the optional seeded shuffle buffer,
+  and groups serialized records into parse groups.
 * The parser turns a batch into numpy arrays with one ``tf.io.parse_example`` call (TF releases the GIL, so it runs
   on the second core while the reader holds the GIL), diagnoses bad records, and re-assembles exact batches when
   records were skipped.
@@ -21,7 +25,8 @@ read before.
 Memory bound: serialized records for at most 4 parse groups (raw queue of 2, one being filled, one being parsed; a
 group is ~16k records rounded to a multiple of ``batch_size``), the parsed arrays of at most ``prefetch`` batches
 plus one parse group (batches are views into the parsed group), one read block (``block_bytes``, 8 MiB, plus one
-record) and ``shuffle_buffer`` records. Nothing grows with the file or epoch size. For the 3-feature recommender data
+record) and ``shuffle_buffer`` records; in the framing process one read block and one chunk, plus what the socket
+buffers (~200 KiB). Nothing grows with the file or epoch size. For the 3-feature recommender data
 (~76 bytes a record) with batch 1000 and prefetch 4 that is ≈ 4 x 16k x 76 B + 2 x 16k x 20 B + 8 MiB ≈ 14 MiB.
 
 Every wait is bounded: the consumer waits at most ``timeout`` seconds for a batch and the error names the worker,
