@@ -1,10 +1,15 @@
 """The launcher: runs one local app to its end in this process.
 
-It runs the KV service, starts one ``python -m tfyarn.runtime`` process per task (exactly what a YARN container runs),
-follows them with the stall watchdog, restarts tasks and starts job attempts as the spec allows, and stops every
+It runs the KV service, starts one process per task running ``tfyarn.runtime.main`` (exactly what a YARN container
+runs), follows them with the stall watchdog, restarts tasks and starts job attempts as the spec allows, and stops every
 task on the first unrecoverable failure, on Ctrl-C / SIGTERM, or on a kill request: no task outlives it (tasks also
 die with it, see ``tfyarn.runtime.main._die_with_parent``). :class:`tfyarn.backends.local.LocalBackend` runs it in
 the foreground (``run``) or in a detached process (``submit``).
+
+Tasks are forked from a fork server that imported TensorFlow once (``tfyarn.runtime.forkserver``; the tasks of a
+local job would otherwise all import it at once on the same cores), or — when it is disabled, not possible, or
+failed — started as ``python -m tfyarn.runtime`` with ``subprocess.Popen``. Both kinds of process look the same to
+the rest of this module (see :class:`tfyarn.backends.forkserver.ForkedProcess`).
 """
 from __future__ import annotations
 
@@ -22,6 +27,7 @@ from pathlib import Path
 from typing import Callable
 
 from tfyarn.backends.base import AppState, AppStatus, TaskStatus
+from tfyarn.backends.forkserver import ForkedProcess, ForkServer, ForkServerError
 from tfyarn.backends.kvserver import KVServer
 from tfyarn.backends.progress import GlobalStepRate, aggregate_progress
 from tfyarn.errors import ExitCode
@@ -36,6 +42,18 @@ log = logging.getLogger(__name__)
 TASK_ENV_DEFAULTS = {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1", "TF_ENABLE_ONEDNN_OPTS": "0"}
 #: Seconds a task gets between SIGTERM and SIGKILL when the job is stopped.
 STOP_GRACE_S = 5.0
+#: Set to 0 to start every task as a new process (``python -m tfyarn.runtime``) instead of forking it.
+FORKSERVER_ENV = "TFYARN_FORKSERVER"
+#: Prefixes of environment variables read when the interpreter, libc, TensorFlow or its libraries start (or when TF is
+#: imported), not later: a forked task inherits what the fork server read at its start, so a role whose ``env`` gives
+#: one of these a value of its own cannot be forked and is started as a new process. PYTHON*: the interpreter
+#: (PYTHONPATH, PYTHONHASHSEED, PYTHONUNBUFFERED…); LD_*: the dynamic linker; MALLOC*/TCMALLOC*: the allocator; LC_*,
+#: LANG, TZ: locale and time zone at start-up; TF_*, XLA_*, CUDA*, NVIDIA*: TensorFlow's C++ runtime and devices;
+#: OMP_*, MKL*, KMP_*, OPENBLAS*, GOTO*: thread pools of the BLAS/OpenMP libraries loaded with TF; GRPC_*: gRPC's
+#: core; KERAS*: Keras, imported by TF; TFYARN_FORKSERVER: the switch itself (``TFYARN_FORKSERVER: "0"`` in a role's
+#: env starts only that role's tasks as new processes).
+STARTUP_ENV_PREFIXES = ("PYTHON", "LD_", "MALLOC", "TCMALLOC", "LC_", "LANG", "TZ", "TF_", "XLA_", "CUDA", "NVIDIA",
+                        "OMP_", "MKL", "KMP_", "OPENBLAS", "GOTO", "GRPC_", "KERAS", FORKSERVER_ENV)
 Echo = Callable[[str, str], None]
 
 
@@ -56,7 +74,7 @@ def write_text_atomic(path: Path, text: str) -> None:
 class _Task:
     name: str
     dir: Path
-    proc: subprocess.Popen | None = None
+    proc: subprocess.Popen | ForkedProcess | None = None
     reader: threading.Thread | None = None
     state: str = "PENDING"
     exit_code: int | None = None
@@ -77,7 +95,9 @@ class Launcher:
     """Runs one app to its end in this process. Thread-safe :meth:`stop` (signal handlers, kill requests)."""
 
     def __init__(self, spec: JobSpec, app_dir: Path, app_id: str, echo: Echo | None = None,
-                 on_update: Callable[[AppStatus], None] | None = None, python: str = sys.executable):
+                 on_update: Callable[[AppStatus], None] | None = None, python: str = sys.executable,
+                 forkserver: bool | None = None):
+        """``forkserver``: fork tasks from a warm fork server (default: unless ``TFYARN_FORKSERVER=0``)."""
         self.spec, self.app_dir, self.app_id = spec, app_dir, app_id
         self.echo = echo
         self.on_update = on_update
@@ -98,6 +118,12 @@ class Launcher:
         self.attempt_diagnostics: list[str] = []  # why each earlier attempt failed
         self._stalled: queue.Queue[str] = queue.Queue()  # the watchdog thread reports here; the main loop ends the job
         self.history = ProgressHistory(app_dir / HISTORY_FILE)  # per-task progress over time, for the run report
+        if forkserver is None:
+            forkserver = os.environ.get(FORKSERVER_ENV, "1").strip() not in ("0", "false", "no", "off")
+        self._want_forkserver = forkserver
+        self._forkserver: ForkServer | None = None
+        self._fork_roles: set[str] = set()  # roles whose tasks are forked (the others are started as processes)
+        self._forkserver_checked = False     # waited for it to be ready (once, before the first task starts)
 
     # ------------------------------------------------------------------------------------------------- control
     def stop(self, reason: str, state: AppState = AppState.KILLED) -> None:
@@ -119,28 +145,105 @@ class Launcher:
             signal.signal(sig, handler)
 
     # ------------------------------------------------------------------------------------------------- tasks
-    def _task_env(self, task: _Task, kv_url: str) -> dict[str, str]:
-        role, index = task.name.split(":")
+    def _app_vars(self) -> dict[str, str]:
+        vs = {"TFYARN_SPEC_FILE": str(self.app_dir / "spec.json"), "TFYARN_APP_ID": self.app_id,
+              "TFYARN_PARENT_PID": str(os.getpid()), "TFYARN_HOST": "127.0.0.1"}
+        if self.spec.code:
+            vs["TFYARN_CODE_DIR"] = str(Path(self.spec.resolve_path(self.spec.code)).resolve())
+        return vs
+
+    def _env(self, role_env: dict[str, str], task_vars: dict[str, str]) -> dict[str, str]:
         env = dict(os.environ)
         env.update(TASK_ENV_DEFAULTS)
-        env.update(self.spec.roles[role].env)  # type: ignore[index]
-        env.update({
-            "TFYARN_ROLE": role, "TFYARN_INDEX": index, "TFYARN_KV_URL": kv_url,
-            "TFYARN_SPEC_FILE": str(self.app_dir / "spec.json"), "TFYARN_APP_ID": self.app_id,
-            "TFYARN_PARENT_PID": str(os.getpid()), "TFYARN_HOST": "127.0.0.1",
-            "TFYARN_ATTEMPT": str(self.attempt), "TFYARN_RESTART": str(task.restarts),
-        })
-        if self.spec.code:
-            env["TFYARN_CODE_DIR"] = str(Path(self.spec.resolve_path(self.spec.code)).resolve())
+        env.update(role_env)
+        env.update(self._app_vars())
+        env.update(task_vars)
         env.pop("TF_CONFIG", None)
         return env
 
+    def _app_env(self) -> dict[str, str]:
+        """What every task of this app has in common (the fork server runs with it): no role's env, no task's vars.
+
+        It includes ``TFYARN_APP_ID``: a forked task's ``/proc/<pid>/environ`` is the server's, so the app's
+        processes can still be told by it (the tests' no-orphan checks do)."""
+        return self._env({}, {})
+
+    def _task_env(self, task: _Task, kv_url: str) -> dict[str, str]:
+        role, index = task.name.split(":")
+        return self._env(self.spec.roles[role].env, {  # type: ignore[index]
+            "TFYARN_ROLE": role, "TFYARN_INDEX": index, "TFYARN_KV_URL": kv_url,
+            "TFYARN_ATTEMPT": str(self.attempt), "TFYARN_RESTART": str(task.restarts)})
+
+    # ------------------------------------------------------------------------------------------------- fork server
+    def _start_forkserver(self) -> None:
+        """Start the fork server now (its TF import overlaps our own start-up); :meth:`_forker` waits for it.
+
+        Tasks are started as new processes instead — with a log line saying why — when it is disabled, not on Linux
+        (fork after importing TF is only known to be safe there), or for roles whose ``env`` changes a start-up
+        variable (:data:`STARTUP_ENV_PREFIXES`).
+        """
+        if not self._want_forkserver:
+            log.info("starting tasks as new processes: the forkserver is disabled (%s=0 or forkserver=False)",
+                     FORKSERVER_ENV)
+            return
+        if not sys.platform.startswith("linux"):
+            log.info("starting tasks as new processes: the forkserver is only used on Linux")
+            return
+        base = self._app_env()
+        for role in sorted({t.role for t in self.tasks.values()}):
+            role_env = self.spec.roles[role].env  # type: ignore[index]
+            changed = sorted(k for k, v in role_env.items() if k.startswith(STARTUP_ENV_PREFIXES) and base.get(k) != v)
+            if changed:
+                log.info("starting %s tasks as new processes, not from the forkserver: their env sets %s, read when "
+                         "the interpreter or TensorFlow starts", role, ", ".join(changed))
+            else:
+                self._fork_roles.add(role)
+        if not self._fork_roles:
+            return
+        try:
+            self._forkserver = ForkServer(self.python, base, self.app_dir / "forkserver.log", cwd=self.app_dir).start()
+        except OSError as exc:
+            log.warning("starting tasks as new processes: cannot start the forkserver: %s", exc)
+
+    def _forker(self, role: str) -> ForkServer | None:
+        """The fork server for a task of ``role``, once it is ready; None: start the task as a new process."""
+        if self._forkserver is None or role not in self._fork_roles:
+            return None
+        if not self._forkserver_checked:
+            self._forkserver_checked = True
+            try:
+                self._forkserver.wait_ready(self.spec.timeouts.rendezvous, abort=self._stop)
+            except ForkServerError as exc:
+                self._forkserver_failed(exc)
+        return self._forkserver
+
+    def _forkserver_failed(self, exc: ForkServerError) -> None:
+        if not self._stop.is_set():
+            log.warning("starting tasks as new processes from now on: %s", exc)
+        fs, self._forkserver = self._forkserver, None
+        if fs is not None:
+            fs.close()
+
+    def _close_forkserver(self) -> None:
+        fs, self._forkserver = self._forkserver, None
+        if fs is not None:
+            fs.close()
+
     def _start(self, task: _Task, kv_url: str) -> None:
         task.dir.mkdir(parents=True, exist_ok=True)
-        # Own session: a terminal's Ctrl-C reaches only the launcher, which then stops tasks in order.
-        task.proc = subprocess.Popen([self.python, "-m", "tfyarn.runtime"], cwd=task.dir,
-                                     env=self._task_env(task, kv_url), stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+        env = self._task_env(task, kv_url)
+        task.proc = None
+        fs = self._forker(task.role)
+        if fs is not None:
+            try:
+                task.proc = fs.spawn(env, task.dir)
+            except ForkServerError as exc:
+                self._forkserver_failed(exc)
+        if task.proc is None:
+            # Own session: a terminal's Ctrl-C reaches only the launcher, which then stops tasks in order.
+            task.proc = subprocess.Popen([self.python, "-m", "tfyarn.runtime"], cwd=task.dir, env=env,
+                                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
         task.state = "RUNNING"
         task.reader = threading.Thread(target=self._pump, args=(task,), name=f"log-{task.name}", daemon=True)
         task.reader.start()
@@ -232,18 +335,23 @@ class Launcher:
         self.app_dir.mkdir(parents=True, exist_ok=True)
         (self.app_dir / "spec.json").write_text(self.spec.to_json())
         write_text_atomic(self.app_dir / "launcher.pid", str(os.getpid()))  # status() may be reading it now
-        with KVServer() as kv:
-            self.kv = kv
-            try:
-                while True:
-                    self._run_attempt(kv)
-                    if not self._next_attempt(kv):
-                        break
-            finally:
-                self._stop_tasks(list(self.tasks.values()), STOP_GRACE_S)
-                self._finished = time.time()
-                self._write_report()  # before the final status.json: whoever sees the outcome finds the report
-                self._refresh()
+        self._start_forkserver()
+        try:
+            with KVServer() as kv:
+                self.kv = kv
+                try:
+                    while True:
+                        self._run_attempt(kv)
+                        if not self._next_attempt(kv):
+                            break
+                finally:
+                    self._stop_tasks(list(self.tasks.values()), STOP_GRACE_S)
+                    self._close_forkserver()  # after the tasks: its tasks would die with it
+                    self._finished = time.time()
+                    self._write_report()  # before the final status.json: whoever sees the outcome finds the report
+                    self._refresh()
+        finally:
+            self._close_forkserver()  # KVServer failed to start
         return self.status()
 
     def _write_report(self) -> None:

@@ -52,22 +52,32 @@ def make_kv() -> KV:
     return SkeinKV.from_current()
 
 
-def _die_with_parent() -> None:
-    """Locally, a task must not outlive its launcher, even if the launcher is SIGKILLed (no orphans, ever).
+def set_parent_death_signal() -> None:
+    """Ask Linux to SIGKILL this process when its parent dies (PR_SET_PDEATHSIG); a no-op elsewhere.
 
-    Linux delivers SIGKILL to us when the parent dies (PR_SET_PDEATHSIG); a watcher thread covers other systems and
-    the race where the parent died before the prctl call.
+    Not inherited by a forked child: every link of the chain (launcher → forkserver → task) sets it for itself, and
+    checks ``os.getppid()`` afterwards (the parent may have died before the call).
     """
-    parent = os.environ.get("TFYARN_PARENT_PID")
-    if not parent:
-        return
-    parent_pid = int(parent)
     if sys.platform.startswith("linux"):
         import ctypes
         try:
             ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
         except OSError:
             pass
+
+
+def _die_with_parent() -> None:
+    """Locally, a task must not outlive its launcher, even if the launcher is SIGKILLed (no orphans, ever).
+
+    Linux delivers SIGKILL to us when the parent dies (PR_SET_PDEATHSIG); a watcher thread covers other systems and
+    the race where the parent died before the prctl call. The parent is ``TFYARN_PARENT_PID``: the launcher, or the
+    forkserver for a task forked from it (``tfyarn.runtime.forkserver``).
+    """
+    parent = os.environ.get("TFYARN_PARENT_PID")
+    if not parent:
+        return
+    parent_pid = int(parent)
+    set_parent_death_signal()
 
     def watch() -> None:
         while True:

@@ -1,0 +1,235 @@
+"""The local launcher's fork server ("zygote"): imports TensorFlow and tfyarn's task modules once, then forks every
+task of the app from that warm state.
+
+Why: each task imports TensorFlow (~3 s, ~600 MB); a local job's 4 tasks importing it at once on 2 cores take ~8 s
+before any rendezvous. Forked from one warm process they start in milliseconds and share the imported pages
+copy-on-write. Only the local launcher uses it (``tfyarn.backends.forkserver`` is the client); YARN containers are
+separate hosts' processes and start ``python -m tfyarn.runtime`` as before.
+
+Why not ``multiprocessing``'s forkserver: its children run a pickled function with the server's environment, cwd,
+session and stdio, and report exit codes only to a ``Process`` object of the process that started them. A task needs
+its own environment (its identity is in it) and cwd, its stdout+stderr in a pipe the launcher reads line by line, its
+own session (the launcher stops a task with ``killpg``), an exit status like ``Popen.returncode`` (negative signal
+number when killed), and a parent-death chain launcher → forkserver → task, so that ``kill -9`` of the launcher
+leaves no process behind.
+
+Run as ``python -m tfyarn.runtime.forkserver`` by the launcher, with the tasks' common environment (set before the
+import: ``TF_CPP_MIN_LOG_LEVEL`` etc. are read by TF at start-up), ``TFYARN_PARENT_PID`` = the launcher and
+:data:`FD_ENV` = the fd of its end of an ``AF_UNIX`` ``SOCK_SEQPACKET`` socketpair (message boundaries kept, so one
+``recvmsg`` is one message with its fds). Messages are JSON objects:
+
+* server → client, once: ``{"ready": true, "pid": …}`` after the preload, or ``{"error": "…"}`` and exit 1;
+* client → server: ``{"id": n, "env": {…}, "cwd": "…"}`` + (SCM_RIGHTS) the write end of the task's output pipe;
+* server → client: ``{"id": n, "pid": …}`` or ``{"id": n, "error": "…"}``;
+* server → client: ``{"exit": pid, "returncode": rc}`` when a task ended (Popen's convention: ``-N`` for signal N).
+
+EOF on the socket (the launcher closed it, or died) → the server exits, and tasks still running die by their own
+PR_SET_PDEATHSIG. The server is single-threaded on purpose: ``fork()`` copies only the calling thread, and a lock
+another thread held at that moment would stay locked forever in the child.
+
+What a forked task does not share with a spawned one: ``/proc/<pid>/cmdline`` and ``/proc/<pid>/environ`` show the
+forkserver's (the kernel keeps the exec-time copies; ``os.environ`` is the task's own), and the string hash seed is
+the server's. The task's cwd is its task dir and its process name (``comm``, what ``ps -o comm`` and ``top`` show) is
+the task's name.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import os
+import select
+import signal
+import socket
+import sys
+import traceback
+from typing import NoReturn
+
+#: Environment variable holding the fd number of the server's end of the control socket.
+FD_ENV = "TFYARN_FORKSERVER_FD"
+#: Largest control message (a task's environment as JSON); a larger one is refused and the task is spawned instead.
+MAX_MESSAGE = 1 << 20
+#: Modules every task imports; importing them here is what makes a forked task start warm.
+PRELOAD = ("tfyarn.runtime.main", "tfyarn.runtime.rendezvous", "tfyarn.train", "tfyarn.train.helpers",
+           "tfyarn.train.ps", "tfyarn.train.allreduce", "tfyarn.train.checkpoint", "tfyarn.data")
+POLL_S = 0.05  # how often the loop reaps children and checks its parent (exit statuses arrive within this)
+
+# Signal dispositions of a freshly started interpreter (before any import can change them): a task gets these back.
+_STARTUP_SIGNALS = {s: signal.getsignal(s) for s in signal.valid_signals()
+                    if s not in (signal.SIGKILL, signal.SIGSTOP) and signal.getsignal(s) is not None}
+
+
+def _send(sock: socket.socket, msg: dict) -> None:
+    sock.send(json.dumps(msg).encode())
+
+
+def preload() -> None:
+    """Import TensorFlow (when installed) and the tfyarn modules tasks import. Logging is left unconfigured: a task's
+    ``logging.basicConfig`` would be a no-op if the root logger already had handlers."""
+    if importlib.util.find_spec("tensorflow") is not None:
+        import tensorflow  # noqa: F401
+    for name in PRELOAD:
+        importlib.import_module(name)
+
+
+def _task_name(env: dict) -> str:
+    return f"{env.get('TFYARN_ROLE', '?')}:{env.get('TFYARN_INDEX', '?')}"
+
+
+def _set_process_name(name: str) -> None:
+    """``comm`` (15 bytes) = the task's name: the cmdline of a forked task is the forkserver's."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        try:
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME = 15
+        except OSError:
+            pass
+
+
+def _become_task(req: dict, out_fd: int, server_pid: int) -> None:
+    """In the forked child: the process state a task spawned by ``subprocess.Popen`` would have."""
+    os.setsid()  # own session and process group: the launcher stops a task (and its children) with killpg
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    os.dup2(out_fd, 1)
+    os.dup2(out_fd, 2)
+    os.close(out_fd)
+    old_cwd = os.getcwd()
+    os.chdir(req["cwd"])
+    if sys.path and sys.path[0] == old_cwd:  # `python -m` puts the start directory first on sys.path
+        sys.path[0] = os.getcwd()
+    sys.argv = [os.path.join(os.path.dirname(os.path.abspath(__file__)), "__main__.py")]
+    os.environ.clear()
+    os.environ.update(req["env"])
+    os.environ["TFYARN_PARENT_PID"] = str(server_pid)  # its parent is this server: launcher → forkserver → task
+    for sig, handler in _STARTUP_SIGNALS.items():
+        try:
+            signal.signal(sig, handler)
+        except (OSError, ValueError):
+            pass
+    if "numpy" in sys.modules:  # `random` reseeds itself after fork; numpy's global RNG would repeat the server's
+        sys.modules["numpy"].random.seed()
+    _set_process_name(_task_name(req["env"]))
+
+
+def _finalize() -> None:
+    """What the interpreter does at exit before a spawned task's process ends: join non-daemon threads, run atexit."""
+    import atexit
+    import threading
+    threading._shutdown()  # type: ignore[attr-defined]  # what Py_FinalizeEx calls
+    atexit._run_exitfuncs()
+
+
+def _run_child(sock: socket.socket, req: dict, out_fd: int, server_pid: int) -> NoReturn:
+    """Run one task in the forked child and exit with its code. Never returns into the server's loop."""
+    code = 1
+    try:
+        sock.close()
+        _become_task(req, out_fd, server_pid)
+        from tfyarn.runtime.main import main
+        code = int(main())
+        try:
+            _finalize()
+        except BaseException:  # noqa: BLE001 - the task's result stands
+            traceback.print_exc()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException:  # noqa: BLE001 - anything: print it, exit non-zero, never return to the server loop
+        try:
+            traceback.print_exc()
+        except BaseException:  # noqa: BLE001
+            pass
+        code = 1
+    finally:
+        try:
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except BaseException:  # noqa: BLE001
+                    pass
+        finally:
+            os._exit(code)
+
+
+def _start(sock: socket.socket, req: dict, fds: list[int]) -> None:
+    if len(fds) != 1:
+        for fd in fds:
+            os.close(fd)
+        _send(sock, {"id": req.get("id"), "error": f"expected 1 fd (the task's output pipe), got {len(fds)}"})
+        return
+    server_pid = os.getpid()
+    sys.stdout.flush()
+    sys.stderr.flush()  # nothing buffered here may be written again by the child
+    try:
+        pid = os.fork()
+    except OSError as exc:
+        os.close(fds[0])
+        _send(sock, {"id": req.get("id"), "error": f"fork failed: {exc}"})
+        return
+    if pid == 0:
+        _run_child(sock, req, fds[0], server_pid)
+    os.close(fds[0])  # only the task holds the pipe's write end: the launcher's reader sees EOF when the task ends
+    print(f"forkserver: started {_task_name(req.get('env', {}))} as pid {pid}", flush=True)
+    _send(sock, {"id": req.get("id"), "pid": pid})
+
+
+def _reap(sock: socket.socket) -> None:
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        rc = os.waitstatus_to_exitcode(status)
+        print(f"forkserver: pid {pid} exited with {rc}", flush=True)
+        _send(sock, {"exit": pid, "returncode": rc})
+
+
+def serve(sock: socket.socket, parent_pid: int) -> int:
+    """Start tasks on request and report their exits until EOF on the socket or the parent's death."""
+    while True:
+        if os.getppid() != parent_pid:  # PR_SET_PDEATHSIG normally got here first
+            print("forkserver: the launcher died; exiting", flush=True)
+            return 3
+        _reap(sock)
+        ready, _, _ = select.select([sock], [], [], POLL_S)
+        if not ready:
+            continue
+        msg, fds, flags, _ = socket.recv_fds(sock, MAX_MESSAGE, 8)
+        if not msg:
+            print("forkserver: control socket closed; exiting", flush=True)
+            return 0
+        if flags & socket.MSG_TRUNC:
+            for fd in fds:
+                os.close(fd)
+            _send(sock, {"id": None, "error": f"request larger than {MAX_MESSAGE} bytes"})
+            continue
+        _start(sock, json.loads(msg), fds)
+
+
+def main() -> int:
+    sock = socket.socket(fileno=int(os.environ.pop(FD_ENV)))
+    parent_pid = int(os.environ["TFYARN_PARENT_PID"])
+    from tfyarn.runtime.main import set_parent_death_signal  # part of the preload anyway
+    set_parent_death_signal()
+    if os.getppid() != parent_pid:
+        return 3
+    try:
+        preload()
+    except BaseException as exc:  # noqa: BLE001 - reported to the launcher, which starts tasks as processes instead
+        traceback.print_exc()
+        _send(sock, {"error": f"preload failed: {type(exc).__name__}: {exc}"})
+        return 1
+    print(f"forkserver: pid {os.getpid()} ready", flush=True)
+    _send(sock, {"ready": True, "pid": os.getpid()})
+    try:
+        return serve(sock, parent_pid)
+    except (BrokenPipeError, ConnectionResetError):
+        print("forkserver: the launcher went away; exiting", flush=True)
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
