@@ -1,4 +1,5 @@
 """Helpers of the launcher tests: find an app's processes, and a small valid spec running tests/jobs functions."""
+import os
 import time
 from pathlib import Path
 
@@ -9,7 +10,8 @@ JOBS = Path(__file__).resolve().parent / "jobs"
 
 
 def app_processes(app_id: str) -> list[psutil.Process]:
-    """Live processes started for ``app_id`` (tasks carry TFYARN_APP_ID in their environment)."""
+    """Live processes started for ``app_id``: tasks, their children and the forkserver (all carry TFYARN_APP_ID in
+    their environment)."""
     found = []
     for p in psutil.process_iter(["pid"]):
         try:
@@ -18,6 +20,56 @@ def app_processes(app_id: str) -> list[psutil.Process]:
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
     return found
+
+
+def task_of(p: psutil.Process, app_id: str) -> str | None:
+    """The task (``role:index``) whose process ``p`` is, else None.
+
+    By the process's cwd (``<app dir>/tasks/<role>_<index>``) and session (a task leads its own): a task forked from
+    the forkserver shows the server's environment in /proc/<pid>/environ (see ``tfyarn.runtime.forkserver``), so the
+    environment names the app (every process has TFYARN_APP_ID) but not the task.
+    """
+    try:
+        cwd = Path(p.cwd())
+        if os.getsid(p.pid) != p.pid or cwd.parent.name != "tasks" or cwd.parent.parent.name != app_id:
+            return None
+    except (psutil.Error, OSError):
+        return None
+    role, _, index = cwd.name.rpartition("_")
+    return f"{role}:{index}"
+
+
+def task_processes(app_id: str) -> dict[str, psutil.Process]:
+    """The live task processes of ``app_id`` by task name (not the forkserver, nor a task's own children)."""
+    found = {}
+    for p in app_processes(app_id):
+        task = task_of(p, app_id)
+        if task:
+            found[task] = p
+    return found
+
+
+def forkserver_process(app_id: str) -> psutil.Process | None:
+    """The app's live forkserver (its tasks share its command line, but run in their task dirs)."""
+    for p in app_processes(app_id):
+        try:
+            if "tfyarn.runtime.forkserver" in p.cmdline() and task_of(p, app_id) is None and p.cwd().endswith(app_id):
+                return p
+        except psutil.Error:
+            continue
+    return None
+
+
+def wait_for_tasks(app_id: str, tasks: set[str], timeout: float) -> dict[str, psutil.Process]:
+    """Wait until every task in ``tasks`` has a live process; fails naming the missing ones."""
+    deadline = time.monotonic() + timeout
+    while True:
+        procs = task_processes(app_id)
+        if tasks <= procs.keys():
+            return procs
+        assert time.monotonic() < deadline, f"no live process for {sorted(tasks - procs.keys())} of {app_id} " \
+                                            f"within {timeout:g}s (found {sorted(procs)})"
+        time.sleep(0.1)
 
 
 def wait_no_processes(app_id: str, timeout: float) -> list[psutil.Process]:

@@ -9,7 +9,7 @@ import time
 import pytest
 import yaml
 
-from launch_helpers import app_processes, small_spec, wait_for_step, wait_no_processes
+from launch_helpers import small_spec, task_processes, wait_for_step, wait_for_tasks, wait_no_processes
 from tfyarn import api
 from tfyarn.backends.base import AppState
 from tfyarn.backends.local import LocalBackend
@@ -77,7 +77,7 @@ def test_signal_to_tfyarn_run_leaves_no_process_behind(tmp_path, sig, tfyarn_hom
                 break
         time.sleep(0.2)
     assert app_id, "the launcher never wrote a status"
-    assert len(app_processes(app_id)) == 2
+    assert set(task_processes(app_id)) == {"chief:0", "worker:0"}
     proc.send_signal(sig)
     out, _ = proc.communicate(timeout=15)
     assert proc.returncode == 3, out.decode()
@@ -106,10 +106,7 @@ def test_tasks_die_with_a_sigkilled_launcher(tmp_path):
     spec = load_spec_dict(small_spec(tmp_path, model="custom_jobs:run_long"))
     backend = LocalBackend()
     app_id = backend.submit(spec)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and len(app_processes(app_id)) < 2:
-        time.sleep(0.2)
-    assert len(app_processes(app_id)) == 2
+    wait_for_tasks(app_id, {"chief:0", "worker:0"}, timeout=60)
     pid = int((backend.app_dir(app_id) / "launcher.pid").read_text())
     os.kill(pid, signal.SIGKILL)
     assert wait_no_processes(app_id, 10) == []
@@ -130,7 +127,7 @@ def test_frozen_worker_fails_the_job_after_the_stall_timeout_with_stacks_in_logs
     app_id = backend.submit(spec)
     wait_for_step(backend, app_id, "chief:0", 5, timeout=60)
     assert backend.status(app_id).state is AppState.RUNNING
-    worker = next(p for p in app_processes(app_id) if p.environ()["TFYARN_ROLE"] == "worker")
+    worker = task_processes(app_id)["worker:0"]
     frozen_at = time.monotonic()
     worker.suspend()  # SIGSTOP
     st = backend.wait(app_id, timeout=60, poll=0.2)

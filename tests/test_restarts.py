@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from launch_helpers import app_processes, small_spec, wait_no_processes
+from launch_helpers import small_spec, task_processes, wait_no_processes
 from tfyarn.backends.base import AppState
 from tfyarn.backends.local import LocalBackend
 from tfyarn.spec import load_spec_dict
@@ -26,9 +26,9 @@ def test_sigkilled_worker_is_restarted_and_the_job_completes(tmp_path):
     deadline = time.monotonic() + 60
     worker = None
     while time.monotonic() < deadline and worker is None:
-        procs = [p for p in app_processes(app_id) if p.environ().get("TFYARN_ROLE") == "worker"]
-        if procs and (backend.status(app_id).progress.get("per_task") or {}).get("worker:0"):
-            worker = procs[0]
+        proc = task_processes(app_id).get("worker:0")
+        if proc and (backend.status(app_id).progress.get("per_task") or {}).get("worker:0"):
+            worker = proc
         time.sleep(0.1)
     assert worker is not None
     worker.send_signal(signal.SIGKILL)

@@ -1,5 +1,5 @@
 """Helpers of the fault-injection suite: a tiny real ps job (1 ps + chief + 1 worker), a way to wait for a task's
-step, and to signal a task's process found through its environment (the launcher's processes, not mocks)."""
+step, and to signal a task's process found by its task dir (the launcher's processes, not mocks)."""
 from __future__ import annotations
 
 import time
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import psutil
 
-from launch_helpers import app_processes, task_step, wait_for_step  # noqa: F401 - re-exported
+from launch_helpers import app_processes, task_processes, task_step, wait_for_step  # noqa: F401 - re-exported
 from tfyarn.spec import load_spec_dict
 
 JOBS = Path(__file__).resolve().parent / "jobs"
@@ -54,17 +54,12 @@ def planned_steps(spec) -> list[int]:
 
 
 def task_process(app_id: str, task: str, timeout: float = 30.0) -> psutil.Process:
-    """The live process of ``task`` (role:index) of a local app, found by its TFYARN_* environment."""
-    role, index = task.split(":")
+    """The live process of ``task`` (role:index) of a local app (``launch_helpers.task_processes``)."""
     deadline = time.monotonic() + timeout
     while True:
-        for p in app_processes(app_id):
-            try:
-                env = p.environ()
-            except psutil.Error:
-                continue
-            if env.get("TFYARN_ROLE") == role and env.get("TFYARN_INDEX") == index:
-                return p
+        p = task_processes(app_id).get(task)
+        if p is not None:
+            return p
         assert time.monotonic() < deadline, f"no live process for {task} of {app_id} within {timeout:g}s"
         time.sleep(0.1)
 

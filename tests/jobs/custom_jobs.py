@@ -59,3 +59,29 @@ def count(ctx, helpers):
         helpers.progress.report(step=step, epoch=0, loss=1.0 / step, examples=1)
         time.sleep(0.05)
     return {"steps": steps}
+
+
+@tfyarn.train.custom_train
+def probe(ctx, helpers):
+    """Write what this task's process looks like to probe.json in its cwd, print numbered lines to stdout and stderr,
+    then run until stopped if params say so (the forkserver tests)."""
+    import json
+    import random
+    import sys
+
+    import numpy as np
+    info = {"pid": os.getpid(), "ppid": os.getppid(), "sid": os.getsid(0), "cwd": os.getcwd(),
+            "env": dict(os.environ), "stdin": os.readlink("/proc/self/fd/0"), "argv": sys.argv,
+            "comm": open("/proc/self/comm").read().strip(), "np_random": float(np.random.random()),
+            "random": random.random()}
+    with open("probe.json", "w") as f:
+        json.dump(info, f)
+    for i in range(int(helpers.params.get("lines", 0))):
+        print(f"probe stdout {i} of {ctx.task_id}", flush=True)
+        print(f"probe stderr {i} of {ctx.task_id}", file=sys.stderr, flush=True)
+    if helpers.params.get("child"):
+        import subprocess
+        subprocess.Popen(["sleep", "300"])  # in the task's process group: stopping the task must end it too
+    for step in range(1, 100000 if helpers.params.get("run_long") else 2):
+        helpers.progress.report(step=step, epoch=0, loss=1.0, examples=1)
+        time.sleep(0.05)

@@ -1,0 +1,205 @@
+"""The local launcher's forkserver with real processes: what a forked task's process looks like (env, cwd, session,
+output), exit statuses like Popen's, stopping, dying with the launcher or the server, and the fallbacks to starting
+tasks as new processes."""
+import json
+import logging
+import os
+import re
+import signal
+import sys
+import time
+
+import psutil
+import pytest
+
+from launch_helpers import (app_processes, forkserver_process, small_spec, task_processes, wait_for_step,
+                            wait_for_tasks, wait_no_processes)
+from tfyarn.backends.base import AppState
+from tfyarn.backends.forkserver import ForkServer, ForkServerError
+from tfyarn.backends.local import LocalBackend
+from tfyarn.spec import load_spec_dict
+
+pytestmark = [pytest.mark.timeout(120), pytest.mark.skipif(not sys.platform.startswith("linux"),
+                                                           reason="the forkserver is used on Linux only")]
+TASKS = ("chief:0", "worker:0")
+
+
+def probe_spec(tmp_path, params=None, worker_env=None, **kw):
+    roles = {"chief": {"instances": 1}, "worker": {"instances": 1, "env": worker_env or {}}}
+    return load_spec_dict(small_spec(tmp_path, model="custom_jobs:probe", params=params or {}, roles=roles, **kw))
+
+
+def probe(app_id: str, task: str) -> dict:
+    """What custom_jobs:probe recorded about the process of ``task``."""
+    return json.loads((LocalBackend().app_dir(app_id) / "tasks" / task.replace(":", "_") / "probe.json").read_text())
+
+
+def server_pid(app_id: str) -> int:
+    text = (LocalBackend().app_dir(app_id) / "forkserver.log").read_text()
+    found = re.search(r"forkserver: pid (\d+) ready", text)
+    assert found, f"the forkserver never said it was ready; its log:\n{text}"
+    return int(found.group(1))
+
+
+def wait_restarts(backend, app_id: str, task: str, restarts: int, timeout: float):
+    deadline = time.monotonic() + timeout
+    while True:
+        st = backend.status(app_id)
+        t = next(t for t in st.tasks if t.task == task)
+        if t.restarts >= restarts and t.state == "RUNNING":
+            return st
+        assert not st.state.is_terminal, f"job ended ({st.state.value}: {st.diagnostics}) before restart {restarts}"
+        assert time.monotonic() < deadline, f"{task} was not restarted {restarts} times within {timeout:g}s"
+        time.sleep(0.1)
+
+
+def test_forked_tasks_have_their_own_env_cwd_session_and_output(tmp_path):
+    spec = probe_spec(tmp_path, {"lines": 3}, worker_env={"PROBE_ONLY_WORKER": "yes"})
+    echoed = []
+    st = LocalBackend().run(spec, echo=lambda task, line: echoed.append((task, line)))
+    assert st.state is AppState.SUCCEEDED, st.diagnostics
+    server = server_pid(st.app_id)
+    assert not psutil.pid_exists(server), "the forkserver outlived its launcher's run()"
+    infos = {task: probe(st.app_id, task) for task in TASKS}
+    for task, info in infos.items():
+        env, task_dir = info["env"], LocalBackend().app_dir(st.app_id) / "tasks" / task.replace(":", "_")
+        assert info["ppid"] == server != os.getpid()  # forked by the server, not started by us (the launcher)
+        assert env["TFYARN_PARENT_PID"] == str(server)  # the death chain: launcher → forkserver → task
+        assert f"{env['TFYARN_ROLE']}:{env['TFYARN_INDEX']}" == task
+        assert "TFYARN_FORKSERVER_FD" not in env and env["TF_CPP_MIN_LOG_LEVEL"] == "2"
+        assert info["cwd"] == str(task_dir) and info["sid"] == info["pid"] and info["stdin"] == "/dev/null"
+        assert info["comm"] == task and info["argv"][0].endswith(os.path.join("tfyarn", "runtime", "__main__.py"))
+        expected = [f"probe {stream} {i} of {task}" for i in range(3) for stream in ("stdout", "stderr")]
+        logged = [ln for ln in (task_dir / "task.log").read_text().splitlines() if ln.startswith("probe ")]
+        assert logged == expected  # stdout and stderr in one pipe, line by line, in order
+        assert [ln for t, ln in echoed if t == task and ln.startswith("probe ")] == expected
+    assert infos["worker:0"]["env"]["PROBE_ONLY_WORKER"] == "yes" and "PROBE_ONLY_WORKER" not in infos["chief:0"]["env"]
+    assert infos["chief:0"]["np_random"] != infos["worker:0"]["np_random"]  # numpy's RNG reseeded in each task
+    assert infos["chief:0"]["random"] != infos["worker:0"]["random"]
+
+
+def test_exit_code_is_reported(tmp_path):
+    spec = load_spec_dict(small_spec(tmp_path, model="custom_jobs:count", params={"steps": 200, "worker_exit_code": 3}))
+    st = LocalBackend().run(spec)
+    assert st.state is AppState.FAILED
+    assert st.diagnostics.startswith("worker:0 exited with code 3"), st.diagnostics
+    assert {t.task: t.exit_code for t in st.tasks}["worker:0"] == 3
+    server_pid(st.app_id)  # it was forked
+
+
+def test_death_by_signal_is_reported_like_popen_and_the_task_restarts(tmp_path):
+    roles = {"ps": {"instances": 1}, "chief": {"instances": 1},
+             "worker": {"instances": 1, "max_restarts": 2, "restart": "exit_code"}}
+    spec = load_spec_dict(small_spec(tmp_path, model="custom_jobs:probe", params={"run_long": True}, roles=roles,
+                                     mode="ps"))
+    backend = LocalBackend()
+    app_id = backend.submit(spec)
+    wait_for_step(backend, app_id, "worker:0", 1, timeout=60)
+    for n, sig in ((1, signal.SIGTERM), (2, signal.SIGKILL)):
+        worker = wait_for_tasks(app_id, {"worker:0"}, timeout=30)["worker:0"]
+        worker.send_signal(sig)
+        wait_restarts(backend, app_id, "worker:0", n, timeout=60)
+    backend.kill(app_id, timeout=20)
+    log = "\n".join(backend.logs(app_id, task="worker:0"))
+    assert "==== tfyarn: restart 1/2 after exit code -15 ====" in log
+    assert "==== tfyarn: restart 2/2 after exit code -9 ====" in log
+    assert backend.status(app_id).state is AppState.KILLED
+    assert wait_no_processes(app_id, 10) == []
+
+
+def test_stopping_a_forked_task_ends_its_process_group(tmp_path):
+    spec = probe_spec(tmp_path, {"run_long": True, "child": True})
+    backend = LocalBackend()
+    app_id = backend.submit(spec)
+    wait_for_step(backend, app_id, "chief:0", 1, timeout=60)
+    wait_for_step(backend, app_id, "worker:0", 1, timeout=60)
+    tasks = task_processes(app_id)
+    sleeps = [p for p in app_processes(app_id) if p.cmdline()[:1] == ["sleep"]]
+    assert sorted(os.getpgid(p.pid) for p in sleeps) == sorted(p.pid for p in tasks.values())
+    backend.kill(app_id, timeout=20)
+    assert backend.status(app_id).state is AppState.KILLED
+    assert wait_no_processes(app_id, 10) == []  # the tasks' children too: killpg, not kill
+
+
+def test_dead_forkserver_ends_its_tasks_and_the_job(tmp_path):
+    spec = probe_spec(tmp_path, {"run_long": True})
+    backend = LocalBackend()
+    app_id = backend.submit(spec)
+    wait_for_step(backend, app_id, "worker:0", 1, timeout=60)
+    server = forkserver_process(app_id)
+    assert server is not None, "no forkserver process found"
+    server.kill()
+    st = backend.wait(app_id, timeout=60, poll=0.2)
+    assert st.state is AppState.FAILED and "exited with code -9" in st.diagnostics, st.diagnostics
+    assert wait_no_processes(app_id, 10) == []
+
+
+def test_sigkilled_launcher_takes_the_forkserver_and_its_tasks_with_it(tmp_path):
+    spec = probe_spec(tmp_path, {"run_long": True})
+    backend = LocalBackend()
+    app_id = backend.submit(spec)
+    tasks = wait_for_tasks(app_id, set(TASKS), timeout=60)
+    launcher = int((backend.app_dir(app_id) / "launcher.pid").read_text())
+    server = forkserver_process(app_id)
+    assert server is not None and server.ppid() == launcher
+    assert {p.ppid() for p in tasks.values()} == {server.pid}
+    os.kill(launcher, signal.SIGKILL)
+    assert wait_no_processes(app_id, 10) == []
+
+
+def test_a_role_env_setting_a_startup_variable_starts_that_role_as_processes(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="tfyarn.backends.launcher")
+    st = LocalBackend().run(probe_spec(tmp_path, worker_env={"OMP_NUM_THREADS": "1"}))
+    assert st.state is AppState.SUCCEEDED, st.diagnostics
+    assert probe(st.app_id, "chief:0")["ppid"] == server_pid(st.app_id)
+    worker = probe(st.app_id, "worker:0")
+    assert worker["ppid"] == os.getpid() and worker["env"]["OMP_NUM_THREADS"] == "1"
+    assert "starting worker tasks as new processes, not from the forkserver: their env sets OMP_NUM_THREADS" \
+        in caplog.text
+
+
+def test_disabled_forkserver_starts_every_task_as_a_process(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("TFYARN_FORKSERVER", "0")
+    caplog.set_level(logging.INFO, logger="tfyarn.backends.launcher")
+    st = LocalBackend().run(probe_spec(tmp_path))
+    assert st.state is AppState.SUCCEEDED, st.diagnostics
+    assert {task: probe(st.app_id, task)["ppid"] for task in TASKS} == {task: os.getpid() for task in TASKS}
+    assert not (LocalBackend().app_dir(st.app_id) / "forkserver.log").exists()
+    assert "the forkserver is disabled (TFYARN_FORKSERVER=0" in caplog.text
+
+
+def _site_hook(tmp_path, body: str) -> str:
+    """A sitecustomize that runs ``body`` in the forkserver only (the process that has the control socket's fd)."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text("import os, sys, time\nif 'TFYARN_FORKSERVER_FD' in os.environ:\n"
+                                           + "".join(f"    {line}\n" for line in body.splitlines()))
+    return str(hook)
+
+
+def test_forkserver_that_cannot_start_falls_back_to_processes(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("PYTHONPATH", _site_hook(tmp_path, "print('forkserver broken by the test', flush=True)\n"
+                                                          "os._exit(7)"))
+    caplog.set_level(logging.INFO, logger="tfyarn.backends.launcher")
+    st = LocalBackend().run(probe_spec(tmp_path))
+    assert st.state is AppState.SUCCEEDED, st.diagnostics
+    assert {task: probe(st.app_id, task)["ppid"] for task in TASKS} == {task: os.getpid() for task in TASKS}
+    warning = next(r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
+    assert warning.startswith("starting tasks as new processes from now on: the forkserver (")
+    assert "forkserver broken by the test" in warning  # the tail of its log
+
+
+def test_wait_ready_times_out_naming_what_it_waited_for(tmp_path):
+    env = dict(os.environ, TFYARN_PARENT_PID=str(os.getpid()),
+               PYTHONPATH=_site_hook(tmp_path, "print('forkserver hangs for the test', flush=True)\ntime.sleep(600)"))
+    fs = ForkServer(sys.executable, env, tmp_path / "forkserver.log").start()
+    try:
+        with pytest.raises(ForkServerError, match=r"was not ready \(importing TensorFlow and tfyarn's task modules\) "
+                                                  r"within 1.5s; its log ends with:\nforkserver hangs for the test"):
+            fs.wait_ready(1.5)
+        with pytest.raises(ForkServerError, match="is not usable"):
+            fs.spawn({}, tmp_path)
+    finally:
+        t0 = time.monotonic()
+        fs.close(timeout=2)
+    assert fs.proc.returncode == -signal.SIGKILL and time.monotonic() - t0 < 6
