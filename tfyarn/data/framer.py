@@ -23,8 +23,10 @@ its parent process changes.
 """
 from __future__ import annotations
 
+import io
 import logging
 import os
+import pickle
 import socket
 import subprocess
 import sys
@@ -47,6 +49,9 @@ CANCEL_TIMEOUT_S = 5.0
 _POLL_S = 0.1
 #: The child's command (``-c``, not ``-m tfyarn.data.framer``: ``-m`` would import this module twice, once through
 #: the ``tfyarn.data`` package and once as ``__main__``).
+#: Socket buffer asked for on both ends: a chunk (2048 records of ~90 pickled bytes) fits several times over, so the
+#: child keeps framing while the parent reads instead of the two taking turns (the kernel may cap it lower).
+_SOCKET_BUFFER = 4 << 20
 _CHILD = "import sys; from tfyarn.data.framer import child_main; sys.exit(child_main(int(sys.argv[1]), int(sys.argv[2])))"
 
 
@@ -60,6 +65,29 @@ class FrameJob:
     first: int
     gz: bool
     holes: Mapping[int, int] | None = None
+
+
+def _send(conn: Connection, msg: tuple) -> None:
+    """Pickle without the memo (``fast``): a chunk is a flat list of distinct bytes objects, and memoizing each one
+    costs about as much as pickling it (measured 0.027 vs 0.050 us per record)."""
+    buf = io.BytesIO()
+    p = pickle.Pickler(buf, pickle.HIGHEST_PROTOCOL)
+    p.fast = True
+    p.dump(msg)
+    conn.send_bytes(buf.getbuffer())
+
+
+def _recv(conn: Connection) -> tuple:
+    return pickle.loads(conn.recv_bytes())
+
+
+def _widen(sock: socket.socket) -> socket.socket:
+    for opt in (socket.SO_SNDBUF, socket.SO_RCVBUF):
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, opt, _SOCKET_BUFFER)
+        except OSError:
+            pass
+    return sock
 
 
 class FramerDied(RuntimeError):
@@ -92,7 +120,7 @@ class Framer:
         return self._proc.pid if self._proc else None
 
     def _start(self) -> Connection:
-        parent_sock, child_sock = socket.socketpair()
+        parent_sock, child_sock = (_widen(s) for s in socket.socketpair())
         env = dict(os.environ)
         root = str(Path(__file__).resolve().parents[2])   # tfyarn importable in the child however we were started
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
@@ -121,7 +149,7 @@ class Framer:
             assert conn is not None
             self._job += 1
             job = self._job
-        conn.send(("frame", job, jobs, self.opts))
+        _send(conn, ("frame", job, jobs, self.opts))
         ended = False
         try:
             while True:
@@ -150,7 +178,7 @@ class Framer:
             check()
             try:
                 if conn.poll(_POLL_S):
-                    return conn.recv()
+                    return _recv(conn)
             except (EOFError, OSError):
                 pass
             else:
@@ -165,10 +193,10 @@ class Framer:
         """Stop the child's work on ``job`` and read its stream to the end, so the next job starts clean."""
         deadline = time.monotonic() + CANCEL_TIMEOUT_S
         try:
-            conn.send(("cancel", job))
+            _send(conn, ("cancel", job))
             while time.monotonic() < deadline:
                 if conn.poll(_POLL_S):
-                    msg = conn.recv()
+                    msg = _recv(conn)
                     if msg[0] in ("end", "error") and msg[1] == job:
                         return
         except (EOFError, OSError):
@@ -194,7 +222,7 @@ class Framer:
 
 def _shutdown(proc: subprocess.Popen, conn: Connection) -> None:
     try:
-        conn.send(("exit",))
+        _send(conn, ("exit",))
     except (OSError, ValueError):
         pass
     conn.close()
@@ -216,12 +244,12 @@ def _frame(conn: Connection, job: int, jobs: list[FrameJob], opts: Mapping[str, 
         for chunk in iter_chunks(j.path, j.start, j.stop, offset=j.offset, first_record=j.first, gz=j.gz,
                                  holes=j.holes, **opts):
             while conn.poll():
-                msg = conn.recv()
+                msg = _recv(conn)
                 if msg[0] == "exit":
                     raise SystemExit(0)
                 if msg[0] == "cancel" and msg[1] == job:
                     raise _Cancelled
-            conn.send(("chunk", job, index, chunk.payloads, chunk.first, chunk.offsets, chunk.skipped))
+            _send(conn, ("chunk", job, index, chunk.payloads, chunk.first, chunk.offsets, chunk.skipped))
 
 
 def _picklable(exc: BaseException) -> BaseException:
@@ -236,13 +264,13 @@ def _picklable(exc: BaseException) -> BaseException:
 
 def child_main(fd: int, parent_pid: int) -> int:
     conn = Connection(fd)
-    conn.send(("ready",))
+    _send(conn, ("ready",))
     while True:
         try:
             while not conn.poll(1.0):
                 if os.getppid() != parent_pid:
                     return 0
-            msg = conn.recv()
+            msg = _recv(conn)
         except (EOFError, OSError):
             return 0
         if msg[0] == "exit":
@@ -252,10 +280,10 @@ def child_main(fd: int, parent_pid: int) -> int:
         _, job, jobs, opts = msg
         try:
             _frame(conn, job, jobs, opts)
-            conn.send(("end", job))
+            _send(conn, ("end", job))
         except _Cancelled:
-            conn.send(("end", job))
+            _send(conn, ("end", job))
         except (EOFError, BrokenPipeError):
             return 0
         except Exception as exc:  # noqa: BLE001 - every failure goes back to the feeder, which reports it
-            conn.send(("error", job, _picklable(exc)))
+            _send(conn, ("error", job, _picklable(exc)))
