@@ -27,6 +27,7 @@ import io
 import logging
 import os
 import pickle
+import signal
 import socket
 import subprocess
 import sys
@@ -263,6 +264,9 @@ def _picklable(exc: BaseException) -> BaseException:
 
 
 def child_main(fd: int, parent_pid: int) -> int:
+    # Ctrl-C in a terminal reaches the whole process group: the parent handles it (and closes us), we must not die
+    # mid-chunk with a KeyboardInterrupt traceback.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     conn = Connection(fd)
     _send(conn, ("ready",))
     while True:
