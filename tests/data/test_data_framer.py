@@ -64,7 +64,7 @@ def test_file_data_is_framed_in_a_child_process_memory_data_in_the_thread(local,
 
 
 def test_framing_process_killed_mid_epoch_fails_the_epoch_then_restarts(local, no_thread_leak):
-    m = dataset(local, sizes=(20000, 20000))
+    m = dataset(local, sizes=(5000, 5000))
     with feeder(m, prefetch=1, frame_records=64, parse_group=10) as f:   # the reader stays ~3 groups ahead
         it = f.epoch(0)
         next(it)
@@ -78,13 +78,13 @@ def test_framing_process_killed_mid_epoch_fails_the_epoch_then_restarts(local, n
 
 
 def test_closing_mid_epoch_cancels_and_the_next_epoch_is_exact(local, no_thread_leak):
-    m = dataset(local, sizes=(20000, 20000))
+    m = dataset(local, sizes=(5000, 5000))
     with feeder(m, prefetch=1, frame_records=64, parse_group=10) as f:
         first = next(iter(f.epoch(0)))
         again = next(iter(f.epoch(0)))                       # same framing process, cancelled job drained
         assert (first["rid"] == again["rid"]).all()
         pid = f.framer.pid
-        assert len(list(f.epoch(0, start_step=3990))) == 10 and f.framer.pid == pid
+        assert len(list(f.epoch(0, start_step=990))) == 10 and f.framer.pid == pid
 
 
 def test_framing_process_exits_when_its_parent_dies(local, tmp_path):

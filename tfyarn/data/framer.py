@@ -168,7 +168,7 @@ class Framer:
                     ended = True
                     raise msg[2]
         finally:
-            if not ended:
+            if not ended and self._conn is conn:      # (not after the child died: nothing left to cancel)
                 self._cancel(conn, job)
 
     def _alive(self) -> bool:
@@ -185,7 +185,12 @@ class Framer:
             else:
                 if self._alive():
                     continue
-            code = self._proc.poll() if self._proc else None
+            code = None
+            if self._proc is not None:
+                try:
+                    code = self._proc.wait(timeout=1.0)   # EOF can be seen just before the exit is reapable
+                except subprocess.TimeoutExpired:
+                    pass
             self._drop()
             raise FramerDied(f"the record framing process (tfyarn.data.framer) ended unexpectedly, exit code {code} "
                              f"(killed? out of memory? its output is in this task's log)")
