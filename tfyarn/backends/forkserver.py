@@ -134,6 +134,11 @@ class ForkServer:
     def usable(self) -> bool:
         return self._ready.is_set() and not self._error
 
+    @property
+    def error(self) -> str:
+        """Why it is not usable ('' while it is)."""
+        return f"the {self.describe()}: {self._error}" if self._error else ""
+
     def spawn(self, env: dict[str, str], cwd: Path) -> ForkedProcess:
         """Fork one task with this environment and cwd; its stdout+stderr is the returned process's ``stdout``."""
         read_fd, write_fd = os.pipe()
@@ -161,6 +166,7 @@ class ForkServer:
             with self._lock:
                 if self._pending.pop(rid, None) is not None:
                     os.close(read_fd)
+                    self._error = self._error or f"did not answer start request {rid} within {SPAWN_TIMEOUT_S:g}s"
                     raise ForkServerError(f"the {self.describe()} did not answer start request {rid} within "
                                           f"{SPAWN_TIMEOUT_S:g}s")
         if req.proc is None:
@@ -208,7 +214,7 @@ class ForkServer:
         """EOF: the server exited (or we closed it). Its tasks die with it; complete everything still open."""
         with self._lock:
             if not self._error:
-                self._error = "the forkserver exited"
+                self._error = "exited" if self._ready.is_set() else "exited before it was ready"
             self._ready.set()
             for req in self._pending.values():
                 os.close(req.read_fd)

@@ -124,6 +124,7 @@ class Launcher:
         self._forkserver: ForkServer | None = None
         self._fork_roles: set[str] = set()  # roles whose tasks are forked (the others are started as processes)
         self._forkserver_checked = False     # waited for it to be ready (once, before the first task starts)
+        self._forkserver_lost = False        # it became unusable mid-job (said once)
 
     # ------------------------------------------------------------------------------------------------- control
     def stop(self, reason: str, state: AppState = AppState.KILLED) -> None:
@@ -206,23 +207,27 @@ class Launcher:
             log.warning("starting tasks as new processes: cannot start the forkserver: %s", exc)
 
     def _forker(self, role: str) -> ForkServer | None:
-        """The fork server for a task of ``role``, once it is ready; None: start the task as a new process."""
-        if self._forkserver is None or role not in self._fork_roles:
+        """The fork server for a task of ``role``, once it is ready; None: start the task as a new process.
+
+        Waits for it the first time (bounded by ``timeouts.rendezvous``, the time a task has to come up)."""
+        fs = self._forkserver
+        if fs is None or role not in self._fork_roles:
             return None
         if not self._forkserver_checked:
             self._forkserver_checked = True
             try:
-                self._forkserver.wait_ready(self.spec.timeouts.rendezvous, abort=self._stop)
+                fs.wait_ready(self.spec.timeouts.rendezvous, abort=self._stop)
             except ForkServerError as exc:
-                self._forkserver_failed(exc)
-        return self._forkserver
-
-    def _forkserver_failed(self, exc: ForkServerError) -> None:
-        if not self._stop.is_set():
-            log.warning("starting tasks as new processes from now on: %s", exc)
-        fs, self._forkserver = self._forkserver, None
-        if fs is not None:
-            fs.close()
+                if not self._stop.is_set():
+                    log.warning("starting tasks as new processes from now on: %s", exc)
+                self._close_forkserver()
+                return None
+        if not fs.usable:  # it died mid-job (its tasks died with it): restarts and new attempts start processes
+            if not self._forkserver_lost:
+                self._forkserver_lost = True
+                log.warning("starting tasks as new processes from now on: %s", fs.error)
+            return None
+        return fs
 
     def _close_forkserver(self) -> None:
         fs, self._forkserver = self._forkserver, None
@@ -237,8 +242,8 @@ class Launcher:
         if fs is not None:
             try:
                 task.proc = fs.spawn(env, task.dir)
-            except ForkServerError as exc:
-                self._forkserver_failed(exc)
+            except ForkServerError as exc:  # e.g. fork failed (memory): only this task; the others run on
+                log.warning("starting %s as a new process: %s", task.name, exc)
         if task.proc is None:
             # Own session: a terminal's Ctrl-C reaches only the launcher, which then stops tasks in order.
             task.proc = subprocess.Popen([self.python, "-m", "tfyarn.runtime"], cwd=task.dir, env=env,
