@@ -54,7 +54,7 @@ def wait_restarts(backend, app_id: str, task: str, restarts: int, timeout: float
 
 
 def test_forked_tasks_have_their_own_env_cwd_session_and_output(tmp_path):
-    spec = probe_spec(tmp_path, {"lines": 3}, worker_env={"PROBE_ONLY_WORKER": "yes"})
+    spec = probe_spec(tmp_path, {"lines": 3, "exit_hooks": True}, worker_env={"PROBE_ONLY_WORKER": "yes"})
     echoed = []
     st = LocalBackend().run(spec, echo=lambda task, line: echoed.append((task, line)))
     assert st.state is AppState.SUCCEEDED, st.diagnostics
@@ -73,6 +73,8 @@ def test_forked_tasks_have_their_own_env_cwd_session_and_output(tmp_path):
         logged = [ln for ln in (task_dir / "task.log").read_text().splitlines() if ln.startswith("probe ")]
         assert logged == expected  # stdout and stderr in one pipe, line by line, in order
         assert [ln for t, ln in echoed if t == task and ln.startswith("probe ")] == expected
+        # the task ended as an interpreter does: its non-daemon thread finished, then its atexit function ran
+        assert (task_dir / "late.txt").read_text() == "ran" and (task_dir / "atexit.txt").read_text() == "ran"
     assert infos["worker:0"]["env"]["PROBE_ONLY_WORKER"] == "yes" and "PROBE_ONLY_WORKER" not in infos["chief:0"]["env"]
     assert infos["chief:0"]["np_random"] != infos["worker:0"]["np_random"]  # numpy's RNG reseeded in each task
     assert infos["chief:0"]["random"] != infos["worker:0"]["random"]
@@ -203,3 +205,25 @@ def test_wait_ready_times_out_naming_what_it_waited_for(tmp_path):
         t0 = time.monotonic()
         fs.close(timeout=2)
     assert fs.proc.returncode == -signal.SIGKILL and time.monotonic() - t0 < 6
+
+
+def test_client_reports_exit_codes_and_refuses_to_spawn_once_the_server_died(tmp_path):
+    env = dict(os.environ, TFYARN_PARENT_PID=str(os.getpid()), TF_CPP_MIN_LOG_LEVEL="2")
+    fs = ForkServer(sys.executable, env, tmp_path / "forkserver.log").start()
+    try:
+        fs.wait_ready(120)
+        # no TFYARN_SPEC_FILE: tfyarn.runtime.main fails at once, exit code 1, and says why on its output
+        proc = fs.spawn({"PATH": os.environ["PATH"], "TFYARN_KV_URL": "http://127.0.0.1:9"}, tmp_path)
+        assert proc.wait(timeout=60) == 1 and proc.poll() == 1
+        out = proc.stdout.read().decode()
+        assert "task ?:? failed" in out and "KeyError: 'TFYARN_SPEC_FILE'" in out, out
+        fs.proc.kill()
+        deadline = time.monotonic() + 10
+        while fs.usable:
+            assert time.monotonic() < deadline, "the client did not notice the forkserver's death within 10s"
+            time.sleep(0.05)
+        assert fs.error.endswith(": exited")
+        with pytest.raises(ForkServerError, match="is not usable: exited"):
+            fs.spawn({}, tmp_path)
+    finally:
+        fs.close(timeout=5)

@@ -79,6 +79,16 @@ def probe(ctx, helpers):
     for i in range(int(helpers.params.get("lines", 0))):
         print(f"probe stdout {i} of {ctx.task_id}", flush=True)
         print(f"probe stderr {i} of {ctx.task_id}", file=sys.stderr, flush=True)
+    if helpers.params.get("exit_hooks"):  # an interpreter exit joins non-daemon threads, then runs atexit functions
+        import atexit
+        import threading
+        atexit.register(lambda: open("atexit.txt", "w").write("ran"))
+
+        def late():
+            time.sleep(0.5)
+            with open("late.txt", "w") as f:
+                f.write("ran")
+        threading.Thread(target=late, daemon=False).start()
     if helpers.params.get("child"):
         import subprocess
         subprocess.Popen(["sleep", "300"])  # in the task's process group: stopping the task must end it too
