@@ -54,7 +54,8 @@ def wait_restarts(backend, app_id: str, task: str, restarts: int, timeout: float
 
 
 def test_forked_tasks_have_their_own_env_cwd_session_and_output(tmp_path):
-    spec = probe_spec(tmp_path, {"lines": 3, "exit_hooks": True}, worker_env={"PROBE_ONLY_WORKER": "yes"})
+    spec = probe_spec(tmp_path, {"lines": 3, "exit_hooks": True, "tf_log": True},
+                      worker_env={"PROBE_ONLY_WORKER": "yes"})
     echoed = []
     st = LocalBackend().run(spec, echo=lambda task, line: echoed.append((task, line)))
     assert st.state is AppState.SUCCEEDED, st.diagnostics
@@ -72,6 +73,8 @@ def test_forked_tasks_have_their_own_env_cwd_session_and_output(tmp_path):
         expected = [f"probe {stream} {i} of {task}" for i in range(3) for stream in ("stdout", "stderr")]
         logged = [ln for ln in (task_dir / "task.log").read_text().splitlines() if ln.startswith("probe ")]
         assert logged == expected  # stdout and stderr in one pipe, line by line, in order
+        text = (task_dir / "task.log").read_text()
+        assert text.count("probe message through the tensorflow logger") == 1  # as in a spawned task: not twice
         assert [ln for t, ln in echoed if t == task and ln.startswith("probe ")] == expected
         # the task ended as an interpreter does: its non-daemon thread finished, then its atexit function ran
         assert (task_dir / "late.txt").read_text() == "ran" and (task_dir / "atexit.txt").read_text() == "ran"

@@ -76,6 +76,9 @@ def probe(ctx, helpers):
             "random": random.random()}
     with open("probe.json", "w") as f:
         json.dump(info, f)
+    if helpers.params.get("tf_log"):
+        import tensorflow as tf
+        tf.get_logger().warning("probe message through the tensorflow logger")
     for i in range(int(helpers.params.get("lines", 0))):
         print(f"probe stdout {i} of {ctx.task_id}", flush=True)
         print(f"probe stderr {i} of {ctx.task_id}", file=sys.stderr, flush=True)

@@ -50,10 +50,12 @@ FORKSERVER_ENV = "TFYARN_FORKSERVER"
 #: (PYTHONPATH, PYTHONHASHSEED, PYTHONUNBUFFERED…); LD_*: the dynamic linker; MALLOC*/TCMALLOC*: the allocator; LC_*,
 #: LANG, TZ: locale and time zone at start-up; TF_*, XLA_*, CUDA*, NVIDIA*: TensorFlow's C++ runtime and devices;
 #: OMP_*, MKL*, KMP_*, OPENBLAS*, GOTO*: thread pools of the BLAS/OpenMP libraries loaded with TF; GRPC_*: gRPC's
-#: core; KERAS*: Keras, imported by TF; TFYARN_FORKSERVER: the switch itself (``TFYARN_FORKSERVER: "0"`` in a role's
-#: env starts only that role's tasks as new processes).
+#: core; KERAS*, HOME: Keras, imported by TF, reads its config dir then; TMP*, TEMP: ``tempfile``'s directory, fixed
+#: during TF's import; TFYARN_FORKSERVER: the switch itself (``TFYARN_FORKSERVER: "0"`` in a role's env starts only
+#: that role's tasks as new processes).
 STARTUP_ENV_PREFIXES = ("PYTHON", "LD_", "MALLOC", "TCMALLOC", "LC_", "LANG", "TZ", "TF_", "XLA_", "CUDA", "NVIDIA",
-                        "OMP_", "MKL", "KMP_", "OPENBLAS", "GOTO", "GRPC_", "KERAS", FORKSERVER_ENV)
+                        "OMP_", "MKL", "KMP_", "OPENBLAS", "GOTO", "GRPC_", "KERAS", "HOME", "TMP", "TEMP",
+                        FORKSERVER_ENV)
 Echo = Callable[[str, str], None]
 
 

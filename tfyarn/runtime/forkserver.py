@@ -28,15 +28,19 @@ PR_SET_PDEATHSIG. The server is single-threaded on purpose: ``fork()`` copies on
 another thread held at that moment would stay locked forever in the child.
 
 What a forked task does not share with a spawned one: ``/proc/<pid>/cmdline`` and ``/proc/<pid>/environ`` show the
-forkserver's (the kernel keeps the exec-time copies; ``os.environ`` is the task's own), and the string hash seed is
-the server's. The task's cwd is its task dir and its process name (``comm``, what ``ps -o comm`` and ``top`` show) is
-the task's name.
+forkserver's (the kernel keeps the exec-time copies; ``os.environ`` is the task's own), the string hash seed is
+the server's, and what TF's import prints (warnings included, each shown once) is in the server's log, not in every
+task's. The task's cwd is its task dir and its process name (``comm``, what ``ps -o comm`` and ``top`` show) is the
+task's name. What is restored to a spawned task's state: stdio, session, cwd, ``sys.argv``/``sys.path[0]``, the
+environment, signal dispositions, numpy's global RNG, TF's logger handlers; at the end, non-daemon threads are
+joined and atexit functions run before ``os._exit``, as at interpreter exit.
 """
 from __future__ import annotations
 
 import importlib
 import importlib.util
 import json
+import logging
 import os
 import select
 import signal
@@ -66,10 +70,19 @@ def _send(sock: socket.socket, msg: dict) -> None:
 def preload() -> None:
     """Import TensorFlow (when installed) and the tfyarn modules tasks import. Logging is left unconfigured: a task's
     ``logging.basicConfig`` would be a no-op if the root logger already had handlers."""
+    tf_logger = logging.getLogger("tensorflow")
+    before = list(tf_logger.handlers)
     if importlib.util.find_spec("tensorflow") is not None:
         import tensorflow  # noqa: F401
     for name in PRELOAD:
         importlib.import_module(name)
+    _IMPORT_HANDLERS[:] = [h for h in tf_logger.handlers if h not in before]
+
+
+#: Handlers TensorFlow gave its logger at import because the root logger had none (``tf_logging.get_logger``). A
+#: spawned task configures logging before it imports TF, which then adds none: a forked task drops them, or every TF
+#: message would be printed twice.
+_IMPORT_HANDLERS: list[logging.Handler] = []
 
 
 def _task_name(env: dict) -> str:
@@ -108,6 +121,8 @@ def _become_task(req: dict, out_fd: int, server_pid: int) -> None:
             signal.signal(sig, handler)
         except (OSError, ValueError):
             pass
+    for handler in _IMPORT_HANDLERS:
+        logging.getLogger("tensorflow").removeHandler(handler)
     if "numpy" in sys.modules:  # `random` reseeds itself after fork; numpy's global RNG would repeat the server's
         sys.modules["numpy"].random.seed()
     _set_process_name(_task_name(req["env"]))
