@@ -51,7 +51,8 @@ from typing import NoReturn
 
 #: Environment variable holding the fd number of the server's end of the control socket.
 FD_ENV = "TFYARN_FORKSERVER_FD"
-#: Largest control message (a task's environment as JSON); a larger one is refused and the task is spawned instead.
+#: Largest control message (a task's environment as JSON); a larger one (or one larger than the socket's send buffer)
+#: is refused, and the launcher starts that task as a new process instead.
 MAX_MESSAGE = 1 << 20
 #: Modules every task imports; importing them here is what makes a forked task start warm.
 PRELOAD = ("tfyarn.runtime.main", "tfyarn.runtime.rendezvous", "tfyarn.train", "tfyarn.train.helpers",
@@ -61,6 +62,11 @@ POLL_S = 0.05  # how often the loop reaps children and checks its parent (exit s
 # Signal dispositions of a freshly started interpreter (before any import can change them): a task gets these back.
 _STARTUP_SIGNALS = {s: signal.getsignal(s) for s in signal.valid_signals()
                     if s not in (signal.SIGKILL, signal.SIGSTOP) and signal.getsignal(s) is not None}
+
+#: Handlers TensorFlow gave its logger at import because the root logger had none (``tf_logging.get_logger``). A
+#: spawned task configures logging before it imports TF, which then adds none: a forked task drops them, or every TF
+#: message would be printed twice.
+_IMPORT_HANDLERS: list[logging.Handler] = []
 
 
 def _send(sock: socket.socket, msg: dict) -> None:
@@ -77,12 +83,6 @@ def preload() -> None:
     for name in PRELOAD:
         importlib.import_module(name)
     _IMPORT_HANDLERS[:] = [h for h in tf_logger.handlers if h not in before]
-
-
-#: Handlers TensorFlow gave its logger at import because the root logger had none (``tf_logging.get_logger``). A
-#: spawned task configures logging before it imports TF, which then adds none: a forked task drops them, or every TF
-#: message would be printed twice.
-_IMPORT_HANDLERS: list[logging.Handler] = []
 
 
 def _task_name(env: dict) -> str:
