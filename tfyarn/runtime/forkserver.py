@@ -46,6 +46,7 @@ import select
 import signal
 import socket
 import sys
+import time
 import traceback
 from typing import NoReturn
 
@@ -67,6 +68,13 @@ _STARTUP_SIGNALS = {s: signal.getsignal(s) for s in signal.valid_signals()
 #: spawned task configures logging before it imports TF, which then adds none: a forked task drops them, or every TF
 #: message would be printed twice.
 _IMPORT_HANDLERS: list[logging.Handler] = []
+
+
+def _log(msg: str) -> None:
+    """A line in forkserver.log (its stdout), timestamped like the tasks' log lines."""
+    now = time.time()
+    print(f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(now))},{int(now % 1 * 1000):03d} forkserver: {msg}",
+          flush=True)
 
 
 def _send(sock: socket.socket, msg: dict) -> None:
@@ -185,7 +193,7 @@ def _start(sock: socket.socket, req: dict, fds: list[int]) -> None:
     if pid == 0:
         _run_child(sock, req, fds[0], server_pid)
     os.close(fds[0])  # only the task holds the pipe's write end: the launcher's reader sees EOF when the task ends
-    print(f"forkserver: started {_task_name(req.get('env', {}))} as pid {pid}", flush=True)
+    _log(f"started {_task_name(req.get('env', {}))} as pid {pid}")
     _send(sock, {"id": req.get("id"), "pid": pid})
 
 
@@ -198,7 +206,7 @@ def _reap(sock: socket.socket) -> None:
         if pid == 0:
             return
         rc = os.waitstatus_to_exitcode(status)
-        print(f"forkserver: pid {pid} exited with {rc}", flush=True)
+        _log(f"pid {pid} exited with {rc}")
         _send(sock, {"exit": pid, "returncode": rc})
 
 
@@ -206,7 +214,7 @@ def serve(sock: socket.socket, parent_pid: int) -> int:
     """Start tasks on request and report their exits until EOF on the socket or the parent's death."""
     while True:
         if os.getppid() != parent_pid:  # PR_SET_PDEATHSIG normally got here first
-            print("forkserver: the launcher died; exiting", flush=True)
+            _log("the launcher died; exiting")
             return 3
         _reap(sock)
         ready, _, _ = select.select([sock], [], [], POLL_S)
@@ -214,7 +222,7 @@ def serve(sock: socket.socket, parent_pid: int) -> int:
             continue
         msg, fds, flags, _ = socket.recv_fds(sock, MAX_MESSAGE, 8)
         if not msg:
-            print("forkserver: control socket closed; exiting", flush=True)
+            _log("control socket closed; exiting")
             return 0
         if flags & socket.MSG_TRUNC:
             for fd in fds:
@@ -231,18 +239,20 @@ def main() -> int:
     set_parent_death_signal()
     if os.getppid() != parent_pid:
         return 3
+    _log(f"pid {os.getpid()} importing TensorFlow and tfyarn's task modules")
+    started = time.monotonic()
     try:
         preload()
     except BaseException as exc:  # noqa: BLE001 - reported to the launcher, which starts tasks as processes instead
         traceback.print_exc()
         _send(sock, {"error": f"preload failed: {type(exc).__name__}: {exc}"})
         return 1
-    print(f"forkserver: pid {os.getpid()} ready", flush=True)
+    _log(f"pid {os.getpid()} ready (imports took {time.monotonic() - started:.2f}s)")
     _send(sock, {"ready": True, "pid": os.getpid()})
     try:
         return serve(sock, parent_pid)
     except (BrokenPipeError, ConnectionResetError):
-        print("forkserver: the launcher went away; exiting", flush=True)
+        _log("the launcher went away; exiting")
         return 0
 
 
