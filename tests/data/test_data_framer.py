@@ -111,3 +111,18 @@ def test_framing_process_exits_when_its_parent_dies(local, tmp_path):
         proc.kill()
         proc.wait(timeout=10)
     wait_gone(framer)
+
+
+def test_which_protocols_a_child_process_can_open():
+    import fsspec
+    from fsspec.implementations.local import LocalFileSystem
+    from tfyarn.data.framer import protocol_shared
+
+    class Here(LocalFileSystem):
+        protocol = "tfyarn-test-here"
+
+    fsspec.register_implementation("tfyarn-test-here", Here, clobber=True)
+    assert protocol_shared("/data/x.tfrecord") and protocol_shared("file:///data/x.tfrecord")
+    assert protocol_shared("hdfs://nn:8020/data/x.tfrecord")        # hdfs-native's entry point: any process knows it
+    assert not protocol_shared("memory://data/x.tfrecord")          # exists only in this process
+    assert not protocol_shared("tfyarn-test-here:///data/x")        # registered at run time in this process only

@@ -519,6 +519,12 @@ class Feeder:
                 "reader_blocked_s": run.blocked_s["reader"] if run else 0.0,
                 "parser_blocked_s": run.blocked_s["parser"] if run else 0.0}
 
+    def prestart(self) -> None:
+        """Start the framing process now (non-blocking; no-op when framing in a thread), so that its start-up overlaps
+        with the training process's own instead of delaying the first batch."""
+        if self.framer is not None:
+            self.framer.start()
+
     def close(self) -> None:
         """Stop every thread of the current epoch and the framing process (idempotent; a later epoch restarts it)."""
         if self._active is not None:

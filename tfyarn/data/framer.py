@@ -96,8 +96,16 @@ class FramerDied(RuntimeError):
 
 
 def protocol_shared(path: str) -> bool:
-    """Can a child process open ``path`` the way this process does? Not for fsspec's in-process ``memory://``."""
-    return not path.startswith("memory://")
+    """Can a fresh child process open ``path`` the way this process does?
+
+    Not fsspec's ``memory://`` (it exists only in this process), nor a protocol this process registered at run time
+    (``fsspec.register_implementation`` with a class): a new interpreter knows only fsspec's built-in protocols and
+    those packages declare as entry points (hdfs-native's ``hdfs``, s3fs, gcsfs...).
+    """
+    from fsspec.core import split_protocol
+    from fsspec.registry import known_implementations
+    protocol = split_protocol(path)[0] or "file"
+    return protocol != "memory" and protocol in known_implementations
 
 
 class Framer:
@@ -119,6 +127,14 @@ class Framer:
     @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc else None
+
+    def start(self) -> None:
+        """Start the child now, without waiting for it (idempotent): its ~0.2 s interpreter and numpy/fsspec start-up
+        then overlaps with the caller's own (TF graph and session) instead of delaying the first batch."""
+        with self._lock:
+            if self._conn is None or not self._alive():
+                self._forget()
+                self._start()
 
     def _start(self) -> Connection:
         parent_sock, child_sock = (_widen(s) for s in socket.socketpair())
