@@ -20,9 +20,10 @@ class EpochPipeline:
     def __init__(self, make: Callable[[], Any], epochs: int):
         self.feeders = [make(), make()]
         self.epochs = epochs
-        prestart = getattr(self.feeders[0], "prestart", None)
-        if prestart is not None:  # the first epoch's framing process starts while the caller builds its graph
-            prestart()
+        for f in self.feeders:  # framing processes start while the caller builds its graph, not at an epoch start
+            prestart = getattr(f, "prestart", None)
+            if prestart is not None:
+                prestart()
 
     def steps(self, epoch: int) -> int:
         return int(self.feeders[0].steps(epoch))
