@@ -46,10 +46,12 @@ def no_thread_leak():
 
 
 @pytest.fixture(params=["memory", "file"])
-def src(request, tmp_path):
+def src(request, tmp_path, monkeypatch):
     """A data directory for feeder tests, once on each framing path: ``memory://`` files are framed in the feeder's
-    reader thread (another process cannot see them), ``file://`` files in the framing process (``framer.py``)."""
+    reader thread (another process cannot see them), ``file://`` files in the framing process (``framer.py``; strict
+    mode, so that every record goes through it even in an epoch shorter than the process's start-up)."""
     if request.param == "file":
+        monkeypatch.setenv("TFYARN_FRAMING", "process")
         yield f"file://{tmp_path}/data"
         return
     root = f"memory://t-{uuid.uuid4().hex[:10]}"

@@ -50,9 +50,15 @@ def wait_gone(pid: int, timeout: float = 10.0) -> None:
 def test_file_data_is_framed_in_a_child_process_memory_data_in_the_thread(local, mem, no_thread_leak):
     with feeder(dataset(local)) as f:
         assert f.framing == "process"
-        got = [int(r) for b in f.epoch(0) for r in b["rid"]]
+        got = [int(r) for b in f.epoch(0) for r in b["rid"]]     # framed here until the process is up: no wait
         assert sorted(got) == list(range(1200))
         assert f.framer.pid in framer_children()
+        deadline = time.monotonic() + 20
+        while not f.framer.ready():
+            assert time.monotonic() < deadline, "the framing process did not start within 20s"
+            time.sleep(0.05)
+        got = [int(r) for b in f.epoch(1) for r in b["rid"]]
+        assert sorted(got) == list(range(1200)) and f.stats()["records_from_framing_process"] == 1200
     with feeder(dataset(mem)) as f:
         assert f.framing == "thread" and f.framer is None
     with pytest.raises(ValueError, match="framing='process' cannot read memory:// files"):
@@ -65,7 +71,7 @@ def test_file_data_is_framed_in_a_child_process_memory_data_in_the_thread(local,
 
 def test_framing_process_killed_mid_epoch_fails_the_epoch_then_restarts(local, no_thread_leak):
     m = dataset(local, sizes=(5000, 5000))
-    with feeder(m, prefetch=1, frame_records=64, parse_group=10) as f:   # the reader stays ~3 groups ahead
+    with feeder(m, prefetch=1, frame_records=64, parse_group=10, framing="process") as f:   # reader ~3 groups ahead
         it = f.epoch(0)
         next(it)
         pid = f.framer.pid
@@ -79,7 +85,7 @@ def test_framing_process_killed_mid_epoch_fails_the_epoch_then_restarts(local, n
 
 def test_closing_mid_epoch_cancels_and_the_next_epoch_is_exact(local, no_thread_leak):
     m = dataset(local, sizes=(5000, 5000))
-    with feeder(m, prefetch=1, frame_records=64, parse_group=10) as f:
+    with feeder(m, prefetch=1, frame_records=64, parse_group=10, framing="process") as f:
         first = next(iter(f.epoch(0)))
         again = next(iter(f.epoch(0)))                       # same framing process, cancelled job drained
         assert (first["rid"] == again["rid"]).all()
@@ -96,7 +102,7 @@ def test_framing_process_exits_when_its_parent_dies(local, tmp_path):
         from tfyarn.data.parse import python_parser
         from _datahelpers import ID_SCHEMA
         m = build_manifest(["{local}/part-*"], stride=16, use_cache=False)
-        f = Feeder(m, ID_SCHEMA, 10, 0, 1, parser=python_parser, prefetch=1, frame_records=64)
+        f = Feeder(m, ID_SCHEMA, 10, 0, 1, parser=python_parser, prefetch=1, frame_records=64, framing="process")
         next(iter(f.epoch(0)))
         print(f.framer.pid, flush=True)
         time.sleep(60)

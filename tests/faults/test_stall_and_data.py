@@ -70,7 +70,7 @@ def test_corrupt_record_mid_epoch_is_skipped_and_the_job_reaches_the_planned_ste
     assert st.summary["global_step"] == st.summary["total_steps"] == 2 * sum(steps)
     assert st.summary["steps_per_worker"] == {"chief:0": sum(steps), "worker:0": sum(steps)}
     logs = "\n".join(backend.logs(st.app_id))
-    warn = f"skipped corrupt record: "
+    warn = "skipped corrupt record: "
     hits = [ln for ln in logs.splitlines() if warn in ln and f"record {index} at byte offset {offset}" in ln]
     assert hits, logs[-3000:]
     assert len(hits) == spec.data.epochs   # once per epoch: the record is met (and skipped) in every epoch

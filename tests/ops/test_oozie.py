@@ -69,7 +69,7 @@ def test_the_actions_command_line_validates_against_the_example_spec(tmp_path):
     proc = subprocess.run(["bash", str(OOZIE / "tfyarn-action.sh"), *args], cwd=OOZIE, env=env,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert f"3 epochs" not in proc.stdout and f"{props['epochs']} epochs" in proc.stdout
+    assert "3 epochs" not in proc.stdout and f"{props['epochs']} epochs" in proc.stdout
     # and the same line with a broken override fails with exit 2, naming the path (the check is real)
     bad = [a.replace(f"data.epochs={props['epochs']}", "data.epochs=lots") for a in args]
     proc = subprocess.run(["bash", str(OOZIE / "tfyarn-action.sh"), *bad], cwd=OOZIE, env=env,

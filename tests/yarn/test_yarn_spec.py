@@ -3,9 +3,7 @@ import os
 import subprocess
 import sys
 import zipfile
-from pathlib import Path
 
-import pytest
 import skein
 import yaml
 

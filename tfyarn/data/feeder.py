@@ -5,9 +5,11 @@ Pipeline per epoch (a framing process, two threads, bounded queues)::
     framing process ──chunks (socket)──▶ reader thread ──raw groups (≤ 2)──▶ parser thread
                                           ──ready batches (≤ prefetch)──▶ consumer (training loop)
 
-* The framing process (:mod:`framer`; one per feeder, reused every epoch) frames records (:mod:`tfrecord`, both
-  CRCs) and sends lists of payloads: the per-record Python of framing never holds the training process's GIL. Files
-  on ``memory://`` exist only in this process, so for them (or with ``framing="thread"``) the reader thread frames.
+* The framing process (:mod:`framer`; one per feeder, started with its first epoch, reused every epoch) frames
+  records (:mod:`tfrecord`, both CRCs) and sends lists of payloads: the per-record Python of framing never holds the
+  training process's GIL. Until it is up (~0.2 s) the reader thread frames, range by range, so neither the first
+  step nor an epoch boundary waits for it. Files on ``memory://`` exist only in this process, so for them (or with
+  ``framing="thread"``) the reader thread always frames.
 * The reader drops data-CRC-corrupt records when ``on_corrupt="skip"``, applies the optional seeded shuffle buffer,
   and groups serialized records into parse groups.
 * The parser turns a batch into numpy arrays with one ``tf.io.parse_example`` call (TF releases the GIL, so it runs
@@ -89,6 +91,7 @@ class _Run:
         self.waits_over_1ms = 0
         self.max_wait_s = 0.0
         self.records_read = 0                # framed by the reader (for the memory-bound test and stats)
+        self.records_from_framer = 0         # of which framed in the framing process (the rest in the reader thread)
         #: seconds each thread spent blocked on a queue: a reader that waits a lot means parsing is the bottleneck,
         #: a parser that waits a lot means reading is, both waiting means the consumer is (the healthy case).
         self.blocked_s = {"reader": 0.0, "parser": 0.0}
@@ -244,7 +247,8 @@ class _Run:
                 time.sleep(_POLL / 4)
 
     def _chunks(self, ranges: list[RecordRange]) -> Iterator[tuple[RecordRange, Chunk]]:
-        """The framed records of ``ranges`` in order: from the framing process (:mod:`framer`), or framed in this
+        """The framed records of ``ranges`` in order: from the framing process (:mod:`framer`) once it is up, framed
+        in this thread before that (range by range: nothing ever waits for the process to start), and always in this
         thread when the files are not reachable from another process (``memory://``) or ``framing="thread"``."""
         f = self.f
         jobs = []
@@ -252,22 +256,28 @@ class _Run:
             off, first = f.files[rr.path].boundary(rr.start)
             jobs.append(FrameJob(rr.path, rr.start, rr.stop, off, first, f.files[rr.path].gz, f.holes.get(rr.path)))
         if f.framer is not None:
-            self.reader_state = f"framing process (pid {f.framer.pid or 'starting'}): {len(jobs)} ranges"
-            current = -1
-            for index, chunk in f.framer.chunks(jobs, self._check_stop):
-                if index != current:
-                    current = index
-                    rr = ranges[index]
-                    self.reader_state = (f"reading {rr.path} records {rr.start}..{rr.stop} "
-                                         f"(framing process pid {f.framer.pid})")
-                yield ranges[index], chunk
-            return
-        for rr, j in zip(ranges, jobs):
+            f.framer.start()                           # (idempotent) the process starts while we frame here
+        for k, (rr, j) in enumerate(zip(ranges, jobs)):
+            if f.framer is not None and (f.framing_strict or f.framer.ready()):
+                yield from self._from_framer(ranges[k:], jobs[k:])
+                return
             self.reader_state = f"reading {rr.path} records {rr.start}..{rr.stop}"
             for chunk in iter_chunks(j.path, j.start, j.stop, offset=j.offset, first_record=j.first, gz=j.gz,
                                      check_crc=f.check_crc, on_corrupt=f.on_corrupt, block_bytes=f.block_bytes,
                                      max_records=f.frame_records, holes=j.holes):
                 yield rr, chunk
+
+    def _from_framer(self, ranges: list[RecordRange], jobs: list[FrameJob]) -> Iterator[tuple[RecordRange, Chunk]]:
+        framer = self.f.framer
+        assert framer is not None
+        current = -1
+        for index, chunk in framer.chunks(jobs, self._check_stop):
+            if index != current:
+                current = index
+                rr = ranges[index]
+                self.reader_state = f"reading {rr.path} records {rr.start}..{rr.stop} (framing process {framer.pid})"
+            self.records_from_framer += len(chunk.payloads)
+            yield ranges[index], chunk
 
     def _check_stop(self) -> None:
         if self.stop.is_set():
@@ -460,6 +470,9 @@ class Feeder:
         if framing == "process" and not shared:
             raise ValueError("framing='process' cannot read memory:// files (they exist only in this process)")
         self.framing = "process" if framing == "process" or (framing == "auto" and shared) else "thread"
+        #: ``framing="process"`` asked for explicitly: wait for the process to start instead of framing here until
+        #: it is up (``auto``), so every record goes through it (tests, benchmarks).
+        self.framing_strict = framing == "process"
         self.framer = (Framer(check_crc=check_crc, on_corrupt=on_corrupt, block_bytes=block_bytes,
                               max_records=frame_records) if self.framing == "process" else None)
         self.skipped = 0
@@ -516,6 +529,7 @@ class Feeder:
                 "waits_over_1ms": run.waits_over_1ms if run else 0,
                 "max_wait_s": run.max_wait_s if run else 0.0,
                 "records_read": run.records_read if run else 0,
+                "records_from_framing_process": run.records_from_framer if run else 0,
                 "reader_blocked_s": run.blocked_s["reader"] if run else 0.0,
                 "parser_blocked_s": run.blocked_s["parser"] if run else 0.0}
 

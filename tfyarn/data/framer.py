@@ -121,6 +121,7 @@ class Framer:
         self._proc: subprocess.Popen | None = None
         self._conn: Connection | None = None
         self._job = 0
+        self._ready = False                # the current child sent "ready" (its imports are done)
         self._lock = threading.Lock()
         self._finalizer: weakref.finalize | None = None
 
@@ -136,6 +137,21 @@ class Framer:
                 self._forget()
                 self._start()
 
+    def ready(self) -> bool:
+        """Is a child running and done starting? Never waits (the feeder frames in its own thread until then)."""
+        with self._lock:
+            if self._ready:
+                return self._alive()
+            conn = self._conn
+            if conn is None or not self._alive():
+                return False
+            try:
+                if conn.poll(0):                 # before any job, the only message a child sends is "ready"
+                    self._ready = _recv(conn)[0] == "ready"
+            except (EOFError, OSError):
+                return False
+            return self._ready
+
     def _start(self) -> Connection:
         parent_sock, child_sock = (_widen(s) for s in socket.socketpair())
         env = dict(os.environ)
@@ -148,7 +164,7 @@ class Framer:
         finally:
             child_sock.close()
         conn = Connection(parent_sock.detach())
-        self._proc, self._conn = proc, conn
+        self._proc, self._conn, self._ready = proc, conn, False
         self._finalizer = weakref.finalize(self, _shutdown, proc, conn)
         return conn
 
@@ -236,6 +252,7 @@ class Framer:
         if self._finalizer is not None:
             self._finalizer()              # asks the child to exit, kills it after 2 s, reaps it, closes the socket
         self._proc = self._conn = self._finalizer = None
+        self._ready = False
 
     def close(self) -> None:
         """Stop the child (idempotent)."""

@@ -20,12 +20,6 @@ class EpochPipeline:
     def __init__(self, make: Callable[[], Any], epochs: int):
         self.feeders = [make(), make()]
         self.epochs = epochs
-        self._prestart(0)  # the first epoch's framing process starts while the caller builds its graph
-
-    def _prestart(self, i: int) -> None:
-        prestart = getattr(self.feeders[i], "prestart", None)
-        if prestart is not None:
-            prestart()
 
     def steps(self, epoch: int) -> int:
         return int(self.feeders[0].steps(epoch))
@@ -39,11 +33,6 @@ class EpochPipeline:
             opener = None
             for i, batch in enumerate(cur):
                 yield epoch, batch
-                if i == 0 and epoch == epoch0:
-                    # The other feeder's framing process starts after the first step, not during start-up, where
-                    # every task's graph building competes for the cores (measured: both at once delayed the
-                    # first step). ~0.2 s to start: an epoch shorter than that waits once at its first boundary.
-                    self._prestart((epoch0 + 1) % 2)
                 if i == 0 and epoch + 1 < self.epochs:
                     opener = self._open_async(epoch + 1)
             if epoch + 1 < self.epochs:
