@@ -273,7 +273,8 @@ def build_graph(ctx: Any, model: Any) -> TrainGraph:
     tf = _tf()
     spec = ctx.spec
     num_ps = len(ctx.cluster["ps"])
-    planned = plan_placement(variable_sizes(model), num_ps)
+    # (one ps: everything goes to it; skip building the model a second time just to size its variables)
+    planned = plan_placement(variable_sizes(model), num_ps) if num_ps > 1 else {}
     balancer = SizeBalancer(num_ps, planned)
     worker_device = f"/job:{ctx.role}/task:{ctx.index}"
     graph = tf.Graph()
