@@ -53,7 +53,8 @@ _POLL_S = 0.1
 #: Socket buffer asked for on both ends: a chunk (2048 records of ~90 pickled bytes) fits several times over, so the
 #: child keeps framing while the parent reads instead of the two taking turns (the kernel may cap it lower).
 _SOCKET_BUFFER = 4 << 20
-_CHILD = "import sys; from tfyarn.data.framer import child_main; sys.exit(child_main(int(sys.argv[1]), int(sys.argv[2])))"
+_CHILD = ("import sys; sys.path.append(sys.argv[3]); from tfyarn.data.framer import child_main; "
+          "sys.exit(child_main(int(sys.argv[1]), int(sys.argv[2])))")
 
 
 @dataclass(frozen=True)
@@ -133,9 +134,12 @@ class Framer:
         """Start the child now, without waiting for it (idempotent): its ~0.2 s interpreter and numpy/fsspec start-up
         then overlaps with the caller's own (TF graph and session) instead of delaying the first batch."""
         with self._lock:
-            if self._conn is None or not self._alive():
-                self._forget()
-                self._start()
+            self._ensure_started()
+
+    def _ensure_started(self) -> None:
+        if self._conn is None or not self._alive():
+            self._forget()
+            self._start()
 
     def ready(self) -> bool:
         """Is a child running and done starting? Never waits (the feeder frames in its own thread until then)."""
@@ -154,13 +158,12 @@ class Framer:
 
     def _start(self) -> Connection:
         parent_sock, child_sock = (_widen(s) for s in socket.socketpair())
-        env = dict(os.environ)
-        root = str(Path(__file__).resolve().parents[2])   # tfyarn importable in the child however we were started
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+        # tfyarn importable in the child however we were started: its root is *appended* to sys.path there (not put
+        # in PYTHONPATH, which would place a site-packages dir ahead of the standard library)
+        root = str(Path(__file__).resolve().parents[2])
         try:
-            proc = subprocess.Popen([sys.executable, "-c", _CHILD, str(child_sock.fileno()), str(os.getpid())],
-                                    pass_fds=(child_sock.fileno(),), stdin=subprocess.DEVNULL,
-                                    env=env, close_fds=True)
+            proc = subprocess.Popen([sys.executable, "-c", _CHILD, str(child_sock.fileno()), str(os.getpid()), root],
+                                    pass_fds=(child_sock.fileno(),), stdin=subprocess.DEVNULL, close_fds=True)
         finally:
             child_sock.close()
         conn = Connection(parent_sock.detach())
@@ -175,9 +178,7 @@ class Framer:
         stop flag). Leaving the generator early (break, exception) cancels the rest of the job in the child.
         """
         with self._lock:
-            if self._conn is None or not self._alive():
-                self._forget()
-                self._start()
+            self._ensure_started()
             conn = self._conn
             assert conn is not None
             self._job += 1
