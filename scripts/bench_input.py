@@ -59,17 +59,6 @@ def native_rate(paths: list[str]) -> tuple[float, float]:
 _FEEDERS: dict = {}
 
 
-def _proc_cpu_s(pid: int | None) -> float:
-    """CPU seconds (user + system) of a child process so far, from /proc (0 when there is none)."""
-    if not pid:
-        return 0.0
-    try:
-        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def feeder_rate(manifest, rank: int = 0, workers: int = 1, epoch: int = 0,
                 framing: str = "auto") -> tuple[float, float, float]:
     """(records/s, seconds, CPU us per record over all threads *and the framing process*).
@@ -86,12 +75,12 @@ def feeder_rate(manifest, rank: int = 0, workers: int = 1, epoch: int = 0,
     it = f.epoch(e)
     first = next(it)                     # starts the framing process on the first call
     t, c = time.perf_counter(), time.process_time()
-    c_child = _proc_cpu_s(f.framer.pid if f.framer else None)
+    c_child = f.framer.cpu_s() if f.framer else 0.0
     n = len(first["label"])
     for b in it:
         n += len(b["label"])
     dt = time.perf_counter() - t
-    cpu = time.process_time() - c + _proc_cpu_s(f.framer.pid if f.framer else None) - c_child
+    cpu = time.process_time() - c + (f.framer.cpu_s() if f.framer else 0.0) - c_child
     return n / dt, dt, 1e6 * cpu / n
 
 

@@ -172,15 +172,6 @@ def micro_allreduce(data_dir: str, dim: int = 16) -> dict:
     return r
 
 
-def _proc_cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) of a process so far, from /proc (0 once it is gone)."""
-    try:
-        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def input_cost(data_dir: str) -> dict:
     """CPU seconds per batch of each input path alone (no training): what the producer takes from the step's cores."""
     import importlib
@@ -188,7 +179,7 @@ def input_cost(data_dir: str) -> dict:
     files, feats, pipe = _micro_common(data_dir)
     out = {}
     def framer_cpu() -> float:                   # the framing processes' CPU counts as the Feeder's
-        return sum(_proc_cpu_s(f.framer.pid) for f in pipe.feeders if f.framer is not None and f.framer.pid)
+        return sum(f.framer.cpu_s() for f in pipe.feeders if f.framer is not None)
 
     with pipe:
         for f in pipe.feeders:

@@ -59,6 +59,9 @@ def test_file_data_is_framed_in_a_child_process_memory_data_in_the_thread(local,
             time.sleep(0.05)
         got = [int(r) for b in f.epoch(1) for r in b["rid"]]
         assert sorted(got) == list(range(1200)) and f.stats()["records_from_framing_process"] == 1200
+        assert f.framer.cpu_s() > 0                                # its interpreter start-up at least
+    with feeder(dataset(local), framing="thread") as f:
+        assert f.framer is None
     with feeder(dataset(mem)) as f:
         assert f.framing == "thread" and f.framer is None
     with pytest.raises(ValueError, match="framing='process' cannot read memory:// files"):
