@@ -34,8 +34,12 @@ def probe(app_id: str, task: str) -> dict:
     return json.loads((LocalBackend().app_dir(app_id) / "tasks" / task.replace(":", "_") / "probe.json").read_text())
 
 
+def server_log(app_id: str) -> str:
+    return (LocalBackend().app_dir(app_id) / "forkserver.log").read_text()
+
+
 def server_pid(app_id: str) -> int:
-    text = (LocalBackend().app_dir(app_id) / "forkserver.log").read_text()
+    text = server_log(app_id)
     found = re.search(r"forkserver: pid (\d+) ready", text)
     assert found, f"the forkserver never said it was ready; its log:\n{text}"
     return int(found.group(1))
@@ -79,8 +83,22 @@ def test_forked_tasks_have_their_own_env_cwd_session_and_output(tmp_path):
         # the task ended as an interpreter does: its non-daemon thread finished, then its atexit function ran
         assert (task_dir / "late.txt").read_text() == "ran" and (task_dir / "atexit.txt").read_text() == "ran"
     assert infos["worker:0"]["env"]["PROBE_ONLY_WORKER"] == "yes" and "PROBE_ONLY_WORKER" not in infos["chief:0"]["env"]
+    # the model code (custom_jobs) does not use Keras: TF was imported without its eager Keras import
+    assert not any(info["keras_preloaded"] for info in infos.values())
+    assert "model module 'custom_jobs' does not use Keras: not imported" in server_log(st.app_id)
     assert infos["chief:0"]["np_random"] != infos["worker:0"]["np_random"]  # numpy's RNG reseeded in each task
     assert infos["chief:0"]["random"] != infos["worker:0"]["random"]
+
+
+def test_a_model_that_uses_keras_gets_it_preloaded_and_can_use_it(tmp_path):
+    spec = load_spec_dict(small_spec(tmp_path, model="keras_jobs:dense"))
+    st = LocalBackend().run(spec)
+    assert st.state is AppState.SUCCEEDED, st.diagnostics
+    assert "model module 'keras_jobs' uses Keras: imported" in server_log(st.app_id)
+    for task in TASKS:
+        info = probe(st.app_id, task)
+        assert info["keras_preloaded"], f"{task}: Keras was not imported by the forkserver"
+        assert info["out"] == [[3.0, 3.0]]  # Dense(2, ones) of ones(1, 3): the layer really ran in the forked task
 
 
 def test_exit_code_is_reported(tmp_path):

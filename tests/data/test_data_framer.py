@@ -50,13 +50,16 @@ def wait_gone(pid: int, timeout: float = 10.0) -> None:
 def test_file_data_is_framed_in_a_child_process_memory_data_in_the_thread(local, mem, no_thread_leak):
     with feeder(dataset(local)) as f:
         assert f.framing == "process"
-        got = [int(r) for b in f.epoch(0) for r in b["rid"]]     # framed here until the process is up: no wait
+        it = f.epoch(0)
+        time.sleep(0.5)                                          # the reader is busy framing, the parser parsing:
+        assert f.framer.pid is None and not framer_children()   # no process before the first batch is taken
+        got = [int(r) for b in it for r in b["rid"]]             # framed here until the process is up: no wait
         assert sorted(got) == list(range(1200))
-        assert f.framer.pid in framer_children()
         deadline = time.monotonic() + 20
         while not f.framer.ready():
             assert time.monotonic() < deadline, "the framing process did not start within 20s"
             time.sleep(0.05)
+        assert f.framer.pid in framer_children()
         got = [int(r) for b in f.epoch(1) for r in b["rid"]]
         assert sorted(got) == list(range(1200)) and f.stats()["records_from_framing_process"] == 1200
         assert f.framer.cpu_s() > 0                                # its interpreter start-up at least

@@ -5,10 +5,11 @@ Pipeline per epoch (a framing process, two threads, bounded queues)::
     framing process ──chunks (socket)──▶ reader thread ──raw groups (≤ 2)──▶ parser thread
                                           ──ready batches (≤ prefetch)──▶ consumer (training loop)
 
-* The framing process (:mod:`framer`; one per feeder, started with its first epoch, reused every epoch) frames
-  records (:mod:`tfrecord`, both CRCs) and sends lists of payloads: the per-record Python of framing never holds the
-  training process's GIL. Until it is up (~0.2 s) the reader thread frames, range by range, so neither the first
-  step nor an epoch boundary waits for it. Files on ``memory://`` exist only in this process, so for them (or with
+* The framing process (:mod:`framer`; one per feeder, reused every epoch) frames records (:mod:`tfrecord`, both
+  CRCs) and sends lists of payloads: the per-record Python of framing never holds the training process's GIL. It is
+  started once the feeder's first batch has been taken (or by :meth:`Feeder.prestart`), so its start-up does not
+  compete with the training process's own; until it is up (~0.2 s) the reader thread frames, range by range, so
+  neither the first step nor an epoch boundary waits for it. Files on ``memory://`` exist only in this process, so for them (or with
   ``framing="thread"``) the reader thread always frames.
 * The reader drops data-CRC-corrupt records when ``on_corrupt="skip"``, applies the optional seeded shuffle buffer,
   and groups serialized records into parse groups.
@@ -255,10 +256,11 @@ class _Run:
         for rr in ranges:
             off, first = f.files[rr.path].boundary(rr.start)
             jobs.append(FrameJob(rr.path, rr.start, rr.stop, off, first, f.files[rr.path].gz, f.holes.get(rr.path)))
-        if f.framer is not None:
-            f.framer.start()                           # (idempotent) the process starts while we frame here
+        framer = f.framer
         for k, (rr, j) in enumerate(zip(ranges, jobs)):
-            if f.framer is not None and (f.framing_strict or f.framer.ready()):
+            # auto: the process is started once the epoch's first batch is taken (see __next__); strict: now, and
+            # chunks() waits for it
+            if framer is not None and (f.framing_strict or framer.ready()):
                 yield from self._from_framer(ranges[k:], jobs[k:])
                 return
             self.reader_state = f"reading {rr.path} records {rr.start}..{rr.stop}"
@@ -393,6 +395,8 @@ class _Run:
             self.close()
             raise val
         self.yielded += 1
+        if self.yielded == 1:
+            self.f.start_framer_soon()
         if self.yielded >= self.target:
             self.close()
         return val
@@ -478,6 +482,7 @@ class Feeder:
         self.skipped = 0
         self.skipped_errors: list[DataError] = []
         self._lock = threading.Lock()
+        self._starter: threading.Thread | None = None  # start_framer_soon's thread
         self._plans: dict[int, EpochPlan] = {}
         self._active: _Run | None = None
         self._last: _Run | None = None
@@ -534,15 +539,35 @@ class Feeder:
                 "parser_blocked_s": run.blocked_s["parser"] if run else 0.0}
 
     def prestart(self) -> None:
-        """Start the framing process now (non-blocking; no-op when framing in a thread), so that its start-up overlaps
-        with the training process's own instead of delaying the first batch."""
+        """Start the framing process now (non-blocking; no-op when framing in a thread) instead of once the first
+        batch has been taken: for a steady-state measurement, or when nothing else is starting on the machine."""
         if self.framer is not None:
             self.framer.start()
+
+    def start_framer_soon(self) -> None:
+        """Start the framing process (if it is not running) from a short-lived thread; called when an epoch's first
+        batch has been taken.
+
+        Why then: its interpreter start-up (~0.25 s of CPU) during the training process's own (graph, session, first
+        step, with every local task starting at once) delayed each local task's first step by ~1 s on 2 cores;
+        started before, it was not needed either (the reader frames until it is up). Why a thread: ``Popen`` is
+        ~1.3 ms of Python, kept off the training thread."""
+        framer = self.framer
+        if framer is None or framer.running():  # (not ready(): that reads the connection, the reader's job)
+            return
+        with self._lock:
+            if self._starter is not None and self._starter.is_alive():
+                return
+            self._starter = threading.Thread(target=framer.start, name="tfyarn-framer-start", daemon=True)
+            self._starter.start()
 
     def close(self) -> None:
         """Stop every thread of the current epoch and the framing process (idempotent; a later epoch restarts it)."""
         if self._active is not None:
             self._active.close()
+        starter = self._starter
+        if starter is not None:
+            starter.join(timeout=30.0)   # Popen of an interpreter: milliseconds (bounded all the same)
         if self.framer is not None:
             self.framer.close()
 

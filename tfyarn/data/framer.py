@@ -154,8 +154,14 @@ class Framer:
             self._forget()
             self._start()
 
+    def running(self) -> bool:
+        """Is a child running (started or starting)? Safe from any thread: it does not touch the connection."""
+        with self._lock:
+            return self._conn is not None and self._alive()
+
     def ready(self) -> bool:
-        """Is a child running and done starting? Never waits (the feeder frames in its own thread until then)."""
+        """Is a child running and done starting? Never waits (the feeder frames in its own thread until then).
+        Only from the thread that calls :meth:`chunks` (it reads the connection)."""
         with self._lock:
             if self._ready:
                 return self._alive()

@@ -20,14 +20,6 @@ class EpochPipeline:
     def __init__(self, make: Callable[[], Any], epochs: int):
         self.feeders = [make(), make()]
         self.epochs = epochs
-        self._prestart(0)  # the first epoch's framing process starts while the caller builds its graph
-
-    def _prestart(self, i: int) -> None:
-        """Start a feeder's framing process ahead of its epoch (non-blocking). Until it is up the feeder frames in
-        its reader thread, so this only decides how much of the data goes through the process, never a wait."""
-        prestart = getattr(self.feeders[i], "prestart", None)
-        if prestart is not None:
-            prestart()
 
     def steps(self, epoch: int) -> int:
         return int(self.feeders[0].steps(epoch))
@@ -41,10 +33,6 @@ class EpochPipeline:
             opener = None
             for i, batch in enumerate(cur):
                 yield epoch, batch
-                if i == 0 and epoch == epoch0:
-                    # The other one after the first step: at start-up 4 local tasks' graph building already
-                    # competes for the cores (one more interpreter start per task there is enough).
-                    self._prestart((epoch0 + 1) % 2)
                 if i == 0 and epoch + 1 < self.epochs:
                     opener = self._open_async(epoch + 1)
             if epoch + 1 < self.epochs:

@@ -82,12 +82,24 @@ def _send(sock: socket.socket, msg: dict) -> None:
 
 
 def preload() -> None:
-    """Import TensorFlow (when installed) and the tfyarn modules tasks import. Logging is left unconfigured: a task's
+    """Import TensorFlow (when installed; Keras only if the job's model code uses it, see
+    :mod:`tfyarn.runtime.warm_imports`) and the tfyarn modules tasks import. Logging is left unconfigured: a task's
     ``logging.basicConfig`` would be a no-op if the root logger already had handlers."""
+    from tfyarn.runtime import warm_imports
     tf_logger = logging.getLogger("tensorflow")
     before = list(tf_logger.handlers)
     if importlib.util.find_spec("tensorflow") is not None:
-        import tensorflow  # noqa: F401
+        warm_imports.import_tensorflow()
+        module = warm_imports.model_module(os.environ.get("TFYARN_SPEC_FILE"))
+        try:
+            keras = bool(module) and warm_imports.code_uses_keras(module, os.environ.get("TFYARN_CODE_DIR"))
+        except Exception as exc:  # noqa: BLE001 - reading the job's code is an optimisation; tasks import on use
+            _log(f"could not read model module {module!r} ({type(exc).__name__}: {exc}); Keras not preloaded")
+            keras = False
+        if keras:
+            warm_imports.import_keras()
+        _log(f"model module {module!r} {'uses' if keras else 'does not use'} Keras: "
+             f"{'imported' if keras else 'not imported'}")
     for name in PRELOAD:
         importlib.import_module(name)
     _IMPORT_HANDLERS[:] = [h for h in tf_logger.handlers if h not in before]

@@ -1,0 +1,176 @@
+"""What the forkserver imports before it forks tasks: TensorFlow, and Keras only when the job's code uses it.
+
+Why: ``import tensorflow`` (TF 2.21) ends by importing ``keras.src.optimizers`` — all of Keras 3, ~0.9 s of the
+~3 s import on this project's 2-core machine — so that Keras optimizers are registered for SavedModel loading. It
+does so inside ``try/except ImportError`` and TF works without it (``tf.keras`` stays a lazy attribute that imports
+Keras on first use). tfyarn's own training code never touches Keras, so a job whose model does not use it pays that
+second for nothing, and the local launcher's forkserver import is on the path from launch to the first step.
+
+So the forkserver imports TF with that one eager import skipped (:func:`import_tensorflow`), then reads the job's
+model code — without running it — and imports Keras itself when that code refers to it (:func:`code_uses_keras`):
+such a job's tasks start exactly as warm as before. Reading the code instead of importing it keeps the job's
+import-time side effects (environment reads, threads, eager tensors) out of the process every task is forked from.
+
+The reading is static: the model's module and every module of the job's own code it imports (transitively) are
+scanned as text, and Keras counts as used on ``import keras``/``tf_keras`` (any form), ``from tensorflow import
+keras`` or any ``<x>.keras`` attribute (``tf.keras.layers.Dense``). Code that reaches Keras another way (``importlib``,
+``getattr(tf, "keras")``) still works: its tasks import Keras when they first use it, each on its own.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.machinery
+import logging
+import os
+import re
+import sys
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+#: What TF 2.21's ``__init__`` imports eagerly (which one depends on ``TF_USE_LEGACY_KERAS``, as in TF).
+KERAS_EAGER_IMPORTS = ("keras.src.optimizers", "tf_keras.src.optimizers")
+KERAS_TOP_LEVEL = frozenset({"keras", "tf_keras"})
+#: Bounds on the static read: a job's code larger than this is not walked further (its tasks import Keras
+#: themselves if it needs it: slower, never wrong).
+MAX_FILES = 500
+MAX_FILE_BYTES = 2 << 20
+
+
+def legacy_keras() -> bool:
+    """Does TF use tf_keras (Keras 2) for ``tf.keras``? The same test as TF's ``__init__``."""
+    return os.environ.get("TF_USE_LEGACY_KERAS") in ("true", "True", "1")
+
+
+def import_tensorflow() -> None:
+    """``import tensorflow`` without its eager Keras import. A no-op when TF is already imported.
+
+    ``sys.modules[name] = None`` makes ``import name`` raise ImportError at once (before any parent package is
+    imported), which TF's ``__init__`` catches; the entries are removed right after, so a later ``import keras``
+    works as usual. An entry that was already there (Keras imported before TF) is left as it was.
+    """
+    if "tensorflow" in sys.modules:
+        return
+    blocked = [name for name in KERAS_EAGER_IMPORTS if name not in sys.modules]
+    for name in blocked:
+        sys.modules[name] = None  # type: ignore[assignment]
+    try:
+        importlib.import_module("tensorflow")
+    finally:
+        for name in blocked:
+            if sys.modules.get(name, ...) is None:
+                del sys.modules[name]
+
+
+def import_keras() -> None:
+    """Import what TF's ``__init__`` would have (Keras and its optimizers' SavedModel registrations)."""
+    importlib.import_module("tf_keras.src.optimizers" if legacy_keras() else "keras.src.optimizers")
+
+
+# --------------------------------------------------------------------------------------------------- static read
+
+#: ``import a.b, c as d`` / ``from .a import (b, c)``: what a module imports (a text scan, not a parse: parsing and
+#: walking the syntax trees of a job's modules took ~0.3 s, on the path from launch to the first step).
+_IMPORT_RE = re.compile(rb"^[ \t]*(?:import[ \t]+([\w. \t,]+)|from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n#;]+))",
+                        re.MULTILINE)
+#: A reference to Keras: ``import keras``, ``from tf_keras import …``, ``from tensorflow import keras``,
+#: ``tf.keras.layers``. A mention in a comment or string counts too (it only means Keras is imported ahead of use).
+_KERAS_RE = re.compile(rb"\b(?:tf_keras|import[ \t]+keras|from[ \t]+keras)\b|\.keras\b|import[^\n]*\bkeras\b")
+
+
+def _module_file(name: str, path: list[str]) -> Path | None:
+    """The source file of module ``name``, found on ``path`` without importing anything (parents included)."""
+    search: list[str] | None = path
+    origin: str | None = None
+    parts = name.split(".")
+    for i in range(len(parts)):
+        spec = importlib.machinery.PathFinder.find_spec(".".join(parts[:i + 1]), search)
+        if spec is None:
+            return None
+        origin = spec.origin
+        search = list(spec.submodule_search_locations or [])
+        if i + 1 < len(parts) and not search:
+            return None  # a plain module cannot have submodules
+    if origin is None or not origin.endswith(".py"):
+        return None  # namespace package, extension module, bytecode only
+    return Path(origin).resolve()
+
+
+def _imported_names(source: bytes, module: str, is_package: bool) -> set[str]:
+    """Names of the modules ``source`` imports (relative imports resolved against ``module``); for
+    ``from a import b`` both ``a`` and ``a.b`` (b may be a submodule)."""
+    package = module if is_package else module.rpartition(".")[0]
+    names: set[str] = set()
+    for plain, base, what in _IMPORT_RE.findall(source):
+        if plain:
+            names.update(part.split()[0] for part in plain.decode().split(",") if part.split())
+            continue
+        base_s = base.decode()
+        dots = len(base_s) - len(base_s.lstrip("."))
+        if dots:
+            parent = package.split(".")
+            parent = parent[:len(parent) - (dots - 1)] if dots > 1 else parent
+            base_s = ".".join(parent + ([base_s[dots:]] if base_s[dots:] else []))
+        if not base_s:
+            continue
+        names.add(base_s)
+        for part in what.decode().strip("() \t\n").split(","):
+            words = part.split()
+            if words and words[0].isidentifier():
+                names.add(f"{base_s}.{words[0]}")
+    return names
+
+
+def code_uses_keras(module: str, code_dir: str | None = None) -> bool:
+    """Does model module ``module`` (or any module of the job's own code it imports) refer to Keras?
+
+    "The job's own code" is the modules whose top-level package is the model module's or lives in ``code_dir`` (the
+    spec's ``code:``); imports of anything else (TF, numpy, other libraries) are not followed. Nothing is imported.
+    """
+    path = ([code_dir] if code_dir else []) + [p for p in sys.path if p != code_dir]
+    own_tops = {module.split(".")[0]}
+    if code_dir and os.path.isdir(code_dir):
+        own_tops |= {Path(n).stem for n in os.listdir(code_dir) if n.endswith(".py") or
+                     os.path.isdir(os.path.join(code_dir, n))}
+    files: dict[str, Path | None] = {}
+
+    def file_of(name: str) -> Path | None:
+        if name not in files:
+            files[name] = _module_file(name, path)
+        return files[name]
+
+    seen: set[Path] = set()
+    todo = [module]
+    while todo and len(seen) < MAX_FILES:
+        name = todo.pop()
+        file = file_of(name)
+        if file is None or file in seen:
+            continue
+        seen.add(file)
+        try:
+            if file.stat().st_size > MAX_FILE_BYTES:
+                continue
+            source = file.read_bytes()
+        except OSError as exc:
+            log.debug("not reading %s: %s", file, exc)
+            continue
+        if _KERAS_RE.search(source):
+            log.debug("%s (%s) refers to Keras", name, file)
+            return True
+        for dep in _imported_names(source, name, file.name == "__init__.py"):
+            parts = dep.split(".")
+            if parts[0] in own_tops:
+                todo.extend(".".join(parts[:i]) for i in range(1, len(parts) + 1))  # a.b.c runs a/ and a/b/ too
+    return False
+
+
+def model_module(spec_file: str | None) -> str | None:
+    """The module part of the job's ``model: module:callable``, read from the resolved spec file (None if unknown)."""
+    if not spec_file:
+        return None
+    import json
+    try:
+        ref = json.loads(Path(spec_file).read_text()).get("model") or ""
+    except (OSError, ValueError, AttributeError):
+        return None
+    return ref.partition(":")[0] or None
