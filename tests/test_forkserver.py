@@ -84,7 +84,7 @@ def test_forked_tasks_have_their_own_env_cwd_session_and_output(tmp_path):
         assert (task_dir / "late.txt").read_text() == "ran" and (task_dir / "atexit.txt").read_text() == "ran"
     assert infos["worker:0"]["env"]["PROBE_ONLY_WORKER"] == "yes" and "PROBE_ONLY_WORKER" not in infos["chief:0"]["env"]
     # the model code (custom_jobs) does not use Keras: TF was imported without its eager Keras import
-    assert not any(info["keras_preloaded"] for info in infos.values())
+    assert all(info["tf_imported"] and not info["keras_preloaded"] for info in infos.values())
     assert "model module 'custom_jobs' does not use Keras: not imported" in server_log(st.app_id)
     assert infos["chief:0"]["np_random"] != infos["worker:0"]["np_random"]  # numpy's RNG reseeded in each task
     assert infos["chief:0"]["random"] != infos["worker:0"]["random"]
@@ -186,7 +186,10 @@ def test_disabled_forkserver_starts_every_task_as_a_process(tmp_path, monkeypatc
     caplog.set_level(logging.INFO, logger="tfyarn.backends.launcher")
     st = LocalBackend().run(probe_spec(tmp_path))
     assert st.state is AppState.SUCCEEDED, st.diagnostics
-    assert {task: probe(st.app_id, task)["ppid"] for task in TASKS} == {task: os.getpid() for task in TASKS}
+    infos = {task: probe(st.app_id, task) for task in TASKS}
+    assert {task: info["ppid"] for task, info in infos.items()} == {task: os.getpid() for task in TASKS}
+    # spawned tasks, too, import TF without its eager Keras import (the runtime does it before the train code)
+    assert all(info["tf_imported"] and not info["keras_preloaded"] for info in infos.values())
     assert not (LocalBackend().app_dir(st.app_id) / "forkserver.log").exists()
     assert "the forkserver is disabled (TFYARN_FORKSERVER=0" in caplog.text
 

@@ -88,8 +88,7 @@ def preload() -> None:
     from tfyarn.runtime import warm_imports
     tf_logger = logging.getLogger("tensorflow")
     before = list(tf_logger.handlers)
-    if importlib.util.find_spec("tensorflow") is not None:
-        warm_imports.import_tensorflow()
+    if warm_imports.import_tensorflow():
         module = warm_imports.model_module(os.environ.get("TFYARN_SPEC_FILE"))
         try:
             keras = bool(module) and warm_imports.code_uses_keras(module, os.environ.get("TFYARN_CODE_DIR"))

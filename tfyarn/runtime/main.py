@@ -119,6 +119,8 @@ def run_role(ctx: TaskContext) -> None:
         from tfyarn.train.tensorboard import run
         run(ctx)
     else:
+        from tfyarn.runtime.warm_imports import import_tensorflow
+        import_tensorflow()  # without its eager import of Keras (~0.9 s); a model that uses Keras imports it itself
         from tfyarn.train import run_task
         run_task(ctx)
 

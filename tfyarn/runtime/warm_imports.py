@@ -1,4 +1,4 @@
-"""What the forkserver imports before it forks tasks: TensorFlow, and Keras only when the job's code uses it.
+"""How a task gets TensorFlow: without its eager Keras import; the forkserver adds Keras when the job's code uses it.
 
 Why: ``import tensorflow`` (TF 2.21) ends by importing ``keras.src.optimizers`` — all of Keras 3, ~0.9 s of the
 ~3 s import on this project's 2-core machine — so that Keras optimizers are registered for SavedModel loading. It
@@ -6,8 +6,11 @@ does so inside ``try/except ImportError`` and TF works without it (``tf.keras`` 
 Keras on first use). tfyarn's own training code never touches Keras, so a job whose model does not use it pays that
 second for nothing, and the local launcher's forkserver import is on the path from launch to the first step.
 
-So the forkserver imports TF with that one eager import skipped (:func:`import_tensorflow`), then reads the job's
-model code — without running it — and imports Keras itself when that code refers to it (:func:`code_uses_keras`):
+So every task imports TF with that one eager import skipped (:func:`import_tensorflow`, called by the runtime before
+anything else imports TF: a YARN container or a task started as a process saves that second; a model that uses
+Keras imports it itself). One catch: loading a SavedModel that holds Keras optimizer state needs those optimizers
+registered, i.e. Keras imported first; model code that loads one without importing Keras must add ``import keras``.
+The forkserver does the same, then reads the job's model code — without running it — and imports Keras itself when that code refers to it (:func:`code_uses_keras`):
 such a job's tasks start exactly as warm as before. Reading the code instead of importing it keeps the job's
 import-time side effects (environment reads, threads, eager tensors) out of the process every task is forked from.
 
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.machinery
+import importlib.util
 import logging
 import os
 import re
@@ -42,15 +46,18 @@ def legacy_keras() -> bool:
     return os.environ.get("TF_USE_LEGACY_KERAS") in ("true", "True", "1")
 
 
-def import_tensorflow() -> None:
-    """``import tensorflow`` without its eager Keras import. A no-op when TF is already imported.
+def import_tensorflow() -> bool:
+    """``import tensorflow`` without its eager Keras import. A no-op when TF is already imported; False (nothing
+    done) when it is not installed.
 
     ``sys.modules[name] = None`` makes ``import name`` raise ImportError at once (before any parent package is
     imported), which TF's ``__init__`` catches; the entries are removed right after, so a later ``import keras``
     works as usual. An entry that was already there (Keras imported before TF) is left as it was.
     """
     if "tensorflow" in sys.modules:
-        return
+        return True
+    if importlib.util.find_spec("tensorflow") is None:
+        return False
     blocked = [name for name in KERAS_EAGER_IMPORTS if name not in sys.modules]
     for name in blocked:
         sys.modules[name] = None  # type: ignore[assignment]
@@ -60,6 +67,7 @@ def import_tensorflow() -> None:
         for name in blocked:
             if sys.modules.get(name, ...) is None:
                 del sys.modules[name]
+    return True
 
 
 def import_keras() -> None:
