@@ -64,7 +64,7 @@ def feeder_rate(manifest, rank: int = 0, workers: int = 1, epoch: int = 0,
     """(records/s, seconds, CPU us per record over all threads *and the framing process*).
 
     One Feeder per (manifest, rank, workers, framing) is kept across calls, as a training job keeps it across epochs:
-    its framing process starts once (behind TF's session start in a real job), not inside the measured epoch. Each call
+    its framing process starts once (after a job's first batch), not inside the measured epoch. Each call
     reads the next epoch (a new plan over the same records).
     """
     key = (id(manifest), rank, workers, framing)

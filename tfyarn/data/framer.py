@@ -144,8 +144,8 @@ class Framer:
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def start(self) -> None:
-        """Start the child now, without waiting for it (idempotent): its ~0.2 s interpreter and numpy/fsspec start-up
-        then overlaps with the caller's own (TF graph and session) instead of delaying the first batch."""
+        """Start the child now, without waiting for it (idempotent; ~1.3 ms of ``Popen``). Its interpreter and
+        numpy/fsspec start-up (~0.2 s, ~0.25 s CPU) runs meanwhile; the feeder frames in its thread until then."""
         with self._lock:
             self._ensure_started()
 
