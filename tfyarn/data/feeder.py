@@ -9,8 +9,8 @@ Pipeline per epoch (a framing process, two threads, bounded queues)::
   CRCs) and sends lists of payloads: the per-record Python of framing never holds the training process's GIL. It is
   started once the feeder's first batch has been taken (or by :meth:`Feeder.prestart`), so its start-up does not
   compete with the training process's own; until it is up (~0.2 s) the reader thread frames, range by range, so
-  neither the first step nor an epoch boundary waits for it. Files on ``memory://`` exist only in this process, so for them (or with
-  ``framing="thread"``) the reader thread always frames.
+  neither the first step nor an epoch boundary waits for it. Files on ``memory://`` exist only in this process, so
+  for them (or with ``framing="thread"``) the reader thread always frames.
 * The reader drops data-CRC-corrupt records when ``on_corrupt="skip"``, applies the optional seeded shuffle buffer,
   and groups serialized records into parse groups.
 * The parser turns a batch into numpy arrays with one ``tf.io.parse_example`` call (TF releases the GIL, so it runs
@@ -553,8 +553,8 @@ class Feeder:
         started before, it was not needed either (the reader frames until it is up). Why a thread: ``Popen`` is
         ~1.3 ms of Python, kept off the training thread."""
         framer = self.framer
-        if framer is None or framer.running():  # (not ready(): that reads the connection, the reader's job)
-            return
+        if framer is None or self.framing_strict or framer.running():  # (strict: the reader starts it and waits;
+            return                                                      # not ready(): it reads the reader's socket)
         with self._lock:
             if self._starter is not None and self._starter.is_alive():
                 return

@@ -33,6 +33,12 @@ class EpochPipeline:
             opener = None
             for i, batch in enumerate(cur):
                 yield epoch, batch
+                if i == 0 and epoch == epoch0:
+                    # The next feeder's framing process too, now (this feeder's started with its first batch): left
+                    # to its own first batch, its start (Popen, ~1 ms of Python) fell on an epoch boundary.
+                    start = getattr(self.feeders[(epoch0 + 1) % 2], "start_framer_soon", None)
+                    if start is not None:
+                        start()
                 if i == 0 and epoch + 1 < self.epochs:
                     opener = self._open_async(epoch + 1)
             if epoch + 1 < self.epochs:

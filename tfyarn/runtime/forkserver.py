@@ -38,7 +38,6 @@ joined and atexit functions run before ``os._exit``, as at interpreter exit.
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import json
 import logging
 import os
