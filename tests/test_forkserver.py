@@ -144,6 +144,12 @@ def test_stopping_a_forked_task_ends_its_process_group(tmp_path):
     assert wait_no_processes(app_id, 10) == []  # the tasks' children too: killpg, not kill
 
 
+def test_what_a_task_left_running_when_it_ended_is_killed_with_its_process_group(tmp_path):
+    st = LocalBackend().run(probe_spec(tmp_path, {"child": True}))  # each task starts `sleep 300`, then returns
+    assert st.state is AppState.SUCCEEDED, st.diagnostics
+    assert wait_no_processes(st.app_id, 10) == []
+
+
 def test_dead_forkserver_ends_its_tasks_and_the_job(tmp_path):
     spec = probe_spec(tmp_path, {"run_long": True})
     backend = LocalBackend()

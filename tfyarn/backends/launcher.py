@@ -274,6 +274,18 @@ class Launcher:
             except (ProcessLookupError, PermissionError):
                 pass
 
+    @staticmethod
+    def _kill_leftovers(task: _Task) -> None:
+        """After a task ended: SIGKILL what is left of its process group (processes it started and did not end), as
+        YARN's NodeManager does with a finished container's. The group outlives its leader while it has members, so
+        its id is not reused meanwhile; an empty group is ESRCH."""
+        if task.proc is None or task.proc.poll() is None:
+            return
+        try:
+            os.killpg(task.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
     def _kill_all(self, sig: int) -> None:
         for t in self.tasks.values():
             self._signal(t, sig)
@@ -295,6 +307,7 @@ class Launcher:
             if t.state == "RUNNING":
                 t.state, t.exit_code = "KILLED", t.proc.returncode  # type: ignore[union-attr]
         for t in tasks:
+            self._kill_leftovers(t)  # (tasks that had ended by themselves included)
             if t.reader:
                 t.reader.join(timeout=2.0)
 
@@ -468,6 +481,7 @@ class Launcher:
                 if t.state != "RUNNING" or t.proc is None or t.proc.poll() is None:
                     continue
                 t.exit_code = t.proc.returncode
+                self._kill_leftovers(t)
                 if t.exit_code == 0:
                     t.state = "SUCCEEDED"
                     # ps/evaluator/tensorboard end when the chief publishes done; before that, their exit is a bug
