@@ -107,32 +107,26 @@ class _Run:
                 t.start()
 
     # ------------------------------------------------------------------------------------------------ thread helpers
-    def _put(self, q: queue.Queue, item: Any) -> None:
+    def _blocking(self, op: Callable[[], Any]) -> Any:
+        """Retry a queue operation that times out after ``_POLL`` until it succeeds, noticing ``close`` in between;
+        the time blocked is added to this thread's ``blocked_s``."""
         t0 = time.monotonic()
         try:
             while True:
                 if self.stop.is_set():
                     raise _Stopped
                 try:
-                    q.put(item, timeout=_POLL)
-                    return
-                except queue.Full:
+                    return op()
+                except (queue.Full, queue.Empty):
                     continue
         finally:
             self.blocked_s[threading.current_thread().name.rsplit("-", 1)[-1]] += time.monotonic() - t0
 
+    def _put(self, q: queue.Queue, item: Any) -> None:
+        self._blocking(lambda: q.put(item, timeout=_POLL))
+
     def _get(self, q: queue.Queue) -> Any:
-        t0 = time.monotonic()
-        try:
-            while True:
-                if self.stop.is_set():
-                    raise _Stopped
-                try:
-                    return q.get(timeout=_POLL)
-                except queue.Empty:
-                    continue
-        finally:
-            self.blocked_s[threading.current_thread().name.rsplit("-", 1)[-1]] += time.monotonic() - t0
+        return self._blocking(lambda: q.get(timeout=_POLL))
 
     def _guard(self, fn: Callable[[], None], name: str) -> None:
         try:
