@@ -47,6 +47,13 @@ def _corrupt_spec(tmp_path, on_corrupt):
     return spec, urls[0], n // 2, offset
 
 
+def assert_clean_success_at_planned_step(st, steps: list[int]) -> None:
+    """SUCCEEDED with nothing to diagnose, at the planned global step of the 2 training workers."""
+    assert st.state is AppState.SUCCEEDED, st.diagnostics
+    assert st.diagnostics == ""
+    assert st.summary["global_step"] == st.summary["total_steps"] == 2 * sum(steps)
+
+
 def test_corrupt_record_mid_epoch_fails_the_job_naming_file_record_and_offset(tmp_path):
     spec, path, index, offset = _corrupt_spec(tmp_path, "fail")
     total = 2 * sum(planned_steps(spec))
@@ -65,9 +72,7 @@ def test_corrupt_record_mid_epoch_is_skipped_and_the_job_reaches_the_planned_ste
     steps = planned_steps(spec)
     backend = LocalBackend()
     st = backend.run(spec)
-    assert st.state is AppState.SUCCEEDED, st.diagnostics
-    assert st.diagnostics == ""
-    assert st.summary["global_step"] == st.summary["total_steps"] == 2 * sum(steps)
+    assert_clean_success_at_planned_step(st, steps)
     assert st.summary["steps_per_worker"] == {"chief:0": sum(steps), "worker:0": sum(steps)}
     logs = "\n".join(backend.logs(st.app_id))
     warn = "skipped corrupt record: "
@@ -90,9 +95,6 @@ def test_slow_reader_is_slow_but_correct(tmp_path):
     spec = spec.model_copy(update={"roles": {**spec.roles, "chief": spec.roles["chief"].model_copy(
         update={"env": env})}})
     steps = planned_steps(spec)
-    backend = LocalBackend()
-    st = backend.run(spec)
-    assert st.state is AppState.SUCCEEDED, st.diagnostics
-    assert st.diagnostics == ""
-    assert st.summary["global_step"] == st.summary["total_steps"] == 2 * sum(steps)
+    st = LocalBackend().run(spec)
+    assert_clean_success_at_planned_step(st, steps)
     assert wait_no_processes(st.app_id, 10) == []
