@@ -21,7 +21,7 @@ What is measured, and why:
    Goal: ≤ TF import + 1.5 s. Measured with tasks forked from the forkserver (the default) and started as new
    processes (``TFYARN_FORKSERVER=0``: every task imports TF itself).
 
-Usage: ``python scripts/bench_training.py [--records 200000] [--write] [--workdir DIR]``;
+Usage: ``python scripts/bench_training.py [--records 200000] [--repeats 5] [--write] [--workdir DIR]``;
 ``--only launch`` measures only (4), forkserver on and off interleaved ``--repeats`` times, and prints the figures.
 """
 from __future__ import annotations
@@ -460,7 +460,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--records", type=int, default=200_000)
     ap.add_argument("--workdir", default=None)
-    ap.add_argument("--repeats", type=int, default=3, help="runs of each fed/in-graph config (the median is shown)")
+    ap.add_argument("--repeats", type=int, default=5,
+                    help="runs of each fed/in-graph config and of each launch (the median run is shown): on a shared "
+                         "2-core machine one run's ratio can be 5-10%% off the next one's")
     ap.add_argument("--write", action="store_true", help="write the section into BENCHMARKS.md")
     ap.add_argument("--from-results", default=None, help="re-render a previous run's results.json (no measuring)")
     ap.add_argument("--only", choices=["launch"], default=None,
