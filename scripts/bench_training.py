@@ -131,9 +131,12 @@ def micro_graph(data_dir: str, dim: int = 16) -> dict:
         init = tf.compat.v1.global_variables_initializer()
     sess = tf.compat.v1.Session(graph=g)
     sess.run(init)
+    # callables, as ps mode runs its step (tfyarn.train.ps: Session.make_callable with a feed list), for both loops
+    names = list(ph)
+    fed_fn = sess.make_callable(fed_op, feed_list=[ph[k] for k in names])
+    graph_fn = sess.make_callable(graph_op)
     with feeder:
-        r = _run_alternating(feeder, lambda b: sess.run(fed_op, {ph[k]: b[k] for k in ph}),
-                             lambda: sess.run(graph_op))
+        r = _run_alternating(feeder, lambda b: fed_fn(*[b[k] for k in names]), graph_fn)
     sess.close()
     return r
 
