@@ -130,7 +130,8 @@ class Data(_Model):
     epochs: int = Field(1, gt=0)
     shuffle_seed: int = 0
     shuffle_buffer: int = Field(0, ge=0, description="records; seeded shuffle inside a worker's share, 0 = off")
-    prefetch: int = Field(4, gt=0, description="ready batches buffered per worker (memory = prefetch x batch)")
+    prefetch: int = Field(4, gt=0, description="ready batches buffered per worker beyond one parse group (~16k "
+                                               "records): memory = (prefetch + group) x batch")
     compression: Literal["auto", "none", "gzip"] = "auto"
     on_corrupt: Literal["fail", "skip"] = "fail"
 

@@ -94,7 +94,7 @@ def test_shuffle_buffer_is_seeded_and_changes_the_order(src):
 
 def test_closing_early_stops_all_threads(src, no_thread_leak):
     m = dataset(src)
-    f = feeder(m, batch=3, prefetch=2)
+    f = feeder(m, batch=3, prefetch=2, parse_group=3)  # queues much smaller than the epoch
     it = f.epoch(0)
     next(it)
     time.sleep(0.2)                      # let both threads block on full queues
@@ -146,7 +146,8 @@ def test_bad_arguments(src):
 
 def test_read_ahead_is_bounded_when_the_consumer_stalls(src, no_thread_leak):
     # The memory bound in the module docstring, checked: a consumer that stops consuming makes the reader stop after
-    # at most ~4 parse groups + prefetch batches + one framing step, whatever the epoch size.
+    # at most ~4 parse groups (serialized) + one group and prefetch batches (parsed, in the ready queue) + one framing
+    # step, whatever the epoch size.
     sizes = [3000] * 4
     m = dataset(src, sizes=sizes)
     with feeder(m, batch=10, prefetch=2, parse_group=100, frame_records=50) as f:
@@ -154,7 +155,7 @@ def test_read_ahead_is_bounded_when_the_consumer_stalls(src, no_thread_leak):
         next(it)
         time.sleep(0.5)
         run = f._active
-        bound = 4 * f.group + f.prefetch * f.batch_size + f.frame_records + f.batch_size
+        bound = 5 * f.group + f.prefetch * f.batch_size + f.frame_records + f.batch_size
         assert f.group == 100 and run.records_read <= bound < sum(sizes)
         first = run.records_read
         time.sleep(0.3)

@@ -3,7 +3,7 @@
 Pipeline per epoch (a framing process, two threads, bounded queues)::
 
     framing process ──chunks (socket)──▶ reader thread ──raw groups (≤ 2)──▶ parser thread
-                                          ──ready batches (≤ prefetch)──▶ consumer (training loop)
+                                          ──ready batches (≤ prefetch + a group)──▶ consumer (training loop)
 
 * The framing process (:mod:`framer`; one per feeder, reused every epoch) frames records (:mod:`tfrecord`, both
   CRCs) and sends lists of payloads: the per-record Python of framing never holds the training process's GIL. It is
@@ -27,10 +27,11 @@ read before.
 
 Memory bound: serialized records for at most 4 parse groups (raw queue of 2, one being filled, one being parsed; a
 group is ~16k records rounded to a multiple of ``batch_size``), the parsed arrays of at most ``prefetch`` batches
-plus one parse group (batches are views into the parsed group), one read block (``block_bytes``, 8 MiB, plus one
+plus two parse groups (batches are views into their parsed group; the ready queue holds ``prefetch`` + one group's
+batches, so the parser parses the next group while the current one is consumed), one read block (``block_bytes``, 8 MiB, plus one
 record) and ``shuffle_buffer`` records; in the framing process one read block and one chunk, plus what the socket
 buffers (~200 KiB). Nothing grows with the file or epoch size. For the 3-feature recommender data
-(~76 bytes a record) with batch 1000 and prefetch 4 that is ≈ 4 x 16k x 76 B + 2 x 16k x 20 B + 8 MiB ≈ 14 MiB.
+(~76 bytes a record) with batch 1000 and prefetch 4 that is ≈ 4 x 16k x 76 B + 3 x 16k x 20 B + 8 MiB ≈ 14 MiB.
 
 Every wait is bounded: the consumer waits at most ``timeout`` seconds for a batch and the error names the worker,
 epoch, step and what each thread was doing; producers wait on full queues in short polls that notice ``close()``.
@@ -82,7 +83,10 @@ class _Run:
         self.yielded = 0
         self.stop = threading.Event()
         self.raw: queue.Queue = queue.Queue(maxsize=_RAW_DEPTH)
-        self.ready: queue.Queue = queue.Queue(maxsize=feeder.prefetch)
+        # prefetch + one parse group: with room for only `prefetch`, the parser could not start the next group until
+        # all but `prefetch` batches of the current one were consumed, and a fast step (~1 ms) then drained the queue
+        # while the group was parsed (measured: the queue empty at ~1 fetch in 16, one per group, waits of 1-15 ms)
+        self.ready: queue.Queue = queue.Queue(maxsize=feeder.prefetch + feeder.group // feeder.batch_size)
         self.seen_bad: set[tuple[str | None, int | None]] = set()
         self.deficit = 0                     # records the parser rejected; the reader reads that many more
         self.deficit_lock = threading.Lock()
