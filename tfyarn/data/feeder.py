@@ -28,8 +28,8 @@ read before.
 Memory bound: serialized records for at most 4 parse groups (raw queue of 2, one being filled, one being parsed; a
 group is ~16k records rounded to a multiple of ``batch_size``), the parsed arrays of at most ``prefetch`` batches
 plus two parse groups (batches are views into their parsed group; the ready queue holds ``prefetch`` + one group's
-batches, so the parser parses the next group while the current one is consumed), one read block (``block_bytes``, 8 MiB, plus one
-record) and ``shuffle_buffer`` records; in the framing process one read block and one chunk, plus what the socket
+batches, so the parser parses the next group while the current one is consumed), one read block (``block_bytes``,
+8 MiB, plus one record) and ``shuffle_buffer`` records; in the framing process one read block and one chunk, plus what the socket
 buffers (~200 KiB). Nothing grows with the file or epoch size. For the 3-feature recommender data
 (~76 bytes a record) with batch 1000 and prefetch 4 that is ≈ 4 x 16k x 76 B + 3 x 16k x 20 B + 8 MiB ≈ 14 MiB.
 

@@ -10,8 +10,8 @@ So every task imports TF with that one eager import skipped (:func:`import_tenso
 anything else imports TF: a YARN container or a task started as a process saves that second; a model that uses
 Keras imports it itself). One catch: loading a SavedModel that holds Keras optimizer state needs those optimizers
 registered, i.e. Keras imported first; model code that loads one without importing Keras must add ``import keras``.
-The forkserver does the same, then reads the job's model code — without running it — and imports Keras itself when that code refers to it (:func:`code_uses_keras`):
-such a job's tasks start exactly as warm as before. Reading the code instead of importing it keeps the job's
+The forkserver does the same, then reads the job's model code — without running it — and imports Keras itself when
+that code refers to it (:func:`code_uses_keras`): such a job's tasks start exactly as warm as before. Reading the code instead of importing it keeps the job's
 import-time side effects (environment reads, threads, eager tensors) out of the process every task is forked from.
 
 The reading is static: the model's module and every module of the job's own code it imports (transitively) are
@@ -34,7 +34,6 @@ log = logging.getLogger(__name__)
 
 #: What TF 2.21's ``__init__`` imports eagerly (which one depends on ``TF_USE_LEGACY_KERAS``, as in TF).
 KERAS_EAGER_IMPORTS = ("keras.src.optimizers", "tf_keras.src.optimizers")
-KERAS_TOP_LEVEL = frozenset({"keras", "tf_keras"})
 #: Bounds on the static read: a job's code larger than this is not walked further (its tasks import Keras
 #: themselves if it needs it: slower, never wrong).
 MAX_FILES = 500
@@ -79,8 +78,8 @@ def import_keras() -> None:
 
 #: ``import a.b, c as d`` / ``from .a import (b, c)``: what a module imports (a text scan, not a parse: parsing and
 #: walking the syntax trees of a job's modules took ~0.3 s, on the path from launch to the first step).
-_IMPORT_RE = re.compile(rb"^[ \t]*(?:import[ \t]+([\w. \t,]+)|from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n#;]+))",
-                        re.MULTILINE)
+_IMPORT_RE = re.compile(rb"^[ \t]*(?:import[ \t]+([\w. \t,]+)"
+                        rb"|from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n#;]+))", re.MULTILINE)
 #: A reference to Keras: ``import keras``, ``from tf_keras import …``, ``from tensorflow import keras``,
 #: ``tf.keras.layers``. A mention in a comment or string counts too (it only means Keras is imported ahead of use).
 _KERAS_RE = re.compile(rb"\b(?:tf_keras|import[ \t]+keras|from[ \t]+keras)\b|\.keras\b|import[^\n]*\bkeras\b")
