@@ -150,14 +150,18 @@ class Framer:
             self._ensure_started()
 
     def _ensure_started(self) -> None:
-        if self._conn is None or not self._alive():
+        if not self._has_child():
             self._forget()
             self._start()
+
+    def _has_child(self) -> bool:
+        """A child is started and has not exited (call with the lock held)."""
+        return self._conn is not None and self._alive()
 
     def running(self) -> bool:
         """Is a child running (started or starting)? Safe from any thread: it does not touch the connection."""
         with self._lock:
-            return self._conn is not None and self._alive()
+            return self._has_child()
 
     def ready(self) -> bool:
         """Is a child running and done starting? Never waits (the feeder frames in its own thread until then).
@@ -165,9 +169,10 @@ class Framer:
         with self._lock:
             if self._ready:
                 return self._alive()
-            conn = self._conn
-            if conn is None or not self._alive():
+            if not self._has_child():
                 return False
+            conn = self._conn
+            assert conn is not None
             try:
                 if conn.poll(0):                 # before any job, the only message a child sends is "ready"
                     self._ready = _recv(conn)[0] == "ready"
