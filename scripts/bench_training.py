@@ -184,10 +184,7 @@ def input_cost(data_dir: str) -> dict:
     def framer_cpu() -> float:                   # the framing processes' CPU counts as the Feeder's
         return sum(f.framer.cpu_s() for f in pipe.feeders if f.framer is not None)
 
-    with pipe:
-        for f in pipe.feeders:
-            f.prestart()
-        time.sleep(0.5)                          # started, as in a job, before the first batch is wanted
+    with pipe:                                   # (_micro_common started both framing processes and waited)
         c0, w0, n, f0 = time.process_time(), time.perf_counter(), 0, framer_cpu()
         for _ in pipe.run(0, 0):
             n += 1
