@@ -58,8 +58,9 @@ def wait_restarts(backend, app_id: str, task: str, restarts: int, timeout: float
 
 
 def test_forked_tasks_have_their_own_env_cwd_session_and_output(tmp_path):
+    (tmp_path / "worker-tmp").mkdir()
     spec = probe_spec(tmp_path, {"lines": 3, "exit_hooks": True, "tf_log": True},
-                      worker_env={"PROBE_ONLY_WORKER": "yes"})
+                      worker_env={"PROBE_ONLY_WORKER": "yes", "TMPDIR": str(tmp_path / "worker-tmp")})
     echoed = []
     st = LocalBackend().run(spec, echo=lambda task, line: echoed.append((task, line)))
     assert st.state is AppState.SUCCEEDED, st.diagnostics
@@ -83,6 +84,9 @@ def test_forked_tasks_have_their_own_env_cwd_session_and_output(tmp_path):
         # the task ended as an interpreter does: its non-daemon thread finished, then its atexit function ran
         assert (task_dir / "late.txt").read_text() == "ran" and (task_dir / "atexit.txt").read_text() == "ran"
     assert infos["worker:0"]["env"]["PROBE_ONLY_WORKER"] == "yes" and "PROBE_ONLY_WORKER" not in infos["chief:0"]["env"]
+    # temporary files: the task's own tmp/ (not the server's cached temp dir), or what the role's env says
+    assert infos["chief:0"]["tmpdir"] == str(LocalBackend().app_dir(st.app_id) / "tasks" / "chief_0" / "tmp")
+    assert infos["worker:0"]["tmpdir"] == str(tmp_path / "worker-tmp")
     # the model code (custom_jobs) does not use Keras: TF was imported without its eager Keras import
     assert all(info["tf_imported"] and not info["keras_preloaded"] for info in infos.values())
     assert "model module 'custom_jobs' does not use Keras: not imported" in server_log(st.app_id)
@@ -194,6 +198,9 @@ def test_disabled_forkserver_starts_every_task_as_a_process(tmp_path, monkeypatc
     assert st.state is AppState.SUCCEEDED, st.diagnostics
     infos = {task: probe(st.app_id, task) for task in TASKS}
     assert {task: info["ppid"] for task, info in infos.items()} == {task: os.getpid() for task in TASKS}
+    tasks_dir = LocalBackend().app_dir(st.app_id) / "tasks"
+    assert {task: info["tmpdir"] for task, info in infos.items()} == {
+        task: str(tasks_dir / task.replace(":", "_") / "tmp") for task in TASKS}
     # spawned tasks, too, import TF without its eager Keras import (the runtime does it before the train code)
     assert all(info["tf_imported"] and not info["keras_preloaded"] for info in infos.values())
     assert not (LocalBackend().app_dir(st.app_id) / "forkserver.log").exists()

@@ -68,13 +68,14 @@ def probe(ctx, helpers):
     import json
     import random
     import sys
+    import tempfile
 
     import numpy as np
     info = {"pid": os.getpid(), "ppid": os.getppid(), "sid": os.getsid(0), "cwd": os.getcwd(),
             "env": dict(os.environ), "stdin": os.readlink("/proc/self/fd/0"), "argv": sys.argv,
             "comm": open("/proc/self/comm").read().strip(), "np_random": float(np.random.random()),
             "random": random.random(), "keras_preloaded": "keras" in sys.modules,
-            "tf_imported": "tensorflow" in sys.modules}
+            "tf_imported": "tensorflow" in sys.modules, "tmpdir": tempfile.gettempdir()}
     with open("probe.json", "w") as f:
         json.dump(info, f)
     if helpers.params.get("tf_log"):

@@ -56,11 +56,15 @@ def test_round_trip_and_fields(spec):
 
 def test_sidecar_tensorboard_and_zero_instance_roles():
     s = make_spec(roles={"worker": {"instances": 2}, "ps": {"instances": 1}, "evaluator": {"instances": 0},
-                         "tensorboard": {"instances": 1}},
+                         "tensorboard": {"instances": 1, "env": {"TMPDIR": "/scratch"}}},
                   checkpoint={"dir": "hdfs:///ckpt"})
     app = build_application_spec(s, shipped())
     assert set(app.services) == {"worker", "ps", "tensorboard"}
     assert app.services["tensorboard"].allow_failures and not app.services["worker"].allow_failures
+    # a role whose env sets TMPDIR keeps it; the others get the container's own tmp/
+    assert 'export TMPDIR="$PWD/tmp"' in app.services["worker"].script
+    assert "TMPDIR" not in app.services["tensorboard"].script
+    assert app.services["tensorboard"].env["TMPDIR"] == "/scratch"
 
 
 def test_python_source_ships_no_env_and_kerberos_ships_keytab(tmp_path):
@@ -112,6 +116,18 @@ def test_container_script_exports_the_task_contract_and_execs_runtime(tmp_path):
     assert vals["TFYARN_CODE_DIR"] == f"{cdir}/code"
     assert vals["PYTHONPATH"] == f"{cdir}/tfyarn_src:/site/extra"
     assert "TFYARN_KV_URL" not in vals and "TFYARN_INDEX" not in vals
+    # temporary files in the container's directory (YARN deletes it with the container), created by the script
+    assert vals["TMPDIR"] == f"{cdir}/tmp" and (cdir / "tmp").is_dir()
+
+
+def test_a_role_that_sets_tmpdir_keeps_it(tmp_path):
+    script = container_script(ENV, code=False, kerberos=False, own_tmpdir=False)
+    dump = tmp_path / "dump.txt"
+    cdir = _fake_container_dir(tmp_path, script, f'#!/bin/sh\nenv > {dump}\n')
+    res = subprocess.run(["bash", "script.sh"], cwd=cdir, capture_output=True, text=True, timeout=30,
+                         env={"PATH": os.environ["PATH"], "TMPDIR": "/scratch/mine"})
+    assert res.returncode == 0, res.stderr
+    assert "TMPDIR=/scratch/mine" in dump.read_text().splitlines() and not (cdir / "tmp").exists()
 
 
 def test_shipped_tfyarn_source_is_what_imports(tmp_path):

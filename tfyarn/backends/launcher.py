@@ -50,12 +50,11 @@ FORKSERVER_ENV = "TFYARN_FORKSERVER"
 #: (PYTHONPATH, PYTHONHASHSEED, PYTHONUNBUFFERED…); LD_*: the dynamic linker; MALLOC*/TCMALLOC*: the allocator; LC_*,
 #: LANG, TZ: locale and time zone at start-up; TF_*, XLA_*, CUDA*, NVIDIA*: TensorFlow's C++ runtime and devices;
 #: OMP_*, MKL*, KMP_*, OPENBLAS*, GOTO*: thread pools of the BLAS/OpenMP libraries loaded with TF; GRPC_*: gRPC's
-#: core; KERAS*, HOME: Keras, imported by TF, reads its config dir then; TMP*, TEMP: ``tempfile``'s directory, fixed
-#: during TF's import; TFYARN_FORKSERVER: the switch itself (``TFYARN_FORKSERVER: "0"`` in a role's env starts only
-#: that role's tasks as new processes).
+#: core; KERAS*, HOME: Keras, imported by TF, reads its config dir then; TFYARN_FORKSERVER: the switch itself
+#: (``TFYARN_FORKSERVER: "0"`` in a role's env starts only that role's tasks as new processes). Not TMPDIR: ``tempfile``
+#: caches the directory it found first (during TF's import, in the server), and a forked task clears that cache.
 STARTUP_ENV_PREFIXES = ("PYTHON", "LD_", "MALLOC", "TCMALLOC", "LC_", "LANG", "TZ", "TF_", "XLA_", "CUDA", "NVIDIA",
-                        "OMP_", "MKL", "KMP_", "OPENBLAS", "GOTO", "GRPC_", "KERAS", "HOME", "TMP", "TEMP",
-                        FORKSERVER_ENV)
+                        "OMP_", "MKL", "KMP_", "OPENBLAS", "GOTO", "GRPC_", "KERAS", "HOME", FORKSERVER_ENV)
 Echo = Callable[[str, str], None]
 
 
@@ -172,8 +171,12 @@ class Launcher:
         return self._env({}, {})
 
     def _task_env(self, task: _Task, kv_url: str) -> dict[str, str]:
+        """The task's environment. ``TMPDIR`` is the task's own ``tmp/`` (unless its role's ``env`` sets one): what
+        a task leaves there when it is killed — TensorFlow's autograph writes a module per traced function and
+        deletes them only at a clean exit — stays with the job's files instead of piling up in ``/tmp``."""
         role, index = task.name.split(":")
-        return self._env(self.spec.roles[role].env, {  # type: ignore[index]
+        role_env = self.spec.roles[role].env  # type: ignore[index]
+        return self._env({"TMPDIR": str(task.dir / "tmp"), **role_env}, {
             "TFYARN_ROLE": role, "TFYARN_INDEX": index, "TFYARN_KV_URL": kv_url,
             "TFYARN_ATTEMPT": str(self.attempt), "TFYARN_RESTART": str(task.restarts)})
 
@@ -239,6 +242,7 @@ class Launcher:
     def _start(self, task: _Task, kv_url: str) -> None:
         task.dir.mkdir(parents=True, exist_ok=True)
         env = self._task_env(task, kv_url)
+        Path(env["TMPDIR"]).mkdir(parents=True, exist_ok=True)
         task.proc = None
         fs = self._forker(task.role)
         if fs is not None:

@@ -68,8 +68,13 @@ def app_tags(spec: JobSpec, extra: Iterable[str] = ()) -> set[str]:
     return tags
 
 
-def container_script(env: EnvRef, *, code: bool, kerberos: bool) -> str:
-    """The bash every task container runs. ``exec`` so YARN's signals (kill, preemption) reach Python directly."""
+def container_script(env: EnvRef, *, code: bool, kerberos: bool, own_tmpdir: bool = True) -> str:
+    """The bash every task container runs. ``exec`` so YARN's signals (kill, preemption) reach Python directly.
+
+    ``own_tmpdir`` (unless the role's ``env`` sets ``TMPDIR``): temporary files go to ``tmp/`` in the container's
+    working directory, which YARN deletes with the container — a killed task (preemption, ``tfyarn kill``) leaves
+    nothing in the node's ``/tmp`` (TensorFlow's autograph writes a module per traced function there and deletes
+    them only at a clean exit)."""
     py = env.python
     lines = [
         "set -eu",
@@ -80,6 +85,8 @@ def container_script(env: EnvRef, *, code: bool, kerberos: bool) -> str:
         "export PYTHONUNBUFFERED=1",
         "unset TFYARN_KV_URL",
     ]
+    if own_tmpdir:
+        lines += ['mkdir -p "$PWD/tmp"', 'export TMPDIR="$PWD/tmp"']
     if code:
         lines.append(f'export TFYARN_CODE_DIR="$PWD/{CODE_DIR}"')
     if kerberos:
@@ -116,7 +123,8 @@ def build_application_spec(spec: JobSpec, shipped: Shipped, *, master_memory_mib
     """A validated ``skein.ApplicationSpec`` for ``spec``; pure (no cluster, no upload)."""
     sk = skein()
     files = _files(shipped)
-    script = container_script(shipped.env, code=bool(shipped.code), kerberos=bool(shipped.keytab))
+    scripts = {own: container_script(shipped.env, code=bool(shipped.code), kerberos=bool(shipped.keytab),
+                                     own_tmpdir=own) for own in (True, False)}
     services = {}
     for role in ROLE_ORDER:
         r = spec.roles.get(role)  # type: ignore[call-overload]
@@ -128,7 +136,7 @@ def build_application_spec(spec: JobSpec, shipped: Shipped, *, master_memory_mib
             env["TFYARN_KRB_PRINCIPAL"] = spec.kerberos.principal
         services[role] = sk.Service(
             resources=sk.Resources(memory=r.memory_mib, vcores=r.vcores, gpus=r.gpus),
-            script=script, instances=r.instances, files=dict(files), env=env,
+            script=scripts["TMPDIR" not in r.env], instances=r.instances, files=dict(files), env=env,
             # skein counts restarts per service (all instances share one budget), tfyarn's spec per task:
             # the role gets max_restarts x instances. skein restarts on any failure (no exit_code policy on YARN).
             max_restarts=r.max_restarts * r.instances if r.restart != "never" else 0,

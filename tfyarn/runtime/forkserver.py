@@ -134,6 +134,8 @@ def _become_task(req: dict, out_fd: int, server_pid: int) -> None:
     os.environ.clear()
     os.environ.update(req["env"])
     os.environ["TFYARN_PARENT_PID"] = str(server_pid)  # its parent is this server: launcher → forkserver → task
+    if "tempfile" in sys.modules:  # it caches the temp dir it found first (the server's): look again, in this env
+        sys.modules["tempfile"].tempdir = None
     for sig, handler in _STARTUP_SIGNALS.items():
         try:
             signal.signal(sig, handler)
