@@ -242,7 +242,7 @@ class Launcher:
     def _start(self, task: _Task, kv_url: str) -> None:
         task.dir.mkdir(parents=True, exist_ok=True)
         env = self._task_env(task, kv_url)
-        Path(env["TMPDIR"]).mkdir(parents=True, exist_ok=True)
+        (task.dir / "tmp").mkdir(exist_ok=True)     # the default TMPDIR (a role's own is the user's to create)
         task.proc = None
         fs = self._forker(task.role)
         if fs is not None:
