@@ -166,8 +166,10 @@ def test_killed_job_resumes_at_the_checkpointed_epoch_and_step(tmp_path):
         c.start()
         _wait_for(lambda: _latest_step(ckpt) >= 7 or any(p.poll() is not None for p in c.procs.values()),
                   timeout=180, what="the first checkpoint of run 1")
-        c.kill()                                              # SIGKILL every task mid-run
-        assert all(p.returncode == -signal.SIGKILL for p in c.procs.values()), "run 1 ended before the kill"
+        for t in c.procs:                                     # stopped mid-run as the launcher and YARN stop
+            c.signal(t, signal.SIGTERM)                       # a task; TF's preemption notifier swallowed it
+        codes = c.wait(timeout=20, stop_on_failure=False)     # (they trained on to the end) until make_strategy
+        assert codes == {t: -signal.SIGTERM for t in c.procs}, codes  # put the default back
     resumed = _latest_step(ckpt)
     assert 7 <= resumed < 200 and resumed % 7 == 0
     epoch, in_epoch = position(resumed, [5] * 40)
