@@ -194,9 +194,12 @@ def summary_text(st: AppStatus) -> str:
         lines.append(f"  diagnosis: {st.diagnostics}")
     s = st.summary or {}
     if s:
-        lines.append(f"  global step {s.get('global_step')}/{s.get('total_steps')} · {s.get('epochs')} epochs · "
-                     f"mode {s.get('mode')}{' sync' if s.get('sync') else ''} · "
-                     f"global batch {s.get('global_batch_size')}")
+        head = [f"global step {s.get('global_step')}" + (f"/{s['total_steps']}" if s.get("total_steps") else ""),
+                f"{s.get('epochs')} epochs", f"mode {s.get('mode')}{' sync' if s.get('sync') else ''}"
+                                             f"{' (custom train)' if s.get('custom') else ''}"]
+        if s.get("global_batch_size"):
+            head.append(f"global batch {s['global_batch_size']}")
+        lines.append("  " + " · ".join(head))
         spw = s.get("steps_per_worker") or {}
         if spw:
             lines.append("  steps per worker: " + " ".join(f"{k}={v}" for k, v in spw.items()))

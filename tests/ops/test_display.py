@@ -9,7 +9,7 @@ from rich.console import Console
 from opsutil import job_spec
 from tfyarn.backends.base import AppState, AppStatus, TaskStatus
 from tfyarn.backends.local import LocalBackend
-from tfyarn.display import LineView, LiveView, ProgressView, render_status
+from tfyarn.display import LineView, LiveView, ProgressView, progress_text, render_status, summary_text
 from tfyarn.spec import load_spec_dict
 
 STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d{4} ")
@@ -104,3 +104,26 @@ def test_plain_lines_on_a_real_run(tmp_path):
     assert progress[-1].split(" ", 2)[2].startswith("succeeded · tasks 0/2 running · step 60/60")
     # bounded: a ~4 s run at one line per second plus state changes
     assert len(progress) <= 16, progress
+
+
+def test_an_ended_app_shows_no_eta():
+    """A killed job's last progress poll had an ETA; the final line and the status JSON must not carry it on."""
+    for state in (AppState.KILLED, AppState.FAILED, AppState.SUCCEEDED, AppState.TIMED_OUT):
+        st = _status(state=state)
+        assert "eta_s" not in st.to_dict()["progress"] and "ETA" not in progress_text(st), state
+    assert "ETA 0m12s" in progress_text(_status())
+
+
+def test_summary_text_states_totals_when_known_and_never_prints_none():
+    ps = {"mode": "ps", "sync": True, "epochs": 3, "global_step": 279, "total_steps": 279, "global_batch_size": 768,
+          "steps_per_worker": {"chief:0": 93, "worker:0": 93}, "examples_per_sec": 34322.0, "first_loss": 0.69,
+          "last_loss": 0.47, "checkpoint_dir": "hdfs:///ckpt"}
+    text = summary_text(AppStatus("local-x", "local", "q", AppState.SUCCEEDED, summary=ps))
+    assert "global step 279/279 · 3 epochs · mode ps sync · global batch 768" in text
+    assert "steps per worker: chief:0=93 worker:0=93" in text and "checkpoints: hdfs:///ckpt" in text
+    assert "loss: first 0.6900 -> last 0.4700 (down 31.9%)" in text
+    custom = {"mode": "allreduce", "custom": True, "epochs": 2, "global_step": 12, "total_steps": None,
+              "global_batch_size": 512, "steps_per_worker": None, "first_loss": None, "last_loss": None}
+    text = summary_text(AppStatus("local-y", "local", "c", AppState.SUCCEEDED, summary=custom))
+    assert "global step 12 · 2 epochs · mode allreduce (custom train) · global batch 512" in text
+    assert "None" not in text

@@ -116,16 +116,20 @@ def test_skewed_files_two_workers_three_epochs_finish_with_equal_steps_and_evalu
         assert c.kv.get(DONE_KEY) is not None
     planned = 3 * (sum(SKEWED) // (2 * 1000))              # 5 steps per epoch, nothing dropped
     summary = json.loads((tmp_path / "ckpt" / "summary.json").read_text())
-    assert summary["planned_steps"] == planned == 15
+    assert summary["total_steps"] == planned == 15
     assert summary["global_step"] == planned
     assert summary["steps_per_epoch"] == [5, 5, 5]
-    assert summary["global_batch"] == 2000 and summary["per_worker_batch"] == 1000
+    assert summary["global_batch_size"] == 2000 and summary["batch_size"] == 1000
     for t in spec.training_tasks:                          # every worker ran the same, planned number of steps
         assert progress[t]["worker_steps"] == planned, (t, progress[t])
         assert progress[t]["global_step"] == planned
         assert summary["tasks"][t]["worker_steps"] == planned
     assert summary["chief"]["traces"] <= 2                 # fixed input signature: no retracing per batch
     assert summary["chief"]["last_loss"] < summary["chief"]["first_loss"]
+    # the keys every mode's summary has (tfyarn.train.progress.run_summary), as the ps tests check them too
+    assert summary["last_loss"] == summary["chief"]["last_loss"] and summary["mode"] == "allreduce"
+    assert summary["checkpoint_dir"] == str(tmp_path / "ckpt") and summary["last_checkpoint"] == f"ckpt-{planned}"
+    assert summary["resumed_from"] is None and summary["num_workers"] == 2
     assert "global batch 2000" in logs["chief:0"] and "1000 x 2 workers" in logs["chief:0"]
     index = json.loads((tmp_path / "ckpt" / "tfyarn-checkpoint.json").read_text())
     assert index["latest"] == "ckpt-15" and len(index["checkpoints"]) == 2     # keep: 2
@@ -181,7 +185,7 @@ def test_killed_job_resumes_at_the_checkpointed_epoch_and_step(tmp_path):
         progress = {t: json.loads(c.kv.get(progress_key(t))) for t in spec.training_tasks}
     summary = json.loads((ckpt / "summary.json").read_text())
     assert summary["resumed_from"] == f"ckpt-{resumed}"
-    assert summary["global_step"] == summary["planned_steps"] == 200
+    assert summary["global_step"] == summary["total_steps"] == 200
     for t in spec.training_tasks:
         assert progress[t]["worker_steps"] == 200 - resumed, (t, progress[t])
         assert f"starting at global step {resumed} (epoch {epoch}, step {in_epoch})" in logs[t]
@@ -216,3 +220,23 @@ def test_sigstopped_worker_fails_the_job_within_stall_timeout_with_stacks(tmp_pa
     assert "worker:0" in failure, failure
     assert "tfyarn stack dump" in chief_log                    # the blocked chief's Python stacks are in its log
     assert "allreduce.py" in chief_log.split("tfyarn stack dump", 1)[1]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_strategy_start_up_without_a_peer_is_bounded_although_it_holds_the_gil(tmp_path):
+    """Only the chief of a 2-task job starts: MultiWorkerMirroredStrategy waits for the worker holding the GIL, so no
+    Python timer can fire; faulthandler's C thread ends the task GIL_FREE_BACKSTOP_S past timeouts.rendezvous."""
+    from tfyarn.train.allreduce import GIL_FREE_BACKSTOP_S
+    rendezvous_s = 5.0
+    spec = make_spec(tmp_path, timeouts={"rendezvous": rendezvous_s})
+    with LocalCluster(spec, tmp_path / "run") as c:
+        c.start(["chief:0"])
+        t0 = time.monotonic()
+        codes = c.wait(timeout=rendezvous_s + GIL_FREE_BACKSTOP_S + 45, tasks=["chief:0"])
+        took = time.monotonic() - t0
+        log = c.log("chief:0")
+    assert codes["chief:0"] not in (0, None), codes
+    assert took <= rendezvous_s + GIL_FREE_BACKSTOP_S + 25, took         # + TF import and start-up on 2 cores
+    assert "waiting up to 5s for MultiWorkerMirroredStrategy start-up" in log
+    assert "Timeout (0:00:15)!" in log and "make_strategy" in log, log[-3000:]   # where it was stuck, from C

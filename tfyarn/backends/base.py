@@ -62,6 +62,10 @@ class AppStatus:
     attempt: int = 0                                         # job attempt (0-based; retry.max_attempts)
     tags: list[str] = field(default_factory=list)            # the spec's tags (schedulers find their apps by them)
 
+    def __post_init__(self) -> None:
+        if self.state.is_terminal and "eta_s" in self.progress:   # an ended app has no time left, whatever the
+            self.progress = {k: v for k, v in self.progress.items() if k != "eta_s"}  # last progress poll said
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["state"] = self.state.value

@@ -316,8 +316,9 @@ class Launcher:
         for t in live:
             self._signal(t, signal.SIGKILL)
             t.proc.wait()  # type: ignore[union-attr]
-            if t.state == "RUNNING":
-                t.state, t.exit_code = "KILLED", t.proc.returncode  # type: ignore[union-attr]
+            if t.state == "RUNNING":  # exit 0: it had finished its work as the stop came (an evaluator seeing the
+                t.exit_code = t.proc.returncode  # type: ignore[union-attr]  # abort), not ended by the signal
+                t.state = "SUCCEEDED" if t.exit_code == 0 else "KILLED"
         for t in tasks:
             if t.state == "RUNNING" and t.proc is not None and t.proc.poll() is not None:
                 # ended on its own after the follow loop's last look (the job ended meanwhile): its own outcome,
@@ -485,7 +486,6 @@ class Launcher:
         while True:
             if self._stop.is_set():
                 self._end(self._stop_state, self._stop_reason)
-                self.kv.store.put(ABORT_KEY, self._stop_reason)  # type: ignore[union-attr]
                 return
             if not self._stalled.empty():
                 self._end(AppState.TIMED_OUT, self._stalled.get())
@@ -551,3 +551,5 @@ class Launcher:
         self._state, self._diag = state, diagnostics
         if state is not AppState.SUCCEEDED:
             log.error("job %s: %s", state.value, diagnostics)
+            if self.kv is not None:  # before the SIGTERMs: a task that cannot act on one (TF swallowed it in
+                self.kv.store.put(ABORT_KEY, diagnostics)  # allreduce start-up) stops at its next abort check

@@ -25,6 +25,7 @@ Why it is built this way (each point is a failure of the seeds or a measured TF 
 """
 from __future__ import annotations
 
+import faulthandler
 import logging
 import os
 import re
@@ -273,8 +274,15 @@ class Checkpointer:
 
 # ------------------------------------------------------------------------------------------------------- the loop
 
+#: Seconds past a bounded wait's timeout after which faulthandler's C thread dumps every thread's stack and exits
+#: the task (code 1). It needs no GIL: MultiWorkerMirroredStrategy start-up holds the GIL while it waits for its peers
+#: (measured: no Python thread ran during the whole wait), so the Python timer of :class:`_Bounded` cannot fire then.
+GIL_FREE_BACKSTOP_S = 10.0
+
+
 class _Bounded:
-    """Fail the task (stack dump, ``failure/<task>``, exit 4) if a blocking call that TF cannot time out overruns."""
+    """Fail the task (stack dump, ``failure/<task>``, exit 4) if a blocking call that TF cannot time out overruns;
+    if that call holds the GIL, faulthandler ends the task :data:`GIL_FREE_BACKSTOP_S` later (stacks, exit 1)."""
 
     def __init__(self, ctx: TaskContext, what: str, timeout: float):
         self.ctx, self.what, self.timeout = ctx, what, timeout
@@ -292,10 +300,15 @@ class _Bounded:
             os._exit(int(WaitTimeout.exit_code))
 
     def __enter__(self) -> "_Bounded":
+        log.info("%s: waiting up to %gs for %s (then: stacks in this log and the task fails; if the wait holds the "
+                 "GIL, faulthandler's 'Timeout' dump and exit %gs later)", self.ctx.task_id, self.timeout, self.what,
+                 GIL_FREE_BACKSTOP_S)
         self.timer.start()
+        faulthandler.dump_traceback_later(self.timeout + GIL_FREE_BACKSTOP_S, exit=True)
         return self
 
     def __exit__(self, *exc) -> None:
+        faulthandler.cancel_dump_traceback_later()
         self.timer.cancel()
 
 
@@ -349,6 +362,7 @@ def run(ctx: TaskContext) -> dict[str, Any]:
 
     with _Bounded(ctx, "MultiWorkerMirroredStrategy start-up (all workers connecting)", spec.timeouts.rendezvous):
         strategy = make_strategy(spec.timeouts.step)
+    _check_abort(ctx)   # a stop whose SIGTERM TF's notifier swallowed during start-up (make_strategy) ends us here
     if strategy.num_replicas_in_sync != workers:
         raise RuntimeError(f"{ctx.task_id}: the strategy has {strategy.num_replicas_in_sync} replicas, the spec has "
                            f"{workers} training workers (one CPU replica per worker expected)")
@@ -424,7 +438,7 @@ def _loop(ctx: TaskContext, feeder: Any, step_fn: Any, steps: list[int], epoch0:
 def _finish(ctx: TaskContext, ckpt: Checkpointer, figures: dict[str, Any], global_batch: int, steps: list[int],
             resumed_from: dict[str, Any] | None) -> None:
     """Chief: final checkpoint, wait (bounded) for every worker's final figures, summary, then control/done."""
-    from tfyarn.train.progress import read_progress, write_summary
+    from tfyarn.train.progress import read_progress, run_summary, write_summary
     ckpt.scalars(figures["global_step"], lambda: {"loss": figures["last_loss"]}, force=True)
     entry = ckpt.save(figures["global_step"], figures["worker_steps"])
     if ckpt.events is not None:
@@ -443,16 +457,15 @@ def _finish(ctx: TaskContext, ckpt: Checkpointer, figures: dict[str, Any], globa
             break
         time.sleep(0.1)
     train_s = figures["elapsed_s"]
-    summary = {"mode": "allreduce", "global_step": figures["global_step"], "planned_steps": sum(steps),
-               "examples_per_sec": round(figures["worker_steps"] * global_batch / train_s, 1) if train_s else 0.0,
-               "train_s": train_s, "steps_per_worker": {t: p.get("worker_steps") for t, p in per_task.items()},
-               "steps_per_epoch": steps, "epochs": len(steps), "workers": ctx.num_data_workers,
-               "per_worker_batch": ctx.spec.data.batch_size, "global_batch": global_batch,
-               "chief": figures, "tasks": {t: {"step": p.get("step"), "worker_steps": p.get("worker_steps"), "examples_per_sec": p.get("examples_per_sec"),
-                                              "loss": p.get("loss")} for t, p in per_task.items()},
-               "checkpoint": (entry or ckpt.store.latest() or {}).get("name") if ckpt.store else None,
-               "resumed_from": (resumed_from or {}).get("name"), "app_id": ctx.app_id,
-               "attempt": ctx.attempt}
+    summary = run_summary(
+        ctx, global_step=figures["global_step"], total_steps=sum(steps),
+        steps_per_worker={t: p.get("worker_steps") for t, p in per_task.items()},
+        examples_per_sec=round(figures["worker_steps"] * global_batch / train_s, 1) if train_s else 0.0,
+        first_loss=figures["first_loss"], last_loss=figures["last_loss"], train_s=train_s,
+        last_checkpoint=(entry or ckpt.store.latest() or {}).get("name") if ckpt.store else None,
+        resumed_from=(resumed_from or {}).get("name"), steps_per_epoch=steps, chief=figures,
+        tasks={t: {"step": p.get("step"), "worker_steps": p.get("worker_steps"),
+                   "examples_per_sec": p.get("examples_per_sec"), "loss": p.get("loss")} for t, p in per_task.items()})
     write_summary(ctx, summary)
     ctx.kv.put(DONE_KEY, "1")
     log.info("%s: training done at global step %d; control/done set", ctx.task_id, figures["global_step"])

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from tfyarn.runtime.context import DONE_KEY
-from tfyarn.train.progress import ProgressReporter, write_summary
+from tfyarn.train.progress import ProgressReporter, run_summary, write_summary
 
 log = logging.getLogger("tfyarn.train")
 
@@ -86,10 +86,10 @@ def run_custom(ctx: Any, fn: Callable) -> Any:
     result = fn(ctx, helpers)
     mine = progress.final()
     if ctx.is_chief:
-        summary = {"mode": ctx.spec.mode, "sync": ctx.spec.sync, "custom": True, "epochs": ctx.spec.data.epochs,
-                   "global_batch_size": ctx.spec.global_batch_size, "elapsed_s": round(time.monotonic() - t0, 3),
-                   "global_step": progress.global_step, "first_loss": mine["first_loss"],
-                   "last_loss": mine["last_loss"], "examples_per_sec": mine["examples_per_sec"]}
+        summary = run_summary(ctx, global_step=progress.global_step, total_steps=None, steps_per_worker=None,
+                              examples_per_sec=mine["examples_per_sec"], first_loss=mine["first_loss"],
+                              last_loss=mine["last_loss"], train_s=mine["elapsed_s"], custom=True,
+                              elapsed_s=round(time.monotonic() - t0, 3))
         if isinstance(result, dict):
             summary.update(result)
         summary.update(helpers.summary_extra)

@@ -131,6 +131,27 @@ def read_progress(kv: KV, tasks: list[str]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def run_summary(ctx: Any, *, global_step: int, total_steps: int | None, steps_per_worker: dict[str, Any] | None,
+                examples_per_sec: float | None, first_loss: float | None, last_loss: float | None,
+                train_s: float | None, last_checkpoint: str | None = None, resumed_from: str | None = None,
+                **extra: Any) -> dict[str, Any]:
+    """The run summary with the keys every mode writes (README, "The run summary"), then the mode's ``extra`` keys.
+
+    One builder, so a scheduler, ``tfyarn status`` and the end-of-run text read the same names whatever the mode
+    (allreduce once wrote ``planned_steps``/``global_batch`` where ps wrote ``total_steps``/``global_batch_size``, and
+    the summary line printed "global step 76/None").
+    """
+    spec = ctx.spec
+    ckpt = spec.checkpoint.dir
+    return {"mode": spec.mode, "sync": spec.sync, "epochs": spec.data.epochs,
+            "global_step": global_step, "total_steps": total_steps, "steps_per_worker": steps_per_worker,
+            "examples_per_sec": examples_per_sec, "first_loss": first_loss, "last_loss": last_loss,
+            "batch_size": spec.data.batch_size, "global_batch_size": spec.global_batch_size,
+            "num_workers": ctx.num_data_workers, "train_s": train_s,
+            "checkpoint_dir": spec.resolve_path(ckpt) if ckpt else None, "last_checkpoint": last_checkpoint,
+            "resumed_from": resumed_from, "app_id": ctx.app_id, "attempt": ctx.attempt, **extra}
+
+
 def summary_location(ctx: Any) -> str:
     """Where the summary JSON goes: next to the checkpoints, or the task's workdir when there is no checkpoint dir."""
     ckpt = ctx.spec.checkpoint.dir

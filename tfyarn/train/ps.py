@@ -40,7 +40,7 @@ from tfyarn.runtime.kv import KVUnavailable, put_json
 from tfyarn.data.pipeline import EpochPipeline
 from tfyarn.train import helpers
 from tfyarn.train.model import build_model, split_features, tf_dtype
-from tfyarn.train.progress import ProgressReporter, publish_total_steps, read_progress, write_summary
+from tfyarn.train.progress import ProgressReporter, publish_total_steps, read_progress, run_summary, write_summary
 
 log = logging.getLogger("tfyarn.train.ps")
 
@@ -392,6 +392,7 @@ class Checkpointer:
         self.local = local_dir_for(ctx.workdir, "save") if self.store else None
         self.last_step = -1
         self.last_time = time.monotonic()
+        self.resumed_from: str | None = None   # the checkpoint the chief restored, for the summary
 
     def restore_prefix(self) -> str | None:
         """Download the latest checkpoint (if any) for the chief to restore from."""
@@ -403,6 +404,7 @@ class Checkpointer:
         from tfyarn.train.checkpoint import local_dir_for
         prefix = self.store.download(entry, local_dir_for(self.ctx.workdir, "restore"))
         log.info("%s: resuming from %s (global step %d)", self.ctx.task_id, entry["name"], entry["global_step"])
+        self.resumed_from = entry["name"]
         return prefix
 
     def due(self, global_step: int) -> bool:
@@ -631,24 +633,19 @@ def _finish(ctx: Any, tg: TrainGraph, sess: Any, ckpt: Checkpointer | None, mine
     """Chief: final checkpoint, summary (file + KV), then ``control/done`` so the ps tasks exit."""
     spec = ctx.spec
     gs = int(sess.run(tg.global_step))
-    if ckpt:
-        ckpt.save(sess)
+    entry = ckpt.save(sess) if ckpt else None
     elapsed = time.monotonic() - t_start
     progress = read_progress(ctx.kv, ctx.training_tasks)
     trained = (sum(worker_steps) - sum(mine["start_worker_steps"])) * spec.data.batch_size
     train_s = time.monotonic() - mine["train_start"]
-    summary = {
-        "mode": "ps", "sync": spec.sync, "global_step": gs, "total_steps": target,
-        "steps_per_worker": dict(zip(ctx.training_tasks, worker_steps)),
-        "examples_per_sec": round(trained / train_s, 1) if train_s > 0 else 0.0,
-        "first_loss": mine["first_loss"], "last_loss": mine["last_loss"],
-        "loss_by_worker": {t: p.get("loss") for t, p in progress.items()} | {ctx.task_id: mine["last_loss"]},
-        "epochs": spec.data.epochs, "elapsed_s": round(elapsed, 3), "train_s": round(train_s, 3),
-        "global_batch_size": spec.global_batch_size, "batch_size": spec.data.batch_size,
-        "num_workers": ctx.num_data_workers, "num_ps": len(ctx.cluster.get("ps", [])),
-        "checkpoint": ckpt.store.url if ckpt and ckpt.store else None,
-        **_rejoins(ctx.kv, ctx.training_tasks),
-    }
+    latest = entry or (ckpt.store.latest() if ckpt and ckpt.store else None)   # None: saved at this step already
+    summary = run_summary(
+        ctx, global_step=gs, total_steps=target, steps_per_worker=dict(zip(ctx.training_tasks, worker_steps)),
+        examples_per_sec=round(trained / train_s, 1) if train_s > 0 else 0.0,
+        first_loss=mine["first_loss"], last_loss=mine["last_loss"], train_s=round(train_s, 3),
+        last_checkpoint=(latest or {}).get("name"), resumed_from=ckpt.resumed_from if ckpt else None,
+        loss_by_worker={t: p.get("loss") for t, p in progress.items()} | {ctx.task_id: mine["last_loss"]},
+        elapsed_s=round(elapsed, 3), num_ps=len(ctx.cluster.get("ps", [])), **_rejoins(ctx.kv, ctx.training_tasks))
     log.info("training done: global step %d/%d, steps per worker %s, %.0f examples/s, loss %s -> %s, %.1fs",
              gs, target, summary["steps_per_worker"], summary["examples_per_sec"], summary["first_loss"],
              summary["last_loss"], elapsed)
