@@ -6,7 +6,9 @@ What is checked (all problems are collected and reported together, like spec err
 * ``checkpoint.dir``: can be created and written (a probe file is written and removed);
 * the queue exists and is RUNNING; each role's memory / vcores (and the application master's) fit the queue's and the
   cluster's maximum allocation; a role's node label is one the queue can use;
-* the Kerberos keytab exists and is not world-readable.
+* the Kerberos keytab exists and is not world-readable;
+* packages the spec's roles need (``tensorboard`` for a tensorboard role) are in the tasks' Python, where that
+  Python is this one: local runs, and YARN jobs that pack the gateway's env.
 
 The cluster is behind :class:`ClusterInfo` (two methods) so the rules are tested without a ResourceManager:
 :class:`StaticClusterInfo` for tests or offline use, :class:`SkeinClusterInfo` against a live cluster (queues from
@@ -15,6 +17,7 @@ capacity-scheduler.xml). File checks go through fsspec (``hdfs://`` via hdfs-nat
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import urllib.request
@@ -228,6 +231,21 @@ def check_kerberos(spec: JobSpec) -> list[str]:
     return []
 
 
+def _installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def check_task_env(spec: JobSpec) -> list[str]:
+    """Packages the roles need, in this Python (call it only where the tasks run this env). Found without importing
+    them: the gateway may have no TensorFlow. Without it, a missing tensorboard failed its task after start-up and
+    took the job down with it (seen: an allreduce job killed after 1 s, its training tasks still in start-up)."""
+    if spec.instances("tensorboard") and not _installed("tensorboard"):
+        return ["roles.tensorboard: the 'tensorboard' package is not installed in the Python environment the tasks "
+                "run (it is no longer installed with TensorFlow): pip install tensorboard, or remove "
+                "roles.tensorboard"]
+    return []
+
+
 def local_path_warnings(spec: JobSpec) -> list[str]:
     """Paths on the gateway's own disk: YARN containers on other hosts cannot read them (fine on a shared mount)."""
     out = []
@@ -248,6 +266,8 @@ def run_preflight(spec: JobSpec, cluster: ClusterInfo | None = None, get_fs: Get
     ``cluster=None`` skips the queue/resource checks (no ResourceManager to ask).
     """
     problems = check_kerberos(spec)
+    if spec.environment.source == "pack":   # the gateway's env is what the containers will run
+        problems += check_task_env(spec)
     if cluster is not None:
         problems += check_resources(spec, cluster, master_memory_mib, master_vcores)
     if check_files:
@@ -261,10 +281,10 @@ def run_preflight(spec: JobSpec, cluster: ClusterInfo | None = None, get_fs: Get
 
 
 def run_local_preflight(spec: JobSpec, get_fs: GetFs = hdfs.get_fs) -> None:
-    """Before a local run starts any process: the data and checkpoint-dir checks (no cluster to ask, no Kerberos,
-    and local paths are what a local run uses). Without it, a glob matching nothing surfaced as every task failing
+    """Before a local run starts any process: the data, checkpoint-dir and task-env checks (no cluster to ask, no
+    Kerberos, and local paths are what a local run uses). Without it, a glob matching nothing surfaced as every task failing
     with NoDataError after each had imported TensorFlow."""
-    _raise(check_data(spec, get_fs) + check_checkpoint_dir(spec, get_fs), "nothing was started")
+    _raise(check_data(spec, get_fs) + check_checkpoint_dir(spec, get_fs) + check_task_env(spec), "nothing was started")
 
 
 def _raise(problems: list[str], consequence: str) -> None:

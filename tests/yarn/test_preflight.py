@@ -100,3 +100,26 @@ def test_rm_web_addresses_ha_and_https():
     assert rm_webapp_urls(conf) == ["http://rma:8088", "http://rmb:8088"]
     assert rm_webapp_urls({"yarn.http.policy": "HTTPS_ONLY",
                            "yarn.resourcemanager.webapp.https.address": "rm:8090"}) == ["https://rm:8090"]
+
+
+def test_a_tensorboard_role_needs_tensorboard_where_the_tasks_run_this_env(monkeypatch, mem):
+    """Checked for local runs and packed envs (this Python is what the tasks run); not for a prebuilt archive or a
+    python on the nodes, which the gateway cannot look into."""
+    import tfyarn.preflight as pf
+    from tfyarn.preflight import check_task_env, run_local_preflight
+    roles = {"chief": {"instances": 1}, "tensorboard": {"instances": 1}}
+    train = data("memory:///pf/train/part-*.tfrecord")
+    common = {"mode": "allreduce", "data": train, "checkpoint": {"dir": "memory:///pf/ck"}}
+    spec = make_spec(roles=roles, **common)
+    monkeypatch.setattr(pf, "_installed", lambda m: m != "tensorboard")
+    (problem,) = check_task_env(spec)
+    assert problem.startswith("roles.tensorboard: the 'tensorboard' package is not installed") and "pip install" in problem
+    with pytest.raises(PreflightError, match="roles.tensorboard"):
+        run_local_preflight(spec)
+    with pytest.raises(PreflightError, match="roles.tensorboard"):
+        run_preflight(spec, check_files=False)                                  # environment.pack: auto
+    for env in ({"archive": "hdfs:///envs/tf.tar.gz"}, {"python": "/opt/py/bin/python"}):
+        run_preflight(make_spec(roles=roles, environment=env, **common), check_files=False)  # not ours to check
+    assert check_task_env(make_spec(roles={"chief": {"instances": 1}}, **common)) == []
+    monkeypatch.setattr(pf, "_installed", lambda m: True)
+    assert check_task_env(spec) == []
