@@ -7,8 +7,8 @@ What is checked (all problems are collected and reported together, like spec err
 * the queue exists and is RUNNING; each role's memory / vcores (and the application master's) fit the queue's and the
   cluster's maximum allocation; a role's node label is one the queue can use;
 * the Kerberos keytab exists and is not world-readable;
-* packages the spec's roles need (``tensorboard`` for a tensorboard role) are in the tasks' Python, where that
-  Python is this one: local runs, and YARN jobs that pack the gateway's env.
+* the model's module and the packages the spec's roles need (``tensorboard`` for a tensorboard role) are in the
+  tasks' Python, where that Python is this one: local runs, and YARN jobs that pack the gateway's env.
 
 The cluster is behind :class:`ClusterInfo` (two methods) so the rules are tested without a ResourceManager:
 :class:`StaticClusterInfo` for tests or offline use, :class:`SkeinClusterInfo` against a live cluster (queues from
@@ -236,14 +236,24 @@ def _installed(module: str) -> bool:
 
 
 def check_task_env(spec: JobSpec) -> list[str]:
-    """Packages the roles need, in this Python (call it only where the tasks run this env). Found without importing
-    them: the gateway may have no TensorFlow. Without it, a missing tensorboard failed its task after start-up and
-    took the job down with it (seen: an allreduce job killed after 1 s, its training tasks still in start-up)."""
+    """The model's module and the packages the roles need, in this Python plus the spec's ``code:`` dir (call it only
+    where the tasks run this env). Found without importing anything: the gateway may have no TensorFlow, and the
+    job's code must not run here. Without it, a typo in ``model:`` or a missing tensorboard failed a task after
+    every task had imported TensorFlow (seen: an allreduce job killed 1 s in, its training tasks still starting)."""
+    import sys
+    from tfyarn.runtime.warm_imports import find_module
+    problems = []
+    module = spec.model.partition(":")[0]
+    path = ([spec.code] if spec.code else []) + sys.path
+    if find_module(module, path) is None:
+        where = f"the code dir {spec.code} or " if spec.code else ""
+        problems.append(f"model: module {module!r} not found in {where}the Python environment the tasks run "
+                        f"(a typo? its package not installed? set 'code:' to the directory holding it)")
     if spec.instances("tensorboard") and not _installed("tensorboard"):
-        return ["roles.tensorboard: the 'tensorboard' package is not installed in the Python environment the tasks "
-                "run (it is no longer installed with TensorFlow): pip install tensorboard, or remove "
-                "roles.tensorboard"]
-    return []
+        problems.append("roles.tensorboard: the 'tensorboard' package is not installed in the Python environment the "
+                        "tasks run (it is no longer installed with TensorFlow): pip install tensorboard, or remove "
+                        "roles.tensorboard")
+    return problems
 
 
 def local_path_warnings(spec: JobSpec) -> list[str]:

@@ -123,3 +123,23 @@ def test_a_tensorboard_role_needs_tensorboard_where_the_tasks_run_this_env(monke
     assert check_task_env(make_spec(roles={"chief": {"instances": 1}}, **common)) == []
     monkeypatch.setattr(pf, "_installed", lambda m: True)
     assert check_task_env(spec) == []
+
+
+def test_the_model_module_is_found_without_importing_it(tmp_path, mem):
+    """A typo in ``model:`` is exit 2 before anything starts, not every task failing after importing TensorFlow. The
+    module is looked up in the spec's code dir and this Python, and never imported (it would import TF, or worse)."""
+    from tfyarn.preflight import check_task_env
+    common = {"mode": "allreduce", "data": data("memory:///pf/train/part-*.tfrecord"), "checkpoint": {"dir": None},
+              "roles": {"chief": {"instances": 1}}}
+    assert check_task_env(make_spec(model="tfyarn.models.recommender:model", **common)) == []
+    (problem,) = check_task_env(make_spec(model="tfyarn.models.recomender:model", **common))
+    assert problem.startswith("model: module 'tfyarn.models.recomender' not found")
+    code = tmp_path / "code"
+    (code / "mypkg").mkdir(parents=True)
+    (code / "mypkg" / "__init__.py").write_text("")
+    (code / "mypkg" / "nets.py").write_text("raise SystemExit('imported: the check must not run job code')\n")
+    assert check_task_env(make_spec(model="mypkg.nets:build", code=str(code), **common)) == []
+    (problem,) = check_task_env(make_spec(model="mypkg.net:build", code=str(code), **common))
+    assert f"not found in the code dir {code} or the Python environment" in problem
+    (problem,) = check_task_env(make_spec(model="nets:build", **common))       # without code: it is not on the path
+    assert problem.startswith("model: module 'nets' not found")

@@ -85,21 +85,34 @@ _IMPORT_RE = re.compile(rb"^[ \t]*(?:import[ \t]+([\w. \t,]+)"
 _KERAS_RE = re.compile(rb"\b(?:tf_keras|import[ \t]+keras|from[ \t]+keras)\b|\.keras\b|import[^\n]*\bkeras\b")
 
 
-def _module_file(name: str, path: list[str]) -> Path | None:
-    """The source file of module ``name``, found on ``path`` without importing anything (parents included)."""
+def find_module(name: str, path: list[str]) -> importlib.machinery.ModuleSpec | None:
+    """Where module ``name`` is on ``path`` (parents included), found without importing anything; None if absent.
+
+    A top-level package only a meta-path finder knows (an editable install) is asked of every finder, which for a
+    top-level name imports nothing either.
+    """
     search: list[str] | None = path
-    origin: str | None = None
+    spec = None
     parts = name.split(".")
     for i in range(len(parts)):
         spec = importlib.machinery.PathFinder.find_spec(".".join(parts[:i + 1]), search)
+        if spec is None and i == 0:
+            spec = importlib.util.find_spec(parts[0])
         if spec is None:
             return None
-        origin = spec.origin
         search = list(spec.submodule_search_locations or [])
         if i + 1 < len(parts) and not search:
             return None  # a plain module cannot have submodules
+    return spec
+
+
+def _module_file(name: str, path: list[str]) -> Path | None:
+    """The source file of module ``name`` on ``path``, nothing imported (None for namespace packages, extension
+    modules, bytecode only)."""
+    spec = find_module(name, path)
+    origin = spec.origin if spec else None
     if origin is None or not origin.endswith(".py"):
-        return None  # namespace package, extension module, bytecode only
+        return None
     return Path(origin).resolve()
 
 
