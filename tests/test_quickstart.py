@@ -65,3 +65,22 @@ def test_sigint_mid_training_leaves_no_tensorflow_process_within_10s(tfyarn_home
     out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 3, out.decode()[-2000:]
     assert wait_no_processes(app_id, 10 - (time.monotonic() - t0)) == []
+
+
+def test_running_a_finished_job_again_succeeds_at_once(tfyarn_home, tmp_path):
+    """A scheduler's retry after the job had finished (its worker died after the end): the chief restores the final
+    checkpoint and is done at once. It must wait for the workers' final records before letting the ps go; it did
+    not, and a worker still starting waited on a session to a ps that had left (seen: RUNNING for 10 minutes)."""
+    cmd = [sys.executable, "-m", "tfyarn.cli", "run", str(ROOT / "specs" / "quickstart.yaml"),
+           "--set", f"checkpoint.dir={tmp_path / 'ckpt'}", "--set", "timeouts.stall=60"]
+    first = subprocess.run(cmd, capture_output=True, text=True, timeout=200, cwd=ROOT)
+    assert first.returncode == 0, (first.stdout + first.stderr)[-3000:]
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=200, cwd=ROOT)
+    out = again.stdout + again.stderr
+    assert again.returncode == 0, out[-3000:]
+    app_id = re.search(r"\((local-[\w-]+)\)", out).group(1)
+    st = json.loads((tfyarn_home / "apps" / app_id / "status.json").read_text())
+    s = st["summary"]
+    assert s["global_step"] == s["total_steps"] and s["resumed_from"] == f"ckpt-{s['total_steps']}", s
+    assert {t["state"] for t in st["tasks"]} == {"SUCCEEDED"}, st["tasks"]
+    assert st["finished"] - st["started"] < 30, "it trained nothing: it must not take long either"

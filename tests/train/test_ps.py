@@ -199,3 +199,9 @@ def test_killed_mid_run_resumes_at_the_right_epoch_and_step(tmp_path):
     assert f"resuming from {at_kill['name']}" in chief_log
     assert summary["global_step"] == summary["total_steps"] == total
     assert summary["steps_per_worker"] == {"chief:0": total, "worker:0": total}
+    # Run it again (a scheduler's retry after the job had finished): the chief restores the final checkpoint and is
+    # done at once, the ps leave; a worker still starting must end cleanly, not fail on the vanished ps.
+    with LocalCluster(spec, tmp_path / "run3", target="tfyarn.train:run_task") as c:
+        c.start()
+        again = run_ok(c, timeout=200)
+    assert again["global_step"] == total and again["resumed_from"] == f"ckpt-{total}", again

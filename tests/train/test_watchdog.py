@@ -90,6 +90,21 @@ def test_after_done_only_tasks_that_neither_finish_nor_advance_are_reported():
     assert "training finished (control/done)" in r.message and "worker:1 at step 5" in r.message
 
 
+def test_after_done_a_task_that_never_reported_is_reported_stall_s_after_done():
+    """Seen: a re-run of a finished job; the chief was done at once, the ps left, and worker:1 hung in session start
+    (never a step). Excluding tasks without a step kept the job RUNNING for 10 minutes, until interrupted."""
+    kv = MemoryKV()
+    wd = StallWatchdog(kv, ["chief:0", "worker:0", "worker:1"], stall_s=10, startup_s=300)
+    assert wd.check(now=0.0) is None
+    kv.put(DONE_KEY, "1")
+    report(kv, "chief:0", 9, done=True)
+    report(kv, "worker:0", 0, done=True)
+    assert wd.check(now=50.0) is None        # done first seen now: the clock of a task without a step starts here
+    assert wd.check(now=59.0) is None
+    r = wd.check(now=60.0)
+    assert r is not None and r.after_done and list(r.tasks) == ["worker:1"] and r.stalled_for == 10.0
+
+
 def test_a_finished_job_never_stalls():
     kv = MemoryKV()
     wd = StallWatchdog(kv, TASKS, stall_s=1)

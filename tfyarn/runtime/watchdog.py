@@ -277,6 +277,7 @@ class StallWatchdog:
         self.all_tasks: dict[str, int | None] = {**at, **{t: p for t, p in pids.items() if p or t not in at}}
         self.states = {t: TaskState(t, pid=p or self.all_tasks.get(t)) for t, p in pids.items()}
         self.started_at: float | None = None
+        self.done_at: float | None = None      # when control/done was first seen
         self.last_progress: float | None = None
         self.report: StallReport | None = None
         self._stop = threading.Event()
@@ -324,11 +325,15 @@ class StallWatchdog:
         done = self.kv.get(DONE_KEY) is not None
         self.observe(self.kv.items("progress/"), now)
         if done:
-            stuck = {t: s for t, s in self.states.items()
-                     if not s.finished and s.step is not None and now - s.changed_at >= self.stall_s}
+            if self.done_at is None:
+                self.done_at = now
+            # a task that never reported a step (hung in start-up: its session waits for a ps that left) counts
+            # from when training finished
+            since = {t: now - (s.changed_at if s.step is not None else self.done_at) for t, s in self.states.items()}
+            stuck = {t: s for t, s in self.states.items() if not s.finished and since[t] >= self.stall_s}
             if not stuck:
                 return None
-            return StallReport(stalled_for=now - max(s.changed_at for s in stuck.values()), tasks=stuck,
+            return StallReport(stalled_for=min(since[t] for t in stuck), tasks=stuck,
                                stall_s=self.stall_s, now=now, after_done=True)
         if not self.is_stalled(now):
             return None

@@ -438,24 +438,12 @@ def _loop(ctx: TaskContext, feeder: Any, step_fn: Any, steps: list[int], epoch0:
 def _finish(ctx: TaskContext, ckpt: Checkpointer, figures: dict[str, Any], global_batch: int, steps: list[int],
             resumed_from: dict[str, Any] | None) -> None:
     """Chief: final checkpoint, wait (bounded) for every worker's final figures, summary, then control/done."""
-    from tfyarn.train.progress import read_progress, run_summary, write_summary
+    from tfyarn.train.progress import run_summary, wait_for_final_progress, write_summary
     ckpt.scalars(figures["global_step"], lambda: {"loss": figures["last_loss"]}, force=True)
     entry = ckpt.save(figures["global_step"], figures["worker_steps"])
     if ckpt.events is not None:
         ckpt.events.close()
-    others = [t for t in ctx.training_tasks if t != ctx.task_id]
-    deadline = time.monotonic() + ctx.spec.timeouts.shutdown
-    per_task = {}
-    while True:
-        per_task = read_progress(ctx.kv, ctx.training_tasks)
-        missing = [t for t in others if not per_task.get(t, {}).get("done")]
-        if not missing:
-            break
-        if time.monotonic() >= deadline:
-            log.warning("summary written without the final figures of %s (timed out after %gs waiting for them)",
-                        ", ".join(missing), ctx.spec.timeouts.shutdown)
-            break
-        time.sleep(0.1)
+    per_task = wait_for_final_progress(ctx, ctx.spec.timeouts.shutdown)
     train_s = figures["elapsed_s"]
     summary = run_summary(
         ctx, global_step=figures["global_step"], total_steps=sum(steps),

@@ -131,6 +131,27 @@ def read_progress(kv: KV, tasks: list[str]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def wait_for_final_progress(ctx: Any, timeout: float) -> dict[str, dict[str, Any]]:
+    """Chief, before ``control/done``: every training task's progress, once each other one has published its final
+    record (``done``), or after ``timeout`` (logged, naming the missing ones).
+
+    Why wait: ``control/done`` lets the ps exit. A worker still starting (a re-run of a finished job: the chief
+    restores the last checkpoint and is done at once) would then wait forever on a session to a ps that left.
+    """
+    others = [t for t in ctx.training_tasks if t != ctx.task_id]
+    deadline = time.monotonic() + timeout
+    while True:
+        per_task = read_progress(ctx.kv, ctx.training_tasks)
+        missing = [t for t in others if not per_task.get(t, {}).get("done")]
+        if not missing:
+            return per_task
+        if time.monotonic() >= deadline:
+            log.warning("summary written without the final figures of %s (timed out after %gs waiting for them)",
+                        ", ".join(missing), timeout)
+            return per_task
+        time.sleep(0.1)
+
+
 def run_summary(ctx: Any, *, global_step: int, total_steps: int | None, steps_per_worker: dict[str, Any] | None,
                 examples_per_sec: float | None, first_loss: float | None, last_loss: float | None,
                 train_s: float | None, last_checkpoint: str | None = None, resumed_from: str | None = None,

@@ -40,7 +40,8 @@ from tfyarn.runtime.kv import KVUnavailable, put_json
 from tfyarn.data.pipeline import EpochPipeline
 from tfyarn.train import helpers
 from tfyarn.train.model import build_model, split_features, tf_dtype
-from tfyarn.train.progress import ProgressReporter, publish_total_steps, read_progress, run_summary, write_summary
+from tfyarn.train.progress import (ProgressReporter, publish_total_steps, run_summary,
+                                   wait_for_final_progress, write_summary)
 
 log = logging.getLogger("tfyarn.train.ps")
 
@@ -484,14 +485,25 @@ def train(ctx: Any, model: Any) -> dict[str, Any] | None:
         ckpt = Checkpointer(ctx, tg, steps) if ctx.is_chief else None
         # Saver.save/restore refuse to run while TF2's eager mode is current: stay in the training graph
         with tg.graph.as_default():
-            sess = open_session(ctx, tg, server, ckpt.restore_prefix() if ckpt else None)
-            if sess is None:
-                log.warning("%s: training already finished (%s is set); nothing to rejoin", ctx.task_id, DONE_KEY)
-                return {"steps": 0, "already_finished": True}
             try:
-                return _run(ctx, tg, sess, feeder, steps, target, ckpt, t_start)
-            finally:
-                sess.close()
+                sess = open_session(ctx, tg, server, ckpt.restore_prefix() if ckpt else None)
+                if sess is None:
+                    log.warning("%s: training already finished (%s is set); nothing to rejoin", ctx.task_id,
+                                DONE_KEY)
+                    return {"steps": 0, "already_finished": True}
+                try:
+                    return _run(ctx, tg, sess, feeder, steps, target, ckpt, t_start)
+                finally:
+                    sess.close()
+            except _tf().errors.UnavailableError:
+                if ctx.is_chief or ctx.kv.get(DONE_KEY) is None:
+                    raise
+                # The ps left because training finished while this worker was starting: a re-run of a finished job
+                # (the chief restores the final checkpoint and is done at once) or a restart at the very end. The
+                # chief sets done only once every worker's counter is complete, so nothing is left for this one.
+                log.warning("%s: training finished while this worker was starting (%s is set, the ps have exited); "
+                            "nothing left to run", ctx.task_id, DONE_KEY)
+                return {"steps": 0, "already_finished": True}
 
 
 def _rejoin(ctx: Any, tg: TrainGraph, sess: Any, steps: list[int]) -> int:
@@ -635,7 +647,7 @@ def _finish(ctx: Any, tg: TrainGraph, sess: Any, ckpt: Checkpointer | None, mine
     gs = int(sess.run(tg.global_step))
     entry = ckpt.save(sess) if ckpt else None
     elapsed = time.monotonic() - t_start
-    progress = read_progress(ctx.kv, ctx.training_tasks)
+    progress = wait_for_final_progress(ctx, spec.timeouts.shutdown)
     trained = (sum(worker_steps) - sum(mine["start_worker_steps"])) * spec.data.batch_size
     train_s = time.monotonic() - mine["train_start"]
     latest = entry or (ckpt.store.latest() if ckpt and ckpt.store else None)   # None: saved at this step already
