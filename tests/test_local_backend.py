@@ -101,6 +101,12 @@ def test_submit_status_logs_kill_and_orphan_protection(tmp_path):
     assert st.state is AppState.KILLED and st.state.exit_code == 3
     assert st.diagnostics.startswith("killed by `tfyarn kill` (user ")    # who asked, not just "SIGTERM"
     assert wait_no_processes(app_id, 10) == []
+    # killing an ended app (a scheduler's on_kill after the end) changes nothing and says so
+    from click.testing import CliRunner
+    from tfyarn.cli import cli
+    res = CliRunner().invoke(cli, ["kill", app_id])
+    assert res.exit_code == 0 and res.output.strip() == f"{app_id} had already ended: KILLED; nothing to kill"
+    assert api.kill(app_id).diagnostics == st.diagnostics
 
 
 def test_tasks_die_with_a_sigkilled_launcher(tmp_path):

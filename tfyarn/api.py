@@ -81,9 +81,15 @@ def logs(app_id: str, task: str | None = None, follow: bool = False) -> Iterator
         yield from b.logs(app_id, task=task, follow=follow)
 
 
-def kill(app_id: str) -> None:
+def kill(app_id: str) -> AppStatus:
+    """Stop the app and every task; return its final status. An app that has already ended is left as it is and
+    its status returned: killing is idempotent (a scheduler's ``on_kill`` may come after the end)."""
     with backend_for_app(app_id) as b:
-        b.kill(app_id)
+        st = b.status(app_id)
+        if not st.state.is_terminal:
+            b.kill(app_id)
+            st = b.status(app_id)
+        return st
 
 
 def list_apps(backend: str | None = None) -> list[AppStatus]:

@@ -198,10 +198,16 @@ def logs(app_id: str, task: str | None, follow: bool) -> None:
 @cli.command()
 @click.argument("app_id")
 def kill(app_id: str) -> None:
-    """Kill an app and every one of its tasks."""
+    """Kill an app and every one of its tasks (an app that has already ended is left as it is; exit 0 either way)."""
     from tfyarn import api
-    api.kill(app_id)
-    click.echo(f"killed {app_id}")
+    from tfyarn.backends.base import AppState
+    st = api.status(app_id)
+    if not st.state.is_terminal:
+        st = api.kill(app_id)
+        if st.state is AppState.KILLED:
+            click.echo(f"killed {app_id}")
+            return
+    click.echo(f"{app_id} had already ended: {st.state.value}; nothing to kill")
 
 
 @cli.command("list")
