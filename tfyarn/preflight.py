@@ -20,6 +20,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
+import sys
 import urllib.request
 import uuid
 from dataclasses import dataclass
@@ -240,7 +241,6 @@ def check_task_env(spec: JobSpec) -> list[str]:
     where the tasks run this env). Found without importing anything: the gateway may have no TensorFlow, and the
     job's code must not run here. Without it, a typo in ``model:`` or a missing tensorboard failed a task after
     every task had imported TensorFlow (seen: an allreduce job killed 1 s in, its training tasks still starting)."""
-    import sys
     from tfyarn.runtime.warm_imports import find_module
     problems = []
     module = spec.model.partition(":")[0]
@@ -292,9 +292,10 @@ def run_preflight(spec: JobSpec, cluster: ClusterInfo | None = None, get_fs: Get
 
 def run_local_preflight(spec: JobSpec, get_fs: GetFs = hdfs.get_fs) -> None:
     """Before a local run starts any process: the data, checkpoint-dir and task-env checks (no cluster to ask, no
-    Kerberos, and local paths are what a local run uses). Without it, a glob matching nothing surfaced as every task failing
-    with NoDataError after each had imported TensorFlow."""
-    _raise(check_data(spec, get_fs) + check_checkpoint_dir(spec, get_fs) + check_task_env(spec), "nothing was started")
+    Kerberos, and local paths are what a local run uses). Without it, a glob matching nothing surfaced as every task
+    failing with NoDataError after each had imported TensorFlow."""
+    problems = check_data(spec, get_fs) + check_checkpoint_dir(spec, get_fs) + check_task_env(spec)
+    _raise(problems, "nothing was started")
 
 
 def _raise(problems: list[str], consequence: str) -> None:
