@@ -251,8 +251,8 @@ def check_task_env(spec: JobSpec) -> list[str]:
                         f"(a typo? its package not installed? set 'code:' to the directory holding it)")
     if spec.instances("tensorboard") and not _installed("tensorboard"):
         problems.append("roles.tensorboard: the 'tensorboard' package is not installed in the Python environment the "
-                        "tasks run (it is no longer installed with TensorFlow): pip install tensorboard, or remove "
-                        "roles.tensorboard")
+                        "tasks run (it is no longer installed with TensorFlow): pip install 'tfyarn[tensorboard]' (or "
+                        "tensorboard), or remove roles.tensorboard")
     return problems
 
 
