@@ -179,3 +179,19 @@ def test_final_states_of_tasks_that_ended_unseen_or_were_stopped(tmp_path):
     assert time.monotonic() - t0 < 5                     # SIGTERM ends the sleeper at once
     got = {t.task: (t.state, t.exit_code) for t in launcher.status().tasks}
     assert got == {"chief:0": ("SUCCEEDED", 0), "worker:0": ("FAILED", 3), "worker:1": ("KILLED", -signal.SIGTERM)}
+
+
+def test_diagnosis_from_output_names_a_dump_from_c_and_what_the_task_was_doing():
+    """A task ended by faulthandler (allreduce's GIL-free start-up bound) or a crash in C++ prints stack frames last;
+    the diagnosis was one of those frames. Real output of ``faulthandler.dump_traceback_later(..., exit=True)``."""
+    from tfyarn.backends.launcher import diagnosis_from_output
+    waiting = ("2026-11-22 16:29:11,331 INFO [chief:0] tfyarn.train.allreduce: chief:0: waiting up to 5s for "
+               "MultiWorkerMirroredStrategy start-up (all workers connecting)")
+    dump = [waiting, "Timeout (0:00:15)!", "Thread 0x00007f29f17bbb80 (most recent call first):",
+            '  File "/x/tfyarn/train/allreduce.py", line 68 in make_strategy', '  File "<string>", line 7 in <module>']
+    assert diagnosis_from_output(dump) == f"Timeout (0:00:15)! after: {waiting}"
+    assert diagnosis_from_output(["Timeout (0:00:00.300000)!", "  File ..."]) == "Timeout (0:00:00.300000)!"
+    crash = ["Fatal Python error: Segmentation fault", "", "Current thread 0x01 (most recent call first):", "  File a"]
+    assert diagnosis_from_output(crash) == "Fatal Python error: Segmentation fault"
+    assert diagnosis_from_output([waiting, "ValueError: bad batch", ""]) == "ValueError: bad batch"
+    assert diagnosis_from_output([]) == "(no output)"

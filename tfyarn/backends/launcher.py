@@ -17,14 +17,16 @@ import json
 import logging
 import os
 import queue
+import re
 import signal
 import subprocess
 import sys
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 from tfyarn.backends.base import AppState, AppStatus, TaskStatus
 from tfyarn.backends.forkserver import ForkedProcess, ForkServer, ForkServerError
@@ -58,6 +60,26 @@ STARTUP_ENV_PREFIXES = ("PYTHON", "LD_", "MALLOC", "TCMALLOC", "LC_", "LANG", "T
 Echo = Callable[[str, str], None]
 
 
+#: Last lines of each task's output kept for its diagnosis: enough to hold a faulthandler dump of a few threads.
+TAIL_LINES = 200
+#: The first line of a dump Python writes from C: a faulthandler timeout (allreduce's GIL-free bound) or a fatal
+#: error (a crash in TF's C++). The lines after it are stack frames, which say nothing on their own.
+_C_DUMP = re.compile(r"^(Timeout \(\d+:\d\d:\d\d(\.\d+)?\)!|Fatal Python error: .*)$")
+_LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (INFO|WARNING|ERROR|CRITICAL) ")
+
+
+def diagnosis_from_output(lines: Iterable[str]) -> str:
+    """Why a task ended, from its last output lines (when it reported no ``failure/<task>`` itself): the last line
+    (a Python exception's message), or, after a dump from C, its header and the last log line before it (what the
+    task was doing, e.g. "waiting up to 300s for MultiWorkerMirroredStrategy start-up")."""
+    kept = [ln for ln in lines if ln.strip()]
+    for i in range(len(kept) - 1, -1, -1):
+        if _C_DUMP.match(kept[i]):
+            before = next((ln for ln in reversed(kept[:i]) if _LOG_LINE.match(ln)), None)
+            return kept[i] + (f" after: {before}" if before else "")
+    return kept[-1] if kept else "(no output)"
+
+
 def write_json_atomic(path: Path, data: dict) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(data, indent=1))
@@ -85,7 +107,7 @@ class _Task:
     exit_code: int | None = None
     restarts: int = 0
     diagnostics: str = ""
-    tail: list[str] = field(default_factory=list)
+    tail: deque[str] = field(default_factory=lambda: deque(maxlen=TAIL_LINES))
 
     @property
     def role(self) -> str:
@@ -275,7 +297,7 @@ class Launcher:
                 logf.write(raw)
                 logf.flush()
                 line = raw.decode(errors="replace").rstrip("\n")
-                task.tail = (task.tail + [line])[-20:]
+                task.tail.append(line)
                 if self.echo:
                     self.echo(task.name, line)
 
@@ -360,8 +382,7 @@ class Launcher:
         reported = self.kv.store.get(failure_key(task.name))
         if reported:
             return reported
-        last = [ln for ln in task.tail if ln.strip()]
-        return last[-1] if last else "(no output)"
+        return diagnosis_from_output(task.tail)
 
     # ------------------------------------------------------------------------------------------------- main loop
     def run(self) -> AppStatus:
