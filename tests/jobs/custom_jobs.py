@@ -100,3 +100,20 @@ def probe(ctx, helpers):
     for step in range(1, 100000 if helpers.params.get("run_long") else 2):
         helpers.progress.report(step=step, epoch=0, loss=1.0, examples=1)
         time.sleep(0.05)
+
+
+@tfyarn.train.custom_train
+def allreduce_sum(ctx, helpers):
+    """A custom loop on ``helpers.strategy()``: every training task all-reduces its rank + 1, then reports whether
+    SIGTERM is still the task's to handle (TF's coordination service installs a handler that swallows it)."""
+    import tensorflow as tf
+    strategy = helpers.strategy()
+
+    @tf.function
+    def total():
+        return strategy.reduce(tf.distribute.ReduceOp.SUM,
+                               strategy.run(lambda: tf.constant(float(ctx.data_rank + 1))), axis=None)
+
+    with open("/proc/self/status") as f:
+        caught = next(int(line.split()[1], 16) for line in f if line.startswith("SigCgt"))
+    return {"sum": float(total()), "replicas": strategy.num_replicas_in_sync, "sigterm_caught": bool(caught >> 14 & 1)}

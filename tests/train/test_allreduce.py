@@ -240,3 +240,20 @@ def test_strategy_start_up_without_a_peer_is_bounded_although_it_holds_the_gil(t
     assert took <= rendezvous_s + GIL_FREE_BACKSTOP_S + 25, took         # + TF import and start-up on 2 cores
     assert "waiting up to 5s for MultiWorkerMirroredStrategy start-up" in log
     assert "Timeout (0:00:15)!" in log and "make_strategy" in log, log[-3000:]   # where it was stuck, from C
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_a_custom_loop_gets_the_strategy_allreduce_mode_uses(tmp_path):
+    """``helpers.strategy()`` in a ``@custom_train`` function: a working all-reduce over both training tasks, and
+    SIGTERM no longer caught by TF's handler (with a bare MultiWorkerMirroredStrategy() it is)."""
+    jobs = Path(__file__).resolve().parents[1] / "jobs"
+    spec = make_spec(tmp_path, epochs=1, model="custom_jobs:allreduce_sum", code=str(jobs))
+    with LocalCluster(spec, tmp_path / "run", target="tfyarn.train:run_task") as c:
+        c.start()
+        codes = c.wait(timeout=150)
+        assert codes == {t: 0 for t in c.procs}, "\n".join(f"--- {t}\n{c.log(t)[-3000:]}" for t in c.procs)
+        summary = json.loads(c.kv.get("summary"))
+    assert summary["custom"] is True and summary["replicas"] == 2
+    assert summary["sum"] == 3.0                      # chief (rank 0) contributes 1, worker:0 (rank 1) 2
+    assert summary["sigterm_caught"] is False

@@ -342,6 +342,16 @@ def collective_failure(ctx: TaskContext, exc: BaseException, step: int) -> str |
     return msg
 
 
+def start_strategy(ctx: TaskContext) -> Any:
+    """The strategy as this mode (and ``helpers.strategy()`` of a custom loop) gets it: :func:`make_strategy` with its
+    start-up bounded by ``timeouts.rendezvous`` (GIL-free, :class:`_Bounded`), then a check for a stop whose SIGTERM
+    TF's notifier swallowed during that start-up."""
+    with _Bounded(ctx, "MultiWorkerMirroredStrategy start-up (all workers connecting)", ctx.spec.timeouts.rendezvous):
+        strategy = make_strategy(ctx.spec.timeouts.step)
+    _check_abort(ctx)
+    return strategy
+
+
 def _check_abort(ctx: TaskContext) -> None:
     reason = ctx.kv.get(ABORT_KEY)
     if reason is not None:
@@ -360,9 +370,7 @@ def run(ctx: TaskContext) -> dict[str, Any]:
     log.info("%s: allreduce over %d training workers, per-worker batch %d x %d workers = global batch %d "
              "(the loss is averaged over the global batch)", ctx.task_id, workers, batch, workers, global_batch)
 
-    with _Bounded(ctx, "MultiWorkerMirroredStrategy start-up (all workers connecting)", spec.timeouts.rendezvous):
-        strategy = make_strategy(spec.timeouts.step)
-    _check_abort(ctx)   # a stop whose SIGTERM TF's notifier swallowed during start-up (make_strategy) ends us here
+    strategy = start_strategy(ctx)
     if strategy.num_replicas_in_sync != workers:
         raise RuntimeError(f"{ctx.task_id}: the strategy has {strategy.num_replicas_in_sync} replicas, the spec has "
                            f"{workers} training workers (one CPU replica per worker expected)")

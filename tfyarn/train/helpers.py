@@ -58,6 +58,14 @@ class Helpers:
     def feeder(self) -> Any:
         return make_feeder(self.ctx)
 
+    def strategy(self) -> Any:
+        """A MultiWorkerMirroredStrategy over the training tasks, set up as allreduce mode sets it up: collectives
+        bounded by ``timeouts.step``, start-up by ``timeouts.rendezvous`` (even though that wait holds the GIL),
+        SIGTERM still ending the task (TF's own handler swallows it), a stop during start-up honoured. Call it once,
+        on every training task, before other TF work (TF's rule for this strategy)."""
+        from tfyarn.train.allreduce import start_strategy
+        return start_strategy(self.ctx)
+
     def checkpoint_store(self) -> Any:
         """A :class:`tfyarn.train.checkpoint.CheckpointStore` on ``checkpoint.dir``, or None when none is set."""
         ck = self.ctx.spec.checkpoint
