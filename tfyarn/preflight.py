@@ -17,7 +17,6 @@ capacity-scheduler.xml). File checks go through fsspec (``hdfs://`` via hdfs-nat
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import logging
 import sys
@@ -233,7 +232,8 @@ def check_kerberos(spec: JobSpec) -> list[str]:
 
 
 def _installed(module: str) -> bool:
-    return importlib.util.find_spec(module) is not None
+    from tfyarn.runtime.warm_imports import find_module
+    return find_module(module, sys.path) is not None
 
 
 def check_task_env(spec: JobSpec) -> list[str]:

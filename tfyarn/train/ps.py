@@ -647,9 +647,9 @@ def _finish(ctx: Any, tg: TrainGraph, sess: Any, ckpt: Checkpointer | None, mine
     gs = int(sess.run(tg.global_step))
     entry = ckpt.save(sess) if ckpt else None
     elapsed = time.monotonic() - t_start
+    train_s = time.monotonic() - mine["train_start"]   # before the wait for the workers' final records
     progress = wait_for_final_progress(ctx, spec.timeouts.shutdown)
     trained = (sum(worker_steps) - sum(mine["start_worker_steps"])) * spec.data.batch_size
-    train_s = time.monotonic() - mine["train_start"]
     latest = entry or (ckpt.store.latest() if ckpt and ckpt.store else None)   # None: saved at this step already
     summary = run_summary(
         ctx, global_step=gs, total_steps=target, steps_per_worker=dict(zip(ctx.training_tasks, worker_steps)),
