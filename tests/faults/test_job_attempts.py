@@ -20,7 +20,9 @@ EVERY = 6  # checkpoint every 6 global steps
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("victim", ["chief:0", pytest.param("ps:0", marks=pytest.mark.slow)])
 def test_ps_or_chief_killed_the_job_resumes_from_the_checkpoint(tmp_path, victim):
-    spec = fault_spec(tmp_path, retry={"max_attempts": 2, "backoff": "0.5s"}, checkpoint_every=EVERY)
+    # 4 epochs of 24 steps: the kill lands in epoch 1 with ~70 steps to go, so a loaded box cannot finish the job
+    # before the victim is found (with 2 epochs the ps had once already exited, the job done, when the test looked)
+    spec = fault_spec(tmp_path, retry={"max_attempts": 2, "backoff": "0.5s"}, checkpoint_every=EVERY, epochs=4)
     steps = planned_steps(spec)
     total = 2 * sum(steps)
     backend = LocalBackend()
