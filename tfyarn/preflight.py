@@ -2,7 +2,8 @@
 
 What is checked (all problems are collected and reported together, like spec errors):
 
-* ``data.train`` / ``data.eval``: every URL or glob matches at least one file;
+* ``data.train`` / ``data.eval``: every URL or glob matches at least one file, and the first record of its first
+  files fits ``data.features`` (one small read per file: a wrong data set fails here, not in a task);
 * ``checkpoint.dir``: can be created and written (a probe file is written and removed);
 * the queue exists and is RUNNING; each role's memory / vcores (and the application master's) fit the queue's and the
   cluster's maximum allocation; a role's node label is one the queue can use;
@@ -176,6 +177,70 @@ def check_data(spec: JobSpec, get_fs: GetFs = hdfs.get_fs) -> list[str]:
     return problems
 
 
+#: Files sampled per data URL (their first record each): enough to catch a data set that is not the one the spec
+#: describes, cheap enough for a gateway (one small read per file, also on HDFS).
+SAMPLE_FILES = 2
+
+
+def _sample_first_record(fs: Any, path: str, name: str, compression: str) -> bytes | None:
+    import gzip
+
+    from tfyarn.data.tfrecord import is_gzip, read_first_record
+    with fs.open(path, "rb") as f:
+        head = f.read(2)
+        f.seek(0)
+        if is_gzip(path, compression, head):
+            with gzip.GzipFile(fileobj=f, mode="rb") as g:
+                return read_first_record(g, name)  # type: ignore[arg-type]
+        return read_first_record(f, name)
+
+
+def check_data_schema(spec: JobSpec, get_fs: GetFs = hdfs.get_fs) -> list[str]:
+    """The first record of the first :data:`SAMPLE_FILES` files of each data URL must fit ``data.features``.
+
+    Why: a wrong path, a feature renamed upstream or eval data of another model otherwise shows up only when a task
+    parses its first batch, after containers were allocated and TensorFlow imported (an evaluator failing that way
+    fails the whole job after training ran). With ``on_corrupt: skip`` one bad sample is not a problem (the record may
+    be one to skip); every sample of a URL not fitting is. URLs that match nothing are :func:`check_data`'s to report.
+    """
+    from tfyarn.data.errors import DataError
+    from tfyarn.data.parse import decode_example, diagnose, schema
+    fields = schema(spec.data.features)
+    problems = []
+    for section, urls in (("data.train", spec.data.train), ("data.eval", spec.data.eval)):
+        for i, url in enumerate(urls):
+            found: list[str] = []
+            try:
+                fs, path = get_fs(spec.resolve_path(url))
+                hits = sorted(fs.glob(path) if _has_glob(path) else [path] if fs.isfile(path) else
+                              fs.find(path) if fs.isdir(path) else [])
+                for hit in [h for h in hits if fs.isfile(h)][:SAMPLE_FILES]:
+                    name = fs.unstrip_protocol(hit)
+                    try:
+                        payload = _sample_first_record(fs, hit, name, spec.data.compression)
+                    except DataError as exc:
+                        found.append(str(exc))
+                        continue
+                    if payload is None:
+                        continue                      # an empty file: nothing to check
+                    bad = diagnose(payload, fields)
+                    if bad is not None:
+                        try:
+                            has = ", ".join(repr(k) for k in sorted(decode_example(payload))) or "none"
+                        except Exception:  # noqa: BLE001 - not an Example at all: diagnose said so
+                            has = None
+                        found.append(f"{name} record 0 does not fit data.features: {bad[1]}"
+                                     + (f" (the record has: {has})" if has else ""))
+                    elif spec.data.on_corrupt == "skip":
+                        found = []
+                        break                         # one sample fits: the data set is the one described
+            except Exception as exc:  # noqa: BLE001 - a filesystem error is check_data's to report
+                log.debug("preflight: sampling %s failed: %s", url, exc)
+                continue
+            problems += [f"{section}[{i}]: {p}" for p in found[:1]]     # the first is enough to act on
+    return problems
+
+
 def check_checkpoint_dir(spec: JobSpec, get_fs: GetFs = hdfs.get_fs) -> list[str]:
     """Create the dir and write + delete a probe file: the only reliable test of 'writable' across filesystems."""
     if not spec.checkpoint.dir:
@@ -282,6 +347,7 @@ def run_preflight(spec: JobSpec, cluster: ClusterInfo | None = None, get_fs: Get
         problems += check_resources(spec, cluster, master_memory_mib, master_vcores)
     if check_files:
         problems += check_data(spec, get_fs)
+        problems += check_data_schema(spec, get_fs)
         problems += check_checkpoint_dir(spec, get_fs)
     _raise(problems, "nothing was uploaded or submitted")
     warnings = local_path_warnings(spec)
@@ -294,7 +360,8 @@ def run_local_preflight(spec: JobSpec, get_fs: GetFs = hdfs.get_fs) -> None:
     """Before a local run starts any process: the data, checkpoint-dir and task-env checks (no cluster to ask, no
     Kerberos, and local paths are what a local run uses). Without it, a glob matching nothing surfaced as every task
     failing with NoDataError after each had imported TensorFlow."""
-    problems = check_data(spec, get_fs) + check_checkpoint_dir(spec, get_fs) + check_task_env(spec)
+    problems = (check_data(spec, get_fs) + check_data_schema(spec, get_fs) + check_checkpoint_dir(spec, get_fs)
+                + check_task_env(spec))
     _raise(problems, "nothing was started")
 
 

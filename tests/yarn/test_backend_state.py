@@ -16,6 +16,8 @@ from yarnutil import make_spec
 from fake_am import FakeAM
 from tfyarn.backends.base import AppState
 from tfyarn.backends.yarn import YarnBackend, app_state
+from tfyarn.data.example import encode_example
+from tfyarn.data.tfrecord import encode_record
 from tfyarn.errors import AppNotFound, ExitCode, PreflightError
 from tfyarn.preflight import QueueInfo, StaticClusterInfo
 from tfyarn.runtime.kv import put_json
@@ -193,7 +195,7 @@ def test_submit_runs_preflight_first_and_saves_the_spec(tmp_path, monkeypatch):
     monkeypatch.setenv("TFYARN_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("TFYARN_CACHE_DIR", str(tmp_path / "cache"))
     fs = fsspec.filesystem("memory")
-    fs.pipe("/sub/data/part-0.tfrecord", b"x")
+    fs.pipe("/sub/data/part-0.tfrecord", encode_record(encode_example({"label": 1.0})))
     spec = make_spec(environment={"python": "/opt/py/bin/python"},
                      data={"train": ["memory:///sub/data/part-*.tfrecord"], "batch_size": 4,
                            "features": {"label": {"dtype": "float32"}}})

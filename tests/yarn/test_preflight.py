@@ -5,11 +5,15 @@ import fsspec
 import pytest
 
 from yarnutil import make_spec
+from tfyarn.data.example import encode_example
+from tfyarn.data.tfrecord import encode_record
 from tfyarn.errors import ExitCode, PreflightError
-from tfyarn.preflight import (QueueInfo, StaticClusterInfo, check_checkpoint_dir, check_data, check_resources,
-                              rm_webapp_urls, run_preflight)
+from tfyarn.preflight import (QueueInfo, StaticClusterInfo, check_checkpoint_dir, check_data, check_data_schema,
+                              check_resources, rm_webapp_urls, run_preflight)
 
 FEAT = {"label": {"dtype": "float32"}}
+#: one TFRecord file of two Examples fitting FEAT (preflight samples the first record of each data URL)
+GOOD = encode_record(encode_example({"label": 1.0})) * 2
 
 
 def data(*train, eval=()):
@@ -19,8 +23,8 @@ def data(*train, eval=()):
 @pytest.fixture
 def mem():
     fs = fsspec.filesystem("memory")
-    fs.pipe("/pf/train/part-0.tfrecord", b"x")
-    fs.pipe("/pf/train/part-1.tfrecord", b"x")
+    fs.pipe("/pf/train/part-0.tfrecord", GOOD)
+    fs.pipe("/pf/train/part-1.tfrecord", GOOD)
     yield fs
     fs.rm("/pf", recursive=True)
 
@@ -36,7 +40,7 @@ def test_data_globs_on_memory(mem):
 
 def test_data_and_checkpoint_on_file_urls(tmp_path):
     (tmp_path / "d").mkdir()
-    (tmp_path / "d" / "a.tfrecord").write_bytes(b"x")
+    (tmp_path / "d" / "a.tfrecord").write_bytes(GOOD)
     spec = make_spec(data=data(f"file://{tmp_path}/d/*.tfrecord"), checkpoint={"dir": f"file://{tmp_path}/ck/run1"})
     assert check_data(spec) == [] and check_checkpoint_dir(spec) == []
     assert (tmp_path / "ck" / "run1").is_dir() and os.listdir(tmp_path / "ck" / "run1") == []   # probe removed
@@ -46,8 +50,54 @@ def test_data_and_checkpoint_on_file_urls(tmp_path):
     assert problem.startswith(f"checkpoint.dir: file://{tmp_path}/blocker/ck is not writable")
 
 
+RECO = {"label": {"dtype": "float32"}, "user_id": {"dtype": "int64"}}
+
+
+def test_data_that_does_not_fit_the_features_is_caught_by_sampling_first_records(tmp_path):
+    import gzip
+    d = tmp_path / "d"
+    d.mkdir()
+    good = encode_record(encode_example({"label": 1.0, "user_id": 3}))
+    (d / "train-0.tfrecord").write_bytes(good * 3)
+    (d / "train-1.tfrecord.gz").write_bytes(gzip.compress(good))                    # gzip: sampled decompressed
+    (d / "empty.tfrecord").write_bytes(b"")                                         # nothing to check
+    (d / "other.tfrecord").write_bytes(encode_record(encode_example({"label": 0.0, "x": [1.0, 2.0]})))
+    (d / "floats.tfrecord").write_bytes(encode_record(encode_example({"label": 0.0, "user_id": 2.5})))
+    (d / "garbage.tfrecord").write_bytes(b"not a tfrecord at all")
+    (d / "cut.tfrecord").write_bytes(good[:-3])
+    ok = make_spec(data={"train": [f"{d}/train-*"], "eval": [f"{d}/empty.tfrecord"], "features": RECO,
+                         "batch_size": 2})
+    assert check_data_schema(ok) == []
+    bad = make_spec(data={"train": [f"{d}/train-*", f"{d}/other.tfrecord", f"{d}/floats.tfrecord"],
+                          "eval": [f"{d}/garbage.tfrecord", f"{d}/cut.tfrecord"], "features": RECO, "batch_size": 2})
+    assert check_data_schema(bad) == [
+        f"data.train[1]: file://{d}/other.tfrecord record 0 does not fit data.features: feature 'user_id' is missing "
+        f"(the record has: 'label', 'x')",
+        f"data.train[2]: file://{d}/floats.tfrecord record 0 does not fit data.features: feature 'user_id' has the "
+        f"wrong dtype: float_list, expected int64_list (dtype int64) (the record has: 'label', 'user_id')",
+        f"data.eval[0]: file://{d}/garbage.tfrecord: not a TFRecord file (no valid record header at byte 0)",
+        f"data.eval[1]: file://{d}/cut.tfrecord: the first record is truncated ({len(good) - 15} of {len(good) - 12} "
+        f"bytes)"]
+    with pytest.raises(PreflightError) as ei:                                        # what `tfyarn run` reports
+        run_preflight(bad, None)
+    assert "user_id' is missing" in str(ei.value) and "nothing was uploaded or submitted" in str(ei.value)
+
+
+def test_with_on_corrupt_skip_one_fitting_sample_is_enough(tmp_path):
+    good = encode_record(encode_example({"label": 1.0, "user_id": 3}))
+    (tmp_path / "a.tfrecord").write_bytes(b"garbage that a skip-mode job would skip")
+    (tmp_path / "b.tfrecord").write_bytes(good)
+    data = {"train": [f"{tmp_path}/*.tfrecord"], "features": RECO, "batch_size": 2}
+    assert check_data_schema(make_spec(data=data | {"on_corrupt": "skip"})) == []
+    (problem,) = check_data_schema(make_spec(data=data))                              # fail mode: any bad sample
+    assert problem == f"data.train[0]: file://{tmp_path}/a.tfrecord: not a TFRecord file (no valid record header at byte 0)"
+    (tmp_path / "b.tfrecord").write_bytes(encode_record(encode_example({"label": 1.0})))
+    (problem,) = check_data_schema(make_spec(data=data | {"on_corrupt": "skip"}))   # every sample bad: reported
+    assert problem.startswith(f"data.train[0]: file://{tmp_path}/a.tfrecord: not a TFRecord file")
+
+
 def test_relative_data_path_resolves_against_the_spec_dir(tmp_path):
-    (tmp_path / "train.tfrecord").write_bytes(b"x")
+    (tmp_path / "train.tfrecord").write_bytes(GOOD)
     spec = make_spec(data=data("train.tfrecord")).model_copy(update={"base_dir": str(tmp_path)})
     assert check_data(spec) == []
 
@@ -89,7 +139,8 @@ def test_run_preflight_reports_everything_at_once(tmp_path, mem):
     ok = make_spec(data=data("memory:///pf/train/*"), kerberos={"principal": "me@R", "keytab": str(kt)},
                    checkpoint={"dir": "memory:///pf/ck"})
     assert run_preflight(ok, CLUSTER) == []
-    local = make_spec(data=data(f"{tmp_path}/me.keytab"))
+    (tmp_path / "local.tfrecord").write_bytes(GOOD)
+    local = make_spec(data=data(f"{tmp_path}/local.tfrecord"))
     assert "is a local path" in run_preflight(local, None)[0]
 
 

@@ -96,6 +96,28 @@ def open_records(path: str, gz: bool) -> IO[bytes]:
     return f
 
 
+def read_first_record(f: IO[bytes], path: str, limit: int = 64 << 20) -> bytes | None:
+    """The first record of an open TFRecord stream, both CRCs checked; None for an empty file.
+
+    For checks that sample a file (preflight) without indexing it. Raises :class:`DataError` naming the file when
+    the bytes are not TFRecord framing, the record is truncated, or it is longer than ``limit`` (a length read from
+    garbage must not become a huge read)."""
+    head = f.read(12)
+    if not head:
+        return None
+    if len(head) < 12 or not header_ok(head, 0):
+        raise DataError(f"{path}: not a TFRecord file (no valid record header at byte 0)")
+    (n,) = struct.unpack_from("<Q", head)
+    if n > limit:
+        raise DataError(f"{path}: first record claims {n} bytes (more than {limit}): not a TFRecord file?")
+    body = f.read(n + 4)
+    if len(body) < n + 4:
+        raise DataError(f"{path}: the first record is truncated ({len(body)} of {n + 4} bytes)")
+    if masked_crc(body[:n]) != _U32.unpack_from(body, n)[0]:
+        raise DataError(f"{path}: the first record's data CRC does not match (corrupt data)")
+    return body[:n]
+
+
 # ------------------------------------------------------------------------------------------------------------ framing
 
 @dataclass
