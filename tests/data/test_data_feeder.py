@@ -117,13 +117,14 @@ def test_consumer_wait_is_bounded_and_names_what_it_waited_for(src, no_thread_le
         inner = python_parser(fields)
 
         def parse(payloads):
-            time.sleep(0.8)
+            time.sleep(2.5)
             return inner(payloads)
         return parse
 
-    with feeder(m, parser=slow_parser, timeout=0.3) as f, pytest.raises(WaitTimeout) as e:
+    # 1.5 s: the reader (441 records) is done long before, even on a loaded box (at 0.3 s it once was "starting")
+    with feeder(m, parser=slow_parser, timeout=1.5) as f, pytest.raises(WaitTimeout) as e:
         next(f.epoch(2))
-    assert str(e.value) == ("feeder (worker 0, epoch 2): no batch ready within 0.3s at step 0 of 63 "
+    assert str(e.value) == ("feeder (worker 0, epoch 2): no batch ready within 1.5s at step 0 of 63 "
                             "(reader: done, waiting for the parser; parser: parsing batch 0 of 63)")
 
 
