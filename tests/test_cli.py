@@ -107,3 +107,39 @@ def test_gateway_commands_import_no_tensorflow():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_a_stop_signal_ends_the_wait_not_the_submitted_job(tmp_path):
+    """`submit --wait` / `wait` follow a job submitted to run on its own: Ctrl-C (or a scheduler's SIGTERM) ends the
+    wait with 128 + the signal and says how to follow or kill the job, which keeps running (`run` is the command
+    that ties a job to the process: its launcher stops every task on those signals)."""
+    import signal
+    import time
+
+    from launch_helpers import wait_for_step, wait_no_processes
+    from tfyarn.backends.base import AppState
+    from tfyarn.backends.local import LocalBackend
+    path = write(tmp_path, small_spec(tmp_path, model="custom_jobs:run_long"))
+    cmd = [sys.executable, "-m", "tfyarn.cli", "-q"]
+    sub = subprocess.Popen(cmd + ["submit", path, "--local", "--wait"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True)
+    app_id = sub.stdout.readline().strip()
+    backend = LocalBackend()
+    try:
+        wait_for_step(backend, app_id, "chief:0", 2, timeout=90)
+        sub.send_signal(signal.SIGINT)
+        out, err = sub.communicate(timeout=30)
+        assert sub.returncode == 130, (out, err)
+        assert (f"stopped waiting (SIGINT); {app_id} is still running: `tfyarn wait {app_id}` follows it, "
+                f"`tfyarn kill {app_id}` stops it") in err
+        waiter = subprocess.Popen(cmd + ["wait", app_id], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(2.0)                                # in its wait loop (imports done)
+        waiter.send_signal(signal.SIGTERM)
+        out, err = waiter.communicate(timeout=30)
+        assert waiter.returncode == 128 + signal.SIGTERM and "stopped waiting (SIGTERM)" in err, (out, err)
+        assert backend.status(app_id).state is AppState.RUNNING
+    finally:
+        sub.kill()
+        backend.kill(app_id)
+    assert backend.wait(app_id, timeout=60).state is AppState.KILLED
+    assert wait_no_processes(app_id, 15) == []

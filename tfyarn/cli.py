@@ -132,9 +132,9 @@ def _print_final(st, output: str) -> None:
 @click.pass_context
 def submit(ctx: click.Context, spec_path: str, overrides: tuple[str, ...], backend: str | None, dry_run: bool,
            wait_: bool, output: str) -> None:
-    """Submit a job and print its app id (does not wait unless --wait)."""
+    """Submit a job and print its app id (does not wait unless --wait; a stop signal then ends the wait, not the
+    job: use `tfyarn run` to tie the job to this process)."""
     from tfyarn import api
-    from tfyarn.display import ProgressView
     spec = _load(spec_path, overrides)
     if dry_run:
         click.echo(api.dryrun(spec, backend))
@@ -142,11 +142,7 @@ def submit(ctx: click.Context, spec_path: str, overrides: tuple[str, ...], backe
     app_id = api.submit(spec, backend)
     click.echo(app_id)
     if wait_:
-        view = None if ctx.obj["quiet"] else ProgressView()
-        st = api.wait(app_id, on_update=view)
-        if view:
-            view.close()
-        _print_final(st, output)
+        _wait_and_exit(app_id, None, output, ctx.obj["quiet"])
 
 
 # ------------------------------------------------------------------------------------------------------------ apps
@@ -175,10 +171,25 @@ def status(app_id: str, output: str) -> None:
 @click.pass_context
 def wait(ctx: click.Context, app_id: str, timeout: float | None, output: str) -> None:
     """Wait for an app to end; exit with its outcome."""
+    _wait_and_exit(app_id, timeout, output, ctx.obj["quiet"])
+
+
+def _wait_and_exit(app_id: str, timeout: float | None, output: str, quiet: bool) -> None:
+    """Follow an app to its end and exit with its outcome. A stop signal (Ctrl-C, a scheduler's SIGTERM) ends the
+    wait, not the app — it was submitted to run on its own — and says so (exit 128 + the signal: 130 for Ctrl-C)."""
     from tfyarn import api
     from tfyarn.display import ProgressView
-    view = None if ctx.obj["quiet"] else ProgressView()
-    st = api.wait(app_id, timeout=timeout, on_update=view)
+    from tfyarn.interrupts import Interrupted, interruptible
+    view = None if quiet else ProgressView()
+    try:
+        with interruptible():
+            st = api.wait(app_id, timeout=timeout, on_update=view)
+    except Interrupted as exc:
+        if view:
+            view.close()
+        click.echo(f"stopped waiting ({exc.signame}); {app_id} is still running: `tfyarn wait {app_id}` follows "
+                   f"it, `tfyarn kill {app_id}` stops it", err=True)
+        sys.exit(exc.exit_code)
     if view:
         view.close()
     _print_final(st, output)

@@ -4,6 +4,9 @@ app KV, status after the application master is gone, submit/kill/list, and prefl
 The ResourceManager and the application master are the edge we cannot run here: ``FakeRM`` answers with real
 ``skein.model.ApplicationReport`` / ``Container`` objects, and the app KV is skein's real KeyValueStore on FakeAM.
 """
+import os
+import signal
+import threading
 import time
 from datetime import datetime, timedelta
 
@@ -247,6 +250,42 @@ def test_run_attempts_are_bounded_and_a_kill_is_not_retried(tmp_path, monkeypatc
     killed = SequenceRM([("KILLED", "KILLED", "Application killed by user")])
     st = YarnBackend(client=killed, preflight=False, staging_dir=str(tmp_path / "s")).run(spec, poll=0.01)
     assert st.state is AppState.KILLED and len(killed.submitted) == 1
+
+
+class KillableRM(SequenceRM):
+    """Applications stay RUNNING until killed (then KILLED, as YARN reports a kill)."""
+
+    def kill_application(self, app_id, user=""):
+        super().kill_application(app_id, user)
+        self.reports[app_id] = report("KILLED", "KILLED", "Application killed by user", app_id=app_id)
+
+
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGINT", "SIGHUP"])
+def test_run_stopped_by_a_signal_kills_the_application_it_started(tmp_path, monkeypatch, signame):
+    """A scheduler cancelling `tfyarn run --yarn` (SIGTERM), Ctrl-C or a closed terminal must not leave the YARN
+    application running with nobody following it."""
+    monkeypatch.setenv("TFYARN_HOME", str(tmp_path / "home"))
+    spec = make_spec(environment={"python": "/opt/py/bin/python"}, retry={"max_attempts": 3, "backoff": 0.1})
+    rm = KillableRM([("RUNNING", "UNDEFINED", "")])
+    sig = getattr(signal, signame)
+    before = signal.getsignal(sig)
+    threading.Timer(0.5, os.kill, (os.getpid(), sig)).start()
+    st = YarnBackend(client=rm, preflight=False, staging_dir=str(tmp_path / "s")).run(spec, poll=0.01)
+    assert rm.killed == ["application_1700000000000_0001"] and len(rm.submitted) == 1   # killed, not retried
+    assert st.state is AppState.KILLED and st.state.exit_code == ExitCode.KILLED
+    assert st.diagnostics == f"interrupted by {signame}: killed application_1700000000000_0001"
+    assert signal.getsignal(sig) is before                                               # handlers put back
+
+
+def test_run_stopped_after_its_application_ended_reports_that_outcome(tmp_path, monkeypatch):
+    monkeypatch.setenv("TFYARN_HOME", str(tmp_path / "home"))
+    spec = make_spec(environment={"python": "/opt/py/bin/python"})
+    rm = SequenceRM([("FINISHED", "SUCCEEDED", "")])
+    b = YarnBackend(client=rm, preflight=False, staging_dir=str(tmp_path / "s"))
+    from tfyarn.interrupts import Interrupted
+    b.submit(spec)
+    st = b._kill_interrupted("application_1700000000000_0001", Interrupted("SIGTERM"))
+    assert st.state is AppState.SUCCEEDED and rm.killed == []
 
 
 def test_unallocated_containers_time_out_with_the_queue_state(monkeypatch, tmp_path):

@@ -25,6 +25,7 @@ import getpass
 import json
 import logging
 import os
+import signal
 import time
 import urllib.error
 from pathlib import Path
@@ -36,6 +37,7 @@ from tfyarn.backends._skein import skein
 from tfyarn.backends.base import AppState, AppStatus, Backend, TaskStatus
 from tfyarn.backends.progress import GlobalStepRate, aggregate_progress
 from tfyarn.errors import AppNotFound, WaitTimeout
+from tfyarn.interrupts import SIGNALS, Interrupted, interruptible
 from tfyarn.report import HISTORY_FILE, ProgressHistory, write_run_report
 from tfyarn.spec import JobSpec, load_spec_json
 
@@ -307,29 +309,57 @@ class YarnBackend(Backend):
         start = time.monotonic()
         deadline = spec.timeouts.active_deadline
         earlier: list[str] = []
-        for attempt in range(spec.retry.max_attempts):
-            app_id = self.submit(spec, attempt=attempt)
-            left = None if deadline is None else max(1.0, deadline - (time.monotonic() - start))
-            limit = left if timeout is None else (timeout if left is None else min(timeout, left))
-            try:
-                st = self.wait(app_id, timeout=limit, poll=poll, on_update=on_update)
-            except WaitTimeout:
-                self.kill(app_id)
-                st = self.status(app_id)
-                st.state = AppState.TIMED_OUT
-                why = " (timeouts.active_deadline)" if limit == left else ""
-                st.diagnostics = f"timed out after {limit:g}s waiting for {app_id} to finish{why}; killed it"
-            st.attempt = attempt
-            if st.state not in (AppState.FAILED, AppState.TIMED_OUT) or attempt + 1 >= spec.retry.max_attempts:
-                break
-            if deadline is not None and time.monotonic() - start + spec.retry.backoff >= deadline:
-                break
-            earlier.append(f"{app_id}: {st.diagnostics}")
-            log.warning("attempt %d/%d (%s) failed: %s; submitting attempt %d in %gs", attempt + 1,
-                        spec.retry.max_attempts, app_id, st.diagnostics, attempt + 2, spec.retry.backoff)
-            time.sleep(spec.retry.backoff)
+        app_id = None
+        try:
+            with interruptible():
+                for attempt in range(spec.retry.max_attempts):
+                    app_id = self.submit(spec, attempt=attempt)
+                    left = None if deadline is None else max(1.0, deadline - (time.monotonic() - start))
+                    limit = left if timeout is None else (timeout if left is None else min(timeout, left))
+                    try:
+                        st = self.wait(app_id, timeout=limit, poll=poll, on_update=on_update)
+                    except WaitTimeout:
+                        self.kill(app_id)
+                        st = self.status(app_id)
+                        st.state = AppState.TIMED_OUT
+                        why = " (timeouts.active_deadline)" if limit == left else ""
+                        st.diagnostics = f"timed out after {limit:g}s waiting for {app_id} to finish{why}; killed it"
+                    st.attempt = attempt
+                    if (st.state not in (AppState.FAILED, AppState.TIMED_OUT)
+                            or attempt + 1 >= spec.retry.max_attempts):
+                        break
+                    if deadline is not None and time.monotonic() - start + spec.retry.backoff >= deadline:
+                        break
+                    earlier.append(f"{app_id}: {st.diagnostics}")
+                    log.warning("attempt %d/%d (%s) failed: %s; submitting attempt %d in %gs", attempt + 1,
+                                spec.retry.max_attempts, app_id, st.diagnostics, attempt + 2, spec.retry.backoff)
+                    time.sleep(spec.retry.backoff)
+        except Interrupted as exc:
+            if app_id is None:      # stopped before (or while) the first submit returned an id: nothing to kill
+                raise
+            st = self._kill_interrupted(app_id, exc)
         if earlier:
             st.diagnostics = (st.diagnostics + "\nearlier attempts: " + "; ".join(earlier)).strip()
+        return st
+
+    def _kill_interrupted(self, app_id: str, exc: Interrupted) -> AppStatus:
+        """``run`` was stopped (Ctrl-C, a scheduler's SIGTERM): the application it started must not outlive it.
+
+        Further stop signals are ignored while the kill is asked for (a second Ctrl-C must not leave it half done).
+        """
+        old = {sig: signal.signal(sig, signal.SIG_IGN) for sig in SIGNALS}
+        try:
+            st = self.status(app_id)
+            if st.state.is_terminal:
+                return st                   # it had ended on its own just before: its outcome stands
+            log.warning("%s: killing %s", exc, app_id)
+            self.kill(app_id)
+            st = self.status(app_id)
+        finally:
+            for sig, h in old.items():
+                signal.signal(sig, h if h is not None else signal.SIG_DFL)
+        st.state = AppState.KILLED          # YARN reports the kill asynchronously; it was asked for, and accepted
+        st.diagnostics = f"{exc}: killed {app_id}"
         return st
 
     # -- status --------------------------------------------------------------------------------------------------

@@ -1,0 +1,53 @@
+"""SIGINT, SIGTERM and SIGHUP as one exception while a client follows a job.
+
+Why: a scheduler cancels a task with SIGTERM (Airflow, Oozie, a shell's ``timeout``), a user with Ctrl-C, a closed
+terminal with SIGHUP. Python's default for SIGTERM/SIGHUP is to die on the spot, so ``tfyarn run --yarn`` would leave
+its YARN application running, unowned. Inside :func:`interruptible` each of them raises :class:`Interrupted` where the
+main thread is, so the caller decides: ``run`` kills the application it started, ``wait`` stops waiting and says how
+to follow or kill the app it did not start.
+"""
+from __future__ import annotations
+
+import signal
+import threading
+from contextlib import contextmanager
+from typing import Iterator
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class Interrupted(Exception):
+    """A stop signal arrived; ``signame`` says which (``SIGINT`` for Ctrl-C)."""
+
+    def __init__(self, signame: str):
+        super().__init__(f"interrupted by {signame}")
+        self.signame = signame
+
+    @property
+    def exit_code(self) -> int:
+        """128 + the signal number, as a shell reports a process ended by it (130 for Ctrl-C)."""
+        return 128 + int(signal.Signals[self.signame])
+
+
+@contextmanager
+def interruptible() -> Iterator[None]:
+    """Raise :class:`Interrupted` on SIGINT/SIGTERM/SIGHUP inside the block; handlers restored after it.
+
+    Off the main thread (signals are delivered to the main thread only) this does nothing. A KeyboardInterrupt raised
+    by other code in the block (an earlier default SIGINT handler) is turned into ``Interrupted("SIGINT")`` too.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, _frame: object) -> None:
+        raise Interrupted(signal.Signals(signum).name)
+
+    previous = {sig: signal.signal(sig, handler) for sig in SIGNALS}
+    try:
+        yield
+    except KeyboardInterrupt:
+        raise Interrupted("SIGINT") from None
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old if old is not None else signal.SIG_DFL)   # None: set outside Python
