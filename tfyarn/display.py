@@ -45,9 +45,25 @@ def progress_text(st: AppStatus) -> str:
         parts.append(f"{p['examples_per_sec']:,.0f} ex/s")
     if p.get("loss") is not None:
         parts.append(f"loss {p['loss']:.4f}")
+    if p.get("eval"):
+        parts.append(f"eval {_eval_text(p['eval'], brief=True)}")
     if p.get("eta_s") is not None:
         parts.append(f"ETA {_fmt_eta(p['eta_s'])}")
     return " · ".join(parts)
+
+
+#: Keys of an evaluation record that are not metrics.
+_EVAL_META = ("checkpoint", "global_step", "epoch", "batches", "examples", "time", "eval_seconds")
+
+
+def _eval_text(ev: dict, brief: bool = False) -> str:
+    """``loss 0.7221 · accuracy 0.5250 (ckpt-120, global step 120, 1,000 examples)``; brief: the metrics and the step."""
+    metrics = " · ".join(f"{k} {v:.4f}" for k, v in ev.items()
+                         if k not in _EVAL_META and isinstance(v, (int, float)))
+    if brief:
+        return f"{metrics} @ step {ev.get('global_step')}"
+    return (f"{metrics} ({ev.get('checkpoint')}, global step {ev.get('global_step')}, "
+            f"{int(ev.get('examples') or 0):,} examples)")
 
 
 # ------------------------------------------------------------------------------------------------ rich rendering
@@ -210,6 +226,8 @@ def summary_text(st: AppStatus) -> str:
             change = (last - first) / abs(first) * 100 if first else 0.0
             word = "down" if last < first else "UP"
             lines.append(f"  loss: first {first:.4f} -> last {last:.4f} ({word} {abs(change):.1f}%)")
+        if s.get("eval"):
+            lines.append(f"  eval: {_eval_text(s['eval'])}")
         if s.get("checkpoint_dir"):
             lines.append(f"  checkpoints: {s['checkpoint_dir']}")
     failed = [t for t in st.tasks if t.state == "FAILED"]

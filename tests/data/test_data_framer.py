@@ -138,3 +138,20 @@ def test_which_protocols_a_child_process_can_open():
     assert protocol_shared("hdfs://nn:8020/data/x.tfrecord")        # hdfs-native's entry point: any process knows it
     assert not protocol_shared("memory://data/x.tfrecord")          # exists only in this process
     assert not protocol_shared("tfyarn-test-here:///data/x")        # registered at run time in this process only
+
+
+def test_a_framing_process_whose_parent_closed_before_it_was_up_exits_quietly():
+    """A feeder that finished (or closed) before its framing process started: the child's first message meets a
+    closed socket. It used to print a BrokenPipeError traceback into the task's log; it exits 0, silently."""
+    import socket
+
+    from tfyarn.data.framer import _CHILD
+    parent, child = socket.socketpair()
+    parent.close()                                           # gone before the child sends "ready"
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    try:
+        proc = subprocess.run([sys.executable, "-c", _CHILD, str(child.fileno()), str(os.getpid()), root],
+                              pass_fds=(child.fileno(),), capture_output=True, text=True, timeout=60)
+    finally:
+        child.close()
+    assert (proc.returncode, proc.stderr) == (0, "")

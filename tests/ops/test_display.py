@@ -1,6 +1,7 @@
 """The live view (rich, to a string console) and the plain line view (timestamps, bounded rate) — and both on a real
 run through the local backend."""
 import io
+import json
 import re
 
 import pytest
@@ -127,3 +128,29 @@ def test_summary_text_states_totals_when_known_and_never_prints_none():
     text = summary_text(AppStatus("local-y", "local", "c", AppState.SUCCEEDED, summary=custom))
     assert "global step 12 · 2 epochs · mode allreduce (custom train) · global batch 512" in text
     assert "None" not in text
+
+
+EVAL = {"checkpoint": "ckpt-120", "global_step": 120, "epoch": 3, "batches": 20, "examples": 1000, "time": 1.0,
+        "eval_seconds": 0.42, "loss": 0.722108, "accuracy": 0.525}
+
+
+def test_the_evaluators_newest_result_is_in_the_progress_line_and_the_final_summary(tmp_path):
+    """The evaluator publishes each evaluation to the KV (eval/latest); status shows it live, and the final summary
+    (which the chief wrote before the final evaluation) gets it joined by the launcher / the YARN backend."""
+    from tfyarn.backends.launcher import Launcher
+    from tfyarn.backends.progress import side_roles
+    kv = {"eval/latest": json.dumps(EVAL), "tensorboard/url": "http://node7:6006",
+          "summary": json.dumps({"mode": "ps", "epochs": 3, "global_step": 120, "total_steps": 120})}
+    assert side_roles(kv.get) == {"tensorboard_url": "http://node7:6006", "eval": EVAL}
+    assert side_roles({}.get) == {}
+    st = _status()
+    st.progress.update(side_roles(kv.get))
+    assert "loss 0.4100 · eval loss 0.7221 · accuracy 0.5250 @ step 120 · ETA" in progress_text(st)
+    launcher = Launcher(load_spec_dict(job_spec(tmp_path)), tmp_path / "app", "local-e")
+    launcher._read_summary(kv)
+    summary = launcher.status().summary
+    assert summary["eval"] == EVAL and summary["global_step"] == 120
+    text = summary_text(AppStatus("local-e", "local", "q", AppState.SUCCEEDED, summary=summary))
+    assert "  eval: loss 0.7221 · accuracy 0.5250 (ckpt-120, global step 120, 1,000 examples)" in text
+    assert "eval" not in summary_text(AppStatus("local-f", "local", "q", AppState.SUCCEEDED,
+                                                summary={"mode": "ps", "epochs": 1, "global_step": 3}))

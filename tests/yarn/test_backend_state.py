@@ -151,6 +151,15 @@ def test_running_status_from_containers_and_kv(running):
     assert eta is not None and eta > 0
     d = st.to_dict()
     assert d["schema"] == "tfyarn.status/1" and d["exit_code"] is None
+    # side roles: the evaluator's newest result and the TensorBoard URL, live and (eval) joined to the summary
+    put_json(kv, "eval/latest", {"checkpoint": "ckpt-60", "global_step": 60, "examples": 500, "loss": 0.5})
+    kv.put("tensorboard/url", "http://node1:6006")
+    st = b.status(APP)
+    assert st.progress["eval"]["checkpoint"] == "ckpt-60" and st.progress["tensorboard_url"] == "http://node1:6006"
+    assert st.summary is None                           # no summary before the chief writes it
+    put_json(kv, "summary", {"mode": "ps", "global_step": 100})
+    assert b.status(APP).summary == {"mode": "ps", "global_step": 100,
+                                     "eval": {"checkpoint": "ckpt-60", "global_step": 60, "examples": 500, "loss": 0.5}}
 
 
 def test_status_after_the_am_is_gone_uses_the_last_snapshot(running):

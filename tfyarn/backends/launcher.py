@@ -26,12 +26,12 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 from tfyarn.backends.base import AppState, AppStatus, TaskStatus
 from tfyarn.backends.forkserver import ForkedProcess, ForkServer, ForkServerError
 from tfyarn.backends.kvserver import KVServer
-from tfyarn.backends.progress import GlobalStepRate, aggregate_progress
+from tfyarn.backends.progress import GlobalStepRate, aggregate_progress, side_roles
 from tfyarn.errors import ExitCode
 from tfyarn.report import HISTORY_FILE, ProgressHistory, report_for_launcher
 from tfyarn.runtime.context import ABORT_KEY, DONE_KEY, SUMMARY_KEY, TOTAL_STEPS_KEY, addr_key, failure_key
@@ -368,14 +368,19 @@ class Launcher:
         items = store.items("progress/")
         self.history.record(items)
         self._progress = aggregate_progress(items, int(total) if total else None, self.spec.training_tasks,
-                                            self._rate)
-        summary = store.get(SUMMARY_KEY)
-        if summary:
-            self._summary = json.loads(summary)
+                                            self._rate) | side_roles(store.get)
+        self._read_summary(store)
         st = self.status()
         write_json_atomic(self.app_dir / "status.json", st.to_dict())
         if self.on_update:
             self.on_update(st)
+
+    def _read_summary(self, store: Any) -> None:
+        """The chief's run summary, with the evaluator's newest evaluation (it evaluates the final checkpoint after
+        the chief wrote the summary, so it is joined here, not by the chief)."""
+        summary = store.get(SUMMARY_KEY)
+        if summary:
+            self._summary = json.loads(summary) | {k: v for k, v in side_roles(store.get).items() if k == "eval"}
 
     def _failure_message(self, task: _Task) -> str:
         assert self.kv is not None
@@ -421,9 +426,7 @@ class Launcher:
         try:
             if self.kv is not None:  # the last records and the summary, not those of the last 0.5 s poll
                 self.history.record(self.kv.store.items("progress/"))
-                summary = self.kv.store.get(SUMMARY_KEY)
-                if summary:
-                    self._summary = json.loads(summary)
+                self._read_summary(self.kv.store)
             report_for_launcher(self.app_dir, self.status(), self.history, self.spec)
         except Exception:  # noqa: BLE001 - e.g. an unwritable checkpoint dir; the job result stands
             log.warning("could not write the run report of %s", self.app_id, exc_info=True)

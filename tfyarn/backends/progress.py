@@ -9,6 +9,9 @@ from __future__ import annotations
 import json
 import time
 from collections import deque
+from typing import Any, Callable
+
+from tfyarn.runtime.context import EVAL_KEY, TENSORBOARD_URL_KEY
 
 
 class GlobalStepRate:
@@ -53,4 +56,20 @@ def aggregate_progress(items: dict[str, str], total_steps: int | None, training_
         out["total_steps"] = total_steps
         out["eta_s"] = (round((total_steps - gstep) / steps_per_s, 1)
                         if steps_per_s and gstep < total_steps else None)
+    return out
+
+
+def side_roles(get: Callable[[str], str | None]) -> dict[str, Any]:
+    """What the side roles published, for status: ``tensorboard_url`` and ``eval`` (the newest evaluation record:
+    checkpoint, global step, examples, metrics). ``get`` reads one KV key (each backend has its own KV)."""
+    out: dict[str, Any] = {}
+    url = get(TENSORBOARD_URL_KEY)
+    if url:
+        out["tensorboard_url"] = url
+    raw = get(EVAL_KEY)
+    if raw:
+        try:
+            out["eval"] = json.loads(raw)
+        except ValueError:
+            pass            # a torn value cannot happen with KV puts; a foreign one is not worth failing status
     return out

@@ -35,7 +35,7 @@ from tfyarn import hdfs, packaging
 from tfyarn.backends import yarn_logs, yarn_spec
 from tfyarn.backends._skein import skein
 from tfyarn.backends.base import AppState, AppStatus, Backend, TaskStatus
-from tfyarn.backends.progress import GlobalStepRate, aggregate_progress
+from tfyarn.backends.progress import GlobalStepRate, aggregate_progress, side_roles
 from tfyarn.errors import AppNotFound, WaitTimeout
 from tfyarn.interrupts import SIGNALS, Interrupted, interruptible
 from tfyarn.report import HISTORY_FILE, ProgressHistory, write_run_report
@@ -409,14 +409,14 @@ class YarnBackend(Backend):
                                       int(total) if total and total.isdigit() else None,
                                       spec.training_tasks if spec else [],
                                       self._rates.setdefault(app_id, GlobalStepRate()))
+        sides = side_roles(kv.get)
+        progress.update(sides)
         summary = None
         if kv.get("summary"):
             try:
-                summary = json.loads(kv["summary"])
+                summary = json.loads(kv["summary"]) | {k: v for k, v in sides.items() if k == "eval"}
             except ValueError:
                 summary = None
-        if kv.get("tensorboard/url"):
-            progress["tensorboard_url"] = kv["tensorboard/url"]
         return {"tasks": [t.__dict__ for t in tasks], "progress": progress, "summary": summary,
                 "failures": failures, "taskmap": taskmap,
                 "containers": {f"{c.service_name}_{c.instance}": c.yarn_container_id for c in containers}}

@@ -331,7 +331,10 @@ def child_main(fd: int, parent_pid: int) -> int:
     # mid-chunk with a KeyboardInterrupt traceback.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     conn = Connection(fd)
-    _send(conn, ("ready",))
+    try:
+        _send(conn, ("ready",))
+    except OSError:                        # the parent closed before we were up (its feeder finished without us)
+        return 0
     while True:
         try:
             while not conn.poll(1.0):
@@ -350,7 +353,10 @@ def child_main(fd: int, parent_pid: int) -> int:
             _send(conn, ("end", job))
         except _Cancelled:
             _send(conn, ("end", job))
-        except (EOFError, BrokenPipeError):
+        except (EOFError, BrokenPipeError, ConnectionResetError):
             return 0
         except Exception as exc:  # noqa: BLE001 - every failure goes back to the feeder, which reports it
-            _send(conn, ("error", job, _picklable(exc)))
+            try:
+                _send(conn, ("error", job, _picklable(exc)))
+            except OSError:
+                return 0                   # nobody left to report to

@@ -35,6 +35,7 @@ ABORT_KEY = "control/abort"          # launcher/anyone: stop now, value = reason
 SUMMARY_KEY = "summary"              # chief: final run summary JSON
 TOTAL_STEPS_KEY = "plan/total_steps" # chief: global step target (for progress bars)
 TENSORBOARD_URL_KEY = "tensorboard/url"
+EVAL_KEY = "eval/latest"             # evaluator: JSON of its newest evaluation (checkpoint, step, metrics)
 
 
 @dataclass(frozen=True)

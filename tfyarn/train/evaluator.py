@@ -21,13 +21,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tfyarn.runtime.context import ABORT_KEY, DONE_KEY, TaskContext
+from tfyarn.runtime.context import ABORT_KEY, DONE_KEY, EVAL_KEY, TaskContext
 from tfyarn.runtime.watchdog import install_stack_dumps
 from tfyarn.train.model import build_model, load, split_features, tf_dtype
 
 log = logging.getLogger("tfyarn.train.evaluator")
 
-EVAL_KEY = "eval/latest"     # KV: JSON of the newest metrics (for the launcher's display)
 POLL_S = 2.0
 
 
