@@ -84,3 +84,12 @@ def test_running_a_finished_job_again_succeeds_at_once(tfyarn_home, tmp_path):
     assert s["global_step"] == s["total_steps"] and s["resumed_from"] == f"ckpt-{s['total_steps']}", s
     assert {t["state"] for t in st["tasks"]} == {"SUCCEEDED"}, st["tasks"]
     assert st["finished"] - st["started"] < 30, "it trained nothing: it must not take long either"
+    # the same checkpoint dir with another model size: TF1's Saver would restore the (1000, 16) checkpoint into the
+    # (1000, 32) variables without a word (they take the checkpoint's shape); the chief refuses, naming the way out
+    other = subprocess.run(cmd + ["--set", "params.dim=32"], capture_output=True, text=True, timeout=200, cwd=ROOT)
+    out = other.stdout + other.stderr
+    assert other.returncode == 1, out[-3000:]
+    assert (f"chief:0 exited with code 1: CheckpointMismatch: checkpoint ckpt-{s['total_steps']} in "
+            f"{tmp_path / 'ckpt'} does not fit this job's model: user_embedding has shape [1000, 16] in the checkpoint, "
+            f"[1000, 32] in the model (and ") in out, out[-3000:]
+    assert "point checkpoint.dir at a new directory to train afresh" in out

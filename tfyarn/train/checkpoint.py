@@ -149,7 +149,56 @@ def local_dir_for(workdir: str | Path, sub: str) -> Path:
     return d
 
 
-def restore_model_variables(model: Any, prefix: str, keys: list[str]) -> None:
+class CheckpointMismatch(ValueError):
+    """The checkpoint to resume from (or evaluate) was written by another model, or the same one with other params."""
+
+
+def _label(key: str) -> str:
+    return key.removesuffix("/.ATTRIBUTES/VARIABLE_VALUE")
+
+
+def check_fits(prefix: str, expected: dict[str, list[int]], what: str, labels: dict[str, str] | None = None) -> None:
+    """Raise :class:`CheckpointMismatch` unless every ``expected`` key is in the checkpoint at ``prefix`` with that
+    shape. ``what`` names the checkpoint for the message (e.g. ``ckpt-80 in hdfs:///ckpt``); ``labels`` names keys
+    for it (the model's variable names where the keys are positional, ``model/var_0``).
+
+    Why: TF1's Saver restores a (1000, 8) tensor into a (1000, 16) resource variable without a word (the variable
+    takes the checkpoint's shape, and the job goes on with a model its graph was not built for); TF2 fails with a
+    message naming neither the checkpoint nor the way out. Both happen to a user who changed the model or its params
+    and kept ``checkpoint.dir``. Reads only the checkpoint's index (shapes), not its values.
+    """
+    import tensorflow as tf
+
+    have = {k: list(v) for k, v in tf.train.list_variables(prefix)}
+    labels = labels or {}
+    problems = []
+    for key, shape in expected.items():
+        name = labels.get(key) or _label(key)
+        if key not in have:
+            problems.append(f"{name} is not in the checkpoint")
+        elif have[key] != list(shape):
+            problems.append(f"{name} has shape {have[key]} in the checkpoint, {list(shape)} in the model")
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise CheckpointMismatch(
+            f"checkpoint {what} does not fit this job's model: {problems[0]}{more}. It was written by another model "
+            f"or other params: point checkpoint.dir at a new directory to train afresh, or run the model and params it "
+            f"was written by")
+
+
+def expected_model_shapes(variables: list[Any], keys: list[str],
+                          what: str) -> tuple[dict[str, list[int]], dict[str, str]]:
+    """``{checkpoint key: shape}`` of the model's ``variables`` (creation order) under the entry's
+    ``model_variables`` keys, and ``{checkpoint key: variable name}`` for messages."""
+    if len(keys) != len(variables):
+        raise CheckpointMismatch(f"checkpoint {what} does not fit this job's model: it has {len(keys)} model "
+                                 f"variables, the model built {len(variables)}. It was written by another model: "
+                                 f"point checkpoint.dir at a new directory to train afresh")
+    pairs = list(zip(keys, variables))
+    return {k: v.shape.as_list() for k, v in pairs}, {k: v.name.split(":")[0] for k, v in pairs}
+
+
+def restore_model_variables(model: Any, prefix: str, keys: list[str], what: str | None = None) -> None:
     """Assign a ps-mode (name-based) checkpoint to ``model.variables`` in creation order (eager or graph, no Saver).
 
     ``keys`` is the entry's ``meta['model_variables']``. Used by the evaluator to load ps-mode checkpoints into an
@@ -157,8 +206,8 @@ def restore_model_variables(model: Any, prefix: str, keys: list[str]) -> None:
     """
     import tensorflow as tf
 
+    shapes, labels = expected_model_shapes(list(model.variables), keys, what or prefix)
+    check_fits(prefix, shapes, what or prefix, labels)
     reader = tf.train.load_checkpoint(prefix)
-    if len(keys) != len(model.variables):
-        raise ValueError(f"checkpoint {prefix} has {len(keys)} model variables, the model built {len(model.variables)}")
     for key, var in zip(keys, model.variables):
         var.assign(reader.get_tensor(key))

@@ -169,7 +169,7 @@ def _evaluate_entry(ctx: TaskContext, store: Any, entry: dict[str, Any], model: 
     keys = entry.get("model_variables")
     if not keys:
         raise ValueError(f"checkpoint {entry['name']} has no 'model_variables' in its index entry")
-    restore_model_variables(model, prefix, keys)
+    restore_model_variables(model, prefix, keys, f"{entry['name']} in {store.url}")
     metrics, batches = evaluate(step, feeder)
     gstep = int(entry["global_step"])
     record = {"checkpoint": entry["name"], "global_step": gstep, "epoch": entry.get("epoch"), "batches": batches,

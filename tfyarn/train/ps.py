@@ -402,8 +402,12 @@ class Checkpointer:
         entry = self.store.latest()
         if entry is None:
             return None
-        from tfyarn.train.checkpoint import local_dir_for
+        from tfyarn.train.checkpoint import check_fits, local_dir_for
         prefix = self.store.download(entry, local_dir_for(self.ctx.workdir, "restore"))
+        tf = _tf()
+        expected = {v.op.name: v.shape.as_list()        # the Saver's list: every global variable of the graph
+                    for v in self.tg.graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES)}
+        check_fits(prefix, expected, f"{entry['name']} in {self.store.url}")
         log.info("%s: resuming from %s (global step %d)", self.ctx.task_id, entry["name"], entry["global_step"])
         self.resumed_from = entry["name"]
         return prefix
