@@ -356,6 +356,17 @@ def run_preflight(spec: JobSpec, cluster: ClusterInfo | None = None, get_fs: Get
     return warnings
 
 
+def local_resource_warnings(spec: JobSpec) -> list[str]:
+    """What a local run does not do of what the spec asks: YARN gives a role's containers ``gpus`` GPUs each and
+    hides the others; the local backend starts plain processes, which see every GPU of the machine (or none)."""
+    asked = {r: role.gpus for r, role in spec.roles.items() if role.gpus and spec.instances(r)}
+    if not asked:
+        return []
+    roles = ", ".join(f"roles.{r}.gpus: {n}" for r, n in asked.items())
+    return [f"{roles}: not enforced by the local backend — its tasks see every GPU of this machine (with none, "
+            f"TensorFlow runs them on the CPU); on YARN each container gets its own"]
+
+
 def run_local_preflight(spec: JobSpec, get_fs: GetFs = hdfs.get_fs) -> None:
     """Before a local run starts any process: the data, checkpoint-dir and task-env checks (no cluster to ask, no
     Kerberos, and local paths are what a local run uses). Without it, a glob matching nothing surfaced as every task
@@ -363,6 +374,8 @@ def run_local_preflight(spec: JobSpec, get_fs: GetFs = hdfs.get_fs) -> None:
     problems = (check_data(spec, get_fs) + check_data_schema(spec, get_fs) + check_checkpoint_dir(spec, get_fs)
                 + check_task_env(spec))
     _raise(problems, "nothing was started")
+    for w in local_resource_warnings(spec):
+        log.warning("preflight: %s", w)
 
 
 def _raise(problems: list[str], consequence: str) -> None:

@@ -194,3 +194,17 @@ def test_the_model_module_is_found_without_importing_it(tmp_path, mem):
     assert f"not found in the code dir {code} or the Python environment" in problem
     (problem,) = check_task_env(make_spec(model="nets:build", **common))       # without code: it is not on the path
     assert problem.startswith("model: module 'nets' not found")
+
+
+def test_a_local_run_warns_that_gpus_are_not_enforced(tmp_path, caplog):
+    from tfyarn.preflight import local_resource_warnings, run_local_preflight
+    (tmp_path / "t.tfrecord").write_bytes(GOOD)
+    d = data(f"{tmp_path}/t.tfrecord")
+    assert local_resource_warnings(make_spec(data=d, roles={"chief": {"instances": 1}, "worker": {"instances": 1}})) == []
+    spec = make_spec(data=d, roles={"ps": {"instances": 1}, "chief": {"instances": 1, "gpus": 1},
+                                    "worker": {"instances": 2, "gpus": 2}, "evaluator": {"instances": 0, "gpus": 1}})
+    (w,) = local_resource_warnings(spec)
+    assert w.startswith("roles.chief.gpus: 1, roles.worker.gpus: 2: not enforced by the local backend")
+    with caplog.at_level("WARNING", logger="tfyarn.preflight"):
+        run_local_preflight(spec)
+    assert w in caplog.text
