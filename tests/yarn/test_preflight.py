@@ -200,7 +200,7 @@ def test_a_local_run_warns_that_gpus_are_not_enforced(tmp_path, caplog):
     from tfyarn.preflight import local_resource_warnings, run_local_preflight
     (tmp_path / "t.tfrecord").write_bytes(GOOD)
     d = data(f"{tmp_path}/t.tfrecord")
-    assert local_resource_warnings(make_spec(data=d, roles={"chief": {"instances": 1}, "worker": {"instances": 1}})) == []
+    assert local_resource_warnings(make_spec(data=d, roles={"ps": {"instances": 1}, "worker": {"instances": 1}})) == []
     spec = make_spec(data=d, roles={"ps": {"instances": 1}, "chief": {"instances": 1, "gpus": 1},
                                     "worker": {"instances": 2, "gpus": 2}, "evaluator": {"instances": 0, "gpus": 1}})
     (w,) = local_resource_warnings(spec)
