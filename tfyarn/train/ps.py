@@ -320,8 +320,15 @@ def build_graph(ctx: Any, model: Any) -> TrainGraph:
                 count = worker_steps.scatter_add(tf.IndexedSlices(tf.constant([1], tf.int64), rank))
             with tf.control_dependencies([count, step_value]):
                 train_op = tf.identity(step_value, name="train_step")
-            # sync resume: every worker is exactly at the global step (a checkpoint may catch a counter mid-round)
-            align_steps = worker_steps.assign(tf.fill([ctx.num_data_workers], global_step.read_value()))
+            # Resume: a checkpoint is read while steps run, so it may catch the global step and the worker counters
+            # a step apart. sync: every worker is exactly at the global step (a counter caught mid-round). async: the
+            # global step is the sum of the worker counters, which say where each worker is in its plan (seen: a
+            # resumed job ending at global step 191 of 192 with every worker at its planned step).
+            with tf.compat.v1.device(global_step.device):
+                if spec.sync:
+                    align_steps = worker_steps.assign(tf.fill([ctx.num_data_workers], global_step.read_value()))
+                else:
+                    align_steps = global_step.assign(tf.reduce_sum(worker_steps.read_value()))
         with tf.compat.v1.device(worker_device):
             init_op = tf.compat.v1.global_variables_initializer()
             local_init_op = tf.group(tf.compat.v1.local_variables_initializer(),
@@ -563,7 +570,7 @@ def _rejoins(kv: Any, tasks: list[str]) -> dict[str, Any]:
 def _run(ctx: Any, tg: TrainGraph, sess: Any, feeder: Any, steps: list[int], target: int,
          ckpt: Checkpointer | None, t_start: float) -> dict[str, Any] | None:
     spec = ctx.spec
-    if spec.sync and ctx.is_chief:
+    if ctx.is_chief and (spec.sync or (ckpt is not None and ckpt.resumed_from)):
         sess.run(tg.align_steps)
     lost = _rejoin(ctx, tg, sess, steps)
     gs0, ws0 = sess.run([tg.global_step, tg.worker_steps])
