@@ -156,3 +156,35 @@ def test_summary_goes_next_to_checkpoints_and_to_kv(tmp_path):
     assert url == str(tmp_path / "ck" / "summary.json")
     assert json.loads((tmp_path / "ck" / "summary.json").read_text()) == {"global_step": 7}
     assert json.loads(kv.get(SUMMARY_KEY)) == {"global_step": 7}
+
+
+def test_a_worker_steps_only_once_the_chief_has_aligned_the_step_counters(tmp_path):
+    """The async resume alignment (global step := sum of the worker counters) must not interleave with a worker's
+    step (that step would be lost from the count): workers wait for control/steps_aligned (or done), bounded."""
+    import threading
+
+    from tfyarn.errors import WaitTimeout
+    from tfyarn.runtime.context import STEPS_ALIGNED_KEY, TaskContext
+    from tfyarn.spec import load_spec_dict
+    from tfyarn.train.ps import _wait_for_aligned_steps
+    spec = load_spec_dict({"name": "s", "model": "tfyarn.models.logreg:model", "timeouts": {"rendezvous": 0.5},
+                           "data": {"train": ["x"], "features": {"label": {"dtype": "float32"}}, "batch_size": 1},
+                           "roles": {"ps": {"instances": 1}, "chief": {"instances": 1}, "worker": {"instances": 1}}})
+    kv = MemoryKV()
+    ctx = TaskContext(spec=spec, role="worker", index=0, kv=kv, workdir=tmp_path)
+    t0 = time.monotonic()
+    with pytest.raises(WaitTimeout, match=r"worker:0: timed out after 0.5s waiting for the chief to start its "
+                                          r"training loop \(control/steps_aligned\)"):
+        _wait_for_aligned_steps(ctx)
+    assert 0.5 <= time.monotonic() - t0 < 3
+    threading.Timer(0.2, kv.put, (STEPS_ALIGNED_KEY, "1")).start()
+    t0 = time.monotonic()
+    _wait_for_aligned_steps(ctx)
+    assert 0.15 <= time.monotonic() - t0 < 0.45
+    done = MemoryKV()
+    done.put(DONE_KEY, "1")                       # a finished job: nothing to wait for
+    _wait_for_aligned_steps(TaskContext(spec=spec, role="worker", index=0, kv=done, workdir=tmp_path))
+    aborted = MemoryKV()
+    aborted.put(ABORT_KEY, "chief:0 exited with code 1")
+    with pytest.raises(RuntimeError, match="job aborted while waiting for the chief to start: chief:0 exited"):
+        _wait_for_aligned_steps(TaskContext(spec=spec, role="worker", index=0, kv=aborted, workdir=tmp_path))

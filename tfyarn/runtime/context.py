@@ -33,6 +33,7 @@ def failure_key(task: str) -> str:
 DONE_KEY = "control/done"            # chief: training finished; ps/evaluator/tensorboard exit cleanly
 ABORT_KEY = "control/abort"          # launcher/anyone: stop now, value = reason
 SUMMARY_KEY = "summary"              # chief: final run summary JSON
+STEPS_ALIGNED_KEY = "control/steps_aligned"  # ps chief: step counters consistent; workers may step
 TOTAL_STEPS_KEY = "plan/total_steps" # chief: global step target (for progress bars)
 TENSORBOARD_URL_KEY = "tensorboard/url"
 EVAL_KEY = "eval/latest"             # evaluator: JSON of its newest evaluation (checkpoint, step, metrics)

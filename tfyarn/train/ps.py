@@ -35,7 +35,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from tfyarn.runtime.context import ABORT_KEY, DONE_KEY
+from tfyarn.runtime.context import ABORT_KEY, DONE_KEY, STEPS_ALIGNED_KEY
 from tfyarn.runtime.kv import KVUnavailable, put_json
 from tfyarn.data.pipeline import EpochPipeline
 from tfyarn.train import helpers
@@ -517,6 +517,22 @@ def train(ctx: Any, model: Any) -> dict[str, Any] | None:
                 return {"steps": 0, "already_finished": True}
 
 
+def _wait_for_aligned_steps(ctx: Any, poll: float = 0.05) -> None:
+    """A worker's first step waits for the chief's ``control/steps_aligned``: the async resume alignment (global step
+    := sum of the worker counters) reads and writes the global step, and a worker step in between would be lost from
+    the count. Bounded by ``timeouts.rendezvous``; a job already done needs no wait (the loop then finds nothing)."""
+    from tfyarn.errors import WaitTimeout
+    deadline = time.monotonic() + ctx.spec.timeouts.rendezvous
+    while ctx.kv.get(STEPS_ALIGNED_KEY) is None and ctx.kv.get(DONE_KEY) is None:
+        if ctx.kv.get(ABORT_KEY) is not None:
+            raise RuntimeError(f"{ctx.task_id}: job aborted while waiting for the chief to start: "
+                               f"{ctx.kv.get(ABORT_KEY)}")
+        if time.monotonic() > deadline:
+            raise WaitTimeout(f"{ctx.task_id}: timed out after {ctx.spec.timeouts.rendezvous:g}s waiting for the "
+                              f"chief to start its training loop ({STEPS_ALIGNED_KEY})")
+        time.sleep(poll)
+
+
 def _rejoin(ctx: Any, tg: TrainGraph, sess: Any, steps: list[int]) -> int:
     """Before the first step: what did this worker's previous process leave in flight? Returns the lost steps.
 
@@ -570,8 +586,12 @@ def _rejoins(kv: Any, tasks: list[str]) -> dict[str, Any]:
 def _run(ctx: Any, tg: TrainGraph, sess: Any, feeder: Any, steps: list[int], target: int,
          ckpt: Checkpointer | None, t_start: float) -> dict[str, Any] | None:
     spec = ctx.spec
-    if ctx.is_chief and (spec.sync or (ckpt is not None and ckpt.resumed_from)):
-        sess.run(tg.align_steps)
+    if ctx.is_chief:
+        if spec.sync or (ckpt is not None and ckpt.resumed_from):
+            sess.run(tg.align_steps)
+        ctx.kv.put(STEPS_ALIGNED_KEY, "1")
+    else:
+        _wait_for_aligned_steps(ctx)
     lost = _rejoin(ctx, tg, sess, steps)
     gs0, ws0 = sess.run([tg.global_step, tg.worker_steps])
     gs0 = int(gs0)
