@@ -226,6 +226,10 @@ def summary_text(st: AppStatus) -> str:
             change = (last - first) / abs(first) * 100 if first else 0.0
             word = "down" if last < first else "UP"
             lines.append(f"  loss: first {first:.4f} -> last {last:.4f} ({word} {abs(change):.1f}%)")
+        if s.get("resumed_from"):
+            nothing_ran = first is None and s.get("total_steps") and s.get("global_step") == s.get("total_steps")
+            lines.append(f"  resumed from {s['resumed_from']}"
+                         + (" — training had already finished: no step ran" if nothing_ran else ""))
         if s.get("eval"):
             lines.append(f"  eval: {_eval_text(s['eval'])}")
         if s.get("checkpoint_dir"):

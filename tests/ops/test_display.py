@@ -154,3 +154,13 @@ def test_the_evaluators_newest_result_is_in_the_progress_line_and_the_final_summ
     assert "  eval: loss 0.7221 · accuracy 0.5250 (ckpt-120, global step 120, 1,000 examples)" in text
     assert "eval" not in summary_text(AppStatus("local-f", "local", "q", AppState.SUCCEEDED,
                                                 summary={"mode": "ps", "epochs": 1, "global_step": 3}))
+
+
+def test_a_resumed_run_says_so_and_a_rerun_of_a_finished_job_says_nothing_ran():
+    done = {"mode": "ps", "epochs": 1, "global_step": 80, "total_steps": 80, "resumed_from": "ckpt-80",
+            "first_loss": None, "last_loss": None, "examples_per_sec": 0.0}
+    text = summary_text(AppStatus("local-r", "local", "q", AppState.SUCCEEDED, summary=done))
+    assert "  resumed from ckpt-80 — training had already finished: no step ran" in text
+    mid = done | {"resumed_from": "ckpt-40", "first_loss": 0.5, "last_loss": 0.3, "examples_per_sec": 900.0}
+    text = summary_text(AppStatus("local-s", "local", "q", AppState.SUCCEEDED, summary=mid))
+    assert "  resumed from ckpt-40\n" in text + "\n" and "no step ran" not in text
