@@ -58,6 +58,19 @@ def test_validate_ok_states_the_global_batch(tmp_path):
     assert "global batch 32 (8 per worker x 4)" in r.output
 
 
+def test_validate_check_files_reads_the_data_as_run_would(tmp_path):
+    """Without the flag validate reads no file; with it, the data and checkpoint-dir checks of run/submit (exit 2)."""
+    path = write(tmp_path, small_spec(tmp_path, checkpoint={"dir": str(tmp_path / "ck")}))
+    r = CliRunner().invoke(cli, ["validate", path, "--check-files"])
+    assert r.exit_code == 0, r.output
+    other = ["--set", "data.features={user_id: {dtype: int64}}"]        # the tiny data has only 'label'
+    assert CliRunner().invoke(cli, ["validate", path] + other).exit_code == 0
+    r = CliRunner().invoke(cli, ["validate", path, "--check-files"] + other)
+    assert r.exit_code == 2
+    assert "validate --check-files: nothing was started" in r.output
+    assert "record 0 does not fit data.features: feature 'user_id' is missing (the record has: 'label')" in r.output
+
+
 def test_validate_bad_override_exits_2(tmp_path):
     path = write(tmp_path, small_spec(tmp_path))
     r = CliRunner().invoke(cli, ["validate", path, "--set", "roles.worker.instances=-2"])

@@ -74,9 +74,15 @@ def cli(ctx: click.Context, verbose: int, quiet: bool) -> None:
 @cli.command()
 @click.argument("spec_path", metavar="SPEC")
 @_set_option
-def validate(spec_path: str, overrides: tuple[str, ...]) -> None:
+@click.option("--check-files", is_flag=True,
+              help="Also check the files as run/submit do: every data glob matches, the first records fit "
+                   "data.features, checkpoint.dir is writable (a probe file is written and removed).")
+def validate(spec_path: str, overrides: tuple[str, ...], check_files: bool) -> None:
     """Check a spec and print what it would run (exit 2 and every problem if invalid)."""
     spec = _load(spec_path, overrides)
+    if check_files:
+        from tfyarn.preflight import run_file_checks
+        run_file_checks(spec)
     roles = ", ".join(f"{r}x{spec.instances(r)}" for r in spec.roles if spec.instances(r))
     click.echo(f"{spec_path}: ok — job {spec.name!r}, mode {spec.mode}{' sync' if spec.sync else ''}, {roles}, "
                f"{spec.data.epochs} epochs, global batch {spec.global_batch_size} "

@@ -356,6 +356,12 @@ def run_preflight(spec: JobSpec, cluster: ClusterInfo | None = None, get_fs: Get
     return warnings
 
 
+def run_file_checks(spec: JobSpec, get_fs: GetFs = hdfs.get_fs) -> None:
+    """``tfyarn validate --check-files``: the data and checkpoint-dir checks alone (no cluster, no task env)."""
+    _raise(check_data(spec, get_fs) + check_data_schema(spec, get_fs) + check_checkpoint_dir(spec, get_fs),
+           "validate --check-files: nothing was started")
+
+
 def local_resource_warnings(spec: JobSpec) -> list[str]:
     """What a local run does not do of what the spec asks: YARN gives a role's containers ``gpus`` GPUs each and
     hides the others; the local backend starts plain processes, which see every GPU of the machine (or none)."""
