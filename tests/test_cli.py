@@ -150,6 +150,12 @@ def test_a_stop_signal_ends_the_wait_not_the_submitted_job(tmp_path):
         waiter.send_signal(signal.SIGTERM)
         out, err = waiter.communicate(timeout=30)
         assert waiter.returncode == 128 + signal.SIGTERM and "stopped waiting (SIGTERM)" in err, (out, err)
+        follower = subprocess.Popen(cmd + ["logs", app_id, "-f"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    text=True)
+        time.sleep(2.0)
+        follower.send_signal(signal.SIGINT)            # how `logs -f` is stopped: exit 130, no "Aborted!"
+        out, err = follower.communicate(timeout=30)
+        assert follower.returncode == 130 and "Aborted" not in err and "chief:0" in out, (out[-500:], err)
         assert backend.status(app_id).state is AppState.RUNNING
     finally:
         sub.kill()

@@ -50,13 +50,17 @@ def _echo_task(task: str, line: str) -> None:
 
 
 class _Group(click.Group):
-    """Maps tfyarn errors raised anywhere below a command to their exit codes with a one-line message."""
+    """Maps tfyarn errors raised anywhere below a command to their exit codes with a one-line message, and Ctrl-C
+    to exit 130 with nothing more said (click's default is "Aborted!" and exit 1, which a scheduler reads as a
+    failed job; `logs -f` is stopped that way as a matter of course)."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except TfyarnError as exc:
             _fail(exc)
+        except KeyboardInterrupt:
+            sys.exit(130)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
