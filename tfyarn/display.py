@@ -234,6 +234,11 @@ def summary_text(st: AppStatus) -> str:
             lines.append(f"  eval: {_eval_text(s['eval'])}")
         if s.get("checkpoint_dir"):
             lines.append(f"  checkpoints: {s['checkpoint_dir']}")
+    for t in st.tasks:
+        if t.peak_rss_mib and t.memory_mib and t.peak_rss_mib > t.memory_mib:
+            role = t.task.split(":")[0]
+            lines.append(f"  memory: {t.task} peaked at {t.peak_rss_mib:,} MiB resident, over roles.{role}.memory "
+                         f"({t.memory_mib:,} MiB): on YARN its container would be killed")
     failed = [t for t in st.tasks if t.state == "FAILED"]
     for t in failed:
         lines.append(f"  {t.task} failed (exit {t.exit_code}); log: {t.log}")

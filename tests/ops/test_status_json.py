@@ -3,6 +3,7 @@
 The key sets and types are pinned here on purpose: a change to the schema must break this test and bump the version.
 """
 import json
+import re
 import subprocess
 import time
 
@@ -20,7 +21,8 @@ TOP = {"schema": str, "app_id": str, "backend": str, "name": str, "state": str, 
        "tags": list, "attempt": int}
 OPTIONAL: dict = {}
 TASK = {"task": str, "state": str, "host": (str, type(None)), "restarts": int, "exit_code": (int, type(None)),
-        "diagnostics": str, "log": (str, type(None))}
+        "diagnostics": str, "log": (str, type(None)), "memory_mib": (int, type(None)),
+        "peak_rss_mib": (int, type(None))}
 PROGRESS = {"global_step": int, "total_steps": int, "examples_per_sec": float, "loss": (float, type(None)),
             "epoch": (int, type(None)), "eta_s": (float, type(None)), "per_task": dict}
 STATES = {"PENDING", "RUNNING", "SUCCEEDED", "FAILED", "KILLED", "TIMED_OUT"}
@@ -82,3 +84,23 @@ def test_status_json_of_a_failed_app_exits_1_with_the_diagnosis(tmp_path):
     assert "loss became NaN at step 10 on worker:0" in d["diagnostics"]
     failed = [t for t in d["tasks"] if t["state"] == "FAILED"]
     assert [t["task"] for t in failed] == ["worker:0"] and failed[0]["exit_code"] == 1
+
+
+def test_a_local_task_over_its_roles_memory_is_named_with_its_peak(tmp_path, caplog):
+    """Local tasks have no memory limit; YARN kills a container over its role's memory. The launcher samples each
+    task's resident memory (with its children) and names the one that went over, while it runs and at the end."""
+    from tfyarn.display import summary_text
+    doc = job_spec(tmp_path, params={"steps": 20, "dt": 0.05})
+    doc["roles"] = {"chief": {"instances": 1}, "worker": {"instances": 1, "memory": "64 MiB"}}
+    with caplog.at_level("WARNING", logger="tfyarn.backends.launcher"):
+        st = api.run(load_spec_dict(doc), backend="local")
+    assert st.state.value == "SUCCEEDED", st.diagnostics
+    tasks = {t.task: t for t in st.tasks}
+    assert tasks["worker:0"].memory_mib == 64 and tasks["chief:0"].memory_mib == 2048
+    assert tasks["worker:0"].peak_rss_mib > 64 and 0 < tasks["chief:0"].peak_rss_mib < 2048
+    assert re.search(r"worker:0 uses \d+ MiB of resident memory, more than roles.worker.memory \(64 MiB\)", caplog.text)
+    assert "chief:0 uses" not in caplog.text
+    text = summary_text(st)
+    assert f"memory: worker:0 peaked at {tasks['worker:0'].peak_rss_mib:,} MiB resident, over roles.worker.memory " \
+           f"(64 MiB): on YARN its container would be killed" in text
+    assert "memory: chief:0" not in text

@@ -43,6 +43,8 @@ class TaskStatus:
     exit_code: int | None = None
     diagnostics: str = ""
     log: str | None = None          # local path or URL of the task's log
+    memory_mib: int | None = None   # what its role asks for (roles.<role>.memory)
+    peak_rss_mib: int | None = None  # local backend: the highest resident memory seen (task + its children)
 
 
 @dataclass

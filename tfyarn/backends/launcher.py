@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+import psutil
+
 from tfyarn.backends.base import AppState, AppStatus, TaskStatus
 from tfyarn.backends.forkserver import ForkedProcess, ForkServer, ForkServerError
 from tfyarn.backends.kvserver import KVServer
@@ -108,6 +110,7 @@ class _Task:
     restarts: int = 0
     diagnostics: str = ""
     tail: deque[str] = field(default_factory=lambda: deque(maxlen=TAIL_LINES))
+    peak_rss: int = 0                # bytes, task + its children (framing processes), highest sample
 
     @property
     def role(self) -> str:
@@ -354,15 +357,36 @@ class Launcher:
     # ------------------------------------------------------------------------------------------------- status
     def status(self) -> AppStatus:
         tasks = [TaskStatus(task=t.name, state=t.state, host="127.0.0.1", restarts=t.restarts,
-                            exit_code=t.exit_code, diagnostics=t.diagnostics, log=str(t.log_path))
+                            exit_code=t.exit_code, diagnostics=t.diagnostics, log=str(t.log_path),
+                            memory_mib=self.spec.roles[t.role].memory_mib,  # type: ignore[index]
+                            peak_rss_mib=t.peak_rss >> 20 if t.peak_rss else None)
                  for t in self.tasks.values()]
         return AppStatus(app_id=self.app_id, backend="local", name=self.spec.name, state=self._state,
                          diagnostics=self._diag, tasks=tasks, progress=self._progress, started=self._started,
                          finished=self._finished, tracking_url=str(self.app_dir), summary=self._summary,
                          tags=list(self.spec.tags), attempt=self.attempt)
 
+    def _sample_memory(self) -> None:
+        """Each running task's resident memory (with its children: the framing processes), as YARN's NodeManager
+        measures a container's process tree. Local tasks have no limit; a task above its role's ``memory`` is
+        warned about once, the moment it crosses it, since on YARN its container would be killed."""
+        for t in self.tasks.values():
+            if t.state != "RUNNING" or t.proc is None:
+                continue
+            try:
+                p = psutil.Process(t.proc.pid)
+                rss = p.memory_info().rss + sum(c.memory_info().rss for c in p.children(recursive=True))
+            except psutil.Error:
+                continue
+            limit = self.spec.roles[t.role].memory_mib << 20  # type: ignore[index]
+            if rss > limit >= t.peak_rss:
+                log.warning("%s uses %d MiB of resident memory, more than roles.%s.memory (%d MiB): on YARN its "
+                            "container would be killed", t.name, rss >> 20, t.role, limit >> 20)
+            t.peak_rss = max(t.peak_rss, rss)
+
     def _refresh(self) -> None:
         assert self.kv is not None
+        self._sample_memory()
         store = self.kv.store
         total = store.get(TOTAL_STEPS_KEY)
         items = store.items("progress/")

@@ -104,8 +104,10 @@ def tasks_from_containers(containers: list[Any], taskmap: dict[str, str], spec: 
     names = order + sorted(t for t in by_task if t not in order)
     for task in names:
         cs = sorted(by_task.get(task, []), key=lambda c: (c.start_time is None, _ts(c.start_time) or 0, c.instance))
+        role = spec.roles.get(task.split(":")[0]) if spec is not None else None
+        memory = role.memory_mib if role is not None else None
         if not cs:
-            out.append(TaskStatus(task=task, state="PENDING", diagnostics=failures.get(task, "")))
+            out.append(TaskStatus(task=task, state="PENDING", diagnostics=failures.get(task, ""), memory_mib=memory))
             continue
         c = cs[-1]
         state = str(c.state)
@@ -114,7 +116,7 @@ def tasks_from_containers(containers: list[Any], taskmap: dict[str, str], spec: 
         out.append(TaskStatus(task=task, state=state, host=_host(c.yarn_node_http_address), restarts=len(cs) - 1,
                               exit_code=_exit_code(c.exit_message) if state in ("FAILED", "KILLED")
                               else (0 if state == "SUCCEEDED" else None),
-                              diagnostics=diag, log=c.yarn_container_logs or None))
+                              diagnostics=diag, log=c.yarn_container_logs or None, memory_mib=memory))
     return out
 
 
