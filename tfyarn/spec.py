@@ -270,6 +270,9 @@ class JobSpec(_Model):
     retry: Retry = Field(default_factory=Retry)
     success_policy: Literal["all_workers", "chief"] = Field(
         "all_workers", description="the job succeeds when every training task finished, or as soon as the chief did")
+    fail_on_nan_loss: bool = Field(
+        True, description="a NaN or infinite loss ends the task (and the job) at that step, before it checkpoints: "
+                          "training diverged, and every later step and checkpoint would be wasted")
     kerberos: Kerberos | None = None
     acls: Acls = Field(default_factory=Acls)
     #: Where the spec was loaded from (relative local paths in it resolve against this directory).

@@ -188,3 +188,19 @@ def test_a_worker_steps_only_once_the_chief_has_aligned_the_step_counters(tmp_pa
     aborted.put(ABORT_KEY, "chief:0 exited with code 1")
     with pytest.raises(RuntimeError, match="job aborted while waiting for the chief to start: chief:0 exited"):
         _wait_for_aligned_steps(TaskContext(spec=spec, role="worker", index=0, kv=aborted, workdir=tmp_path))
+
+
+def test_a_non_finite_loss_stops_the_reporting_task_unless_told_otherwise():
+    from tfyarn.train.progress import NonFiniteLoss
+    kv = MemoryKV()
+    p = ProgressReporter(kv, "worker:1")
+    p.report(step=1, epoch=0, loss=0.7, global_step=3)
+    for bad in (float("nan"), float("inf"), float("-inf")):
+        with pytest.raises(NonFiniteLoss) as e:
+            p.report(step=2, epoch=0, loss=bad, global_step=5)
+        assert str(e.value).startswith(f"worker:1: loss is {bad} at step 2 (global step 5, epoch 0; last finite loss "
+                                       f"0.7000): training diverged")
+    assert p.last_loss == 0.7 and json.loads(kv.get(progress_key("worker:1")))["step"] == 2   # position published
+    lenient = ProgressReporter(MemoryKV(), "worker:1", fail_on_nan_loss=False)
+    lenient.report(step=1, epoch=0, loss=float("nan"))
+    assert lenient.last_loss != lenient.last_loss                                             # NaN kept

@@ -394,7 +394,7 @@ def run(ctx: TaskContext) -> dict[str, Any]:
         epoch0, in_epoch0 = helpers.position(start, steps)
         log.info("%s: plan %s steps per epoch, %d in total; starting at global step %d (epoch %d, step %d)%s",
                  ctx.task_id, steps, total, start, epoch0, in_epoch0, f" from {entry['name']}" if entry else "")
-        progress = ProgressReporter(ctx.kv, ctx.task_id)
+        progress = ProgressReporter(ctx.kv, ctx.task_id, fail_on_nan_loss=ctx.spec.fail_on_nan_loss)
         progress.extra.update({"mode": "allreduce", "global_batch": global_batch})
         ran, boundary_waits = _loop(ctx, feeder, step_fn, steps, epoch0, in_epoch0, start, progress, ckpt)
     progress.extra["worker_steps"] = ran

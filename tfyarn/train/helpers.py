@@ -87,7 +87,7 @@ class Helpers:
 
 def run_custom(ctx: Any, fn: Callable) -> Any:
     """Run a user's ``@custom_train`` function; on the chief, then write the summary and set ``control/done``."""
-    progress = ProgressReporter(ctx.kv, ctx.task_id)
+    progress = ProgressReporter(ctx.kv, ctx.task_id, fail_on_nan_loss=ctx.spec.fail_on_nan_loss)
     helpers = Helpers(ctx=ctx, params=dict(ctx.spec.params), progress=progress)
     t0 = time.monotonic()
     log.info("%s: running custom train function %s", ctx.task_id, getattr(fn, "__qualname__", fn))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,10 @@ log = logging.getLogger("tfyarn.train.progress")
 MIN_RATE_WINDOW_S = 0.25
 
 
+class NonFiniteLoss(RuntimeError):
+    """The loss became NaN or infinite: training diverged (``fail_on_nan_loss``)."""
+
+
 class ProgressReporter:
     """Tracks one task's steps, loss and throughput; publishes ``progress/<task>`` at most every ``interval`` s.
 
@@ -29,8 +34,10 @@ class ProgressReporter:
     A KV that is briefly unreachable does not fail training (progress is advisory); it is logged once.
     """
 
-    def __init__(self, kv: KV, task: str, interval: float = 1.0, log_every: float = 10.0):
+    def __init__(self, kv: KV, task: str, interval: float = 1.0, log_every: float = 10.0,
+                 fail_on_nan_loss: bool = True):
         self.kv, self.task, self.interval, self.log_every = kv, task, interval, log_every
+        self.fail_on_nan_loss = fail_on_nan_loss
         self.start = time.monotonic()
         self.step = 0
         self.global_step = 0
@@ -61,6 +68,12 @@ class ProgressReporter:
         self._win_ex += examples
         if loss is not None:
             loss = float(loss)
+            if self.fail_on_nan_loss and not math.isfinite(loss):
+                self.publish()       # the position reached, for status
+                raise NonFiniteLoss(
+                    f"{self.task}: loss is {loss} at step {step} (global step {self.global_step}, epoch {epoch}; last "
+                    f"finite loss {_fmt(self.last_loss)}): training diverged. Lower the learning rate or look for "
+                    f"NaN/inf in the data; fail_on_nan_loss: false trains on regardless")
             if self.first_loss is None:
                 self.first_loss = loss
             self.last_loss = loss
