@@ -40,7 +40,7 @@ from tfyarn.runtime.kv import KVUnavailable, put_json
 from tfyarn.data.pipeline import EpochPipeline
 from tfyarn.train import helpers
 from tfyarn.train.model import build_model, split_features, tf_dtype
-from tfyarn.train.progress import (ProgressReporter, publish_total_steps, run_summary,
+from tfyarn.train.progress import (NonFiniteLoss, ProgressReporter, publish_total_steps, run_summary,
                                    wait_for_final_progress, write_summary)
 
 log = logging.getLogger("tfyarn.train.ps")
@@ -221,6 +221,7 @@ class TrainGraph:
     saver: Any
     model_var_keys: list[str]
     align_steps: Any
+    all_finite: Any            # every trainable variable free of NaN/inf (checked after a checkpoint is written)
     sync: "LockstepSync | None" = None
     placement: dict[str, int] = field(default_factory=dict)
 
@@ -337,11 +338,18 @@ def build_graph(ctx: Any, model: Any) -> TrainGraph:
             saver = tf.compat.v1.train.Saver(tf.compat.v1.global_variables(), sharded=False, max_to_keep=2,
                                              save_relative_paths=True)
         model_var_keys = [v.op.name for v in model.variables]
+        finite = []
+        for v in model.trainable_variables:          # each check runs where its variable lives: one bool travels
+            with tf.compat.v1.device(v.device):
+                finite.append(tf.reduce_all(tf.math.is_finite(v.read_value())))
+        with tf.compat.v1.device(worker_device):
+            all_finite = tf.reduce_all(tf.stack(finite))
     graph.finalize()
     return TrainGraph(graph=graph, placeholders=placeholders, loss=loss, train_op=train_op, global_step=global_step,
                       worker_steps=worker_steps, worker_started=worker_started, reset_started=reset_started,
                       init_op=init_op, local_init_op=local_init_op, ready_op=ready_op,
-                      saver=saver, model_var_keys=model_var_keys, align_steps=align_steps, sync=sync,
+                      saver=saver, model_var_keys=model_var_keys, align_steps=align_steps, all_finite=all_finite,
+                      sync=sync,
                       placement=dict(balancer.placed))
 
 
@@ -435,6 +443,13 @@ class Checkpointer:
             return None
         prefix = self.tg.saver.save(sess, str(self.local / "ckpt"), global_step=gs, write_meta_graph=False,
                                     write_state=False)
+        # Async: another worker's diverged update may have reached the ps after this task's last (finite) loss. A NaN
+        # never leaves a variable once in it (every later update keeps it), so variables finite *after* the save
+        # were finite during it; otherwise the files are not committed and the last committed checkpoint stays good.
+        if self.ctx.spec.fail_on_nan_loss and not sess.run(self.tg.all_finite):
+            raise NonFiniteLoss(f"{self.ctx.task_id}: the model's variables hold NaN/inf after the checkpoint at "
+                                f"global step {gs} was written (a worker's update diverged): not committed, the "
+                                f"latest committed checkpoint is the last good one")
         # Async workers keep stepping while the Saver reads the ps: the counters in the files can be a step or two
         # past what was read above. The index must describe what was saved, so read them back from the files.
         gs, ws = self._saved_counters(prefix)
