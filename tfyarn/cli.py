@@ -14,6 +14,7 @@ import click
 
 from tfyarn import __version__
 from tfyarn.errors import SpecError, TfyarnError
+from tfyarn.interrupts import Interrupted
 
 log = logging.getLogger("tfyarn")
 
@@ -61,6 +62,9 @@ class _Group(click.Group):
             _fail(exc)
         except KeyboardInterrupt:
             sys.exit(130)
+        except Interrupted as exc:   # `run --yarn` stopped before its first submit returned (e.g. packing the env)
+            click.echo(f"{exc}: stopped before anything was submitted", err=True)
+            sys.exit(exc.exit_code)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})

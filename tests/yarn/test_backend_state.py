@@ -286,6 +286,38 @@ def test_run_stopped_by_a_signal_kills_the_application_it_started(tmp_path, monk
     assert signal.getsignal(sig) is before                                               # handlers put back
 
 
+def test_run_stopped_before_its_first_submit_returned_exits_with_the_signal(tmp_path, monkeypatch):
+    """E.g. SIGTERM while the environment is being packed: nothing to kill; the CLI says so, exit 128 + signal."""
+    from click.testing import CliRunner
+
+    from tfyarn.cli import cli
+    monkeypatch.setenv("TFYARN_HOME", str(tmp_path / "home"))
+
+    def slow_submit(self, spec, attempt=0):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+        raise AssertionError("the signal did not interrupt the submit")
+    monkeypatch.setattr(YarnBackend, "submit", slow_submit)
+    monkeypatch.setattr("tfyarn.api.get_backend", lambda name=None: _Ctx(YarnBackend(client=FakeRM([]),
+                                                                                    preflight=False)))
+    spec_path = tmp_path / "job.yaml"
+    spec_path.write_text(make_spec(environment={"python": "/opt/py/bin/python"}).model_dump_json(by_alias=True))
+    r = CliRunner().invoke(cli, ["run", str(spec_path), "--yarn"])
+    assert r.exit_code == 128 + signal.SIGTERM, r.output
+    assert "interrupted by SIGTERM: stopped before anything was submitted" in r.output
+
+
+class _Ctx:
+    def __init__(self, b):
+        self.b = b
+
+    def __enter__(self):
+        return self.b
+
+    def __exit__(self, *exc):
+        return False
+
+
 def test_run_stopped_after_its_application_ended_reports_that_outcome(tmp_path, monkeypatch):
     monkeypatch.setenv("TFYARN_HOME", str(tmp_path / "home"))
     spec = make_spec(environment={"python": "/opt/py/bin/python"})
