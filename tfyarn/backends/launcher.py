@@ -95,6 +95,8 @@ def write_text_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+#: Seconds between two samples of the tasks' resident memory (:meth:`Launcher._sample_memory`).
+MEMORY_SAMPLE_S = 1.0
 #: File ``tfyarn kill`` writes in the app dir before it signals the launcher: the reason the job ends with.
 KILL_REQUEST = "kill.request"
 
@@ -142,6 +144,7 @@ class Launcher:
         self._finished: float | None = None
         self._progress: dict = {}
         self._summary: dict | None = None
+        self._memory_sampled = 0.0
         self.kv: KVServer | None = None
         self._rate = GlobalStepRate()
         self.attempt = 0
@@ -369,20 +372,36 @@ class Launcher:
     def _sample_memory(self) -> None:
         """Each running task's resident memory (with its children: the framing processes), as YARN's NodeManager
         measures a container's process tree. Local tasks have no limit; a task above its role's ``memory`` is
-        warned about once, the moment it crosses it, since on YARN its container would be killed."""
-        for t in self.tasks.values():
-            if t.state != "RUNNING" or t.proc is None:
+        warned about once, the moment it crosses it, since on YARN its container would be killed.
+
+        At most once a second, in one scan of the process table for all tasks: ~6 ms with 64 processes here
+        (0.6 % of a core), where a ``children()`` scan per task cost ~8 ms for 5 tasks."""
+        now = time.monotonic()
+        if now - self._memory_sampled < MEMORY_SAMPLE_S:
+            return
+        self._memory_sampled = now
+        running = {t.proc.pid: t for t in self.tasks.values() if t.state == "RUNNING" and t.proc is not None}
+        if not running:
+            return
+        kids: dict[int, list[int]] = {}
+        rss: dict[int, int] = {}
+        for p in psutil.process_iter(["ppid", "memory_info"]):
+            info = p.info
+            if info.get("memory_info") is None:
                 continue
-            try:
-                p = psutil.Process(t.proc.pid)
-                rss = p.memory_info().rss + sum(c.memory_info().rss for c in p.children(recursive=True))
-            except psutil.Error:
-                continue
+            rss[p.pid] = info["memory_info"].rss
+            kids.setdefault(info["ppid"], []).append(p.pid)
+        for pid, t in running.items():
+            total, todo = 0, [pid]
+            while todo:
+                q = todo.pop()
+                total += rss.get(q, 0)
+                todo.extend(kids.get(q, ()))
             limit = self.spec.roles[t.role].memory_mib << 20  # type: ignore[index]
-            if rss > limit >= t.peak_rss:
+            if total > limit >= t.peak_rss:
                 log.warning("%s uses %d MiB of resident memory, more than roles.%s.memory (%d MiB): on YARN its "
-                            "container would be killed", t.name, rss >> 20, t.role, limit >> 20)
-            t.peak_rss = max(t.peak_rss, rss)
+                            "container would be killed", t.name, total >> 20, t.role, limit >> 20)
+            t.peak_rss = max(t.peak_rss, total)
 
     def _refresh(self) -> None:
         assert self.kv is not None
