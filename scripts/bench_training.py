@@ -30,6 +30,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -441,6 +442,7 @@ def report(res: dict) -> str:
                   f"Python per record held the GIL the training loop needs between steps: fed steps had a tail of "
                   f"slow ones (GIL waits) that made the *mean* 5-25 % slower than in-graph on small models while the "
                   f"median was faster. In the framing process that work runs on another core without the GIL.", "",
+              notes_block("fed"), "",
               "### Epoch boundaries (fed loop, 5 epochs of skewed files)", "",
               "| mode | waits for the first batch of epochs 2–5 (ms) | longest | median step (ms) | ≤ one step |",
               "|---|---|---|---|---|"]
@@ -493,12 +495,24 @@ def report(res: dict) -> str:
                          f"by the forkserver while the launcher starts.")
     else:
         lines.append(f"not measured: the job ended {ls.get('state')} ({ls.get('diagnostics')}) without a step")
+    lines += ["", notes_block("launch")]
     return "\n".join(lines) + "\n"
+
+
+def notes_block(name: str, body: str = "") -> str:
+    """Where a hand-written reading of the figures goes: ``write_section`` carries the block's text over from the
+    section it replaces (the figures change each run; the history and the reasoning must not be lost)."""
+    return f"<!-- notes:{name} (hand-written, kept by --write) -->\n{body}<!-- /notes:{name} -->"
+
+
+_NOTES = re.compile(r"<!-- notes:(\w+) \(hand-written, kept by --write\) -->\n(.*?)<!-- /notes:\1 -->", re.S)
 
 
 def write_section(text: str, path: Path) -> None:
     """Replace (or append) only the Training section; other engineers own the rest of the file."""
     old = path.read_text() if path.exists() else "# Benchmarks\n"
+    kept = {m.group(1): m.group(2) for m in _NOTES.finditer(old)}
+    text = _NOTES.sub(lambda m: notes_block(m.group(1), kept.get(m.group(1), "")), text)
     start = old.find(SECTION)
     if start < 0:
         new = old.rstrip("\n") + "\n\n" + text
