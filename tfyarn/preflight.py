@@ -158,22 +158,42 @@ def _has_glob(path: str) -> bool:
     return any(c in path for c in "*?[")
 
 
-def check_data(spec: JobSpec, get_fs: GetFs = hdfs.get_fs) -> list[str]:
-    problems = []
+@dataclass(frozen=True)
+class _Listed:
+    """One ``data.train``/``data.eval`` URL, listed once for every data check."""
+    section: str
+    index: int
+    url: str
+    fs: Any = None
+    files: tuple[str, ...] = ()
+    error: str | None = None
+
+
+def list_data(spec: JobSpec, get_fs: GetFs = hdfs.get_fs) -> list[_Listed]:
+    """Every data URL's files (sorted), or why it could not be listed: one listing per URL (an RPC each on HDFS)."""
+    out = []
     for section, urls in (("data.train", spec.data.train), ("data.eval", spec.data.eval)):
         for i, url in enumerate(urls):
-            resolved = spec.resolve_path(url)
             try:
-                fs, path = get_fs(resolved)
+                fs, path = get_fs(spec.resolve_path(url))
                 if _has_glob(path):
                     hits = [p for p in fs.glob(path) if fs.isfile(p)]
                 else:
                     hits = [path] if fs.isfile(path) else [p for p in fs.find(path)] if fs.isdir(path) else []
             except Exception as exc:  # noqa: BLE001 - any filesystem error is a reportable problem here
-                problems.append(f"{section}[{i}]: cannot list {url}: {type(exc).__name__}: {exc}")
+                out.append(_Listed(section, i, url, error=f"{type(exc).__name__}: {exc}"))
                 continue
-            if not hits:
-                problems.append(f"{section}[{i}]: {url} matches no files")
+            out.append(_Listed(section, i, url, fs, tuple(sorted(hits))))
+    return out
+
+
+def check_data(spec: JobSpec, get_fs: GetFs = hdfs.get_fs, listed: list[_Listed] | None = None) -> list[str]:
+    problems = []
+    for d in listed if listed is not None else list_data(spec, get_fs):
+        if d.error is not None:
+            problems.append(f"{d.section}[{d.index}]: cannot list {d.url}: {d.error}")
+        elif not d.files:
+            problems.append(f"{d.section}[{d.index}]: {d.url} matches no files")
     return problems
 
 
@@ -195,7 +215,7 @@ def _sample_first_record(fs: Any, path: str, name: str, compression: str) -> byt
         return read_first_record(f, name)
 
 
-def check_data_schema(spec: JobSpec, get_fs: GetFs = hdfs.get_fs) -> list[str]:
+def check_data_schema(spec: JobSpec, get_fs: GetFs = hdfs.get_fs, listed: list[_Listed] | None = None) -> list[str]:
     """The first record of the first :data:`SAMPLE_FILES` files of each data URL must fit ``data.features``.
 
     Why: a wrong path, a feature renamed upstream or eval data of another model otherwise shows up only when a task
@@ -207,37 +227,32 @@ def check_data_schema(spec: JobSpec, get_fs: GetFs = hdfs.get_fs) -> list[str]:
     from tfyarn.data.parse import decode_example, diagnose, schema
     fields = schema(spec.data.features)
     problems = []
-    for section, urls in (("data.train", spec.data.train), ("data.eval", spec.data.eval)):
-        for i, url in enumerate(urls):
-            found: list[str] = []
+    for d in listed if listed is not None else list_data(spec, get_fs):
+        found: list[str] = []
+        for hit in d.files[:SAMPLE_FILES]:
+            name = d.fs.unstrip_protocol(hit)
             try:
-                fs, path = get_fs(spec.resolve_path(url))
-                hits = sorted(fs.glob(path) if _has_glob(path) else [path] if fs.isfile(path) else
-                              fs.find(path) if fs.isdir(path) else [])
-                for hit in [h for h in hits if fs.isfile(h)][:SAMPLE_FILES]:
-                    name = fs.unstrip_protocol(hit)
-                    try:
-                        payload = _sample_first_record(fs, hit, name, spec.data.compression)
-                    except DataError as exc:
-                        found.append(str(exc))
-                        continue
-                    if payload is None:
-                        continue                      # an empty file: nothing to check
-                    bad = diagnose(payload, fields)
-                    if bad is not None:
-                        try:
-                            has = ", ".join(repr(k) for k in sorted(decode_example(payload))) or "none"
-                        except Exception:  # noqa: BLE001 - not an Example at all: diagnose said so
-                            has = None
-                        found.append(f"{name} record 0 does not fit data.features: {bad[1]}"
-                                     + (f" (the record has: {has})" if has else ""))
-                    elif spec.data.on_corrupt == "skip":
-                        found = []
-                        break                         # one sample fits: the data set is the one described
-            except Exception as exc:  # noqa: BLE001 - a filesystem error is check_data's to report
-                log.debug("preflight: sampling %s failed: %s", url, exc)
+                payload = _sample_first_record(d.fs, hit, name, spec.data.compression)
+            except DataError as exc:
+                found.append(str(exc))
                 continue
-            problems += [f"{section}[{i}]: {p}" for p in found[:1]]     # the first is enough to act on
+            except Exception as exc:  # noqa: BLE001 - a filesystem error here is not this check's finding
+                log.debug("preflight: sampling %s failed: %s", name, exc)
+                continue
+            if payload is None:
+                continue                      # an empty file: nothing to check
+            bad = diagnose(payload, fields)
+            if bad is not None:
+                try:
+                    has = ", ".join(repr(k) for k in sorted(decode_example(payload))) or "none"
+                except Exception:  # noqa: BLE001 - not an Example at all: diagnose said so
+                    has = None
+                found.append(f"{name} record 0 does not fit data.features: {bad[1]}"
+                             + (f" (the record has: {has})" if has else ""))
+            elif spec.data.on_corrupt == "skip":
+                found = []
+                break                         # one sample fits: the data set is the one described
+        problems += [f"{d.section}[{d.index}]: {p}" for p in found[:1]]     # the first is enough to act on
     return problems
 
 
@@ -346,8 +361,8 @@ def run_preflight(spec: JobSpec, cluster: ClusterInfo | None = None, get_fs: Get
     if cluster is not None:
         problems += check_resources(spec, cluster, master_memory_mib, master_vcores)
     if check_files:
-        problems += check_data(spec, get_fs)
-        problems += check_data_schema(spec, get_fs)
+        listed = list_data(spec, get_fs)
+        problems += check_data(spec, get_fs, listed) + check_data_schema(spec, get_fs, listed)
         problems += check_checkpoint_dir(spec, get_fs)
     _raise(problems, "nothing was uploaded or submitted")
     warnings = local_path_warnings(spec)
@@ -358,8 +373,9 @@ def run_preflight(spec: JobSpec, cluster: ClusterInfo | None = None, get_fs: Get
 
 def run_file_checks(spec: JobSpec, get_fs: GetFs = hdfs.get_fs) -> None:
     """``tfyarn validate --check-files``: the data and checkpoint-dir checks alone (no cluster, no task env)."""
-    _raise(check_data(spec, get_fs) + check_data_schema(spec, get_fs) + check_checkpoint_dir(spec, get_fs),
-           "validate --check-files: nothing was started")
+    listed = list_data(spec, get_fs)
+    _raise(check_data(spec, get_fs, listed) + check_data_schema(spec, get_fs, listed)
+           + check_checkpoint_dir(spec, get_fs), "validate --check-files: nothing was started")
 
 
 def local_resource_warnings(spec: JobSpec) -> list[str]:
@@ -377,8 +393,9 @@ def run_local_preflight(spec: JobSpec, get_fs: GetFs = hdfs.get_fs) -> None:
     """Before a local run starts any process: the data, checkpoint-dir and task-env checks (no cluster to ask, no
     Kerberos, and local paths are what a local run uses). Without it, a glob matching nothing surfaced as every task
     failing with NoDataError after each had imported TensorFlow."""
-    problems = (check_data(spec, get_fs) + check_data_schema(spec, get_fs) + check_checkpoint_dir(spec, get_fs)
-                + check_task_env(spec))
+    listed = list_data(spec, get_fs)
+    problems = (check_data(spec, get_fs, listed) + check_data_schema(spec, get_fs, listed)
+                + check_checkpoint_dir(spec, get_fs) + check_task_env(spec))
     _raise(problems, "nothing was started")
     for w in local_resource_warnings(spec):
         log.warning("preflight: %s", w)

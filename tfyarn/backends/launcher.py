@@ -410,20 +410,23 @@ class Launcher:
         total = store.get(TOTAL_STEPS_KEY)
         items = store.items("progress/")
         self.history.record(items)
+        sides = side_roles(store.get)
         self._progress = aggregate_progress(items, int(total) if total else None, self.spec.training_tasks,
-                                            self._rate) | side_roles(store.get)
-        self._read_summary(store)
+                                            self._rate) | sides
+        self._read_summary(store, sides)
         st = self.status()
         write_json_atomic(self.app_dir / "status.json", st.to_dict())
         if self.on_update:
             self.on_update(st)
 
-    def _read_summary(self, store: Any) -> None:
+    def _read_summary(self, store: Any, sides: dict[str, Any] | None = None) -> None:
         """The chief's run summary, with the evaluator's newest evaluation (it evaluates the final checkpoint after
-        the chief wrote the summary, so it is joined here, not by the chief)."""
+        the chief wrote the summary, so it is joined here, not by the chief). ``sides``: :func:`side_roles` of the
+        same read, if the caller has it."""
         summary = store.get(SUMMARY_KEY)
         if summary:
-            self._summary = json.loads(summary) | {k: v for k, v in side_roles(store.get).items() if k == "eval"}
+            sides = side_roles(store.get) if sides is None else sides
+            self._summary = json.loads(summary) | ({"eval": sides["eval"]} if "eval" in sides else {})
 
     def _failure_message(self, task: _Task) -> str:
         assert self.kv is not None

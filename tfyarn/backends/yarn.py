@@ -416,7 +416,7 @@ class YarnBackend(Backend):
         summary = None
         if kv.get("summary"):
             try:
-                summary = json.loads(kv["summary"]) | {k: v for k, v in sides.items() if k == "eval"}
+                summary = json.loads(kv["summary"]) | ({"eval": sides["eval"]} if "eval" in sides else {})
             except ValueError:
                 summary = None
         return {"tasks": [t.__dict__ for t in tasks], "progress": progress, "summary": summary,
