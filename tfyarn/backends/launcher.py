@@ -33,7 +33,7 @@ import psutil
 from tfyarn.backends.base import AppState, AppStatus, TaskStatus
 from tfyarn.backends.forkserver import ForkedProcess, ForkServer, ForkServerError
 from tfyarn.backends.kvserver import KVServer
-from tfyarn.backends.progress import GlobalStepRate, aggregate_progress, side_roles
+from tfyarn.backends.progress import GlobalStepRate, aggregate_progress, side_roles, summary_with_eval
 from tfyarn.errors import ExitCode
 from tfyarn.report import HISTORY_FILE, ProgressHistory, report_for_launcher
 from tfyarn.runtime.context import ABORT_KEY, DONE_KEY, SUMMARY_KEY, TOTAL_STEPS_KEY, addr_key, failure_key
@@ -421,12 +421,10 @@ class Launcher:
 
     def _read_summary(self, store: Any, sides: dict[str, Any] | None = None) -> None:
         """The chief's run summary, with the evaluator's newest evaluation (it evaluates the final checkpoint after
-        the chief wrote the summary, so it is joined here, not by the chief). ``sides``: :func:`side_roles` of the
-        same read, if the caller has it."""
-        summary = store.get(SUMMARY_KEY)
-        if summary:
-            sides = side_roles(store.get) if sides is None else sides
-            self._summary = json.loads(summary) | ({"eval": sides["eval"]} if "eval" in sides else {})
+        the chief wrote the summary). ``sides``: :func:`side_roles` of the same read, if the caller has it."""
+        summary = summary_with_eval(store.get(SUMMARY_KEY), side_roles(store.get) if sides is None else sides)
+        if summary is not None:
+            self._summary = summary
 
     def _failure_message(self, task: _Task) -> str:
         assert self.kv is not None

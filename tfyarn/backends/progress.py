@@ -73,3 +73,16 @@ def side_roles(get: Callable[[str], str | None]) -> dict[str, Any]:
         except ValueError:
             pass            # a torn value cannot happen with KV puts; a foreign one is not worth failing status
     return out
+
+
+def summary_with_eval(raw: str | None, sides: dict[str, Any]) -> dict[str, Any] | None:
+    """The chief's run summary (its KV JSON) with the evaluator's newest evaluation joined in: the evaluator evaluates
+    the final checkpoint after the chief wrote the summary, so whoever reads status joins them. None: no summary yet
+    (or not JSON)."""
+    if not raw:
+        return None
+    try:
+        summary = json.loads(raw)
+    except ValueError:
+        return None
+    return summary | ({"eval": sides["eval"]} if "eval" in sides else {})

@@ -35,7 +35,7 @@ from tfyarn import hdfs, packaging
 from tfyarn.backends import yarn_logs, yarn_spec
 from tfyarn.backends._skein import skein
 from tfyarn.backends.base import AppState, AppStatus, Backend, TaskStatus
-from tfyarn.backends.progress import GlobalStepRate, aggregate_progress, side_roles
+from tfyarn.backends.progress import GlobalStepRate, aggregate_progress, side_roles, summary_with_eval
 from tfyarn.errors import AppNotFound, WaitTimeout
 from tfyarn.interrupts import SIGNALS, Interrupted, interruptible
 from tfyarn.report import HISTORY_FILE, ProgressHistory, write_run_report
@@ -413,12 +413,7 @@ class YarnBackend(Backend):
                                       self._rates.setdefault(app_id, GlobalStepRate()))
         sides = side_roles(kv.get)
         progress.update(sides)
-        summary = None
-        if kv.get("summary"):
-            try:
-                summary = json.loads(kv["summary"]) | ({"eval": sides["eval"]} if "eval" in sides else {})
-            except ValueError:
-                summary = None
+        summary = summary_with_eval(kv.get("summary"), sides)
         return {"tasks": [t.__dict__ for t in tasks], "progress": progress, "summary": summary,
                 "failures": failures, "taskmap": taskmap,
                 "containers": {f"{c.service_name}_{c.instance}": c.yarn_container_id for c in containers}}

@@ -265,12 +265,10 @@ class Checkpointer:
         if entry.get("format") != CHECKPOINT_FORMAT:
             raise ValueError(f"checkpoint {entry['name']} in {self.store.url} has format {entry.get('format')!r}; "
                              f"allreduce mode resumes only from its own ({CHECKPOINT_FORMAT!r}) checkpoints")
-        from tfyarn.train.checkpoint import check_fits, expected_model_shapes
+        from tfyarn.train.checkpoint import check_model_fits
         prefix = self.store.download(entry, self.local / "restore")
-        what = f"{entry['name']} in {self.store.url}"
         variables = [getattr(self.state.model, f"var_{i}") for i in range(self.n_model_vars)]   # see train_state
-        shapes, labels = expected_model_shapes(variables, entry.get("model_variables") or [], what)
-        check_fits(prefix, shapes, what, labels)
+        check_model_fits(prefix, variables, entry.get("model_variables") or [], f"{entry['name']} in {self.store.url}")
         self.state.read(prefix).expect_partial()
         self.last_step = int(entry["global_step"])
         log.info("%s resumed from %s (global step %d)", self.ctx.task_id, entry["name"], self.last_step)

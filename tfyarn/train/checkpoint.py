@@ -198,6 +198,13 @@ def expected_model_shapes(variables: list[Any], keys: list[str],
     return {k: v.shape.as_list() for k, v in pairs}, {k: v.name.split(":")[0] for k, v in pairs}
 
 
+def check_model_fits(prefix: str, variables: list[Any], keys: list[str], what: str) -> None:
+    """:func:`check_fits` for a model's ``variables`` stored under an index entry's ``model_variables`` keys (the
+    allreduce restore and the evaluator's), named in messages by the variables' own names."""
+    shapes, labels = expected_model_shapes(variables, keys, what)
+    check_fits(prefix, shapes, what, labels)
+
+
 def restore_model_variables(model: Any, prefix: str, keys: list[str], what: str | None = None) -> None:
     """Assign a ps-mode (name-based) checkpoint to ``model.variables`` in creation order (eager or graph, no Saver).
 
@@ -206,8 +213,7 @@ def restore_model_variables(model: Any, prefix: str, keys: list[str], what: str 
     """
     import tensorflow as tf
 
-    shapes, labels = expected_model_shapes(list(model.variables), keys, what or prefix)
-    check_fits(prefix, shapes, what or prefix, labels)
+    check_model_fits(prefix, list(model.variables), keys, what or prefix)
     reader = tf.train.load_checkpoint(prefix)
     for key, var in zip(keys, model.variables):
         var.assign(reader.get_tensor(key))
