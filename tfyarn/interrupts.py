@@ -30,6 +30,20 @@ class Interrupted(Exception):
 
 
 @contextmanager
+def _handlers(handler: object) -> Iterator[None]:
+    """Install ``handler`` for every stop signal inside the block, and put the previous ones back after it.
+
+    A previous handler of ``None`` was set outside Python (an embedding, a C library); it is restored as
+    ``SIG_DFL``, the closest Python can express."""
+    previous = {sig: signal.signal(sig, handler) for sig in SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old if old is not None else signal.SIG_DFL)
+
+
+@contextmanager
 def interruptible() -> Iterator[None]:
     """Raise :class:`Interrupted` on SIGINT/SIGTERM/SIGHUP inside the block; handlers restored after it.
 
@@ -43,11 +57,20 @@ def interruptible() -> Iterator[None]:
     def handler(signum: int, _frame: object) -> None:
         raise Interrupted(signal.Signals(signum).name)
 
-    previous = {sig: signal.signal(sig, handler) for sig in SIGNALS}
-    try:
+    with _handlers(handler):
+        try:
+            yield
+        except KeyboardInterrupt:
+            raise Interrupted("SIGINT") from None
+
+
+@contextmanager
+def ignoring_stop_signals() -> Iterator[None]:
+    """Ignore SIGINT/SIGTERM/SIGHUP inside the block (clean-up that must not be cut half way, such as killing the
+    application a stopped ``run`` started: a second Ctrl-C must not leave it half done). Main thread only, as
+    :func:`interruptible`; elsewhere it does nothing."""
+    if threading.current_thread() is not threading.main_thread():
         yield
-    except KeyboardInterrupt:
-        raise Interrupted("SIGINT") from None
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old if old is not None else signal.SIG_DFL)   # None: set outside Python
+        return
+    with _handlers(signal.SIG_IGN):
+        yield

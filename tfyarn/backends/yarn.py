@@ -25,7 +25,6 @@ import getpass
 import json
 import logging
 import os
-import signal
 import time
 import urllib.error
 from pathlib import Path
@@ -37,7 +36,7 @@ from tfyarn.backends._skein import skein
 from tfyarn.backends.base import AppState, AppStatus, Backend, TaskStatus
 from tfyarn.backends.progress import GlobalStepRate, aggregate_progress, side_roles, summary_with_eval
 from tfyarn.errors import AppNotFound, WaitTimeout
-from tfyarn.interrupts import SIGNALS, Interrupted, interruptible
+from tfyarn.interrupts import Interrupted, ignoring_stop_signals, interruptible
 from tfyarn.report import HISTORY_FILE, ProgressHistory, write_run_report
 from tfyarn.spec import JobSpec, load_spec_json
 
@@ -349,17 +348,13 @@ class YarnBackend(Backend):
 
         Further stop signals are ignored while the kill is asked for (a second Ctrl-C must not leave it half done).
         """
-        old = {sig: signal.signal(sig, signal.SIG_IGN) for sig in SIGNALS}
-        try:
+        with ignoring_stop_signals():
             st = self.status(app_id)
             if st.state.is_terminal:
                 return st                   # it had ended on its own just before: its outcome stands
             log.warning("%s: killing %s", exc, app_id)
             self.kill(app_id)
             st = self.status(app_id)
-        finally:
-            for sig, h in old.items():
-                signal.signal(sig, h if h is not None else signal.SIG_DFL)
         st.state = AppState.KILLED          # YARN reports the kill asynchronously; it was asked for, and accepted
         st.diagnostics = f"{exc}: killed {app_id}"
         return st
