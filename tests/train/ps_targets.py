@@ -55,13 +55,13 @@ def fake(ctx) -> None:
 
 def _slow_steps(delay: float) -> None:
     """Wrap the trainer's step so each takes ``delay`` s longer (before the step, like a slow reader)."""
-    from tfyarn.train import ps
-    orig = ps.ProgressReporter.report
+    from tfyarn.train.progress import ProgressReporter
+    orig = ProgressReporter.report
 
     def report(self, *a, **kw):
         time.sleep(delay)
         return orig(self, *a, **kw)
-    ps.ProgressReporter.report = report
+    ProgressReporter.report = report
 
 
 def slow(ctx) -> None:

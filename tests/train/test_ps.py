@@ -77,7 +77,7 @@ def test_no_dataset_or_iterator_op_on_a_ps_and_variables_balanced(tmp_path, sync
     from tfyarn.runtime.context import TaskContext
     from tfyarn.runtime.kv import MemoryKV
     from tfyarn.train import load
-    from tfyarn.train.ps import build_graph
+    from tfyarn.train.ps.graph import build_graph
 
     spec = make_spec(["unused"], sync=sync, batch=10, epochs=1, ps=2,
                      params={"num_users": 5000, "num_items": 3000, "dim": 8})

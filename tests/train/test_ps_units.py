@@ -10,7 +10,8 @@ from tfyarn.runtime.context import ABORT_KEY, DONE_KEY, SUMMARY_KEY, progress_ke
 from tfyarn.runtime.kv import KVUnavailable, MemoryKV
 from tfyarn.train import helpers
 from tfyarn.train.checkpoint import INDEX, CheckpointStore
-from tfyarn.train.ps import plan_placement, wait_for_end
+from tfyarn.train.ps.placement import plan_placement
+from tfyarn.train.ps.server import wait_for_end
 from tfyarn.train.progress import ProgressReporter
 
 
@@ -166,7 +167,7 @@ def test_a_worker_steps_only_once_the_chief_has_aligned_the_step_counters(tmp_pa
     from tfyarn.errors import WaitTimeout
     from tfyarn.runtime.context import STEPS_ALIGNED_KEY, TaskContext
     from tfyarn.spec import load_spec_dict
-    from tfyarn.train.ps import _wait_for_aligned_steps
+    from tfyarn.train.ps.loop import _wait_for_aligned_steps
     spec = load_spec_dict({"name": "s", "model": "tfyarn.models.logreg:model", "timeouts": {"rendezvous": 0.5},
                            "data": {"train": ["x"], "features": {"label": {"dtype": "float32"}}, "batch_size": 1},
                            "roles": {"ps": {"instances": 1}, "chief": {"instances": 1}, "worker": {"instances": 1}}})

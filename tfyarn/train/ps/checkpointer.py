@@ -1,0 +1,87 @@
+"""The ps chief's checkpoints: when one is due, saving (never a non-finite one), the counters that make a resume
+exact, and finding what to restore."""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from tfyarn.train import helpers
+from tfyarn.train.progress import NonFiniteLoss
+from tfyarn.train.ps.graph import TrainGraph
+
+log = logging.getLogger("tfyarn.train.ps")
+
+
+class Checkpointer:
+    """The chief's periodic checkpoints: Saver to a local dir, then :class:`CheckpointStore` upload (atomic)."""
+
+    def __init__(self, ctx: Any, tg: TrainGraph, steps: list[int]):
+        from tfyarn.train.checkpoint import CheckpointStore, local_dir_for
+
+        ck = ctx.spec.checkpoint
+        self.ctx, self.tg, self.steps = ctx, tg, steps
+        self.store = CheckpointStore(ctx.spec.resolve_path(ck.dir), keep=ck.keep) if ck.dir else None
+        self.every_steps, self.every_secs = ck.every_steps, ck.every_secs
+        self.local = local_dir_for(ctx.workdir, "save") if self.store else None
+        self.last_step = -1
+        self.last_time = time.monotonic()
+        self.resumed_from: str | None = None   # the checkpoint the chief restored, for the summary
+
+    def restore_prefix(self) -> str | None:
+        """Download the latest checkpoint (if any) for the chief to restore from."""
+        if self.store is None:
+            return None
+        entry = self.store.latest()
+        if entry is None:
+            return None
+        from tfyarn.train.checkpoint import check_fits, local_dir_for
+        prefix = self.store.download(entry, local_dir_for(self.ctx.workdir, "restore"))
+        import tensorflow as tf
+        expected = {v.op.name: v.shape.as_list()        # the Saver's list: every global variable of the graph
+                    for v in self.tg.graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES)}
+        check_fits(prefix, expected, f"{entry['name']} in {self.store.url}")
+        log.info("%s: resuming from %s (global step %d)", self.ctx.task_id, entry["name"], entry["global_step"])
+        self.resumed_from = entry["name"]
+        return prefix
+
+    def due(self, global_step: int) -> bool:
+        if self.store is None or global_step == self.last_step:
+            return False
+        if self.every_steps and global_step - max(self.last_step, 0) >= self.every_steps:
+            return True
+        return bool(self.every_secs) and time.monotonic() - self.last_time >= self.every_secs
+
+    def save(self, sess: Any, global_step: int | None = None) -> dict[str, Any] | None:
+        if self.store is None:
+            return None
+        gs, ws = sess.run([self.tg.global_step, self.tg.worker_steps])
+        gs = int(gs)
+        if gs == self.last_step:
+            return None
+        prefix = self.tg.saver.save(sess, str(self.local / "ckpt"), global_step=gs, write_meta_graph=False,
+                                    write_state=False)
+        # Async: another worker's diverged update may have reached the ps after this task's last (finite) loss. A NaN
+        # never leaves a variable once in it (every later update keeps it), so variables finite *after* the save
+        # were finite during it; otherwise the files are not committed and the last committed checkpoint stays good.
+        if self.ctx.spec.fail_on_nan_loss and not sess.run(self.tg.all_finite):
+            raise NonFiniteLoss(f"{self.ctx.task_id}: the model's variables hold NaN/inf after the checkpoint at "
+                                f"global step {gs} was written (a worker's update diverged): not committed, the "
+                                f"latest committed checkpoint is the last good one")
+        # Async workers keep stepping while the Saver reads the ps: the counters in the files can be a step or two
+        # past what was read above. The index must describe what was saved, so read them back from the files.
+        gs, ws = self._saved_counters(prefix)
+        ws = [gs] * len(ws) if self.ctx.spec.sync else [int(x) for x in ws]
+        meta = {"format": "v1-saver", "model_variables": self.tg.model_var_keys, "worker_steps": ws,
+                "epoch": helpers.position(min(ws), self.steps)[0], "mode": "ps", "sync": self.ctx.spec.sync}
+        entry = self.store.upload(prefix, gs, meta)
+        self.last_step, self.last_time = gs, time.monotonic()
+        return entry
+
+
+    def _saved_counters(self, prefix: str) -> tuple[int, list[int]]:
+        import tensorflow as tf
+        reader = tf.compat.v1.train.NewCheckpointReader(prefix)
+        gs = int(reader.get_tensor(self.tg.global_step.op.name))
+        ws = [int(x) for x in reader.get_tensor(self.tg.worker_steps.op.name)]
+        return gs, ws

@@ -1,0 +1,160 @@
+"""The between-graph replica a chief or worker builds: placeholders, the model on the ps (by size), the train op in
+async or lockstep-sync form, the per-worker step counters that make resume and rejoin exact, init/ready ops, Saver."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from tfyarn.train.model import build_model, split_features, tf_dtype
+from tfyarn.train.ps.placement import SizeBalancer, plan_placement, variable_sizes
+
+WORKER_STEPS_VAR = "tfyarn_worker_steps"
+WORKER_STARTED_VAR = "tfyarn_worker_started"
+
+
+@dataclass
+class TrainGraph:
+    graph: Any
+    placeholders: dict[str, Any]
+    loss: Any
+    train_op: Any              # runs one local step; its value is the global step after it
+    global_step: Any
+    worker_steps: Any
+    worker_started: Any
+    reset_started: Any         # this worker's started := counted (after reading what was in flight)
+    init_op: Any
+    local_init_op: Any
+    ready_op: Any
+    saver: Any
+    model_var_keys: list[str]
+    align_steps: Any
+    all_finite: Any            # every trainable variable free of NaN/inf (checked after a checkpoint is written)
+    sync: "LockstepSync | None" = None
+    placement: dict[str, int] = field(default_factory=dict)
+
+
+class LockstepSync:
+    """Synchronous aggregation in lockstep rounds (see the module docstring for why not SyncReplicasOptimizer).
+
+    Per trainable variable a (Sparse)ConditionalAccumulator on that variable's ps; per worker a token queue on the
+    global step's ps. A worker step = push its gradients (stamped with its local step) → dequeue its own token (blocks
+    until the round is aggregated) → local step := token. The chief's :meth:`aggregate` op takes N gradients from
+    every accumulator (their mean), applies them, increments the global step and enqueues one token per worker.
+    """
+
+    def __init__(self, opt: Any, grads_and_vars: list, num_workers: int, rank: int, global_step: Any,
+                 worker_device: str):
+        import tensorflow as tf
+        self.n = num_workers
+        with tf.compat.v1.device(global_step.device):
+            start = tf.identity(global_step.read_value())   # a tensor, not a callable: no colocation with the var
+        with tf.compat.v1.device(worker_device):
+            self.local_step = tf.compat.v1.Variable(
+                initial_value=start, trainable=False, name="tfyarn_local_step",
+                collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES], use_resource=True, dtype=tf.int64)
+        pushes, takes = [], []
+        for g, v in grads_and_vars:
+            with tf.compat.v1.device(v.device):
+                shared = f"{v.op.name}/tfyarn_sync_accum"
+                if isinstance(g, tf.IndexedSlices):
+                    acc = tf.compat.v1.SparseConditionalAccumulator(g.dtype, shape=v.shape, shared_name=shared)
+                    pushes.append(acc.apply_indexed_slices_grad(g, local_step=self.local_step))
+                    takes.append((acc.take_indexed_slices_grad(self.n), v))
+                else:
+                    acc = tf.compat.v1.ConditionalAccumulator(g.dtype, shape=v.shape, shared_name=shared)
+                    pushes.append(acc.apply_grad(g, local_step=self.local_step))
+                    takes.append((acc.take_grad(self.n), v))
+        with tf.compat.v1.device(global_step.device):
+            self.queues = [tf.queue.FIFOQueue(self.n + 2, [tf.int64], shapes=[()],
+                                              shared_name=f"tfyarn_sync_token_{w}", name=f"tfyarn_sync_token_{w}")
+                           for w in range(num_workers)]
+        with tf.control_dependencies(pushes):
+            token = self.queues[rank].dequeue()
+        self.step_op = self.local_step.assign(token)   # value: the global step this round produced
+        self.apply_op = opt.apply_gradients(takes, global_step=global_step)
+        with tf.control_dependencies([self.apply_op]):
+            gs = tf.identity(global_step.read_value())
+            self.aggregate = tf.group(*[q.enqueue(gs) for q in self.queues], name="tfyarn_sync_aggregate")
+
+
+def build_graph(ctx: Any, model: Any) -> TrainGraph:
+    """The between-graph replica for this task (every task builds the same variables, so names agree)."""
+    import tensorflow as tf
+    spec = ctx.spec
+    num_ps = len(ctx.cluster["ps"])
+    # (one ps: everything goes to it; skip building the model a second time just to size its variables)
+    planned = plan_placement(variable_sizes(model), num_ps) if num_ps > 1 else {}
+    balancer = SizeBalancer(num_ps, planned)
+    worker_device = f"/job:{ctx.role}/task:{ctx.index}"
+    graph = tf.Graph()
+    with graph.as_default():
+        setter = tf.compat.v1.train.replica_device_setter(
+            ps_tasks=num_ps, worker_device=worker_device, cluster=tf.train.ClusterSpec(ctx.cluster),
+            ps_strategy=balancer)
+        with tf.compat.v1.device(setter):
+            build_model(model)
+            global_step = tf.compat.v1.train.get_or_create_global_step()
+            with tf.compat.v1.device(global_step.device):  # with the global step: counted in the ps's partition
+                worker_steps = tf.Variable(tf.zeros([ctx.num_data_workers], tf.int64), trainable=False,
+                                           name=WORKER_STEPS_VAR)
+                worker_started = tf.Variable(tf.zeros([ctx.num_data_workers], tf.int64), trainable=False,
+                                             name=WORKER_STARTED_VAR)
+                rank = tf.constant([ctx.data_rank])
+                # no input from this worker: runs as soon as the ps partition of a step starts
+                started = worker_started.scatter_add(tf.IndexedSlices(tf.constant([1], tf.int64), rank))
+                reset_started = worker_started.scatter_update(
+                    tf.IndexedSlices(tf.gather(worker_steps.read_value(), rank), rank))
+            placeholders = {name: tf.compat.v1.placeholder(tf_dtype(f.dtype), [None, *f.shape], name=f"in_{name}")
+                            for name, f in spec.data.features.items()}
+            feats, labels = split_features(placeholders, spec.data.label)
+            predictions = model(feats, training=True)
+            loss = tf.reduce_mean(model.loss(labels, predictions), name="loss")
+            opt = model.optimizer()
+            gvs = [(g, v) for g, v in opt.compute_gradients(loss, var_list=model.trainable_variables)
+                   if g is not None]
+            if not gvs:
+                raise ValueError(f"{type(model).__name__}: the loss depends on no trainable variable")
+            sync = None
+            if spec.sync:
+                sync = LockstepSync(opt, gvs, ctx.num_data_workers, ctx.data_rank, global_step, worker_device)
+                step_value = sync.step_op
+                counted_after = step_value
+            else:
+                apply = opt.apply_gradients(gvs, global_step=global_step)
+                with tf.control_dependencies([apply]):
+                    step_value = tf.identity(global_step.read_value())
+                counted_after = apply   # on the ps, right after the update: no round trip to this worker between
+            with tf.control_dependencies([counted_after, started]), tf.compat.v1.device(global_step.device):
+                count = worker_steps.scatter_add(tf.IndexedSlices(tf.constant([1], tf.int64), rank))
+            with tf.control_dependencies([count, step_value]):
+                train_op = tf.identity(step_value, name="train_step")
+            # Resume: a checkpoint is read while steps run, so it may catch the global step and the worker counters
+            # a step apart. sync: every worker is exactly at the global step (a counter caught mid-round). async: the
+            # global step is the sum of the worker counters, which say where each worker is in its plan (seen: a
+            # resumed job ending at global step 191 of 192 with every worker at its planned step).
+            with tf.compat.v1.device(global_step.device):
+                if spec.sync:
+                    align_steps = worker_steps.assign(tf.fill([ctx.num_data_workers], global_step.read_value()))
+                else:
+                    align_steps = global_step.assign(tf.reduce_sum(worker_steps.read_value()))
+        with tf.compat.v1.device(worker_device):
+            init_op = tf.compat.v1.global_variables_initializer()
+            local_init_op = tf.group(tf.compat.v1.local_variables_initializer(),
+                                     tf.compat.v1.tables_initializer())
+            ready_op = tf.compat.v1.report_uninitialized_variables(tf.compat.v1.global_variables())
+            saver = tf.compat.v1.train.Saver(tf.compat.v1.global_variables(), sharded=False, max_to_keep=2,
+                                             save_relative_paths=True)
+        model_var_keys = [v.op.name for v in model.variables]
+        finite = []
+        for v in model.trainable_variables:          # each check runs where its variable lives: one bool travels
+            with tf.compat.v1.device(v.device):
+                finite.append(tf.reduce_all(tf.math.is_finite(v.read_value())))
+        with tf.compat.v1.device(worker_device):
+            all_finite = tf.reduce_all(tf.stack(finite))
+    graph.finalize()
+    return TrainGraph(graph=graph, placeholders=placeholders, loss=loss, train_op=train_op, global_step=global_step,
+                      worker_steps=worker_steps, worker_started=worker_started, reset_started=reset_started,
+                      init_op=init_op, local_init_op=local_init_op, ready_op=ready_op,
+                      saver=saver, model_var_keys=model_var_keys, align_steps=align_steps, all_finite=all_finite,
+                      sync=sync,
+                      placement=dict(balancer.placed))

@@ -1,0 +1,272 @@
+"""The chief's and workers' step loop in ps mode: aligned start, rejoin after a restart, fed steps to the global step
+target, the chief's wait for every worker's share, final checkpoint and summary, then ``control/done``."""
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from typing import Any
+
+from tfyarn.data.pipeline import EpochPipeline
+from tfyarn.runtime.context import ABORT_KEY, DONE_KEY, STEPS_ALIGNED_KEY
+from tfyarn.runtime.kv import put_json
+from tfyarn.train import helpers
+from tfyarn.train.progress import (ProgressReporter, publish_total_steps, run_summary, wait_for_final_progress,
+                                   write_summary)
+from tfyarn.train.ps.checkpointer import Checkpointer
+from tfyarn.train.ps.graph import TrainGraph, build_graph
+from tfyarn.train.ps.server import start_server
+from tfyarn.train.ps.session import open_session
+
+log = logging.getLogger("tfyarn.train.ps")
+
+
+def rejoin_key(task: str, restart: int) -> str:
+    """``rejoin/worker:0/1`` → JSON of the worker's first restart: where it resumed and what it lost."""
+    return f"rejoin/{task}/{restart}"
+
+
+class _Aggregator(threading.Thread):
+    """Chief only, sync mode: runs the aggregate op round after round until the global step target."""
+
+    def __init__(self, sess: Any, tg: TrainGraph, target: int, start_step: int):
+        super().__init__(name="tfyarn-sync-aggregator", daemon=True)
+        self.sess, self.tg, self.target, self.gs = sess, tg, target, start_step
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            while self.gs < self.target:
+                self.sess.run(self.tg.sync.aggregate)
+                self.gs += 1
+        except BaseException as exc:  # reported by the main loop
+            self.error = exc
+            log.error("sync aggregator failed at global step %d: %s", self.gs, exc)
+
+
+def train(ctx: Any, model: Any) -> dict[str, Any] | None:
+    """A chief or worker task in ps mode. Returns the summary on the chief, this task's figures otherwise."""
+    import tensorflow as tf
+    spec = ctx.spec
+    t_start = time.monotonic()
+    # two feeders alternating epochs: the next epoch is read while this one trains (no cold start at a boundary)
+    feeder = EpochPipeline(lambda: helpers.make_feeder(ctx), spec.data.epochs)
+    with feeder:
+        steps = helpers.epoch_steps(feeder, spec.data.epochs)
+        per_worker = sum(steps)
+        target = per_worker if spec.sync else per_worker * ctx.num_data_workers
+        if ctx.is_chief:
+            publish_total_steps(ctx.kv, target)
+        log.info("%s: ps mode, %s, %d epochs x %s steps per worker, global step target %d, batch %d per worker "
+                 "(global %d)", ctx.task_id, "sync" if spec.sync else "async", spec.data.epochs, steps, target,
+                 spec.data.batch_size, spec.global_batch_size)
+        server = start_server(ctx)
+        tg = build_graph(ctx, model)
+        if ctx.is_chief:
+            log.info("variable placement (ps index): %s", tg.placement)
+        ckpt = Checkpointer(ctx, tg, steps) if ctx.is_chief else None
+        # Saver.save/restore refuse to run while TF2's eager mode is current: stay in the training graph
+        with tg.graph.as_default():
+            try:
+                sess = open_session(ctx, tg, server, ckpt.restore_prefix() if ckpt else None)
+                if sess is None:
+                    log.warning("%s: training already finished (%s is set); nothing to rejoin", ctx.task_id,
+                                DONE_KEY)
+                    return {"steps": 0, "already_finished": True}
+                try:
+                    return _run(ctx, tg, sess, feeder, steps, target, ckpt, t_start)
+                finally:
+                    sess.close()
+            except tf.errors.UnavailableError:
+                if ctx.is_chief or ctx.kv.get(DONE_KEY) is None:
+                    raise
+                # The ps left because training finished while this worker was starting: a re-run of a finished job
+                # (the chief restores the final checkpoint and is done at once) or a restart at the very end. The
+                # chief sets done only once every worker's counter is complete, so nothing is left for this one.
+                log.warning("%s: training finished while this worker was starting (%s is set, the ps have exited); "
+                            "nothing left to run", ctx.task_id, DONE_KEY)
+                return {"steps": 0, "already_finished": True}
+
+
+def _wait_for_aligned_steps(ctx: Any, poll: float = 0.05) -> None:
+    """A worker's first step waits for the chief's ``control/steps_aligned``: the async resume alignment (global step
+    := sum of the worker counters) reads and writes the global step, and a worker step in between would be lost from
+    the count. Bounded by ``timeouts.rendezvous``; a job already done needs no wait (the loop then finds nothing)."""
+    from tfyarn.errors import WaitTimeout
+    deadline = time.monotonic() + ctx.spec.timeouts.rendezvous
+    while ctx.kv.get(STEPS_ALIGNED_KEY) is None and ctx.kv.get(DONE_KEY) is None:
+        if ctx.kv.get(ABORT_KEY) is not None:
+            raise RuntimeError(f"{ctx.task_id}: job aborted while waiting for the chief to start: "
+                               f"{ctx.kv.get(ABORT_KEY)}")
+        if time.monotonic() > deadline:
+            raise WaitTimeout(f"{ctx.task_id}: timed out after {ctx.spec.timeouts.rendezvous:g}s waiting for the "
+                              f"chief to start its training loop ({STEPS_ALIGNED_KEY})")
+        time.sleep(poll)
+
+
+def _rejoin(ctx: Any, tg: TrainGraph, sess: Any, steps: list[int]) -> int:
+    """Before the first step: what did this worker's previous process leave in flight? Returns the lost steps.
+
+    started > counted on the ps = a step began and was never counted (the process died in it). The restarted worker
+    resumes at its counter, i.e. runs that step again; the interrupted run is reported (log + ``rejoin/`` key, read
+    into the summary by the chief). Then started := counted. A fresh attempt only resets: a checkpoint can catch a
+    live step between the two counters, which is not a loss of this attempt (that is bounded by the checkpoint).
+
+    Sync mode refuses: a dead process may have pushed gradients for a round that completes only after the restarted
+    one read the global step, so it would push a second gradient into that round or wait for a token it drained —
+    extra steps or a deadlock. The spec forbids worker restarts in sync ps mode; ``retry.max_attempts`` restarts the
+    whole job from its checkpoint instead.
+    """
+    import os
+    restart = int(os.environ.get("TFYARN_RESTART", "0") or 0)
+    if restart and ctx.spec.sync:
+        raise RuntimeError(f"{ctx.task_id}: a restarted worker cannot rejoin a sync (lockstep) ps job; "
+                           f"use retry.max_attempts (a job attempt from the latest checkpoint)")
+    started, counted = (int(x[ctx.data_rank]) for x in sess.run([tg.worker_started, tg.worker_steps]))
+    sess.run(tg.reset_started)
+    if not restart:
+        return 0
+    lost = max(0, started - counted)
+    epoch, step = helpers.position(counted, steps)
+    record = {"restart": restart, "resume_at": counted, "epoch": epoch, "step": step, "lost_steps": lost,
+              "lost_records": lost * ctx.spec.data.batch_size}
+    if lost:
+        log.warning("%s: restart %d rejoins; its previous process died with %d step(s) in flight (epoch %d step %d, "
+                    "%d records): that run is lost, the step runs again from the worker's counter %d", ctx.task_id,
+                    restart, lost, epoch, step, record["lost_records"], counted)
+    else:
+        log.warning("%s: restart %d rejoins at epoch %d step %d (counter %d); no step was in flight", ctx.task_id,
+                    restart, epoch, step, counted)
+    put_json(ctx.kv, rejoin_key(ctx.task_id, restart), record)
+    return lost
+
+
+def _rejoins(kv: Any, tasks: list[str]) -> dict[str, Any]:
+    """Summary fields from the ``rejoin/`` keys: per training task, restarts rejoined and steps/records lost."""
+    out: dict[str, Any] = {"rejoins": {t: 0 for t in tasks}, "lost_steps": {t: 0 for t in tasks},
+                           "lost_records": {t: 0 for t in tasks}}
+    for key, raw in kv.items("rejoin/").items():
+        task = key.split("/")[1]
+        rec = json.loads(raw)
+        out["rejoins"][task] = out["rejoins"].get(task, 0) + 1
+        out["lost_steps"][task] = out["lost_steps"].get(task, 0) + int(rec["lost_steps"])
+        out["lost_records"][task] = out["lost_records"].get(task, 0) + int(rec["lost_records"])
+    return out
+
+
+def _run(ctx: Any, tg: TrainGraph, sess: Any, feeder: Any, steps: list[int], target: int,
+         ckpt: Checkpointer | None, t_start: float) -> dict[str, Any] | None:
+    spec = ctx.spec
+    if ctx.is_chief:
+        if spec.sync or (ckpt is not None and ckpt.resumed_from):
+            sess.run(tg.align_steps)
+        ctx.kv.put(STEPS_ALIGNED_KEY, "1")
+    else:
+        _wait_for_aligned_steps(ctx)
+    lost = _rejoin(ctx, tg, sess, steps)
+    gs0, ws0 = sess.run([tg.global_step, tg.worker_steps])
+    gs0 = int(gs0)
+    if spec.sync:
+        ws0 = [gs0] * ctx.num_data_workers
+    done = gs0 if spec.sync else int(ws0[ctx.data_rank])
+    epoch, start = helpers.position(done, steps)
+    if done:
+        log.info("%s: resuming at epoch %d step %d (global step %d)", ctx.task_id, epoch, start, gs0)
+    if ckpt:
+        ckpt.last_step = gs0
+    names = list(tg.placeholders)
+    step_fn = sess.make_callable([tg.train_op, tg.loss], feed_list=[tg.placeholders[n] for n in names])
+    aggregator = None
+    if spec.sync and ctx.is_chief:
+        aggregator = _Aggregator(sess, tg, target, gs0)
+        aggregator.start()
+    progress = ProgressReporter(ctx.kv, ctx.task_id, fail_on_nan_loss=ctx.spec.fail_on_nan_loss)
+    local = done
+    gs = gs0
+    label = spec.data.label
+    progress.begin()
+    t_first = None
+    for e, batch in feeder.run(epoch, start):
+        gs, loss = step_fn(*[batch[n] for n in names])
+        gs = int(gs)
+        local += 1
+        if t_first is None:
+            t_first = time.monotonic()
+            log.info("%s: first step %.2fs after start, loss %.4f", ctx.task_id, t_first - t_start, loss)
+        if spec.sync and gs != local:
+            raise RuntimeError(f"{ctx.task_id}: sync lockstep broken: local step {local} but global step {gs}")
+        progress.report(step=local, epoch=e, loss=loss, global_step=gs,
+                        examples=len(batch[label]) if label else spec.data.batch_size)
+        if aggregator is not None and aggregator.error is not None:
+            raise RuntimeError(f"sync aggregation failed: {aggregator.error}") from aggregator.error
+        if ckpt and ckpt.due(gs):
+            ckpt.save(sess)
+        if spec.sync and gs >= target:
+            break
+    mine = progress.final()
+    mine["start_worker_steps"] = [int(x) for x in ws0]
+    mine["lost_steps"] = lost
+    mine["train_start"] = progress.start
+    log.info("%s: finished %d local steps (global step %d), %.0f examples/s, loss %s -> %s", ctx.task_id,
+             mine["steps"], gs, mine["examples_per_sec"], mine["first_loss"], mine["last_loss"])
+    if not ctx.is_chief:
+        return mine
+    if aggregator is not None:
+        aggregator.join(timeout=spec.timeouts.step)
+        if aggregator.is_alive():
+            raise TimeoutError(f"sync aggregator still running {spec.timeouts.step:g}s after the last step")
+    worker_steps = _wait_for_workers(ctx, tg, sess, steps, ckpt)
+    return _finish(ctx, tg, sess, ckpt, mine, worker_steps, target, t_start)
+
+
+def _wait_for_workers(ctx: Any, tg: TrainGraph, sess: Any, steps: list[int],
+                      ckpt: Checkpointer | None) -> list[int]:
+    """Chief: wait until every worker has run its share (async workers finish at their own pace). Bounded: fails
+    when no worker step happened for ``timeouts.step`` (a stopped worker, named in the error)."""
+    want = sum(steps)
+    last, last_change = None, time.monotonic()
+    while True:
+        ws = [int(x) for x in sess.run(tg.worker_steps)]
+        if all(n >= want for n in ws):
+            return ws
+        if ws != last:
+            last, last_change = ws, time.monotonic()
+        elif time.monotonic() - last_change > ctx.spec.timeouts.step:
+            behind = {t: n for t, n in zip(ctx.training_tasks, ws) if n < want}
+            raise TimeoutError(f"waited {ctx.spec.timeouts.step:g}s (timeouts.step) for workers to finish their "
+                               f"{want} steps; no progress from: {behind}")
+        if ckpt:
+            gs = int(sess.run(tg.global_step))
+            if ckpt.due(gs):
+                ckpt.save(sess)
+        time.sleep(0.1)
+
+
+def _finish(ctx: Any, tg: TrainGraph, sess: Any, ckpt: Checkpointer | None, mine: dict[str, Any],
+            worker_steps: list[int], target: int, t_start: float) -> dict[str, Any]:
+    """Chief: final checkpoint, summary (file + KV), then ``control/done`` so the ps tasks exit."""
+    spec = ctx.spec
+    gs = int(sess.run(tg.global_step))
+    entry = ckpt.save(sess) if ckpt else None
+    elapsed = time.monotonic() - t_start
+    train_s = time.monotonic() - mine["train_start"]   # before the wait for the workers' final records
+    progress = wait_for_final_progress(ctx, spec.timeouts.shutdown)
+    trained = (sum(worker_steps) - sum(mine["start_worker_steps"])) * spec.data.batch_size
+    latest = entry or (ckpt.store.latest() if ckpt and ckpt.store else None)   # None: saved at this step already
+    summary = run_summary(
+        ctx, global_step=gs, total_steps=target, steps_per_worker=dict(zip(ctx.training_tasks, worker_steps)),
+        examples_per_sec=round(trained / train_s, 1) if train_s > 0 else 0.0,
+        first_loss=mine["first_loss"], last_loss=mine["last_loss"], train_s=round(train_s, 3),
+        last_checkpoint=(latest or {}).get("name"), resumed_from=ckpt.resumed_from if ckpt else None,
+        loss_by_worker={t: p.get("loss") for t, p in progress.items()} | {ctx.task_id: mine["last_loss"]},
+        elapsed_s=round(elapsed, 3), num_ps=len(ctx.cluster.get("ps", [])), **_rejoins(ctx.kv, ctx.training_tasks))
+    log.info("training done: global step %d/%d, steps per worker %s, %.0f examples/s, loss %s -> %s, %.1fs",
+             gs, target, summary["steps_per_worker"], summary["examples_per_sec"], summary["first_loss"],
+             summary["last_loss"], elapsed)
+    if any(summary["rejoins"].values()):
+        log.warning("workers restarted and rejoined: %s; in-flight steps lost (run again): %s",
+                    summary["rejoins"], summary["lost_steps"])
+    summary["summary_url"] = write_summary(ctx, summary)
+    ctx.kv.put(DONE_KEY, "1")
+    return summary
