@@ -95,3 +95,34 @@ def kill(app_id: str) -> AppStatus:
 def list_apps(backend: str | None = None) -> list[AppStatus]:
     with get_backend(backend) as b:
         return b.list()
+
+
+def export(spec: JobSpec, checkpoint: str | None = None, to: str | None = None) -> dict:
+    """Export a committed checkpoint of ``spec.checkpoint.dir`` (by name, e.g. ``ckpt-120``; default the latest) as a
+    SavedModel under ``to`` (default ``spec.export.dir``), version = its global step. Needs TensorFlow here.
+
+    Returns ``{"url", "version", "checkpoint", "seconds"}``. Raises :class:`ExportError` when there is nothing to
+    export (no checkpoint dir, no such checkpoint, no destination, no TensorFlow)."""
+    import importlib.util
+    from tfyarn.errors import ExportError
+    if importlib.util.find_spec("tensorflow") is None:
+        raise ExportError("export builds the model with TensorFlow, which is not installed here "
+                          "(pip install 'tfyarn[tf-cpu]', or run it where the job's environment is)")
+    if not spec.checkpoint.dir:
+        raise ExportError("export: the spec has no checkpoint.dir to export from")
+    if not (to or spec.export):
+        raise ExportError("export: no destination: set export.dir in the spec or pass --to URL")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")     # before TF's import: no C++ start-up chatter
+    from tfyarn.train.checkpoint import CheckpointStore
+    from tfyarn.train.export import export_checkpoint
+    store = CheckpointStore(spec.resolve_path(spec.checkpoint.dir), keep=spec.checkpoint.keep)
+    entries = store.index().get("checkpoints", [])
+    if not entries:
+        raise ExportError(f"export: no committed checkpoint in {store.url}")
+    entry = store.latest()
+    if checkpoint is not None:
+        entry = next((e for e in entries if e["name"] == checkpoint), None)
+        if entry is None:
+            raise ExportError(f"export: no checkpoint {checkpoint!r} in {store.url} (committed: "
+                              f"{', '.join(e['name'] for e in entries)})")
+    return export_checkpoint(spec, entry, to=spec.resolve_path(to) if to else None)

@@ -104,6 +104,26 @@ def schema() -> None:
     click.echo(json.dumps(json_schema(), indent=2))
 
 
+@cli.command("export")
+@click.argument("spec_path", metavar="SPEC")
+@_set_option
+@click.option("--checkpoint", default=None, metavar="NAME",
+              help="A committed checkpoint of checkpoint.dir, e.g. ckpt-120 (default: the latest).")
+@click.option("--to", default=None, metavar="URL", help="Where the numbered version goes (default: export.dir).")
+@click.option("--output", type=click.Choice(["text", "json"]), default="text")
+def export_(spec_path: str, overrides: tuple[str, ...], checkpoint: str | None, to: str | None,
+            output: str) -> None:
+    """Export a checkpoint as a SavedModel (TF Serving layout: URL/<global step>/); needs TensorFlow here."""
+    from tfyarn import api
+    spec = _load(spec_path, overrides)
+    out = api.export(spec, checkpoint=checkpoint, to=to)
+    if output == "json":
+        click.echo(json.dumps(out))
+    else:
+        click.echo(f"exported {out['checkpoint']} as SavedModel version {out['version']}: {out['url']} "
+                   f"({out['seconds']:.1f}s)")
+
+
 # ------------------------------------------------------------------------------------------------------------ run
 @cli.command()
 @click.argument("spec_path", metavar="SPEC")

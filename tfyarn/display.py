@@ -234,6 +234,8 @@ def summary_text(st: AppStatus) -> str:
             lines.append(f"  eval: {_eval_text(s['eval'])}")
         if s.get("checkpoint_dir"):
             lines.append(f"  checkpoints: {s['checkpoint_dir']}")
+        if isinstance(s.get("export"), dict) and s["export"].get("url"):
+            lines.append(f"  model (SavedModel): {s['export']['url']}  (from {s['export'].get('checkpoint')})")
     for t in st.tasks:
         if t.peak_rss_mib and t.memory_mib and t.peak_rss_mib > t.memory_mib:
             role = t.task.split(":")[0]

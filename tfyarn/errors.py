@@ -40,3 +40,8 @@ class WaitTimeout(TfyarnError):
 
 class AppNotFound(TfyarnError):
     exit_code = ExitCode.INVALID
+
+
+class ExportError(TfyarnError):
+    """A SavedModel export could not start: no checkpoint to export, an unknown one, no TensorFlow here."""
+    exit_code = ExitCode.INVALID

@@ -170,6 +170,13 @@ class Checkpoint(_Model):
         return None if v is None else parse_duration_s(v)
 
 
+class Export(_Model):
+    """A SavedModel of the final checkpoint at the end of a successful run (TF Serving layout: ``<dir>/<step>/``)."""
+    dir: str = Field(..., description="fsspec URL; each export is a numbered version dir (the global step), "
+                                      "written under a temporary name then renamed")
+    keep: int = Field(3, gt=0, description="newest versions kept under dir")
+
+
 RoleName = Literal["chief", "worker", "ps", "evaluator", "tensorboard"]
 ROLE_ORDER: tuple[str, ...] = ("chief", "worker", "ps", "evaluator", "tensorboard")
 #: Roles that appear in TF_CONFIG's cluster; evaluator and tensorboard stand outside it.
@@ -265,6 +272,7 @@ class JobSpec(_Model):
     sync: bool = False
     data: Data
     checkpoint: Checkpoint = Field(default_factory=Checkpoint)
+    export: Export | None = Field(None, description="export the final model as a SavedModel (needs checkpoint.dir)")
     roles: dict[RoleName, Role] = Field(default_factory=_default_roles)
     timeouts: Timeouts = Field(default_factory=Timeouts)
     retry: Retry = Field(default_factory=Retry)
@@ -305,6 +313,8 @@ class JobSpec(_Model):
             problems.append("data.eval: an evaluator needs eval data")
         if (n("evaluator") or n("tensorboard")) and not self.checkpoint.dir:
             problems.append("checkpoint.dir: evaluator and tensorboard follow the checkpoint dir, set one")
+        if self.export and not self.checkpoint.dir:
+            problems.append("export.dir: the model is exported from the final checkpoint: set checkpoint.dir too")
         for role in ("ps", "chief"):
             r = self.roles.get(role)  # type: ignore[call-overload]
             if r and r.max_restarts:
@@ -477,6 +487,8 @@ def _resolve_paths(spec: JobSpec, base_dir: str) -> JobSpec:
     update: dict[str, Any] = {"base_dir": base_dir, "data": data}
     if spec.checkpoint.dir:
         update["checkpoint"] = spec.checkpoint.model_copy(update={"dir": res(spec.checkpoint.dir)})
+    if spec.export:
+        update["export"] = spec.export.model_copy(update={"dir": res(spec.export.dir)})
     if spec.code:
         update["code"] = res(spec.code)
     return spec.model_copy(update=update)

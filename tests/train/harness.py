@@ -209,3 +209,31 @@ def write_recommender_files(directory: Path, sizes: list[int], seed: int = 0) ->
                                        {"label": "float", "user_id": "int64", "item_id": "int64"}))
         paths.append(str(path))
     return paths
+
+
+# ------------------------------------------------------------------------------------------------------ exports
+
+def check_export_matches_checkpoint(spec, version_dir: str | Path, checkpoint: str) -> None:
+    """The SavedModel in ``version_dir`` serves exactly the model of ``checkpoint`` (a committed checkpoint of the
+    spec's checkpoint.dir): its serving signature's predictions equal those of the spec's model restored from the
+    checkpoint (the evaluator's way), on a batch of ids covering the tables."""
+    import numpy as np
+    import tensorflow as tf
+    from tfyarn.train.checkpoint import CheckpointStore, restore_model_variables
+    from tfyarn.train.model import build_model, load
+
+    store = CheckpointStore(spec.resolve_path(spec.checkpoint.dir))
+    entry = next(e for e in store.index()["checkpoints"] if e["name"] == checkpoint)
+    import tempfile
+    prefix = store.download(entry, tempfile.mkdtemp(prefix="export-check-"))
+    model = build_model(load(spec.model, spec.params))
+    restore_model_variables(model, prefix, entry["model_variables"])
+    rng = np.random.default_rng(5)
+    feats = {k: rng.integers(0, 2000, 64).astype(np.int64) for k in ("user_id", "item_id")}
+    want = model({k: tf.constant(v) for k, v in feats.items()}, training=False).numpy()
+    serve = tf.saved_model.load(str(version_dir)).signatures["serving_default"]
+    assert sorted(serve.structured_input_signature[1]) == ["item_id", "user_id"]   # the features, not the label
+    got = serve(**{k: tf.constant(v) for k, v in feats.items()})["predictions"].numpy()
+    assert got.shape == (64,) and np.isfinite(got).all()
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    assert np.std(got) > 0                         # a trained model, not a constant

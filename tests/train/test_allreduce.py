@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import RECOMMENDER_FEATURES, LocalCluster, write_recommender_files
+from harness import RECOMMENDER_FEATURES, LocalCluster, check_export_matches_checkpoint, write_recommender_files
 from tfyarn.runtime.context import DONE_KEY, progress_key
 from tfyarn.spec import load_spec_dict
 from tfyarn.train.allreduce import model_variable_keys
@@ -142,7 +142,7 @@ def test_small_sparse_gradients_are_densified_large_ones_stay_sparse():
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_skewed_files_two_workers_three_epochs_finish_with_equal_steps_and_evaluator(tmp_path):
-    spec = make_spec(tmp_path, epochs=3, evaluator=True)
+    spec = make_spec(tmp_path, epochs=3, evaluator=True, export={"dir": str(tmp_path / "models"), "keep": 1})
     with LocalCluster(spec, tmp_path / "run") as c:
         c.start()
         codes = c.wait(timeout=240)
@@ -175,6 +175,10 @@ def test_skewed_files_two_workers_three_epochs_finish_with_equal_steps_and_evalu
     assert lines[-1]["examples"] == 2000 and 0 < lines[-1]["loss"] < 1.0 and 0 <= lines[-1]["accuracy"] <= 1
     assert list((tmp_path / "ckpt" / "eval").glob("events.out.tfevents.*"))
     assert list((tmp_path / "ckpt" / "train").glob("events.out.tfevents.*"))
+    # export: the final (object-based) checkpoint as a SavedModel serving exactly its model
+    assert summary["export"]["url"] == str(tmp_path / "models" / "15") and summary["export"]["checkpoint"] == "ckpt-15"
+    assert sorted(p.name for p in (tmp_path / "models").iterdir()) == ["15"]
+    check_export_matches_checkpoint(spec, tmp_path / "models" / "15", "ckpt-15")
 
 
 def _wait_for(cond, timeout: float, what: str, interval: float = 0.1):

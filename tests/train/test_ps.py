@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness import LocalCluster
+from harness import LocalCluster, check_export_matches_checkpoint
 from tfyarn.spec import load_spec_dict
 
 FEATURES = {"label": {"dtype": "float32"}, "user_id": {"dtype": "int64"}, "item_id": {"dtype": "int64"}}
@@ -44,7 +44,8 @@ def write_sized(root: Path, sizes: list[int], seed: int = 0) -> list[str]:
 
 
 def make_spec(train: list[str], *, sync: bool, batch: int, epochs: int, ps: int = 1, workers: int = 1,
-              ckpt: Path | None = None, every_steps: int | None = None, params: dict | None = None):
+              ckpt: Path | None = None, every_steps: int | None = None, params: dict | None = None,
+              export: Path | None = None):
     doc = {"name": "pstest", "model": "tfyarn.models.recommender:model",
            "params": params or {"num_users": 100, "num_items": 100, "dim": 8, "learning_rate": 0.2},
            "mode": "ps", "sync": sync,
@@ -53,6 +54,8 @@ def make_spec(train: list[str], *, sync: bool, batch: int, epochs: int, ps: int 
            "timeouts": {"step": 60, "rendezvous": 120}}
     if ckpt:
         doc["checkpoint"] = {"dir": f"file://{ckpt}", "every_steps": every_steps, "every_secs": None, "keep": 2}
+    if export:
+        doc["export"] = {"dir": str(export)}
     return load_spec_dict(doc)
 
 
@@ -142,7 +145,7 @@ def test_async_two_ps_trains_to_the_planned_global_step_and_loss_goes_down(tmp_p
     from tfyarn.data import write_synthetic
     urls = write_synthetic(str(tmp_path / "data"), "recommender", files=4, records=8000, skew=4, seed=3,
                            users=200, items=200, dim=4)
-    spec = make_spec(urls, sync=False, batch=100, epochs=3, ps=2,
+    spec = make_spec(urls, sync=False, batch=100, epochs=3, ps=2, ckpt=tmp_path / "ckpt", export=tmp_path / "models",
                      params={"num_users": 200, "num_items": 200, "dim": 8, "learning_rate": 0.3})
     steps = planned_steps(spec)
     per_worker = sum(steps)
@@ -160,6 +163,12 @@ def test_async_two_ps_trains_to_the_planned_global_step_and_loss_goes_down(tmp_p
     assert all(p["step"] == per_worker and p["done"] for p in progress.values())
     assert "training done: global step" in chief_log and "first step" in chief_log
     assert time.monotonic() - t0 < 200
+    # export: the final checkpoint (variables on 2 ps, name-based) as a SavedModel serving exactly its model
+    final = f"ckpt-{2 * per_worker}"
+    assert summary["last_checkpoint"] == final
+    assert summary["export"]["url"] == str(tmp_path / "models" / str(2 * per_worker))
+    assert summary["export"]["checkpoint"] == final and summary["export"]["version"] == 2 * per_worker
+    check_export_matches_checkpoint(spec, summary["export"]["url"], final)
 
 
 @pytest.mark.slow

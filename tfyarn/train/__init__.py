@@ -33,6 +33,9 @@ def run_task(ctx: Any) -> Any:
         raise ValueError(f"{ctx.task_id}: run_task does not handle role {role!r}")
     target = load(spec.model, spec.params, spec.resolve_path(spec.code) if spec.code else None)
     if is_custom_train(target):
+        if spec.export is not None:
+            raise ValueError(f"export: {spec.model} is a custom train function; tfyarn cannot know which model it "
+                             f"trained. Remove export from the spec and save a SavedModel in the function")
         from tfyarn.train import helpers
         return helpers.run_custom(ctx, target)
     if spec.mode == "ps":

@@ -449,11 +449,13 @@ def _loop(ctx: TaskContext, feeder: Any, step_fn: Any, steps: list[int], epoch0:
 def _finish(ctx: TaskContext, ckpt: Checkpointer, figures: dict[str, Any], global_batch: int, steps: list[int],
             resumed_from: dict[str, Any] | None) -> None:
     """Chief: final checkpoint, wait (bounded) for every worker's final figures, summary, then control/done."""
+    from tfyarn.train.export import export_at_end
     from tfyarn.train.progress import run_summary, wait_for_final_progress, write_summary
     ckpt.scalars(figures["global_step"], lambda: {"loss": figures["last_loss"]}, force=True)
     entry = ckpt.save(figures["global_step"], figures["worker_steps"])
     if ckpt.events is not None:
         ckpt.events.close()
+    exported = export_at_end(ctx)
     per_task = wait_for_final_progress(ctx, ctx.spec.timeouts.shutdown)
     train_s = figures["elapsed_s"]
     summary = run_summary(
@@ -462,7 +464,7 @@ def _finish(ctx: TaskContext, ckpt: Checkpointer, figures: dict[str, Any], globa
         examples_per_sec=round(figures["worker_steps"] * global_batch / train_s, 1) if train_s else 0.0,
         first_loss=figures["first_loss"], last_loss=figures["last_loss"], train_s=train_s,
         last_checkpoint=(entry or ckpt.store.latest() or {}).get("name") if ckpt.store else None,
-        resumed_from=(resumed_from or {}).get("name"), steps_per_epoch=steps, chief=figures,
+        resumed_from=(resumed_from or {}).get("name"), steps_per_epoch=steps, chief=figures, export=exported,
         tasks={t: {"step": p.get("step"), "worker_steps": p.get("worker_steps"),
                    "examples_per_sec": p.get("examples_per_sec"), "loss": p.get("loss")} for t, p in per_task.items()})
     write_summary(ctx, summary)

@@ -12,6 +12,7 @@ from tfyarn.data.pipeline import EpochPipeline
 from tfyarn.runtime.context import ABORT_KEY, DONE_KEY, STEPS_ALIGNED_KEY
 from tfyarn.runtime.kv import put_json
 from tfyarn.train import helpers
+from tfyarn.train.export import export_at_end
 from tfyarn.train.progress import (ProgressReporter, publish_total_steps, run_summary, wait_for_final_progress,
                                    write_summary)
 from tfyarn.train.ps.checkpointer import Checkpointer
@@ -254,13 +255,15 @@ def _finish(ctx: Any, tg: TrainGraph, sess: Any, ckpt: Checkpointer | None, mine
     progress = wait_for_final_progress(ctx, spec.timeouts.shutdown)
     trained = (sum(worker_steps) - sum(mine["start_worker_steps"])) * spec.data.batch_size
     latest = entry or (ckpt.store.latest() if ckpt and ckpt.store else None)   # None: saved at this step already
+    exported = export_at_end(ctx)
     summary = run_summary(
         ctx, global_step=gs, total_steps=target, steps_per_worker=dict(zip(ctx.training_tasks, worker_steps)),
         examples_per_sec=round(trained / train_s, 1) if train_s > 0 else 0.0,
         first_loss=mine["first_loss"], last_loss=mine["last_loss"], train_s=round(train_s, 3),
         last_checkpoint=(latest or {}).get("name"), resumed_from=ckpt.resumed_from if ckpt else None,
         loss_by_worker={t: p.get("loss") for t, p in progress.items()} | {ctx.task_id: mine["last_loss"]},
-        elapsed_s=round(elapsed, 3), num_ps=len(ctx.cluster.get("ps", [])), **_rejoins(ctx.kv, ctx.training_tasks))
+        elapsed_s=round(elapsed, 3), num_ps=len(ctx.cluster.get("ps", [])), export=exported,
+        **_rejoins(ctx.kv, ctx.training_tasks))
     log.info("training done: global step %d/%d, steps per worker %s, %.0f examples/s, loss %s -> %s, %.1fs",
              gs, target, summary["steps_per_worker"], summary["examples_per_sec"], summary["first_loss"],
              summary["last_loss"], elapsed)

@@ -1,0 +1,128 @@
+"""SavedModel export (spec ``export:``, ``tfyarn export``): the version dir serves exactly the exported checkpoint's
+model; versions are committed by rename (a model server never sees half a version) and pruned to ``keep``; every way
+it cannot run says why. The end-of-training export of real jobs is checked in test_ps.py and test_allreduce.py."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from harness import RECOMMENDER_FEATURES, check_export_matches_checkpoint
+from tfyarn.cli import cli
+from tfyarn.errors import ExportError, SpecError
+from tfyarn.spec import load_spec_dict
+
+
+def make_spec(tmp_path: Path, **extra):
+    doc = {"name": "ex", "model": "tfyarn.models.recommender:model",
+           "params": {"num_users": 50, "num_items": 40, "dim": 4, "seed": 3}, "mode": "allreduce",
+           "data": {"train": ["unused"], "features": RECOMMENDER_FEATURES, "batch_size": 10},
+           "roles": {"worker": {"instances": 1}},
+           "checkpoint": {"dir": str(tmp_path / "ckpt")}, **extra}
+    return load_spec_dict(doc)
+
+
+def write_checkpoint(spec, workdir: Path, step: int, shift: float) -> None:
+    """A committed allreduce-layout checkpoint whose variables differ per ``shift`` (as a trained one would)."""
+    import tensorflow as tf
+    from tfyarn.train.allreduce import CHECKPOINT_FORMAT, model_variable_keys, train_state
+    from tfyarn.train.checkpoint import CheckpointStore
+    from tfyarn.train.model import build_model, load
+    model = build_model(load(spec.model, spec.params))
+    for i, v in enumerate(model.variables):
+        v.assign_add(tf.fill(tf.shape(v), shift * (i + 1)))
+    prefix = train_state(model, model.optimizer(), tf.Variable(step, dtype=tf.int64)).write(
+        str(workdir / f"w{step}" / f"ckpt-{step}"))
+    CheckpointStore(spec.checkpoint.dir, keep=3).upload(prefix, step, {
+        "format": CHECKPOINT_FORMAT, "model_variables": model_variable_keys(len(model.variables))})
+
+
+def test_export_needs_a_checkpoint_dir_to_export_from():
+    with pytest.raises(SpecError, match="export.dir: the model is exported from the final checkpoint"):
+        load_spec_dict({"name": "ex", "model": "a:b", "data": {"train": ["x"], "features": RECOMMENDER_FEATURES,
+                                                               "batch_size": 4},
+                        "roles": {"ps": {"instances": 1}, "chief": {"instances": 1}}, "export": {"dir": "/tmp/e"}})
+
+
+def test_relative_export_dir_resolves_against_the_spec_file(tmp_path):
+    from tfyarn.spec import load_spec
+    (tmp_path / "job.yaml").write_text(
+        "name: ex\nmodel: a:b\ndata: {train: [d], features: {label: {dtype: float32}}, batch_size: 4}\n"
+        "roles: {ps: {instances: 1}, chief: {instances: 1}}\ncheckpoint: {dir: ck}\nexport: {dir: models, keep: 2}\n")
+    spec = load_spec(tmp_path / "job.yaml")
+    assert spec.export.dir == str(tmp_path / "models") and spec.export.keep == 2
+
+
+@pytest.mark.timeout(120)
+def test_cli_exports_the_latest_or_a_named_checkpoint_serving_its_exact_model(tmp_path):
+    spec = make_spec(tmp_path, export={"dir": str(tmp_path / "models"), "keep": 2})
+    for step, shift in ((10, 0.1), (20, 0.2), (30, 0.3)):
+        write_checkpoint(spec, tmp_path, step, shift)
+    spec_file = tmp_path / "job.json"
+    spec_file.write_text(spec.model_dump_json(by_alias=True))
+    runner = CliRunner()
+    r = runner.invoke(cli, ["export", str(spec_file), "--output", "json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output.strip().splitlines()[-1])
+    assert out["checkpoint"] == "ckpt-30" and out["version"] == 30 and out["url"] == str(tmp_path / "models" / "30")
+    check_export_matches_checkpoint(spec, tmp_path / "models" / "30", "ckpt-30")
+    r = runner.invoke(cli, ["export", str(spec_file), "--checkpoint", "ckpt-10"])
+    assert r.exit_code == 0 and "exported ckpt-10 as SavedModel version 10" in r.output, r.output
+    check_export_matches_checkpoint(spec, tmp_path / "models" / "10", "ckpt-10")
+    r = runner.invoke(cli, ["export", str(spec_file), "--checkpoint", "ckpt-20", "--to", str(tmp_path / "other")])
+    assert r.exit_code == 0, r.output
+    assert sorted(p.name for p in (tmp_path / "other").iterdir()) == ["20"]
+    # keep: 2 — the two newest versions stay; no temporary directory is left behind
+    assert sorted(p.name for p in (tmp_path / "models").iterdir()) == ["10", "30"]
+
+
+def test_every_way_export_cannot_run_says_why_with_exit_2(tmp_path):
+    spec = make_spec(tmp_path, export={"dir": str(tmp_path / "models")})
+    spec_file = tmp_path / "job.json"
+    spec_file.write_text(spec.model_dump_json(by_alias=True))
+    r = CliRunner().invoke(cli, ["export", str(spec_file)])
+    assert r.exit_code == 2 and f"no committed checkpoint in {tmp_path / 'ckpt'}" in r.output, r.output
+    write_checkpoint(spec, tmp_path, 7, 0.1)
+    r = CliRunner().invoke(cli, ["export", str(spec_file), "--checkpoint", "ckpt-9"])
+    assert r.exit_code == 2 and "no checkpoint 'ckpt-9'" in r.output and "committed: ckpt-7" in r.output, r.output
+    no_dest = make_spec(tmp_path)
+    from tfyarn import api
+    with pytest.raises(ExportError, match="no destination"):
+        api.export(no_dest)
+    assert not (tmp_path / "models").exists()
+
+
+def test_versions_are_committed_by_rename_and_pruned(tmp_path):
+    from tfyarn.train.export import ExportStore
+    src = tmp_path / "sm"
+    (src / "variables").mkdir(parents=True)
+    (src / "saved_model.pb").write_bytes(b"pb")
+    (src / "variables" / "variables.index").write_bytes(b"ix")
+    store = ExportStore(str(tmp_path / "out"), keep=2)
+    (tmp_path / "out" / ".tmp-dead-5").mkdir(parents=True)     # a crashed upload's debris is not a version
+    for v in (5, 12, 9):
+        store.upload(src, v)
+    assert store.versions() == [9, 12]                          # numeric order, not upload order or names
+    assert (tmp_path / "out" / "12" / "variables" / "variables.index").read_bytes() == b"ix"
+    (src / "saved_model.pb").write_bytes(b"new")
+    store.upload(src, 12)                                       # re-export of the same step replaces it
+    assert (tmp_path / "out" / "12" / "saved_model.pb").read_bytes() == b"new"
+
+
+def test_a_failed_export_at_the_end_fails_the_task_naming_the_destination_and_the_retry(tmp_path):
+    from tfyarn.runtime.context import TaskContext
+    from tfyarn.runtime.kv import MemoryKV
+    from tfyarn.train.export import export_at_end
+    (tmp_path / "a-file").write_text("")
+    spec = make_spec(tmp_path, export={"dir": str(tmp_path / "a-file" / "models")})
+    write_checkpoint(spec, tmp_path, 4, 0.1)
+    ctx = TaskContext(spec=spec, role="worker", index=0, kv=MemoryKV(), workdir=tmp_path)
+    with pytest.raises(RuntimeError) as err:
+        export_at_end(ctx)
+    msg = str(err.value)
+    assert "final checkpoint is committed, but the export to" in msg and "a-file/models" in msg
+    assert "tfyarn export SPEC" in msg
+    ctx_none = TaskContext(spec=make_spec(tmp_path), role="worker", index=0, kv=MemoryKV(), workdir=tmp_path)
+    assert export_at_end(ctx_none) is None

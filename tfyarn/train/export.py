@@ -1,0 +1,164 @@
+"""The trained model as a SavedModel, in TF Serving's layout: ``<export.dir>/<global step>/saved_model.pb`` + variables.
+
+Why it works this way:
+
+* **From a committed checkpoint**, never from live variables: the export is exactly a checkpoint's model (the final
+  one at the end of training), and the same code serves both modes — ps checkpoints are name-based (TF1 Saver),
+  allreduce ones object-based — because it restores by the index entry's ``model_variables`` in creation order, as
+  the evaluator does (:func:`tfyarn.train.checkpoint.restore_model_variables`). ``tfyarn export SPEC`` re-exports any
+  committed checkpoint later, on any machine with TensorFlow.
+* **The serving signature is the spec's features**: ``serving_default`` takes every ``data.features`` entry except
+  the label, with a free batch dimension, and returns ``{"predictions": model(features, training=False)}`` (a model
+  returning a dict returns its own keys). A client needs nothing else from the job.
+* **Atomic on any fsspec URL**: TF writes the SavedModel locally (TF 2.21 has no ``hdfs://``); its files go up under
+  ``.tmp-<id>-<version>/`` and the directory is renamed to ``<version>`` once complete, so a model server watching
+  ``export.dir`` never loads a half-written version. The newest ``export.keep`` versions are kept.
+"""
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("tfyarn.train.export")
+
+SIGNATURE = "serving_default"
+
+
+def serving_module(model: Any, features: dict[str, Any], label: str | None) -> tuple[Any, Any]:
+    """A ``tf.Module`` tracking the built ``model``'s variables, and its serving function (a concrete function)."""
+    import tensorflow as tf
+    from tfyarn.train.model import tf_dtype
+
+    inputs = {n: tf.TensorSpec((None, *f.shape), tf_dtype(f.dtype), name=n)
+              for n, f in features.items() if n != label}
+    if not inputs:
+        raise ValueError("export: the model has no input features (data.features holds only the label)")
+    module = tf.Module()
+    module.model_variables = list(model.variables)     # tracked: saved with the module
+
+    @tf.function(input_signature=[inputs])
+    def serve(feats):
+        out = model(feats, training=False)
+        return dict(out) if isinstance(out, dict) else {"predictions": out}
+
+    module.serve = serve
+    return module, serve.get_concrete_function()
+
+
+def write_saved_model(spec: Any, prefix: str, keys: list[str], local_dir: Path, what: str) -> Path:
+    """Build the spec's model eagerly, restore it from the local checkpoint ``prefix`` and write a SavedModel."""
+    import tensorflow as tf
+    from tfyarn.train.checkpoint import restore_model_variables
+    from tfyarn.train.model import build_model, load
+
+    model = load(spec.model, spec.params, spec.resolve_path(spec.code) if spec.code else None)
+    build_model(model)
+    restore_model_variables(model, prefix, keys, what)
+    module, fn = serving_module(model, dict(spec.data.features), spec.data.label)
+    if local_dir.exists():
+        shutil.rmtree(local_dir)
+    tf.saved_model.save(module, str(local_dir), signatures={SIGNATURE: fn})
+    return local_dir
+
+
+class ExportStore:
+    """Numbered SavedModel versions under one fsspec URL: upload (temp dir, rename), list, prune to ``keep``."""
+
+    def __init__(self, url: str, keep: int = 3):
+        import fsspec
+        self.url = url.rstrip("/")
+        self.keep = max(1, int(keep))
+        self.fs, root = fsspec.core.url_to_fs(self.url)
+        self.root = root.rstrip("/")
+
+    def versions(self) -> list[int]:
+        """Committed versions, oldest first (names that are not numbers, such as ``.tmp-*``, are not versions)."""
+        if not self.fs.exists(self.root):
+            return []
+        names = [p.rstrip("/").rsplit("/", 1)[-1] for p in self.fs.ls(self.root, detail=False)]
+        return sorted(int(n) for n in names if n.isdigit())
+
+    def upload(self, local_dir: Path, version: int) -> str:
+        """Copy ``local_dir`` up as ``<version>`` (replacing an existing one) and prune; returns its URL."""
+        tmp = f"{self.root}/.tmp-{uuid.uuid4().hex[:8]}-{version}"
+        final = f"{self.root}/{version}"
+        for f in sorted(p for p in Path(local_dir).rglob("*") if p.is_file()):
+            dst = f"{tmp}/{f.relative_to(local_dir).as_posix()}"
+            self.fs.makedirs(dst.rsplit("/", 1)[0], exist_ok=True)
+            self.fs.put_file(str(f), dst)
+        if self.fs.exists(final):             # a re-export of the same step: the new copy wins
+            self.fs.rm(final, recursive=True)
+        self.fs.mv(tmp, final, recursive=True)
+        for old in self.versions()[:-self.keep]:
+            self.fs.rm(f"{self.root}/{old}", recursive=True)
+        return f"{self.url}/{version}"
+
+
+def export_checkpoint(spec: Any, entry: dict[str, Any] | None = None, scratch: str | Path | None = None,
+                      to: str | None = None) -> dict[str, Any]:
+    """Export a committed checkpoint of ``checkpoint.dir`` (``entry``; default the latest) to ``to`` (default
+    ``export.dir``). Returns ``{"url", "version", "checkpoint", "seconds"}``."""
+    import tempfile
+    from tfyarn.train.checkpoint import CheckpointStore
+
+    if not spec.checkpoint.dir:
+        raise ValueError("export: the model is exported from a checkpoint; the spec has no checkpoint.dir")
+    dest = to or (spec.export.dir if spec.export else None)
+    if not dest:
+        raise ValueError("export: no destination (set export.dir in the spec, or pass one)")
+    t0 = time.monotonic()
+    store = CheckpointStore(spec.resolve_path(spec.checkpoint.dir), keep=spec.checkpoint.keep)
+    entry = entry or store.latest()
+    if entry is None:
+        raise FileNotFoundError(f"export: no committed checkpoint in {store.url}")
+    keys = entry.get("model_variables")
+    if not keys:
+        raise ValueError(f"export: checkpoint {entry['name']} in {store.url} does not list its model variables")
+    with tempfile.TemporaryDirectory(prefix="tfyarn-export-", dir=scratch) as tmp:
+        prefix = store.download(entry, Path(tmp) / "ckpt")
+        local = write_saved_model(spec, prefix, keys, Path(tmp) / "saved_model", f"{entry['name']} in {store.url}")
+        keep = spec.export.keep if spec.export else 3
+        url = ExportStore(spec.resolve_path(dest), keep=keep).upload(local, int(entry["global_step"]))
+    secs = time.monotonic() - t0
+    log.info("exported %s (global step %d) as a SavedModel to %s in %.2fs", entry["name"], entry["global_step"], url,
+             secs)
+    return {"url": url, "version": int(entry["global_step"]), "checkpoint": entry["name"], "seconds": round(secs, 3)}
+
+
+def _in_eager_thread(fn: Any) -> Any:
+    """Run ``fn`` in a new thread and return its result (or raise its error). Why: the ps chief finishes inside its
+    finalized training graph (``graph.as_default()``), and SavedModel export needs eager execution; TF's default
+    graph is per thread, so a fresh thread is eager whatever the caller's graph."""
+    import threading
+    out: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            out["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller
+            out["error"] = exc
+
+    t = threading.Thread(target=run, name="tfyarn-export")
+    t.start()
+    t.join()
+    if "error" in out:
+        raise out["error"]
+    return out["value"]
+
+
+def export_at_end(ctx: Any) -> dict[str, Any] | None:
+    """The chief, after the final checkpoint of a successful run: export it when the spec has ``export``. An export
+    that fails fails the task (a scheduled pipeline's next step expects the model); the checkpoint stays committed,
+    so ``tfyarn export SPEC`` can produce it again."""
+    if ctx.spec.export is None:
+        return None
+    try:
+        return _in_eager_thread(lambda: export_checkpoint(ctx.spec, scratch=ctx.workdir))
+    except Exception as exc:
+        raise RuntimeError(f"{ctx.task_id}: training finished and its final checkpoint is committed, but the export "
+                           f"to {ctx.spec.export.dir} failed: {type(exc).__name__}: {exc} "
+                           f"(retry with: tfyarn export SPEC)") from exc
