@@ -4,7 +4,7 @@ What is checked (all problems are collected and reported together, like spec err
 
 * ``data.train`` / ``data.eval``: every URL or glob matches at least one file, and the first record of its first
   files fits ``data.features`` (one small read per file: a wrong data set fails here, not in a task);
-* ``checkpoint.dir``: can be created and written (a probe file is written and removed);
+* ``checkpoint.dir`` and ``export.dir``: can be created and written (a probe file is written and removed);
 * the queue exists and is RUNNING; each role's memory / vcores (and the application master's) fit the queue's and the
   cluster's maximum allocation; a role's node label is one the queue can use;
 * the Kerberos keytab exists and is not world-readable;
@@ -256,21 +256,24 @@ def check_data_schema(spec: JobSpec, get_fs: GetFs = hdfs.get_fs, listed: list[_
     return problems
 
 
-def check_checkpoint_dir(spec: JobSpec, get_fs: GetFs = hdfs.get_fs) -> list[str]:
-    """Create the dir and write + delete a probe file: the only reliable test of 'writable' across filesystems."""
-    if not spec.checkpoint.dir:
-        return []
-    url = spec.resolve_path(spec.checkpoint.dir)
-    try:
-        fs, path = get_fs(url)
-        fs.makedirs(path, exist_ok=True)
-        probe = path.rstrip("/") + f"/.tfyarn-write-test-{uuid.uuid4().hex[:12]}"
-        with fs.open(probe, "wb") as f:
-            f.write(b"ok")
-        fs.rm(probe)
-    except Exception as exc:  # noqa: BLE001
-        return [f"checkpoint.dir: {spec.checkpoint.dir} is not writable: {type(exc).__name__}: {exc}"]
-    return []
+def check_output_dirs(spec: JobSpec, get_fs: GetFs = hdfs.get_fs) -> list[str]:
+    """``checkpoint.dir`` and ``export.dir``: create each and write + delete a probe file, the only reliable test of
+    'writable' across filesystems (an export dir that is not writable would fail the job after all its training)."""
+    dirs = [("checkpoint.dir", spec.checkpoint.dir), ("export.dir", spec.export.dir if spec.export else None)]
+    problems = []
+    for where, d in dirs:
+        if not d:
+            continue
+        try:
+            fs, path = get_fs(spec.resolve_path(d))
+            fs.makedirs(path, exist_ok=True)
+            probe = path.rstrip("/") + f"/.tfyarn-write-test-{uuid.uuid4().hex[:12]}"
+            with fs.open(probe, "wb") as f:
+                f.write(b"ok")
+            fs.rm(probe)
+        except Exception as exc:  # noqa: BLE001
+            problems.append(f"{where}: {d} is not writable: {type(exc).__name__}: {exc}")
+    return problems
 
 
 def check_resources(spec: JobSpec, cluster: ClusterInfo, master_memory_mib: int = 512,
@@ -342,6 +345,8 @@ def local_path_warnings(spec: JobSpec) -> list[str]:
     urls = [("data.train", u) for u in spec.data.train] + [("data.eval", u) for u in spec.data.eval]
     if spec.checkpoint.dir:
         urls.append(("checkpoint.dir", spec.checkpoint.dir))
+    if spec.export:
+        urls.append(("export.dir", spec.export.dir))
     for where, u in urls:
         if "://" not in u or u.startswith("file://"):
             out.append(f"{where}: {u} is a local path; YARN containers on other hosts cannot see it "
@@ -363,7 +368,7 @@ def run_preflight(spec: JobSpec, cluster: ClusterInfo | None = None, get_fs: Get
     if check_files:
         listed = list_data(spec, get_fs)
         problems += check_data(spec, get_fs, listed) + check_data_schema(spec, get_fs, listed)
-        problems += check_checkpoint_dir(spec, get_fs)
+        problems += check_output_dirs(spec, get_fs)
     _raise(problems, "nothing was uploaded or submitted")
     warnings = local_path_warnings(spec)
     for w in warnings:
@@ -375,7 +380,7 @@ def run_file_checks(spec: JobSpec, get_fs: GetFs = hdfs.get_fs) -> None:
     """``tfyarn validate --check-files``: the data and checkpoint-dir checks alone (no cluster, no task env)."""
     listed = list_data(spec, get_fs)
     _raise(check_data(spec, get_fs, listed) + check_data_schema(spec, get_fs, listed)
-           + check_checkpoint_dir(spec, get_fs), "validate --check-files: nothing was started")
+           + check_output_dirs(spec, get_fs), "validate --check-files: nothing was started")
 
 
 def local_resource_warnings(spec: JobSpec) -> list[str]:
@@ -395,7 +400,7 @@ def run_local_preflight(spec: JobSpec, get_fs: GetFs = hdfs.get_fs) -> None:
     failing with NoDataError after each had imported TensorFlow."""
     listed = list_data(spec, get_fs)
     problems = (check_data(spec, get_fs, listed) + check_data_schema(spec, get_fs, listed)
-                + check_checkpoint_dir(spec, get_fs) + check_task_env(spec))
+                + check_output_dirs(spec, get_fs) + check_task_env(spec))
     _raise(problems, "nothing was started")
     for w in local_resource_warnings(spec):
         log.warning("preflight: %s", w)

@@ -126,3 +126,16 @@ def test_a_failed_export_at_the_end_fails_the_task_naming_the_destination_and_th
     assert "tfyarn export SPEC" in msg
     ctx_none = TaskContext(spec=make_spec(tmp_path), role="worker", index=0, kv=MemoryKV(), workdir=tmp_path)
     assert export_at_end(ctx_none) is None
+
+
+def test_a_custom_train_function_with_export_is_refused_before_it_runs(tmp_path):
+    from tfyarn.runtime.context import TaskContext
+    from tfyarn.runtime.kv import MemoryKV
+    from tfyarn.train import run_task
+    jobs = Path(__file__).resolve().parents[1] / "jobs"
+    spec = make_spec(tmp_path, model="custom_jobs:quick", code=str(jobs), export={"dir": str(tmp_path / "m")})
+    ctx = TaskContext(spec=spec, role="worker", index=0, kv=MemoryKV(), workdir=tmp_path)
+    with pytest.raises(ValueError, match="custom_jobs:quick is a custom train function; tfyarn cannot know"):
+        run_task(ctx)
+    spec_ok = make_spec(tmp_path, model="custom_jobs:quick", code=str(jobs))     # without export it runs
+    assert run_task(TaskContext(spec=spec_ok, role="worker", index=0, kv=MemoryKV(), workdir=tmp_path))["pid"]

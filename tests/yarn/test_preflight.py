@@ -8,7 +8,7 @@ from yarnutil import make_spec
 from tfyarn.data.example import encode_example
 from tfyarn.data.tfrecord import encode_record
 from tfyarn.errors import ExitCode, PreflightError
-from tfyarn.preflight import (QueueInfo, StaticClusterInfo, check_checkpoint_dir, check_data, check_data_schema,
+from tfyarn.preflight import (QueueInfo, StaticClusterInfo, check_output_dirs, check_data, check_data_schema,
                               check_resources, rm_webapp_urls, run_preflight)
 
 FEAT = {"label": {"dtype": "float32"}}
@@ -42,12 +42,16 @@ def test_data_and_checkpoint_on_file_urls(tmp_path):
     (tmp_path / "d").mkdir()
     (tmp_path / "d" / "a.tfrecord").write_bytes(GOOD)
     spec = make_spec(data=data(f"file://{tmp_path}/d/*.tfrecord"), checkpoint={"dir": f"file://{tmp_path}/ck/run1"})
-    assert check_data(spec) == [] and check_checkpoint_dir(spec) == []
+    assert check_data(spec) == [] and check_output_dirs(spec) == []
     assert (tmp_path / "ck" / "run1").is_dir() and os.listdir(tmp_path / "ck" / "run1") == []   # probe removed
     (tmp_path / "blocker").write_text("a file where a directory should be")
     spec = make_spec(data=data(f"file://{tmp_path}/d/*.tfrecord"), checkpoint={"dir": f"file://{tmp_path}/blocker/ck"})
-    (problem,) = check_checkpoint_dir(spec)
+    (problem,) = check_output_dirs(spec)
     assert problem.startswith(f"checkpoint.dir: file://{tmp_path}/blocker/ck is not writable")
+    spec = make_spec(data=data(f"file://{tmp_path}/d/*.tfrecord"), checkpoint={"dir": f"file://{tmp_path}/ck/run1"},
+                     export={"dir": f"file://{tmp_path}/blocker/models"})
+    (problem,) = check_output_dirs(spec)
+    assert problem.startswith(f"export.dir: file://{tmp_path}/blocker/models is not writable")
 
 
 RECO = {"label": {"dtype": "float32"}, "user_id": {"dtype": "int64"}}
