@@ -109,6 +109,10 @@ def test_versions_are_committed_by_rename_and_pruned(tmp_path):
     (src / "saved_model.pb").write_bytes(b"new")
     store.upload(src, 12)                                       # re-export of the same step replaces it
     assert (tmp_path / "out" / "12" / "saved_model.pb").read_bytes() == b"new"
+    store.upload(src, 3)                                        # an older step exported on purpose stays
+    assert store.versions() == [3, 9, 12]
+    store.upload(src, 15)                                       # and is pruned with the rest by the next one
+    assert store.versions() == [12, 15]
 
 
 def test_a_failed_export_at_the_end_fails_the_task_naming_the_destination_and_the_retry(tmp_path):

@@ -94,7 +94,8 @@ class ExportStore:
             self.fs.rm(final, recursive=True)
         self.fs.mv(tmp, final, recursive=True)
         for old in self.versions()[:-self.keep]:
-            self.fs.rm(f"{self.root}/{old}", recursive=True)
+            if old != version:                # an older checkpoint re-exported on purpose is not pruned at once
+                self.fs.rm(f"{self.root}/{old}", recursive=True)
         return f"{self.url}/{version}"
 
 
