@@ -143,3 +143,43 @@ def test_a_custom_train_function_with_export_is_refused_before_it_runs(tmp_path)
         run_task(ctx)
     spec_ok = make_spec(tmp_path, model="custom_jobs:quick", code=str(jobs))     # without export it runs
     assert run_task(TaskContext(spec=spec_ok, role="worker", index=0, kv=MemoryKV(), workdir=tmp_path))["pid"]
+
+
+class TwoHeads:
+    """A model whose predictions are a dict (logit and probability): exported with its own output keys."""
+
+    def build(self):
+        import tensorflow as tf
+        self.w = tf.Variable([[0.5], [-0.25]], name="w")
+
+    def __call__(self, features, training):
+        import tensorflow as tf
+        x = tf.stack([tf.cast(features["user_id"], tf.float32), tf.cast(features["item_id"], tf.float32)], axis=1)
+        logit = tf.squeeze(tf.matmul(x, self.w), axis=1)
+        return {"logit": logit, "prob": tf.sigmoid(logit)}
+
+    def loss(self, labels, predictions):
+        import tensorflow as tf
+        return tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=predictions["logit"])
+
+    def optimizer(self):
+        import tensorflow as tf
+        return tf.compat.v1.train.GradientDescentOptimizer(0.1)
+
+
+def two_heads():
+    return TwoHeads()
+
+
+def test_a_model_returning_a_dict_is_served_with_its_own_keys(tmp_path):
+    import numpy as np
+    import tensorflow as tf
+    spec = make_spec(tmp_path, model="test_export:two_heads", params={}, export={"dir": str(tmp_path / "m")})
+    write_checkpoint(spec, tmp_path, 5, 1.0)                  # w = [[1.5], [0.75]]
+    from tfyarn import api
+    out = api.export(spec)
+    serve = tf.saved_model.load(out["url"]).signatures["serving_default"]
+    got = serve(user_id=tf.constant([1, 0], tf.int64), item_id=tf.constant([0, 4], tf.int64))
+    assert sorted(got) == ["logit", "prob"]
+    np.testing.assert_allclose(got["logit"].numpy(), [1.5, 3.0], rtol=1e-6)
+    np.testing.assert_allclose(got["prob"].numpy(), 1 / (1 + np.exp(-np.array([1.5, 3.0]))), rtol=1e-6)
