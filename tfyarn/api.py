@@ -112,7 +112,6 @@ def export(spec: JobSpec, checkpoint: str | None = None, to: str | None = None) 
         raise ExportError("export: the spec has no checkpoint.dir to export from")
     if not (to or spec.export):
         raise ExportError("export: no destination: set export.dir in the spec or pass --to URL")
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")     # before TF's import: no C++ start-up chatter
     from tfyarn.train.checkpoint import CheckpointStore
     from tfyarn.train.export import export_checkpoint
     store = CheckpointStore(spec.resolve_path(spec.checkpoint.dir), keep=spec.checkpoint.keep)
