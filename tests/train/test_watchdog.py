@@ -115,6 +115,21 @@ def test_a_finished_job_never_stalls():
     assert wd.check(now=100.0) is None
 
 
+def test_a_chief_stuck_in_its_final_checkpoint_or_export_is_named_as_such():
+    kv = MemoryKV()
+    wd = StallWatchdog(kv, TASKS, stall_s=10)
+    report(kv, "chief:0", 5, done=True); report(kv, "worker:0", 5, done=True)   # every step ran, no control/done
+    assert wd.check(now=0.0) is None and wd.check(now=9.0) is None
+    r = wd.check(now=10.0)
+    assert r is not None
+    assert r.message.startswith("every training task ran all its steps, but the chief did not finish its final "
+                                "checkpoint, export and summary within 10s (timeouts.stall = 10s)")
+    report(kv, "worker:0", 5)                  # one task not finished: the usual stall message
+    wd2 = StallWatchdog(kv, TASKS, stall_s=10)
+    wd2.check(now=0.0)
+    assert wd2.check(now=10.0).message.startswith("training stalled: no task's step advanced for 10s")
+
+
 def test_frozen_async_worker_is_not_a_stall_while_others_advance():
     kv = MemoryKV()
     wd = StallWatchdog(kv, ["worker:0", "worker:1"], stall_s=10)

@@ -198,6 +198,11 @@ class StallReport:
             lines = [f"training finished (control/done) but these tasks neither finished nor advanced for "
                      f"{self.stalled_for:.0f}s (timeouts.stall = {self.stall_s:g}s): "
                      + "; ".join(one(t, self.tasks[t]) for t in self.stopped_tasks)]
+        elif self.tasks and all(s.finished for s in self.tasks.values()):
+            # every step ran; what is left before control/done is the chief's final checkpoint, export and summary
+            lines = [f"every training task ran all its steps, but the chief did not finish its final checkpoint, "
+                     f"export and summary within {self.stalled_for:.0f}s (timeouts.stall = {self.stall_s:g}s): "
+                     f"a large model on a slow filesystem needs a larger timeouts.stall, else see the chief's log"]
         else:
             lines = [f"training stalled: no task's step advanced for {self.stalled_for:.0f}s "
                      f"(timeouts.stall = {self.stall_s:g}s); stopped advancing: "
