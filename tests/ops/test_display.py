@@ -166,3 +166,15 @@ def test_a_resumed_run_says_so_and_a_rerun_of_a_finished_job_says_nothing_ran():
     mid = done | {"resumed_from": "ckpt-40", "first_loss": 0.5, "last_loss": 0.3, "examples_per_sec": 900.0}
     text = summary_text(AppStatus("local-s", "local", "q", AppState.SUCCEEDED, summary=mid))
     assert "  resumed from ckpt-40\n" in text + "\n" and "no step ran" not in text
+
+
+def test_app_status_round_trips_through_its_json_dict():
+    st = AppStatus("local-z", "local", "q", AppState.FAILED, diagnostics="boom",
+                   tasks=[TaskStatus(task="worker:0", state="FAILED", exit_code=1, peak_rss_mib=300)],
+                   progress={"global_step": 4, "eta_s": 3.0}, started=1.0, finished=2.0, summary={"mode": "ps"},
+                   attempt=1, tags=["t"])
+    d = st.to_dict()
+    assert d["schema"] == "tfyarn.status/1" and d["exit_code"] == 1
+    back = AppStatus.from_dict(json.loads(json.dumps(d)))
+    assert back == st and back.to_dict() == d
+    assert AppStatus.from_dict({"app_id": "a", "state": "RUNNING"}, backend="yarn").backend == "yarn"

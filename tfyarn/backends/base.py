@@ -75,6 +75,16 @@ class AppStatus:
         d["exit_code"] = int(self.state.exit_code) if self.state.is_terminal else None
         return d
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], backend: str = "local") -> "AppStatus":
+        """The inverse of :meth:`to_dict` (its derived ``schema`` and ``exit_code`` are dropped); ``backend`` is the
+        default for records saved before they carried one."""
+        return cls(app_id=d["app_id"], backend=d.get("backend", backend), name=d.get("name", ""),
+                   state=AppState(d["state"]), diagnostics=d.get("diagnostics", ""),
+                   tasks=[TaskStatus(**t) for t in d.get("tasks", [])], progress=d.get("progress") or {},
+                   started=d.get("started"), finished=d.get("finished"), tracking_url=d.get("tracking_url"),
+                   summary=d.get("summary"), attempt=d.get("attempt", 0), tags=d.get("tags", []))
+
 
 class Backend(ABC):
     name: str = "?"

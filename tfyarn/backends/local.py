@@ -29,7 +29,7 @@ from typing import Callable, Iterator
 
 import psutil
 
-from tfyarn.backends.base import AppState, AppStatus, Backend, TaskStatus
+from tfyarn.backends.base import AppState, AppStatus, Backend
 from tfyarn.backends.launcher import KILL_REQUEST, Echo, Launcher, write_json_atomic, write_text_atomic
 from tfyarn.errors import AppNotFound
 from tfyarn.preflight import run_local_preflight
@@ -57,14 +57,6 @@ def _pid_alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
-
-
-def _status_from_dict(d: dict) -> AppStatus:
-    tasks = [TaskStatus(**t) for t in d.get("tasks", [])]
-    return AppStatus(app_id=d["app_id"], backend=d.get("backend", "local"), name=d.get("name", ""),
-                     state=AppState(d["state"]), diagnostics=d.get("diagnostics", ""), tasks=tasks,
-                     progress=d.get("progress", {}), started=d.get("started"), finished=d.get("finished"),
-                     tracking_url=d.get("tracking_url"), summary=d.get("summary"), tags=d.get("tags", []), attempt=d.get("attempt", 0))
 
 
 class LocalBackend(Backend):
@@ -118,7 +110,7 @@ class LocalBackend(Backend):
     def status(self, app_id: str) -> AppStatus:
         d = self.app_dir(app_id)
         try:
-            st = _status_from_dict(json.loads((d / "status.json").read_text()))
+            st = AppStatus.from_dict(json.loads((d / "status.json").read_text()))
         except (OSError, ValueError) as exc:
             raise AppNotFound(f"local app {app_id!r} has no readable status: {exc}") from None
         if not st.state.is_terminal:
@@ -126,7 +118,7 @@ class LocalBackend(Backend):
             pid = int(pid_file.read_text()) if pid_file.exists() else None
             if pid is not None and not _pid_alive(pid):
                 # the launcher may have just written its final status: read once more before declaring it dead
-                st = _status_from_dict(json.loads((d / "status.json").read_text()))
+                st = AppStatus.from_dict(json.loads((d / "status.json").read_text()))
                 if not st.state.is_terminal:
                     st.state, st.diagnostics = AppState.FAILED, f"launcher process {pid} died"
         return st

@@ -34,6 +34,8 @@ from tfyarn import hdfs, packaging
 from tfyarn.backends import yarn_logs, yarn_spec
 from tfyarn.backends._skein import skein
 from tfyarn.backends.base import AppState, AppStatus, Backend, TaskStatus
+from tfyarn.backends.yarn_status import (ACTIVE_APP_STATES, ALL_APP_STATES, ALL_CONTAINER_STATES, app_state,
+                                         tasks_from_containers, timestamp)
 from tfyarn.backends.progress import GlobalStepRate, aggregate_progress, side_roles, summary_with_eval
 from tfyarn.errors import AppNotFound, WaitTimeout
 from tfyarn.interrupts import Interrupted, ignoring_stop_signals, interruptible
@@ -41,90 +43,6 @@ from tfyarn.report import HISTORY_FILE, ProgressHistory, write_run_report
 from tfyarn.spec import JobSpec, load_spec_json
 
 log = logging.getLogger(__name__)
-
-ALL_CONTAINER_STATES = ("WAITING", "REQUESTED", "RUNNING", "SUCCEEDED", "FAILED", "KILLED")
-ACTIVE_APP_STATES = ("SUBMITTED", "ACCEPTED", "RUNNING")
-ALL_APP_STATES = ("NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED", "RUNNING", "FINISHED", "FAILED", "KILLED")
-TIMEOUT_MARK = "timed out"
-
-
-# ------------------------------------------------------------------------------------------------ state mapping
-
-def app_state(yarn_state: Any, final_status: Any, diagnostics: str = "",
-              task_states: list[str] | None = None) -> AppState:
-    """tfyarn's AppState from YARN's (state, final status), e.g. (FINISHED, SUCCEEDED) → SUCCEEDED.
-
-    A running app is PENDING until all of its tasks' containers run (YARN calls it RUNNING as soon as the AM runs).
-    A failure is TIMED_OUT when its diagnostics say a tfyarn deadline ended it.
-    """
-    st, fs = str(yarn_state).upper(), str(final_status).upper()
-    if st in ("NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED"):
-        return AppState.PENDING
-    if st == "RUNNING":
-        if task_states is not None and (not task_states or any(s in ("WAITING", "REQUESTED", "PENDING")
-                                                                for s in task_states)):
-            return AppState.PENDING
-        return AppState.RUNNING
-    if st == "KILLED" or (st == "FINISHED" and fs == "KILLED"):
-        return AppState.KILLED
-    if st == "FINISHED" and fs == "SUCCEEDED":
-        return AppState.SUCCEEDED
-    # FAILED, or FINISHED with FAILED/UNDEFINED final status
-    return AppState.TIMED_OUT if TIMEOUT_MARK in (diagnostics or "").lower() else AppState.FAILED
-
-
-def _ts(dt: Any) -> float | None:
-    return dt.timestamp() if dt is not None else None
-
-
-def _host(nm_http_address: str) -> str | None:
-    if not nm_http_address:
-        return None
-    return nm_http_address.split("://")[-1].rsplit(":", 1)[0] or None
-
-
-def _exit_code(msg: str) -> int | None:
-    import re
-    m = re.search(r"[Ee]xit (?:code|status):?\s*(-?\d+)", msg or "")
-    return int(m.group(1)) if m else None
-
-
-def tasks_from_containers(containers: list[Any], taskmap: dict[str, str], spec: JobSpec | None,
-                          failures: dict[str, str]) -> list[TaskStatus]:
-    """One TaskStatus per task (``role:index``) from skein containers: the newest container holding each task;
-    ``restarts`` = how many earlier containers held it. Tasks with no container yet are PENDING."""
-    by_task: dict[str, list[Any]] = {}
-    for c in containers:
-        cid = f"{c.service_name}_{c.instance}"
-        task = taskmap.get(cid) or f"{c.service_name}:{c.instance}"
-        by_task.setdefault(task, []).append(c)
-    out = []
-    order = spec.tasks() if spec is not None else []
-    names = order + sorted(t for t in by_task if t not in order)
-    for task in names:
-        cs = sorted(by_task.get(task, []), key=lambda c: (c.start_time is None, _ts(c.start_time) or 0, c.instance))
-        role = spec.roles.get(task.split(":")[0]) if spec is not None else None
-        memory = role.memory_mib if role is not None else None
-        if not cs:
-            out.append(TaskStatus(task=task, state="PENDING", diagnostics=failures.get(task, ""), memory_mib=memory))
-            continue
-        c = cs[-1]
-        state = str(c.state)
-        state = "PENDING" if state in ("WAITING", "REQUESTED") else state
-        diag = failures.get(task) or (c.exit_message if state in ("FAILED", "KILLED") else "")
-        out.append(TaskStatus(task=task, state=state, host=_host(c.yarn_node_http_address), restarts=len(cs) - 1,
-                              exit_code=_exit_code(c.exit_message) if state in ("FAILED", "KILLED")
-                              else (0 if state == "SUCCEEDED" else None),
-                              diagnostics=diag, log=c.yarn_container_logs or None, memory_mib=memory))
-    return out
-
-
-def status_from_dict(d: dict[str, Any]) -> AppStatus:
-    return AppStatus(app_id=d["app_id"], backend="yarn", name=d.get("name", ""), state=AppState(d["state"]),
-                     diagnostics=d.get("diagnostics", ""), tasks=[TaskStatus(**t) for t in d.get("tasks", [])],
-                     progress=d.get("progress") or {}, started=d.get("started"), finished=d.get("finished"),
-                     tracking_url=d.get("tracking_url"), summary=d.get("summary"))
-
 
 # ------------------------------------------------------------------------------------------------------ backend
 
@@ -435,8 +353,8 @@ class YarnBackend(Backend):
                 if t.state in ("RUNNING", "PENDING"):
                     t.state = "SUCCEEDED" if state == AppState.SUCCEEDED else "KILLED"
         st = AppStatus(app_id=app_id, backend="yarn", name=rep.name, state=state, diagnostics=diag, tasks=tasks,
-                       progress=snap.get("progress") or {}, started=_ts(rep.start_time),
-                       finished=_ts(rep.finish_time) if state.is_terminal else None,
+                       progress=snap.get("progress") or {}, started=timestamp(rep.start_time),
+                       finished=timestamp(rep.finish_time) if state.is_terminal else None,
                        tracking_url=rep.tracking_url or None, summary=snap.get("summary"),
                        tags=sorted(rep.tags or ()))
         if live is not None:
@@ -454,8 +372,8 @@ class YarnBackend(Backend):
                 continue
             out.append(AppStatus(app_id=r.id, backend="yarn", name=r.name,
                                  state=app_state(r.state, r.final_status, r.diagnostics),
-                                 diagnostics=r.diagnostics or "", started=_ts(r.start_time),
-                                 finished=_ts(r.finish_time), tracking_url=r.tracking_url or None,
+                                 diagnostics=r.diagnostics or "", started=timestamp(r.start_time),
+                                 finished=timestamp(r.finish_time), tracking_url=r.tracking_url or None,
                                  tags=sorted(r.tags or ())))
         return sorted(out, key=lambda s: s.started or 0)
 
