@@ -56,6 +56,10 @@ def test_validate_ok_states_the_global_batch(tmp_path):
     r = CliRunner().invoke(cli, ["validate", path, "--set", "roles.worker.instances=3", "--set", "data.batch_size=8"])
     assert r.exit_code == 0, r.output
     assert "global batch 32 (8 per worker x 4)" in r.output
+    assert "SavedModel" not in r.output
+    r = CliRunner().invoke(cli, ["validate", path, "--set", f"checkpoint.dir={tmp_path}/ck",
+                                 "--set", f"export.dir={tmp_path}/models"])
+    assert r.exit_code == 0 and f"exports a SavedModel to {tmp_path}/models" in r.output, r.output
 
 
 def test_validate_check_files_reads_the_data_as_run_would(tmp_path):

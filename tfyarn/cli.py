@@ -94,7 +94,8 @@ def validate(spec_path: str, overrides: tuple[str, ...], check_files: bool) -> N
     roles = ", ".join(f"{r}x{spec.instances(r)}" for r in spec.roles if spec.instances(r))
     click.echo(f"{spec_path}: ok — job {spec.name!r}, mode {spec.mode}{' sync' if spec.sync else ''}, {roles}, "
                f"{spec.data.epochs} epochs, global batch {spec.global_batch_size} "
-               f"({spec.data.batch_size} per worker x {spec.num_training_workers})")
+               f"({spec.data.batch_size} per worker x {spec.num_training_workers})"
+               + (f"; exports a SavedModel to {spec.export.dir}" if spec.export else ""))
 
 
 @cli.command()
