@@ -99,7 +99,8 @@ def list_apps(backend: str | None = None) -> list[AppStatus]:
 
 def export(spec: JobSpec, checkpoint: str | None = None, to: str | None = None) -> dict:
     """Export a committed checkpoint of ``spec.checkpoint.dir`` (by name, e.g. ``ckpt-120``; default the latest) as a
-    SavedModel under ``to`` (default ``spec.export.dir``), version = its global step. Needs TensorFlow here.
+    SavedModel under ``to`` (a URL or a path relative to the current directory; default ``spec.export.dir``, which
+    is relative to the spec file like every path in it), version = its global step. Needs TensorFlow here.
 
     Returns ``{"url", "version", "checkpoint", "seconds"}``. Raises :class:`ExportError` when there is nothing to
     export (no checkpoint dir, no such checkpoint, no destination, no TensorFlow)."""
@@ -124,4 +125,6 @@ def export(spec: JobSpec, checkpoint: str | None = None, to: str | None = None) 
         if entry is None:
             raise ExportError(f"export: no checkpoint {checkpoint!r} in {store.url} (committed: "
                               f"{', '.join(e['name'] for e in entries)})")
-    return export_checkpoint(spec, entry, to=spec.resolve_path(to) if to else None)
+    if to and "://" not in to:
+        to = str(Path(to).resolve())        # a path given here is relative to the caller's cwd, not the spec's dir
+    return export_checkpoint(spec, entry, to=to)

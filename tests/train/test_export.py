@@ -71,9 +71,14 @@ def test_cli_exports_the_latest_or_a_named_checkpoint_serving_its_exact_model(tm
     r = runner.invoke(cli, ["export", str(spec_file), "--checkpoint", "ckpt-10"])
     assert r.exit_code == 0 and "exported ckpt-10 as SavedModel version 10" in r.output, r.output
     check_export_matches_checkpoint(spec, tmp_path / "models" / "10", "ckpt-10")
-    r = runner.invoke(cli, ["export", str(spec_file), "--checkpoint", "ckpt-20", "--to", str(tmp_path / "other")])
+    elsewhere = tmp_path / "cwd"
+    elsewhere.mkdir()
+    with pytest.MonkeyPatch.context() as mp:             # --to is relative to the current directory
+        mp.chdir(elsewhere)
+        r = runner.invoke(cli, ["export", str(spec_file), "--checkpoint", "ckpt-20", "--to", "other"])
     assert r.exit_code == 0, r.output
-    assert sorted(p.name for p in (tmp_path / "other").iterdir()) == ["20"]
+    assert sorted(p.name for p in (elsewhere / "other").iterdir()) == ["20"]
+    assert f"{elsewhere / 'other' / '20'}" in r.output
     # keep: 2 — the two newest versions stay; no temporary directory is left behind
     assert sorted(p.name for p in (tmp_path / "models").iterdir()) == ["10", "30"]
 
