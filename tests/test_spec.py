@@ -165,3 +165,13 @@ def test_unknown_keys_name_the_closest_known_key_or_list_the_known_ones():
         "allocation)",
         "chekpoint: unknown key (did you mean 'checkpoint'?)",
     ]
+
+
+def test_warm_start_source_must_be_another_dir_and_resolves_against_the_spec_file(tmp_path):
+    assert problems(doc(checkpoint={"dir": "hdfs:///ck/a/", "init_from": "hdfs:///ck/a"})) == [
+        "checkpoint.init_from: is checkpoint.dir itself (a job resumes from its own dir anyway); name another job's "
+        "checkpoint dir"]
+    assert load_spec_dict(doc(checkpoint={"init_from": "hdfs:///ck/a"})).checkpoint.init_from == "hdfs:///ck/a"
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(doc(checkpoint={"dir": "new", "init_from": "../old"})))
+    spec = load_spec(tmp_path / "job.yaml")
+    assert spec.checkpoint.init_from == str((tmp_path.parent / "old").resolve())

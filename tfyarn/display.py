@@ -230,6 +230,8 @@ def summary_text(st: AppStatus) -> str:
             nothing_ran = first is None and s.get("total_steps") and s.get("global_step") == s.get("total_steps")
             lines.append(f"  resumed from {s['resumed_from']}"
                          + (" — training had already finished: no step ran" if nothing_ran else ""))
+        if s.get("warm_started_from"):
+            lines.append(f"  warm start: model variables from {s['warm_started_from']}")
         if s.get("eval"):
             lines.append(f"  eval: {_eval_text(s['eval'])}")
         if s.get("checkpoint_dir"):

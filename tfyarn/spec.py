@@ -163,6 +163,9 @@ class Checkpoint(_Model):
     every_steps: int | None = Field(None, gt=0)
     every_secs: float | None = Field(600.0, description="duration, e.g. '10m'")
     keep: int = Field(3, gt=0)
+    init_from: str | None = Field(
+        None, description="warm start: another job's checkpoint dir (fsspec URL); when dir has no checkpoint yet, "
+                          "the model's variables start from init_from's latest one (global step 0, fresh optimizer)")
 
     @field_validator("every_secs", mode="before")
     @classmethod
@@ -313,6 +316,10 @@ class JobSpec(_Model):
             problems.append("data.eval: an evaluator needs eval data")
         if (n("evaluator") or n("tensorboard")) and not self.checkpoint.dir:
             problems.append("checkpoint.dir: evaluator and tensorboard follow the checkpoint dir, set one")
+        c = self.checkpoint
+        if c.init_from and c.dir and c.init_from.rstrip("/") == c.dir.rstrip("/"):
+            problems.append("checkpoint.init_from: is checkpoint.dir itself (a job resumes from its own dir anyway); "
+                            "name another job's checkpoint dir")
         if self.export and not self.checkpoint.dir:
             problems.append("export.dir: the model is exported from the final checkpoint: set checkpoint.dir too")
         for role in ("ps", "chief"):
@@ -485,8 +492,13 @@ def _resolve_paths(spec: JobSpec, base_dir: str) -> JobSpec:
     data = spec.data.model_copy(update={"train": [res(u) for u in spec.data.train],
                                         "eval": [res(u) for u in spec.data.eval]})
     update: dict[str, Any] = {"base_dir": base_dir, "data": data}
+    ck: dict[str, Any] = {}
     if spec.checkpoint.dir:
-        update["checkpoint"] = spec.checkpoint.model_copy(update={"dir": res(spec.checkpoint.dir)})
+        ck["dir"] = res(spec.checkpoint.dir)
+    if spec.checkpoint.init_from:
+        ck["init_from"] = res(spec.checkpoint.init_from)
+    if ck:
+        update["checkpoint"] = spec.checkpoint.model_copy(update=ck)
     if spec.export:
         update["export"] = spec.export.model_copy(update={"dir": res(spec.export.dir)})
     if spec.code:

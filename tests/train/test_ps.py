@@ -214,3 +214,50 @@ def test_killed_mid_run_resumes_at_the_right_epoch_and_step(tmp_path):
         c.start()
         again = run_ok(c, timeout=200)
     assert again["global_step"] == total and again["resumed_from"] == f"ckpt-{total}", again
+
+
+@pytest.mark.timeout(240)
+def test_warm_start_loads_another_jobs_model_in_both_modes_and_starts_the_run_afresh(tmp_path):
+    """checkpoint.init_from: a ps job's model warm-starts an allreduce job, whose model warm-starts a ps job. With a
+    learning rate of ~0 the warm-started job's final model variables equal its source's exactly (loaded, by creation
+    order, across checkpoint formats), while its global step starts at 0 and ends at its own planned target."""
+    import tensorflow as tf
+    urls = write_sized(tmp_path / "data", [1200, 800])
+    params = {"num_users": 100, "num_items": 100, "dim": 8, "learning_rate": 0.3}
+    frozen = {**params, "learning_rate": 1e-12}
+    a = make_spec(urls, sync=False, batch=100, epochs=2, ckpt=tmp_path / "A", params=params)
+    with LocalCluster(a, tmp_path / "run-a", target="tfyarn.train:run_task") as c:
+        c.start()
+        sa = run_ok(c, timeout=120)
+
+    def second(name, mode, source, ckpt):
+        doc = json.loads(a.model_dump_json(by_alias=True))
+        doc.update(name=name, mode=mode, params=frozen)
+        doc["checkpoint"].update(dir=f"file://{ckpt}", init_from=f"file://{source}")
+        if mode == "allreduce":
+            doc["roles"] = {"chief": {"instances": 1}, "worker": {"instances": 1}}
+        spec = load_spec_dict(doc)
+        with LocalCluster(spec, tmp_path / f"run-{name}", target="tfyarn.train:run_task") as c:
+            c.start()
+            return spec, run_ok(c, timeout=120)
+
+    def model_values(ckpt: Path) -> list:
+        index = json.loads((ckpt / "tfyarn-checkpoint.json").read_text())
+        entry = index["checkpoints"][-1]
+        reader = tf.train.load_checkpoint(str(ckpt / entry["name"]))
+        return [reader.get_tensor(k) for k in entry["model_variables"]]
+
+    b_spec, sb = second("b", "allreduce", tmp_path / "A", tmp_path / "B")
+    assert sb["warm_started_from"] == f"file://{tmp_path / 'A'}/{sa['last_checkpoint']}"
+    assert sb["resumed_from"] is None and sb["global_step"] == sb["total_steps"] == sum(planned_steps(b_spec))
+    from tfyarn.train.model import build_model, load
+    fresh = [v.numpy() for v in build_model(load(a.model, frozen)).variables]      # where a cold start begins
+    trained = model_values(tmp_path / "A")
+    assert not np.allclose(fresh[0], trained[0], atol=1e-3)                        # so equality below means loaded
+    for x, y in zip(trained, model_values(tmp_path / "B")):
+        np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
+    c_spec, sc = second("c", "ps", tmp_path / "B", tmp_path / "C")
+    assert sc["warm_started_from"].endswith(f"B/{sb['last_checkpoint']}") and sc["resumed_from"] is None
+    assert sc["global_step"] == sc["total_steps"]
+    for x, y in zip(model_values(tmp_path / "A"), model_values(tmp_path / "C")):
+        np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)

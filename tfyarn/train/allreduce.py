@@ -275,6 +275,24 @@ class Checkpointer:
         return entry
 
 
+    def warm_start(self) -> str | None:
+        """``checkpoint.init_from`` with nothing to resume from: every worker loads the model's variables from its
+        latest checkpoint (same values everywhere, as a resume), by creation order, shapes checked first; the global
+        step and the optimizer start afresh. Returns ``<url>/<name>`` of that checkpoint, or None."""
+        import tensorflow as tf
+        from tfyarn.train.checkpoint import check_model_fits, warm_start_source
+        src = warm_start_source(self.ctx.spec, self.local / "warm-start")
+        if src is None:
+            return None
+        prefix, entry, keys = src
+        variables = [getattr(self.state.model, f"var_{i}") for i in range(self.n_model_vars)]   # see train_state
+        check_model_fits(prefix, variables, keys, f"{entry['name']} in {entry['url']} (checkpoint.init_from)")
+        reader = tf.train.load_checkpoint(prefix)
+        for key, var in zip(keys, variables):
+            var.assign(reader.get_tensor(key))
+        return f"{entry['url']}/{entry['name']}"
+
+
 # ------------------------------------------------------------------------------------------------------- the loop
 
 #: Seconds past a bounded wait's timeout after which faulthandler's C thread dumps every thread's stack and exits
@@ -388,6 +406,7 @@ def run(ctx: TaskContext) -> dict[str, Any]:
         agree_on_total(ctx, total)
         ckpt = Checkpointer(ctx, state, len(model.variables), steps)
         entry = ckpt.restore_latest()
+        warm = ckpt.warm_start() if entry is None else None
         start = int(global_step.numpy())
         epoch0, in_epoch0 = helpers.position(start, steps)
         log.info("%s: plan %s steps per epoch, %d in total; starting at global step %d (epoch %d, step %d)%s",
@@ -405,7 +424,7 @@ def run(ctx: TaskContext) -> dict[str, Any]:
     if int(global_step.numpy()) != total:
         raise RuntimeError(f"{ctx.task_id}: finished at global step {int(global_step.numpy())}, planned {total}")
     if ctx.is_chief:
-        _finish(ctx, ckpt, figures, global_batch, steps, resumed_from=entry)
+        _finish(ctx, ckpt, figures, global_batch, steps, resumed_from=entry, warm_started_from=warm)
     return figures
 
 
@@ -447,7 +466,7 @@ def _loop(ctx: TaskContext, feeder: Any, step_fn: Any, steps: list[int], epoch0:
 
 
 def _finish(ctx: TaskContext, ckpt: Checkpointer, figures: dict[str, Any], global_batch: int, steps: list[int],
-            resumed_from: dict[str, Any] | None) -> None:
+            resumed_from: dict[str, Any] | None, warm_started_from: str | None = None) -> None:
     """Chief: final checkpoint, wait (bounded) for every worker's final figures, summary, then control/done."""
     from tfyarn.train.export import export_at_end
     from tfyarn.train.progress import run_summary, wait_for_final_progress, write_summary
@@ -464,7 +483,8 @@ def _finish(ctx: TaskContext, ckpt: Checkpointer, figures: dict[str, Any], globa
         examples_per_sec=round(figures["worker_steps"] * global_batch / train_s, 1) if train_s else 0.0,
         first_loss=figures["first_loss"], last_loss=figures["last_loss"], train_s=train_s,
         last_checkpoint=(entry or ckpt.store.latest() or {}).get("name") if ckpt.store else None,
-        resumed_from=(resumed_from or {}).get("name"), steps_per_epoch=steps, chief=figures, export=exported,
+        resumed_from=(resumed_from or {}).get("name"), warm_started_from=warm_started_from,
+        steps_per_epoch=steps, chief=figures, export=exported,
         tasks={t: {"step": p.get("step"), "worker_steps": p.get("worker_steps"),
                    "examples_per_sec": p.get("examples_per_sec"), "loss": p.get("loss")} for t, p in per_task.items()})
     write_summary(ctx, summary)

@@ -217,3 +217,24 @@ def restore_model_variables(model: Any, prefix: str, keys: list[str], what: str 
     reader = tf.train.load_checkpoint(prefix)
     for key, var in zip(keys, model.variables):
         var.assign(reader.get_tensor(key))
+
+
+def warm_start_source(spec: Any, scratch: str | Path) -> tuple[str, dict[str, Any], list[str]] | None:
+    """``checkpoint.init_from``: download its latest committed checkpoint into ``scratch``; returns (local prefix,
+    index entry, checkpoint keys of the model's variables in creation order), or None without ``init_from``.
+
+    Why only the model's variables: a warm start (e.g. yesterday's model trained on today's data into a new dir)
+    continues the model, not the run — global step, epoch position and optimizer slots start afresh."""
+    url = spec.checkpoint.init_from
+    if not url:
+        return None
+    store = CheckpointStore(spec.resolve_path(url))
+    entry = store.latest()
+    if entry is None:
+        raise FileNotFoundError(f"checkpoint.init_from: no committed checkpoint in {store.url}")
+    keys = entry.get("model_variables")
+    if not keys:
+        raise ValueError(f"checkpoint.init_from: {entry['name']} in {store.url} does not list its model variables")
+    prefix = store.download(entry, scratch)
+    log.info("warm start from %s in %s (its global step %d)", entry["name"], store.url, entry["global_step"])
+    return prefix, {**entry, "url": store.url}, list(keys)

@@ -27,6 +27,7 @@ class Checkpointer:
         self.last_step = -1
         self.last_time = time.monotonic()
         self.resumed_from: str | None = None   # the checkpoint the chief restored, for the summary
+        self.warm_started_from: str | None = None   # checkpoint.init_from's checkpoint, for the summary
 
     def restore_prefix(self) -> str | None:
         """Download the latest checkpoint (if any) for the chief to restore from."""
@@ -44,6 +45,29 @@ class Checkpointer:
         log.info("%s: resuming from %s (global step %d)", self.ctx.task_id, entry["name"], entry["global_step"])
         self.resumed_from = entry["name"]
         return prefix
+
+    def warm_start_fn(self) -> Any:
+        """With ``checkpoint.init_from`` and nothing to resume from: ``init_fn(sess)`` for the session manager, which
+        runs it right after the variables' initialisation and never on a restore. It loads the model's variables
+        from init_from's latest checkpoint (by creation order, shapes checked first); everything else starts afresh.
+        None when there is no warm start."""
+        from tfyarn.train.checkpoint import check_model_fits, local_dir_for, warm_start_source
+        src = warm_start_source(self.ctx.spec, local_dir_for(self.ctx.workdir, "warm-start"))
+        if src is None:
+            return None
+        prefix, entry, keys = src
+        what = f"{entry['name']} in {entry['url']} (checkpoint.init_from)"
+        check_model_fits(prefix, self.tg.model_vars, keys, what)
+        self.warm_started_from = f"{entry['url']}/{entry['name']}"
+
+        def init_fn(sess: Any) -> None:
+            import tensorflow as tf
+            reader = tf.train.load_checkpoint(prefix)
+            for key, var in zip(keys, self.tg.model_vars):
+                # the variable's initializer fed with the value: no new op in the finalized graph (Variable.load)
+                sess.run(var.initializer, feed_dict={var.initializer.inputs[1]: reader.get_tensor(key)})
+            log.info("%s: model variables initialised from %s", self.ctx.task_id, what)
+        return init_fn
 
     def due(self, global_step: int) -> bool:
         if self.store is None or global_step == self.last_step:

@@ -27,6 +27,7 @@ class TrainGraph:
     ready_op: Any
     saver: Any
     model_var_keys: list[str]
+    model_vars: list            # the model's variables, creation order (a warm start loads them by this order)
     align_steps: Any
     all_finite: Any            # every trainable variable free of NaN/inf (checked after a checkpoint is written)
     sync: "LockstepSync | None" = None
@@ -155,6 +156,7 @@ def build_graph(ctx: Any, model: Any) -> TrainGraph:
     return TrainGraph(graph=graph, placeholders=placeholders, loss=loss, train_op=train_op, global_step=global_step,
                       worker_steps=worker_steps, worker_started=worker_started, reset_started=reset_started,
                       init_op=init_op, local_init_op=local_init_op, ready_op=ready_op,
-                      saver=saver, model_var_keys=model_var_keys, align_steps=align_steps, all_finite=all_finite,
+                      saver=saver, model_var_keys=model_var_keys,
+                      model_vars=list(model.variables), align_steps=align_steps, all_finite=all_finite,
                       sync=sync,
                       placement=dict(balancer.placed))

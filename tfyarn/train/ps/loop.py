@@ -70,7 +70,9 @@ def train(ctx: Any, model: Any) -> dict[str, Any] | None:
         # Saver.save/restore refuse to run while TF2's eager mode is current: stay in the training graph
         with tg.graph.as_default():
             try:
-                sess = open_session(ctx, tg, server, ckpt.restore_prefix() if ckpt else None)
+                restore = ckpt.restore_prefix() if ckpt else None
+                warm = ckpt.warm_start_fn() if ckpt and restore is None else None
+                sess = open_session(ctx, tg, server, restore, warm)
                 if sess is None:
                     log.warning("%s: training already finished (%s is set); nothing to rejoin", ctx.task_id,
                                 DONE_KEY)
@@ -261,6 +263,7 @@ def _finish(ctx: Any, tg: TrainGraph, sess: Any, ckpt: Checkpointer | None, mine
         examples_per_sec=round(trained / train_s, 1) if train_s > 0 else 0.0,
         first_loss=mine["first_loss"], last_loss=mine["last_loss"], train_s=round(train_s, 3),
         last_checkpoint=(latest or {}).get("name"), resumed_from=ckpt.resumed_from if ckpt else None,
+        warm_started_from=ckpt.warm_started_from if ckpt else None,
         loss_by_worker={t: p.get("loss") for t, p in progress.items()} | {ctx.task_id: mine["last_loss"]},
         elapsed_s=round(elapsed, 3), num_ps=len(ctx.cluster.get("ps", [])), export=exported,
         **_rejoins(ctx.kv, ctx.training_tasks))

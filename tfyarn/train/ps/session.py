@@ -12,7 +12,7 @@ from tfyarn.train.ps.server import session_config
 log = logging.getLogger("tfyarn.train.ps")
 
 
-def open_session(ctx: Any, tg: TrainGraph, server: Any, restore_prefix: str | None) -> Any:
+def open_session(ctx: Any, tg: TrainGraph, server: Any, restore_prefix: str | None, init_fn: Any = None) -> Any:
     """Chief: initialise (or restore) the variables. Others: wait (bounded, in 2 s slices) until the chief has;
     None when control/done appears meanwhile (a worker restarted after training finished)."""
     import tensorflow as tf
@@ -28,7 +28,7 @@ def open_session(ctx: Any, tg: TrainGraph, server: Any, restore_prefix: str | No
     if ctx.is_chief:
         sess = sm.prepare_session(server.target, init_op=tg.init_op, saver=tg.saver,
                                   checkpoint_filename_with_path=restore_prefix, config=cfg,
-                                  max_wait_secs=ctx.spec.timeouts.rendezvous)
+                                  max_wait_secs=ctx.spec.timeouts.rendezvous, init_fn=init_fn)
     else:
         # in slices, so a worker restarted after training finished (killed on its way out) notices control/done
         # and leaves instead of waiting for a chief and ps that are gone
