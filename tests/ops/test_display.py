@@ -119,9 +119,11 @@ def test_summary_text_states_totals_when_known_and_never_prints_none():
     ps = {"mode": "ps", "sync": True, "epochs": 3, "global_step": 279, "total_steps": 279, "global_batch_size": 768,
           "steps_per_worker": {"chief:0": 93, "worker:0": 93}, "examples_per_sec": 34322.0, "first_loss": 0.69,
           "last_loss": 0.47, "checkpoint_dir": "hdfs:///ckpt",
-          "export": {"url": "hdfs:///models/279", "version": 279, "checkpoint": "ckpt-279", "seconds": 1.2}}
+          "export": {"url": "hdfs:///models/279", "version": 279, "checkpoint": "ckpt-279", "seconds": 1.2},
+          "warm_started_from": "hdfs:///old/ckpt-500"}
     text = summary_text(AppStatus("local-x", "local", "q", AppState.SUCCEEDED, summary=ps))
     assert "model (SavedModel): hdfs:///models/279  (from ckpt-279)" in text
+    assert "warm start: model variables from hdfs:///old/ckpt-500" in text
     assert "global step 279/279 · 3 epochs · mode ps sync · global batch 768" in text
     assert "steps per worker: chief:0=93 worker:0=93" in text and "checkpoints: hdfs:///ckpt" in text
     assert "loss: first 0.6900 -> last 0.4700 (down 31.9%)" in text
