@@ -227,7 +227,7 @@ def check_export_matches_checkpoint(spec, version_dir: str | Path, checkpoint: s
     import tempfile
     prefix = store.download(entry, tempfile.mkdtemp(prefix="export-check-"))
     model = build_model(load(spec.model, spec.params))
-    restore_model_variables(model, prefix, entry["model_variables"])
+    restore_model_variables(model.variables, prefix, entry["model_variables"])
     rng = np.random.default_rng(5)
     feats = {k: rng.integers(0, 2000, 64).astype(np.int64) for k in ("user_id", "item_id")}
     want = model({k: tf.constant(v) for k, v in feats.items()}, training=False).numpy()

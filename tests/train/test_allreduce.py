@@ -78,12 +78,12 @@ def test_a_checkpoint_of_another_model_is_refused_naming_the_variable_and_the_wa
     model = tf.Module()
     model.vs = variables(16)
     with pytest.raises(CheckpointMismatch, match="user_embedding has shape"):   # the evaluator's path
-        restore_model_variables(model, prefix, keys, "ckpt-5")
+        restore_model_variables(model.variables, prefix, keys, "ckpt-5")
     model.vs = variables(8)
     written[0].assign(tf.ones([10, 8]))
     tf.train.Checkpoint(model=tf.train.Checkpoint(**{f"var_{i}": v for i, v in enumerate(written)})).write(
         str(tmp_path / "ckpt-6"))
-    restore_model_variables(model, str(tmp_path / "ckpt-6"), keys, "ckpt-6")
+    restore_model_variables(model.variables, str(tmp_path / "ckpt-6"), keys, "ckpt-6")
     assert float(tf.reduce_sum(model.vs[0])) == 80.0
 
 

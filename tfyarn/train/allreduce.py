@@ -255,6 +255,10 @@ class Checkpointer:
         self.last_step, self.last_time = global_step, time.monotonic()
         return entry
 
+    def model_variables(self) -> list[Any]:
+        """The model's variables in creation order, as :func:`train_state` holds them."""
+        return [getattr(self.state.model, f"var_{i}") for i in range(self.n_model_vars)]
+
     def restore_latest(self) -> dict[str, Any] | None:
         """Every worker restores the newest committed checkpoint (same values everywhere); None if there is none."""
         if self.store is None:
@@ -267,8 +271,8 @@ class Checkpointer:
                              f"allreduce mode resumes only from its own ({CHECKPOINT_FORMAT!r}) checkpoints")
         from tfyarn.train.checkpoint import check_model_fits
         prefix = self.store.download(entry, self.local / "restore")
-        variables = [getattr(self.state.model, f"var_{i}") for i in range(self.n_model_vars)]   # see train_state
-        check_model_fits(prefix, variables, entry.get("model_variables") or [], f"{entry['name']} in {self.store.url}")
+        check_model_fits(prefix, self.model_variables(), entry.get("model_variables") or [],
+                         f"{entry['name']} in {self.store.url}")
         self.state.read(prefix).expect_partial()
         self.last_step = int(entry["global_step"])
         log.info("%s resumed from %s (global step %d)", self.ctx.task_id, entry["name"], self.last_step)
@@ -279,17 +283,13 @@ class Checkpointer:
         """``checkpoint.init_from`` with nothing to resume from: every worker loads the model's variables from its
         latest checkpoint (same values everywhere, as a resume), by creation order, shapes checked first; the global
         step and the optimizer start afresh. Returns ``<url>/<name>`` of that checkpoint, or None."""
-        import tensorflow as tf
-        from tfyarn.train.checkpoint import check_model_fits, warm_start_source
+        from tfyarn.train.checkpoint import restore_model_variables, warm_start_source
         src = warm_start_source(self.ctx.spec, self.local / "warm-start")
         if src is None:
             return None
         prefix, entry, keys = src
-        variables = [getattr(self.state.model, f"var_{i}") for i in range(self.n_model_vars)]   # see train_state
-        check_model_fits(prefix, variables, keys, f"{entry['name']} in {entry['url']} (checkpoint.init_from)")
-        reader = tf.train.load_checkpoint(prefix)
-        for key, var in zip(keys, variables):
-            var.assign(reader.get_tensor(key))
+        restore_model_variables(self.model_variables(), prefix, keys,
+                                f"{entry['name']} in {entry['url']} (checkpoint.init_from)")
         return f"{entry['url']}/{entry['name']}"
 
 

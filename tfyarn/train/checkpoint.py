@@ -205,18 +205,30 @@ def check_model_fits(prefix: str, variables: list[Any], keys: list[str], what: s
     check_fits(prefix, shapes, what, labels)
 
 
-def restore_model_variables(model: Any, prefix: str, keys: list[str], what: str | None = None) -> None:
-    """Assign a ps-mode (name-based) checkpoint to ``model.variables`` in creation order (eager or graph, no Saver).
-
-    ``keys`` is the entry's ``meta['model_variables']``. Used by the evaluator to load ps-mode checkpoints into an
-    eager model whose variable names need not match the training graph's.
-    """
+def restore_model_variables(variables: list[Any], prefix: str, keys: list[str], what: str | None = None) -> None:
+    """Assign a checkpoint's model variables to ``variables`` (a model's, in creation order) by the index entry's
+    ``meta['model_variables']`` keys, shapes checked first. Eager or mirrored variables, either checkpoint format
+    (name-based ps, object-based allreduce), no Saver: the evaluator, the export and the allreduce warm start load
+    checkpoints whose variable names need not match their own."""
     import tensorflow as tf
 
-    check_model_fits(prefix, list(model.variables), keys, what or prefix)
+    check_model_fits(prefix, list(variables), keys, what or prefix)
     reader = tf.train.load_checkpoint(prefix)
-    for key, var in zip(keys, model.variables):
+    for key, var in zip(keys, variables):
         var.assign(reader.get_tensor(key))
+
+
+def download_model_checkpoint(store: CheckpointStore, scratch: str | Path, purpose: str,
+                              entry: dict[str, Any] | None = None) -> tuple[str, dict[str, Any], list[str]]:
+    """``entry`` (default: the latest committed checkpoint of ``store``) downloaded into ``scratch``: (local prefix,
+    entry, checkpoint keys of the model's variables in creation order). Errors start with ``purpose``."""
+    entry = entry or store.latest()
+    if entry is None:
+        raise FileNotFoundError(f"{purpose}: no committed checkpoint in {store.url}")
+    keys = entry.get("model_variables")
+    if not keys:
+        raise ValueError(f"{purpose}: checkpoint {entry['name']} in {store.url} does not list its model variables")
+    return store.download(entry, scratch), entry, list(keys)
 
 
 def warm_start_source(spec: Any, scratch: str | Path) -> tuple[str, dict[str, Any], list[str]] | None:
@@ -229,12 +241,6 @@ def warm_start_source(spec: Any, scratch: str | Path) -> tuple[str, dict[str, An
     if not url:
         return None
     store = CheckpointStore(spec.resolve_path(url))
-    entry = store.latest()
-    if entry is None:
-        raise FileNotFoundError(f"checkpoint.init_from: no committed checkpoint in {store.url}")
-    keys = entry.get("model_variables")
-    if not keys:
-        raise ValueError(f"checkpoint.init_from: {entry['name']} in {store.url} does not list its model variables")
-    prefix = store.download(entry, scratch)
+    prefix, entry, keys = download_model_checkpoint(store, scratch, "checkpoint.init_from")
     log.info("warm start from %s in %s (its global step %d)", entry["name"], store.url, entry["global_step"])
-    return prefix, {**entry, "url": store.url}, list(keys)
+    return prefix, {**entry, "url": store.url}, keys

@@ -162,14 +162,11 @@ def run(ctx: TaskContext) -> list[dict[str, Any]]:
 
 def _evaluate_entry(ctx: TaskContext, store: Any, entry: dict[str, Any], model: Any, step: Any, feeder: Any,
                     scratch: Path, events: Any, metrics_log: MetricsLog) -> dict[str, Any]:
-    from tfyarn.train.checkpoint import restore_model_variables
+    from tfyarn.train.checkpoint import download_model_checkpoint, restore_model_variables
     t0 = time.monotonic()
     local = scratch / "restore" / entry["name"]
-    prefix = store.download(entry, local)
-    keys = entry.get("model_variables")
-    if not keys:
-        raise ValueError(f"checkpoint {entry['name']} has no 'model_variables' in its index entry")
-    restore_model_variables(model, prefix, keys, f"{entry['name']} in {store.url}")
+    prefix, entry, keys = download_model_checkpoint(store, local, "evaluator", entry)
+    restore_model_variables(model.variables, prefix, keys, f"{entry['name']} in {store.url}")
     metrics, batches = evaluate(step, feeder)
     gstep = int(entry["global_step"])
     record = {"checkpoint": entry["name"], "global_step": gstep, "epoch": entry.get("epoch"), "batches": batches,

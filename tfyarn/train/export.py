@@ -57,7 +57,7 @@ def write_saved_model(spec: Any, prefix: str, keys: list[str], local_dir: Path, 
 
     model = load(spec.model, spec.params, spec.resolve_path(spec.code) if spec.code else None)
     build_model(model)
-    restore_model_variables(model, prefix, keys, what)
+    restore_model_variables(model.variables, prefix, keys, what)
     module, fn = serving_module(model, dict(spec.data.features), spec.data.label)
     if local_dir.exists():
         shutil.rmtree(local_dir)
@@ -104,7 +104,7 @@ def export_checkpoint(spec: Any, entry: dict[str, Any] | None = None, scratch: s
     """Export a committed checkpoint of ``checkpoint.dir`` (``entry``; default the latest) to ``to`` (default
     ``export.dir``). Returns ``{"url", "version", "checkpoint", "seconds"}``."""
     import tempfile
-    from tfyarn.train.checkpoint import CheckpointStore
+    from tfyarn.train.checkpoint import CheckpointStore, download_model_checkpoint
 
     if not spec.checkpoint.dir:
         raise ValueError("export: the model is exported from a checkpoint; the spec has no checkpoint.dir")
@@ -113,14 +113,8 @@ def export_checkpoint(spec: Any, entry: dict[str, Any] | None = None, scratch: s
         raise ValueError("export: no destination (set export.dir in the spec, or pass one)")
     t0 = time.monotonic()
     store = CheckpointStore(spec.resolve_path(spec.checkpoint.dir), keep=spec.checkpoint.keep)
-    entry = entry or store.latest()
-    if entry is None:
-        raise FileNotFoundError(f"export: no committed checkpoint in {store.url}")
-    keys = entry.get("model_variables")
-    if not keys:
-        raise ValueError(f"export: checkpoint {entry['name']} in {store.url} does not list its model variables")
     with tempfile.TemporaryDirectory(prefix="tfyarn-export-", dir=scratch) as tmp:
-        prefix = store.download(entry, Path(tmp) / "ckpt")
+        prefix, entry, keys = download_model_checkpoint(store, Path(tmp) / "ckpt", "export", entry)
         local = write_saved_model(spec, prefix, keys, Path(tmp) / "saved_model", f"{entry['name']} in {store.url}")
         keep = spec.export.keep if spec.export else 3
         url = ExportStore(spec.resolve_path(dest), keep=keep).upload(local, int(entry["global_step"]))
