@@ -109,21 +109,19 @@ def export(spec: JobSpec, checkpoint: str | None = None, to: str | None = None) 
     if importlib.util.find_spec("tensorflow") is None:
         raise ExportError("export builds the model with TensorFlow, which is not installed here "
                           "(pip install 'tfyarn[tf-cpu]', or run it where the job's environment is)")
-    if not spec.checkpoint.dir:
-        raise ExportError("export: the spec has no checkpoint.dir to export from")
-    if not (to or spec.export):
-        raise ExportError("export: no destination: set export.dir in the spec or pass --to URL")
     from tfyarn.train.checkpoint import CheckpointStore
     from tfyarn.train.export import export_checkpoint
-    store = CheckpointStore(spec.resolve_path(spec.checkpoint.dir), keep=spec.checkpoint.keep)
-    entries = store.index().get("checkpoints", [])
-    if not entries:
-        raise ExportError(f"export: no committed checkpoint in {store.url}")
-    entry = store.latest()
-    if checkpoint is not None:
-        entry = next((e for e in entries if e["name"] == checkpoint), None)
+    entry = None
+    if spec.checkpoint.dir:                 # (without one, export_checkpoint says so)
+        store = CheckpointStore(spec.resolve_path(spec.checkpoint.dir), keep=spec.checkpoint.keep)
+        idx = store.index()                 # read once: the named or the latest entry, and the list for messages
+        entries = idx.get("checkpoints", [])
+        if not entries:
+            raise ExportError(f"export: no committed checkpoint in {store.url}")
+        name = checkpoint or idx.get("latest")
+        entry = next((e for e in reversed(entries) if e["name"] == name), None)
         if entry is None:
-            raise ExportError(f"export: no checkpoint {checkpoint!r} in {store.url} (committed: "
+            raise ExportError(f"export: no checkpoint {name!r} in {store.url} (committed: "
                               f"{', '.join(e['name'] for e in entries)})")
     if to and "://" not in to:
         to = str(Path(to).resolve())        # a path given here is relative to the caller's cwd, not the spec's dir

@@ -66,7 +66,8 @@ def tasks_from_containers(containers: list[Any], taskmap: dict[str, str], spec: 
     order = spec.tasks() if spec is not None else []
     names = order + sorted(t for t in by_task if t not in order)
     for task in names:
-        cs = sorted(by_task.get(task, []), key=lambda c: (c.start_time is None, timestamp(c.start_time) or 0, c.instance))
+        cs = sorted(by_task.get(task, []),
+                    key=lambda c: (c.start_time is None, timestamp(c.start_time) or 0, c.instance))
         role = spec.roles.get(task.split(":")[0]) if spec is not None else None
         memory = role.memory_mib if role is not None else None
         if not cs:

@@ -284,7 +284,7 @@ class Checkpointer:
         latest checkpoint (same values everywhere, as a resume), by creation order, shapes checked first; the global
         step and the optimizer start afresh. Returns ``<url>/<name>`` of that checkpoint, or None."""
         from tfyarn.train.checkpoint import restore_model_variables, warm_start_source
-        src = warm_start_source(self.ctx.spec, self.local / "warm-start")
+        src = warm_start_source(self.ctx.spec, self.ctx.workdir)
         if src is None:
             return None
         prefix, entry, keys = src

@@ -231,8 +231,9 @@ def download_model_checkpoint(store: CheckpointStore, scratch: str | Path, purpo
     return store.download(entry, scratch), entry, list(keys)
 
 
-def warm_start_source(spec: Any, scratch: str | Path) -> tuple[str, dict[str, Any], list[str]] | None:
-    """``checkpoint.init_from``: download its latest committed checkpoint into ``scratch``; returns (local prefix,
+def warm_start_source(spec: Any, workdir: str | Path) -> tuple[str, dict[str, Any], list[str]] | None:
+    """``checkpoint.init_from``: download its latest committed checkpoint into the task's scratch (created only
+    then, under ``workdir``); returns (local prefix,
     index entry, checkpoint keys of the model's variables in creation order), or None without ``init_from``.
 
     Why only the model's variables: a warm start (e.g. yesterday's model trained on today's data into a new dir)
@@ -241,6 +242,6 @@ def warm_start_source(spec: Any, scratch: str | Path) -> tuple[str, dict[str, An
     if not url:
         return None
     store = CheckpointStore(spec.resolve_path(url))
-    prefix, entry, keys = download_model_checkpoint(store, scratch, "checkpoint.init_from")
+    prefix, entry, keys = download_model_checkpoint(store, local_dir_for(workdir, "warm-start"), "checkpoint.init_from")
     log.info("warm start from %s in %s (its global step %d)", entry["name"], store.url, entry["global_step"])
     return prefix, {**entry, "url": store.url}, keys

@@ -104,13 +104,14 @@ def export_checkpoint(spec: Any, entry: dict[str, Any] | None = None, scratch: s
     """Export a committed checkpoint of ``checkpoint.dir`` (``entry``; default the latest) to ``to`` (default
     ``export.dir``). Returns ``{"url", "version", "checkpoint", "seconds"}``."""
     import tempfile
+    from tfyarn.errors import ExportError
     from tfyarn.train.checkpoint import CheckpointStore, download_model_checkpoint
 
     if not spec.checkpoint.dir:
-        raise ValueError("export: the model is exported from a checkpoint; the spec has no checkpoint.dir")
+        raise ExportError("export: the spec has no checkpoint.dir to export from")
     dest = to or (spec.export.dir if spec.export else None)
     if not dest:
-        raise ValueError("export: no destination (set export.dir in the spec, or pass one)")
+        raise ExportError("export: no destination: set export.dir in the spec or pass --to URL")
     t0 = time.monotonic()
     store = CheckpointStore(spec.resolve_path(spec.checkpoint.dir), keep=spec.checkpoint.keep)
     with tempfile.TemporaryDirectory(prefix="tfyarn-export-", dir=scratch) as tmp:

@@ -51,10 +51,11 @@ class Checkpointer:
         runs it right after the variables' initialisation and never on a restore. It loads the model's variables
         from init_from's latest checkpoint (by creation order, shapes checked first); everything else starts afresh.
         None when there is no warm start."""
-        from tfyarn.train.checkpoint import check_model_fits, local_dir_for, warm_start_source
-        if not self.ctx.spec.checkpoint.init_from:
-            return None                            # (before local_dir_for, which creates the scratch dir)
-        prefix, entry, keys = warm_start_source(self.ctx.spec, local_dir_for(self.ctx.workdir, "warm-start"))
+        from tfyarn.train.checkpoint import check_model_fits, warm_start_source
+        src = warm_start_source(self.ctx.spec, self.ctx.workdir)
+        if src is None:
+            return None
+        prefix, entry, keys = src
         what = f"{entry['name']} in {entry['url']} (checkpoint.init_from)"
         check_model_fits(prefix, self.tg.model_vars, keys, what)
         self.warm_started_from = f"{entry['url']}/{entry['name']}"
