@@ -102,8 +102,8 @@ def export(spec: JobSpec, checkpoint: str | None = None, to: str | None = None) 
     SavedModel under ``to`` (a URL or a path relative to the current directory; default ``spec.export.dir``, which
     is relative to the spec file like every path in it), version = its global step. Needs TensorFlow here.
 
-    Returns ``{"url", "version", "checkpoint", "seconds"}``. Raises :class:`ExportError` when there is nothing to
-    export (no checkpoint dir, no such checkpoint, no destination, no TensorFlow)."""
+    Returns ``{"url", "version", "checkpoint", "seconds", "downloaded"}``. Raises :class:`ExportError` when there
+    is nothing to export (no checkpoint dir, no such checkpoint, no destination, no TensorFlow)."""
     import importlib.util
     from tfyarn.errors import ExportError
     if importlib.util.find_spec("tensorflow") is None:

@@ -178,6 +178,9 @@ def test_skewed_files_two_workers_three_epochs_finish_with_equal_steps_and_evalu
     # export: the final (object-based) checkpoint as a SavedModel serving exactly its model
     assert summary["export"]["url"] == str(tmp_path / "models" / "15") and summary["export"]["checkpoint"] == "ckpt-15"
     assert sorted(p.name for p in (tmp_path / "models").iterdir()) == ["15"]
+    assert summary["export"]["downloaded"] is False          # from the chief's local copy of what it uploaded
+    kept = [p.name for p in tmp_path.rglob("ckpt-allreduce-*/ckpt-*.index")]
+    assert kept == ["ckpt-15.index"], kept                    # local copies do not pile up: only the last one stays
     check_export_matches_checkpoint(spec, tmp_path / "models" / "15", "ckpt-15")
 
 

@@ -24,8 +24,9 @@ def make_spec(tmp_path: Path, **extra):
     return load_spec_dict(doc)
 
 
-def write_checkpoint(spec, workdir: Path, step: int, shift: float) -> None:
-    """A committed allreduce-layout checkpoint whose variables differ per ``shift`` (as a trained one would)."""
+def write_checkpoint(spec, workdir: Path, step: int, shift: float) -> tuple[dict, str]:
+    """A committed allreduce-layout checkpoint whose variables differ per ``shift`` (as a trained one would): its
+    index entry and its local prefix (as the chief that wrote it keeps them)."""
     import tensorflow as tf
     from tfyarn.train.allreduce import CHECKPOINT_FORMAT, model_variable_keys, train_state
     from tfyarn.train.checkpoint import CheckpointStore
@@ -35,8 +36,9 @@ def write_checkpoint(spec, workdir: Path, step: int, shift: float) -> None:
         v.assign_add(tf.fill(tf.shape(v), shift * (i + 1)))
     prefix = train_state(model, model.optimizer(), tf.Variable(step, dtype=tf.int64)).write(
         str(workdir / f"w{step}" / f"ckpt-{step}"))
-    CheckpointStore(spec.checkpoint.dir, keep=3).upload(prefix, step, {
+    entry = CheckpointStore(spec.checkpoint.dir, keep=3).upload(prefix, step, {
         "format": CHECKPOINT_FORMAT, "model_variables": model_variable_keys(len(model.variables))})
+    return entry, prefix
 
 
 def test_export_needs_a_checkpoint_dir_to_export_from():
@@ -67,6 +69,7 @@ def test_cli_exports_the_latest_or_a_named_checkpoint_serving_its_exact_model(tm
     assert r.exit_code == 0, r.output
     out = json.loads(r.output.strip().splitlines()[-1])
     assert out["checkpoint"] == "ckpt-30" and out["version"] == 30 and out["url"] == str(tmp_path / "models" / "30")
+    assert out["downloaded"] is True
     check_export_matches_checkpoint(spec, tmp_path / "models" / "30", "ckpt-30")
     r = runner.invoke(cli, ["export", str(spec_file), "--checkpoint", "ckpt-10"])
     assert r.exit_code == 0 and "exported ckpt-10 as SavedModel version 10" in r.output, r.output
@@ -135,6 +138,46 @@ def test_a_failed_export_at_the_end_fails_the_task_naming_the_destination_and_th
     assert "tfyarn export SPEC" in msg
     ctx_none = TaskContext(spec=make_spec(tmp_path), role="worker", index=0, kv=MemoryKV(), workdir=tmp_path)
     assert export_at_end(ctx_none) is None
+
+
+def test_the_end_of_run_export_reads_the_chiefs_local_copy_instead_of_downloading_it(tmp_path):
+    """On HDFS, downloading the checkpoint the chief has just uploaded is most of an export's time. With the
+    committed entry's local files the export reads those; when they are gone it downloads as the CLI does."""
+    from tfyarn.runtime.context import TaskContext
+    from tfyarn.runtime.kv import MemoryKV
+    from tfyarn.train.checkpoint import remove_checkpoint_files
+    from tfyarn.train.export import export_at_end
+    spec = make_spec(tmp_path, export={"dir": str(tmp_path / "models")})
+    entry, prefix = write_checkpoint(spec, tmp_path, 7, 0.2)
+    check_store = tmp_path / "ckpt-copy"          # the committed files, for the check after they are removed
+    import shutil
+    shutil.copytree(tmp_path / "ckpt", check_store)
+    for f in (tmp_path / "ckpt").glob("ckpt-7.*"):
+        f.unlink()                                # had it downloaded, the export would fail on the missing files
+    ctx = TaskContext(spec=spec, role="worker", index=0, kv=MemoryKV(), workdir=tmp_path)
+    out = export_at_end(ctx, (entry, prefix))
+    assert out["downloaded"] is False and out["checkpoint"] == "ckpt-7" and out["version"] == 7
+    spec_copy = make_spec(tmp_path, checkpoint={"dir": str(check_store)})
+    check_export_matches_checkpoint(spec_copy, tmp_path / "models" / "7", "ckpt-7")
+    # local files gone: downloaded from the store (here: missing there too, so the error names the checkpoint)
+    remove_checkpoint_files(prefix)
+    with pytest.raises(RuntimeError, match="ckpt-7 listed in .* but its files are missing"):
+        export_at_end(ctx, (entry, prefix))
+    shutil.rmtree(tmp_path / "ckpt")
+    shutil.copytree(check_store, tmp_path / "ckpt")
+    out = export_at_end(ctx, (entry, prefix))
+    assert out["downloaded"] is True and out["version"] == 7
+
+
+def test_removing_a_local_checkpoint_leaves_its_neighbours(tmp_path):
+    from tfyarn.train.checkpoint import has_checkpoint_files, remove_checkpoint_files
+    for name in ("ckpt-12", "ckpt-120"):
+        (tmp_path / f"{name}.index").write_bytes(b"i")
+        (tmp_path / f"{name}.data-00000-of-00001").write_bytes(b"d")
+    assert has_checkpoint_files(tmp_path / "ckpt-12") and not has_checkpoint_files(tmp_path / "ckpt-1")
+    remove_checkpoint_files(tmp_path / "ckpt-12")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt-120.data-00000-of-00001", "ckpt-120.index"]
+    assert not has_checkpoint_files(tmp_path / "ckpt-12")
 
 
 def test_a_custom_train_function_with_export_is_refused_before_it_runs(tmp_path):

@@ -168,6 +168,7 @@ def test_async_two_ps_trains_to_the_planned_global_step_and_loss_goes_down(tmp_p
     assert summary["last_checkpoint"] == final
     assert summary["export"]["url"] == str(tmp_path / "models" / str(2 * per_worker))
     assert summary["export"]["checkpoint"] == final and summary["export"]["version"] == 2 * per_worker
+    assert summary["export"]["downloaded"] is False          # from the chief's local copy of what it uploaded
     check_export_matches_checkpoint(spec, summary["export"]["url"], final)
 
 

@@ -39,6 +39,7 @@ from tfyarn.runtime.context import ABORT_KEY, DONE_KEY, TOTAL_STEPS_KEY, TaskCon
 from tfyarn.runtime.watchdog import install_stack_dumps
 from tfyarn.data.pipeline import EpochPipeline
 from tfyarn.train import helpers
+from tfyarn.train.checkpoint import remove_checkpoint_files
 from tfyarn.train.model import build_model, load, split_features, tf_dtype
 
 log = logging.getLogger("tfyarn.train.allreduce")
@@ -216,6 +217,9 @@ class Checkpointer:
             self.events = EventWriter(ctx.spec.resolve_path(c.dir) if c.dir else None, "train", self.local / "events")
         self._last_event = 0.0
         self._last_sync = time.monotonic()
+        #: (index entry, local prefix) of the last checkpoint committed: its local files are kept (and the previous
+        #: one's deleted) so the export reads them instead of downloading the checkpoint again
+        self.committed: tuple[dict[str, Any], str] | None = None
 
     def scalars(self, global_step: int, values: Callable[[], dict[str, float]], force: bool = False) -> None:
         """Chief: training scalars into the "train" event file, at most once a second (uploaded with checkpoints).
@@ -250,8 +254,9 @@ class Checkpointer:
         entry = self.store.upload(prefix, global_step, meta)
         if self.events is not None:
             self.events.sync()
-        for p in self.local.glob(f"ckpt-{global_step}*"):
-            p.unlink(missing_ok=True)
+        if self.committed is not None:
+            remove_checkpoint_files(self.committed[1])
+        self.committed = (entry, prefix)
         self.last_step, self.last_time = global_step, time.monotonic()
         return entry
 
@@ -474,7 +479,7 @@ def _finish(ctx: TaskContext, ckpt: Checkpointer, figures: dict[str, Any], globa
     entry = ckpt.save(figures["global_step"], figures["worker_steps"])
     if ckpt.events is not None:
         ckpt.events.close()
-    exported = export_at_end(ctx)
+    exported = export_at_end(ctx, ckpt.committed)
     per_task = wait_for_final_progress(ctx, ctx.spec.timeouts.shutdown)
     train_s = figures["elapsed_s"]
     summary = run_summary(

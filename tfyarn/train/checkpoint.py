@@ -140,6 +140,20 @@ class CheckpointStore:
         return str(local_dir / name)
 
 
+def has_checkpoint_files(prefix: str | Path) -> bool:
+    """Whether the local TF checkpoint ``prefix`` (``.../ckpt-120``) has its index and at least one data file."""
+    p = Path(prefix)
+    return p.with_name(p.name + ".index").is_file() and any(p.parent.glob(p.name + ".data-*"))
+
+
+def remove_checkpoint_files(prefix: str | Path) -> None:
+    """Delete the local TF checkpoint ``prefix``'s files (its index and data shards; not ``ckpt-12*``, which would
+    also match ``ckpt-120``)."""
+    p = Path(prefix)
+    for f in [p.with_name(p.name + ".index"), *p.parent.glob(p.name + ".data-*")]:
+        f.unlink(missing_ok=True)
+
+
 def local_dir_for(workdir: str | Path, sub: str) -> Path:
     """A fresh local scratch directory for checkpoints (``<workdir>/ckpt-<sub>``)."""
     d = Path(workdir) / f"ckpt-{sub}"

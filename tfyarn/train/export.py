@@ -100,12 +100,16 @@ class ExportStore:
 
 
 def export_checkpoint(spec: Any, entry: dict[str, Any] | None = None, scratch: str | Path | None = None,
-                      to: str | None = None) -> dict[str, Any]:
+                      to: str | None = None, local_prefix: str | None = None) -> dict[str, Any]:
     """Export a committed checkpoint of ``checkpoint.dir`` (``entry``; default the latest) to ``to`` (default
-    ``export.dir``). Returns ``{"url", "version", "checkpoint", "seconds"}``."""
+    ``export.dir``). Returns ``{"url", "version", "checkpoint", "seconds", "downloaded"}``.
+
+    ``local_prefix``: the chief's own local copy of ``entry`` (the files it has just uploaded), read instead of
+    downloading the checkpoint again — on HDFS that download is the largest part of an export. Ignored (downloaded)
+    when its files are gone."""
     import tempfile
     from tfyarn.errors import ExportError
-    from tfyarn.train.checkpoint import CheckpointStore, download_model_checkpoint
+    from tfyarn.train.checkpoint import CheckpointStore, download_model_checkpoint, has_checkpoint_files
 
     if not spec.checkpoint.dir:
         raise ExportError("export: the spec has no checkpoint.dir to export from")
@@ -115,14 +119,19 @@ def export_checkpoint(spec: Any, entry: dict[str, Any] | None = None, scratch: s
     t0 = time.monotonic()
     store = CheckpointStore(spec.resolve_path(spec.checkpoint.dir), keep=spec.checkpoint.keep)
     with tempfile.TemporaryDirectory(prefix="tfyarn-export-", dir=scratch) as tmp:
-        prefix, entry, keys = download_model_checkpoint(store, Path(tmp) / "ckpt", "export", entry)
-        local = write_saved_model(spec, prefix, keys, Path(tmp) / "saved_model", f"{entry['name']} in {store.url}")
+        local = bool(entry and local_prefix and entry.get("model_variables") and has_checkpoint_files(local_prefix))
+        if local:
+            prefix, keys = str(local_prefix), list(entry["model_variables"])
+        else:
+            prefix, entry, keys = download_model_checkpoint(store, Path(tmp) / "ckpt", "export", entry)
+        saved = write_saved_model(spec, prefix, keys, Path(tmp) / "saved_model", f"{entry['name']} in {store.url}")
         keep = spec.export.keep if spec.export else 3
-        url = ExportStore(spec.resolve_path(dest), keep=keep).upload(local, int(entry["global_step"]))
+        url = ExportStore(spec.resolve_path(dest), keep=keep).upload(saved, int(entry["global_step"]))
     secs = time.monotonic() - t0
-    log.info("exported %s (global step %d) as a SavedModel to %s in %.2fs", entry["name"], entry["global_step"], url,
-             secs)
-    return {"url": url, "version": int(entry["global_step"]), "checkpoint": entry["name"], "seconds": round(secs, 3)}
+    log.info("exported %s (global step %d) as a SavedModel to %s in %.2fs (%s)", entry["name"],
+             entry["global_step"], url, secs, "from the local copy" if local else "downloaded")
+    return {"url": url, "version": int(entry["global_step"]), "checkpoint": entry["name"], "seconds": round(secs, 3),
+            "downloaded": not local}
 
 
 def _in_eager_thread(fn: Any) -> Any:
@@ -146,14 +155,17 @@ def _in_eager_thread(fn: Any) -> Any:
     return out["value"]
 
 
-def export_at_end(ctx: Any) -> dict[str, Any] | None:
+def export_at_end(ctx: Any, committed: tuple[dict[str, Any], str] | None = None) -> dict[str, Any] | None:
     """The chief, after the final checkpoint of a successful run: export it when the spec has ``export``. An export
     that fails fails the task (a scheduled pipeline's next step expects the model); the checkpoint stays committed,
-    so ``tfyarn export SPEC`` can produce it again."""
+    so ``tfyarn export SPEC`` can produce it again. ``committed``: (index entry, local prefix) of the checkpoint the
+    chief has just committed, exported from its local files; None downloads the latest committed one."""
     if ctx.spec.export is None:
         return None
+    entry, local_prefix = committed or (None, None)
     try:
-        return _in_eager_thread(lambda: export_checkpoint(ctx.spec, scratch=ctx.workdir))
+        return _in_eager_thread(lambda: export_checkpoint(ctx.spec, entry, scratch=ctx.workdir,
+                                                          local_prefix=local_prefix))
     except Exception as exc:
         raise RuntimeError(f"{ctx.task_id}: training finished and its final checkpoint is committed, but the export "
                            f"to {ctx.spec.export.dir} failed: {type(exc).__name__}: {exc} "

@@ -28,6 +28,9 @@ class Checkpointer:
         self.last_time = time.monotonic()
         self.resumed_from: str | None = None   # the checkpoint the chief restored, for the summary
         self.warm_started_from: str | None = None   # checkpoint.init_from's checkpoint, for the summary
+        #: (index entry, local prefix) of the last checkpoint this chief committed: the export reads its local files
+        #: (the Saver keeps its last few) instead of downloading them again
+        self.committed: tuple[dict[str, Any], str] | None = None
 
     def restore_prefix(self) -> str | None:
         """Download the latest checkpoint (if any) for the chief to restore from."""
@@ -100,6 +103,7 @@ class Checkpointer:
                 "epoch": helpers.position(min(ws), self.steps)[0], "mode": "ps", "sync": self.ctx.spec.sync}
         entry = self.store.upload(prefix, gs, meta)
         self.last_step, self.last_time = gs, time.monotonic()
+        self.committed = (entry, prefix)
         return entry
 
 

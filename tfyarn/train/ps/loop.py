@@ -257,7 +257,7 @@ def _finish(ctx: Any, tg: TrainGraph, sess: Any, ckpt: Checkpointer | None, mine
     progress = wait_for_final_progress(ctx, spec.timeouts.shutdown)
     trained = (sum(worker_steps) - sum(mine["start_worker_steps"])) * spec.data.batch_size
     latest = entry or (ckpt.store.latest() if ckpt and ckpt.store else None)   # None: saved at this step already
-    exported = export_at_end(ctx)
+    exported = export_at_end(ctx, ckpt.committed if ckpt else None)
     summary = run_summary(
         ctx, global_step=gs, total_steps=target, steps_per_worker=dict(zip(ctx.training_tasks, worker_steps)),
         examples_per_sec=round(trained / train_s, 1) if train_s > 0 else 0.0,
