@@ -28,11 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-import psutil
-
 from tfyarn.backends.base import AppState, AppStatus, TaskStatus
 from tfyarn.backends.forkserver import ForkedProcess, ForkServer, ForkServerError
 from tfyarn.backends.kvserver import KVServer
+from tfyarn.backends.process_memory import tree_rss
 from tfyarn.backends.progress import GlobalStepRate, aggregate_progress, side_roles, summary_with_eval
 from tfyarn.errors import ExitCode
 from tfyarn.report import HISTORY_FILE, ProgressHistory, report_for_launcher
@@ -370,12 +369,10 @@ class Launcher:
                          tags=list(self.spec.tags), attempt=self.attempt)
 
     def _sample_memory(self) -> None:
-        """Each running task's resident memory (with its children: the framing processes), as YARN's NodeManager
-        measures a container's process tree. Local tasks have no limit; a task above its role's ``memory`` is
-        warned about once, the moment it crosses it, since on YARN its container would be killed.
-
-        At most once a second, in one scan of the process table for all tasks: ~6 ms with 64 processes here
-        (0.6 % of a core), where a ``children()`` scan per task cost ~8 ms for 5 tasks."""
+        """Each running task's resident memory with its children (:func:`tree_rss`, as YARN measures a container).
+        Local tasks have no limit; a task above its role's ``memory`` is warned about once, the moment it crosses
+        it, since on YARN its container would be killed. At most once a second (one process-table scan: ~0.6 % of a
+        core)."""
         now = time.monotonic()
         if now - self._memory_sampled < MEMORY_SAMPLE_S:
             return
@@ -383,20 +380,8 @@ class Launcher:
         running = {t.proc.pid: t for t in self.tasks.values() if t.state == "RUNNING" and t.proc is not None}
         if not running:
             return
-        kids: dict[int, list[int]] = {}
-        rss: dict[int, int] = {}
-        for p in psutil.process_iter(["ppid", "memory_info"]):
-            info = p.info
-            if info.get("memory_info") is None:
-                continue
-            rss[p.pid] = info["memory_info"].rss
-            kids.setdefault(info["ppid"], []).append(p.pid)
-        for pid, t in running.items():
-            total, todo = 0, [pid]
-            while todo:
-                q = todo.pop()
-                total += rss.get(q, 0)
-                todo.extend(kids.get(q, ()))
+        for pid, total in tree_rss(running).items():
+            t = running[pid]
             limit = self.spec.roles[t.role].memory_mib << 20  # type: ignore[index]
             if total > limit >= t.peak_rss:
                 log.warning("%s uses %d MiB of resident memory, more than roles.%s.memory (%d MiB): on YARN its "
