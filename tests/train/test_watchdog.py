@@ -148,6 +148,28 @@ def test_laggard_is_the_suspect_when_everyone_answers():
     assert r.suspects == ["worker:1"]
 
 
+def test_the_watchdog_thread_keeps_watching_the_chiefs_finishing_phase_until_control_done():
+    """Every training task reports ``done`` before the chief's final checkpoint, export and summary: a hung upload
+    there must still fail the job (the thread used to end as soon as every task was finished)."""
+    kv = MemoryKV()
+    calls = []
+    report(kv, "chief:0", 5, done=True); report(kv, "worker:0", 5, done=True)   # every step ran, no control/done
+    wd = StallWatchdog(kv, TASKS, stall_s=0.5, on_stall=calls.append, ack_wait_s=0.1, interval=0.05,
+                       signal_pids=False).start()
+    deadline = time.monotonic() + 10
+    while not calls and time.monotonic() < deadline:
+        time.sleep(0.05)
+    wd.stop()
+    assert len(calls) == 1 and calls[0].message.startswith("every training task ran all its steps, but the chief")
+    # with control/done set the thread ends on its own, without a report
+    kv2 = MemoryKV()
+    kv2.put(DONE_KEY, "1")
+    report(kv2, "chief:0", 5, done=True); report(kv2, "worker:0", 5, done=True)
+    wd2 = StallWatchdog(kv2, TASKS, stall_s=0.5, on_stall=calls.append, interval=0.05, signal_pids=False).start()
+    wd2._thread.join(5)
+    assert not wd2._thread.is_alive() and len(calls) == 1
+
+
 def test_poll_requests_dumps_collects_acks_and_calls_back_once():
     kv = MemoryKV()
     calls = []

@@ -264,7 +264,8 @@ class StallWatchdog:
 
         wd = StallWatchdog(kv, {t: pid_of[t] for t in spec.training_tasks}, spec.timeouts.stall,
                            on_stall=lambda r: fail_job(r.message), all_tasks=pid_of)
-        wd.start()          # daemon thread, checks every `interval` s; ends when every task finished or wd.stop()
+        wd.start()          # daemon thread, checks every `interval` s; ends on a stall, when every task finished
+                            # after control/done, or on wd.stop()
     """
 
     def __init__(self, kv: KV, tasks: Iterable[str] | Mapping[str, int | None], stall_s: float,
@@ -399,7 +400,10 @@ class StallWatchdog:
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
             try:
-                if self.poll() is not None or all(s.finished for s in self.states.values()):
+                # Not done when every training task is finished: the chief's final checkpoint, export and summary
+                # come after that and before control/done, and they are bounded by this watch too.
+                if self.poll() is not None or (self.done_at is not None
+                                               and all(s.finished for s in self.states.values())):
                     return
             except Exception as exc:     # a KV hiccup must not kill the watchdog; a dead KV is the launcher's concern
                 log.warning("stall watchdog: %s", exc)
