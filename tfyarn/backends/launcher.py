@@ -505,8 +505,11 @@ class Launcher:
         step must appear.
         """
         pids = {t.name: t.proc.pid for t in self.tasks.values() if t.proc}
+        # A queue per attempt: a report the previous attempt's watchdog posts while it stops (its diagnosis takes
+        # seconds) must not end the next attempt.
+        stalled = self._stalled = queue.Queue()
         wd = StallWatchdog(kv.store, {t: pids[t] for t in self.spec.training_tasks}, self.spec.timeouts.stall,
-                           on_stall=lambda report: self._stalled.put(report.message), all_tasks=pids,
+                           on_stall=lambda report: stalled.put(report.message), all_tasks=pids,
                            startup_s=self.spec.timeouts.rendezvous + self.spec.timeouts.stall)
         return wd.start()
 
