@@ -34,6 +34,20 @@ def test_first_failure_stops_every_task_with_its_diagnosis(tmp_path):
     assert saved["state"] == "FAILED" and saved["exit_code"] == 1
 
 
+@pytest.mark.parametrize("job, diagnosis", [
+    ("deadline_on_worker", "DeadlineExceededError: Timed out waiting for the step's ops on /job:ps/task:0"),
+    ("wait_timeout_on_worker", "timed out: waited 1s (timeouts.step) for workers to finish their 8 steps")])
+def test_a_step_past_its_timeout_ends_the_job_timed_out_exit_4(tmp_path, job, diagnosis):
+    """README: a step that overruns timeouts.step (TF's operation timeout in ps mode, tfyarn's own waits) ends the
+    job with exit code 4, like every other bounded wait; the task's failure message says "timed out", which is all
+    a YARN follower sees of it (tests/yarn/test_backend_state.py maps such a message to TIMED_OUT)."""
+    spec = load_spec_dict(small_spec(tmp_path, model=f"custom_jobs:{job}"))
+    st = LocalBackend().run(spec)
+    assert st.state is AppState.TIMED_OUT and st.state.exit_code == 4, st.diagnostics
+    assert st.diagnostics.startswith(f"worker:0 exited with code 4: {diagnosis}"), st.diagnostics
+    assert wait_no_processes(st.app_id, 5) == []
+
+
 def test_task_that_never_starts_times_out_naming_it(tmp_path):
     # A sitecustomize that hangs worker:1 before the runtime starts: a container that never comes up.
     hang = tmp_path / "hang"

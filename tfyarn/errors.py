@@ -12,6 +12,16 @@ class ExitCode(IntEnum):
     TIMED_OUT = 4
 
 
+#: What a timeout's message says (lower case). On YARN a task's exit code is not visible to the follower, only its
+#: failure message: a FAILED application whose diagnostics or task failures contain it is TIMED_OUT (exit 4).
+TIMEOUT_MARK = "timed out"
+
+
+def timeout_message(message: str) -> str:
+    """``message``, marked as a timeout (``timed out: …``) unless it already says so."""
+    return message if TIMEOUT_MARK in message.lower() else f"{TIMEOUT_MARK}: {message}"
+
+
 class TfyarnError(Exception):
     """Base of every error tfyarn raises on purpose; ``exit_code`` is what the CLI exits with."""
     exit_code: int = ExitCode.FAILED

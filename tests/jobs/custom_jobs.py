@@ -15,6 +15,26 @@ def fail_on_worker(ctx, helpers):
 
 
 @tfyarn.train.custom_train
+def deadline_on_worker(ctx, helpers):
+    """worker:0's step fails as a ps-mode step does past the session's operation timeout (timeouts.step)."""
+    if ctx.task_id == "worker:0":
+        import tensorflow as tf
+        time.sleep(0.5)
+        raise tf.errors.DeadlineExceededError(None, None, "Timed out waiting for the step's ops on /job:ps/task:0")
+    time.sleep(300)
+
+
+@tfyarn.train.custom_train
+def wait_timeout_on_worker(ctx, helpers):
+    """worker:0 gives up a bounded wait whose message does not say "timed out" (as ps mode's timeouts.step)."""
+    if ctx.task_id == "worker:0":
+        from tfyarn.errors import WaitTimeout
+        time.sleep(0.5)
+        raise WaitTimeout("waited 1s (timeouts.step) for workers to finish their 8 steps")
+    time.sleep(300)
+
+
+@tfyarn.train.custom_train
 def run_long(ctx, helpers):
     """Every training task runs 'forever' (until stopped), reporting progress."""
     for step in range(1, 100000):

@@ -102,6 +102,8 @@ class FakeRM:
     ("KILLED", "KILLED", "Application killed by user", None, AppState.KILLED, ExitCode.KILLED),
     ("FINISHED", "FAILED", "worker:1: timed out after 300s waiting for rendezvous", None, AppState.TIMED_OUT,
      ExitCode.TIMED_OUT),
+    ("FINISHED", "FAILED", "Failure in service worker worker:0: timed out: waited 60s (timeouts.step) for workers",
+     None, AppState.TIMED_OUT, ExitCode.TIMED_OUT),
     ("FINISHED", "UNDEFINED", "", None, AppState.FAILED, ExitCode.FAILED),
 ])
 def test_state_and_exit_code_mapping(yarn, final, diag, tasks, expected, code):

@@ -16,8 +16,9 @@ ends. Every status read while the app runs is saved under ``$TFYARN_HOME/yarn/<a
 submit), so ``status`` of a finished app still shows its tasks, last progress, summary and failure diagnoses.
 
 **Exit codes** (``AppState.exit_code``): SUCCEEDED 0; FAILED 1; KILLED 3; TIMED_OUT 4 — a FAILED app whose
-diagnostics or task failure messages say "timed out" (tfyarn's bounded waits all raise ``WaitTimeout("timed out
-after …")``). Invalid spec / preflight problems are 2 before anything is submitted.
+diagnostics or task failure messages say "timed out" (a task reports every timeout — tfyarn's ``WaitTimeout``, TF's
+``DeadlineExceededError`` — marked so: :func:`tfyarn.errors.timeout_message`). Invalid spec / preflight problems
+are 2 before anything is submitted.
 """
 from __future__ import annotations
 

@@ -6,12 +6,12 @@ import re
 from typing import Any
 
 from tfyarn.backends.base import AppState, TaskStatus
+from tfyarn.errors import TIMEOUT_MARK
 from tfyarn.spec import JobSpec
 
 ALL_CONTAINER_STATES = ("WAITING", "REQUESTED", "RUNNING", "SUCCEEDED", "FAILED", "KILLED")
 ACTIVE_APP_STATES = ("SUBMITTED", "ACCEPTED", "RUNNING")
 ALL_APP_STATES = ("NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED", "RUNNING", "FINISHED", "FAILED", "KILLED")
-TIMEOUT_MARK = "timed out"
 
 
 def app_state(yarn_state: Any, final_status: Any, diagnostics: str = "",

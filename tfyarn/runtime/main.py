@@ -15,7 +15,7 @@ import threading
 import time
 from pathlib import Path
 
-from tfyarn.errors import ExitCode, WaitTimeout
+from tfyarn.errors import ExitCode, WaitTimeout, timeout_message
 from tfyarn.runtime.context import TaskContext, failure_key
 from tfyarn.runtime.kv import KV, HttpKV, KVUnavailable
 from tfyarn.runtime.watchdog import install_stack_dumps
@@ -125,6 +125,12 @@ def run_role(ctx: TaskContext) -> None:
         run_task(ctx)
 
 
+def _is_tf_deadline(exc: BaseException) -> bool:
+    """TF's ``DeadlineExceededError``: a step past the session's operation timeout (``timeouts.step``: a ps that
+    stopped answering) — a timeout like tfyarn's own waits (exit 4), checked by name so this needs no TF import."""
+    return type(exc).__name__ == "DeadlineExceededError" and type(exc).__module__.startswith("tensorflow")
+
+
 def main() -> int:
     task = f"{os.environ.get('TFYARN_ROLE', '?')}:{os.environ.get('TFYARN_INDEX', '?')}"
     _configure_logging(task)
@@ -144,13 +150,17 @@ def main() -> int:
         return ExitCode.SUCCEEDED
     except WaitTimeout as exc:
         log.error("%s", exc)
-        _report_failure(kv, task, str(exc))
+        _report_failure(kv, task, timeout_message(str(exc)))
         return ExitCode.TIMED_OUT
     except KeyboardInterrupt:
         return ExitCode.KILLED
     except BaseException as exc:  # noqa: BLE001 - a task reports any failure before exiting
         log.exception("task %s failed", task)
-        _report_failure(kv, task, f"{type(exc).__name__}: {exc}")
+        message = f"{type(exc).__name__}: {exc}"
+        if _is_tf_deadline(exc):
+            _report_failure(kv, task, timeout_message(message))
+            return ExitCode.TIMED_OUT
+        _report_failure(kv, task, message)
         return ExitCode.FAILED
     finally:
         logging.shutdown()

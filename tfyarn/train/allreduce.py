@@ -453,7 +453,9 @@ def _loop(ctx: TaskContext, feeder: Any, step_fn: Any, steps: list[int], epoch0:
             diagnosis = collective_failure(ctx, exc, gstep + 1)
             if diagnosis is None:
                 raise
-            raise RuntimeError(diagnosis) from exc
+            # a collective past timeouts.step is a timeout (exit 4); a peer gone or not heartbeating is a failure
+            raise (WaitTimeout if type(exc).__name__ == "DeadlineExceededError" else RuntimeError)(diagnosis) \
+                from exc
         ran += 1
         gstep += 1
         loss = float(loss)

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tfyarn.errors import WaitTimeout
 from tfyarn.runtime.context import DONE_KEY, TENSORBOARD_URL_KEY, TaskContext
 from tfyarn.runtime.watchdog import install_stack_dumps
 from tfyarn.train.evaluator import training_ended_badly
@@ -116,5 +117,5 @@ def run(ctx: TaskContext, max_wait_s: float | None = None) -> str:
             log.warning("%s: TensorBoard stops", reason)
             return public
         if deadline is not None and time.monotonic() >= deadline:
-            raise TimeoutError(f"tensorboard: control/done not set within {max_wait_s:g}s")
+            raise WaitTimeout(f"tensorboard: control/done not set within {max_wait_s:g}s")
         time.sleep(SYNC_S)

@@ -8,6 +8,7 @@ import threading
 import time
 from typing import Any
 
+from tfyarn.errors import WaitTimeout
 from tfyarn.data.pipeline import EpochPipeline
 from tfyarn.runtime.context import ABORT_KEY, DONE_KEY, STEPS_ALIGNED_KEY
 from tfyarn.runtime.kv import put_json
@@ -218,7 +219,7 @@ def _run(ctx: Any, tg: TrainGraph, sess: Any, feeder: Any, steps: list[int], tar
     if aggregator is not None:
         aggregator.join(timeout=spec.timeouts.step)
         if aggregator.is_alive():
-            raise TimeoutError(f"sync aggregator still running {spec.timeouts.step:g}s after the last step")
+            raise WaitTimeout(f"sync aggregator still running {spec.timeouts.step:g}s after the last step")
     worker_steps = _wait_for_workers(ctx, tg, sess, steps, ckpt)
     return _finish(ctx, tg, sess, ckpt, mine, worker_steps, target, t_start)
 
@@ -237,7 +238,7 @@ def _wait_for_workers(ctx: Any, tg: TrainGraph, sess: Any, steps: list[int],
             last, last_change = ws, time.monotonic()
         elif time.monotonic() - last_change > ctx.spec.timeouts.step:
             behind = {t: n for t, n in zip(ctx.training_tasks, ws) if n < want}
-            raise TimeoutError(f"waited {ctx.spec.timeouts.step:g}s (timeouts.step) for workers to finish their "
+            raise WaitTimeout(f"waited {ctx.spec.timeouts.step:g}s (timeouts.step) for workers to finish their "
                                f"{want} steps; no progress from: {behind}")
         if ckpt:
             gs = int(sess.run(tg.global_step))

@@ -5,6 +5,7 @@ import logging
 import time
 from typing import Any
 
+from tfyarn.errors import WaitTimeout
 from tfyarn.runtime.context import DONE_KEY
 from tfyarn.train.ps.graph import TrainGraph
 from tfyarn.train.ps.server import session_config
@@ -39,7 +40,7 @@ def open_session(ctx: Any, tg: TrainGraph, server: Any, restore_prefix: str | No
                 return None
             left = deadline - time.monotonic()
             if left <= 0:
-                raise TimeoutError(f"{ctx.task_id}: the chief did not initialise the variables within "
+                raise WaitTimeout(f"{ctx.task_id}: the chief did not initialise the variables within "
                                    f"{ctx.spec.timeouts.rendezvous:g}s (timeouts.rendezvous)")
             try:
                 sess = sm.wait_for_session(server.target, config=cfg, max_wait_secs=min(2.0, left))
