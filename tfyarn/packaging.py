@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from tfyarn.errors import TfyarnError
+from tfyarn.fsio import replace
 
 log = logging.getLogger(__name__)
 
@@ -261,7 +262,7 @@ def upload(local: str | os.PathLike, fs: Any, path: str, progress: Progress | No
                 done += len(block)
                 if progress:
                     progress("upload", done, total)
-        fs.mv(tmp, path)
+        replace(fs, tmp, path)          # another submit may have staged the same archive meanwhile
     except BaseException:
         try:
             if fs.exists(tmp):

@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tfyarn.fsio import replace
+
 log = logging.getLogger(__name__)
 
 SCHEMA = "tfyarn.report/1"
@@ -152,9 +154,7 @@ def _upload(local: Path, url: str) -> None:
     fs.makedirs(root, exist_ok=True)
     tmp = f"{root}/.tmp-{local.name}"
     fs.put_file(str(local), tmp)
-    if fs.exists(f"{root}/{local.name}"):
-        fs.rm(f"{root}/{local.name}")
-    fs.mv(tmp, f"{root}/{local.name}")
+    replace(fs, tmp, f"{root}/{local.name}")
 
 
 def write_run_report(app_dir: Path, status: dict[str, Any], points: list[dict[str, Any]],

@@ -35,6 +35,7 @@ import numpy as np
 from tfyarn.data import tfrecord
 from tfyarn.data.errors import NoDataError
 from tfyarn.errors import WaitTimeout
+from tfyarn.fsio import replace
 
 log = logging.getLogger(__name__)
 
@@ -195,7 +196,7 @@ def _store(info: FileInfo, compression: str, cache_dir: str | None) -> str | Non
         fs, p = fsspec.core.url_to_fs(tmp)
         with fs.open(p, "wt") as f:
             f.write(text)
-        fs.mv(p, fsspec.core.url_to_fs(beside)[1])
+        replace(fs, p, fsspec.core.url_to_fs(beside)[1])     # another worker may have written it meanwhile
         return beside
     except Exception as exc:  # noqa: BLE001 - any failure to write beside the data means "use the local cache"
         log.debug("cannot write index beside %s (%s); using the local cache", info.path, exc)

@@ -27,6 +27,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from tfyarn.fsio import replace, retry_vanished
+
 log = logging.getLogger("tfyarn.train.checkpoint")
 
 INDEX = "tfyarn-checkpoint.json"
@@ -52,8 +54,11 @@ class CheckpointStore:
         p = self._p(INDEX)
         if not self.fs.exists(p):
             return {"latest": None, "checkpoints": []}
-        with self.fs.open(p, "r") as f:
-            return json.load(f)
+
+        def read() -> dict[str, Any]:
+            with self.fs.open(p, "r") as f:
+                return json.load(f)
+        return retry_vanished(read)        # being replaced right now (a filesystem without an overwriting rename)
 
     def latest(self) -> dict[str, Any] | None:
         """The newest committed checkpoint's entry (name, global_step, time, meta...), or None."""
@@ -70,13 +75,7 @@ class CheckpointStore:
         self._replace(tmp, self._p(name))
 
     def _replace(self, src: str, dst: str) -> None:
-        """Rename ``src`` over ``dst`` (some filesystems refuse to rename onto an existing file: remove it first)."""
-        try:
-            self.fs.mv(src, dst)
-        except (FileExistsError, OSError):
-            if self.fs.exists(dst):
-                self.fs.rm(dst)
-            self.fs.mv(src, dst)
+        replace(self.fs, src, dst)
 
     # -- write ------------------------------------------------------------------------------------------------------
     def upload(self, local_prefix: str, global_step: int, meta: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -12,6 +12,8 @@ import uuid
 from pathlib import Path
 from typing import Any, Mapping
 
+from tfyarn.fsio import replace
+
 log = logging.getLogger("tfyarn.train.events")
 
 
@@ -20,12 +22,7 @@ def upload_file(fs: Any, local: Path, remote: str) -> None:
     parent = remote.rsplit("/", 1)[0]
     tmp = f"{parent}/.tmp-{uuid.uuid4().hex[:8]}-{local.name}"
     fs.put_file(str(local), tmp)
-    try:
-        fs.mv(tmp, remote)
-    except (FileExistsError, OSError):
-        if fs.exists(remote):
-            fs.rm(remote)
-        fs.mv(tmp, remote)
+    replace(fs, tmp, remote)
 
 
 def _scalar_metadata() -> Any:

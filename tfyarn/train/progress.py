@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tfyarn.fsio import replace
 from tfyarn.runtime.context import SUMMARY_KEY, TOTAL_STEPS_KEY, progress_key
 from tfyarn.runtime.kv import KV, KVUnavailable, put_json
 
@@ -207,7 +208,7 @@ def write_summary(ctx: Any, summary: dict[str, Any]) -> str:
     tmp = f"{parent}/.summary.json.tmp-{ctx.attempt}" if parent else f".summary.json.tmp-{ctx.attempt}"
     with fs.open(tmp, "w") as f:
         f.write(text)
-    fs.mv(tmp, path)
+    replace(fs, tmp, path)          # a summary of an earlier run of this spec may be there (HDFS refuses a plain mv)
     ctx.kv.put(SUMMARY_KEY, json.dumps(summary, separators=(",", ":")))
     log.info("summary written to %s", url)
     return url
