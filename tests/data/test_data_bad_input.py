@@ -237,3 +237,69 @@ def test_cached_lenient_index_does_not_hide_damage_from_fail_mode(mem, cache_dir
     build_manifest([url], cache_dir=cache_dir, on_corrupt="skip")          # caches an index with a hole
     with pytest.raises(DataError, match="corrupted record header"):
         build_manifest([url], cache_dir=cache_dir)
+
+
+# ------------------------------------------------- records rejected by the parser with on_corrupt="skip": replacement
+
+def _slow_parser(seed):
+    """The pure-Python parser, pausing at random (seeded) between calls: the parser's rejections then reach the
+    reader at different moments in each run — before or after it has emitted everything it needed."""
+    import random
+    import time as _time
+    rng = random.Random(seed)
+
+    def factory(fields):
+        parse = python_parser(fields)
+
+        def run(payloads):
+            _time.sleep(rng.choice((0.0, 0.0, 0.002, 0.02)))
+            return parse(payloads)
+        return run
+    return factory
+
+
+def _write_with_bad(url, n, bad):
+    with TFRecordWriter(url) as w:
+        for i in range(n):
+            w.write(BAD["missing"][0] if i in bad else example(i))
+
+
+@pytest.mark.parametrize("shuffle", [0, 16])
+def test_skipped_records_are_replaced_by_continuing_the_share_whatever_the_timing(src, cache_dir, no_thread_leak,
+                                                                                   shuffle):
+    """Records rejected by the parser are made up by reading the share again from its start, continuing where the
+    last replacement stopped: a replacement is never emitted twice (it was, when a later rejection restarted the
+    re-read), and the epoch is the same in every run and on resume, however late each rejection arrives."""
+    from collections import Counter
+    url = f"{src}/a.tfrecord"
+    bad = {1, 47, 120, 190}                 # record 1 is bad again when the share is re-read to replace the others
+    _write_with_bad(url, 200, bad)
+    m = build_manifest([url], cache_dir=cache_dir)
+    runs = []
+    for seed in range(6):
+        with Feeder(m, ID_SCHEMA, 10, 0, 1, on_corrupt="skip", parse_group=30, parser=_slow_parser(seed),
+                    shuffle_buffer=shuffle, timeout=30) as f:
+            batches = drain(f)
+            assert f.skipped >= 4
+        runs.append([int(r) for b in batches for r in b["rid"]])
+    assert all(run == runs[0] for run in runs), [run[190:] for run in runs]
+    good = [i for i in range(200) if i not in bad]
+    if not shuffle:                         # 196 good ones, then 4 replacements from the share's start, skipping 1
+        assert runs[0] == good + [0, 2, 3, 4]
+    counts = Counter(runs[0])
+    assert len(runs[0]) == 200 and set(counts) == set(good) and sum(c - 1 for c in counts.values()) == 4
+    assert max(counts.values()) == 2        # the replacements are 4 distinct records
+    with Feeder(m, ID_SCHEMA, 10, 0, 1, on_corrupt="skip", parse_group=30, parser=_slow_parser(9),
+                shuffle_buffer=shuffle, timeout=30) as f:
+        tail = [int(r) for b in f.epoch(0, start_step=17) for r in b["rid"]]
+    assert tail == runs[0][170:]
+
+
+def test_a_share_where_no_record_fits_the_schema_fails_naming_the_first_instead_of_looping(src, cache_dir):
+    url = f"{src}/a.tfrecord"
+    _write_with_bad(url, 40, set(range(40)))
+    m = build_manifest([url], cache_dir=cache_dir)
+    with feeder(m, batch=10, on_corrupt="skip", parse_group=10) as f, pytest.raises(DataError) as e:
+        drain(f)
+    assert str(e.value).startswith("worker 0, epoch 0: no record of this worker's share fits the schema (")
+    assert "record 0 at byte offset 0: feature 'x' is missing" in str(e.value) and e.value.record == 0

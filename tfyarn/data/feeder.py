@@ -90,6 +90,10 @@ class _Run:
         self.seen_bad: set[tuple[str | None, int | None]] = set()
         self.deficit = 0                     # records the parser rejected; the reader reads that many more
         self.deficit_lock = threading.Lock()
+        self.parser_finished = threading.Event()   # every batch parsed: the reader reads nothing more
+        self.rows_parsed = 0                 # rows the parser accepted (before a resume's replayed rows are dropped)
+        self.rows_rejected = 0               # records it rejected (on_corrupt: skip)
+        self.first_rejected: DataError | None = None
         self.reader_state = "starting"
         self.parser_state = "starting"
         self.wait_s = 0.0                    # consumer time blocked on the ready queue after the first batch
@@ -171,14 +175,15 @@ class _Run:
         def done() -> bool:
             return remaining() <= 0
 
-        def emit(pays: list[bytes], path: str, recs: np.ndarray, offs: np.ndarray) -> None:
-            """Append records to the pending batch; hand full batches (or the last needed records) to the parser."""
+        def emit(pays: list[bytes], path: str, recs: np.ndarray, offs: np.ndarray) -> int:
+            """Append records to the pending batch; hand full batches (or the last needed records) to the parser.
+            Returns how many of ``pays`` were taken (all, unless no more were needed)."""
             nonlocal emitted, pay, meta
             i, n = 0, len(pays)
             while i < n:
                 rem = remaining()
                 if rem <= 0:
-                    return
+                    return i
                 take = min(G - len(pay), rem, n - i)
                 pay.extend(pays[i:i + take])
                 meta.append((path, recs[i:i + take], offs[i:i + take]))
@@ -187,63 +192,79 @@ class _Run:
                     self._put(self.raw, ("batch", pay, meta))
                     emitted += len(pay)
                     pay, meta = [], []
+            return n
 
-        def emit_shuffled(items: list[tuple[bytes, str, int, int]]) -> None:
-            for p, path, rec, off in items:
-                if done():
-                    return
-                emit([p], path, np.array([rec]), np.array([off]))
-
-        passes = 0
-        while True:
-            ranges = _advance(share, skip_front) if passes == 0 else list(share)
-            good = 0
-            with closing(self._chunks(ranges)) as chunks:  # leaving early cancels the framing process's work
-                for rr, chunk in chunks:
-                    if self.stop.is_set():
-                        raise _Stopped
-                    pays, offs = chunk.payloads, chunk.offsets
-                    self.records_read += len(pays)
-                    recs = np.arange(chunk.first, chunk.first + len(pays))
-                    if chunk.skipped:
-                        f._record_skips(chunk.skipped, self)
-                        keep = np.array([p is not None for p in pays])
-                        pays = [p for p in pays if p is not None]
-                        recs, offs = recs[keep], offs[keep]
-                    good += len(pays)
-                    if not shuffle:
-                        emit(pays, rr.path, recs, offs)
-                    else:
-                        out = []
+        def stream() -> Iterator[tuple[list[bytes], str, np.ndarray, np.ndarray]]:
+            """The records to emit, in order: the share (after ``skip_front``), then — only while more are wanted,
+            to replace records rejected as corrupt — the share again from its start, as often as needed. Lazy, so
+            the reader continues exactly where it stopped whenever more records are wanted, however late the
+            parser's rejections arrive: what is emitted is a prefix of this one sequence, never a timing-dependent
+            restart (which emitted replacement records twice and made a resumed epoch differ)."""
+            nonlocal sbuf
+            passes = 0
+            while True:
+                if passes:
+                    self.reader_state = "re-reading the share to replace skipped records"
+                    log.info("worker %d epoch %d: %d records still needed after skips; re-reading the share "
+                             "(pass %d)", f.rank, self.epoch, remaining(), passes + 1)
+                ranges = _advance(share, skip_front) if passes == 0 else list(share)
+                good = 0
+                with closing(self._chunks(ranges)) as chunks:  # closing early cancels the framing process's work
+                    for rr, chunk in chunks:
+                        if self.stop.is_set():
+                            raise _Stopped
+                        pays, offs = chunk.payloads, chunk.offsets
+                        self.records_read += len(pays)
+                        recs = np.arange(chunk.first, chunk.first + len(pays))
+                        if chunk.skipped:
+                            f._record_skips(chunk.skipped, self)
+                            keep = np.array([p is not None for p in pays])
+                            pays = [p for p in pays if p is not None]
+                            recs, offs = recs[keep], offs[keep]
+                        good += len(pays)
+                        if not shuffle:
+                            yield pays, rr.path, recs, offs
+                            continue
                         for p, r, o in zip(pays, recs.tolist(), offs.tolist()):
                             if len(sbuf) < f.shuffle_buffer:
                                 sbuf.append((p, rr.path, r, o))
                                 continue
                             j = rng.randrange(f.shuffle_buffer)
-                            out.append(sbuf[j])
+                            out_p, out_path, out_r, out_o = sbuf[j]
                             sbuf[j] = (p, rr.path, r, o)
-                        emit_shuffled(out)
-                    if done():
-                        break
-            rng.shuffle(sbuf)
-            emit_shuffled(sbuf)
-            sbuf = []
-            passes += 1
-            if good == 0 and not done():
-                raise DataError(f"worker {f.rank}, epoch {self.epoch}: no readable record in this worker's share "
-                                f"({len(share)} ranges, first {share[0].path if share else '-'}); "
-                                f"{f.skipped} records skipped as corrupt")
-            if not done():
-                self.reader_state = "re-reading the share to replace skipped records"
-                log.info("worker %d epoch %d: %d records still needed after skips; re-reading the share",
-                         f.rank, self.epoch, remaining())
-                continue
-            # Park (polling, noticing close) until the parser finishes or reports rejected records.
-            self.reader_state = "done, waiting for the parser"
-            while done():
-                if self.stop.is_set():
-                    raise _Stopped
-                time.sleep(_POLL / 4)
+                            yield [out_p], out_path, np.array([out_r]), np.array([out_o])
+                rng.shuffle(sbuf)
+                rest, sbuf = sbuf, []
+                for p, path, r, o in rest:
+                    yield [p], path, np.array([r]), np.array([o])
+                passes += 1
+                if good == 0:
+                    raise DataError(f"worker {f.rank}, epoch {self.epoch}: no readable record in this worker's share "
+                                    f"({len(share)} ranges, first {share[0].path if share else '-'}); "
+                                    f"{f.skipped} records skipped as corrupt")
+
+        # Only ``skip`` makes the parser ask for more records after the reader has emitted all it needed.
+        more_may_be_wanted = f.on_corrupt == "skip"
+        pending = None                     # the part of an item that was not needed (yet)
+        with closing(stream()) as records:
+            while True:
+                while not done():
+                    item = pending if pending is not None else next(records)
+                    pending = None
+                    taken = emit(*item)
+                    if taken < len(item[0]):
+                        p_, path_, r_, o_ = item
+                        pending = (p_[taken:], path_, r_[taken:], o_[taken:])
+                if not more_may_be_wanted or self.parser_finished.is_set():
+                    records.close()        # let the framing process go: nothing more will be read this epoch
+                # Park (polling, noticing close) until the parser finishes or reports rejected records.
+                self.reader_state = "done, waiting for the parser"
+                while done():
+                    if self.stop.is_set():
+                        raise _Stopped
+                    if self.parser_finished.is_set():
+                        records.close()
+                    time.sleep(_POLL / 4)
 
     def _chunks(self, ranges: list[RecordRange]) -> Iterator[tuple[RecordRange, Chunk]]:
         """The framed records of ``ranges`` in order: from the framing process (:mod:`framer`) once it is up, framed
@@ -303,6 +324,7 @@ class _Run:
             except parse_mod.BatchParseError as exc:
                 out = self._salvage(parse, payloads, meta, str(exc))
             n = len(next(iter(out.values()))) if out else 0
+            self.rows_parsed += n
             if drop:
                 cut = min(drop, n)
                 out = {k: v[cut:] for k, v in out.items()}
@@ -326,6 +348,7 @@ class _Run:
     def stop_reader(self) -> None:
         with self.deficit_lock:
             self.deficit = -(1 << 60)   # the reader sees nothing wanted and parks until stop
+        self.parser_finished.set()
 
     def _salvage(self, parse: Callable, payloads: list[bytes], meta: list, tf_msg: str) -> dict[str, np.ndarray]:
         """A batch failed to parse: find the bad records, fail with a precise message or skip them."""
@@ -352,6 +375,16 @@ class _Run:
         f._record_skips(bad, self)
         with self.deficit_lock:
             self.deficit += len(bad)
+        self.rows_rejected += len(bad)
+        self.first_rejected = self.first_rejected or bad[0]
+        share_records = sum(len(r) for r in self.plan.shares[f.rank])
+        if self.rows_parsed == 0 and self.rows_rejected >= share_records:
+            # a whole share's worth rejected and not one row parsed: re-reading it again would loop until the
+            # consumer's timeout, with a message about waiting instead of the data
+            first = self.first_rejected
+            raise DataError(f"worker {f.rank}, epoch {self.epoch}: no record of this worker's share fits the schema "
+                            f"({self.rows_rejected} rejected, on_corrupt: skip); the first: {first}",
+                            path=first.path, offset=first.offset, record=first.record, feature=first.feature)
         if not good:
             return {fl.name: np.empty((0,) + fl.shape, dtype=parse_mod._KINDS[fl.dtype][1]) for fl in f.fields}
         try:
