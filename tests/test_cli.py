@@ -101,6 +101,24 @@ def test_status_of_unknown_app_exits_2():
     assert "no local app 'local-does-not-exist'" in r.output
 
 
+def test_an_id_of_no_backend_or_yarn_without_hadoop_is_a_usage_error_not_a_crash(tmp_path, monkeypatch):
+    """A typo in an app id, or a YARN id on a machine without Hadoop, used to start a skein driver and end in a
+    traceback with exit 1 — which a scheduler reads as "the job failed"."""
+    monkeypatch.delenv("HADOOP_CONF_DIR", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))                 # no `yarn` command
+    runner = CliRunner()
+    for args in (["status", "nope"], ["kill", "nope"], ["logs", "nope"], ["wait", "nope"]):
+        r = runner.invoke(cli, args)
+        assert r.exit_code == 2 and "no app 'nope': app ids are local-… (local runs) or application_… (YARN)" \
+            in r.output, (args, r.output)
+    for args in (["status", "application_1_2"], ["list", "--yarn"],
+                 ["run", "--yarn", write(tmp_path, small_spec(tmp_path))]):
+        r = runner.invoke(cli, args)
+        assert r.exit_code == 2 and "YARN is not configured on this machine: set HADOOP_CONF_DIR" in r.output, \
+            (args, r.output)
+        assert "Traceback" not in r.output
+
+
 def test_run_json_output_and_exit_code_of_a_finished_job(tmp_path):
     path = write(tmp_path, small_spec(tmp_path, model="custom_jobs:quick"))
     r = CliRunner().invoke(cli, ["-q", "run", path, "--local", "--output", "json"])

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from tfyarn.backends.base import AppStatus, Backend
-from tfyarn.errors import TfyarnError
+from tfyarn.errors import AppNotFound, TfyarnError
 from tfyarn.spec import JobSpec, load_spec
 
 BACKENDS = ("local", "yarn")
@@ -42,7 +42,13 @@ def get_backend(name: str | None = None, **options) -> Backend:
 
 
 def backend_for_app(app_id: str) -> Backend:
-    return get_backend("local" if app_id.startswith("local-") else "yarn")
+    """The backend that owns ``app_id``: ``local-…`` ids are local apps, ``application_…`` ids YARN's."""
+    if app_id.startswith("local-"):
+        return get_backend("local")
+    if app_id.startswith("application_"):
+        return get_backend("yarn")
+    raise AppNotFound(f"no app {app_id!r}: app ids are local-… (local runs) or application_… (YARN); "
+                      f"`tfyarn list` shows them")
 
 
 def dryrun(spec: JobSpec, backend: str | None = None) -> str:

@@ -52,6 +52,12 @@ class AppNotFound(TfyarnError):
     exit_code = ExitCode.INVALID
 
 
+class YarnUnavailable(TfyarnError):
+    """No YARN cluster is reachable from here (no Hadoop configuration, or the skein driver cannot start): a usage
+    problem on this machine, not a job failure, so exit 2 like a bad spec."""
+    exit_code = ExitCode.INVALID
+
+
 class ExportError(TfyarnError):
     """A SavedModel export could not start: no checkpoint to export, an unknown one, no TensorFlow here."""
     exit_code = ExitCode.INVALID

@@ -26,6 +26,7 @@ import getpass
 import json
 import logging
 import os
+import shutil
 import time
 import urllib.error
 from pathlib import Path
@@ -38,7 +39,7 @@ from tfyarn.backends.base import AppState, AppStatus, Backend, TaskStatus
 from tfyarn.backends.yarn_status import (ACTIVE_APP_STATES, ALL_APP_STATES, ALL_CONTAINER_STATES, app_state,
                                          tasks_from_containers, timestamp)
 from tfyarn.backends.progress import GlobalStepRate, aggregate_progress, side_roles, summary_with_eval
-from tfyarn.errors import AppNotFound, WaitTimeout
+from tfyarn.errors import AppNotFound, WaitTimeout, YarnUnavailable
 from tfyarn.interrupts import Interrupted, ignoring_stop_signals, interruptible
 from tfyarn.report import HISTORY_FILE, ProgressHistory, write_run_report
 from tfyarn.spec import JobSpec, load_spec_json
@@ -110,6 +111,7 @@ class YarnBackend(Backend):
         """The skein Client: the global driver's if one runs, else a driver of our own (see module docstring)."""
         if self._client is not None:
             return self._client
+        self._require_hadoop()
         sk = skein()
         krb = spec.kerberos if spec is not None else None
         kw = {"keytab": spec.resolve_path(krb.keytab), "principal": krb.principal} if krb else {}
@@ -126,9 +128,20 @@ class YarnBackend(Backend):
                     self._client = sk.Client.from_global_driver()
                     return self._client
         log.info("starting a skein driver (JVM) for this command; `skein driver start` keeps one running")
-        self._client = sk.Client(log=False, **kw)
+        try:
+            self._client = sk.Client(log=False, **kw)
+        except (OSError, sk.exceptions.DriverError) as exc:
+            raise YarnUnavailable(f"cannot reach YARN: the skein driver did not start ({type(exc).__name__}: "
+                                  f"{exc}); check HADOOP_CONF_DIR, `yarn` and java on PATH, or use --local") from None
         self._owns_client = True
         return self._client
+
+    def _require_hadoop(self) -> None:
+        """Fail with a usage error, before skein tries to start a JVM, on a machine with no Hadoop at all."""
+        if self.hadoop_conf_dir or os.environ.get("HADOOP_CONF_DIR") or shutil.which("yarn"):
+            return
+        raise YarnUnavailable("YARN is not configured on this machine: set HADOOP_CONF_DIR to the cluster's "
+                              "configuration directory (with `yarn` on PATH), or run with --local")
 
     def close(self) -> None:
         """Close application connections; stop the skein driver if this backend started a private one."""
