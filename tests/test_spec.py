@@ -175,3 +175,146 @@ def test_warm_start_source_must_be_another_dir_and_resolves_against_the_spec_fil
     (tmp_path / "job.yaml").write_text(yaml.safe_dump(doc(checkpoint={"dir": "new", "init_from": "../old"})))
     spec = load_spec(tmp_path / "job.yaml")
     assert spec.checkpoint.init_from == str((tmp_path.parent / "old").resolve())
+
+
+# -- the JSON Schema accepts every form the loader accepts -------------------------------------------------------------
+
+def _schema_errors(d):
+    import jsonschema
+    validator = jsonschema.Draft202012Validator(json_schema())
+    return sorted(f"{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(d))
+
+
+def test_json_schema_is_valid_and_accepts_the_shipped_specs():
+    import jsonschema
+    from pathlib import Path
+    jsonschema.Draft202012Validator.check_schema(json_schema())
+    specs = sorted((Path(__file__).parent.parent / "specs").glob("*.yaml"))
+    assert {p.name for p in specs} >= {"quickstart.yaml", "ctr-yarn.yaml"}
+    for p in specs:
+        assert _schema_errors(yaml.safe_load(p.read_text())) == [], p
+
+
+@pytest.mark.parametrize("changes", [
+    {"data__train": ["a/*.tfrecord", "hdfs:///b/*.tfrecord"], "data__eval": "c/*.tfrecord"},
+    {"roles__worker__memory": 1536, "roles__ps__memory": "512 MiB", "roles__chief__memory": "1.5GiB"},
+    {"roles__worker__memory": "2g", "roles__ps__memory": 1.5, "roles__chief__memory": "1 tb"},
+    {"timeouts": {"stall": 90, "step": 2.5, "rendezvous": "250ms", "active_deadline": "1h", "allocation": "10 min"}},
+    {"timeouts__active_deadline": None, "checkpoint": {"every_secs": None, "every_steps": 100}},
+    {"checkpoint": {"every_secs": "10m", "dir": "ck"}, "retry": {"max_attempts": 2, "backoff": 30}},
+    {"roles__worker__env": {"A": "x", "N": 4, "F": 0.5, "B": True}},
+    {"data__features__emb": {"dtype": "float32", "shape": [4, 2]}, "environment": {"pack": "venv"}},
+])
+def test_json_schema_accepts_what_the_loader_accepts(changes):
+    d = doc(**changes)
+    load_spec_dict(json.loads(json.dumps(d)))
+    assert _schema_errors(d) == []
+
+
+@pytest.mark.parametrize("changes,where", [
+    ({"roles__worker__instances": "many"}, "roles.worker.instances"),
+    ({"roles__worker__memory": "8 gigs"}, "roles.worker.memory"),
+    ({"roles__worker__memory": 0}, "roles.worker.memory"),
+    ({"timeouts__stall": "soon"}, "timeouts.stall"),
+    ({"timeouts__stall": None}, "timeouts.stall"),
+    ({"data__epochs": True}, "data.epochs"),
+    ({"data__train": 3}, "data.train"),
+    ({"roles__trainer": {"instances": 1}}, "roles"),
+    ({"data__epoch": 3}, "data"),
+])
+def test_json_schema_rejects_what_the_loader_rejects(changes, where):
+    d = doc(**changes)
+    with pytest.raises(SpecError):
+        load_spec_dict(json.loads(json.dumps(d)))
+    errors = _schema_errors(d)
+    assert errors and all(e.startswith(where) for e in errors), errors
+
+
+def test_schema_patterns_agree_with_the_unit_parsers():
+    import re
+    schema = json.dumps(json_schema())
+    patterns = set(re.findall(r'"pattern": "((?:[^"\\]|\\.)*)"', schema))
+    size = next(json.loads(f'"{p}"') for p in patterns if "Ii" in p)
+    duration = next(json.loads(f'"{p}"') for p in patterns if "ms|" in p)
+    for text in ["2 GiB", "2g", "512 MiB", "1.5GiB", "1 GB", "3kb", "7 Ti", "2048", "8 gigs", "2 XB", "GiB", "-1 GiB"]:
+        try:
+            ok = parse_memory_mib(text) > 0
+        except ValueError:
+            ok = False
+        assert bool(re.search(size, text)) == ok, text
+    for text in ["30s", "5m", "1h", "250ms", "2 hrs", "1.5d", "90", "soon", "5 minutes", "-3s", "3S"]:
+        try:
+            ok = parse_duration_s(text) > 0
+        except ValueError:
+            ok = False
+        assert bool(re.search(duration, text)) == ok, text
+
+
+# -- duplicate keys are mistakes ---------------------------------------------------------------------------------------
+
+def test_duplicate_keys_are_errors_naming_the_path_and_lines(tmp_path):
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(doc(), sort_keys=False).replace("  batch_size: 32\n",
+                                                                    "  epochs: 3\n  batch_size: 32\n  epochs: 5\n")
+                    + "name: again\n" + "tags: [{a: 1, b: 2, a: 3}]\n")
+    lines = path.read_text().splitlines()
+    e3, e5 = lines.index("  epochs: 3") + 1, lines.index("  epochs: 5") + 1
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    assert info.value.problems == ["name: duplicate key (lines 1 and %d)" % (len(lines) - 1),
+                                   f"data.epochs: duplicate key (lines {e3} and {e5})",
+                                   f"tags.0.a: duplicate key (line:column {len(lines)}:9 and {len(lines)}:21)"]
+    assert info.value.exit_code == 2
+
+
+def test_duplicate_keys_in_overrides_and_merge_keys(tmp_path):
+    with pytest.raises(SpecError) as info:
+        load_spec_dict(doc(), ["params={a: 1, a: 2}"])
+    assert info.value.problems == ["--set params.a: duplicate key (line:column 1:2 and 1:8)"]
+    with pytest.raises(SpecError, match="--set tags: not valid YAML"):
+        load_spec_dict(doc(), ["tags=[unclosed"])
+    path = tmp_path / "job.yaml"   # a merge key (<<) overriding an anchored mapping's key is not a duplicate
+    text = "params: &res {instances: 1, memory: 1 GiB}\n" + yaml.safe_dump(doc())
+    path.write_text(text.replace("  ps:\n    instances: 1\n", "  ps:\n    <<: *res\n    memory: 2 GiB\n"))
+    assert load_spec(path).roles["ps"].memory_mib == 2048
+
+
+def test_the_cli_exits_2_on_duplicate_keys(tmp_path):
+    from click.testing import CliRunner
+    from tfyarn.cli import cli
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(doc()) + "queue: a\nqueue: b\n")
+    r = CliRunner().invoke(cli, ["validate", str(path)])
+    assert r.exit_code == 2 and "queue: duplicate key (lines" in r.output
+
+
+# -- integers and booleans are not coerced -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("changes,path", [
+    ({"data__epochs": True}, "data.epochs"),
+    ({"data__batch_size": 2.5}, "data.batch_size"),
+    ({"data__batch_size": 32.0}, "data.batch_size"),
+    ({"data__shuffle_seed": "7"}, "data.shuffle_seed"),
+    ({"roles__worker__instances": False}, "roles.worker.instances"),
+    ({"roles__worker__vcores": True}, "roles.worker.vcores"),
+    ({"checkpoint": {"every_steps": True}}, "checkpoint.every_steps"),
+    ({"retry": {"max_attempts": True}}, "retry.max_attempts"),
+    ({"export": {"dir": "x", "keep": True}}, "export.keep"),
+    ({"data__features__label": {"dtype": "float32", "shape": [True]}}, "data.features.label.shape.0"),
+    ({"sync": 1}, "sync"),
+    ({"fail_on_nan_loss": "no"}, "fail_on_nan_loss"),
+    ({"acls": {"enable": "yes"}}, "acls.enable"),
+])
+def test_integers_and_booleans_are_strict(changes, path):
+    p = problems(doc(**changes))
+    assert len(p) == 1 and p[0].startswith(f"{path}: "), p
+
+
+def test_strict_integers_still_come_from_yaml_and_overrides(tmp_path):
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(doc()) + "sync: yes\n")
+    spec = load_spec(path, ["data.epochs=3", "roles.worker.vcores=2", "checkpoint.every_steps=50",
+                            "fail_on_nan_loss=false"])
+    assert (spec.data.epochs, spec.roles["worker"].vcores, spec.checkpoint.every_steps) == (3, 2, 50)
+    assert spec.sync is True and spec.fail_on_nan_loss is False
+    assert load_spec_json(spec.to_json()) == spec

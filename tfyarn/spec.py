@@ -13,23 +13,27 @@ import math
 import re
 from enum import Enum
 from pathlib import Path
-from typing import Any, Literal, get_args, get_origin
+from typing import Annotated, Any, Iterator, Literal, Union, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt, StringConstraints,
+                      ValidationError, field_validator, model_validator)
 
 from tfyarn.errors import SpecError
 
 # ---------------------------------------------------------------------------------------------------------------- units
 
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
+# The patterns are ECMAScript-compatible (no inline flags): the JSON Schema hands them to editors as they are.
+_SIZE_PATTERN = r"^\s*(\d+(?:\.\d+)?)\s*([KkMmGgTt][Ii]?[Bb]?)?\s*$"
+_SIZE_RE = re.compile(_SIZE_PATTERN)
 _SIZE_UNITS_MIB = {
     "": 1, "m": 1, "mi": 1, "mib": 1, "mb": 1e6 / 2**20,
     "g": 1024, "gi": 1024, "gib": 1024, "gb": 1e9 / 2**20,
     "t": 1024**2, "ti": 1024**2, "tib": 1024**2, "tb": 1e12 / 2**20,
     "k": 1 / 1024, "ki": 1 / 1024, "kib": 1 / 1024, "kb": 1e3 / 2**20,
 }
-_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|sec|secs|m|min|mins|h|hr|hrs|d)?\s*$")
+_DURATION_PATTERN = r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|sec|secs|m|min|mins|h|hr|hrs|d)?\s*$"
+_DURATION_RE = re.compile(_DURATION_PATTERN)
 _DURATION_S = {None: 1, "ms": 1e-3, "s": 1, "sec": 1, "secs": 1, "m": 60, "min": 60, "mins": 60,
                "h": 3600, "hr": 3600, "hrs": 3600, "d": 86400}
 
@@ -42,10 +46,9 @@ def parse_memory_mib(value: Any) -> int:
         mib = float(value)
     else:
         m = _SIZE_RE.match(str(value))
-        unit = m.group(2).lower() if m else None
-        if not m or unit not in _SIZE_UNITS_MIB:
+        if not m:
             raise ValueError(f"{value!r} is not a size (examples: '2 GiB', '512 MiB', 2048)")
-        mib = float(m.group(1)) * _SIZE_UNITS_MIB[unit]
+        mib = float(m.group(1)) * _SIZE_UNITS_MIB[(m.group(2) or "").lower()]
     if mib <= 0:
         raise ValueError(f"{value!r} must be positive")
     return int(-(-mib // 1))
@@ -65,6 +68,23 @@ def parse_duration_s(value: Any) -> float:
     if secs <= 0:
         raise ValueError(f"{value!r} must be positive")
     return secs
+
+
+# What a spec may say for a size or a duration: a positive number or a string with a unit. Used as the JSON Schema of
+# the fields below (the parsers run before pydantic's own check, so without it the schema would show only the parsed
+# type, and editors would flag '2 GiB' or '5m' as errors).
+_PositiveNumber = Annotated[float, Field(gt=0)]
+_SizeInput = Union[_PositiveNumber, Annotated[str, StringConstraints(pattern=_SIZE_PATTERN)]]
+_DurationInput = Union[_PositiveNumber, Annotated[str, StringConstraints(pattern=_DURATION_PATTERN)]]
+
+#: MiB; a spec gives '2 GiB', '512 MiB' or MiB as a number.
+MemoryMiB = Annotated[int, BeforeValidator(parse_memory_mib, json_schema_input_type=_SizeInput)]
+#: Seconds; a spec gives '30s', '5m', '1h' or seconds as a number.
+Duration = Annotated[float, BeforeValidator(parse_duration_s, json_schema_input_type=_DurationInput)]
+
+# Integer and boolean fields use pydantic's strict types: in lax mode ``epochs: true`` would be 1 epoch, ``sync: 1``
+# or ``sync: "no"`` a boolean and ``batch_size: 32.0`` an int. YAML (files, ``--set`` values) and JSON already give
+# real ints and booleans, so strictness rejects only mistakes, and the JSON Schema says exactly what is accepted.
 
 
 class _Model(BaseModel):
@@ -107,7 +127,7 @@ DType = Literal["float32", "float64", "int64", "int32", "string", "bytes"]
 class Feature(_Model):
     """One fixed-length feature of a tf.train.Example."""
     dtype: DType
-    shape: tuple[int, ...] = ()
+    shape: tuple[StrictInt, ...] = ()
 
     @field_validator("shape")
     @classmethod
@@ -126,18 +146,19 @@ class Data(_Model):
     eval: list[str] = Field(default_factory=list)
     features: dict[str, Feature]
     label: str | None = Field(None, description="name of the label feature (default: 'label' if present)")
-    batch_size: int = Field(..., gt=0, description="per worker; global batch = batch_size x training workers")
-    epochs: int = Field(1, gt=0)
-    shuffle_seed: int = 0
-    shuffle_buffer: int = Field(0, ge=0, description="records; seeded shuffle inside a worker's share, 0 = off")
-    prefetch: int = Field(4, gt=0, description="ready batches buffered per worker beyond one parse group (~16k "
-                                               "records): memory = (prefetch + group) x batch")
+    batch_size: StrictInt = Field(..., gt=0, description="per worker; global batch = batch_size x training workers")
+    epochs: StrictInt = Field(1, gt=0)
+    shuffle_seed: StrictInt = 0
+    shuffle_buffer: StrictInt = Field(0, ge=0, description="records; seeded shuffle inside a worker's share, 0 = off")
+    prefetch: StrictInt = Field(4, gt=0, description="ready batches buffered per worker beyond one parse group "
+                                                     "(~16k records): memory = (prefetch + group) x batch")
     compression: Literal["auto", "none", "gzip"] = "auto"
     on_corrupt: Literal["fail", "skip"] = "fail"
 
-    @field_validator("train", "eval", mode="before")
+    @field_validator("train", "eval", mode="before", json_schema_input_type=Union[str, list[str]])
     @classmethod
     def _listify(cls, v: Any) -> Any:
+        """One URL or glob needs no list around it."""
         return [v] if isinstance(v, str) else v
 
     @field_validator("train")
@@ -160,24 +181,19 @@ class Data(_Model):
 
 class Checkpoint(_Model):
     dir: str | None = Field(None, description="fsspec URL; checkpoints are written locally then uploaded atomically")
-    every_steps: int | None = Field(None, gt=0)
-    every_secs: float | None = Field(600.0, description="duration, e.g. '10m'")
-    keep: int = Field(3, gt=0)
+    every_steps: StrictInt | None = Field(None, gt=0)
+    every_secs: Duration | None = Field(600.0, description="duration, e.g. '10m'")
+    keep: StrictInt = Field(3, gt=0)
     init_from: str | None = Field(
         None, description="warm start: another job's checkpoint dir (fsspec URL); when dir has no checkpoint yet, "
                           "the model's variables start from init_from's latest one (global step 0, fresh optimizer)")
-
-    @field_validator("every_secs", mode="before")
-    @classmethod
-    def _dur(cls, v: Any) -> Any:
-        return None if v is None else parse_duration_s(v)
 
 
 class Export(_Model):
     """A SavedModel of the final checkpoint at the end of a successful run (TF Serving layout: ``<dir>/<step>/``)."""
     dir: str = Field(..., description="fsspec URL; each export is a numbered version dir (the global step), "
                                       "written under a temporary name then renamed")
-    keep: int = Field(3, gt=0, description="newest versions kept under dir")
+    keep: StrictInt = Field(3, gt=0, description="newest versions kept under dir")
 
 
 RoleName = Literal["chief", "worker", "ps", "evaluator", "tensorboard"]
@@ -187,26 +203,22 @@ CLUSTER_ROLES: tuple[str, ...] = ("chief", "worker", "ps")
 
 
 class Role(_Model):
-    instances: int = Field(1, ge=0)
-    memory_mib: int = Field(2048, alias="memory", description="'2 GiB', '512 MiB' or MiB as a number")
-    vcores: int = Field(1, gt=0)
-    gpus: int = Field(0, ge=0)
+    instances: StrictInt = Field(1, ge=0)
+    memory_mib: MemoryMiB = Field(2048, alias="memory", description="'2 GiB', '512 MiB' or MiB as a number")
+    vcores: StrictInt = Field(1, gt=0)
+    gpus: StrictInt = Field(0, ge=0)
     node_label: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
-    max_restarts: int = Field(0, ge=0, description="times one task of this role is restarted in place")
+    max_restarts: StrictInt = Field(0, ge=0, description="times one task of this role is restarted in place")
     restart: Literal["never", "on_failure", "exit_code"] = Field(
         "on_failure", description="which failures restart a task (up to max_restarts): any non-zero exit, or "
                                   "exit_code: only 128-255 (killed by a signal, OOM), as Kubeflow's TFJob")
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
-    @field_validator("memory_mib", mode="before")
-    @classmethod
-    def _mem(cls, v: Any) -> int:
-        return parse_memory_mib(v)
-
-    @field_validator("env", mode="before")
+    @field_validator("env", mode="before", json_schema_input_type=dict[str, Union[str, int, float, bool]])
     @classmethod
     def _env_str(cls, v: Any) -> Any:
+        """Environment values are strings; ``OMP_NUM_THREADS: 4`` in YAML is an int, meant as "4"."""
         if isinstance(v, dict):
             return {str(k): str(val) for k, val in v.items()}
         return v
@@ -218,29 +230,19 @@ def _default_roles() -> dict[str, Role]:
 
 class Timeouts(_Model):
     """Every wait in tfyarn is bounded by one of these (seconds; strings like '2m' accepted)."""
-    rendezvous: float = 300.0
-    stall: float = 600.0
-    shutdown: float = 60.0
-    step: float = 300.0
-    active_deadline: float | None = Field(None, description="the whole job (all attempts); none by default")
-    allocation: float = Field(600.0, description="YARN: containers must be allocated within this")
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _dur(cls, v: Any) -> Any:
-        return None if v is None else parse_duration_s(v)
+    rendezvous: Duration = 300.0
+    stall: Duration = 600.0
+    shutdown: Duration = 60.0
+    step: Duration = 300.0
+    active_deadline: Duration | None = Field(None, description="the whole job (all attempts); none by default")
+    allocation: Duration = Field(600.0, description="YARN: containers must be allocated within this")
 
 
 class Retry(_Model):
     """Job-level attempts: on a failure no task restart can fix (a ps or the chief died, a collective broke), every
     task is stopped and the job starts again from the latest checkpoint, up to ``max_attempts`` in all."""
-    max_attempts: int = Field(1, ge=1)
-    backoff: float = Field(10.0, description="wait before the next attempt")
-
-    @field_validator("backoff", mode="before")
-    @classmethod
-    def _dur(cls, v: Any) -> Any:
-        return parse_duration_s(v)
+    max_attempts: StrictInt = Field(1, ge=1)
+    backoff: Duration = Field(10.0, description="wait before the next attempt")
 
 
 class Kerberos(_Model):
@@ -249,7 +251,7 @@ class Kerberos(_Model):
 
 
 class Acls(_Model):
-    enable: bool = False
+    enable: StrictBool = False
     view_users: list[str] = Field(default_factory=list)
     view_groups: list[str] = Field(default_factory=list)
     modify_users: list[str] = Field(default_factory=list)
@@ -272,7 +274,7 @@ class JobSpec(_Model):
     model: str = Field(..., description="module:callable returning a tfyarn model (or a custom train(ctx))")
     params: dict[str, Any] = Field(default_factory=dict, description="keyword arguments passed to the model callable")
     mode: Literal["ps", "allreduce"] = "ps"
-    sync: bool = False
+    sync: StrictBool = False
     data: Data
     checkpoint: Checkpoint = Field(default_factory=Checkpoint)
     export: Export | None = Field(None, description="export the final model as a SavedModel (needs checkpoint.dir)")
@@ -281,7 +283,7 @@ class JobSpec(_Model):
     retry: Retry = Field(default_factory=Retry)
     success_policy: Literal["all_workers", "chief"] = Field(
         "all_workers", description="the job succeeds when every training task finished, or as soon as the chief did")
-    fail_on_nan_loss: bool = Field(
+    fail_on_nan_loss: StrictBool = Field(
         True, description="a NaN or infinite loss ends the task (and the job) at that step, before it checkpoints: "
                           "training diverged, and every later step and checkpoint would be wasted")
     kerberos: Kerberos | None = None
@@ -452,6 +454,63 @@ def _problems(exc: ValidationError, doc: Any) -> list[str]:
     return out
 
 
+class _SpecLoader(yaml.SafeLoader):
+    """PyYAML's SafeLoader, except that a key given twice in one mapping is an error.
+
+    Why: YAML loaders keep the last value silently (``epochs: 3`` ... ``epochs: 5`` trains 5 epochs), and a spec
+    promises that mistakes are errors. The check walks the composed node tree before it is constructed, so every
+    duplicate is reported at once, each with its YAML path and where both keys are. Merge keys (``<<: *base``) are not
+    duplicates: a key given next to them overrides the merged one, as YAML intends.
+    """
+    #: Path of the document's root: a ``--set`` value sits at its key's path.
+    root: tuple[Any, ...] = ()
+
+    def construct_document(self, node: yaml.Node) -> Any:
+        problems = list(self._duplicates(node, self.root, set()))
+        if problems:
+            raise SpecError(problems)
+        return super().construct_document(node)
+
+    def _duplicates(self, node: yaml.Node, path: tuple[Any, ...], seen: set[int]) -> Iterator[str]:
+        if id(node) in seen:                                     # an alias: its node was checked where it was anchored
+            return
+        seen.add(id(node))
+        if isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                yield from self._duplicates(item, (*path, i), seen)
+        elif isinstance(node, yaml.MappingNode):
+            where: dict[Any, list[yaml.Node]] = {}
+            for key_node, _ in node.value:
+                if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+                    where.setdefault(self.construct_object(key_node), []).append(key_node)
+            for key, nodes in where.items():
+                if len(nodes) > 1:
+                    yield f"{_format_loc((*path, key))}: duplicate key ({_positions(nodes)})"
+            for key_node, value_node in node.value:
+                key = key_node.value if isinstance(key_node, yaml.ScalarNode) else "?"
+                yield from self._duplicates(value_node, (*path, key), seen)
+
+
+def _positions(nodes: list[yaml.Node]) -> str:
+    """'lines 12 and 14', or 'line:column 1:2 and 1:8' when keys share a line (a flow mapping, a --set value)."""
+    lines = [n.start_mark.line + 1 for n in nodes]
+    if len(set(lines)) == len(lines):
+        label, items = "lines", [str(line) for line in lines]
+    else:
+        label, items = "line:column", [f"{n.start_mark.line + 1}:{n.start_mark.column + 1}" for n in nodes]
+    return f"{label} {', '.join(items[:-1])} and {items[-1]}"
+
+
+def _load_yaml(text: str, root: tuple[Any, ...] = ()) -> Any:
+    """YAML → Python, as ``yaml.safe_load`` but duplicate keys raise :class:`SpecError` (paths under ``root``)."""
+    loader = _SpecLoader(text)
+    loader.root = root
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
+
+
 def _apply_override(doc: dict, assignment: str) -> None:
     """``--set roles.worker.instances=4``: the value is parsed as YAML (so 4 is an int, [a, b] a list)."""
     if "=" not in assignment:
@@ -468,7 +527,12 @@ def _apply_override(doc: dict, assignment: str) -> None:
         if not isinstance(nxt, dict):
             raise SpecError([f"--set {key}: {p!r} is not a mapping"])
         cur = nxt
-    cur[parts[-1]] = yaml.safe_load(raw) if raw.strip() else None
+    try:
+        cur[parts[-1]] = _load_yaml(raw, root=tuple(parts)) if raw.strip() else None
+    except SpecError as exc:
+        raise SpecError([f"--set {p}" for p in exc.problems]) from None
+    except yaml.YAMLError as exc:
+        raise SpecError([f"--set {key.strip()}: not valid YAML: {exc}"]) from None
 
 
 def load_spec_dict(doc: Any, overrides: tuple[str, ...] | list[str] = (), base_dir: str | None = None) -> JobSpec:
@@ -514,7 +578,7 @@ def load_spec(path: str | Path, overrides: tuple[str, ...] | list[str] = ()) -> 
     except OSError as exc:
         raise SpecError([f"{path}: cannot read ({exc.strerror})"]) from None
     try:
-        doc = yaml.safe_load(text)
+        doc = _load_yaml(text)
     except yaml.YAMLError as exc:
         raise SpecError([f"{path}: not valid YAML: {exc}"]) from None
     return load_spec_dict(doc if doc is not None else {}, overrides, base_dir=str(p.resolve().parent))
@@ -528,4 +592,6 @@ def load_spec_json(text: str) -> JobSpec:
 
 
 def json_schema() -> dict[str, Any]:
-    return JobSpec.model_json_schema(by_alias=True)
+    """The JSON Schema of what a spec file may say (for editors): the validation-mode schema describes the inputs the
+    loader accepts (sizes and durations with units, one URL or a list), not the parsed model it produces."""
+    return JobSpec.model_json_schema(by_alias=True, mode="validation")
