@@ -119,6 +119,29 @@ def test_an_id_of_no_backend_or_yarn_without_hadoop_is_a_usage_error_not_a_crash
         assert "Traceback" not in r.output
 
 
+def test_submit_and_wait_with_json_output_print_exactly_one_json_document(tmp_path):
+    """A scheduler does json.loads(stdout): the bare app id before the JSON, or nothing on a wait's timeout, broke
+    that."""
+    runner = CliRunner()
+    long_job = write(tmp_path, small_spec(tmp_path, model="custom_jobs:run_long"), "long.yaml")
+    r = runner.invoke(cli, ["-q", "submit", long_job, "--local", "--output", "json"])
+    assert r.exit_code == 0, r.output
+    app_id = json.loads(r.stdout)["app_id"]
+    try:
+        r = runner.invoke(cli, ["-q", "wait", app_id, "--timeout", "1", "--output", "json"])
+        assert r.exit_code == 4 and "timed out" in r.stderr
+        st = json.loads(r.stdout)
+        assert st["app_id"] == app_id and st["state"] in ("PENDING", "RUNNING")
+    finally:
+        assert runner.invoke(cli, ["kill", app_id]).exit_code == 0
+    quick = write(tmp_path, small_spec(tmp_path, model="custom_jobs:quick"), "quick.yaml")
+    r = runner.invoke(cli, ["-q", "submit", quick, "--local", "--wait", "--output", "json"])
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["state"] == "SUCCEEDED" and "submitted local-" in r.stderr
+    r = runner.invoke(cli, ["submit", quick, "--local", "--dry-run", "--output", "json"])
+    assert r.exit_code == 0 and json.loads(r.stdout)["dry_run"]
+
+
 def test_run_json_output_and_exit_code_of_a_finished_job(tmp_path):
     path = write(tmp_path, small_spec(tmp_path, model="custom_jobs:quick"))
     r = CliRunner().invoke(cli, ["-q", "run", path, "--local", "--output", "json"])

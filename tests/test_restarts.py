@@ -81,6 +81,17 @@ def test_active_deadline_times_out_the_job(tmp_path):
     t0 = time.monotonic()
     st = LocalBackend().run(spec)
     assert st.state is AppState.TIMED_OUT and st.attempt == 0  # a deadline is not retried
-    assert "active deadline of 4s exceeded" in st.diagnostics
+    assert "active deadline of 4s exceeded (timeouts.active_deadline)" in st.diagnostics
+    assert time.monotonic() - t0 < 20
+    assert wait_no_processes(st.app_id, 5) == []
+
+
+def test_the_api_callers_timeout_stops_a_local_run_as_yarns_does(tmp_path):
+    """api.run(timeout=…) was ignored by the local backend (only YARN's follower applied it)."""
+    from tfyarn import api
+    spec = load_spec_dict(small_spec(tmp_path, model="custom_jobs:run_long", timeouts={"active_deadline": "1h"}))
+    t0 = time.monotonic()
+    st = api.run(spec, backend="local", timeout=4)
+    assert st.state is AppState.TIMED_OUT and "active deadline of 4s exceeded (the caller's timeout)" in st.diagnostics
     assert time.monotonic() - t0 < 20
     assert wait_no_processes(st.app_id, 5) == []

@@ -61,8 +61,6 @@ def run(spec: JobSpec, backend: str | None = None, echo: Callable[[str, str], No
     """Run a job to its end. Local: in the foreground (Ctrl-C stops every task). YARN: submit and follow, with
     the spec's job attempts (``retry.max_attempts``) as new applications."""
     with get_backend(backend) as b:
-        if b.name == "local":
-            return b.run(spec, echo=echo, on_update=on_update)  # type: ignore[attr-defined]
         return b.run(spec, echo=echo, on_update=on_update, timeout=timeout)  # type: ignore[attr-defined]
 
 

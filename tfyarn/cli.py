@@ -168,14 +168,21 @@ def _print_final(st, output: str) -> None:
 def submit(ctx: click.Context, spec_path: str, overrides: tuple[str, ...], backend: str | None, dry_run: bool,
            wait_: bool, output: str) -> None:
     """Submit a job and print its app id (does not wait unless --wait; a stop signal then ends the wait, not the
-    job: use `tfyarn run` to tie the job to this process)."""
+    job: use `tfyarn run` to tie the job to this process). With --output json stdout holds exactly one JSON
+    document: {"app_id"} (with --dry-run {"dry_run"}), or with --wait the final status."""
     from tfyarn import api
     spec = _load(spec_path, overrides)
     if dry_run:
-        click.echo(api.dryrun(spec, backend))
+        text = api.dryrun(spec, backend)
+        click.echo(json.dumps({"dry_run": text}, indent=1) if output == "json" else text)
         return
     app_id = api.submit(spec, backend)
-    click.echo(app_id)
+    if output != "json":
+        click.echo(app_id)
+    elif not wait_:
+        click.echo(json.dumps({"app_id": app_id}, indent=1))
+    else:
+        click.echo(f"submitted {app_id}", err=True)
     if wait_:
         _wait_and_exit(app_id, None, output, ctx.obj["quiet"])
 
@@ -215,6 +222,7 @@ def _wait_and_exit(app_id: str, timeout: float | None, output: str, quiet: bool)
     from tfyarn import api
     from tfyarn.display import ProgressView
     from tfyarn.interrupts import Interrupted, interruptible
+    from tfyarn.errors import WaitTimeout
     view = None if quiet else ProgressView()
     try:
         with interruptible():
@@ -225,6 +233,12 @@ def _wait_and_exit(app_id: str, timeout: float | None, output: str, quiet: bool)
         click.echo(f"stopped waiting ({exc.signame}); {app_id} is still running: `tfyarn wait {app_id}` follows "
                    f"it, `tfyarn kill {app_id}` stops it", err=True)
         sys.exit(exc.exit_code)
+    except WaitTimeout as exc:
+        if view:
+            view.close()
+        if output == "json":          # a scheduler parsing stdout still gets the app's state (running)
+            click.echo(json.dumps(api.status(app_id).to_dict(), indent=1))
+        _fail(exc)
     if view:
         view.close()
     _print_final(st, output)

@@ -127,9 +127,11 @@ class Launcher:
 
     def __init__(self, spec: JobSpec, app_dir: Path, app_id: str, echo: Echo | None = None,
                  on_update: Callable[[AppStatus], None] | None = None, python: str = sys.executable,
-                 forkserver: bool | None = None):
-        """``forkserver``: fork tasks from a warm fork server (default: unless ``TFYARN_FORKSERVER=0``)."""
+                 forkserver: bool | None = None, timeout: float | None = None):
+        """``forkserver``: fork tasks from a warm fork server (default: unless ``TFYARN_FORKSERVER=0``).
+        ``timeout``: seconds after which the job is stopped as TIMED_OUT (as ``timeouts.active_deadline``)."""
         self.spec, self.app_dir, self.app_id = spec, app_dir, app_id
+        self.timeout = timeout
         self.echo = echo
         self.on_update = on_update
         self.python = python
@@ -494,9 +496,16 @@ class Launcher:
             t.state, t.exit_code, t.diagnostics, t.restarts = "PENDING", None, "", 0
         return True
 
+    def _deadline(self) -> tuple[float, str] | None:
+        """The earlier of ``timeouts.active_deadline`` and the caller's ``timeout`` (``api.run(timeout=…)``), in
+        seconds from the start, with what set it; None without either."""
+        limits = [(d, w) for d, w in ((self.spec.timeouts.active_deadline, "timeouts.active_deadline"),
+                                      (self.timeout, "the caller's timeout")) if d is not None]
+        return min(limits) if limits else None
+
     def _deadline_passed(self) -> bool:
-        d = self.spec.timeouts.active_deadline
-        return d is not None and time.time() - self._started > d
+        d = self._deadline()
+        return d is not None and time.time() - self._started > d[0]
 
     def _start_watchdog(self, kv: KVServer) -> StallWatchdog:
         """Fail the job (TIMED_OUT) with stacks in the logs when global progress stops for ``timeouts.stall``.
@@ -547,8 +556,8 @@ class Launcher:
                 self._end(AppState.TIMED_OUT, self._stalled.get())
                 return
             if self._deadline_passed():
-                self._end(AppState.TIMED_OUT, f"active deadline of {self.spec.timeouts.active_deadline:g}s exceeded "
-                                              f"(timeouts.active_deadline)")
+                limit, what = self._deadline()  # type: ignore[misc]
+                self._end(AppState.TIMED_OUT, f"active deadline of {limit:g}s exceeded ({what}); stopped every task")
                 return
             for t in self.tasks.values():
                 if t.state != "RUNNING" or t.proc is None or t.proc.poll() is None:
