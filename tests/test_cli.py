@@ -142,6 +142,14 @@ def test_submit_and_wait_with_json_output_print_exactly_one_json_document(tmp_pa
     assert r.exit_code == 0 and json.loads(r.stdout)["dry_run"]
 
 
+def test_a_path_that_cannot_be_used_is_one_error_line_and_exit_2(tmp_path):
+    spec = write(tmp_path, small_spec(tmp_path, model="custom_jobs:quick"))
+    (tmp_path / "a-file").write_text("")
+    r = CliRunner().invoke(cli, ["submit", spec, "--local"], env={"TFYARN_HOME": str(tmp_path / "a-file" / "home")})
+    assert r.exit_code == 2 and r.output.startswith("error: ") and "a-file" in r.output, r.output
+    assert "Traceback" not in r.output
+
+
 def test_run_json_output_and_exit_code_of_a_finished_job(tmp_path):
     path = write(tmp_path, small_spec(tmp_path, model="custom_jobs:quick"))
     r = CliRunner().invoke(cli, ["-q", "run", path, "--local", "--output", "json"])

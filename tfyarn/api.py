@@ -129,4 +129,9 @@ def export(spec: JobSpec, checkpoint: str | None = None, to: str | None = None) 
                               f"{', '.join(e['name'] for e in entries)})")
     if to and "://" not in to:
         to = str(Path(to).resolve())        # a path given here is relative to the caller's cwd, not the spec's dir
-    return export_checkpoint(spec, entry, to=to)
+    from tfyarn.train.checkpoint import CheckpointMismatch
+    try:
+        return export_checkpoint(spec, entry, to=to)
+    except (CheckpointMismatch, OSError) as exc:
+        # the spec's model does not fit the checkpoint (params changed), or the destination cannot be written
+        raise ExportError(f"export: {exc}") from exc

@@ -60,6 +60,12 @@ class _Group(click.Group):
             return super().invoke(ctx)
         except TfyarnError as exc:
             _fail(exc)
+        except OSError as exc:
+            # a path the command was given (or TFYARN_HOME) cannot be used: a usage problem, said in one line (a
+            # job's own failures come back as its status, not as exceptions)
+            log.debug("%s", exc, exc_info=True)
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(2)
         except KeyboardInterrupt:
             sys.exit(130)
         except Interrupted as exc:   # `run --yarn` stopped before its first submit returned (e.g. packing the env)

@@ -95,6 +95,13 @@ def test_every_way_export_cannot_run_says_why_with_exit_2(tmp_path):
     write_checkpoint(spec, tmp_path, 7, 0.1)
     r = CliRunner().invoke(cli, ["export", str(spec_file), "--checkpoint", "ckpt-9"])
     assert r.exit_code == 2 and "no checkpoint 'ckpt-9'" in r.output and "committed: ckpt-7" in r.output, r.output
+    # the model changed since (params.dim) or the destination cannot be written: one line each, no traceback
+    r = CliRunner().invoke(cli, ["export", str(spec_file), "--set", "params.dim=8"])
+    assert r.exit_code == 2 and r.output.startswith("error: export: checkpoint ckpt-7 in ") and "Traceback" not in \
+        r.output, r.output
+    (tmp_path / "a-file").write_text("")
+    r = CliRunner().invoke(cli, ["export", str(spec_file), "--to", str(tmp_path / "a-file" / "models")])
+    assert r.exit_code == 2 and r.output.startswith("error: export: ") and "a-file" in r.output, r.output
     no_dest = make_spec(tmp_path)
     from tfyarn import api
     with pytest.raises(ExportError, match="no destination"):
