@@ -43,6 +43,27 @@ def test_custom_train_marker_from_code_dir(tmp_path):
     assert is_custom_train(custom_train(lambda ctx, h: None))
 
 
+def test_a_custom_train_functions_numpy_results_reach_the_summary_as_numbers(tmp_path):
+    """A loop's natural result ({"loss": np.float32, "steps": np.int64}) failed the job after training, in the
+    summary writer; anything JSON cannot hold now fails naming the key."""
+    import json
+    from tfyarn.runtime.context import TaskContext
+    from tfyarn.runtime.kv import MemoryKV
+    from tfyarn.spec import load_spec_dict
+    from tfyarn.train.helpers import run_custom
+    spec = load_spec_dict({"name": "c", "model": "x:y", "mode": "allreduce", "data": {"train": ["unused"], "batch_size": 1,
+                           "features": {"x": {"dtype": "float32"}}}, "roles": {"worker": {"instances": 1}}})
+    ctx = TaskContext(spec=spec, role="worker", index=0, kv=MemoryKV(), workdir=tmp_path)
+    run_custom(ctx, lambda c, h: {"loss": np.float32(0.25), "steps": np.int64(5), "curve": np.arange(3),
+                                  "nested": {"auc": np.float64(0.5)}})
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["loss"] == 0.25 and summary["steps"] == 5 and summary["curve"] == [0, 1, 2]
+    assert summary["nested"] == {"auc": 0.5}
+    with pytest.raises(TypeError, match="the custom train function's result: 'model' is a object, which the run "
+                                        "summary"):
+        run_custom(ctx, lambda c, h: {"model": object()})
+
+
 def test_models_train_in_graph_mode_and_under_a_strategy():
     """Same model object, TF1 graph (placeholders, v1 optimizer) and TF2 tf.function under a strategy."""
     import tensorflow as tf

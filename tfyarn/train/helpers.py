@@ -85,6 +85,36 @@ class Helpers:
         return store.latest() if store else None
 
 
+def jsonable(values: dict[str, Any], what: str) -> dict[str, Any]:
+    """``values`` made JSON-serializable for the summary: numpy scalars and arrays (what a training loop naturally
+    returns: ``np.float32`` losses, ``np.int64`` counts) become Python numbers and lists. Anything else JSON cannot
+    hold fails here, naming the key — not later, in the summary writer, after training, with a bare TypeError."""
+    import json
+
+    import numpy as np
+
+    def convert(v: Any) -> Any:
+        if isinstance(v, np.generic):
+            return v.item()
+        if isinstance(v, np.ndarray):
+            return v.tolist()
+        if isinstance(v, dict):
+            return {str(k): convert(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [convert(x) for x in v]
+        return v
+
+    out = {}
+    for key, value in values.items():
+        out[key] = convert(value)
+        try:
+            json.dumps(out[key])
+        except (TypeError, ValueError):
+            raise TypeError(f"{what}: {key!r} is a {type(value).__name__}, which the run summary (JSON) cannot hold; "
+                            f"return numbers, strings, lists or dicts") from None
+    return out
+
+
 def run_custom(ctx: Any, fn: Callable) -> Any:
     """Run a user's ``@custom_train`` function; on the chief, then write the summary and set ``control/done``."""
     progress = ProgressReporter(ctx.kv, ctx.task_id, fail_on_nan_loss=ctx.spec.fail_on_nan_loss)
@@ -99,8 +129,8 @@ def run_custom(ctx: Any, fn: Callable) -> Any:
                               last_loss=mine["last_loss"], train_s=mine["elapsed_s"], custom=True,
                               elapsed_s=round(time.monotonic() - t0, 3))
         if isinstance(result, dict):
-            summary.update(result)
-        summary.update(helpers.summary_extra)
+            summary.update(jsonable(result, "the custom train function's result"))
+        summary.update(jsonable(helpers.summary_extra, "helpers.summary_extra"))
         write_summary(ctx, summary)
         ctx.kv.put(DONE_KEY, "1")
     return result
