@@ -51,8 +51,8 @@ def test_a_custom_train_functions_numpy_results_reach_the_summary_as_numbers(tmp
     from tfyarn.runtime.kv import MemoryKV
     from tfyarn.spec import load_spec_dict
     from tfyarn.train.helpers import run_custom
-    spec = load_spec_dict({"name": "c", "model": "x:y", "mode": "allreduce", "data": {"train": ["unused"], "batch_size": 1,
-                           "features": {"x": {"dtype": "float32"}}}, "roles": {"worker": {"instances": 1}}})
+    spec = load_spec_dict({"name": "c", "model": "x:y", "mode": "allreduce", "roles": {"worker": {"instances": 1}},
+                           "data": {"train": ["unused"], "batch_size": 1, "features": {"x": {"dtype": "float32"}}}})
     ctx = TaskContext(spec=spec, role="worker", index=0, kv=MemoryKV(), workdir=tmp_path)
     run_custom(ctx, lambda c, h: {"loss": np.float32(0.25), "steps": np.int64(5), "curve": np.arange(3),
                                   "nested": {"auc": np.float64(0.5)}})
