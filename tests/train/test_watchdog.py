@@ -71,7 +71,24 @@ def test_startup_without_any_progress_is_a_stall_after_startup_s():
     assert wd.check(now=119.0) is None
     r = wd.check(now=120.0)
     assert r is not None and "never reported a step" in r.message
+    assert r.message.startswith("training did not start: no task reported a first step within 20s "
+                                "(timeouts.rendezvous + timeouts.stall = 20s)")
     assert r.suspects == TASKS
+
+
+def test_a_task_that_ended_successfully_is_neither_asked_for_stacks_nor_a_suspect():
+    """A chief that returned while its workers hang: its process is gone because it finished, not because it
+    died (it was named the likely cause, with the ps)."""
+    kv = MemoryKV()
+    calls = []
+    wd = StallWatchdog(kv, ["worker:0"], stall_s=1, on_stall=calls.append, ack_wait_s=0.2, signal_pids=False,
+                       all_tasks={"chief:0": None, "ps:0": None, "worker:0": None})
+    wd.task_ended("chief:0")
+    wd.task_ended("ps:0")
+    report(kv, "worker:0", 1)
+    assert wd.poll(now=0.0) is None
+    r = wd.poll(now=5.0)
+    assert r is not None and r.no_ack == ["worker:0"] and r.suspects == ["worker:0"]
 
 
 def test_after_done_only_tasks_that_neither_finish_nor_advance_are_reported():

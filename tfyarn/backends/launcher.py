@@ -566,6 +566,7 @@ class Launcher:
                 self._kill_leftovers(t)
                 if t.exit_code == 0:
                     t.state = "SUCCEEDED"
+                    watchdog.task_ended(t.name)
                     # ps/evaluator/tensorboard end when the chief publishes done; before that, their exit is a bug
                     done = self.kv is not None and self.kv.store.get(DONE_KEY) is not None
                     if t.name not in training and not done and not self._training_done(training):

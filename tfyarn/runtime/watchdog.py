@@ -160,6 +160,7 @@ class StallReport:
     process_states: dict[str, str] = field(default_factory=dict)   # task → 'stopped' / 'dead' / 'running' ...
     dumps_requested: bool = False
     after_done: bool = False                                 # training finished, these tasks did not
+    startup: bool = False                                    # no step yet: stall_s is the start-up allowance
 
     @property
     def stopped_tasks(self) -> list[str]:
@@ -203,6 +204,10 @@ class StallReport:
             lines = [f"every training task ran all its steps, but the chief did not finish its final checkpoint, "
                      f"export and summary within {self.stalled_for:.0f}s (timeouts.stall = {self.stall_s:g}s): "
                      f"a large model on a slow filesystem needs a larger timeouts.stall, else see the chief's log"]
+        elif self.startup:
+            lines = [f"training did not start: no task reported a first step within {self.stalled_for:.0f}s "
+                     f"(timeouts.rendezvous + timeouts.stall = {self.stall_s:g}s): "
+                     + "; ".join(one(t, self.tasks[t]) for t in self.stopped_tasks)]
         else:
             lines = [f"training stalled: no task's step advanced for {self.stalled_for:.0f}s "
                      f"(timeouts.stall = {self.stall_s:g}s); stopped advancing: "
@@ -289,6 +294,13 @@ class StallWatchdog:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
+    def task_ended(self, task: str) -> None:
+        """``task``'s process ended successfully (a chief that returned, a finished side task): not asked for stacks,
+        not a suspect — a process that is gone because it finished is not a dead one."""
+        self.all_tasks.pop(task, None)
+        if task in self.states:
+            self.states[task].pid = None
+
     def update_pid(self, task: str, pid: int | None) -> None:
         """A task was restarted in place: signal and inspect its new process from now on."""
         self.all_tasks[task] = pid
@@ -344,7 +356,8 @@ class StallWatchdog:
         if not self.is_stalled(now):
             return None
         return StallReport(stalled_for=self.stalled_for(now), tasks=dict(self.states),
-                           stall_s=self.startup_s if self.last_progress is None else self.stall_s, now=now)
+                           stall_s=self.startup_s if self.last_progress is None else self.stall_s, now=now,
+                           startup=self.last_progress is None)
 
     # -- side effects on a stall ----------------------------------------------------------------------------------------
     def request_dumps(self) -> str:
