@@ -232,6 +232,10 @@ def summary_text(st: AppStatus) -> str:
                          + (" — training had already finished: no step ran" if nothing_ran else ""))
         if s.get("warm_started_from"):
             lines.append(f"  warm start: model variables from {s['warm_started_from']}")
+        if s.get("skipped_records"):
+            by = " ".join(f"{t}={n}" for t, n in sorted((s.get("skipped_by_task") or {}).items()))
+            lines.append(f"  data: {s['skipped_records']:,} corrupt records skipped (on_corrupt: skip)"
+                         + (f": {by}" if by else "") + "; each is named in its task's log")
         if s.get("eval"):
             lines.append(f"  eval: {_eval_text(s['eval'])}")
         if s.get("checkpoint_dir"):

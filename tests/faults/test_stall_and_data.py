@@ -79,6 +79,10 @@ def test_corrupt_record_mid_epoch_is_skipped_and_the_job_reaches_the_planned_ste
     hits = [ln for ln in logs.splitlines() if warn in ln and f"record {index} at byte offset {offset}" in ln]
     assert hits, logs[-3000:]
     assert len(hits) == spec.data.epochs   # once per epoch: the record is met (and skipped) in every epoch
+    # the summary counts them: once per epoch, by the task whose share holds the record in that epoch's plan
+    assert st.summary["skipped_records"] == spec.data.epochs, st.summary
+    by_task = st.summary["skipped_by_task"]
+    assert sum(by_task.values()) == spec.data.epochs and set(by_task) <= {"chief:0", "worker:0"}, st.summary
     assert wait_no_processes(st.app_id, 10) == []
 
 

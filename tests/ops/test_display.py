@@ -120,8 +120,9 @@ def test_summary_text_states_totals_when_known_and_never_prints_none():
           "steps_per_worker": {"chief:0": 93, "worker:0": 93}, "examples_per_sec": 34322.0, "first_loss": 0.69,
           "last_loss": 0.47, "checkpoint_dir": "hdfs:///ckpt",
           "export": {"url": "hdfs:///models/279", "version": 279, "checkpoint": "ckpt-279", "seconds": 1.2},
-          "warm_started_from": "hdfs:///old/ckpt-500"}
+          "warm_started_from": "hdfs:///old/ckpt-500", "skipped_records": 3, "skipped_by_task": {"worker:0": 3}}
     text = summary_text(AppStatus("local-x", "local", "q", AppState.SUCCEEDED, summary=ps))
+    assert "data: 3 corrupt records skipped (on_corrupt: skip): worker:0=3; each is named in its task's log" in text
     assert "model (SavedModel): hdfs:///models/279  (from ckpt-279)" in text
     assert "warm start: model variables from hdfs:///old/ckpt-500" in text
     assert "global step 279/279 · 3 epochs · mode ps sync · global batch 768" in text

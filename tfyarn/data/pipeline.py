@@ -68,6 +68,11 @@ class EpochPipeline:
             raise out[0]
         return out[0]
 
+    @property
+    def skipped(self) -> int:
+        """Records both feeders skipped as corrupt (``on_corrupt: skip``) so far, every epoch."""
+        return sum(getattr(f, "skipped", 0) for f in self.feeders)
+
     def close(self) -> None:
         for f in self.feeders:
             f.close()

@@ -420,6 +420,7 @@ def run(ctx: TaskContext) -> dict[str, Any]:
         progress.extra.update({"mode": "allreduce", "global_batch": global_batch})
         ran, boundary_waits = _loop(ctx, feeder, step_fn, steps, epoch0, in_epoch0, start, progress, ckpt)
     progress.extra["worker_steps"] = ran
+    progress.extra["skipped_records"] = feeder.skipped
     figures = progress.final()
     figures.update(worker_steps=ran, global_step=int(global_step.numpy()), planned_total=total,
                    traces=int(step_fn.experimental_get_tracing_count()),
@@ -476,7 +477,7 @@ def _finish(ctx: TaskContext, ckpt: Checkpointer, figures: dict[str, Any], globa
             resumed_from: dict[str, Any] | None, warm_started_from: str | None = None) -> None:
     """Chief: final checkpoint, wait (bounded) for every worker's final figures, summary, then control/done."""
     from tfyarn.train.export import export_at_end
-    from tfyarn.train.progress import run_summary, wait_for_final_progress, write_summary
+    from tfyarn.train.progress import run_summary, skip_counts, wait_for_final_progress, write_summary
     ckpt.scalars(figures["global_step"], lambda: {"loss": figures["last_loss"]}, force=True)
     entry = ckpt.save(figures["global_step"], figures["worker_steps"])
     if ckpt.events is not None:
@@ -491,7 +492,7 @@ def _finish(ctx: TaskContext, ckpt: Checkpointer, figures: dict[str, Any], globa
         first_loss=figures["first_loss"], last_loss=figures["last_loss"], train_s=train_s,
         last_checkpoint=(entry or ckpt.store.latest() or {}).get("name") if ckpt.store else None,
         resumed_from=(resumed_from or {}).get("name"), warm_started_from=warm_started_from,
-        steps_per_epoch=steps, chief=figures, export=exported,
+        steps_per_epoch=steps, chief=figures, export=exported, **skip_counts(per_task),
         tasks={t: {"step": p.get("step"), "worker_steps": p.get("worker_steps"),
                    "examples_per_sec": p.get("examples_per_sec"), "loss": p.get("loss")} for t, p in per_task.items()})
     write_summary(ctx, summary)

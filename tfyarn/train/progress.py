@@ -166,6 +166,13 @@ def wait_for_final_progress(ctx: Any, timeout: float) -> dict[str, dict[str, Any
         time.sleep(0.1)
 
 
+def skip_counts(per_task: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The summary's ``skipped_records`` (records skipped as corrupt with ``on_corrupt: skip``, all training tasks)
+    and ``skipped_by_task`` (the tasks that skipped any), from the tasks' final progress records."""
+    by_task = {t: int(p.get("skipped_records") or 0) for t, p in per_task.items()}
+    return {"skipped_records": sum(by_task.values()), "skipped_by_task": {t: n for t, n in by_task.items() if n}}
+
+
 def run_summary(ctx: Any, *, global_step: int, total_steps: int | None, steps_per_worker: dict[str, Any] | None,
                 examples_per_sec: float | None, first_loss: float | None, last_loss: float | None,
                 train_s: float | None, last_checkpoint: str | None = None, resumed_from: str | None = None,

@@ -14,8 +14,8 @@ from tfyarn.runtime.context import ABORT_KEY, DONE_KEY, STEPS_ALIGNED_KEY
 from tfyarn.runtime.kv import put_json
 from tfyarn.train import helpers
 from tfyarn.train.export import export_at_end
-from tfyarn.train.progress import (ProgressReporter, publish_total_steps, run_summary, wait_for_final_progress,
-                                   write_summary)
+from tfyarn.train.progress import (ProgressReporter, publish_total_steps, run_summary, skip_counts,
+                                   wait_for_final_progress, write_summary)
 from tfyarn.train.ps.checkpointer import Checkpointer
 from tfyarn.train.ps.graph import TrainGraph, build_graph
 from tfyarn.train.ps.server import start_server
@@ -208,6 +208,7 @@ def _run(ctx: Any, tg: TrainGraph, sess: Any, feeder: Any, steps: list[int], tar
             ckpt.save(sess)
         if spec.sync and gs >= target:
             break
+    progress.extra["skipped_records"] = feeder.skipped
     mine = progress.final()
     mine["start_worker_steps"] = [int(x) for x in ws0]
     mine["lost_steps"] = lost
@@ -266,7 +267,7 @@ def _finish(ctx: Any, tg: TrainGraph, sess: Any, ckpt: Checkpointer | None, mine
         last_checkpoint=(latest or {}).get("name"), resumed_from=ckpt.resumed_from if ckpt else None,
         warm_started_from=ckpt.warm_started_from if ckpt else None,
         loss_by_worker={t: p.get("loss") for t, p in progress.items()} | {ctx.task_id: mine["last_loss"]},
-        elapsed_s=round(elapsed, 3), num_ps=len(ctx.cluster.get("ps", [])), export=exported,
+        elapsed_s=round(elapsed, 3), num_ps=len(ctx.cluster.get("ps", [])), export=exported, **skip_counts(progress),
         **_rejoins(ctx.kv, ctx.training_tasks))
     log.info("training done: global step %d/%d, steps per worker %s, %.0f examples/s, loss %s -> %s, %.1fs",
              gs, target, summary["steps_per_worker"], summary["examples_per_sec"], summary["first_loss"],
