@@ -581,7 +581,8 @@ def main() -> int:
     data_dir = work / "data"
     res: dict = {"date": time.strftime("%Y-%m-%d %H:%M"), "cpus": os.cpu_count(), "load_before": loadavg(),
                  "records": args.records, "micro": {}, "jobs": {}}
-    data = write_synthetic(str(data_dir), "recommender", files=16, records=args.records, skew=10.0, seed=0)
+    data = write_synthetic(str(data_dir), "recommender", files=16, records=args.records, skew=10.0, seed=0,
+                           overwrite=True)          # a reused --workdir: the same data set again, never a mix
     print(f"data: {len(data)} files in {data_dir}; load {res['load_before']}", flush=True)
     if args.only == "launch":
         return launch_only(res, data, work, args.repeats)

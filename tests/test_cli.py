@@ -150,6 +150,19 @@ def test_a_path_that_cannot_be_used_is_one_error_line_and_exit_2(tmp_path):
     assert "Traceback" not in r.output
 
 
+def test_data_synth_refuses_to_mix_data_sets_unless_told_to_overwrite(tmp_path):
+    out = str(tmp_path / "syn")
+    runner = CliRunner()
+    assert runner.invoke(cli, ["data", "synth", out, "--files", "4", "--records", "400"]).exit_code == 0
+    r = runner.invoke(cli, ["data", "synth", out, "--files", "2", "--records", "100"])
+    assert r.exit_code == 2 and "already holds data" in r.output and "--overwrite" in r.output, r.output
+    r = runner.invoke(cli, ["data", "synth", out, "--files", "2", "--records", "100", "--overwrite"])
+    assert r.exit_code == 0 and sorted(p.name for p in (tmp_path / "syn").iterdir()) == \
+        ["part-00000.tfrecord", "part-00001.tfrecord"]
+    r = runner.invoke(cli, ["data", "synth", str(tmp_path / "other"), "--files", "0"])
+    assert r.exit_code == 2 and "files must be a positive integer, not 0" in r.output
+
+
 def test_run_json_output_and_exit_code_of_a_finished_job(tmp_path):
     path = write(tmp_path, small_spec(tmp_path, model="custom_jobs:quick"))
     r = CliRunner().invoke(cli, ["-q", "run", path, "--local", "--output", "json"])

@@ -367,10 +367,12 @@ def data_index(urls: tuple[str, ...], compression: str) -> None:
 @click.option("--records", type=int, default=20000, show_default=True, help="Records in all files together.")
 @click.option("--skew", type=float, default=4.0, show_default=True, help="Largest/smallest file size ratio.")
 @click.option("--seed", type=int, default=0, show_default=True)
-def data_synth(out_dir: str, kind: str, files: int, records: int, skew: float, seed: int) -> None:
+@click.option("--overwrite", is_flag=True, help="Replace a data set synth wrote there before (else refused).")
+def data_synth(out_dir: str, kind: str, files: int, records: int, skew: float, seed: int, overwrite: bool) -> None:
     """Write a synthetic, learnable TFRecord data set with deliberately uneven file sizes."""
     from tfyarn.data import write_synthetic
-    paths = write_synthetic(out_dir, kind=kind, files=files, records=records, skew=skew, seed=seed)
+    paths = write_synthetic(out_dir, kind=kind, files=files, records=records, skew=skew, seed=seed,
+                            overwrite=overwrite)
     click.echo(f"wrote {len(paths)} files under {out_dir}")
 
 

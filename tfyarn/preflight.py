@@ -154,9 +154,6 @@ class SkeinClusterInfo:
 
 # --------------------------------------------------------------------------------------------------- the checks
 
-def _has_glob(path: str) -> bool:
-    return any(c in path for c in "*?[")
-
 
 @dataclass(frozen=True)
 class _Listed:
@@ -171,15 +168,13 @@ class _Listed:
 
 def list_data(spec: JobSpec, get_fs: GetFs = hdfs.get_fs) -> list[_Listed]:
     """Every data URL's files (sorted), or why it could not be listed: one listing per URL (an RPC each on HDFS)."""
+    from tfyarn.data.manifest import data_files
     out = []
     for section, urls in (("data.train", spec.data.train), ("data.eval", spec.data.eval)):
         for i, url in enumerate(urls):
             try:
                 fs, path = get_fs(spec.resolve_path(url))
-                if _has_glob(path):
-                    hits = [p for p in fs.glob(path) if fs.isfile(p)]
-                else:
-                    hits = [path] if fs.isfile(path) else [p for p in fs.find(path)] if fs.isdir(path) else []
+                hits = list(data_files(fs, path))   # as the tasks list them: hidden files (.x, _SUCCESS) left out
             except Exception as exc:  # noqa: BLE001 - any filesystem error is a reportable problem here
                 out.append(_Listed(section, i, url, error=f"{type(exc).__name__}: {exc}"))
                 continue
@@ -203,16 +198,9 @@ SAMPLE_FILES = 2
 
 
 def _sample_first_record(fs: Any, path: str, name: str, compression: str) -> bytes | None:
-    import gzip
-
-    from tfyarn.data.tfrecord import is_gzip, read_first_record
+    from tfyarn.data.tfrecord import first_record
     with fs.open(path, "rb") as f:
-        head = f.read(2)
-        f.seek(0)
-        if is_gzip(path, compression, head):
-            with gzip.GzipFile(fileobj=f, mode="rb") as g:
-                return read_first_record(g, name)  # type: ignore[arg-type]
-        return read_first_record(f, name)
+        return first_record(f, name, compression)
 
 
 def check_data_schema(spec: JobSpec, get_fs: GetFs = hdfs.get_fs, listed: list[_Listed] | None = None) -> list[str]:

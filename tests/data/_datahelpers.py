@@ -24,6 +24,14 @@ def write_ids(url: str, start: int, n: int, compression: str = "none") -> list[b
     return payloads
 
 
+def job_spec(train: list[str], features: dict, **data):
+    """A minimal valid job spec reading ``train`` (for the preflight checks that sample data files)."""
+    from tfyarn.spec import load_spec_dict
+    return load_spec_dict({"name": "t", "model": "tfyarn.models.recommender:model",
+                           "data": {"train": train, "features": features, "batch_size": 2, **data},
+                           "roles": {"ps": {"instances": 1}, "chief": {"instances": 1}}})
+
+
 def framer_children() -> list[int]:
     """Live framing processes (``python -m tfyarn.data.framer``) started by this test process."""
     me, found = os.getpid(), []

@@ -2,15 +2,17 @@
 record index and feature. Runs without TensorFlow (pure-Python parser) except where marked."""
 from __future__ import annotations
 
+import gzip
+
 import fsspec
 import pytest
 
 from tfyarn.data import DataError, Feeder, NoDataError, build_manifest
 from tfyarn.data.example import encode_example
 from tfyarn.data.parse import python_parser
-from tfyarn.data.tfrecord import TFRecordWriter
+from tfyarn.data.tfrecord import TFRecordWriter, encode_record
 
-from _datahelpers import ID_SCHEMA, example, write_ids
+from _datahelpers import ID_SCHEMA, example, job_spec, write_ids
 
 
 def offsets(payloads):
@@ -303,3 +305,83 @@ def test_a_share_where_no_record_fits_the_schema_fails_naming_the_first_instead_
         drain(f)
     assert str(e.value).startswith("worker 0, epoch 0: no record of this worker's share fits the schema (")
     assert "record 0 at byte offset 0: feature 'x' is missing" in str(e.value) and e.value.record == 0
+
+
+# ------------------------------------------------------------------- data.compression contradicting the file's bytes
+
+def _put(url, data):
+    fs, path = fsspec.core.url_to_fs(url)
+    fs.makedirs(path.rpartition("/")[0], exist_ok=True)
+    fs.pipe_file(path, data)
+    return fs.unstrip_protocol(path)
+
+
+@pytest.mark.parametrize("where", ["local", "mem"])
+def test_compression_gzip_on_an_uncompressed_file_names_the_file(where, request, cache_dir):
+    """Was ``BadGzipFile: Not a gzipped file (b';\\x00')`` with no file named (a raw traceback from ``data index``)."""
+    root = request.getfixturevalue(where)
+    full = _put(f"{root}/d/part-0", b"".join(encode_record(example(i)) for i in range(3)))
+    for url in (f"{root}/d", f"{root}/d/part-0"):
+        with pytest.raises(DataError) as e:
+            build_manifest(url, compression="gzip", cache_dir=cache_dir)
+        assert str(e.value) == (f"{full}: not gzip-compressed (it does not start with the gzip magic bytes 1f 8b) "
+                                f"although data.compression is gzip")
+        assert e.value.path == full and e.value.exit_code == 1
+    assert build_manifest(f"{root}/d", compression="none", cache_dir=cache_dir).total_records == 3
+
+
+@pytest.mark.parametrize("where", ["local", "mem"])
+def test_compression_none_on_a_gzip_file_says_to_set_gzip(where, request, cache_dir):
+    root = request.getfixturevalue(where)
+    full = _put(f"{root}/d/part-0", gzip.compress(b"".join(encode_record(example(i)) for i in range(3))))
+    with pytest.raises(DataError) as e:
+        build_manifest(f"{root}/d/*", compression="none", cache_dir=cache_dir)
+    assert str(e.value) == (f"{full}: looks gzip-compressed (it starts with the gzip magic bytes 1f 8b) but "
+                            f"data.compression is none: set data.compression: gzip")
+    for compression in ("gzip", "auto"):
+        assert build_manifest(f"{root}/d/*", compression=compression, cache_dir=cache_dir).total_records == 3
+
+
+def test_an_uncompressed_record_starting_with_the_gzip_magic_is_not_mistaken_for_gzip(mem, cache_dir):
+    """A first record of 35,615 (0x8b1f) bytes: its length header starts with 1f 8b; its CRC says it is a record."""
+    data = encode_record(b"x" * 0x8B1F) + encode_record(b"y")
+    assert data[:2] == b"\x1f\x8b"
+    _put(f"{mem}/big", data)
+    assert build_manifest(f"{mem}/big", compression="none", cache_dir=cache_dir).total_records == 2
+
+
+def test_a_gz_name_on_an_uncompressed_file_and_a_truncated_gzip_file(local, cache_dir):
+    full = _put(f"{local}/a.tfrecord.gz", encode_record(example(0)))
+    with pytest.raises(DataError, match=r"^file://.*/a\.tfrecord\.gz: not gzip-compressed \(.*\) although its name "
+                                        r"ends in \.gz \(data\.compression: auto\); set data\.compression: none"):
+        build_manifest(full, cache_dir=cache_dir)
+    assert build_manifest(full, compression="none", cache_dir=cache_dir).total_records == 1
+    cut = _put(f"{local}/cut.tfrecord.gz", gzip.compress(encode_record(example(0)) * 50)[:-12])
+    with pytest.raises(DataError) as e:
+        build_manifest(cut, cache_dir=cache_dir)
+    assert str(e.value).startswith(f"{cut}: cannot decompress (gzip): EOFError: ") and e.value.path == cut
+
+
+def test_first_record_checks_compression_as_indexing_does(local):
+    """``tfrecord.first_record``: what preflight's sampling should use (it opened gzip itself and swallowed
+    ``BadGzipFile``, so the job passed preflight and died indexing)."""
+    from tfyarn.data.tfrecord import first_record
+    plain = encode_record(example(7)) * 2
+    with open(_put(f"{local}/p", plain).removeprefix("file://"), "rb") as f:
+        with pytest.raises(DataError, match=r"^P: not gzip-compressed .* although data\.compression is gzip"):
+            first_record(f, "P", "gzip")
+        f.seek(0)
+        assert first_record(f, "P", "auto") == example(7)
+    with open(_put(f"{local}/z", gzip.compress(plain)).removeprefix("file://"), "rb") as f:
+        with pytest.raises(DataError, match="looks gzip-compressed"):
+            first_record(f, "Z", "none")
+        f.seek(0)
+        assert first_record(f, "Z", "gzip") == example(7)
+
+
+def test_preflight_reports_a_wrong_compression(local):
+    from tfyarn.preflight import check_data_schema
+    full = _put(f"{local}/d/part-0", encode_record(example(0)))
+    assert check_data_schema(job_spec([f"{local}/d"], ID_SCHEMA, compression="gzip")) == [
+        f"data.train[0]: {full}: not gzip-compressed (it does not start with the gzip magic bytes 1f 8b) although "
+        f"data.compression is gzip"]

@@ -9,9 +9,10 @@ import fsspec
 import pytest
 
 from tfyarn.data import build_manifest, summarize
+from tfyarn.data.errors import NoDataError
 from tfyarn.data.manifest import Manifest, _beside
 
-from _datahelpers import write_ids
+from _datahelpers import job_spec, write_ids
 
 
 def test_counts_offsets_and_sorted_full_urls(mem, cache_dir):
@@ -123,3 +124,75 @@ def test_build_is_bounded_by_a_timeout(mem):
         write_ids(f"{mem}/p{i:02d}", 0, 2000)
     with pytest.raises(WaitTimeout, match=r"^indexing 40 files: \d+ not finished within 1e-06s \(e\.g\. memory:///"):
         build_manifest([f"{mem}/p*"], use_cache=False, parallel=2, timeout=1e-6)
+
+
+# ------------------------------------------------- what is data: hidden files, Hadoop's files, our own cached indexes
+
+def _hadoop_output(url):
+    """Data files plus everything Hadoop (and tfyarn) leaves beside them; returns the data files' full URLs."""
+    fs, root = fsspec.core.url_to_fs(url)
+    urls = [f"{url}/part-00000", f"{url}/part-00001.tfrecord"]
+    for i, u in enumerate(urls):
+        write_ids(u, 0, 5 + i)
+    fs.pipe_file(f"{root}/_SUCCESS", b"")
+    fs.pipe_file(f"{root}/.part-00000.crc", b"crc!")
+    fs.makedirs(f"{root}/_logs/history", exist_ok=True)
+    fs.pipe_file(f"{root}/_logs/history/job.jhist", b"{}")
+    return sorted(fs.unstrip_protocol(f"{root}/{u.rsplit('/', 1)[1]}") for u in urls)
+
+
+@pytest.mark.parametrize("where", ["file", "memory"])
+@pytest.mark.parametrize("form", ["{}", "{}/", "{}/*"])
+def test_directory_and_glob_skip_hidden_files_also_once_the_cache_is_beside_the_data(where, form, local, mem,
+                                                                                     cache_dir):
+    """The bug: a directory worked once, then the cached ``.<name>.tfyidx.json`` beside the data was read as data."""
+    root = f"{local}/fresh" if where == "file" else f"{mem}/fresh"
+    data = _hadoop_output(root)
+    for run in range(2):                       # the second run finds the indexes the first one cached beside the data
+        m = build_manifest(form.format(root), cache_dir=cache_dir)
+        assert [f.path for f in m.files] == data and [f.records for f in m.files] == [5, 6], run
+    fs, _ = fsspec.core.url_to_fs(root)
+    assert all(fs.exists(fs._strip_protocol(_beside(u))) for u in data)           # the cache really was there
+
+
+def test_a_glob_does_not_reach_into_hidden_directories(local, cache_dir):
+    write_ids(f"{local}/d/day1/part-0", 0, 5)
+    write_ids(f"{local}/d/_temporary/part-0", 0, 7)      # half-written job output that the wildcard also matches
+    assert [f.records for f in build_manifest(f"{local}/d/*/part-*", cache_dir=cache_dir).files] == [5]
+
+
+def test_a_file_named_explicitly_is_data_whatever_its_name(mem, cache_dir):
+    """Only listings and wildcards are filtered: what the user spelled out (file or directory) is what they meant."""
+    write_ids(f"{mem}/_staging/.part-0", 0, 4)
+    write_ids(f"{mem}/_staging/part-1", 0, 3)
+    assert [f.records for f in build_manifest([f"{mem}/_staging/.part-0"], cache_dir=cache_dir).files] == [4]
+    assert [f.records for f in build_manifest([f"{mem}/_staging/*"], cache_dir=cache_dir).files] == [3]
+    assert [f.records for f in build_manifest([f"{mem}/_staging"], cache_dir=cache_dir).files] == [3]
+    with pytest.raises(NoDataError, match=r"_staging/\.p\*: matches no data file \(only directories or hidden"):
+        build_manifest([f"{mem}/_staging/.p*"], cache_dir=cache_dir)        # what a wildcard matched: Hadoop's rule
+
+
+def test_data_files_is_the_one_listing_rule(mem):
+    """``data_files(fs, path)``: what every listing of data (manifest, preflight, synth) uses."""
+    from tfyarn.data.manifest import data_files, hidden
+    data = _hadoop_output(f"{mem}/out")
+    build_manifest(f"{mem}/out")                                 # caches indexes beside the data
+    fs, root = fsspec.core.url_to_fs(f"{mem}/out")
+    assert sorted(fs.unstrip_protocol(p) for p in data_files(fs, root)) == data
+    assert sorted(fs.unstrip_protocol(p) for p in data_files(fs, f"{root}/*")) == data
+    assert data_files(fs, f"{root}/_SUCCESS") == {f"{root}/_SUCCESS": fs.info(f"{root}/_SUCCESS")}
+    assert data_files(fs, f"{root}/nope") == {} and data_files(fs, f"{root}/nope*") == {}
+    assert [hidden(r) for r in ("part-0", "a/part-0", "_SUCCESS", ".x.crc", "_temporary/0/part-0", "a/.b/c")] == \
+        [False, False, True, True, True, True]
+
+
+def test_preflight_samples_data_not_the_cached_index(local, cache_dir):
+    """The user-visible failure (exit 2 from preflight on the second run) through the same listing."""
+    from tfyarn.data.synth import SCHEMAS
+    from tfyarn.preflight import check_data_schema
+    from tfyarn.data import write_synthetic
+    write_synthetic(f"{local}/fresh", files=2, records=20)
+    spec = job_spec([f"{local}/fresh"], SCHEMAS["recommender"])
+    assert check_data_schema(spec) == []
+    build_manifest(f"{local}/fresh", cache_dir=cache_dir)       # the first run caches its indexes
+    assert check_data_schema(spec) == []

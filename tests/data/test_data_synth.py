@@ -1,12 +1,13 @@
 """Synthetic data: shards with the requested skew, the documented schemas, deterministic, and learnable."""
 from __future__ import annotations
 
+import fsspec
 import numpy as np
 import pytest
 
 from tfyarn.data import build_manifest, summarize, write_synthetic
 from tfyarn.data.parse import decode_example, python_parser, schema
-from tfyarn.data.synth import SCHEMAS, file_sizes
+from tfyarn.data.synth import SCHEMAS, SynthError, file_sizes
 from tfyarn.data.tfrecord import iter_chunks
 
 
@@ -47,7 +48,6 @@ def test_deterministic_by_seed_and_gzip(mem):
     a = write_synthetic(f"{mem}/a", files=2, records=100, seed=1)
     b = write_synthetic(f"{mem}/b", files=2, records=100, seed=1)
     c = write_synthetic(f"{mem}/c", files=2, records=100, seed=2, compression="gzip")
-    import fsspec
     cat = [fsspec.open(u, "rb").open().read() for u in a + b]
     assert cat[:2] == cat[2:]
     assert c[0].endswith(".tfrecord.gz")
@@ -67,3 +67,58 @@ def test_summary_of_many_files(mem):
     write_synthetic(mem, files=25, records=2500, skew=2)
     text = summarize(build_manifest([f"{mem}/*"], use_cache=False))
     assert "... 5 more files ..." in text and text.splitlines()[0].startswith("25 files, 2,500 records")
+
+
+def _names(url):
+    fs, root = fsspec.core.url_to_fs(url)
+    return sorted(p.rsplit("/", 1)[-1] for p in fs.ls(root, detail=False))
+
+
+def test_writing_into_a_directory_that_holds_data_refuses_unless_overwrite(mem):
+    """Was: 8 files, then 2 more into the same directory → part-00000/00001 replaced, 00002..00007 kept (mixed)."""
+    first = write_synthetic(f"{mem}/syn1", files=8, records=800)
+    build_manifest(f"{mem}/syn1")                                  # a run cached its indexes beside the data
+    before = {u: fsspec.open(u, "rb").open().read() for u in first}
+    with pytest.raises(SynthError) as e:
+        write_synthetic(f"{mem}/syn1", files=2, records=100)
+    assert str(e.value) == (f"{mem}/syn1: the directory already holds data (part-00000.tfrecord, part-00001.tfrecord, "
+                            f"part-00002.tfrecord and 5 more); choose an empty directory or pass overwrite=True "
+                            f"(tfyarn data synth --overwrite) to replace it")
+    assert isinstance(e.value, ValueError) and e.value.exit_code == 2
+    assert {u: fsspec.open(u, "rb").open().read() for u in first} == before          # nothing touched
+    urls = write_synthetic(f"{mem}/syn1", files=2, records=100, overwrite=True)
+    assert _names(f"{mem}/syn1") == ["part-00000.tfrecord", "part-00001.tfrecord"]    # stale indexes gone too
+    m = build_manifest(f"{mem}/syn1")
+    assert [f.path.rsplit("/", 1)[1] for f in m.files] == [u.rsplit("/", 1)[1] for u in urls]
+    assert m.total_records == 100
+
+
+def test_overwrite_replaces_gzip_shards_and_never_deletes_what_synth_did_not_write(mem, local):
+    write_synthetic(f"{local}/d", files=3, records=30, compression="gzip")
+    write_synthetic(f"{local}/d", files=2, records=20, overwrite=True)
+    assert _names(f"{local}/d") == ["part-00000.tfrecord", "part-00001.tfrecord"]
+    fsspec.filesystem("file").pipe_file(f"{local}/d/mine.tfrecord".removeprefix("file://"), b"precious")
+    with pytest.raises(SynthError, match=r"^file://.*/d: the directory already holds data \(mine\.tfrecord\); choose "
+                                         r"an empty directory \(overwrite=True replaces only part-NNNNN\.tfrecord"):
+        write_synthetic(f"{local}/d", files=2, records=20, overwrite=True)
+    assert _names(f"{local}/d") == ["mine.tfrecord", "part-00000.tfrecord", "part-00001.tfrecord"]
+    fs = fsspec.filesystem("memory")                             # no data yet (only Hadoop's marker): no overwrite
+    fs.pipe_file(f"{mem}/out/_SUCCESS".removeprefix("memory://"), b"")
+    assert len(write_synthetic(f"{mem}/out", files=2, records=20)) == 2
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"files": 0}, "files must be a positive integer, not 0"),
+    ({"records": 0}, "records must be a positive integer, not 0"),
+    ({"files": -2}, "files must be a positive integer, not -2"),
+    ({"records": -5}, "records must be a positive integer, not -5"),
+    ({"files": 5, "records": 3}, "records must be >= files (every file gets at least one record): got records=3, "
+                                 "files=5"),
+    ({"users": 0}, "users must be a positive integer, not 0"),
+    ({"compression": "zstd"}, "compression must be none or gzip, not 'zstd'"),
+])
+def test_bad_arguments_name_the_argument_and_write_nothing(mem, kw, message):
+    with pytest.raises(SynthError) as e:
+        write_synthetic(f"{mem}/bad", **kw)
+    assert str(e.value) == message and isinstance(e.value, ValueError)
+    assert not fsspec.filesystem("memory").exists(f"{mem}/bad".removeprefix("memory://"))

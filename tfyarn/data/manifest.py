@@ -118,41 +118,73 @@ def _mtime(info: dict[str, Any]) -> str:
     return ""
 
 
+def hidden(rel: str) -> bool:
+    """Whether a listed path is not data: any part of ``rel`` (the path below what the user named) starts with
+    ``.`` or ``_``.
+
+    Hadoop's FileInputFormat rule: ``_SUCCESS``, ``_logs/``, ``_temporary/`` (half-written job output), ``.crc``
+    files — and our own cached indexes (``.<name>.tfyidx.json``, written beside the data by the first run, so a
+    second run that read them as data would fail). The one place this rule lives: every listing of data uses it
+    through :func:`data_files`.
+    """
+    return any(part.startswith(("_", ".")) for part in rel.split("/") if part)
+
+
+def _glob_root(pattern: str) -> str:
+    """The directory part of a glob before its first wildcard: what the user spelled out, never filtered."""
+    first = min(pattern.index(c) for c in _GLOB_CHARS if c in pattern)
+    return pattern[:first].rpartition("/")[0]
+
+
+def data_files(fs: Any, path: str) -> dict[str, dict[str, Any]]:
+    """The data files ``path`` names on ``fs`` (a glob, a directory, or a file): ``{fs path: fsspec info}``.
+
+    Only what a listing or a wildcard found is filtered by :func:`hidden` (hidden subdirectories included); a
+    file named explicitly is always data, whatever its name. Empty when nothing is left (no error: callers word
+    that their way). Listings ask for details in the same call (one round trip per directory on HDFS).
+    """
+    if _GLOB_CHARS & set(path):
+        listing, root = fs.glob(path, detail=True), _glob_root(path)
+    else:
+        try:
+            info = fs.info(path)
+        except FileNotFoundError:
+            return {}
+        if info.get("type") != "directory":
+            return {path: info} if info.get("type") == "file" else {}
+        listing, root = fs.find(path, detail=True), path.rstrip("/")
+    found = {}
+    for p, info in listing.items():
+        rel = p[len(root) + 1:] if root and p.startswith(root + "/") else p.rstrip("/").rsplit("/", 1)[-1]
+        if info.get("type") == "file" and not hidden(rel):
+            found[p] = info
+    return found
+
+
+def _why_no_data(fs: Any, path: str) -> str:
+    """Why :func:`data_files` found nothing (asked only then, so the common case costs no extra round trip)."""
+    if _GLOB_CHARS & set(path):
+        return "the glob matches no file" if not fs.glob(path) else _ONLY_HIDDEN
+    if not fs.exists(path):
+        return "no such file"
+    return "the directory is empty" if fs.isdir(path) and not fs.find(path) else _ONLY_HIDDEN
+
+
+_ONLY_HIDDEN = "matches no data file (only directories or hidden files)"
+
+
 def expand(urls: Iterable[str]) -> list[tuple[str, dict[str, Any]]]:
     """Expand globs and directories into (full URL, fsspec info) of data files, sorted, duplicates removed.
 
-    Listings ask for details in the same call (one round trip per directory on HDFS, not one per file). Inside a
-    directory, hidden files *and* hidden subdirectories (``_temporary/``) are skipped, as Hadoop does.
+    What is data is :func:`data_files`'s to say (hidden files and Hadoop's ``_SUCCESS``/``_temporary/`` are not).
     """
     found: dict[str, dict[str, Any]] = {}
     for url in urls:
         fs, path = fsspec.core.url_to_fs(url)
-        if _GLOB_CHARS & set(path):
-            listing = fs.glob(path, detail=True)
-            if not listing:
-                raise NoDataError(f"{url}: the glob matches no file")
-            root = None
-        elif fs.isdir(path):
-            listing = fs.find(path, detail=True)
-            if not listing:
-                raise NoDataError(f"{url}: the directory is empty")
-            root = path.rstrip("/")
-        elif fs.exists(path):
-            listing = {path: fs.info(path)}
-            root = None
-        else:
-            raise NoDataError(f"{url}: no such file")
-        matched = 0
-        for p, info in listing.items():
-            rel = p[len(root) + 1:] if root and p.startswith(root + "/") else p.rstrip("/").rsplit("/", 1)[-1]
-            if any(part.startswith(("_", ".")) for part in rel.split("/")):
-                continue
-            if info.get("type") != "file":
-                continue
-            found[fs.unstrip_protocol(p)] = info
-            matched += 1
-        if not matched:
-            raise NoDataError(f"{url}: matches no data file (only directories or hidden files)")
+        files = data_files(fs, path)
+        if not files:
+            raise NoDataError(f"{url}: {_why_no_data(fs, path)}")
+        found.update((fs.unstrip_protocol(p), info) for p, info in files.items())
     return sorted(found.items())
 
 
@@ -225,8 +257,8 @@ def index_file(url: str, size: int, mtime: str, compression: str = "auto", strid
     records after it are still counted and read. Otherwise damage raises with the file, offset and record index.
     """
     with fsspec.open(url, "rb") as raw:
-        head = raw.read(2)
-    gz = tfrecord.is_gzip(url, compression, head)
+        head = raw.read(tfrecord.HEADER)
+    gz = tfrecord.detect_gzip(url, compression, head)      # a wrong data.compression fails here, naming the file
     offsets: list[int] = []
     holes: list[tuple[int, int]] = []
     rec = 0

@@ -10,12 +10,16 @@ of ``x`` (a logistic regression can learn it).
 from __future__ import annotations
 
 import logging
+import re
+from typing import Any
 
 import fsspec
 import numpy as np
 
 from tfyarn.data.example import _field, _varint
+from tfyarn.data.manifest import data_files
 from tfyarn.data.tfrecord import TFRecordWriter
+from tfyarn.errors import ExitCode, TfyarnError
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +29,58 @@ SCHEMAS = {
                     "item_id": {"dtype": "int64", "shape": ()}},
     "logreg": {"label": {"dtype": "float32", "shape": ()}, "x": {"dtype": "float32", "shape": (16,)}},
 }
+
+
+#: What this module writes (``part-00000.tfrecord[.gz]``) and the index tfyarn caches beside each such file: the
+#: only files ``overwrite=True`` removes.
+_OURS = re.compile(r"\.?part-\d{5}\.tfrecord(\.gz)?(\.tfyidx\.json)?")
+
+
+class SynthError(ValueError, TfyarnError):
+    """Bad arguments to :func:`write_synthetic`, or an output directory that already holds data. A ValueError (a
+    bad argument) and a usage error for the CLI (exit 2): nothing was written."""
+    exit_code = ExitCode.INVALID
+
+
+def _check_arguments(kind: str, files: int, records: int, compression: str, **positive: int) -> None:
+    """Every argument checked before anything is written, each error naming the argument."""
+    if kind not in KINDS:
+        raise SynthError(f"kind must be one of {', '.join(KINDS)}, not {kind!r}")
+    for name, value in {"files": files, "records": records, **positive}.items():
+        if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value <= 0:
+            raise SynthError(f"{name} must be a positive integer, not {value!r}")
+    if records < files:
+        raise SynthError(f"records must be >= files (every file gets at least one record): got records={records}, "
+                         f"files={files}")
+    if compression not in ("none", "gzip"):
+        raise SynthError(f"compression must be none or gzip, not {compression!r}")
+
+
+def _clear(fs: Any, root: str, url_dir: str, overwrite: bool) -> None:
+    """Make sure the shards written next are the directory's whole data set.
+
+    Why: writing 2 files into a directory holding 8 used to replace part-00000/00001 and keep 00002..00007 — a
+    mixed data set that a job reading the directory trains on without a word. Without ``overwrite`` any data file
+    (what a job reading the directory would read: :func:`tfyarn.data.manifest.data_files`) refuses; with it, the
+    shards a previous run wrote and their cached indexes are removed, and any other data file still refuses (it is
+    not ours to delete).
+    """
+    if not fs.isdir(root):
+        return
+    prefix = root.rstrip("/") + "/"
+    existing = sorted(p[len(prefix):] if p.startswith(prefix) else p for p in data_files(fs, root))
+    if not existing:
+        return
+    others = [n for n in existing if "/" in n or not _OURS.fullmatch(n)]
+    if not overwrite or others:
+        shown = others or existing
+        what = ", ".join(shown[:3]) + (f" and {len(shown) - 3} more" if len(shown) > 3 else "")
+        raise SynthError(f"{url_dir}: the directory already holds data ({what}); choose an empty directory"
+                         + (" (overwrite=True replaces only part-NNNNN.tfrecord files written by synth)" if overwrite
+                            else " or pass overwrite=True (tfyarn data synth --overwrite) to replace it"))
+    doomed = [p for p in fs.ls(root, detail=False) if _OURS.fullmatch(p.rstrip("/").rsplit("/", 1)[-1])]
+    fs.rm(doomed)
+    log.info("overwrite: removed %d files under %s", len(doomed), url_dir)
 
 
 def file_sizes(files: int, records: int, skew: float, rng: np.random.Generator) -> list[int]:
@@ -52,18 +108,22 @@ def _entry(key: bytes, feature: bytes) -> bytes:
 
 def write_synthetic(url_dir: str, kind: str = "recommender", *, files: int = 16, records: int = 100_000,
                     skew: float = 10.0, seed: int = 0, compression: str = "none", users: int = 1000,
-                    items: int = 1000, dim: int = 8) -> list[str]:
+                    items: int = 1000, dim: int = 8, overwrite: bool = False) -> list[str]:
     """Write ``records`` Examples in ``files`` shards ``part-NNNNN.tfrecord[.gz]`` under ``url_dir``.
 
     kind: ``recommender`` (label float32 (), user_id int64 (), item_id int64 ()) or ``logreg`` (label float32 (),
     x float32 (16,)). skew: largest/smallest file size ratio (1 = even). compression: ``none`` or ``gzip``.
     Deterministic from ``seed``. Returns the URLs written, in order.
+
+    A directory already holding data raises :class:`SynthError` unless ``overwrite=True``: then the shards of an
+    earlier run (and their cached indexes) are removed first, so the directory holds exactly the new set.
+    Bad arguments raise :class:`SynthError` (a ValueError) naming the argument; nothing is written then.
     """
-    if kind not in KINDS:
-        raise ValueError(f"kind must be one of {', '.join(KINDS)}, not {kind!r}")
+    _check_arguments(kind, files, records, compression, users=users, items=items, dim=dim)
     rng = np.random.default_rng(seed)
     sizes = file_sizes(files, records, skew, rng)
     fs, root = fsspec.core.url_to_fs(url_dir)
+    _clear(fs, root, url_dir, overwrite)
     fs.makedirs(root, exist_ok=True)
     ext = ".tfrecord.gz" if compression == "gzip" else ".tfrecord"
     if kind == "recommender":

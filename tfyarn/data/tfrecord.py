@@ -18,6 +18,7 @@ from __future__ import annotations
 import gzip
 import logging
 import struct
+import zlib
 from dataclasses import dataclass, field
 from itertools import repeat
 from typing import IO, Iterator, Mapping
@@ -88,12 +89,78 @@ def is_gzip(path: str, compression: str = "auto", head: bytes | None = None) -> 
     return head is not None and head[:2] == b"\x1f\x8b"
 
 
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def detect_gzip(path: str, compression: str, head: bytes) -> bool:
+    """:func:`is_gzip` for reading, checked against ``head`` (the file's first 12 bytes, fewer only if it is shorter).
+
+    Why: a setting that contradicts the bytes otherwise fails deep inside ``gzip`` (``BadGzipFile: Not a gzipped
+    file (b';\\x00')``, no file named) or reads compressed bytes as garbage framing. Raises :class:`DataError`
+    naming the file and the setting to change. The converse (gzip magic in a file read as uncompressed) is only
+    reported when the bytes are not also a valid record header: an uncompressed file whose first record is 35,615
+    bytes long starts with ``1f 8b`` too.
+    """
+    gz = is_gzip(path, compression, head)
+    if not head:
+        return gz                                   # empty: nothing to decompress, nothing to contradict
+    magic = head[:2] == GZIP_MAGIC
+    if gz and not magic:
+        why = ("data.compression is gzip" if compression == "gzip" else
+               "its name ends in .gz (data.compression: auto); set data.compression: none to read it uncompressed")
+        raise DataError(f"{path}: not gzip-compressed (it does not start with the gzip magic bytes 1f 8b) although "
+                        f"{why}", path=path, offset=0, record=0)
+    if not gz and magic and not (len(head) >= HEADER and header_ok(head, 0)):
+        raise DataError(f"{path}: looks gzip-compressed (it starts with the gzip magic bytes 1f 8b) but "
+                        f"data.compression is {compression}: set data.compression: gzip", path=path, offset=0,
+                        record=0)
+    return gz
+
+
+class _Gunzip(gzip.GzipFile):
+    """A GzipFile whose decompression errors name the file: ``gzip`` raises ``BadGzipFile``, ``EOFError`` (a
+    truncated stream) or ``zlib.error`` without saying which of a thousand files it was reading."""
+
+    def __init__(self, fileobj: IO[bytes], path: str, *, own: bool = False):
+        super().__init__(fileobj=fileobj, mode="rb")
+        self._path = path
+        if own:
+            self.myfileobj = fileobj     # closed with this stream (GzipFile leaves a passed-in file open)
+
+    def _failed(self, exc: Exception) -> DataError:
+        return DataError(f"{self._path}: cannot decompress (gzip): {type(exc).__name__}: {exc}", path=self._path)
+
+    def read(self, size: int | None = -1) -> bytes:
+        try:
+            return super().read(size)
+        except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
+            raise self._failed(exc) from exc
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        try:
+            return super().seek(offset, whence)
+        except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
+            raise self._failed(exc) from exc
+
+
 def open_records(path: str, gz: bool) -> IO[bytes]:
     """A binary stream of TFRecord bytes (decompressed when ``gz``). The caller closes it."""
     f = fsspec.open(path, "rb").open()
     if gz:
-        return gzip.GzipFile(fileobj=f, mode="rb")  # type: ignore[return-value]
+        return _Gunzip(f, path, own=True)  # type: ignore[return-value]
     return f
+
+
+def first_record(f: IO[bytes], path: str, compression: str = "auto") -> bytes | None:
+    """The first record of an open raw (possibly GZIP) file, for checks that sample files (preflight): the
+    compression is checked against the bytes as when indexing (:func:`detect_gzip`), then
+    :func:`read_first_record`. Raises :class:`DataError` naming the file."""
+    head = f.read(HEADER)
+    f.seek(0)
+    if detect_gzip(path, compression, head):
+        with _Gunzip(f, path) as g:
+            return read_first_record(g, path)  # type: ignore[arg-type]
+    return read_first_record(f, path)
 
 
 def read_first_record(f: IO[bytes], path: str, limit: int = 64 << 20) -> bytes | None:
