@@ -73,6 +73,12 @@ def test_validate_check_files_reads_the_data_as_run_would(tmp_path):
     assert r.exit_code == 2
     assert "validate --check-files: nothing was started" in r.output
     assert "record 0 does not fit data.features: feature 'user_id' is missing (the record has: 'label')" in r.output
+    # what run refuses before starting, validate --check-files refuses too (it passed them)
+    r = CliRunner().invoke(cli, ["validate", path, "--check-files", "--local", "--set", "model=nomodule:thing",
+                                 "--set", f"checkpoint.init_from={tmp_path / 'nowhere'}"])
+    assert r.exit_code == 2, r.output
+    assert "model: module 'nomodule' not found" in r.output
+    assert f"checkpoint.init_from: no committed checkpoint in {tmp_path / 'nowhere'}" in r.output
 
 
 def test_validate_bad_override_exits_2(tmp_path):

@@ -89,14 +89,20 @@ def cli(ctx: click.Context, verbose: int, quiet: bool) -> None:
 @click.argument("spec_path", metavar="SPEC")
 @_set_option
 @click.option("--check-files", is_flag=True,
-              help="Also check the files as run/submit do: every data glob matches, the first records fit "
-                   "data.features, checkpoint.dir is writable (a probe file is written and removed).")
-def validate(spec_path: str, overrides: tuple[str, ...], check_files: bool) -> None:
+              help="Also check what run/submit check before starting: every data glob matches, the first records "
+                   "fit data.features, checkpoint.dir and export.dir are writable (a probe file is written and "
+                   "removed), checkpoint.init_from holds a checkpoint, and (when the tasks run this Python) the "
+                   "model's module and the roles' packages are installed.")
+@_backend_option
+def validate(spec_path: str, overrides: tuple[str, ...], check_files: bool, backend: str | None) -> None:
     """Check a spec and print what it would run (exit 2 and every problem if invalid)."""
     spec = _load(spec_path, overrides)
     if check_files:
+        from tfyarn.api import default_backend_name
         from tfyarn.preflight import run_file_checks
-        run_file_checks(spec)
+        # the tasks run this Python on a local run, and on YARN when this environment is packed and shipped
+        run_file_checks(spec, task_env=(backend or default_backend_name()) == "local"
+                        or spec.environment.source == "pack")
     roles = ", ".join(f"{r}x{spec.instances(r)}" for r in spec.roles if spec.instances(r))
     click.echo(f"{spec_path}: ok — job {spec.name!r}, mode {spec.mode}{' sync' if spec.sync else ''}, {roles}, "
                f"{spec.data.epochs} epochs, global batch {spec.global_batch_size} "

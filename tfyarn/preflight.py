@@ -302,6 +302,28 @@ def check_kerberos(spec: JobSpec) -> list[str]:
     return []
 
 
+def check_warm_start(spec: JobSpec) -> list[str]:
+    """``checkpoint.init_from`` is used when ``checkpoint.dir`` has no checkpoint yet; it must then hold a committed
+    one listing its model variables. Without this, a wrong path failed every task after TensorFlow's import and
+    the session start (a read of two small index files instead)."""
+    if not spec.checkpoint.init_from:
+        return []
+    from tfyarn.train.checkpoint import CheckpointStore
+    try:
+        if spec.checkpoint.dir and CheckpointStore(spec.resolve_path(spec.checkpoint.dir)).latest() is not None:
+            return []                  # the job resumes from its own checkpoint: init_from is not read
+        src = CheckpointStore(spec.resolve_path(spec.checkpoint.init_from))
+        latest = src.latest()
+    except Exception as exc:  # noqa: BLE001 - any filesystem error is a reportable problem here
+        return [f"checkpoint.init_from: cannot read {spec.checkpoint.init_from}: {type(exc).__name__}: {exc}"]
+    if latest is None:
+        return [f"checkpoint.init_from: no committed checkpoint in {src.url} (a tfyarn job's checkpoint.dir, "
+                f"holding tfyarn-checkpoint.json)"]
+    if not latest.get("model_variables"):
+        return [f"checkpoint.init_from: {latest['name']} in {src.url} does not list its model variables"]
+    return []
+
+
 def _installed(module: str) -> bool:
     from tfyarn.runtime.warm_imports import find_module
     return find_module(module, sys.path) is not None
@@ -356,7 +378,7 @@ def run_preflight(spec: JobSpec, cluster: ClusterInfo | None = None, get_fs: Get
     if check_files:
         listed = list_data(spec, get_fs)
         problems += check_data(spec, get_fs, listed) + check_data_schema(spec, get_fs, listed)
-        problems += check_output_dirs(spec, get_fs)
+        problems += check_output_dirs(spec, get_fs) + check_warm_start(spec)
     _raise(problems, "nothing was uploaded or submitted")
     warnings = local_path_warnings(spec)
     for w in warnings:
@@ -364,11 +386,14 @@ def run_preflight(spec: JobSpec, cluster: ClusterInfo | None = None, get_fs: Get
     return warnings
 
 
-def run_file_checks(spec: JobSpec, get_fs: GetFs = hdfs.get_fs) -> None:
-    """``tfyarn validate --check-files``: the data and checkpoint-dir checks alone (no cluster, no task env)."""
+def run_file_checks(spec: JobSpec, get_fs: GetFs = hdfs.get_fs, task_env: bool = False) -> None:
+    """``tfyarn validate --check-files``: the data, checkpoint-dir and warm-start checks (no cluster to ask);
+    ``task_env``: also the model module and the roles' packages, when the tasks would run this Python (a local run,
+    or a YARN job shipping this environment) — as run and submit check them."""
     listed = list_data(spec, get_fs)
     _raise(check_data(spec, get_fs, listed) + check_data_schema(spec, get_fs, listed)
-           + check_output_dirs(spec, get_fs), "validate --check-files: nothing was started")
+           + check_output_dirs(spec, get_fs) + check_warm_start(spec) + (check_task_env(spec) if task_env else []),
+           "validate --check-files: nothing was started")
 
 
 def local_resource_warnings(spec: JobSpec) -> list[str]:
@@ -388,7 +413,7 @@ def run_local_preflight(spec: JobSpec, get_fs: GetFs = hdfs.get_fs) -> None:
     failing with NoDataError after each had imported TensorFlow."""
     listed = list_data(spec, get_fs)
     problems = (check_data(spec, get_fs, listed) + check_data_schema(spec, get_fs, listed)
-                + check_output_dirs(spec, get_fs) + check_task_env(spec))
+                + check_output_dirs(spec, get_fs) + check_warm_start(spec) + check_task_env(spec))
     _raise(problems, "nothing was started")
     for w in local_resource_warnings(spec):
         log.warning("preflight: %s", w)
