@@ -133,6 +133,9 @@ def test_tasks_die_with_a_sigkilled_launcher(tmp_path):
     assert wait_no_processes(app_id, 10) == []
     st = backend.status(app_id)
     assert st.state is AppState.FAILED and f"launcher process {pid} died" in st.diagnostics
+    states = {t.task: t.state for t in st.tasks}
+    assert not [t for t, s in states.items() if s in ("PENDING", "RUNNING")], states     # none still "running"
+    assert "KILLED" in states.values(), states
 
 
 def test_unknown_app_is_a_clear_error():
@@ -229,3 +232,7 @@ def test_diagnosis_from_output_names_a_dump_from_c_and_what_the_task_was_doing()
     assert diagnosis_from_output(crash) == "Fatal Python error: Segmentation fault"
     assert diagnosis_from_output([waiting, "ValueError: bad batch", ""]) == "ValueError: bad batch"
     assert diagnosis_from_output([]) == "(no output)"
+    # os._exit(7) after ordinary logging: that log line is what it did last, not the error
+    assert diagnosis_from_output([waiting]) == f"ended without an error message; its last output: {waiting}"
+    error = "2026-11-22 16:29:12,001 ERROR [chief:0] tfyarn.train: the ps at 10.0.0.2 is gone"
+    assert diagnosis_from_output([waiting, error]) == error

@@ -22,8 +22,9 @@ BACKENDS = ("local", "yarn")
 
 
 def load(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> JobSpec:
-    """Load and validate a spec file; raises SpecError listing every problem."""
-    return load_spec(path, overrides)
+    """Load and validate a spec file; raises SpecError listing every problem. ``overrides``: ``key.path=value``
+    strings (one string is one override)."""
+    return load_spec(path, [overrides] if isinstance(overrides, str) else overrides)
 
 
 def default_backend_name() -> str:

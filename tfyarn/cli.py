@@ -319,6 +319,8 @@ def report(app_id: str | None, source: str | None, dest: str | None, output: str
     from pathlib import Path
 
     from tfyarn.report import copy_report, fetch_report, report_text
+    if not app_id and not source:
+        raise click.UsageError("give an APP_ID (a local app) or --from URL (a directory holding report.json)")
     rep, png = fetch_report(app_id, source)
     if dest:
         written = copy_report(rep, png, Path(dest))

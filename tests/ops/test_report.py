@@ -103,3 +103,24 @@ def test_history_deduplicates_unchanged_records(tmp_path):
     assert h.record({"progress/worker:0": json.dumps({"step": 2, "time": 11.0, "loss": 0.5}),
                      "progress/bad": "not json"}) == 1
     assert [p["step"] for p in ProgressHistory.load(tmp_path / "p.jsonl").points] == [1, 2]
+
+
+def test_a_run_that_failed_before_training_leaves_the_checkpoint_dirs_report_alone(tmp_path):
+    """The report beside the checkpoints describes the run that wrote them, as summary.json does: a rerun that fails
+    before its first step (the model no longer fits them) keeps its own report in its app dir only."""
+    from tfyarn.backends.base import AppStatus
+    from tfyarn.report import report_for_launcher
+    spec = load_spec_dict(job_spec(tmp_path, checkpoint={"dir": str(tmp_path / "ckpt")}))
+    for d in ("ckpt", "app-f", "app-g"):
+        (tmp_path / d).mkdir()
+    (tmp_path / "ckpt" / "report.json").write_text('{"state": "SUCCEEDED"}')
+    failed = AppStatus("local-f", "local", "j", AppState.FAILED, diagnostics="CheckpointMismatch")
+    starting = ProgressHistory()
+    starting.record({"progress/chief:0": json.dumps({"step": 0, "time": 1.0})})
+    report_for_launcher(tmp_path / "app-f", failed, starting, spec)
+    assert json.loads((tmp_path / "ckpt" / "report.json").read_text()) == {"state": "SUCCEEDED"}
+    assert json.loads((tmp_path / "app-f" / "report.json").read_text())["state"] == "FAILED"
+    trained = ProgressHistory()
+    trained.record({"progress/chief:0": json.dumps({"step": 3, "time": 2.0, "loss": 0.5})})
+    report_for_launcher(tmp_path / "app-g", failed, trained, spec)          # a run that trained, then failed: its
+    assert json.loads((tmp_path / "ckpt" / "report.json").read_text())["state"] == "FAILED"   # report is the news

@@ -128,6 +128,20 @@ def test_versions_are_committed_by_rename_and_pruned(tmp_path):
     assert store.versions() == [3, 9, 12]
     store.upload(src, 15)                                       # and is pruned with the rest by the next one
     assert store.versions() == [12, 15]
+    # an upload failing half-way leaves neither a version nor a partial temporary dir
+    real_put, calls = store.fs.put_file, []
+
+    def put_file(lpath, rpath, **kw):
+        calls.append(rpath)
+        if len(calls) == 2:
+            raise OSError("disk quota exceeded")
+        return real_put(lpath, rpath, **kw)
+    store.fs.put_file = put_file
+    before = sorted(p.name for p in (tmp_path / "out").iterdir())
+    with pytest.raises(OSError, match="quota"):
+        store.upload(src, 20)
+    assert store.versions() == [12, 15] and sorted(p.name for p in (tmp_path / "out").iterdir()) == before
+    assert len(calls) == 2
 
 
 def test_a_failed_export_at_the_end_fails_the_task_naming_the_destination_and_the_retry(tmp_path):

@@ -366,3 +366,56 @@ def test_a_followed_job_gets_a_run_report(running, tmp_path):
     rep, png = fetch_report(APP)
     assert rep["app_id"] == APP and rep["state"] == "SUCCEEDED"
     assert rep["tasks"]["chief:0"]["last_loss"] == 0.2
+
+
+def test_a_followed_job_whose_training_stops_is_killed_timed_out_naming_the_tasks(monkeypatch, tmp_path):
+    """On YARN the follower (run, submit --wait, wait) is the stall watchdog the local launcher is: no training
+    task's step advancing for timeouts.stall kills the app, after asking every task for its stacks."""
+    from tfyarn.runtime.watchdog import DUMP_REQUEST_KEY
+    monkeypatch.setenv("TFYARN_HOME", str(tmp_path / "home"))
+    spec = make_spec(environment={"python": "/opt/py/bin/python"}, timeouts={"stall": "0.5s"})
+    cs = [container(r, i, "RUNNING") for r in spec.roles for i in range(spec.instances(r))]
+    app = FakeApp(cs)
+    kv = SkeinKV(app.kv)
+    rm = FakeRM([report()], app)
+    b = YarnBackend(client=rm, preflight=False)
+    b._save_state(APP, app_id=APP, name=spec.name, spec=spec.to_json())
+    for t in spec.training_tasks:
+        put_json(kv, f"progress/{t}", {"step": 3, "global_step": 3, "time": 1.0})
+    t0 = time.monotonic()
+    st = b.wait(APP, timeout=30, poll=0.05)
+    took = time.monotonic() - t0
+    assert st.state is AppState.TIMED_OUT and st.state.exit_code == ExitCode.TIMED_OUT, st.diagnostics
+    assert st.diagnostics.startswith("training stalled: no task's step advanced for") and \
+        "(timeouts.stall = 0.5s)" in st.diagnostics, st.diagnostics
+    assert all(f"{t} at step 3" in st.diagnostics for t in spec.training_tasks), st.diagnostics
+    assert kv.get(DUMP_REQUEST_KEY) is not None            # every task was asked for its stacks
+    assert rm.killed == [APP] and 0.5 <= took < 10, took
+
+
+def test_a_followed_job_that_advances_is_not_a_stall(monkeypatch, tmp_path):
+    monkeypatch.setenv("TFYARN_HOME", str(tmp_path / "home"))
+    spec = make_spec(environment={"python": "/opt/py/bin/python"}, timeouts={"stall": "0.5s"})
+    cs = [container(r, i, "RUNNING") for r in spec.roles for i in range(spec.instances(r))]
+    app = FakeApp(cs)
+    kv = SkeinKV(app.kv)
+    rm = FakeRM([report()], app)
+    b = YarnBackend(client=rm, preflight=False)
+    b._save_state(APP, app_id=APP, name=spec.name, spec=spec.to_json())
+    stop = threading.Event()
+
+    def train():
+        step = 0
+        while not stop.wait(0.1):
+            step += 1
+            put_json(kv, f"progress/{spec.training_tasks[0]}", {"step": step, "global_step": step, "time": step})
+            if step == 20:
+                rm.reports[APP] = report("FINISHED", "SUCCEEDED")
+    t = threading.Thread(target=train, daemon=True)
+    t.start()
+    try:
+        st = b.wait(APP, timeout=30, poll=0.05)
+    finally:
+        stop.set()
+        t.join(5)
+    assert st.state is AppState.SUCCEEDED and rm.killed == []

@@ -78,7 +78,14 @@ def diagnosis_from_output(lines: Iterable[str]) -> str:
         if _C_DUMP.match(kept[i]):
             before = next((ln for ln in reversed(kept[:i]) if _LOG_LINE.match(ln)), None)
             return kept[i] + (f" after: {before}" if before else "")
-    return kept[-1] if kept else "(no output)"
+    if not kept:
+        return "(no output)"
+    m = _LOG_LINE.match(kept[-1])
+    if m and m.group(1) in ("INFO", "WARNING"):
+        # an exit (os._exit, a signal, a C library's exit()) right after ordinary logging: that line is not the
+        # cause, only what the task did last
+        return f"ended without an error message; its last output: {kept[-1]}"
+    return kept[-1]
 
 
 def write_json_atomic(path: Path, data: dict) -> None:

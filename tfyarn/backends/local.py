@@ -122,6 +122,9 @@ class LocalBackend(Backend):
                 st = AppStatus.from_dict(json.loads((d / "status.json").read_text()))
                 if not st.state.is_terminal:
                     st.state, st.diagnostics = AppState.FAILED, f"launcher process {pid} died"
+                    for t in st.tasks:   # they die with it (runtime.main._die_with_parent): none is still running
+                        if t.state in ("PENDING", "RUNNING"):
+                            t.state, t.diagnostics = "KILLED", t.diagnostics or "its launcher died"
         return st
 
     def logs(self, app_id: str, task: str | None = None, follow: bool = False) -> Iterator[str]:

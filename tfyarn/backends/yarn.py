@@ -42,6 +42,8 @@ from tfyarn.backends.progress import GlobalStepRate, aggregate_progress, side_ro
 from tfyarn.errors import AppNotFound, WaitTimeout, YarnUnavailable
 from tfyarn.interrupts import Interrupted, ignoring_stop_signals, interruptible
 from tfyarn.report import HISTORY_FILE, ProgressHistory, write_run_report
+from tfyarn.runtime.kv_yarn import SkeinKV
+from tfyarn.runtime.watchdog import StallWatchdog
 from tfyarn.spec import JobSpec, load_spec_json
 
 log = logging.getLogger(__name__)
@@ -508,15 +510,38 @@ class YarnBackend(Backend):
         While following, an app whose containers stay unallocated (PENDING: the AM or some tasks) for longer than
         the spec's ``timeouts.allocation`` is killed and ends TIMED_OUT, with the pending tasks and the queue's state
         in the diagnosis — a full queue is the usual cause, and waiting forever for it is the hang we avoid.
+
+        Once every container runs, the follower is also the job's stall watchdog (the local launcher's, over the
+        app's KV): when no training task's step advances for ``timeouts.stall`` (before the first step:
+        ``timeouts.rendezvous + timeouts.stall``), every task is asked for its Python stacks, the app is killed and
+        ends TIMED_OUT naming the tasks that stopped. A bare ``submit`` has no follower, so no such watch: its
+        tasks' own bounds (``timeouts.step``: TF operation and collective timeouts) still end a hang.
         """
         saved = self._load_state(app_id)
-        limit = load_spec_json(saved["spec"]).timeouts.allocation if saved.get("spec") else None
+        spec = load_spec_json(saved["spec"]) if saved.get("spec") else None
+        limit = spec.timeouts.allocation if spec is not None else None
         pending_since: float | None = None
+        watch: StallWatchdog | None = None
 
         def follow(st: AppStatus) -> None:
-            nonlocal pending_since
+            nonlocal pending_since, watch
             if on_update:
                 on_update(st)
+            if st.state is AppState.RUNNING and spec is not None:
+                if watch is None:
+                    app = self._app_client(app_id)
+                    if app is not None:
+                        watch = StallWatchdog(SkeinKV(app.kv), spec.training_tasks, spec.timeouts.stall,
+                                              all_tasks=spec.tasks(), signal_pids=False,
+                                              startup_s=spec.timeouts.rendezvous + spec.timeouts.stall)
+                if watch is not None:
+                    try:
+                        stalled = watch.poll()
+                    except Exception as exc:  # noqa: BLE001 - the AM may be going away: status says what happened
+                        log.debug("stall watch of %s: %s", app_id, exc)
+                        stalled = None
+                    if stalled is not None:
+                        raise _Stalled(stalled.message)
             if st.state is not AppState.PENDING or limit is None:
                 pending_since = None
                 return
@@ -528,8 +553,9 @@ class YarnBackend(Backend):
             st = super().wait(app_id, timeout=timeout, poll=poll, on_update=follow)
             self._write_report(st)
             return st
-        except _NotAllocated as exc:
-            diag = self._allocation_diagnosis(exc.status, limit)  # type: ignore[arg-type]
+        except (_NotAllocated, _Stalled) as exc:
+            diag = (self._allocation_diagnosis(exc.status, limit) if isinstance(exc, _NotAllocated)  # type: ignore
+                    else exc.message)
             log.error("%s: %s; killing it", app_id, diag)
             self.kill(app_id)
             st = self.status(app_id)
@@ -576,6 +602,12 @@ class YarnBackend(Backend):
 class _NotAllocated(Exception):
     def __init__(self, status: AppStatus):
         self.status = status
+
+
+class _Stalled(Exception):
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
 
 
 def pack(spec: JobSpec, staging_dir: str | None = None, progress: packaging.Progress | None = None,

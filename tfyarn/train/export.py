@@ -86,10 +86,18 @@ class ExportStore:
         """Copy ``local_dir`` up as ``<version>`` (replacing an existing one) and prune; returns its URL."""
         tmp = f"{self.root}/.tmp-{uuid.uuid4().hex[:8]}-{version}"
         final = f"{self.root}/{version}"
-        for f in sorted(p for p in Path(local_dir).rglob("*") if p.is_file()):
-            dst = f"{tmp}/{f.relative_to(local_dir).as_posix()}"
-            self.fs.makedirs(dst.rsplit("/", 1)[0], exist_ok=True)
-            self.fs.put_file(str(f), dst)
+        try:
+            for f in sorted(p for p in Path(local_dir).rglob("*") if p.is_file()):
+                dst = f"{tmp}/{f.relative_to(local_dir).as_posix()}"
+                self.fs.makedirs(dst.rsplit("/", 1)[0], exist_ok=True)
+                self.fs.put_file(str(f), dst)
+        except BaseException:
+            try:                              # a failed upload leaves no half version behind (on HDFS: its blocks)
+                if self.fs.exists(tmp):
+                    self.fs.rm(tmp, recursive=True)
+            except Exception as exc:  # noqa: BLE001 - the upload's own error is the one to report
+                log.warning("could not remove the partial export %s: %s", tmp, exc)
+            raise
         if self.fs.exists(final):             # a re-export of the same step: the new copy wins
             self.fs.rm(final, recursive=True)
         self.fs.mv(tmp, final, recursive=True)
