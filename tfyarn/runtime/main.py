@@ -24,10 +24,20 @@ from tfyarn.spec import load_spec_json
 log = logging.getLogger("tfyarn.runtime")
 
 
+def _task_label() -> str:
+    """``role:index`` from the environment; ``role:?`` until a YARN task has claimed its index."""
+    return f"{os.environ.get('TFYARN_ROLE', '?')}:{os.environ.get('TFYARN_INDEX', '').strip() or '?'}"
+
+
 def _configure_logging(task: str) -> None:
     level = os.environ.get("TFYARN_LOG_LEVEL", "INFO").upper()
-    logging.basicConfig(level=level, stream=sys.stderr,
-                        format=f"%(asctime)s %(levelname)s [{task}] %(name)s: %(message)s")
+    fmt = f"%(asctime)s %(levelname)s [{task}] %(name)s: %(message)s"
+    root = logging.getLogger()
+    if root.handlers:                  # again, once the index is known: every later line names the real task
+        for h in root.handlers:
+            h.setFormatter(logging.Formatter(fmt))
+        return
+    logging.basicConfig(level=level, stream=sys.stderr, format=fmt)
 
 
 def _identity(kv: KV, instances_of) -> tuple[str, int]:
@@ -104,6 +114,12 @@ def build_context(kv: KV) -> TaskContext:
 
     spec = load_spec_json(Path(os.environ["TFYARN_SPEC_FILE"]).read_text())
     role, index = _identity(kv, spec.instances)
+    if not os.environ.get("TFYARN_INDEX", "").strip():
+        # on YARN the index was just claimed: from now on this task's failure record, its answers to the stall
+        # watchdog's stack-dump requests and its log lines carry its name (they said worker:? and collided)
+        os.environ["TFYARN_INDEX"] = str(index)
+        _configure_logging(_task_label())
+    install_stack_dumps(kv, _task_label())  # the stall watchdog asks for stacks by SIGUSR1 or through the KV
     host = task_host()
     cluster, port = rendezvous(spec, role, index, kv, host)
     ctx = TaskContext(spec=spec, role=role, index=index, kv=kv, cluster=cluster, host=host, port=port,
@@ -132,7 +148,7 @@ def _is_tf_deadline(exc: BaseException) -> bool:
 
 
 def main() -> int:
-    task = f"{os.environ.get('TFYARN_ROLE', '?')}:{os.environ.get('TFYARN_INDEX', '?')}"
+    task = _task_label()
     _configure_logging(task)
     _die_with_parent()
     faulthandler.enable()  # a crash in TF's C++ still leaves a Python stack in the log
@@ -142,7 +158,7 @@ def main() -> int:
     kv: KV | None = None
     try:
         kv = make_kv()
-        install_stack_dumps(kv, task)  # the stall watchdog asks for stacks by SIGUSR1 or through the KV
+        install_stack_dumps()  # SIGUSR1 at once; the KV route once the task knows its index (build_context)
         ctx = build_context(kv)
         started = time.monotonic()
         run_role(ctx)
@@ -150,11 +166,12 @@ def main() -> int:
         return ExitCode.SUCCEEDED
     except WaitTimeout as exc:
         log.error("%s", exc)
-        _report_failure(kv, task, timeout_message(str(exc)))
+        _report_failure(kv, _task_label(), timeout_message(str(exc)))
         return ExitCode.TIMED_OUT
     except KeyboardInterrupt:
         return ExitCode.KILLED
     except BaseException as exc:  # noqa: BLE001 - a task reports any failure before exiting
+        task = _task_label()           # (the index may have been claimed since the start)
         log.exception("task %s failed", task)
         message = f"{type(exc).__name__}: {exc}"
         if _is_tf_deadline(exc):
