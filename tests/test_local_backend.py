@@ -236,3 +236,20 @@ def test_diagnosis_from_output_names_a_dump_from_c_and_what_the_task_was_doing()
     assert diagnosis_from_output([waiting]) == f"ended without an error message; its last output: {waiting}"
     error = "2026-11-22 16:29:12,001 ERROR [chief:0] tfyarn.train: the ps at 10.0.0.2 is gone"
     assert diagnosis_from_output([waiting, error]) == error
+
+
+def test_a_failed_tensorboard_does_not_fail_the_training_as_on_yarn(tmp_path, monkeypatch):
+    """TensorBoard is a sidecar on both backends (YARN: skein's allow_failures): its failure is reported, the job
+    trains to its end. Here it fails as it does without the tensorboard package (preflight, which would refuse the
+    spec for that, is bypassed)."""
+    import tfyarn.backends.local as local
+    monkeypatch.setattr(local, "run_local_preflight", lambda spec: None)
+    spec = load_spec_dict(small_spec(tmp_path, model="custom_jobs:count", params={"steps": 60},
+                                     roles={"chief": {"instances": 1}, "worker": {"instances": 1},
+                                            "tensorboard": {"instances": 1}},
+                                     checkpoint={"dir": str(tmp_path / "ck")}))
+    st = LocalBackend().run(spec)
+    assert st.state is AppState.SUCCEEDED, st.diagnostics
+    assert st.diagnostics.startswith("tensorboard:0 failed (exit 1), training went on: "), st.diagnostics
+    states = {t.task: t.state for t in st.tasks}
+    assert states == {"chief:0": "SUCCEEDED", "worker:0": "SUCCEEDED", "tensorboard:0": "FAILED"}, states

@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from tfyarn.errors import TfyarnError
-from tfyarn.fsio import replace
 
 log = logging.getLogger(__name__)
 
@@ -246,6 +245,20 @@ def pack_env(prefix: str | os.PathLike, kind: str, output: str | os.PathLike,
     return out
 
 
+def _commit_once(fs: Any, tmp: str, path: str) -> None:
+    """Rename ``tmp`` to ``path`` unless ``path`` exists. Archives are named by their content's hash, so one that is
+    there already (another submit staged the same env meanwhile) is the same archive — and must stay the very file:
+    YARN checks a localized resource's timestamp against the one recorded at submit, so replacing it would make the
+    containers of the job that staged it first fail to start ("resource changed on src filesystem")."""
+    if fs.exists(path):
+        fs.rm(tmp)
+        return
+    try:
+        fs.mv(tmp, path)                # hdfs-native refuses an existing destination: the race below
+    except FileExistsError:
+        fs.rm(tmp)
+
+
 def upload(local: str | os.PathLike, fs: Any, path: str, progress: Progress | None = None,
            chunk: int = 8 << 20) -> int:
     """Copy ``local`` to ``path`` on ``fs`` via a temporary name, then rename: readers never see a partial archive."""
@@ -262,7 +275,7 @@ def upload(local: str | os.PathLike, fs: Any, path: str, progress: Progress | No
                 done += len(block)
                 if progress:
                     progress("upload", done, total)
-        replace(fs, tmp, path)          # another submit may have staged the same archive meanwhile
+        _commit_once(fs, tmp, path)
     except BaseException:
         try:
             if fs.exists(tmp):

@@ -200,6 +200,9 @@ RoleName = Literal["chief", "worker", "ps", "evaluator", "tensorboard"]
 ROLE_ORDER: tuple[str, ...] = ("chief", "worker", "ps", "evaluator", "tensorboard")
 #: Roles that appear in TF_CONFIG's cluster; evaluator and tensorboard stand outside it.
 CLUSTER_ROLES: tuple[str, ...] = ("chief", "worker", "ps")
+#: Roles whose failure (after their restarts) does not fail the job, on either backend: a dead TensorBoard must not
+#: kill a day of training (YARN: skein's ``allow_failures``; local: the launcher goes on and says so).
+SIDECAR_ROLES: frozenset[str] = frozenset({"tensorboard"})
 
 
 class Role(_Model):

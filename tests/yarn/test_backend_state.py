@@ -419,3 +419,20 @@ def test_a_followed_job_that_advances_is_not_a_stall(monkeypatch, tmp_path):
         stop.set()
         t.join(5)
     assert st.state is AppState.SUCCEEDED and rm.killed == []
+
+
+def test_a_stale_global_driver_record_is_dropped_not_fatal(monkeypatch):
+    """~/.skein/driver naming a dead driver (after a reboot) made from_global_driver raise ConnectionError, which
+    nothing caught: every YARN command failed. It is forgotten and a private driver started instead."""
+    calls = []
+
+    def dead():
+        raise skein.exceptions.ConnectionError("Unable to connect to driver at localhost:43567")
+    monkeypatch.setattr(skein.Client, "from_global_driver", staticmethod(dead))
+    monkeypatch.setattr(skein.Client, "stop_global_driver", staticmethod(lambda force=False: calls.append(force)))
+    monkeypatch.setattr(skein, "Client", type("PrivateClient", (skein.Client,), {
+        "__init__": lambda self, **kw: calls.append(("private", kw))}))
+    monkeypatch.setenv("HADOOP_CONF_DIR", "/etc/hadoop/conf")
+    b = YarnBackend()
+    client = b.client()
+    assert type(client).__name__ == "PrivateClient" and calls == [True, ("private", {"log": False})]

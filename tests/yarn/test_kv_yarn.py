@@ -91,6 +91,21 @@ def test_task_index_survives_restarts(am):
         claim_task_index(kv, "worker", 3, "worker_4", timeout=0.3)
 
 
+def test_a_replacement_never_takes_the_slot_of_a_task_that_finished(am):
+    """skein deletes a container's owned keys on any exit, success included: worker:0 finishing its steps (async
+    ps) must not let the replacement of a failed worker:1 become worker:0 (worker:1's share would never train)."""
+    from tfyarn.runtime.kv_yarn import mark_slot_done
+    kv = SkeinKV(am.kv)
+    assert claim_task_index(kv, "worker", 2, "worker_0") == 0
+    assert claim_task_index(kv, "worker", 2, "worker_1") == 1
+    mark_slot_done(kv, "worker:0")
+    am.container_exited("worker_0")                      # finished: its slot key is gone, its done marker stays
+    am.container_exited("worker_1")                      # failed: skein starts worker_2 in its place
+    assert claim_task_index(kv, "worker", 2, "worker_2") == 1
+    with pytest.raises(WaitTimeout, match="free worker slot for container worker_3"):
+        claim_task_index(kv, "worker", 2, "worker_3", timeout=0.3)
+
+
 def test_task_index_from_env(am):
     assert task_index_from_env({"TFYARN_INDEX": "2", "SKEIN_CONTAINER_ID": "worker_7"}) == 2
     assert task_index_from_env({"SKEIN_CONTAINER_ID": "worker_7"}) == 7

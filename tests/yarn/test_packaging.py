@@ -98,3 +98,22 @@ def test_other_sources_ship_nothing():
     n = ensure_env(make_spec(environment={"pack": "none"}), "memory://s", fs=fs)
     assert (n.source, n.python) == ("none", "python3")
     assert not fs.exists("/s")
+
+
+def test_an_archive_staged_meanwhile_by_another_submit_is_kept_not_replaced(tmp_path):
+    """Two submits of a new env at once both upload; the second must not replace the first's file, which YARN
+    localizes by the timestamp recorded when the first job was submitted."""
+    import fsspec
+    from tfyarn.packaging import upload
+    fs = fsspec.filesystem("file")
+    local = tmp_path / "env.tar.gz"
+    local.write_bytes(b"x" * 1000)
+    dest = tmp_path / "staging" / "envs" / "venv-abc.tar.gz"
+    dest.parent.mkdir(parents=True)
+    dest.write_bytes(b"x" * 1000)                  # the other submit's upload landed first
+    before = dest.stat().st_mtime_ns, dest.stat().st_ino
+    assert upload(local, fs, str(dest)) == 1000
+    assert (dest.stat().st_mtime_ns, dest.stat().st_ino) == before
+    assert sorted(p.name for p in dest.parent.iterdir()) == ["venv-abc.tar.gz"]   # its own copy removed
+    dest.unlink()
+    assert upload(local, fs, str(dest)) == 1000 and dest.read_bytes() == b"x" * 1000

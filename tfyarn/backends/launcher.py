@@ -37,7 +37,7 @@ from tfyarn.errors import ExitCode
 from tfyarn.report import HISTORY_FILE, ProgressHistory, report_for_launcher
 from tfyarn.runtime.context import ABORT_KEY, DONE_KEY, SUMMARY_KEY, TOTAL_STEPS_KEY, addr_key, failure_key
 from tfyarn.runtime.watchdog import StallWatchdog
-from tfyarn.spec import JobSpec
+from tfyarn.spec import SIDECAR_ROLES, JobSpec
 
 log = logging.getLogger(__name__)
 
@@ -157,6 +157,7 @@ class Launcher:
         self._rate = GlobalStepRate()
         self.attempt = 0
         self.attempt_diagnostics: list[str] = []  # why each earlier attempt failed
+        self._sidecar_failures: list[str] = []    # SIDECAR_ROLES tasks that failed for good (the job went on)
         self._stalled: queue.Queue[str] = queue.Queue()  # the watchdog thread reports here; the main loop ends the job
         self.history = ProgressHistory(app_dir / HISTORY_FILE)  # per-task progress over time, for the run report
         if forkserver is None:
@@ -499,6 +500,7 @@ class Launcher:
             self._end(self._stop_state, self._stop_reason)
             return False
         kv.store.clear()
+        self._sidecar_failures = []
         for t in self.tasks.values():
             t.state, t.exit_code, t.diagnostics, t.restarts = "PENDING", None, "", 0
         return True
@@ -588,6 +590,12 @@ class Launcher:
                 if self._restartable(t):
                     self._restart(t, watchdog)
                     continue
+                if t.role in SIDECAR_ROLES:
+                    log.warning("%s failed (exit %s: %s); training goes on without it", t.name, t.exit_code,
+                                t.diagnostics)
+                    self._sidecar_failures.append(f"{t.name} failed (exit {t.exit_code}), training went on: "
+                                                  f"{t.diagnostics}")
+                    continue
                 timed_out = t.exit_code == ExitCode.TIMED_OUT
                 self._end(AppState.TIMED_OUT if timed_out else AppState.FAILED,
                           f"{t.name} exited with code {t.exit_code}: {t.diagnostics}")
@@ -597,7 +605,7 @@ class Launcher:
                 self.kv.store.put(DONE_KEY, "1")  # a chief that died mid-shutdown must not leave ps waiting
                 rest = [t for t in self.tasks.values() if t.state == "RUNNING"]
                 if not rest:
-                    self._end(AppState.SUCCEEDED, "")
+                    self._end(AppState.SUCCEEDED, "; ".join(self._sidecar_failures))
                     return
                 if shutdown_deadline is None:
                     shutdown_deadline = time.monotonic() + self.spec.timeouts.shutdown

@@ -124,7 +124,12 @@ class YarnBackend(Backend):
                 self._client = sk.Client.from_global_driver()
                 log.debug("using the running global skein driver")
                 return self._client
-            except sk.exceptions.DriverNotRunningError:
+            except (sk.exceptions.DriverNotRunningError, sk.exceptions.ConnectionError) as exc:
+                if isinstance(exc, sk.exceptions.ConnectionError):
+                    # ~/.skein/driver names a driver that is gone (a reboot, an OOM): forget it, as `skein driver
+                    # stop --force` would, instead of failing every command
+                    log.warning("the global skein driver recorded in ~/.skein does not answer (%s); not using it", exc)
+                    sk.Client.stop_global_driver(force=True)
                 if self.driver == "global":
                     sk.Client.start_global_driver(log=False, **kw)
                     self._client = sk.Client.from_global_driver()

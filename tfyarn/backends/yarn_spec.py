@@ -33,7 +33,7 @@ from typing import Any, Iterable
 
 from tfyarn.backends._skein import skein
 from tfyarn.packaging import ENV_DIR, SKIP_DIRS, SKIP_SUFFIXES, EnvRef
-from tfyarn.spec import ROLE_ORDER, JobSpec
+from tfyarn.spec import ROLE_ORDER, SIDECAR_ROLES, JobSpec
 
 #: Every tfyarn application carries this YARN tag (``tfyarn list`` filters on it). YARN lower-cases tags.
 TFYARN_TAG = "tfyarn"
@@ -41,8 +41,6 @@ SPEC_FILE = "tfyarn-spec.json"
 CODE_DIR = "code"
 SRC_DIR = "tfyarn_src"
 KEYTAB_FILE = "tfyarn.keytab"
-#: Roles whose failure should not fail the job (a dead TensorBoard must not kill a day of training).
-SIDECAR_ROLES = frozenset({"tensorboard"})
 #: First line every task container writes to its log: lets the log reader map YARN container ids to tasks.
 LOG_HEADER = "[tfyarn] container"
 

@@ -23,6 +23,10 @@ from tfyarn.runtime.kv import KV, KVUnavailable
 log = logging.getLogger(__name__)
 
 SLOT_PREFIX = "slot/"
+#: ``slot-done/<role>:<index>``: that task finished its role successfully. Not owned: skein deletes a container's
+#: owned keys (its ``slot/``) on *any* exit, success included, and a replacement container must not take the slot of
+#: a task that is done (in async ps mode a worker that finished its steps would be "replaced" and its share lost).
+SLOT_DONE_PREFIX = "slot-done/"
 #: ``taskmap/<container id>`` → ``role:index``; not owned, so it outlives the container (status and logs use it).
 TASKMAP_PREFIX = "taskmap/"
 
@@ -145,16 +149,26 @@ def claim_task_index(kv: SkeinKV, role: str, instances: int, container_id: str, 
     deadline = time.monotonic() + timeout
     delay = 0.05
     while True:
+        done = kv.items(f"{SLOT_DONE_PREFIX}{role}:")
         for i in order:
+            if f"{SLOT_DONE_PREFIX}{role}:{i}" in done:
+                continue
             if kv.claim(slot_key(role, i), container_id, owner=container_id):
                 kv.put(f"{TASKMAP_PREFIX}{container_id}", f"{role}:{i}")
                 return i
         if time.monotonic() >= deadline:
             held = kv.items(f"{SLOT_PREFIX}{role}:")
+            finished = sorted(k[len(SLOT_DONE_PREFIX):] for k in done)
             raise WaitTimeout(f"timed out after {timeout:g}s waiting for a free {role} slot for container "
-                              f"{container_id}: all {instances} held ({', '.join(f'{k}={v}' for k, v in held.items())})")
+                              f"{container_id}: all {instances} held ({', '.join(f'{k}={v}' for k, v in held.items())})"
+                              + (f" or finished ({', '.join(finished)})" if finished else ""))
         time.sleep(delay)
         delay = min(delay * 2, 1.0)
+
+
+def mark_slot_done(kv: KV, task: str) -> None:
+    """``task`` (``role:index``) finished its role: no replacement container may claim its slot afterwards."""
+    kv.put(f"{SLOT_DONE_PREFIX}{task}", "1")
 
 
 def task_index_from_env(environ: Mapping[str, str] | None = None, kv: SkeinKV | None = None,

@@ -163,6 +163,12 @@ def main() -> int:
         started = time.monotonic()
         run_role(ctx)
         log.info("%s finished in %.1fs", ctx.task_id, time.monotonic() - started)
+        if not os.environ.get("TFYARN_KV_URL"):   # on YARN: skein frees this task's slot as it exits; keep it taken
+            from tfyarn.runtime.kv_yarn import mark_slot_done
+            try:
+                mark_slot_done(kv, ctx.task_id)
+            except KVUnavailable as exc:          # the AM may be shutting down (the job is over): nothing to guard
+                log.info("%s: could not mark its slot done: %s", ctx.task_id, exc)
         return ExitCode.SUCCEEDED
     except WaitTimeout as exc:
         log.error("%s", exc)
