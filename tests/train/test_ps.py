@@ -137,6 +137,8 @@ def test_sync_issue_figures_equal_steps_and_slow_worker_holds_fast_one_back(tmp_
     latest = CheckpointStore(str(tmp_path / "ckpt")).latest()
     assert latest["global_step"] == total and latest["worker_steps"] == [total, total]
     assert latest["epoch"] == 3 and latest["format"] == "v1-saver"
+    kept = [p.name for p in tmp_path.rglob("ckpt-save/ckpt-*.index")]      # a checkpoint every 2 steps, and the
+    assert kept == [f"ckpt-{total}.index"], kept                             # chief's disk holds only the last one
 
 
 @pytest.mark.slow
@@ -169,6 +171,8 @@ def test_async_two_ps_trains_to_the_planned_global_step_and_loss_goes_down(tmp_p
     assert summary["export"]["url"] == str(tmp_path / "models" / str(2 * per_worker))
     assert summary["export"]["checkpoint"] == final and summary["export"]["version"] == 2 * per_worker
     assert summary["export"]["downloaded"] is False          # from the chief's local copy of what it uploaded
+    kept = [p.name for p in tmp_path.rglob("ckpt-save/ckpt-*.index")]
+    assert kept == [f"{final}.index"], kept                   # local copies do not pile up: only the last one stays
     check_export_matches_checkpoint(spec, summary["export"]["url"], final)
 
 

@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from tfyarn.train import helpers
+from tfyarn.train.checkpoint import remove_checkpoint_files
 from tfyarn.train.progress import NonFiniteLoss
 from tfyarn.train.ps.graph import TrainGraph
 
@@ -28,8 +29,9 @@ class Checkpointer:
         self.last_time = time.monotonic()
         self.resumed_from: str | None = None   # the checkpoint the chief restored, for the summary
         self.warm_started_from: str | None = None   # checkpoint.init_from's checkpoint, for the summary
-        #: (index entry, local prefix) of the last checkpoint this chief committed: the export reads its local files
-        #: (the Saver keeps its last few) instead of downloading them again
+        #: (index entry, local prefix) of the last checkpoint this chief committed: its local files are kept (the
+        #: previous one's deleted: with write_state=False the Saver deletes none itself) so the export reads them
+        #: instead of downloading the checkpoint again
         self.committed: tuple[dict[str, Any], str] | None = None
 
     def restore_prefix(self) -> str | None:
@@ -103,6 +105,8 @@ class Checkpointer:
                 "epoch": helpers.position(min(ws), self.steps)[0], "mode": "ps", "sync": self.ctx.spec.sync}
         entry = self.store.upload(prefix, gs, meta)
         self.last_step, self.last_time = gs, time.monotonic()
+        if self.committed is not None and self.committed[1] != prefix:
+            remove_checkpoint_files(self.committed[1])
         self.committed = (entry, prefix)
         return entry
 

@@ -253,9 +253,9 @@ def _finish(ctx: Any, tg: TrainGraph, sess: Any, ckpt: Checkpointer | None, mine
     """Chief: final checkpoint, summary (file + KV), then ``control/done`` so the ps tasks exit."""
     spec = ctx.spec
     gs = int(sess.run(tg.global_step))
+    train_s = time.monotonic() - mine["train_start"]   # before the final checkpoint and the wait for final records
     entry = ckpt.save(sess) if ckpt else None
     elapsed = time.monotonic() - t_start
-    train_s = time.monotonic() - mine["train_start"]   # before the wait for the workers' final records
     progress = wait_for_final_progress(ctx, spec.timeouts.shutdown)
     trained = (sum(worker_steps) - sum(mine["start_worker_steps"])) * spec.data.batch_size
     latest = entry or (ckpt.store.latest() if ckpt and ckpt.store else None)   # None: saved at this step already
