@@ -35,6 +35,19 @@ def test_training_ended_badly_names_the_failed_task_or_the_abort_reason(tmp_path
     assert training_ended_badly(ctx) == "job aborted: killed by user"
 
 
+def test_a_failure_that_will_be_restarted_does_not_stop_the_evaluator(tmp_path):
+    """The record of a task its role restarts in place (nothing deletes it on YARN), or the evaluator's own from
+    before its restart, stopped evaluation for good: the final checkpoint was never evaluated."""
+    ctx = make_ctx(tmp_path)
+    spec = ctx.spec.model_copy(update={"roles": {**ctx.spec.roles,
+                                                 "worker": ctx.spec.roles["worker"].model_copy(
+                                                     update={"max_restarts": 2})}})
+    ctx = TaskContext(spec=spec, role="evaluator", index=0, kv=MemoryKV(), workdir=tmp_path)
+    ctx.kv.put(failure_key("worker:0"), "RuntimeError: flaky")
+    ctx.kv.put(failure_key("evaluator:0"), "MemoryError")
+    assert training_ended_badly(ctx) is None
+
+
 @pytest.mark.timeout(120)
 def test_evaluator_ends_when_training_fails_and_when_done_without_checkpoints(tmp_path):
     from tfyarn.train import evaluator
@@ -54,7 +67,7 @@ def test_evaluator_ends_when_training_fails_and_when_done_without_checkpoints(tm
     assert not (tmp_path / "b" / "ckpt" / "eval" / "metrics.jsonl").exists()
 
 
-def _write_allreduce_checkpoint(ctx, step: int) -> None:
+def _write_allreduce_checkpoint(ctx, step: int, keep: int = 3) -> None:
     """A checkpoint in allreduce's object layout, uploaded through the CheckpointStore, as the chief writes it."""
     import tensorflow as tf
     from tfyarn.train.allreduce import CHECKPOINT_FORMAT, model_variable_keys, train_state
@@ -64,7 +77,7 @@ def _write_allreduce_checkpoint(ctx, step: int) -> None:
     opt = model.optimizer()
     gs = tf.Variable(step, dtype=tf.int64)
     prefix = train_state(model, opt, gs).write(str(ctx.workdir / "w" / f"ckpt-{step}"))
-    CheckpointStore(ctx.spec.checkpoint.dir).upload(prefix, step, {
+    CheckpointStore(ctx.spec.checkpoint.dir, keep=keep).upload(prefix, step, {
         "format": CHECKPOINT_FORMAT, "model_variables": model_variable_keys(len(model.variables)), "epoch": 0})
 
 
@@ -78,14 +91,34 @@ def test_a_checkpoint_pruned_during_download_is_skipped_and_the_final_one_evalua
 
     def flaky(self, entry, local_dir):
         calls.append(entry["name"])
-        if len(calls) == 1:
+        if len(calls) == 1:                      # the chief commits ckpt-9 with keep 1 meanwhile: ckpt-7 is pruned
+            _write_allreduce_checkpoint(ctx, 9, keep=1)
             raise FileNotFoundError(f"{entry['name']}.data-00000-of-00001 (pruned)")
         return real(self, entry, local_dir)
     monkeypatch.setattr(CheckpointStore, "download", flaky)
     ctx.kv.put(DONE_KEY, "1")
     results = evaluator.run(ctx)
-    assert calls == ["ckpt-7", "ckpt-7"]
-    assert [r["checkpoint"] for r in results] == ["ckpt-7"] and results[0]["examples"] == 1000
+    assert calls == ["ckpt-7", "ckpt-9"]
+    assert [r["checkpoint"] for r in results] == ["ckpt-9"] and results[0]["examples"] == 1000
     lines = (tmp_path / "ckpt" / "eval" / "metrics.jsonl").read_text().splitlines()
-    assert [json.loads(l)["global_step"] for l in lines] == [7]
-    assert json.loads(ctx.kv.get("eval/latest"))["checkpoint"] == "ckpt-7"
+    assert [json.loads(l)["global_step"] for l in lines] == [9]
+    assert json.loads(ctx.kv.get("eval/latest"))["checkpoint"] == "ckpt-9"
+
+
+def test_a_file_missing_for_another_reason_fails_the_evaluator_instead_of_spinning(tmp_path, monkeypatch):
+    """Only a checkpoint pruned from the index is skipped; any other FileNotFoundError (eval data moved away, a
+    checkpoint listed but incomplete) used to loop forever, re-downloading and logging "disappeared"."""
+    from tfyarn.train import evaluator
+    from tfyarn.train.checkpoint import CheckpointStore
+    ctx = make_ctx(tmp_path)
+    _write_allreduce_checkpoint(ctx, 7)
+    calls = []
+
+    def gone(self, entry, local_dir):
+        calls.append(entry["name"])
+        raise FileNotFoundError("hdfs:///eval/part-00003.tfrecord")
+    monkeypatch.setattr(CheckpointStore, "download", gone)
+    ctx.kv.put(DONE_KEY, "1")
+    with pytest.raises(FileNotFoundError, match="part-00003"):
+        evaluator.run(ctx)
+    assert calls == ["ckpt-7"]

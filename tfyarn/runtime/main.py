@@ -120,6 +120,7 @@ def build_context(kv: KV) -> TaskContext:
         os.environ["TFYARN_INDEX"] = str(index)
         _configure_logging(_task_label())
     install_stack_dumps(kv, _task_label())  # the stall watchdog asks for stacks by SIGUSR1 or through the KV
+    kv.delete(failure_key(_task_label()))   # a restarted task's earlier failure is history (YARN deletes nothing)
     host = task_host()
     cluster, port = rendezvous(spec, role, index, kv, host)
     ctx = TaskContext(spec=spec, role=role, index=index, kv=kv, cluster=cluster, host=host, port=port,

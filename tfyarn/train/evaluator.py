@@ -38,10 +38,18 @@ def training_ended_badly(ctx: TaskContext) -> str | None:
     reason = ctx.kv.get(ABORT_KEY)
     if reason is not None:
         return f"job aborted: {reason}"
-    failures = ctx.kv.items("failure/")
-    if failures:
-        return "training failed: " + "; ".join(f"{k.split('/', 1)[1]}: {v}" for k, v in sorted(failures.items()))
+    failures = {k.split("/", 1)[1]: v for k, v in ctx.kv.items("failure/").items()}
+    # a task that will be restarted in place (its role's max_restarts) has not ended training; nor has this task's
+    # own record from before its restart (on YARN nothing deletes either)
+    fatal = {t: v for t, v in failures.items() if t != ctx.task_id and not _restartable(ctx.spec, t)}
+    if fatal:
+        return "training failed: " + "; ".join(f"{t}: {v}" for t, v in sorted(fatal.items()))
     return None
+
+
+def _restartable(spec: Any, task: str) -> bool:
+    role = spec.roles.get(task.split(":", 1)[0])
+    return role is not None and role.restart != "never" and role.max_restarts > 0
 
 
 def _not_found_error() -> type:
@@ -139,6 +147,8 @@ def run(ctx: TaskContext) -> list[dict[str, Any]]:
                         results.append(_evaluate_entry(ctx, store, entry, model, step, feeder, scratch, events,
                                                        metrics_log))
                     except (FileNotFoundError, _not_found_error()) as exc:
+                        if any(c["name"] == entry["name"] for c in store.index().get("checkpoints", [])):
+                            raise          # not a pruned checkpoint: eval data gone, an upload failing... say so
                         # pruned (checkpoint.keep) while we downloaded it: a newer one is in the index
                         log.info("checkpoint %s disappeared before it was evaluated (%s); reading the index again",
                                  entry["name"], exc)
