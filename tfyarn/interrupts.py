@@ -74,3 +74,21 @@ def ignoring_stop_signals() -> Iterator[None]:
         return
     with _handlers(signal.SIG_IGN):
         yield
+
+
+@contextmanager
+def deferring_stop_signals() -> Iterator[list[str]]:
+    """Hold SIGINT/SIGTERM/SIGHUP back inside the block and say which arrived (the yielded list): for a call that
+    must not be cut half way but whose result the caller needs even when stopped — a submit whose application may
+    exist once the call returns, which a stopped ``run`` must then kill. Main thread only, as
+    :func:`interruptible`; elsewhere nothing is held back."""
+    arrived: list[str] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield arrived
+        return
+
+    def handler(signum: int, _frame: object) -> None:
+        arrived.append(signal.Signals(signum).name)
+
+    with _handlers(handler):
+        yield arrived

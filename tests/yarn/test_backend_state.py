@@ -289,6 +289,24 @@ def test_run_stopped_by_a_signal_kills_the_application_it_started(tmp_path, monk
     assert signal.getsignal(sig) is before                                               # handlers put back
 
 
+def test_a_stop_during_the_submit_call_kills_the_application_it_created(tmp_path, monkeypatch):
+    """SIGTERM while skein's submit runs: the application exists once the call returns, so it is held back until
+    then and the new application is killed (it used to be orphaned: the signal cut the call, no id to kill)."""
+    monkeypatch.setenv("TFYARN_HOME", str(tmp_path / "home"))
+    spec = make_spec(environment={"python": "/opt/py/bin/python"}, retry={"max_attempts": 3, "backoff": 0.1})
+
+    class SignalDuringSubmit(KillableRM):
+        def submit(self, spec):
+            os.kill(os.getpid(), signal.SIGTERM)        # arrives while the RM is creating the application
+            time.sleep(0.2)
+            return super().submit(spec)
+    rm = SignalDuringSubmit([("RUNNING", "UNDEFINED", "")])
+    st = YarnBackend(client=rm, preflight=False, staging_dir=str(tmp_path / "s")).run(spec, poll=0.01)
+    assert rm.killed == ["application_1700000000000_0001"] and len(rm.submitted) == 1
+    assert st.state is AppState.KILLED
+    assert st.diagnostics == "interrupted by SIGTERM: killed application_1700000000000_0001"
+
+
 def test_run_stopped_before_its_first_submit_returned_exits_with_the_signal(tmp_path, monkeypatch):
     """E.g. SIGTERM while the environment is being packed: nothing to kill; the CLI says so, exit 128 + signal."""
     from click.testing import CliRunner
@@ -430,9 +448,37 @@ def test_a_stale_global_driver_record_is_dropped_not_fatal(monkeypatch):
         raise skein.exceptions.ConnectionError("Unable to connect to driver at localhost:43567")
     monkeypatch.setattr(skein.Client, "from_global_driver", staticmethod(dead))
     monkeypatch.setattr(skein.Client, "stop_global_driver", staticmethod(lambda force=False: calls.append(force)))
-    monkeypatch.setattr(skein, "Client", type("PrivateClient", (skein.Client,), {
-        "__init__": lambda self, **kw: calls.append(("private", kw))}))
+    def private(self, **kw):
+        self._proc = None                                # nothing to stop when it is collected
+        calls.append(("private", kw))
+    monkeypatch.setattr(skein, "Client", type("PrivateClient", (skein.Client,), {"__init__": private}))
     monkeypatch.setenv("HADOOP_CONF_DIR", "/etc/hadoop/conf")
     b = YarnBackend()
     client = b.client()
     assert type(client).__name__ == "PrivateClient" and calls == [True, ("private", {"log": False})]
+
+
+def test_staging_tokens_and_kill_follow_the_cluster_and_the_proxy_user(monkeypatch, tmp_path):
+    """The default staging dir is qualified against fs.defaultFS (a host-less hdfs:/// broke viewfs clusters);
+    every filesystem a task touches gets a delegation token (init_from, export.dir and the staging dir were left
+    out); a job submitted for a proxy user is killed as that user."""
+    monkeypatch.setenv("TFYARN_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("HADOOP_USER_NAME", "alice")
+    monkeypatch.delenv("TFYARN_STAGING_DIR", raising=False)
+    b = YarnBackend(client=FakeRM([report()]), preflight=False)
+    b._conf = {"fs.defaultFS": "viewfs://cluster"}
+    assert b.staging_dir == "viewfs://cluster/user/alice/.tfyarn"
+    b._conf = {"fs.defaultFS": "hdfs://ns1"}
+    assert b.staging_dir == "hdfs://ns1/user/alice/.tfyarn"
+    b._staging_opt = "hdfs://staging-ns/tmp/tfyarn"
+    spec = make_spec(environment={"python": "/opt/py/bin/python"},
+                     checkpoint={"dir": "hdfs://ns1/ckpt", "init_from": "hdfs://old-ns/ckpt"},
+                     export={"dir": "hdfs://serving-ns/models"})
+    app, _ = b.build(spec, dry_run=True)
+    assert set(app.file_systems) == {"hdfs://old-ns", "hdfs://serving-ns", "hdfs://staging-ns"}
+    rm = b.client()
+    b._save_state(APP, app_id=APP, name=spec.name, spec=spec.to_json())
+    users = []
+    rm.kill_application = lambda app_id, user="": users.append((app_id, user))
+    b.kill(APP)
+    assert users == [(APP, "alice")]                       # make_spec's spec.user

@@ -40,7 +40,7 @@ from tfyarn.backends.yarn_status import (ACTIVE_APP_STATES, ALL_APP_STATES, ALL_
                                          tasks_from_containers, timestamp)
 from tfyarn.backends.progress import GlobalStepRate, aggregate_progress, side_roles, summary_with_eval
 from tfyarn.errors import AppNotFound, WaitTimeout, YarnUnavailable
-from tfyarn.interrupts import Interrupted, ignoring_stop_signals, interruptible
+from tfyarn.interrupts import Interrupted, deferring_stop_signals, ignoring_stop_signals, interruptible
 from tfyarn.report import HISTORY_FILE, ProgressHistory, write_run_report
 from tfyarn.runtime.kv_yarn import SkeinKV
 from tfyarn.runtime.watchdog import StallWatchdog
@@ -106,7 +106,12 @@ class YarnBackend(Backend):
 
     @property
     def staging_dir(self) -> str:
-        d = self._staging_opt or os.environ.get("TFYARN_STAGING_DIR") or f"hdfs:///user/{self.user}/.tfyarn"
+        # a path, qualified against fs.defaultFS: hdfs://nameservice/… or viewfs://cluster/… (an hdfs:/// default
+        # stayed host-less on a viewfs cluster, which hdfs-native and skein's Hadoop client both refuse)
+        d = self._staging_opt or os.environ.get("TFYARN_STAGING_DIR")
+        if not d:
+            on_dfs = hdfs.default_fs(self.conf).split(":", 1)[0] in ("hdfs", "viewfs")
+            d = f"/user/{self.user}/.tfyarn" if on_dfs else f"hdfs:///user/{self.user}/.tfyarn"
         return hdfs.qualify(d, self.conf)
 
     def client(self, spec: JobSpec | None = None) -> Any:
@@ -202,7 +207,9 @@ class YarnBackend(Backend):
         shipped = yarn_spec.Shipped(env=env, spec_file=yarn_spec.write_spec_file(spec, local, write=not dry_run),
                                     tfyarn_src=yarn_spec.build_tfyarn_zip(local, write=not dry_run),
                                     code=code, keytab=keytab)
-        urls = [*spec.data.train, *spec.data.eval, spec.checkpoint.dir]
+        # every filesystem a task reads or writes: each needs a delegation token on a secure cluster
+        urls = [*spec.data.train, *spec.data.eval, spec.checkpoint.dir, spec.checkpoint.init_from,
+                spec.export.dir if spec.export else None, self.staging_dir]
         fss = hdfs.filesystems_for_tokens([spec.resolve_path(u) for u in urls if u], self.conf)
         app = yarn_spec.build_application_spec(spec, shipped, master_memory_mib=self.master_memory_mib,
                                                master_vcores=self.master_vcores, file_systems=fss,
@@ -230,11 +237,15 @@ class YarnBackend(Backend):
         app, env = self.build(spec, attempt=attempt)
         self.last_env = env
         t0 = time.monotonic()
-        app_id = self.client(spec).submit(app)
+        client = self.client(spec)
+        with deferring_stop_signals() as stopped:   # a stop mid-call must not leave an app nobody knows of
+            app_id = client.submit(app)
         log.info("submitted %s as %s (%.1fs; env %s, %d bytes uploaded)", spec.name, app_id,
                  time.monotonic() - t0, "cached" if env.cached else env.source, env.uploaded_bytes)
         self._save_state(app_id, app_id=app_id, name=spec.name, spec=spec.to_json(), submitted=time.time(),
                          env=env.to_dict())
+        if stopped:
+            raise SubmittedThenInterrupted(stopped[0], app_id)
         return app_id
 
     def run(self, spec: JobSpec, echo: Callable[[str, str], None] | None = None,
@@ -275,7 +286,9 @@ class YarnBackend(Backend):
                                 spec.retry.max_attempts, app_id, st.diagnostics, attempt + 2, spec.retry.backoff)
                     time.sleep(spec.retry.backoff)
         except Interrupted as exc:
-            if app_id is None:      # stopped before (or while) the first submit returned an id: nothing to kill
+            if isinstance(exc, SubmittedThenInterrupted):
+                app_id = exc.app_id   # stopped while this attempt was submitted: it is the one to kill
+            if app_id is None:      # stopped before the first submit: nothing to kill
                 raise
             st = self._kill_interrupted(app_id, exc)
         if earlier:
@@ -400,7 +413,10 @@ class YarnBackend(Backend):
 
     def kill(self, app_id: str) -> None:
         self._report(app_id)     # AppNotFound for an unknown id, before asking YARN to kill
-        self.client().kill_application(app_id)
+        saved = self._load_state(app_id)
+        spec = load_spec_json(saved["spec"]) if saved.get("spec") else None
+        # a job submitted for a proxy user (spec.user) is that user's: killing it as the submitter may be refused
+        self.client().kill_application(app_id, user=(spec.user or "") if spec else "")
         app = self._apps.pop(app_id, None)
         if app is not None:
             app.close()
@@ -602,6 +618,15 @@ class YarnBackend(Backend):
                 where = f"; queue {queue!r}: no report ({exc})"
         return (f"containers not allocated within {limit:g}s (timeouts.allocation): {', '.join(pending)} "
                 f"still pending{where}")
+
+
+class SubmittedThenInterrupted(Interrupted):
+    """A stop signal arrived while the application was being submitted: it exists (``app_id``), and whoever owns the
+    job (``run``) kills it."""
+
+    def __init__(self, signame: str, app_id: str):
+        super().__init__(signame)
+        self.app_id = app_id
 
 
 class _NotAllocated(Exception):
