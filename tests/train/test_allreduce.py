@@ -230,8 +230,10 @@ def test_killed_job_resumes_at_the_checkpointed_epoch_and_step(tmp_path):
     assert summary["resumed_from"] == f"ckpt-{resumed}"
     assert summary["global_step"] == summary["total_steps"] == 200
     for t in spec.training_tasks:
-        assert progress[t]["worker_steps"] == 200 - resumed, (t, progress[t])
+        assert progress[t]["steps_this_attempt"] == 200 - resumed, (t, progress[t])
+        assert progress[t]["worker_steps"] == 200, (t, progress[t])          # over both runs, as in ps mode
         assert f"starting at global step {resumed} (epoch {epoch}, step {in_epoch})" in logs[t]
+    assert summary["steps_per_worker"] == {t: 200 for t in spec.training_tasks}
 
 
 @pytest.mark.slow

@@ -419,10 +419,14 @@ def run(ctx: TaskContext) -> dict[str, Any]:
         progress = ProgressReporter(ctx.kv, ctx.task_id, fail_on_nan_loss=ctx.spec.fail_on_nan_loss)
         progress.extra.update({"mode": "allreduce", "global_batch": global_batch})
         ran, boundary_waits = _loop(ctx, feeder, step_fn, steps, epoch0, in_epoch0, start, progress, ckpt)
-    progress.extra["worker_steps"] = ran
+    # every worker runs every global step (equal steps per epoch), so its steps are the global step's, over all
+    # attempts, as ps mode counts them; this attempt's are kept apart (its examples/s)
+    progress.extra["worker_steps"] = start + ran
+    progress.extra["steps_this_attempt"] = ran
     progress.extra["skipped_records"] = feeder.skipped
     figures = progress.final()
-    figures.update(worker_steps=ran, global_step=int(global_step.numpy()), planned_total=total,
+    figures.update(worker_steps=start + ran, steps_this_attempt=ran, global_step=int(global_step.numpy()),
+                   planned_total=total,
                    traces=int(step_fn.experimental_get_tracing_count()),
                    max_epoch_boundary_wait_s=round(max(boundary_waits, default=0.0), 4))
     log.info("%s: ran %d steps (global step %d of %d planned), %.0f examples/s, step traced %d time(s)",
@@ -464,7 +468,7 @@ def _loop(ctx: TaskContext, feeder: Any, step_fn: Any, steps: list[int], epoch0:
                         global_step=gstep)
         ckpt.scalars(gstep, lambda: {"loss": loss, "examples_per_sec": progress.snapshot()["examples_per_sec"]})
         if ckpt.due(gstep):
-            ckpt.save(gstep, ran)
+            ckpt.save(gstep, gstep)
         now = time.monotonic()
         if now - last_abort_check >= 2.0:
             last_abort_check = now
@@ -488,7 +492,7 @@ def _finish(ctx: TaskContext, ckpt: Checkpointer, figures: dict[str, Any], globa
     summary = run_summary(
         ctx, global_step=figures["global_step"], total_steps=sum(steps),
         steps_per_worker={t: p.get("worker_steps") for t, p in per_task.items()},
-        examples_per_sec=round(figures["worker_steps"] * global_batch / train_s, 1) if train_s else 0.0,
+        examples_per_sec=round(figures["steps_this_attempt"] * global_batch / train_s, 1) if train_s else 0.0,
         first_loss=figures["first_loss"], last_loss=figures["last_loss"], train_s=train_s,
         last_checkpoint=(entry or ckpt.store.latest() or {}).get("name") if ckpt.store else None,
         resumed_from=(resumed_from or {}).get("name"), warm_started_from=warm_started_from,
