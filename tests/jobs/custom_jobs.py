@@ -5,33 +5,33 @@ import time
 import tfyarn.train
 
 
-@tfyarn.train.custom_train
-def fail_on_worker(ctx, helpers):
-    """worker:0 fails after a moment; the chief would run for minutes if nobody stopped it."""
-    if ctx.task_id == "worker:0":
-        time.sleep(0.5)
-        raise RuntimeError("boom from worker:0")
-    time.sleep(300)
+def _worker_raises(make_error):
+    """A custom train function: worker:0 raises ``make_error()`` after a moment; the chief would run for minutes if
+    nobody stopped it."""
+    @tfyarn.train.custom_train
+    def train(ctx, helpers):
+        if ctx.task_id == "worker:0":
+            time.sleep(0.5)
+            raise make_error()
+        time.sleep(300)
+    return train
 
 
-@tfyarn.train.custom_train
-def deadline_on_worker(ctx, helpers):
-    """worker:0's step fails as a ps-mode step does past the session's operation timeout (timeouts.step)."""
-    if ctx.task_id == "worker:0":
-        import tensorflow as tf
-        time.sleep(0.5)
-        raise tf.errors.DeadlineExceededError(None, None, "Timed out waiting for the step's ops on /job:ps/task:0")
-    time.sleep(300)
+def _tf_deadline():
+    import tensorflow as tf
+    return tf.errors.DeadlineExceededError(None, None, "Timed out waiting for the step's ops on /job:ps/task:0")
 
 
-@tfyarn.train.custom_train
-def wait_timeout_on_worker(ctx, helpers):
-    """worker:0 gives up a bounded wait whose message does not say "timed out" (as ps mode's timeouts.step)."""
-    if ctx.task_id == "worker:0":
-        from tfyarn.errors import WaitTimeout
-        time.sleep(0.5)
-        raise WaitTimeout("waited 1s (timeouts.step) for workers to finish their 8 steps")
-    time.sleep(300)
+def _wait_timeout():
+    from tfyarn.errors import WaitTimeout
+    return WaitTimeout("waited 1s (timeouts.step) for workers to finish their 8 steps")
+
+
+fail_on_worker = _worker_raises(lambda: RuntimeError("boom from worker:0"))
+#: worker:0's step fails as a ps-mode step does past the session's operation timeout (timeouts.step)
+deadline_on_worker = _worker_raises(_tf_deadline)
+#: worker:0 gives up a bounded wait whose message does not say "timed out" (as ps mode's timeouts.step)
+wait_timeout_on_worker = _worker_raises(_wait_timeout)
 
 
 @tfyarn.train.custom_train

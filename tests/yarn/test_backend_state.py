@@ -386,18 +386,22 @@ def test_a_followed_job_gets_a_run_report(running, tmp_path):
     assert rep["tasks"]["chief:0"]["last_loss"] == 0.2
 
 
+def _followed_app(monkeypatch, tmp_path, stall: str):
+    """A running app (every container RUNNING, its KV on FakeAM) submitted by this backend: (spec, kv, rm, b)."""
+    monkeypatch.setenv("TFYARN_HOME", str(tmp_path / "home"))
+    spec = make_spec(environment={"python": "/opt/py/bin/python"}, timeouts={"stall": stall})
+    app = FakeApp([container(r, i, "RUNNING") for r in spec.roles for i in range(spec.instances(r))])
+    rm = FakeRM([report()], app)
+    b = YarnBackend(client=rm, preflight=False)
+    b._save_state(APP, app_id=APP, name=spec.name, spec=spec.to_json())
+    return spec, SkeinKV(app.kv), rm, b
+
+
 def test_a_followed_job_whose_training_stops_is_killed_timed_out_naming_the_tasks(monkeypatch, tmp_path):
     """On YARN the follower (run, submit --wait, wait) is the stall watchdog the local launcher is: no training
     task's step advancing for timeouts.stall kills the app, after asking every task for its stacks."""
     from tfyarn.runtime.watchdog import DUMP_REQUEST_KEY
-    monkeypatch.setenv("TFYARN_HOME", str(tmp_path / "home"))
-    spec = make_spec(environment={"python": "/opt/py/bin/python"}, timeouts={"stall": "0.5s"})
-    cs = [container(r, i, "RUNNING") for r in spec.roles for i in range(spec.instances(r))]
-    app = FakeApp(cs)
-    kv = SkeinKV(app.kv)
-    rm = FakeRM([report()], app)
-    b = YarnBackend(client=rm, preflight=False)
-    b._save_state(APP, app_id=APP, name=spec.name, spec=spec.to_json())
+    spec, kv, rm, b = _followed_app(monkeypatch, tmp_path, stall="0.5s")
     for t in spec.training_tasks:
         put_json(kv, f"progress/{t}", {"step": 3, "global_step": 3, "time": 1.0})
     t0 = time.monotonic()
@@ -412,14 +416,7 @@ def test_a_followed_job_whose_training_stops_is_killed_timed_out_naming_the_task
 
 
 def test_a_followed_job_that_advances_is_not_a_stall(monkeypatch, tmp_path):
-    monkeypatch.setenv("TFYARN_HOME", str(tmp_path / "home"))
-    spec = make_spec(environment={"python": "/opt/py/bin/python"}, timeouts={"stall": "0.5s"})
-    cs = [container(r, i, "RUNNING") for r in spec.roles for i in range(spec.instances(r))]
-    app = FakeApp(cs)
-    kv = SkeinKV(app.kv)
-    rm = FakeRM([report()], app)
-    b = YarnBackend(client=rm, preflight=False)
-    b._save_state(APP, app_id=APP, name=spec.name, spec=spec.to_json())
+    spec, kv, rm, b = _followed_app(monkeypatch, tmp_path, stall="0.5s")
     stop = threading.Event()
 
     def train():
