@@ -37,11 +37,9 @@ def replace(fs: Any, src: str, dst: str) -> None:
 def retry_vanished(read: Callable[[], T], attempts: int = 5, pause_s: float = 0.2) -> T:
     """``read()``, again after a pause when the file it opens vanished meanwhile (a writer on a filesystem without
     an overwriting rename replaces it by remove-then-rename); the last FileNotFoundError is raised."""
-    for i in range(attempts):
+    for _ in range(attempts - 1):
         try:
             return read()
         except FileNotFoundError:
-            if i == attempts - 1:
-                raise
             time.sleep(pause_s)
-    raise AssertionError("unreachable")
+    return read()

@@ -181,8 +181,7 @@ def report_for_launcher(app_dir: Path, status: Any, history: ProgressHistory, sp
     recorded no progress and did not succeed (it failed before its first step: a model that no longer fits the
     checkpoint) keeps its report in the app dir only: next to the checkpoints it would replace the report of the run
     that wrote them, beside that run's summary.json."""
-    trained = (any((p.get("step") or 0) > 0 for p in history.points)
-               or str(getattr(status.state, "value", status.state)) == "SUCCEEDED")
+    trained = status.state == "SUCCEEDED" or any((p.get("step") or 0) > 0 for p in history.points)
     ckpt = spec.resolve_path(spec.checkpoint.dir) if spec.checkpoint.dir and trained else None
     return write_run_report(app_dir, status.to_dict(), history.points, ckpt)
 

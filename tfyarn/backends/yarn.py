@@ -172,6 +172,11 @@ class YarnBackend(Backend):
         from tfyarn.backends.local import tfyarn_home
         return tfyarn_home() / "yarn" / f"{app_id}.json"
 
+    def _saved_spec(self, app_id: str, saved: dict[str, Any] | None = None) -> JobSpec | None:
+        """The spec this machine submitted ``app_id`` with (None for an app submitted elsewhere)."""
+        saved = self._load_state(app_id) if saved is None else saved
+        return load_spec_json(saved["spec"]) if saved.get("spec") else None
+
     def _load_state(self, app_id: str) -> dict[str, Any]:
         p = self._state_path(app_id)
         try:
@@ -368,7 +373,7 @@ class YarnBackend(Backend):
     def status(self, app_id: str) -> AppStatus:
         rep = self._report(app_id)
         saved = self._load_state(app_id)
-        spec = load_spec_json(saved["spec"]) if saved.get("spec") else None
+        spec = self._saved_spec(app_id, saved)
         live = self._live(app_id, spec) if str(rep.state) == "RUNNING" else None
         snap = live or saved.get("snapshot") or {}
         failures = snap.get("failures") or {}
@@ -413,8 +418,7 @@ class YarnBackend(Backend):
 
     def kill(self, app_id: str) -> None:
         self._report(app_id)     # AppNotFound for an unknown id, before asking YARN to kill
-        saved = self._load_state(app_id)
-        spec = load_spec_json(saved["spec"]) if saved.get("spec") else None
+        spec = self._saved_spec(app_id)
         # a job submitted for a proxy user (spec.user) is that user's: killing it as the submitter may be refused
         self.client().kill_application(app_id, user=(spec.user or "") if spec else "")
         app = self._apps.pop(app_id, None)
@@ -538,8 +542,7 @@ class YarnBackend(Backend):
         ends TIMED_OUT naming the tasks that stopped. A bare ``submit`` has no follower, so no such watch: its
         tasks' own bounds (``timeouts.step``: TF operation and collective timeouts) still end a hang.
         """
-        saved = self._load_state(app_id)
-        spec = load_spec_json(saved["spec"]) if saved.get("spec") else None
+        spec = self._saved_spec(app_id)
         limit = spec.timeouts.allocation if spec is not None else None
         pending_since: float | None = None
         watch: StallWatchdog | None = None
@@ -562,21 +565,20 @@ class YarnBackend(Backend):
                         log.debug("stall watch of %s: %s", app_id, exc)
                         stalled = None
                     if stalled is not None:
-                        raise _Stalled(stalled.message)
+                        raise _TimedOut(stalled.message)
             if st.state is not AppState.PENDING or limit is None:
                 pending_since = None
                 return
             pending_since = pending_since or time.monotonic()
             if time.monotonic() - pending_since > limit:
-                raise _NotAllocated(st)
+                raise _TimedOut(self._allocation_diagnosis(st, limit, spec.queue if spec else None))
 
         try:
             st = super().wait(app_id, timeout=timeout, poll=poll, on_update=follow)
             self._write_report(st)
             return st
-        except (_NotAllocated, _Stalled) as exc:
-            diag = (self._allocation_diagnosis(exc.status, limit) if isinstance(exc, _NotAllocated)  # type: ignore
-                    else exc.message)
+        except _TimedOut as exc:
+            diag = exc.diagnosis
             log.error("%s: %s; killing it", app_id, diag)
             self.kill(app_id)
             st = self.status(app_id)
@@ -595,8 +597,7 @@ class YarnBackend(Backend):
         if not points:
             return
         try:
-            saved = self._load_state(st.app_id)
-            spec = load_spec_json(saved["spec"]) if saved.get("spec") else None
+            spec = self._saved_spec(st.app_id)
             ckpt = spec.resolve_path(spec.checkpoint.dir) if spec and spec.checkpoint.dir else None
             d = self._report_dir(st.app_id)
             d.mkdir(parents=True, exist_ok=True)
@@ -604,10 +605,8 @@ class YarnBackend(Backend):
         except Exception:  # noqa: BLE001 - a report is a convenience
             log.warning("could not write the run report of %s", st.app_id, exc_info=True)
 
-    def _allocation_diagnosis(self, st: AppStatus, limit: float) -> str:
+    def _allocation_diagnosis(self, st: AppStatus, limit: float, queue: str | None) -> str:
         pending = [t.task for t in st.tasks if t.state == "PENDING"] or ["the application master"]
-        saved = self._load_state(st.app_id)
-        queue = load_spec_json(saved["spec"]).queue if saved.get("spec") else None
         where = ""
         if queue:
             try:
@@ -629,15 +628,12 @@ class SubmittedThenInterrupted(Interrupted):
         self.app_id = app_id
 
 
-class _NotAllocated(Exception):
-    def __init__(self, status: AppStatus):
-        self.status = status
+class _TimedOut(Exception):
+    """The follower gives up on an app (containers not allocated, training stalled): it is killed, TIMED_OUT."""
 
-
-class _Stalled(Exception):
-    def __init__(self, message: str):
-        super().__init__(message)
-        self.message = message
+    def __init__(self, diagnosis: str):
+        super().__init__(diagnosis)
+        self.diagnosis = diagnosis
 
 
 def pack(spec: JobSpec, staging_dir: str | None = None, progress: packaging.Progress | None = None,

@@ -75,6 +75,9 @@ def crc32c_rows(rows: np.ndarray) -> np.ndarray:
 
 # ------------------------------------------------------------------------------------------------------------ opening
 
+GZIP_MAGIC = b"\x1f\x8b"
+
+
 def is_gzip(path: str, compression: str = "auto", head: bytes | None = None) -> bool:
     """GZIP by option, by extension, or (auto) by the magic bytes — Hadoop jobs often write ``part-00000`` without
     an extension, so the extension alone is not enough."""
@@ -86,10 +89,7 @@ def is_gzip(path: str, compression: str = "auto", head: bytes | None = None) -> 
         raise ValueError(f"compression must be auto, none or gzip, not {compression!r}")
     if path.endswith((".gz", ".gzip")):
         return True
-    return head is not None and head[:2] == b"\x1f\x8b"
-
-
-GZIP_MAGIC = b"\x1f\x8b"
+    return head is not None and head[:2] == GZIP_MAGIC
 
 
 def detect_gzip(path: str, compression: str, head: bytes) -> bool:

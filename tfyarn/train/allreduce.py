@@ -39,7 +39,7 @@ from tfyarn.runtime.context import ABORT_KEY, DONE_KEY, TOTAL_STEPS_KEY, TaskCon
 from tfyarn.runtime.watchdog import install_stack_dumps
 from tfyarn.data.pipeline import EpochPipeline
 from tfyarn.train import helpers
-from tfyarn.train.checkpoint import remove_checkpoint_files
+from tfyarn.train.checkpoint import keep_last_local
 from tfyarn.train.model import build_model, load, split_features, tf_dtype
 
 log = logging.getLogger("tfyarn.train.allreduce")
@@ -254,9 +254,7 @@ class Checkpointer:
         entry = self.store.upload(prefix, global_step, meta)
         if self.events is not None:
             self.events.sync()
-        if self.committed is not None:
-            remove_checkpoint_files(self.committed[1])
-        self.committed = (entry, prefix)
+        self.committed = keep_last_local(self.committed, entry, prefix)
         self.last_step, self.last_time = global_step, time.monotonic()
         return entry
 

@@ -72,10 +72,7 @@ class CheckpointStore:
         tmp = self._p(f".tmp-{uuid.uuid4().hex[:8]}-{name}")
         with self.fs.open(tmp, "wb") as f:
             f.write(data)
-        self._replace(tmp, self._p(name))
-
-    def _replace(self, src: str, dst: str) -> None:
-        replace(self.fs, src, dst)
+        replace(self.fs, tmp, self._p(name))
 
     # -- write ------------------------------------------------------------------------------------------------------
     def upload(self, local_prefix: str, global_step: int, meta: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -86,8 +83,7 @@ class CheckpointStore:
         t0 = time.monotonic()
         local_prefix = str(local_prefix)
         name = os.path.basename(local_prefix)
-        files = sorted(p for p in Path(local_prefix).parent.iterdir()
-                       if p.name == name + ".index" or p.name.startswith(name + ".data-"))
+        files = local_checkpoint_files(local_prefix)
         if not files:
             raise FileNotFoundError(f"no checkpoint files for prefix {local_prefix}")
         self.fs.makedirs(self.root, exist_ok=True)
@@ -98,7 +94,7 @@ class CheckpointStore:
             self.fs.put_file(str(f), tmp)
             staged.append((tmp, self._p(f.name)))
         for tmp, final in staged:
-            self._replace(tmp, final)
+            replace(self.fs, tmp, final)
         entry = {"name": name, "global_step": int(global_step), "time": time.time(), **(meta or {})}
         idx = self.index()
         ckpts = [c for c in idx.get("checkpoints", []) if c["name"] != name] + [entry]
@@ -139,18 +135,32 @@ class CheckpointStore:
         return str(local_dir / name)
 
 
-def has_checkpoint_files(prefix: str | Path) -> bool:
-    """Whether the local TF checkpoint ``prefix`` (``.../ckpt-120``) has its index and at least one data file."""
+def local_checkpoint_files(prefix: str | Path) -> list[Path]:
+    """The files of the local TF checkpoint ``prefix`` (``.../ckpt-120``) that exist: its index and data shards,
+    sorted (not ``ckpt-12*``, which would also match ``ckpt-120``)."""
     p = Path(prefix)
-    return p.with_name(p.name + ".index").is_file() and any(p.parent.glob(p.name + ".data-*"))
+    return sorted(f for f in [p.with_name(p.name + ".index"), *p.parent.glob(p.name + ".data-*")] if f.is_file())
+
+
+def has_checkpoint_files(prefix: str | Path) -> bool:
+    """Whether the local TF checkpoint ``prefix`` has its index and at least one data file."""
+    files = local_checkpoint_files(prefix)
+    return any(f.name.endswith(".index") for f in files) and len(files) > 1
 
 
 def remove_checkpoint_files(prefix: str | Path) -> None:
-    """Delete the local TF checkpoint ``prefix``'s files (its index and data shards; not ``ckpt-12*``, which would
-    also match ``ckpt-120``)."""
-    p = Path(prefix)
-    for f in [p.with_name(p.name + ".index"), *p.parent.glob(p.name + ".data-*")]:
+    """Delete the local TF checkpoint ``prefix``'s files."""
+    for f in local_checkpoint_files(prefix):
         f.unlink(missing_ok=True)
+
+
+def keep_last_local(committed: tuple[dict[str, Any], str] | None, entry: dict[str, Any],
+                    prefix: str) -> tuple[dict[str, Any], str]:
+    """A chief's local copies after committing ``entry`` (written at ``prefix``): the previous committed one's files
+    go, this one's stay (the end-of-run export reads them). Returns the new (entry, prefix)."""
+    if committed is not None and committed[1] != prefix:
+        remove_checkpoint_files(committed[1])
+    return entry, prefix
 
 
 def local_dir_for(workdir: str | Path, sub: str) -> Path:

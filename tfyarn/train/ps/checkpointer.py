@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from tfyarn.train import helpers
-from tfyarn.train.checkpoint import remove_checkpoint_files
+from tfyarn.train.checkpoint import keep_last_local
 from tfyarn.train.progress import NonFiniteLoss
 from tfyarn.train.ps.graph import TrainGraph
 
@@ -105,9 +105,7 @@ class Checkpointer:
                 "epoch": helpers.position(min(ws), self.steps)[0], "mode": "ps", "sync": self.ctx.spec.sync}
         entry = self.store.upload(prefix, gs, meta)
         self.last_step, self.last_time = gs, time.monotonic()
-        if self.committed is not None and self.committed[1] != prefix:
-            remove_checkpoint_files(self.committed[1])
-        self.committed = (entry, prefix)
+        self.committed = keep_last_local(self.committed, entry, prefix)
         return entry
 
 
