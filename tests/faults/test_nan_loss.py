@@ -28,8 +28,10 @@ def _write(path, n, nan_at=None, seed=0):
 
 
 def _spec(tmp_path, **over):
-    """4 files of 300 records; one record gets a NaN feature where worker rank 0 meets it at its 7th step of epoch 0
-    (found with the planner), so the job first runs — and checkpoints — a few finite steps."""
+    """4 files of 300 records; one record gets a NaN feature where worker rank 0 meets it at its 12th (last) step of
+    epoch 0 (found with the planner), so the job first runs — and checkpoints — finite steps. (At its 7th step, a
+    chief slow to start on a loaded CI box had not committed its first checkpoint yet: async ps lets the worker run
+    ahead.)"""
     d = tmp_path / "data"
     d.mkdir()
     paths = [d / f"part-{i}.tfrecord" for i in range(4)]
@@ -42,14 +44,14 @@ def _spec(tmp_path, **over):
            "timeouts": {"rendezvous": 90, "stall": 60, "shutdown": 15}, **over}
     spec = load_spec_dict(doc)
     share = plan(build_manifest(spec.data.train, use_cache=False), 2, 0, spec.data.shuffle_seed, 50).shares[0]
-    at = 6 * 50 + 10
+    at = 11 * 50 + 10
     for r in share:
         if at < len(r):
             path = r.path.removeprefix("file://")
             _write(path, 300, nan_at=r.start + at, seed=int(path.rsplit("-", 1)[1].split(".")[0]))
             return spec
         at -= len(r)
-    raise AssertionError("worker 0's share is shorter than 7 batches")
+    raise AssertionError("worker 0's share is shorter than 12 batches")
 
 
 def test_a_nan_loss_fails_the_job_at_that_step_naming_it_and_no_nan_checkpoint_is_committed(tmp_path):
