@@ -3,7 +3,11 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
+from hypothesis import strategies as st
+
 from tfyarn.data.example import encode_example
+from tfyarn.data.parse import schema
 from tfyarn.data.tfrecord import TFRecordWriter
 
 #: schema of the records written by write_ids: every record has a globally unique id, so tests can check
@@ -47,3 +51,37 @@ def framer_children() -> list[int]:
         if ppid == me and b"tfyarn.data.framer" in cmd and stat.rsplit(")", 1)[1].split()[0] != "Z":
             found.append(int(d))
     return found
+
+
+# ------------------------------------------------------------------ random Example batches (the parsers' tests)
+
+DT = st.sampled_from(["float32", "float64", "int64", "int32"])
+SHAPE = st.sampled_from([(), (1,), (3,), (2, 2)])
+NAME = st.text("abcdefgh_", min_size=1, max_size=12)
+
+
+@st.composite
+def batches(draw, extra_features=True):
+    """(fields, payloads): a random numeric schema and 1-40 canonical Examples of it, with optional extra features
+    outside the schema."""
+    spec = draw(st.dictionaries(NAME, st.tuples(DT, SHAPE), min_size=1, max_size=4))
+    extra = draw(st.dictionaries(NAME.map(lambda s: "zz" + s), st.tuples(DT, SHAPE),
+                                 max_size=2 if extra_features else 0))
+    n = draw(st.integers(1, 40))
+    ints = st.integers(-(2**63), 2**63 - 1)
+    int32s = st.integers(-(2**31), 2**31 - 1)
+    floats = st.floats(width=32, allow_nan=False)
+    payloads = []
+    for _ in range(n):
+        feats, kinds = {}, {}
+        for name, (dt, shape) in {**spec, **extra}.items():
+            k = int(np.prod(shape))
+            if dt.startswith("float"):
+                feats[name] = draw(st.lists(floats, min_size=k, max_size=k))
+                kinds[name] = "float"
+            else:
+                feats[name] = draw(st.lists(int32s if dt == "int32" else ints, min_size=k, max_size=k))
+                kinds[name] = "int64"
+        payloads.append(encode_example(feats, kinds))
+    fields = schema({k: {"dtype": d, "shape": s} for k, (d, s) in spec.items()})
+    return fields, payloads

@@ -61,3 +61,15 @@ def src(request, tmp_path, monkeypatch):
     except FileNotFoundError:
         pass
 
+
+@pytest.fixture(params=["c", "python"])
+def loops(request, monkeypatch):
+    """Run the test with the C loops (tfyarn.data._records) and again with the Python/numpy ones, in this process
+    and in framing processes it starts (``TFYARN_NATIVE=0`` is inherited)."""
+    from tfyarn.data import native
+    if request.param == "python":
+        monkeypatch.setattr(native, "records", None)
+        monkeypatch.setenv("TFYARN_NATIVE", "0")
+    elif native.records is None:
+        pytest.skip("tfyarn.data._records is not built")
+    return request.param

@@ -14,6 +14,9 @@ from tfyarn.data.tfrecord import TFRecordWriter, encode_record
 
 from _datahelpers import ID_SCHEMA, example, job_spec, write_ids
 
+#: every test twice: with the C loops and with the Python/numpy/TF ones (tfyarn.data.native)
+pytestmark = pytest.mark.usefixtures("loops")
+
 
 def offsets(payloads):
     out, acc = [], 0

@@ -9,35 +9,7 @@ from tfyarn.data import fastparse
 from tfyarn.data.example import _field, _varint, encode_example
 from tfyarn.data.parse import python_parser, schema
 
-DT = st.sampled_from(["float32", "float64", "int64", "int32"])
-SHAPE = st.sampled_from([(), (1,), (3,), (2, 2)])
-NAME = st.text("abcdefgh_", min_size=1, max_size=12)
-
-
-@st.composite
-def batches(draw, extra_features=True):
-    spec = draw(st.dictionaries(NAME, st.tuples(DT, SHAPE), min_size=1, max_size=4))
-    extra = draw(st.dictionaries(NAME.map(lambda s: "zz" + s), st.tuples(DT, SHAPE),
-                                 max_size=2 if extra_features else 0))
-    n = draw(st.integers(1, 40))
-    ints = st.integers(-(2**63), 2**63 - 1)
-    int32s = st.integers(-(2**31), 2**31 - 1)
-    floats = st.floats(width=32, allow_nan=False)
-    payloads = []
-    for _ in range(n):
-        feats, kinds = {}, {}
-        for name, (dt, shape) in {**spec, **extra}.items():
-            k = int(np.prod(shape))
-            if dt.startswith("float"):
-                feats[name] = draw(st.lists(floats, min_size=k, max_size=k))
-                kinds[name] = "float"
-            else:
-                feats[name] = draw(st.lists(int32s if dt == "int32" else ints, min_size=k, max_size=k))
-                kinds[name] = "int64"
-        payloads.append(encode_example(feats, kinds))
-    fields = schema({k: {"dtype": d, "shape": s} for k, (d, s) in spec.items()})
-    return fields, payloads
-
+from _datahelpers import batches
 
 @settings(max_examples=120, deadline=None)
 @given(batches())

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from tfyarn.data import Feeder, build_manifest
+from tfyarn.data import Feeder, build_manifest, native
 from tfyarn.data.framer import FramerDied
 from tfyarn.data.parse import python_parser
 
@@ -47,7 +47,19 @@ def wait_gone(pid: int, timeout: float = 10.0) -> None:
     raise AssertionError(f"framing process {pid} still running {timeout:g}s after its parent went away")
 
 
-def test_file_data_is_framed_in_a_child_process_memory_data_in_the_thread(local, mem, no_thread_leak):
+def test_with_the_c_loops_file_data_is_framed_in_the_reader_thread(local, no_thread_leak):
+    if native.records is None:
+        pytest.skip("tfyarn.data._records is not built")
+    with feeder(dataset(local)) as f:
+        assert f.framing == "thread" and f.framer is None
+        assert sorted(int(r) for b in f.epoch(0) for r in b["rid"]) == list(range(1200))
+        assert f.stats()["records_from_framing_process"] == 0 and not framer_children()
+
+
+def test_without_the_c_loops_file_data_is_framed_in_a_child_process_memory_data_in_the_thread(
+        local, mem, no_thread_leak, monkeypatch):
+    monkeypatch.setattr(native, "records", None)
+    monkeypatch.setenv("TFYARN_NATIVE", "0")
     with feeder(dataset(local)) as f:
         assert f.framing == "process"
         it = f.epoch(0)

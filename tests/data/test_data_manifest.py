@@ -14,6 +14,9 @@ from tfyarn.data.manifest import Manifest, _beside
 
 from _datahelpers import job_spec, write_ids
 
+#: every test twice: with the C loops and with the Python/numpy/TF ones (tfyarn.data.native)
+pytestmark = pytest.mark.usefixtures("loops")
+
 
 def test_counts_offsets_and_sorted_full_urls(mem, cache_dir):
     p1 = write_ids(f"{mem}/b.tfrecord", 0, 250)

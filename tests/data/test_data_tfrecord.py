@@ -13,6 +13,9 @@ from tfyarn.data.tfrecord import TFRecordWriter, iter_chunks, masked_crc
 
 from _datahelpers import write_ids
 
+#: every test twice: with the C framing loops and with the Python/numpy ones (tfyarn.data.native)
+pytestmark = pytest.mark.usefixtures("loops")
+
 
 def read_all(url, n, **kw):
     out = []

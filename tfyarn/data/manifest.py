@@ -279,11 +279,11 @@ def index_file(url: str, size: int, mtime: str, compression: str = "auto", strid
                     eof = True
             fr = tfrecord.scan(buf, pos, 1 << 62)
             bad_at = None
-            if fr.offsets:
-                offs = np.asarray(fr.offsets, dtype=np.int64)
+            if len(fr.offsets):
+                offs = fr.offsets
                 bad = tfrecord.check_headers(np.frombuffer(buf, dtype=np.uint8), offs)
                 if bad >= 0:
-                    bad_at, offs = fr.offsets[bad], offs[:bad]
+                    bad_at, offs = int(offs[bad]), offs[:bad]
                 first = (-rec) % stride
                 offsets.extend((offs[first::stride] + base).tolist())
                 rec += len(offs)

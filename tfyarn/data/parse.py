@@ -1,8 +1,9 @@
 """Serialized ``tf.train.Example`` batches → dict of numpy arrays, per the spec's fixed-length feature schema.
 
-The fast path is one ``tf.io.parse_example`` call per batch (TF imported lazily, in the feeder's parser thread, never
-at ``tfyarn.data`` import: gateways have no TF). TF's C++ parser releases the GIL, so it overlaps with the Python
-framing thread on another core.
+The fast path is the C parser of :mod:`native` (built with the package; numeric fixed-length features), which hands
+any record it does not take unambiguously to the general path: one TF ``ParseExampleV2`` call per group (TF imported
+lazily, in the feeder's parser thread, never at ``tfyarn.data`` import: gateways have no TF). Both release the GIL,
+so they overlap with the training loop.
 
 When a batch fails, the slow path here re-reads each record with a tiny pure-Python Example decoder to say exactly
 which record and which feature is wrong (missing, wrong dtype, wrong number of values) — TF's own message names
@@ -10,10 +11,13 @@ neither the file nor the record.
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 import numpy as np
+
+log = logging.getLogger(__name__)
 
 #: spec dtype → (Example list kind, numpy dtype of the result)
 _KINDS = {"float32": ("float_list", np.float32), "float64": ("float_list", np.float64),
@@ -240,14 +244,82 @@ def python_parser(fields: tuple[Field, ...]) -> Callable[[list[bytes]], dict[str
     return parse
 
 
-def default_parser(fields: tuple[Field, ...]) -> Callable[[list[bytes]], dict[str, np.ndarray]]:
-    """The feeder's parser: ``tf.io.parse_example`` when TensorFlow is installed (training hosts), else the
-    vectorised numpy decoder (:mod:`fastparse`) with the pure-Python parser behind it.
+#: groups in a row the C parser must hand back before a parser stops trying it (data written in an encoding it
+#: does not take, e.g. unpacked lists, would otherwise be walked twice forever)
+NATIVE_GIVE_UP = 3
 
-    Why TF first although the numpy decoder costs about the same CPU per record (~0.4 us, measured over 8k-record
-    groups): TF's parser releases the GIL and runs on the second core while the reader frames records; the numpy
-    decoder holds the GIL and would serialise with the reader (and with the training loop).
+
+def native_supports(fields: tuple[Field, ...]) -> bool:
+    """Can the C parser (:mod:`native`) decode this schema? Fixed-length numeric features with at least one value."""
+    from tfyarn.data import native
+    return native.records is not None and all(f.dtype in _NUMERIC_KIND and f.size > 0 for f in fields)
+
+
+_NUMERIC_KIND = {"float32": 0, "float64": 0, "int64": 1, "int32": 1}     # _records.c: 0 float_list, 1 int64_list
+
+
+def native_parser(fields: tuple[Field, ...], fallback: Callable[[list[bytes]], dict[str, np.ndarray]]
+                  ) -> Callable[[list[bytes]], dict[str, np.ndarray]]:
+    """The C Example parser (``_records.parse_dense``), with ``fallback`` parsing any group it does not accept.
+
+    Why: TF's ParseExampleV2 costs ~0.4 us of CPU per record and spreads every call over TF's intra-op pool, so on a
+    small training host each parse burst takes the step's cores (the gap between fed and in-graph steps that
+    BENCHMARKS.md tracks); the C loop costs a tenth of that, on the parser thread alone, without the GIL. It
+    accepts only unambiguous records (every schema feature once, of its kind, with exactly its size); for any other
+    it returns, and ``fallback`` (TF) parses the whole group and reports errors exactly as before — so results
+    never differ between the two. After :data:`NATIVE_GIVE_UP` groups in a row handed back, it stops trying.
     """
+    from tfyarn.data import native
+    lib = native.records
+    assert lib is not None
+    specs = tuple((f.name.encode("utf-8"), _NUMERIC_KIND[f.dtype], f.size) for f in fields)
+    raw_types = [np.float32 if _NUMERIC_KIND[f.dtype] == 0 else np.int64 for f in fields]
+    handed_back = 0
+
+    def parse(payloads: list[bytes]) -> dict[str, np.ndarray]:
+        nonlocal handed_back
+        if handed_back >= NATIVE_GIVE_UP:
+            return fallback(payloads)
+        n = len(payloads)
+        outs = tuple(np.empty((n, f.size), dtype=t) for f, t in zip(fields, raw_types))
+        if lib.parse_dense(payloads, specs, outs) >= 0:
+            handed_back += 1
+            if handed_back == NATIVE_GIVE_UP:
+                log.info("the C Example parser could not take %d groups in a row (an encoding it does not know?); "
+                         "using the general parser from now on", NATIVE_GIVE_UP)
+            return fallback(payloads)
+        handed_back = 0
+        out = {}
+        for f, a in zip(fields, outs):
+            want = _KINDS[f.dtype][1]
+            out[f.name] = (a if a.dtype == want else a.astype(want)).reshape((n,) + f.shape)
+        return out
+
+    return parse
+
+
+def default_parser(fields: tuple[Field, ...]) -> Callable[[list[bytes]], dict[str, np.ndarray]]:
+    """The feeder's parser: the C parser (:func:`native_parser`) when built and the schema is numeric, in front of
+    ``tf.io.parse_example`` when TensorFlow is installed (training hosts), else of the vectorised numpy decoder
+    (:mod:`fastparse`) with the pure-Python parser behind it.
+
+    Why TF before numpy although the numpy decoder costs about the same CPU per record (~0.4 us, measured over
+    8k-record groups): TF's parser releases the GIL and runs on the second core while the reader frames records; the
+    numpy decoder holds the GIL and would serialise with the reader (and with the training loop).
+    """
+    if not native_supports(fields):
+        return general_parser(fields)
+    general: list[Callable[[list[bytes]], dict[str, np.ndarray]]] = []
+
+    def fallback(payloads: list[bytes]) -> dict[str, np.ndarray]:
+        if not general:                  # built on first use: a process the C parser serves never imports TF for it
+            general.append(general_parser(fields))
+        return general[0](payloads)
+    return native_parser(fields, fallback)
+
+
+def general_parser(fields: tuple[Field, ...]) -> Callable[[list[bytes]], dict[str, np.ndarray]]:
+    """Any schema, any valid encoding: TensorFlow's parser when installed, else numpy's, else pure Python."""
     import importlib.util
     if importlib.util.find_spec("tensorflow") is not None:
         return tf_parser(fields)

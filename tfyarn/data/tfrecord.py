@@ -27,6 +27,7 @@ import fsspec
 import numpy as np
 from google_crc32c import _crc32c  # the C implementation; importing it fails loudly if only the slow one exists
 
+from tfyarn.data import native
 from tfyarn.data.errors import DataError
 
 log = logging.getLogger(__name__)
@@ -190,12 +191,12 @@ def read_first_record(f: IO[bytes], path: str, limit: int = 64 << 20) -> bytes |
 @dataclass
 class Framed:
     """Records framed in one block: ``offsets[i]`` is the byte position of record i's header inside ``buf``."""
-    offsets: list[int]
+    offsets: np.ndarray  # int64
     end: int          # position in buf just after the last complete record
 
     def lengths(self) -> np.ndarray:
         """Payload lengths, derived in bulk from consecutive offsets (cheaper than collecting them in the loop)."""
-        offs = np.asarray(self.offsets, dtype=np.int64)
+        offs = self.offsets
         nxt = np.empty_like(offs)
         nxt[:-1] = offs[1:]
         if len(offs):
@@ -207,10 +208,14 @@ def scan(buf: bytes, pos: int, limit: int) -> Framed:
     """Walk the length chain from ``pos``; stops at ``limit`` records or at the first record not complete in buf.
 
     Nothing is verified here (that is done in bulk by :func:`check_headers`); a corrupt length only makes the walk
-    stop early or go astray, and the header check reports the first bad header, which is the corrupt one. This loop
-    is the one unavoidable piece of per-record Python, so it is kept minimal (~0.1 us a record): measured 2x faster
-    than a ``while`` loop with a counter that also collects lengths.
+    stop early or go astray, and the header check reports the first bad header, which is the corrupt one. The C
+    loop (:mod:`native`) when built; else this Python loop, kept minimal (~0.1 us a record): measured 2x faster than
+    a ``while`` loop with a counter that also collects lengths.
     """
+    lib = native.records
+    if lib is not None:
+        raw, end = lib.scan(buf, pos, limit)
+        return Framed(np.frombuffer(raw, dtype=np.int64), end)
     offsets: list[int] = []
     app = offsets.append
     unpack = _U64.unpack_from
@@ -224,7 +229,7 @@ def scan(buf: bytes, pos: int, limit: int) -> Framed:
             break
         app(pos)
         pos = nxt
-    return Framed(offsets, pos)
+    return Framed(np.asarray(offsets, dtype=np.int64), pos)
 
 
 def header_ok(buf: bytes, pos: int) -> bool:
@@ -233,9 +238,13 @@ def header_ok(buf: bytes, pos: int) -> bool:
 
 
 def check_headers(arr: np.ndarray, offsets: np.ndarray) -> int:
-    """Index of the first record whose length CRC is wrong, or -1. ``arr`` is the block as uint8."""
+    """Index of the first record whose length CRC is wrong, or -1. ``arr`` is the block as uint8; ``offsets``
+    int64. C when built, else a vectorised numpy CRC over all the headers at once."""
     if len(offsets) == 0:
         return -1
+    lib = native.records
+    if lib is not None:
+        return lib.first_bad_header(arr, np.ascontiguousarray(offsets, dtype=np.int64))
     rows = arr[offsets[:, None] + np.arange(8)]
     stored = arr[offsets[:, None] + np.arange(8, 12)].copy().view("<u4").ravel()
     bad = np.flatnonzero(_mask_np(crc32c_rows(rows)) != stored)
@@ -244,7 +253,14 @@ def check_headers(arr: np.ndarray, offsets: np.ndarray) -> int:
 
 def payloads_and_check(buf: bytes, arr: np.ndarray, offsets: np.ndarray, lengths: np.ndarray,
                        check: bool = True) -> tuple[list[bytes], np.ndarray]:
-    """The record payloads (bytes) and the indexes of those whose data CRC is wrong (empty when all are good)."""
+    """The record payloads (bytes) and the indexes of those whose data CRC is wrong (empty when all are good).
+
+    C when built (one pass: slice + CRC per record), else slices and google-crc32c mapped over them."""
+    lib = native.records
+    if lib is not None and len(offsets):
+        end = int(offsets[-1]) + HEADER + int(lengths[-1]) + FOOTER
+        payloads, bad = lib.payloads(buf, np.ascontiguousarray(offsets, dtype=np.int64), end, check)
+        return payloads, np.asarray(bad, dtype=np.int64)
     starts = offsets + HEADER
     ends = starts + lengths
     payloads = [buf[s:e] for s, e in zip(starts.tolist(), ends.tolist())]
@@ -329,16 +345,16 @@ def iter_chunks(path: str, start: int, stop: int, *, offset: int = 0, first_reco
                 bad_h = check_headers(arr, offs)
                 end = fr.end
                 if bad_h >= 0:
-                    at = base + fr.offsets[bad_h]
+                    at = base + int(fr.offsets[bad_h])
                     if at not in holes:
                         _raise_bad_header(path, at, rec + bad_h)
                     jump = holes[at]                     # known damage: keep the records before it, then jump
-                    n, offs, end = bad_h, offs[:bad_h], fr.offsets[bad_h]
+                    n, offs, end = bad_h, offs[:bad_h], int(fr.offsets[bad_h])
                     fr = Framed(fr.offsets[:bad_h], end)
                 if n and rec < start:    # framing only: records before the range
                     take = min(n, start - rec)
                     if take < n:         # (only when a jump cut a scan that was meant to stop at start)
-                        end = fr.offsets[take]
+                        end = int(fr.offsets[take])
                     rec += take
                     pos = end
                 elif n:
@@ -346,8 +362,9 @@ def iter_chunks(path: str, start: int, stop: int, *, offset: int = 0, first_reco
                     payloads, bad = payloads_and_check(buf, arr, offs, lens, check_crc)
                     skipped: list[DataError] = []
                     for i in bad.tolist():
-                        err = DataError(f"{_describe(path, base + fr.offsets[i], rec + i)}: corrupted data (data CRC "
-                                        f"mismatch)", path=path, offset=base + fr.offsets[i], record=rec + i)
+                        at = base + int(fr.offsets[i])
+                        err = DataError(f"{_describe(path, at, rec + i)}: corrupted data (data CRC mismatch)",
+                                        path=path, offset=at, record=rec + i)
                         if on_corrupt != "skip":
                             raise err
                         skipped.append(err)
