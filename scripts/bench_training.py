@@ -358,13 +358,22 @@ def concurrent_tf_imports(n: int = 4) -> float:
     return time.perf_counter() - t0
 
 
+def _variant(v: str) -> None:
+    """``python``: the Feeder without its C loops (TFYARN_NATIVE=0: Python framing in the framing process, TF's
+    parse op), as before they existed; ``thread`` / ``process``: where the Feeder frames (TFYARN_FRAMING)."""
+    if v == "python":
+        os.environ["TFYARN_NATIVE"] = "0"
+    elif v:
+        os.environ["TFYARN_FRAMING"] = v
+
+
 def child(kind: str, data_dir: str) -> dict:
-    if kind == "input":
+    if kind.startswith("input"):                 # "input", "input-python"
+        _variant(kind.partition("-")[2])
         return input_cost(data_dir)
     name, _, rest = kind.partition("-")
-    dim, _, framing = rest.partition("-")
-    if framing:                                  # "graph-16-thread": the Feeder frames in its reader thread
-        os.environ["TFYARN_FRAMING"] = framing
+    dim, _, variant = rest.partition("-")
+    _variant(variant)                            # "graph-256-python"
     r = (micro_graph if name == "graph" else micro_allreduce)(data_dir, dim=int(dim or 16))
     return summarize_micro(r) | ({"traces": r["traces"]} if "traces" in r else {})
 
@@ -401,8 +410,10 @@ def report(res: dict) -> str:
              f"16 files, 10x skew, batch {BATCH}, {EPOCHS} epochs.", "",
              "### Fed vs in-graph step (same model, same process)", "",
              "Step = one loop iteration (fetch + step). Fed: tfyarn's input (Feeder numpy batches, two feeders so the "
-             "next epoch is read ahead; records framed in the framing process, `tfyarn/data/framer.py`, unless the "
-             "row says otherwise). In-graph: `TFRecordDataset → batch → parse_example → prefetch` inside the "
+             "next epoch is read ahead; records framed, CRC-checked and parsed by the C loops of "
+             "`tfyarn/data/_records.c` in the Feeder's threads; the *Python loops* rows run the Feeder as it was "
+             "before them, `TFYARN_NATIVE=0`: Python framing in the framing process, TF's parse op). "
+             "In-graph: `TFRecordDataset → batch → parse_example → prefetch` inside the "
              "graph. Both call a concrete function / `Session.run`. Each config ran "
              f"{len(mi['graph-16'].get('ratio_mean_runs', [0]))} times (interleaved); the row is the run with the "
              "median ratio of means, and all runs' ratios are listed: on this shared machine the spread between "
@@ -411,8 +422,8 @@ def report(res: dict) -> str:
              "runs again on that epoch's batches kept in memory — the fed step with no input work running beside it. "
              "*CPU per step*: CPU time of the process (every thread) and of the framing processes during each loop, "
              "per step: what the input path costs beside the step on these 2 cores, which the step uses fully. "
-             "*During a parse*: the fed steps that ran while the Feeder's parser thread was in a parse call (one TF "
-             "parse op per ~16k records), their mean step, and the mean of the other fed steps.", "",
+             "*During a parse*: the fed steps that ran while the Feeder's parser thread was in a parse call (one call "
+             "per ~16k records), their mean step, and the mean of the other fed steps.", "",
              "| mode | model | fed step ms (mean / median) | in-graph step ms (mean / median) | fed / in-graph "
              "(mean, median) | ratio of means, every run | ≤1.05 (median run) | preloaded / in-graph | CPU ms per "
              "step: fed / in-graph / preloaded | fed steps during a parse: n, mean ms (other fed steps) |",
@@ -420,8 +431,8 @@ def report(res: dict) -> str:
     for kind, name in (("graph-16", "ps style: TF1 graph, placeholders"), ("allreduce-16", "allreduce: MWMS, fed "
                        "concrete fn"), ("graph-256", "ps style: TF1 graph, placeholders"),
                        ("allreduce-256", "allreduce: MWMS, fed concrete fn"),
-                       ("graph-16-thread", "ps style, *framing in the reader thread* (before the framing process)"),
-                       ("allreduce-16-thread", "allreduce, *framing in the reader thread* (before)")):
+                       ("graph-16-python", "ps style, *Python loops* (before the C loops)"),
+                       ("graph-256-python", "ps style, *Python loops* (before the C loops)")):
         m = mi.get(kind)
         if m is None:
             continue
@@ -434,14 +445,14 @@ def report(res: dict) -> str:
                         ("fed", "ingraph", "preloaded")) + " |" if "cpu_ms_per_step" in m else " | |")
                      + (f" {po['steps']} of {po['of']}, {po['mean_ms']:.2f} ({po['other_mean_ms']:.2f}) |"
                         if (po := m.get("parse_overlap")) else " |"))
-    ic = mi["input"]
-    lines += ["", f"Input paths alone (no training): Feeder {ic['feeder_cpu_ms_per_batch']:.2f} ms CPU and "
-                  f"{ic['feeder_wall_ms_per_batch']:.2f} ms wall per batch of {BATCH}; tf.data in graph "
-                  f"{ic['tfdata_cpu_ms_per_batch']:.2f} ms CPU, {ic['tfdata_wall_ms_per_batch']:.2f} ms wall. "
-                  f"(Feeder CPU includes its framing process.) With framing in the reader thread, its ~0.8 us of "
-                  f"Python per record held the GIL the training loop needs between steps: fed steps had a tail of "
-                  f"slow ones (GIL waits) that made the *mean* 5-25 % slower than in-graph on small models while the "
-                  f"median was faster. In the framing process that work runs on another core without the GIL.", "",
+    ic, ip = mi["input"], mi.get("input-python")
+    lines += ["", f"Input paths alone (no training), per batch of {BATCH}: Feeder {ic['feeder_cpu_ms_per_batch']:.2f} "
+                  f"ms CPU and {ic['feeder_wall_ms_per_batch']:.2f} ms wall"
+                  + (f"; with the Python loops {ip['feeder_cpu_ms_per_batch']:.2f} ms CPU (framing process "
+                     f"included) and {ip['feeder_wall_ms_per_batch']:.2f} ms wall" if ip else "")
+                  + f"; tf.data in graph {ic['tfdata_cpu_ms_per_batch']:.2f} ms CPU, "
+                  f"{ic['tfdata_wall_ms_per_batch']:.2f} ms wall. The dim-256 step keeps both cores busy, so the "
+                  f"input's CPU shows in its wall time: that is the gap the C loops closed.", "",
               notes_block("fed"), "",
               "### Epoch boundaries (fed loop, 5 epochs of skewed files)", "",
               "| mode | waits for the first batch of epochs 2–5 (ms) | longest | median step (ms) | ≤ one step |",
@@ -586,7 +597,7 @@ def main() -> int:
     print(f"data: {len(data)} files in {data_dir}; load {res['load_before']}", flush=True)
     if args.only == "launch":
         return launch_only(res, data, work, args.repeats)
-    kinds = ("graph-16", "allreduce-16", "graph-256", "allreduce-256", "graph-16-thread", "allreduce-16-thread")
+    kinds = ("graph-16", "allreduce-16", "graph-256", "allreduce-256", "graph-16-python", "graph-256-python")
     runs: dict[str, list] = {k: [] for k in kinds}
     for _ in range(args.repeats):                 # interleaved repeats: load bursts spread over every config
         for kind in kinds:
@@ -596,6 +607,7 @@ def main() -> int:
         ordered = sorted(runs[kind], key=lambda r: r["ratio_mean"])
         res["micro"][kind] = ordered[len(ordered) // 2] | {"ratio_mean_runs": [r["ratio_mean"] for r in runs[kind]]}
     res["micro"]["input"] = run_child("input", str(data_dir))
+    res["micro"]["input-python"] = run_child("input-python", str(data_dir))
     res["tf_import_s"] = tf_import_s()
     res["tf_import_4_concurrent_s"] = concurrent_tf_imports(4)
     print(f"import tensorflow: {res['tf_import_s']:.2f}s; 4 at once: {res['tf_import_4_concurrent_s']:.2f}s",

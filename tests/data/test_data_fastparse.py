@@ -20,7 +20,7 @@ def test_matches_reference_decoder(case):
     ref = python_parser(fields)(payloads)
     for f in fields:
         assert fast[f.name].dtype == ref[f.name].dtype and fast[f.name].shape == ref[f.name].shape
-        assert np.array_equal(fast[f.name], ref[f.name]), f.name
+        np.testing.assert_array_equal(fast[f.name], ref[f.name], err_msg=f.name)   # NaN == NaN
 
 
 @settings(max_examples=150, deadline=None)
@@ -48,7 +48,7 @@ def test_damaged_records_are_declined_or_decoded_exactly(case, data):
     except Exception:   # noqa: BLE001 - the reference rejects it: then the fast decoder must have too
         raise AssertionError("fast decoder accepted a batch the reference decoder rejects") from None
     for f in fields:
-        assert np.array_equal(fast[f.name], ref[f.name]), f.name
+        np.testing.assert_array_equal(fast[f.name], ref[f.name], err_msg=f.name)   # NaN == NaN
 
 
 def test_declines_non_canonical_encodings():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 import fsspec
 import pytest
@@ -121,12 +122,19 @@ def test_no_tensorflow_imported():
     assert r.returncode == 0, r.stderr
 
 
-def test_build_is_bounded_by_a_timeout(mem):
+def test_build_is_bounded_by_a_timeout(mem, monkeypatch):
+    from tfyarn.data import manifest as manifest_mod
     from tfyarn.errors import WaitTimeout
-    for i in range(40):
-        write_ids(f"{mem}/p{i:02d}", 0, 2000)
-    with pytest.raises(WaitTimeout, match=r"^indexing 40 files: \d+ not finished within 1e-06s \(e\.g\. memory:///"):
-        build_manifest([f"{mem}/p*"], use_cache=False, parallel=2, timeout=1e-6)
+    for i in range(4):
+        write_ids(f"{mem}/p{i:02d}", 0, 20)
+    real = manifest_mod.index_file
+
+    def slow(*args, **kw):                       # a slow filesystem (indexing itself is too fast to outrun)
+        time.sleep(0.5)
+        return real(*args, **kw)
+    monkeypatch.setattr(manifest_mod, "index_file", slow)
+    with pytest.raises(WaitTimeout, match=r"^indexing 4 files: \d+ not finished within 0.1s \(e\.g\. memory:///"):
+        build_manifest([f"{mem}/p*"], use_cache=False, parallel=2, timeout=0.1)
 
 
 # ------------------------------------------------- what is data: hidden files, Hadoop's files, our own cached indexes

@@ -133,7 +133,7 @@ def test_canonical_examples_are_accepted_and_match_the_reference(case):
     ref = python_parser(fields)(payloads)
     for f in fields:
         assert got[f.name].dtype == ref[f.name].dtype and got[f.name].shape == ref[f.name].shape
-        assert np.array_equal(got[f.name], ref[f.name]), f.name
+        np.testing.assert_array_equal(got[f.name], ref[f.name], err_msg=f.name)   # NaN == NaN
 
 
 @settings(max_examples=200, deadline=None)
@@ -159,7 +159,7 @@ def test_damaged_records_are_handed_back_or_decoded_exactly(case, data):
     except BatchParseError:
         raise AssertionError("the C parser accepted a batch the reference decoder rejects") from None
     for f in fields:
-        assert np.array_equal(got[f.name], ref[f.name]), f.name
+        np.testing.assert_array_equal(got[f.name], ref[f.name], err_msg=f.name)   # NaN == NaN
 
 
 def _entry(key: bytes, feature: bytes) -> bytes:
@@ -206,6 +206,7 @@ def test_ambiguous_or_wrong_records_are_handed_back():
         "entry without value": _field(1, _field(1, _field(1, b"a"))),
         "two lists": _field(1, _entry(b"a", one + one)),
         "group wire type": _field(1, _entry(b"a", one)) + _varint((7 << 3) | 3),
+        "field number 0": b"\x00\x00" + ok,
         "truncated": ok[:-1],
         "empty": b"",
     }

@@ -4,6 +4,7 @@ import subprocess
 import sys
 import zipfile
 
+import pytest
 import skein
 import yaml
 
@@ -166,3 +167,23 @@ def test_backend_dryrun_is_loadable_and_writes_nothing(tmp_path, monkeypatch, sp
     assert src.startswith("hdfs://nn:8020/user/alice/.tfyarn/envs/env-venv-") and src.endswith(".tar.gz")
     assert not (tmp_path / "cache").exists()
     assert yaml.safe_load(text)["tags"] == sorted(yaml.safe_load(text)["tags"])
+
+
+def test_shipped_tfyarn_carries_the_built_c_loops(tmp_path):
+    """Tasks on YARN import tfyarn from the shipped source zip: the C extension built on the gateway must be in it
+    and importable from the extracted tree, or every task silently runs the slower Python loops."""
+    import subprocess
+    import sys
+
+    from tfyarn.data import native
+    if native.records is None:
+        pytest.skip("tfyarn.data._records is not built here")
+    src_zip = yarn_spec.build_tfyarn_zip(tmp_path / "ship")
+    names = zipfile.ZipFile(src_zip).namelist()
+    assert any(n.startswith("tfyarn/data/_records.") and n.endswith(".so") for n in names), names
+    zipfile.ZipFile(src_zip).extractall(tmp_path / "tfyarn_src")
+    probe = "import tfyarn.data.native as n, sys; print(n.records.__file__); sys.exit(n.records is None)"
+    res = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": str(tmp_path / "tfyarn_src")})
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip().startswith(str(tmp_path / "tfyarn_src")), res.stdout

@@ -257,6 +257,16 @@ static inline int read_len(cursor *c, cursor *sub) {
     return 1;
 }
 
+/* a field's tag: its number (> 0, < 2^29) and wire type; 0 at the end of the data or on an invalid tag (field 0,
+   or a tag wider than 32 bits, which no protobuf encoder writes) */
+static inline int read_tag(cursor *c, int *num, int *wt) {
+    uint64_t tag;
+    if (!read_varint(c, &tag) || tag > 0xFFFFFFFFu || (tag >> 3) == 0) return 0;
+    *num = (int)(tag >> 3);
+    *wt = (int)(tag & 7);
+    return 1;
+}
+
 typedef struct {
     const char *key;
     Py_ssize_t key_len;
@@ -269,10 +279,9 @@ typedef struct {
 /* the values of one list (FloatList / Int64List): field 1, packed or not, appended at row[count..size) */
 static int parse_list(cursor c, field_spec *f, Py_ssize_t row, Py_ssize_t *count) {
     while (c.p < c.end) {
-        uint64_t tag;
-        if (!read_varint(&c, &tag)) return 0;
-        int wt = tag & 7;
-        if ((tag >> 3) != 1) { if (!skip_value(&c, wt)) return 0; continue; }
+        int num, wt;
+        if (!read_tag(&c, &num, &wt)) return 0;
+        if (num != 1) { if (!skip_value(&c, wt)) return 0; continue; }
         if (f->kind == KIND_FLOAT) {
             float *dst = (float *)f->out + row * f->size;
             if (wt == WT_LEN) {
@@ -313,9 +322,8 @@ static int parse_feature(cursor c, field_spec *f, Py_ssize_t row) {
     Py_ssize_t count = 0;
     int want = f->kind == KIND_FLOAT ? 2 : 3;
     while (c.p < c.end) {
-        uint64_t tag;
-        if (!read_varint(&c, &tag)) return 0;
-        int num = (int)(tag >> 3), wt = tag & 7;
+        int num, wt;
+        if (!read_tag(&c, &num, &wt)) return 0;
         if (num >= 1 && num <= 3) {
             cursor list;
             if (wt != WT_LEN || num != want || lists++ || !read_len(&c, &list)) return 0;
@@ -329,9 +337,8 @@ static int parse_feature(cursor c, field_spec *f, Py_ssize_t row) {
 static int parse_entry(cursor c, field_spec *fields, Py_ssize_t nf, Py_ssize_t row) {
     cursor key = {NULL, NULL}, value = {NULL, NULL};
     while (c.p < c.end) {
-        uint64_t tag;
-        if (!read_varint(&c, &tag)) return 0;
-        int num = (int)(tag >> 3), wt = tag & 7;
+        int num, wt;
+        if (!read_tag(&c, &num, &wt)) return 0;
         if (num == 1 || num == 2) {
             cursor *dst = num == 1 ? &key : &value;
             if (wt != WT_LEN || dst->p || !read_len(&c, dst)) return 0;
@@ -352,20 +359,19 @@ static int parse_entry(cursor c, field_spec *fields, Py_ssize_t nf, Py_ssize_t r
 static int parse_example(const uint8_t *p, Py_ssize_t len, field_spec *fields, Py_ssize_t nf, Py_ssize_t row) {
     cursor c = {p, p + len};
     while (c.p < c.end) {
-        uint64_t tag;
-        if (!read_varint(&c, &tag)) return 0;
-        int num = (int)(tag >> 3), wt = tag & 7;
+        int num, wt;
+        if (!read_tag(&c, &num, &wt)) return 0;
         if (num == 1) {                                     /* Example.features (repeats merge: entries add up) */
             cursor feats;
             if (wt != WT_LEN || !read_len(&c, &feats)) return 0;
             while (feats.p < feats.end) {
-                uint64_t ftag;
-                if (!read_varint(&feats, &ftag)) return 0;
-                if ((ftag >> 3) == 1) {
+                int fnum, fwt;
+                if (!read_tag(&feats, &fnum, &fwt)) return 0;
+                if (fnum == 1) {
                     cursor entry;
-                    if ((ftag & 7) != WT_LEN || !read_len(&feats, &entry)) return 0;
+                    if (fwt != WT_LEN || !read_len(&feats, &entry)) return 0;
                     if (!parse_entry(entry, fields, nf, row)) return 0;
-                } else if (!skip_value(&feats, ftag & 7)) return 0;
+                } else if (!skip_value(&feats, fwt)) return 0;
             }
         } else if (!skip_value(&c, wt)) return 0;
     }

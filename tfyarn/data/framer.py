@@ -1,5 +1,8 @@
 """Record framing in a child process, so the training process runs no per-record Python.
 
+Used when the C loops (:mod:`tfyarn.data.native`) are not built, or when asked for (``framing="process"``); with
+them, framing costs so little CPU, mostly without the GIL, that the reader thread does it (see :mod:`feeder`).
+
 Why: framing a TFRecord stream (walking the length chain, slicing payloads, one data CRC per record) is ~0.8 us of
 Python per record that holds the GIL. In a feeder *thread* it competes with the training loop for the GIL and, on a
 small model, makes the fed step slower than an in-graph ``tf.data`` step (measured: 1.7 vs 1.4 ms per 1000-record
