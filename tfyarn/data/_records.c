@@ -178,11 +178,12 @@ static PyObject *payloads(PyObject *self, PyObject *args) {
     if (!list || !bad) goto fail;
     const uint8_t *buf = b.buf;
     for (Py_ssize_t i = 0; i < n; i++) {
-        Py_ssize_t start = offs[i] + HEADER, stop = (i + 1 < n ? offs[i + 1] : end) - FOOTER;
-        if (offs[i] < 0 || stop < start || stop + FOOTER > b.len) {
+        Py_ssize_t next = i + 1 < n ? offs[i + 1] : end;
+        if (offs[i] < 0 || offs[i] > b.len || next < offs[i] + HEADER + FOOTER || next > b.len) {
             PyErr_SetString(PyExc_IndexError, "record offsets outside the buffer or not increasing");
             goto fail;
         }
+        Py_ssize_t start = offs[i] + HEADER, stop = next - FOOTER;
         PyObject *p = PyBytes_FromStringAndSize((const char *)buf + start, stop - start);
         if (!p) goto fail;
         PyList_SET_ITEM(list, i, p);
@@ -388,8 +389,16 @@ static PyObject *parse_dense(PyObject *self, PyObject *args) {
     PyObject *plist, *specs, *outs;
     if (!PyArg_ParseTuple(args, "O!O!O!", &PyList_Type, &plist, &PyTuple_Type, &specs, &PyTuple_Type, &outs))
         return NULL;
-    Py_ssize_t n = PyList_GET_SIZE(plist), nf = PyTuple_GET_SIZE(specs);
-    if (PyTuple_GET_SIZE(outs) != nf) { PyErr_SetString(PyExc_ValueError, "one output per field"); return NULL; }
+    /* a tuple of the payloads: it owns a reference to each, so the bytes stay alive (and in place) while the loop
+       below reads them without the GIL, whatever another thread does to the list meanwhile */
+    PyObject *items = PyList_AsTuple(plist);
+    if (!items) return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(items), nf = PyTuple_GET_SIZE(specs);
+    if (PyTuple_GET_SIZE(outs) != nf) {
+        Py_DECREF(items);
+        PyErr_SetString(PyExc_ValueError, "one output per field");
+        return NULL;
+    }
     field_spec *fields = PyMem_Calloc(nf ? nf : 1, sizeof(field_spec));
     Py_buffer *views = PyMem_Calloc(nf ? nf : 1, sizeof(Py_buffer));
     const uint8_t **ptrs = PyMem_Malloc((n ? n : 1) * sizeof(uint8_t *));
@@ -415,18 +424,16 @@ static PyObject *parse_dense(PyObject *self, PyObject *args) {
         fields[i] = (field_spec){PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key), kind, size, views[i].buf, -1};
     }
     for (Py_ssize_t r = 0; r < n; r++) {
-        PyObject *item = PyList_GET_ITEM(plist, r);
+        PyObject *item = PyTuple_GET_ITEM(items, r);
         if (!PyBytes_Check(item)) { result = r; n = r; break; }   /* (a skipped record's None): not ours */
         ptrs[r] = (const uint8_t *)PyBytes_AS_STRING(item);
         lens[r] = PyBytes_GET_SIZE(item);
     }
-    Py_INCREF(plist);                                            /* the bytes stay alive with the list */
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t r = 0; r < n; r++) {
         if (!parse_example(ptrs[r], lens[r], fields, nf, r)) { result = r; break; }
     }
     Py_END_ALLOW_THREADS
-    Py_DECREF(plist);
 done:
     for (Py_ssize_t i = 0; i < got; i++) PyBuffer_Release(&views[i]);
     PyMem_Free(fields);
@@ -434,6 +441,7 @@ done:
     PyMem_Free(ptrs);
     PyMem_Free(lens);
     Py_XDECREF(keep);
+    Py_DECREF(items);
     if (PyErr_Occurred()) return NULL;
     return PyLong_FromSsize_t(result);
 }
