@@ -15,6 +15,7 @@ The machine load average is printed with every table: on a shared machine, read 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import statistics
@@ -24,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tfyarn.data import Feeder, build_manifest, plan, write_synthetic  # noqa: E402
+from tfyarn.data import Feeder, build_manifest, native, plan, write_synthetic  # noqa: E402
 from tfyarn.data.planner import round_robin_steps  # noqa: E402
 from tfyarn.data.synth import SCHEMAS  # noqa: E402
 
@@ -59,15 +60,36 @@ def native_rate(paths: list[str]) -> tuple[float, float]:
 _FEEDERS: dict = {}
 
 
+@contextlib.contextmanager
+def loops(python: bool):
+    """The Feeder's per-record loops: C (``tfyarn.data.native``, the default) or, with ``python``, the Python/numpy
+    loops and TF's parse op, in this process and in framing processes started meanwhile (``TFYARN_NATIVE=0``)."""
+    saved = native.records
+    if python:
+        native.records = None
+        os.environ["TFYARN_NATIVE"] = "0"
+    try:
+        yield
+    finally:
+        native.records = saved
+        os.environ.pop("TFYARN_NATIVE", None)
+
+
 def feeder_rate(manifest, rank: int = 0, workers: int = 1, epoch: int = 0,
-                framing: str = "auto") -> tuple[float, float, float]:
+                framing: str = "auto", python: bool = False) -> tuple[float, float, float]:
     """(records/s, seconds, CPU us per record over all threads *and the framing process*).
 
-    One Feeder per (manifest, rank, workers, framing) is kept across calls, as a training job keeps it across epochs:
-    its framing process starts once (after a job's first batch), not inside the measured epoch. Each call
+    One Feeder per (manifest, rank, workers, framing, loops) is kept across calls, as a training job keeps it across
+    epochs: its framing process starts once (after a job's first batch), not inside the measured epoch. Each call
     reads the next epoch (a new plan over the same records).
     """
-    key = (id(manifest), rank, workers, framing)
+    with loops(python):
+        return _feeder_rate(manifest, rank, workers, epoch, framing, python)
+
+
+def _feeder_rate(manifest, rank: int, workers: int, epoch: int, framing: str,
+                 python: bool) -> tuple[float, float, float]:
+    key = (id(manifest), rank, workers, framing, python)
     if key not in _FEEDERS:
         _FEEDERS[key] = [Feeder(manifest, SCHEMAS["recommender"], BATCH, rank, workers, framing=framing), epoch]
     f, e = _FEEDERS[key]
@@ -107,14 +129,15 @@ def speed_table(url: str, reps: int) -> None:
     mm = build_manifest([mem_glob], use_cache=False)
     native_rate(paths[:1])
     rows = []
-    for label, nat_src, man, framing in (("file:// (framing process)", paths, m, "process"),
-                                         ("file:// (framing in the reader thread)", paths, m, "thread"),
-                                         ("memory:// (TF: ram://; reader thread)", ram, mm, "thread")):
-        feeder_rate(man, framing=framing)    # warm-up: TF import, page cache, parser, framing process start
+    for label, nat_src, man, framing, python in (
+            ("file:// (C loops, reader thread: the default)", paths, m, "auto", False),
+            ("file:// (Python loops + TF parse, framing process: without the C extension)", paths, m, "auto", True),
+            ("memory:// (TF: ram://; C loops)", ram, mm, "auto", False)):
+        feeder_rate(man, framing=framing, python=python)   # warm-up: TF import, page cache, parser, framing process
         nat, ours = [], []
         for _ in range(reps):            # interleaved so both see the same machine load
             nat.append(native_rate(nat_src))
-            r, _, cpu = feeder_rate(man, framing=framing)
+            r, _, cpu = feeder_rate(man, framing=framing, python=python)
             ours.append((r, cpu))
         rows.append((label, nat, ours))
     total = m.total_records
