@@ -245,6 +245,22 @@ def pack_env(prefix: str | os.PathLike, kind: str, output: str | os.PathLike,
     return out
 
 
+def check_not_editable(prefix: str | os.PathLike, exclude: Iterable[str] = EXCLUDED_DISTS) -> None:
+    """Refuse to pack an env holding editable installs (``pip install -e``), tfyarn itself excepted (it ships apart).
+
+    Why: their code stays on the gateway. conda-pack leaves them out, venv-pack packs a path file naming a gateway
+    directory; either way the containers fail with ModuleNotFoundError on import, after the env was packed and
+    uploaded and the containers allocated. Said at submit (and by ``--dry-run``), before any of that.
+    """
+    excluded = {_norm(e) for e in exclude}
+    editable = [d for d in installed_distributions(prefix) if d.editable_path and d.name not in excluded]
+    if editable:
+        names = ", ".join(f"{d.name} ({d.editable_path})" for d in editable)
+        raise PackagingError(f"the environment to pack ({prefix}) has editable installs whose code would not be "
+                             f"shipped: {names}. Install them normally (`pip install <dir>`, not `-e`), move their "
+                             f"code to the job's `code:` directory, or uninstall them if the job does not use them")
+
+
 def _commit_once(fs: Any, tmp: str, path: str) -> None:
     """Rename ``tmp`` to ``path`` unless ``path`` exists. Archives are named by their content's hash, so one that is
     there already (another submit staged the same env meanwhile) is the same archive — and must stay the very file:
@@ -306,6 +322,7 @@ def ensure_env(spec: Any, staging_dir: str, progress: Progress | None = None, *,
         return EnvRef("none", "python3")
     pfx = prefix or sys.prefix
     kind = detect_env_kind(pfx) if mode == "auto" else mode
+    check_not_editable(pfx)
     if progress:
         progress("hash", 0, None)
     fp = env_fingerprint(pfx, kind)

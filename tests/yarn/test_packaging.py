@@ -117,3 +117,25 @@ def test_an_archive_staged_meanwhile_by_another_submit_is_kept_not_replaced(tmp_
     assert sorted(p.name for p in dest.parent.iterdir()) == ["venv-abc.tar.gz"]   # its own copy removed
     dest.unlink()
     assert upload(local, fs, str(dest)) == 1000 and dest.read_bytes() == b"x" * 1000
+
+
+def test_editable_installs_are_refused_before_packing(small_venv, tmp_path, monkeypatch):
+    """Their code would stay on the gateway (conda-pack drops them, venv-pack ships a path): say so at submit."""
+    monkeypatch.setenv("TFYARN_CACHE_DIR", str(tmp_path / "cache"))
+    fs = fsspec.filesystem("memory")
+    add_dist(small_venv, "tfyarn", "9.9.9", editable=str(tmp_path))      # tfyarn ships apart: fine editable
+    src = tmp_path / "mylib"
+    src.mkdir()
+    add_dist(small_venv, "mylib", "0.1", editable=str(src))
+    try:
+        for dry in (True, False):
+            with pytest.raises(PackagingError, match=r"editable installs whose code would not be shipped: "
+                                                     rf"mylib \({src}\)\. Install them normally"):
+                ensure_env(make_spec(), "memory://staging-e", prefix=str(small_venv), fs=fs, dry_run=dry)
+        assert not fs.exists("/staging-e") and not (tmp_path / "cache").exists()   # nothing packed or uploaded
+    finally:
+        for d in ("tfyarn", "mylib"):
+            for p in site_packages(small_venv).glob(f"{d}-*.dist-info"):
+                import shutil
+                shutil.rmtree(p)
+    assert ensure_env(make_spec(), "memory://staging-e", prefix=str(small_venv), fs=fs, dry_run=True).source == "pack"
