@@ -3,7 +3,7 @@ there is still experimental).
 
 ``tfyarn.data._records`` holds the input path's per-record loops (TFRecord framing, CRC32C, Example parsing; see its
 source). It is optional: without a C compiler the install succeeds and the same functions run in Python, numpy and
-TensorFlow, only slower (``tfyarn.data.native.AVAILABLE`` tells which).
+TensorFlow, only slower (``tfyarn.data.native.records`` is None then).
 """
 from setuptools import Extension, setup
 

@@ -101,6 +101,11 @@ def test_huge_length_is_not_an_overflow():
     assert len(fr.offsets) == 0 and fr.end == 0
 
 
+def test_output_size_overflow_is_refused():
+    with pytest.raises(ValueError, match="bytes for 1 records of"):
+        lib.parse_dense([b""], ((b"a", 0, 2**62),), (np.zeros(0, np.float32),))
+
+
 def test_bad_offsets_raise_instead_of_reading_outside_the_buffer():
     buf = tfrecord.encode_record(b"abc")
     with pytest.raises(IndexError):
@@ -166,55 +171,89 @@ def _entry(key: bytes, feature: bytes) -> bytes:
     return _field(1, _field(1, key) + _field(2, feature))
 
 
-def test_valid_non_canonical_encodings():
-    """Unpacked lists, value-before-key entries, unknown fields and split ``features`` messages are valid protobuf:
-    decoded, identically to the reference."""
-    fields = schema({"a": {"dtype": "int64", "shape": (2,)}, "b": {"dtype": "float32", "shape": ()}})
-    b_feat = _field(2, _field(1, np.float32(1.5).tobytes()))
-    unpacked_ints = _field(3, _varint(8) + _varint(7) + _varint(8) + _varint(2**64 - 3))   # two field-1 varints
-    unpacked_float = _field(2, _varint(13) + np.float32(-2.0).tobytes())                    # field 1, wire type 5
-    value_first = _field(1, _field(2, _field(3, _field(1, _varint(4) + _varint(5)))) + _field(1, b"a"))
-    unknown = _varint(5 << 3) + _varint(99)                                                 # field 5, varint
-    cases = {
-        "unpacked ints": _field(1, _entry(b"a", unpacked_ints) + _entry(b"b", b_feat)),
-        "unpacked float": _field(1, _entry(b"a", _field(3, _field(1, _varint(1) + _varint(2))))
-                                 + _entry(b"b", unpacked_float)),
-        "value before key": _field(1, value_first + _entry(b"b", b_feat)),
-        "unknown fields": unknown + _field(1, unknown + _entry(b"b", b_feat) + _entry(b"a", _field(
-            3, _field(1, _varint(1) + _varint(2))))),
-        "features split in two": _field(1, _entry(b"a", _field(3, _field(1, _varint(1) + _varint(2)))))
-        + _field(1, _entry(b"b", b_feat)),
-    }
-    for name, payload in cases.items():
-        got = _c_parse(fields, [payload])
-        assert got is not None, name
-        ref = python_parser(fields)([payload])
-        for f in fields:
-            assert np.array_equal(got[f.name], ref[f.name]), (name, f.name)
+def _tf_verdict(fields, payloads):
+    """TF's parser on ``payloads``: its arrays, or None when it raises."""
+    try:
+        return parse.tf_parser(fields)(payloads)
+    except BatchParseError:
+        return None
 
 
-def test_ambiguous_or_wrong_records_are_handed_back():
-    fields = schema({"a": {"dtype": "int64", "shape": ()}})
-    ok = encode_example({"a": [5]}, {"a": "int64"})
-    one = _field(3, _field(1, _varint(1)))
-    cases = {
-        "missing": encode_example({"b": [5]}, {"b": "int64"}),
-        "wrong kind": encode_example({"a": [5.0]}, {"a": "float"}),
-        "too many values": encode_example({"a": [5, 6]}, {"a": "int64"}),
-        "no values": encode_example({"a": []}, {"a": "int64"}),
-        "duplicate key": _field(1, _entry(b"a", one) + _entry(b"a", one)),
-        "entry without value": _field(1, _field(1, _field(1, b"a"))),
-        "two lists": _field(1, _entry(b"a", one + one)),
-        "group wire type": _field(1, _entry(b"a", one)) + _varint((7 << 3) | 3),
-        "field number 0": b"\x00\x00" + ok,
-        "truncated": ok[:-1],
-        "empty": b"",
-    }
-    for name, bad in cases.items():
-        assert _c_parse(fields, [ok, bad]) is None, name
-    assert _c_parse(fields, [ok, ok])["a"].tolist() == [5, 5]
-    assert not parse.native_supports(schema({"s": {"dtype": "string", "shape": ()}}))
-    assert not parse.native_supports(schema({"z": {"dtype": "float32", "shape": (0,)}}))
+def _assert_never_differs_from_tf(fields, payloads, name=""):
+    """The invariant: whatever the C parser accepts, TF accepts with the same values."""
+    got = _c_parse(fields, payloads)
+    if got is None:
+        return None
+    ref = _tf_verdict(fields, payloads)
+    assert ref is not None, f"{name}: the C parser accepted what TF rejects"
+    for f in fields:
+        np.testing.assert_array_equal(got[f.name], ref[f.name], err_msg=f"{name}: {f.name}")
+    return got
+
+
+FIELDS_AB = schema({"a": {"dtype": "int64", "shape": (2,)}, "b": {"dtype": "float32", "shape": ()}})
+_B = _field(2, _field(1, np.float32(1.5).tobytes()))                     # b: packed float_list [1.5]
+_A = _field(3, _field(1, _varint(1) + _varint(2)))                        # a: packed int64_list [1, 2]
+_UNKNOWN = _varint(5 << 3) + _varint(99)                                  # field 5, varint 99
+
+#: encodings TF's fast parser takes: the C parser must take them too (else every group would go to TF)
+TF_LAYOUTS = {
+    "canonical": _field(1, _entry(b"a", _A) + _entry(b"b", _B)),
+    "unpacked ints": _field(1, _entry(b"a", _field(3, _varint(8) + _varint(7) + _varint(8) + _varint(2**64 - 3)))
+                            + _entry(b"b", _B)),
+    "unpacked float": _field(1, _entry(b"a", _A) + _entry(b"b", _field(2, _varint(13) + np.float32(-2.0).tobytes()))),
+    "value before key": _field(1, _field(1, _field(2, _A) + _field(1, b"a")) + _entry(b"b", _B)),
+    "unknown Example field": _UNKNOWN + _field(1, _entry(b"a", _A) + _entry(b"b", _B)),
+    "features split in two": _field(1, _entry(b"a", _A)) + _field(1, _entry(b"b", _B)),
+    "extra feature of another kind": _field(1, _entry(b"z", _field(1, _field(1, b"x"))) + _entry(b"a", _A)
+                                            + _entry(b"b", _B)),
+}
+#: protobuf allows these, TF's fast parser does not (its layout is fixed): they must be handed back
+NOT_TF_LAYOUTS = {
+    "unknown field in Features": _field(1, _UNKNOWN + _entry(b"a", _A) + _entry(b"b", _B)),
+    "third field in an entry": _field(1, _field(1, _field(1, b"a") + _field(2, _A) + _UNKNOWN) + _entry(b"b", _B)),
+    "entry without value (not in the schema)": _field(1, _field(1, _field(1, b"zz")) + _entry(b"a", _A)
+                                                      + _entry(b"b", _B)),
+    "unknown field before the list": _field(1, _entry(b"a", _UNKNOWN + _A) + _entry(b"b", _B)),
+    "unknown field first in a list": _field(1, _entry(b"a", _field(3, _UNKNOWN + _field(1, _varint(1) + _varint(2))))
+                                     + _entry(b"b", _B)),
+    "two packed blocks": _field(1, _entry(b"a", _field(3, _field(1, _varint(1)) + _field(1, _varint(2))))
+                                + _entry(b"b", _B)),
+    "packed then unpacked": _field(1, _entry(b"a", _field(3, _field(1, _varint(1)) + _varint(8) + _varint(2)))
+                                   + _entry(b"b", _B)),
+    "unpacked then packed": _field(1, _entry(b"a", _field(3, _varint(8) + _varint(1) + _field(1, _varint(2))))
+                                   + _entry(b"b", _B)),
+    "overlong features tag": b"\x8a\x00" + _field(1, _entry(b"a", _A) + _entry(b"b", _B))[1:],
+}
+
+
+def test_takes_the_layouts_tf_takes_and_hands_back_the_others():
+    pytest.importorskip("tensorflow")
+    for name, payload in TF_LAYOUTS.items():
+        assert _tf_verdict(FIELDS_AB, [payload]) is not None, f"{name}: TF rejects it (the test is wrong)"
+        assert _assert_never_differs_from_tf(FIELDS_AB, [payload], name) is not None, f"{name} was handed back"
+    for name, payload in NOT_TF_LAYOUTS.items():
+        assert _c_parse(FIELDS_AB, [payload]) is None, f"{name}: accepted"
+        # what TF says of it is TF's business (it rejects each of these today); the C parser must not decide
+        _assert_never_differs_from_tf(FIELDS_AB, [payload], name)
+
+
+@settings(max_examples=150, deadline=None)
+@given(batches(), st.data())
+def test_damaged_records_never_parse_differently_from_tf(case, data):
+    pytest.importorskip("tensorflow")
+    fields, payloads = case
+    i = data.draw(st.integers(0, len(payloads) - 1))
+    p = bytearray(payloads[i])
+    at = data.draw(st.integers(0, len(p) - 1))
+    op = data.draw(st.sampled_from(["flip", "cut", "insert"]))
+    if op == "flip":
+        p[at] ^= data.draw(st.integers(1, 255))
+    elif op == "cut":
+        del p[at:]
+    else:
+        p[at:at] = bytes(data.draw(st.lists(st.integers(0, 255), min_size=1, max_size=5)))
+    _assert_never_differs_from_tf(fields, payloads[:i] + [bytes(p)] + payloads[i + 1:])
 
 
 def test_int32_wraps_like_the_tf_path():
@@ -262,3 +301,16 @@ def test_matches_tensorflow(case):
     ref = parse.tf_parser(fields)(payloads)
     for f in fields:
         assert got[f.name].dtype == ref[f.name].dtype and np.array_equal(got[f.name], ref[f.name]), f.name
+
+
+def test_a_missing_extension_is_said_once(monkeypatch, caplog):
+    monkeypatch.setattr(native, "records", None)
+    monkeypatch.setattr(native, "_why_missing", ["No module named 'tfyarn.data._records'"])
+    native.warn_if_missing()
+    native.warn_if_missing()
+    said = [r.getMessage() for r in caplog.records if "C input loops are not available" in r.getMessage()]
+    assert len(said) == 1 and "No module named" in said[0] and "~5x the CPU" in said[0]
+    monkeypatch.setattr(native, "_why_missing", [])          # TFYARN_NATIVE=0 asked for it: nothing to say
+    caplog.clear()
+    native.warn_if_missing()
+    assert not caplog.records

@@ -277,104 +277,107 @@ typedef struct {
     Py_ssize_t seen_in;       /* the record this feature was last found in */
 } field_spec;
 
-/* the values of one list (FloatList / Int64List): field 1, packed or not, appended at row[count..size) */
-static int parse_list(cursor c, field_spec *f, Py_ssize_t row, Py_ssize_t *count) {
-    while (c.p < c.end) {
-        int num, wt;
-        if (!read_tag(&c, &num, &wt)) return 0;
-        if (num != 1) { if (!skip_value(&c, wt)) return 0; continue; }
+/* The layout accepted below is TensorFlow's, not protobuf's: TF's fast parser (example_proto_fast_parsing.cc)
+   reads single-byte tags in a fixed layout and rejects much that protobuf allows (an unknown field inside Features,
+   a third field in a map entry, a list split over several blocks...). Accepting any of that here would train on a
+   file that TF, and tfyarn without this module, reject; so each function takes exactly TF's layout and hands back
+   everything else. */
+#define TAG_LEN1 0x0a      /* field 1, length-delimited: Example.features, Features.feature entry, entry key,
+                              a packed list */
+#define TAG_LEN2 0x12      /* field 2, length-delimited: entry value, Feature.float_list */
+#define TAG_LEN3 0x1a      /* field 3, length-delimited: Feature.int64_list */
+#define TAG_I32_1 0x0d     /* field 1, fixed32: one unpacked float */
+#define TAG_VARINT1 0x08   /* field 1, varint: one unpacked int64 */
+
+/* the values of one FloatList / Int64List into row: one packed block that ends the list, or unpacked values only,
+   exactly f->size of them */
+static int parse_list(cursor c, field_spec *f, Py_ssize_t row) {
+    Py_ssize_t count = 0;
+    if (c.p >= c.end) return 0;
+    if (*c.p == TAG_LEN1) {                                 /* packed */
+        cursor v;
+        c.p++;
+        if (!read_len(&c, &v) || c.p != c.end) return 0;
         if (f->kind == KIND_FLOAT) {
-            float *dst = (float *)f->out + row * f->size;
-            if (wt == WT_LEN) {
-                cursor v;
-                if (!read_len(&c, &v) || (v.end - v.p) % 4) return 0;
-                Py_ssize_t k = (v.end - v.p) / 4;
-                if (*count + k > f->size) return 0;
-                memcpy(dst + *count, v.p, k * 4);
-                *count += k;
-            } else if (wt == WT_I32) {
-                if (c.end - c.p < 4 || *count >= f->size) return 0;
-                memcpy(dst + *count, c.p, 4);
-                c.p += 4;
-                *count += 1;
-            } else return 0;
-        } else {
-            int64_t *dst = (int64_t *)f->out + row * f->size;
+            if ((v.end - v.p) != 4 * f->size) return 0;
+            memcpy((float *)f->out + row * f->size, v.p, 4 * f->size);
+            return 1;
+        }
+        int64_t *dst = (int64_t *)f->out + row * f->size;
+        while (v.p < v.end) {
             uint64_t x;
-            if (wt == WT_LEN) {
-                cursor v;
-                if (!read_len(&c, &v)) return 0;
-                while (v.p < v.end) {
-                    if (*count >= f->size || !read_varint(&v, &x)) return 0;
-                    dst[(*count)++] = (int64_t)x;
-                }
-            } else if (wt == WT_VARINT) {
-                if (*count >= f->size || !read_varint(&c, &x)) return 0;
-                dst[(*count)++] = (int64_t)x;
-            } else return 0;
+            if (count >= f->size || !read_varint(&v, &x)) return 0;
+            dst[count++] = (int64_t)x;
+        }
+        return count == f->size;
+    }
+    if (f->kind == KIND_FLOAT) {                            /* unpacked: fixed32 field-1 values only */
+        float *dst = (float *)f->out + row * f->size;
+        while (c.p < c.end) {
+            if (*c.p != TAG_I32_1 || c.end - c.p < 5 || count >= f->size) return 0;
+            memcpy(dst + count++, c.p + 1, 4);
+            c.p += 5;
+        }
+    } else {                                                /* unpacked: varint field-1 values only */
+        int64_t *dst = (int64_t *)f->out + row * f->size;
+        while (c.p < c.end) {
+            uint64_t x;
+            if (*c.p != TAG_VARINT1 || count >= f->size) return 0;
+            c.p++;
+            if (!read_varint(&c, &x)) return 0;
+            dst[count++] = (int64_t)x;
         }
     }
-    return 1;
+    return count == f->size;
 }
 
-/* one Feature message for schema field f: exactly one list, of f's kind, with exactly f->size values */
+/* one Feature for schema field f: exactly one list of f's kind, nothing else */
 static int parse_feature(cursor c, field_spec *f, Py_ssize_t row) {
-    int lists = 0;
-    Py_ssize_t count = 0;
-    int want = f->kind == KIND_FLOAT ? 2 : 3;
-    while (c.p < c.end) {
-        int num, wt;
-        if (!read_tag(&c, &num, &wt)) return 0;
-        if (num >= 1 && num <= 3) {
-            cursor list;
-            if (wt != WT_LEN || num != want || lists++ || !read_len(&c, &list)) return 0;
-            if (!parse_list(list, f, row, &count)) return 0;
-        } else if (!skip_value(&c, wt)) return 0;
-    }
-    return lists == 1 && count == f->size;
+    cursor list;
+    if (c.p >= c.end || *c.p != (f->kind == KIND_FLOAT ? TAG_LEN2 : TAG_LEN3)) return 0;
+    c.p++;
+    if (!read_len(&c, &list) || c.p != c.end) return 0;
+    return parse_list(list, f, row);
 }
 
-/* one map entry of Features: key (1) and value (2), once each, in either order */
+/* one map entry of Features: exactly a key and a value (in either order), nothing else */
 static int parse_entry(cursor c, field_spec *fields, Py_ssize_t nf, Py_ssize_t row) {
     cursor key = {NULL, NULL}, value = {NULL, NULL};
-    while (c.p < c.end) {
-        int num, wt;
-        if (!read_tag(&c, &num, &wt)) return 0;
-        if (num == 1 || num == 2) {
-            cursor *dst = num == 1 ? &key : &value;
-            if (wt != WT_LEN || dst->p || !read_len(&c, dst)) return 0;
-        } else if (!skip_value(&c, wt)) return 0;
+    for (int i = 0; i < 2; i++) {
+        if (c.p >= c.end) return 0;
+        uint8_t tag = *c.p++;
+        cursor *dst = tag == TAG_LEN1 ? &key : tag == TAG_LEN2 ? &value : NULL;
+        if (!dst || dst->p || !read_len(&c, dst)) return 0;
     }
-    if (!key.p) return 0;
+    if (c.p != c.end) return 0;
     Py_ssize_t klen = key.end - key.p;
     for (Py_ssize_t i = 0; i < nf; i++) {
         field_spec *f = &fields[i];
         if (f->key_len != klen || memcmp(f->key, key.p, klen)) continue;
-        if (f->seen_in == row || !value.p) return 0;         /* duplicated or valueless: let TF decide */
+        if (f->seen_in == row) return 0;                    /* duplicated: let TF decide */
         f->seen_in = row;
         return parse_feature(value, f, row);
     }
-    return 1;                                               /* not in the schema: ignored, as TF does */
+    return 1;                                               /* not in the schema: its value is not read, as in TF */
 }
 
 static int parse_example(const uint8_t *p, Py_ssize_t len, field_spec *fields, Py_ssize_t nf, Py_ssize_t row) {
     cursor c = {p, p + len};
     while (c.p < c.end) {
-        int num, wt;
-        if (!read_tag(&c, &num, &wt)) return 0;
-        if (num == 1) {                                     /* Example.features (repeats merge: entries add up) */
+        if (*c.p == TAG_LEN1) {                             /* Example.features (repeats: their entries add up) */
             cursor feats;
-            if (wt != WT_LEN || !read_len(&c, &feats)) return 0;
-            while (feats.p < feats.end) {
-                int fnum, fwt;
-                if (!read_tag(&feats, &fnum, &fwt)) return 0;
-                if (fnum == 1) {
-                    cursor entry;
-                    if (fwt != WT_LEN || !read_len(&feats, &entry)) return 0;
-                    if (!parse_entry(entry, fields, nf, row)) return 0;
-                } else if (!skip_value(&feats, fwt)) return 0;
+            c.p++;
+            if (!read_len(&c, &feats)) return 0;
+            while (feats.p < feats.end) {                   /* Features: entries only */
+                cursor entry;
+                if (*feats.p != TAG_LEN1) return 0;
+                feats.p++;
+                if (!read_len(&feats, &entry) || !parse_entry(entry, fields, nf, row)) return 0;
             }
-        } else if (!skip_value(&c, wt)) return 0;
+        } else {                                            /* another Example field: skipped, as TF does */
+            int num, wt;
+            if (!read_tag(&c, &num, &wt) || num == 1 || !skip_value(&c, wt)) return 0;   /* (an overlong tag 1) */
+        }
     }
     for (Py_ssize_t i = 0; i < nf; i++)
         if (fields[i].seen_in != row) return 0;             /* missing: TF names it */
@@ -415,9 +418,9 @@ static PyObject *parse_dense(PyObject *self, PyObject *args) {
         if (PyObject_GetBuffer(PyTuple_GET_ITEM(outs, i), &views[i], PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
             goto done;
         Py_ssize_t width = kind == KIND_FLOAT ? 4 : 8, have = views[i].len;
-        if (size < 0 || have != n * size * width) {
+        if (size < 0 || size > PY_SSIZE_T_MAX / width / (n ? n : 1) || have != n * size * width) {
             PyBuffer_Release(&views[i]);
-            PyErr_Format(PyExc_ValueError, "output %zd: %zd bytes, expected %zd", i, have, n * size * width);
+            PyErr_Format(PyExc_ValueError, "output %zd: %zd bytes for %zd records of %zd values", i, have, n, size);
             goto done;
         }
         if (PyList_Append(keep, key) < 0) { PyBuffer_Release(&views[i]); goto done; }

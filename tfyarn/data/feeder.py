@@ -516,6 +516,7 @@ class Feeder:
         #: ``framing="process"`` asked for explicitly: wait for the process to start instead of framing here until
         #: it is up (``auto``), so every record goes through it (tests, benchmarks).
         self.framing_strict = framing == "process"
+        native.warn_if_missing()
         self.framer = (Framer(check_crc=check_crc, on_corrupt=on_corrupt, block_bytes=block_bytes,
                               max_records=self.frame_records) if self.framing == "process" else None)
         self.skipped = 0
@@ -575,7 +576,8 @@ class Feeder:
                 "records_read": run.records_read if run else 0,
                 "records_from_framing_process": run.records_from_framer if run else 0,
                 "reader_blocked_s": run.blocked_s["reader"] if run else 0.0,
-                "parser_blocked_s": run.blocked_s["parser"] if run else 0.0}
+                "parser_blocked_s": run.blocked_s["parser"] if run else 0.0,
+                "native_loops": native.records is not None}
 
     def prestart(self) -> None:
         """Start the framing process now (non-blocking; no-op when framing in a thread) instead of once the first

@@ -6,8 +6,12 @@ and to rule the extension out when debugging). Callers look ``records`` up at ca
 """
 from __future__ import annotations
 
+import logging
 import os
 from types import ModuleType
+
+log = logging.getLogger(__name__)
+_why_missing: list[str] = []         # why the import failed (empty: it did not, or TFYARN_NATIVE=0 asked)
 
 
 def _load() -> ModuleType | None:
@@ -15,9 +19,19 @@ def _load() -> ModuleType | None:
         return None
     try:
         from tfyarn.data import _records
-    except ImportError:
+    except ImportError as exc:       # not built, or built for another Python / libc than this one
+        _why_missing.append(str(exc))
         return None
     return _records
 
 
 records: ModuleType | None = _load()
+
+
+def warn_if_missing() -> None:
+    """Once per process, when a Feeder starts without the C loops it was not asked to go without: the input then
+    costs ~5x the CPU (BENCHMARKS.md), which a training log should say rather than leave to guesswork."""
+    if records is None and _why_missing and _why_missing[0]:
+        log.warning("tfyarn's C input loops are not available (%s): records are framed and parsed in Python and "
+                    "TensorFlow, ~5x the CPU; reinstall tfyarn where a C compiler is available", _why_missing[0])
+        _why_missing[0] = ""
