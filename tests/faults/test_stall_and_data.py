@@ -102,3 +102,31 @@ def test_slow_reader_is_slow_but_correct(tmp_path):
     st = LocalBackend().run(spec)
     assert_clean_success_at_planned_step(st, steps)
     assert wait_no_processes(st.app_id, 10) == []
+
+
+@pytest.mark.slow
+def test_checkpoint_uploads_slower_than_the_step_timeout_do_not_stop_sync_training(tmp_path):
+    """Every checkpoint upload takes 2 x 4 s (``slowfile://`` store, 2 files), longer than ``timeouts.step`` = 6 s.
+    Uploading inside the chief's step loop, the sync worker waited for the chief's gradients past its step timeout
+    and the job failed; uploads now run beside training and the job ends at the planned step, checkpoints
+    committed."""
+    sys.path.insert(0, str(JOBS))
+    import fault_models  # noqa: F401  registers slowfile:// in this process too (preflight, the index read below)
+    env = {"SLOWFILE_PUT_DELAY_S": "4"}
+    spec = fault_spec(tmp_path, sync=True, delay=0.05, checkpoint_every=4, timeouts={"step": 6, "stall": 60})
+    ck = spec.checkpoint.model_copy(update={"dir": f"slowfile://{tmp_path / 'ckpt'}"})
+    spec = spec.model_copy(update={"checkpoint": ck, "roles": {
+        r: spec.roles[r].model_copy(update={"env": env}) for r in spec.roles}})
+    steps = planned_steps(spec)
+    backend = LocalBackend()
+    st = backend.run(spec)
+    assert st.state is AppState.SUCCEEDED and st.diagnostics == "", st.diagnostics
+    total = sum(steps)                                  # sync: one global step per aggregated step of both workers
+    assert st.summary["global_step"] == st.summary["total_steps"] == total, st.summary
+    assert st.summary["steps_per_worker"] == {"chief:0": total, "worker:0": total}, st.summary
+    from tfyarn.train.checkpoint import CheckpointStore
+    index = CheckpointStore(str(tmp_path / "ckpt")).index()
+    assert index["latest"] == f"ckpt-{total}" and len(index["checkpoints"]) >= 2, index
+    uploads = [float(s) for s in re.findall(r"uploaded to \S+ in ([\d.]+)s", "\n".join(backend.logs(st.app_id)))]
+    assert len(uploads) >= 2 and min(uploads) > spec.timeouts.step, uploads      # each slower than a step may take
+    assert wait_no_processes(st.app_id, 10) == []

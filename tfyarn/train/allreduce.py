@@ -39,7 +39,7 @@ from tfyarn.runtime.context import ABORT_KEY, DONE_KEY, TOTAL_STEPS_KEY, TaskCon
 from tfyarn.runtime.watchdog import install_stack_dumps
 from tfyarn.data.pipeline import EpochPipeline
 from tfyarn.train import helpers
-from tfyarn.train.checkpoint import keep_last_local
+from tfyarn.train.checkpoint import BackgroundUpload, keep_last_local
 from tfyarn.train.model import build_model, load, split_features, tf_dtype
 
 log = logging.getLogger("tfyarn.train.allreduce")
@@ -199,7 +199,9 @@ def agree_on_total(ctx: TaskContext, total: int) -> None:
 class Checkpointer:
     """Chief-side periodic checkpoints (``checkpoint.every_steps`` / ``every_secs``) through the ps engineer's store.
 
-    Writes the TF checkpoint to local scratch, then :meth:`CheckpointStore.upload` (temp names, rename, keep N).
+    Writes the TF checkpoint to local scratch in the step loop, then :meth:`CheckpointStore.upload` (temp names,
+    rename, keep N) on a background thread (:class:`BackgroundUpload`), so the peers waiting in the next collective
+    do not wait for the upload too; the final checkpoint is uploaded before returning.
     """
 
     def __init__(self, ctx: TaskContext, state: Any, n_model_vars: int, steps: list[int]):
@@ -220,6 +222,10 @@ class Checkpointer:
         #: (index entry, local prefix) of the last checkpoint committed: its local files are kept (and the previous
         #: one's deleted) so the export reads them instead of downloading the checkpoint again
         self.committed: tuple[dict[str, Any], str] | None = None
+        self.uploads = BackgroundUpload(self.store) if self.store else None
+
+    def _commit(self, entry: dict[str, Any], prefix: str) -> None:
+        self.committed = keep_last_local(self.committed, entry, prefix)
 
     def scalars(self, global_step: int, values: Callable[[], dict[str, float]], force: bool = False) -> None:
         """Chief: training scalars into the "train" event file, at most once a second (uploaded with checkpoints).
@@ -239,23 +245,38 @@ class Checkpointer:
     def due(self, global_step: int) -> bool:
         if self.store is None or not self.ctx.is_chief:
             return False
+        assert self.uploads is not None
+        self.uploads.check()                 # the previous upload failed: fail here, in the step loop
+        if self.uploads.busy():              # due again once it has committed
+            return False
         if self.every_steps and global_step - (self.last_step or 0) >= self.every_steps:
             return True
         return bool(self.every_secs) and time.monotonic() - self.last_time >= self.every_secs
 
-    def save(self, global_step: int, worker_steps: int) -> dict[str, Any] | None:
-        if self.store is None or not self.ctx.is_chief or self.last_step == global_step:
+    def save(self, global_step: int, worker_steps: int, final: bool = False) -> dict[str, Any] | None:
+        """Write a checkpoint of ``global_step``. Periodic (``final=False``): the upload runs in the background and
+        None is returned. Final: after the upload in flight, uploaded here; returns its entry (None when the latest
+        committed checkpoint is already of this step)."""
+        if self.store is None or not self.ctx.is_chief:
+            return None
+        assert self.uploads is not None
+        if final:
+            self.uploads.wait()
+        if self.last_step == global_step:
             return None
         prefix = self.state.write(str(self.local / f"ckpt-{global_step}"))
         epoch, in_epoch = helpers.position(global_step, self.steps)
         meta = {"format": CHECKPOINT_FORMAT, "mode": "allreduce", "epoch": epoch, "step_in_epoch": in_epoch,
                 "worker_steps": worker_steps, "model_variables": model_variable_keys(self.n_model_vars),
                 "num_workers": self.ctx.num_data_workers}
-        entry = self.store.upload(prefix, global_step, meta)
         if self.events is not None:
             self.events.sync()
-        self.committed = keep_last_local(self.committed, entry, prefix)
         self.last_step, self.last_time = global_step, time.monotonic()
+        if not final:
+            self.uploads.start(prefix, global_step, meta, self._commit)
+            return None
+        entry = self.store.upload(prefix, global_step, meta)
+        self._commit(entry, prefix)
         return entry
 
     def model_variables(self) -> list[Any]:
@@ -481,7 +502,7 @@ def _finish(ctx: TaskContext, ckpt: Checkpointer, figures: dict[str, Any], globa
     from tfyarn.train.export import export_at_end
     from tfyarn.train.progress import run_summary, skip_counts, wait_for_final_progress, write_summary
     ckpt.scalars(figures["global_step"], lambda: {"loss": figures["last_loss"]}, force=True)
-    entry = ckpt.save(figures["global_step"], figures["worker_steps"])
+    entry = ckpt.save(figures["global_step"], figures["worker_steps"], final=True)
     if ckpt.events is not None:
         ckpt.events.close()
     exported = export_at_end(ctx, ckpt.committed)

@@ -22,10 +22,11 @@ import json
 import logging
 import os
 import shutil
+import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from tfyarn.fsio import replace, retry_vanished
 
@@ -133,6 +134,57 @@ class CheckpointStore:
         for p in paths:
             self.fs.get_file(p, str(local_dir / os.path.basename(p)))
         return str(local_dir / name)
+
+
+class BackgroundUpload:
+    """At most one checkpoint upload at a time, on its own thread, so the step loop does not wait for it.
+
+    Why: a chief uploading inside its step loop stops stepping for as long as the upload takes, and in sync ps or
+    allreduce mode every peer then waits on it; an upload longer than ``timeouts.step`` (a model of a few GB on a
+    busy HDFS) failed the job with a step timeout. The local write stays in the loop (it reads the variables at
+    that step); only the copy to the store runs beside training. A checkpoint is *due* again only once the previous
+    upload has committed (no queue of uploads builds up behind a slow store), and an upload's failure is raised in
+    the step loop at the next :meth:`check`, failing the task as an inline upload would have.
+    """
+
+    def __init__(self, store: CheckpointStore):
+        self.store = store
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    def busy(self) -> bool:
+        t = self._thread
+        return t is not None and t.is_alive()
+
+    def check(self) -> None:
+        """Raise the last upload's failure (once)."""
+        err, self._error = self._error, None
+        if err is not None:
+            raise err
+
+    def start(self, prefix: str, global_step: int, meta: dict[str, Any],
+              committed: Callable[[dict[str, Any], str], None]) -> None:
+        """Upload ``prefix`` as ``global_step``; ``committed(entry, prefix)`` runs on the upload thread once the index
+        names it. The caller makes sure no upload is in flight (:meth:`busy`, :meth:`wait`)."""
+        self.check()
+        if self.busy():
+            raise RuntimeError("a checkpoint upload is already in flight")
+
+        def run() -> None:
+            try:
+                committed(self.store.upload(prefix, global_step, meta), prefix)
+            except BaseException as exc:  # noqa: BLE001 - handed to the step loop, which fails the task with it
+                self._error = exc
+        self._thread = threading.Thread(target=run, name=f"tfyarn-checkpoint-upload-{global_step}", daemon=True)
+        self._thread.start()
+
+    def wait(self) -> None:
+        """Until the upload in flight (if any) has committed, then raise its failure. Unbounded on purpose: the
+        stall watchdog bounds the chief's finishing phase, and its diagnosis names it."""
+        t = self._thread
+        if t is not None:
+            t.join()
+        self.check()
 
 
 def local_checkpoint_files(prefix: str | Path) -> list[Path]:

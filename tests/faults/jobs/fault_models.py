@@ -43,7 +43,8 @@ from fsspec.implementations.local import LocalFileSystem  # noqa: E402
 
 class SlowFileSystem(LocalFileSystem):
     """``slowfile://<path>``: the local file system with ``SLOWFILE_DELAY_S`` (default 0.2 s) added to every read
-    call, like a congested HDFS datanode. Real fsspec I/O through tfyarn's reader, nothing of tfyarn replaced."""
+    call, like a congested HDFS datanode, and ``SLOWFILE_PUT_DELAY_S`` (default 0) to every file upload
+    (``put_file``: how checkpoints reach their store). Real fsspec I/O through tfyarn, nothing of tfyarn replaced."""
     protocol = "slowfile"
     root_marker = "/"
 
@@ -69,6 +70,10 @@ class SlowFileSystem(LocalFileSystem):
             return read(*a, **k)
         f.read = slow_read
         return f
+
+    def put_file(self, lpath, rpath, **kw):
+        time.sleep(float(os.environ.get("SLOWFILE_PUT_DELAY_S", "0")))
+        return super().put_file(lpath, rpath, **kw)
 
     def cat_file(self, path, start=None, end=None, **kw):
         time.sleep(float(os.environ.get("SLOWFILE_DELAY_S", "0.2")))

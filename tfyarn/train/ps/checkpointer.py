@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from tfyarn.train import helpers
-from tfyarn.train.checkpoint import keep_last_local
+from tfyarn.train.checkpoint import BackgroundUpload, keep_last_local
 from tfyarn.train.progress import NonFiniteLoss
 from tfyarn.train.ps.graph import TrainGraph
 
@@ -15,7 +15,8 @@ log = logging.getLogger("tfyarn.train.ps")
 
 
 class Checkpointer:
-    """The chief's periodic checkpoints: Saver to a local dir, then :class:`CheckpointStore` upload (atomic)."""
+    """The chief's periodic checkpoints: Saver to a local dir in the step loop, then :class:`CheckpointStore` upload
+    (atomic) on a background thread (:class:`BackgroundUpload`); the final one is uploaded before returning."""
 
     def __init__(self, ctx: Any, tg: TrainGraph, steps: list[int]):
         from tfyarn.train.checkpoint import CheckpointStore, local_dir_for
@@ -33,6 +34,10 @@ class Checkpointer:
         #: previous one's deleted: with write_state=False the Saver deletes none itself) so the export reads them
         #: instead of downloading the checkpoint again
         self.committed: tuple[dict[str, Any], str] | None = None
+        self.uploads = BackgroundUpload(self.store) if self.store else None
+
+    def _commit(self, entry: dict[str, Any], prefix: str) -> None:
+        self.committed = keep_last_local(self.committed, entry, prefix)
 
     def restore_prefix(self) -> str | None:
         """Download the latest checkpoint (if any) for the chief to restore from."""
@@ -77,13 +82,23 @@ class Checkpointer:
     def due(self, global_step: int) -> bool:
         if self.store is None or global_step == self.last_step:
             return False
+        assert self.uploads is not None
+        self.uploads.check()                 # the previous upload failed: fail here, in the step loop
+        if self.uploads.busy():              # due again once it has committed
+            return False
         if self.every_steps and global_step - max(self.last_step, 0) >= self.every_steps:
             return True
         return bool(self.every_secs) and time.monotonic() - self.last_time >= self.every_secs
 
-    def save(self, sess: Any, global_step: int | None = None) -> dict[str, Any] | None:
+    def save(self, sess: Any, final: bool = False) -> dict[str, Any] | None:
+        """Write a checkpoint of the current step. Periodic (``final=False``): the upload runs in the background and
+        None is returned. Final: after the upload in flight, uploaded here; returns its entry (None when the latest
+        committed checkpoint is already of this step)."""
         if self.store is None:
             return None
+        assert self.uploads is not None
+        if final:
+            self.uploads.wait()
         gs, ws = sess.run([self.tg.global_step, self.tg.worker_steps])
         gs = int(gs)
         if gs == self.last_step:
@@ -103,9 +118,12 @@ class Checkpointer:
         ws = [gs] * len(ws) if self.ctx.spec.sync else [int(x) for x in ws]
         meta = {"format": "v1-saver", "model_variables": self.tg.model_var_keys, "worker_steps": ws,
                 "epoch": helpers.position(min(ws), self.steps)[0], "mode": "ps", "sync": self.ctx.spec.sync}
-        entry = self.store.upload(prefix, gs, meta)
         self.last_step, self.last_time = gs, time.monotonic()
-        self.committed = keep_last_local(self.committed, entry, prefix)
+        if not final:
+            self.uploads.start(prefix, gs, meta, self._commit)
+            return None
+        entry = self.store.upload(prefix, gs, meta)
+        self._commit(entry, prefix)
         return entry
 
 

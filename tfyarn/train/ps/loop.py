@@ -254,7 +254,7 @@ def _finish(ctx: Any, tg: TrainGraph, sess: Any, ckpt: Checkpointer | None, mine
     spec = ctx.spec
     gs = int(sess.run(tg.global_step))
     train_s = time.monotonic() - mine["train_start"]   # before the final checkpoint and the wait for final records
-    entry = ckpt.save(sess) if ckpt else None
+    entry = ckpt.save(sess, final=True) if ckpt else None
     elapsed = time.monotonic() - t_start
     progress = wait_for_final_progress(ctx, spec.timeouts.shutdown)
     trained = (sum(worker_steps) - sum(mine["start_worker_steps"])) * spec.data.batch_size
