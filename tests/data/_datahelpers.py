@@ -85,3 +85,26 @@ def batches(draw, extra_features=True):
         payloads.append(encode_example(feats, kinds))
     fields = schema({k: {"dtype": d, "shape": s} for k, (d, s) in spec.items()})
     return fields, payloads
+
+
+def damaged(payloads: list[bytes], data) -> list[bytes]:
+    """``payloads`` with one record damaged, as hypothesis ``data`` draws it: a byte flipped, the record cut short, or
+    1-5 bytes inserted."""
+    i = data.draw(st.integers(0, len(payloads) - 1))
+    p = bytearray(payloads[i])
+    op = data.draw(st.sampled_from(["flip", "cut", "insert"]))
+    at = data.draw(st.integers(0, len(p) - 1))
+    if op == "flip":
+        p[at] ^= data.draw(st.integers(1, 255))
+    elif op == "cut":
+        del p[at:]
+    else:
+        p[at:at] = bytes(data.draw(st.lists(st.integers(0, 255), min_size=1, max_size=5)))
+    return payloads[:i] + [bytes(p)] + payloads[i + 1:]
+
+
+def assert_same_arrays(got: dict, ref: dict, fields) -> None:
+    """Same dtype, shape and values per field (NaN equal to NaN)."""
+    for f in fields:
+        assert got[f.name].dtype == ref[f.name].dtype and got[f.name].shape == ref[f.name].shape, f.name
+        np.testing.assert_array_equal(got[f.name], ref[f.name], err_msg=f.name)

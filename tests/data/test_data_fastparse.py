@@ -9,7 +9,7 @@ from tfyarn.data import fastparse
 from tfyarn.data.example import _field, _varint, encode_example
 from tfyarn.data.parse import python_parser, schema
 
-from _datahelpers import batches
+from _datahelpers import assert_same_arrays, batches, damaged
 
 @settings(max_examples=120, deadline=None)
 @given(batches())
@@ -18,9 +18,7 @@ def test_matches_reference_decoder(case):
     fast = fastparse.parse(payloads, fields)
     assert fast is not None
     ref = python_parser(fields)(payloads)
-    for f in fields:
-        assert fast[f.name].dtype == ref[f.name].dtype and fast[f.name].shape == ref[f.name].shape
-        np.testing.assert_array_equal(fast[f.name], ref[f.name], err_msg=f.name)   # NaN == NaN
+    assert_same_arrays(fast, ref, fields)
 
 
 @settings(max_examples=150, deadline=None)
@@ -29,17 +27,7 @@ def test_damaged_records_are_declined_or_decoded_exactly(case, data):
     # Without extra features every byte belongs to the schema's features or the structure. (The contents of
     # features outside the schema are skipped unparsed, as TF's own fast parser does.)
     fields, payloads = case
-    i = data.draw(st.integers(0, len(payloads) - 1))
-    p = bytearray(payloads[i])
-    op = data.draw(st.sampled_from(["flip", "cut", "insert"]))
-    at = data.draw(st.integers(0, len(p) - 1))
-    if op == "flip":
-        p[at] ^= data.draw(st.integers(1, 255))
-    elif op == "cut":
-        del p[at:]
-    else:
-        p[at:at] = bytes(data.draw(st.lists(st.integers(0, 255), min_size=1, max_size=5)))
-    payloads = payloads[:i] + [bytes(p)] + payloads[i + 1:]
+    payloads = damaged(payloads, data)
     fast = fastparse.parse(payloads, fields)
     if fast is None:
         return

@@ -19,7 +19,7 @@ from tfyarn.data import native, parse, tfrecord
 from tfyarn.data.example import _field, _varint, encode_example
 from tfyarn.data.parse import BatchParseError, python_parser, schema
 
-from _datahelpers import batches
+from _datahelpers import assert_same_arrays, batches, damaged
 
 lib = native.records
 pytestmark = pytest.mark.skipif(lib is None and not os.environ.get("TFYARN_REQUIRE_NATIVE"),
@@ -136,26 +136,14 @@ def test_canonical_examples_are_accepted_and_match_the_reference(case):
     got = _c_parse(fields, payloads)
     assert got is not None, "a canonical Example was handed back"
     ref = python_parser(fields)(payloads)
-    for f in fields:
-        assert got[f.name].dtype == ref[f.name].dtype and got[f.name].shape == ref[f.name].shape
-        np.testing.assert_array_equal(got[f.name], ref[f.name], err_msg=f.name)   # NaN == NaN
+    assert_same_arrays(got, ref, fields)
 
 
 @settings(max_examples=200, deadline=None)
 @given(batches(extra_features=False), st.data())
 def test_damaged_records_are_handed_back_or_decoded_exactly(case, data):
     fields, payloads = case
-    i = data.draw(st.integers(0, len(payloads) - 1))
-    p = bytearray(payloads[i])
-    op = data.draw(st.sampled_from(["flip", "cut", "insert"]))
-    at = data.draw(st.integers(0, len(p) - 1))
-    if op == "flip":
-        p[at] ^= data.draw(st.integers(1, 255))
-    elif op == "cut":
-        del p[at:]
-    else:
-        p[at:at] = bytes(data.draw(st.lists(st.integers(0, 255), min_size=1, max_size=5)))
-    payloads = payloads[:i] + [bytes(p)] + payloads[i + 1:]
+    payloads = damaged(payloads, data)
     got = _c_parse(fields, payloads)
     if got is None:
         return
@@ -243,17 +231,7 @@ def test_takes_the_layouts_tf_takes_and_hands_back_the_others():
 def test_damaged_records_never_parse_differently_from_tf(case, data):
     pytest.importorskip("tensorflow")
     fields, payloads = case
-    i = data.draw(st.integers(0, len(payloads) - 1))
-    p = bytearray(payloads[i])
-    at = data.draw(st.integers(0, len(p) - 1))
-    op = data.draw(st.sampled_from(["flip", "cut", "insert"]))
-    if op == "flip":
-        p[at] ^= data.draw(st.integers(1, 255))
-    elif op == "cut":
-        del p[at:]
-    else:
-        p[at:at] = bytes(data.draw(st.lists(st.integers(0, 255), min_size=1, max_size=5)))
-    _assert_never_differs_from_tf(fields, payloads[:i] + [bytes(p)] + payloads[i + 1:])
+    _assert_never_differs_from_tf(fields, damaged(payloads, data))
 
 
 def test_int32_wraps_like_the_tf_path():

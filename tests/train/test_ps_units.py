@@ -205,3 +205,40 @@ def test_a_non_finite_loss_stops_the_reporting_task_unless_told_otherwise():
     lenient = ProgressReporter(MemoryKV(), "worker:1", fail_on_nan_loss=False)
     lenient.report(step=1, epoch=0, loss=float("nan"))
     assert lenient.last_loss != lenient.last_loss                                             # NaN kept
+
+
+def test_background_upload_commits_then_reports_a_failure_once(tmp_path):
+    """One upload in flight; ``committed`` runs once the index names it; a failure is raised by the next check."""
+    import threading
+
+    from tfyarn.train.checkpoint import BackgroundUpload
+    local = tmp_path / "local"
+    local.mkdir()
+    for name in ("ckpt-5.index", "ckpt-5.data-00000-of-00001"):
+        (local / name).write_bytes(b"x")
+    store = CheckpointStore(str(tmp_path / "store"))
+    gate = threading.Event()
+    real_upload = store.upload
+
+    def gated(*a, **kw):
+        gate.wait(10)
+        return real_upload(*a, **kw)
+    store.upload = gated
+    bg, seen = BackgroundUpload(store), []
+    bg.start(str(local / "ckpt-5"), 5, {"epoch": 0}, lambda entry, prefix: seen.append((entry["name"], prefix)))
+    assert bg.busy() and store.latest() is None and seen == []        # training goes on meanwhile
+    with pytest.raises(RuntimeError, match="already in flight"):
+        bg.start(str(local / "ckpt-5"), 5, {}, lambda e, p: None)
+    gate.set()
+    bg.wait()
+    assert not bg.busy() and store.latest()["name"] == "ckpt-5" and seen == [("ckpt-5", str(local / "ckpt-5"))]
+
+    def broken(*a, **kw):
+        raise OSError("store unreachable")
+    store.upload = broken
+    bg.start(str(local / "ckpt-5"), 6, {}, lambda e, p: seen.append("never"))
+    bg._thread.join(10)
+    with pytest.raises(OSError, match="store unreachable"):
+        bg.check()                                       # the step loop's next check fails the task
+    bg.check()                                           # said once
+    assert seen[-1] != "never"
