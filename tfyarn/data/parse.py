@@ -244,18 +244,16 @@ def python_parser(fields: tuple[Field, ...]) -> Callable[[list[bytes]], dict[str
     return parse
 
 
-#: groups in a row the C parser must hand back before a parser stops trying it (data written in an encoding it
-#: does not take, e.g. unpacked lists, would otherwise be walked twice forever)
+#: groups in a row the C parser must hand back before a parser stops trying it (data written in a layout it does
+#: not take, e.g. one TF's parser rejects too, would otherwise be walked twice forever)
 NATIVE_GIVE_UP = 3
+_NUMERIC_KIND = {"float32": 0, "float64": 0, "int64": 1, "int32": 1}     # _records.c: 0 float_list, 1 int64_list
 
 
 def native_supports(fields: tuple[Field, ...]) -> bool:
     """Can the C parser (:mod:`native`) decode this schema? Fixed-length numeric features with at least one value."""
     from tfyarn.data import native
     return native.records is not None and all(f.dtype in _NUMERIC_KIND and f.size > 0 for f in fields)
-
-
-_NUMERIC_KIND = {"float32": 0, "float64": 0, "int64": 1, "int32": 1}     # _records.c: 0 float_list, 1 int64_list
 
 
 def native_parser(fields: tuple[Field, ...], fallback: Callable[[list[bytes]], dict[str, np.ndarray]]
@@ -265,9 +263,9 @@ def native_parser(fields: tuple[Field, ...], fallback: Callable[[list[bytes]], d
     Why: TF's ParseExampleV2 costs ~0.4 us of CPU per record and spreads every call over TF's intra-op pool, so on a
     small training host each parse burst takes the step's cores (the gap between fed and in-graph steps that
     BENCHMARKS.md tracks); the C loop costs a tenth of that, on the parser thread alone, without the GIL. It
-    accepts only unambiguous records (every schema feature once, of its kind, with exactly its size); for any other
-    it returns, and ``fallback`` (TF) parses the whole group and reports errors exactly as before — so results
-    never differ between the two. After :data:`NATIVE_GIVE_UP` groups in a row handed back, it stops trying.
+    accepts only records in the layout TF's fast parser takes and without ambiguity (every schema feature once, of
+    its kind, with exactly its size); for any other it returns, and ``fallback`` (TF) parses the whole group and
+    reports errors exactly as before — so results never differ between the two. After :data:`NATIVE_GIVE_UP` groups in a row handed back, it stops trying.
     """
     from tfyarn.data import native
     lib = native.records
