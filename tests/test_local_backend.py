@@ -128,6 +128,12 @@ def test_tasks_die_with_a_sigkilled_launcher(tmp_path):
     backend = LocalBackend()
     app_id = backend.submit(spec)
     wait_for_tasks(app_id, {"chief:0", "worker:0"}, timeout=60)
+    # the premise: the launcher's status already lists the running tasks (its status.json is refreshed once a poll,
+    # so right after the processes appear it may not yet; seen once in CI on a loaded box: no task to mark KILLED)
+    deadline = time.monotonic() + 30
+    while {t.task for t in backend.status(app_id).tasks} < {"chief:0", "worker:0"}:
+        assert time.monotonic() < deadline, "the launcher's status never listed chief:0 and worker:0 within 30s"
+        time.sleep(0.1)
     pid = int((backend.app_dir(app_id) / "launcher.pid").read_text())
     os.kill(pid, signal.SIGKILL)
     assert wait_no_processes(app_id, 10) == []
