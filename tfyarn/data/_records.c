@@ -164,44 +164,58 @@ static PyObject *first_bad_header(PyObject *self, PyObject *args) {
 }
 
 /* payloads(buf, offsets, end, check) -> (list of payload bytes, list of indexes whose data CRC is wrong).
-   Record i spans offsets[i] .. offsets[i + 1] (end for the last); its payload is that minus header and footer. */
+   Record i spans offsets[i] .. offsets[i + 1] (end for the last); its payload is that minus header and footer.
+   The bounds and the CRCs are checked first, without the GIL; only creating the bytes objects needs it. */
 static PyObject *payloads(PyObject *self, PyObject *args) {
     Py_buffer b, ov;
-    PyObject *oobj;
-    Py_ssize_t end;
+    PyObject *oobj, *list = NULL, *bad = NULL;
+    Py_ssize_t end, n, bad_bounds = -1;
     int check;
-    if (!PyArg_ParseTuple(args, "y*Onp", &b, &oobj, &end, &check)) return NULL;
     const int64_t *offs;
-    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "y*Onp", &b, &oobj, &end, &check)) return NULL;
     if (get_offsets(oobj, &ov, &offs, &n) < 0) { PyBuffer_Release(&b); return NULL; }
-    PyObject *list = PyList_New(n), *bad = PyList_New(0);
-    if (!list || !bad) goto fail;
+    char *crc_bad = PyMem_RawCalloc(n ? n : 1, 1);
+    if (!crc_bad) { PyErr_NoMemory(); goto done; }
     const uint8_t *buf = b.buf;
+    Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) {
         Py_ssize_t next = i + 1 < n ? offs[i + 1] : end;
         if (offs[i] < 0 || offs[i] > b.len || next < offs[i] + HEADER + FOOTER || next > b.len) {
-            PyErr_SetString(PyExc_IndexError, "record offsets outside the buffer or not increasing");
-            goto fail;
+            bad_bounds = i;
+            break;
         }
         Py_ssize_t start = offs[i] + HEADER, stop = next - FOOTER;
-        PyObject *p = PyBytes_FromStringAndSize((const char *)buf + start, stop - start);
-        if (!p) goto fail;
+        crc_bad[i] = check && masked_crc(buf + start, stop - start) != load_u32(buf + stop);
+    }
+    Py_END_ALLOW_THREADS
+    if (bad_bounds >= 0) {
+        PyErr_SetString(PyExc_IndexError, "record offsets outside the buffer or not increasing");
+        goto done;
+    }
+    list = PyList_New(n);
+    bad = PyList_New(0);
+    if (!list || !bad) goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t next = i + 1 < n ? offs[i + 1] : end;
+        PyObject *p = PyBytes_FromStringAndSize((const char *)buf + offs[i] + HEADER, next - FOOTER - offs[i] - HEADER);
+        if (!p) goto done;
         PyList_SET_ITEM(list, i, p);
-        if (check && masked_crc(buf + start, stop - start) != load_u32(buf + stop)) {
+        if (crc_bad[i]) {
             PyObject *idx = PyLong_FromSsize_t(i);
-            if (!idx || PyList_Append(bad, idx) < 0) { Py_XDECREF(idx); goto fail; }
+            if (!idx || PyList_Append(bad, idx) < 0) { Py_XDECREF(idx); goto done; }
             Py_DECREF(idx);
         }
     }
+done:
+    PyMem_RawFree(crc_bad);
     PyBuffer_Release(&ov);
     PyBuffer_Release(&b);
+    if (PyErr_Occurred()) {
+        Py_XDECREF(list);
+        Py_XDECREF(bad);
+        return NULL;
+    }
     return Py_BuildValue("(NN)", list, bad);
-fail:
-    Py_XDECREF(list);
-    Py_XDECREF(bad);
-    PyBuffer_Release(&ov);
-    PyBuffer_Release(&b);
-    return NULL;
 }
 
 /* crc32c(data, software=False) -> unmasked CRC32C (tests compare both implementations with google-crc32c) */
