@@ -207,7 +207,7 @@ def test_a_non_finite_loss_stops_the_reporting_task_unless_told_otherwise():
     assert lenient.last_loss != lenient.last_loss                                             # NaN kept
 
 
-def test_background_upload_commits_then_reports_a_failure_once(tmp_path):
+def test_background_upload_commits_then_reports_a_failure_once(tmp_path, caplog):
     """One upload in flight; ``committed`` runs once the index names it; a failure is raised by the next check."""
     import threading
 
@@ -229,8 +229,10 @@ def test_background_upload_commits_then_reports_a_failure_once(tmp_path):
     assert bg.busy() and store.latest() is None and seen == []        # training goes on meanwhile
     with pytest.raises(RuntimeError, match="already in flight"):
         bg.start(str(local / "ckpt-5"), 5, {}, lambda e, p: None)
-    gate.set()
-    bg.wait()
+    caplog.set_level("INFO", logger="tfyarn.train.checkpoint")
+    threading.Timer(0.3, gate.set).start()
+    bg.wait(log_every_s=0.05)                          # the final checkpoint's wait says what it waits for
+    assert "still waiting for the upload of tfyarn-checkpoint-upload-5" in caplog.text
     assert not bg.busy() and store.latest()["name"] == "ckpt-5" and seen == [("ckpt-5", str(local / "ckpt-5"))]
 
     def broken(*a, **kw):

@@ -178,12 +178,17 @@ class BackgroundUpload:
         self._thread = threading.Thread(target=run, name=f"tfyarn-checkpoint-upload-{global_step}", daemon=True)
         self._thread.start()
 
-    def wait(self) -> None:
-        """Until the upload in flight (if any) has committed, then raise its failure. Unbounded on purpose: the
-        stall watchdog bounds the chief's finishing phase, and its diagnosis names it."""
+    def wait(self, log_every_s: float = 30.0) -> None:
+        """Until the upload in flight (if any) has committed, then raise its failure. Not bounded here: the stall
+        watchdog bounds the chief's finishing phase and its diagnosis names it; meanwhile the log says every
+        ``log_every_s`` which upload is being waited for."""
         t = self._thread
-        if t is not None:
-            t.join()
+        t0 = time.monotonic()
+        while t is not None and t.is_alive():
+            t.join(log_every_s)
+            if t.is_alive():
+                log.info("still waiting for the upload of %s (%.0fs) before the final checkpoint", t.name,
+                         time.monotonic() - t0)
         self.check()
 
 
