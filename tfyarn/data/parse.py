@@ -288,9 +288,10 @@ def native_parser(fields: tuple[Field, ...], fallback: Callable[[list[bytes]], d
             return fallback(payloads)
         handed_back = 0
         out = {}
-        for f, a in zip(fields, outs):
-            want = _KINDS[f.dtype][1]
-            out[f.name] = (a if a.dtype == want else a.astype(want)).reshape((n,) + f.shape)
+        with np.errstate(invalid="ignore"):     # float32 -> float64 of a signalling NaN sets the FP invalid flag
+            for f, a in zip(fields, outs):
+                want = _KINDS[f.dtype][1]
+                out[f.name] = (a if a.dtype == want else a.astype(want)).reshape((n,) + f.shape)
         return out
 
     return parse
