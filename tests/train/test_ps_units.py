@@ -208,7 +208,7 @@ def test_a_non_finite_loss_stops_the_reporting_task_unless_told_otherwise():
 
 
 def test_background_upload_commits_then_reports_a_failure_once(tmp_path, caplog):
-    """One upload in flight; ``committed`` runs once the index names it; a failure is raised by the next check."""
+    """One upload in flight; ``committed`` names it once the index does; a failure is raised by the next check."""
     import threading
 
     from tfyarn.train.checkpoint import BackgroundUpload
@@ -224,23 +224,24 @@ def test_background_upload_commits_then_reports_a_failure_once(tmp_path, caplog)
         gate.wait(10)
         return real_upload(*a, **kw)
     store.upload = gated
-    bg, seen = BackgroundUpload(store), []
-    bg.start(str(local / "ckpt-5"), 5, {"epoch": 0}, lambda entry, prefix: seen.append((entry["name"], prefix)))
-    assert bg.busy() and store.latest() is None and seen == []        # training goes on meanwhile
+    bg = BackgroundUpload(store)
+    assert bg.commit(str(local / "ckpt-5"), 5, {"epoch": 0}, final=False) is None
+    assert bg.busy() and not bg.ready() and store.latest() is None and bg.committed is None   # training goes on
     with pytest.raises(RuntimeError, match="already in flight"):
-        bg.start(str(local / "ckpt-5"), 5, {}, lambda e, p: None)
+        bg.start(str(local / "ckpt-5"), 5, {})
     caplog.set_level("INFO", logger="tfyarn.train.checkpoint")
     threading.Timer(0.3, gate.set).start()
     bg.wait(log_every_s=0.05)                          # the final checkpoint's wait says what it waits for
     assert "still waiting for the upload of tfyarn-checkpoint-upload-5" in caplog.text
-    assert not bg.busy() and store.latest()["name"] == "ckpt-5" and seen == [("ckpt-5", str(local / "ckpt-5"))]
+    assert not bg.busy() and store.latest()["name"] == "ckpt-5"
+    assert (bg.committed[0]["name"], bg.committed[1]) == ("ckpt-5", str(local / "ckpt-5"))
 
     def broken(*a, **kw):
         raise OSError("store unreachable")
     store.upload = broken
-    bg.start(str(local / "ckpt-5"), 6, {}, lambda e, p: seen.append("never"))
+    bg.start(str(local / "ckpt-5"), 6, {})
     bg._thread.join(10)
     with pytest.raises(OSError, match="store unreachable"):
-        bg.check()                                       # the step loop's next check fails the task
+        bg.ready()                                       # the step loop's next check fails the task
     bg.check()                                           # said once
-    assert seen[-1] != "never"
+    assert bg.committed[0]["global_step"] == 5           # the failed upload committed nothing

@@ -39,7 +39,7 @@ from tfyarn.runtime.context import ABORT_KEY, DONE_KEY, TOTAL_STEPS_KEY, TaskCon
 from tfyarn.runtime.watchdog import install_stack_dumps
 from tfyarn.data.pipeline import EpochPipeline
 from tfyarn.train import helpers
-from tfyarn.train.checkpoint import BackgroundUpload, keep_last_local
+from tfyarn.train.checkpoint import BackgroundUpload
 from tfyarn.train.model import build_model, load, split_features, tf_dtype
 
 log = logging.getLogger("tfyarn.train.allreduce")
@@ -219,13 +219,12 @@ class Checkpointer:
             self.events = EventWriter(ctx.spec.resolve_path(c.dir) if c.dir else None, "train", self.local / "events")
         self._last_event = 0.0
         self._last_sync = time.monotonic()
-        #: (index entry, local prefix) of the last checkpoint committed: its local files are kept (and the previous
-        #: one's deleted) so the export reads them instead of downloading the checkpoint again
-        self.committed: tuple[dict[str, Any], str] | None = None
         self.uploads = BackgroundUpload(self.store) if self.store else None
 
-    def _commit(self, entry: dict[str, Any], prefix: str) -> None:
-        self.committed = keep_last_local(self.committed, entry, prefix)
+    @property
+    def committed(self) -> tuple[dict[str, Any], str] | None:
+        """(index entry, local prefix) of the last checkpoint committed (its local files kept for the export)."""
+        return self.uploads.committed if self.uploads else None
 
     def scalars(self, global_step: int, values: Callable[[], dict[str, float]], force: bool = False) -> None:
         """Chief: training scalars into the "train" event file, at most once a second (uploaded with checkpoints).
@@ -246,8 +245,7 @@ class Checkpointer:
         if self.store is None or not self.ctx.is_chief:
             return False
         assert self.uploads is not None
-        self.uploads.check()                 # the previous upload failed: fail here, in the step loop
-        if self.uploads.busy():              # due again once it has committed
+        if not self.uploads.ready():
             return False
         if self.every_steps and global_step - (self.last_step or 0) >= self.every_steps:
             return True
@@ -272,12 +270,7 @@ class Checkpointer:
         if self.events is not None:
             self.events.sync()
         self.last_step, self.last_time = global_step, time.monotonic()
-        if not final:
-            self.uploads.start(prefix, global_step, meta, self._commit)
-            return None
-        entry = self.store.upload(prefix, global_step, meta)
-        self._commit(entry, prefix)
-        return entry
+        return self.uploads.commit(prefix, global_step, meta, final=final)
 
     def model_variables(self) -> list[Any]:
         """The model's variables in creation order, as :func:`train_state` holds them."""

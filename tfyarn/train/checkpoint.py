@@ -26,7 +26,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from tfyarn.fsio import replace, retry_vanished
 
@@ -144,13 +144,19 @@ class BackgroundUpload:
     busy HDFS) failed the job with a step timeout. The local write stays in the loop (it reads the variables at
     that step); only the copy to the store runs beside training. A checkpoint is *due* again only once the previous
     upload has committed (no queue of uploads builds up behind a slow store), and an upload's failure is raised in
-    the step loop at the next :meth:`check`, failing the task as an inline upload would have.
+    the step loop at the next :meth:`ready`, failing the task as an inline upload would have.
+
+    It also keeps the chief's local copies to one: the last committed checkpoint's files stay (the end-of-run export
+    reads them instead of downloading the checkpoint again), the previous one's go (a Saver with
+    ``write_state=False`` deletes none itself).
     """
 
     def __init__(self, store: CheckpointStore):
         self.store = store
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
+        #: (index entry, local prefix) of the last checkpoint committed, its local files kept
+        self.committed: tuple[dict[str, Any], str] | None = None
 
     def busy(self) -> bool:
         t = self._thread
@@ -162,17 +168,37 @@ class BackgroundUpload:
         if err is not None:
             raise err
 
-    def start(self, prefix: str, global_step: int, meta: dict[str, Any],
-              committed: Callable[[dict[str, Any], str], None]) -> None:
-        """Upload ``prefix`` as ``global_step``; ``committed(entry, prefix)`` runs on the upload thread once the index
-        names it. The caller makes sure no upload is in flight (:meth:`busy`, :meth:`wait`)."""
+    def ready(self) -> bool:
+        """May a periodic checkpoint be written now? Raises the previous upload's failure (in the step loop); False
+        while an upload is in flight (due again once it has committed)."""
+        self.check()
+        return not self.busy()
+
+    def commit(self, prefix: str, global_step: int, meta: dict[str, Any], *, final: bool) -> dict[str, Any] | None:
+        """Commit the local checkpoint ``prefix``: periodic, by starting its upload (None); final, by uploading it
+        here and returning its index entry (the caller has :meth:`wait`-ed for the upload in flight)."""
+        if not final:
+            self.start(prefix, global_step, meta)
+            return None
+        entry = self.store.upload(prefix, global_step, meta)
+        self._committed(entry, prefix)
+        return entry
+
+    def _committed(self, entry: dict[str, Any], prefix: str) -> None:
+        if self.committed is not None and self.committed[1] != prefix:
+            remove_checkpoint_files(self.committed[1])
+        self.committed = (entry, prefix)
+
+    def start(self, prefix: str, global_step: int, meta: dict[str, Any]) -> None:
+        """Upload ``prefix`` as ``global_step`` on the upload thread (:attr:`committed` names it once the index does).
+        The caller makes sure no upload is in flight (:meth:`ready`, :meth:`wait`)."""
         self.check()
         if self.busy():
             raise RuntimeError("a checkpoint upload is already in flight")
 
         def run() -> None:
             try:
-                committed(self.store.upload(prefix, global_step, meta), prefix)
+                self._committed(self.store.upload(prefix, global_step, meta), prefix)
             except BaseException as exc:  # noqa: BLE001 - handed to the step loop, which fails the task with it
                 self._error = exc
         self._thread = threading.Thread(target=run, name=f"tfyarn-checkpoint-upload-{global_step}", daemon=True)
@@ -209,15 +235,6 @@ def remove_checkpoint_files(prefix: str | Path) -> None:
     """Delete the local TF checkpoint ``prefix``'s files."""
     for f in local_checkpoint_files(prefix):
         f.unlink(missing_ok=True)
-
-
-def keep_last_local(committed: tuple[dict[str, Any], str] | None, entry: dict[str, Any],
-                    prefix: str) -> tuple[dict[str, Any], str]:
-    """A chief's local copies after committing ``entry`` (written at ``prefix``): the previous committed one's files
-    go, this one's stay (the end-of-run export reads them). Returns the new (entry, prefix)."""
-    if committed is not None and committed[1] != prefix:
-        remove_checkpoint_files(committed[1])
-    return entry, prefix
 
 
 def local_dir_for(workdir: str | Path, sub: str) -> Path:

@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from tfyarn.train import helpers
-from tfyarn.train.checkpoint import BackgroundUpload, keep_last_local
+from tfyarn.train.checkpoint import BackgroundUpload
 from tfyarn.train.progress import NonFiniteLoss
 from tfyarn.train.ps.graph import TrainGraph
 
@@ -30,14 +30,12 @@ class Checkpointer:
         self.last_time = time.monotonic()
         self.resumed_from: str | None = None   # the checkpoint the chief restored, for the summary
         self.warm_started_from: str | None = None   # checkpoint.init_from's checkpoint, for the summary
-        #: (index entry, local prefix) of the last checkpoint this chief committed: its local files are kept (the
-        #: previous one's deleted: with write_state=False the Saver deletes none itself) so the export reads them
-        #: instead of downloading the checkpoint again
-        self.committed: tuple[dict[str, Any], str] | None = None
         self.uploads = BackgroundUpload(self.store) if self.store else None
 
-    def _commit(self, entry: dict[str, Any], prefix: str) -> None:
-        self.committed = keep_last_local(self.committed, entry, prefix)
+    @property
+    def committed(self) -> tuple[dict[str, Any], str] | None:
+        """(index entry, local prefix) of the last checkpoint this chief committed (its local files kept)."""
+        return self.uploads.committed if self.uploads else None
 
     def restore_prefix(self) -> str | None:
         """Download the latest checkpoint (if any) for the chief to restore from."""
@@ -83,8 +81,7 @@ class Checkpointer:
         if self.store is None or global_step == self.last_step:
             return False
         assert self.uploads is not None
-        self.uploads.check()                 # the previous upload failed: fail here, in the step loop
-        if self.uploads.busy():              # due again once it has committed
+        if not self.uploads.ready():
             return False
         if self.every_steps and global_step - max(self.last_step, 0) >= self.every_steps:
             return True
@@ -119,12 +116,7 @@ class Checkpointer:
         meta = {"format": "v1-saver", "model_variables": self.tg.model_var_keys, "worker_steps": ws,
                 "epoch": helpers.position(min(ws), self.steps)[0], "mode": "ps", "sync": self.ctx.spec.sync}
         self.last_step, self.last_time = gs, time.monotonic()
-        if not final:
-            self.uploads.start(prefix, gs, meta, self._commit)
-            return None
-        entry = self.store.upload(prefix, gs, meta)
-        self._commit(entry, prefix)
-        return entry
+        return self.uploads.commit(prefix, gs, meta, final=final)
 
 
     def _saved_counters(self, prefix: str) -> tuple[int, list[int]]:
