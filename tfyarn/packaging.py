@@ -176,13 +176,15 @@ class Fingerprint:
 
 
 def env_fingerprint(prefix: str | os.PathLike | None = None, kind: str | None = None,
-                    exclude: Iterable[str] = EXCLUDED_DISTS) -> Fingerprint:
-    """The content hash naming the packed archive of ``prefix`` (stable across runs; changes with what matters)."""
+                    exclude: Iterable[str] = EXCLUDED_DISTS, installed: list[Distribution] | None = None
+                    ) -> Fingerprint:
+    """The content hash naming the packed archive of ``prefix`` (stable across runs; changes with what matters).
+    ``installed``: its :func:`installed_distributions`, when the caller has them already."""
     p = Path(prefix or sys.prefix).resolve()
     kind = kind or detect_env_kind(p)
     excluded = {_norm(e) for e in exclude}
     dists, local = [], {}
-    for d in installed_distributions(p):
+    for d in installed if installed is not None else installed_distributions(p):
         if d.name in excluded:
             continue
         dists.append([d.name, d.version])
@@ -245,7 +247,8 @@ def pack_env(prefix: str | os.PathLike, kind: str, output: str | os.PathLike,
     return out
 
 
-def check_not_editable(prefix: str | os.PathLike, exclude: Iterable[str] = EXCLUDED_DISTS) -> None:
+def check_not_editable(prefix: str | os.PathLike, exclude: Iterable[str] = EXCLUDED_DISTS,
+                       installed: list[Distribution] | None = None) -> None:
     """Refuse to pack an env holding editable installs (``pip install -e``), tfyarn itself excepted (it ships apart).
 
     Why: their code stays on the gateway. conda-pack leaves them out, venv-pack packs a path file naming a gateway
@@ -253,7 +256,8 @@ def check_not_editable(prefix: str | os.PathLike, exclude: Iterable[str] = EXCLU
     uploaded and the containers allocated. Said at submit (and by ``--dry-run``), before any of that.
     """
     excluded = {_norm(e) for e in exclude}
-    editable = [d for d in installed_distributions(prefix) if d.editable_path and d.name not in excluded]
+    editable = [d for d in (installed if installed is not None else installed_distributions(prefix))
+                if d.editable_path and d.name not in excluded]
     if editable:
         names = ", ".join(f"{d.name} ({d.editable_path})" for d in editable)
         raise PackagingError(f"the environment to pack ({prefix}) has editable installs whose code would not be "
@@ -322,10 +326,11 @@ def ensure_env(spec: Any, staging_dir: str, progress: Progress | None = None, *,
         return EnvRef("none", "python3")
     pfx = prefix or sys.prefix
     kind = detect_env_kind(pfx) if mode == "auto" else mode
-    check_not_editable(pfx)
+    installed = installed_distributions(pfx)            # read once: the check and the hash both need them
+    check_not_editable(pfx, installed=installed)
     if progress:
         progress("hash", 0, None)
-    fp = env_fingerprint(pfx, kind)
+    fp = env_fingerprint(pfx, kind, installed=installed)
     name = archive_name(fp)
     from tfyarn import hdfs
 
