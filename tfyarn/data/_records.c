@@ -420,9 +420,8 @@ static PyObject *parse_dense(PyObject *self, PyObject *args) {
     Py_buffer *views = PyMem_Calloc(nf ? nf : 1, sizeof(Py_buffer));
     const uint8_t **ptrs = PyMem_Malloc((n ? n : 1) * sizeof(uint8_t *));
     Py_ssize_t *lens = PyMem_Malloc((n ? n : 1) * sizeof(Py_ssize_t));
-    PyObject *keep = PyList_New(0);                          /* the key bytes objects, alive while parsing */
     Py_ssize_t got = 0, result = -1;
-    if (!fields || !views || !ptrs || !lens || !keep) { PyErr_NoMemory(); goto done; }
+    if (!fields || !views || !ptrs || !lens) { PyErr_NoMemory(); goto done; }
     for (Py_ssize_t i = 0; i < nf; i++, got++) {
         PyObject *key;
         int kind;
@@ -437,7 +436,7 @@ static PyObject *parse_dense(PyObject *self, PyObject *args) {
             PyErr_Format(PyExc_ValueError, "output %zd: %zd bytes for %zd records of %zd values", i, have, n, size);
             goto done;
         }
-        if (PyList_Append(keep, key) < 0) { PyBuffer_Release(&views[i]); goto done; }
+        /* key: borrowed from specs, which the caller holds for the whole call */
         fields[i] = (field_spec){PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key), kind, size, views[i].buf, -1};
     }
     for (Py_ssize_t r = 0; r < n; r++) {
@@ -457,7 +456,6 @@ done:
     PyMem_Free(views);
     PyMem_Free(ptrs);
     PyMem_Free(lens);
-    Py_XDECREF(keep);
     Py_DECREF(items);
     if (PyErr_Occurred()) return NULL;
     return PyLong_FromSsize_t(result);
