@@ -9,7 +9,8 @@ What is checked (all problems are collected and reported together, like spec err
   cluster's maximum allocation; a role's node label is one the queue can use;
 * the Kerberos keytab exists and is not world-readable;
 * the model's module and the packages the spec's roles need (``tensorboard`` for a tensorboard role) are in the
-  tasks' Python, where that Python is this one: local runs, and YARN jobs that pack the gateway's env.
+  tasks' Python, where that Python is this one: local runs, YARN jobs that pack the gateway's env or name this
+  interpreter as ``environment.python``.
 
 The cluster is behind :class:`ClusterInfo` (two methods) so the rules are tested without a ResourceManager:
 :class:`StaticClusterInfo` for tests or offline use, :class:`SkeinClusterInfo` against a live cluster (queues from
@@ -349,6 +350,23 @@ def check_task_env(spec: JobSpec) -> list[str]:
     return problems
 
 
+def runs_this_python(spec: JobSpec) -> bool:
+    """Whether the YARN tasks run this very Python environment: a packed copy of it, or ``environment.python``
+    naming an interpreter of this environment (the same bin directory and executable; a shared install on the nodes,
+    as on a single-host or NFS cluster). Only then can the gateway check the tasks' packages (issue 19: a tensorboard
+    role failed on YARN with ``environment.python`` = this interpreter and no ``tensorboard`` package)."""
+    env = spec.environment
+    if env.source == "pack":
+        return True
+    if env.source != "python" or not env.python:
+        return False
+    import os
+    theirs, ours = os.path.abspath(env.python), os.path.abspath(sys.executable)
+    # a venv's python is a symlink to its base interpreter: compare the bin dir itself, then the executable
+    return (os.path.realpath(os.path.dirname(theirs)) == os.path.realpath(os.path.dirname(ours))
+            and os.path.realpath(theirs) == os.path.realpath(ours))
+
+
 def local_path_warnings(spec: JobSpec) -> list[str]:
     """Paths on the gateway's own disk: YARN containers on other hosts cannot read them (fine on a shared mount)."""
     out = []
@@ -371,7 +389,7 @@ def run_preflight(spec: JobSpec, cluster: ClusterInfo | None = None, get_fs: Get
     ``cluster=None`` skips the queue/resource checks (no ResourceManager to ask).
     """
     problems = check_kerberos(spec)
-    if spec.environment.source == "pack":   # the gateway's env is what the containers will run
+    if runs_this_python(spec):   # the gateway's env is what the containers will run
         problems += check_task_env(spec)
     if cluster is not None:
         problems += check_resources(spec, cluster, master_memory_mib, master_vcores)

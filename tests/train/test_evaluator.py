@@ -48,6 +48,21 @@ def test_a_failure_that_will_be_restarted_does_not_stop_the_evaluator(tmp_path):
     assert training_ended_badly(ctx) is None
 
 
+def test_a_failed_side_task_does_not_end_training_for_the_followers(tmp_path):
+    """Issue 19: tensorboard:0 failing (no tensorboard package) made the evaluator log "training failed:
+    tensorboard:0 ..." and evaluate nothing while training went on to SUCCEEDED. Only training tasks' and the ps'
+    failures (or the job's abort) end training for a follower."""
+    ctx = make_ctx(tmp_path)
+    ctx.kv.put(failure_key("tensorboard:0"), "MissingTensorBoard: the tensorboard role needs the 'tensorboard' ...")
+    ctx.kv.put(failure_key("evaluator:1"), "MemoryError")
+    assert training_ended_badly(ctx) is None
+    tb = TaskContext(spec=ctx.spec, role="tensorboard", index=0, kv=ctx.kv, workdir=tmp_path)
+    assert training_ended_badly(tb) is None                      # nor TensorBoard on an evaluator's crash
+    ctx.kv.put(failure_key("ps:0"), "UnavailableError: ps gone")
+    assert training_ended_badly(ctx) == "training failed: ps:0: UnavailableError: ps gone"
+    assert training_ended_badly(tb) == "training failed: ps:0: UnavailableError: ps gone"
+
+
 @pytest.mark.timeout(120)
 def test_evaluator_ends_when_training_fails_and_when_done_without_checkpoints(tmp_path):
     from tfyarn.train import evaluator

@@ -1,5 +1,6 @@
 """Preflight: every problem reported at once, before anything is uploaded; files checked on memory:// and file://."""
 import os
+import sys
 
 import fsspec
 import pytest
@@ -175,6 +176,13 @@ def test_a_tensorboard_role_needs_tensorboard_where_the_tasks_run_this_env(monke
         run_preflight(spec, check_files=False)                                  # environment.pack: auto
     for env in ({"archive": "hdfs:///envs/tf.tar.gz"}, {"python": "/opt/py/bin/python"}):
         run_preflight(make_spec(roles=roles, environment=env, **common), check_files=False)  # not ours to check
+    # environment.python naming this very interpreter (a node python shared with the gateway): the tasks run this
+    # env, so a missing tensorboard is caught before submitting (issue 19: tensorboard:0 failed on YARN instead)
+    with pytest.raises(PreflightError, match="roles.tensorboard"):
+        run_preflight(make_spec(roles=roles, environment={"python": sys.executable}, **common), check_files=False)
+    base = os.path.realpath(sys.executable)     # a venv's python links to its base: a different environment
+    if base != os.path.abspath(sys.executable):
+        run_preflight(make_spec(roles=roles, environment={"python": base}, **common), check_files=False)
     assert check_task_env(make_spec(roles={"chief": {"instances": 1}}, **common)) == []
     monkeypatch.setattr(pf, "_installed", lambda m: True)
     assert check_task_env(spec) == []

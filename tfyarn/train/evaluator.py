@@ -30,10 +30,17 @@ log = logging.getLogger("tfyarn.train.evaluator")
 POLL_S = 2.0
 
 
-def training_ended_badly(ctx: TaskContext) -> str | None:
-    """Why training will never set ``control/done`` (abort, or a task reported a failure), or None.
+#: Roles that follow training without being part of it: their failure does not end training (on YARN they are
+#: skein's ``allow_failures``; locally a tensorboard failure is only reported).
+SIDE_ROLES = ("evaluator", "tensorboard")
 
-    The launcher stops every task when one fails, but a follower role must not depend on that to end.
+
+def training_ended_badly(ctx: TaskContext) -> str | None:
+    """Why training will never set ``control/done`` (abort, or a training task or ps reported a failure), or None.
+
+    The launcher stops every task when one fails, but a follower role must not depend on that to end. A side role's
+    failure is not training's: a tensorboard without its package made the evaluator stop evaluating while training
+    went on to SUCCEEDED (and an evaluator crash stopped TensorBoard the same way).
     """
     reason = ctx.kv.get(ABORT_KEY)
     if reason is not None:
@@ -41,7 +48,8 @@ def training_ended_badly(ctx: TaskContext) -> str | None:
     failures = {k.split("/", 1)[1]: v for k, v in ctx.kv.items("failure/").items()}
     # a task that will be restarted in place (its role's max_restarts) has not ended training; nor has this task's
     # own record from before its restart (on YARN nothing deletes either)
-    fatal = {t: v for t, v in failures.items() if t != ctx.task_id and not _restartable(ctx.spec, t)}
+    fatal = {t: v for t, v in failures.items()
+             if t.split(":", 1)[0] not in SIDE_ROLES and not _restartable(ctx.spec, t)}
     if fatal:
         return "training failed: " + "; ".join(f"{t}: {v}" for t, v in sorted(fatal.items()))
     return None
