@@ -51,6 +51,25 @@ def test_missing_data_and_unwritable_checkpoint_dir_exit_2_before_any_task_start
         assert not (Path(tmp_path) / "tfyarn-home" / "apps").exists()  # no app, no process
 
 
+def test_a_malformed_set_and_a_mistyped_role_are_listed_with_every_other_problem(tmp_path):
+    """`--set nokey` (no '=') used to be the only error shown, hiding the spec's others; a mistyped role got
+    pydantic's "Input should be 'chief', ..." where other keys get "did you mean"."""
+    spec = small_spec(tmp_path)
+    spec["data"]["epoch"] = 2
+    path = write(tmp_path, spec)
+    proc = subprocess.run([sys.executable, "-m", "tfyarn.cli", "validate", path, "--set", "nokey",
+                           "--set", "roles.wrker.instances=3", "--set", "roles.worker.memory=8 gigs"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert "4 problems in the job spec" in proc.stderr
+    for line in ["--set 'nokey': expected key.path=value",
+                 "data.epoch: unknown key (did you mean 'epochs'?)",
+                 "roles.worker.memory: '8 gigs' is not a size",
+                 "roles.wrker: unknown key (did you mean 'worker'?)"]:
+        assert f"  - {line}" in proc.stderr, proc.stderr
+    assert "Input should be" not in proc.stderr and "Traceback" not in proc.stderr
+
+
 def test_validate_ok_states_the_global_batch(tmp_path):
     path = write(tmp_path, small_spec(tmp_path))
     r = CliRunner().invoke(cli, ["validate", path, "--set", "roles.worker.instances=3", "--set", "data.batch_size=8"])

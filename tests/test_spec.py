@@ -79,9 +79,11 @@ def test_allreduce_forbids_ps_and_evaluator_needs_eval_data():
 
 
 def test_bad_model_reference_and_unknown_role():
-    p = problems(doc(model="not a ref", roles__trainer={"instances": 1}))
+    p = problems(doc(model="not a ref", roles__trainer={"instances": 1}, roles__wrker={"instances": 3}))
     assert any(x.startswith("model: 'not a ref'") for x in p)
-    assert any(x.startswith("roles.trainer") for x in p)
+    # a role name is a key like any other: a typo gets the closest role, or the list of roles
+    assert "roles.wrker: unknown key (did you mean 'worker'?)" in p
+    assert "roles.trainer: unknown key (typo? known here: chief, worker, ps, evaluator, tensorboard)" in p
 
 
 def test_label_must_be_a_feature():
@@ -104,9 +106,10 @@ def test_overrides_are_yaml_parsed_and_validated():
     s = load_spec_dict(doc(), ["roles.worker.instances=4", "data.epochs=3", "tags=[a, b]", "timeouts.stall=2m"])
     assert s.instances("worker") == 4 and s.data.epochs == 3 and s.tags == ["a", "b"]
     assert s.timeouts.stall == 120
-    with pytest.raises(SpecError) as info:
+    with pytest.raises(SpecError) as info:      # a malformed override is listed beside the spec's other problems
         load_spec_dict(doc(), ["roles.worker.instances=-1", "nonsense"])
-    assert info.value.problems == ["--set 'nonsense': expected key.path=value"]
+    assert info.value.problems == ["--set 'nonsense': expected key.path=value",
+                                   "roles.worker.instances: -1 input should be greater than or equal to 0"]
 
 
 def test_relative_paths_resolve_against_the_spec_file(tmp_path):

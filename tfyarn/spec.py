@@ -420,9 +420,22 @@ def _keys_at(loc: tuple[Any, ...]) -> list[str]:
             return []
 
 
-def _unknown_key(loc: tuple[Any, ...]) -> str:
+def _key_choices(loc: tuple[Any, ...]) -> list[str]:
+    """The names a mapping with fixed keys accepts at ``loc`` (``roles``: the role names), else []."""
+    tp: Any = JobSpec
+    for p in loc:
+        field = tp.model_fields.get(p) if isinstance(tp, type) and issubclass(tp, BaseModel) else None
+        if field is None:
+            return []
+        tp = field.annotation
+    if get_origin(tp) is dict and get_origin(get_args(tp)[0]) is Literal:
+        return [str(a) for a in get_args(get_args(tp)[0])]
+    return []
+
+
+def _unknown_key(loc: tuple[Any, ...], known: list[str] | None = None) -> str:
     import difflib
-    known = _keys_at(loc[:-1])
+    known = _keys_at(loc[:-1]) if known is None else known
     close = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
     if close:
         return f"unknown key (did you mean {close[0]!r}?)"
@@ -439,6 +452,10 @@ def _problems(exc: ValidationError, doc: Any) -> list[str]:
         etype, msg = err["type"], err["msg"]
         if etype == "extra_forbidden":
             out.append(f"{path}: {_unknown_key(loc)}")
+            continue
+        if etype == "literal_error" and loc[-1] == "[key]" and _key_choices(loc[:-2]):
+            # a mistyped key of a mapping whose keys are fixed names (roles.wrker): worded as any other unknown key
+            out.append(f"{_format_loc(loc[:-1])}: {_unknown_key(loc[:-1], _key_choices(loc[:-2]))}")
             continue
         if etype == "missing":
             out.append(f"{path}: required")
@@ -515,7 +532,10 @@ def _load_yaml(text: str, root: tuple[Any, ...] = ()) -> Any:
 
 
 def _apply_override(doc: dict, assignment: str) -> None:
-    """``--set roles.worker.instances=4``: the value is parsed as YAML (so 4 is an int, [a, b] a list)."""
+    """``--set roles.worker.instances=4``: the value is parsed as YAML (so 4 is an int, [a, b] a list).
+
+    Raises :class:`SpecError` for an override that cannot be applied; the caller lists it beside the spec's other
+    problems (one bad ``--set`` must not hide the rest)."""
     if "=" not in assignment:
         raise SpecError([f"--set {assignment!r}: expected key.path=value"])
     key, raw = assignment.split("=", 1)
@@ -541,12 +561,18 @@ def _apply_override(doc: dict, assignment: str) -> None:
 def load_spec_dict(doc: Any, overrides: tuple[str, ...] | list[str] = (), base_dir: str | None = None) -> JobSpec:
     if not isinstance(doc, dict):
         raise SpecError([f"(top level): expected a mapping of keys, got {type(doc).__name__}"])
+    problems: list[str] = []
     for o in overrides:
-        _apply_override(doc, o)
+        try:
+            _apply_override(doc, o)
+        except SpecError as exc:
+            problems += exc.problems     # reported with the spec's own problems, every one at once
     try:
         spec = JobSpec.model_validate(doc)
     except ValidationError as exc:
-        raise SpecError(_problems(exc, doc)) from None
+        problems += _problems(exc, doc)
+    if problems:
+        raise SpecError(problems)
     return _resolve_paths(spec, base_dir) if base_dir else spec
 
 
