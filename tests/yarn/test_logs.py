@@ -126,3 +126,130 @@ def test_task_matching():
     assert yarn_logs.matches_task(cl, None) and yarn_logs.matches_task(cl, "worker:1")
     assert yarn_logs.matches_task(cl, "worker") and yarn_logs.matches_task(cl, W1)
     assert not yarn_logs.matches_task(cl, "worker:0") and not yarn_logs.matches_task(cl, "ps")
+
+
+# A live container log as a Hadoop 3.3.6 NodeManager serves it (captured from the test cluster's NodeManager):
+# the file wrapped in a header and, while the container runs, a footer.
+NM_REPLY = (b"Container: container_1795503544962_0005_01_000002 on 127.0.0.2:18041\nLogAggregationType: LOCAL\n"
+            b"====================================================================\nLogType:svc.log\n"
+            b"LogLastModifiedTime:Tue Nov 24 07:06:01 +0000 2026\nLogLength:65\nLogContents:\n"
+            b"\nerr 4\nline 5\nerr 5\nEnd of LogType:svc.log.This log file belongs to a running container "
+            b"(container_1795503544962_0005_01_000002) and so may not be complete.\n"
+            b"************************************************************************\n\n")
+
+
+def test_nodemanager_reply_header_and_footer_are_not_the_file():
+    assert yarn_logs.parse_nm_log_reply(NM_REPLY, "svc.log") == (b"\nerr 4\nline 5\nerr 5\n", 65)
+    assert yarn_logs.parse_nm_log_reply(b"bare file\n", "svc.log") == (b"bare file\n", None)   # Hadoop 2.x
+
+
+class FakeNodeManager:
+    """A NodeManager web server on 127.0.0.1 serving growing container logs the way Hadoop 3.3 does: the listing
+    with sizes, each file wrapped in its header and the running-container footer, ``size=-N`` for the last N bytes."""
+
+    def __init__(self):
+        import http.server
+        import threading
+        self.files: dict[tuple[str, str], bytes] = {}
+        self.requests: list[str] = []
+        nm = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_GET(self):
+                import urllib.parse as up
+                u = up.urlparse(self.path)
+                nm.requests.append(self.path)
+                parts = u.path.split("/")
+                if u.path.endswith("/logs"):
+                    cid = parts[-2]
+                    info = [{"fileName": n, "fileSize": str(len(b))} for (c, n), b in nm.files.items() if c == cid]
+                    body = json.dumps({"containerLogsInfo": {"containerLogInfo": info}}).encode()
+                else:
+                    cid, name = parts[-2], up.unquote(parts[-1])
+                    data = nm.files[(cid, name)]
+                    size = int(up.parse_qs(u.query).get("size", ["0"])[0])
+                    part = data[size:] if size < 0 else (data[:size] if size else data)
+                    body = (f"Container: {cid} on 127.0.0.1:8041\nLogAggregationType: LOCAL\n{'=' * 68}\n"
+                            f"LogType:{name}\nLogLastModifiedTime:now\nLogLength:{len(data)}\nLogContents:\n"
+                            ).encode() + part + (f"End of LogType:{name}.This log file belongs to a running "
+                                                 f"container ({cid}) and so may not be complete.\n{'*' * 72}\n\n"
+                                                 ).encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.address = f"127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_follow_prints_every_line_once_without_the_nodemanagers_footer(tmp_path, monkeypatch):
+    """``logs APP --task worker:1 -f``: the file grows between polls (a line even cut in two), the app ends with
+    lines the last poll did not see; every line comes once, in order, and the follow returns at the end."""
+    import skein
+    from skein.model import ApplicationReport, Container, ResourceUsageReport
+    from fake_am import FakeAM
+    from tfyarn.backends.yarn import YarnBackend
+
+    monkeypatch.setenv("TFYARN_HOME", str(tmp_path / "home"))
+    nm = FakeNodeManager()
+    cid = W1
+    lines = [f"step {i} loss {1 / (i + 1):.4f}\n".encode() for i in range(40)]
+    header = b"[tfyarn] container worker_3 yarn=%s host=n1\n" % cid.encode()
+    nm.files[(cid, "worker.log")] = header
+    nm.files[(cid, "launch_container.sh")] = b"#!/bin/bash\n"
+    am = FakeAM()
+    am.kv.put("taskmap/worker_3", b"worker:1")      # a replacement container: skein's worker_3 is worker:1
+    containers = [Container("worker", 3, "RUNNING", cid, nm.address, None, None, "")]
+    state = {"polls": 0}
+
+    class App:
+        kv = am.kv
+
+        def get_containers(self, states=None):
+            # every poll the task writes a few lines, the last one in two halves across polls
+            state["polls"] += 1
+            n = state["polls"]
+            nm.files[(cid, "worker.log")] = header + b"".join(lines[:n * 5 - 1]) + lines[n * 5 - 1][:6]
+            return containers
+
+        def close(self):
+            pass
+
+    def report(app_id):
+        res = skein.Resources(memory=0, vcores=0)
+        running = state["polls"] < 6
+        return ApplicationReport(app_id, "j", "alice", "q", {"tfyarn"}, "h", 1, "", "RUNNING" if running else
+                                 "FINISHED", "UNDEFINED" if running else "SUCCEEDED", 0.5,
+                                 ResourceUsageReport(0, 0, 0, res, res, res), "", None, None)
+
+    class RM:
+        application_report = staticmethod(report)
+
+        def connect(self, app_id, wait=False):
+            return App()
+
+    # after the end: the aggregated log holds the whole file (the task wrote 40 lines in all)
+    root = tmp_path / "tmp-logs"
+    d = root / "alice" / "bucket-logs-tfile" / "0012" / APP
+    d.mkdir(parents=True)
+    (d / "node1_8041").write_bytes(tfile({cid: {"worker.log": (header + b"".join(lines)).decode()}}))
+    (d / "node2_8041.tmp").write_bytes(b"partial upload")       # still being uploaded: not read
+    b = YarnBackend(client=RM(), preflight=False, log_poll_s=0.01, aggregation_wait_s=5)
+    b._conf = {"fs.defaultFS": "file:///", "yarn.nodemanager.remote-app-log-dir": str(root)}
+    try:
+        got = list(b.logs(APP, task="worker:1", follow=True, follow_timeout=60))
+    finally:
+        nm.close()
+    want = ["worker:1 | " + x.decode().rstrip("\n") for x in [header, *lines]]
+    assert got == want
+    assert any("size=-" in r for r in nm.requests)        # after the first read only the new tail is asked for
+    assert not any("launch_container" in line for line in got)

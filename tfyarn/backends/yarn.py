@@ -426,35 +426,54 @@ class YarnBackend(Backend):
             app.close()
 
     # -- logs ----------------------------------------------------------------------------------------------------
-    def _live_container_logs(self, app_id: str, task: str | None) -> list[tuple[str, yarn_logs.ContainerLog]]:
+    def _live_containers(self, app_id: str, task: str | None) -> list[tuple[str, Any]]:
+        """(task label, skein container) of the running app's containers that have a log on a NodeManager."""
         from tfyarn.runtime.kv_yarn import TASKMAP_PREFIX
 
         app = self._app_client(app_id)
         if app is None:
             return []
-        containers = app.get_containers(states=ALL_CONTAINER_STATES)
-        taskmap = {k[len(TASKMAP_PREFIX):]: v.decode() for k, v in app.kv.get_prefix(TASKMAP_PREFIX).items()}
+        try:
+            containers = app.get_containers(states=ALL_CONTAINER_STATES)
+            taskmap = {k[len(TASKMAP_PREFIX):]: v.decode() for k, v in app.kv.get_prefix(TASKMAP_PREFIX).items()}
+        except Exception as exc:  # noqa: BLE001 - the AM may exit between the report and this call
+            log.debug("application master of %s unreachable: %s", app_id, exc)
+            self._apps.pop(app_id, None)
+            return []
         out = []
         for c in containers:
             if not c.yarn_container_id or not c.yarn_node_http_address:
                 continue
             label = taskmap.get(f"{c.service_name}_{c.instance}") or f"{c.service_name}:{c.instance}"
-            probe = yarn_logs.ContainerLog(c.yarn_container_id)
-            if task is not None and task not in (label, c.yarn_container_id, label.split(":")[0]):
-                continue
-            try:
-                cl = yarn_logs.nm_container_log(c.yarn_node_http_address, c.yarn_container_id)
-            except (OSError, ValueError, urllib.error.URLError) as exc:
-                log.debug("NodeManager logs of %s: %s; trying `yarn logs`", c.yarn_container_id, exc)
-                try:
-                    text = yarn_logs.yarn_logs_cli(app_id, c.yarn_container_id, timeout=60)
-                    cls = yarn_logs.parse_yarn_logs_output(text)
-                    cl = cls[0] if cls else probe
-                except (OSError, RuntimeError, TimeoutError) as exc2:
-                    cl = probe
-                    cl.files["tfyarn"] = f"[tfyarn] logs unavailable: {exc}; {exc2}\n"
-            out.append((label, cl))
+            if task is None or task in (label, c.yarn_container_id, label.split(":")[0]):
+                out.append((label, c))
         return out
+
+    def _read_live(self, app_id: str, label: str, c: Any, tail: yarn_logs.LogTail,
+                   all_files: bool) -> Iterator[str]:
+        """New complete lines of one live container's files (NodeManager web API; ``yarn logs`` if it fails)."""
+        cid, nm = c.yarn_container_id, c.yarn_node_http_address
+        try:
+            sizes = yarn_logs.nm_log_sizes(nm, cid)
+            for name in yarn_logs.select_files(sizes, all_files):
+                if sizes[name] is not None and sizes[name] <= tail.offset(cid, name):
+                    continue
+                data, start = yarn_logs.nm_read_log_bytes(nm, cid, name, tail.offset(cid, name), sizes[name])
+                for line in tail.feed(cid, name, data, start):
+                    yield f"{label} | {line}"
+            return
+        except (OSError, ValueError, urllib.error.URLError) as exc:
+            log.debug("NodeManager logs of %s: %s; trying `yarn logs`", cid, exc)
+            nm_error = exc
+        try:
+            cls = yarn_logs.parse_yarn_logs_output(yarn_logs.yarn_logs_cli(app_id, cid, timeout=60))
+        except (OSError, RuntimeError, TimeoutError) as exc2:
+            yield f"{label} | [tfyarn] logs unavailable: {nm_error}; {exc2}"
+            return
+        for cl in cls[:1]:
+            for name in yarn_logs.select_files(cl, all_files):
+                for line in tail.feed(cid, name, cl.files[name].encode()):
+                    yield f"{label} | {line}"
 
     def _finished_logs(self, app_id: str, task: str | None, user: str) -> list[tuple[str, yarn_logs.ContainerLog]]:
         saved = self._load_state(app_id)
@@ -502,30 +521,53 @@ class YarnBackend(Backend):
 
     def _follow(self, app_id: str, task: str | None, follow: bool, all_files: bool,
                 follow_timeout: float | None) -> Iterator[str]:
-        seen: dict[tuple[str, str], int] = {}
+        """Lines of the running app's containers; with ``follow`` new ones every ``log_poll_s`` until the app ends,
+        then what its containers wrote after the last poll (from the aggregated logs), so every line comes once."""
+        tail = yarn_logs.LogTail()
+        labels: dict[str, str] = {}
         deadline = None if follow_timeout is None else time.monotonic() + follow_timeout
         while True:
-            for label, cl in self._live_container_logs(app_id, task):
-                for name in yarn_logs.select_files(cl, all_files):
-                    text = cl.files[name]
-                    key = (cl.container_id, name)
-                    start = seen.get(key, 0)
-                    if len(text) <= start:
-                        continue
-                    chunk = text[start:]
-                    if follow and not chunk.endswith("\n"):       # hold a partial last line for the next poll
-                        cut = chunk.rfind("\n") + 1
-                        chunk = chunk[:cut]
-                    seen[key] = start + len(chunk)
-                    for line in chunk.splitlines():
-                        yield f"{label} | {line}"
+            for label, c in self._live_containers(app_id, task):
+                labels[c.yarn_container_id] = label
+                yield from self._read_live(app_id, label, c, tail, all_files)
             if not follow:
-                return
+                break
             if str(self._report(app_id).state) in ("FINISHED", "FAILED", "KILLED"):
-                return
+                yield from self._follow_rest(app_id, task, tail, labels, all_files)
+                break
             if deadline is not None and time.monotonic() >= deadline:
-                return
+                break
             time.sleep(self.log_poll_s)
+        for cid, _name, text in tail.flush():
+            yield f"{labels.get(cid, cid)} | {text}"
+
+    def _follow_rest(self, app_id: str, task: str | None, tail: yarn_logs.LogTail, labels: dict[str, str],
+                     all_files: bool) -> Iterator[str]:
+        """After the end: the lines written since the last poll, from the aggregated logs once they hold every
+        container followed (bounded by ``aggregation_wait_s``; a warning, not an error, when they cannot be read)."""
+        user = self._report(app_id).user or self.user
+        deadline = time.monotonic() + self.aggregation_wait_s
+        while True:
+            try:
+                finished = self._finished_logs(app_id, None, user)
+            except WaitTimeout as exc:
+                log.warning("the last lines of %s may be missing: %s", app_id, exc)
+                return
+            missing = set(labels) - {cl.container_id for _, cl in finished}
+            if not missing or time.monotonic() >= deadline:
+                break
+            time.sleep(2.0)
+        if missing:
+            log.warning("the last lines of %s may be missing: no aggregated logs of %s after %gs", app_id,
+                        ", ".join(sorted(missing)), self.aggregation_wait_s)
+        for label, cl in finished:
+            if cl.container_id in labels:
+                label = labels[cl.container_id]
+            elif task is not None and task not in (label, cl.container_id, label.split(":")[0]):
+                continue
+            for name in yarn_logs.select_files(cl, all_files):
+                for line in tail.feed(cl.container_id, name, cl.files[name].encode()):
+                    yield f"{label} | {line}"
 
     # -- waiting -------------------------------------------------------------------------------------------------
     def wait(self, app_id: str, timeout: float | None = None, poll: float = 1.0,

@@ -29,7 +29,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from tfyarn import hdfs
 
@@ -145,7 +145,9 @@ def read_aggregated_logs(app_id: str, user: str, conf: dict[str, str],
             fs, path = get_fs(d, conf=conf)
             if not fs.exists(path):
                 continue
-            entries = [e for e in fs.ls(path, detail=True) if e.get("type") == "file"]
+            # a NodeManager uploads to <node>.tmp and renames it when complete: a .tmp file is not the whole log yet
+            entries = [e for e in fs.ls(path, detail=True)
+                       if e.get("type") == "file" and not e["name"].endswith(".tmp")]
         except (OSError, ValueError, RuntimeError) as exc:
             log.debug("cannot list %s: %s", d, exc)
             continue
@@ -225,13 +227,14 @@ def _nm_base(nm_http_address: str) -> str:
     return nm_http_address if "://" in nm_http_address else f"http://{nm_http_address}"
 
 
-def nm_log_files(nm_http_address: str, container_id: str, timeout: float = 10.0,
-                 http_get: Callable[[str, float, str], bytes] = _http_get) -> list[str]:
-    """Names of a live container's log files, from its NodeManager (Hadoop 2.8+/3.x JSON shapes)."""
+def nm_log_sizes(nm_http_address: str, container_id: str, timeout: float = 10.0,
+                 http_get: Callable[[str, float, str], bytes] = _http_get) -> dict[str, int | None]:
+    """Names and sizes in bytes (None if not said) of a live container's log files, from its NodeManager
+    (Hadoop 2.8+/3.x JSON shapes)."""
     url = f"{_nm_base(nm_http_address)}/ws/v1/node/containers/{container_id}/logs"
     doc = json.loads(http_get(url, timeout, "application/json"))
     infos = doc if isinstance(doc, list) else [doc]
-    names: list[str] = []
+    sizes: dict[str, int | None] = {}
     for info in infos:
         block = info.get("containerLogsInfo", info) if isinstance(info, dict) else {}
         files = block.get("containerLogInfo", [])
@@ -239,16 +242,60 @@ def nm_log_files(nm_http_address: str, container_id: str, timeout: float = 10.0,
             files = [files]
         for f in files:
             n = f.get("fileName")
-            if n and n not in names:
-                names.append(n)
-    return names
+            if n and n not in sizes:
+                size = str(f.get("fileSize", "")).strip()
+                sizes[n] = int(size) if size.isdigit() else None
+    return sizes
+
+
+def nm_log_files(nm_http_address: str, container_id: str, timeout: float = 10.0,
+                 http_get: Callable[[str, float, str], bytes] = _http_get) -> list[str]:
+    """Names of a live container's log files."""
+    return list(nm_log_sizes(nm_http_address, container_id, timeout, http_get))
+
+
+_LOG_LENGTH_RE = re.compile(rb"^LogLength:\s*(\d+)\s*$", re.M)
+
+
+def parse_nm_log_reply(raw: bytes, name: str) -> tuple[bytes, int | None]:
+    """(the file's bytes, the file's whole length or None) from a NodeManager ``containerlogs`` reply.
+
+    Hadoop 3 wraps the bytes in a header (``Container: …``, ``LogLength:<whole file>``, ``LogContents:``) and a footer
+    (``End of LogType:<name>.This log file belongs to a running container (…) and so may not be complete.`` and a
+    line of stars). Offsets counted over the wrapped reply made ``logs -f`` print the footer again, shifted, at every
+    poll: only the bytes between the two are the file. An older NodeManager's bare file comes back as it is.
+    """
+    marker = b"LogContents:\n"
+    at = raw.find(marker)
+    if not raw.startswith(b"Container: ") or at < 0:
+        return raw, None
+    m = _LOG_LENGTH_RE.search(raw, 0, at)
+    body = raw[at + len(marker):]
+    end = body.rfind(b"End of LogType:" + name.encode())
+    return (body[:end] if end >= 0 else body), (int(m.group(1)) if m else None)
+
+
+def nm_read_log_bytes(nm_http_address: str, container_id: str, name: str, offset: int = 0,
+                      size: int | None = None, timeout: float = 10.0,
+                      http_get: Callable[[str, float, str], bytes] = _http_get) -> tuple[bytes, int]:
+    """(bytes, where they start in the file): the file from about ``offset`` on. With ``offset`` and the listed
+    ``size`` it asks only for the tail (the NodeManager's ``size=-N``: the last N bytes); when the file grew past
+    ``size`` in between, so that tail starts after ``offset``, it reads the whole file instead."""
+    url = (f"{_nm_base(nm_http_address)}/ws/v1/node/containerlogs/{container_id}/"
+           f"{urllib.parse.quote(name)}")
+    if offset > 0 and size is not None and size > offset:
+        body, total = parse_nm_log_reply(http_get(f"{url}?size=-{size - offset}", timeout, "text/plain"), name)
+        if total is not None and total - len(body) <= offset:
+            return body, total - len(body)
+    body, _ = parse_nm_log_reply(http_get(url, timeout, "text/plain"), name)
+    return body, 0
 
 
 def nm_read_log(nm_http_address: str, container_id: str, name: str, timeout: float = 10.0,
                 http_get: Callable[[str, float, str], bytes] = _http_get) -> str:
-    url = (f"{_nm_base(nm_http_address)}/ws/v1/node/containerlogs/{container_id}/"
-           f"{urllib.parse.quote(name)}")
-    return http_get(url, timeout, "text/plain").decode("utf-8", "replace")
+    """One log file of a live container, as text (without the NodeManager's header and footer)."""
+    body, _ = nm_read_log_bytes(nm_http_address, container_id, name, timeout=timeout, http_get=http_get)
+    return body.decode("utf-8", "replace")
 
 
 def nm_container_log(nm_http_address: str, container_id: str, timeout: float = 10.0,
@@ -260,11 +307,49 @@ def nm_container_log(nm_http_address: str, container_id: str, timeout: float = 1
     return cl
 
 
+class LogTail:
+    """What a follower (``logs -f``) has shown of each (container, file): every line once, whole, in order.
+
+    Offsets are in bytes of the file itself, and a partial last line is held back until its newline arrives (or
+    :meth:`flush` at the end), so a poll that lands mid-line neither cuts nor repeats it.
+    """
+
+    def __init__(self) -> None:
+        self.offsets: dict[tuple[str, str], int] = {}
+        self.held: dict[tuple[str, str], bytes] = {}
+
+    def offset(self, container_id: str, name: str) -> int:
+        return self.offsets.get((container_id, name), 0)
+
+    def feed(self, container_id: str, name: str, data: bytes, start: int = 0) -> list[str]:
+        """The complete new lines in ``data`` (the file's bytes from offset ``start``, at most the shown offset)."""
+        key = (container_id, name)
+        seen = self.offsets.get(key, 0)
+        if start > seen:
+            raise ValueError(f"{container_id}/{name}: bytes from {start} leave a gap after {seen}")
+        new = data[seen - start:]
+        if not new:
+            return []
+        self.offsets[key] = seen + len(new)
+        buf = self.held.pop(key, b"") + new
+        cut = buf.rfind(b"\n") + 1
+        if cut < len(buf):
+            self.held[key] = buf[cut:]
+        return buf[:cut].decode("utf-8", "replace").splitlines()
+
+    def flush(self) -> list[tuple[str, str, str]]:
+        """(container id, file, line) for every partial last line held back; nothing is held afterwards."""
+        out = [(cid, name, b.decode("utf-8", "replace")) for (cid, name), b in self.held.items() if b]
+        self.held.clear()
+        return out
+
+
 # ---------------------------------------------------------------------------------------------------- formatting
 
-def select_files(cl: ContainerLog, all_files: bool = False) -> list[str]:
+def select_files(cl: ContainerLog | Iterable[str], all_files: bool = False) -> list[str]:
     """The files worth showing, task output first (``*.log``, stdout, stderr), YARN housekeeping only on request."""
-    names = [n for n in cl.files if all_files or n not in HOUSEKEEPING_FILES]
+    files = cl.files if isinstance(cl, ContainerLog) else cl
+    names = [n for n in files if all_files or n not in HOUSEKEEPING_FILES]
     return sorted(names, key=lambda n: (not n.endswith(".log"), n not in ("stdout", "stderr"), n))
 
 
