@@ -239,7 +239,7 @@ class SequenceRM(FakeRM):
         self.submitted.append(spec)
         app_id = f"application_1700000000000_{len(self.submitted):04d}"
         state, final, diag = self.outcomes[len(self.submitted) - 1]
-        self.reports[app_id] = report(state, final, diag, app_id=app_id)
+        self.reports[app_id] = report(state, final, diag, app_id=app_id, tags=tuple(spec.tags))  # as YARN keeps them
         return app_id
 
 
@@ -251,6 +251,10 @@ def test_run_submits_a_new_attempt_after_a_failure_and_stops_on_success(tmp_path
     assert st.state is AppState.SUCCEEDED and st.attempt == 1
     assert [a.services["chief"].env["TFYARN_ATTEMPT"] for a in rm.submitted] == ["0", "1"]
     assert "earlier attempts: application_1700000000000_0001: Failure in service ps: ps:0 lost" in st.diagnostics
+    # `tfyarn status --output json` of each application, from another process: the retry's says attempt 1
+    other = YarnBackend(client=rm, preflight=False)
+    assert [other.status(f"application_1700000000000_000{n}").to_dict()["attempt"] for n in (1, 2)] == [0, 1]
+    assert [s.attempt for s in other.list(all_states=True)] == [0, 1]
 
 
 def test_run_attempts_are_bounded_and_a_kill_is_not_retried(tmp_path, monkeypatch):

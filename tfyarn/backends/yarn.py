@@ -37,7 +37,7 @@ from tfyarn.backends import yarn_logs, yarn_spec
 from tfyarn.backends._skein import skein
 from tfyarn.backends.base import AppState, AppStatus, Backend, TaskStatus
 from tfyarn.backends.yarn_status import (ACTIVE_APP_STATES, ALL_APP_STATES, ALL_CONTAINER_STATES, app_state,
-                                         tasks_from_containers, timestamp)
+                                         attempt_of, tasks_from_containers, timestamp)
 from tfyarn.backends.progress import GlobalStepRate, aggregate_progress, side_roles, summary_with_eval
 from tfyarn.errors import AppNotFound, WaitTimeout, YarnUnavailable
 from tfyarn.interrupts import Interrupted, deferring_stop_signals, ignoring_stop_signals, interruptible
@@ -395,7 +395,7 @@ class YarnBackend(Backend):
                        progress=snap.get("progress") or {}, started=timestamp(rep.start_time),
                        finished=timestamp(rep.finish_time) if state.is_terminal else None,
                        tracking_url=rep.tracking_url or None, summary=snap.get("summary"),
-                       tags=sorted(rep.tags or ()))
+                       tags=sorted(rep.tags or ()), attempt=attempt_of(rep.tags))
         if live is not None:
             self._save_state(app_id, app_id=app_id, name=rep.name, snapshot=live)
         if state.is_terminal and not saved.get("final"):
@@ -413,7 +413,7 @@ class YarnBackend(Backend):
                                  state=app_state(r.state, r.final_status, r.diagnostics),
                                  diagnostics=r.diagnostics or "", started=timestamp(r.start_time),
                                  finished=timestamp(r.finish_time), tracking_url=r.tracking_url or None,
-                                 tags=sorted(r.tags or ())))
+                                 tags=sorted(r.tags or ()), attempt=attempt_of(r.tags)))
         return sorted(out, key=lambda s: s.started or 0)
 
     def kill(self, app_id: str) -> None:

@@ -41,6 +41,9 @@ SPEC_FILE = "tfyarn-spec.json"
 CODE_DIR = "code"
 SRC_DIR = "tfyarn_src"
 KEYTAB_FILE = "tfyarn.keytab"
+#: ``tfyarn-attempt:<n>`` on the application of job attempt n > 0 (``retry.max_attempts``): the attempt is then part of
+#: the app itself, so ``status`` says it from any machine (it said 0 for every application).
+ATTEMPT_TAG = "tfyarn-attempt:"
 #: First line every task container writes to its log: lets the log reader map YARN container ids to tasks.
 LOG_HEADER = "[tfyarn] container"
 
@@ -144,7 +147,8 @@ def build_application_spec(spec: JobSpec, shipped: Shipped, *, master_memory_mib
                    view_groups=list(spec.acls.view_groups), modify_users=list(spec.acls.modify_users),
                    modify_groups=list(spec.acls.modify_groups), ui_users=list(spec.acls.ui_users))
     return sk.ApplicationSpec(
-        name=spec.name, queue=spec.queue, user=spec.user or "", tags=app_tags(spec, extra_tags),
+        name=spec.name, queue=spec.queue, user=spec.user or "",
+        tags=app_tags(spec, extra_tags) | ({f"{ATTEMPT_TAG}{attempt}"} if attempt else set()),
         services=services, acls=acls, file_systems=list(file_systems), max_attempts=max_attempts,
         master=sk.Master(resources=sk.Resources(memory=master_memory_mib, vcores=master_vcores)))
 

@@ -37,6 +37,15 @@ def app_state(yarn_state: Any, final_status: Any, diagnostics: str = "",
     return AppState.TIMED_OUT if TIMEOUT_MARK in (diagnostics or "").lower() else AppState.FAILED
 
 
+def attempt_of(tags: Any) -> int:
+    """The job attempt an application runs (its ``tfyarn-attempt:<n>`` tag; none: the first, 0)."""
+    from tfyarn.backends.yarn_spec import ATTEMPT_TAG
+    for t in tags or ():
+        if t.startswith(ATTEMPT_TAG) and t[len(ATTEMPT_TAG):].isdigit():
+            return int(t[len(ATTEMPT_TAG):])
+    return 0
+
+
 def timestamp(dt: Any) -> float | None:
     """A skein/YARN datetime as epoch seconds (None stays None)."""
     return dt.timestamp() if dt is not None else None
