@@ -97,6 +97,29 @@ def kill(app_id: str) -> AppStatus:
         return st
 
 
+def report_location(st: AppStatus, build: bool = True) -> str | None:
+    """Where the run report (report.json) of an ended app is, or None. Local: its app dir. YARN: next to the
+    checkpoints (a URL any machine can read, e.g. the next Airflow task's worker) when the report there is this
+    app's, else this machine's copy (``$TFYARN_HOME/yarn/<app>/``). ``build``: a YARN app nobody wrote a report for
+    (the operator's deferred wait follows from the triggerer and samples nothing) gets one now, from the points its
+    training tasks recorded next to the checkpoints."""
+    from tfyarn.report import REPORT_JSON, report_at
+    if st.backend == "local":
+        p = Path(st.tracking_url) / REPORT_JSON if st.tracking_url else None
+        return str(p) if p is not None and p.exists() else None
+    from tfyarn.backends.local import tfyarn_home
+    ckpt = (st.summary or {}).get("checkpoint_dir")
+    local = tfyarn_home() / "yarn" / st.app_id / REPORT_JSON
+    for attempt in range(2 if build else 1):
+        found = report_at(ckpt, st.app_id) if ckpt else None
+        if found or local.exists():
+            return found or str(local)
+        if attempt == 0 and build and st.state.is_terminal:
+            with get_backend(st.backend) as b:
+                b.write_report(st)  # type: ignore[attr-defined]
+    return None
+
+
 def list_apps(backend: str | None = None) -> list[AppStatus]:
     with get_backend(backend) as b:
         return b.list()

@@ -206,15 +206,12 @@ def submit(ctx: click.Context, spec_path: str, overrides: tuple[str, ...], backe
 def status(app_id: str, output: str) -> None:
     """Status of an app. Exit code: its outcome if finished (0/1/3/4), else 0."""
     from tfyarn import api
-    from tfyarn.display import progress_text, summary_text
+    from tfyarn.display import status_text
     st = api.status(app_id)
     if output == "json":
         click.echo(json.dumps(st.to_dict(), indent=1))
     else:
-        click.echo(summary_text(st) if st.state.is_terminal else f"{st.app_id} {st.name}: {progress_text(st)}")
-        for t in st.tasks:
-            click.echo(f"  {t.task:<14} {t.state:<10} host={t.host or '-'} restarts={t.restarts}"
-                       + (f" exit={t.exit_code}" if t.exit_code is not None else ""))
+        click.echo(status_text(st))
     sys.exit(int(st.state.exit_code) if st.state.is_terminal else 0)
 
 

@@ -103,10 +103,33 @@ def progress_line(st: AppStatus, width: int = 30) -> Any:
 
 
 def render_status(st: AppStatus) -> Any:
-    """Everything the live view shows for one status: a title, the task table, the progress line."""
+    """Everything the live view shows for one status: a title, the task table, the progress line (and the
+    TensorBoard URL while one is served)."""
     from rich.console import Group
     from rich.text import Text
-    return Group(Text(f"{st.name} ({st.app_id})", style="bold"), tasks_table(st), progress_line(st))
+    parts = [Text(f"{st.name} ({st.app_id})", style="bold"), tasks_table(st), progress_line(st)]
+    url = tensorboard_url(st)
+    if url:
+        parts.append(Text(f"TensorBoard: {url}"))
+    return Group(*parts)
+
+
+def tensorboard_url(st: AppStatus) -> str | None:
+    """The URL the tensorboard role published, while the job runs (the role stops with training)."""
+    return None if st.state.is_terminal else (st.progress or {}).get("tensorboard_url")
+
+
+def status_text(st: AppStatus) -> str:
+    """What ``tfyarn status`` prints: the summary of an ended job, else the progress line and the TensorBoard URL
+    (before, only ``--output json`` showed it); then one line per task."""
+    lines = [summary_text(st) if st.state.is_terminal else f"{st.app_id} {st.name}: {progress_text(st)}"]
+    url = tensorboard_url(st)
+    if url:
+        lines.append(f"  tensorboard: {url}")
+    for t in st.tasks:
+        lines.append(f"  {t.task:<14} {t.state:<10} host={t.host or '-'} restarts={t.restarts}"
+                     + (f" exit={t.exit_code}" if t.exit_code is not None else ""))
+    return "\n".join(lines)
 
 
 # ------------------------------------------------------------------------------------------------ the two views

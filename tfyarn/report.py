@@ -2,9 +2,11 @@
 
 Why a separate artefact from the summary: the summary (written by the chief) holds end figures — first and last loss,
 mean examples/s. When a run is slow or its loss misbehaves, people ask *when* and *which worker*; that needs the
-progress history. The launcher records every ``progress/<task>`` record it sees (:class:`ProgressHistory`, appended to
-``progress.jsonl`` in the app dir as it arrives, so a crashed launcher still leaves it), and at the end
-:func:`write_run_report` writes ``report.json`` (schema ``tfyarn.report/1``) and ``report.png`` (loss and examples/s
+progress history. Training tasks record their own (:mod:`tfyarn.train.history`: ``<checkpoint dir>/history/<app>/``,
+read by :func:`load_task_history`), so the curves do not depend on who followed the job or how often it looked; the
+launcher or YARN follower also records every ``progress/<task>`` record it sees (:class:`ProgressHistory`, appended to
+``progress.jsonl`` in the app dir as it arrives, so a crashed launcher still leaves it) for tasks that recorded none
+(no checkpoint dir). At the end :func:`write_run_report` writes ``report.json`` (schema ``tfyarn.report/1``) and ``report.png`` (loss and examples/s
 over time, one line per task) into the app dir and, when the spec has one, into ``checkpoint.dir``.
 
 matplotlib is optional (extra ``report``): without it the JSON is still written and the PNG is skipped with a warning.
@@ -27,7 +29,15 @@ REPORT_JSON = "report.json"
 REPORT_PNG = "report.png"
 HISTORY_FILE = "progress.jsonl"
 #: Fields of a progress record kept in the history (the rest of a record is task-specific detail).
-POINT_FIELDS = ("step", "global_step", "epoch", "loss", "examples_per_sec")
+POINT_FIELDS = ("step", "global_step", "epoch", "loss", "examples_per_sec", "attempt", "restart")
+#: Where training tasks keep their own history: ``<checkpoint dir>/history/<app id>/<task>.a<attempt>.<ms>.jsonl``
+#: (written by :mod:`tfyarn.train.history`, one file per task process).
+TASK_HISTORY_DIR = "history"
+
+
+def task_history_name(task: str, attempt: int, start_ms: int) -> str:
+    """The file name of one task process's history (``worker:1`` → ``worker-1.a0.1795300000123.jsonl``)."""
+    return f"{task.replace(':', '-')}.a{attempt}.{start_ms}.jsonl"
 
 
 class ProgressHistory:
@@ -80,18 +90,83 @@ class ProgressHistory:
         return h
 
 
-def _rate_points(pts: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """A task's points whose examples/s is meaningful: not its first record, whose window is the instant between
-    the reporter's start and step 1 (a few microseconds, so a huge, meaningless rate)."""
-    return [p for p in pts[1:] if p.get("examples_per_sec") is not None]
+def load_task_history(url: str, app_id: str) -> list[dict[str, Any]]:
+    """The points the training tasks of ``app_id`` recorded themselves under ``url`` (the checkpoint dir), each
+    with its ``segment`` (the file: one task process); [] when there are none. A torn line is skipped."""
+    import fsspec
+    fs, root = fsspec.core.url_to_fs(url.rstrip("/"))
+    d = f"{root.rstrip('/')}/{TASK_HISTORY_DIR}/{app_id}"
+    try:
+        names = sorted(p for p in fs.ls(d, detail=False) if p.endswith(".jsonl") and "/.tmp-" not in p)
+    except FileNotFoundError:
+        return []
+    points = []
+    for path in names:
+        segment = path.rsplit("/", 1)[-1][:-len(".jsonl")]
+        with fs.open(path, "rb") as f:
+            text = f.read().decode("utf-8", "replace")
+        for line in text.splitlines():
+            try:
+                p = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(p, dict) and "task" in p and "time" in p:
+                points.append({**p, "segment": segment})
+    return points
 
 
-def _task_stats(points: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def merge_points(followed: list[dict[str, Any]], recorded: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every task's points: its own recorded history where it has one (denser, and there whoever followed), the
+    follower's samples (in the order it saw them) for the others."""
+    own = {p["task"] for p in recorded}
+    return [p for p in followed if p["task"] not in own] + sorted(recorded, key=lambda p: p["time"])
+
+
+def _segments(pts: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """One task's points cut where a new process took over: another history file (``segment``), another attempt or
+    restart number, or (follower samples) the step going back — a restarted task resumes from its checkpoint."""
+    out: list[list[dict[str, Any]]] = []
+    prev = None
+    for p in pts:
+        key = (p.get("segment"), p.get("attempt"), p.get("restart"))
+        back = prev is not None and (p.get("step") or 0) < (prev.get("step") or 0)
+        if prev is None or key != (prev.get("segment"), prev.get("attempt"), prev.get("restart")) or back:
+            out.append([])
+        out[-1].append(p)
+        prev = p
+    return out
+
+
+def restarts(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Where a task started again during the run: ``{task, time, step, attempt, kind}`` for every segment of a task
+    after its first (``kind``: "attempt" when the job attempt changed, else "restart")."""
+    out = []
+    for task, pts in sorted(_by_task(points).items()):
+        segs = _segments(pts)
+        for before, seg in zip(segs, segs[1:]):
+            first = seg[0]
+            kind = "attempt" if first.get("attempt") != before[-1].get("attempt") else "restart"
+            out.append({"task": task, "time": first["time"], "step": first.get("step"),
+                        "attempt": first.get("attempt"), "kind": kind})
+    return sorted(out, key=lambda r: r["time"])
+
+
+def _by_task(points: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     by_task: dict[str, list[dict[str, Any]]] = {}
     for p in points:
         by_task.setdefault(p["task"], []).append(p)
+    return by_task
+
+
+def _rate_points(pts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A task's points whose examples/s is meaningful: not the first of a segment, whose window is the instant
+    between the reporter's start and step 1 (a few microseconds, so a huge, meaningless rate)."""
+    return [p for seg in _segments(pts) for p in seg[1:] if p.get("examples_per_sec") is not None]
+
+
+def _task_stats(points: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     out = {}
-    for task, pts in sorted(by_task.items()):
+    for task, pts in sorted(_by_task(points).items()):
         losses = [p["loss"] for p in pts if p.get("loss") is not None]
         rates = [p["examples_per_sec"] for p in _rate_points(pts)]
         out[task] = {"points": len(pts), "last_step": max((p.get("step") or 0) for p in pts),
@@ -109,43 +184,65 @@ def build_report(status: dict[str, Any], points: list[dict[str, Any]]) -> dict[s
             "state": status.get("state"), "exit_code": status.get("exit_code"),
             "diagnostics": status.get("diagnostics", ""), "started": started, "finished": finished,
             "duration_s": round(finished - started, 3) if started and finished else None,
-            "summary": status.get("summary"), "tasks": _task_stats(points),
+            "summary": status.get("summary"), "tasks": _task_stats(points), "restarts": restarts(points),
             "history": HISTORY_FILE, "plot": None}
 
 
 def plot_history(points: list[dict[str, Any]], path: Path, title: str, t0: float | None = None) -> bool:
     """Draw loss and examples/s over time (one line per task) into ``path``; False when matplotlib is missing."""
+    fig = history_figure(points, title, t0)
+    if fig is None:
+        return False
+    fig.savefig(str(path))
+    return True
+
+
+def history_figure(points: list[dict[str, Any]], title: str, t0: float | None = None) -> Any:
+    """The report's figure (None without matplotlib): loss and examples/s over seconds since ``t0``, one colour per
+    task, each task process its own line, and a dashed mark labelled "restart" / "attempt N" where a task started
+    again (a line that just dropped to 0 hid it). Tick labels are plain seconds and values: matplotlib's automatic
+    offset turned a short job's axis into "+1.467e1"."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError:
         log.warning("matplotlib is not installed (pip install 'tfyarn[report]'): no plot in the run report")
-        return False
+        return None
     t0 = t0 if t0 is not None else min((p["time"] for p in points), default=0.0)
     fig = Figure(figsize=(10, 7), dpi=100, layout="constrained")
     FigureCanvasAgg(fig)
     ax_loss, ax_rate = fig.subplots(2, 1, sharex=True)
-    tasks = sorted({p["task"] for p in points})
-    for task in tasks:
-        pts = [p for p in points if p["task"] == task]
-        lp = [(p["time"] - t0, p["loss"]) for p in pts if p.get("loss") is not None]
-        rp = [(p["time"] - t0, p["examples_per_sec"]) for p in _rate_points(pts)]
-        if lp:
-            ax_loss.plot(*zip(*lp), marker=".", linewidth=1.2, label=task)
-        if rp:
-            ax_rate.plot(*zip(*rp), marker=".", linewidth=1.2, label=task)
+    by_task = _by_task(points)
+    for i, (task, pts) in enumerate(sorted(by_task.items())):
+        colour = f"C{i % 10}"                         # matplotlib's default cycle: one colour per task
+        labelled: set[Any] = set()
+        for seg in _segments(pts):
+            lp = [(p["time"] - t0, p["loss"]) for p in seg if p.get("loss") is not None]
+            rp = [(p["time"] - t0, p["examples_per_sec"]) for p in seg[1:] if p.get("examples_per_sec") is not None]
+            for ax, xy in ((ax_loss, lp), (ax_rate, rp)):
+                if xy:
+                    ax.plot(*zip(*xy), marker=".", linewidth=1.2, color=colour,
+                            label=None if ax in labelled else task)
+                    labelled.add(ax)
+    for r in restarts(points):
+        colour = f"C{sorted(by_task).index(r['task']) % 10}"
+        text = f"{r['task']} {'restart' if r['kind'] == 'restart' else 'attempt ' + str(r.get('attempt'))}"
+        for ax in (ax_loss, ax_rate):
+            ax.axvline(r["time"] - t0, color=colour, linestyle="--", linewidth=1.0, alpha=0.8)
+        ax_loss.annotate(text, (r["time"] - t0, 1.0), xycoords=("data", "axes fraction"), rotation=90,
+                         va="top", ha="right", fontsize="small", color=colour)
     ax_loss.set_ylabel("loss")
     ax_loss.set_title(title)
     ax_rate.set_ylabel("examples/s")
     ax_rate.set_xlabel("seconds since start")
     for ax in (ax_loss, ax_rate):
         ax.grid(True, alpha=0.3)
+        ax.ticklabel_format(axis="both", style="plain", useOffset=False)
         if ax.get_legend_handles_labels()[0]:  # a task may have reported no loss or no rate
             ax.legend(loc="best", fontsize="small")
     if not points:
         ax_loss.text(0.5, 0.5, "no progress was reported", ha="center", va="center", transform=ax_loss.transAxes)
-    fig.savefig(str(path))
-    return True
+    return fig
 
 
 def _upload(local: Path, url: str) -> None:
@@ -158,10 +255,21 @@ def _upload(local: Path, url: str) -> None:
 
 
 def write_run_report(app_dir: Path, status: dict[str, Any], points: list[dict[str, Any]],
-                     checkpoint_url: str | None = None) -> dict[str, Any]:
-    """Write ``report.json`` + ``report.png`` into ``app_dir`` and copy both to ``checkpoint_url`` (when set)."""
+                     checkpoint_url: str | None = None, history_from: str | None = None) -> dict[str, Any]:
+    """Write ``report.json`` + ``report.png`` into ``app_dir`` and copy both to ``checkpoint_url`` (when set).
+
+    ``points`` are the follower's samples; ``history_from`` (the checkpoint dir) adds the points the training tasks
+    recorded themselves (:func:`load_task_history`), which replace the samples of those tasks."""
     app_dir = Path(app_dir)
+    recorded = []
+    if history_from:
+        try:
+            recorded = load_task_history(history_from, str(status.get("app_id")))
+        except OSError as exc:           # the report still has the follower's samples
+            log.warning("could not read the tasks' progress history under %s: %s", history_from, exc)
+    points = merge_points(points, recorded)
     report = build_report(status, points)
+    report["recorded_by_tasks"] = sorted({p["task"] for p in recorded})
     title = f"{status.get('name')} ({status.get('app_id')}) {status.get('state')}"
     if plot_history(points, app_dir / REPORT_PNG, title, t0=status.get("started")):
         report["plot"] = REPORT_PNG
@@ -182,8 +290,8 @@ def report_for_launcher(app_dir: Path, status: Any, history: ProgressHistory, sp
     checkpoint) keeps its report in the app dir only: next to the checkpoints it would replace the report of the run
     that wrote them, beside that run's summary.json."""
     trained = status.state == "SUCCEEDED" or any((p.get("step") or 0) > 0 for p in history.points)
-    ckpt = spec.resolve_path(spec.checkpoint.dir) if spec.checkpoint.dir and trained else None
-    return write_run_report(app_dir, status.to_dict(), history.points, ckpt)
+    url = spec.resolve_path(spec.checkpoint.dir) if spec.checkpoint.dir else None
+    return write_run_report(app_dir, status.to_dict(), history.points, url if trained else None, history_from=url)
 
 
 # ------------------------------------------------------------------------------------------------ reading reports
@@ -223,6 +331,19 @@ def fetch_report(app_id: str | None = None, source: str | None = None) -> tuple[
         write_run_report(d, st, ProgressHistory.load(d / HISTORY_FILE).points)
     report = json.loads((d / REPORT_JSON).read_text())
     return report, str(d / REPORT_PNG) if report.get("plot") else None
+
+
+def report_at(url: str, app_id: str) -> str | None:
+    """``<url>/report.json`` when it is there and is ``app_id``'s (a checkpoint dir holds the report of the last run
+    that trained into it), else None."""
+    import fsspec
+    fs, root = fsspec.core.url_to_fs(url.rstrip("/"))
+    try:
+        with fs.open(f"{root.rstrip('/')}/{REPORT_JSON}") as f:
+            report = json.loads(f.read())
+    except (FileNotFoundError, ValueError):
+        return None
+    return f"{url.rstrip('/')}/{REPORT_JSON}" if report.get("app_id") == app_id else None
 
 
 def copy_report(report: dict[str, Any], png: str | None, dest: Path) -> list[Path]:

@@ -181,3 +181,45 @@ def test_app_status_round_trips_through_its_json_dict():
     back = AppStatus.from_dict(json.loads(json.dumps(d)))
     assert back == st and back.to_dict() == d
     assert AppStatus.from_dict({"app_id": "a", "state": "RUNNING"}, backend="yarn").backend == "yarn"
+
+
+def test_text_status_shows_the_tensorboard_url_while_running():
+    """Issue 19: `tfyarn status` (text) never showed the TensorBoard URL; only --output json did."""
+    from tfyarn.display import status_text
+    st = _status()
+    st.progress["tensorboard_url"] = "http://node7:40123/"
+    text = status_text(st)
+    assert "  tensorboard: http://node7:40123/" in text.splitlines()
+    assert text.splitlines()[0].startswith("local-x ctr: running") and "worker:1" in text.splitlines()[-1]
+    assert "TensorBoard: http://node7:40123/" in _text(render_status(st))
+    ended = _status(state=AppState.SUCCEEDED)
+    ended.progress["tensorboard_url"] = "http://node7:40123/"     # served no more once training ended
+    assert "tensorboard" not in status_text(ended)
+
+
+def test_eta_from_the_tasks_own_global_step_rate_on_a_single_status_read():
+    """Issue 19: JSON `eta_s` was null while running on YARN: each `tfyarn status` is a fresh process with one
+    sample of the global step. The training tasks publish the global step's rate they measured; its median gives
+    the ETA."""
+    from tfyarn.backends.progress import GlobalStepRate, aggregate_progress
+    rec = lambda gs, r: json.dumps({"step": gs, "global_step": gs, "examples_per_sec": 10.0, "loss": 0.5,
+                                    "global_steps_per_sec": r})
+    items = {"progress/chief:0": rec(100, 4.0), "progress/worker:0": rec(100, 5.0), "progress/worker:1": rec(99, 50.0)}
+    p = aggregate_progress(items, 300, ["chief:0", "worker:0", "worker:1"], GlobalStepRate())
+    assert p["eta_s"] == pytest.approx(200 / 5.0)
+    stale = {k: v for k, v in items.items() if k != "progress/worker:1"} | {"progress/ps:0": rec(0, 99.0)}
+    assert aggregate_progress(stale, 300, ["chief:0", "worker:0"])["eta_s"] == pytest.approx(200 / 4.5, abs=0.05)
+
+
+def test_a_task_publishes_the_global_step_rate_it_sees():
+    import time
+    from tfyarn.runtime.kv import MemoryKV
+    from tfyarn.train.progress import ProgressReporter
+    kv = MemoryKV()
+    rep = ProgressReporter(kv, "worker:0", interval=0.3)
+    rep.begin()
+    for i in range(1, 31):
+        time.sleep(0.02)
+        rep.report(step=i, epoch=0, loss=0.5, examples=8, global_step=3 * i)   # async: 3 global steps per own step
+    published = json.loads(kv.get("progress/worker:0"))
+    assert published["global_steps_per_sec"] == pytest.approx(3 * published["steps_per_sec"], rel=0.05)

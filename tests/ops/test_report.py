@@ -20,6 +20,13 @@ def _png_size(path):
     return struct.unpack(">II", data[16:24])
 
 
+def event_scalars(path, tag):
+    """(step, value) of every ``tag`` scalar in a TF event file, read with TF's own reader."""
+    import tensorflow as tf
+    return [(e.step, float(tf.make_ndarray(v.tensor))) for e in tf.compat.v1.train.summary_iterator(str(path))
+            for v in e.summary.value if v.tag == tag]
+
+
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory):
     """One real 2-task run with a checkpoint dir (module-scoped: several tests read its report)."""
@@ -55,6 +62,12 @@ def test_report_next_to_checkpoints_and_in_app_dir(finished_run):
         assert s["last_loss"] < s["first_loss"]
         assert 100 < s["mean_examples_per_sec"] < 5000  # 32 examples / 0.05 s ≈ 640, not a start-up spike
     assert rep["summary"]["global_step"] == 80
+    assert rep["recorded_by_tasks"] == ["chief:0", "worker:0"]     # the tasks' own points, next to the checkpoints
+    assert len(list((tmp / "ckpt" / "history" / st.app_id).glob("*.jsonl"))) == 2
+    # the chief's training scalars for TensorBoard's "train" run (it showed only "eval" before)
+    (events,) = (tmp / "ckpt" / "train").glob("events.out.tfevents.*")
+    losses = event_scalars(events, "loss")
+    assert len(losses) >= 3 and losses[-1][0] == 80 and losses[-1][1] < losses[0][1], losses
     history = ProgressHistory.load(app_dir / "progress.jsonl").points
     assert {p["task"] for p in history} == {"chief:0", "worker:0"}
     assert all(a["time"] <= b["time"] for a, b in zip(history, history[1:]) if a["task"] == b["task"])
@@ -124,3 +137,91 @@ def test_a_run_that_failed_before_training_leaves_the_checkpoint_dirs_report_alo
     trained.record({"progress/chief:0": json.dumps({"step": 3, "time": 2.0, "loss": 0.5})})
     report_for_launcher(tmp_path / "app-g", failed, trained, spec)          # a run that trained, then failed: its
     assert json.loads((tmp_path / "ckpt" / "report.json").read_text())["state"] == "FAILED"   # report is the news
+
+
+def _record_segment(url, task, attempt=0, restart=0, seconds=1.2, start_step=0):
+    """One task process's own history, recorded as a training task records it (ProgressReporter + TaskHistory)."""
+    import time
+    from tfyarn.runtime.kv import MemoryKV
+    from tfyarn.train.history import TaskHistory
+    from tfyarn.train.progress import ProgressReporter
+    h = TaskHistory(url, "app-h", task, attempt, __import__("pathlib").Path(url) / ".." / f"scratch-{task}-{restart}")
+    rep = ProgressReporter(MemoryKV(), task, history=h, attempt=attempt, restart=restart)
+    rep.begin()
+    step, end = start_step, time.monotonic() + seconds
+    while time.monotonic() < end:
+        time.sleep(0.01)
+        step += 1
+        rep.report(step=step, epoch=0, loss=1.0 / step, examples=32, global_step=step)
+    rep.final()
+    return step
+
+
+def test_tasks_record_their_own_history_and_a_restart_is_marked(tmp_path):
+    """Issue 19: on YARN the follower samples progress every ~2 s, so a short job's report was one point per task
+    (its examples/s panel empty); and a restarted worker's line just dropped to 0. Tasks now record their own
+    points next to the checkpoints; each process is a segment, a new one is marked as a restart."""
+    from tfyarn.report import load_task_history, write_run_report
+    ckpt = tmp_path / "ckpt"
+    _record_segment(str(ckpt), "chief:0")
+    last = _record_segment(str(ckpt), "worker:0", seconds=0.6)
+    _record_segment(str(ckpt), "worker:0", restart=1, seconds=0.6, start_step=last - 5)   # resumes a bit back
+    files = sorted(p.name for p in (ckpt / "history" / "app-h").iterdir())
+    assert len(files) == 3 and all(f.endswith(".jsonl") for f in files), files
+    recorded = load_task_history(str(ckpt), "app-h")
+    # the follower saw one sample per task, as on YARN; the tasks' own points replace them
+    followed = [{"task": "chief:0", "time": recorded[0]["time"] + 0.5, "step": 40, "loss": 0.1},
+                {"task": "worker:0", "time": recorded[0]["time"] + 0.5, "step": 40, "loss": 0.1}]
+    status = {"app_id": "app-h", "name": "h", "state": "SUCCEEDED", "started": recorded[0]["time"] - 14.0,
+              "finished": recorded[-1]["time"] + 1}
+    (tmp_path / "app").mkdir()
+    rep = write_run_report(tmp_path / "app", status, followed, None, history_from=str(ckpt))
+    chief = rep["tasks"]["chief:0"]
+    assert chief["points"] >= 4 and chief["last_step"] > 40, chief            # 1.2 s at >= 1 point per 0.25 s
+    assert chief["mean_examples_per_sec"] is not None and 300 < chief["mean_examples_per_sec"] < 3200, chief
+    assert chief["last_loss"] < chief["first_loss"]
+    assert rep["recorded_by_tasks"] == ["chief:0", "worker:0"]
+    assert [(r["task"], r["kind"]) for r in rep["restarts"]] == [("worker:0", "restart")]
+    assert rep["plot"] == "report.png" and _png_size(tmp_path / "app" / "report.png") == (1000, 700)
+
+
+def test_report_axes_show_plain_seconds_and_mark_restarts():
+    """A short job's x axis said "+1.467e1" (matplotlib's offset for values close together far from 0)."""
+    from tfyarn.report import history_figure
+    t0 = 1_795_300_000.0
+    pts = [{"task": "chief:0", "time": t0 + 14.60 + i * 0.02, "step": i + 1, "loss": 0.69310 + i * 1e-5,
+            "examples_per_sec": 51234.0 + i} for i in range(5)]
+    pts += [{"task": "worker:1", "time": t0 + 14.61, "step": 3, "loss": 0.7},
+            {"task": "worker:1", "time": t0 + 14.65, "step": 1, "loss": 0.69}]                 # restarted
+    fig = history_figure(pts, "t", t0=t0)
+    fig.canvas.draw()
+    for ax in fig.axes:
+        assert ax.xaxis.get_major_formatter().get_offset() == ""
+        assert ax.yaxis.get_major_formatter().get_offset() == ""
+    assert any("worker:1 restart" in t.get_text() for t in fig.axes[0].texts)
+    one_each = [{"task": t, "time": t0 + 14.6651 + i * 1e-4, "step": 18, "loss": 0.6931}
+                for i, t in enumerate(("chief:0", "worker:0", "worker:1"))]
+    fig = history_figure(one_each, "t", t0=t0)     # the issue's case: one sample per task, all at ~14.67 s
+    fig.canvas.draw()
+    assert [ax.xaxis.get_major_formatter().get_offset() for ax in fig.axes] == ["", ""]
+
+
+def test_report_location_of_a_yarn_app_is_next_to_its_checkpoints(tmp_path, monkeypatch):
+    """Issue 19: the Airflow operator's XCom `report` was None on YARN although report.json existed (only the local
+    backend was looked up)."""
+    from tfyarn import api
+    from tfyarn.backends.base import AppStatus
+    monkeypatch.setenv("TFYARN_HOME", str(tmp_path / "home"))
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    st = AppStatus("application_1_0007", "yarn", "j", AppState.SUCCEEDED,
+                   summary={"checkpoint_dir": f"file://{ckpt}"})
+    assert api.report_location(st, build=False) is None
+    (ckpt / "report.json").write_text(json.dumps({"app_id": "application_1_0006"}))   # an earlier run's
+    assert api.report_location(st, build=False) is None
+    mine = tmp_path / "home" / "yarn" / st.app_id
+    mine.mkdir(parents=True)
+    (mine / "report.json").write_text(json.dumps({"app_id": st.app_id}))
+    assert api.report_location(st, build=False) == str(mine / "report.json")
+    (ckpt / "report.json").write_text(json.dumps({"app_id": st.app_id}))
+    assert api.report_location(st, build=False) == f"file://{ckpt}/report.json"

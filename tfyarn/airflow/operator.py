@@ -7,8 +7,8 @@ What it guarantees, and why:
   running (the previous try's worker died, the app did not), it is adopted (``on_existing="adopt"``, the default:
   follow it instead of starting another) or killed first (``"kill"``: start afresh).
 * **The app id is in XCom before any waiting** (key ``app_id``), so it is known even if the worker dies while waiting.
-  The return value (XCom ``return_value``) is ``{app_id, state, exit_code, summary, report}``; the summary (final
-  metrics) is also pushed under ``summary``.
+  The return value (XCom ``return_value``) is ``{app_id, state, exit_code, summary, report}`` (``report``: where
+  report.json is — on YARN next to the checkpoints); the summary (final metrics) is also pushed under ``summary``.
 * **Progress in the task log**: a line every ``log_interval`` seconds and at once on every job or task state change.
 * **Killing the task kills the app**: ``on_kill`` (Airflow calls it on SIGTERM, mark-failed, or ``execution_timeout``)
   kills the app; in deferrable mode the trigger's ``on_kill`` does (Airflow 3.3+ calls it when a user acts on the
@@ -143,15 +143,16 @@ class TfyarnOperator(BaseOperator):
             raise AirflowException("\n".join(lines))
         self.log.info("tfyarn app %s SUCCEEDED; summary: %s", st.app_id, json.dumps(st.summary, sort_keys=True))
         return {"app_id": st.app_id, "state": st.state.value, "exit_code": int(st.state.exit_code),
-                "summary": st.summary, "report": _report_location(st)}
+                "summary": st.summary, "report": self._report_location(st)}
 
-
-def _report_location(st: Any) -> str | None:
-    """Where the run report is (local: the app dir), if it was written."""
-    if st.backend == "local" and st.tracking_url:
-        from pathlib import Path
-        p = Path(st.tracking_url) / "report.json"
-        return str(p) if p.exists() else None
-    return None
+    def _report_location(self, st: Any) -> str | None:
+        """Where the run report is (YARN: next to the checkpoints; local: the app dir), written now if the wait was
+        deferred; None if there is none. A report that cannot be found or built does not fail a job that succeeded."""
+        from tfyarn import api
+        try:
+            return api.report_location(st)
+        except Exception:  # noqa: BLE001 - the job's outcome stands; say why the report is missing
+            self.log.warning("no run report for tfyarn app %s", st.app_id, exc_info=True)
+            return None
 
 

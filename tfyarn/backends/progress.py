@@ -2,7 +2,9 @@
 
 The ETA comes from how fast the *global* step itself moved over the last samples, not from summing per-task step
 rates: in async ps mode every worker step is a global step, in sync mode a global step is one round of all workers,
-and only the global step's own rate is right in both.
+and only the global step's own rate is right in both. A single status read (``tfyarn status`` of a YARN job, from a
+fresh process) has no samples yet: it uses the global-step rate the training tasks measured themselves
+(``global_steps_per_sec`` in their records; the median, so one stopped task does not skew it).
 """
 from __future__ import annotations
 
@@ -52,11 +54,22 @@ def aggregate_progress(items: dict[str, str], total_steps: int | None, training_
            "epoch": max((r.get("epoch") or 0) for r in train) if train else None,
            "per_task": {t: r.get("step") for t, r in recs.items()}}
     steps_per_s = rate.add(gstep) if rate is not None else None
+    if not steps_per_s:
+        steps_per_s = _tasks_global_rate(train)
     if total_steps:
         out["total_steps"] = total_steps
         out["eta_s"] = (round((total_steps - gstep) / steps_per_s, 1)
                         if steps_per_s and gstep < total_steps else None)
     return out
+
+
+def _tasks_global_rate(train: list[dict[str, Any]]) -> float | None:
+    """The median of the global-step rates the training tasks published, or None if none has measured one."""
+    rates = sorted(float(r["global_steps_per_sec"]) for r in train if r.get("global_steps_per_sec"))
+    if not rates:
+        return None
+    mid = len(rates) // 2
+    return rates[mid] if len(rates) % 2 else (rates[mid - 1] + rates[mid]) / 2
 
 
 def side_roles(get: Callable[[str], str | None]) -> dict[str, Any]:

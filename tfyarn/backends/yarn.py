@@ -37,11 +37,13 @@ from tfyarn.backends import yarn_logs, yarn_spec
 from tfyarn.backends._skein import skein
 from tfyarn.backends.base import AppState, AppStatus, Backend, TaskStatus
 from tfyarn.backends.yarn_status import (ACTIVE_APP_STATES, ALL_APP_STATES, ALL_CONTAINER_STATES, app_state,
-                                         attempt_of, tasks_from_containers, timestamp)
+                                         attempt_of, end_tasks, failure_diagnosis, tasks_from_containers,
+                                         timestamp)
 from tfyarn.backends.progress import GlobalStepRate, aggregate_progress, side_roles, summary_with_eval
 from tfyarn.errors import AppNotFound, WaitTimeout, YarnUnavailable
 from tfyarn.interrupts import Interrupted, deferring_stop_signals, ignoring_stop_signals, interruptible
-from tfyarn.report import HISTORY_FILE, ProgressHistory, write_run_report
+from tfyarn.report import HISTORY_FILE, REPORT_JSON, ProgressHistory, write_run_report
+from tfyarn.runtime.exit_report import EXIT_PREFIX
 from tfyarn.runtime.kv_yarn import SkeinKV
 from tfyarn.runtime.watchdog import StallWatchdog
 from tfyarn.spec import JobSpec, load_spec_json
@@ -352,7 +354,8 @@ class YarnBackend(Backend):
             return None
         taskmap = {k[len(TASKMAP_PREFIX):]: v for k, v in kv.items() if k.startswith(TASKMAP_PREFIX)}
         failures = {k.split("/", 1)[1]: v for k, v in kv.items() if k.startswith("failure/")}
-        tasks = tasks_from_containers(containers, taskmap, spec, failures)
+        exits = {k[len(EXIT_PREFIX):]: json.loads(v) for k, v in kv.items() if k.startswith(EXIT_PREFIX)}
+        tasks = tasks_from_containers(containers, taskmap, spec, failures, exits)
         total = kv.get("plan/total_steps")
         progress_items = {k: v for k, v in kv.items() if k.startswith("progress/")}
         if app_id not in self._history:
@@ -367,7 +370,7 @@ class YarnBackend(Backend):
         progress.update(sides)
         summary = summary_with_eval(kv.get("summary"), sides)
         return {"tasks": [t.__dict__ for t in tasks], "progress": progress, "summary": summary,
-                "failures": failures, "taskmap": taskmap,
+                "failures": failures, "exits": exits, "taskmap": taskmap,
                 "containers": {f"{c.service_name}_{c.instance}": c.yarn_container_id for c in containers}}
 
     def status(self, app_id: str) -> AppStatus:
@@ -378,19 +381,14 @@ class YarnBackend(Backend):
         snap = live or saved.get("snapshot") or {}
         failures = snap.get("failures") or {}
         task_states = [t["state"] for t in snap.get("tasks", [])] if live else None
-        diag = (rep.diagnostics or "").strip()
-        fail_text = "; ".join(f"{t}: {m}" for t, m in sorted(failures.items()))
-        state = app_state(rep.state, rep.final_status, f"{diag} {fail_text}", task_states)
-        if fail_text and fail_text not in diag:
-            diag = f"{fail_text}\n{diag}".strip()
+        diag = failure_diagnosis(rep.diagnostics, failures, snap.get("exits") or {})
+        state = app_state(rep.state, rep.final_status, diag, task_states)
         final = saved.get("final") or {}
         if state is AppState.KILLED and final.get("state") == AppState.TIMED_OUT.value:
             state, diag = AppState.TIMED_OUT, final.get("diagnostics", diag)  # tfyarn killed it for a deadline
         tasks = [TaskStatus(**t) for t in snap.get("tasks", [])]
         if state.is_terminal:
-            for t in tasks:   # the last snapshot may predate the end: no task still runs in a finished app
-                if t.state in ("RUNNING", "PENDING"):
-                    t.state = "SUCCEEDED" if state == AppState.SUCCEEDED else "KILLED"
+            end_tasks(tasks, state, diag)
         st = AppStatus(app_id=app_id, backend="yarn", name=rep.name, state=state, diagnostics=diag, tasks=tasks,
                        progress=snap.get("progress") or {}, started=timestamp(rep.start_time),
                        finished=timestamp(rep.finish_time) if state.is_terminal else None,
@@ -617,7 +615,7 @@ class YarnBackend(Backend):
 
         try:
             st = super().wait(app_id, timeout=timeout, poll=poll, on_update=follow)
-            self._write_report(st)
+            self.write_report(st)
             return st
         except _TimedOut as exc:
             diag = exc.diagnosis
@@ -626,26 +624,33 @@ class YarnBackend(Backend):
             st = self.status(app_id)
             st.state, st.diagnostics = AppState.TIMED_OUT, diag
             self._save_state(app_id, final=st.to_dict())
+            self.write_report(st)          # where it stalled is what its report shows
             return st
 
     def _report_dir(self, app_id: str) -> Path:
         return self._state_path(app_id).with_suffix("")
 
-    def _write_report(self, st: AppStatus) -> None:
-        """The run report (JSON + PNG) of a job this client followed: in ``$TFYARN_HOME/yarn/<app>/`` and next to
-        the checkpoints, like a local run's. Never changes the outcome."""
+    def write_report(self, st: AppStatus) -> Path | None:
+        """The run report (JSON + PNG) of an ended job: in ``$TFYARN_HOME/yarn/<app>/`` and next to the checkpoints,
+        like a local run's; returns the local report.json (None: nothing to report). Its curves are the points the
+        training tasks recorded next to the checkpoints, and this machine's samples for tasks that recorded none.
+        Called by whoever followed the job, and by the Airflow operator after a deferred wait (nobody sampled).
+        Never changes the outcome."""
         path = self._report_dir(st.app_id) / HISTORY_FILE
         points = ProgressHistory.load(path).points  # every follower's points, not only this process's
-        if not points:
-            return
         try:
             spec = self._saved_spec(st.app_id)
             ckpt = spec.resolve_path(spec.checkpoint.dir) if spec and spec.checkpoint.dir else None
+            ckpt = ckpt or (st.summary or {}).get("checkpoint_dir")     # an app submitted elsewhere
+            if not points and not ckpt:
+                return None
             d = self._report_dir(st.app_id)
             d.mkdir(parents=True, exist_ok=True)
-            write_run_report(d, st.to_dict(), points, ckpt)
+            write_run_report(d, st.to_dict(), points, ckpt, history_from=ckpt)
+            return d / REPORT_JSON
         except Exception:  # noqa: BLE001 - a report is a convenience
             log.warning("could not write the run report of %s", st.app_id, exc_info=True)
+            return None
 
     def _allocation_diagnosis(self, st: AppStatus, limit: float, queue: str | None) -> str:
         pending = [t.task for t in st.tasks if t.state == "PENDING"] or ["the application master"]

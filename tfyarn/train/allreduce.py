@@ -32,7 +32,7 @@ import re
 import signal
 import threading
 import time
-from typing import Any, Callable
+from typing import Any
 
 from tfyarn.errors import WaitTimeout
 from tfyarn.runtime.context import ABORT_KEY, DONE_KEY, TOTAL_STEPS_KEY, TaskContext, failure_key
@@ -45,7 +45,6 @@ from tfyarn.train.model import build_model, load, split_features, tf_dtype
 log = logging.getLogger("tfyarn.train.allreduce")
 
 CHECKPOINT_FORMAT = "tf2-object"
-EVENT_SYNC_S = 30.0          # chief: upload the "train" event file at least this often
 
 
 def model_variable_keys(n: int) -> list[str]:
@@ -213,33 +212,12 @@ class Checkpointer:
         self.local = local_dir_for(ctx.workdir, f"allreduce-{ctx.task_id.replace(':', '-')}")
         self.last_step: int | None = None
         self.last_time = time.monotonic()
-        self.events = None
-        if ctx.is_chief:
-            from tfyarn.train.events import EventWriter
-            self.events = EventWriter(ctx.spec.resolve_path(c.dir) if c.dir else None, "train", self.local / "events")
-        self._last_event = 0.0
-        self._last_sync = time.monotonic()
         self.uploads = BackgroundUpload(self.store) if self.store else None
 
     @property
     def committed(self) -> tuple[dict[str, Any], str] | None:
         """(index entry, local prefix) of the last checkpoint committed (its local files kept for the export)."""
         return self.uploads.committed if self.uploads else None
-
-    def scalars(self, global_step: int, values: Callable[[], dict[str, float]], force: bool = False) -> None:
-        """Chief: training scalars into the "train" event file, at most once a second (uploaded with checkpoints).
-
-        ``values`` is called only when a record is due, so the per-step cost is one clock read.
-        """
-        if self.events is None:
-            return
-        now = time.monotonic()
-        if force or now - self._last_event >= 1.0:
-            self._last_event = now
-            self.events.scalars(global_step, values())
-        if now - self._last_sync >= EVENT_SYNC_S:       # TensorBoard sees training between checkpoints too
-            self._last_sync = now
-            self.events.sync()
 
     def due(self, global_step: int) -> bool:
         if self.store is None or not self.ctx.is_chief:
@@ -267,8 +245,6 @@ class Checkpointer:
         meta = {"format": CHECKPOINT_FORMAT, "mode": "allreduce", "epoch": epoch, "step_in_epoch": in_epoch,
                 "worker_steps": worker_steps, "model_variables": model_variable_keys(self.n_model_vars),
                 "num_workers": self.ctx.num_data_workers}
-        if self.events is not None:
-            self.events.sync()
         self.last_step, self.last_time = global_step, time.monotonic()
         return self.uploads.commit(prefix, global_step, meta, final=final)
 
@@ -428,7 +404,7 @@ def run(ctx: TaskContext) -> dict[str, Any]:
         epoch0, in_epoch0 = helpers.position(start, steps)
         log.info("%s: plan %s steps per epoch, %d in total; starting at global step %d (epoch %d, step %d)%s",
                  ctx.task_id, steps, total, start, epoch0, in_epoch0, f" from {entry['name']}" if entry else "")
-        progress = ProgressReporter(ctx.kv, ctx.task_id, fail_on_nan_loss=ctx.spec.fail_on_nan_loss)
+        progress = ProgressReporter.for_task(ctx)
         progress.extra.update({"mode": "allreduce", "global_batch": global_batch})
         ran, boundary_waits = _loop(ctx, feeder, step_fn, steps, epoch0, in_epoch0, start, progress, ckpt)
     # every worker runs every global step (equal steps per epoch), so its steps are the global step's, over all
@@ -478,7 +454,6 @@ def _loop(ctx: TaskContext, feeder: Any, step_fn: Any, steps: list[int], epoch0:
         loss = float(loss)
         progress.report(step=gstep, epoch=epoch, loss=loss, examples=len(next(iter(batch.values()))),
                         global_step=gstep)
-        ckpt.scalars(gstep, lambda: {"loss": loss, "examples_per_sec": progress.snapshot()["examples_per_sec"]})
         if ckpt.due(gstep):
             ckpt.save(gstep, gstep)
         now = time.monotonic()
@@ -494,10 +469,7 @@ def _finish(ctx: TaskContext, ckpt: Checkpointer, figures: dict[str, Any], globa
     """Chief: final checkpoint, wait (bounded) for every worker's final figures, summary, then control/done."""
     from tfyarn.train.export import export_at_end
     from tfyarn.train.progress import run_summary, skip_counts, wait_for_final_progress, write_summary
-    ckpt.scalars(figures["global_step"], lambda: {"loss": figures["last_loss"]}, force=True)
     entry = ckpt.save(figures["global_step"], figures["worker_steps"], final=True)
-    if ckpt.events is not None:
-        ckpt.events.close()
     exported = export_at_end(ctx, ckpt.committed)
     per_task = wait_for_final_progress(ctx, ctx.spec.timeouts.shutdown)
     train_s = figures["elapsed_s"]

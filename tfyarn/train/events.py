@@ -1,17 +1,23 @@
 """TF event files (TensorBoard scalars) written locally and mirrored to the checkpoint dir through fsspec.
 
 Why: TF 2.21 cannot write ``hdfs://`` (no HDFS filesystem in TF, tensorflow-io does not load), so summaries are
-written to local disk by ``tf.summary`` and copied up whole, under a temporary name then renamed, so a reader (the
+written to local disk and copied up whole, under a temporary name then renamed, so a reader (the
 TensorBoard role) never sees a torn file. Layout: ``<checkpoint dir>/<run>/events.out.tfevents...`` with ``run`` =
-``train`` (chief) or ``eval`` (evaluator), which TensorBoard shows as two runs.
+``train`` (the chief's progress history: loss, examples/s, global steps/s) or ``eval`` (evaluator), which TensorBoard
+shows as two runs.
 """
 from __future__ import annotations
 
 import logging
+import os
+import socket
+import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Any, Mapping
 
+from tfyarn.data.tfrecord import encode_record
 from tfyarn.fsio import replace
 
 log = logging.getLogger("tfyarn.train.events")
@@ -25,21 +31,44 @@ def upload_file(fs: Any, local: Path, remote: str) -> None:
     replace(fs, tmp, remote)
 
 
-def _scalar_metadata() -> Any:
-    from tensorflow.core.framework import summary_pb2
-    return summary_pb2.SummaryMetadata(
-        plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"),
-        data_class=summary_pb2.DATA_CLASS_SCALAR)
+def scalar_event(step: int, values: Mapping[str, float], wall_time: float | None = None) -> bytes:
+    """One serialized ``Event`` holding ``values`` as scalars in TensorBoard's "scalars" plugin format (what
+    ``tf.summary.scalar`` writes: a float tensor with the plugin's metadata), built from TF's protos alone."""
+    from tensorflow.core.framework import summary_pb2, tensor_pb2, types_pb2
+    from tensorflow.core.util import event_pb2
+    meta = summary_pb2.SummaryMetadata(plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"),
+                                       data_class=summary_pb2.DATA_CLASS_SCALAR)
+    summary = summary_pb2.Summary(value=[
+        summary_pb2.Summary.Value(tag=name, metadata=meta,
+                                  tensor=tensor_pb2.TensorProto(dtype=types_pb2.DT_FLOAT, float_val=[float(v)]))
+        for name, v in values.items() if v is not None])
+    return event_pb2.Event(wall_time=time.time() if wall_time is None else wall_time, step=int(step),
+                           summary=summary).SerializeToString()
+
+
+def _file_version_event() -> bytes:
+    from tensorflow.core.util import event_pb2
+    return event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2").SerializeToString()
 
 
 class EventWriter:
-    """``scalars(step, {name: value})`` into a local event file; ``sync()`` uploads changed files to ``url/run``."""
+    """``scalars(step, {name: value})`` into a local event file; ``sync()`` uploads changed files to ``url/run``.
+
+    The records are TF's ``Event`` protos framed as TFRecords, written by tfyarn itself rather than by
+    ``tf.summary``: ``tf.summary.scalar`` lives in the ``tensorboard`` package (no longer installed with TF), and a
+    summary op cannot run where the ps chief's finalized training graph is the default one, nor off the main thread.
+    Calls are serialised by a lock, so a background thread may sync while another writes.
+    """
 
     def __init__(self, url: str | None, run: str, local_dir: Path):
-        import tensorflow as tf
         self.local = Path(local_dir) / run
         self.local.mkdir(parents=True, exist_ok=True)
-        self.writer = tf.summary.create_file_writer(str(self.local))
+        self.path = self.local / (f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}."
+                                  f"{os.getpid()}.{uuid.uuid4().hex[:6]}.v2")
+        self._lock = threading.Lock()
+        self._file = open(self.path, "ab")
+        self._file.write(encode_record(_file_version_event()))
+        self._file.flush()
         self.fs = self.remote = None
         if url:
             import fsspec
@@ -47,37 +76,32 @@ class EventWriter:
             self.remote = f"{root.rstrip('/')}/{run}"
         self._sizes: dict[str, int] = {}
 
-    def scalars(self, step: int, values: Mapping[str, float]) -> None:
-        """Scalars in TensorBoard's "scalars" plugin format, written with TF core only.
-
-        ``tf.summary.scalar`` lives in the ``tensorboard`` package, which TF no longer installs; training must not
-        depend on it, so the summary is written with ``tf.summary.write`` and the plugin metadata TensorBoard expects.
-        """
-        import tensorflow as tf
-        with self.writer.as_default():
-            for name, v in values.items():
-                if v is not None:
-                    tf.summary.write(name, tf.constant(float(v), tf.float32), step=int(step),
-                                     metadata=_scalar_metadata())
-        self.writer.flush()
+    def scalars(self, step: int, values: Mapping[str, float], wall_time: float | None = None) -> None:
+        record = encode_record(scalar_event(step, values, wall_time))
+        with self._lock:
+            if self._file.closed:
+                return
+            self._file.write(record)
+            self._file.flush()
 
     def sync(self) -> int:
         """Upload event files that grew since the last sync; returns how many were uploaded."""
         if self.fs is None:
             return 0
-        self.writer.flush()
-        self.fs.makedirs(self.remote, exist_ok=True)
-        n = 0
-        for f in sorted(self.local.glob("events.out.tfevents.*")):
-            size = f.stat().st_size
-            if self._sizes.get(f.name) != size:
-                upload_file(self.fs, f, f"{self.remote}/{f.name}")
-                self._sizes[f.name] = size
-                n += 1
-        return n
+        with self._lock:
+            self.fs.makedirs(self.remote, exist_ok=True)
+            n = 0
+            for f in sorted(self.local.glob("events.out.tfevents.*")):
+                size = f.stat().st_size
+                if self._sizes.get(f.name) != size:
+                    upload_file(self.fs, f, f"{self.remote}/{f.name}")
+                    self._sizes[f.name] = size
+                    n += 1
+            return n
 
     def close(self) -> None:
-        self.writer.close()
+        with self._lock:
+            self._file.close()
         try:
             self.sync()
         except OSError as exc:

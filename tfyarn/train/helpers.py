@@ -117,7 +117,7 @@ def jsonable(values: dict[str, Any], what: str) -> dict[str, Any]:
 
 def run_custom(ctx: Any, fn: Callable) -> Any:
     """Run a user's ``@custom_train`` function; on the chief, then write the summary and set ``control/done``."""
-    progress = ProgressReporter(ctx.kv, ctx.task_id, fail_on_nan_loss=ctx.spec.fail_on_nan_loss)
+    progress = ProgressReporter.for_task(ctx)
     helpers = Helpers(ctx=ctx, params=dict(ctx.spec.params), progress=progress)
     t0 = time.monotonic()
     log.info("%s: running custom train function %s", ctx.task_id, getattr(fn, "__qualname__", fn))

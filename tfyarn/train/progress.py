@@ -36,9 +36,11 @@ class ProgressReporter:
     """
 
     def __init__(self, kv: KV, task: str, interval: float = 1.0, log_every: float = 10.0,
-                 fail_on_nan_loss: bool = True):
+                 fail_on_nan_loss: bool = True, history: Any = None, attempt: int = 0, restart: int = 0):
         self.kv, self.task, self.interval, self.log_every = kv, task, interval, log_every
         self.fail_on_nan_loss = fail_on_nan_loss
+        self.history = history            # a tfyarn.train.history.TaskHistory: this task's own points
+        self.attempt, self.restart = attempt, restart
         self.start = time.monotonic()
         self.step = 0
         self.global_step = 0
@@ -53,13 +55,27 @@ class ProgressReporter:
         self._win_steps = 0
         self._rate = 0.0
         self._step_rate = 0.0
+        self._win_gs: int | None = None        # global step at the start of its rate window (and its time)
+        self._win_gs_t = self.start
+        self._gs_rate: float | None = None     # global steps per second (the job's, as this task sees it)
+        self._hist_t, self._hist_ex, self._hist_gs = self.start, 0, None   # the history point's own window
+        self._hist_step = -1
         self._kv_warned = False
         self.extra: dict[str, Any] = {}
 
+    @classmethod
+    def for_task(cls, ctx: Any) -> "ProgressReporter":
+        """The reporter of a training task: ``fail_on_nan_loss`` from the spec, and the task's own progress history
+        (:mod:`tfyarn.train.history`, next to the checkpoints; the chief's also feeds TensorBoard)."""
+        from tfyarn.train.history import TaskHistory, restart_number
+        return cls(ctx.kv, ctx.task_id, fail_on_nan_loss=ctx.spec.fail_on_nan_loss, history=TaskHistory.for_task(ctx),
+                   attempt=ctx.attempt, restart=restart_number())
+
     def begin(self) -> None:
         """Restart the clock (call right before the first step, so start-up is not counted in examples/s)."""
-        self.start = self._win_t = self._last_log = time.monotonic()
-        self._win_ex = self._win_steps = 0
+        self.start = self._win_t = self._last_log = self._hist_t = time.monotonic()
+        self._win_ex = self._win_steps = self._hist_ex = 0
+        self._win_gs = self._hist_gs = None
 
     def report(self, step: int, epoch: int, loss: float | None = None, examples: int = 0,
                global_step: int | None = None, force: bool = False) -> None:
@@ -80,6 +96,11 @@ class ProgressReporter:
             self.last_loss = loss
         now = time.monotonic()
         self._win_steps += 1
+        self._hist_ex += examples
+        if self._win_gs is None:              # the window of the global step starts at a known global step
+            self._win_gs, self._win_gs_t = self.global_step, now
+        if self._hist_gs is None:
+            self._hist_gs = self.global_step
         if force or now - self._last_pub >= self.interval:
             # A rate over a window shorter than MIN_RATE_WINDOW_S (the first step right after begin()) would be
             # noise (millions of examples/s); publish the position, keep the rate until a real window has passed.
@@ -87,8 +108,13 @@ class ProgressReporter:
                 self._rate = self._win_ex / (now - self._win_t)
                 self._step_rate = self._win_steps / (now - self._win_t)
                 self._win_t, self._win_ex, self._win_steps = now, 0, 0
+            if now - self._win_gs_t >= MIN_RATE_WINDOW_S:
+                self._gs_rate = max(0, self.global_step - self._win_gs) / (now - self._win_gs_t)
+                self._win_gs, self._win_gs_t = self.global_step, now
             self._last_pub = now
             self.publish()
+        if self.history is not None and (force or self.history.due(now)):
+            self.history.add(self._history_point(now), now)
         if now - self._last_log >= self.log_every:
             self._last_log = now
             log.info("%s step %d (global %d) epoch %d loss %s %.0f examples/s", self.task, self.step,
@@ -104,10 +130,25 @@ class ProgressReporter:
         e = self.elapsed
         return self.examples / e if e > 0 else 0.0
 
+    def _history_point(self, now: float) -> dict[str, Any]:
+        """A point of this task's own history; its rates are over the time since the previous point (none for the
+        first one, whose window is the instant between begin() and step 1)."""
+        point = {"task": self.task, "time": time.time(), "step": self.step, "global_step": self.global_step,
+                 "epoch": self.epoch, "loss": self.last_loss, "attempt": self.attempt, "restart": self.restart}
+        span = now - self._hist_t
+        if self.history.points and span >= MIN_RATE_WINDOW_S:
+            point["examples_per_sec"] = round(self._hist_ex / span, 1)
+            point["global_steps_per_sec"] = round(max(0, self.global_step - (self._hist_gs or 0)) / span, 3)
+        self._hist_t, self._hist_ex, self._hist_gs, self._hist_step = now, 0, self.global_step, self.step
+        return point
+
     def snapshot(self) -> dict[str, Any]:
+        """The ``progress/<task>`` record. ``global_steps_per_sec`` is how fast the job's global step moved over
+        the last window as this task saw it: a single status read (``tfyarn status`` on YARN) has an ETA from it."""
         return {"step": self.step, "global_step": self.global_step, "epoch": self.epoch,
                 "examples_per_sec": round(self._rate, 1), "steps_per_sec": round(self._step_rate, 3),
-                "loss": self.last_loss, "time": time.time(),
+                "global_steps_per_sec": None if self._gs_rate is None else round(self._gs_rate, 3),
+                "loss": self.last_loss, "time": time.time(), "attempt": self.attempt, "restart": self.restart,
                 **self.extra}
 
     def publish(self) -> None:
@@ -123,6 +164,10 @@ class ProgressReporter:
         self.extra["done"] = True
         self._rate = self.examples_per_sec
         self.publish()
+        if self.history is not None:
+            if self.history.points and self.step != self._hist_step:   # the steps since the last point
+                self.history.add(self._history_point(time.monotonic()))
+            self.history.close()
         return {"steps": self.step, "examples": self.examples, "examples_per_sec": round(self.examples_per_sec, 1),
                 "first_loss": self.first_loss, "last_loss": self.last_loss, "elapsed_s": round(self.elapsed, 3)}
 

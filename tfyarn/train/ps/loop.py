@@ -185,7 +185,7 @@ def _run(ctx: Any, tg: TrainGraph, sess: Any, feeder: Any, steps: list[int], tar
     if spec.sync and ctx.is_chief:
         aggregator = _Aggregator(sess, tg, target, gs0)
         aggregator.start()
-    progress = ProgressReporter(ctx.kv, ctx.task_id, fail_on_nan_loss=ctx.spec.fail_on_nan_loss)
+    progress = ProgressReporter.for_task(ctx)
     local = done
     gs = gs0
     label = spec.data.label

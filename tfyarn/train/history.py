@@ -1,0 +1,185 @@
+"""A training task's own progress history, kept next to the checkpoints, and the chief's TensorBoard scalars.
+
+Why the task records it: whoever follows a job samples ``progress/<task>`` (the YARN follower every ~2 s), so the run
+report of a short YARN job had one point per task, and a job nobody followed (a bare ``submit``, Airflow's
+deferrable wait) had none. Each training task therefore records its own points at a rate that adapts to its length
+(every :data:`MIN_INTERVAL_S` at first, every ``elapsed / POINTS_PER_E`` later: ~100 points per e-fold of run time,
+about 800 for ten hours), appends them to a local file and uploads the whole file (temporary name, rename: HDFS has
+no reliable append) every :data:`UPLOAD_S` from a background thread, and once more at the end — so the training loop
+never waits on the filesystem. Layout (read by :func:`tfyarn.report.load_task_history`)::
+
+    <checkpoint dir>/history/<app id>/<task>.a<attempt>.<start ms>.jsonl
+
+One file per process: a restart (in place, or a job attempt) is a new segment, which the report marks.
+
+The chief also writes its points as TensorBoard scalars (run ``train``: ``loss``, ``examples_per_sec``,
+``global_steps_per_sec``) with :class:`tfyarn.train.events.EventWriter`, uploaded with the history: ps mode wrote none
+(TensorBoard showed only ``eval``).
+"""
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from tfyarn.report import TASK_HISTORY_DIR, task_history_name
+
+log = logging.getLogger("tfyarn.train.history")
+
+#: Shortest time between two points (also the shortest window a point's rate is computed over).
+MIN_INTERVAL_S = 0.25
+#: Points per e-fold of elapsed time once the interval grows past the minimum (interval = elapsed / this).
+POINTS_PER_E = 100.0
+#: Seconds between two uploads of the history (and the chief's event file) while training.
+UPLOAD_S = 10.0
+#: Bound on the final upload at the end of the task (the task is exiting; a hung filesystem must not hold it).
+CLOSE_TIMEOUT_S = 30.0
+
+_open: set["TaskHistory"] = set()
+_open_lock = threading.Lock()
+
+
+class TaskHistory:
+    """Points of one task process: :meth:`due` / :meth:`add` from the training loop (cheap), uploads elsewhere."""
+
+    def __init__(self, url: str | None, app_id: str, task: str, attempt: int, local_dir: Path,
+                 events: bool = False):
+        self.task, self.attempt = task, attempt
+        self.start = time.monotonic()
+        self.name = task_history_name(task, attempt, int(time.time() * 1000))
+        self.local = Path(local_dir) / self.name
+        self.local.parent.mkdir(parents=True, exist_ok=True)
+        self.local.write_text("")
+        self.fs = self.remote = None
+        if url:
+            import fsspec
+            self.fs, root = fsspec.core.url_to_fs(url.rstrip("/"))
+            self.remote = f"{root.rstrip('/')}/{TASK_HISTORY_DIR}/{app_id}/{self.name}"
+        self.events = None
+        if events:
+            from tfyarn.train.events import EventWriter
+            self.events = EventWriter(url, "train", Path(local_dir) / "events")
+        self.points = 0
+        self._next = 0.0                      # monotonic time the next point is due
+        self._pending: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._closed = False
+        self._uploaded_size = -1
+        self._warned = False
+        self._thread: threading.Thread | None = None
+        with _open_lock:
+            _open.add(self)
+
+    @classmethod
+    def for_task(cls, ctx: Any) -> "TaskHistory":
+        """The history of this task process; uploaded next to the checkpoints when the spec has a checkpoint dir.
+        The chief also writes the ``train`` TensorBoard run."""
+        ckpt = ctx.spec.checkpoint.dir
+        url = ctx.spec.resolve_path(ckpt) if ckpt else None
+        return cls(url, ctx.app_id, ctx.task_id, ctx.attempt, Path(ctx.workdir) / "history",
+                   events=bool(ctx.is_chief and url))
+
+    def due(self, now: float) -> bool:
+        return now >= self._next and not self._closed
+
+    def add(self, point: dict[str, Any], now: float | None = None) -> None:
+        """Queue one point (``time`` = wall clock, plus the progress fields); the next one is due after the
+        adaptive interval. The file and the event scalars are written by the upload thread."""
+        now = time.monotonic() if now is None else now
+        self._next = now + max(MIN_INTERVAL_S, (now - self.start) / POINTS_PER_E)
+        with self._lock:
+            if self._closed:
+                return
+            self._pending.append(point)
+        self.points += 1
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name=f"tfyarn-history-{self.task}", daemon=True)
+            self._thread.start()
+
+    def _write_pending(self) -> None:
+        with self._lock:
+            pending, self._pending = self._pending, []
+        if not pending:
+            return
+        with self.local.open("a") as f:
+            f.writelines(json.dumps(p, separators=(",", ":")) + "\n" for p in pending)
+        if self.events is not None:
+            for p in pending:
+                values = {k: p.get(k) for k in ("loss", "examples_per_sec", "global_steps_per_sec")}
+                self.events.scalars(int(p.get("global_step") or p.get("step") or 0), values, p.get("time"))
+
+    def flush(self) -> None:
+        """Write what is queued and upload the file (and the chief's event file) when it changed."""
+        self._write_pending()
+        if self.fs is None:
+            return
+        size = self.local.stat().st_size
+        if size != self._uploaded_size:
+            from tfyarn.train.events import upload_file
+            self.fs.makedirs(self.remote.rsplit("/", 1)[0], exist_ok=True)
+            upload_file(self.fs, self.local, self.remote)
+            self._uploaded_size = size
+        if self.events is not None:
+            self.events.sync()
+
+    def _run(self) -> None:
+        while not self._closed:
+            self._wake.wait(UPLOAD_S)
+            if self._closed:
+                break
+            try:
+                self.flush()
+            except Exception as exc:  # noqa: BLE001 - history is advisory: training goes on without it
+                if not self._warned:
+                    log.warning("%s: could not upload the progress history to %s: %s", self.task, self.remote, exc)
+                    self._warned = True
+
+    def close(self, timeout: float = CLOSE_TIMEOUT_S) -> None:
+        """Stop the upload thread and upload the last points (bounded by ``timeout``). Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._wake.set()
+        with _open_lock:
+            _open.discard(self)
+        if self._thread is not None:
+            self._thread.join(timeout)
+        done = threading.Event()
+
+        def final() -> None:
+            try:
+                self.flush()
+                if self.events is not None:
+                    self.events.close()
+            except Exception as exc:  # noqa: BLE001 - see _run
+                log.warning("%s: could not upload the progress history to %s: %s", self.task, self.remote, exc)
+            finally:
+                done.set()
+        threading.Thread(target=final, name=f"tfyarn-history-close-{self.task}", daemon=True).start()
+        if not done.wait(timeout):
+            log.warning("%s: the last upload of the progress history to %s did not finish within %gs; left behind",
+                        self.task, self.remote, timeout)
+
+
+@atexit.register
+def close_all() -> None:
+    """A task that fails (or returns without ``ProgressReporter.final``) still uploads its points: they show how far
+    it got. Runs at exit in spawned and forked tasks alike (the fork server runs atexit functions)."""
+    with _open_lock:
+        histories = list(_open)
+    for h in histories:
+        h.close(timeout=10.0)
+
+
+def restart_number() -> int:
+    """The in-place restart of this task process (``TFYARN_RESTART``, 0 when not restarted or unknown)."""
+    try:
+        return int(os.environ.get("TFYARN_RESTART", "0") or 0)
+    except ValueError:
+        return 0
