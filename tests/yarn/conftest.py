@@ -26,9 +26,15 @@ def pytest_runtest_makereport(item, call):
 def yarn():
     """One YarnBackend (one private skein driver JVM) for the whole session."""
     from tfyarn.backends.yarn import YarnBackend
+    from clusterutil import SESSION_TAG
     b = YarnBackend(staging_dir=os.environ.get("TFYARN_STAGING_DIR"))
     yield b
-    b.close()
+    try:   # a test that failed half-way must not leave its apps running on a shared cluster
+        for app in b.list():
+            if SESSION_TAG in app.tags:
+                b.kill(app.app_id)
+    finally:
+        b.close()
 
 
 @pytest.fixture(scope="session")

@@ -389,16 +389,34 @@ class YarnBackend(Backend):
         tasks = [TaskStatus(**t) for t in snap.get("tasks", [])]
         if state.is_terminal:
             end_tasks(tasks, state, diag)
+        summary = snap.get("summary") or final.get("summary")
+        if summary is None and state.is_terminal:
+            summary = self._summary_from_checkpoints(app_id, spec)
         st = AppStatus(app_id=app_id, backend="yarn", name=rep.name, state=state, diagnostics=diag, tasks=tasks,
                        progress=snap.get("progress") or {}, started=timestamp(rep.start_time),
                        finished=timestamp(rep.finish_time) if state.is_terminal else None,
-                       tracking_url=rep.tracking_url or None, summary=snap.get("summary"),
+                       tracking_url=rep.tracking_url or None, summary=summary,
                        tags=sorted(rep.tags or ()), attempt=attempt_of(rep.tags))
         if live is not None:
             self._save_state(app_id, app_id=app_id, name=rep.name, snapshot=live)
         if state.is_terminal and not saved.get("final"):
             self._save_state(app_id, app_id=app_id, name=rep.name, final=st.to_dict())
         return st
+
+    def _summary_from_checkpoints(self, app_id: str, spec: JobSpec | None) -> dict[str, Any] | None:
+        """The chief's ``summary.json`` beside the checkpoints, when it is this app's: an app that ended before anyone
+        read its KV (``submit``, then ``wait`` or ``status`` later) has no snapshot holding the summary."""
+        if spec is None or not spec.checkpoint.dir:
+            return None
+        import fsspec
+        url = hdfs.join(spec.resolve_path(spec.checkpoint.dir), "summary.json")
+        try:
+            with fsspec.open(url, "rt") as f:
+                summary = json.load(f)
+        except (OSError, ValueError) as exc:
+            log.debug("no summary of %s at %s: %s", app_id, url, exc)
+            return None
+        return summary if isinstance(summary, dict) and summary.get("app_id") == app_id else None
 
     def list(self, all_states: bool = False) -> list[AppStatus]:
         """tfyarn applications (YARN tag ``tfyarn``): active ones, or every one the RM still knows."""
