@@ -483,3 +483,94 @@ def test_staging_tokens_and_kill_follow_the_cluster_and_the_proxy_user(monkeypat
     rm.kill_application = lambda app_id, user="": users.append((app_id, user))
     b.kill(APP)
     assert users == [(APP, "alice")]                       # make_spec's spec.user
+
+
+def _app_with_workers(monkeypatch, tmp_path, containers):
+    """A running app of make_spec() (ps, chief, 3 workers with restarts) on FakeAM; the first containers of each
+    role have claimed their tasks. Returns (backend, rm, app, kv)."""
+    monkeypatch.setenv("TFYARN_HOME", str(tmp_path / "home"))
+    spec = make_spec(environment={"python": "/opt/py/bin/python"})
+    app = FakeApp(containers)
+    kv = SkeinKV(app.kv)
+    for c in containers:
+        if c.instance < spec.instances(c.service_name):
+            assert claim_task_index(kv, c.service_name, spec.instances(c.service_name),
+                                    f"{c.service_name}_{c.instance}") == c.instance
+    rm = FakeRM([report()], app)
+    b = YarnBackend(client=rm, preflight=False)
+    b._save_state(APP, app_id=APP, name=spec.name, spec=spec.to_json())
+    return b, rm, app, kv
+
+
+def test_a_restarting_worker_is_itself_restarting_never_a_phantom_task(monkeypatch, tmp_path):
+    """kill -9 of worker:1 (skein's worker_1): its replacement container worker_3 has not claimed a task yet. The
+    status showed `worker:3 PENDING` beside `worker:1 FAILED`; it is worker:1, PENDING, restarts 1."""
+    from tfyarn.runtime.kv_yarn import restarts_before
+    w1 = container("worker", 1, "RUNNING")
+    cs = [container("ps", 0, "RUNNING"), container("chief", 0, "RUNNING"), container("worker", 0, "RUNNING"), w1,
+          container("worker", 2, "RUNNING")]
+    b, rm, app, kv = _app_with_workers(monkeypatch, tmp_path, cs)
+    # the container script reported the death before the application master heard of it
+    put_json(kv, "exit/worker:1", {"code": 137, "died_at": 1.0, "container": w1.yarn_container_id})
+    tasks = {t.task: t for t in b.status(APP).tasks}
+    assert tasks["worker:1"].state == "FAILED" and tasks["worker:1"].exit_code == 137
+    assert tasks["worker:1"].diagnostics == "exit code 137 (killed by SIGKILL)"
+    # the AM has heard: worker_1 FAILED (skein's message has no exit code), worker_3 requested in its place
+    app.containers[3] = container("worker", 1, "FAILED", exit_message="Container failed during execution, see "
+                                                                      "logs for more information.")
+    app.containers.append(Container(service_name="worker", instance=3, state="REQUESTED", yarn_container_id="",
+                                    yarn_node_http_address="", start_time=None, finish_time=None, exit_message=""))
+    app.am.container_exited("worker_1")
+    st = b.status(APP)
+    assert [t.task for t in st.tasks] == ["ps:0", "chief:0", "worker:0", "worker:1", "worker:2"]
+    tasks = {t.task: t for t in st.tasks}
+    assert tasks["worker:1"].state == "PENDING" and tasks["worker:1"].restarts == 1
+    assert st.state is AppState.PENDING                        # a task waits for its container
+    # it runs and claims worker:1's slot: restart 1 of worker:1 (what the rejoin reports)
+    app.containers[-1] = container("worker", 3, "RUNNING", minute=3)
+    assert claim_task_index(kv, "worker", 3, "worker_3") == 1
+    assert restarts_before(kv, "worker:1", "worker_3") == 1 and restarts_before(kv, "worker:0", "worker_0") == 0
+    st = b.status(APP)
+    tasks = {t.task: t for t in st.tasks}
+    assert [t.task for t in st.tasks] == ["ps:0", "chief:0", "worker:0", "worker:1", "worker:2"]
+    assert tasks["worker:1"].state == "RUNNING" and tasks["worker:1"].restarts == 1
+    assert tasks["worker:1"].exit_code is None and st.state is AppState.RUNNING
+
+
+def test_the_tasks_that_died_are_named_with_their_exit_codes_after_the_end(monkeypatch, tmp_path):
+    """kill -9 of ps:0: every task showed KILLED, exit_code null, and the diagnosis was skein's 'Failure in service'.
+    The exit records the follower saw, or the diagnosis the container script gave the application, name them."""
+    cs = [container("ps", 0, "RUNNING"), container("chief", 0, "RUNNING"), container("worker", 0, "RUNNING"),
+          container("worker", 1, "RUNNING"), container("worker", 2, "RUNNING")]
+    b, rm, app, kv = _app_with_workers(monkeypatch, tmp_path, cs)
+    put_json(kv, "exit/ps:0", {"code": 137, "died_at": 10.0, "container": cs[0].yarn_container_id})
+    kv.put("failure/chief:0", "UnavailableError: Socket closed")
+    put_json(kv, "exit/chief:0", {"code": 1, "died_at": 12.0, "container": cs[1].yarn_container_id,
+                                  "failure": "UnavailableError: Socket closed"})
+    b.status(APP)                                              # the follower's last poll before the AM went away
+    rm.reports[APP] = report("FINISHED", "FAILED", "Failure in service ps, see logs for more information.")
+    b._apps.clear()
+    st = b.status(APP)
+    assert st.state is AppState.FAILED
+    assert st.diagnostics == ("ps:0: exit code 137 (killed by SIGKILL); chief:0: exit code 1: UnavailableError: "
+                              "Socket closed\nFailure in service ps, see logs for more information.")
+    tasks = {t["task"]: t for t in st.to_dict()["tasks"]}
+    assert (tasks["ps:0"]["state"], tasks["ps:0"]["exit_code"]) == ("FAILED", 137)
+    assert (tasks["chief:0"]["state"], tasks["chief:0"]["exit_code"]) == ("FAILED", 1)
+    assert tasks["worker:0"]["state"] == "KILLED" and tasks["worker:0"]["exit_code"] is None
+
+
+def test_the_diagnosis_the_container_gave_the_application_names_the_tasks_without_a_follower(monkeypatch, tmp_path):
+    cs = [container("ps", 0, "RUNNING"), container("chief", 0, "RUNNING"), container("worker", 0, "RUNNING"),
+          container("worker", 1, "RUNNING"), container("worker", 2, "RUNNING")]
+    b, rm, app, kv = _app_with_workers(monkeypatch, tmp_path, cs)
+    b.status(APP)                                              # the last poll saw no failure yet
+    diag = "chief:0: exit code 137 (killed by SIGKILL); worker:2: exit code 1: UnavailableError: chief:0 gone"
+    rm.reports[APP] = report("FINISHED", "FAILED", diag)
+    b._apps.clear()
+    st = YarnBackend(client=rm, preflight=False).status(APP)   # another process, after the end
+    assert st.diagnostics == diag and st.state is AppState.FAILED
+    tasks = {t.task: t for t in st.tasks}
+    assert (tasks["chief:0"].state, tasks["chief:0"].exit_code) == ("FAILED", 137)
+    assert (tasks["worker:2"].state, tasks["worker:2"].exit_code) == ("FAILED", 1)
+    assert tasks["ps:0"].state == "KILLED"

@@ -2,6 +2,7 @@
 import os
 import subprocess
 import sys
+import time
 import zipfile
 
 import pytest
@@ -80,7 +81,7 @@ def test_python_source_ships_no_env_and_kerberos_ships_keytab(tmp_path):
     assert w.files["tfyarn.keytab"].source == f"file://{kt}"
     assert w.env["TFYARN_KRB_PRINCIPAL"] == "me@EX"
     assert "secret" not in app.to_yaml()
-    assert "exec '/opt/py 3/bin/python' -m tfyarn.runtime" in w.script
+    assert "\n'/opt/py 3/bin/python' -m tfyarn.runtime || code=$?\n" in w.script
     assert 'kinit -kt "$PWD/tfyarn.keytab" "$TFYARN_KRB_PRINCIPAL"' in w.script
 
 
@@ -119,6 +120,30 @@ def test_container_script_exports_the_task_contract_and_execs_runtime(tmp_path):
     assert "TFYARN_KV_URL" not in vals and "TFYARN_INDEX" not in vals
     # temporary files in the container's directory (YARN deletes it with the container), created by the script
     assert vals["TMPDIR"] == f"{cdir}/tmp" and (cdir / "tmp").is_dir()
+
+
+def test_a_task_that_dies_is_reported_and_the_container_keeps_its_exit_code(tmp_path):
+    """kill -9 of the task's Python: the script (still alive: Python is its child) runs the exit report with 137 and
+    when it died, then exits 137 itself, as the container would have with ``exec``."""
+    script = container_script(ENV, code=False, kerberos=False)
+    calls = tmp_path / "calls.txt"
+    fake = (f'#!/bin/bash\necho "$*" >> {calls}\n'
+            'if [ "$2" = tfyarn.runtime ]; then kill -9 $$; fi\n'
+            'exit 0\n')
+    cdir = _fake_container_dir(tmp_path, script, fake)
+    t0 = time.time()
+    res = subprocess.run(["bash", "script.sh"], cwd=cdir, capture_output=True, text=True, timeout=30,
+                         env={"PATH": os.environ["PATH"]})
+    assert res.returncode == 137, res.stderr
+    first, report = calls.read_text().splitlines()
+    assert first == "-m tfyarn.runtime"
+    mod, code, died = report.split()[1:]
+    assert mod == "tfyarn.runtime.exit_report" and code == "137" and t0 - 1 <= float(died) <= time.time()
+    calls.unlink()                                          # a task that succeeds: no report
+    cdir2 = _fake_container_dir(tmp_path / "ok", script, f'#!/bin/bash\necho "$*" >> {calls}\n')
+    res = subprocess.run(["bash", "script.sh"], cwd=cdir2, capture_output=True, text=True, timeout=30,
+                         env={"PATH": os.environ["PATH"]})
+    assert res.returncode == 0 and calls.read_text().splitlines() == ["-m tfyarn.runtime"]
 
 
 def test_a_role_that_sets_tmpdir_keeps_it(tmp_path):

@@ -6,8 +6,9 @@ equal object) and nothing touches the cluster.
 
 Every container runs the same script (:func:`container_script`): it exports the task contract of
 docs/ARCHITECTURE.md (``TFYARN_ROLE``, ``TFYARN_SPEC_FILE``, ``TFYARN_APP_ID``, ``TFYARN_CODE_DIR``; no
-``TFYARN_KV_URL``, so the runtime uses skein's KV through :mod:`tfyarn.runtime.kv_yarn`) and ``exec``s
-``python -m tfyarn.runtime`` from the unpacked environment. The task index is not in the env: on YARN it comes from
+``TFYARN_KV_URL``, so the runtime uses skein's KV through :mod:`tfyarn.runtime.kv_yarn`) and runs
+``python -m tfyarn.runtime`` from the unpacked environment (on a non-zero exit, also
+:mod:`tfyarn.runtime.exit_report`). The task index is not in the env: on YARN it comes from
 ``SKEIN_CONTAINER_ID`` / a KV slot claim (:func:`tfyarn.runtime.kv_yarn.task_index_from_env`), because skein gives a
 restarted container a new instance number.
 
@@ -70,7 +71,8 @@ def app_tags(spec: JobSpec, extra: Iterable[str] = ()) -> set[str]:
 
 
 def container_script(env: EnvRef, *, code: bool, kerberos: bool, own_tmpdir: bool = True) -> str:
-    """The bash every task container runs. ``exec`` so YARN's signals (kill, preemption) reach Python directly.
+    """The bash every task container runs: the task contract's environment, then Python, then on a non-zero exit
+    the report of how it ended (:mod:`tfyarn.runtime.exit_report`); the container exits with Python's code.
 
     ``own_tmpdir`` (unless the role's ``env`` sets ``TMPDIR``): temporary files go to ``tmp/`` in the container's
     working directory, which YARN deletes with the container — a killed task (preemption, ``tfyarn kill``) leaves
@@ -98,7 +100,18 @@ def container_script(env: EnvRef, *, code: bool, kerberos: bool, own_tmpdir: boo
         ]
     if env.source in ("pack", "archive"):
         py = f"./{ENV_DIR}/bin/python"
-    lines.append(f"exec {shlex.quote(py) if not py.startswith('./') else py} -m tfyarn.runtime")
+    py = shlex.quote(py) if not py.startswith("./") else py
+    # Python runs as a child, not exec'd: when it dies (kill -9, the kernel's OOM killer, a crash) this shell says
+    # how, in the log, the app's KV and the app's diagnostics (tfyarn.runtime.exit_report; skein keeps no exit
+    # status). YARN signals the container's whole process group, so a kill still reaches Python directly.
+    lines += [
+        "code=0",
+        f"{py} -m tfyarn.runtime || code=$?",
+        'if [ "$code" -ne 0 ]; then',
+        f'  {py} -m tfyarn.runtime.exit_report "$code" "$(date +%s.%N)" || true',
+        "fi",
+        'exit "$code"',
+    ]
     return "\n".join(lines) + "\n"
 
 

@@ -62,21 +62,51 @@ def _exit_code(msg: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def tasks_from_containers(containers: list[Any], taskmap: dict[str, str], spec: JobSpec | None,
-                          failures: dict[str, str]) -> list[TaskStatus]:
-    """One TaskStatus per task (``role:index``) from skein containers: the newest container holding each task;
-    ``restarts`` = how many earlier containers held it. Tasks with no container yet are PENDING."""
+_ENDED = ("FAILED", "KILLED")
+
+
+def _start_order(c: Any) -> tuple:
+    return (c.start_time is None, timestamp(c.start_time) or 0, c.instance)
+
+
+def _by_task(containers: list[Any], taskmap: dict[str, str], spec: JobSpec | None) -> dict[str, list[Any]]:
+    """Containers grouped by the task they hold. skein numbers a replacement container past the role's instances
+    (worker:1's is ``worker_2``); until it has claimed its task in the KV it is given to the task of its role whose
+    newest container ended (the one it replaces) — never shown as a task of its own (the phantom ``worker:2``)."""
+    instances = {r: spec.instances(r) for r in spec.roles} if spec is not None else {}
     by_task: dict[str, list[Any]] = {}
+    unclaimed = []
     for c in containers:
-        cid = f"{c.service_name}_{c.instance}"
-        task = taskmap.get(cid) or f"{c.service_name}:{c.instance}"
-        by_task.setdefault(task, []).append(c)
+        task = taskmap.get(f"{c.service_name}_{c.instance}")
+        if task is None and c.instance >= instances.get(c.service_name, c.instance + 1):
+            unclaimed.append(c)
+            continue
+        by_task.setdefault(task or f"{c.service_name}:{c.instance}", []).append(c)
+    for c in sorted(unclaimed, key=lambda c: c.instance):
+        ended = sorted((timestamp(max(cs, key=_start_order).finish_time) or 0, t) for t, cs in by_task.items()
+                       if t.split(":")[0] == c.service_name and str(max(cs, key=_start_order).state) in _ENDED)
+        if ended:
+            by_task[ended[0][1]].append(c)
+    return by_task
+
+
+def tasks_from_containers(containers: list[Any], taskmap: dict[str, str], spec: JobSpec | None,
+                          failures: dict[str, str], exits: dict[str, dict[str, Any]] | None = None
+                          ) -> list[TaskStatus]:
+    """One TaskStatus per task (``role:index``) from skein containers: the newest container holding each task;
+    ``restarts`` = how many earlier containers held it. Tasks with no container yet are PENDING.
+
+    ``exits`` (``exit/<task>`` records, :mod:`tfyarn.runtime.exit_report`) give a failed task's exit code and tell
+    a container that died before the application master noticed (FAILED at once, not RUNNING for seconds)."""
+    from tfyarn.runtime.exit_report import exit_text
+
+    exits = exits or {}
+    by_task = _by_task(containers, taskmap, spec)
     out = []
     order = spec.tasks() if spec is not None else []
     names = order + sorted(t for t in by_task if t not in order)
     for task in names:
-        cs = sorted(by_task.get(task, []),
-                    key=lambda c: (c.start_time is None, timestamp(c.start_time) or 0, c.instance))
+        cs = sorted(by_task.get(task, []), key=_start_order)
         role = spec.roles.get(task.split(":")[0]) if spec is not None else None
         memory = role.memory_mib if role is not None else None
         if not cs:
@@ -85,9 +115,50 @@ def tasks_from_containers(containers: list[Any], taskmap: dict[str, str], spec: 
         c = cs[-1]
         state = str(c.state)
         state = "PENDING" if state in ("WAITING", "REQUESTED") else state
-        diag = failures.get(task) or (c.exit_message if state in ("FAILED", "KILLED") else "")
+        ex = exits.get(task) or {}
+        if ex.get("container") != c.yarn_container_id:
+            ex = {}                            # how an earlier container of this task ended
+        if ex and state == "RUNNING":
+            state = "FAILED"                   # its process died; the application master has not heard yet
+        code = None
+        if state in _ENDED:
+            code = ex["code"] if ex else _exit_code(c.exit_message)
+        elif state == "SUCCEEDED":
+            code = 0
+        diag = failures.get(task) or ""
+        if state in _ENDED and not diag:
+            diag = exit_text(ex["code"]) if ex else c.exit_message
         out.append(TaskStatus(task=task, state=state, host=_host(c.yarn_node_http_address), restarts=len(cs) - 1,
-                              exit_code=_exit_code(c.exit_message) if state in ("FAILED", "KILLED")
-                              else (0 if state == "SUCCEEDED" else None),
-                              diagnostics=diag, log=c.yarn_container_logs or None, memory_mib=memory))
+                              exit_code=code, diagnostics=diag, log=c.yarn_container_logs or None,
+                              memory_mib=memory))
     return out
+
+
+def failure_diagnosis(app_diagnostics: str, failures: dict[str, str], exits: dict[str, dict[str, Any]]) -> str:
+    """The application's diagnosis with every task that ended badly named in it, root cause first: each task's exit
+    code and its own failure record (the ``failure/`` and ``exit/`` keys the follower saw), before YARN's text,
+    skipping tasks that text already names (the container script's shutdown writes the same parts)."""
+    from tfyarn.runtime.exit_report import diagnosis
+
+    diag = (app_diagnostics or "").strip()
+    records = {t: {"code": r.get("code"), "died_at": r.get("died_at"), "failure": failures.get(t) or r.get("failure")}
+               for t, r in exits.items()}
+    for t, text in failures.items():
+        records.setdefault(t, {"code": None, "died_at": float("inf"), "failure": text})
+    new = {t: r for t, r in records.items() if f"{t}: " not in diag}
+    text = diagnosis(new)
+    return f"{text}\n{diag}".strip() if text else diag
+
+
+def end_tasks(tasks: list[TaskStatus], state: AppState, diagnostics: str) -> None:
+    """An ended app's tasks as they ended (the last snapshot may predate the end): a task the diagnosis gives an
+    exit code FAILED with it, the others SUCCEEDED (exit 0) or KILLED when the app did not succeed."""
+    from tfyarn.runtime.exit_report import exit_codes_in
+
+    codes = exit_codes_in(diagnostics)
+    for t in tasks:
+        if t.task in codes and t.state != "SUCCEEDED" and t.exit_code is None:
+            t.state, t.exit_code = "FAILED", codes[t.task]
+        elif t.state in ("RUNNING", "PENDING"):
+            t.state = "SUCCEEDED" if state == AppState.SUCCEEDED else "KILLED"
+            t.exit_code = 0 if t.state == "SUCCEEDED" else None

@@ -117,13 +117,15 @@ class SkeinKV(KV):
             except Exception:  # noqa: BLE001 - the AM may be gone; the wait's outcome matters, not the cleanup
                 pass
 
-    def claim(self, key: str, value: str, owner: str | None = None) -> bool:
-        """Atomically create ``key`` if absent; with ``owner`` (a container id) skein deletes it when that exits."""
+    def claim(self, key: str, value: str, owner: str | None = None, also: Mapping[str, str] | None = None) -> bool:
+        """Atomically create ``key`` if absent; with ``owner`` (a container id) skein deletes it when that exits.
+        ``also``: keys put in the same transaction (only if the claim succeeds)."""
         from tfyarn.backends._skein import skein
 
         skv = skein().kv
         op = skv.put(key, value=str(value).encode(), owner=owner) if owner else skv.put(key, value=str(value).encode())
-        res = self._call(self.store.transaction, conditions=[skv.missing(key)], on_success=[op])
+        ops = [op, *(skv.put(k, value=str(v).encode()) for k, v in (also or {}).items())]
+        res = self._call(self.store.transaction, conditions=[skv.missing(key)], on_success=ops)
         return bool(res.succeeded)
 
 
@@ -153,8 +155,10 @@ def claim_task_index(kv: SkeinKV, role: str, instances: int, container_id: str, 
         for i in order:
             if f"{SLOT_DONE_PREFIX}{role}:{i}" in done:
                 continue
-            if kv.claim(slot_key(role, i), container_id, owner=container_id):
-                kv.put(f"{TASKMAP_PREFIX}{container_id}", f"{role}:{i}")
+            # the task map in the same transaction: every container that ever held the slot is counted by
+            # restarts_before, even one that died right after its claim
+            if kv.claim(slot_key(role, i), container_id, owner=container_id,
+                        also={f"{TASKMAP_PREFIX}{container_id}": f"{role}:{i}"}):
                 return i
         if time.monotonic() >= deadline:
             held = kv.items(f"{SLOT_PREFIX}{role}:")
@@ -164,6 +168,16 @@ def claim_task_index(kv: SkeinKV, role: str, instances: int, container_id: str, 
                               + (f" or finished ({', '.join(finished)})" if finished else ""))
         time.sleep(delay)
         delay = min(delay * 2, 1.0)
+
+
+def restarts_before(kv: KV, task: str, container_id: str) -> int:
+    """How many containers held ``task`` (``role:index``) before ``container_id``: its restart number on YARN.
+
+    The local launcher counts a task's restarts and passes ``TFYARN_RESTART``; skein only starts a new container, so
+    the count comes from the task map (one entry per container that claimed a slot; never deleted). A worker
+    rejoining an async ps job reports its rejoin and lost steps by this number (the summary said 0 rejoins)."""
+    return sum(1 for k, v in kv.items(TASKMAP_PREFIX).items()
+               if v == task and k[len(TASKMAP_PREFIX):] != container_id)
 
 
 def mark_slot_done(kv: KV, task: str) -> None:

@@ -1,0 +1,102 @@
+"""How a YARN task ended, reported by its container script after Python exits non-zero: the ``exit/<task>``
+record, and the application shut down FAILED naming every task that ended badly when skein would fail it anyway.
+The app's KV is skein's real KeyValueStore on FakeAM; the rest of the application client is faked (no AM here)."""
+import json
+
+import pytest
+import skein
+
+from fake_am import FakeAM
+from tfyarn.runtime import exit_report
+from tfyarn.runtime.exit_report import describe, diagnosis, exit_codes_in, exit_text
+
+
+class FakeAppClient:
+    def __init__(self, spec, failed=()):
+        self.am = FakeAM()
+        self.kv = self.am.kv
+        self.spec = spec
+        self.failed = list(failed)          # (service, instance) of containers that FAILED earlier
+        self.shutdowns = []
+
+    def get_specification(self):
+        return self.spec
+
+    def get_containers(self, services=None, states=None):
+        assert states == ["FAILED"]
+        return [s for s in self.failed if services is None or s[0] in services]
+
+    def shutdown(self, status="SUCCEEDED", diagnostics=None):
+        self.shutdowns.append((status, diagnostics))
+
+
+def app_spec(max_restarts=0, allow_failures=False):
+    svc = lambda **kw: skein.Service(script="x", resources=skein.Resources(memory=128, vcores=1), **kw)  # noqa
+    return skein.ApplicationSpec(services={"ps": svc(), "chief": svc(),
+                                           "worker": svc(instances=2, max_restarts=max_restarts),
+                                           "tensorboard": svc(allow_failures=True)})
+
+
+def test_exit_texts():
+    assert exit_text(137) == "exit code 137 (killed by SIGKILL)"
+    assert exit_text(143) == "exit code 143 (killed by SIGTERM)"
+    assert exit_text(1) == "exit code 1" and exit_text(-9) == "exit code -9 (killed by SIGKILL)"
+    assert describe("chief:0", 1, "ValueError: x") == "chief:0: exit code 1: ValueError: x"
+    d = "ps:0: exit code 137 (killed by SIGKILL); chief:0: exit code 1: UnavailableError: ps:0 gone; worker:1: hang"
+    assert exit_codes_in(d) == {"ps:0": 137, "chief:0": 1}
+
+
+@pytest.fixture
+def container_env(monkeypatch):
+    def set_env(skein_id, role):
+        monkeypatch.setenv("SKEIN_CONTAINER_ID", skein_id)
+        monkeypatch.setenv("TFYARN_ROLE", role)
+        monkeypatch.setenv("CONTAINER_ID", f"container_1_0001_01_{len(skein_id):06d}")
+    return set_env
+
+
+def test_a_killed_ps_shuts_the_app_down_naming_it_first(container_env):
+    app = FakeAppClient(app_spec())
+    app.kv.put("taskmap/ps_0", b"ps:0")
+    app.kv.put("taskmap/chief_0", b"chief:0")
+    # the chief noticed first (its failure record) but the ps died first: the ps leads the diagnosis
+    app.kv.put("failure/chief:0", b"UnavailableError: Socket closed (ps:0)")
+    container_env("chief_0", "chief")
+    app.kv.put("exit/chief:0", json.dumps({"code": 1, "died_at": 20.0,
+                                           "failure": "UnavailableError: Socket closed (ps:0)"}).encode())
+    container_env("ps_0", "ps")
+    assert exit_report.report(app, 137, died_at=10.0, settle_s=0) == "ps:0"
+    rec = json.loads(app.kv.get("exit/ps:0"))
+    assert rec["code"] == 137 and rec["died_at"] == 10.0 and rec["skein_container"] == "ps_0"
+    assert rec["failure"] is None                      # a SIGKILLed process writes nothing of its own
+    assert app.shutdowns == [("FAILED", "ps:0: exit code 137 (killed by SIGKILL); "
+                                        "chief:0: exit code 1: UnavailableError: Socket closed (ps:0)")]
+
+
+def test_a_worker_with_restarts_left_or_a_side_role_does_not_end_the_app(container_env):
+    app = FakeAppClient(app_spec(max_restarts=2), failed=[("worker", 0)])
+    app.kv.put("taskmap/worker_3", b"worker:1")
+    container_env("worker_3", "worker")
+    assert exit_report.report(app, 137, died_at=1.0, settle_s=0) == "worker:1"
+    assert app.shutdowns == [] and json.loads(app.kv.get("exit/worker:1"))["code"] == 137
+    app.failed.append(("worker", 1))                   # the budget (2 restarts for the service) is now used
+    assert exit_report.report(app, 137, died_at=2.0, settle_s=0) == "worker:1"
+    assert app.shutdowns == [("FAILED", "worker:1: exit code 137 (killed by SIGKILL)")]
+    side = FakeAppClient(app_spec())
+    container_env("tensorboard_0", "tensorboard")
+    exit_report.report(side, 1, died_at=1.0, settle_s=0)
+    assert side.shutdowns == [] and json.loads(side.kv.get("exit/tensorboard_0"))["code"] == 1
+
+
+def test_main_says_it_in_the_log_and_never_fails(container_env, capsys):
+    container_env("worker_1", "worker")
+    assert exit_report.main(["137", "12.5"]) == 0       # not in a container: no application master to reach
+    err = capsys.readouterr().err
+    assert "worker task (container worker_1 = container_1_0001_01_000008) ended with exit code 137 (killed by " \
+           "SIGKILL)" in err
+    assert "could not report the exit" in err
+
+
+def test_diagnosis_orders_by_death():
+    recs = {"worker:0": {"code": 1, "died_at": 5.0, "failure": "boom"}, "ps:1": {"code": 137, "died_at": 1.0}}
+    assert diagnosis(recs) == "ps:1: exit code 137 (killed by SIGKILL); worker:0: exit code 1: boom"

@@ -1,0 +1,133 @@
+"""How a YARN task's Python ended, said where people look: its log, the app's KV and the application's diagnostics.
+
+Why: skein keeps no exit status (a container that exits 137 is "Container failed during execution, see logs") and its
+application master is gone with the app, so after ``kill -9`` of a chief every task showed KILLED with no exit code
+and the diagnosis was "Failure in service chief, see logs". The container script runs Python as a child (not
+``exec``) and, when it exits non-zero, runs ``python -m tfyarn.runtime.exit_report CODE DIED_AT`` before the
+container ends, while the application master still runs:
+
+* a line in the container log: ``[tfyarn] chief:0 (container …) ended with exit code 137 (killed by SIGKILL)``;
+* ``exit/<task>`` in the app's KV (JSON: code, when it died, the containers, the task's own failure record), read
+  by ``status`` into the task's ``exit_code`` and the diagnosis;
+* when this failure ends the application (the role has no restart left and is not a side role skein lets fail),
+  the application is shut down FAILED with a diagnosis naming every task that ended badly, root cause first (by
+  when each died), so the ResourceManager's report says it from anywhere, for as long as it keeps the app.
+
+Never raises and is bounded (:data:`REPORT_TIMEOUT_S`): the container's exit code stays the task's.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import sys
+import threading
+import time
+from typing import Any
+
+#: ``exit/<task>``: how that task's last process ended (JSON, see :func:`exit_record`).
+EXIT_PREFIX = "exit/"
+REPORT_TIMEOUT_S = 30.0
+#: A fatal failure waits this long before shutting the app down, so tasks failing from the same cause (a ps killed:
+#: the chief's next step fails) are named too.
+SETTLE_S = 1.0
+_DESCRIBED_RE = re.compile(r"(?:^|; |\n)([\w.-]+:[\w?]+): exit code (-?\d+)")
+
+
+def exit_text(code: int) -> str:
+    """``exit code 137 (killed by SIGKILL)``, ``exit code 1``; a shell reports death by signal N as 128 + N."""
+    sig = code - 128 if code > 128 else (-code if code < 0 else 0)
+    try:
+        name = signal.Signals(sig).name if sig else ""
+    except ValueError:
+        name = ""
+    return f"exit code {code}" + (f" (killed by {name})" if name else "")
+
+
+def describe(task: str, code: int | None, failure: str | None = None) -> str:
+    """``chief:0: exit code 1: ValueError: …`` — one failed task in a diagnosis (no code: still running)."""
+    parts = [task, exit_text(code) if code is not None else None, failure]
+    return ": ".join(p for p in parts if p)
+
+
+def exit_codes_in(diagnostics: str) -> dict[str, int]:
+    """Task → exit code from a diagnosis made of :func:`describe` parts (the application's, after the end)."""
+    return {m.group(1): int(m.group(2)) for m in _DESCRIBED_RE.finditer(diagnostics or "")}
+
+
+def exit_record(code: int, died_at: float, failure: str | None) -> dict[str, Any]:
+    return {"code": code, "died_at": died_at, "container": os.environ.get("CONTAINER_ID"),
+            "skein_container": os.environ.get("SKEIN_CONTAINER_ID"), "failure": failure}
+
+
+def diagnosis(records: dict[str, dict[str, Any]]) -> str:
+    """Every task that ended badly, the first to die first."""
+    order = sorted(records.items(), key=lambda kv: (kv[1].get("died_at") or 0, kv[0]))
+    return "; ".join(describe(t, r.get("code"), r.get("failure")) for t, r in order)
+
+
+def ends_the_app(app: Any, role: str) -> bool:
+    """Whether this failure makes skein fail the application: its service may not fail (``allow_failures``) and
+    has no restart left (each earlier failure of the service used one of its ``max_restarts``)."""
+    svc = app.get_specification().services.get(role)
+    if svc is None or svc.allow_failures or svc.max_restarts == -1:
+        return False
+    failed = len(app.get_containers(services=[role], states=["FAILED"]))
+    return failed >= svc.max_restarts
+
+
+def report(app: Any, code: int, died_at: float, settle_s: float = SETTLE_S) -> str:
+    """Write this container's ``exit/<task>`` record and, when the failure ends the app, shut it down FAILED with
+    the diagnosis. Returns the task label used."""
+    from tfyarn.runtime.context import failure_key
+    from tfyarn.runtime.kv import put_json
+    from tfyarn.runtime.kv_yarn import TASKMAP_PREFIX, SkeinKV, parse_container_id
+
+    cid = os.environ.get("SKEIN_CONTAINER_ID", "")
+    kv = SkeinKV(app.kv)
+    task = kv.get(f"{TASKMAP_PREFIX}{cid}") or cid or "?"   # no index claimed yet: the skein container id
+    put_json(kv, f"{EXIT_PREFIX}{task}", exit_record(code, died_at, kv.get(failure_key(task))))
+    role = os.environ.get("TFYARN_ROLE") or parse_container_id(cid)[0]
+    if ends_the_app(app, role):
+        time.sleep(settle_s)
+        records = {k[len(EXIT_PREFIX):]: json.loads(v) for k, v in kv.items(EXIT_PREFIX).items()}
+        # a task that wrote its failure but whose process has not ended yet is named too (after the dead ones)
+        for key, text in kv.items("failure/").items():
+            records.setdefault(key.split("/", 1)[1], {"code": None, "died_at": time.time(), "failure": text})
+        app.shutdown("FAILED", diagnosis(records))
+    return task
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    code = int(args[0])
+    try:
+        died_at = float(args[1])
+    except (IndexError, ValueError):
+        died_at = time.time()
+    who = os.environ.get("SKEIN_CONTAINER_ID", "?")
+    print(f"[tfyarn] {os.environ.get('TFYARN_ROLE', '?')} task (container {who} = "
+          f"{os.environ.get('CONTAINER_ID', '?')}) ended with {exit_text(code)}", file=sys.stderr, flush=True)
+    outcome: list[str] = []
+
+    def run() -> None:
+        try:
+            from tfyarn.backends._skein import skein
+            outcome.append(report(skein().ApplicationClient.from_current(), code, died_at))
+        except Exception as exc:  # noqa: BLE001 - a report must never change how the container ends
+            outcome.append(f"! {type(exc).__name__}: {exc}")
+
+    t = threading.Thread(target=run, name="tfyarn-exit-report", daemon=True)
+    t.start()
+    t.join(REPORT_TIMEOUT_S)
+    if not outcome:
+        print(f"[tfyarn] could not report the exit within {REPORT_TIMEOUT_S:g}s (application master unreachable)",
+              file=sys.stderr)
+    elif outcome[0].startswith("! "):
+        print(f"[tfyarn] could not report the exit: {outcome[0][2:]}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
