@@ -12,11 +12,10 @@ import sys
 import threading
 import time
 
-import psutil
 import pytest
 
-from clusterutil import (FAULT_JOBS, JOB_S, app_processes, assert_clean, job, job_doc, needs_yarn, planned_steps,
-                         unique, wait_for_step, wait_until)
+from clusterutil import (FAULT_JOBS, JOB_S, assert_clean, job, job_doc, needs_yarn, planned_steps, task_process,
+                         unique, wait_for_step)
 from tfyarn.backends.base import AppState
 from tfyarn.spec import load_spec_dict
 
@@ -50,21 +49,6 @@ def owned(yarn):
     for app_id in apps:
         if not yarn.status(app_id).state.is_terminal:
             yarn.kill(app_id)
-
-
-def task_python(backend, app_id, task, timeout=JOB_S):
-    """The Python process running ``task`` (its container's script, the bash that waits for it, is not it)."""
-    def find():
-        live = backend._live(app_id, backend._saved_spec(app_id)) or {}
-        ids = {cid for cid, t in (live.get("taskmap") or {}).items() if t == task}
-        for p in app_processes(app_id):
-            try:
-                if p.environ().get("SKEIN_CONTAINER_ID") in ids and p.cmdline()[1:3] == ["-m", "tfyarn.runtime"]:
-                    return p
-            except psutil.Error:
-                continue
-        return None
-    return wait_until(find, timeout, f"the Python process of {task} in {app_id}", poll=0.5)
 
 
 def test_logs_follow_streams_every_line_once_and_ends_with_the_app(yarn, dataset, tmp_path, owned):
@@ -122,7 +106,7 @@ def test_a_killed_ps_is_named_with_its_exit_code_and_a_retry_app_says_its_attemp
     wait_for_step(yarn, app_id, "chief:0", 3)
     running = json.loads(cli("status", app_id, "--output", "json").stdout)
     assert running["attempt"] == 1 and running["state"] == "RUNNING", running
-    task_python(yarn, app_id, "ps:0").send_signal(signal.SIGKILL)
+    task_process(yarn, app_id, "ps:0").send_signal(signal.SIGKILL)
     st = yarn.wait(app_id, timeout=JOB_S)
     assert st.state is AppState.FAILED and st.state.exit_code == 1, st.diagnostics
     assert st.diagnostics.startswith("ps:0: exit code 137 (killed by SIGKILL)"), st.diagnostics
@@ -151,7 +135,7 @@ def test_an_async_worker_killed_restarts_as_itself_and_its_rejoin_is_counted(yar
     app_id = yarn.submit(spec)
     owned.append(app_id)
     wait_for_step(yarn, app_id, "worker:1", 3)
-    task_python(yarn, app_id, "worker:1").send_signal(signal.SIGKILL)
+    task_process(yarn, app_id, "worker:1").send_signal(signal.SIGKILL)
     seen_tasks, restarting = set(), []
 
     def watch(st):
