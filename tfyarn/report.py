@@ -117,9 +117,19 @@ def load_task_history(url: str, app_id: str) -> list[dict[str, Any]]:
 
 def merge_points(followed: list[dict[str, Any]], recorded: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Every task's points: its own recorded history where it has one (denser, and there whoever followed), the
-    follower's samples (in the order it saw them) for the others."""
-    own = {p["task"] for p in recorded}
-    return [p for p in followed if p["task"] not in own] + sorted(recorded, key=lambda p: p["time"])
+    follower's samples (in the order it saw them) for the others — and for the time before a task's first recorded
+    point (a process killed before its first upload left none; its samples keep its line and its restart visible)."""
+    recorded = sorted(recorded, key=lambda p: p["time"])
+    first: dict[str, dict[str, Any]] = {}
+    for p in recorded:
+        first.setdefault(p["task"], p)
+
+    def earlier_process(p: dict[str, Any]) -> bool:
+        f = first[p["task"]]
+        return p["time"] < f["time"] and "restart" in p and (p.get("attempt"), p["restart"]) != (
+            f.get("attempt"), f.get("restart"))
+    kept = [p for p in followed if p["task"] not in first or earlier_process(p)]
+    return sorted(kept + recorded, key=lambda p: p["time"]) if recorded else kept
 
 
 def _segments(pts: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:

@@ -225,3 +225,22 @@ def test_report_location_of_a_yarn_app_is_next_to_its_checkpoints(tmp_path, monk
     assert api.report_location(st, build=False) == str(mine / "report.json")
     (ckpt / "report.json").write_text(json.dumps({"app_id": st.app_id}))
     assert api.report_location(st, build=False) == f"file://{ckpt}/report.json"
+
+
+def test_a_process_killed_before_its_first_upload_keeps_its_samples_and_its_restart_mark():
+    """A worker SIGKILLed before it uploaded any point: the follower's samples of that process (restart 0) stay in
+    the report before the restarted process's recorded points (restart 1), so the restart is still marked; samples
+    of the process that did record are replaced by its own points."""
+    from tfyarn.report import merge_points, restarts
+    followed = [{"task": "worker:0", "time": 1.0, "step": 5, "attempt": 0, "restart": 0},
+                {"task": "worker:0", "time": 3.0, "step": 20, "attempt": 0, "restart": 0},
+                {"task": "worker:0", "time": 12.0, "step": 30, "attempt": 0, "restart": 1},
+                {"task": "chief:0", "time": 0.9, "step": 1, "attempt": 0, "restart": 0}]
+    recorded = [{"task": "worker:0", "time": 10.0 + i, "step": 21 + i, "attempt": 0, "restart": 1,
+                 "segment": "worker-0.a0.10000"} for i in range(4)]
+    recorded += [{"task": "chief:0", "time": 1.0 + i, "step": 1 + i, "attempt": 0, "restart": 0,
+                  "segment": "chief-0.a0.900"} for i in range(4)]
+    merged = merge_points(followed, recorded)
+    assert [p["time"] for p in merged if p["task"] == "worker:0"] == [1.0, 3.0, 10.0, 11.0, 12.0, 13.0]
+    assert [p["time"] for p in merged if p["task"] == "chief:0"] == [1.0, 2.0, 3.0, 4.0]   # its sample dropped
+    assert [(r["task"], r["time"], r["kind"]) for r in restarts(merged)] == [("worker:0", 10.0, "restart")]

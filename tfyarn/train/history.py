@@ -5,7 +5,7 @@ report of a short YARN job had one point per task, and a job nobody followed (a 
 deferrable wait) had none. Each training task therefore records its own points at a rate that adapts to its length
 (every :data:`MIN_INTERVAL_S` at first, every ``elapsed / POINTS_PER_E`` later: ~100 points per e-fold of run time,
 about 800 for ten hours), appends them to a local file and uploads the whole file (temporary name, rename: HDFS has
-no reliable append) every :data:`UPLOAD_S` from a background thread, and once more at the end — so the training loop
+no reliable append) from a background thread every quarter of the time trained so far (1 to 15 s), and at the end — so the training loop
 never waits on the filesystem. Layout (read by :func:`tfyarn.report.load_task_history`)::
 
     <checkpoint dir>/history/<app id>/<task>.a<attempt>.<start ms>.jsonl
@@ -35,8 +35,9 @@ log = logging.getLogger("tfyarn.train.history")
 MIN_INTERVAL_S = 0.25
 #: Points per e-fold of elapsed time once the interval grows past the minimum (interval = elapsed / this).
 POINTS_PER_E = 100.0
-#: Seconds between two uploads of the history (and the chief's event file) while training.
-UPLOAD_S = 10.0
+#: Seconds between two uploads of the history (and the chief's event file) while training: a quarter of the time
+#: trained so far, within these bounds — a process killed early (kill -9, OOM) has left its first points behind.
+MIN_UPLOAD_S, MAX_UPLOAD_S = 1.0, 15.0
 #: Bound on the final upload at the end of the task (the task is exiting; a hung filesystem must not hold it).
 CLOSE_TIMEOUT_S = 30.0
 
@@ -130,7 +131,8 @@ class TaskHistory:
 
     def _run(self) -> None:
         while not self._closed:
-            self._wake.wait(UPLOAD_S)
+            elapsed = time.monotonic() - self.start
+            self._wake.wait(min(MAX_UPLOAD_S, max(MIN_UPLOAD_S, elapsed / 4)))
             if self._closed:
                 break
             try:
