@@ -83,15 +83,16 @@ def wait_no_processes(app_id: str, timeout: float) -> list[psutil.Process]:
 
 
 def tiny_data(tmp_path) -> str:
-    """A glob matching one small real TFRecord file (8 records with a float ``label``): what a spec needs to pass the
-    pre-start data check, for jobs whose custom train function reads no data."""
+    """A glob matching one small real TFRecord file (32 records with a float ``label``): what a spec needs to pass the
+    pre-start data checks (at least one global batch: up to 8 training tasks at batch 4), for jobs whose custom
+    train function reads no data."""
     from tfyarn.data.example import encode_example
     from tfyarn.data.tfrecord import TFRecordWriter
     d = tmp_path / "tinydata"
     if not d.is_dir():
         d.mkdir()
         with TFRecordWriter(str(d / "part-0.tfrecord")) as w:
-            for i in range(8):
+            for i in range(32):
                 w.write(encode_example({"label": [float(i % 2)]}))
     return str(d / "*.tfrecord")
 

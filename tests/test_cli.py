@@ -70,6 +70,65 @@ def test_a_malformed_set_and_a_mistyped_role_are_listed_with_every_other_problem
     assert "Input should be" not in proc.stderr and "Traceback" not in proc.stderr
 
 
+RECO_FEATURES = {"label": {"dtype": "float32"}, "user_id": {"dtype": "int64"}, "item_id": {"dtype": "int64"}}
+
+
+def _reco_spec(tmp_path, data_dir, batch_size):
+    """A ps spec (chief + 2 workers: 3 training tasks) on a synthetic recommender data dir."""
+    return write(tmp_path, {"name": "reco", "model": "tfyarn.models.recommender:model", "mode": "ps",
+                            "data": {"train": str(data_dir), "features": RECO_FEATURES, "batch_size": batch_size},
+                            "roles": {"ps": {"instances": 1}, "chief": {"instances": 1}, "worker": {"instances": 2}},
+                            "timeouts": {"rendezvous": 60}})
+
+
+def test_fewer_records_than_one_global_batch_is_one_line_and_exit_2_before_anything_starts(tmp_path):
+    """300 records, batch 500 x 3 training tasks: `validate --check-files` said ok and run's preflight passed; every
+    task then died with its own NoDataError traceback (exit 1)."""
+    from tfyarn.data import write_synthetic
+    write_synthetic(str(tmp_path / "data"), "recommender", files=3, records=300)
+    path = _reco_spec(tmp_path, tmp_path / "data", 500)
+    line = ("  - data.train: 300 records are fewer than one global batch (3 training tasks x data.batch_size 500 = "
+            "1500): no step can be planned; lower data.batch_size to at most 100 or give more data")
+    for args in (["validate", path, "--check-files"], ["run", path, "--local"],      # indexes the files, then
+                 ["run", path, "--local"]):                                          # from the cached indexes
+        proc = subprocess.run([sys.executable, "-m", "tfyarn.cli", *args], capture_output=True, text=True,
+                              timeout=60)
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert "1 problem found before starting the job" in proc.stderr and line in proc.stderr.splitlines(), \
+            (args, proc.stderr)
+        assert "Traceback" not in proc.stderr
+    assert not (Path(tmp_path) / "tfyarn-home" / "apps").exists()              # no task was started
+    ok = CliRunner().invoke(cli, ["validate", path, "--check-files", "--set", "data.batch_size=100"])
+    assert ok.exit_code == 0, ok.output
+
+
+def test_side_files_in_a_data_dir_are_left_out_and_a_stray_one_is_named_with_the_way_out(tmp_path):
+    """A non-hidden checksum (part-00000.tfrecord.crc) in a data dir was read as data and failed preflight."""
+    from tfyarn.data import write_synthetic
+    d = tmp_path / "data"
+    write_synthetic(str(d), "recommender", files=2, records=400)
+    for side in ("part-00000.tfrecord.crc", ".part-00001.tfrecord.crc", "_SUCCESS", "_temporary/0/part-9.tfrecord"):
+        (d / side).parent.mkdir(parents=True, exist_ok=True)
+        (d / side).write_bytes(b"crc\x00\x01 not a record")
+    path = _reco_spec(tmp_path, d, 50)
+    cmd = [sys.executable, "-m", "tfyarn.cli"]
+    proc = subprocess.run(cmd + ["validate", path, "--check-files"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    index = subprocess.run(cmd + ["data", "index", str(d)], capture_output=True, text=True, timeout=60)
+    assert index.returncode == 0 and index.stdout.startswith("2 files, 400 records"), (index.stdout, index.stderr)
+    (d / "README.txt").write_text("how this data set was made\n")
+    hint = ("'README.txt' was listed as data: directories and globs leave out names starting with '_' or '.' and "
+            "*.crc (as Hadoop does); name only the data files (a glob such as DIR/part-*), or move or rename it")
+    proc = subprocess.run(cmd + ["validate", path, "--check-files"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "README.txt: not a TFRecord file" in proc.stderr and hint in proc.stderr, \
+        proc.stderr
+    index = subprocess.run(cmd + ["data", "index", str(d)], capture_output=True, text=True, timeout=60)
+    assert index.returncode != 0 and hint in index.stderr and "Traceback" not in index.stderr, index.stderr
+    named = subprocess.run(cmd + ["data", "index", str(d / "README.txt")], capture_output=True, text=True,
+                           timeout=60)                                 # named explicitly: read as data, no hint
+    assert named.returncode != 0 and "not a TFRecord file" in named.stderr and hint not in named.stderr
+
+
 def test_validate_ok_states_the_global_batch(tmp_path):
     path = write(tmp_path, small_spec(tmp_path))
     r = CliRunner().invoke(cli, ["validate", path, "--set", "roles.worker.instances=3", "--set", "data.batch_size=8"])

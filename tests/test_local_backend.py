@@ -249,7 +249,7 @@ def test_a_failed_tensorboard_does_not_fail_the_training_as_on_yarn(tmp_path, mo
     trains to its end. Here it fails as it does without the tensorboard package (preflight, which would refuse the
     spec for that, is bypassed)."""
     import tfyarn.backends.local as local
-    monkeypatch.setattr(local, "run_local_preflight", lambda spec: None)
+    monkeypatch.setattr(local, "run_local_preflight", lambda spec, **checks: None)
     spec = load_spec_dict(small_spec(tmp_path, model="custom_jobs:count", params={"steps": 60},
                                      roles={"chief": {"instances": 1}, "worker": {"instances": 1},
                                             "tensorboard": {"instances": 1}},

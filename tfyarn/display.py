@@ -225,6 +225,19 @@ def _isatty(out: TextIO) -> bool:
         return False
 
 
+def _skipped_lines(s: dict[str, Any], shown: int = 5) -> list[str]:
+    """The records a run skipped as corrupt: how many, by which task, and where (file and byte offset)."""
+    n = s["skipped_records"]
+    by = " ".join(f"{t}={k}" for t, k in sorted((s.get("skipped_by_task") or {}).items()))
+    where = list(s.get("skipped_at") or ())
+    lines = [f"  data: {n:,} corrupt record{'s' if n != 1 else ''} skipped (on_corrupt: skip)"
+             + (f": {by}" if by else "") + "; each is named in its task's log"]
+    lines += [f"    {w}" for w in where[:shown]]
+    if len(where) > shown:
+        lines.append(f"    ... {len(where) - shown} more in the summary's skipped_at")
+    return lines
+
+
 def summary_text(st: AppStatus) -> str:
     """The end-of-run summary: outcome, steps per worker, examples/s, first and last loss."""
     took = f" in {st.finished - st.started:.1f}s" if st.finished and st.started else ""
@@ -256,9 +269,7 @@ def summary_text(st: AppStatus) -> str:
         if s.get("warm_started_from"):
             lines.append(f"  warm start: model variables from {s['warm_started_from']}")
         if s.get("skipped_records"):
-            by = " ".join(f"{t}={n}" for t, n in sorted((s.get("skipped_by_task") or {}).items()))
-            lines.append(f"  data: {s['skipped_records']:,} corrupt records skipped (on_corrupt: skip)"
-                         + (f": {by}" if by else "") + "; each is named in its task's log")
+            lines += _skipped_lines(s)
         if s.get("eval"):
             lines.append(f"  eval: {_eval_text(s['eval'])}")
         if s.get("checkpoint_dir"):

@@ -24,7 +24,7 @@ import logging
 import sys
 import urllib.request
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 from tfyarn import hdfs
@@ -165,6 +165,7 @@ class _Listed:
     fs: Any = None
     files: tuple[str, ...] = ()
     error: str | None = None
+    info: dict[str, dict[str, Any]] = field(default_factory=dict, compare=False)   # fsspec info of each file
 
 
 def list_data(spec: JobSpec, get_fs: GetFs = hdfs.get_fs) -> list[_Listed]:
@@ -175,11 +176,11 @@ def list_data(spec: JobSpec, get_fs: GetFs = hdfs.get_fs) -> list[_Listed]:
         for i, url in enumerate(urls):
             try:
                 fs, path = get_fs(spec.resolve_path(url))
-                hits = list(data_files(fs, path))   # as the tasks list them: hidden files (.x, _SUCCESS) left out
+                hits = data_files(fs, path)   # as the tasks list them: side files (.x, _SUCCESS, *.crc) left out
             except Exception as exc:  # noqa: BLE001 - any filesystem error is a reportable problem here
                 out.append(_Listed(section, i, url, error=f"{type(exc).__name__}: {exc}"))
                 continue
-            out.append(_Listed(section, i, url, fs, tuple(sorted(hits))))
+            out.append(_Listed(section, i, url, fs, tuple(sorted(hits)), info=hits))
     return out
 
 
@@ -213,6 +214,7 @@ def check_data_schema(spec: JobSpec, get_fs: GetFs = hdfs.get_fs, listed: list[_
     be one to skip); every sample of a URL not fitting is. URLs that match nothing are :func:`check_data`'s to report.
     """
     from tfyarn.data.errors import DataError
+    from tfyarn.data.manifest import side_file_hint
     from tfyarn.data.parse import decode_example, diagnose, schema
     fields = schema(spec.data.features)
     problems = []
@@ -223,7 +225,8 @@ def check_data_schema(spec: JobSpec, get_fs: GetFs = hdfs.get_fs, listed: list[_
             try:
                 payload = _sample_first_record(d.fs, hit, name, spec.data.compression)
             except DataError as exc:
-                found.append(str(exc))
+                named = d.files == (d.fs._strip_protocol(spec.resolve_path(d.url)),)   # the URL is this file
+                found.append(str(exc) + ("" if named else side_file_hint(name, exc)))
                 continue
             except Exception as exc:  # noqa: BLE001 - a filesystem error here is not this check's finding
                 log.debug("preflight: sampling %s failed: %s", name, exc)
@@ -243,6 +246,63 @@ def check_data_schema(spec: JobSpec, get_fs: GetFs = hdfs.get_fs, listed: list[_
                 break                         # one sample fits: the data set is the one described
         problems += [f"{d.section}[{d.index}]: {p}" for p in found[:1]]     # the first is enough to act on
     return problems
+
+
+#: What counting ``data.train`` may cost (:func:`check_enough_records`): bytes of files whose index is not cached
+#: (read to index them, and the index cached for the tasks, which would read them anyway), and cached indexes read
+#: (one small read each). A data set with fewer records than one global batch is small; a large one reaches a
+#: global batch within its first files, where counting stops.
+COUNT_BUDGET_BYTES = 64 << 20
+COUNT_MAX_FILES = 256
+
+
+def check_enough_records(spec: JobSpec, listed: list[_Listed]) -> list[str]:
+    """``data.train`` must hold at least one global batch (``batch_size`` x training tasks), or no step can be planned
+    and every training task fails at start, each with its own traceback.
+
+    Counted from the cached indexes, then by indexing the smallest uncounted files within
+    :data:`COUNT_BUDGET_BYTES`, stopping as soon as one global batch is reached. A data set that cannot be counted
+    that cheaply, or whose indexing fails (damaged data is reported by the tasks, with file and offset), passes."""
+    from tfyarn.data.errors import DataError
+    from tfyarn.data.manifest import cached_or_indexed, mtime_of
+    train = [d for d in listed if d.section == "data.train"]
+    if not train or any(d.error is not None or not d.files for d in train):
+        return []                                         # check_data reports these
+    files: dict[str, tuple[int, str]] = {}
+    for d in train:
+        for p in d.files:
+            info = d.info.get(p, {})
+            if int(info.get("size") or 0) > 0:
+                files[d.fs.unstrip_protocol(p)] = (int(info["size"]), mtime_of(info))
+    need, data = spec.global_batch_size, spec.data
+    opts = {"compression": data.compression, "on_corrupt": data.on_corrupt}
+    count, uncounted = 0, []
+    try:
+        for i, (url, (size, mtime)) in enumerate(sorted(files.items())):
+            if i == COUNT_MAX_FILES:
+                return []                                 # too many files to count here
+            fi = cached_or_indexed(url, size, mtime, read=False, **opts)
+            if fi is None:
+                uncounted.append((size, url, mtime))
+                continue
+            count += fi.records
+            if count >= need:
+                return []
+        budget = COUNT_BUDGET_BYTES
+        for size, url, mtime in sorted(uncounted):
+            if size > budget:
+                return []                                 # not cheap to know
+            budget -= size
+            count += cached_or_indexed(url, size, mtime, **opts).records  # type: ignore[union-attr]
+            if count >= need:
+                return []
+    except (DataError, OSError) as exc:
+        log.debug("preflight: counting the records of data.train stopped: %s", exc)
+        return []
+    n, b = spec.num_training_workers, data.batch_size
+    fix = f"lower data.batch_size to at most {count // n} or give more data" if count >= n else "give more data"
+    return [f"data.train: {count} records are fewer than one global batch ({n} training tasks x data.batch_size "
+            f"{b} = {need}): no step can be planned; {fix}"]
 
 
 def check_output_dirs(spec: JobSpec, get_fs: GetFs = hdfs.get_fs) -> list[str]:
@@ -405,12 +465,14 @@ def run_preflight(spec: JobSpec, cluster: ClusterInfo | None = None, get_fs: Get
 
 
 def run_file_checks(spec: JobSpec, get_fs: GetFs = hdfs.get_fs, task_env: bool = False) -> None:
-    """``tfyarn validate --check-files``: the data, checkpoint-dir and warm-start checks (no cluster to ask);
-    ``task_env``: also the model module and the roles' packages, when the tasks would run this Python (a local run,
-    or a YARN job shipping this environment) — as run and submit check them."""
+    """``tfyarn validate --check-files``: the data (records counted: :func:`check_enough_records`), checkpoint-dir
+    and warm-start checks (no cluster to ask); ``task_env``: also the model module and the roles' packages, when the
+    tasks would run this Python (a local run, or a YARN job shipping this environment) — as run and submit check
+    them."""
     listed = list_data(spec, get_fs)
     _raise(check_data(spec, get_fs, listed) + check_data_schema(spec, get_fs, listed)
-           + check_output_dirs(spec, get_fs) + check_warm_start(spec) + (check_task_env(spec) if task_env else []),
+           + check_enough_records(spec, listed) + check_output_dirs(spec, get_fs) + check_warm_start(spec)
+           + (check_task_env(spec) if task_env else []),
            "validate --check-files: nothing was started")
 
 
@@ -425,12 +487,14 @@ def local_resource_warnings(spec: JobSpec) -> list[str]:
             f"TensorFlow runs them on the CPU); on YARN each container gets its own"]
 
 
-def run_local_preflight(spec: JobSpec, get_fs: GetFs = hdfs.get_fs) -> None:
+def run_local_preflight(spec: JobSpec, get_fs: GetFs = hdfs.get_fs, count_records: bool = False) -> None:
     """Before a local run starts any process: the data, checkpoint-dir and task-env checks (no cluster to ask, no
     Kerberos, and local paths are what a local run uses). Without it, a glob matching nothing surfaced as every task
-    failing with NoDataError after each had imported TensorFlow."""
+    failing with NoDataError after each had imported TensorFlow. ``count_records``: also
+    :func:`check_enough_records` (it may index the data: the local backend asks for it, right before a start)."""
     listed = list_data(spec, get_fs)
     problems = (check_data(spec, get_fs, listed) + check_data_schema(spec, get_fs, listed)
+                + (check_enough_records(spec, listed) if count_records else [])
                 + check_output_dirs(spec, get_fs) + check_warm_start(spec) + check_task_env(spec))
     _raise(problems, "nothing was started")
     for w in local_resource_warnings(spec):

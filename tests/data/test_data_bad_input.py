@@ -198,7 +198,8 @@ def test_corrupted_length_crc_skip_resyncs_and_loses_only_that_record(src, cache
     m = build_manifest([url], cache_dir=cache_dir, on_corrupt="skip")
     full = build_url(url)
     assert m.files[0].records == 19
-    assert m.warnings == (f"{full}: bytes {offsets(p)[2]}..{offsets(p)[3]} skipped as damaged (on_corrupt=skip)",)
+    assert m.warnings == (f"{full}: bytes {offsets(p)[2]}..{offsets(p)[3]} skipped (damaged framing; reading resumed "
+                          f"at the next valid record) (on_corrupt: skip)",)
     with feeder(m, batch=19, on_corrupt="skip") as f:
         rids = [int(r) for b in drain(f) for r in b["rid"]]
     assert sorted(rids) == sorted(set(range(20)) - {2})
@@ -212,7 +213,8 @@ def test_truncated_file_skip_keeps_every_complete_record(src, cache_dir):
     m = build_manifest([url], cache_dir=cache_dir, on_corrupt="skip")
     assert m.files[0].records == 11
     end = offsets(p)[11] + len(p[11]) + 16 - 3
-    assert m.warnings == (f"{build_url(url)}: bytes {offsets(p)[11]}..{end} skipped as damaged (on_corrupt=skip)",)
+    assert m.warnings == (f"{build_url(url)}: bytes {offsets(p)[11]}..{end} skipped (to the end of the file: a "
+                          f"truncated or damaged last record) (on_corrupt: skip)",)
     with feeder(m, batch=11, on_corrupt="skip") as f:
         assert sorted(int(r) for b in drain(f) for r in b["rid"]) == list(range(11))
 

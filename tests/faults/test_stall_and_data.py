@@ -130,3 +130,44 @@ def test_checkpoint_uploads_slower_than_the_step_timeout_do_not_stop_sync_traini
     uploads = [float(s) for s in re.findall(r"uploaded to \S+ in ([\d.]+)s", "\n".join(backend.logs(st.app_id)))]
     assert len(uploads) >= 2 and min(uploads) > spec.timeouts.step, uploads      # each slower than a step may take
     assert wait_no_processes(st.app_id, 10) == []
+
+
+def test_a_truncated_last_record_is_skipped_counted_and_named_also_from_the_cached_index(tmp_path):
+    """``on_corrupt: skip`` of a truncated last record: the summary used to say ``skipped_records: 0`` and the end of
+    the run nothing; a second run, reading the damaged range from the cached index, said nothing anywhere. An empty
+    file's warning was printed by every training task. Through the CLI, as a user runs it, twice."""
+    import json
+    import os
+    import subprocess
+
+    import yaml
+    urls = write_data(tmp_path / "data", records=1200)
+    last = urls[-1]
+    data = open(last, "rb").read()
+    open(last, "wb").write(data[:-3])                     # the last record loses its data CRC's last 3 bytes
+    (tmp_path / "data" / "part-00099.tfrecord").write_bytes(b"")
+    spec = fault_spec(tmp_path, train=[str(tmp_path / "data")], epochs=1, delay=0.0, data={"on_corrupt": "skip"})
+    doc = json.loads(spec.to_json())
+    doc.pop("base_dir")
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    env = {**os.environ, "TFYARN_HOME": str(tmp_path / "home")}
+    for run in ("indexes the files", "reads the cached index"):
+        proc = subprocess.run([sys.executable, "-m", "tfyarn.cli", "run", str(path), "--local"], capture_output=True,
+                              text=True, timeout=150, env=env)
+        assert proc.returncode == 0, (run, proc.stdout, proc.stderr[-3000:])
+        index = json.loads((tmp_path / "data" / f".{os.path.basename(last)}.tfyidx.json").read_text())
+        ((a, b),) = index["holes"]
+        assert b == len(data) - 3, index["holes"]
+        where = f"file://{last}: bytes {a}..{b} skipped (to the end of the file: a truncated or damaged last record)"
+        assert "data: 1 corrupt record skipped (on_corrupt: skip); each is named in its task's log" in proc.stdout, \
+            (run, proc.stdout)
+        assert f"    {where}" in proc.stdout, (run, proc.stdout)
+        app_id = re.search(r"\((local-[\w-]+)\)", proc.stdout).group(1)
+        st = json.loads(subprocess.run([sys.executable, "-m", "tfyarn.cli", "status", app_id, "--output", "json"],
+                                       capture_output=True, text=True, timeout=60, env=env).stdout)
+        assert st["summary"]["skipped_records"] == 1 and st["summary"]["skipped_at"] == [where], (run, st["summary"])
+        # said once per run (by one training task), not by each of chief:0 and worker:0
+        assert proc.stderr.count("part-00099.tfrecord: empty file (0 bytes), skipped") == 1, (run, proc.stderr)
+        assert proc.stderr.count(where) == 1, (run, proc.stderr)
+        assert wait_no_processes(app_id, 10) == []

@@ -49,7 +49,8 @@ class FakeFeeder:
 def fake(ctx) -> None:
     from tfyarn.train import helpers, run_task
     n = int(os.environ.get("TFYARN_TEST_FAKE_STEPS", "10"))
-    helpers.make_feeder = lambda c: FakeFeeder(c, n)
+    helpers.train_manifest = lambda c: None                       # no TFRecord files to index
+    helpers.make_feeder = lambda c, manifest=None: FakeFeeder(c, n)
     run_task(ctx)
 
 

@@ -88,12 +88,12 @@ class LocalBackend(Backend):
     def run(self, spec: JobSpec, echo: Echo | None = None, on_update: Callable[[AppStatus], None] | None = None,
             app_id: str | None = None, timeout: float | None = None) -> AppStatus:
         """Run in the foreground to the end; ``timeout`` (seconds) stops the job as TIMED_OUT, like YARN's."""
-        run_local_preflight(spec)
+        run_local_preflight(spec, count_records=True)
         app_id = app_id or new_app_id()
         return Launcher(spec, self._apps() / app_id, app_id, echo=echo, on_update=on_update, timeout=timeout).run()
 
     def submit(self, spec: JobSpec) -> str:
-        run_local_preflight(spec)
+        run_local_preflight(spec, count_records=True)
         app_id = new_app_id()
         d = self._apps() / app_id
         d.mkdir(parents=True)

@@ -461,6 +461,21 @@ def _advance(share: tuple[RecordRange, ...], n: int) -> list[RecordRange]:
     return out
 
 
+#: Skipped records and damaged ranges named (with file and offset) in a task's final progress and the run summary;
+#: the rest are counted, and each is in its task's log.
+SKIPS_REPORTED = 10
+
+
+def skip_report(feeders: list[Any], manifest: Any) -> dict[str, Any]:
+    """:meth:`Feeder.skip_report` of one or more feeders over ``manifest`` (an epoch pipeline has two; anything with
+    the Feeder API counts, a stand-in without skip counts or manifest as none)."""
+    from tfyarn.data.manifest import describe_hole
+    holes = [describe_hole(fi, a, b) for fi in getattr(manifest, "files", ()) for a, b in fi.holes]
+    errors = [str(e) for f in feeders for e in getattr(f, "skipped_errors", ())]
+    return {"skipped_records": sum(getattr(f, "skipped", 0) for f in feeders), "skipped_at": errors[:SKIPS_REPORTED],
+            "damaged": holes[:SKIPS_REPORTED], "damaged_count": len(holes)}
+
+
 class Feeder:
     """This worker's batches, epoch by epoch. See the module docstring for the pipeline and its memory bound.
 
@@ -559,6 +574,12 @@ class Feeder:
                 log.warning("skipped corrupt record: %s", e)
             room = _MAX_ERRORS_KEPT - len(self.skipped_errors)
             self.skipped_errors.extend(errors[:max(0, room)])
+
+    def skip_report(self) -> dict[str, Any]:
+        """What a training task publishes with its final progress: the records it skipped as corrupt (``on_corrupt:
+        skip``) and where, and the data set's damaged byte ranges (the manifest's holes, left out of every plan: the
+        same on every task, so the run summary counts them once)."""
+        return skip_report([self], self.manifest)
 
     def _finished(self, run: _Run) -> None:
         if self._active is run:

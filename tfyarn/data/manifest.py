@@ -23,6 +23,7 @@ import json
 import logging
 import os
 import statistics
+import time
 import uuid
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
@@ -33,7 +34,7 @@ import fsspec
 import numpy as np
 
 from tfyarn.data import tfrecord
-from tfyarn.data.errors import NoDataError
+from tfyarn.data.errors import DataError, NoDataError
 from tfyarn.errors import WaitTimeout
 from tfyarn.fsio import replace
 
@@ -102,7 +103,7 @@ def _fileinfo(doc: dict[str, Any]) -> FileInfo:
 
 # ------------------------------------------------------------------------------------------------------- file listing
 
-def _mtime(info: dict[str, Any]) -> str:
+def mtime_of(info: dict[str, Any]) -> str:
     """The modification time as a stable string (filesystems differ in key and type; some return a datetime from
     one call and a float from another, which would otherwise look like a changed file and defeat the cache)."""
     for key in ("mtime", "modification_time", "last_modified", "LastModified", "updated", "created", "ctime"):
@@ -118,16 +119,43 @@ def _mtime(info: dict[str, Any]) -> str:
     return ""
 
 
+#: Names of side files that are not hidden but never data: checksums written beside a file (``part-0.crc`` or
+#: ``part-0.tfrecord.crc``, by tools that do not hide them as Hadoop does).
+SIDE_FILE_SUFFIXES = (".crc",)
+
+
 def hidden(rel: str) -> bool:
     """Whether a listed path is not data: any part of ``rel`` (the path below what the user named) starts with
-    ``.`` or ``_``.
+    ``.`` or ``_``, or its name ends with ``.crc``.
 
     Hadoop's FileInputFormat rule: ``_SUCCESS``, ``_logs/``, ``_temporary/`` (half-written job output), ``.crc``
     files — and our own cached indexes (``.<name>.tfyidx.json``, written beside the data by the first run, so a
     second run that read them as data would fail). The one place this rule lives: every listing of data uses it
     through :func:`data_files`.
     """
-    return any(part.startswith(("_", ".")) for part in rel.split("/") if part)
+    parts = [part for part in rel.split("/") if part]
+    return any(part.startswith(("_", ".")) for part in parts) or bool(parts and parts[-1].endswith(SIDE_FILE_SUFFIXES))
+
+
+def side_file_hint(url: str, error: Exception) -> str:
+    """What to add to ``error`` about a file a directory or glob listed: how to leave it out, when the error says the
+    file is not TFRecord at all. Empty otherwise, and for a name that says TFRecord (that is a damaged data file,
+    not a side file)."""
+    name = url.rstrip("/").rsplit("/", 1)[-1]
+    if "not a TFRecord file" not in str(error) or "tfrecord" in name.lower():
+        return ""
+    return (f" — {name!r} was listed as data: directories and globs leave out names starting with '_' or '.' and "
+            f"*.crc (as Hadoop does); name only the data files (a glob such as DIR/part-*), or move or rename it")
+
+
+def named_explicitly(urls: Iterable[str]) -> set[str]:
+    """The full URLs of ``urls`` that name one path (no wildcard): a file named so is data whatever its name."""
+    out = set()
+    for url in urls:
+        if not _GLOB_CHARS & set(url):
+            fs, path = fsspec.core.url_to_fs(url)
+            out.add(fs.unstrip_protocol(path))
+    return out
 
 
 def _glob_root(pattern: str) -> str:
@@ -299,7 +327,7 @@ def index_file(url: str, size: int, mtime: str, compression: str = "auto", strid
                     continue                                    # look further (the buffer grows until found)
                 end = resync if resync is not None else len(buf)
                 holes.append((base + bad_at, base + end))
-                log.warning("%s: bytes %d..%d skipped (damaged record header at record %d); %s", url, base + bad_at,
+                log.debug("%s: bytes %d..%d skipped (damaged record header at record %d); %s", url, base + bad_at,
                             base + end, rec, "resumed at the next valid record" if resync is not None else
                             "no valid record after it")
                 pos = end
@@ -309,15 +337,52 @@ def index_file(url: str, size: int, mtime: str, compression: str = "auto", strid
                     if not skip:
                         tfrecord._raise_incomplete(url, buf, pos, base, rec)
                     holes.append((base + pos, base + len(buf)))
-                    log.warning("%s: bytes %d..%d skipped (truncated last record)", url, base + pos, base + len(buf))
+                    log.debug("%s: bytes %d..%d skipped (truncated last record)", url, base + pos, base + len(buf))
                     pos = len(buf)
                 break
     return FileInfo(url, size, mtime, rec, gz, stride, tuple(offsets), base + pos, tuple(holes))
 
 
+def cached_or_indexed(url: str, size: int, mtime: str, compression: str = "auto", cache_dir: str | None = None, *,
+                      stride: int = DEFAULT_STRIDE, use_cache: bool = True, on_corrupt: str = "fail",
+                      listed: bool = False, read: bool = True) -> FileInfo | None:
+    """One file's index: the cached one when it still fits the file, else read now (and cached for the next reader).
+
+    ``listed``: the file was found by a directory listing or a glob, so an error about a file that is not TFRecord
+    also says how to leave such a side file out (:func:`side_file_hint`). ``read=False``: only a cached index, else
+    None (a check that must stay cheap)."""
+    if use_cache:
+        hit = _load_cached(url, size, mtime, stride, compression, cache_dir, on_corrupt)
+        if hit is not None:
+            log.debug("%s: %d records (cached index)", url, hit.records)
+            return hit
+    if not read:
+        return None
+    t0 = time.monotonic()
+    try:
+        fi = index_file(url, size, mtime, compression, stride, on_corrupt=on_corrupt)
+    except DataError as exc:
+        hint = side_file_hint(url, exc) if listed else ""
+        if not hint:
+            raise
+        raise type(exc)(f"{exc}{hint}", path=exc.path, offset=exc.offset, record=exc.record,
+                        feature=exc.feature) from None
+    log.debug("%s: %d records (indexed in %.2fs)", url, fi.records, time.monotonic() - t0)
+    if use_cache:
+        _store(fi, compression, cache_dir)
+    return fi
+
+
+def describe_hole(fi: FileInfo, start: int, end: int) -> str:
+    """Where a damaged byte range of ``fi`` is, for people: the file, the offsets, and whether it ran to the end."""
+    what = ("to the end of the file: a truncated or damaged last record" if end >= fi.data_bytes
+            else "damaged framing; reading resumed at the next valid record")
+    return f"{fi.path}: bytes {start}..{end} skipped ({what})"
+
+
 def build_manifest(urls: list[str] | str, compression: str = "auto", cache_dir: str | None = None, *,
                    stride: int = DEFAULT_STRIDE, parallel: int = 8, use_cache: bool = True,
-                   on_corrupt: str = "fail", timeout: float = 3600.0) -> Manifest:
+                   on_corrupt: str = "fail", timeout: float = 3600.0, log_warnings: bool = True) -> Manifest:
     """Expand ``urls`` (fsspec URLs, globs, directories) and index every file, in parallel, using cached indexes.
 
     Zero-length files are left out with a warning (Hadoop jobs write empty part files); if nothing is left the
@@ -326,35 +391,30 @@ def build_manifest(urls: list[str] | str, compression: str = "auto", cache_dir: 
     jump over, listed in ``Manifest.warnings``, and every record after the damage is still used.
 
     ``timeout`` bounds the whole build (seconds; files whose index is cached cost one small read each).
+    ``log_warnings``: log ``Manifest.warnings`` as warnings (else at debug level): every training task builds the
+    same manifest, and one of them saying so is enough.
     """
     if on_corrupt not in ("fail", "skip"):
         raise ValueError(f"on_corrupt must be 'fail' or 'skip', not {on_corrupt!r}")
     if isinstance(urls, str):
         urls = [urls]
     listed = expand(urls)
+    named = named_explicitly(urls)
     warnings: list[str] = []
     todo = []
     for url, info in listed:
         size = int(info.get("size") or 0)
         if size == 0:
-            msg = f"{url}: empty file (0 bytes), skipped"
-            log.warning(msg)
-            warnings.append(msg)
+            warnings.append(f"{url}: empty file (0 bytes), skipped")
             continue
-        todo.append((url, size, _mtime(info)))
+        todo.append((url, size, mtime_of(info)))
     if not todo:
         raise NoDataError(f"{', '.join(urls)}: no records (every matched file is empty)")
 
     def one(item: tuple[str, int, str]) -> FileInfo:
         url, size, mtime = item
-        if use_cache:
-            hit = _load_cached(url, size, mtime, stride, compression, cache_dir, on_corrupt)
-            if hit is not None:
-                return hit
-        fi = index_file(url, size, mtime, compression, stride, on_corrupt=on_corrupt)
-        if use_cache:
-            _store(fi, compression, cache_dir)
-        return fi
+        return cached_or_indexed(url, size, mtime, compression, cache_dir, stride=stride,  # type: ignore[return-value]
+                                 use_cache=use_cache, on_corrupt=on_corrupt, listed=url not in named)
 
     ex = ThreadPoolExecutor(max_workers=max(1, min(parallel, len(todo))), thread_name_prefix="tfyarn-index")
     try:
@@ -375,9 +435,11 @@ def build_manifest(urls: list[str] | str, compression: str = "auto", cache_dir: 
     ex.shutdown(wait=True)                              # all done: the threads exit at once, none is left behind
     for fi in files:
         for a, b in fi.holes:
-            warnings.append(f"{fi.path}: bytes {a}..{b} skipped as damaged (on_corrupt=skip)")
+            warnings.append(f"{describe_hole(fi, a, b)} (on_corrupt: skip)")
         if fi.records == 0:
             warnings.append(f"{fi.path}: no records")
+    for w in warnings:
+        log.log(logging.WARNING if log_warnings else logging.DEBUG, "%s", w)
     log.info("manifest: %d files, %d records, %d bytes", len(files), sum(f.records for f in files),
              sum(f.size for f in files))
     return Manifest(files, tuple(warnings))

@@ -73,6 +73,11 @@ class EpochPipeline:
         """Records both feeders skipped as corrupt (``on_corrupt: skip``) so far, every epoch."""
         return sum(getattr(f, "skipped", 0) for f in self.feeders)
 
+    def skip_report(self) -> dict[str, Any]:
+        """Both feeders' :meth:`Feeder.skip_report` as one (they share the manifest)."""
+        from tfyarn.data.feeder import skip_report
+        return skip_report(self.feeders, getattr(self.feeders[0], "manifest", None))
+
     def close(self) -> None:
         for f in self.feeders:
             f.close()

@@ -392,7 +392,8 @@ def run(ctx: TaskContext) -> dict[str, Any]:
     step_fn = make_step(strategy, model, optimizer, global_step, input_signature(spec.data.features, batch),
                         spec.data.label, global_batch)
 
-    feeder = EpochPipeline(lambda: helpers.make_feeder(ctx), spec.data.epochs)
+    manifest = helpers.train_manifest(ctx)           # built (or read from its cache) once for both feeders
+    feeder = EpochPipeline(lambda: helpers.make_feeder(ctx, manifest), spec.data.epochs)
     with feeder:
         steps = helpers.epoch_steps(feeder, spec.data.epochs)
         total = sum(steps)
@@ -411,7 +412,7 @@ def run(ctx: TaskContext) -> dict[str, Any]:
     # attempts, as ps mode counts them; this attempt's are kept apart (its examples/s)
     progress.extra["worker_steps"] = start + ran
     progress.extra["steps_this_attempt"] = ran
-    progress.extra["skipped_records"] = feeder.skipped
+    progress.extra.update(feeder.skip_report())   # skipped records and damaged ranges, with file and offset
     figures = progress.final()
     figures.update(worker_steps=start + ran, steps_this_attempt=ran, global_step=int(global_step.numpy()),
                    planned_total=total,

@@ -16,15 +16,24 @@ from tfyarn.train.progress import ProgressReporter, run_summary, write_summary
 log = logging.getLogger("tfyarn.train")
 
 
-def make_feeder(ctx: Any) -> Any:
-    """This task's share of ``data.train`` as ready numpy batches (``tfyarn.data.Feeder``, rank = ``ctx.data_rank``)."""
-    from tfyarn.data import Feeder, build_manifest
+def train_manifest(ctx: Any) -> Any:
+    """The manifest of ``data.train``. Every training task builds the same one; only the first (data rank 0) logs its
+    warnings (empty files, damaged ranges skipped), so a run says each once, not once per task."""
+    from tfyarn.data import build_manifest
+    d = ctx.spec.data
+    return build_manifest([ctx.spec.resolve_path(u) for u in d.train], compression=d.compression,
+                          on_corrupt=d.on_corrupt, log_warnings=ctx.data_rank == 0)
+
+
+def make_feeder(ctx: Any, manifest: Any = None) -> Any:
+    """This task's share of ``data.train`` as ready numpy batches (``tfyarn.data.Feeder``, rank = ``ctx.data_rank``);
+    ``manifest``: :func:`train_manifest`'s, when the task already has it (else built here)."""
+    from tfyarn.data import Feeder
 
     d = ctx.spec.data
     if ctx.data_rank < 0:
         raise ValueError(f"{ctx.task_id} is not a training task; it has no share of the data")
-    manifest = build_manifest([ctx.spec.resolve_path(u) for u in d.train], compression=d.compression,
-                              on_corrupt=d.on_corrupt)
+    manifest = manifest if manifest is not None else train_manifest(ctx)
     return Feeder(manifest, d.features, d.batch_size, ctx.data_rank, ctx.num_data_workers, seed=d.shuffle_seed,
                   shuffle_buffer=d.shuffle_buffer, prefetch=d.prefetch, on_corrupt=d.on_corrupt)
 

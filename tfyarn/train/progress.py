@@ -212,10 +212,20 @@ def wait_for_final_progress(ctx: Any, timeout: float) -> dict[str, dict[str, Any
 
 
 def skip_counts(per_task: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """The summary's ``skipped_records`` (records skipped as corrupt with ``on_corrupt: skip``, all training tasks)
-    and ``skipped_by_task`` (the tasks that skipped any), from the tasks' final progress records."""
+    """The summary's ``skipped_records``, ``skipped_by_task`` and ``skipped_at``, from the tasks' final progress
+    records (``Feeder.skip_report``).
+
+    ``skipped_records``: records skipped as corrupt with ``on_corrupt: skip`` — each record whose data was damaged,
+    once per epoch it was met in (by the task whose share held it: ``skipped_by_task``), plus each damaged range of
+    the files' framing (a truncated last record, garbage between records), once: indexing left those out of every
+    plan, so no task meets them. ``skipped_at``: where (file and byte offset), the ranges first."""
     by_task = {t: int(p.get("skipped_records") or 0) for t, p in per_task.items()}
-    return {"skipped_records": sum(by_task.values()), "skipped_by_task": {t: n for t, n in by_task.items() if n}}
+    damaged = max((int(p.get("damaged_count") or 0) for p in per_task.values()), default=0)
+    ranges = max((list(p.get("damaged") or ()) for p in per_task.values()), key=len, default=[])
+    records = [w for t in sorted(per_task) for w in per_task[t].get("skipped_at") or ()]
+    return {"skipped_records": sum(by_task.values()) + damaged,
+            "skipped_by_task": {t: n for t, n in by_task.items() if n},
+            "skipped_at": list(dict.fromkeys(ranges + records))[:20]}
 
 
 def run_summary(ctx: Any, *, global_step: int, total_steps: int | None, steps_per_worker: dict[str, Any] | None,

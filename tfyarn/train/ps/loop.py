@@ -53,7 +53,8 @@ def train(ctx: Any, model: Any) -> dict[str, Any] | None:
     spec = ctx.spec
     t_start = time.monotonic()
     # two feeders alternating epochs: the next epoch is read while this one trains (no cold start at a boundary)
-    feeder = EpochPipeline(lambda: helpers.make_feeder(ctx), spec.data.epochs)
+    manifest = helpers.train_manifest(ctx)           # built (or read from its cache) once for both feeders
+    feeder = EpochPipeline(lambda: helpers.make_feeder(ctx, manifest), spec.data.epochs)
     with feeder:
         steps = helpers.epoch_steps(feeder, spec.data.epochs)
         per_worker = sum(steps)
@@ -208,7 +209,7 @@ def _run(ctx: Any, tg: TrainGraph, sess: Any, feeder: Any, steps: list[int], tar
             ckpt.save(sess)
         if spec.sync and gs >= target:
             break
-    progress.extra["skipped_records"] = feeder.skipped
+    progress.extra.update(feeder.skip_report())   # skipped records and damaged ranges, with file and offset
     mine = progress.final()
     mine["start_worker_steps"] = [int(x) for x in ws0]
     mine["lost_steps"] = lost
