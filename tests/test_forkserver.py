@@ -105,6 +105,42 @@ def test_a_model_that_uses_keras_gets_it_preloaded_and_can_use_it(tmp_path):
         assert info["out"] == [[3.0, 3.0]]  # Dense(2, ones) of ones(1, 3): the layer really ran in the forked task
 
 
+@pytest.mark.parametrize("forkserver", ["1", "0"])
+def test_keras_in_a_task_leaves_matplotlib_out_and_v_is_tfyarns_detail_not_every_librarys(tmp_path, forkserver):
+    """Keras imports matplotlib.pyplot at import time when it is installed: every task of a Keras model paid ~0.3 s
+    for it, and on a machine's first run printed "generated new fontManager" (~1 s). It is imported only where the
+    report's PNG is drawn. And `-v` turned on DEBUG for every library: matplotlib's font scoring flooded it."""
+    import subprocess
+
+    import yaml
+    spec = small_spec(tmp_path, model="keras_jobs:dense")
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    env = {**os.environ, "MPLCONFIGDIR": str(tmp_path / "mpl"), "TFYARN_FORKSERVER": forkserver}  # a first run
+    cmd = [sys.executable, "-m", "tfyarn.cli"]
+    run = subprocess.run(cmd + ["run", str(path), "--local"], capture_output=True, text=True, timeout=110, env=env)
+    assert run.returncode == 0, run.stderr[-3000:]
+    app_id = re.search(r"\((local-[\w-]+)\)", run.stdout).group(1)
+    for task in TASKS:
+        info = probe(app_id, task)
+        assert info["out"] == [[3.0, 3.0]] and info["matplotlib"] is False, (task, info)
+    assert "fontManager" not in run.stderr and "matplotlib" not in run.stderr, run.stderr[-3000:]
+    app_dir = LocalBackend().app_dir(app_id)
+    assert (app_dir / "report.png").stat().st_size > 1000        # drawn where the launcher runs: matplotlib works
+    if forkserver == "0":
+        return
+    for verbose, library_debug in (("-v", False), ("-vv", True)):
+        (app_dir / "report.json").unlink()                            # `report` then draws the PNG again
+        rep = subprocess.run(cmd + [verbose, "report", app_id], capture_output=True, text=True, timeout=60, env=env)
+        assert rep.returncode == 0, rep.stderr[-3000:]
+        assert (" DEBUG matplotlib" in rep.stderr) is library_debug, (verbose, rep.stderr[-2000:])
+        index = subprocess.run(cmd + [verbose, "data", "index", str(tmp_path / "tinydata")], capture_output=True,
+                               text=True, timeout=60, env=env)
+        assert index.returncode == 0, index.stderr[-3000:]
+        assert " DEBUG tfyarn.data.manifest: " in index.stderr, (verbose, index.stderr)   # tfyarn's own detail
+        assert (" DEBUG fsspec" in index.stderr) is library_debug, (verbose, index.stderr)
+
+
 def test_exit_code_is_reported(tmp_path):
     spec = load_spec_dict(small_spec(tmp_path, model="custom_jobs:count", params={"steps": 200, "worker_exit_code": 3}))
     st = LocalBackend().run(spec)

@@ -99,6 +99,43 @@ def test_signal_to_tfyarn_run_leaves_no_process_behind(tmp_path, sig, tfyarn_hom
     assert wait_no_processes(app_id, 10) == []
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("params,said", [
+    ({"checkpoint_at": 5, "chief_linger_s": 120},
+     "the final checkpoint was not written (the latest is ckpt-5, global step 5), nor the summary"),
+    ({"checkpoint_at": 10, "chief_linger_s": 120}, "the final checkpoint (ckpt-10) was written, the summary was not"),
+    ({"checkpoint_at": 10, "worker_linger_s": 120}, "the final checkpoint (ckpt-10) and the summary were written"),
+])
+def test_a_run_stopped_after_training_completed_says_so_and_what_was_written(tmp_path, tfyarn_home, params, said):
+    """Ctrl-C once every step had run: the KILLED report read like any interrupted run ("global step 10/10"); it
+    now says that training had completed and whether the final checkpoint and the summary were written."""
+    spec = small_spec(tmp_path, model="custom_jobs:done_then_linger", params={"steps": 10, **params},
+                      checkpoint={"dir": str(tmp_path / "ckpt")})
+    proc = subprocess.Popen([sys.executable, "-m", "tfyarn.cli", "-q", "run", str(_write_spec(tmp_path, spec))],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+    app_id, st = None, {}
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:   # the planned step reached (and, when the chief writes it, the summary)
+        apps = list((tfyarn_home / "apps").glob("local-*")) if (tfyarn_home / "apps").exists() else []
+        if apps and (apps[0] / "status.json").exists():
+            app_id = apps[0].name
+            st = json.loads((apps[0] / "status.json").read_text())
+            index = tmp_path / "ckpt" / "tfyarn-checkpoint.json"
+            committed = index.exists() and f'"ckpt-{params["checkpoint_at"]}"' in index.read_text()
+            if (st["progress"].get("global_step") == 10 and committed
+                    and (st["summary"] or "worker_linger_s" not in params)):
+                break
+        time.sleep(0.2)
+    else:
+        proc.kill()
+        raise AssertionError(f"the job never reached global step 10 within 90s: {st}")
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 3, (out, err[-2000:])
+    assert f"diagnosis: interrupted by SIGINT; training had completed (global step 10/10): {said}" in out, out
+    assert wait_no_processes(app_id, 10) == []
+
+
 def test_submit_status_logs_kill_and_orphan_protection(tmp_path):
     spec = load_spec_dict(small_spec(tmp_path, model="custom_jobs:run_long"))
     backend = LocalBackend()

@@ -137,8 +137,10 @@ def export(spec: JobSpec, checkpoint: str | None = None, to: str | None = None) 
     if importlib.util.find_spec("tensorflow") is None:
         raise ExportError("export builds the model with TensorFlow, which is not installed here "
                           "(pip install 'tfyarn[tf-cpu]', or run it where the job's environment is)")
+    from tfyarn.runtime.warm_imports import keep_matplotlib_out_of_keras
     from tfyarn.train.checkpoint import CheckpointStore
     from tfyarn.train.export import export_checkpoint
+    keep_matplotlib_out_of_keras()          # TF imports Keras, which would import matplotlib: nothing is drawn here
     entry = None
     if spec.checkpoint.dir:                 # (without one, export_checkpoint says so)
         store = CheckpointStore(spec.resolve_path(spec.checkpoint.dir), keep=spec.checkpoint.keep)

@@ -28,9 +28,17 @@ def _backend_option(f: Callable) -> Callable:
     return f
 
 
+#: Loggers whose detail ``-v`` turns on: tfyarn's own and skein's. Other libraries stay at WARNING unless ``-vv``: at
+#: DEBUG they flood a run (matplotlib's font scoring while the report is drawn, fsspec's every file open).
+VERBOSE_LOGGERS = ("tfyarn", "skein")
+
+
 def _setup_logging(verbose: int, quiet: bool) -> None:
     level = logging.WARNING if quiet else (logging.DEBUG if verbose else logging.INFO)
-    logging.basicConfig(level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.DEBUG if verbose >= 2 else logging.WARNING, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for name in VERBOSE_LOGGERS:
+        logging.getLogger(name).setLevel(level)
 
 
 def _fail(exc: TfyarnError) -> None:
@@ -75,7 +83,8 @@ class _Group(click.Group):
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="tfyarn")
-@click.option("-v", "--verbose", count=True, help="More logging.")
+@click.option("-v", "--verbose", count=True,
+              help="More logging: -v tfyarn's (and skein's) debug detail, -vv every library's too.")
 @click.option("-q", "--quiet", is_flag=True, help="Only warnings, errors and the final result.")
 @click.pass_context
 def cli(ctx: click.Context, verbose: int, quiet: bool) -> None:

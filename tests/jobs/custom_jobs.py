@@ -137,3 +137,26 @@ def allreduce_sum(ctx, helpers):
     with open("/proc/self/status") as f:
         caught = next(int(line.split()[1], 16) for line in f if line.startswith("SigCgt"))
     return {"sum": float(total()), "replicas": strategy.num_replicas_in_sync, "sigterm_caught": bool(caught >> 14 & 1)}
+
+
+@tfyarn.train.custom_train
+def done_then_linger(ctx, helpers):
+    """Trains ``steps`` steps (the job's planned total), committing a real checkpoint file set at ``checkpoint_at``
+    (when checkpoint.dir is set), then lingers ``chief_linger_s`` (chief: as a slow final checkpoint would) or
+    ``worker_linger_s`` (workers: the chief's summary is written meanwhile) — a job to stop once training is done."""
+    from tfyarn.train.progress import publish_total_steps
+    p = helpers.params
+    steps = int(p.get("steps", 10))
+    if ctx.is_chief:
+        publish_total_steps(ctx.kv, steps)
+    for step in range(1, steps + 1):
+        helpers.progress.report(step=step, epoch=0, loss=1.0 / step, examples=10, force=step == steps)
+        time.sleep(0.02)
+        if ctx.is_chief and step == int(p.get("checkpoint_at", 0)) and helpers.checkpoint_store() is not None:
+            prefix = os.path.join(str(ctx.workdir), f"ckpt-{step}")
+            for suffix in (".index", ".data-00000-of-00001"):
+                with open(prefix + suffix, "wb") as f:
+                    f.write(b"fake checkpoint bytes")
+            helpers.upload_checkpoint(prefix, step)
+    time.sleep(float(p.get("chief_linger_s" if ctx.is_chief else "worker_linger_s", 0)))
+    return {"last_checkpoint": f"ckpt-{steps}"} if int(p.get("checkpoint_at", 0)) == steps else {}

@@ -14,5 +14,6 @@ def dense(ctx, helpers):
     import tensorflow as tf
     out = tf.keras.layers.Dense(2, kernel_initializer="ones")(tf.ones([1, 3]))
     with open("probe.json", "w") as f:
-        json.dump({"pid": os.getpid(), "keras_preloaded": preloaded, "out": out.numpy().tolist()}, f)
+        json.dump({"pid": os.getpid(), "keras_preloaded": preloaded, "out": out.numpy().tolist(),
+                   "matplotlib": "matplotlib" in sys.modules}, f)
     helpers.progress.report(step=1, epoch=0, loss=1.0, examples=1)

@@ -129,6 +129,34 @@ class _Task:
         return self.dir / "task.log"
 
 
+def training_end_note(progress: dict[str, Any], summary: dict[str, Any] | None, checkpoint_url: str | None) -> str:
+    """``"; training had completed (global step N/N): ..."`` when the job's progress reached its planned total (or
+    the chief wrote the summary), else ``""``: what the diagnosis of a job stopped from outside adds."""
+    gs, total = progress.get("global_step"), progress.get("total_steps")
+    if summary:
+        gs, total = summary.get("global_step", gs), summary.get("total_steps") or total
+    if summary is None and not (total and gs is not None and gs >= total):
+        return ""
+    step = f"global step {gs}/{total}" if total else f"global step {gs}"
+    if summary is not None:
+        ckpt = summary.get("last_checkpoint")
+        written = f"the final checkpoint ({ckpt}) and the summary were written" if ckpt else \
+            "the summary was written" + ("" if checkpoint_url else " (no checkpoint.dir)")
+        return f"; training had completed ({step}): {written}"
+    if not checkpoint_url:
+        return f"; training had completed ({step}): the summary was not written (no checkpoint.dir)"
+    try:
+        from tfyarn.train.checkpoint import CheckpointStore
+        latest = CheckpointStore(checkpoint_url).latest()
+    except Exception as exc:  # noqa: BLE001 - a note on the diagnosis must not fail the launcher
+        return f"; training had completed ({step}): the summary was not written; {checkpoint_url}: {exc}"
+    if latest is not None and total and int(latest.get("global_step", -1)) >= total:
+        return f"; training had completed ({step}): the final checkpoint ({latest['name']}) was written, the summary " \
+               f"was not"
+    had = f"the latest is {latest['name']}, global step {latest.get('global_step')}" if latest else "none was committed"
+    return f"; training had completed ({step}): the final checkpoint was not written ({had}), nor the summary"
+
+
 class Launcher:
     """Runs one app to its end in this process. Thread-safe :meth:`stop` (signal handlers, kill requests)."""
 
@@ -450,12 +478,27 @@ class Launcher:
                 finally:
                     self._stop_tasks(list(self.tasks.values()), STOP_GRACE_S)
                     self._close_forkserver()  # after the tasks: its tasks would die with it
+                    if self._state is AppState.KILLED:   # what was left of the job's end when it was stopped
+                        self._diag += self._training_end_note()
                     self._finished = time.time()
                     self._write_report()  # before the final status.json: whoever sees the outcome finds the report
                     self._refresh()
         finally:
             self._close_forkserver()  # KVServer failed to start
         return self.status()
+
+    def _training_end_note(self) -> str:
+        """For a job stopped once training had completed: say so, and whether the final checkpoint and the summary
+        were written (read after every task has stopped). Without it such a run read as an ordinary interrupted
+        one ("KILLED ... global step 279/279"), and the user could not tell whether to run it again."""
+        assert self.kv is not None
+        store = self.kv.store
+        total = store.get(TOTAL_STEPS_KEY)
+        self._read_summary(store)
+        progress = aggregate_progress(store.items("progress/"), int(total) if total else None,
+                                      self.spec.training_tasks)
+        return training_end_note(progress, self._summary, self.spec.resolve_path(self.spec.checkpoint.dir)
+                                 if self.spec.checkpoint.dir else None)
 
     def _write_report(self) -> None:
         """The run report (JSON + PNG, ``tfyarn.report``) in the app dir and next to the checkpoints.

@@ -22,6 +22,7 @@ keras`` or any ``<x>.keras`` attribute (``tf.keras.layers.Dense``). Code that re
 from __future__ import annotations
 
 import importlib
+import importlib.abc
 import importlib.machinery
 import importlib.util
 import logging
@@ -29,6 +30,7 @@ import os
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -45,14 +47,45 @@ def legacy_keras() -> bool:
     return os.environ.get("TF_USE_LEGACY_KERAS") in ("true", "True", "1")
 
 
+class _NoPlotsForKeras(importlib.abc.MetaPathFinder):
+    """Refuses ``import matplotlib`` (ImportError) when Keras asks for it while being imported.
+
+    Why: Keras 3's ``keras.src.visualization`` imports ``matplotlib.pyplot`` at import time when matplotlib is
+    installed (it is in tfyarn's test and report extras), for plotting helpers no task uses: ~0.3 s, and on a
+    machine's first run matplotlib's font cache ("generated new fontManager", ~1 s) in every task. Keras guards that
+    import with ``try/except ImportError``. Only imports made by a Keras module's top-level code are refused:
+    matplotlib stays importable for the job's own code, and for a Keras function that plots when called.
+    """
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
+        if name.partition(".")[0] != "matplotlib" or "matplotlib" in sys.modules:
+            return None
+        frame = sys._getframe(1)
+        while frame is not None and frame.f_code.co_filename.startswith("<frozen importlib"):
+            frame = frame.f_back                                       # the import machinery: find the importer
+        if frame is not None and frame.f_code.co_name == "<module>" and \
+                str(frame.f_globals.get("__name__", "")).startswith(("keras.", "tf_keras.")):
+            raise ModuleNotFoundError(f"matplotlib is not imported for {frame.f_globals['__name__']} in a tfyarn "
+                                      f"task (nothing is plotted there)", name=name)
+        return None
+
+
+def keep_matplotlib_out_of_keras() -> None:
+    """Install :class:`_NoPlotsForKeras` in this process (idempotent). Tasks call it before TensorFlow is imported."""
+    if not any(isinstance(f, _NoPlotsForKeras) for f in sys.meta_path):
+        sys.meta_path.insert(0, _NoPlotsForKeras())
+
+
 def import_tensorflow() -> bool:
-    """``import tensorflow`` without its eager Keras import. A no-op when TF is already imported; False (nothing
+    """``import tensorflow`` without its eager Keras import, and with Keras (when a model imports it) kept from
+    importing matplotlib (:func:`keep_matplotlib_out_of_keras`). A no-op when TF is already imported; False (nothing
     done) when it is not installed.
 
     ``sys.modules[name] = None`` makes ``import name`` raise ImportError at once (before any parent package is
     imported), which TF's ``__init__`` catches; the entries are removed right after, so a later ``import keras``
     works as usual. An entry that was already there (Keras imported before TF) is left as it was.
     """
+    keep_matplotlib_out_of_keras()
     if "tensorflow" in sys.modules:
         return True
     if importlib.util.find_spec("tensorflow") is None:
