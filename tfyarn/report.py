@@ -30,16 +30,6 @@ REPORT_PNG = "report.png"
 HISTORY_FILE = "progress.jsonl"
 #: Fields of a progress record kept in the history (the rest of a record is task-specific detail).
 POINT_FIELDS = ("step", "global_step", "epoch", "loss", "examples_per_sec", "attempt", "restart")
-#: Where training tasks keep their own history: ``<checkpoint dir>/history/<app id>/<task>.a<attempt>.<ms>.jsonl``
-#: (written by :mod:`tfyarn.train.history`, one file per task process).
-TASK_HISTORY_DIR = "history"
-
-
-def task_history_name(task: str, attempt: int, start_ms: int) -> str:
-    """The file name of one task process's history (``worker:1`` → ``worker-1.a0.1795300000123.jsonl``)."""
-    return f"{task.replace(':', '-')}.a{attempt}.{start_ms}.jsonl"
-
-
 class ProgressHistory:
     """Per-task progress points over time, deduplicated by the record's own timestamp.
 
@@ -94,6 +84,8 @@ def load_task_history(url: str, app_id: str) -> list[dict[str, Any]]:
     """The points the training tasks of ``app_id`` recorded themselves under ``url`` (the checkpoint dir), each
     with its ``segment`` (the file: one task process); [] when there are none. A torn line is skipped."""
     import fsspec
+
+    from tfyarn.train.history import TASK_HISTORY_DIR  # the writer owns the layout
     fs, root = fsspec.core.url_to_fs(url.rstrip("/"))
     d = f"{root.rstrip('/')}/{TASK_HISTORY_DIR}/{app_id}"
     try:

@@ -27,9 +27,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tfyarn.report import TASK_HISTORY_DIR, task_history_name
-
 log = logging.getLogger("tfyarn.train.history")
+
+#: Where training tasks keep their own history: ``<checkpoint dir>/history/<app id>/<task>.a<attempt>.<ms>.jsonl``
+#: (one file per task process; read by :func:`tfyarn.report.load_task_history`).
+TASK_HISTORY_DIR = "history"
+
+
+def task_history_name(task: str, attempt: int, start_ms: int) -> str:
+    """The file name of one task process's history (``worker:1`` → ``worker-1.a0.1795300000123.jsonl``)."""
+    return f"{task.replace(':', '-')}.a{attempt}.{start_ms}.jsonl"
+
 
 #: Shortest time between two points (also the shortest window a point's rate is computed over).
 MIN_INTERVAL_S = 0.25
