@@ -574,3 +574,29 @@ def test_the_diagnosis_the_container_gave_the_application_names_the_tasks_withou
     assert (tasks["chief:0"].state, tasks["chief:0"].exit_code) == ("FAILED", 137)
     assert (tasks["worker:2"].state, tasks["worker:2"].exit_code) == ("FAILED", 1)
     assert tasks["ps:0"].state == "KILLED"
+
+
+def test_a_task_that_raised_is_failed_with_its_code_though_the_shutdown_it_asked_for_killed_its_container(
+        monkeypatch, tmp_path):
+    """worker:0 raised; its container script reported exit 1 and shut the app down, which killed that very container
+    (still running the report): skein says KILLED. The last snapshot, and the status after the end, showed
+    `worker:0 KILLED`; it is FAILED with exit code 1, the others KILLED."""
+    cs = [container("ps", 0, "RUNNING"), container("chief", 0, "RUNNING"), container("worker", 0, "RUNNING"),
+          container("worker", 1, "RUNNING"), container("worker", 2, "RUNNING")]
+    b, rm, app, kv = _app_with_workers(monkeypatch, tmp_path, cs)
+    kv.put("failure/worker:0", "RuntimeError: boom from worker:0")
+    put_json(kv, "exit/worker:0", {"code": 1, "died_at": 10.0, "container": cs[2].yarn_container_id,
+                                   "failure": "RuntimeError: boom from worker:0"})
+    app.containers = [container(c.service_name, c.instance, "KILLED") for c in cs]   # the shutdown under way
+    tasks = {t.task: t for t in b.status(APP).tasks}
+    assert (tasks["worker:0"].state, tasks["worker:0"].exit_code) == ("FAILED", 1)
+    assert tasks["worker:0"].diagnostics == "RuntimeError: boom from worker:0"
+    assert all(tasks[t].state == "KILLED" for t in ("ps:0", "chief:0", "worker:1", "worker:2"))
+    rm.reports[APP] = report("FINISHED", "FAILED", "worker:0: exit code 1: RuntimeError: boom from worker:0")
+    b._apps.clear()
+    for backend in (b, YarnBackend(client=rm, preflight=False)):   # the follower, and another process after the end
+        st = backend.status(APP)
+        tasks = {t.task: t for t in st.tasks}
+        assert st.state is AppState.FAILED
+        assert (tasks["worker:0"].state, tasks["worker:0"].exit_code) == ("FAILED", 1), backend
+        assert [t.task for t in st.tasks if t.state == "KILLED"] == ["ps:0", "chief:0", "worker:1", "worker:2"]

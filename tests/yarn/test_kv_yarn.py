@@ -102,8 +102,26 @@ def test_a_replacement_never_takes_the_slot_of_a_task_that_finished(am):
     am.container_exited("worker_0")                      # finished: its slot key is gone, its done marker stays
     am.container_exited("worker_1")                      # failed: skein starts worker_2 in its place
     assert claim_task_index(kv, "worker", 2, "worker_2") == 1
-    with pytest.raises(WaitTimeout, match="free worker slot for container worker_3"):
-        claim_task_index(kv, "worker", 2, "worker_3", timeout=0.3)
+
+
+def test_the_replacement_of_a_task_killed_after_it_finished_has_nothing_to_do_at_once(am):
+    """Async ps: worker:1 finished its share (slot-done), then was killed before its process ended; skein starts
+    worker_2 in its place. It waited 60 s for a free slot and exited 4, and the job ended TIMED_OUT although training
+    was done; now it learns at once that no task is left (the runtime exits 0)."""
+    from tfyarn.runtime.kv_yarn import NoTaskLeft, mark_slot_done
+    kv = SkeinKV(am.kv)
+    assert claim_task_index(kv, "worker", 2, "worker_0") == 0
+    assert claim_task_index(kv, "worker", 2, "worker_1") == 1
+    mark_slot_done(kv, "worker:1")
+    am.container_exited("worker_1")                      # killed: skein drops its slot before it starts worker_2
+    t0 = time.monotonic()
+    with pytest.raises(NoTaskLeft, match="worker:1"):
+        claim_task_index(kv, "worker", 2, "worker_2", timeout=30)
+    assert time.monotonic() - t0 < 5
+    assert kv.get("taskmap/worker_2") is None and kv.get(slot_key("worker", 1)) is None
+    # worker:0, still running, dies too (not finished): its replacement takes its slot as before
+    am.container_exited("worker_0")
+    assert claim_task_index(kv, "worker", 2, "worker_3") == 0
 
 
 def test_task_index_from_env(am):

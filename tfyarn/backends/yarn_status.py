@@ -118,8 +118,11 @@ def tasks_from_containers(containers: list[Any], taskmap: dict[str, str], spec: 
         ex = exits.get(task) or {}
         if ex.get("container") != c.yarn_container_id:
             ex = {}                            # how an earlier container of this task ended
-        if ex and state == "RUNNING":
-            state = "FAILED"                   # its process died; the application master has not heard yet
+        if ex and state in ("RUNNING", "KILLED"):
+            # its process died (exit/ records only non-zero exits): RUNNING = the application master has not heard
+            # yet; KILLED = its container script was still reporting when the app's shutdown, which that report
+            # asked for, killed the container
+            state = "FAILED"
         code = None
         if state in _ENDED:
             code = ex["code"] if ex else _exit_code(c.exit_message)
@@ -157,8 +160,9 @@ def end_tasks(tasks: list[TaskStatus], state: AppState, diagnostics: str) -> Non
 
     codes = exit_codes_in(diagnostics)
     for t in tasks:
-        if t.task in codes and t.state != "SUCCEEDED" and t.exit_code is None:
-            t.state, t.exit_code = "FAILED", codes[t.task]
+        if t.task in codes and t.state != "SUCCEEDED":
+            t.state = "FAILED"            # the snapshot may say KILLED: the shutdown it caused killed its container
+            t.exit_code = codes[t.task] if t.exit_code is None else t.exit_code
         elif t.state in ("RUNNING", "PENDING"):
             t.state = "SUCCEEDED" if state == AppState.SUCCEEDED else "KILLED"
             t.exit_code = 0 if t.state == "SUCCEEDED" else None

@@ -139,12 +139,19 @@ def parse_container_id(container_id: str) -> tuple[str, int]:
     return service, int(n)
 
 
+class NoTaskLeft(Exception):
+    """Every task of the role is held by a live container or has finished: this container replaces one that was
+    killed after its task had finished (``slot-done/``), so there is nothing for it to do (it exits 0)."""
+
+
 def claim_task_index(kv: SkeinKV, role: str, instances: int, container_id: str, timeout: float = 60.0) -> int:
     """This container's task index: its own instance number if that slot is free, else the first free slot.
 
     A fresh container ``worker_1`` claims ``slot/worker:1``. A replacement ``worker_2`` (for a dead ``worker_0``)
-    finds ``slot/worker:2`` out of range and takes the slot skein freed when ``worker_0`` exited. Bounded: a dead
-    container's owned keys are deleted shortly after it exits, so we retry until ``timeout``.
+    finds ``slot/worker:2`` out of range and takes the slot skein freed when ``worker_0`` exited. When every slot is
+    held or done and at least one is done, :class:`NoTaskLeft`: skein's application master drops a dead container's
+    owned keys before it requests the replacement, so a replacement always finds the dead task's slot free, unless
+    that task had finished (a worker killed after marking its slot done). Otherwise bounded by ``timeout``.
     """
     _, n = parse_container_id(container_id)
     order = ([n] if n < instances else []) + [i for i in range(instances) if i != n]
@@ -160,9 +167,13 @@ def claim_task_index(kv: SkeinKV, role: str, instances: int, container_id: str, 
             if kv.claim(slot_key(role, i), container_id, owner=container_id,
                         also={f"{TASKMAP_PREFIX}{container_id}": f"{role}:{i}"}):
                 return i
+        held = kv.items(f"{SLOT_PREFIX}{role}:")
+        finished = sorted(k[len(SLOT_DONE_PREFIX):] for k in done)
+        if finished and all(slot_key(role, i) in held or f"{SLOT_DONE_PREFIX}{role}:{i}" in done
+                            for i in range(instances)):
+            raise NoTaskLeft(f"container {container_id}: every {role} task is running or finished "
+                             f"(finished: {', '.join(finished)}); it replaces one killed after it had finished")
         if time.monotonic() >= deadline:
-            held = kv.items(f"{SLOT_PREFIX}{role}:")
-            finished = sorted(k[len(SLOT_DONE_PREFIX):] for k in done)
             raise WaitTimeout(f"timed out after {timeout:g}s waiting for a free {role} slot for container "
                               f"{container_id}: all {instances} held ({', '.join(f'{k}={v}' for k, v in held.items())})"
                               + (f" or finished ({', '.join(finished)})" if finished else ""))

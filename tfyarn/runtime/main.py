@@ -18,6 +18,7 @@ from pathlib import Path
 from tfyarn.errors import ExitCode, WaitTimeout, timeout_message
 from tfyarn.runtime.context import TaskContext, failure_key
 from tfyarn.runtime.kv import KV, HttpKV, KVUnavailable
+from tfyarn.runtime.kv_yarn import NoTaskLeft
 from tfyarn.runtime.watchdog import install_stack_dumps
 from tfyarn.spec import load_spec_json
 
@@ -177,6 +178,9 @@ def main() -> int:
                 mark_slot_done(kv, ctx.task_id)
             except KVUnavailable as exc:          # the AM may be shutting down (the job is over): nothing to guard
                 log.info("%s: could not mark its slot done: %s", ctx.task_id, exc)
+        return ExitCode.SUCCEEDED
+    except NoTaskLeft as exc:        # YARN: the replacement of a task killed after it had finished
+        log.info("nothing to do: %s", exc)
         return ExitCode.SUCCEEDED
     except WaitTimeout as exc:
         log.error("%s", exc)
