@@ -116,6 +116,8 @@ def test_a_task_raising_in_its_container_fails_the_app_with_its_exception(yarn, 
     assert "RuntimeError: boom from worker:0" in st.diagnostics, st.diagnostics
     tasks = {t.task: t for t in st.tasks}
     assert tasks["worker:0"].state == "FAILED" and "boom from worker:0" in tasks["worker:0"].diagnostics
+    assert tasks["worker:0"].exit_code == 1, st.to_dict()["tasks"]
+    assert tasks["chief:0"].state == "KILLED", st.to_dict()["tasks"]   # stopped by the shutdown, not failed
     assert_clean(yarn, st.app_id, tag=name)
 
 

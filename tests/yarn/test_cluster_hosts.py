@@ -2,9 +2,12 @@
 both, and an async ps worker killed with SIGKILL is restarted on the *other* host, rejoins at its new address and
 the job reaches its planned global step (docs/NOTES.md listed a restarted worker on another host as never tested).
 
-Placement is steered, not hoped for: ps and chief each ask for 9 GiB of a 16 GiB node, so they cannot share one; before
-the kill the victim's node is shrunk (``yarn rmadmin -updateNodeResource``, running containers keep running) so its
-replacement can only go to the other node; the node's resources are put back right after."""
+Placement is steered, not hoped for: ps and chief each ask for 9 GiB of a 16 GiB node, so they cannot share one.
+Right before the kill the victim's node is shrunk to what its other containers use (``yarn rmadmin
+-updateNodeResource``; running containers keep running), so once the victim is gone that node is full and the
+replacement can only go to the other one; the node's resources are put back as soon as the replacement runs (and in
+a ``finally``). Shrinking it further (the first version took it to 1 GiB) also shrank the cluster below what ran on
+it, and the queue then allocated nothing at all."""
 import json
 import signal
 import subprocess
@@ -43,8 +46,8 @@ def two_nodes(yarn):
 
 def test_tasks_land_on_two_hosts_and_a_killed_worker_rejoins_from_the_other_host(yarn, dataset, two_nodes):
     name = unique("hosts")
-    doc = job_doc(dataset, name, sync=False, workers=2, epochs=6, memory="2 GiB",
-                  model="fault_models:slow_recommender", code=str(FAULT_JOBS))
+    doc = job_doc(dataset, name, sync=False, workers=2, epochs=6, model="fault_models:slow_recommender",
+                  code=str(FAULT_JOBS))
     doc["params"]["step_delay_s"] = 0.2   # ~16 s per worker: the kill lands well before it has finished its share
     doc["roles"]["ps"]["memory"] = doc["roles"]["chief"]["memory"] = "9 GiB"
     doc["roles"]["worker"].update(max_restarts=1)
@@ -56,25 +59,35 @@ def test_tasks_land_on_two_hosts_and_a_killed_worker_rejoins_from_the_other_host
     assert hosts["ps:0"] != hosts["chief:0"] and len(set(hosts.values())) == 2, hosts
 
     old = task_process(yarn, app_id, "worker:1")
-    port = old.environ()["NM_PORT"]
+    port, old_container = old.environ()["NM_PORT"], old.environ()["CONTAINER_ID"]
     node_id = next(n for n in two_nodes if n.endswith(f":{port}"))
     total = two_nodes[node_id]["totalResource"]
-    _set_node_resource(node_id, 1024, total["vCores"])          # no room left there for a 2 GiB worker
-    old_container = old.environ()["CONTAINER_ID"]
+    used = _rm_nodes(yarn)[node_id]["usedMemoryMB"]
+    # what the node's other containers use: no room there once the victim is gone
+    _set_node_resource(node_id, max(used - spec.roles["worker"].memory_mib, 128), total["vCores"])
+    restored = False
     try:
         old.send_signal(signal.SIGKILL)
+
         def replacement():
             p = task_process(yarn, app_id, "worker:1", timeout=JOB_S)
             env = p.environ()
             return env.get("CONTAINER_ID") != old_container and (p.pid, env["NM_PORT"], env.get("CONTAINER_ID"))
-        new_pid, new_port, new_container = wait_until(replacement, JOB_S, f"a new container for worker:1 of {app_id}")
-    finally:
+        new_pid, new_port, new_container = wait_until(replacement, 120, f"a new container for worker:1 of {app_id}")
         _set_node_resource(node_id, total["memory"], total["vCores"])
+        restored = True
+    finally:
+        if not restored:
+            _set_node_resource(node_id, total["memory"], total["vCores"])
+    assert _rm_nodes(yarn)[node_id]["totalResource"]["memory"] == total["memory"], "node resources not restored"
     assert new_port != port, (f"the replacement of {old_container} (pid {old.pid}), {new_container} (pid "
                               f"{new_pid}) ran on the killed worker's host")
     st = yarn.wait(app_id, timeout=JOB_S)
     assert st.state is AppState.SUCCEEDED, st.diagnostics
+    tasks = {t.task: t for t in st.tasks}
+    assert tasks["worker:1"].restarts == 1 and tasks["worker:1"].host != hosts["worker:1"], st.to_dict()["tasks"]
     s = st.summary
     assert s["global_step"] == s["total_steps"] == 3 * per_worker
     assert s["steps_per_worker"] == {"chief:0": per_worker, "worker:0": per_worker, "worker:1": per_worker}
+    assert s["rejoins"] == {"chief:0": 0, "worker:0": 0, "worker:1": 1}, s
     assert_clean(yarn, app_id, tag=name)
