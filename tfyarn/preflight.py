@@ -456,6 +456,7 @@ def run_preflight(spec: JobSpec, cluster: ClusterInfo | None = None, get_fs: Get
     if check_files:
         listed = list_data(spec, get_fs)
         problems += check_data(spec, get_fs, listed) + check_data_schema(spec, get_fs, listed)
+        problems += check_enough_records(spec, listed)   # else every task fails at start, after its TF import
         problems += check_output_dirs(spec, get_fs) + check_warm_start(spec)
     _raise(problems, "nothing was uploaded or submitted")
     warnings = local_path_warnings(spec)

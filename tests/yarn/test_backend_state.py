@@ -210,7 +210,8 @@ def test_submit_runs_preflight_first_and_saves_the_spec(tmp_path, monkeypatch):
     monkeypatch.setenv("TFYARN_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("TFYARN_CACHE_DIR", str(tmp_path / "cache"))
     fs = fsspec.filesystem("memory")
-    fs.pipe("/sub/data/part-0.tfrecord", encode_record(encode_example({"label": 1.0})))
+    # one global batch (4 x 4 training tasks): preflight counts the records before submitting
+    fs.pipe("/sub/data/part-0.tfrecord", encode_record(encode_example({"label": 1.0})) * 16)
     spec = make_spec(environment={"python": "/opt/py/bin/python"},
                      data={"train": ["memory:///sub/data/part-*.tfrecord"], "batch_size": 4,
                            "features": {"label": {"dtype": "float32"}}})

@@ -13,8 +13,9 @@ from tfyarn.preflight import (QueueInfo, StaticClusterInfo, check_output_dirs, c
                               check_resources, rm_webapp_urls, run_preflight)
 
 FEAT = {"label": {"dtype": "float32"}}
-#: one TFRecord file of two Examples fitting FEAT (preflight samples the first record of each data URL)
-GOOD = encode_record(encode_example({"label": 1.0})) * 2
+#: one TFRecord file of Examples fitting FEAT (preflight samples the first record of each data URL), as many as one
+#: global batch of make_spec() (data() below: batch_size 4 x 4 training tasks), which submit counts
+GOOD = encode_record(encode_example({"label": 1.0})) * 16
 
 
 def data(*train, eval=()):
@@ -147,6 +148,25 @@ def test_run_preflight_reports_everything_at_once(tmp_path, mem):
     (tmp_path / "local.tfrecord").write_bytes(GOOD)
     local = make_spec(data=data(f"{tmp_path}/local.tfrecord"))
     assert "is a local path" in run_preflight(local, None)[0]
+
+
+def test_submit_counts_the_records_against_one_global_batch():
+    """Fewer records than one global batch: no step can be planned and every task would fail at start after its TF
+    import; YARN's preflight counted nothing (only the local backend did), so the job was submitted anyway."""
+    fs = fsspec.filesystem("memory")
+    one = len(GOOD) // 16
+    fs.pipe("/cnt/a.tfrecord", GOOD[:one * 15])                                  # 15 records, 16 needed
+    try:
+        spec = make_spec(data=data("memory:///cnt/*.tfrecord"))
+        with pytest.raises(PreflightError) as ei:
+            run_preflight(spec, CLUSTER)
+        assert ei.value.problems == ["data.train: 15 records are fewer than one global batch (4 training tasks x "
+                                     "data.batch_size 4 = 16): no step can be planned; lower data.batch_size to at "
+                                     "most 3 or give more data"]
+        fs.pipe("/cnt/b.tfrecord", GOOD[:one])                                   # 16
+        assert run_preflight(spec, CLUSTER) == []
+    finally:
+        fs.rm("/cnt", recursive=True)
 
 
 def test_rm_web_addresses_ha_and_https():
