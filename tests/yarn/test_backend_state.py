@@ -601,3 +601,31 @@ def test_a_task_that_raised_is_failed_with_its_code_though_the_shutdown_it_asked
         assert st.state is AppState.FAILED
         assert (tasks["worker:0"].state, tasks["worker:0"].exit_code) == ("FAILED", 1), backend
         assert [t.task for t in st.tasks if t.state == "KILLED"] == ["ps:0", "chief:0", "worker:1", "worker:2"]
+
+
+def test_run_stopped_after_training_completed_says_so_in_its_diagnosis(monkeypatch, tmp_path):
+    """The local launcher's diagnosis of a job stopped from outside says whether training had completed and what was
+    written (launcher.training_end_note); `run --yarn` said only 'interrupted by SIGTERM: killed …'."""
+    from tfyarn.interrupts import Interrupted
+    cs = [container("ps", 0, "RUNNING"), container("chief", 0, "RUNNING"), container("worker", 0, "RUNNING"),
+          container("worker", 1, "RUNNING"), container("worker", 2, "RUNNING")]
+    b, rm, app, kv = _app_with_workers(monkeypatch, tmp_path, cs)
+
+    def kill_application(app_id, user=""):
+        rm.killed.append(app_id)
+        rm.reports[app_id] = report("KILLED", "KILLED", "Application killed by user")
+    rm.kill_application = kill_application
+    kv.put("plan/total_steps", "40")
+    for t in ("chief:0", "worker:0", "worker:1", "worker:2"):
+        put_json(kv, f"progress/{t}", {"step": 10, "global_step": 40, "loss": 0.5})
+    st = b._kill_interrupted(APP, Interrupted("SIGTERM"))   # the chief has not written its summary yet
+    assert rm.killed == [APP] and st.state is AppState.KILLED
+    assert st.diagnostics == (f"interrupted by SIGTERM: killed {APP}; training had completed (global step 40/40): "
+                              "the summary was not written (no checkpoint.dir)")
+    rm.reports[APP] = report()                              # a second job, stopped mid-training: no note
+    b._apps.clear()
+    for t in ("chief:0", "worker:0", "worker:1", "worker:2"):
+        put_json(kv, f"progress/{t}", {"step": 2, "global_step": 8, "loss": 0.5})
+    b._save_state(APP, final=None)
+    st = b._kill_interrupted(APP, Interrupted("SIGINT"))
+    assert st.diagnostics == f"interrupted by SIGINT: killed {APP}"

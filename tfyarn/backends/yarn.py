@@ -313,10 +313,19 @@ class YarnBackend(Backend):
                 return st                   # it had ended on its own just before: its outcome stands
             log.warning("%s: killing %s", exc, app_id)
             self.kill(app_id)
-            st = self.status(app_id)
+            last, st = st, self.status(app_id)
         st.state = AppState.KILLED          # YARN reports the kill asynchronously; it was asked for, and accepted
-        st.diagnostics = f"{exc}: killed {app_id}"
+        st.diagnostics = f"{exc}: killed {app_id}" + self._training_end_note(app_id, st.progress or last.progress,
+                                                                             st.summary or last.summary)
         return st
+
+    def _training_end_note(self, app_id: str, progress: dict[str, Any], summary: dict[str, Any] | None) -> str:
+        """What the local launcher adds to the diagnosis of a job stopped from outside: whether training had completed
+        and what of it was written (:func:`tfyarn.backends.launcher.training_end_note`); "" when it had not."""
+        from tfyarn.backends.launcher import training_end_note
+        spec = self._saved_spec(app_id)
+        ckpt = spec.resolve_path(spec.checkpoint.dir) if spec is not None and spec.checkpoint.dir else None
+        return training_end_note(progress or {}, summary, ckpt)
 
     # -- status --------------------------------------------------------------------------------------------------
     def _report(self, app_id: str) -> Any:
