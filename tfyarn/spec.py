@@ -154,6 +154,9 @@ class Data(_Model):
                                                      "(~16k records): memory = (prefetch + group) x batch")
     compression: Literal["auto", "none", "gzip"] = "auto"
     on_corrupt: Literal["fail", "skip"] = "fail"
+    index_cache: str | None = Field(None, description="where file indexes are cached when the data's directory is "
+                                                      "not writable, on a filesystem every task sees (default: "
+                                                      "<staging dir>/index on YARN, this machine's cache locally)")
 
     @field_validator("train", "eval", mode="before", json_schema_input_type=Union[str, list[str]])
     @classmethod

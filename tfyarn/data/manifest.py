@@ -6,9 +6,15 @@ among workers costs at most ``stride`` framed-but-unread records, never the pref
 
 Why cached, and where: counting records means reading every byte once. ``tfyarn data index GLOB`` on the gateway (or
 the first job) pays for it and writes ``.<name>.tfyidx.json`` beside each data file (hidden, so globs and Hadoop
-conventions skip it). Where the data directory is read-only the index goes to a local cache
-(``$TFYARN_CACHE_DIR`` or ``~/.cache/tfyarn/index``) keyed by path + size + mtime. A cached entry is only used when
-size, mtime, stride and compression still match, so a rewritten file is re-indexed, never mis-split.
+conventions skip it). Where the data directory is read-only the index goes to the cache dir: on YARN one on the
+cluster's filesystem (``data.index_cache``, default ``<staging dir>/index``: every node and every later run sees it),
+locally ``$TFYARN_CACHE_DIR`` or ``~/.cache/tfyarn/index`` — keyed by path + size + mtime + stride + compression. A
+cached entry is only used when all of these still match, so a rewritten file is re-indexed, never mis-split. The
+whole manifest is cached there too (``manifests/<digest of the listing>.json``) for the tasks of a job
+(:mod:`tfyarn.data.shared_index`): a second run reads one file, not one per data file.
+
+Size per file is bounded: a file's offsets are thinned (its stride doubled) beyond :data:`MAX_OFFSETS`, so a huge file
+costs at most ~20 KB of manifest and a split inside it frames at most ``records / MAX_OFFSETS`` unread records.
 
 GZIP files: offsets are positions in the decompressed stream. GZIP cannot seek, so a worker whose range starts
 inside a .gz file decompresses (but does not parse or check) everything before it; prefer uncompressed files or many
@@ -23,6 +29,7 @@ import json
 import logging
 import os
 import statistics
+import threading
 import time
 import uuid
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
@@ -40,8 +47,35 @@ from tfyarn.fsio import replace
 
 log = logging.getLogger(__name__)
 
-INDEX_VERSION = 1
+INDEX_VERSION = 2
 DEFAULT_STRIDE = 1024
+#: Offsets kept per file at most: beyond it the stride doubles (the manifest's size per file stays bounded).
+MAX_OFFSETS = 2048
+
+
+class IndexStats:
+    """What this process's indexing cost: data bytes read to index files, files indexed, cached indexes used.
+
+    Why: "a second run reads 0 data bytes before its first step" must be measurable in the task itself (the
+    benchmark and the tasks' own log line read it)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.bytes_read = self.files_indexed = self.cache_hits = 0
+
+    def add(self, bytes_read: int = 0, files_indexed: int = 0, cache_hits: int = 0) -> None:
+        with self._lock:
+            self.bytes_read += bytes_read
+            self.files_indexed += files_indexed
+            self.cache_hits += cache_hits
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return {"bytes_read": self.bytes_read, "files_indexed": self.files_indexed,
+                    "cache_hits": self.cache_hits}
+
+
+STATS = IndexStats()
 _GLOB_CHARS = set("*?[")
 
 
@@ -223,24 +257,58 @@ def _beside(url: str) -> str:
     return f"{head}/.{name}.tfyidx.json"
 
 
-def _local_cache(url: str, size: int, mtime: str, cache_dir: str | None) -> Path:
-    root = Path(cache_dir or os.environ.get("TFYARN_CACHE_DIR") or Path.home() / ".cache" / "tfyarn" / "index")
-    key = hashlib.sha1(f"{url}|{size}|{mtime}".encode()).hexdigest()
-    return root / f"{key}.json"
+def default_cache_dir() -> str:
+    """The cache dir when none is given: ``$TFYARN_CACHE_DIR`` or ``~/.cache/tfyarn/index`` (this machine's)."""
+    return os.environ.get("TFYARN_CACHE_DIR") or str(Path.home() / ".cache" / "tfyarn" / "index")
+
+
+def cache_entry(url: str, size: int, mtime: str, stride: int, compression: str, cache_dir: str | None) -> str:
+    """Where the cache dir keeps ``url``'s index: one flat name per (path, size, mtime, stride, compression)."""
+    key = hashlib.sha1(f"{url}|{size}|{mtime}|{stride}|{compression}".encode()).hexdigest()
+    return f"{(cache_dir or default_cache_dir()).rstrip('/')}/{key}.json"
+
+
+def read_text(url: str) -> str | None:
+    """A small file's text, or None when it is missing or unreadable (a cache miss, never an error)."""
+    try:
+        with fsspec.open(url, "rt") as f:
+            return f.read()
+    except (OSError, ValueError):
+        return None
+
+
+def write_text(url: str, text: str) -> None:
+    """Write-then-rename (readers never see half a file; a concurrent writer of the same content may win)."""
+    fs, path = fsspec.core.url_to_fs(url)
+    tmp = f"{path}.{uuid.uuid4().hex}.tmp"
+    parent = path.rsplit("/", 1)[0]
+    if parent and not fs.exists(parent):
+        fs.makedirs(parent, exist_ok=True)
+    try:
+        with fs.open(tmp, "wt") as f:
+            f.write(text)
+        replace(fs, tmp, path)
+    except BaseException:
+        try:
+            fs.rm(tmp)
+        except Exception:  # noqa: BLE001 - the tmp file may not exist; the original error matters
+            pass
+        raise
 
 
 def _load_cached(url: str, size: int, mtime: str, stride: int, compression: str,
                  cache_dir: str | None, on_corrupt: str = "fail") -> FileInfo | None:
-    for loc in (_beside(url), str(_local_cache(url, size, mtime, cache_dir))):
+    for loc in (_beside(url), cache_entry(url, size, mtime, stride, compression, cache_dir)):
+        text = read_text(loc)
         try:
-            with fsspec.open(loc, "rt") as f:
-                doc = json.load(f)
-        except (OSError, ValueError):
-            continue
-        if (doc.get("version") == INDEX_VERSION and doc.get("path") == url and doc.get("size") == size
-                and doc.get("mtime") == mtime and doc.get("stride") == stride
+            doc = json.loads(text) if text else None
+        except ValueError:
+            doc = None
+        if (isinstance(doc, dict) and doc.get("version") == INDEX_VERSION and doc.get("path") == url
+                and doc.get("size") == size and doc.get("mtime") == mtime and doc.get("asked_stride") == stride
                 and doc.get("compression") == compression):
-            doc.pop("version"), doc.pop("compression")
+            for k in ("version", "compression", "asked_stride"):
+                doc.pop(k)
             fi = _fileinfo(doc)
             if fi.holes and on_corrupt != "skip":
                 return None          # indexed leniently before; now damage must fail: re-index to raise
@@ -248,27 +316,30 @@ def _load_cached(url: str, size: int, mtime: str, stride: int, compression: str,
     return None
 
 
-def _store(info: FileInfo, compression: str, cache_dir: str | None) -> str | None:
-    text = json.dumps({"version": INDEX_VERSION, "compression": compression, **asdict(info)})
+#: Directories found not writable in this process: the next file's index goes straight to the cache dir (on a
+#: read-only HDFS data set, one refused write per directory instead of one per file).
+_UNWRITABLE: set[str] = set()
+
+
+def _store(info: FileInfo, compression: str, cache_dir: str | None, stride: int = DEFAULT_STRIDE) -> str | None:
+    text = json.dumps({"version": INDEX_VERSION, "compression": compression, "asked_stride": stride,
+                       **asdict(info)})
     beside = _beside(info.path)
-    tmp = f"{beside}.{uuid.uuid4().hex}.tmp"
-    try:  # write-then-rename: concurrent workers indexing the same file never read a half-written index
-        fs, p = fsspec.core.url_to_fs(tmp)
-        with fs.open(p, "wt") as f:
-            f.write(text)
-        replace(fs, p, fsspec.core.url_to_fs(beside)[1])     # another worker may have written it meanwhile
-        return beside
-    except Exception as exc:  # noqa: BLE001 - any failure to write beside the data means "use the local cache"
-        log.debug("cannot write index beside %s (%s); using the local cache", info.path, exc)
-    local = _local_cache(info.path, info.size, info.mtime, cache_dir)
+    folder = beside.rsplit("/", 1)[0]
+    if folder not in _UNWRITABLE:
+        try:  # write-then-rename: concurrent workers indexing the same file never read a half-written index
+            write_text(beside, text)
+            return beside
+        except Exception as exc:  # noqa: BLE001 - any failure to write beside the data means "use the cache dir"
+            _UNWRITABLE.add(folder)
+            log.debug("cannot write index beside %s (%s); using the cache dir", info.path, exc)
+    entry = cache_entry(info.path, info.size, info.mtime, stride, compression, cache_dir)
     try:
-        local.parent.mkdir(parents=True, exist_ok=True)
-        t = local.with_suffix(f".{uuid.uuid4().hex}.tmp")
-        t.write_text(text)
-        t.replace(local)
-        return str(local)
-    except OSError as exc:
-        log.warning("cannot cache the index of %s (%s); it will be rebuilt next time", info.path, exc)
+        write_text(entry, text)
+        return entry
+    except Exception as exc:  # noqa: BLE001 - an unwritable cache costs the next run a re-index, nothing more
+        log.warning("cannot cache the index of %s in %s (%s); it will be rebuilt next time", info.path,
+                    entry.rsplit("/", 1)[0], exc)
         return None
 
 
@@ -286,6 +357,7 @@ def index_file(url: str, size: int, mtime: str, compression: str = "auto", strid
     """
     with fsspec.open(url, "rb") as raw:
         head = raw.read(tfrecord.HEADER)
+    STATS.add(bytes_read=len(head))
     gz = tfrecord.detect_gzip(url, compression, head)      # a wrong data.compression fails here, naming the file
     offsets: list[int] = []
     holes: list[tuple[int, int]] = []
@@ -299,6 +371,7 @@ def index_file(url: str, size: int, mtime: str, compression: str = "auto", strid
         while True:
             if not eof:
                 block = f.read(block_bytes)
+                STATS.add(bytes_read=len(block))                # decompressed bytes for gz: what was processed
                 if block:
                     base += pos
                     buf = buf[pos:] + block if pos < len(buf) else block
@@ -315,6 +388,8 @@ def index_file(url: str, size: int, mtime: str, compression: str = "auto", strid
                 first = (-rec) % stride
                 offsets.extend((offs[first::stride] + base).tolist())
                 rec += len(offs)
+                while len(offsets) > MAX_OFFSETS:               # bounded size per file: keep every other one
+                    offsets, stride = offsets[::2], stride * 2
                 pos = fr.end if bad_at is None else bad_at
             if bad_at is None and len(buf) - pos >= tfrecord.HEADER and not tfrecord.header_ok(buf, pos):
                 bad_at = pos                                    # a bad length: do not buffer to EOF
@@ -354,6 +429,7 @@ def cached_or_indexed(url: str, size: int, mtime: str, compression: str = "auto"
     if use_cache:
         hit = _load_cached(url, size, mtime, stride, compression, cache_dir, on_corrupt)
         if hit is not None:
+            STATS.add(cache_hits=1)
             log.debug("%s: %d records (cached index)", url, hit.records)
             return hit
     if not read:
@@ -367,9 +443,10 @@ def cached_or_indexed(url: str, size: int, mtime: str, compression: str = "auto"
             raise
         raise type(exc)(f"{exc}{hint}", path=exc.path, offset=exc.offset, record=exc.record,
                         feature=exc.feature) from None
+    STATS.add(files_indexed=1)
     log.debug("%s: %d records (indexed in %.2fs)", url, fi.records, time.monotonic() - t0)
     if use_cache:
-        _store(fi, compression, cache_dir)
+        _store(fi, compression, cache_dir, stride)
     return fi
 
 
@@ -380,29 +457,35 @@ def describe_hole(fi: FileInfo, start: int, end: int) -> str:
     return f"{fi.path}: bytes {start}..{end} skipped ({what})"
 
 
-def build_manifest(urls: list[str] | str, compression: str = "auto", cache_dir: str | None = None, *,
-                   stride: int = DEFAULT_STRIDE, parallel: int = 8, use_cache: bool = True,
-                   on_corrupt: str = "fail", timeout: float = 3600.0, log_warnings: bool = True) -> Manifest:
-    """Expand ``urls`` (fsspec URLs, globs, directories) and index every file, in parallel, using cached indexes.
+@dataclass(frozen=True)
+class Listing:
+    """What ``urls`` name now: the non-empty data files as (URL, size, mtime), sorted, and what the listing found to
+    warn about (empty files). Every task lists for itself; :meth:`digest` says whether two listings are the same."""
+    urls: tuple[str, ...]
+    files: tuple[tuple[str, int, str], ...]
+    warnings: tuple[str, ...]
+    named: frozenset[str]
 
-    Zero-length files are left out with a warning (Hadoop jobs write empty part files); if nothing is left the
-    error says so. A framing error (not TFRecord, truncated, bad length CRC) fails the build unless
-    ``on_corrupt="skip"`` (pass the spec's ``data.on_corrupt``): then the damaged bytes become a hole that readers
-    jump over, listed in ``Manifest.warnings``, and every record after the damage is still used.
+    def digest(self, stride: int, compression: str, on_corrupt: str) -> str:
+        """Key of the manifest this listing gives with these options (the whole-manifest cache's name)."""
+        h = hashlib.sha256(f"{INDEX_VERSION}|{stride}|{compression}|{on_corrupt}|{MAX_OFFSETS}".encode())
+        for url, size, mtime in self.files:
+            h.update(f"\n{url}|{size}|{mtime}".encode())
+        return h.hexdigest()
 
-    ``timeout`` bounds the whole build (seconds; files whose index is cached cost one small read each).
-    ``log_warnings``: log ``Manifest.warnings`` as warnings (else at debug level): every training task builds the
-    same manifest, and one of them saying so is enough.
-    """
-    if on_corrupt not in ("fail", "skip"):
-        raise ValueError(f"on_corrupt must be 'fail' or 'skip', not {on_corrupt!r}")
+    @property
+    def total_bytes(self) -> int:
+        return sum(size for _, size, _ in self.files)
+
+
+def list_data(urls: list[str] | str) -> Listing:
+    """Expand ``urls`` (fsspec URLs, globs, directories); zero-length files are left out with a warning (Hadoop jobs
+    write empty part files); if nothing is left the error says so."""
     if isinstance(urls, str):
         urls = [urls]
-    listed = expand(urls)
-    named = named_explicitly(urls)
     warnings: list[str] = []
     todo = []
-    for url, info in listed:
+    for url, info in expand(urls):
         size = int(info.get("size") or 0)
         if size == 0:
             warnings.append(f"{url}: empty file (0 bytes), skipped")
@@ -410,29 +493,79 @@ def build_manifest(urls: list[str] | str, compression: str = "auto", cache_dir: 
         todo.append((url, size, mtime_of(info)))
     if not todo:
         raise NoDataError(f"{', '.join(urls)}: no records (every matched file is empty)")
+    return Listing(tuple(urls), tuple(todo), tuple(warnings), frozenset(named_explicitly(urls)))
 
-    def one(item: tuple[str, int, str]) -> FileInfo:
-        url, size, mtime = item
-        return cached_or_indexed(url, size, mtime, compression, cache_dir, stride=stride,  # type: ignore[return-value]
-                                 use_cache=use_cache, on_corrupt=on_corrupt, listed=url not in named)
 
-    ex = ThreadPoolExecutor(max_workers=max(1, min(parallel, len(todo))), thread_name_prefix="tfyarn-index")
+def manifest_entry(cache_dir: str | None, digest: str) -> str:
+    """Where the cache dir keeps the whole manifest of a listing (:meth:`Listing.digest`)."""
+    return f"{(cache_dir or default_cache_dir()).rstrip('/')}/manifests/{digest}.json"
+
+
+def load_manifest(cache_dir: str | None, digest: str) -> Manifest | None:
+    """The cached whole manifest of a listing, or None (missing, unreadable or of another version)."""
+    text = read_text(manifest_entry(cache_dir, digest))
     try:
-        futures = [ex.submit(one, item) for item in todo]
+        doc = json.loads(text) if text else None
+    except ValueError:
+        return None
+    if not isinstance(doc, dict) or doc.get("version") != INDEX_VERSION or doc.get("digest") != digest:
+        return None
+    return Manifest(tuple(_fileinfo(f) for f in doc["files"]), tuple(doc.get("warnings", ())))
+
+
+def store_manifest(cache_dir: str | None, digest: str, manifest: Manifest) -> str | None:
+    """Cache the whole manifest of a listing; its URL, or None when the cache dir is not writable (logged)."""
+    url = manifest_entry(cache_dir, digest)
+    text = json.dumps({"version": INDEX_VERSION, "digest": digest, "files": [asdict(f) for f in manifest.files],
+                       "warnings": list(manifest.warnings)}, separators=(",", ":"))
+    try:
+        write_text(url, text)
+        return url
+    except Exception as exc:  # noqa: BLE001 - an unwritable cache costs the next run one manifest build
+        log.warning("cannot cache the manifest in %s (%s); the next run rebuilds it", url.rsplit("/", 2)[0], exc)
+        return None
+
+
+def index_files(listing: Listing, which: Iterable[int], compression: str = "auto", cache_dir: str | None = None,
+                *, stride: int = DEFAULT_STRIDE, parallel: int = 8, use_cache: bool = True,
+                on_corrupt: str = "fail", timeout: float = 3600.0, read: bool = True) -> dict[int, FileInfo]:
+    """The indexes of ``listing.files[i]`` for ``i`` in ``which``, in parallel: cached ones, else read (and cached).
+    ``read=False``: only the cached ones (a cheap probe). Bounded by ``timeout`` (the error names files not done)."""
+    ids = list(which)
+    if not ids:
+        return {}
+
+    def one(i: int) -> FileInfo | None:
+        url, size, mtime = listing.files[i]
+        return cached_or_indexed(url, size, mtime, compression, cache_dir, stride=stride, use_cache=use_cache,
+                                 on_corrupt=on_corrupt, listed=url not in listing.named, read=read)
+
+    ex = ThreadPoolExecutor(max_workers=max(1, min(parallel, len(ids))), thread_name_prefix="tfyarn-index")
+    try:
+        futures = [ex.submit(one, i) for i in ids]
         done, pending = wait(futures, timeout=timeout, return_when=FIRST_EXCEPTION)
         for fut in done:
             if fut.exception() is not None:
                 raise fut.exception()  # type: ignore[misc]
         if pending:
-            late = [item[0] for item, fut in zip(todo, futures) if fut in pending]
-            raise WaitTimeout(f"indexing {len(todo)} files: {len(late)} not finished within {timeout:g}s "
+            late = [listing.files[i][0] for i, fut in zip(ids, futures) if fut in pending]
+            raise WaitTimeout(f"indexing {len(ids)} files: {len(late)} not finished within {timeout:g}s "
                               f"(e.g. {', '.join(late[:3])}); index them once with `tfyarn data index` or raise "
                               f"the timeout")
-        files = tuple(fut.result() for fut in futures)
+        out = {i: fut.result() for i, fut in zip(ids, futures)}
     except BaseException:
         ex.shutdown(wait=False, cancel_futures=True)    # do not wait for a hung read: the error says what hung
         raise
     ex.shutdown(wait=True)                              # all done: the threads exit at once, none is left behind
+    return {i: fi for i, fi in out.items() if fi is not None}
+
+
+def assemble(listing: Listing, files: Iterable[FileInfo], log_warnings: bool = True) -> Manifest:
+    """The manifest of ``listing`` from its files' indexes (in listing order), with every warning: empty files,
+    damaged ranges skipped, files without records. Logged as warnings when ``log_warnings`` (else at debug level:
+    every training task builds the same manifest, and one of them saying so is enough)."""
+    files = tuple(files)
+    warnings = list(listing.warnings)
     for fi in files:
         for a, b in fi.holes:
             warnings.append(f"{describe_hole(fi, a, b)} (on_corrupt: skip)")
@@ -443,6 +576,41 @@ def build_manifest(urls: list[str] | str, compression: str = "auto", cache_dir: 
     log.info("manifest: %d files, %d records, %d bytes", len(files), sum(f.records for f in files),
              sum(f.size for f in files))
     return Manifest(files, tuple(warnings))
+
+
+def build_manifest(urls: list[str] | str, compression: str = "auto", cache_dir: str | None = None, *,
+                   stride: int = DEFAULT_STRIDE, parallel: int = 8, use_cache: bool = True,
+                   on_corrupt: str = "fail", timeout: float = 3600.0, log_warnings: bool = True,
+                   whole: bool = False) -> Manifest:
+    """Expand ``urls`` (fsspec URLs, globs, directories) and index every file, in parallel, using cached indexes.
+
+    Zero-length files are left out with a warning (Hadoop jobs write empty part files); if nothing is left the
+    error says so. A framing error (not TFRecord, truncated, bad length CRC) fails the build unless
+    ``on_corrupt="skip"`` (pass the spec's ``data.on_corrupt``): then the damaged bytes become a hole that readers
+    jump over, listed in ``Manifest.warnings``, and every record after the damage is still used.
+
+    ``timeout`` bounds the whole build (seconds; files whose index is cached cost one small read each).
+    ``log_warnings``: log ``Manifest.warnings`` as warnings (else at debug level). ``whole``: also use and fill the
+    whole-manifest cache in ``cache_dir`` (one read instead of one per file, when nothing changed): what a job's
+    tasks and ``tfyarn data index`` do.
+    """
+    if on_corrupt not in ("fail", "skip"):
+        raise ValueError(f"on_corrupt must be 'fail' or 'skip', not {on_corrupt!r}")
+    listing = list_data(urls)
+    digest = listing.digest(stride, compression, on_corrupt)
+    if whole and use_cache:
+        hit = load_manifest(cache_dir, digest)
+        if hit is not None:
+            STATS.add(cache_hits=len(hit.files))
+            for w in hit.warnings:
+                log.log(logging.WARNING if log_warnings else logging.DEBUG, "%s", w)
+            return hit
+    got = index_files(listing, range(len(listing.files)), compression, cache_dir, stride=stride, parallel=parallel,
+                      use_cache=use_cache, on_corrupt=on_corrupt, timeout=timeout)
+    manifest = assemble(listing, (got[i] for i in range(len(listing.files))), log_warnings)
+    if whole and use_cache:
+        store_manifest(cache_dir, digest, manifest)
+    return manifest
 
 
 def summarize(manifest: Manifest) -> str:

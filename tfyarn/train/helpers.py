@@ -16,13 +16,29 @@ from tfyarn.train.progress import ProgressReporter, run_summary, write_summary
 log = logging.getLogger("tfyarn.train")
 
 
+def index_cache(spec: Any) -> str | None:
+    """``data.index_cache`` (the YARN backend sets it to ``<staging dir>/index`` when unset), else None: this
+    machine's cache (``tfyarn.data.manifest.default_cache_dir``), which is what every local task shares."""
+    d = spec.data.index_cache
+    return spec.resolve_path(d) if d else None
+
+
 def train_manifest(ctx: Any) -> Any:
-    """The manifest of ``data.train``. Every training task builds the same one; only the first (data rank 0) logs its
-    warnings (empty files, damaged ranges skipped), so a run says each once, not once per task."""
+    """The manifest of ``data.train``, built together by the training tasks: each indexes ~1/N of the files not
+    indexed yet and every one ends with the identical manifest (:mod:`tfyarn.data.shared_index`; a task's silence
+    is judged by ``timeouts.stall``). Only the first (data rank 0) logs its warnings (empty files, damaged ranges
+    skipped), so a run says each once, not once per task."""
     from tfyarn.data import build_manifest
+    from tfyarn.data.shared_index import shared_manifest
     d = ctx.spec.data
-    return build_manifest([ctx.spec.resolve_path(u) for u in d.train], compression=d.compression,
-                          on_corrupt=d.on_corrupt, log_warnings=ctx.data_rank == 0)
+    urls = [ctx.spec.resolve_path(u) for u in d.train]
+    if ctx.data_rank < 0:
+        return build_manifest(urls, compression=d.compression, on_corrupt=d.on_corrupt,
+                              cache_dir=index_cache(ctx.spec), log_warnings=False, whole=True)
+    return shared_manifest(urls, kv=ctx.kv, tasks=list(ctx.training_tasks), rank=ctx.data_rank, app_id=ctx.app_id,
+                           attempt=ctx.attempt, compression=d.compression, on_corrupt=d.on_corrupt,
+                           cache_dir=index_cache(ctx.spec), stall=ctx.spec.timeouts.stall,
+                           timeout=max(3600.0, ctx.spec.timeouts.stall))
 
 
 def make_feeder(ctx: Any, manifest: Any = None) -> Any:

@@ -1,0 +1,433 @@
+"""Indexing shared by a job's training tasks: each indexes ~1/N of the files not indexed yet, and every task builds
+the identical manifest from what the others published.
+
+Why: a manifest needs every file's record count, i.e. every byte read once. If each of N tasks indexed everything
+itself, a read-only 1 TB data set would cost N TB of reads before the first step, on every run. Here the reads are
+split by bytes among the tasks, the indexes are cached (beside the data, else in the cluster-wide cache dir), and the
+whole manifest is cached by the digest of the listing, so a second run reads one small file per task and 0 data bytes.
+
+Protocol, KV keys under ``index/<attempt>/<name>/`` (rank = data rank; the leader is rank 0, the chief):
+
+0. Every task lists the data itself and tries the whole-manifest cache (one read); a ``manifest`` key already set
+   (a restarted task) is used as is.
+1. ``probe/<rank>``: the task's digest of the listing and, of its stripe (files ``i % N == rank``), the cached
+   indexes and the ids of the files not indexed yet — or ``whole``: it found the whole manifest cached.
+2. The leader gathers the probes, checks every task listed the same files, and hands the missing files out by bytes
+   (largest first to the least loaded task): ``assign``.
+3. Each task indexes its files (each cached as soon as it is done): ``part/<rank>``, or ``error`` (damaged data).
+4. The leader assembles the manifest, caches it, and publishes ``manifest``; the others wait for that one key.
+
+A published value is ``{"inline": value}`` when small, else ``{"file": url}`` of a JSON file in the cache dir
+(``exchange/<app>-<attempt>-<name>/``, removed by the leader once the manifest is out; the manifest's own file is the
+whole-manifest cache entry).
+
+Liveness: ``beat/<rank>`` ticks every :data:`BEAT_S` with the data bytes the task has read. A task waited for is given
+up when ``failure/<task>`` or ``exit/<task>`` appears, when its ticks stop for ``stall`` seconds, or when it is
+indexing and its bytes do not move for ``stall`` seconds. The leader then does that task's work itself (files the
+dead task finished are in the cache: only the rest is read). The others wait on the leader alone; a leader that dies
+fails their wait naming it — a dead chief ends the attempt anyway, and the job's attempt logic starts again with the
+indexes cached so far. Every wait is also bounded by ``timeout`` overall.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from dataclasses import asdict
+from typing import Any, Callable
+
+from tfyarn.data import manifest as mf
+from tfyarn.data.errors import DataError
+from tfyarn.errors import WaitTimeout
+
+log = logging.getLogger(__name__)
+
+BEAT_S = 2.0
+#: KV values above this go to a file (the KV is the YARN application master's memory; one leader read of every
+#: task's value must stay well below gRPC's 4 MB message limit).
+INLINE_BUDGET = 2_000_000
+
+
+class IndexAborted(DataError):
+    """The shared indexing cannot produce a manifest (damaged data, tasks that listed different files)."""
+
+
+def inline_max(num_tasks: int) -> int:
+    return max(1024, min(32768, INLINE_BUDGET // max(1, num_tasks)))
+
+
+class Exchange:
+    """This job attempt's keys and files for one manifest (``name``: ``train``), as seen by task ``rank``."""
+
+    def __init__(self, kv: Any, tasks: list[str], rank: int, app_id: str, attempt: int, cache_dir: str | None,
+                 name: str = "train"):
+        self.kv, self.tasks, self.rank = kv, tasks, rank
+        self.ns = f"index/{attempt}/{name}"
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in f"{app_id}-{attempt}-{name}")
+        self.dir = f"{(cache_dir or mf.default_cache_dir()).rstrip('/')}/exchange/{safe}"
+        self.inline_max = inline_max(len(tasks))
+
+    def key(self, kind: str, rank: int | None = None) -> str:
+        return f"{self.ns}/{kind}" if rank is None else f"{self.ns}/{kind}/{rank}"
+
+    def put(self, kind: str, value: Any, rank: int | None = None) -> None:
+        """Publish ``value`` (JSON): inline when small, else through a file in the exchange dir."""
+        text = json.dumps(value, separators=(",", ":"))
+        if len(text) > self.inline_max:
+            url = f"{self.dir}/{kind}-{'x' if rank is None else rank}.json"
+            try:
+                mf.write_text(url, text)
+                self.kv.put(self.key(kind, rank), json.dumps({"file": url}))
+                return
+            except OSError as exc:
+                log.warning("cannot write %s (%s): publishing %d bytes through the KV instead", url, exc, len(text))
+        self.kv.put(self.key(kind, rank), json.dumps({"inline": value}, separators=(",", ":")))
+
+    @staticmethod
+    def value(raw: str) -> Any:
+        """What :meth:`put` published, from the raw KV value."""
+        ref = json.loads(raw)
+        if "file" in ref:
+            text = mf.read_text(ref["file"])
+            if text is None:
+                raise IndexAborted(f"the shared index file {ref['file']} cannot be read")
+            return json.loads(text)
+        return ref.get("inline", ref)
+
+    def get(self, kind: str, rank: int | None = None) -> Any:
+        raw = self.kv.get(self.key(kind, rank))
+        return None if raw is None else self.value(raw)
+
+    def cleanup(self) -> None:
+        try:
+            import fsspec
+            fs, path = fsspec.core.url_to_fs(self.dir)
+            if fs.exists(path):
+                fs.rm(path, recursive=True)
+        except Exception as exc:  # noqa: BLE001 - leftover exchange files cost space, not correctness
+            log.debug("cannot remove %s: %s", self.dir, exc)
+
+
+class Heartbeat:
+    """``beat/<rank>``: ticks while this task is in the protocol, with its indexing progress (bytes read)."""
+
+    def __init__(self, ex: Exchange, period: float = BEAT_S):
+        self.ex, self.period = ex, period
+        self.waiting = False
+        self._stop = threading.Event()
+        self._tick = 0
+        self._thread = threading.Thread(target=self._run, name="tfyarn-index-beat", daemon=True)
+
+    def beat(self) -> None:
+        self._tick += 1
+        self.ex.kv.put(self.ex.key("beat", self.ex.rank), json.dumps(
+            {"tick": self._tick, "bytes": mf.STATS.snapshot()["bytes_read"], "waiting": self.waiting}))
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period):
+            try:
+                self.beat()
+            except Exception as exc:  # noqa: BLE001 - a missed beat is judged by the others' stall timeout
+                log.debug("index heartbeat: %s", exc)
+
+    def __enter__(self) -> "Heartbeat":
+        self.beat()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join(timeout=self.period + 5)
+
+
+class Watch:
+    """The waiter's view of one peer: is it still alive and making progress? (Clocks are the waiter's own.)"""
+
+    def __init__(self, ex: Exchange, rank: int, stall: float, clock: Callable[[], float] = time.monotonic):
+        self.ex, self.rank, self.stall, self.clock = ex, rank, stall, clock
+        self.task = ex.tasks[rank]
+        now = clock()
+        self._raw: str | None = None
+        self._tick_at = self._moved_at = now
+        self._tick: Any = None
+        self._bytes: Any = None
+
+    def dead(self, seen: dict[str, str] | None = None) -> str | None:
+        """Why the peer is given up, or None while it may still deliver. ``seen``: a snapshot of the KV's
+        ``failure/``, ``exit/`` and beat keys (:func:`liveness_snapshot`; one read for every peer), else its own
+        keys are read."""
+        kv = self.ex.kv
+        beat_key = self.ex.key("beat", self.rank)
+        for key, what in ((f"failure/{self.task}", "failed"), (f"exit/{self.task}", "ended")):
+            v = seen.get(key) if seen is not None else kv.get(key)
+            if v is not None:
+                return f"{self.task} {what}: {v[:300]}"
+        now = self.clock()
+        raw = seen.get(beat_key) if seen is not None else kv.get(beat_key)
+        if raw is not None and raw != self._raw:
+            self._raw = raw
+            beat = json.loads(raw)
+            if beat.get("tick") != self._tick:
+                self._tick, self._tick_at = beat.get("tick"), now
+            if beat.get("bytes") != self._bytes or beat.get("waiting"):
+                self._bytes, self._moved_at = beat.get("bytes"), now
+        if now - self._tick_at > self.stall:
+            return f"{self.task} silent for {self.stall:g}s (no index heartbeat)"
+        if now - self._moved_at > self.stall:
+            return f"{self.task} read no data for {self.stall:g}s while indexing (a hung read?)"
+        return None
+
+
+def liveness_snapshot(ex: Exchange) -> dict[str, str]:
+    """Every task's failure, exit and beat keys in three prefix reads (not three reads per task)."""
+    out: dict[str, str] = {}
+    for prefix in ("failure/", "exit/", ex.key("beat") + "/"):
+        out.update(ex.kv.items(prefix))
+    return out
+
+
+def _poll_delays() -> Any:
+    d = 0.05
+    while True:
+        yield d
+        d = min(d * 1.5, 1.0)
+
+
+def shared_manifest(urls: list[str] | str, *, kv: Any, tasks: list[str], rank: int, app_id: str, attempt: int = 0,
+                    compression: str = "auto", on_corrupt: str = "fail", cache_dir: str | None = None,
+                    stride: int = mf.DEFAULT_STRIDE, stall: float = 600.0, timeout: float = 3600.0,
+                    parallel: int = 8, name: str = "train", log_warnings: bool | None = None) -> mf.Manifest:
+    """The manifest of ``urls``, built together by the tasks ``tasks`` (this one is ``tasks[rank]``): identical on
+    every task, each having read ~1/N of the bytes not indexed yet (see the module docstring)."""
+    t0 = time.monotonic()
+    before = mf.STATS.snapshot()
+    logw = rank == 0 if log_warnings is None else log_warnings
+    opts = dict(compression=compression, stride=stride, on_corrupt=on_corrupt)
+    listing = mf.list_data(urls)
+    if len(tasks) <= 1:
+        m = mf.build_manifest(urls, compression, cache_dir, stride=stride, parallel=parallel, on_corrupt=on_corrupt,
+                              timeout=timeout, log_warnings=logw, whole=True)
+    else:
+        ex = Exchange(kv, tasks, rank, app_id, attempt, cache_dir, name)
+        run = _Run(ex, listing, cache_dir, opts, stall, timeout, parallel, logw)
+        with Heartbeat(ex) as hb:
+            run.hb = hb
+            m = run.go()
+    got = mf.STATS.snapshot()
+    log.info("%s: manifest of %d files ready in %.2fs; this task read %d data bytes indexing %d files, used %d "
+             "cached indexes", tasks[rank] if tasks else "task", len(m.files), time.monotonic() - t0,
+             got["bytes_read"] - before["bytes_read"], got["files_indexed"] - before["files_indexed"],
+             got["cache_hits"] - before["cache_hits"])
+    return m
+
+
+class _Run:
+    """One task's pass through the protocol (leader or not)."""
+
+    def __init__(self, ex: Exchange, listing: mf.Listing, cache_dir: str | None, opts: dict[str, Any],
+                 stall: float, timeout: float, parallel: int, log_warnings: bool):
+        self.ex, self.listing, self.cache_dir, self.opts = ex, listing, cache_dir, opts
+        self.stall, self.parallel, self.log_warnings = stall, parallel, log_warnings
+        self.deadline = time.monotonic() + timeout
+        self.timeout = timeout
+        self.digest = listing.digest(opts["stride"], opts["compression"], opts["on_corrupt"])
+        self.n = len(ex.tasks)
+        self.hb: Heartbeat | None = None
+
+    # -- pieces --------------------------------------------------------------------------------------------------
+    def index(self, ids: list[int], read: bool = True) -> dict[int, mf.FileInfo]:
+        left = max(1.0, self.deadline - time.monotonic())
+        return mf.index_files(self.listing, ids, self.opts["compression"], self.cache_dir,
+                              stride=self.opts["stride"], parallel=self.parallel, on_corrupt=self.opts["on_corrupt"],
+                              timeout=left, read=read)
+
+    def stripe(self, rank: int) -> list[int]:
+        return list(range(rank, len(self.listing.files), self.n))
+
+    def probe(self, rank: int) -> dict[str, Any]:
+        """What ``rank``'s stripe has cached and what it lacks (cache reads only, no data)."""
+        ids = self.stripe(rank)
+        cached = self.index(ids, read=False)
+        return {"digest": self.digest, "cached": {str(i): asdict(fi) for i, fi in cached.items()},
+                "missing": [i for i in ids if i not in cached]}
+
+    def work(self, ids: list[int]) -> dict[str, Any]:
+        try:
+            return {"files": {str(i): asdict(fi) for i, fi in self.index(ids).items()}}
+        except DataError as exc:
+            return {"error": str(exc)}
+
+    def manifest_from(self, doc: dict[str, Any]) -> mf.Manifest:
+        if "error" in doc:
+            raise IndexAborted(doc["error"])
+        if doc.get("digest") != self.digest:
+            raise IndexAborted(f"{self.ex.tasks[self.ex.rank]} listed other files than {self.ex.tasks[0]} (the data "
+                               f"changed while the job started?): every task must plan from the same files; start "
+                               f"it again")
+        files = tuple(mf._fileinfo(f) for f in doc["files"])
+        for w in doc.get("warnings", ()):
+            log.log(logging.WARNING if self.log_warnings else logging.DEBUG, "%s", w)
+        return mf.Manifest(files, tuple(doc.get("warnings", ())))
+
+    def waiting(self, on: bool) -> None:
+        if self.hb is not None:
+            self.hb.waiting = on
+
+    # -- the protocol ----------------------------------------------------------------------------------------------
+    def go(self) -> mf.Manifest:
+        ex = self.ex
+        published = ex.get("manifest")
+        if published is not None:                      # a restarted task: the manifest is out already
+            return self.manifest_from(published)
+        hit = mf.load_manifest(self.cache_dir, self.digest)
+        if ex.kv.get(ex.key("probe", ex.rank)) is None:
+            ex.put("probe", {"digest": self.digest, "whole": True} if hit is not None else self.probe(ex.rank),
+                   ex.rank)
+        if hit is not None and ex.rank != 0:
+            for w in hit.warnings:
+                log.log(logging.WARNING if self.log_warnings else logging.DEBUG, "%s", w)
+            return hit
+        return self.lead(hit) if ex.rank == 0 else self.follow()
+
+    def follow(self) -> mf.Manifest:
+        ex = self.ex
+        got = self.wait_leader(("assign", "manifest"))
+        if got[0] == "assign":
+            mine = got[1].get(str(ex.rank), [])
+            if ex.kv.get(ex.key("part", ex.rank)) is None:
+                ex.put("part", self.work(mine), ex.rank)
+            got = self.wait_leader(("manifest",))
+        return self.manifest_from(got[1])
+
+    def wait_leader(self, kinds: tuple[str, ...]) -> tuple[str, Any]:
+        """The first of ``kinds`` the leader publishes; bounded by its liveness and by the overall timeout."""
+        ex = self.ex
+        watch = Watch(ex, 0, self.stall)
+        self.waiting(True)
+        try:
+            for delay in _poll_delays():
+                for kind in kinds:
+                    v = ex.get(kind)
+                    if v is not None:
+                        return kind, v
+                why = watch.dead()
+                if why is not None:
+                    raise WaitTimeout(f"{ex.tasks[ex.rank]} waiting for {ex.tasks[0]} to publish the shared data "
+                                      f"index ({'/'.join(kinds)}): {why}")
+                if time.monotonic() > self.deadline:
+                    raise WaitTimeout(f"timed out after {self.timeout:g}s waiting for {ex.tasks[0]} to publish the "
+                                      f"shared data index ({'/'.join(kinds)})")
+                time.sleep(delay)
+        finally:
+            self.waiting(False)
+        raise AssertionError("unreachable")
+
+    def gather(self, kind: str, cover: Callable[[int], Any]) -> dict[int, Any]:
+        """Every task's ``kind`` value (mine included); the value of a task given up as dead comes from ``cover``."""
+        ex = self.ex
+        out: dict[int, Any] = {}
+        watches = {r: Watch(ex, r, self.stall) for r in range(self.n)}
+        prefix = ex.key(kind) + "/"
+        self.waiting(True)
+        try:
+            for delay in _poll_delays():
+                for key, raw in ex.kv.items(prefix).items():
+                    r = int(key[len(prefix):])
+                    if r not in out and 0 <= r < self.n:
+                        out[r] = ex.value(raw)
+                missing = [r for r in range(self.n) if r not in out]
+                if not missing:
+                    return out
+                seen = liveness_snapshot(ex)
+                for r in missing:
+                    why = watches[r].dead(seen)
+                    if why is not None:
+                        log.warning("shared data index: %s; %s covers its %s", why, ex.tasks[0], kind)
+                        self.waiting(False)
+                        out[r] = cover(r)
+                        self.waiting(True)
+                if time.monotonic() > self.deadline:
+                    late = ", ".join(ex.tasks[r] for r in range(self.n) if r not in out)
+                    raise WaitTimeout(f"timed out after {self.timeout:g}s waiting for the shared data index "
+                                      f"({kind}) of {late}")
+                if len(out) < self.n:
+                    time.sleep(delay)
+        finally:
+            self.waiting(False)
+        raise AssertionError("unreachable")
+
+    def lead(self, hit: mf.Manifest | None) -> mf.Manifest:
+        ex = self.ex
+        if hit is not None:                          # cached whole: publish it, nobody has anything to index
+            for w in hit.warnings:
+                log.log(logging.WARNING if self.log_warnings else logging.DEBUG, "%s", w)
+            self.publish(hit, cached=True)
+            return hit
+        try:
+            probes = self.gather("probe", self.probe)
+            bad = [ex.tasks[r] for r, p in probes.items() if p["digest"] != self.digest]
+            if bad:
+                raise IndexAborted(f"{', '.join(bad)} listed other files than {ex.tasks[0]} (the data changed while "
+                                   f"the job started?): every task must plan from the same files; start it again")
+            hit = mf.load_manifest(self.cache_dir, self.digest) if any(p.get("whole") for p in probes.values()) \
+                else None                            # another task found it cached meanwhile
+            if hit is None:
+                probes = {r: (self.probe(r) if p.get("whole") else p) for r, p in probes.items()}
+                hit = self.build(probes)
+        except IndexAborted as exc:
+            ex.put("manifest", {"error": str(exc)})
+            raise
+        self.publish(hit, cached=False)
+        ex.cleanup()
+        return hit
+
+    def publish(self, m: mf.Manifest, cached: bool) -> None:
+        """``manifest``: the cache entry's URL when it is large and cached, else the manifest itself."""
+        ex = self.ex
+        url = mf.manifest_entry(self.cache_dir, self.digest) if cached else \
+            mf.store_manifest(self.cache_dir, self.digest, m)
+        doc = {"digest": self.digest, "files": [asdict(f) for f in m.files], "warnings": list(m.warnings)}
+        if url is not None and len(json.dumps(doc, separators=(",", ":"))) > ex.inline_max:
+            ex.kv.put(ex.key("manifest"), json.dumps({"file": url}))     # the cache entry is the manifest
+        else:
+            ex.put("manifest", doc)
+
+    def build(self, probes: dict[int, Any]) -> mf.Manifest:
+        ex = self.ex
+        infos: dict[int, mf.FileInfo] = {}
+        missing: list[int] = []
+        for p in probes.values():
+            infos.update((int(i), mf._fileinfo(d)) for i, d in p["cached"].items())
+            missing += p["missing"]
+        assign = ex.get("assign")                    # a restarted leader keeps the plan the others follow
+        if assign is None:
+            assign = plan_work(missing, [self.listing.files[i][1] for i in range(len(self.listing.files))], self.n)
+            ex.put("assign", assign)
+        if ex.kv.get(ex.key("part", 0)) is None:
+            ex.put("part", self.work(assign.get("0", [])), 0)
+        parts = self.gather("part", lambda r: self.work(assign.get(str(r), [])))
+        errors = [p["error"] for p in parts.values() if "error" in p]
+        if errors:
+            raise IndexAborted(errors[0])
+        for p in parts.values():
+            infos.update((int(i), mf._fileinfo(d)) for i, d in p["files"].items())
+        lost = [i for i in range(len(self.listing.files)) if i not in infos]
+        if lost:                                     # cannot happen unless a task published less than assigned
+            infos.update(self.index(lost))
+        return mf.assemble(self.listing, (infos[i] for i in range(len(self.listing.files))), self.log_warnings)
+
+
+def plan_work(missing: list[int], sizes: list[int], num_tasks: int) -> dict[str, list[int]]:
+    """Hand the files ``missing`` out to ``num_tasks`` tasks by bytes: the largest first, each to the task with the
+    fewest bytes so far (ties: the lowest rank). Deterministic: ``{str(rank): sorted file ids}``."""
+    import heapq
+    heap = [(0, r) for r in range(num_tasks)]
+    out: dict[str, list[int]] = {str(r): [] for r in range(num_tasks)}
+    for i in sorted(set(missing), key=lambda i: (-sizes[i], i)):
+        load, r = heapq.heappop(heap)
+        out[str(r)].append(i)
+        heapq.heappush(heap, (load + sizes[i], r))
+    for ids in out.values():
+        ids.sort()
+    return out
