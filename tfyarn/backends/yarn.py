@@ -203,6 +203,7 @@ class YarnBackend(Backend):
     def build(self, spec: JobSpec, dry_run: bool = False, attempt: int = 0) -> tuple[Any, packaging.EnvRef]:
         """The skein ApplicationSpec for ``spec`` and its environment; with ``dry_run`` nothing is packed,
         uploaded or written (the env archive URL is computed from the hash alone)."""
+        spec = self.with_index_cache(spec)
         env = packaging.ensure_env(spec, self.staging_dir, self.progress, dry_run=dry_run, conf=self.conf)
         local = self._local_dir()
         code = None
@@ -228,9 +229,18 @@ class YarnBackend(Backend):
         app, _ = self.build(spec, dry_run=True)
         return yarn_spec.to_yaml(app)
 
+    def with_index_cache(self, spec: JobSpec) -> JobSpec:
+        """``spec`` with ``data.index_cache`` set, when unset, to ``<staging dir>/index``: the tasks' cluster-wide
+        cache of data indexes (read-only data is indexed once per cluster, not once per node or run)."""
+        if spec.data.index_cache:
+            return spec
+        data = spec.data.model_copy(update={"index_cache": hdfs.join(self.staging_dir, "index")})
+        return spec.model_copy(update={"data": data})
+
     def run_preflight(self, spec: JobSpec) -> list[str]:
         from tfyarn import preflight
 
+        spec = self.with_index_cache(spec)     # staging dir: the user may be the keytab's
         cluster = self._cluster
         if cluster is None:
             cluster = preflight.SkeinClusterInfo(self.client(spec), self.conf)
