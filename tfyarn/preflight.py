@@ -275,7 +275,7 @@ def check_enough_records(spec: JobSpec, listed: list[_Listed]) -> list[str]:
             if int(info.get("size") or 0) > 0:
                 files[d.fs.unstrip_protocol(p)] = (int(info["size"]), mtime_of(info))
     need, data = spec.global_batch_size, spec.data
-    opts = {"compression": data.compression, "on_corrupt": data.on_corrupt}
+    opts = {"compression": data.compression, "on_corrupt": data.on_corrupt, "cache_dir": _index_cache(spec)}
     count, uncounted = 0, []
     try:
         for i, (url, (size, mtime)) in enumerate(sorted(files.items())):
@@ -303,6 +303,60 @@ def check_enough_records(spec: JobSpec, listed: list[_Listed]) -> list[str]:
     fix = f"lower data.batch_size to at most {count // n} or give more data" if count >= n else "give more data"
     return [f"data.train: {count} records are fewer than one global batch ({n} training tasks x data.batch_size "
             f"{b} = {need}): no step can be planned; {fix}"]
+
+
+#: Files whose cached index :func:`index_notes` looks for (one small read each); beyond, it estimates from a sample.
+INDEX_PROBE_FILES = 200
+
+
+def _index_cache(spec: JobSpec) -> str | None:
+    return spec.resolve_path(spec.data.index_cache) if spec.data.index_cache else None
+
+
+def _mb(n: float) -> str:
+    return f"{n / 1e6:,.1f} MB"
+
+
+def index_notes(spec: JobSpec, listed: list[_Listed]) -> list[str]:
+    """How much of ``data.train`` is not indexed yet: what the training tasks will read (1/N each) before their first
+    step — once, the indexes are then cached. Nothing when the whole manifest is cached (one read)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tfyarn.data.manifest import DEFAULT_STRIDE, Listing, cached_or_indexed, load_manifest, mtime_of
+    train = [d for d in listed if d.section == "data.train" and d.error is None]
+    files = {}
+    for d in train:
+        for p in d.files:
+            size = int(d.info.get(p, {}).get("size") or 0)
+            if size > 0:
+                files[d.fs.unstrip_protocol(p)] = (size, mtime_of(d.info.get(p, {})))
+    if not files:
+        return []
+    data, cache = spec.data, _index_cache(spec)
+    listing = Listing(tuple(data.train), tuple((u, s, m) for u, (s, m) in sorted(files.items())), (), frozenset())
+    try:
+        if load_manifest(cache, listing.digest(DEFAULT_STRIDE, data.compression, data.on_corrupt)) is not None:
+            return []
+        step = max(1, len(listing.files) // INDEX_PROBE_FILES)
+        sample = listing.files[::step]
+        with ThreadPoolExecutor(8, thread_name_prefix="tfyarn-preflight") as ex:
+            hits = list(ex.map(lambda f: cached_or_indexed(*f, compression=data.compression, cache_dir=cache,
+                                                           on_corrupt=data.on_corrupt, read=False), sample))
+    except Exception as exc:  # noqa: BLE001 - a note, never a reason to refuse the job
+        log.debug("preflight: cannot tell how much data is indexed: %s", exc)
+        return []
+    missing = sum(f[1] for f, hit in zip(sample, hits) if hit is None)
+    if not missing:
+        return []
+    sampled = len(sample) < len(listing.files)
+    total = listing.total_bytes
+    if sampled:
+        missing = missing * total / max(1, sum(f[1] for f in sample))
+    n = spec.num_training_workers
+    return [f"data.train: {'~' if sampled else ''}{_mb(missing)} of {_mb(total)} ({len(listing.files)} files) not "
+            f"indexed yet{f' (from {len(sample)} files sampled)' if sampled else ''}: the {n} training tasks read "
+            f"~{_mb(missing / n)} each to index it before their first step, once (then cached in "
+            f"{cache or 'this machine'}); `tfyarn data index` does it ahead of time"]
 
 
 def check_output_dirs(spec: JobSpec, get_fs: GetFs = hdfs.get_fs) -> list[str]:
@@ -460,7 +514,7 @@ def run_preflight(spec: JobSpec, cluster: ClusterInfo | None = None, get_fs: Get
         problems += check_output_dirs(spec, get_fs) + check_warm_start(spec)
     _raise(problems, "nothing was uploaded or submitted")
     warnings = local_path_warnings(spec)
-    for w in warnings:
+    for w in warnings + (index_notes(spec, listed) if check_files else []):   # notes are said, not returned
         log.warning("preflight: %s", w)
     return warnings
 
@@ -498,7 +552,7 @@ def run_local_preflight(spec: JobSpec, get_fs: GetFs = hdfs.get_fs, count_record
                 + (check_enough_records(spec, listed) if count_records else [])
                 + check_output_dirs(spec, get_fs) + check_warm_start(spec) + check_task_env(spec))
     _raise(problems, "nothing was started")
-    for w in local_resource_warnings(spec):
+    for w in local_resource_warnings(spec) + index_notes(spec, listed):
         log.warning("preflight: %s", w)
 
 

@@ -227,3 +227,32 @@ def test_offsets_per_file_are_bounded(mem):
     assert len(fi.offsets) <= mf.MAX_OFFSETS and fi.stride == 4 and fi.records == 5000
     fsize = fsspec.filesystem("memory").info(fi.path.removeprefix("memory://"))["size"]
     assert fi.boundary(4999) == (fi.offsets[-1], (len(fi.offsets) - 1) * 4) and fi.offsets[-1] < fsize
+
+
+def test_preflight_says_how_much_is_not_indexed_yet(tmp_path):
+    from _datahelpers import job_spec
+    from tfyarn import preflight
+    glob, urls = long_name_dir(tmp_path, [10, 20, 30, 40])
+    cache = str(tmp_path / "cache")
+    spec = job_spec([glob], {"rid": {"dtype": "int64"}}, index_cache=cache)
+    cached_or_indexed(*mf.list_data(glob).files[0], cache_dir=cache)        # one file indexed by an earlier run
+    total = sum(os.path.getsize(u.removeprefix("file://")) for u in urls)
+    left = total - os.path.getsize(urls[0].removeprefix("file://"))
+    notes = preflight.index_notes(spec, preflight.list_data(spec))
+    assert len(notes) == 1 and f"{left / 1e6:,.1f} MB of {total / 1e6:,.1f} MB (4 files) not indexed" in notes[0]
+    assert "the 1 training tasks read" in notes[0] and cache in notes[0]
+    build_manifest(glob, cache_dir=cache, whole=True)                        # e.g. `tfyarn data index`
+    assert preflight.index_notes(spec, preflight.list_data(spec)) == []
+
+
+def test_cli_data_index_fills_the_cache_a_job_then_reads(tmp_path):
+    from click.testing import CliRunner
+    from tfyarn.cli import cli
+    glob, _ = long_name_dir(tmp_path, [10, 20, 30])
+    cache = str(tmp_path / "cache")
+    res = CliRunner().invoke(cli, ["data", "index", glob, "--cache-dir", cache])
+    assert res.exit_code == 0, res.output
+    assert "3 files, 60 records" in res.output and "indexed 3 files" in res.output
+    before = mf.STATS.snapshot()
+    got, _ = run_tasks(glob, 3, cache_dir=cache, stall=30)
+    assert mf.STATS.snapshot()["bytes_read"] == before["bytes_read"] and got[0].total_records == 60
