@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
@@ -74,12 +75,19 @@ def _counts(manifest: Any) -> list[tuple[str, int]]:
 
 
 def _slice(files: Sequence[tuple[str, int]], starts: Sequence[int], lo: int, hi: int) -> list[RecordRange]:
-    """Global record interval [lo, hi) (no wrap) → per-file ranges."""
+    """Global record interval [lo, hi) (no wrap) → per-file ranges. Only the files it touches are visited (found by
+    bisection): planning 100,000 files must stay well under a second per epoch."""
     out = []
-    for (path, n), s in zip(files, starts):
-        a, b = max(lo, s), min(hi, s + n)
+    i = max(0, bisect_right(starts, lo) - 1)
+    end = len(files)
+    while i < end and starts[i] < hi:
+        path, n = files[i]
+        s = starts[i]
+        a = lo - s if lo > s else 0
+        b = hi - s if hi < s + n else n
         if a < b:
-            out.append(RecordRange(path, a - s, b - s))
+            out.append(RecordRange(path, a, b))
+        i += 1
     return out
 
 
