@@ -1,4 +1,5 @@
 """The runtime's YARN KV adapter over skein's real KeyValueStore (fake only at the AM's gRPC boundary)."""
+import sys
 import threading
 import time
 
@@ -143,3 +144,33 @@ def test_from_current_outside_a_container_is_clear(monkeypatch):
         monkeypatch.delenv(k, raising=False)
     with pytest.raises(KVUnavailable, match="not inside a skein container"):
         SkeinKV.from_current()
+
+
+def test_the_runtime_of_such_a_replacement_exits_0_without_a_task(am, monkeypatch, tmp_path):
+    """tfyarn.runtime's main() in the replacement container: exit 0 at once, no task claimed, no failure written."""
+    from yarnutil import make_spec
+    from tfyarn.runtime import main as runtime
+    from tfyarn.runtime.kv_yarn import mark_slot_done
+    kv = SkeinKV(am.kv)
+    spec = make_spec(environment={"python": sys.executable})
+    workers = spec.instances("worker")
+    for i in range(workers):
+        assert claim_task_index(kv, "worker", workers, f"worker_{i}") == i
+    mark_slot_done(kv, "worker:1")
+    am.container_exited("worker_1")
+    (tmp_path / "spec.json").write_text(spec.to_json())
+    for k in ("TFYARN_INDEX", "TFYARN_KV_URL", "TFYARN_PARENT_PID", "TFYARN_CODE_DIR"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("TFYARN_ROLE", "worker")
+    monkeypatch.setenv("SKEIN_CONTAINER_ID", f"worker_{workers}")
+    monkeypatch.setenv("TFYARN_SPEC_FILE", str(tmp_path / "spec.json"))
+    monkeypatch.setattr(runtime, "make_kv", lambda: kv)
+    # what main() does to the process that pytest's own logging and signal handling must not get
+    for name in ("_configure_logging", "install_stack_dumps"):
+        monkeypatch.setattr(runtime, name, lambda *a, **k: None)
+    monkeypatch.setattr(runtime.logging, "shutdown", lambda: None)
+    monkeypatch.setattr(runtime.faulthandler, "enable", lambda: None)
+    t0 = time.monotonic()
+    assert runtime.main() == 0
+    assert time.monotonic() - t0 < 5
+    assert kv.get(f"taskmap/worker_{workers}") is None and kv.items("failure/") == {}
