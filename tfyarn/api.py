@@ -42,6 +42,13 @@ def get_backend(name: str | None = None, **options) -> Backend:
     raise TfyarnError(f"unknown backend {name!r} (choose from {', '.join(BACKENDS)})")
 
 
+def _detached(b: Backend, detach_report: bool) -> Backend:
+    """``b``, writing a YARN run report from a detached process when asked (the local backend writes its own)."""
+    if detach_report and hasattr(b, "detached_report"):
+        b.detached_report = True  # type: ignore[attr-defined]
+    return b
+
+
 def backend_for_app(app_id: str) -> Backend:
     """The backend that owns ``app_id``: ``local-…`` ids are local apps, ``application_…`` ids YARN's."""
     if app_id.startswith("local-"):
@@ -58,10 +65,12 @@ def dryrun(spec: JobSpec, backend: str | None = None) -> str:
 
 
 def run(spec: JobSpec, backend: str | None = None, echo: Callable[[str, str], None] | None = None,
-        on_update: Callable[[AppStatus], None] | None = None, timeout: float | None = None) -> AppStatus:
+        on_update: Callable[[AppStatus], None] | None = None, timeout: float | None = None,
+        detach_report: bool = False) -> AppStatus:
     """Run a job to its end. Local: in the foreground (Ctrl-C stops every task). YARN: submit and follow, with
-    the spec's job attempts (``retry.max_attempts``) as new applications."""
-    with get_backend(backend) as b:
+    the spec's job attempts (``retry.max_attempts``) as new applications; ``detach_report``: the run report is
+    written by a detached process after this returns (the CLI's exit does not wait for it)."""
+    with _detached(get_backend(backend), detach_report) as b:
         return b.run(spec, echo=echo, on_update=on_update, timeout=timeout)  # type: ignore[attr-defined]
 
 
@@ -76,8 +85,8 @@ def status(app_id: str) -> AppStatus:
 
 
 def wait(app_id: str, timeout: float | None = None,
-         on_update: Callable[[AppStatus], None] | None = None) -> AppStatus:
-    with backend_for_app(app_id) as b:
+         on_update: Callable[[AppStatus], None] | None = None, detach_report: bool = False) -> AppStatus:
+    with _detached(backend_for_app(app_id), detach_report) as b:
         return b.wait(app_id, timeout=timeout, on_update=on_update)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import time
 from typing import Any, Callable
 
 import click
@@ -162,7 +163,8 @@ def run(ctx: click.Context, spec_path: str, overrides: tuple[str, ...], backend:
     view = None if quiet else ProgressView()
     try:
         # task lines go through the view: on a TTY they must print above the live table, not through it
-        st = api.run(spec, backend=backend, echo=view.echo if view else None, on_update=view)
+        st = api.run(spec, backend=backend, echo=view.echo if view else None, on_update=view,
+                     detach_report=True)   # YARN: the report's plot and uploads are not on the exit path
     finally:
         if view:
             view.close()
@@ -175,6 +177,8 @@ def _print_final(st, output: str) -> None:
         click.echo(json.dumps(st.to_dict(), indent=1))
     else:
         click.echo(summary_text(st))
+    if st.finished:     # the last phase of the job's timeline (-v; the others are in the run report)
+        logging.getLogger("tfyarn.cli").debug("exiting %.2fs after %s ended", time.time() - st.finished, st.app_id)
     sys.exit(int(st.state.exit_code))
 
 
@@ -244,7 +248,7 @@ def _wait_and_exit(app_id: str, timeout: float | None, output: str, quiet: bool)
     view = None if quiet else ProgressView()
     try:
         with interruptible():
-            st = api.wait(app_id, timeout=timeout, on_update=view)
+            st = api.wait(app_id, timeout=timeout, on_update=view, detach_report=True)
     except Interrupted as exc:
         if view:
             view.close()

@@ -121,6 +121,12 @@ class SkeinClusterInfo:
         return walk(s) if s else None
 
     def queue(self, name: str) -> QueueInfo | None:
+        rq = self._rest_queue(name)
+        if rq and rq.get("state"):   # the RM's REST answer is enough: the skein driver may still be starting
+            ma = rq.get("maximumAllocation") or {}
+            labels = tuple(rq.get("nodeLabels") or ())
+            return QueueInfo(name=name, state=str(rq["state"]), max_memory_mib=_int(ma.get("memory")),
+                             max_vcores=_int(ma.get("vCores")), node_labels=labels or None)
         try:
             q = self.client.get_queue(name)
         except Exception as exc:  # noqa: BLE001 - skein raises its own error type for an unknown queue

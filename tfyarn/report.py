@@ -187,7 +187,7 @@ def build_report(status: dict[str, Any], points: list[dict[str, Any]]) -> dict[s
             "diagnostics": status.get("diagnostics", ""), "started": started, "finished": finished,
             "duration_s": round(finished - started, 3) if started and finished else None,
             "summary": status.get("summary"), "tasks": _task_stats(points), "restarts": restarts(points),
-            "history": HISTORY_FILE, "plot": None}
+            "history": HISTORY_FILE, "plot": None, "phases": status.get("phases")}
 
 
 def plot_history(points: list[dict[str, Any]], path: Path, title: str, t0: float | None = None) -> bool:

@@ -132,4 +132,8 @@ class Backend(ABC):
             if deadline is not None and time.monotonic() >= deadline:
                 raise WaitTimeout(f"timed out after {timeout:g}s waiting for {self.name} app {app_id} to finish "
                                   f"(last state {st.state.value})")
-            time.sleep(poll)
+            self._between_polls(app_id, poll)
+
+    def _between_polls(self, app_id: str, poll: float) -> None:
+        """Sleep between two status reads of :meth:`wait` (YARN watches for the job's end meanwhile)."""
+        time.sleep(poll)

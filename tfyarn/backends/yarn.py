@@ -27,13 +27,14 @@ import json
 import logging
 import os
 import shutil
+import threading
 import time
 import urllib.error
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from tfyarn import hdfs, packaging
-from tfyarn.backends import yarn_logs, yarn_spec
+from tfyarn.backends import phases, yarn_logs, yarn_rest, yarn_spec
 from tfyarn.backends._skein import skein
 from tfyarn.backends.base import AppState, AppStatus, Backend, TaskStatus
 from tfyarn.backends.yarn_status import (ACTIVE_APP_STATES, ALL_APP_STATES, ALL_CONTAINER_STATES, app_state,
@@ -43,12 +44,16 @@ from tfyarn.backends.progress import GlobalStepRate, aggregate_progress, side_ro
 from tfyarn.errors import AppNotFound, WaitTimeout, YarnUnavailable
 from tfyarn.interrupts import Interrupted, deferring_stop_signals, ignoring_stop_signals, interruptible
 from tfyarn.report import HISTORY_FILE, REPORT_JSON, ProgressHistory, write_run_report
+from tfyarn.runtime import app_end
 from tfyarn.runtime.exit_report import EXIT_PREFIX
 from tfyarn.runtime.kv_yarn import SkeinKV
 from tfyarn.runtime.watchdog import StallWatchdog
 from tfyarn.spec import JobSpec, load_spec_json
 
 log = logging.getLogger(__name__)
+
+#: Bound on the skein driver's start (a JVM, plus ``yarn classpath``: 5-15 s on a loaded gateway).
+DRIVER_START_TIMEOUT_S = 120.0
 
 # ------------------------------------------------------------------------------------------------------ backend
 
@@ -66,6 +71,8 @@ class YarnBackend(Backend):
       progress           ``callback(stage, done, total)`` for environment packing/upload
       extra_tags         more YARN tags (e.g. the Airflow dag/task/run ids)
       client, cluster    injected skein Client / preflight ClusterInfo (tests, reuse)
+      detached_report    the run report after a followed job is written by a detached process (the CLI: its
+                         plot and HDFS uploads took ~3 s on the exit path), not before ``wait`` returns
     """
     name = "yarn"
 
@@ -73,7 +80,7 @@ class YarnBackend(Backend):
                  master_memory_mib: int = 512, master_vcores: int = 1, preflight: bool = True,
                  progress: packaging.Progress | None = None, extra_tags: tuple[str, ...] = (),
                  client: Any = None, cluster: Any = None, log_poll_s: float = 1.0,
-                 aggregation_wait_s: float = 30.0):
+                 aggregation_wait_s: float = 30.0, detached_report: bool = False):
         if driver not in ("auto", "global", "private"):
             raise ValueError(f"driver must be auto, global or private, not {driver!r}")
         self._staging_opt = staging_dir
@@ -86,8 +93,14 @@ class YarnBackend(Backend):
         self.extra_tags = tuple(extra_tags)
         self.log_poll_s = log_poll_s
         self.aggregation_wait_s = aggregation_wait_s
+        self.detached_report = detached_report
         self._client = client
         self._owns_client = False
+        self._rest: Any = None             # yarn_rest.RmRest, False when the REST API cannot be used
+        self._injected = client is not None   # a test's fake client answers everything itself
+        self._run_started: float | None = None  # wall time run() began (the first phase of the job's timeline)
+        self._driver_thread: threading.Thread | None = None   # start_driver(): the JVM starting in the background
+        self._driver_error: BaseException | None = None
         self._cluster = cluster
         self._conf: dict[str, str] | None = None
         self._apps: dict[str, Any] = {}
@@ -116,8 +129,37 @@ class YarnBackend(Backend):
             d = f"/user/{self.user}/.tfyarn" if on_dfs else f"hdfs:///user/{self.user}/.tfyarn"
         return hdfs.qualify(d, self.conf)
 
+    def start_driver(self, spec: JobSpec | None = None) -> None:
+        """Start the skein driver in the background: ``submit`` overlaps its JVM start with preflight and the
+        environment's staging, and the first :meth:`client` call waits for it (bounded)."""
+        if self._client is not None or self._driver_thread is not None:
+            return
+
+        def start() -> None:
+            try:
+                self.client(spec)
+            except BaseException as exc:  # noqa: BLE001 - raised again by the caller of client()
+                self._driver_error = exc
+
+        self._driver_thread = threading.Thread(target=start, name="tfyarn-skein-driver", daemon=True)
+        self._driver_thread.start()
+
+    def _join_driver(self) -> None:
+        t = self._driver_thread
+        if t is None or t is threading.current_thread():
+            return
+        t.join(DRIVER_START_TIMEOUT_S)
+        if t.is_alive():
+            raise YarnUnavailable(f"timed out after {DRIVER_START_TIMEOUT_S:g}s waiting for the skein driver (JVM) "
+                                  f"to start; check `yarn classpath` and java on this machine")
+        self._driver_thread = None
+        err, self._driver_error = self._driver_error, None
+        if err is not None:
+            raise err
+
     def client(self, spec: JobSpec | None = None) -> Any:
         """The skein Client: the global driver's if one runs, else a driver of our own (see module docstring)."""
+        self._join_driver()
         if self._client is not None:
             return self._client
         self._require_hadoop()
@@ -150,6 +192,14 @@ class YarnBackend(Backend):
         self._owns_client = True
         return self._client
 
+    def _release_driver(self) -> None:
+        """Stop our private driver now, in the background, when following needs no JVM (the RM's REST API and the
+        AM's own address): its JVM's exit then overlaps the job instead of delaying the CLI's exit."""
+        if not (self._owns_client and self._rm()):
+            return
+        client, self._client, self._owns_client = self._client, None, False
+        threading.Thread(target=client.close, name="tfyarn-skein-driver-stop", daemon=True).start()
+
     def _require_hadoop(self) -> None:
         """Fail with a usage error, before skein tries to start a JVM, on a machine with no Hadoop at all."""
         if self.hadoop_conf_dir or os.environ.get("HADOOP_CONF_DIR") or shutil.which("yarn"):
@@ -158,7 +208,12 @@ class YarnBackend(Backend):
                               "configuration directory (with `yarn` on PATH), or run with --local")
 
     def close(self) -> None:
-        """Close application connections; stop the skein driver if this backend started a private one."""
+        """Close application connections; stop the skein driver if this backend started a private one (waiting for
+        one still starting in the background, so no JVM is left behind)."""
+        try:
+            self._join_driver()
+        except BaseException as exc:  # noqa: BLE001 - closing: what failed was said where the client was needed
+            log.debug("skein driver start: %s", exc)
         for app in self._apps.values():
             try:
                 app.close()
@@ -242,25 +297,32 @@ class YarnBackend(Backend):
 
         spec = self.with_index_cache(spec)     # staging dir: the user may be the keytab's
         cluster = self._cluster
-        if cluster is None:
-            cluster = preflight.SkeinClusterInfo(self.client(spec), self.conf)
+        if cluster is None:   # the client only when the RM's REST API cannot say: the driver may still be starting
+            cluster = preflight.SkeinClusterInfo(_LazyClient(lambda: self.client(spec)), self.conf)
         return preflight.run_preflight(spec, cluster, master_memory_mib=self.master_memory_mib,
                                        master_vcores=self.master_vcores)
 
     def submit(self, spec: JobSpec, attempt: int = 0) -> str:
-        """Preflight, stage the environment (0 bytes when cached), submit; return the YARN application id."""
+        """Preflight, stage the environment (0 bytes when cached), submit; return the YARN application id.
+        The skein driver starts meanwhile (:meth:`start_driver`): its JVM is the only one a job needs."""
+        if not self._injected:
+            self._require_hadoop()          # a usage error before anything starts, not a driver thread's
+        self.start_driver(spec)
         if self.preflight and attempt == 0:
             self.run_preflight(spec)
         app, env = self.build(spec, attempt=attempt)
         self.last_env = env
+        env_ready = time.time()
+        client = self.client(spec)          # the driver started in the background: waited for here
         t0 = time.monotonic()
-        client = self.client(spec)
+        submit_call = time.time()
         with deferring_stop_signals() as stopped:   # a stop mid-call must not leave an app nobody knows of
             app_id = client.submit(app)
         log.info("submitted %s as %s (%.1fs; env %s, %d bytes uploaded)", spec.name, app_id,
                  time.monotonic() - t0, "cached" if env.cached else env.source, env.uploaded_bytes)
         self._save_state(app_id, app_id=app_id, name=spec.name, spec=spec.to_json(), submitted=time.time(),
-                         env=env.to_dict())
+                         env=env.to_dict(), submit_call=submit_call, run_started=self._run_started,
+                         env_ready=env_ready)
         if stopped:
             raise SubmittedThenInterrupted(stopped[0], app_id)
         return app_id
@@ -275,6 +337,7 @@ class YarnBackend(Backend):
         the job to its end.)
         """
         start = time.monotonic()
+        self._run_started = time.time()
         deadline = spec.timeouts.active_deadline
         earlier: list[str] = []
         app_id = None
@@ -282,6 +345,7 @@ class YarnBackend(Backend):
             with interruptible():
                 for attempt in range(spec.retry.max_attempts):
                     app_id = self.submit(spec, attempt=attempt)
+                    self._release_driver()
                     left = None if deadline is None else max(1.0, deadline - (time.monotonic() - start))
                     limit = left if timeout is None else (timeout if left is None else min(timeout, left))
                     try:
@@ -338,8 +402,26 @@ class YarnBackend(Backend):
         return training_end_note(progress or {}, summary, ckpt)
 
     # -- status --------------------------------------------------------------------------------------------------
+    def _rm(self) -> yarn_rest.RmRest | None:
+        """The RM's REST API when it takes simple auth and no driver is injected (tests): status, list, logs and
+        kill then need no JVM (:mod:`tfyarn.backends.yarn_rest`); None = use the skein driver."""
+        if self._rest is None:
+            self._rest = False
+            if not self._injected and os.environ.get("TFYARN_YARN_REST", "1") != "0":
+                try:
+                    self._rest = yarn_rest.RmRest(self.conf, self.user)
+                except yarn_rest.RestUnavailable as exc:
+                    log.debug("not using the RM REST API: %s", exc)
+        return self._rest or None
+
     def _report(self, app_id: str) -> Any:
         sk = skein()
+        rm = self._rm()
+        if rm is not None:
+            try:
+                return rm.report(app_id)
+            except yarn_rest.RestUnavailable as exc:
+                log.debug("RM REST report of %s: %s; asking the skein driver", app_id, exc)
         try:
             return self.client().application_report(app_id)
         except (sk.exceptions.ApplicationError, ValueError) as exc:
@@ -349,8 +431,14 @@ class YarnBackend(Backend):
         app = self._apps.get(app_id)
         if app is None:
             sk = skein()
+            rep = self._report(app_id) if self._rm() else None
             try:
-                app = self.client().connect(app_id, wait=False)
+                if isinstance(rep, yarn_rest.AppReport):   # straight to the AM's address: no driver needed
+                    if rep.state != "RUNNING" or not rep.am_address:
+                        return None
+                    app = sk.ApplicationClient(rep.am_address, app_id, security=sk.Security.from_default())
+                else:
+                    app = self.client().connect(app_id, wait=False)
             except (sk.exceptions.ApplicationNotRunningError, sk.exceptions.ConnectionError) as exc:
                 log.debug("cannot connect to %s: %s", app_id, exc)
                 return None
@@ -390,6 +478,7 @@ class YarnBackend(Backend):
         summary = summary_with_eval(kv.get("summary"), sides)
         return {"tasks": [t.__dict__ for t in tasks], "progress": progress, "summary": summary,
                 "failures": failures, "exits": exits, "taskmap": taskmap,
+                "phases": phases.task_phases(kv, progress_items),
                 "containers": {f"{c.service_name}_{c.instance}": c.yarn_container_id for c in containers}}
 
     def status(self, app_id: str) -> AppStatus:
@@ -402,6 +491,8 @@ class YarnBackend(Backend):
         task_states = [t["state"] for t in snap.get("tasks", [])] if live else None
         diag = failure_diagnosis(rep.diagnostics, failures, snap.get("exits") or {})
         state = app_state(rep.state, rep.final_status, diag, task_states)
+        if state is AppState.SUCCEEDED and diag.strip() == app_end.DONE_DIAGNOSTICS:
+            diag = ""                      # ended early by tfyarn (runtime.app_end): nothing to diagnose
         final = saved.get("final") or {}
         if state is AppState.KILLED and final.get("state") == AppState.TIMED_OUT.value:
             state, diag = AppState.TIMED_OUT, final.get("diagnostics", diag)  # tfyarn killed it for a deadline
@@ -416,8 +507,10 @@ class YarnBackend(Backend):
                        finished=timestamp(rep.finish_time) if state.is_terminal else None,
                        tracking_url=rep.tracking_url or None, summary=summary,
                        tags=sorted(rep.tags or ()), attempt=attempt_of(rep.tags))
+        launched = timestamp(getattr(rep, "launch_time", None))   # the RM's REST report has it, skein's not
         if live is not None:
-            self._save_state(app_id, app_id=app_id, name=rep.name, snapshot=live)
+            self._save_state(app_id, app_id=app_id, name=rep.name, snapshot=live,
+                             **({"am_launched": launched} if launched else {}))
         if state.is_terminal and not saved.get("final"):
             self._save_state(app_id, app_id=app_id, name=rep.name, final=st.to_dict())
         return st
@@ -439,7 +532,16 @@ class YarnBackend(Backend):
 
     def list(self, all_states: bool = False) -> list[AppStatus]:
         """tfyarn applications (YARN tag ``tfyarn``): active ones, or every one the RM still knows."""
-        reps = self.client().get_applications(states=ALL_APP_STATES if all_states else ACTIVE_APP_STATES)
+        states = ALL_APP_STATES if all_states else ACTIVE_APP_STATES
+        reps = None
+        rm = self._rm()
+        if rm is not None:
+            try:
+                reps = rm.apps(states, tags=[yarn_spec.TFYARN_TAG])
+            except yarn_rest.RestUnavailable as exc:
+                log.debug("RM REST list: %s; asking the skein driver", exc)
+        if reps is None:
+            reps = self.client().get_applications(states=states)
         out = []
         for r in reps:
             if yarn_spec.TFYARN_TAG not in {t.lower() for t in r.tags}:
@@ -452,10 +554,19 @@ class YarnBackend(Backend):
         return sorted(out, key=lambda s: s.started or 0)
 
     def kill(self, app_id: str) -> None:
-        self._report(app_id)     # AppNotFound for an unknown id, before asking YARN to kill
+        """Kill ``app_id``; through the RM's REST API (no JVM) this returns once the RM says KILLED (or ended)."""
+        rep = self._report(app_id)     # AppNotFound for an unknown id, before asking YARN to kill
         spec = self._saved_spec(app_id)
         # a job submitted for a proxy user (spec.user) is that user's: killing it as the submitter may be refused
-        self.client().kill_application(app_id, user=(spec.user or "") if spec else "")
+        rm = self._rm() if isinstance(rep, yarn_rest.AppReport) else None
+        try:
+            if rm is None:
+                raise yarn_rest.RestUnavailable("no REST API")
+            rm.kill(app_id)
+        except yarn_rest.RestUnavailable as exc:
+            if rm is not None:
+                log.debug("RM REST kill of %s: %s; asking the skein driver", app_id, exc)
+            self.client().kill_application(app_id, user=(spec.user or "") if spec else "")
         app = self._apps.pop(app_id, None)
         if app is not None:
             app.close()
@@ -622,12 +733,15 @@ class YarnBackend(Backend):
         spec = self._saved_spec(app_id)
         limit = spec.timeouts.allocation if spec is not None else None
         pending_since: float | None = None
+        threading.Thread(target=_preload_plotting, name="tfyarn-preload-matplotlib", daemon=True).start()
         watch: StallWatchdog | None = None
 
         def follow(st: AppStatus) -> None:
             nonlocal pending_since, watch
             if on_update:
                 on_update(st)
+            if not st.state.is_terminal:
+                self._heartbeat(app_id)
             if st.state is AppState.RUNNING and spec is not None:
                 if watch is None:
                     app = self._app_client(app_id)
@@ -652,7 +766,8 @@ class YarnBackend(Backend):
 
         try:
             st = super().wait(app_id, timeout=timeout, poll=poll, on_update=follow)
-            self.write_report(st)
+            log.debug("%s phases: %s", app_id, phases.text(self.phases(app_id, st)))
+            self._report_at_end(st)
             return st
         except _TimedOut as exc:
             diag = exc.diagnosis
@@ -661,11 +776,82 @@ class YarnBackend(Backend):
             st = self.status(app_id)
             st.state, st.diagnostics = AppState.TIMED_OUT, diag
             self._save_state(app_id, final=st.to_dict())
-            self.write_report(st)          # where it stalled is what its report shows
+            self._report_at_end(st)        # where it stalled is what its report shows
             return st
+
+    def _heartbeat(self, app_id: str) -> None:
+        """Tell the tasks a follower is alive: the last task done then leaves the shutdown to us (runtime.app_end),
+        so the KV's last records (every task's done and phase times) are read before the AM goes."""
+        app = self._app_client(app_id)
+        if app is not None:
+            try:
+                app.kv[app_end.FOLLOWER_KEY] = f"{time.time():.3f}".encode()
+            except Exception as exc:  # noqa: BLE001 - the AM may be going: the next status read says so
+                log.debug("follower heartbeat of %s: %s", app_id, exc)
+
+    def _between_polls(self, app_id: str, poll: float, check_s: float = 0.2) -> None:
+        """Sleep ``poll`` s, looking every ``check_s`` s for the tasks' ``control/all_done`` (one cheap KV read): once
+        it is there, read the status one last time and shut the application down SUCCEEDED, then wait for the RM to
+        say so (tens of ms), so ``wait`` returns within a fraction of a second of the last task's end."""
+        end = time.monotonic() + poll
+        app = self._app_client(app_id)
+        while True:
+            left = end - time.monotonic()
+            if left <= 0:
+                return
+            time.sleep(min(check_s, left))
+            if app is None:
+                continue
+            try:
+                done = app.kv.get(app_end.ALL_DONE_KEY)
+            except Exception as exc:  # noqa: BLE001 - the AM may be going: the next status read says so
+                log.debug("all-done watch of %s: %s", app_id, exc)
+                return
+            if done is not None:
+                self._end_app(app_id, app)
+                return
+
+    def _end_app(self, app_id: str, app: Any, timeout: float = 10.0) -> None:
+        st = self.status(app_id)       # the KV's last state (phase times, final progress) into the snapshot
+        log.debug("every task of %s is done: shutting it down", app_id)
+        try:
+            app.shutdown("SUCCEEDED", app_end.DONE_DIAGNOSTICS)
+        except Exception as exc:  # noqa: BLE001 - the last task shuts it down itself when we cannot
+            log.debug("shutdown of %s: %s", app_id, exc)
+        self._apps.pop(app_id, None)
+        deadline = time.monotonic() + timeout
+        while not st.state.is_terminal and time.monotonic() < deadline:
+            time.sleep(0.05)
+            st = self.status(app_id)
+
+    def phases(self, app_id: str, st: AppStatus | None = None, cli_exit: float | None = None) -> dict[str, Any]:
+        """Seconds of each phase of the job's timeline (:mod:`tfyarn.backends.phases`), from what this machine saw:
+        its submit, the RM's times, the tasks' phase records in the last KV snapshot."""
+        saved = self._load_state(app_id)
+        st = st or self.status(app_id)
+        rm = {"started": st.started, "launched": saved.get("am_launched"), "finished": st.finished}
+        gw = {k: saved.get(k) for k in ("run_started", "env_ready", "submit_call", "submitted")}
+        gw["cli_exit"] = cli_exit
+        rec = (saved.get("snapshot") or {}).get("phases") or {}
+        return phases.durations(phases.marks(gw, rm, rec))
 
     def _report_dir(self, app_id: str) -> Path:
         return self._state_path(app_id).with_suffix("")
+
+    def _report_at_end(self, st: AppStatus) -> None:
+        """The run report of a job this process followed: now, or by a detached process (``detached_report``) that
+        outlives this one, so the caller's exit does not wait ~3 s for a plot and HDFS uploads."""
+        if not self.detached_report:
+            self.write_report(st)
+            return
+        import subprocess
+        import sys
+        d = self._report_dir(st.app_id)
+        d.mkdir(parents=True, exist_ok=True)
+        with open(d / "report.log", "ab") as out:
+            subprocess.Popen([sys.executable, "-m", "tfyarn.backends.yarn_report", st.app_id],
+                             stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True)
+        log.debug("run report of %s: written by a detached process (log %s)", st.app_id, d / "report.log")
 
     def write_report(self, st: AppStatus) -> Path | None:
         """The run report (JSON + PNG) of an ended job: in ``$TFYARN_HOME/yarn/<app>/`` and next to the checkpoints,
@@ -683,7 +869,8 @@ class YarnBackend(Backend):
                 return None
             d = self._report_dir(st.app_id)
             d.mkdir(parents=True, exist_ok=True)
-            write_run_report(d, st.to_dict(), points, ckpt, history_from=ckpt)
+            write_run_report(d, st.to_dict() | {"phases": self.phases(st.app_id, st)}, points, ckpt,
+                             history_from=ckpt)
             return d / REPORT_JSON
         except Exception:  # noqa: BLE001 - a report is a convenience
             log.warning("could not write the run report of %s", st.app_id, exc_info=True)
@@ -701,6 +888,26 @@ class YarnBackend(Backend):
                 where = f"; queue {queue!r}: no report ({exc})"
         return (f"containers not allocated within {limit:g}s (timeouts.allocation): {', '.join(pending)} "
                 f"still pending{where}")
+
+
+def _preload_plotting() -> None:
+    """Import matplotlib while the job runs: the run report's plot is drawn after the end, on the CLI's exit path,
+    where its import cost ~1-2 s on a loaded gateway."""
+    try:
+        import matplotlib.backends.backend_agg  # noqa: F401
+        import matplotlib.figure  # noqa: F401
+    except Exception:  # noqa: BLE001 - optional (extra 'report'): the report says so when it is missing
+        pass
+
+
+class _LazyClient:
+    """The skein client, got (and its driver waited for) on first use only."""
+
+    def __init__(self, get: Callable[[], Any]):
+        self._get = get
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._get(), name)
 
 
 class SubmittedThenInterrupted(Interrupted):

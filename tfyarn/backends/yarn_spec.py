@@ -81,6 +81,7 @@ def container_script(env: EnvRef, *, code: bool, kerberos: bool, own_tmpdir: boo
     py = env.python
     lines = [
         "set -eu",
+        'export TFYARN_CONTAINER_START="$(date +%s.%N)"',   # phase/<task>.start: when YARN started the container
         f'echo "{LOG_HEADER} ${{SKEIN_CONTAINER_ID:-?}} yarn=${{CONTAINER_ID:-?}} host=$(hostname)" >&2',
         'export TFYARN_APP_ID="${SKEIN_APPLICATION_ID:-}"',
         f'export TFYARN_SPEC_FILE="$PWD/{SPEC_FILE}"',

@@ -23,6 +23,7 @@ from tfyarn.runtime.watchdog import install_stack_dumps
 from tfyarn.spec import load_spec_json
 
 log = logging.getLogger("tfyarn.runtime")
+_T0 = time.time()   # when this task's Python started running tfyarn (its imports before this are Python's own)
 
 
 def _task_label() -> str:
@@ -139,13 +140,22 @@ def build_context(kv: KV) -> TaskContext:
     return ctx
 
 
-def run_role(ctx: TaskContext) -> None:
+def run_role(ctx: TaskContext, phase_kv: KV | None = None) -> None:
+    """Hand over to the role's code; with ``phase_kv`` (YARN) the task's start and import times are recorded
+    (``phase/<task>``: where a job's start-up time goes, for status and scripts/bench_yarn.py)."""
+    if phase_kv is not None:
+        from tfyarn.runtime.app_end import record_phase
+        start = os.environ.get("TFYARN_CONTAINER_START", "")
+        record_phase(phase_kv, ctx.task_id, start=float(start) if start.replace(".", "", 1).isdigit() else _T0,
+                     main=_T0)
     if ctx.role == "tensorboard":
         from tfyarn.train.tensorboard import run
         run(ctx)
     else:
         from tfyarn.runtime.warm_imports import import_tensorflow
         import_tensorflow()  # without its eager import of Keras (~0.9 s); a model that uses Keras imports it itself
+        if phase_kv is not None:
+            record_phase(phase_kv, ctx.task_id, imported=time.time())
         from tfyarn.train import run_task
         run_task(ctx)
 
@@ -169,15 +179,20 @@ def main() -> int:
         kv = make_kv()
         install_stack_dumps()  # SIGUSR1 at once; the KV route once the task knows its index (build_context)
         ctx = build_context(kv)
+        on_yarn = not os.environ.get("TFYARN_KV_URL")
         started = time.monotonic()
-        run_role(ctx)
+        run_role(ctx, kv if on_yarn else None)
         log.info("%s finished in %.1fs", ctx.task_id, time.monotonic() - started)
-        if not os.environ.get("TFYARN_KV_URL"):   # on YARN: skein frees this task's slot as it exits; keep it taken
+        if on_yarn:   # skein frees this task's slot as it exits; keep it taken
+            from tfyarn.runtime.app_end import finish_yarn_task, record_phase
             from tfyarn.runtime.kv_yarn import mark_slot_done
+            record_phase(kv, ctx.task_id, done=time.time())
             try:
                 mark_slot_done(kv, ctx.task_id)
             except KVUnavailable as exc:          # the AM may be shutting down (the job is over): nothing to guard
                 log.info("%s: could not mark its slot done: %s", ctx.task_id, exc)
+            else:
+                finish_yarn_task(kv, ctx.spec, ctx.task_id)   # the last task done ends the app at once
         return ExitCode.SUCCEEDED
     except NoTaskLeft as exc:        # YARN: the replacement of a task killed after it had finished
         log.info("nothing to do: %s", exc)

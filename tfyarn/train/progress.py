@@ -62,6 +62,8 @@ class ProgressReporter:
         self._hist_step = -1
         self._kv_warned = False
         self.extra: dict[str, Any] = {}
+        self._first_step_at: float | None = None
+        self._last_step_at: float | None = None
 
     @classmethod
     def for_task(cls, ctx: Any) -> "ProgressReporter":
@@ -95,6 +97,9 @@ class ProgressReporter:
                 self.first_loss = loss
             self.last_loss = loss
         now = time.monotonic()
+        self._last_step_at = time.time()      # wall clock: the job's phase times (status, bench_yarn) compare hosts
+        if self._first_step_at is None:
+            self._first_step_at = self.extra["first_step_at"] = round(self._last_step_at, 3)
         self._win_steps += 1
         self._hist_ex += examples
         if self._win_gs is None:              # the window of the global step starts at a known global step
@@ -162,6 +167,8 @@ class ProgressReporter:
     def final(self) -> dict[str, Any]:
         """Publish the final state (done=true) and return this task's figures for the summary."""
         self.extra["done"] = True
+        if self._last_step_at is not None:
+            self.extra["last_step_at"] = round(self._last_step_at, 3)
         self._rate = self.examples_per_sec
         self.publish()
         if self.history is not None:

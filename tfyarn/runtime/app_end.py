@@ -1,0 +1,93 @@
+"""The end of a YARN job: the application is shut down as soon as every task has reported done.
+
+Why: skein's application master ends the app only once YARN has told it that every container exited (NodeManager
+and AM heartbeats), 5.5 s after the last task's work in issue 21. Every task marks ``slot-done/<task>`` when its
+role returned; the task that finds every task of the job done puts :data:`ALL_DONE_KEY` and the application is shut
+down SUCCEEDED through skein's ``ApplicationClient.shutdown``:
+
+* by the gateway that follows the job (``tfyarn run``, ``wait``), when one is alive (it refreshes
+  :data:`FOLLOWER_KEY`): it reads the KV one last time (phase times, progress) before the AM is gone;
+* else, or when that follower has not done it within :data:`FOLLOWER_GRACE_S`, by the task itself.
+
+A job with a failure record (``failure/<task>``) or a task that never reports done (a side role that failed) ends
+as before: skein decides, from the containers' exits.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any, Callable, Iterable
+
+from tfyarn.runtime.kv import KV, KVUnavailable
+from tfyarn.runtime.kv_yarn import SLOT_DONE_PREFIX
+
+log = logging.getLogger(__name__)
+
+#: JSON {time, by}: every task of the job reported done (put by the last one).
+ALL_DONE_KEY = "control/all_done"
+#: Wall time of the follower's last poll: a follower this fresh shuts the app down itself after reading the KV.
+FOLLOWER_KEY = "control/follower"
+FOLLOWER_FRESH_S = 10.0
+FOLLOWER_GRACE_S = 2.0
+#: ``phase/<task>``: JSON of wall times of a task's phases (start, imported, done), for status and the benchmark.
+PHASE_PREFIX = "phase/"
+#: The application's diagnostics when it is ended this way (status shows none for a SUCCEEDED app that says this).
+DONE_DIAGNOSTICS = "tfyarn: every task reported done; application ended"
+
+
+def record_phase(kv: KV, task: str, **times: float) -> None:
+    """Merge ``times`` into ``phase/<task>``; advisory (a KV that does not answer loses the record, not the task)."""
+    try:
+        old = kv.get(PHASE_PREFIX + task)
+        rec = json.loads(old) if old else {}
+        rec.update({k: round(v, 3) for k, v in times.items()})
+        kv.put(PHASE_PREFIX + task, json.dumps(rec, separators=(",", ":")))
+    except (KVUnavailable, ValueError) as exc:
+        log.debug("%s: phase record not written: %s", task, exc)
+
+
+def all_done(kv: KV, tasks: Iterable[str]) -> bool:
+    """Every task has reported done and no task has a failure record."""
+    done = kv.items(SLOT_DONE_PREFIX)
+    return all(f"{SLOT_DONE_PREFIX}{t}" in done for t in tasks) and not kv.items("failure/")
+
+
+def follower_alive(kv: KV, now: float) -> bool:
+    v = kv.get(FOLLOWER_KEY)
+    try:
+        return v is not None and now - float(v) <= FOLLOWER_FRESH_S
+    except ValueError:
+        return False
+
+
+def finish_if_last(kv: KV, tasks: list[str], task: str, shutdown: Callable[[], Any],
+                   grace_s: float = FOLLOWER_GRACE_S, poll_s: float = 0.1) -> bool:
+    """Called by each task after its ``slot-done``: when every task is done, end the application now (see the
+    module docstring). Returns True when this task found the job done. Never raises (the task has succeeded)."""
+    try:
+        if not all_done(kv, tasks):
+            return False
+        now = time.time()
+        kv.put(ALL_DONE_KEY, json.dumps({"time": round(now, 3), "by": task}))
+        if follower_alive(kv, now):
+            deadline = time.monotonic() + grace_s
+            while time.monotonic() < deadline:      # the follower shuts it down: the AM stops answering
+                time.sleep(poll_s)
+                kv.get(ALL_DONE_KEY)
+            log.info("%s: the follower did not end the application within %gs; ending it", task, grace_s)
+        log.info("%s: every task is done: shutting the application down", task)
+        shutdown()
+    except KVUnavailable:
+        return True                                  # the application master has gone: it ended
+    except Exception as exc:  # noqa: BLE001 - skein ends the app anyway once the containers exit
+        log.warning("%s: could not end the application early (%s); YARN ends it as the containers exit", task, exc)
+    return True
+
+
+def finish_yarn_task(kv: KV, spec: Any, task: str) -> bool:
+    """:func:`finish_if_last` with this container's skein application client."""
+    def shutdown() -> None:
+        from tfyarn.backends._skein import skein
+        skein().ApplicationClient.from_current().shutdown("SUCCEEDED", DONE_DIAGNOSTICS)
+    return finish_if_last(kv, spec.tasks(), task, shutdown)
