@@ -193,9 +193,10 @@ class YarnBackend(Backend):
         return self._client
 
     def _release_driver(self) -> None:
-        """Stop our private driver now, in the background, when following needs no JVM (the RM's REST API and the
-        AM's own address): its JVM's exit then overlaps the job instead of delaying the CLI's exit."""
-        if not (self._owns_client and self._rm()):
+        """A one-shot command's (``detached_report``: the CLI) private driver is stopped now, in the background, when
+        following needs no JVM (the RM's REST API and the AM's own address): its JVM's exit overlaps the job instead
+        of delaying the CLI's exit. A long-lived backend (tests, a scheduler) keeps it for its next submit."""
+        if not (self.detached_report and self._owns_client and self._rm()):
             return
         client, self._client, self._owns_client = self._client, None, False
         threading.Thread(target=client.close, name="tfyarn-skein-driver-stop", daemon=True).start()
