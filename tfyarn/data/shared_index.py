@@ -109,6 +109,11 @@ class Exchange:
             log.debug("cannot remove %s: %s", self.dir, exc)
 
 
+def beat_period(num_tasks: int) -> float:
+    """Seconds between beats: :data:`BEAT_S`, slower for large jobs (1,000 tasks: 10 s, ~100 KV writes a second)."""
+    return max(BEAT_S, num_tasks / 100)
+
+
 class Heartbeat:
     """``beat/<rank>``: ticks while this task is in the protocol, with its indexing progress (bytes read)."""
 
@@ -204,14 +209,13 @@ def shared_manifest(urls: list[str] | str, *, kv: Any, tasks: list[str], rank: i
     before = mf.STATS.snapshot()
     logw = rank == 0 if log_warnings is None else log_warnings
     opts = dict(compression=compression, stride=stride, on_corrupt=on_corrupt)
-    listing = mf.list_data(urls)
     if len(tasks) <= 1:
         m = mf.build_manifest(urls, compression, cache_dir, stride=stride, parallel=parallel, on_corrupt=on_corrupt,
                               timeout=timeout, log_warnings=logw, whole=True)
     else:
         ex = Exchange(kv, tasks, rank, app_id, attempt, cache_dir, name)
-        run = _Run(ex, listing, cache_dir, opts, stall, timeout, parallel, logw)
-        with Heartbeat(ex) as hb:
+        run = _Run(ex, mf.list_data(urls), cache_dir, opts, stall, timeout, parallel, logw)
+        with Heartbeat(ex, beat_period(len(tasks))) as hb:
             run.hb = hb
             m = run.go()
     got = mf.STATS.snapshot()
@@ -292,7 +296,7 @@ class _Run:
 
     def follow(self) -> mf.Manifest:
         ex = self.ex
-        got = self.wait_leader(("assign", "manifest"))
+        got = self.wait_leader(("manifest", "assign"))   # a late task takes the manifest, never a stale hand-out
         if got[0] == "assign":
             mine = got[1].get(str(ex.rank), [])
             if ex.kv.get(ex.key("part", ex.rank)) is None:
