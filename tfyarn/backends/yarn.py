@@ -174,7 +174,7 @@ class YarnBackend(Backend):
                 log.debug("using the running global skein driver")
                 return self._client
             except (sk.exceptions.DriverNotRunningError, sk.exceptions.ConnectionError) as exc:
-                if isinstance(exc, sk.exceptions.ConnectionError):
+                if not isinstance(exc, sk.exceptions.DriverNotRunningError):   # (a subclass of ConnectionError)
                     # ~/.skein/driver names a driver that is gone (a reboot, an OOM): forget it, as `skein driver
                     # stop --force` would, instead of failing every command
                     log.warning("the global skein driver recorded in ~/.skein does not answer (%s); not using it", exc)
