@@ -198,9 +198,11 @@ def main() -> None:
             spec = work / "pack.yaml"
             spec.write_text(json.dumps(doc))
             fc0 = filecache_entries()
+            c0 = _cpu()
             p, dt = cli(["pack", str(spec)], penv, timeout=1800)
             out += [f"### Packed env ({sys.prefix})", "",
-                    f"cold pack + upload (`tfyarn pack`, empty staging dir and local cache): **{dt:.1f} s**; "
+                    f"cold pack + upload (`tfyarn pack`, empty staging dir and local cache): **{dt:.1f} s** "
+                    f"({_cpu() - c0:.1f} CPU s); "
                     f"{(p.stdout.strip().splitlines() or [''])[-1]}", ""]
             print(out[-2], flush=True)
             pruns = []
