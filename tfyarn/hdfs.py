@@ -4,9 +4,9 @@ Why hdfs-native: TF 2.21 has no ``hdfs://`` filesystem and pyarrow's needs libhd
 node (see docs/ARCHITECTURE.md and the field notes). hdfs-native is a Rust client that registers itself as fsspec's
 ``hdfs``/``viewfs`` protocols and reads the cluster layout itself from ``$HADOOP_CONF_DIR`` (``core-site.xml``,
 ``hdfs-site.xml``): HA nameservices (``dfs.nameservices``, ``dfs.ha.namenodes.*``) and viewfs mount tables work
-without any code here. Secure clusters: Kerberos from the ticket cache (or a principal + keytab, below), or delegation
-tokens read from ``$HADOOP_TOKEN_FILE_LOCATION`` — which YARN sets in every container and Oozie sets in its launcher,
-so code running there needs no keytab at all.
+without any code here. Secure clusters: Kerberos from the ticket cache (or a principal + keytab: :func:`set_login`),
+or delegation tokens read from ``$HADOOP_TOKEN_FILE_LOCATION`` — which YARN sets in every container and Oozie sets
+in its launcher, so code running there needs no keytab at all.
 
 This module adds what hdfs-native does not: reading Hadoop XML config for *other* settings tfyarn needs (defaultFS,
 log aggregation dirs, the ResourceManager address, scheduler limits), qualifying ``hdfs:///path`` URLs, and keytab
@@ -18,7 +18,6 @@ import logging
 import os
 import stat
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 from urllib.parse import urlparse
@@ -109,18 +108,44 @@ def filesystems_for_tokens(urls: Iterable[str | None], conf: dict[str, str] | No
 
 # ------------------------------------------------------------------------------------------------------------ kerberos
 
-@dataclass(frozen=True)
-class Kerberos:
-    """Principal + keytab for the gateway client (skein driver, hdfs-native) and, shipped, for the containers.
+#: This process's Kerberos login (principal + keytab), set on the gateway by :func:`tfyarn.kerberos.login`: every
+#: hdfs-native file system opened afterwards — by :func:`get_fs` or by fsspec itself (``fsspec.open("hdfs://…")``)
+#: — logs in with it instead of the ticket cache. None (always so in containers): ticket cache or delegation tokens.
+_login: Any = None
 
-    ``repr`` shows the principal only: the keytab path is not secret, but keeping it out of logs keeps people from
-    copying it around.
-    """
-    principal: str
-    keytab: str
 
-    def __repr__(self) -> str:
-        return f"Kerberos(principal={self.principal!r}, keytab=<hidden>)"
+def set_login(kerberos: Any) -> None:
+    """Make ``kerberos`` (an object with ``principal`` and an absolute ``keytab``; None to undo) the login of every
+    hdfs-native file system this process opens from now on, whoever opens it (fsspec's protocol registry)."""
+    global _login
+    if kerberos is None and _login is None:
+        return
+    import fsspec
+    from hdfs_native.fsspec import HdfsFileSystem, ViewfsFileSystem
+
+    if kerberos is not None:
+        check_keytab(kerberos.keytab)
+    _login = kerberos
+    for proto, base in (("hdfs", HdfsFileSystem), ("viewfs", ViewfsFileSystem)):
+        cls = base if kerberos is None else _keytab_class(base)
+        cls.clear_instance_cache()
+        fsspec.register_implementation(proto, cls, clobber=True)
+
+
+_KEYTAB_CLASSES: dict[type, type] = {}
+
+
+def _keytab_class(base: type) -> type:
+    """``base`` whose client logs in with :data:`_login`'s keytab (its own instance cache: never a ticket-cache one)."""
+    if base not in _KEYTAB_CLASSES:
+        def __init__(self: Any, host: str | None = None, port: int | None = None, *args: Any, **opts: Any) -> None:
+            from hdfs_native import Client
+            base.__init__(self, host, port, *args, **opts)
+            url = f"{self.protocol}://{host or ''}{f':{port}' if host and port else ''}"
+            self.client = Client(url, dict(opts) or None, kerberos_principal=_login.principal,
+                                 kerberos_keytab=_login.keytab)
+        _KEYTAB_CLASSES[base] = type(f"Keytab{base.__name__}", (base,), {"__init__": __init__})
+    return _KEYTAB_CLASSES[base]
 
 
 def check_keytab(path: str | os.PathLike) -> None:
@@ -145,13 +170,15 @@ def token_file() -> str | None:
 
 # ---------------------------------------------------------------------------------------------------------- fsspec
 
-def get_fs(url: str, kerberos: Kerberos | None = None, conf: dict[str, str] | None = None,
+def get_fs(url: str, kerberos: Any = None, conf: dict[str, str] | None = None,
            **storage_options: Any) -> tuple[Any, str]:
     """(fsspec filesystem, path inside it) for ``url``; ``hdfs://``/``viewfs://`` through hdfs-native.
 
-    With ``kerberos`` the hdfs-native client logs in from the keytab itself (no ``kinit``, no shared ticket cache);
-    without it hdfs-native uses the ticket cache or ``$HADOOP_TOKEN_FILE_LOCATION`` tokens.
+    With ``kerberos`` (principal + absolute keytab), or after :func:`set_login`, the hdfs-native client logs in from
+    the keytab itself (no ``kinit``, no shared ticket cache); otherwise it uses the ticket cache or
+    ``$HADOOP_TOKEN_FILE_LOCATION`` tokens.
     """
+    import fsspec
     import fsspec.core
 
     if "://" not in url and conf is not None:
@@ -160,19 +187,18 @@ def get_fs(url: str, kerberos: Kerberos | None = None, conf: dict[str, str] | No
     if u.scheme in ("hdfs", "viewfs"):
         url = qualify(url, conf if conf is not None else load_hadoop_conf())
         u = urlparse(url)
-        from hdfs_native import Client
-        from hdfs_native.fsspec import HdfsFileSystem, ViewfsFileSystem
-
-        cls = HdfsFileSystem if u.scheme == "hdfs" else ViewfsFileSystem
-        if kerberos is not None:
+        if kerberos is not None and kerberos is not _login:
             # a private instance: fsspec caches filesystems by arguments, and this one gets its own client
+            from hdfs_native import Client
+            from hdfs_native.fsspec import HdfsFileSystem, ViewfsFileSystem
+
             check_keytab(kerberos.keytab)
+            cls = HdfsFileSystem if u.scheme == "hdfs" else ViewfsFileSystem
             fs = cls(host=u.hostname, port=u.port, skip_instance_cache=True, **storage_options)
-            base = f"{u.scheme}://{u.netloc}"
-            fs.client = Client(base, dict(storage_options) or None,
+            fs.client = Client(f"{u.scheme}://{u.netloc}", dict(storage_options) or None,
                                kerberos_principal=kerberos.principal, kerberos_keytab=kerberos.keytab)
         else:
-            fs = cls(host=u.hostname, port=u.port, **storage_options)
+            fs = fsspec.get_filesystem_class(u.scheme)(host=u.hostname, port=u.port, **storage_options)
         return fs, u.path or "/"
     return fsspec.core.url_to_fs(url, **storage_options)
 

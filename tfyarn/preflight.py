@@ -7,7 +7,7 @@ What is checked (all problems are collected and reported together, like spec err
 * ``checkpoint.dir`` and ``export.dir``: can be created and written (a probe file is written and removed);
 * the queue exists and is RUNNING; each role's memory / vcores (and the application master's) fit the queue's and the
   cluster's maximum allocation; a role's node label is one the queue can use;
-* the Kerberos keytab exists and is not world-readable;
+* the Kerberos keytab exists and is not world-readable (the login itself: :mod:`tfyarn.kerberos`);
 * the model's module and the packages the spec's roles need (``tensorboard`` for a tensorboard role) are in the
   tasks' Python, where that Python is this one: local runs, YARN jobs that pack the gateway's env or name this
   interpreter as ``environment.python``.
@@ -530,6 +530,8 @@ def run_file_checks(spec: JobSpec, get_fs: GetFs = hdfs.get_fs, task_env: bool =
     and warm-start checks (no cluster to ask); ``task_env``: also the model module and the roles' packages, when the
     tasks would run this Python (a local run, or a YARN job shipping this environment) — as run and submit check
     them."""
+    from tfyarn import kerberos
+    kerberos.login(kerberos.resolved(spec), hdfs.load_hadoop_conf())   # a keytab-only gateway lists with it
     listed = list_data(spec, get_fs)
     _raise(check_data(spec, get_fs, listed) + check_data_schema(spec, get_fs, listed)
            + check_enough_records(spec, listed) + check_output_dirs(spec, get_fs) + check_warm_start(spec)

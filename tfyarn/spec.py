@@ -252,8 +252,14 @@ class Retry(_Model):
 
 
 class Kerberos(_Model):
+    """The gateway's Kerberos login (tfyarn.kerberos); the keytab stays on the gateway: tasks use delegation tokens."""
     principal: str
     keytab: str
+
+    def __repr__(self) -> str:   # a keytab is a password: its path stays out of logs and tracebacks too
+        return f"Kerberos(principal={self.principal!r}, keytab=<hidden>)"
+
+    __str__ = __repr__
 
 
 class Acls(_Model):

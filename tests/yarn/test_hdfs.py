@@ -38,7 +38,8 @@ def test_keytab_checks(tmp_path):
         hdfs.check_keytab(kt)
     kt.chmod(0o600)
     hdfs.check_keytab(kt)
-    assert "svc.keytab" not in repr(hdfs.Kerberos("me@R", str(kt)))
+    from tfyarn.spec import Kerberos
+    assert "svc.keytab" not in repr(Kerberos(principal="me@R", keytab=str(kt)))
 
 
 def test_get_fs_for_local_and_memory(tmp_path):

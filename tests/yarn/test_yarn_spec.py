@@ -4,6 +4,7 @@ import subprocess
 import sys
 import time
 import zipfile
+from pathlib import Path
 
 import pytest
 import skein
@@ -12,7 +13,7 @@ import yaml
 from yarnutil import make_spec
 from tfyarn.backends import yarn_spec
 from tfyarn.backends.yarn import YarnBackend
-from tfyarn.backends.yarn_spec import Shipped, build_application_spec, container_script
+from tfyarn.backends.yarn_spec import Shipped, build_application_spec, container_script, write_spec_file
 from tfyarn.packaging import EnvRef
 
 ENV = EnvRef("pack", "./env/bin/python", archive_url="hdfs://nn:8020/user/alice/.tfyarn/envs/env-venv-abc.tar.gz",
@@ -69,20 +70,22 @@ def test_sidecar_tensorboard_and_zero_instance_roles():
     assert app.services["tensorboard"].env["TMPDIR"] == "/scratch"
 
 
-def test_python_source_ships_no_env_and_kerberos_ships_keytab(tmp_path):
+def test_python_source_ships_no_env_and_kerberos_ships_no_keytab(tmp_path):
+    """Tasks read HDFS with delegation tokens: neither the keytab nor its path reaches the app, its YAML or the spec
+    file the tasks read (tfyarn.kerberos)."""
     kt = tmp_path / "me.keytab"
     kt.write_bytes(b"\x05\x02secret")
     kt.chmod(0o600)
     s = make_spec(environment={"python": "/opt/py 3/bin/python"}, kerberos={"principal": "me@EX", "keytab": str(kt)})
+    spec_file = write_spec_file(s, tmp_path / "ship")
     app = build_application_spec(s, shipped(env=EnvRef("python", "/opt/py 3/bin/python"), code=None,
-                                            keytab=str(kt)))
+                                            spec_file=spec_file))
     w = app.services["worker"]
-    assert "env" not in w.files and "code" not in w.files
-    assert w.files["tfyarn.keytab"].source == f"file://{kt}"
-    assert w.env["TFYARN_KRB_PRINCIPAL"] == "me@EX"
-    assert "secret" not in app.to_yaml()
+    assert set(w.files) == {"tfyarn-spec.json", "tfyarn_src"}
+    text = app.to_yaml() + Path(spec_file).read_text()
+    assert "secret" not in text and str(kt) not in text and "me.keytab" not in text
+    assert "kinit" not in w.script and not any("KRB" in k for k in w.env)
     assert "\n'/opt/py 3/bin/python' -m tfyarn.runtime || code=$?\n" in w.script
-    assert 'kinit -kt "$PWD/tfyarn.keytab" "$TFYARN_KRB_PRINCIPAL"' in w.script
 
 
 def _fake_container_dir(tmp_path, script, python_impl):
@@ -101,7 +104,7 @@ def _fake_container_dir(tmp_path, script, python_impl):
 
 
 def test_container_script_exports_the_task_contract_and_execs_runtime(tmp_path):
-    script = container_script(ENV, code=True, kerberos=False)
+    script = container_script(ENV, code=True)
     dump = tmp_path / "dump.txt"
     cdir = _fake_container_dir(tmp_path, script, f'#!/bin/sh\n{{ echo "ARGS $*"; env; }} > {dump}\n')
     env = {"PATH": os.environ["PATH"], "SKEIN_APPLICATION_ID": "application_1_0007",
@@ -125,7 +128,7 @@ def test_container_script_exports_the_task_contract_and_execs_runtime(tmp_path):
 def test_a_task_that_dies_is_reported_and_the_container_keeps_its_exit_code(tmp_path):
     """kill -9 of the task's Python: the script (still alive: Python is its child) runs the exit report with 137 and
     when it died, then exits 137 itself, as the container would have with ``exec``."""
-    script = container_script(ENV, code=False, kerberos=False)
+    script = container_script(ENV, code=False)
     calls = tmp_path / "calls.txt"
     fake = (f'#!/bin/bash\necho "$*" >> {calls}\n'
             'if [ "$2" = tfyarn.runtime ]; then kill -9 $$; fi\n'
@@ -147,7 +150,7 @@ def test_a_task_that_dies_is_reported_and_the_container_keeps_its_exit_code(tmp_
 
 
 def test_a_role_that_sets_tmpdir_keeps_it(tmp_path):
-    script = container_script(ENV, code=False, kerberos=False, own_tmpdir=False)
+    script = container_script(ENV, code=False, own_tmpdir=False)
     dump = tmp_path / "dump.txt"
     cdir = _fake_container_dir(tmp_path, script, f'#!/bin/sh\nenv > {dump}\n')
     res = subprocess.run(["bash", "script.sh"], cwd=cdir, capture_output=True, text=True, timeout=30,

@@ -33,7 +33,7 @@ import urllib.error
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from tfyarn import hdfs, packaging
+from tfyarn import hdfs, kerberos, packaging
 from tfyarn.backends import phases, yarn_logs, yarn_rest, yarn_spec
 from tfyarn.backends._skein import skein
 from tfyarn.backends.base import AppState, AppStatus, Backend, TaskStatus
@@ -106,6 +106,8 @@ class YarnBackend(Backend):
         self._apps: dict[str, Any] = {}
         self._rates: dict[str, GlobalStepRate] = {}  # per app, for the ETA across status reads (wait, --follow)
         self._history: dict[str, ProgressHistory] = {}  # per app, progress over time for the run report
+        self._krb: Any = None              # the Kerberos login (tfyarn.kerberos) once self.login() has run
+        self._logged_in = False
         self.last_env: packaging.EnvRef | None = None
 
     # -- plumbing ----------------------------------------------------------------------------------------------------
@@ -117,7 +119,20 @@ class YarnBackend(Backend):
 
     @property
     def user(self) -> str:
-        return os.environ.get("HADOOP_USER_NAME") or getpass.getuser()
+        # with a keytab, the cluster knows us by its principal, not by this machine's account
+        return (os.environ.get("HADOOP_USER_NAME") or (self._krb and kerberos.short_name(self._krb.principal))
+                or getpass.getuser())
+
+    def login(self, spec: JobSpec | None = None, app_id: str | None = None) -> Any:
+        """Check and install this command's Kerberos login once (:func:`tfyarn.kerberos.login`, one-line exit 2):
+        the spec's, else the spec this machine submitted ``app_id`` with, else ``TFYARN_KERBEROS_*``; None = the
+        ticket cache, or no Kerberos."""
+        if not self._logged_in:
+            krb = (kerberos.resolved(spec) or (kerberos.resolved(self._saved_spec(app_id)) if app_id else None)
+                   or kerberos.from_env())
+            self._krb = kerberos.login(krb, self.conf)
+            self._logged_in = True
+        return self._krb
 
     @property
     def staging_dir(self) -> str:
@@ -164,10 +179,7 @@ class YarnBackend(Backend):
             return self._client
         self._require_hadoop()
         sk = skein()
-        krb = spec.kerberos if spec is not None else None
-        kw = {"keytab": spec.resolve_path(krb.keytab), "principal": krb.principal} if krb else {}
-        if kw:
-            hdfs.check_keytab(kw["keytab"])
+        kw = kerberos.driver_options(self.login(spec))
         if self.driver in ("auto", "global"):
             try:
                 self._client = sk.Client.from_global_driver()
@@ -259,18 +271,15 @@ class YarnBackend(Backend):
     def build(self, spec: JobSpec, dry_run: bool = False, attempt: int = 0) -> tuple[Any, packaging.EnvRef]:
         """The skein ApplicationSpec for ``spec`` and its environment; with ``dry_run`` nothing is packed,
         uploaded or written (the env archive URL is computed from the hash alone)."""
+        self.login(spec)
         spec = self.with_index_cache(spec)
         env = packaging.ensure_env(spec, self.staging_dir, self.progress, dry_run=dry_run, conf=self.conf)
         local = self._local_dir()
         code = None
         if spec.code:
             code = yarn_spec.build_code_zip(spec.resolve_path(spec.code), local, write=not dry_run)
-        keytab = spec.resolve_path(spec.kerberos.keytab) if spec.kerberos else None
-        if keytab:
-            hdfs.check_keytab(keytab)
         shipped = yarn_spec.Shipped(env=env, spec_file=yarn_spec.write_spec_file(spec, local, write=not dry_run),
-                                    tfyarn_src=yarn_spec.build_tfyarn_zip(local, write=not dry_run),
-                                    code=code, keytab=keytab)
+                                    tfyarn_src=yarn_spec.build_tfyarn_zip(local, write=not dry_run), code=code)
         # every filesystem a task reads or writes: each needs a delegation token on a secure cluster
         urls = [*spec.data.train, *spec.data.eval, spec.checkpoint.dir, spec.checkpoint.init_from,
                 spec.export.dir if spec.export else None, self.staging_dir]
@@ -296,6 +305,7 @@ class YarnBackend(Backend):
     def run_preflight(self, spec: JobSpec) -> list[str]:
         from tfyarn import preflight
 
+        self.login(spec)
         spec = self.with_index_cache(spec)     # staging dir: the user may be the keytab's
         cluster = self._cluster
         if cluster is None:   # the client only when the RM's REST API cannot say: the driver may still be starting
@@ -318,7 +328,13 @@ class YarnBackend(Backend):
         t0 = time.monotonic()
         submit_call = time.time()
         with deferring_stop_signals() as stopped:   # a stop mid-call must not leave an app nobody knows of
-            app_id = client.submit(app)
+            try:
+                app_id = client.submit(app)
+            except skein().exceptions.DriverError as exc:
+                refused = kerberos.proxy_refusal(exc, spec.user)
+                if refused is None:
+                    raise
+                raise refused from None
         log.info("submitted %s as %s (%.1fs; env %s, %d bytes uploaded)", spec.name, app_id,
                  time.monotonic() - t0, "cached" if env.cached else env.source, env.uploaded_bytes)
         self._save_state(app_id, app_id=app_id, name=spec.name, spec=spec.to_json(), submitted=time.time(),
@@ -417,6 +433,7 @@ class YarnBackend(Backend):
 
     def _report(self, app_id: str) -> Any:
         sk = skein()
+        self.login(app_id=app_id)
         rm = self._rm()
         if rm is not None:
             try:
@@ -533,6 +550,7 @@ class YarnBackend(Backend):
 
     def list(self, all_states: bool = False) -> list[AppStatus]:
         """tfyarn applications (YARN tag ``tfyarn``): active ones, or every one the RM still knows."""
+        self.login()
         states = ALL_APP_STATES if all_states else ACTIVE_APP_STATES
         reps = None
         rm = self._rm()
@@ -626,6 +644,12 @@ class YarnBackend(Backend):
         saved = self._load_state(app_id)
         snap = saved.get("snapshot") or {}
         taskmap = snap.get("taskmap") or {}
+        if yarn_logs.aggregation_disabled(self.conf):   # nothing to wait for: the logs stay on the NodeManagers
+            found = yarn_logs.nm_finished_logs(snap.get("tasks") or [])
+            if not found:
+                raise AppNotFound(f"no logs of {app_id}: log aggregation is off on this cluster and this machine has "
+                                  f"no status of it naming its containers")
+            return [(t, cl) for t, cl in found if task is None or task in (t, cl.container_id, t.split(":")[0])]
         deadline = time.monotonic() + self.aggregation_wait_s
         logs = None
         while True:
@@ -932,4 +956,5 @@ def pack(spec: JobSpec, staging_dir: str | None = None, progress: packaging.Prog
          hadoop_conf_dir: str | None = None) -> packaging.EnvRef:
     """``tfyarn pack``: stage the spec's environment now (same cache as submit); 0 bytes when already staged."""
     b = YarnBackend(staging_dir=staging_dir, hadoop_conf_dir=hadoop_conf_dir, progress=progress)
+    b.login(spec)
     return packaging.ensure_env(spec, b.staging_dir, progress, conf=b.conf)

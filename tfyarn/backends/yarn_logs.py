@@ -307,6 +307,36 @@ def nm_container_log(nm_http_address: str, container_id: str, timeout: float = 1
     return cl
 
 
+def aggregation_disabled(conf: dict[str, str]) -> bool:
+    """The client config says ``yarn.log-aggregation-enable=false``: finished containers' logs stay on their
+    NodeManagers (``yarn.nodemanager.log.retain-seconds``), nothing will ever appear on HDFS to wait for."""
+    return conf.get("yarn.log-aggregation-enable", "").strip().lower() == "false"
+
+
+def nm_log_address(url: str | None) -> tuple[str, str] | None:
+    """(NodeManager http address, container id) of a task's log link ``host:port/node/containerlogs/<cid>/<user>``."""
+    m = re.match(r"^(?:https?://)?([^/]+)/node/containerlogs/(container_[0-9_e]+)", url or "")
+    return (m.group(1), m.group(2)) if m else None
+
+
+def nm_finished_logs(tasks: Iterable[dict]) -> list[tuple[str, ContainerLog]]:
+    """(task, its container's logs) read from the NodeManagers, for the tasks of a status snapshot; a container the
+    NodeManager cannot serve gets one ``[tfyarn] logs unavailable`` line saying why instead."""
+    out = []
+    for t in tasks:
+        where = nm_log_address(t.get("log"))
+        if where is None:
+            continue
+        addr, cid = where
+        try:
+            cl = nm_container_log(addr, cid)
+        except (OSError, ValueError) as exc:      # urllib's errors are OSErrors
+            cl = ContainerLog(cid, host=addr, files={"tfyarn": f"[tfyarn] logs unavailable: the NodeManager {addr} "
+                                                               f"did not serve {cid} ({exc}); log aggregation is off"})
+        out.append((t["task"], cl))
+    return out
+
+
 class LogTail:
     """What a follower (``logs -f``) has shown of each (container, file): every line once, whole, in order.
 

@@ -18,9 +18,11 @@ Files every service gets (YARN localizes them into the container's working dir):
 ``env/``           the packed environment archive (visibility PRIVATE: NodeManagers cache it across runs)
 ``tfyarn_src/``    the gateway's tfyarn source (zip), first on PYTHONPATH: the code that submits is what runs
 ``code/``          the job's ``code:`` directory (zip), ``TFYARN_CODE_DIR``
-``tfyarn-spec.json``  the resolved spec, ``TFYARN_SPEC_FILE``
-``tfyarn.keytab``  only with ``kerberos:``; used by ``kinit`` in the script, never exported or logged
+``tfyarn-spec.json``  the resolved spec, ``TFYARN_SPEC_FILE`` (without ``kerberos:``: tasks never see the keytab)
 =================  =====================================================================================
+
+No keytab is shipped: on a Kerberized cluster the tasks read HDFS with the delegation tokens skein gets at submit
+(``HADOOP_TOKEN_FILE_LOCATION``, see :mod:`tfyarn.kerberos`).
 """
 from __future__ import annotations
 
@@ -41,7 +43,6 @@ TFYARN_TAG = "tfyarn"
 SPEC_FILE = "tfyarn-spec.json"
 CODE_DIR = "code"
 SRC_DIR = "tfyarn_src"
-KEYTAB_FILE = "tfyarn.keytab"
 #: ``tfyarn-attempt:<n>`` on the application of job attempt n > 0 (``retry.max_attempts``): the attempt is then part of
 #: the app itself, so ``status`` says it from any machine (it said 0 for every application).
 ATTEMPT_TAG = "tfyarn-attempt:"
@@ -56,7 +57,6 @@ class Shipped:
     spec_file: str
     tfyarn_src: str | None = None
     code: str | None = None
-    keytab: str | None = None
 
 
 def _tag(s: str) -> str:
@@ -70,7 +70,7 @@ def app_tags(spec: JobSpec, extra: Iterable[str] = ()) -> set[str]:
     return tags
 
 
-def container_script(env: EnvRef, *, code: bool, kerberos: bool, own_tmpdir: bool = True) -> str:
+def container_script(env: EnvRef, *, code: bool, own_tmpdir: bool = True) -> str:
     """The bash every task container runs: the task contract's environment, then Python, then on a non-zero exit
     the report of how it ended (:mod:`tfyarn.runtime.exit_report`); the container exits with Python's code.
 
@@ -93,12 +93,6 @@ def container_script(env: EnvRef, *, code: bool, kerberos: bool, own_tmpdir: boo
         lines += ['mkdir -p "$PWD/tmp"', 'export TMPDIR="$PWD/tmp"']
     if code:
         lines.append(f'export TFYARN_CODE_DIR="$PWD/{CODE_DIR}"')
-    if kerberos:
-        lines += [
-            'export KRB5CCNAME="FILE:$PWD/.krb5cc_tfyarn"',
-            f'kinit -kt "$PWD/{KEYTAB_FILE}" "$TFYARN_KRB_PRINCIPAL" '
-            '|| { echo "[tfyarn] kinit failed for $TFYARN_KRB_PRINCIPAL" >&2; exit 1; }',
-        ]
     if env.source in ("pack", "archive"):
         py = f"./{ENV_DIR}/bin/python"
     py = shlex.quote(py) if not py.startswith("./") else py
@@ -127,8 +121,6 @@ def _files(shipped: Shipped) -> dict[str, Any]:
         files[SRC_DIR] = sk.File(shipped.tfyarn_src, type="archive")
     if shipped.code:
         files[CODE_DIR] = sk.File(shipped.code, type="archive")
-    if shipped.keytab:
-        files[KEYTAB_FILE] = sk.File(shipped.keytab, type="file")
     return files
 
 
@@ -138,8 +130,7 @@ def build_application_spec(spec: JobSpec, shipped: Shipped, *, master_memory_mib
     """A validated ``skein.ApplicationSpec`` for ``spec``; pure (no cluster, no upload)."""
     sk = skein()
     files = _files(shipped)
-    scripts = {own: container_script(shipped.env, code=bool(shipped.code), kerberos=bool(shipped.keytab),
-                                     own_tmpdir=own) for own in (True, False)}
+    scripts = {own: container_script(shipped.env, code=bool(shipped.code), own_tmpdir=own) for own in (True, False)}
     services = {}
     for role in ROLE_ORDER:
         r = spec.roles.get(role)  # type: ignore[call-overload]
@@ -147,8 +138,6 @@ def build_application_spec(spec: JobSpec, shipped: Shipped, *, master_memory_mib
             continue
         env = dict(r.env)
         env.update({"TFYARN_ROLE": role, "TFYARN_ATTEMPT": str(attempt)})
-        if shipped.keytab and spec.kerberos:
-            env["TFYARN_KRB_PRINCIPAL"] = spec.kerberos.principal
         services[role] = sk.Service(
             resources=sk.Resources(memory=r.memory_mib, vcores=r.vcores, gpus=r.gpus),
             script=scripts["TMPDIR" not in r.env], instances=r.instances, files=dict(files), env=env,
@@ -218,9 +207,14 @@ def build_tfyarn_zip(dest_dir: str | os.PathLike, write: bool = True) -> str:
     return str(dest)
 
 
+def shipped_spec_json(spec: JobSpec) -> str:
+    """The spec the tasks read: the resolved spec without ``kerberos`` (the gateway's login, not theirs)."""
+    return spec.model_copy(update={"kerberos": None}).to_json()
+
+
 def spec_file_path(spec: JobSpec, dest_dir: str | os.PathLike) -> Path:
     """Content-addressed path of the resolved spec JSON (same spec → same path, so dry-run YAML = submitted YAML)."""
-    text = spec.to_json()
+    text = shipped_spec_json(spec)
     return Path(dest_dir) / f"spec-{hashlib.sha256(text.encode()).hexdigest()[:24]}.json"
 
 
@@ -229,7 +223,7 @@ def write_spec_file(spec: JobSpec, dest_dir: str | os.PathLike, write: bool = Tr
     if write and not p.is_file():
         p.parent.mkdir(parents=True, exist_ok=True)
         tmp = p.with_name(f".{p.name}.{os.getpid()}.partial")
-        tmp.write_text(spec.to_json())
+        tmp.write_text(shipped_spec_json(spec))
         os.replace(tmp, p)
     return str(p)
 
