@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import socket
+from pathlib import Path
 
 from tfyarn.errors import WaitTimeout
 from tfyarn.runtime.context import addr_key
@@ -24,12 +26,47 @@ def task_host() -> str:
     return os.environ.get("TFYARN_HOST") or os.environ.get("NM_HOST") or socket.getfqdn()
 
 
-def reserve_port(host: str) -> int:
-    """A free TCP port on ``host``. The socket is closed before the TF server binds it (a small, accepted race)."""
-    bind_host = "127.0.0.1" if host in ("localhost", "127.0.0.1") else ""
+#: A task's port is drawn from here up to just below the kernel's ephemeral range: it is published at once but TF's
+#: server binds it only after the rendezvous and TF's import (seconds, a minute on a loaded node), and an ephemeral
+#: port is by then often some outgoing connection's (seen on YARN: "Could not start gRPC server" for
+#: 0.0.0.0:41985, the ps failing the job). Outgoing connections never take a port below that range.
+PORT_FLOOR = 20000
+_EPHEMERAL = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(_EPHEMERAL.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768                                    # Linux's default; other systems: the same idea
+
+
+def _bind_all(port: int) -> int | None:
+    """Bind ``port`` (0: any) on every interface, as TF's server will (``0.0.0.0``); the port, or None if taken."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((bind_host, 0))
+        try:
+            s.bind(("", port))
+        except OSError:
+            return None
         return s.getsockname()[1]
+
+
+def reserve_port(host: str, tries: int = 64) -> int:
+    """A TCP port free on every interface, chosen at random below the ephemeral range when it leaves room (else any
+    free port). It is closed again before TF's server binds it: a race, made small by staying out of the range
+    outgoing connections draw from. ``host`` is where peers reach it (unused: TF binds every interface; checking
+    only 127.0.0.1 missed ports taken on another local address, as a second NodeManager's 127.0.0.2)."""
+    top = _ephemeral_low() - 1
+    if top - PORT_FLOOR >= 1000:
+        pick = random.SystemRandom()                    # forked tasks share the parent's `random` state
+        for _ in range(tries):
+            port = _bind_all(pick.randint(PORT_FLOOR, top))
+            if port is not None:
+                return port
+    port = _bind_all(0)
+    if port is None:
+        raise OSError("no free TCP port for this task's TF server")
+    return port
 
 
 def cluster_tasks(spec: JobSpec) -> list[str]:
