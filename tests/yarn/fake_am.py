@@ -25,6 +25,8 @@ class FakeAM:
         self.watches: dict[int, tuple[str, str, str, queue.Queue]] = {}
         self.next_watch = 1
         self.down = False
+        #: keys whose next put stores the value, sends no watch event and fails (skein 0.8.2's AM race, see kv_yarn)
+        self.fail_puts: set[str] = set()
         self.kv = KeyValueStore(self)
 
     # -- helpers -------------------------------------------------------------------------------------------------
@@ -72,6 +74,10 @@ class FakeAM:
         if req.return_previous and prev is not None:
             resp.previous.CopyFrom(self._kv(req.key))
         self.data[req.key] = (value, owner)
+        if req.key in self.fail_puts:
+            self.fail_puts.discard(req.key)
+            from skein.exceptions import ApplicationError
+            raise ApplicationError("")
         self._notify(req.key, "PUT", self._kv(req.key))
         return resp
 

@@ -174,3 +174,45 @@ def test_the_runtime_of_such_a_replacement_exits_0_without_a_task(am, monkeypatc
     assert runtime.main() == 0
     assert time.monotonic() - t0 < 5
     assert kv.get(f"taskmap/worker_{workers}") is None and kv.items("failure/") == {}
+
+
+def test_a_put_the_application_master_failed_is_put_again_and_the_waiter_wakes(am):
+    """skein 0.8.2's AM stored ps:0's address, lost the waiting peers' event and failed the put (a watch being
+    created raced the notification): the ps failed the job. The put is tried again and notifies the waiters."""
+    kv = SkeinKV(am.kv)
+    am.fail_puts.add("addr/ps:0")
+    got = {}
+    waiter = threading.Thread(target=lambda: got.update(SkeinKV(am.kv).wait_all(["addr/ps:0"], timeout=20)))
+    waiter.start()
+    time.sleep(0.3)
+    t0 = time.monotonic()
+    kv.put("addr/ps:0", "h:1")
+    waiter.join(20)
+    assert got == {"addr/ps:0": "h:1"} and time.monotonic() - t0 < 3       # woken by the second put's event
+
+
+def test_a_put_that_keeps_failing_raises_after_a_bounded_retry(am):
+    import skein
+
+    class Always(set):
+        def discard(self, key):
+            pass
+    am.fail_puts = Always({"addr/ps:0"})
+    t0 = time.monotonic()
+    with pytest.raises(skein.exceptions.ApplicationError):
+        SkeinKV(am.kv).put("addr/ps:0", "h:1")
+    assert time.monotonic() - t0 < 5
+
+
+def test_a_wait_rereads_keys_whose_event_never_came(am, monkeypatch):
+    from tfyarn.runtime import kv_yarn
+    monkeypatch.setattr(kv_yarn, "WAIT_REREAD_S", 0.2)
+    kv = SkeinKV(am.kv)
+    got = {}
+    waiter = threading.Thread(target=lambda: got.update(kv.wait_all(["addr/ps:0"], timeout=20)))
+    waiter.start()
+    time.sleep(0.3)
+    with am.lock:
+        am.data["addr/ps:0"] = (b"h:1", None)         # stored, no event sent (what the AM's race leaves)
+    waiter.join(5)
+    assert got == {"addr/ps:0": "h:1"}

@@ -31,6 +31,12 @@ SLOT_DONE_PREFIX = "slot-done/"
 TASKMAP_PREFIX = "taskmap/"
 
 
+#: How often a put is tried when the application master fails it (:meth:`SkeinKV.put`).
+PUT_TRIES = 3
+#: A wait re-reads the keys it still misses this often, besides waking on their watch events.
+WAIT_REREAD_S = 5.0
+
+
 def slot_key(role: str, index: int) -> str:
     return f"{SLOT_PREFIX}{role}:{index}"
 
@@ -67,7 +73,22 @@ class SkeinKV(KV):
         return None if v is None else v.decode()
 
     def put(self, key: str, value: str) -> None:
-        self._call(self.store.put, key, value=str(value).encode())
+        """Bounded retry: skein 0.8.2's application master fails a put whose watch notification races a watch being
+        created on a range holding the key (two threads write the watcher's gRPC stream: IllegalStateException
+        'sendHeaders has already been called', a bare ``ApplicationError`` here; seen failing a ps's rendezvous).
+        The value is stored by then but that watcher's event is lost; a put is idempotent and notifies again."""
+        from tfyarn.backends._skein import skein
+
+        for attempt in range(PUT_TRIES):
+            try:
+                self._call(self.store.put, key, value=str(value).encode())
+                return
+            except skein().exceptions.ApplicationError as exc:
+                if attempt + 1 == PUT_TRIES:
+                    raise
+                log.warning("put %s failed in the application master (%s: %s); putting it again", key,
+                            type(exc).__name__, exc)
+                time.sleep(0.2 * (attempt + 1))
 
     def delete(self, key: str) -> None:
         self._call(self.store.discard, key)
@@ -102,8 +123,12 @@ class SkeinKV(KV):
                     raise WaitTimeout(f"timed out after {timeout:g}s waiting for {what or 'keys'}: "
                                       f"missing {', '.join(missing)}")
                 try:
-                    ev = eq.get(timeout=min(left, 5.0))
+                    ev = eq.get(timeout=min(left, WAIT_REREAD_S))
                 except queue.Empty:
+                    # an event the application master failed to send (see put) is not waited for forever
+                    for k in keys:
+                        if k not in found and (v := self.get(k)) is not None:
+                            found[k] = v
                     continue
                 except ConnectionError as exc:
                     raise KVUnavailable(f"skein application master unreachable while waiting for "
