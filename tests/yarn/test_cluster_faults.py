@@ -33,7 +33,8 @@ def test_sigkilled_worker_chief_and_ps_each_start_a_job_attempt_from_the_hdfs_ch
         yarn, dataset, hdfs_root, tmp_path):
     """Sync ps: a lost worker, chief or ps cannot rejoin an open lockstep round, so each kill -9 fails the application
     and ``tfyarn run`` submits the next attempt, which resumes from the latest checkpoint on HDFS. One run, three
-    kills (attempts 0, 1, 2), attempt 3 trains to the planned global step."""
+    kills (attempts 0, 1, 2), attempt 3 trains to the planned global step. Each failed app says, from any process,
+    its attempt (its YARN tag) and which task died how (exit code 137 first in its diagnosis, kept by YARN too)."""
     name = unique("attempts")
     doc = job_doc(dataset, name, epochs=5, ckpt=hdfs.join(hdfs_root, name, "ckpt"), every_steps=EVERY,
                   model="fault_models:slow_recommender", code=str(FAULT_JOBS),
@@ -50,7 +51,9 @@ def test_sigkilled_worker_chief_and_ps_each_start_a_job_attempt_from_the_hdfs_ch
         for victim in ("worker:0", "chief:0", "ps:0"):
             app_id = wait_until(lambda: [a for a in _apps(yarn, name, active_only=True) if a not in
                                          {k[0] for k in killed}], JOB_S, f"attempt {len(killed)} of {name}")[0]
-            start = int(yarn.status(app_id).progress.get("per_task", {}).get("chief:0") or 0)
+            running = yarn.status(app_id)     # this backend did not submit it: the attempt is the app's own tag
+            assert running.attempt == len(killed), (app_id, running.attempt, running.tags)
+            start = int(running.progress.get("per_task", {}).get("chief:0") or 0)
             # past a checkpoint of this attempt (the first progress of a resumed attempt may still be unpublished)
             wait_for_step(yarn, app_id, "chief:0", max(start, killed[-1][2] if killed else 0) + 2 * EVERY)
             seen = int(yarn.status(app_id).progress.get("global_step") or 0)
@@ -73,9 +76,18 @@ def test_sigkilled_worker_chief_and_ps_each_start_a_job_attempt_from_the_hdfs_ch
     assert killed[-1][2] - EVERY - 10 <= resumed < total, (killed, s["resumed_from"])
     apps = _apps(yarn, name)
     assert apps[:3] == [k[0] for k in killed] and len(apps) == 4, (apps, killed)
-    for app_id, victim, _ in killed:
-        assert yarn.status(app_id).state in (AppState.FAILED, AppState.KILLED), (app_id, victim)
+    for attempt, (app_id, victim, _) in enumerate(killed):
         assert app_id in st["diagnostics"], "earlier attempts are listed in the final diagnosis"
+        # which task died and how, named first, from another process after the end, and by YARN itself
+        r = tfyarn("status", app_id, "--output", "json")
+        d = json.loads(r.stdout)
+        tasks = {t["task"]: t for t in d["tasks"]}
+        assert (d["state"], r.returncode, d["attempt"]) == ("FAILED", 1, attempt), (victim, d, r.stderr[-2000:])
+        assert (tasks[victim]["state"], tasks[victim]["exit_code"]) == ("FAILED", 137), (victim, tasks)
+        assert d["diagnostics"].startswith(f"{victim}: exit code 137 (killed by SIGKILL)"), (victim, d)
+        assert f"{victim}: exit code 137 (killed by SIGKILL)" in yarn._report(app_id).diagnostics
+    text = tfyarn("status", killed[-1][0])
+    assert "ps:0" in text.stdout and "137" in text.stdout, text.stdout
     assert_clean(yarn, *apps, tag=name)
 
 

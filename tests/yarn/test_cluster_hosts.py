@@ -1,6 +1,8 @@
 """Two hosts: with a second NodeManager on 127.0.0.2 (scripts/hadoop-cluster start --nodes 2), a job's tasks land on
 both, and an async ps worker killed with SIGKILL is restarted on the *other* host, rejoins at its new address and
 the job reaches its planned global step (docs/NOTES.md listed a restarted worker on another host as never tested).
+While it restarts the status shows worker:1 restarting (restarts 1), never skein's instance number (``worker:2``),
+and the summary counts its rejoin.
 
 Placement is steered, not hoped for: ps and chief each ask for 9 GiB of a 16 GiB node, so they cannot share one.
 Right before the kill the victim's node is shrunk to what its other containers use (``yarn rmadmin
@@ -59,6 +61,7 @@ def test_tasks_land_on_two_hosts_and_a_killed_worker_rejoins_from_the_other_host
     assert hosts["ps:0"] != hosts["chief:0"] and len(set(hosts.values())) == 2, hosts
 
     old = task_process(yarn, app_id, "worker:1")
+    seen = set(hosts)            # every task the status has shown (a phantom worker:2 would be one more)
     port, old_container = old.environ()["NM_PORT"], old.environ()["CONTAINER_ID"]
     node_id = next(n for n in two_nodes if n.endswith(f":{port}"))
     total = two_nodes[node_id]["totalResource"]
@@ -82,12 +85,22 @@ def test_tasks_land_on_two_hosts_and_a_killed_worker_rejoins_from_the_other_host
     assert _rm_nodes(yarn)[node_id]["totalResource"]["memory"] == total["memory"], "node resources not restored"
     assert new_port != port, (f"the replacement of {old_container} (pid {old.pid}), {new_container} (pid "
                               f"{new_pid}) ran on the killed worker's host")
-    st = yarn.wait(app_id, timeout=JOB_S)
+    seen_tasks, restarting = set(seen), []
+
+    def watch(st):
+        seen_tasks.update(t.task for t in st.tasks)
+        restarting.extend(t.state for t in st.tasks if t.task == "worker:1" and t.restarts == 1)
+    st = yarn.wait(app_id, timeout=JOB_S, poll=0.5, on_update=watch)
     assert st.state is AppState.SUCCEEDED, st.diagnostics
+    # worker:1 restarting is itself (restarts 1), never a task past the role's instances (skein's worker_2)
+    assert seen_tasks == {"ps:0", "chief:0", "worker:0", "worker:1"}, seen_tasks
+    assert restarting and restarting[-1] == "SUCCEEDED", restarting
     tasks = {t.task: t for t in st.tasks}
-    assert tasks["worker:1"].restarts == 1 and tasks["worker:1"].host != hosts["worker:1"], st.to_dict()["tasks"]
+    assert tasks["worker:1"].restarts == 1 and tasks["worker:0"].restarts == 0, st.to_dict()["tasks"]
+    assert tasks["worker:1"].host != hosts["worker:1"], st.to_dict()["tasks"]
     s = st.summary
     assert s["global_step"] == s["total_steps"] == 3 * per_worker
     assert s["steps_per_worker"] == {"chief:0": per_worker, "worker:0": per_worker, "worker:1": per_worker}
     assert s["rejoins"] == {"chief:0": 0, "worker:0": 0, "worker:1": 1}, s
+    assert s["lost_steps"]["worker:1"] in (0, 1) and s["lost_steps"]["worker:0"] == 0, s
     assert_clean(yarn, app_id, tag=name)
