@@ -602,6 +602,8 @@ def build_manifest(urls: list[str] | str, compression: str = "auto", cache_dir: 
         hit = load_manifest(cache_dir, digest)
         if hit is not None:
             STATS.add(cache_hits=len(hit.files))
+            log.debug("%d files: the whole manifest from the cache (%s)", len(hit.files),
+                      manifest_entry(cache_dir, digest))
             for w in hit.warnings:
                 log.log(logging.WARNING if log_warnings else logging.DEBUG, "%s", w)
             return hit
