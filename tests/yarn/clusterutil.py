@@ -19,6 +19,7 @@ from typing import Any, Callable
 import psutil
 import pytest
 
+from launch_helpers import app_processes  # containers export TFYARN_APP_ID too
 from tfyarn.spec import load_spec_dict
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,19 +77,6 @@ def planned_steps(spec) -> list[int]:
 
 
 # ---------------------------------------------------------------------------------------------- task processes
-def app_processes(app_id: str) -> list[psutil.Process]:
-    """Live processes of ``app_id``'s containers on this machine (every NodeManager here runs on it): the container
-    script exports TFYARN_APP_ID before it execs Python, and every process a task starts inherits it."""
-    found = []
-    for p in psutil.process_iter(["pid"]):
-        try:
-            if p.environ().get("TFYARN_APP_ID") == app_id and p.status() != psutil.STATUS_ZOMBIE:
-                found.append(p)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-    return found
-
-
 def task_process(backend, app_id: str, task: str, timeout: float = 60.0) -> psutil.Process:
     """The Python process of ``task`` (``role:index``): the container whose skein id the app's task map gives it."""
     deadline = time.monotonic() + timeout
