@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from airflowutil import migrated_airflow_env
 from opsutil import DAGS, job_spec, write_spec
 from tfyarn import api
 from tfyarn.airflow.tags import airflow_tags, matches, normalise_tag
@@ -33,14 +34,7 @@ RUN_ID = "manual__2026-01-01T00:00:00+00:00"  # what dag.test(logical_date=run_a
 @pytest.fixture(scope="module")
 def airflow_env(tmp_path_factory):
     """An AIRFLOW_HOME with a migrated SQLite DB whose DAG folder is tests/ops/dags (one per module: ~5 s)."""
-    home = tmp_path_factory.mktemp("airflow")
-    env = {**os.environ, "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
-           "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/a.db",
-           "AIRFLOW__CORE__UNIT_TEST_MODE": "False"}
-    airflow = [sys.executable, "-c", "from airflow.__main__ import main; main()"]
-    proc = subprocess.run([*airflow, "db", "migrate"], env=env, capture_output=True, text=True, timeout=240)
-    assert proc.returncode == 0, f"airflow db migrate failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    return env
+    return migrated_airflow_env(tmp_path_factory.mktemp("airflow"), DAGS)
 
 
 def _run_dag(env, dag_id, tmp_path, spec_path, on_line=None, timeout=240):

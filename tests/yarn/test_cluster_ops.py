@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from airflowutil import migrated_airflow_env
 from clusterutil import JOB_S, ROOT, assert_clean, hdfs_exists, job_doc, needs_yarn, planned_steps, unique
 from tfyarn import hdfs
 from tfyarn.backends.base import AppState
@@ -31,16 +32,9 @@ RUN_ID = "manual__2026-01-01T00:00:00+00:00"  # what dag.test(logical_date=run_a
 
 @pytest.fixture(scope="module")
 def airflow_env(tmp_path_factory):
-    """An AIRFLOW_HOME with a migrated SQLite DB (as tests/ops/test_airflow.py makes it)."""
+    """An AIRFLOW_HOME with a migrated SQLite DB whose DAG folder is tests/yarn/dags."""
     pytest.importorskip("airflow", reason="apache-airflow is not installed (pip install 'tfyarn[airflow]')")
-    home = tmp_path_factory.mktemp("airflow")
-    env = {**os.environ, "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
-           "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/a.db",
-           "AIRFLOW__CORE__UNIT_TEST_MODE": "False"}
-    airflow = [sys.executable, "-c", "from airflow.__main__ import main; main()"]
-    proc = subprocess.run([*airflow, "db", "migrate"], env=env, capture_output=True, text=True, timeout=240)
-    assert proc.returncode == 0, f"airflow db migrate failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    return env
+    return migrated_airflow_env(tmp_path_factory.mktemp("airflow"), DAGS)
 
 
 def test_airflow_operator_polling_and_deferrable_on_yarn(yarn, dataset, hdfs_root, airflow_env, tmp_path):

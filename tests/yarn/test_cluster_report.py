@@ -167,18 +167,6 @@ def test_preflight_refuses_a_tensorboard_role_without_its_package_in_this_python
     assert [a.app_id for a in yarn.list(all_states=True) if name in a.tags] == []
 
 
-@pytest.fixture(scope="module")
-def tensorboard_dir(tmp_path_factory):
-    """The ``tensorboard`` package installed into a directory for the tensorboard role's PYTHONPATH (it is not a
-    TensorFlow dependency and not in the test venv)."""
-    d = tmp_path_factory.mktemp("tb-pkg")
-    proc = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(d),
-                           "tensorboard", "tensorboard-data-server", "markdown", "werkzeug"],
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, f"could not install tensorboard:\n{proc.stderr[-2000:]}"
-    return str(d)
-
-
 def test_text_status_shows_the_tensorboard_url_which_serves_training_loss(yarn, dataset, hdfs_root,
                                                                           tensorboard_dir, monkeypatch):
     monkeypatch.syspath_prepend(tensorboard_dir)      # preflight finds the package the tensorboard role will use

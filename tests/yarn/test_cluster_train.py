@@ -6,8 +6,6 @@
   HTTP while the job runs;
 * allreduce (MultiWorkerMirrored): chief + worker.
 """
-import subprocess
-import sys
 import time
 import urllib.request
 
@@ -63,22 +61,11 @@ def test_sync_ps_on_skewed_hdfs_data_trains_equal_steps_and_writes_everything_to
     assert_clean(yarn, st.app_id, tag=spec.name)
 
 
-def _tensorboard_dir(tmp_path_factory) -> str:
-    """The ``tensorboard`` package (not a TF dependency, not in the test venv) installed into a directory the
-    tensorboard role puts on its PYTHONPATH: from pip's configured index/cache, no model code involved."""
-    d = tmp_path_factory.mktemp("tensorboard-pkg")
-    proc = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(d),
-                           "tensorboard", "tensorboard-data-server", "markdown", "werkzeug"],
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, f"could not install tensorboard for the tensorboard role:\n{proc.stderr[-2000:]}"
-    return str(d)
-
-
 def test_async_ps_warm_started_from_hdfs_with_evaluator_and_live_tensorboard(
-        yarn, sync_job, dataset, hdfs_root, tmp_path_factory, monkeypatch):
+        yarn, sync_job, dataset, hdfs_root, tensorboard_dir, monkeypatch):
     source_spec, source = sync_job
     assert source.state is AppState.SUCCEEDED, "the warm start needs the sync job's checkpoint"
-    tb = _tensorboard_dir(tmp_path_factory)
+    tb = tensorboard_dir
     monkeypatch.syspath_prepend(tb)   # preflight looks for the tensorboard role's package where the tasks will
     name = unique("async")
     doc = job_doc(dataset, name, sync=False, epochs=3, ckpt=hdfs.join(hdfs_root, name, "ckpt"), every_steps=10,
