@@ -22,10 +22,6 @@ from tfyarn.runtime.kv import MemoryKV
 from tfyarn.spec import load_spec_dict
 from tfyarn.train.tensorboard import EventMirror, MissingTensorBoard, run
 
-# Where a tensorboard install lives when it is not in the venv (it is not a TF dependency): a directory for PYTHONPATH.
-TB_PATH = os.environ.get("TFYARN_TEST_TENSORBOARD_PATH", "/tmp/tb-slim")
-
-
 def spec_for(tmp: Path):
     return load_spec_dict({"name": "tb", "model": "tfyarn.models.recommender:model", "mode": "allreduce",
                            "data": {"train": ["x"], "features": {"label": {"dtype": "float32"}}, "batch_size": 1},
@@ -70,9 +66,7 @@ def _get(url: str) -> bytes:
 
 @pytest.mark.slow
 @pytest.mark.timeout(180)
-@pytest.mark.skipif(not Path(TB_PATH, "tensorboard").exists(),
-                    reason=f"no tensorboard install at {TB_PATH} (set TFYARN_TEST_TENSORBOARD_PATH)")
-def test_serves_scalars_written_without_the_tensorboard_package(tmp_path):
+def test_serves_scalars_written_without_the_tensorboard_package(tmp_path, tensorboard_dir):
     spec = spec_for(tmp_path)
     # the chief's writer (TF core only, no tensorboard on its path) uploads train/ event files to the checkpoint dir
     writer = ("from tfyarn.train.events import EventWriter; import sys; "
@@ -81,7 +75,7 @@ def test_serves_scalars_written_without_the_tensorboard_package(tmp_path):
     subprocess.run([sys.executable, "-c", writer, str(tmp_path / "ckpt"), str(tmp_path / "local")], check=True,
                    timeout=120, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
     assert list((tmp_path / "ckpt" / "train").glob("events.out.tfevents.*"))
-    with LocalCluster(spec, tmp_path / "run", tasks=["tensorboard:0"], env={"PYTHONPATH": TB_PATH}) as c:
+    with LocalCluster(spec, tmp_path / "run", tasks=["tensorboard:0"], env={"PYTHONPATH": tensorboard_dir}) as c:
         c.start()
         url = c.wait_key(TENSORBOARD_URL_KEY, timeout=120, what="the TensorBoard URL")
         deadline, scalars = time.monotonic() + 60, []

@@ -60,15 +60,3 @@ def dataset(hdfs_root):
     url = hdfs.join(hdfs_root, "data")
     write_synthetic(url, kind="recommender", files=4, records=4000, skew=3, seed=1, users=100, items=100)
     return url + "/*.tfrecord"
-
-
-@pytest.fixture(scope="session")
-def tensorboard_dir(tmp_path_factory):
-    """The ``tensorboard`` package (not a TF dependency, not in the test venv) installed once into a directory the
-    tensorboard role puts on its PYTHONPATH: from pip's configured index/cache, no model code involved."""
-    d = tmp_path_factory.mktemp("tensorboard-pkg")
-    proc = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(d),
-                           "tensorboard", "tensorboard-data-server", "markdown", "werkzeug"],
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, f"could not install tensorboard for the tensorboard role:\n{proc.stderr[-2000:]}"
-    return str(d)
