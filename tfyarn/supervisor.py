@@ -1,0 +1,352 @@
+"""Job control, written once for every backend: attempts, deadlines, the stall watch, progress, settling, logs, report.
+
+Why one module: the local launcher and the YARN follower each had a copy of these rules and the copies disagreed (a
+local ``submit`` retried attempts and a YARN one did not; ``logs --task worker`` worked on YARN only). A backend now
+only starts one attempt, reads raw task states and the KV, streams logs and kills; whatever *decides* about the job
+is here, in pure calls (no thread of its own, a :class:`Verdict` value rather than an exception), so the same rules
+also run inside a YARN application (no pids, the skein KV, a raw status built from skein's containers).
+
+API (one :class:`Supervisor` per job, across all its attempts)::
+
+    sup = Supervisor(spec, started=time.time(), timeout=None)   # timeout: the caller's, besides active_deadline
+    sup.begin_attempt(kv, pids=None)   # a new stall watch over this attempt's KV (kv may come later: sup.watch(kv))
+    verdict = sup.check(raw_status)    # Verdict(state, diagnosis, reason) | None: deadline, allocation, stall
+    progress = sup.progress(kv)        # dict for AppStatus.progress (+ sup.summary, sup.history points)
+    sup.end_attempt()
+    if sup.next_attempt(state, diagnosis, stopped=False):   # FAILED/TIMED_OUT, attempts left, deadline not passed
+        sup.backoff(stop_event)        # interruptible; False when stopped meanwhile
+    diagnosis = sup.final_diagnosis(diagnosis)   # the earlier attempts' diagnoses folded in
+    st = settle(st)                    # RUNNING/PENDING tasks of an ended app → what they became
+
+Also: :func:`select_tasks` / :func:`task_matches` (task selection for ``logs``: None = all, ``worker:1``, a role
+``worker``), :func:`write_report` (the run report of an ended job, both backends; never changes the outcome),
+:func:`training_end_note` (what a job stopped from outside adds to its diagnosis) and :class:`WaitClock` (a bounded
+wait's deadline and message, shared by ``Backend.wait`` and the Airflow trigger).
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+from tfyarn.backends.base import AppState, AppStatus
+from tfyarn.backends.progress import GlobalStepRate, aggregate_progress, side_roles, summary_with_eval
+from tfyarn.errors import AppNotFound
+from tfyarn.report import ProgressHistory, write_run_report
+from tfyarn.runtime.context import SUMMARY_KEY, TOTAL_STEPS_KEY
+from tfyarn.runtime.watchdog import StallWatchdog
+from tfyarn.spec import JobSpec
+
+log = logging.getLogger(__name__)
+
+#: Seconds between two stall checks (a KV read of every ``progress/*`` record).
+STALL_CHECK_S = 1.0
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The supervisor ends the job: the state it ends in, why (one line for the user), and which rule said so
+    (``deadline`` | ``allocation`` | ``stall``): a backend may add what only it knows (YARN: the queue's state)."""
+    state: AppState
+    diagnosis: str
+    reason: str
+
+
+class _Snapshot:
+    """A dict of KV items (YARN reads the whole KV in one call) seen through the two KV reads progress needs."""
+
+    def __init__(self, items: Mapping[str, str]):
+        self._items = items
+
+    def get(self, key: str) -> str | None:
+        return self._items.get(key)
+
+    def items(self, prefix: str = "") -> dict[str, str]:
+        return {k: v for k, v in self._items.items() if k.startswith(prefix)}
+
+
+class Supervisor:
+    """The rules of one job, across its attempts. ``started``: wall time of the job's start (the deadline counts from
+    it); ``timeout``: the caller's bound (``api.run(timeout=…)``), besides ``timeouts.active_deadline``;
+    ``history_path``: where progress points are appended (the run report's curves); ``clock``: wall time (tests);
+    ``ack_wait_s``: how long a stall's diagnosis waits for the tasks to answer the stack-dump request."""
+
+    def __init__(self, spec: JobSpec, started: float | None = None, timeout: float | None = None,
+                 history_path: Path | None = None, clock: Callable[[], float] = time.time, ack_wait_s: float = 3.0):
+        self.spec, self.timeout, self.clock, self.ack_wait_s = spec, timeout, clock, ack_wait_s
+        self.started = clock() if started is None else started
+        self.attempt = 0
+        self.earlier: list[str] = []          # why each earlier attempt failed
+        self.rate = GlobalStepRate()
+        self.history = ProgressHistory(history_path)
+        self.summary: dict[str, Any] | None = None
+        self._watch: StallWatchdog | None = None
+        self._watch_args: tuple[Any, Mapping[str, int] | None] | None = None
+        self._stall_checked = 0.0
+        self._pending_since: float | None = None
+
+    # ------------------------------------------------------------------------------------------------- deadline
+    def deadline(self) -> tuple[float, str] | None:
+        """The earlier of ``timeouts.active_deadline`` and the caller's ``timeout`` (seconds from the start), with
+        what set it; None without either."""
+        limits = [(d, w) for d, w in ((self.spec.timeouts.active_deadline, "timeouts.active_deadline"),
+                                      (self.timeout, "the caller's timeout")) if d is not None]
+        return min(limits) if limits else None
+
+    def time_left(self, now: float | None = None) -> float | None:
+        """Seconds until the deadline (may be negative); None without one."""
+        d = self.deadline()
+        return None if d is None else d[0] - ((self.clock() if now is None else now) - self.started)
+
+    def deadline_passed(self, now: float | None = None) -> bool:
+        left = self.time_left(now)
+        return left is not None and left <= 0
+
+    # ------------------------------------------------------------------------------------------------- attempts
+    def begin_attempt(self, kv: Any = None, pids: Mapping[str, int] | None = None) -> None:
+        """A new attempt starts: its own stall watch (over ``kv``, now or later through :meth:`watch`) and its own
+        allocation clock. ``pids`` (local only): the watch signals those processes for stacks and inspects them."""
+        self.end_attempt()
+        self._pending_since = None
+        if kv is not None:
+            self.watch(kv, pids)
+
+    def watch(self, kv: Any, pids: Mapping[str, int] | None = None) -> None:
+        """Start this attempt's stall watch over ``kv`` if it has none yet (YARN: once the KV can be reached). Its
+        clock starts at the first :meth:`check` that finds the tasks running: start-up (imports, rendezvous) gets
+        ``timeouts.rendezvous + timeouts.stall`` before the first step must appear."""
+        if self._watch is not None:
+            return
+        t = self.spec.timeouts
+        training = self.spec.training_tasks
+        if pids is not None:
+            watched: Mapping[str, int | None] | list[str] = {n: pids.get(n) for n in training}
+            every: Mapping[str, int | None] | list[str] = dict(pids)
+        else:
+            watched, every = list(training), self.spec.tasks()
+        self._watch = StallWatchdog(kv, watched, t.stall, all_tasks=every, signal_pids=pids is not None,
+                                    startup_s=t.rendezvous + t.stall, clock=self.clock,
+                                    ack_wait_s=self.ack_wait_s)
+
+    def task_restarted(self, task: str, pid: int | None) -> None:
+        """A task was restarted in place (local): its new process is the one to signal and inspect."""
+        if self._watch is not None:
+            self._watch.update_pid(task, pid)
+
+    def task_ended(self, task: str) -> None:
+        """A task finished successfully: a process gone because it finished is not a suspect."""
+        if self._watch is not None:
+            self._watch.task_ended(task)
+
+    def end_attempt(self) -> None:
+        self._watch = None
+
+    def next_attempt(self, state: AppState, diagnosis: str, stopped: bool = False, label: str = "") -> bool:
+        """After an attempt ended in ``state``: does another one run? Only after FAILED or TIMED_OUT, with attempts
+        left, not ``stopped`` (a kill, Ctrl-C) and before the deadline (counting the backoff). When it does, the
+        attempt's diagnosis (prefixed with ``label``, e.g. the YARN application id) is kept for the final one."""
+        retry = self.spec.retry
+        left = self.time_left()
+        if (state not in (AppState.FAILED, AppState.TIMED_OUT) or stopped or self.attempt + 1 >= retry.max_attempts
+                or (left is not None and left <= retry.backoff)):
+            return False
+        self.earlier.append(f"{label}: {diagnosis}" if label else diagnosis)
+        self.attempt += 1
+        log.warning("attempt %d/%d failed (%s); starting attempt %d from the latest checkpoint in %gs",
+                    self.attempt, retry.max_attempts, diagnosis, self.attempt + 1, retry.backoff)
+        return True
+
+    def backoff(self, stop: threading.Event | None = None) -> bool:
+        """Wait ``retry.backoff`` before the next attempt; False when ``stop`` was set meanwhile (Ctrl-C, a kill)."""
+        if stop is None:
+            time.sleep(self.spec.retry.backoff)
+            return True
+        return not stop.wait(self.spec.retry.backoff)
+
+    def final_diagnosis(self, diagnosis: str) -> str:
+        """``diagnosis`` with the earlier attempts' diagnoses after it (none: unchanged)."""
+        if not self.earlier:
+            return diagnosis
+        return (diagnosis + "\nearlier attempts: " + "; ".join(self.earlier)).strip()
+
+    # ------------------------------------------------------------------------------------------------- checks
+    def check(self, raw: AppStatus | None = None, now: float | None = None) -> Verdict | None:
+        """Should the job be ended now? The deadline, then the allocation timeout (``raw`` tasks — or, with none yet,
+        the application itself — PENDING for ``timeouts.allocation``), then the stall watch (only while ``raw`` is
+        RUNNING, at most every :data:`STALL_CHECK_S`): the first that says so wins. ``raw``: the backend's status
+        of the attempt (None: only the deadline and the stall watch)."""
+        now = self.clock() if now is None else now
+        d = self.deadline()
+        if d is not None and now - self.started > d[0]:
+            return Verdict(AppState.TIMED_OUT, f"active deadline of {d[0]:g}s exceeded ({d[1]}); stopped every task",
+                           "deadline")
+        if raw is not None:
+            v = self._allocation(raw, now)
+            if v is not None:
+                return v
+        if self._watch is not None and (raw is None or raw.state is AppState.RUNNING) \
+                and now - self._stall_checked >= STALL_CHECK_S:
+            self._stall_checked = now
+            try:
+                report = self._watch.poll(now)
+            except Exception as exc:  # noqa: BLE001 - a KV going away (the app ending): its status says why
+                log.debug("stall watch: %s", exc)
+                return None
+            if report is not None:
+                return Verdict(AppState.TIMED_OUT, report.message, "stall")
+        return None
+
+    def _allocation(self, raw: AppStatus, now: float) -> Verdict | None:
+        pending = self.pending_tasks(raw)
+        if not pending:
+            self._pending_since = None
+            return None
+        if self._pending_since is None:
+            self._pending_since = now
+        limit = self.spec.timeouts.allocation
+        if now - self._pending_since <= limit:
+            return None
+        return Verdict(AppState.TIMED_OUT, f"containers not allocated within {limit:g}s (timeouts.allocation): "
+                                           f"{', '.join(pending)} still pending", "allocation")
+
+    @staticmethod
+    def pending_tasks(raw: AppStatus) -> list[str]:
+        """What waits for a container: PENDING tasks, else the application itself while it is PENDING with none."""
+        if raw.state.is_terminal:
+            return []
+        pending = [t.task for t in raw.tasks if t.state == "PENDING"]
+        if not pending and raw.state is AppState.PENDING and not raw.tasks:
+            return ["the application master"]
+        return pending
+
+    # ------------------------------------------------------------------------------------------------- progress
+    def progress(self, kv: Any) -> dict[str, Any]:
+        """The job's progress for ``AppStatus.progress`` from ``kv`` (a KV, or a dict of every KV item): the furthest
+        global step, examples/s, loss, ETA from the global step's own rate, and the side roles' (tensorboard URL,
+        newest evaluation). Records progress points (:attr:`history`) and the chief's summary (:attr:`summary`)."""
+        store = _Snapshot(kv) if isinstance(kv, Mapping) else kv
+        items = store.items("progress/")
+        self.history.record(items)
+        total = store.get(TOTAL_STEPS_KEY)
+        sides = side_roles(store.get)
+        out = aggregate_progress(items, int(total) if total and str(total).isdigit() else None,
+                                 self.spec.training_tasks, self.rate) | sides
+        summary = summary_with_eval(store.get(SUMMARY_KEY), sides)
+        if summary is not None:
+            self.summary = summary
+        return out
+
+
+# ----------------------------------------------------------------------------------------------------- settling
+def settle(st: AppStatus, note: str = "") -> AppStatus:
+    """The tasks of an ended app as they ended (the last snapshot may predate the end): a task the diagnosis gives
+    an exit code (``worker:1: exit code 137``) FAILED with it; a RUNNING or PENDING one SUCCEEDED (exit 0) when the
+    app succeeded, else KILLED (with ``note`` as its diagnosis when it has none). A running app is unchanged."""
+    from tfyarn.runtime.exit_report import exit_codes_in
+
+    if not st.state.is_terminal:
+        return st
+    codes = exit_codes_in(st.diagnostics)
+    for t in st.tasks:
+        if t.task in codes and t.state != "SUCCEEDED":
+            t.state = "FAILED"            # the snapshot may say KILLED: the shutdown it caused killed its container
+            t.exit_code = codes[t.task] if t.exit_code is None else t.exit_code
+        elif t.state in ("RUNNING", "PENDING"):
+            t.state = "SUCCEEDED" if st.state is AppState.SUCCEEDED else "KILLED"
+            t.exit_code = 0 if t.state == "SUCCEEDED" else None
+            if t.state == "KILLED" and note and not t.diagnostics:
+                t.diagnostics = note
+    return st
+
+
+# ----------------------------------------------------------------------------------------------------- logs
+def task_matches(task: str | None, label: str, container_id: str | None = None) -> bool:
+    """Does the selection ``task`` (None = all, ``worker:1``, a role ``worker``, a YARN container id) take the task
+    ``label``?"""
+    return task is None or task in (label, container_id, label.split(":")[0])
+
+
+def select_tasks(names: Iterable[str], task: str | None, app_id: str) -> list[str]:
+    """The tasks of ``names`` that ``task`` selects (None: all; ``worker:1``; a role ``worker``: its tasks); an
+    unknown one is :class:`AppNotFound` naming the app's tasks."""
+    names = list(names)
+    chosen = [n for n in names if task_matches(task, n)]
+    if not chosen:
+        raise AppNotFound(f"app {app_id} has no task {task!r} (tasks: {', '.join(names)})")
+    return chosen
+
+
+# ----------------------------------------------------------------------------------------------------- report
+def write_report(out_dir: Path, st: AppStatus, points: list[dict[str, Any]], checkpoint_url: str | None,
+                 extra: Mapping[str, Any] | None = None) -> Path | None:
+    """The run report (JSON + PNG, :func:`tfyarn.report.write_run_report`) of an ended job in ``out_dir`` and next to
+    its checkpoints; returns the report.json (None: nothing to report, or it failed: a warning). A run that recorded
+    no step and did not succeed (it failed before its first step) keeps its report in ``out_dir`` only: beside the
+    checkpoints it would replace the report of the run that wrote them. Never changes the job's outcome."""
+    try:
+        if not points and not checkpoint_url:
+            return None
+        trained = st.state is AppState.SUCCEEDED or any((p.get("step") or 0) > 0 for p in points)
+        out_dir = Path(out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        write_run_report(out_dir, st.to_dict() | dict(extra or {}), points, checkpoint_url if trained else None,
+                         history_from=checkpoint_url)
+        from tfyarn.report import REPORT_JSON
+        return out_dir / REPORT_JSON
+    except Exception:  # noqa: BLE001 - e.g. an unwritable checkpoint dir: the job's result stands
+        log.warning("could not write the run report of %s", st.app_id, exc_info=True)
+        return None
+
+
+def training_end_note(progress: Mapping[str, Any], summary: Mapping[str, Any] | None,
+                      checkpoint_url: str | None) -> str:
+    """``"; training had completed (global step N/N): ..."`` when the job's progress reached its planned total (or
+    the chief wrote the summary), else ``""``: what the diagnosis of a job stopped from outside adds. Without it such
+    a run read as an ordinary interrupted one ("KILLED ... global step 279/279") and the user could not tell whether
+    to run it again."""
+    gs, total = progress.get("global_step"), progress.get("total_steps")
+    if summary:
+        gs, total = summary.get("global_step", gs), summary.get("total_steps") or total
+    if summary is None and not (total and gs is not None and gs >= total):
+        return ""
+    step = f"global step {gs}/{total}" if total else f"global step {gs}"
+    if summary is not None:
+        ckpt = summary.get("last_checkpoint")
+        written = f"the final checkpoint ({ckpt}) and the summary were written" if ckpt else \
+            "the summary was written" + ("" if checkpoint_url else " (no checkpoint.dir)")
+        return f"; training had completed ({step}): {written}"
+    if not checkpoint_url:
+        return f"; training had completed ({step}): the summary was not written (no checkpoint.dir)"
+    try:
+        from tfyarn.train.checkpoint import CheckpointStore
+        latest = CheckpointStore(checkpoint_url).latest()
+    except Exception as exc:  # noqa: BLE001 - a note on the diagnosis must not fail the caller
+        return f"; training had completed ({step}): the summary was not written; {checkpoint_url}: {exc}"
+    if latest is not None and total and int(latest.get("global_step", -1)) >= total:
+        return f"; training had completed ({step}): the final checkpoint ({latest['name']}) was written, the summary " \
+               f"was not"
+    had = f"the latest is {latest['name']}, global step {latest.get('global_step')}" if latest else "none was committed"
+    return f"; training had completed ({step}): the final checkpoint was not written ({had}), nor the summary"
+
+
+def checkpoint_url(spec: JobSpec | None) -> str | None:
+    """The spec's resolved checkpoint dir (None without a spec or a dir)."""
+    return spec.resolve_path(spec.checkpoint.dir) if spec is not None and spec.checkpoint.dir else None
+
+
+# ----------------------------------------------------------------------------------------------------- waiting
+class WaitClock:
+    """A follower's own bound (``wait(timeout=…)``, the Airflow trigger's ``timeout``): not the job's deadline —
+    running out leaves the app running and says what was waited for. ``expired(state)`` is the message, or None."""
+
+    def __init__(self, timeout: float | None, what: str, clock: Callable[[], float] = time.monotonic):
+        self.timeout, self.what, self.clock = timeout, what, clock
+        self.deadline = None if timeout is None else clock() + timeout
+
+    def expired(self, last_state: AppState) -> str | None:
+        if self.deadline is None or self.clock() < self.deadline:
+            return None
+        return f"timed out after {self.timeout:g}s waiting for {self.what} to finish (last state {last_state.value})"
