@@ -193,7 +193,7 @@ def test_an_id_of_no_backend_or_yarn_without_hadoop_is_a_usage_error_not_a_crash
     runner = CliRunner()
     for args in (["status", "nope"], ["kill", "nope"], ["logs", "nope"], ["wait", "nope"]):
         r = runner.invoke(cli, args)
-        assert r.exit_code == 2 and "no app 'nope': app ids are local-… (local runs) or application_… (YARN)" \
+        assert r.exit_code == 2 and "no app 'nope': app ids are local-… (local) or application_… (yarn)" \
             in r.output, (args, r.output)
     for args in (["status", "application_1_2"], ["list", "--yarn"],
                  ["run", "--yarn", write(tmp_path, small_spec(tmp_path))]):

@@ -14,11 +14,12 @@ import os
 from pathlib import Path
 from typing import Callable, Iterator
 
+from tfyarn import paths
+from tfyarn.backends import registry
 from tfyarn.backends.base import AppStatus, Backend
-from tfyarn.errors import AppNotFound, TfyarnError
 from tfyarn.spec import JobSpec, load_spec
 
-BACKENDS = ("local", "yarn")
+BACKENDS = tuple(registry.KNOWN)
 
 
 def load(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> JobSpec:
@@ -32,14 +33,8 @@ def default_backend_name() -> str:
 
 
 def get_backend(name: str | None = None, **options) -> Backend:
-    name = name or default_backend_name()
-    if name == "local":
-        from tfyarn.backends.local import LocalBackend
-        return LocalBackend(**options)
-    if name == "yarn":
-        from tfyarn.backends.yarn import YarnBackend
-        return YarnBackend(**options)
-    raise TfyarnError(f"unknown backend {name!r} (choose from {', '.join(BACKENDS)})")
+    """A backend by name (:mod:`tfyarn.backends.registry`); unknown or not installed → a one-line usage error."""
+    return registry.get_backend(name or default_backend_name(), **options)
 
 
 def _detached(b: Backend, detach_report: bool) -> Backend:
@@ -51,12 +46,7 @@ def _detached(b: Backend, detach_report: bool) -> Backend:
 
 def backend_for_app(app_id: str) -> Backend:
     """The backend that owns ``app_id``: ``local-…`` ids are local apps, ``application_…`` ids YARN's."""
-    if app_id.startswith("local-"):
-        return get_backend("local")
-    if app_id.startswith("application_"):
-        return get_backend("yarn")
-    raise AppNotFound(f"no app {app_id!r}: app ids are local-… (local runs) or application_… (YARN); "
-                      f"`tfyarn list` shows them")
+    return get_backend(registry.backend_name_for_app(app_id))
 
 
 def dryrun(spec: JobSpec, backend: str | None = None) -> str:
@@ -116,9 +106,8 @@ def report_location(st: AppStatus, build: bool = True) -> str | None:
     if st.backend == "local":
         p = Path(st.tracking_url) / REPORT_JSON if st.tracking_url else None
         return str(p) if p is not None and p.exists() else None
-    from tfyarn.backends.local import tfyarn_home
     ckpt = (st.summary or {}).get("checkpoint_dir")
-    local = tfyarn_home() / "yarn" / st.app_id / REPORT_JSON
+    local = paths.yarn_report_dir(st.app_id) / REPORT_JSON
     for attempt in range(2 if build else 1):
         found = report_at(ckpt, st.app_id) if ckpt else None
         if found or local.exists():

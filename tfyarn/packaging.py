@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from tfyarn import paths
 from tfyarn.errors import TfyarnError
 
 log = logging.getLogger(__name__)
@@ -197,12 +198,6 @@ def env_fingerprint(prefix: str | os.PathLike | None = None, kind: str | None = 
 
 
 # ------------------------------------------------------------------------------------------------------------ packing
-
-def cache_dir() -> Path:
-    """Local cache for packed archives (``$TFYARN_CACHE_DIR``, else ``~/.cache/tfyarn``)."""
-    d = os.environ.get("TFYARN_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "tfyarn")
-    return Path(d)
-
 
 def archive_name(fp: Fingerprint) -> str:
     return f"env-{fp.kind}-{fp.env_hash[:24]}.tar.gz"
@@ -378,7 +373,7 @@ def ensure_env(spec: Any, staging_dir: str, progress: Progress | None = None, *,
         if progress:
             progress("cached", 0, 0)
         return EnvRef(**{**ref.to_dict(), "cached": True})
-    local = Path(local_cache or cache_dir() / "envs") / name
+    local = Path(local_cache or paths.cache_dir() / "envs") / name
     if not local.is_file():
         pack_env(pfx, kind, local, progress)
     sent = upload(local, fs, path, progress)

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tfyarn import paths
 from tfyarn.fsio import replace
 
 log = logging.getLogger(__name__)
@@ -318,8 +319,7 @@ def fetch_report(app_id: str | None = None, source: str | None = None) -> tuple[
     if not app_id:
         raise TfyarnError("give an app id or --from URL")
     if not app_id.startswith("local-"):
-        from tfyarn.backends.local import tfyarn_home
-        d = tfyarn_home() / "yarn" / app_id  # written when this machine followed the job (run / --wait / wait)
+        d = paths.yarn_report_dir(app_id) # written when this machine followed the job (run / --wait / wait)
         if (d / REPORT_JSON).exists():
             report = json.loads((d / REPORT_JSON).read_text())
             return report, str(d / REPORT_PNG) if report.get("plot") else None

@@ -11,7 +11,6 @@ Thread-safe: the launcher's signal handlers, its main loop and its log threads c
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
@@ -23,7 +22,8 @@ from collections import deque
 from pathlib import Path
 from typing import BinaryIO
 
-from tfyarn.runtime.forkserver import FD_ENV, MAX_MESSAGE
+from tfyarn import forkserver_protocol as protocol
+from tfyarn.forkserver_protocol import FD_ENV
 
 log = logging.getLogger(__name__)
 
@@ -149,11 +149,8 @@ class ForkServer:
                 self._next_id += 1
                 rid = self._next_id
                 req = self._pending[rid] = _Request(read_fd)
-                data = json.dumps({"id": rid, "env": env, "cwd": str(cwd)}).encode()
                 try:
-                    if len(data) > MAX_MESSAGE:
-                        raise OSError(f"start request of {len(data)} bytes is larger than {MAX_MESSAGE}")
-                    socket.send_fds(self._sock, [data], [write_fd])
+                    protocol.send(self._sock, {"id": rid, "env": env, "cwd": str(cwd)}, [write_fd])
                 except OSError as exc:
                     del self._pending[rid]
                     raise ForkServerError(f"cannot send a start request to the {self.describe()}: {exc}") from exc
@@ -178,12 +175,12 @@ class ForkServer:
         assert self._sock is not None
         while True:
             try:
-                data, _fds, _flags, _addr = socket.recv_fds(self._sock, MAX_MESSAGE, 1)
+                msg, _fds = protocol.recv(self._sock, 1)
             except OSError:
-                data = b""
-            if not data:
+                msg = None
+            if msg is None:
                 break
-            self._handle(json.loads(data))
+            self._handle(msg)
         self._server_gone()
 
     def _handle(self, msg: dict) -> None:

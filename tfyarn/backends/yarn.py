@@ -33,9 +33,9 @@ import urllib.error
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from tfyarn import hdfs, kerberos, packaging
+from tfyarn import hdfs, kerberos, packaging, paths
 from tfyarn.backends import phases, yarn_logs, yarn_rest, yarn_spec
-from tfyarn.backends._skein import skein
+from tfyarn._skein import skein
 from tfyarn.backends.base import AppState, AppStatus, Backend, TaskStatus
 from tfyarn.backends.yarn_status import (ACTIVE_APP_STATES, ALL_APP_STATES, ALL_CONTAINER_STATES, app_state,
                                          attempt_of, end_tasks, failure_diagnosis, tasks_from_containers,
@@ -239,8 +239,7 @@ class YarnBackend(Backend):
             self._owns_client = False
 
     def _state_path(self, app_id: str) -> Path:
-        from tfyarn.backends.local import tfyarn_home
-        return tfyarn_home() / "yarn" / f"{app_id}.json"
+        return paths.yarn_state_file(app_id)
 
     def _saved_spec(self, app_id: str, saved: dict[str, Any] | None = None) -> JobSpec | None:
         """The spec this machine submitted ``app_id`` with (None for an app submitted elsewhere)."""
@@ -265,7 +264,7 @@ class YarnBackend(Backend):
         os.replace(tmp, p)
 
     def _local_dir(self) -> Path:
-        return packaging.cache_dir() / "ship"
+        return paths.cache_dir() / "ship"
 
     # -- spec → skein ---------------------------------------------------------------------------------------------
     def build(self, spec: JobSpec, dry_run: bool = False, attempt: int = 0) -> tuple[Any, packaging.EnvRef]:
@@ -861,7 +860,7 @@ class YarnBackend(Backend):
         return phases.durations(phases.marks(gw, rm, rec))
 
     def _report_dir(self, app_id: str) -> Path:
-        return self._state_path(app_id).with_suffix("")
+        return paths.yarn_report_dir(app_id)
 
     def _report_at_end(self, st: AppStatus) -> None:
         """The run report of a job this process followed: now, or by a detached process (``detached_report``) that

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from tfyarn.backends._skein import skein
+from tfyarn._skein import skein
 from tfyarn.packaging import ENV_DIR, SKIP_DIRS, SKIP_SUFFIXES, EnvRef
 from tfyarn.spec import ROLE_ORDER, SIDECAR_ROLES, JobSpec
 

@@ -8,7 +8,7 @@ Why cached, and where: counting records means reading every byte once. ``tfyarn 
 the first job) pays for it and writes ``.<name>.tfyidx.json`` beside each data file (hidden, so globs and Hadoop
 conventions skip it). Where the data directory is read-only the index goes to the cache dir: on YARN one on the
 cluster's filesystem (``data.index_cache``, default ``<staging dir>/index``: every node and every later run sees it),
-locally ``$TFYARN_CACHE_DIR`` or ``~/.cache/tfyarn/index`` — keyed by path + size + mtime + stride + compression. A
+locally :func:`tfyarn.paths.index_cache_dir` — keyed by path + size + mtime + stride + compression. A
 cached entry is only used when all of these still match, so a rewritten file is re-indexed, never mis-split. The
 whole manifest is cached there too (``manifests/<digest of the listing>.json``) for the tasks of a job
 (:mod:`tfyarn.data.shared_index`): a second run reads one file, not one per data file.
@@ -27,14 +27,12 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import statistics
 import threading
 import time
 import uuid
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any, Iterable
 
 import fsspec
@@ -43,6 +41,7 @@ import numpy as np
 from tfyarn.data import tfrecord
 from tfyarn.data.errors import DataError, NoDataError
 from tfyarn.errors import WaitTimeout
+from tfyarn import paths
 from tfyarn.fsio import replace
 
 log = logging.getLogger(__name__)
@@ -257,15 +256,10 @@ def _beside(url: str) -> str:
     return f"{head}/.{name}.tfyidx.json"
 
 
-def default_cache_dir() -> str:
-    """The cache dir when none is given: ``$TFYARN_CACHE_DIR`` or ``~/.cache/tfyarn/index`` (this machine's)."""
-    return os.environ.get("TFYARN_CACHE_DIR") or str(Path.home() / ".cache" / "tfyarn" / "index")
-
-
 def cache_entry(url: str, size: int, mtime: str, stride: int, compression: str, cache_dir: str | None) -> str:
     """Where the cache dir keeps ``url``'s index: one flat name per (path, size, mtime, stride, compression)."""
     key = hashlib.sha1(f"{url}|{size}|{mtime}|{stride}|{compression}".encode()).hexdigest()
-    return f"{(cache_dir or default_cache_dir()).rstrip('/')}/{key}.json"
+    return f"{(cache_dir or paths.index_cache_dir()).rstrip('/')}/{key}.json"
 
 
 def read_text(url: str) -> str | None:
@@ -498,7 +492,7 @@ def list_data(urls: list[str] | str) -> Listing:
 
 def manifest_entry(cache_dir: str | None, digest: str) -> str:
     """Where the cache dir keeps the whole manifest of a listing (:meth:`Listing.digest`)."""
-    return f"{(cache_dir or default_cache_dir()).rstrip('/')}/manifests/{digest}.json"
+    return f"{(cache_dir or paths.index_cache_dir()).rstrip('/')}/manifests/{digest}.json"
 
 
 def load_manifest(cache_dir: str | None, digest: str) -> Manifest | None:

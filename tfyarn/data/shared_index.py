@@ -39,6 +39,7 @@ from typing import Any, Callable
 
 from tfyarn.data import manifest as mf
 from tfyarn.data.errors import DataError
+from tfyarn import paths
 from tfyarn.errors import WaitTimeout
 
 log = logging.getLogger(__name__)
@@ -65,7 +66,7 @@ class Exchange:
         self.kv, self.tasks, self.rank = kv, tasks, rank
         self.ns = f"index/{attempt}/{name}"
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in f"{app_id}-{attempt}-{name}")
-        self.dir = f"{(cache_dir or mf.default_cache_dir()).rstrip('/')}/exchange/{safe}"
+        self.dir = f"{(cache_dir or paths.index_cache_dir()).rstrip('/')}/exchange/{safe}"
         self.inline_max = inline_max(len(tasks))
 
     def key(self, kind: str, rank: int | None = None) -> str:

@@ -88,6 +88,6 @@ def finish_if_last(kv: KV, tasks: list[str], task: str, shutdown: Callable[[], A
 def finish_yarn_task(kv: KV, spec: Any, task: str) -> bool:
     """:func:`finish_if_last` with this container's skein application client."""
     def shutdown() -> None:
-        from tfyarn.backends._skein import skein
+        from tfyarn._skein import skein
         skein().ApplicationClient.from_current().shutdown("SUCCEEDED", DONE_DIAGNOSTICS)
     return finish_if_last(kv, spec.tasks(), task, shutdown)

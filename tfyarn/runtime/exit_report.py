@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def run() -> None:
         try:
-            from tfyarn.backends._skein import skein
+            from tfyarn._skein import skein
             outcome.append(report(skein().ApplicationClient.from_current(), code, died_at))
         except Exception as exc:  # noqa: BLE001 - a report must never change how the container ends
             outcome.append(f"! {type(exc).__name__}: {exc}")

@@ -15,13 +15,7 @@ leaves no process behind.
 
 Run as ``python -m tfyarn.runtime.forkserver`` by the launcher, with the tasks' common environment (set before the
 import: ``TF_CPP_MIN_LOG_LEVEL`` etc. are read by TF at start-up), ``TFYARN_PARENT_PID`` = the launcher and
-:data:`FD_ENV` = the fd of its end of an ``AF_UNIX`` ``SOCK_SEQPACKET`` socketpair (message boundaries kept, so one
-``recvmsg`` is one message with its fds). Messages are JSON objects:
-
-* server → client, once: ``{"ready": true, "pid": …}`` after the preload, or ``{"error": "…"}`` and exit 1;
-* client → server: ``{"id": n, "env": {…}, "cwd": "…"}`` + (SCM_RIGHTS) the write end of the task's output pipe;
-* server → client: ``{"id": n, "pid": …}`` or ``{"id": n, "error": "…"}``;
-* server → client: ``{"exit": pid, "returncode": rc}`` when a task ended (Popen's convention: ``-N`` for signal N).
+``FD_ENV`` = the fd of its end of the control socket (the messages: :mod:`tfyarn.forkserver_protocol`).
 
 EOF on the socket (the launcher closed it, or died) → the server exits, and tasks still running die by their own
 PR_SET_PDEATHSIG. The server is single-threaded on purpose: ``fork()`` copies only the calling thread, and a lock
@@ -38,7 +32,6 @@ joined and atexit functions run before ``os._exit``, as at interpreter exit.
 from __future__ import annotations
 
 import importlib
-import json
 import logging
 import os
 import select
@@ -49,11 +42,8 @@ import time
 import traceback
 from typing import NoReturn
 
-#: Environment variable holding the fd number of the server's end of the control socket.
-FD_ENV = "TFYARN_FORKSERVER_FD"
-#: Largest control message (a task's environment as JSON); a larger one (or one larger than the socket's send buffer)
-#: is refused, and the launcher starts that task as a new process instead.
-MAX_MESSAGE = 1 << 20
+from tfyarn.forkserver_protocol import FD_ENV, MessageTooLarge, recv
+from tfyarn.forkserver_protocol import send as _send
 #: Modules every task imports; importing them here is what makes a forked task start warm.
 PRELOAD = ("tfyarn.runtime.main", "tfyarn.runtime.rendezvous", "tfyarn.train", "tfyarn.train.helpers",
            "tfyarn.train.ps", "tfyarn.train.allreduce", "tfyarn.train.checkpoint", "tfyarn.data")
@@ -74,10 +64,6 @@ def _log(msg: str) -> None:
     now = time.time()
     print(f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(now))},{int(now % 1 * 1000):03d} forkserver: {msg}",
           flush=True)
-
-
-def _send(sock: socket.socket, msg: dict) -> None:
-    sock.send(json.dumps(msg).encode())
 
 
 def preload() -> None:
@@ -232,16 +218,15 @@ def serve(sock: socket.socket, parent_pid: int) -> int:
         ready, _, _ = select.select([sock], [], [], POLL_S)
         if not ready:
             continue
-        msg, fds, flags, _ = socket.recv_fds(sock, MAX_MESSAGE, 8)
-        if not msg:
+        try:
+            msg, fds = recv(sock, 8)
+        except MessageTooLarge as exc:
+            _send(sock, {"id": None, "error": f"request refused: {exc}"})
+            continue
+        if msg is None:
             _log("control socket closed; exiting")
             return 0
-        if flags & socket.MSG_TRUNC:
-            for fd in fds:
-                os.close(fd)
-            _send(sock, {"id": None, "error": f"request larger than {MAX_MESSAGE} bytes"})
-            continue
-        _start(sock, json.loads(msg), fds)
+        _start(sock, msg, fds)
 
 
 def main() -> int:

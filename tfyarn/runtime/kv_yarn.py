@@ -52,7 +52,7 @@ class SkeinKV(KV):
     @classmethod
     def from_current(cls) -> "SkeinKV":
         """The KV of the application this container belongs to (``skein.ApplicationClient.from_current()``)."""
-        from tfyarn.backends._skein import skein
+        from tfyarn._skein import skein
 
         sk = skein()
         try:
@@ -77,7 +77,7 @@ class SkeinKV(KV):
         created on a range holding the key (two threads write the watcher's gRPC stream: IllegalStateException
         'sendHeaders has already been called', a bare ``ApplicationError`` here; seen failing a ps's rendezvous).
         The value is stored by then but that watcher's event is lost; a put is idempotent and notifies again."""
-        from tfyarn.backends._skein import skein
+        from tfyarn._skein import skein
 
         for attempt in range(PUT_TRIES):
             try:
@@ -145,7 +145,7 @@ class SkeinKV(KV):
     def claim(self, key: str, value: str, owner: str | None = None, also: Mapping[str, str] | None = None) -> bool:
         """Atomically create ``key`` if absent; with ``owner`` (a container id) skein deletes it when that exits.
         ``also``: keys put in the same transaction (only if the claim succeeds)."""
-        from tfyarn.backends._skein import skein
+        from tfyarn._skein import skein
 
         skv = skein().kv
         op = skv.put(key, value=str(value).encode(), owner=owner) if owner else skv.put(key, value=str(value).encode())
