@@ -29,22 +29,16 @@ from typing import Callable, Iterator
 
 import psutil
 
+from tfyarn import paths
 from tfyarn.backends.base import AppState, AppStatus, Backend
 from tfyarn.backends.launcher import KILL_REQUEST, Echo, Launcher, write_json_atomic, write_text_atomic
 from tfyarn.errors import AppNotFound
 from tfyarn.preflight import run_local_preflight
 from tfyarn.spec import JobSpec, load_spec_json
 
-__all__ = ["LocalBackend", "Launcher", "apps_dir", "new_app_id", "tfyarn_home"]
+__all__ = ["LocalBackend", "Launcher", "new_app_id"]
 
 log = logging.getLogger(__name__)
-
-def tfyarn_home() -> Path:
-    return Path(os.environ.get("TFYARN_HOME") or "~/.tfyarn").expanduser()
-
-
-def apps_dir() -> Path:
-    return tfyarn_home() / "apps"
 
 
 def new_app_id() -> str:
@@ -67,7 +61,7 @@ class LocalBackend(Backend):
         self.home = home
 
     def _apps(self) -> Path:
-        return (self.home / "apps") if self.home else apps_dir()
+        return (self.home / "apps") if self.home else paths.apps_dir()
 
     def app_dir(self, app_id: str) -> Path:
         d = self._apps() / app_id
