@@ -16,7 +16,7 @@ from typing import Callable, Iterator
 
 from tfyarn import paths
 from tfyarn.backends import registry
-from tfyarn.backends.base import AppStatus, Backend
+from tfyarn.backends.base import AppStatus, Backend, Request
 from tfyarn.spec import JobSpec, load_spec
 
 BACKENDS = tuple(registry.KNOWN)
@@ -49,7 +49,9 @@ def backend_for_app(app_id: str) -> Backend:
     return get_backend(registry.backend_name_for_app(app_id))
 
 
-def dryrun(spec: JobSpec, backend: str | None = None) -> str:
+def dryrun(spec: JobSpec, backend: str | None = None) -> Request:
+    """What ``submit`` would start (YARN: the skein ApplicationSpec and the files it ships; local: the processes);
+    ``str()`` of it is readable (YARN: loadable skein YAML). Starts, uploads and writes nothing."""
     with get_backend(backend) as b:
         return b.dryrun(spec)
 
@@ -61,12 +63,13 @@ def run(spec: JobSpec, backend: str | None = None, echo: Callable[[str, str], No
     the spec's job attempts (``retry.max_attempts``) as new applications; ``detach_report``: the run report is
     written by a detached process after this returns (the CLI's exit does not wait for it)."""
     with _detached(get_backend(backend), detach_report) as b:
-        return b.run(spec, echo=echo, on_update=on_update, timeout=timeout)  # type: ignore[attr-defined]
+        return b.run(spec, echo=echo, on_update=on_update, timeout=timeout)
 
 
 def submit(spec: JobSpec, backend: str | None = None) -> str:
+    """Start the job (its dry-run request, exactly) and return its app id without waiting."""
     with get_backend(backend) as b:
-        return b.submit(spec)
+        return b.schedule(b.dryrun(spec))
 
 
 def status(app_id: str) -> AppStatus:

@@ -217,7 +217,7 @@ def submit(ctx: click.Context, spec_path: str, overrides: tuple[str, ...], backe
     from tfyarn import api
     spec = _load(spec_path, overrides)
     if dry_run:
-        text = api.dryrun(spec, backend)
+        text = str(api.dryrun(spec, backend))
         click.echo(json.dumps({"dry_run": text}, indent=1) if output == "json" else text)
         return
     app_id = api.submit(spec, backend)

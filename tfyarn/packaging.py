@@ -364,20 +364,32 @@ def ensure_env(spec: Any, staging_dir: str, progress: Progress | None = None, *,
     ref = EnvRef("pack", f"./{ENV_DIR}/bin/python", archive_url=url, env_hash=fp.env_hash, kind=kind)
     if dry_run:
         return ref
+    return stage_env(ref, progress, prefix=pfx, fs=fs, local_cache=local_cache, conf=conf)
+
+
+def stage_env(ref: EnvRef, progress: Progress | None = None, *, prefix: str | None = None, fs: Any = None,
+              local_cache: str | os.PathLike | None = None, conf: dict[str, str] | None = None) -> EnvRef:
+    """Make the archive a dry-run ``ref`` names exist (pack ``prefix`` into the local cache, upload it); a ``ref``
+    that ships no archive of ours is returned as it is. The submit of a dry-run request: what it named is staged."""
+    if ref.source != "pack" or ref.archive_url is None or ref.kind is None or ref.env_hash is None:
+        return ref
+    url = ref.archive_url
+    from tfyarn import hdfs
+
     if fs is None:
         fs, path = hdfs.get_fs(url, conf=conf)
     else:
         path = fs._strip_protocol(url)
     if fs.exists(path):
-        log.info("environment %s already staged at %s: nothing to upload", fp.env_hash[:12], url)
+        log.info("environment %s already staged at %s: nothing to upload", ref.env_hash[:12], url)
         if progress:
             progress("cached", 0, 0)
         return EnvRef(**{**ref.to_dict(), "cached": True})
-    local = Path(local_cache or paths.cache_dir() / "envs") / name
+    local = Path(local_cache or paths.cache_dir() / "envs") / url.rsplit("/", 1)[-1]
     if not local.is_file():
-        pack_env(pfx, kind, local, progress)
+        pack_env(prefix or sys.prefix, ref.kind, local, progress)
     sent = upload(local, fs, path, progress)
-    log.info("uploaded environment %s (%.1f MB) to %s", fp.env_hash[:12], sent / 1e6, url)
+    log.info("uploaded environment %s (%.1f MB) to %s", ref.env_hash[:12], sent / 1e6, url)
     if progress:
         progress("done", sent, sent)
     return EnvRef(**{**ref.to_dict(), "uploaded_bytes": sent})

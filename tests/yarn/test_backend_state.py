@@ -319,11 +319,11 @@ def test_run_stopped_before_its_first_submit_returned_exits_with_the_signal(tmp_
     from tfyarn.cli import cli
     monkeypatch.setenv("TFYARN_HOME", str(tmp_path / "home"))
 
-    def slow_submit(self, spec, attempt=0):
+    def slow_schedule(self, request):
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(5)
         raise AssertionError("the signal did not interrupt the submit")
-    monkeypatch.setattr(YarnBackend, "submit", slow_submit)
+    monkeypatch.setattr(YarnBackend, "schedule", slow_schedule)
     monkeypatch.setattr("tfyarn.api.get_backend", lambda name=None: _Ctx(YarnBackend(client=FakeRM([]),
                                                                                     preflight=False)))
     spec_path = tmp_path / "job.yaml"
@@ -476,7 +476,7 @@ def test_staging_tokens_and_kill_follow_the_cluster_and_the_proxy_user(monkeypat
     spec = make_spec(environment={"python": "/opt/py/bin/python"},
                      checkpoint={"dir": "hdfs://ns1/ckpt", "init_from": "hdfs://old-ns/ckpt"},
                      export={"dir": "hdfs://serving-ns/models"})
-    app, _ = b.build(spec, dry_run=True)
+    app = b.dryrun(spec).app
     assert set(app.file_systems) == {"hdfs://old-ns", "hdfs://serving-ns", "hdfs://staging-ns"}
     rm = b.client()
     b._save_state(APP, app_id=APP, name=spec.name, spec=spec.to_json())

@@ -13,6 +13,7 @@ import yaml
 from yarnutil import make_spec
 from tfyarn.backends import yarn_spec
 from tfyarn.backends.yarn import YarnBackend
+from tfyarn.errors import TfyarnError
 from tfyarn.backends.yarn_spec import Shipped, build_application_spec, container_script, write_spec_file
 from tfyarn.packaging import EnvRef
 
@@ -187,14 +188,44 @@ def test_backend_dryrun_is_loadable_and_writes_nothing(tmp_path, monkeypatch, sp
     monkeypatch.setenv("TFYARN_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("HADOOP_CONF_DIR", str(tmp_path / "noconf"))
     b = YarnBackend(staging_dir="hdfs://nn:8020/user/alice/.tfyarn")
-    text = b.dryrun(spec)
+    request = b.dryrun(spec)
+    text = str(request)
     app = skein.ApplicationSpec.from_yaml(text)
-    assert app == b.build(spec, dry_run=True)[0]
-    assert text == b.dryrun(spec)                                  # stable: same spec → same YAML
+    assert app == request.app
+    assert text == str(b.dryrun(spec))                             # stable: same spec → same YAML
     src = app.services["worker"].files["env"].source
     assert src.startswith("hdfs://nn:8020/user/alice/.tfyarn/envs/env-venv-") and src.endswith(".tar.gz")
+    assert f"# environment: this Python's venv packed to {src} (packed and uploaded at submit" in text
+    assert f"# ships: {request.shipped.spec_file}" in text and str(tmp_path / "cache" / "ship") in text
     assert not (tmp_path / "cache").exists()
     assert yaml.safe_load(text)["tags"] == sorted(yaml.safe_load(text)["tags"])
+
+
+def test_submit_sends_exactly_the_dry_run_request_and_refuses_a_stale_one(tmp_path, monkeypatch):
+    """torchx's schedule(submit_dryrun(…)): the ApplicationSpec printed is the one submitted; the shipped files it
+    names are written at submit, and a code dir changed since the dry run is refused, not shipped silently."""
+    monkeypatch.setenv("TFYARN_CACHE_DIR", str(tmp_path / "cache"))
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "m.py").write_text("X = 1\n")
+    spec = make_spec(code=str(code), environment={"python": "/opt/py/bin/python"})
+    submitted = []
+
+    class RM:
+        def submit(self, app):
+            submitted.append(app)
+            return "application_1_0001"
+    b = YarnBackend(client=RM(), preflight=False, staging_dir=str(tmp_path / "staging"))
+    b._conf = {}
+    request = b.dryrun(spec)
+    assert not Path(request.shipped.code).exists()
+    assert b.schedule(request) == "application_1_0001" and submitted == [request.app]
+    assert Path(request.shipped.code).is_file() and Path(request.shipped.spec_file).is_file()
+    stale = b.dryrun(spec)
+    (code / "m.py").write_text("X = 2\n")
+    with pytest.raises(TfyarnError, match="changed since its dry run"):
+        b.schedule(stale)
+    assert len(submitted) == 1
 
 
 def test_shipped_tfyarn_carries_the_built_c_loops(tmp_path):

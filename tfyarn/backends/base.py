@@ -1,6 +1,8 @@
 """The backend interface: turn a spec into running tasks, then describe, follow, and stop them.
 
-Modelled on torchx's Scheduler (dryrun / schedule / describe / log_iter / cancel). ``local`` runs tasks as OS processes
+Modelled on torchx's Scheduler (submit_dryrun → AppDryRunInfo → schedule; describe / log_iter / cancel): ``dryrun``
+builds the :class:`Request` without starting or uploading anything, ``schedule`` starts exactly that request, and
+``submit`` is the two in one. ``local`` runs tasks as OS processes
 on this machine; ``yarn`` runs them as containers of a skein application. Both return the same :class:`AppStatus`, so
 the CLI, the Airflow operator and users' scripts work the same against either.
 """
@@ -86,16 +88,36 @@ class AppStatus:
                    summary=d.get("summary"), attempt=d.get("attempt", 0), tags=d.get("tags", []))
 
 
+@dataclass
+class Request:
+    """What a submit would start (a backend's subclass says how); ``str()`` is what ``tfyarn submit --dry-run`` prints."""
+    spec: JobSpec
+    attempt: int = 0                # job attempt (0-based): TFYARN_ATTEMPT of the tasks
+
+
+Echo = Callable[[str, str], None]   # (task, line): a task's log line as it is written
+
+
 class Backend(ABC):
     name: str = "?"
 
     @abstractmethod
-    def dryrun(self, spec: JobSpec) -> str:
-        """What would be launched, as text a user can read (YARN: the skein YAML). Starts nothing."""
+    def dryrun(self, spec: JobSpec, attempt: int = 0) -> Request:
+        """The request :meth:`schedule` would start for ``spec``. Starts, uploads and writes nothing."""
 
     @abstractmethod
+    def schedule(self, request: Request) -> str:
+        """Start exactly ``request`` (from this backend's :meth:`dryrun`); return its app id without waiting."""
+
     def submit(self, spec: JobSpec) -> str:
-        """Start the job; return its app id without waiting for it to finish."""
+        """Start the job (``schedule(dryrun(spec))``); return its app id without waiting for it to finish."""
+        return self.schedule(self.dryrun(spec))
+
+    @abstractmethod
+    def run(self, spec: JobSpec, echo: Echo | None = None, on_update: Callable[[AppStatus], None] | None = None,
+            timeout: float | None = None) -> AppStatus:
+        """Run the job to its end with its job attempts; ``echo`` sees task log lines, ``on_update`` each status;
+        ``timeout`` (seconds) ends it as TIMED_OUT."""
 
     @abstractmethod
     def status(self, app_id: str) -> AppStatus: ...

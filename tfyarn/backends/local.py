@@ -24,13 +24,14 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
 import psutil
 
 from tfyarn import paths
-from tfyarn.backends.base import AppState, AppStatus, Backend
+from tfyarn.backends.base import AppState, AppStatus, Backend, Request
 from tfyarn.backends.launcher import KILL_REQUEST, Echo, Launcher, write_json_atomic, write_text_atomic
 from tfyarn.errors import AppNotFound
 from tfyarn.preflight import run_local_preflight
@@ -53,6 +54,24 @@ def _pid_alive(pid: int) -> bool:
         return False
 
 
+@dataclass
+class LocalPlan(Request):
+    """A local submit: one process per task on this machine, started by a launcher process under ``apps``."""
+    apps: Path = Path()
+    python: str = sys.executable
+    tasks: dict[str, dict[str, str]] = field(default_factory=dict)   # task → the environment its role adds
+
+    def __str__(self) -> str:
+        s = self.spec
+        lines = [f"local app for job {s.name!r}: {len(self.tasks)} processes on 127.0.0.1 (app dir under {self.apps})",
+                 f"  mode={s.mode} sync={s.sync} global batch={s.global_batch_size} "
+                 f"({s.data.batch_size} per worker x {s.num_training_workers} training tasks)"]
+        for task, env in self.tasks.items():
+            extra = " ".join(f"{k}={v}" for k, v in env.items())
+            lines.append(f"  {task:<14} {self.python} -m tfyarn.runtime {extra}".rstrip())
+        return "\n".join(lines)
+
+
 class LocalBackend(Backend):
     """Runs jobs on this machine. ``run`` follows in the foreground; ``submit`` detaches a launcher process."""
     name = "local"
@@ -69,34 +88,31 @@ class LocalBackend(Backend):
             raise AppNotFound(f"no local app {app_id!r} under {self._apps()}")
         return d
 
-    def dryrun(self, spec: JobSpec) -> str:
-        lines = [f"local app for job {spec.name!r}: {len(spec.tasks())} processes on 127.0.0.1",
-                 f"  mode={spec.mode} sync={spec.sync} global batch={spec.global_batch_size} "
-                 f"({spec.data.batch_size} per worker x {spec.num_training_workers} training tasks)"]
-        for task in spec.tasks():
-            role = task.split(":")[0]
-            env = " ".join(f"{k}={v}" for k, v in spec.roles[role].env.items())  # type: ignore[index]
-            lines.append(f"  {task:<14} {sys.executable} -m tfyarn.runtime {env}".rstrip())
-        return "\n".join(lines)
+    def dryrun(self, spec: JobSpec, attempt: int = 0) -> LocalPlan:
+        tasks = {t: {**spec.roles[t.split(":")[0]].env} for t in spec.tasks()}  # type: ignore[index]
+        return LocalPlan(spec, attempt, self._apps(), sys.executable, tasks)
 
     def run(self, spec: JobSpec, echo: Echo | None = None, on_update: Callable[[AppStatus], None] | None = None,
-            app_id: str | None = None, timeout: float | None = None) -> AppStatus:
+            timeout: float | None = None) -> AppStatus:
         """Run in the foreground to the end; ``timeout`` (seconds) stops the job as TIMED_OUT, like YARN's."""
         run_local_preflight(spec, count_records=True)
-        app_id = app_id or new_app_id()
+        app_id = new_app_id()
         return Launcher(spec, self._apps() / app_id, app_id, echo=echo, on_update=on_update, timeout=timeout).run()
 
-    def submit(self, spec: JobSpec) -> str:
+    def schedule(self, request: Request) -> str:
+        """Start the plan's launcher as a detached process (it outlives this one) and return the app id."""
+        assert isinstance(request, LocalPlan), f"not a local plan: {request!r}"
+        spec = request.spec
         run_local_preflight(spec, count_records=True)
         app_id = new_app_id()
-        d = self._apps() / app_id
+        d = request.apps / app_id
         d.mkdir(parents=True)
         (d / "spec.json").write_text(spec.to_json())
         write_json_atomic(d / "status.json", AppStatus(app_id, "local", spec.name, AppState.PENDING,
                                                         started=time.time(), tracking_url=str(d),
                                                         tags=list(spec.tags)).to_dict())
         with open(d / "launcher.log", "ab") as out:
-            proc = subprocess.Popen([sys.executable, "-m", "tfyarn.backends.local", str(d), app_id],
+            proc = subprocess.Popen([request.python, "-m", "tfyarn.backends.local", str(d), app_id],
                                     stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                     start_new_session=True)
         write_text_atomic(d / "launcher.pid", str(proc.pid))

@@ -22,6 +22,7 @@ are 2 before anything is submitted.
 """
 from __future__ import annotations
 
+import dataclasses
 import getpass
 import json
 import logging
@@ -36,12 +37,12 @@ from typing import Any, Callable, Iterator
 from tfyarn import hdfs, kerberos, packaging, paths
 from tfyarn.backends import phases, yarn_logs, yarn_rest, yarn_spec
 from tfyarn._skein import skein
-from tfyarn.backends.base import AppState, AppStatus, Backend, TaskStatus
+from tfyarn.backends.base import AppState, AppStatus, Backend, Request, TaskStatus
 from tfyarn.backends.yarn_status import (ACTIVE_APP_STATES, ALL_APP_STATES, ALL_CONTAINER_STATES, app_state,
                                          attempt_of, end_tasks, failure_diagnosis, tasks_from_containers,
                                          timestamp)
 from tfyarn.backends.progress import GlobalStepRate, aggregate_progress, side_roles, summary_with_eval
-from tfyarn.errors import AppNotFound, WaitTimeout, YarnUnavailable
+from tfyarn.errors import AppNotFound, TfyarnError, WaitTimeout, YarnUnavailable
 from tfyarn.interrupts import Interrupted, deferring_stop_signals, ignoring_stop_signals, interruptible
 from tfyarn.report import HISTORY_FILE, REPORT_JSON, ProgressHistory, write_run_report
 from tfyarn.runtime import app_end
@@ -56,6 +57,23 @@ log = logging.getLogger(__name__)
 DRIVER_START_TIMEOUT_S = 120.0
 
 # ------------------------------------------------------------------------------------------------------ backend
+
+@dataclasses.dataclass
+class YarnRequest(Request):
+    """A YARN submit: the skein ApplicationSpec and the files it ships (:meth:`YarnBackend.dryrun`)."""
+    app: Any = None                         # skein.ApplicationSpec
+    shipped: yarn_spec.Shipped | None = None
+
+    def __str__(self) -> str:
+        """The skein YAML (``skein.ApplicationSpec.from_yaml`` loads it), then what submit ships and stages."""
+        assert self.shipped is not None
+        env = self.shipped.env
+        staged = {"pack": f"this Python's {env.kind} packed to {env.archive_url} (packed and uploaded at submit "
+                          f"unless already there)", "archive": f"the archive {env.archive_url}",
+                  "python": f"the nodes' {env.python}", "none": "the nodes' python3"}[env.source]
+        files = [self.shipped.spec_file, self.shipped.tfyarn_src, self.shipped.code]
+        return "\n".join([yarn_spec.to_yaml(self.app).rstrip(), f"# environment: {staged}",
+                          *(f"# ships: {f}" for f in files if f)])
 
 class YarnBackend(Backend):
     """tfyarn on YARN through skein.
@@ -267,18 +285,13 @@ class YarnBackend(Backend):
         return paths.cache_dir() / "ship"
 
     # -- spec → skein ---------------------------------------------------------------------------------------------
-    def build(self, spec: JobSpec, dry_run: bool = False, attempt: int = 0) -> tuple[Any, packaging.EnvRef]:
-        """The skein ApplicationSpec for ``spec`` and its environment; with ``dry_run`` nothing is packed,
-        uploaded or written (the env archive URL is computed from the hash alone)."""
+    def dryrun(self, spec: JobSpec, attempt: int = 0) -> YarnRequest:
+        """The skein ApplicationSpec for ``spec`` and the files it ships. Nothing is packed, uploaded or written: the
+        env archive's URL and the shipped files' paths are content hashes, made to exist by :meth:`schedule`."""
         self.login(spec)
-        spec = self.with_index_cache(spec)
-        env = packaging.ensure_env(spec, self.staging_dir, self.progress, dry_run=dry_run, conf=self.conf)
-        local = self._local_dir()
-        code = None
-        if spec.code:
-            code = yarn_spec.build_code_zip(spec.resolve_path(spec.code), local, write=not dry_run)
-        shipped = yarn_spec.Shipped(env=env, spec_file=yarn_spec.write_spec_file(spec, local, write=not dry_run),
-                                    tfyarn_src=yarn_spec.build_tfyarn_zip(local, write=not dry_run), code=code)
+        submitted, spec = spec, self.with_index_cache(spec)   # the spec saved and shown is the one given
+        env = packaging.ensure_env(spec, self.staging_dir, self.progress, dry_run=True, conf=self.conf)
+        shipped = self._ship(submitted, env, write=False)
         # every filesystem a task reads or writes: each needs a delegation token on a secure cluster
         urls = [*spec.data.train, *spec.data.eval, spec.checkpoint.dir, spec.checkpoint.init_from,
                 spec.export.dir if spec.export else None, self.staging_dir]
@@ -286,12 +299,13 @@ class YarnBackend(Backend):
         app = yarn_spec.build_application_spec(spec, shipped, master_memory_mib=self.master_memory_mib,
                                                master_vcores=self.master_vcores, file_systems=fss,
                                                extra_tags=self.extra_tags, attempt=attempt)
-        return app, env
+        return YarnRequest(submitted, attempt, app, shipped)
 
-    def dryrun(self, spec: JobSpec) -> str:
-        """The exact skein YAML ``submit`` would send (``skein.ApplicationSpec.from_yaml`` loads it)."""
-        app, _ = self.build(spec, dry_run=True)
-        return yarn_spec.to_yaml(app)
+    def _ship(self, spec: JobSpec, env: packaging.EnvRef, write: bool) -> yarn_spec.Shipped:
+        spec, local = self.with_index_cache(spec), self._local_dir()
+        code = yarn_spec.build_code_zip(spec.resolve_path(spec.code), local, write=write) if spec.code else None
+        return yarn_spec.Shipped(env=env, spec_file=yarn_spec.write_spec_file(spec, local, write=write),
+                                 tfyarn_src=yarn_spec.build_tfyarn_zip(local, write=write), code=code)
 
     def with_index_cache(self, spec: JobSpec) -> JobSpec:
         """``spec`` with ``data.index_cache`` set, when unset, to ``<staging dir>/index``: the tasks' cluster-wide
@@ -312,15 +326,20 @@ class YarnBackend(Backend):
         return preflight.run_preflight(spec, cluster, master_memory_mib=self.master_memory_mib,
                                        master_vcores=self.master_vcores)
 
-    def submit(self, spec: JobSpec, attempt: int = 0) -> str:
-        """Preflight, stage the environment (0 bytes when cached), submit; return the YARN application id.
-        The skein driver starts meanwhile (:meth:`start_driver`): its JVM is the only one a job needs."""
+    def schedule(self, request: Request) -> str:
+        """Preflight, stage the environment (0 bytes when cached) and the shipped files the request names, submit its
+        ApplicationSpec; return the YARN application id. The skein driver starts meanwhile (:meth:`start_driver`):
+        its JVM is the only one a job needs."""
+        assert isinstance(request, YarnRequest), f"not a YARN request: {request!r}"
+        spec, attempt, app = request.spec, request.attempt, request.app
         if not self._injected:
             self._require_hadoop()          # a usage error before anything starts, not a driver thread's
         self.start_driver(spec)
         if self.preflight and attempt == 0:
             self.run_preflight(spec)
-        app, env = self.build(spec, attempt=attempt)
+        env = packaging.stage_env(request.shipped.env, self.progress, conf=self.conf)
+        if self._ship(spec, env, write=True) != dataclasses.replace(request.shipped, env=env):
+            raise TfyarnError("the job's code, spec or tfyarn changed since its dry run: dry-run it again")
         self.last_env = env
         env_ready = time.time()
         client = self.client(spec)          # the driver started in the background: waited for here
@@ -360,7 +379,7 @@ class YarnBackend(Backend):
         try:
             with interruptible():
                 for attempt in range(spec.retry.max_attempts):
-                    app_id = self.submit(spec, attempt=attempt)
+                    app_id = self.schedule(self.dryrun(spec, attempt=attempt))
                     self._release_driver()
                     left = None if deadline is None else max(1.0, deadline - (time.monotonic() - start))
                     limit = left if timeout is None else (timeout if left is None else min(timeout, left))
