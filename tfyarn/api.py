@@ -12,12 +12,17 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 from tfyarn import paths
 from tfyarn.backends import registry
-from tfyarn.backends.base import AppStatus, Backend, Request
+from tfyarn.backends.base import AppState, AppStatus, Backend, Request
+from tfyarn.errors import AppNotFound, TfyarnError
 from tfyarn.spec import JobSpec, load_spec
+
+__all__ = ["AppState", "AppStatus", "BACKENDS", "check_files", "dryrun", "export", "get_backend", "index_data", "kill",
+           "list_apps", "load", "logs", "pack", "report", "report_location", "run", "status", "submit", "wait",
+           "write_synthetic"]
 
 BACKENDS = tuple(registry.KNOWN)
 
@@ -119,6 +124,91 @@ def report_location(st: AppStatus, build: bool = True) -> str | None:
             with get_backend(st.backend) as b:
                 b.write_report(st)  # type: ignore[attr-defined]
     return None
+
+
+def report(app_id: str | None = None, source: str | None = None,
+           to: str | Path | None = None) -> tuple[dict[str, Any], str | None]:
+    """The report of an app and where its PNG is (a local path or a URL).
+
+    ``source`` is a directory URL holding ``report.json`` (e.g. a YARN job's checkpoint dir on HDFS). Without it, the
+    local app dir of ``app_id`` is used; a local app that has no report yet (still running, or its launcher died) gets
+    one built now from its status and recorded history. ``to``: copy report.json and the PNG into this local dir (the
+    PNG returned is then the copy).
+    """
+    from tfyarn.report import copy_report
+    rep, png = _fetch_report(app_id, source)
+    if to is not None:
+        written = copy_report(rep, png, Path(to))
+        png = str(written[1]) if len(written) > 1 else None
+    return rep, png
+
+def _fetch_report(app_id: str | None, source: str | None) -> tuple[dict[str, Any], str | None]:
+    import json
+
+    from tfyarn.report import HISTORY_FILE, REPORT_JSON, REPORT_PNG, ProgressHistory, write_run_report
+    if source:
+        import fsspec
+        fs, root = fsspec.core.url_to_fs(source.rstrip("/"))
+        try:
+            with fs.open(f"{root}/{REPORT_JSON}") as f:
+                report = json.loads(f.read())
+        except FileNotFoundError:
+            raise AppNotFound(f"no {REPORT_JSON} under {source}") from None
+        png = f"{source.rstrip('/')}/{REPORT_PNG}" if report.get("plot") else None
+        return report, png
+    if not app_id:
+        raise TfyarnError("give an app id or --from URL")
+    if not app_id.startswith("local-"):
+        d = paths.yarn_report_dir(app_id) # written when this machine followed the job (run / --wait / wait)
+        if (d / REPORT_JSON).exists():
+            report = json.loads((d / REPORT_JSON).read_text())
+            return report, str(d / REPORT_PNG) if report.get("plot") else None
+        raise TfyarnError(f"no report of {app_id} on this machine (it is written by whoever followed the job to its "
+                          f"end, next to its checkpoints): pass --from <checkpoint dir URL>")
+    with get_backend("local") as backend:
+        d = backend.app_dir(app_id)  # type: ignore[attr-defined]
+        if not (d / REPORT_JSON).exists():
+            st = backend.status(app_id).to_dict()
+            write_run_report(d, st, ProgressHistory.load(d / HISTORY_FILE).points)
+    report = json.loads((d / REPORT_JSON).read_text())
+    return report, str(d / REPORT_PNG) if report.get("plot") else None
+
+
+def check_files(spec: JobSpec, backend: str | None = None) -> None:
+    """What run/submit check before starting (data globs, first records, writable dirs, init_from, and — when the
+    tasks run this Python: locally, or a packed env on YARN — the model's module and the roles' packages)."""
+    from tfyarn.preflight import run_file_checks
+    run_file_checks(spec, task_env=(backend or default_backend_name()) == "local" or spec.environment.source == "pack")
+
+
+def pack(spec: JobSpec, staging_dir: str | None = None, progress: Callable[[str, int, int | None], None] | None = None):
+    """Pack the spec's environment and stage it for YARN now (the cache submit uses); 0 bytes when already staged.
+    Returns the :class:`tfyarn.packaging.EnvRef`."""
+    from tfyarn.backends.yarn import pack as pack_env
+    return pack_env(spec, staging_dir, progress=progress)
+
+
+def index_data(urls: list[str], compression: str = "auto", on_corrupt: str = "fail", cache_dir: str | None = None,
+               staging_dir: str | None = None) -> tuple[Any, str, dict[str, int], str | None]:
+    """Index TFRecord files ahead of the jobs that read them: (the manifest, its summary for people, what it took —
+    files_indexed, bytes_read, cache_hits —, the cache dir of read-only data). HDFS/viewfs data with no
+    ``cache_dir``: the YARN staging dir's ``index/`` (what YARN jobs read)."""
+    from tfyarn.data import build_manifest, summarize
+    from tfyarn.data.manifest import STATS
+    if cache_dir is None and any(u.split(":", 1)[0] in ("hdfs", "viewfs") for u in urls):
+        from tfyarn import hdfs
+        with get_backend("yarn", staging_dir=staging_dir) as b:
+            cache_dir = hdfs.join(b.staging_dir, "index")  # type: ignore[attr-defined]
+    before = STATS.snapshot()
+    m = build_manifest(urls, compression=compression, on_corrupt=on_corrupt, cache_dir=cache_dir, whole=True)
+    got = STATS.snapshot()
+    return m, summarize(m), {k: got[k] - before[k] for k in ("files_indexed", "bytes_read", "cache_hits")}, cache_dir
+
+
+def write_synthetic(out_dir: str, **options: Any) -> list[str]:
+    """A synthetic, learnable TFRecord data set (:func:`tfyarn.data.synth.write_synthetic`)."""
+    from tfyarn.data import write_synthetic as write
+    return write(out_dir, **options)
 
 
 def list_apps(backend: str | None = None) -> list[AppStatus]:

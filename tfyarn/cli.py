@@ -109,11 +109,8 @@ def validate(spec_path: str, overrides: tuple[str, ...], check_files: bool, back
     """Check a spec and print what it would run (exit 2 and every problem if invalid)."""
     spec = _load(spec_path, overrides)
     if check_files:
-        from tfyarn.api import default_backend_name
-        from tfyarn.preflight import run_file_checks
-        # the tasks run this Python on a local run, and on YARN when this environment is packed and shipped
-        run_file_checks(spec, task_env=(backend or default_backend_name()) == "local"
-                        or spec.environment.source == "pack")
+        from tfyarn import api
+        api.check_files(spec, backend)
     roles = ", ".join(f"{r}x{spec.instances(r)}" for r in spec.roles if spec.instances(r))
     click.echo(f"{spec_path}: ok — job {spec.name!r}, mode {spec.mode}{' sync' if spec.sync else ''}, {roles}, "
                f"{spec.data.epochs} epochs, global batch {spec.global_batch_size} "
@@ -301,7 +298,7 @@ def logs(app_id: str, task: str | None, follow: bool) -> None:
 def kill(app_id: str) -> None:
     """Kill an app and every one of its tasks (an app that has already ended is left as it is; exit 0 either way)."""
     from tfyarn import api
-    from tfyarn.backends.base import AppState
+    from tfyarn.api import AppState
     st = api.status(app_id)
     if not st.state.is_terminal:
         st = api.kill(app_id)
@@ -345,15 +342,11 @@ def report(app_id: str | None, source: str | None, dest: str | None, output: str
 
     Local apps: from the app dir (built now if the run has none yet). Others: --from the checkpoint dir.
     """
-    from pathlib import Path
-
-    from tfyarn.report import copy_report, fetch_report, report_text
+    from tfyarn import api
+    from tfyarn.display import report_text
     if not app_id and not source:
         raise click.UsageError("give an APP_ID (a local app) or --from URL (a directory holding report.json)")
-    rep, png = fetch_report(app_id, source)
-    if dest:
-        written = copy_report(rep, png, Path(dest))
-        png = str(written[1]) if len(written) > 1 else None
+    rep, png = api.report(app_id, source, to=dest)
     click.echo(json.dumps(rep, indent=1, sort_keys=True) if output == "json" else report_text(rep, png))
 
 
@@ -366,7 +359,7 @@ def pack(spec_path: str, overrides: tuple[str, ...], staging_dir: str | None) ->
     """Pack the spec's Python environment and stage it for YARN (cached by content hash: unchanged = 0 bytes)."""
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
 
-    from tfyarn.backends.yarn import pack as pack_env
+    from tfyarn import api
     spec = _load(spec_path, overrides)
     with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), transient=True,
                   console=None) as bar:
@@ -377,7 +370,7 @@ def pack(spec_path: str, overrides: tuple[str, ...], staging_dir: str | None) ->
                 tasks[stage] = bar.add_task(stage, total=total)
             bar.update(tasks[stage], completed=done, total=total)
 
-        ref = pack_env(spec, staging_dir, progress=progress)
+        ref = api.pack(spec, staging_dir, progress=progress)
     what = "already staged, 0 bytes uploaded" if ref.cached else f"uploaded {ref.uploaded_bytes:,} bytes"
     click.echo(f"{ref.source} env {ref.archive_url or ref.python} ({what})")
 
@@ -409,8 +402,7 @@ def data_index(urls: tuple[str, ...], spec_path: str | None, overrides: tuple[st
     manifest is cached too, so a job over the same files reads no data before its first step."""
     import time
 
-    from tfyarn.data import build_manifest, summarize
-    from tfyarn.data.manifest import STATS
+    from tfyarn import api
     sections: list[tuple[str, list[str]]] = []
     if spec_path:
         spec = _load(spec_path, overrides)
@@ -424,21 +416,14 @@ def data_index(urls: tuple[str, ...], spec_path: str | None, overrides: tuple[st
         sections.append(("", list(urls)))
     if not sections:
         raise click.UsageError("name the data (URLs or globs) or a --spec")
-    every = [u for _, us in sections for u in us]
-    if cache_dir is None and any(u.split(":", 1)[0] in ("hdfs", "viewfs") for u in every):
-        from tfyarn import hdfs
-        from tfyarn.backends.yarn import YarnBackend
-        cache_dir = hdfs.join(YarnBackend(staging_dir=staging_dir).staging_dir, "index")
     for name, us in sections:
-        before, t0 = STATS.snapshot(), time.monotonic()
-        m = build_manifest(us, compression=compression or "auto", on_corrupt=on_corrupt or "fail",
-                           cache_dir=cache_dir, whole=True)
-        got = STATS.snapshot()
+        t0 = time.monotonic()
+        _, summary, took, cache_dir = api.index_data(us, compression or "auto", on_corrupt or "fail", cache_dir,
+                                                     staging_dir)
         if name:
             click.echo(f"{name}:")
-        click.echo(summarize(m))
-        click.echo(f"indexed {got['files_indexed'] - before['files_indexed']} files ("
-                   f"{got['bytes_read'] - before['bytes_read']:,} bytes read), {got['cache_hits'] - before['cache_hits']}"
+        click.echo(summary)
+        click.echo(f"indexed {took['files_indexed']} files ({took['bytes_read']:,} bytes read), {took['cache_hits']}"
                    f" indexes already cached, in {time.monotonic() - t0:.1f}s; cache dir for read-only data: "
                    f"{cache_dir or 'this machine'}")
 
@@ -453,8 +438,8 @@ def data_index(urls: tuple[str, ...], spec_path: str | None, overrides: tuple[st
 @click.option("--overwrite", is_flag=True, help="Replace a data set synth wrote there before (else refused).")
 def data_synth(out_dir: str, kind: str, files: int, records: int, skew: float, seed: int, overwrite: bool) -> None:
     """Write a synthetic, learnable TFRecord data set with deliberately uneven file sizes."""
-    from tfyarn.data import write_synthetic
-    paths = write_synthetic(out_dir, kind=kind, files=files, records=records, skew=skew, seed=seed,
+    from tfyarn import api
+    paths = api.write_synthetic(out_dir, kind=kind, files=files, records=records, skew=skew, seed=seed,
                             overwrite=overwrite)
     click.echo(f"wrote {len(paths)} files under {out_dir}")
 

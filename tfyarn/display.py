@@ -285,3 +285,19 @@ def summary_text(st: AppStatus) -> str:
     for t in failed:
         lines.append(f"  {t.task} failed (exit {t.exit_code}); log: {t.log}")
     return "\n".join(lines)
+
+
+def report_text(report: dict[str, Any], png: str | None) -> str:
+    """A few lines for people: outcome, the plot's location, per-task figures."""
+    took = f" in {report['duration_s']:.1f}s" if report.get("duration_s") else ""
+    lines = [f"run report of {report.get('name')} ({report.get('app_id')}): {report.get('state')}{took}"]
+    if report.get("diagnostics"):
+        lines.append(f"  diagnosis: {report['diagnostics']}")
+    lines.append(f"  plot: {png or '(none: matplotlib missing or no progress)'}")
+    for task, s in (report.get("tasks") or {}).items():
+        loss = (f"loss {s['first_loss']:.4f} -> {s['last_loss']:.4f}"
+                if s.get("first_loss") is not None and s.get("last_loss") is not None else "loss -")
+        rate = (f"examples/s mean {s['mean_examples_per_sec']:,.0f} max {s['max_examples_per_sec']:,.0f}"
+                if s.get("mean_examples_per_sec") is not None else "examples/s -")
+        lines.append(f"  {task:<12} step {s.get('last_step')}  {loss}  {rate}  ({s.get('points')} points)")
+    return "\n".join(lines)

@@ -20,7 +20,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tfyarn import paths
 from tfyarn.fsio import replace
 
 log = logging.getLogger(__name__)
@@ -298,43 +297,6 @@ def report_for_launcher(app_dir: Path, status: Any, history: ProgressHistory, sp
 
 
 # ------------------------------------------------------------------------------------------------ reading reports
-def fetch_report(app_id: str | None = None, source: str | None = None) -> tuple[dict[str, Any], str | None]:
-    """The report of an app and where its PNG is (a local path or a URL).
-
-    ``source`` is a directory URL holding ``report.json`` (e.g. a YARN job's checkpoint dir on HDFS). Without it, the
-    local app dir of ``app_id`` is used; a local app that has no report yet (still running, or its launcher died) gets
-    one built now from its status and recorded history.
-    """
-    from tfyarn.errors import AppNotFound, TfyarnError
-    if source:
-        import fsspec
-        fs, root = fsspec.core.url_to_fs(source.rstrip("/"))
-        try:
-            with fs.open(f"{root}/{REPORT_JSON}") as f:
-                report = json.loads(f.read())
-        except FileNotFoundError:
-            raise AppNotFound(f"no {REPORT_JSON} under {source}") from None
-        png = f"{source.rstrip('/')}/{REPORT_PNG}" if report.get("plot") else None
-        return report, png
-    if not app_id:
-        raise TfyarnError("give an app id or --from URL")
-    if not app_id.startswith("local-"):
-        d = paths.yarn_report_dir(app_id) # written when this machine followed the job (run / --wait / wait)
-        if (d / REPORT_JSON).exists():
-            report = json.loads((d / REPORT_JSON).read_text())
-            return report, str(d / REPORT_PNG) if report.get("plot") else None
-        raise TfyarnError(f"no report of {app_id} on this machine (it is written by whoever followed the job to its "
-                          f"end, next to its checkpoints): pass --from <checkpoint dir URL>")
-    from tfyarn.backends.local import LocalBackend
-    backend = LocalBackend()
-    d = backend.app_dir(app_id)
-    if not (d / REPORT_JSON).exists():
-        st = backend.status(app_id).to_dict()
-        write_run_report(d, st, ProgressHistory.load(d / HISTORY_FILE).points)
-    report = json.loads((d / REPORT_JSON).read_text())
-    return report, str(d / REPORT_PNG) if report.get("plot") else None
-
-
 def report_at(url: str, app_id: str) -> str | None:
     """``<url>/report.json`` when it is there and is ``app_id``'s (a checkpoint dir holds the report of the last run
     that trained into it), else None."""
@@ -360,19 +322,3 @@ def copy_report(report: dict[str, Any], png: str | None, dest: Path) -> list[Pat
             (dest / REPORT_PNG).write_bytes(src.read())
         out.append(dest / REPORT_PNG)
     return out
-
-
-def report_text(report: dict[str, Any], png: str | None) -> str:
-    """A few lines for people: outcome, the plot's location, per-task figures."""
-    took = f" in {report['duration_s']:.1f}s" if report.get("duration_s") else ""
-    lines = [f"run report of {report.get('name')} ({report.get('app_id')}): {report.get('state')}{took}"]
-    if report.get("diagnostics"):
-        lines.append(f"  diagnosis: {report['diagnostics']}")
-    lines.append(f"  plot: {png or '(none: matplotlib missing or no progress)'}")
-    for task, s in (report.get("tasks") or {}).items():
-        loss = (f"loss {s['first_loss']:.4f} -> {s['last_loss']:.4f}"
-                if s.get("first_loss") is not None and s.get("last_loss") is not None else "loss -")
-        rate = (f"examples/s mean {s['mean_examples_per_sec']:,.0f} max {s['max_examples_per_sec']:,.0f}"
-                if s.get("mean_examples_per_sec") is not None else "examples/s -")
-        lines.append(f"  {task:<12} step {s.get('last_step')}  {loss}  {rate}  ({s.get('points')} points)")
-    return "\n".join(lines)

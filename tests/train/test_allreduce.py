@@ -272,7 +272,7 @@ def test_sigstopped_worker_fails_the_job_within_stall_timeout_with_stacks(tmp_pa
 def test_strategy_start_up_without_a_peer_is_bounded_although_it_holds_the_gil(tmp_path):
     """Only the chief of a 2-task job starts: MultiWorkerMirroredStrategy waits for the worker holding the GIL, so no
     Python timer can fire; faulthandler's C thread ends the task GIL_FREE_BACKSTOP_S past timeouts.rendezvous."""
-    from tfyarn.train.allreduce import GIL_FREE_BACKSTOP_S
+    from tfyarn.train.strategy import GIL_FREE_BACKSTOP_S
     rendezvous_s = 5.0
     spec = make_spec(tmp_path, timeouts={"rendezvous": rendezvous_s})
     with LocalCluster(spec, tmp_path / "run") as c:

@@ -377,7 +377,7 @@ def test_unallocated_containers_time_out_with_the_queue_state(monkeypatch, tmp_p
 
 
 def test_a_followed_job_gets_a_run_report(running, tmp_path):
-    from tfyarn.report import fetch_report
+    from tfyarn import api
     b, rm, app, kv = running
     b.status(APP)  # followed while it runs: progress recorded
     put_json(kv, "progress/chief:0", {"step": 90, "global_step": 90, "examples_per_sec": 110.0, "loss": 0.2,
@@ -386,7 +386,7 @@ def test_a_followed_job_gets_a_run_report(running, tmp_path):
     rm.reports[APP] = report("FINISHED", "SUCCEEDED")
     st = b.wait(APP, timeout=10, poll=0.01)
     assert st.state is AppState.SUCCEEDED
-    rep, png = fetch_report(APP)
+    rep, png = api.report(APP)
     assert rep["app_id"] == APP and rep["state"] == "SUCCEEDED"
     assert rep["tasks"]["chief:0"]["last_loss"] == 0.2
 

@@ -90,7 +90,7 @@ class AppStatus:
 
 @dataclass
 class Request:
-    """What a submit would start (a backend's subclass says how); ``str()`` is what ``tfyarn submit --dry-run`` prints."""
+    """What a submit would start (each backend's subclass says how); ``str()``: what ``submit --dry-run`` prints."""
     spec: JobSpec
     attempt: int = 0                # job attempt (0-based): TFYARN_ATTEMPT of the tasks
 

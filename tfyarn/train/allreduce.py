@@ -25,20 +25,17 @@ Why it is built this way (each point is a failure of the seeds or a measured TF 
 """
 from __future__ import annotations
 
-import faulthandler
 import logging
-import os
 import re
-import signal
-import threading
 import time
 from typing import Any
 
 from tfyarn.errors import WaitTimeout
-from tfyarn.runtime.context import ABORT_KEY, DONE_KEY, TOTAL_STEPS_KEY, TaskContext, failure_key
+from tfyarn.runtime.context import DONE_KEY, TOTAL_STEPS_KEY, TaskContext
 from tfyarn.runtime.watchdog import install_stack_dumps
 from tfyarn.data.pipeline import EpochPipeline
 from tfyarn.train import helpers
+from tfyarn.train.strategy import check_abort, start_strategy
 from tfyarn.train.checkpoint import BackgroundUpload
 from tfyarn.train.model import build_model, load, split_features, tf_dtype
 
@@ -53,23 +50,6 @@ def model_variable_keys(n: int) -> list[str]:
 
 
 # --------------------------------------------------------------------------------------------------------- building
-
-def make_strategy(step_timeout_s: float) -> Any:
-    """MWMS from TF_CONFIG (set by the runtime), with collective ops bounded by ``timeouts.step``.
-
-    Puts back the SIGTERM disposition TF's preemption notifier replaces (see the module docstring): a stop from the
-    launcher, ``tfyarn kill`` or YARN ends the task as it ends a ps-mode task. Python cannot see the C++ handler
-    (``signal.getsignal`` still reports the old one), so the old one is set again unconditionally.
-    """
-    import tensorflow as tf
-    opts = tf.distribute.experimental.CommunicationOptions(timeout_seconds=float(step_timeout_s))
-    main = threading.current_thread() is threading.main_thread()   # signal.signal works only there
-    before = signal.getsignal(signal.SIGTERM) if main else None
-    strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=opts)
-    if main:
-        signal.signal(signal.SIGTERM, before if before is not None else signal.SIG_DFL)
-    return strategy
-
 
 def input_signature(features: dict[str, Any], batch_size: int) -> dict[str, Any]:
     """One TensorSpec per feature, leading dim = the per-worker batch: the step is traced once for the run."""
@@ -288,44 +268,6 @@ class Checkpointer:
 
 # ------------------------------------------------------------------------------------------------------- the loop
 
-#: Seconds past a bounded wait's timeout after which faulthandler's C thread dumps every thread's stack and exits
-#: the task (code 1). It needs no GIL: MultiWorkerMirroredStrategy start-up holds the GIL while it waits for its peers
-#: (measured: no Python thread ran during the whole wait), so the Python timer of :class:`_Bounded` cannot fire then.
-GIL_FREE_BACKSTOP_S = 10.0
-
-
-class _Bounded:
-    """Fail the task (stack dump, ``failure/<task>``, exit 4) if a blocking call that TF cannot time out overruns;
-    if that call holds the GIL, faulthandler ends the task :data:`GIL_FREE_BACKSTOP_S` later (stacks, exit 1)."""
-
-    def __init__(self, ctx: TaskContext, what: str, timeout: float):
-        self.ctx, self.what, self.timeout = ctx, what, timeout
-        self.timer = threading.Timer(timeout, self._fire)
-        self.timer.daemon = True
-
-    def _fire(self) -> None:
-        from tfyarn.runtime.watchdog import dump_stacks
-        msg = f"{self.ctx.task_id}: timed out after {self.timeout:g}s waiting for {self.what}"
-        log.error("%s", msg)
-        dump_stacks(msg)
-        try:
-            self.ctx.kv.put(failure_key(self.ctx.task_id), msg)
-        finally:
-            os._exit(int(WaitTimeout.exit_code))
-
-    def __enter__(self) -> "_Bounded":
-        log.info("%s: waiting up to %gs for %s (then: stacks in this log and the task fails; if the wait holds the "
-                 "GIL, faulthandler's 'Timeout' dump and exit %gs later)", self.ctx.task_id, self.timeout, self.what,
-                 GIL_FREE_BACKSTOP_S)
-        self.timer.start()
-        faulthandler.dump_traceback_later(self.timeout + GIL_FREE_BACKSTOP_S, exit=True)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        faulthandler.cancel_dump_traceback_later()
-        self.timer.cancel()
-
-
 _TF_TASK_RE = re.compile(r"/job:(\w+)/(?:replica:\d+/)?task:(\d+)")
 
 
@@ -354,22 +296,6 @@ def collective_failure(ctx: TaskContext, exc: BaseException, step: int) -> str |
     dump_stacks(msg)
     log.error("%s", msg)
     return msg
-
-
-def start_strategy(ctx: TaskContext) -> Any:
-    """The strategy as this mode (and ``helpers.strategy()`` of a custom loop) gets it: :func:`make_strategy` with its
-    start-up bounded by ``timeouts.rendezvous`` (GIL-free, :class:`_Bounded`), then a check for a stop whose SIGTERM
-    TF's notifier swallowed during that start-up."""
-    with _Bounded(ctx, "MultiWorkerMirroredStrategy start-up (all workers connecting)", ctx.spec.timeouts.rendezvous):
-        strategy = make_strategy(ctx.spec.timeouts.step)
-    _check_abort(ctx)
-    return strategy
-
-
-def _check_abort(ctx: TaskContext) -> None:
-    reason = ctx.kv.get(ABORT_KEY)
-    if reason is not None:
-        raise RuntimeError(f"{ctx.task_id}: job aborted: {reason}")
 
 
 def run(ctx: TaskContext) -> dict[str, Any]:
@@ -460,7 +386,7 @@ def _loop(ctx: TaskContext, feeder: Any, step_fn: Any, steps: list[int], epoch0:
         now = time.monotonic()
         if now - last_abort_check >= 2.0:
             last_abort_check = now
-            _check_abort(ctx)
+            check_abort(ctx)
         t_end_prev = time.monotonic()
     return ran, waits
 

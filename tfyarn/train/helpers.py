@@ -88,7 +88,7 @@ class Helpers:
         bounded by ``timeouts.step``, start-up by ``timeouts.rendezvous`` (even though that wait holds the GIL),
         SIGTERM still ending the task (TF's own handler swallows it), a stop during start-up honoured. Call it once,
         on every training task, before other TF work (TF's rule for this strategy)."""
-        from tfyarn.train.allreduce import start_strategy
+        from tfyarn.train.strategy import start_strategy
         return start_strategy(self.ctx)
 
     def checkpoint_store(self) -> Any:
