@@ -6,6 +6,7 @@ and to rule the extension out when debugging). Callers look ``records`` up at ca
 """
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 from types import ModuleType
@@ -17,8 +18,8 @@ _why_missing: list[str] = []         # why the import failed (empty: it did not,
 def _load() -> ModuleType | None:
     if os.environ.get("TFYARN_NATIVE", "1") == "0":
         return None
-    try:
-        from tfyarn.data import _records
+    try:   # by name: a `from tfyarn.data import` here would read as an import of the package that imports this module
+        _records = importlib.import_module("tfyarn.data._records")
     except ImportError as exc:       # not built, or built for another Python / libc than this one
         _why_missing.append(str(exc))
         return None
