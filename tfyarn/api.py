@@ -216,6 +216,19 @@ def list_apps(backend: str | None = None) -> list[AppStatus]:
         return b.list()
 
 
+def driver_status() -> list[dict]:
+    """tfyarn's shared skein drivers on this machine (:mod:`tfyarn.backends.yarn_driver`): address, pids, login,
+    which commands use it (pids), when it stops."""
+    from tfyarn.backends import yarn_driver
+    return [yarn_driver.describe(r) for r in yarn_driver.records()]
+
+
+def driver_stop() -> list[dict]:
+    """Stop tfyarn's shared skein drivers now (a user's own ``skein driver start`` is left running)."""
+    from tfyarn.backends import yarn_driver
+    return [r.__dict__ for r in yarn_driver.stop_all()]
+
+
 def export(spec: JobSpec, checkpoint: str | None = None, to: str | None = None) -> dict:
     """Export a committed checkpoint of ``spec.checkpoint.dir`` (by name, e.g. ``ckpt-120``; default the latest) as a
     SavedModel under ``to`` (a URL or a path relative to the current directory; default ``spec.export.dir``, which

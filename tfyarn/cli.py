@@ -377,6 +377,46 @@ def pack(spec_path: str, overrides: tuple[str, ...], staging_dir: str | None) ->
 
 # ------------------------------------------------------------------------------------------------------------ data
 @cli.group()
+def driver() -> None:
+    """tfyarn's shared skein driver (a JVM reused by later commands, stopped after $TFYARN_DRIVER_IDLE unused)."""
+
+
+@driver.command("status")
+@click.option("--output", type=click.Choice(["text", "json"]), default="text")
+def driver_status(output: str) -> None:
+    """Show the shared driver(s): address, pids, login, which commands use it, when it stops."""
+    from tfyarn.api import driver_status as status_
+    from tfyarn.backends.yarn_driver import skein_global
+    docs, own = status_(), skein_global()
+    if output == "json":
+        click.echo(json.dumps({"drivers": docs, "skein_global": own}, indent=2))
+        return
+    if own:
+        click.echo(f"skein global driver (`skein driver start`, used first): {own['address']} pid {own['pid']}"
+                   f"{'' if own['alive'] else ' (not running: stale ~/.skein/driver)'}")
+    if not docs:
+        click.echo("no tfyarn shared driver running (the next command that needs one starts it)")
+    for d in docs:
+        who = d["principal"] or d["user"]
+        use = (f"in use by pid {', '.join(map(str, d['used_by']))}" if d["used_by"] else
+               f"idle {d['idle_for_s']:.0f}s, stops in {d['stops_in_s']:.0f}s")
+        click.echo(f"{d['address']} jvm pid {d['jvm_pid']} (keeper {d['keeper_pid']}) as {who}, "
+                   f"{d['hadoop_conf_dir'] or 'no HADOOP_CONF_DIR'}: "
+                   f"{use if d['alive'] else 'not running (stale record)'}; log {d['log']}")
+
+
+@driver.command("stop")
+def driver_stop() -> None:
+    """Stop tfyarn's shared driver(s) now (a `skein driver start` driver is left running)."""
+    from tfyarn.api import driver_stop as stop_
+    stopped = stop_()
+    for d in stopped:
+        click.echo(f"stopped the shared driver at {d['address']} (jvm pid {d['jvm_pid']})")
+    if not stopped:
+        click.echo("no tfyarn shared driver was running")
+
+
+@cli.group()
 def data() -> None:
     """TFRecord data: index (manifest) and synthetic data sets."""
 

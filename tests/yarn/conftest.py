@@ -27,7 +27,7 @@ def pytest_runtest_makereport(item, call):
 
 @pytest.fixture(scope="session")
 def yarn():
-    """One YarnBackend (one private skein driver JVM) for the whole session."""
+    """One YarnBackend for the whole session (on the session's shared skein driver: tests/conftest.py)."""
     from tfyarn.backends.yarn import YarnBackend
     from clusterutil import SESSION_TAG
     b = YarnBackend(staging_dir=os.environ.get("TFYARN_STAGING_DIR"))

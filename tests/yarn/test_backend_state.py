@@ -443,8 +443,10 @@ def test_a_followed_job_that_advances_is_not_a_stall(monkeypatch, tmp_path):
 
 def test_a_stale_global_driver_record_is_dropped_not_fatal(monkeypatch):
     """~/.skein/driver naming a dead driver (after a reboot) made from_global_driver raise ConnectionError, which
-    nothing caught: every YARN command failed. It is forgotten and a private driver started instead."""
+    nothing caught: every YARN command failed. It is forgotten and a driver started instead (a private one here:
+    TFYARN_DRIVER_IDLE=0 turns the shared one off)."""
     calls = []
+    monkeypatch.setenv("TFYARN_DRIVER_IDLE", "0")
 
     def dead():
         raise skein.exceptions.ConnectionError("Unable to connect to driver at localhost:43567")

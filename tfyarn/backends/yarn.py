@@ -8,8 +8,10 @@ The pieces live in small modules; this one wires them to the :class:`~tfyarn.bac
 * :mod:`tfyarn.backends.yarn_logs` — NodeManager logs while running, aggregated logs (Hadoop 3.3 layout) after.
 
 **Driver.** skein talks to YARN through a Java driver. Starting one costs seconds, so we reuse a running global driver
-(``skein driver start``) when there is one; otherwise this backend starts a private driver on first use and stops it in
-:meth:`YarnBackend.close` (``driver="global"`` starts a global one instead and leaves it running for later commands).
+(``skein driver start``) when there is one; otherwise tfyarn's shared driver (:mod:`tfyarn.backends.yarn_driver`: one
+JVM per user, cluster and login, reused by later commands, stopped after ``TFYARN_DRIVER_IDLE`` unused).
+``driver="private"`` (or ``TFYARN_DRIVER_IDLE=0``) starts a driver of this backend's own, stopped in
+:meth:`YarnBackend.close`; ``driver="global"`` starts skein's global one and leaves it running.
 
 **Status after the end.** skein's application master — and its KV with the tasks' progress — is gone once the app
 ends. Every status read while the app runs is saved under ``$TFYARN_HOME/yarn/<app_id>.json`` (with the spec at
@@ -35,7 +37,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from tfyarn import hdfs, kerberos, packaging, paths
-from tfyarn.backends import phases, yarn_logs, yarn_rest, yarn_spec
+from tfyarn.backends import phases, yarn_driver, yarn_logs, yarn_rest, yarn_spec
 from tfyarn._skein import skein
 from tfyarn.backends.base import AppState, AppStatus, Backend, Request, TaskStatus
 from tfyarn.backends.yarn_status import (ACTIVE_APP_STATES, ALL_APP_STATES, ALL_CONTAINER_STATES, app_state,
@@ -82,8 +84,8 @@ class YarnBackend(Backend):
       staging_dir        HDFS dir for cached env archives (default ``$TFYARN_STAGING_DIR`` or
                          ``hdfs:///user/<user>/.tfyarn``)
       hadoop_conf_dir    default ``$HADOOP_CONF_DIR``
-      driver             "auto" (reuse a global skein driver, else a private one stopped by close()) |
-                         "global" (start a global driver if none, leave it running) | "private"
+      driver             "auto" (reuse a global skein driver, else tfyarn's shared one) | "global" (start a
+                         global skein driver if none, leave it running) | "private" (one stopped by close())
       master_memory_mib, master_vcores   the skein application master's container
       preflight          run :func:`tfyarn.preflight.run_preflight` in submit (default True)
       progress           ``callback(stage, done, total)`` for environment packing/upload
@@ -119,6 +121,7 @@ class YarnBackend(Backend):
         self._run_started: float | None = None  # wall time run() began (the first phase of the job's timeline)
         self._driver_thread: threading.Thread | None = None   # start_driver(): the JVM starting in the background
         self._driver_error: BaseException | None = None
+        self._lease: Any = None            # yarn_driver.Lease on tfyarn's shared driver, released by close()
         self._cluster = cluster
         self._conf: dict[str, str] | None = None
         self._apps: dict[str, Any] = {}
@@ -213,6 +216,10 @@ class YarnBackend(Backend):
                     sk.Client.start_global_driver(log=False, **kw)
                     self._client = sk.Client.from_global_driver()
                     return self._client
+        if self.driver == "auto" and yarn_driver.idle_seconds() > 0:
+            self._lease = yarn_driver.acquire(self._driver_identity(kw), kw, self._driver_env())
+            self._client = self._lease.client
+            return self._client
         log.info("starting a skein driver (JVM) for this command; `skein driver start` keeps one running")
         try:
             self._client = sk.Client(log=False, **kw)
@@ -222,11 +229,26 @@ class YarnBackend(Backend):
         self._owns_client = True
         return self._client
 
+    def _driver_identity(self, kw: dict[str, Any]) -> dict[str, Any]:
+        """Who the shared driver must be logged in as: the keytab's principal, else the ticket cache's."""
+        principal = (self._krb.principal if self._krb else
+                     yarn_driver.cache_principal() if kerberos.secure(self.conf) else None)
+        return yarn_driver.identity(self.user, principal, self.hadoop_conf_dir, kw)
+
+    def _driver_env(self) -> dict[str, str] | None:
+        if not self.hadoop_conf_dir:
+            return None
+        return {**os.environ, "HADOOP_CONF_DIR": self.hadoop_conf_dir}
+
     def _release_driver(self) -> None:
         """A one-shot command's (``detached_report``: the CLI) private driver is stopped now, in the background, when
         following needs no JVM (the RM's REST API and the AM's own address): its JVM's exit overlaps the job instead
         of delaying the CLI's exit. A long-lived backend (tests, a scheduler) keeps it for its next submit."""
-        if not (self.detached_report and self._owns_client and self._rm()):
+        if not (self.detached_report and (self._owns_client or self._lease) and self._rm()):
+            return
+        if self._lease is not None:
+            lease, self._lease, self._client = self._lease, None, None
+            lease.release()
             return
         client, self._client, self._owns_client = self._client, None, False
         threading.Thread(target=client.close, name="tfyarn-skein-driver-stop", daemon=True).start()
@@ -251,6 +273,9 @@ class YarnBackend(Backend):
             except Exception:  # noqa: BLE001
                 pass
         self._apps.clear()
+        if self._lease is not None:
+            lease, self._lease, self._client = self._lease, None, None
+            lease.release()
         if self._client is not None and self._owns_client:
             self._client.close()
             self._client = None

@@ -1,0 +1,52 @@
+"""The shared skein driver's rules that need no cluster: which driver may be reused, the idle setting, leases."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tfyarn.backends import yarn_driver
+from tfyarn.errors import YarnUnavailable
+
+
+def test_a_driver_is_reused_only_for_the_same_login_and_cluster(tmp_path):
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    base = yarn_driver.identity("alice", "alice@R", str(conf), {})
+    assert yarn_driver.key_of(base) == yarn_driver.key_of(yarn_driver.identity("alice", "alice@R", str(conf), {}))
+    others = [yarn_driver.identity("alice", "bob@R", str(conf), {}),          # another principal
+              yarn_driver.identity("bob", "alice@R", str(conf), {}),          # another YARN user
+              yarn_driver.identity("alice", "alice@R", str(tmp_path), {}),    # another cluster
+              yarn_driver.identity("alice", "alice@R", str(conf), {"java_options": ["-Dx=1"]})]
+    assert len({yarn_driver.key_of(i) for i in [base, *others]}) == 5
+
+
+@pytest.mark.parametrize("raw, secs", [("", 900.0), ("90", 90.0), ("2.5s", 2.5), ("15m", 900.0), ("1h", 3600.0),
+                                       ("0", 0.0)])
+def test_idle_setting(monkeypatch, raw, secs):
+    monkeypatch.setenv(yarn_driver.IDLE_ENV, raw)
+    assert yarn_driver.idle_seconds() == secs
+
+
+def test_a_bad_idle_setting_is_refused_naming_the_variable(monkeypatch):
+    monkeypatch.setenv(yarn_driver.IDLE_ENV, "soon")
+    with pytest.raises(YarnUnavailable, match="TFYARN_DRIVER_IDLE"):
+        yarn_driver.idle_seconds()
+
+
+def test_a_dead_commands_lease_no_longer_holds_the_driver(tmp_path):
+    files = yarn_driver._Files(tmp_path, "k")
+    files.leases.mkdir(parents=True)
+    (files.leases / str(os.getpid())).write_text(yarn_driver._start_time(os.getpid()))
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (files.leases / str(dead.pid)).write_text("1")
+    reused = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:   # a live pid whose start time differs from the lease's: the pid was reused, the lease is stale
+        (files.leases / str(reused.pid)).write_text("1")
+        assert files.live_leases() == [os.getpid()]
+        assert sorted(p.name for p in files.leases.iterdir()) == [str(os.getpid())]
+        assert files.last_used() > 0            # the stale leases marked a use
+    finally:
+        reused.kill()
+        reused.wait()
