@@ -12,7 +12,8 @@ a unique prefix (removed at the end). Measured, ``--runs`` times each (medians r
    upload), then cached runs (0 bytes uploaded); the NodeManagers' user filecache is counted before and after to show
    the archive is localized once per node, not per application (``visibility: private``).
 3. **commands** on a running app: ``status``, ``list``, ``logs`` (first line), ``kill`` (returns once KILLED), each
-   a new CLI process; and whether any of them started a JVM (skein driver).
+   a new CLI process: its CPU seconds and whether it started a skein driver JVM (``driver JVM started``, also per
+   run above: the first ``run`` starts tfyarn's shared driver, later ones reuse it).
 
 The machine's load (load average, other running YARN apps) is printed with the figures: the box is shared.
 Usage: ``python scripts/bench_yarn.py [--runs 3] [--pack] [--write]``; ``--write`` replaces the
@@ -28,6 +29,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 import uuid
@@ -39,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 from tfyarn.backends.phases import PHASES  # noqa: E402
 
 SECTION = "## YARN latency (issue 21)"
-TOTALS = ("start → app end", "start → exit", "submit → app end", "CLI CPU s")
+TOTALS = ("start → app end", "start → exit", "submit → app end", "CLI CPU s", "driver JVM started")
 
 
 def load() -> str:
@@ -71,9 +73,41 @@ def cli(args: list[str], env: dict, timeout: float = 600) -> tuple[subprocess.Co
     return p, time.time() - t0
 
 
+def driver_pids() -> set[int]:
+    """Skein driver JVMs on the box, read from /proc (no child process: it would count in the commands' CPU s)."""
+    pids = set()
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if b"com.anaconda.skein.Driver" in (d / "cmdline").read_bytes():
+                    pids.add(int(d.name))
+            except OSError:
+                pass
+    return pids
+
+
 def java_count() -> int:
-    out = subprocess.run(["pgrep", "-c", "-f", "com.anaconda.skein.Driver"], capture_output=True, text=True)
-    return int(out.stdout.strip() or 0)
+    return len(driver_pids())
+
+
+class JvmWatch:
+    """Which skein driver JVMs appear while a command runs (sampled every 0.2 s: a private driver is stopped before
+    the command exits, a shared one outlives it); ``started`` says whether the command started one."""
+
+    def __init__(self):
+        self.before, self.new, self._stop = driver_pids(), set(), threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+        self._t.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.2):
+            self.new |= driver_pids() - self.before
+
+    def stop(self) -> bool:
+        self._stop.set()
+        self._t.join(5)
+        self.new |= driver_pids() - self.before
+        return bool(self.new)
 
 
 def filecache_entries() -> int:
@@ -89,11 +123,13 @@ def _cpu() -> float:
 
 
 def run_job(spec_path: Path, env: dict) -> dict:
+    watch = JvmWatch()
     t0, c0 = time.time(), _cpu()
     p = subprocess.Popen([sys.executable, "-m", "tfyarn.cli", "-v", "run", str(spec_path), "--output", "json"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     out, err = p.communicate(timeout=900)
     t_exit, cpu = time.time(), _cpu() - c0
+    jvm = watch.stop()
     if p.returncode != 0:
         raise SystemExit(f"run failed ({p.returncode}):\n{err[-3000:]}\n{out[-2000:]}")
     st = json.loads(out)
@@ -106,6 +142,7 @@ def run_job(spec_path: Path, env: dict) -> dict:
     ph["CLI exit"] = round(t_exit - st["finished"], 3)
     ph["start → exit"] = round(t_exit - t0, 3)
     ph["CLI CPU s"] = round(cpu, 3)       # the gateway's own work: all but this was waiting (cluster, a core)
+    ph["driver JVM started"] = int(jvm)   # 0: a running driver (tfyarn's shared one, or `skein driver start`) reused
     ph["CLI start → run()"] = round((ph.get("start → exit") or 0) - (ph.get("start → app end") or 0)
                                     - ph["CLI exit"], 3)
     env_line = [ln for ln in err.splitlines() if "submitted" in ln and " as " in ln]
@@ -140,7 +177,7 @@ def commands(spec_path: Path, env: dict) -> list[str]:
     rows = []
     for name, args in (("status", ["status", app_id]), ("list", ["list", "--running"]),
                        ("logs (first line)", None), ("kill", ["kill", app_id])):
-        c0 = _cpu()
+        c0, watch = _cpu(), JvmWatch()
         if args is None:
             t0 = time.time()
             proc = subprocess.Popen([sys.executable, "-m", "tfyarn.cli", "logs", app_id], stdout=subprocess.PIPE,
@@ -149,15 +186,16 @@ def commands(spec_path: Path, env: dict) -> list[str]:
             dt = time.time() - t0
             proc.kill()
             proc.wait()
-            rows.append((name, dt, _cpu() - c0, "line: " + first.strip()[:60]))
+            rows.append((name, dt, _cpu() - c0, watch.stop(), "line: " + first.strip()[:60]))
             continue
         proc, dt = cli(args, env)
-        rows.append((name, dt, _cpu() - c0, (proc.stdout.strip().splitlines() or [""])[-1][:60]))
+        rows.append((name, dt, _cpu() - c0, watch.stop(), (proc.stdout.strip().splitlines() or [""])[-1][:60]))
     state = json.loads(cli(["status", app_id, "--output", "json"], env)[0].stdout)["state"]
     lines = [f"### Commands on a running app (new CLI process each; skein driver JVMs on the box before/after: "
              f"{jvms0}/{java_count()}; state after kill returned: {state})", "",
-             "| command | wall s | CPU s | output |", "|---|---|---|---|"]
-    lines += [f"| {n} | {dt:.2f} | {cpu:.2f} | {o.replace('|', '/')} |" for n, dt, cpu, o in rows]
+             "| command | wall s | CPU s | driver JVM started | output |", "|---|---|---|---|---|"]
+    lines += [f"| {n} | {dt:.2f} | {cpu:.2f} | {'yes' if jvm else 'no'} | {o.replace('|', '/')} |"
+              for n, dt, cpu, jvm, o in rows]
     return lines + [""]
 
 
@@ -176,7 +214,9 @@ def main() -> None:
     tag = f"tfyarn-bench-{uuid.uuid4().hex[:8]}"
     prefix = f"hdfs://127.0.0.1:9000/tmp/{tag}"
     work = Path(tempfile.mkdtemp(prefix="tfyarn-bench-"))
-    env = {**os.environ, "TFYARN_HOME": str(work / "home"), "PYTHONPATH": str(ROOT)}
+    # the benchmark's own shared skein driver (the first run starts it, later ones reuse it), stopped at the end
+    env = {**os.environ, "TFYARN_HOME": str(work / "home"), "PYTHONPATH": str(ROOT),
+           "TFYARN_DRIVER_DIR": str(work / "driver")}
     # 3 training workers × batch 100: 6 steps each = 18 global steps
     write_synthetic(f"{prefix}/data", "recommender", files=6, records=1900, skew=1.0, users=100, items=100)
     out = [f"{time.strftime('%Y-%m-%d %H:%M')}, before: {load()}", ""]
@@ -219,6 +259,8 @@ def main() -> None:
             out += commands(work / "node.yaml", env)
         out.append(f"after: {load()}")
     finally:
+        from tfyarn.backends import yarn_driver
+        yarn_driver.stop_all(work / "driver")
         fs, path = fsspec.core.url_to_fs(prefix)
         if fs.exists(path):
             fs.rm(path, recursive=True)

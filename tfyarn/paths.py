@@ -2,9 +2,9 @@
 
 ``$TFYARN_HOME`` (default ``~/.tfyarn``): ``apps/<app id>/`` a local app's dir; ``yarn/<app id>.json`` what this machine
 saved of a YARN app it submitted or followed, ``yarn/<app id>/`` its run report; ``driver/`` tfyarn's shared skein
-driver's record, lock, leases and log (``$TFYARN_DRIVER_DIR`` instead when set: the test session shares one). ``$TFYARN_CACHE_DIR`` (default
-``~/.cache/tfyarn``): ``envs/`` packed environments, ``ship/`` the other files a YARN submit uploads, ``index/`` data
-indexes. Read at each call: tests and users switch them with the environment.
+driver's record, lock, leases and log (``$TFYARN_DRIVER_DIR`` instead when set: the test session shares one).
+``$TFYARN_CACHE_DIR`` (default ``~/.cache/tfyarn``): ``envs/`` packed environments, ``ship/`` the other files a YARN
+submit uploads, ``index/`` data indexes. Read at each call: tests and users switch them with the environment.
 """
 from __future__ import annotations
 

@@ -3,6 +3,9 @@ ResourceManager REST client (status/list/kill without a JVM) against a real HTTP
 does (replies captured from the dev cluster, trimmed). Speed goals are not asserted here: scripts/bench_yarn.py.
 """
 import json
+import os
+import subprocess
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -251,3 +254,37 @@ def test_backend_status_list_kill_need_no_skein_driver(rm, tmp_path, monkeypatch
     b.kill(APP)
     assert b.status(APP).state.value == "KILLED"
     assert started == [] and b._client is None
+
+
+#: Modules a gateway command answered by the RM's REST API must not import (each costs 0.1-2 CPU s, or starts
+#: things): TensorFlow/Keras, plotting, numpy, the HDFS clients, and skein/grpc where no application master is asked.
+HEAVY = {"tensorflow", "keras", "matplotlib", "numpy", "pandas", "hdfs_native", "fsspec", "psutil", "setuptools"}
+
+
+def _imports(rm, tmp_path, *args):
+    """The top-level packages ``tfyarn ARGS`` imports as a new process against the fake RM (no java: any skein
+    driver start would fail), with its result."""
+    conf = tmp_path / "conf"
+    conf.mkdir(exist_ok=True)
+    (conf / "yarn-site.xml").write_text(
+        "<configuration><property><name>yarn.resourcemanager.webapp.address</name><value>"
+        f"{rm.conf['yarn.resourcemanager.webapp.address']}</value></property></configuration>")
+    env = {**os.environ, "HADOOP_CONF_DIR": str(conf), "TFYARN_HOME": str(tmp_path / "home"),
+           "JAVA_HOME": str(tmp_path / "no-java"), "PATH": "/usr/bin:/bin",
+           "TFYARN_DRIVER_DIR": str(tmp_path / "drivers")}
+    p = subprocess.run([sys.executable, "-X", "importtime", "-m", "tfyarn.cli", *args], capture_output=True,
+                       text=True, env=env, timeout=120)
+    mods = {ln.rsplit("|", 1)[1].strip().split(".")[0] for ln in p.stderr.splitlines() if ln.startswith("import time:")}
+    said = [ln for ln in p.stderr.splitlines() if not ln.startswith("import time:")]
+    assert p.returncode == 0, said
+    assert not (tmp_path / "drivers").exists() and "driver" not in " ".join(said)   # no skein driver started
+    return mods, p.stdout
+
+
+def test_status_list_kill_import_nothing_heavy(rm, tmp_path):
+    mods, out = _imports(rm, tmp_path, "status", "application_1795503544962_0012")   # a finished app
+    assert "SUCCEEDED" in out and not mods & (HEAVY | {"skein", "grpc"}), mods & (HEAVY | {"skein", "grpc"})
+    mods, out = _imports(rm, tmp_path, "list")
+    assert APP in out and not mods & (HEAVY | {"skein", "grpc"}), mods & (HEAVY | {"skein", "grpc"})
+    mods, out = _imports(rm, tmp_path, "kill", APP)      # running: its AM is asked for the tasks first (skein)
+    assert "killed" in out and not mods & HEAVY, mods & HEAVY

@@ -475,7 +475,6 @@ class YarnBackend(Backend):
         return self._rest or None
 
     def _report(self, app_id: str) -> Any:
-        sk = skein()
         self.login(app_id=app_id)
         rm = self._rm()
         if rm is not None:
@@ -483,6 +482,7 @@ class YarnBackend(Backend):
                 return rm.report(app_id)
             except yarn_rest.RestUnavailable as exc:
                 log.debug("RM REST report of %s: %s; asking the skein driver", app_id, exc)
+        sk = skein()     # only here: importing skein (grpc, its protobufs) is ~0.3 CPU s of a REST-only command
         try:
             return self.client().application_report(app_id)
         except (sk.exceptions.ApplicationError, ValueError) as exc:

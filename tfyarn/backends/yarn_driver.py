@@ -14,11 +14,12 @@ Files, in :func:`driver_dir` (``$TFYARN_DRIVER_DIR``, else ``$TFYARN_HOME/driver
   two commands never start two JVMs and a driver is never stopped under a command that just took it;
 * ``<key>.leases/<pid>`` — a command using the driver (its process start time inside, against pid reuse): the keeper
   never stops a driver with a live lease; a lease's release touches ``<key>.used``, where the idle time starts;
-* ``<key>.log`` — the keeper's and the JVM's output.
+* ``<key>.log``, ``<key>.jvm.log`` — the keeper's and the JVM's output.
 
 The identity (key) is the YARN user, the Kerberos principal (and keytab or ticket cache), the Hadoop configuration
-directory and the JVM's options: a driver logged in as someone else, or talking to another cluster, is never reused. A user's own global driver
-(``skein driver start``) is preferred by :class:`~tfyarn.backends.yarn.YarnBackend` and never stopped from here.
+directory and the JVM's options: a driver logged in as someone else, or talking to another cluster, is never reused.
+A user's own global driver (``skein driver start``) is preferred by :class:`~tfyarn.backends.yarn.YarnBackend` and
+never stopped from here.
 """
 from __future__ import annotations
 
