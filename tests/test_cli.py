@@ -255,6 +255,12 @@ def test_run_json_output_and_exit_code_of_a_finished_job(tmp_path):
     assert st["schema"] == "tfyarn.status/1" and st["state"] == "SUCCEEDED" and st["exit_code"] == 0
     r2 = CliRunner().invoke(cli, ["status", st["app_id"], "--output", "json"])
     assert r2.exit_code == 0 and json.loads(r2.output)["state"] == "SUCCEEDED"
+    # a role selects its tasks, as on YARN (locally it used to be AppNotFound); an unknown one names the tasks
+    r3 = CliRunner().invoke(cli, ["logs", st["app_id"], "--task", "worker"])
+    lines = r3.output.splitlines()
+    assert r3.exit_code == 0 and lines and all(ln.startswith("worker:0 | ") for ln in lines), r3.output[-2000:]
+    r4 = CliRunner().invoke(cli, ["logs", st["app_id"], "--task", "evaluator"])
+    assert r4.exit_code == 2 and "no task 'evaluator' (tasks: chief:0, worker:0)" in r4.output, r4.output
 
 
 def test_gateway_commands_import_no_tensorflow():

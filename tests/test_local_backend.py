@@ -241,26 +241,6 @@ def test_final_states_of_tasks_that_ended_unseen_or_were_stopped(tmp_path):
     assert got == {"chief:0": ("SUCCEEDED", 0), "worker:0": ("FAILED", 3), "worker:1": ("KILLED", -signal.SIGTERM)}
 
 
-def test_a_stall_reported_by_the_previous_attempts_watchdog_does_not_end_the_next_attempt(tmp_path):
-    """A watchdog's diagnosis takes seconds, so its report can land after its attempt ended for another reason (a
-    task failure) and after stop() gave up waiting for it: the next attempt must not be ended by it."""
-    from tfyarn.backends.launcher import Launcher
-    from tfyarn.runtime.kv import MemoryKV
-    spec = load_spec_dict(small_spec(tmp_path, roles={"chief": {"instances": 1}}))
-    launcher = Launcher(spec, tmp_path / "app", "local-test")
-    launcher.tasks["chief:0"].proc = subprocess.Popen([sys.executable, "-c", "pass"])
-    launcher.tasks["chief:0"].proc.wait(timeout=30)
-    kv = type("FakeKVServer", (), {"store": MemoryKV()})()
-    first = launcher._start_watchdog(kv)
-    first.stop()
-    second = launcher._start_watchdog(kv)
-    second.stop()
-    first.on_stall(type("Report", (), {"message": "attempt 1 stalled"})())     # late: after attempt 2 started
-    assert launcher._stalled.empty()
-    second.on_stall(type("Report", (), {"message": "attempt 2 stalled"})())
-    assert launcher._stalled.get_nowait() == "attempt 2 stalled"
-
-
 def test_diagnosis_from_output_names_a_dump_from_c_and_what_the_task_was_doing():
     """A task ended by faulthandler (allreduce's GIL-free start-up bound) or a crash in C++ prints stack frames last;
     the diagnosis was one of those frames. Real output of ``faulthandler.dump_traceback_later(..., exit=True)``."""

@@ -6,13 +6,13 @@ import threading
 
 import pytest
 
-from tfyarn.backends.base import AppState, AppStatus, TaskStatus
+from tfyarn.backends.base import AppState, AppStatus, TaskStatus, WaitClock
 from tfyarn.errors import AppNotFound
 from tfyarn.runtime.context import DONE_KEY, SUMMARY_KEY, TOTAL_STEPS_KEY
 from tfyarn.runtime.kv import MemoryKV
 from tfyarn.runtime.watchdog import DUMP_REQUEST_KEY
 from tfyarn.spec import load_spec_dict
-from tfyarn.supervisor import Supervisor, WaitClock, select_tasks, settle, task_matches, training_end_note
+from tfyarn.supervisor import Supervisor, select_tasks, settle, task_matches, training_end_note
 
 
 def _spec(**over):

@@ -286,16 +286,6 @@ def write_run_report(app_dir: Path, status: dict[str, Any], points: list[dict[st
     return report
 
 
-def report_for_launcher(app_dir: Path, status: Any, history: ProgressHistory, spec: Any) -> dict[str, Any]:
-    """What the local launcher calls at the end of a run (``status`` is an AppStatus, ``spec`` a JobSpec). A run that
-    recorded no progress and did not succeed (it failed before its first step: a model that no longer fits the
-    checkpoint) keeps its report in the app dir only: next to the checkpoints it would replace the report of the run
-    that wrote them, beside that run's summary.json."""
-    trained = status.state == "SUCCEEDED" or any((p.get("step") or 0) > 0 for p in history.points)
-    url = spec.resolve_path(spec.checkpoint.dir) if spec.checkpoint.dir else None
-    return write_run_report(app_dir, status.to_dict(), history.points, url if trained else None, history_from=url)
-
-
 # ------------------------------------------------------------------------------------------------ reading reports
 def report_at(url: str, app_id: str) -> str | None:
     """``<url>/report.json`` when it is there and is ``app_id``'s (a checkpoint dir holds the report of the last run

@@ -20,8 +20,8 @@ API (one :class:`Supervisor` per job, across all its attempts)::
 
 Also: :func:`select_tasks` / :func:`task_matches` (task selection for ``logs``: None = all, ``worker:1``, a role
 ``worker``), :func:`write_report` (the run report of an ended job, both backends; never changes the outcome),
-:func:`training_end_note` (what a job stopped from outside adds to its diagnosis) and :class:`WaitClock` (a bounded
-wait's deadline and message, shared by ``Backend.wait`` and the Airflow trigger).
+:func:`training_end_note` (what a job stopped from outside adds to its diagnosis). A follower (``Backend.wait``,
+``YarnBackend.run``, the Airflow trigger) reads one supervised status per call through ``Backend.follow(app_id)``.
 """
 from __future__ import annotations
 
@@ -69,12 +69,12 @@ class _Snapshot:
 
 
 class Supervisor:
-    """The rules of one job, across its attempts. ``started``: wall time of the job's start (the deadline counts from
-    it); ``timeout``: the caller's bound (``api.run(timeout=…)``), besides ``timeouts.active_deadline``;
+    """The rules of one job, across its attempts. ``spec`` None (a YARN app submitted elsewhere, its spec unknown):
+    :meth:`progress` only. ``started``: wall time of the job's start (the deadline counts from it); ``timeout``: the caller's bound (``api.run(timeout=…)``), besides ``timeouts.active_deadline``;
     ``history_path``: where progress points are appended (the run report's curves); ``clock``: wall time (tests);
     ``ack_wait_s``: how long a stall's diagnosis waits for the tasks to answer the stack-dump request."""
 
-    def __init__(self, spec: JobSpec, started: float | None = None, timeout: float | None = None,
+    def __init__(self, spec: JobSpec | None, started: float | None = None, timeout: float | None = None,
                  history_path: Path | None = None, clock: Callable[[], float] = time.time, ack_wait_s: float = 3.0):
         self.spec, self.timeout, self.clock, self.ack_wait_s = spec, timeout, clock, ack_wait_s
         self.started = clock() if started is None else started
@@ -232,8 +232,9 @@ class Supervisor:
         self.history.record(items)
         total = store.get(TOTAL_STEPS_KEY)
         sides = side_roles(store.get)
-        out = aggregate_progress(items, int(total) if total and str(total).isdigit() else None,
-                                 self.spec.training_tasks, self.rate) | sides
+        training = self.spec.training_tasks if self.spec is not None else []
+        out = aggregate_progress(items, int(total) if total and str(total).isdigit() else None, training,
+                                 self.rate) | sides
         summary = summary_with_eval(store.get(SUMMARY_KEY), sides)
         if summary is not None:
             self.summary = summary
@@ -335,18 +336,3 @@ def training_end_note(progress: Mapping[str, Any], summary: Mapping[str, Any] | 
 def checkpoint_url(spec: JobSpec | None) -> str | None:
     """The spec's resolved checkpoint dir (None without a spec or a dir)."""
     return spec.resolve_path(spec.checkpoint.dir) if spec is not None and spec.checkpoint.dir else None
-
-
-# ----------------------------------------------------------------------------------------------------- waiting
-class WaitClock:
-    """A follower's own bound (``wait(timeout=…)``, the Airflow trigger's ``timeout``): not the job's deadline —
-    running out leaves the app running and says what was waited for. ``expired(state)`` is the message, or None."""
-
-    def __init__(self, timeout: float | None, what: str, clock: Callable[[], float] = time.monotonic):
-        self.timeout, self.what, self.clock = timeout, what, clock
-        self.deadline = None if timeout is None else clock() + timeout
-
-    def expired(self, last_state: AppState) -> str | None:
-        if self.deadline is None or self.clock() < self.deadline:
-            return None
-        return f"timed out after {self.timeout:g}s waiting for {self.what} to finish (last state {last_state.value})"

@@ -152,7 +152,7 @@ def test_the_evaluators_newest_result_is_in_the_progress_line_and_the_final_summ
     st.progress.update(side_roles(kv.get))
     assert "loss 0.4100 · eval loss 0.7221 · accuracy 0.5250 @ step 120 · ETA" in progress_text(st)
     launcher = Launcher(load_spec_dict(job_spec(tmp_path)), tmp_path / "app", "local-e")
-    launcher._read_summary(kv)
+    launcher.supervisor.progress(kv)
     summary = launcher.status().summary
     assert summary["eval"] == EVAL and summary["global_step"] == 120
     text = summary_text(AppStatus("local-e", "local", "q", AppState.SUCCEEDED, summary=summary))

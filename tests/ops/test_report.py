@@ -122,7 +122,7 @@ def test_a_run_that_failed_before_training_leaves_the_checkpoint_dirs_report_alo
     """The report beside the checkpoints describes the run that wrote them, as summary.json does: a rerun that fails
     before its first step (the model no longer fits them) keeps its own report in its app dir only."""
     from tfyarn.backends.base import AppStatus
-    from tfyarn.report import report_for_launcher
+    from tfyarn.supervisor import checkpoint_url, write_report
     spec = load_spec_dict(job_spec(tmp_path, checkpoint={"dir": str(tmp_path / "ckpt")}))
     for d in ("ckpt", "app-f", "app-g"):
         (tmp_path / d).mkdir()
@@ -130,12 +130,12 @@ def test_a_run_that_failed_before_training_leaves_the_checkpoint_dirs_report_alo
     failed = AppStatus("local-f", "local", "j", AppState.FAILED, diagnostics="CheckpointMismatch")
     starting = ProgressHistory()
     starting.record({"progress/chief:0": json.dumps({"step": 0, "time": 1.0})})
-    report_for_launcher(tmp_path / "app-f", failed, starting, spec)
+    write_report(tmp_path / "app-f", failed, starting.points, checkpoint_url(spec))
     assert json.loads((tmp_path / "ckpt" / "report.json").read_text()) == {"state": "SUCCEEDED"}
     assert json.loads((tmp_path / "app-f" / "report.json").read_text())["state"] == "FAILED"
     trained = ProgressHistory()
     trained.record({"progress/chief:0": json.dumps({"step": 3, "time": 2.0, "loss": 0.5})})
-    report_for_launcher(tmp_path / "app-g", failed, trained, spec)          # a run that trained, then failed: its
+    write_report(tmp_path / "app-g", failed, trained.points, checkpoint_url(spec))          # a run that trained, then failed: its
     assert json.loads((tmp_path / "ckpt" / "report.json").read_text())["state"] == "FAILED"   # report is the news
 
 

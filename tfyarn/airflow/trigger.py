@@ -7,7 +7,6 @@ app reaches a terminal state, ``"timeout"`` when ``timeout`` runs out, ``"error"
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any, AsyncIterator
 
 from tfyarn.airflow._compat import BaseTrigger, TriggerEvent
@@ -29,26 +28,40 @@ class TfyarnTrigger(BaseTrigger):
                  "timeout": self.timeout})
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        """Follow the app as ``tfyarn wait`` does (``Backend.follow``: on YARN the job's deadline, allocation timeout
+        and stall watch are enforced from here too), with this trigger's own ``timeout`` (``WaitClock``)."""
         from tfyarn import api
+        from tfyarn.backends.base import WaitClock
         show = progress_logger(self.log, self.log_interval)
-        deadline = None if self.timeout is None else time.monotonic() + self.timeout
-        while True:
-            try:
-                st = await asyncio.to_thread(api.status, self.app_id)
-            except Exception as exc:  # noqa: BLE001 - reported to the task, which fails with it
-                yield TriggerEvent({"status": "error", "app_id": self.app_id,
-                                    "message": f"cannot read the status of tfyarn app {self.app_id}: {exc}"})
-                return
-            show(st)
-            if st.state.is_terminal:
-                yield TriggerEvent({"status": "done", "app_id": self.app_id, "state": st.state.value})
-                return
-            if deadline is not None and time.monotonic() >= deadline:
-                yield TriggerEvent({"status": "timeout", "app_id": self.app_id,
-                                    "message": f"timed out after {self.timeout:g}s waiting for tfyarn app "
-                                               f"{self.app_id} to finish (last state {st.state.value})"})
-                return
-            await asyncio.sleep(self.poll_interval)
+        clock = WaitClock(self.timeout, f"tfyarn app {self.app_id}")
+        try:
+            backend = await asyncio.to_thread(api.backend_for_app, self.app_id)
+        except Exception as exc:  # noqa: BLE001 - reported to the task, which fails with it
+            yield self._error(exc)
+            return
+        try:
+            step = await asyncio.to_thread(backend.follow, self.app_id)
+            while True:
+                try:
+                    st = await asyncio.to_thread(step)
+                except Exception as exc:  # noqa: BLE001 - reported to the task, which fails with it
+                    yield self._error(exc)
+                    return
+                show(st)
+                if st.state.is_terminal:
+                    yield TriggerEvent({"status": "done", "app_id": self.app_id, "state": st.state.value})
+                    return
+                expired = clock.expired(st.state)
+                if expired:
+                    yield TriggerEvent({"status": "timeout", "app_id": self.app_id, "message": expired})
+                    return
+                await asyncio.sleep(self.poll_interval)
+        finally:
+            await asyncio.to_thread(backend.close)
+
+    def _error(self, exc: Exception) -> TriggerEvent:
+        return TriggerEvent({"status": "error", "app_id": self.app_id,
+                             "message": f"cannot read the status of tfyarn app {self.app_id}: {exc}"})
 
     async def on_kill(self) -> None:
         """A user killed the deferred task (mark failed / clear): kill the app too (Airflow 3.3+ calls this)."""

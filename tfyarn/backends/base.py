@@ -98,6 +98,20 @@ class Request:
 Echo = Callable[[str, str], None]   # (task, line): a task's log line as it is written
 
 
+class WaitClock:
+    """A follower's own bound (``wait(timeout=…)``, the Airflow trigger's ``timeout``), not the job's deadline:
+    running out leaves the app running and says what was waited for. ``expired(state)``: that message, or None."""
+
+    def __init__(self, timeout: float | None, what: str, clock: Callable[[], float] = time.monotonic):
+        self.timeout, self.what, self.clock = timeout, what, clock
+        self.deadline = None if timeout is None else clock() + timeout
+
+    def expired(self, last_state: AppState) -> str | None:
+        if self.deadline is None or self.clock() < self.deadline:
+            return None
+        return f"timed out after {self.timeout:g}s waiting for {self.what} to finish (last state {last_state.value})"
+
+
 class Backend(ABC):
     name: str = "?"
 
@@ -144,16 +158,25 @@ class Backend(ABC):
     def wait(self, app_id: str, timeout: float | None = None, poll: float = 1.0,
              on_update: Callable[[AppStatus], None] | None = None) -> AppStatus:
         """Poll until the app ends; ``on_update`` sees each status (progress display). Bounded by ``timeout``."""
-        deadline = None if timeout is None else time.monotonic() + timeout
+        return self._wait_with(self.follow(app_id), app_id, timeout, poll, on_update)
+
+    def follow(self, app_id: str) -> Callable[[], AppStatus]:
+        """One status read per call for a follower (``wait``, the Airflow trigger); a backend whose jobs are
+        supervised by their follower (YARN) judges each status there. Local: the launcher supervises its job."""
+        return lambda: self.status(app_id)
+
+    def _wait_with(self, step: Callable[[], AppStatus], app_id: str, timeout: float | None, poll: float,
+                   on_update: Callable[[AppStatus], None] | None) -> AppStatus:
+        clock = WaitClock(timeout, f"{self.name} app {app_id}")
         while True:
-            st = self.status(app_id)
+            st = step()
             if on_update:
                 on_update(st)
             if st.state.is_terminal:
                 return st
-            if deadline is not None and time.monotonic() >= deadline:
-                raise WaitTimeout(f"timed out after {timeout:g}s waiting for {self.name} app {app_id} to finish "
-                                  f"(last state {st.state.value})")
+            expired = clock.expired(st.state)
+            if expired:
+                raise WaitTimeout(expired)
             self._between_polls(app_id, poll)
 
     def _between_polls(self, app_id: str, poll: float) -> None:

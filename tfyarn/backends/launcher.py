@@ -1,9 +1,10 @@
 """The launcher: runs one local app to its end in this process.
 
-It runs the KV service, starts one process per task running ``tfyarn.runtime.main`` (exactly what a YARN container
-runs), follows them with the stall watchdog, restarts tasks and starts job attempts as the spec allows, and stops every
-task on the first unrecoverable failure, on Ctrl-C / SIGTERM, or on a kill request: no task outlives it (tasks also
-die with it, see ``tfyarn.runtime.main._die_with_parent``). :class:`tfyarn.backends.local.LocalBackend` runs it in
+It is the local "application master": it runs the KV service, starts one process per task running
+``tfyarn.runtime.main`` (exactly what a YARN container runs), restarts tasks as their roles allow, and stops every task
+on the first unrecoverable failure, on Ctrl-C / SIGTERM, or on a kill request: no task outlives it (tasks also die with
+it, see ``tfyarn.runtime.main._die_with_parent``). What decides about the job — attempts, the active deadline, the
+stall watch, progress, the run report — is :class:`tfyarn.supervisor.Supervisor`, shared with the YARN backend. :class:`tfyarn.backends.local.LocalBackend` runs it in
 the foreground (``run``) or in a detached process (``submit``).
 
 Tasks are forked from a fork server that imported TensorFlow once (``tfyarn.runtime.forkserver``; the tasks of a
@@ -16,7 +17,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import queue
 import re
 import signal
 import subprocess
@@ -26,18 +26,17 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Callable, Iterable
 
 from tfyarn.backends.base import AppState, AppStatus, TaskStatus
 from tfyarn.backends.forkserver import ForkedProcess, ForkServer, ForkServerError
 from tfyarn.backends.kvserver import KVServer
 from tfyarn.backends.process_memory import tree_rss
-from tfyarn.backends.progress import GlobalStepRate, aggregate_progress, side_roles, summary_with_eval
 from tfyarn.errors import ExitCode
-from tfyarn.report import HISTORY_FILE, ProgressHistory, report_for_launcher
-from tfyarn.runtime.context import ABORT_KEY, DONE_KEY, SUMMARY_KEY, TOTAL_STEPS_KEY, addr_key, failure_key
-from tfyarn.runtime.watchdog import StallWatchdog
+from tfyarn.report import HISTORY_FILE
+from tfyarn.runtime.context import ABORT_KEY, DONE_KEY, addr_key, failure_key
 from tfyarn.spec import SIDECAR_ROLES, JobSpec
+from tfyarn.supervisor import Supervisor, checkpoint_url, training_end_note, write_report
 
 log = logging.getLogger(__name__)
 
@@ -129,34 +128,6 @@ class _Task:
         return self.dir / "task.log"
 
 
-def training_end_note(progress: dict[str, Any], summary: dict[str, Any] | None, checkpoint_url: str | None) -> str:
-    """``"; training had completed (global step N/N): ..."`` when the job's progress reached its planned total (or
-    the chief wrote the summary), else ``""``: what the diagnosis of a job stopped from outside adds."""
-    gs, total = progress.get("global_step"), progress.get("total_steps")
-    if summary:
-        gs, total = summary.get("global_step", gs), summary.get("total_steps") or total
-    if summary is None and not (total and gs is not None and gs >= total):
-        return ""
-    step = f"global step {gs}/{total}" if total else f"global step {gs}"
-    if summary is not None:
-        ckpt = summary.get("last_checkpoint")
-        written = f"the final checkpoint ({ckpt}) and the summary were written" if ckpt else \
-            "the summary was written" + ("" if checkpoint_url else " (no checkpoint.dir)")
-        return f"; training had completed ({step}): {written}"
-    if not checkpoint_url:
-        return f"; training had completed ({step}): the summary was not written (no checkpoint.dir)"
-    try:
-        from tfyarn.train.checkpoint import CheckpointStore
-        latest = CheckpointStore(checkpoint_url).latest()
-    except Exception as exc:  # noqa: BLE001 - a note on the diagnosis must not fail the launcher
-        return f"; training had completed ({step}): the summary was not written; {checkpoint_url}: {exc}"
-    if latest is not None and total and int(latest.get("global_step", -1)) >= total:
-        return f"; training had completed ({step}): the final checkpoint ({latest['name']}) was written, the summary " \
-               f"was not"
-    had = f"the latest is {latest['name']}, global step {latest.get('global_step')}" if latest else "none was committed"
-    return f"; training had completed ({step}): the final checkpoint was not written ({had}), nor the summary"
-
-
 class Launcher:
     """Runs one app to its end in this process. Thread-safe :meth:`stop` (signal handlers, kill requests)."""
 
@@ -179,15 +150,12 @@ class Launcher:
         self._started = time.time()
         self._finished: float | None = None
         self._progress: dict = {}
-        self._summary: dict | None = None
         self._memory_sampled = 0.0
         self.kv: KVServer | None = None
-        self._rate = GlobalStepRate()
-        self.attempt = 0
-        self.attempt_diagnostics: list[str] = []  # why each earlier attempt failed
         self._sidecar_failures: list[str] = []    # SIDECAR_ROLES tasks that failed for good (the job went on)
-        self._stalled: queue.Queue[str] = queue.Queue()  # the watchdog thread reports here; the main loop ends the job
-        self.history = ProgressHistory(app_dir / HISTORY_FILE)  # per-task progress over time, for the run report
+        # attempts, deadline, stall watch, progress (its history: the run report's curves)
+        self.supervisor = Supervisor(spec, started=self._started, timeout=timeout,
+                                     history_path=app_dir / HISTORY_FILE)
         if forkserver is None:
             forkserver = os.environ.get(FORKSERVER_ENV, "1").strip() not in ("0", "false", "no", "off")
         self._want_forkserver = forkserver
@@ -251,7 +219,7 @@ class Launcher:
         role_env = self.spec.roles[role].env  # type: ignore[index]
         return self._env({"TMPDIR": str(task.dir / "tmp"), **role_env}, {
             "TFYARN_ROLE": role, "TFYARN_INDEX": index, "TFYARN_KV_URL": kv_url,
-            "TFYARN_ATTEMPT": str(self.attempt), "TFYARN_RESTART": str(task.restarts)})
+            "TFYARN_ATTEMPT": str(self.supervisor.attempt), "TFYARN_RESTART": str(task.restarts)})
 
     # ------------------------------------------------------------------------------------------------- fork server
     def _start_forkserver(self) -> None:
@@ -403,8 +371,8 @@ class Launcher:
                  for t in self.tasks.values()]
         return AppStatus(app_id=self.app_id, backend="local", name=self.spec.name, state=self._state,
                          diagnostics=self._diag, tasks=tasks, progress=self._progress, started=self._started,
-                         finished=self._finished, tracking_url=str(self.app_dir), summary=self._summary,
-                         tags=list(self.spec.tags), attempt=self.attempt)
+                         finished=self._finished, tracking_url=str(self.app_dir),
+                         summary=self.supervisor.summary, tags=list(self.spec.tags), attempt=self.supervisor.attempt)
 
     def _sample_memory(self) -> None:
         """Each running task's resident memory with its children (:func:`tree_rss`, as YARN measures a container).
@@ -429,25 +397,11 @@ class Launcher:
     def _refresh(self) -> None:
         assert self.kv is not None
         self._sample_memory()
-        store = self.kv.store
-        total = store.get(TOTAL_STEPS_KEY)
-        items = store.items("progress/")
-        self.history.record(items)
-        sides = side_roles(store.get)
-        self._progress = aggregate_progress(items, int(total) if total else None, self.spec.training_tasks,
-                                            self._rate) | sides
-        self._read_summary(store, sides)
+        self._progress = self.supervisor.progress(self.kv.store)
         st = self.status()
         write_json_atomic(self.app_dir / "status.json", st.to_dict())
         if self.on_update:
             self.on_update(st)
-
-    def _read_summary(self, store: Any, sides: dict[str, Any] | None = None) -> None:
-        """The chief's run summary, with the evaluator's newest evaluation (it evaluates the final checkpoint after
-        the chief wrote the summary). ``sides``: :func:`side_roles` of the same read, if the caller has it."""
-        summary = summary_with_eval(store.get(SUMMARY_KEY), side_roles(store.get) if sides is None else sides)
-        if summary is not None:
-            self._summary = summary
 
     def _failure_message(self, task: _Task) -> str:
         assert self.kv is not None
@@ -480,6 +434,7 @@ class Launcher:
                     self._close_forkserver()  # after the tasks: its tasks would die with it
                     if self._state is AppState.KILLED:   # what was left of the job's end when it was stopped
                         self._diag += self._training_end_note()
+                    self._diag = self.supervisor.final_diagnosis(self._diag)
                     self._finished = time.time()
                     self._write_report()  # before the final status.json: whoever sees the outcome finds the report
                     self._refresh()
@@ -489,57 +444,37 @@ class Launcher:
 
     def _training_end_note(self) -> str:
         """For a job stopped once training had completed: say so, and whether the final checkpoint and the summary
-        were written (read after every task has stopped). Without it such a run read as an ordinary interrupted
-        one ("KILLED ... global step 279/279"), and the user could not tell whether to run it again."""
+        were written (read after every task has stopped)."""
         assert self.kv is not None
-        store = self.kv.store
-        total = store.get(TOTAL_STEPS_KEY)
-        self._read_summary(store)
-        progress = aggregate_progress(store.items("progress/"), int(total) if total else None,
-                                      self.spec.training_tasks)
-        return training_end_note(progress, self._summary, self.spec.resolve_path(self.spec.checkpoint.dir)
-                                 if self.spec.checkpoint.dir else None)
+        return training_end_note(self.supervisor.progress(self.kv.store), self.supervisor.summary,
+                                 checkpoint_url(self.spec))
 
     def _write_report(self) -> None:
-        """The run report (JSON + PNG, ``tfyarn.report``) in the app dir and next to the checkpoints.
-
-        Written just before the final status.json, and never able to change the job's outcome: a convenience.
-        """
-        try:
-            if self.kv is not None:  # the last records and the summary, not those of the last 0.5 s poll
-                self.history.record(self.kv.store.items("progress/"))
-                self._read_summary(self.kv.store)
-            report_for_launcher(self.app_dir, self.status(), self.history, self.spec)
-        except Exception:  # noqa: BLE001 - e.g. an unwritable checkpoint dir; the job result stands
-            log.warning("could not write the run report of %s", self.app_id, exc_info=True)
+        """The run report in the app dir and next to the checkpoints, just before the final status.json (whoever sees
+        the outcome finds the report); never able to change the job's outcome."""
+        if self.kv is not None:  # the last records and the summary, not those of the last 0.5 s poll
+            self.supervisor.progress(self.kv.store)
+        write_report(self.app_dir, self.status(), self.supervisor.history.points, checkpoint_url(self.spec))
 
     def _run_attempt(self, kv: KVServer) -> None:
-        watchdog = None
         try:
             for t in self.tasks.values():
                 self._start(t, kv.url)
             self._state = AppState.RUNNING
-            watchdog = self._start_watchdog(kv)
-            self._follow(set(self.spec.training_tasks), watchdog)
+            # Start-up (imports, rendezvous, session start) gets timeouts.rendezvous + timeouts.stall before the first
+            # step must appear; pids: a stall's diagnosis signals the tasks for their stacks
+            self.supervisor.begin_attempt(kv.store, {t.name: t.proc.pid for t in self.tasks.values() if t.proc})
+            self._follow(set(self.spec.training_tasks))
         finally:
-            if watchdog:
-                watchdog.stop()
+            self.supervisor.end_attempt()
             self._stop_tasks(list(self.tasks.values()), STOP_GRACE_S)
 
     def _next_attempt(self, kv: KVServer) -> bool:
-        """After a failed attempt: start the whole job again (from its latest checkpoint) if attempts remain.
-
-        Not after success, a kill, or the active deadline. The KV is cleared: the new attempt rendezvous afresh.
-        """
-        retry = self.spec.retry
-        if (self._state not in (AppState.FAILED, AppState.TIMED_OUT) or self._stop.is_set()
-                or self._deadline_passed() or self.attempt + 1 >= retry.max_attempts):
+        """After a failed attempt: start the whole job again (from its latest checkpoint) if the supervisor says so,
+        after its backoff (interruptible). The KV is cleared: the new attempt rendezvous afresh."""
+        if not self.supervisor.next_attempt(self._state, self._diag, stopped=self._stop.is_set()):
             return False
-        self.attempt += 1
-        log.warning("attempt %d/%d failed (%s); starting attempt %d from the latest checkpoint in %gs",
-                    self.attempt, retry.max_attempts, self._diag, self.attempt + 1, retry.backoff)
-        self.attempt_diagnostics.append(self._diag)
-        if self._stop.wait(retry.backoff):  # interruptible: Ctrl-C during the backoff stops here
+        if not self.supervisor.backoff(self._stop):  # Ctrl-C during the backoff stops here
             self._end(self._stop_state, self._stop_reason)
             return False
         kv.store.clear()
@@ -547,32 +482,6 @@ class Launcher:
         for t in self.tasks.values():
             t.state, t.exit_code, t.diagnostics, t.restarts = "PENDING", None, "", 0
         return True
-
-    def _deadline(self) -> tuple[float, str] | None:
-        """The earlier of ``timeouts.active_deadline`` and the caller's ``timeout`` (``api.run(timeout=…)``), in
-        seconds from the start, with what set it; None without either."""
-        limits = [(d, w) for d, w in ((self.spec.timeouts.active_deadline, "timeouts.active_deadline"),
-                                      (self.timeout, "the caller's timeout")) if d is not None]
-        return min(limits) if limits else None
-
-    def _deadline_passed(self) -> bool:
-        d = self._deadline()
-        return d is not None and time.time() - self._started > d[0]
-
-    def _start_watchdog(self, kv: KVServer) -> StallWatchdog:
-        """Fail the job (TIMED_OUT) with stacks in the logs when global progress stops for ``timeouts.stall``.
-
-        Start-up (imports, rendezvous, session start) gets ``timeouts.rendezvous + timeouts.stall`` before the first
-        step must appear.
-        """
-        pids = {t.name: t.proc.pid for t in self.tasks.values() if t.proc}
-        # A queue per attempt: a report the previous attempt's watchdog posts while it stops (its diagnosis takes
-        # seconds) must not end the next attempt.
-        stalled = self._stalled = queue.Queue()
-        wd = StallWatchdog(kv.store, {t: pids[t] for t in self.spec.training_tasks}, self.spec.timeouts.stall,
-                           on_stall=lambda report: stalled.put(report.message), all_tasks=pids,
-                           startup_s=self.spec.timeouts.rendezvous + self.spec.timeouts.stall)
-        return wd.start()
 
     def _restartable(self, task: _Task) -> bool:
         """May this failed task be restarted in place? (Role policy, its budget, and the job not stopping.)"""
@@ -583,7 +492,7 @@ class Launcher:
             return False
         return role.restart == "on_failure" or 128 <= code <= 255
 
-    def _restart(self, task: _Task, watchdog: StallWatchdog) -> None:
+    def _restart(self, task: _Task) -> None:
         assert self.kv is not None
         role = self.spec.roles[task.role]  # type: ignore[index]
         task.restarts += 1
@@ -595,21 +504,18 @@ class Launcher:
             f.write(f"==== tfyarn: restart {task.restarts}/{role.max_restarts} after exit code {task.exit_code} "
                     f"====\n".encode())
         self._start(task, self.kv.url)
-        watchdog.update_pid(task.name, task.proc.pid)  # type: ignore[union-attr]
+        self.supervisor.task_restarted(task.name, task.proc.pid)  # type: ignore[union-attr]
 
-    def _follow(self, training: set[str], watchdog: StallWatchdog) -> None:
+    def _follow(self, training: set[str]) -> None:
         last_refresh = 0.0
         shutdown_deadline: float | None = None
         while True:
             if self._stop.is_set():
                 self._end(self._stop_state, self._stop_reason)
                 return
-            if not self._stalled.empty():
-                self._end(AppState.TIMED_OUT, self._stalled.get())
-                return
-            if self._deadline_passed():
-                limit, what = self._deadline()  # type: ignore[misc]
-                self._end(AppState.TIMED_OUT, f"active deadline of {limit:g}s exceeded ({what}); stopped every task")
+            verdict = self.supervisor.check()    # the active deadline, the stall watch
+            if verdict is not None:
+                self._end(verdict.state, verdict.diagnosis)
                 return
             for t in self.tasks.values():
                 if t.state != "RUNNING" or t.proc is None or t.proc.poll() is None:
@@ -618,7 +524,7 @@ class Launcher:
                 self._kill_leftovers(t)
                 if t.exit_code == 0:
                     t.state = "SUCCEEDED"
-                    watchdog.task_ended(t.name)
+                    self.supervisor.task_ended(t.name)
                     # ps/evaluator/tensorboard end when the chief publishes done; before that, their exit is a bug
                     done = self.kv is not None and self.kv.store.get(DONE_KEY) is not None
                     if t.name not in training and not done and not self._training_done(training):
@@ -631,7 +537,7 @@ class Launcher:
                     t.reader.join(timeout=2.0)
                 t.diagnostics = self._failure_message(t)
                 if self._restartable(t):
-                    self._restart(t, watchdog)
+                    self._restart(t)
                     continue
                 if t.role in SIDECAR_ROLES:
                     log.warning("%s failed (exit %s: %s); training goes on without it", t.name, t.exit_code,

@@ -36,6 +36,7 @@ from tfyarn.backends.launcher import KILL_REQUEST, Echo, Launcher, write_json_at
 from tfyarn.errors import AppNotFound
 from tfyarn.preflight import run_local_preflight
 from tfyarn.spec import JobSpec, load_spec_json
+from tfyarn.supervisor import select_tasks, settle
 
 __all__ = ["LocalBackend", "Launcher", "new_app_id"]
 
@@ -132,22 +133,20 @@ class LocalBackend(Backend):
                 st = AppStatus.from_dict(json.loads((d / "status.json").read_text()))
                 if not st.state.is_terminal:
                     st.state, st.diagnostics = AppState.FAILED, f"launcher process {pid} died"
-                    for t in st.tasks:   # they die with it (runtime.main._die_with_parent): none is still running
-                        if t.state in ("PENDING", "RUNNING"):
-                            t.state, t.diagnostics = "KILLED", t.diagnostics or "its launcher died"
+                    settle(st, "its launcher died")  # they die with it (runtime.main._die_with_parent)
         return st
 
     def logs(self, app_id: str, task: str | None = None, follow: bool = False) -> Iterator[str]:
-        """One task's log lines, or every task's prefixed with ``<task> | ``; ``follow`` keeps reading (all tasks
-        interleaved as they write) until the app has ended and everything it wrote has been read."""
+        """One task's log lines (``worker:1``), or a role's (``worker``) or every task's prefixed with ``<task> | ``;
+        ``follow`` keeps reading (the tasks interleaved as they write) until the app has ended and everything it
+        wrote has been read."""
         d = self.app_dir(app_id)
-        names = load_spec_json((d / "spec.json").read_text()).tasks()
-        if task is not None and task not in names:
-            raise AppNotFound(f"app {app_id} has no task {task!r} (tasks: {', '.join(names)})")
-        paths = {n: d / "tasks" / n.replace(":", "_") / "task.log" for n in ([task] if task else names)}
+        names = select_tasks(load_spec_json((d / "spec.json").read_text()).tasks(), task, app_id)
+        paths = {n: d / "tasks" / n.replace(":", "_") / "task.log" for n in names}
+        one = task is not None and len(names) == 1 and task == names[0]
 
         def fmt(n: str, line: str) -> str:
-            return line if task else f"{n} | {line}"
+            return line if one else f"{n} | {line}"
 
         if not follow:
             for n, path in paths.items():

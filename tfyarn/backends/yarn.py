@@ -41,17 +41,15 @@ from tfyarn.backends import phases, yarn_driver, yarn_logs, yarn_rest, yarn_spec
 from tfyarn._skein import skein
 from tfyarn.backends.base import AppState, AppStatus, Backend, Request, TaskStatus
 from tfyarn.backends.yarn_status import (ACTIVE_APP_STATES, ALL_APP_STATES, ALL_CONTAINER_STATES, app_state,
-                                         attempt_of, end_tasks, failure_diagnosis, tasks_from_containers,
-                                         timestamp)
-from tfyarn.backends.progress import GlobalStepRate, aggregate_progress, side_roles, summary_with_eval
+                                         attempt_of, failure_diagnosis, tasks_from_containers, timestamp)
 from tfyarn.errors import AppNotFound, TfyarnError, WaitTimeout, YarnUnavailable
 from tfyarn.interrupts import Interrupted, deferring_stop_signals, ignoring_stop_signals, interruptible
-from tfyarn.report import HISTORY_FILE, REPORT_JSON, ProgressHistory, write_run_report
+from tfyarn.report import HISTORY_FILE, ProgressHistory
 from tfyarn.runtime import app_end
 from tfyarn.runtime.exit_report import EXIT_PREFIX
 from tfyarn.runtime.kv_yarn import SkeinKV
-from tfyarn.runtime.watchdog import StallWatchdog
 from tfyarn.spec import JobSpec, load_spec_json
+from tfyarn.supervisor import Supervisor, Verdict, checkpoint_url, select_tasks, settle, task_matches, write_report
 
 log = logging.getLogger(__name__)
 
@@ -125,8 +123,8 @@ class YarnBackend(Backend):
         self._cluster = cluster
         self._conf: dict[str, str] | None = None
         self._apps: dict[str, Any] = {}
-        self._rates: dict[str, GlobalStepRate] = {}  # per app, for the ETA across status reads (wait, --follow)
-        self._history: dict[str, ProgressHistory] = {}  # per app, progress over time for the run report
+        # per app: the job's rules while this process follows it (attempts, deadline, stall, progress, ETA)
+        self._sups: dict[str, Supervisor] = {}
         self._krb: Any = None              # the Kerberos login (tfyarn.kerberos) once self.login() has run
         self._logged_in = False
         self.last_env: packaging.EnvRef | None = None
@@ -390,50 +388,32 @@ class YarnBackend(Backend):
     def run(self, spec: JobSpec, echo: Callable[[str, str], None] | None = None,
             on_update: Callable[[AppStatus], None] | None = None, timeout: float | None = None,
             poll: float = 2.0) -> AppStatus:
-        """Submit and follow to the end, with the spec's job attempts: a FAILED or TIMED_OUT application is submitted
-        again (``TFYARN_ATTEMPT=n``, resuming from the latest checkpoint) after ``retry.backoff``, up to
-        ``retry.max_attempts`` applications in all, within ``timeouts.active_deadline``. (``submit`` and
-        ``submit --wait`` run one application: the attempt loop lives in ``tfyarn run`` / ``api.run``, which follow
-        the job to its end.)
+        """Submit and follow to the end, with the spec's job attempts (:class:`tfyarn.supervisor.Supervisor`, as a
+        local run): a FAILED or TIMED_OUT application is submitted again (``TFYARN_ATTEMPT=n``, resuming from the
+        latest checkpoint) after ``retry.backoff``, up to ``retry.max_attempts`` applications in all, within
+        ``timeouts.active_deadline`` and ``timeout`` (the earlier; the application running then is killed, TIMED_OUT).
+        (``submit`` runs one application: a new attempt is a new application, which only a follower can submit.)
         """
-        start = time.monotonic()
         self._run_started = time.time()
-        deadline = spec.timeouts.active_deadline
-        earlier: list[str] = []
+        sup = Supervisor(spec, started=self._run_started, timeout=timeout)
         app_id = None
         try:
             with interruptible():
-                for attempt in range(spec.retry.max_attempts):
-                    app_id = self.schedule(self.dryrun(spec, attempt=attempt))
+                while True:
+                    app_id = self.schedule(self.dryrun(spec, attempt=sup.attempt))
                     self._release_driver()
-                    left = None if deadline is None else max(1.0, deadline - (time.monotonic() - start))
-                    limit = left if timeout is None else (timeout if left is None else min(timeout, left))
-                    try:
-                        st = self.wait(app_id, timeout=limit, poll=poll, on_update=on_update)
-                    except WaitTimeout:
-                        self.kill(app_id)
-                        st = self.status(app_id)
-                        st.state = AppState.TIMED_OUT
-                        why = " (timeouts.active_deadline)" if limit == left else ""
-                        st.diagnostics = f"timed out after {limit:g}s waiting for {app_id} to finish{why}; killed it"
-                    st.attempt = attempt
-                    if (st.state not in (AppState.FAILED, AppState.TIMED_OUT)
-                            or attempt + 1 >= spec.retry.max_attempts):
+                    st = self._followed(app_id, sup, None, poll, on_update)
+                    st.attempt = sup.attempt
+                    if not sup.next_attempt(st.state, st.diagnostics, label=app_id):
                         break
-                    if deadline is not None and time.monotonic() - start + spec.retry.backoff >= deadline:
-                        break
-                    earlier.append(f"{app_id}: {st.diagnostics}")
-                    log.warning("attempt %d/%d (%s) failed: %s; submitting attempt %d in %gs", attempt + 1,
-                                spec.retry.max_attempts, app_id, st.diagnostics, attempt + 2, spec.retry.backoff)
-                    time.sleep(spec.retry.backoff)
+                    sup.backoff()
         except Interrupted as exc:
             if isinstance(exc, SubmittedThenInterrupted):
                 app_id = exc.app_id   # stopped while this attempt was submitted: it is the one to kill
             if app_id is None:      # stopped before the first submit: nothing to kill
                 raise
             st = self._kill_interrupted(app_id, exc)
-        if earlier:
-            st.diagnostics = (st.diagnostics + "\nearlier attempts: " + "; ".join(earlier)).strip()
+        st.diagnostics = sup.final_diagnosis(st.diagnostics)
         return st
 
     def _kill_interrupted(self, app_id: str, exc: Interrupted) -> AppStatus:
@@ -455,11 +435,9 @@ class YarnBackend(Backend):
 
     def _training_end_note(self, app_id: str, progress: dict[str, Any], summary: dict[str, Any] | None) -> str:
         """What the local launcher adds to the diagnosis of a job stopped from outside: whether training had completed
-        and what of it was written (:func:`tfyarn.backends.launcher.training_end_note`); "" when it had not."""
-        from tfyarn.backends.launcher import training_end_note
-        spec = self._saved_spec(app_id)
-        ckpt = spec.resolve_path(spec.checkpoint.dir) if spec is not None and spec.checkpoint.dir else None
-        return training_end_note(progress or {}, summary, ckpt)
+        and what of it was written (:func:`tfyarn.supervisor.training_end_note`); "" when it had not."""
+        from tfyarn.supervisor import training_end_note
+        return training_end_note(progress or {}, summary, checkpoint_url(self._saved_spec(app_id)))
 
     # -- status --------------------------------------------------------------------------------------------------
     def _rm(self) -> yarn_rest.RmRest | None:
@@ -524,23 +502,24 @@ class YarnBackend(Backend):
         failures = {k.split("/", 1)[1]: v for k, v in kv.items() if k.startswith("failure/")}
         exits = {k[len(EXIT_PREFIX):]: json.loads(v) for k, v in kv.items() if k.startswith(EXIT_PREFIX)}
         tasks = tasks_from_containers(containers, taskmap, spec, failures, exits)
-        total = kv.get("plan/total_steps")
         progress_items = {k: v for k, v in kv.items() if k.startswith("progress/")}
-        if app_id not in self._history:
-            self._report_dir(app_id).mkdir(parents=True, exist_ok=True)
-            self._history[app_id] = ProgressHistory(self._report_dir(app_id) / HISTORY_FILE)
-        self._history[app_id].record(progress_items)
-        progress = aggregate_progress(progress_items,
-                                      int(total) if total and total.isdigit() else None,
-                                      spec.training_tasks if spec else [],
-                                      self._rates.setdefault(app_id, GlobalStepRate()))
-        sides = side_roles(kv.get)
-        progress.update(sides)
-        summary = summary_with_eval(kv.get("summary"), sides)
+        sup = self._supervisor(app_id, spec)
+        progress = sup.progress(kv)
+        summary = sup.summary
         return {"tasks": [t.__dict__ for t in tasks], "progress": progress, "summary": summary,
                 "failures": failures, "exits": exits, "taskmap": taskmap,
                 "phases": phases.task_phases(kv, progress_items),
                 "containers": {f"{c.service_name}_{c.instance}": c.yarn_container_id for c in containers}}
+
+    def _supervisor(self, app_id: str, spec: JobSpec | None) -> Supervisor:
+        """This process's supervisor of ``app_id``: its progress rate (the ETA) and progress points (the run report)
+        across status reads. ``run`` and ``wait`` install theirs; a bare ``status`` gets one here."""
+        sup = self._sups.get(app_id)
+        if sup is None:
+            d = self._report_dir(app_id)
+            d.mkdir(parents=True, exist_ok=True)
+            sup = self._sups[app_id] = Supervisor(spec, history_path=d / HISTORY_FILE)
+        return sup
 
     def status(self, app_id: str) -> AppStatus:
         rep = self._report(app_id)
@@ -558,8 +537,6 @@ class YarnBackend(Backend):
         if state is AppState.KILLED and final.get("state") == AppState.TIMED_OUT.value:
             state, diag = AppState.TIMED_OUT, final.get("diagnostics", diag)  # tfyarn killed it for a deadline
         tasks = [TaskStatus(**t) for t in snap.get("tasks", [])]
-        if state.is_terminal:
-            end_tasks(tasks, state, diag)
         summary = snap.get("summary") or final.get("summary")
         if summary is None and state.is_terminal:
             summary = self._summary_from_checkpoints(app_id, spec)
@@ -568,6 +545,7 @@ class YarnBackend(Backend):
                        finished=timestamp(rep.finish_time) if state.is_terminal else None,
                        tracking_url=rep.tracking_url or None, summary=summary,
                        tags=sorted(rep.tags or ()), attempt=attempt_of(rep.tags))
+        settle(st)
         launched = timestamp(getattr(rep, "launch_time", None))   # the RM's REST report has it, skein's not
         if live is not None:
             self._save_state(app_id, app_id=app_id, name=rep.name, snapshot=live,
@@ -653,7 +631,7 @@ class YarnBackend(Backend):
             if not c.yarn_container_id or not c.yarn_node_http_address:
                 continue
             label = taskmap.get(f"{c.service_name}_{c.instance}") or f"{c.service_name}:{c.instance}"
-            if task is None or task in (label, c.yarn_container_id, label.split(":")[0]):
+            if task_matches(task, label, c.yarn_container_id):
                 out.append((label, c))
         return out
 
@@ -692,7 +670,7 @@ class YarnBackend(Backend):
             if not found:
                 raise AppNotFound(f"no logs of {app_id}: log aggregation is off on this cluster and this machine has "
                                   f"no status of it naming its containers")
-            return [(t, cl) for t, cl in found if task is None or task in (t, cl.container_id, t.split(":")[0])]
+            return [(t, cl) for t, cl in found if task_matches(task, t, cl.container_id)]
         deadline = time.monotonic() + self.aggregation_wait_s
         logs = None
         while True:
@@ -717,7 +695,7 @@ class YarnBackend(Backend):
             if ":" in label:
                 skein_id = label.replace(":", "_")
                 label = taskmap.get(skein_id, label)
-            if task is None or task in (label, cl.container_id, label.split(":")[0]):
+            if task_matches(task, label, cl.container_id):
                 out.append((label, cl))
         return out
 
@@ -726,6 +704,9 @@ class YarnBackend(Backend):
         """``<task> | <line>`` for one task (``worker:1``), one role (``worker``) or all; ``follow`` streams new lines
         of running containers until the app ends (or ``follow_timeout`` s)."""
         rep = self._report(app_id)
+        spec = self._saved_spec(app_id)
+        if task is not None and spec is not None and not task.startswith("container_"):
+            select_tasks(spec.tasks(), task, app_id)     # an unknown task: AppNotFound naming the app's tasks
         user = rep.user or self.user
         if str(rep.state) not in ("FINISHED", "FAILED", "KILLED"):
             yield from self._follow(app_id, task, follow, all_files, follow_timeout)
@@ -777,7 +758,7 @@ class YarnBackend(Backend):
         for label, cl in finished:
             if cl.container_id in labels:
                 label = labels[cl.container_id]
-            elif task is not None and task not in (label, cl.container_id, label.split(":")[0]):
+            elif not task_matches(task, label, cl.container_id):
                 continue
             for name in yarn_logs.select_files(cl, all_files):
                 for line in tail.feed(cl.container_id, name, cl.files[name].encode()):
@@ -786,66 +767,64 @@ class YarnBackend(Backend):
     # -- waiting -------------------------------------------------------------------------------------------------
     def wait(self, app_id: str, timeout: float | None = None, poll: float = 1.0,
              on_update: Callable[[AppStatus], None] | None = None) -> AppStatus:
-        """Poll every ``poll`` s (one RM call + one AM call): returns within ~``poll`` s of the app's end.
+        """Poll every ``poll`` s (one RM call + one AM call): returns within ~``poll`` s of the app's end, with the
+        job's rules enforced meanwhile (:meth:`follow`). ``timeout`` bounds this wait only (:class:`WaitTimeout`;
+        the app runs on)."""
+        return self._followed(app_id, None, timeout, poll, on_update)
 
-        While following, an app whose containers stay unallocated (PENDING: the AM or some tasks) for longer than
-        the spec's ``timeouts.allocation`` is killed and ends TIMED_OUT, with the pending tasks and the queue's state
-        in the diagnosis — a full queue is the usual cause, and waiting forever for it is the hang we avoid.
-
-        Once every container runs, the follower is also the job's stall watchdog (the local launcher's, over the
-        app's KV): when no training task's step advances for ``timeouts.stall`` (before the first step:
-        ``timeouts.rendezvous + timeouts.stall``), every task is asked for its Python stacks, the app is killed and
-        ends TIMED_OUT naming the tasks that stopped. A bare ``submit`` has no follower, so no such watch: its
-        tasks' own bounds (``timeouts.step``: TF operation and collective timeouts) still end a hang.
-        """
-        spec = self._saved_spec(app_id)
-        limit = spec.timeouts.allocation if spec is not None else None
-        pending_since: float | None = None
+    def _followed(self, app_id: str, sup: Supervisor | None, timeout: float | None, poll: float,
+                  on_update: Callable[[AppStatus], None] | None) -> AppStatus:
         threading.Thread(target=_preload_plotting, name="tfyarn-preload-matplotlib", daemon=True).start()
-        watch: StallWatchdog | None = None
+        st = self._wait_with(self.follow(app_id, sup), app_id, timeout, poll, on_update)
+        log.debug("%s phases: %s", app_id, phases.text(self.phases(app_id, st)))
+        self._report_at_end(st)            # after a kill for a stall too: where it stalled is what its report shows
+        return st
 
-        def follow(st: AppStatus) -> None:
-            nonlocal pending_since, watch
-            if on_update:
-                on_update(st)
-            if not st.state.is_terminal:
-                self._heartbeat(app_id)
-            if st.state is AppState.RUNNING and spec is not None:
-                if watch is None:
-                    app = self._app_client(app_id)
-                    if app is not None:
-                        watch = StallWatchdog(SkeinKV(app.kv), spec.training_tasks, spec.timeouts.stall,
-                                              all_tasks=spec.tasks(), signal_pids=False,
-                                              startup_s=spec.timeouts.rendezvous + spec.timeouts.stall)
-                if watch is not None:
-                    try:
-                        stalled = watch.poll()
-                    except Exception as exc:  # noqa: BLE001 - the AM may be going away: status says what happened
-                        log.debug("stall watch of %s: %s", app_id, exc)
-                        stalled = None
-                    if stalled is not None:
-                        raise _TimedOut(stalled.message)
-            if st.state is not AppState.PENDING or limit is None:
-                pending_since = None
-                return
-            pending_since = pending_since or time.monotonic()
-            if time.monotonic() - pending_since > limit:
-                raise _TimedOut(self._allocation_diagnosis(st, limit, spec.queue if spec else None))
+    def follow(self, app_id: str, sup: Supervisor | None = None, heartbeat: bool = True) -> Callable[[], AppStatus]:
+        """One supervised status read of ``app_id`` per call (``wait``, ``run``, the Airflow trigger): the job's rules
+        (:class:`tfyarn.supervisor.Supervisor`: ``sup``, else one from the spec this machine submitted it with,
+        counting from its submit; none for an app whose spec is unknown) judge each status —
+        ``timeouts.active_deadline``; containers not allocated (the AM or some tasks PENDING) for
+        ``timeouts.allocation``, with the queue's state in the diagnosis, a full queue being the usual cause; the
+        stall watch over the app's KV (no training task's step advancing for ``timeouts.stall``; before the first
+        step ``timeouts.rendezvous + timeouts.stall``; every task is asked for its stacks). A verdict kills the app,
+        which ends TIMED_OUT saying why. ``heartbeat``: tell the tasks a follower is alive (:meth:`_heartbeat`)."""
+        if sup is None:
+            spec = self._saved_spec(app_id)
+            if spec is not None:
+                sup = Supervisor(spec, started=self._load_state(app_id).get("submitted") or time.time(),
+                                 history_path=self._report_dir(app_id) / HISTORY_FILE)
+        if sup is not None:
+            self._report_dir(app_id).mkdir(parents=True, exist_ok=True)
+            self._sups[app_id] = sup       # status reads feed its progress rate and history
+            sup.begin_attempt()            # its stall watch starts once the app's KV answers
 
-        try:
-            st = super().wait(app_id, timeout=timeout, poll=poll, on_update=follow)
-            log.debug("%s phases: %s", app_id, phases.text(self.phases(app_id, st)))
-            self._report_at_end(st)
-            return st
-        except _TimedOut as exc:
-            diag = exc.diagnosis
-            log.error("%s: %s; killing it", app_id, diag)
-            self.kill(app_id)
+        def step() -> AppStatus:
             st = self.status(app_id)
-            st.state, st.diagnostics = AppState.TIMED_OUT, diag
-            self._save_state(app_id, final=st.to_dict())
-            self._report_at_end(st)        # where it stalled is what its report shows
-            return st
+            if st.state.is_terminal:
+                return st
+            if heartbeat:
+                self._heartbeat(app_id)
+            if sup is None:
+                return st
+            if st.state is AppState.RUNNING:
+                app = self._app_client(app_id)
+                if app is not None:
+                    sup.watch(SkeinKV(app.kv))
+            verdict = sup.check(st)
+            return st if verdict is None else self._end_by(app_id, verdict, sup)
+
+        return step
+
+    def _end_by(self, app_id: str, verdict: Verdict, sup: Supervisor) -> AppStatus:
+        """Kill ``app_id`` for the supervisor's ``verdict``; its final status says why (saved: ``status`` later too)."""
+        diag = verdict.diagnosis + (self._queue_state(sup.spec.queue) if verdict.reason == "allocation" else "")
+        log.error("%s: %s; killing it", app_id, diag)
+        self.kill(app_id)
+        st = self.status(app_id)
+        st.state, st.diagnostics = verdict.state, diag
+        self._save_state(app_id, final=st.to_dict())
+        return st
 
     def _heartbeat(self, app_id: str) -> None:
         """Tell the tasks a follower is alive: the last task done then leaves the shutdown to us (runtime.app_end),
@@ -922,40 +901,30 @@ class YarnBackend(Backend):
         log.debug("run report of %s: written by a detached process (log %s)", st.app_id, d / "report.log")
 
     def write_report(self, st: AppStatus) -> Path | None:
-        """The run report (JSON + PNG) of an ended job: in ``$TFYARN_HOME/yarn/<app>/`` and next to the checkpoints,
-        like a local run's; returns the local report.json (None: nothing to report). Its curves are the points the
-        training tasks recorded next to the checkpoints, and this machine's samples for tasks that recorded none.
-        Called by whoever followed the job, and by the Airflow operator after a deferred wait (nobody sampled).
-        Never changes the outcome."""
-        path = self._report_dir(st.app_id) / HISTORY_FILE
-        points = ProgressHistory.load(path).points  # every follower's points, not only this process's
+        """The run report (:func:`tfyarn.supervisor.write_report`, as a local run's) of an ended job in
+        ``$TFYARN_HOME/yarn/<app>/`` and next to the checkpoints; returns the local report.json (None: nothing to
+        report). Its curves: the points the training tasks recorded next to the checkpoints, and every follower's
+        samples for tasks that recorded none. Called by whoever followed the job, and by the Airflow operator after a
+        deferred wait (nobody sampled). Never changes the outcome."""
+        points = ProgressHistory.load(self._report_dir(st.app_id) / HISTORY_FILE).points
         try:
-            spec = self._saved_spec(st.app_id)
-            ckpt = spec.resolve_path(spec.checkpoint.dir) if spec and spec.checkpoint.dir else None
-            ckpt = ckpt or (st.summary or {}).get("checkpoint_dir")     # an app submitted elsewhere
-            if not points and not ckpt:
-                return None
-            d = self._report_dir(st.app_id)
-            d.mkdir(parents=True, exist_ok=True)
-            write_run_report(d, st.to_dict() | {"phases": self.phases(st.app_id, st)}, points, ckpt,
-                             history_from=ckpt)
-            return d / REPORT_JSON
+            ckpt = checkpoint_url(self._saved_spec(st.app_id)) or (st.summary or {}).get("checkpoint_dir")
+            extra = {"phases": self.phases(st.app_id, st)}
         except Exception:  # noqa: BLE001 - a report is a convenience
             log.warning("could not write the run report of %s", st.app_id, exc_info=True)
             return None
+        return write_report(self._report_dir(st.app_id), st, points, ckpt, extra)
 
-    def _allocation_diagnosis(self, st: AppStatus, limit: float, queue: str | None) -> str:
-        pending = [t.task for t in st.tasks if t.state == "PENDING"] or ["the application master"]
-        where = ""
-        if queue:
-            try:
-                q = self.client().get_queue(queue)
-                where = (f"; queue {queue!r} is {q.state} at {q.percent_used:.0f}% of its capacity "
-                         f"(capacity {q.capacity:g}%, max {q.max_capacity:g}%)")
-            except Exception as exc:  # noqa: BLE001 - the diagnosis must not fail on a missing queue report
-                where = f"; queue {queue!r}: no report ({exc})"
-        return (f"containers not allocated within {limit:g}s (timeouts.allocation): {', '.join(pending)} "
-                f"still pending{where}")
+    def _queue_state(self, queue: str | None) -> str:
+        """What an allocation timeout's diagnosis adds: the queue's state and use (a full queue is the usual cause)."""
+        if not queue:
+            return ""
+        try:
+            q = self.client().get_queue(queue)
+            return (f"; queue {queue!r} is {q.state} at {q.percent_used:.0f}% of its capacity "
+                    f"(capacity {q.capacity:g}%, max {q.max_capacity:g}%)")
+        except Exception as exc:  # noqa: BLE001 - the diagnosis must not fail on a missing queue report
+            return f"; queue {queue!r}: no report ({exc})"
 
 
 def _preload_plotting() -> None:
@@ -985,14 +954,6 @@ class SubmittedThenInterrupted(Interrupted):
     def __init__(self, signame: str, app_id: str):
         super().__init__(signame)
         self.app_id = app_id
-
-
-class _TimedOut(Exception):
-    """The follower gives up on an app (containers not allocated, training stalled): it is killed, TIMED_OUT."""
-
-    def __init__(self, diagnosis: str):
-        super().__init__(diagnosis)
-        self.diagnosis = diagnosis
 
 
 def pack(spec: JobSpec, staging_dir: str | None = None, progress: packaging.Progress | None = None,

@@ -151,18 +151,3 @@ def failure_diagnosis(app_diagnostics: str, failures: dict[str, str], exits: dic
     new = {t: r for t, r in records.items() if f"{t}: " not in diag}
     text = diagnosis(new)
     return f"{text}\n{diag}".strip() if text else diag
-
-
-def end_tasks(tasks: list[TaskStatus], state: AppState, diagnostics: str) -> None:
-    """An ended app's tasks as they ended (the last snapshot may predate the end): a task the diagnosis gives an
-    exit code FAILED with it, the others SUCCEEDED (exit 0) or KILLED when the app did not succeed."""
-    from tfyarn.runtime.exit_report import exit_codes_in
-
-    codes = exit_codes_in(diagnostics)
-    for t in tasks:
-        if t.task in codes and t.state != "SUCCEEDED":
-            t.state = "FAILED"            # the snapshot may say KILLED: the shutdown it caused killed its container
-            t.exit_code = codes[t.task] if t.exit_code is None else t.exit_code
-        elif t.state in ("RUNNING", "PENDING"):
-            t.state = "SUCCEEDED" if state == AppState.SUCCEEDED else "KILLED"
-            t.exit_code = 0 if t.state == "SUCCEEDED" else None
