@@ -16,8 +16,8 @@ from tfyarn.supervisor import Supervisor, select_tasks, settle, task_matches, tr
 
 
 def _spec(**over):
-    doc = {"name": "sup", "model": "custom_jobs:quick", "mode": "ps", "data": {"train": ["memory://sup/*.tfrecord"], "batch_size": 4,
-                                                    "features": {"label": {"dtype": "float32"}}},
+    doc = {"name": "sup", "model": "custom_jobs:quick", "mode": "ps",
+           "data": {"train": ["memory://sup/*.tfrecord"], "batch_size": 4, "features": {"label": {"dtype": "float32"}}},
            "roles": {"chief": {"instances": 1}, "worker": {"instances": 2}, "ps": {"instances": 1}},
            "timeouts": {"rendezvous": 10, "stall": 20, "allocation": 30}}
     doc.update(over)
@@ -46,7 +46,7 @@ def test_deadline_is_the_earlier_of_active_deadline_and_the_callers_timeout_and_
     sup = Supervisor(_spec(timeouts={"active_deadline": 100}), started=clock.t, timeout=50, clock=clock)
     assert sup.deadline() == (50, "the caller's timeout")
     clock.t += 49
-    assert sup.check() is None and not sup.deadline_passed()
+    assert sup.check() is None and sup.time_left() == 1
     clock.t += 2
     v = sup.check(_raw(AppState.RUNNING, chief_0="RUNNING"))
     assert v is not None and v.state is AppState.TIMED_OUT and v.reason == "deadline"
@@ -208,5 +208,6 @@ def test_wait_clock_names_what_it_waited_for():
     w = WaitClock(10, "yarn app app_1", clock=clock)
     assert w.expired(AppState.RUNNING) is None
     clock.t += 11
-    assert w.expired(AppState.RUNNING) == "timed out after 10s waiting for yarn app app_1 to finish (last state RUNNING)"
+    assert w.expired(AppState.RUNNING) == \
+        "timed out after 10s waiting for yarn app app_1 to finish (last state RUNNING)"
     assert WaitClock(None, "x", clock=clock).expired(AppState.PENDING) is None

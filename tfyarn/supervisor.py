@@ -37,6 +37,7 @@ from tfyarn.backends.progress import GlobalStepRate, aggregate_progress, side_ro
 from tfyarn.errors import AppNotFound
 from tfyarn.report import ProgressHistory, write_run_report
 from tfyarn.runtime.context import SUMMARY_KEY, TOTAL_STEPS_KEY
+from tfyarn.runtime.kv import MemoryKV
 from tfyarn.runtime.watchdog import StallWatchdog
 from tfyarn.spec import JobSpec
 
@@ -55,24 +56,12 @@ class Verdict:
     reason: str
 
 
-class _Snapshot:
-    """A dict of KV items (YARN reads the whole KV in one call) seen through the two KV reads progress needs."""
-
-    def __init__(self, items: Mapping[str, str]):
-        self._items = items
-
-    def get(self, key: str) -> str | None:
-        return self._items.get(key)
-
-    def items(self, prefix: str = "") -> dict[str, str]:
-        return {k: v for k, v in self._items.items() if k.startswith(prefix)}
-
-
 class Supervisor:
     """The rules of one job, across its attempts. ``spec`` None (a YARN app submitted elsewhere, its spec unknown):
-    :meth:`progress` only. ``started``: wall time of the job's start (the deadline counts from it); ``timeout``: the caller's bound (``api.run(timeout=…)``), besides ``timeouts.active_deadline``;
-    ``history_path``: where progress points are appended (the run report's curves); ``clock``: wall time (tests);
-    ``ack_wait_s``: how long a stall's diagnosis waits for the tasks to answer the stack-dump request."""
+    :meth:`progress` only. ``started``: wall time of the job's start (the deadline counts from it); ``timeout``: the
+    caller's bound (``api.run(timeout=…)``), besides ``timeouts.active_deadline``; ``history_path``: where progress
+    points are appended (the run report's curves); ``clock``: wall time (tests); ``ack_wait_s``: how long a stall's
+    diagnosis waits for the tasks to answer the stack-dump request."""
 
     def __init__(self, spec: JobSpec | None, started: float | None = None, timeout: float | None = None,
                  history_path: Path | None = None, clock: Callable[[], float] = time.time, ack_wait_s: float = 3.0):
@@ -100,10 +89,6 @@ class Supervisor:
         """Seconds until the deadline (may be negative); None without one."""
         d = self.deadline()
         return None if d is None else d[0] - ((self.clock() if now is None else now) - self.started)
-
-    def deadline_passed(self, now: float | None = None) -> bool:
-        left = self.time_left(now)
-        return left is not None and left <= 0
 
     # ------------------------------------------------------------------------------------------------- attempts
     def begin_attempt(self, kv: Any = None, pids: Mapping[str, int] | None = None) -> None:
@@ -227,7 +212,7 @@ class Supervisor:
         """The job's progress for ``AppStatus.progress`` from ``kv`` (a KV, or a dict of every KV item): the furthest
         global step, examples/s, loss, ETA from the global step's own rate, and the side roles' (tensorboard URL,
         newest evaluation). Records progress points (:attr:`history`) and the chief's summary (:attr:`summary`)."""
-        store = _Snapshot(kv) if isinstance(kv, Mapping) else kv
+        store = MemoryKV(dict(kv)) if isinstance(kv, Mapping) else kv
         items = store.items("progress/")
         self.history.record(items)
         total = store.get(TOTAL_STEPS_KEY)

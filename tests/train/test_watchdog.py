@@ -165,26 +165,22 @@ def test_laggard_is_the_suspect_when_everyone_answers():
     assert r.suspects == ["worker:1"]
 
 
-def test_the_watchdog_thread_keeps_watching_the_chiefs_finishing_phase_until_control_done():
+def test_the_watch_keeps_watching_the_chiefs_finishing_phase_until_control_done():
     """Every training task reports ``done`` before the chief's final checkpoint, export and summary: a hung upload
-    there must still fail the job (the thread used to end as soon as every task was finished)."""
+    there must still fail the job (the watch used to end as soon as every task was finished)."""
     kv = MemoryKV()
     calls = []
     report(kv, "chief:0", 5, done=True); report(kv, "worker:0", 5, done=True)   # every step ran, no control/done
-    wd = StallWatchdog(kv, TASKS, stall_s=0.5, on_stall=calls.append, ack_wait_s=0.1, interval=0.05,
-                       signal_pids=False).start()
-    deadline = time.monotonic() + 10
-    while not calls and time.monotonic() < deadline:
-        time.sleep(0.05)
-    wd.stop()
+    wd = StallWatchdog(kv, TASKS, stall_s=0.5, on_stall=calls.append, ack_wait_s=0.1, signal_pids=False)
+    assert wd.poll(now=0.0) is None
+    assert wd.poll(now=1.0) is not None
     assert len(calls) == 1 and calls[0].message.startswith("every training task ran all its steps, but the chief")
-    # with control/done set the thread ends on its own, without a report
+    # with control/done set, finished tasks are never a stall
     kv2 = MemoryKV()
     kv2.put(DONE_KEY, "1")
     report(kv2, "chief:0", 5, done=True); report(kv2, "worker:0", 5, done=True)
-    wd2 = StallWatchdog(kv2, TASKS, stall_s=0.5, on_stall=calls.append, interval=0.05, signal_pids=False).start()
-    wd2._thread.join(5)
-    assert not wd2._thread.is_alive() and len(calls) == 1
+    wd2 = StallWatchdog(kv2, TASKS, stall_s=0.5, on_stall=calls.append, signal_pids=False)
+    assert wd2.poll(now=0.0) is None and wd2.poll(now=100.0) is None and len(calls) == 1
 
 
 def test_poll_requests_dumps_collects_acks_and_calls_back_once():
@@ -289,16 +285,19 @@ def test_sigstopped_task_fails_the_job_with_diagnosis_and_stacks(tmp_path):
             kv.wait_all([progress_key(t) for t in TASKS], timeout=30, what="first progress of the fake tasks")
             stalled = []
             wd = StallWatchdog(kv, {t: p.pid for t, p in procs.items()}, stall_s=stall_s,
-                               on_stall=lambda r: stalled.append((time.monotonic(), r)),
-                               interval=0.2, ack_wait_s=2.0).start()
-            time.sleep(1.5)
+                               on_stall=lambda r: stalled.append((time.monotonic(), r)), ack_wait_s=2.0)
+
+            def watch(seconds: float) -> None:     # the follower's loop (the supervisor polls it the same way)
+                end = time.monotonic() + seconds
+                while not stalled and time.monotonic() < end:
+                    wd.poll()
+                    time.sleep(0.2)
+
+            watch(1.5)
             assert not stalled, "fired while both tasks were advancing"
             t_freeze = time.monotonic()
             os.kill(procs["worker:0"].pid, signal.SIGSTOP)
-            deadline = t_freeze + stall_s + margin + 2.0
-            while not stalled and time.monotonic() < deadline:
-                time.sleep(0.1)
-            wd.stop()
+            watch(stall_s + margin + 2.0)
             assert stalled, f"no stall reported within {stall_s + margin + 2.0}s of freezing worker:0"
             fired_at, r = stalled[0]
             assert fired_at - t_freeze <= stall_s + margin

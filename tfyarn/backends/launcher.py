@@ -4,8 +4,8 @@ It is the local "application master": it runs the KV service, starts one process
 ``tfyarn.runtime.main`` (exactly what a YARN container runs), restarts tasks as their roles allow, and stops every task
 on the first unrecoverable failure, on Ctrl-C / SIGTERM, or on a kill request: no task outlives it (tasks also die with
 it, see ``tfyarn.runtime.main._die_with_parent``). What decides about the job — attempts, the active deadline, the
-stall watch, progress, the run report — is :class:`tfyarn.supervisor.Supervisor`, shared with the YARN backend. :class:`tfyarn.backends.local.LocalBackend` runs it in
-the foreground (``run``) or in a detached process (``submit``).
+stall watch, progress, the run report — is :class:`tfyarn.supervisor.Supervisor`, shared with the YARN backend.
+:class:`tfyarn.backends.local.LocalBackend` runs it in the foreground (``run``) or in a detached process (``submit``).
 
 Tasks are forked from a fork server that imported TensorFlow once (``tfyarn.runtime.forkserver``; the tasks of a
 local job would otherwise all import it at once on the same cores), or — when it is disabled, not possible, or

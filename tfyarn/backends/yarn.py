@@ -49,7 +49,8 @@ from tfyarn.runtime import app_end
 from tfyarn.runtime.exit_report import EXIT_PREFIX
 from tfyarn.runtime.kv_yarn import SkeinKV
 from tfyarn.spec import JobSpec, load_spec_json
-from tfyarn.supervisor import Supervisor, Verdict, checkpoint_url, select_tasks, settle, task_matches, write_report
+from tfyarn.supervisor import (Supervisor, Verdict, checkpoint_url, select_tasks, settle, task_matches,
+                               training_end_note, write_report)
 
 log = logging.getLogger(__name__)
 
@@ -429,15 +430,9 @@ class YarnBackend(Backend):
             self.kill(app_id)
             last, st = st, self.status(app_id)
         st.state = AppState.KILLED          # YARN reports the kill asynchronously; it was asked for, and accepted
-        st.diagnostics = f"{exc}: killed {app_id}" + self._training_end_note(app_id, st.progress or last.progress,
-                                                                             st.summary or last.summary)
+        st.diagnostics = f"{exc}: killed {app_id}" + training_end_note(
+            st.progress or last.progress or {}, st.summary or last.summary, checkpoint_url(self._saved_spec(app_id)))
         return st
-
-    def _training_end_note(self, app_id: str, progress: dict[str, Any], summary: dict[str, Any] | None) -> str:
-        """What the local launcher adds to the diagnosis of a job stopped from outside: whether training had completed
-        and what of it was written (:func:`tfyarn.supervisor.training_end_note`); "" when it had not."""
-        from tfyarn.supervisor import training_end_note
-        return training_end_note(progress or {}, summary, checkpoint_url(self._saved_spec(app_id)))
 
     # -- status --------------------------------------------------------------------------------------------------
     def _rm(self) -> yarn_rest.RmRest | None:

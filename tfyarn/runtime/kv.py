@@ -75,11 +75,11 @@ def get_json(kv: KV, key: str) -> Any:
 
 
 class MemoryKV(KV):
-    """In-process KV (tests, and a single-task run)."""
+    """In-process KV (tests, a single-task run, a snapshot of another KV's ``items``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, items: dict[str, str] | None = None) -> None:
         import threading
-        self._d: dict[str, str] = {}
+        self._d: dict[str, str] = dict(items or {})
         self._lock = threading.Lock()
 
     def get(self, key: str) -> str | None:

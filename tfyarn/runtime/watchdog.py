@@ -15,7 +15,7 @@ seeds' jobs sat like that for hours. Two pieces turn such a hang into a failed j
   stack dumps from every task, waits briefly for acknowledgements, and calls ``on_stall(report)`` with a
   :class:`StallReport` naming the tasks whose step stopped advancing, which of them did not answer the dump request and
   which processes are stopped/dead (when pids are known). :meth:`StallWatchdog.check` is pure decision logic driven by
-  an explicit ``now`` (tested without TF or threads); :meth:`StallWatchdog.start` runs it in a daemon thread.
+  an explicit ``now`` (tested without TF or threads); :meth:`StallWatchdog.poll` adds the dumps and the callback.
 
 Nothing here imports TensorFlow.
 """
@@ -265,25 +265,21 @@ class StallWatchdog:
     every task of the job so the ps/evaluator stacks are dumped too). The clock starts at construction (or the first
     :meth:`check`): a job whose tasks never report a step within ``startup_s`` (default ``stall_s``) is a stall too.
 
-    Usage from a launcher::
-
-        wd = StallWatchdog(kv, {t: pid_of[t] for t in spec.training_tasks}, spec.timeouts.stall,
-                           on_stall=lambda r: fail_job(r.message), all_tasks=pid_of)
-        wd.start()          # daemon thread, checks every `interval` s; ends on a stall, when every task finished
-                            # after control/done, or on wd.stop()
+    It runs no thread: :class:`tfyarn.supervisor.Supervisor` calls :meth:`poll` from its follower's loop (the local
+    launcher, the YARN follower, the in-app supervisor).
     """
 
     def __init__(self, kv: KV, tasks: Iterable[str] | Mapping[str, int | None], stall_s: float,
                  on_stall: Callable[[StallReport], None] | None = None, *,
                  all_tasks: Mapping[str, int | None] | Iterable[str] | None = None,
-                 startup_s: float | None = None, ack_wait_s: float = 3.0, interval: float = 1.0,
-                 signal_pids: bool = True, clock: Callable[[], float] = time.monotonic):
+                 startup_s: float | None = None, ack_wait_s: float = 3.0, signal_pids: bool = True,
+                 clock: Callable[[], float] = time.monotonic):
         pids = dict(tasks) if isinstance(tasks, Mapping) else {t: None for t in tasks}
         if not pids:
             raise ValueError("StallWatchdog needs at least one training task to watch")
         self.kv, self.stall_s, self.on_stall = kv, float(stall_s), on_stall
         self.startup_s = float(startup_s if startup_s is not None else stall_s)
-        self.ack_wait_s, self.interval, self.signal_pids, self.clock = ack_wait_s, interval, signal_pids, clock
+        self.ack_wait_s, self.signal_pids, self.clock = ack_wait_s, signal_pids, clock
         at = dict(all_tasks) if isinstance(all_tasks, Mapping) else {t: None for t in (all_tasks or [])}
         self.all_tasks: dict[str, int | None] = {**at, **{t: p for t, p in pids.items() if p or t not in at}}
         self.states = {t: TaskState(t, pid=p or self.all_tasks.get(t)) for t, p in pids.items()}
@@ -291,8 +287,6 @@ class StallWatchdog:
         self.done_at: float | None = None      # when control/done was first seen
         self.last_progress: float | None = None
         self.report: StallReport | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
     def task_ended(self, task: str) -> None:
         """``task``'s process ended successfully (a chief that returned, a finished side task): not asked for stacks,
@@ -408,27 +402,3 @@ class StallWatchdog:
         if self.on_stall is not None:
             self.on_stall(self.report)
         return self.report
-
-    # -- thread ------------------------------------------------------------------------------------------------------
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            try:
-                # Not done when every training task is finished: the chief's final checkpoint, export and summary
-                # come after that and before control/done, and they are bounded by this watch too.
-                if self.poll() is not None or (self.done_at is not None
-                                               and all(s.finished for s in self.states.values())):
-                    return
-            except Exception as exc:     # a KV hiccup must not kill the watchdog; a dead KV is the launcher's concern
-                log.warning("stall watchdog: %s", exc)
-
-    def start(self) -> "StallWatchdog":
-        if self.started_at is None:
-            self.started_at = self.clock()
-        self._thread = threading.Thread(target=self._run, name="tfyarn-stall-watchdog", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self, timeout: float = 5.0) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
