@@ -1,8 +1,29 @@
 import os
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
+
+#: tests/yarn's helper modules (clusterutil, yarnutil: unique names) for the suites that run on YARN too
+#: (tests/yarn, tests/contract); the session fixtures below use them.
+sys.path.append(str(Path(__file__).resolve().parent / "yarn"))
+
+#: TFYARN_REQUIRE_YARN=1 (scripts/test-yarn, CI): a `yarn` test that skips — no HADOOP_CONF_DIR, a missing
+#: package — fails instead, so a cluster suite that silently tested nothing cannot pass.
+REQUIRE_YARN = os.environ.get("TFYARN_REQUIRE_YARN") == "1"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    if (REQUIRE_YARN and rep.skipped and not hasattr(rep, "wasxfail")  # an xfail reports as skipped
+            and item.get_closest_marker("yarn") is not None):
+        reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
+        rep.outcome = "failed"
+        rep.longrepr = f"TFYARN_REQUIRE_YARN=1 but this yarn test was skipped: {reason}"
 
 
 @pytest.fixture(autouse=True)
@@ -45,3 +66,39 @@ def tensorboard_dir(tmp_path_factory):
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, f"could not install tensorboard for the tensorboard role:\n{proc.stderr[-2000:]}"
     return str(d)
+
+
+# ------------------------------------------------------------------------------- YARN (tests/yarn, tests/contract)
+@pytest.fixture(scope="session")
+def yarn():
+    """One YarnBackend for the whole session (on the session's shared skein driver, above)."""
+    from tfyarn.backends.yarn import YarnBackend
+    from clusterutil import SESSION_TAG
+    b = YarnBackend(staging_dir=os.environ.get("TFYARN_STAGING_DIR"))
+    yield b
+    try:   # a test that failed half-way must not leave its apps running on a shared cluster
+        for app in b.list():
+            if SESSION_TAG in app.tags:
+                b.kill(app.app_id)
+    finally:
+        b.close()
+
+
+@pytest.fixture(scope="session")
+def hdfs_root(yarn):
+    """This session's own HDFS directory (removed at the end): data, checkpoints, exports."""
+    import fsspec
+    from tfyarn import hdfs
+    url = hdfs.join(yarn.staging_dir, "tests", f"s-{time.time_ns()}")
+    yield url
+    fs, path = fsspec.core.url_to_fs(url)
+    if fs.exists(path):
+        fs.rm(path, recursive=True)
+
+
+@pytest.fixture(scope="session")
+def dataset(hdfs_root):
+    """Skewed recommender data on HDFS, written once per session: 4 files, the largest 3x the smallest."""
+    from clusterutil import write_dataset
+    from tfyarn import hdfs
+    return write_dataset(hdfs.join(hdfs_root, "data"))

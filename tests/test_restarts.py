@@ -1,4 +1,5 @@
-"""Restart policies on the local backend with real processes: in-place task restarts, job attempts, deadlines."""
+"""Restart policies on the local backend with real processes: in-place task restarts, job attempts, the caller's
+timeout (timeouts.active_deadline is a scenario of the contract suite, tests/contract, on both backends)."""
 import signal
 import time
 
@@ -72,18 +73,6 @@ def test_attempts_are_bounded(tmp_path):
     st = LocalBackend().run(spec)
     assert st.state is AppState.FAILED and st.attempt == 1
     assert "boom from worker:0" in st.diagnostics
-
-
-def test_active_deadline_times_out_the_job(tmp_path):
-    spec = load_spec_dict(small_spec(tmp_path, model="custom_jobs:run_long",
-                                     timeouts={"rendezvous": 20, "active_deadline": "4s"},
-                                     retry={"max_attempts": 3, "backoff": "0.2s"}))
-    t0 = time.monotonic()
-    st = LocalBackend().run(spec)
-    assert st.state is AppState.TIMED_OUT and st.attempt == 0  # a deadline is not retried
-    assert "active deadline of 4s exceeded (timeouts.active_deadline)" in st.diagnostics
-    assert time.monotonic() - t0 < 20
-    assert wait_no_processes(st.app_id, 5) == []
 
 
 def test_the_api_callers_timeout_stops_a_local_run_as_yarns_does(tmp_path):

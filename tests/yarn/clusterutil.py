@@ -37,6 +37,14 @@ needs_yarn = [pytest.mark.yarn, pytest.mark.skipif(
 SESSION_TAG = f"tfyarn-test-{uuid.uuid4().hex[:10]}"
 
 
+def write_dataset(url: str) -> str:
+    """The suites' skewed recommender data under ``url`` (4 files, the largest 3x the smallest); returns its glob.
+    HDFS for the YARN suite, a local directory for the contract suite's local half: the same records."""
+    from tfyarn.data.synth import write_synthetic
+    write_synthetic(url, kind="recommender", files=4, records=4000, skew=3, seed=1, users=100, items=100)
+    return url.rstrip("/") + "/*.tfrecord"
+
+
 def unique(name: str) -> str:
     return f"{name}-{time.time_ns() % 10**12:012d}"
 

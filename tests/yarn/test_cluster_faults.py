@@ -1,5 +1,6 @@
-"""Faults on the real cluster (the local equivalents are tests/faults): containers killed with SIGKILL, a stopped
-worker, a task raising inside its container, and what preflight refuses before anything is submitted.
+"""Faults on the real cluster (the local equivalents are tests/faults): containers killed with SIGKILL, a task raising
+inside its container, and what preflight refuses before anything is submitted. A stopped worker (the stall
+watchdog) is a scenario of the contract suite (tests/contract), on both backends.
 
 Task processes are found on this machine by the app id their container exports (the NodeManagers run here) and the
 task map the runtime writes to the app's KV (skein renumbers restarted containers)."""
@@ -7,7 +8,6 @@ import json
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 import yaml
@@ -89,33 +89,6 @@ def test_sigkilled_worker_chief_and_ps_each_start_a_job_attempt_from_the_hdfs_ch
     text = tfyarn("status", killed[-1][0])
     assert "ps:0" in text.stdout and "137" in text.stdout, text.stdout
     assert_clean(yarn, *apps, tag=name)
-
-
-@pytest.mark.timeout(2 * JOB_S)
-def test_a_stopped_worker_stalls_the_job_which_times_out_naming_it_and_is_killed(yarn, dataset):
-    name = unique("stall")
-    doc = job_doc(dataset, name, epochs=20, model="fault_models:slow_recommender", code=str(FAULT_JOBS))
-    doc["params"]["step_delay_s"] = 0.1
-    doc["timeouts"]["stall"] = 20
-    spec = load_spec_dict(doc)
-    app_id = yarn.submit(spec)
-    wait_for_step(yarn, app_id, "worker:0", 3)
-    proc = task_process(yarn, app_id, "worker:0")
-    proc.send_signal(signal.SIGSTOP)
-    t0 = time.monotonic()
-    try:
-        st = yarn.wait(app_id, timeout=JOB_S)
-    finally:
-        try:
-            proc.send_signal(signal.SIGCONT)   # if anything went wrong, let the kill reach it
-        except Exception:  # noqa: BLE001 - normally long gone
-            pass
-    took = time.monotonic() - t0
-    assert st.state is AppState.TIMED_OUT and st.state.exit_code == 4, st.diagnostics
-    assert "worker:0" in st.diagnostics and "timeouts.stall" in st.diagnostics, st.diagnostics
-    assert 20 <= took < 20 + 60, took
-    assert yarn.status(app_id).state in (AppState.KILLED, AppState.TIMED_OUT)
-    assert_clean(yarn, app_id, tag=name)
 
 
 @pytest.mark.timeout(2 * JOB_S)

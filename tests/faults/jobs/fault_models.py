@@ -2,7 +2,9 @@
 
 ``slow_recommender``: the built-in recommender with a fixed sleep inside every training step (a ``numpy_function``
 on the training task's own device), so a short job still has enough wall time for a kill to land mid-epoch at a
-chosen step. Nothing else differs from ``tfyarn.models.recommender``.
+chosen step. ``fail_task`` / ``fail_at_step`` / ``fail_attempts``: that task's step raises at that step (of its own
+count in this process) on job attempts below ``fail_attempts`` (a user's model failing mid-run; tests/contract).
+Nothing else differs from ``tfyarn.models.recommender``.
 """
 import os
 import time
@@ -11,19 +13,27 @@ from tfyarn.models.recommender import Recommender
 
 
 class SlowRecommender(Recommender):
-    def __init__(self, step_delay_s: float = 0.05, **params):
+    def __init__(self, step_delay_s: float = 0.05, fail_task: str = "", fail_at_step: int = 0,
+                 fail_attempts: int = 1000, **params):
         super().__init__(**params)
         self.step_delay_s = float(step_delay_s)
+        me = f"{os.environ.get('TFYARN_ROLE')}:{os.environ.get('TFYARN_INDEX')}"
+        attempt = int(os.environ.get("TFYARN_ATTEMPT", "0"))
+        self.fail_at_step = int(fail_at_step) if me == fail_task and attempt < int(fail_attempts) else 0
+        self.steps = 0
 
     def __call__(self, features, training):
         import numpy as np
         import tensorflow as tf
 
         out = super().__call__(features, training)
-        if not training or self.step_delay_s <= 0:
+        if not training or (self.step_delay_s <= 0 and not self.fail_at_step):
             return out
 
         def sleep():
+            self.steps += 1
+            if self.steps == self.fail_at_step:
+                raise RuntimeError(f"the model's step {self.steps} failed on purpose")
             time.sleep(self.step_delay_s)
             return np.int64(0)
 
