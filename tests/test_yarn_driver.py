@@ -50,3 +50,20 @@ def test_a_dead_commands_lease_no_longer_holds_the_driver(tmp_path):
     finally:
         reused.kill()
         reused.wait()
+
+
+def test_a_stale_record_never_gets_an_unrelated_process_killed(tmp_path):
+    """A record left by a driver that died long ago may name pids other processes have since: replacing or stopping
+    it must not signal them."""
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        rec = yarn_driver.Record(key="k", address="127.0.0.1:1", jvm_pid=other.pid, keeper_pid=other.pid,
+                                 keeper_started="1", user="u", principal="", hadoop_conf_dir="", idle_s=1.0,
+                                 started=0.0, log=str(tmp_path / "k.log"))
+        assert not rec.alive
+        yarn_driver._Files(tmp_path, "k").write(rec)
+        assert [r.key for r in yarn_driver.stop_all(tmp_path)] == ["k"]
+        assert other.poll() is None and yarn_driver.records(tmp_path) == []
+    finally:
+        other.kill()
+        other.wait()

@@ -138,7 +138,7 @@ class Record:
 
     @property
     def alive(self) -> bool:
-        return _alive(self.keeper_pid, self.keeper_started) and _alive(self.jvm_pid)
+        return _alive(self.keeper_pid, self.keeper_started) and _alive(self.jvm_pid) and _is_driver(self.jvm_pid)
 
 
 class _Files:
@@ -310,17 +310,27 @@ def _tail(path: Path, n: int = 3) -> str:
     return f"{path}: " + " / ".join(lines[-n:]) if lines else f"{path} is empty"
 
 
+def _is_driver(pid: int) -> bool:
+    """The pid is a skein driver JVM (a recorded pid may have been reused by any process since)."""
+    if not os.path.isdir("/proc/self"):
+        return True                          # no /proc to ask (not Linux): trust the record
+    try:
+        return b"com.anaconda.skein.Driver" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
 def _kill(rec: Record, grace: float = 10.0) -> None:
     """Stop a keeper (SIGTERM: it stops its JVM), and the JVM itself if it outlives its keeper."""
     for pid, started in ((rec.keeper_pid, rec.keeper_started), (rec.jvm_pid, None)):
-        if not _alive(pid, started):
+        if not _alive(pid, started) or (pid == rec.jvm_pid and not _is_driver(pid)):
             continue
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + grace
         while _alive(pid, started) and time.monotonic() < deadline:
             time.sleep(0.1)
-        if _alive(pid, started):
+        if _alive(pid, started) and (pid != rec.jvm_pid or _is_driver(pid)):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
 
