@@ -67,3 +67,15 @@ def test_a_stale_record_never_gets_an_unrelated_process_killed(tmp_path):
     finally:
         other.kill()
         other.wait()
+
+
+def test_a_driver_that_accepts_but_never_answers_is_not_reused():
+    """A hung JVM still accepts connections (the kernel does): the ping is bounded, so it is replaced, not waited on."""
+    import socket
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    try:
+        assert not yarn_driver.answers(f"127.0.0.1:{srv.getsockname()[1]}", timeout=1.0)
+    finally:
+        srv.close()

@@ -52,6 +52,8 @@ DIR_ENV = "TFYARN_DRIVER_DIR"      # read by tfyarn.paths.driver_dir
 DEFAULT_IDLE_S = 900.0
 #: Bound on a driver start (the JVM + ``yarn classpath``: 5-15 s on a loaded gateway) and on the lock's wait.
 START_TIMEOUT_S = 120.0
+#: Bound on a reused driver's answer to a ping (an idle JVM answers in milliseconds).
+PING_TIMEOUT_S = 10.0
 
 
 def idle_seconds() -> float:
@@ -251,7 +253,10 @@ def acquire(ident: dict[str, Any], kw: dict[str, Any], env: dict[str, str] | Non
     files = _Files(driver_dir(), key_of(ident))
     with files.locked():
         rec = files.read()
-        if rec is not None and rec.alive:
+        if rec is not None and rec.alive and not answers(rec.address):
+            log.warning("the shared skein driver at %s (pid %d) does not answer within %gs: replacing it",
+                        rec.address, rec.jvm_pid, PING_TIMEOUT_S)
+        elif rec is not None and rec.alive:
             try:
                 client = sk.Client(address=rec.address)
                 log.debug("using tfyarn's shared skein driver at %s (pid %d)", rec.address, rec.jvm_pid)
@@ -264,6 +269,24 @@ def acquire(ident: dict[str, Any], kw: dict[str, Any], env: dict[str, str] | Non
             files.remove_record(rec.keeper_pid)
         rec = _start_keeper(files, ident, kw, env)
         return Lease(sk.Client(address=rec.address), files, rec)
+
+
+def answers(address: str, timeout: float | None = None) -> bool:
+    """The driver at ``address`` answers a ping within ``timeout`` (skein's own Client pings with no bound: a hung
+    JVM would hang every command that reuses it)."""
+    from tfyarn._skein import skein
+    sk = skein()
+    from skein import proto
+    from skein.core import secure_channel
+    channel = secure_channel(address, sk.Security.from_default())
+    try:
+        proto.DriverStub(channel).ping(proto.Empty(), timeout=timeout or PING_TIMEOUT_S)
+        return True
+    except Exception as exc:  # noqa: BLE001 - grpc.RpcError (unavailable, deadline) or a TLS failure: not ours
+        log.debug("shared driver ping at %s: %s", address, exc)
+        return False
+    finally:
+        channel.close()
 
 
 def _start_keeper(files: _Files, ident: dict[str, Any], kw: dict[str, Any], env: dict[str, str] | None) -> Record:
