@@ -9,8 +9,6 @@ from contractutil import Harness
 DISAGREEMENTS: dict[tuple[str, str], str] = {
     ("test_success_at_the_planned_global_step_and_the_logs_of_a_task_and_of_a_role", "local"):
         "local logs of one task lack the '<task> | ' prefix, and a role (--task worker) raises AppNotFound",
-    ("test_the_active_deadline_times_the_job_out_and_is_not_retried", "yarn"):
-        "a YARN app that was submitted (not run) has no timeouts.active_deadline: only `run`'s follower enforces it",
     ("test_a_failed_attempt_is_followed_by_one_resuming_from_the_checkpoint", "yarn"):
         "a YARN submit does not start the next job attempt (only `run`'s follower does); a local submit does",
 }

@@ -667,9 +667,14 @@ class YarnBackend(Backend):
                                   f"no status of it naming its containers")
             return [(t, cl) for t, cl in found if task_matches(task, t, cl.container_id)]
         deadline = time.monotonic() + self.aggregation_wait_s
+        ran = {t["task"] for t in snap.get("tasks") or [] if t.get("state") != "PENDING"}
         logs = None
         while True:
             logs = yarn_logs.read_aggregated_logs(app_id, user, self.conf)
+            if logs and ran - {taskmap.get(cl.task.replace(":", "_"), cl.task) for cl in logs} and \
+                    time.monotonic() < deadline:    # one NodeManager uploaded, another not yet: every task that ran
+                time.sleep(2.0)                     # has a log to come (after the deadline: what is there)
+                continue
             if logs:
                 break
             try:
