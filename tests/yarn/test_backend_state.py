@@ -607,7 +607,7 @@ def test_a_task_that_raised_is_failed_with_its_code_though_the_shutdown_it_asked
 
 def test_run_stopped_after_training_completed_says_so_in_its_diagnosis(monkeypatch, tmp_path):
     """The local launcher's diagnosis of a job stopped from outside says whether training had completed and what was
-    written (launcher.training_end_note); `run --yarn` said only 'interrupted by SIGTERM: killed …'."""
+    written (supervisor.training_end_note); `run --yarn` said only 'interrupted by SIGTERM: killed …'."""
     from tfyarn.interrupts import Interrupted
     cs = [container("ps", 0, "RUNNING"), container("chief", 0, "RUNNING"), container("worker", 0, "RUNNING"),
           container("worker", 1, "RUNNING"), container("worker", 2, "RUNNING")]
