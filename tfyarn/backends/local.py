@@ -137,26 +137,21 @@ class LocalBackend(Backend):
         return st
 
     def logs(self, app_id: str, task: str | None = None, follow: bool = False) -> Iterator[str]:
-        """One task's log lines (``worker:1``), or a role's (``worker``) or every task's prefixed with ``<task> | ``;
-        ``follow`` keeps reading (the tasks interleaved as they write) until the app has ended and everything it
-        wrote has been read."""
+        """``<task> | <line>`` of one task (``worker:1``), a role (``worker``) or every task, as on YARN; ``follow``
+        keeps reading (the tasks interleaved as they write) until the app has ended and everything it wrote has been
+        read."""
         d = self.app_dir(app_id)
         names = select_tasks(load_spec_json((d / "spec.json").read_text()).tasks(), task, app_id)
         paths = {n: d / "tasks" / n.replace(":", "_") / "task.log" for n in names}
-        one = task is not None and len(names) == 1 and task == names[0]
-
-        def fmt(n: str, line: str) -> str:
-            return line if one else f"{n} | {line}"
-
         if not follow:
             for n, path in paths.items():
                 if path.exists():
                     for line in path.read_text(errors="replace").splitlines():
-                        yield fmt(n, line)
+                        yield f"{n} | {line}"
             return
-        yield from self._follow_logs(app_id, paths, fmt)
+        yield from self._follow_logs(app_id, paths)
 
-    def _follow_logs(self, app_id: str, paths: dict[str, Path], fmt: Callable[[str, str], str]) -> Iterator[str]:
+    def _follow_logs(self, app_id: str, paths: dict[str, Path]) -> Iterator[str]:
         pos = {n: 0 for n in paths}
         partial = {n: b"" for n in paths}  # a line being written is yielded once it is complete
 
@@ -174,7 +169,7 @@ class LocalBackend(Backend):
                     lines.append(partial[n])
                     partial[n] = b""
                 for raw in lines:
-                    yield fmt(n, raw.decode(errors="replace"))
+                    yield f"{n} | {raw.decode(errors='replace')}"
 
         while True:
             ended = self.status(app_id).state.is_terminal  # checked before the read: nothing written is missed
