@@ -7,8 +7,6 @@ from contractutil import Harness
 #: Where a backend still disagrees with the contract: (test name, backend) -> the disagreement. Such a parameter is a
 #: strict xfail, so the day the backends agree the suite says so (an XPASS fails) and the entry must go.
 DISAGREEMENTS: dict[tuple[str, str], str] = {
-    ("test_success_at_the_planned_global_step_and_the_logs_of_a_task_and_of_a_role", "local"):
-        "local logs of one task lack the '<task> | ' prefix, and a role (--task worker) raises AppNotFound",
     ("test_a_failed_attempt_is_followed_by_one_resuming_from_the_checkpoint", "yarn"):
         "a YARN submit does not start the next job attempt (only `run`'s follower does); a local submit does",
 }
