@@ -190,6 +190,16 @@ def build_report(status: dict[str, Any], points: list[dict[str, Any]]) -> dict[s
             "history": HISTORY_FILE, "plot": None, "phases": status.get("phases")}
 
 
+def preload_plotting() -> None:
+    """Import matplotlib while the job runs (call it in a thread): the report's plot is drawn after the end, on the
+    CLI's exit path or before the in-app supervisor ends the app, where its import cost ~1-2 s on a loaded box."""
+    try:
+        import matplotlib.backends.backend_agg  # noqa: F401
+        import matplotlib.figure  # noqa: F401
+    except Exception:  # noqa: BLE001 - optional (extra 'report'): the report says so when it is missing
+        pass
+
+
 def plot_history(points: list[dict[str, Any]], path: Path, title: str, t0: float | None = None) -> bool:
     """Draw loss and examples/s over time (one line per task) into ``path``; False when matplotlib is missing."""
     fig = history_figure(points, title, t0)

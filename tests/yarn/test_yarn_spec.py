@@ -41,7 +41,13 @@ def test_round_trip_and_fields(spec):
     assert app.file_systems == ["hdfs://other-ns"]
     assert app.master.resources == skein.Resources(memory=1024, vcores=2)
     assert app.acls == skein.ACLs(enable=True, view_users=["bob"], modify_groups=["ml-ops"], ui_users=["*"])
-    assert set(app.services) == {"ps", "chief", "worker"}
+    assert set(app.services) == {"ps", "chief", "worker", yarn_spec.SUPERVISOR_SERVICE}
+    sup = app.services[yarn_spec.SUPERVISOR_SERVICE]      # not a task: small, never restarted, never fails the app
+    assert (sup.instances, sup.resources.vcores, sup.max_restarts, sup.allow_failures) == (1, 1, 0, True)
+    assert sup.resources.memory == yarn_spec.SUPERVISOR_MEMORY_MIB and "TFYARN_ROLE" not in sup.env
+    assert set(sup.files) == {"env", "tfyarn_src", "tfyarn-spec.json"}
+    assert f"-m {yarn_spec.SUPERVISOR_MODULE} || true\nexit 0\n" in sup.script
+    assert "tfyarn.runtime" not in sup.script.replace(yarn_spec.SUPERVISOR_MODULE, "")
     w = app.services["worker"]
     assert (w.instances, w.resources.memory, w.resources.vcores, w.resources.gpus) == (3, 4096, 4, 1)
     assert w.node_label == "gpu" and w.max_restarts == 2 * 3 and not w.allow_failures
@@ -63,7 +69,8 @@ def test_sidecar_tensorboard_and_zero_instance_roles():
                          "tensorboard": {"instances": 1, "env": {"TMPDIR": "/scratch"}}},
                   checkpoint={"dir": "hdfs:///ckpt"})
     app = build_application_spec(s, shipped())
-    assert set(app.services) == {"worker", "ps", "tensorboard"}
+    assert set(app.services) == {"worker", "ps", "tensorboard", yarn_spec.SUPERVISOR_SERVICE}
+    assert set(build_application_spec(s, shipped(), supervise=False).services) == {"worker", "ps", "tensorboard"}
     assert app.services["tensorboard"].allow_failures and not app.services["worker"].allow_failures
     # a role whose env sets TMPDIR keeps it; the others get the container's own tmp/
     assert 'export TMPDIR="$PWD/tmp"' in app.services["worker"].script
@@ -87,6 +94,15 @@ def test_python_source_ships_no_env_and_kerberos_ships_no_keytab(tmp_path):
     assert "secret" not in text and str(kt) not in text and "me.keytab" not in text
     assert "kinit" not in w.script and not any("KRB" in k for k in w.env)
     assert "\n'/opt/py 3/bin/python' -m tfyarn.runtime || code=$?\n" in w.script
+
+
+def test_the_supervisor_container_exits_0_whatever_its_python_does(tmp_path):
+    """A supervisor that crashes (or is killed) must not fail the job: skein would count a non-zero exit."""
+    script = container_script(ENV, code=False, supervisor=True)
+    cdir = _fake_container_dir(tmp_path, script, "#!/bin/sh\necho \"ARGS $*\"; exit 3\n")
+    r = subprocess.run(["bash", "script.sh"], cwd=cdir, capture_output=True, text=True, timeout=60,
+                       env={"PATH": os.environ["PATH"], "SKEIN_APPLICATION_ID": "application_1_0007"})
+    assert r.returncode == 0 and f"ARGS -m {yarn_spec.SUPERVISOR_MODULE}" in r.stdout, (r.stdout, r.stderr)
 
 
 def _fake_container_dir(tmp_path, script, python_impl):

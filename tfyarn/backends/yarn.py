@@ -41,12 +41,11 @@ from tfyarn.backends import phases, yarn_driver, yarn_logs, yarn_rest, yarn_spec
 from tfyarn._skein import skein
 from tfyarn.backends.base import AppState, AppStatus, Backend, Request, TaskStatus
 from tfyarn.backends.yarn_status import (ACTIVE_APP_STATES, ALL_APP_STATES, ALL_CONTAINER_STATES, app_state,
-                                         attempt_of, failure_diagnosis, tasks_from_containers, timestamp)
+                                         attempt_of, failure_diagnosis, snapshot, timestamp)
 from tfyarn.errors import AppNotFound, TfyarnError, WaitTimeout, YarnUnavailable
 from tfyarn.interrupts import Interrupted, deferring_stop_signals, ignoring_stop_signals, interruptible
-from tfyarn.report import HISTORY_FILE, ProgressHistory
+from tfyarn.report import HISTORY_FILE, REPORT_JSON, ProgressHistory, preload_plotting
 from tfyarn.runtime import app_end
-from tfyarn.runtime.exit_report import EXIT_PREFIX
 from tfyarn.runtime.kv_yarn import SkeinKV
 from tfyarn.spec import JobSpec, load_spec_json
 from tfyarn.supervisor import (Supervisor, Verdict, checkpoint_url, select_tasks, settle, task_matches,
@@ -126,6 +125,7 @@ class YarnBackend(Backend):
         self._apps: dict[str, Any] = {}
         # per app: the job's rules while this process follows it (attempts, deadline, stall, progress, ETA)
         self._sups: dict[str, Supervisor] = {}
+        self._no_record: set[str] = set()  # apps whose in-app supervisor record was looked for (_recover)
         self._krb: Any = None              # the Kerberos login (tfyarn.kerberos) once self.login() has run
         self._logged_in = False
         self.last_env: packaging.EnvRef | None = None
@@ -288,6 +288,32 @@ class YarnBackend(Backend):
         saved = self._load_state(app_id) if saved is None else saved
         return load_spec_json(saved["spec"]) if saved.get("spec") else None
 
+    def _recover(self, app_id: str, running: bool) -> dict[str, Any]:
+        """This machine's state of ``app_id``, with the spec (and the last snapshot) of an app submitted elsewhere
+        recovered from the app itself: KV ``spec`` while it runs, else the record its in-app supervisor left in the
+        staging dir (:mod:`tfyarn.backends.yarn_supervise`). Saved here, so it is read once."""
+        from tfyarn.backends import yarn_supervise
+        saved = self._load_state(app_id)
+        if saved.get("spec"):
+            return saved
+        found: dict[str, Any] = {}
+        app = self._app_client(app_id) if running else None
+        if app is not None:
+            try:
+                text = app.kv.get(yarn_supervise.SPEC_KEY)
+                found = {"spec": text.decode()} if text else {}
+            except Exception as exc:  # noqa: BLE001 - the AM may be going: the record may say
+                log.debug("no spec of %s in its KV: %s", app_id, exc)
+        if not found and not running and app_id not in self._no_record:
+            self._no_record.add(app_id)               # read once: an app with no supervisor has none
+            rec = yarn_supervise.read_record(self.staging_dir, app_id)
+            found = {k: rec[k] for k in ("spec", "snapshot") if rec.get(k) and not saved.get(k)}
+        if found:
+            log.debug("%s: spec recovered from the application", app_id)
+            self._save_state(app_id, app_id=app_id, **found)
+            saved.update(found)
+        return saved
+
     def _load_state(self, app_id: str) -> dict[str, Any]:
         p = self._state_path(app_id)
         try:
@@ -322,7 +348,8 @@ class YarnBackend(Backend):
         fss = hdfs.filesystems_for_tokens([spec.resolve_path(u) for u in urls if u], self.conf)
         app = yarn_spec.build_application_spec(spec, shipped, master_memory_mib=self.master_memory_mib,
                                                master_vcores=self.master_vcores, file_systems=fss,
-                                               extra_tags=self.extra_tags, attempt=attempt)
+                                               extra_tags=self.extra_tags, attempt=attempt,
+                                               staging_dir=self.staging_dir)
         return YarnRequest(submitted, attempt, app, shipped)
 
     def _ship(self, spec: JobSpec, env: packaging.EnvRef, write: bool) -> yarn_spec.Shipped:
@@ -481,8 +508,6 @@ class YarnBackend(Backend):
 
     def _live(self, app_id: str, spec: JobSpec | None) -> dict[str, Any] | None:
         """Tasks, progress, summary and failures from the running application master; None if unreachable."""
-        from tfyarn.runtime.kv_yarn import TASKMAP_PREFIX
-
         app = self._app_client(app_id)
         if app is None:
             return None
@@ -493,18 +518,7 @@ class YarnBackend(Backend):
             log.debug("application master of %s unreachable: %s", app_id, exc)
             self._apps.pop(app_id, None)
             return None
-        taskmap = {k[len(TASKMAP_PREFIX):]: v for k, v in kv.items() if k.startswith(TASKMAP_PREFIX)}
-        failures = {k.split("/", 1)[1]: v for k, v in kv.items() if k.startswith("failure/")}
-        exits = {k[len(EXIT_PREFIX):]: json.loads(v) for k, v in kv.items() if k.startswith(EXIT_PREFIX)}
-        tasks = tasks_from_containers(containers, taskmap, spec, failures, exits)
-        progress_items = {k: v for k, v in kv.items() if k.startswith("progress/")}
-        sup = self._supervisor(app_id, spec)
-        progress = sup.progress(kv)
-        summary = sup.summary
-        return {"tasks": [t.__dict__ for t in tasks], "progress": progress, "summary": summary,
-                "failures": failures, "exits": exits, "taskmap": taskmap,
-                "phases": phases.task_phases(kv, progress_items),
-                "containers": {f"{c.service_name}_{c.instance}": c.yarn_container_id for c in containers}}
+        return snapshot(containers, kv, spec, progress=self._supervisor(app_id, spec).progress(kv))
 
     def _supervisor(self, app_id: str, spec: JobSpec | None) -> Supervisor:
         """This process's supervisor of ``app_id``: its progress rate (the ETA) and progress points (the run report)
@@ -518,7 +532,7 @@ class YarnBackend(Backend):
 
     def status(self, app_id: str) -> AppStatus:
         rep = self._report(app_id)
-        saved = self._load_state(app_id)
+        saved = self._recover(app_id, running=str(rep.state) == "RUNNING")
         spec = self._saved_spec(app_id, saved)
         live = self._live(app_id, spec) if str(rep.state) == "RUNNING" else None
         snap = live or saved.get("snapshot") or {}
@@ -532,6 +546,10 @@ class YarnBackend(Backend):
         if state is AppState.KILLED and final.get("state") == AppState.TIMED_OUT.value:
             state, diag = AppState.TIMED_OUT, final.get("diagnostics", diag)  # tfyarn killed it for a deadline
         tasks = [TaskStatus(**t) for t in snap.get("tasks", [])]
+        if state in (AppState.FAILED, AppState.TIMED_OUT) and spec is not None and not saved.get("run_started"):
+            from tfyarn.backends.yarn_supervise import no_more_attempts_note
+            note = no_more_attempts_note(spec, attempt_of(rep.tags))      # a bare submit: nobody resubmits
+            diag = f"{diag}\n{note}".strip() if note else diag
         summary = snap.get("summary") or final.get("summary")
         if summary is None and state.is_terminal:
             summary = self._summary_from_checkpoints(app_id, spec)
@@ -774,7 +792,7 @@ class YarnBackend(Backend):
 
     def _followed(self, app_id: str, sup: Supervisor | None, timeout: float | None, poll: float,
                   on_update: Callable[[AppStatus], None] | None) -> AppStatus:
-        threading.Thread(target=_preload_plotting, name="tfyarn-preload-matplotlib", daemon=True).start()
+        threading.Thread(target=preload_plotting, name="tfyarn-preload-matplotlib", daemon=True).start()
         st = self._wait_with(self.follow(app_id, sup), app_id, timeout, poll, on_update)
         log.debug("%s phases: %s", app_id, phases.text(self.phases(app_id, st)))
         self._report_at_end(st)            # after a kill for a stall too: where it stalled is what its report shows
@@ -790,7 +808,7 @@ class YarnBackend(Backend):
         step ``timeouts.rendezvous + timeouts.stall``; every task is asked for its stacks). A verdict kills the app,
         which ends TIMED_OUT saying why. ``heartbeat``: tell the tasks a follower is alive (:meth:`_heartbeat`)."""
         if sup is None:
-            spec = self._saved_spec(app_id)
+            spec = self._saved_spec(app_id, self._recover(app_id, running=True))   # submitted elsewhere: the app's
             if spec is not None:
                 sup = Supervisor(spec, started=self._load_state(app_id).get("submitted") or time.time(),
                                  history_path=self._report_dir(app_id) / HISTORY_FILE)
@@ -809,7 +827,9 @@ class YarnBackend(Backend):
                 return st
             if st.state is AppState.RUNNING:
                 app = self._app_client(app_id)
-                if app is not None:
+                if self._supervised(app_id):
+                    sup.end_attempt()      # the app's own supervisor watches for stalls (yarn_supervise)
+                elif app is not None:
                     sup.watch(SkeinKV(app.kv))
             verdict = sup.check(st)
             return st if verdict is None else self._end_by(app_id, verdict, sup)
@@ -825,6 +845,16 @@ class YarnBackend(Backend):
         st.state, st.diagnostics = verdict.state, diag
         self._save_state(app_id, final=st.to_dict())
         return st
+
+    def _supervised(self, app_id: str) -> bool:
+        """The app's in-app supervisor is alive (:mod:`tfyarn.backends.yarn_supervise`): the stall watch and the
+        job's end are its, not this follower's."""
+        app = self._app_client(app_id)
+        try:
+            return app is not None and app_end.follower_alive(SkeinKV(app.kv), time.time(), app_end.SUPERVISOR_KEY)
+        except Exception as exc:  # noqa: BLE001 - the AM may be going: the next status read says so
+            log.debug("supervisor heartbeat of %s: %s", app_id, exc)
+            return False
 
     def _heartbeat(self, app_id: str) -> None:
         """Tell the tasks a follower is alive: the last task done then leaves the shutdown to us (runtime.app_end),
@@ -855,14 +885,19 @@ class YarnBackend(Backend):
                 log.debug("all-done watch of %s: %s", app_id, exc)
                 return
             if done is not None:
-                self._end_app(app_id, app)
+                self._end_app(app_id, app, shutdown=not self._supervised(app_id))
                 return
 
-    def _end_app(self, app_id: str, app: Any, timeout: float = 10.0) -> None:
+    def _end_app(self, app_id: str, app: Any, timeout: float = 10.0, shutdown: bool = True) -> None:
+        """The KV's last state into the snapshot, then the app's end: ours, or its supervisor's (after its report;
+        ``shutdown=False``: waited for up to ``app_end.SUPERVISOR_GRACE_S``)."""
         st = self.status(app_id)       # the KV's last state (phase times, final progress) into the snapshot
-        log.debug("every task of %s is done: shutting it down", app_id)
+        log.debug("every task of %s is done: %s", app_id, "shutting it down" if shutdown else "its supervisor ends it")
         try:
-            app.shutdown("SUCCEEDED", app_end.DONE_DIAGNOSTICS)
+            if shutdown:
+                app.shutdown("SUCCEEDED", app_end.DONE_DIAGNOSTICS)
+            else:
+                timeout = app_end.SUPERVISOR_GRACE_S
         except Exception as exc:  # noqa: BLE001 - the last task shuts it down itself when we cannot
             log.debug("shutdown of %s: %s", app_id, exc)
         self._apps.pop(app_id, None)
@@ -910,6 +945,8 @@ class YarnBackend(Backend):
         try:
             ckpt = checkpoint_url(self._saved_spec(st.app_id)) or (st.summary or {}).get("checkpoint_dir")
             extra = {"phases": self.phases(st.app_id, st)}
+            if ckpt and self._copy_in_app_report(st.app_id, ckpt, self._report_dir(st.app_id)):
+                return self._report_dir(st.app_id) / REPORT_JSON
         except Exception:  # noqa: BLE001 - a report is a convenience
             log.warning("could not write the run report of %s", st.app_id, exc_info=True)
             return None
@@ -926,15 +963,15 @@ class YarnBackend(Backend):
         except Exception as exc:  # noqa: BLE001 - the diagnosis must not fail on a missing queue report
             return f"; queue {queue!r}: no report ({exc})"
 
-
-def _preload_plotting() -> None:
-    """Import matplotlib while the job runs: the run report's plot is drawn after the end, on the CLI's exit path,
-    where its import cost ~1-2 s on a loaded gateway."""
-    try:
-        import matplotlib.backends.backend_agg  # noqa: F401
-        import matplotlib.figure  # noqa: F401
-    except Exception:  # noqa: BLE001 - optional (extra 'report'): the report says so when it is missing
-        pass
+    def _copy_in_app_report(self, app_id: str, ckpt: str, dest: Path) -> bool:
+        """The report the app's supervisor wrote next to the checkpoints, copied here: it saw the whole run."""
+        from tfyarn.report import copy_report, fetch_report, report_at
+        if report_at(ckpt, app_id) is None:
+            return False
+        report, png = fetch_report(source=ckpt)
+        copy_report(report, png, dest)
+        log.debug("run report of %s: the in-app supervisor's, from %s", app_id, ckpt)
+        return True
 
 
 class _LazyClient:

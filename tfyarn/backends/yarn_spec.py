@@ -21,6 +21,10 @@ Files every service gets (YARN localizes them into the container's working dir):
 ``tfyarn-spec.json``  the resolved spec, ``TFYARN_SPEC_FILE`` (without ``kerberos:``: tasks never see the keytab)
 =================  =====================================================================================
 
+Besides the roles' services, one small service :data:`SUPERVISOR_SERVICE` (no TensorFlow, not a task) runs
+``python -m`` :mod:`tfyarn.backends.yarn_supervise` from the same environment: the job's stall watch, deadlines,
+end and run report inside the application, so a job nobody follows is supervised too.
+
 No keytab is shipped: on a Kerberized cluster the tasks read HDFS with the delegation tokens skein gets at submit
 (``HADOOP_TOKEN_FILE_LOCATION``, see :mod:`tfyarn.kerberos`).
 """
@@ -46,6 +50,11 @@ SRC_DIR = "tfyarn_src"
 #: ``tfyarn-attempt:<n>`` on the application of job attempt n > 0 (``retry.max_attempts``): the attempt is then part of
 #: the app itself, so ``status`` says it from any machine (it said 0 for every application).
 ATTEMPT_TAG = "tfyarn-attempt:"
+#: The in-app supervisor's skein service (:mod:`tfyarn.backends.yarn_supervise`): never a task of the job.
+SUPERVISOR_SERVICE = "tfyarn-supervisor"
+SUPERVISOR_MODULE = "tfyarn.backends.yarn_supervise"
+#: Its container: Python + skein's gRPC client + matplotlib for the report's plot (~150 MB resident measured).
+SUPERVISOR_MEMORY_MIB = 384
 #: First line every task container writes to its log: lets the log reader map YARN container ids to tasks.
 LOG_HEADER = "[tfyarn] container"
 
@@ -70,14 +79,17 @@ def app_tags(spec: JobSpec, extra: Iterable[str] = ()) -> set[str]:
     return tags
 
 
-def container_script(env: EnvRef, *, code: bool, own_tmpdir: bool = True) -> str:
+def container_script(env: EnvRef, *, code: bool, own_tmpdir: bool = True, supervisor: bool = False) -> str:
     """The bash every task container runs: the task contract's environment, then Python, then on a non-zero exit
     the report of how it ended (:mod:`tfyarn.runtime.exit_report`); the container exits with Python's code.
 
     ``own_tmpdir`` (unless the role's ``env`` sets ``TMPDIR``): temporary files go to ``tmp/`` in the container's
     working directory, which YARN deletes with the container — a killed task (preemption, ``tfyarn kill``) leaves
     nothing in the node's ``/tmp`` (TensorFlow's autograph writes a module per traced function there and deletes
-    them only at a clean exit)."""
+    them only at a clean exit).
+
+    ``supervisor``: the in-app supervisor's container (:data:`SUPERVISOR_MODULE`), which always exits 0 — its
+    failure must never fail the job."""
     py = env.python
     lines = [
         "set -eu",
@@ -96,6 +108,8 @@ def container_script(env: EnvRef, *, code: bool, own_tmpdir: bool = True) -> str
     if env.source in ("pack", "archive"):
         py = f"./{ENV_DIR}/bin/python"
     py = shlex.quote(py) if not py.startswith("./") else py
+    if supervisor:
+        return "\n".join([*lines, f"{py} -m {SUPERVISOR_MODULE} || true", "exit 0"]) + "\n"
     # Python runs as a child, not exec'd: when it dies (kill -9, the kernel's OOM killer, a crash) this shell says
     # how, in the log, the app's KV and the app's diagnostics (tfyarn.runtime.exit_report; skein keeps no exit
     # status). YARN signals the container's whole process group, so a kill still reaches Python directly.
@@ -126,8 +140,11 @@ def _files(shipped: Shipped) -> dict[str, Any]:
 
 def build_application_spec(spec: JobSpec, shipped: Shipped, *, master_memory_mib: int = 512,
                            master_vcores: int = 1, file_systems: Iterable[str] = (), extra_tags: Iterable[str] = (),
-                           attempt: int = 0, max_attempts: int = 1) -> Any:
-    """A validated ``skein.ApplicationSpec`` for ``spec``; pure (no cluster, no upload)."""
+                           attempt: int = 0, max_attempts: int = 1, supervise: bool = True,
+                           staging_dir: str | None = None) -> Any:
+    """A validated ``skein.ApplicationSpec`` for ``spec``; pure (no cluster, no upload). ``supervise`` adds the
+    in-app supervisor's service; ``staging_dir`` is where it records the app for other machines
+    (:func:`tfyarn.backends.yarn_supervise.record_url`)."""
     sk = skein()
     files = _files(shipped)
     scripts = {own: container_script(shipped.env, code=bool(shipped.code), own_tmpdir=own) for own in (True, False)}
@@ -146,6 +163,13 @@ def build_application_spec(spec: JobSpec, shipped: Shipped, *, master_memory_mib
             max_restarts=r.max_restarts * r.instances if r.restart != "never" else 0,
             allow_failures=role in SIDECAR_ROLES,
             node_label=r.node_label or "")
+    if supervise:
+        env = {"TFYARN_ATTEMPT": str(attempt), **({"TFYARN_STAGING_DIR": staging_dir} if staging_dir else {})}
+        services[SUPERVISOR_SERVICE] = sk.Service(
+            resources=sk.Resources(memory=SUPERVISOR_MEMORY_MIB, vcores=1),
+            script=container_script(shipped.env, code=False, supervisor=True), instances=1,
+            files={k: f for k, f in files.items() if k != CODE_DIR}, env=env, max_restarts=0,
+            allow_failures=True)              # a supervisor that dies leaves the job running (followers still watch)
     acls = sk.ACLs(enable=spec.acls.enable, view_users=list(spec.acls.view_users),
                    view_groups=list(spec.acls.view_groups), modify_users=list(spec.acls.modify_users),
                    modify_groups=list(spec.acls.modify_groups), ui_users=list(spec.acls.ui_users))

@@ -90,6 +90,39 @@ def _by_task(containers: list[Any], taskmap: dict[str, str], spec: JobSpec | Non
     return by_task
 
 
+def task_containers(containers: list[Any]) -> list[Any]:
+    """The containers that hold tasks: not the in-app supervisor's (it is no task of the job)."""
+    from tfyarn.backends.yarn_spec import SUPERVISOR_SERVICE
+    return [c for c in containers if c.service_name != SUPERVISOR_SERVICE]
+
+
+def snapshot(containers: list[Any], kv: dict[str, str], spec: JobSpec | None, rate: Any = None) -> dict[str, Any]:
+    """What a status read keeps of a running app (tasks, progress, summary, failures, phases …), from its containers
+    and its whole KV: the follower's saved snapshot and the in-app supervisor's record have this one shape."""
+    import json
+
+    from tfyarn.backends import phases
+    from tfyarn.backends.progress import GlobalStepRate, aggregate_progress, side_roles, summary_with_eval
+    from tfyarn.runtime.exit_report import EXIT_PREFIX
+    from tfyarn.runtime.kv_yarn import TASKMAP_PREFIX
+
+    taskmap = {k[len(TASKMAP_PREFIX):]: v for k, v in kv.items() if k.startswith(TASKMAP_PREFIX)}
+    failures = {k.split("/", 1)[1]: v for k, v in kv.items() if k.startswith("failure/")}
+    exits = {k[len(EXIT_PREFIX):]: json.loads(v) for k, v in kv.items() if k.startswith(EXIT_PREFIX)}
+    tasks = tasks_from_containers(containers, taskmap, spec, failures, exits)
+    total = kv.get("plan/total_steps")
+    progress_items = {k: v for k, v in kv.items() if k.startswith("progress/")}
+    progress = aggregate_progress(progress_items, int(total) if total and total.isdigit() else None,
+                                  spec.training_tasks if spec else [], rate or GlobalStepRate())
+    sides = side_roles(kv.get)
+    progress.update(sides)
+    return {"tasks": [t.__dict__ for t in tasks], "progress": progress,
+            "summary": summary_with_eval(kv.get("summary"), sides),
+            "failures": failures, "exits": exits, "taskmap": taskmap,
+            "phases": phases.task_phases(kv, progress_items),
+            "containers": {f"{c.service_name}_{c.instance}": c.yarn_container_id for c in containers}}
+
+
 def tasks_from_containers(containers: list[Any], taskmap: dict[str, str], spec: JobSpec | None,
                           failures: dict[str, str], exits: dict[str, dict[str, Any]] | None = None
                           ) -> list[TaskStatus]:
@@ -101,7 +134,7 @@ def tasks_from_containers(containers: list[Any], taskmap: dict[str, str], spec: 
     from tfyarn.runtime.exit_report import exit_text
 
     exits = exits or {}
-    by_task = _by_task(containers, taskmap, spec)
+    by_task = _by_task(task_containers(containers), taskmap, spec)
     out = []
     order = spec.tasks() if spec is not None else []
     names = order + sorted(t for t in by_task if t not in order)

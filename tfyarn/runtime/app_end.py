@@ -5,7 +5,9 @@ and AM heartbeats), 5.5 s after the last task's work in issue 21. Every task mar
 role returned; the task that finds every task of the job done puts :data:`ALL_DONE_KEY` and the application is shut
 down SUCCEEDED through skein's ``ApplicationClient.shutdown``:
 
-* by the gateway that follows the job (``tfyarn run``, ``wait``), when one is alive (it refreshes
+* by the in-app supervisor (:mod:`tfyarn.backends.yarn_supervise`), when it is alive (it refreshes
+  :data:`SUPERVISOR_KEY`): it writes the run report, then ends the app; a follower only reads the KV one last time;
+* else by the gateway that follows the job (``tfyarn run``, ``wait``), when one is alive (it refreshes
   :data:`FOLLOWER_KEY`): it reads the KV one last time (phase times, progress) before the AM is gone;
 * else, or when that follower has not done it within :data:`FOLLOWER_GRACE_S`, by the task itself.
 
@@ -30,6 +32,9 @@ ALL_DONE_KEY = "control/all_done"
 FOLLOWER_KEY = "control/follower"
 FOLLOWER_FRESH_S = 10.0
 FOLLOWER_GRACE_S = 2.0
+#: Wall time of the in-app supervisor's last round; while fresh, the job's end is its (after the run report).
+SUPERVISOR_KEY = "control/supervisor"
+SUPERVISOR_GRACE_S = 20.0
 #: ``phase/<task>``: JSON of wall times of a task's phases (start, imported, done), for status and the benchmark.
 PHASE_PREFIX = "phase/"
 #: The application's diagnostics when it is ended this way (status shows none for a SUCCEEDED app that says this).
@@ -53,8 +58,8 @@ def all_done(kv: KV, tasks: Iterable[str]) -> bool:
     return all(f"{SLOT_DONE_PREFIX}{t}" in done for t in tasks) and not kv.items("failure/")
 
 
-def follower_alive(kv: KV, now: float) -> bool:
-    v = kv.get(FOLLOWER_KEY)
+def follower_alive(kv: KV, now: float, key: str = FOLLOWER_KEY) -> bool:
+    v = kv.get(key)
     try:
         return v is not None and now - float(v) <= FOLLOWER_FRESH_S
     except ValueError:
@@ -62,7 +67,8 @@ def follower_alive(kv: KV, now: float) -> bool:
 
 
 def finish_if_last(kv: KV, tasks: list[str], task: str, shutdown: Callable[[], Any],
-                   grace_s: float = FOLLOWER_GRACE_S, poll_s: float = 0.1) -> bool:
+                   grace_s: float = FOLLOWER_GRACE_S, poll_s: float = 0.1,
+                   supervisor_grace_s: float = SUPERVISOR_GRACE_S) -> bool:
     """Called by each task after its ``slot-done``: when every task is done, end the application now (see the
     module docstring). Returns True when this task found the job done. Never raises (the task has succeeded)."""
     try:
@@ -70,12 +76,15 @@ def finish_if_last(kv: KV, tasks: list[str], task: str, shutdown: Callable[[], A
             return False
         now = time.time()
         kv.put(ALL_DONE_KEY, json.dumps({"time": round(now, 3), "by": task}))
-        if follower_alive(kv, now):
-            deadline = time.monotonic() + grace_s
-            while time.monotonic() < deadline:      # the follower shuts it down: the AM stops answering
+        supervised = follower_alive(kv, now, SUPERVISOR_KEY)
+        if supervised or follower_alive(kv, now):
+            wait_s = supervisor_grace_s if supervised else grace_s
+            deadline = time.monotonic() + wait_s
+            while time.monotonic() < deadline:      # the supervisor/follower shuts it down: the AM stops answering
                 time.sleep(poll_s)
                 kv.get(ALL_DONE_KEY)
-            log.info("%s: the follower did not end the application within %gs; ending it", task, grace_s)
+            log.info("%s: the %s did not end the application within %gs; ending it", task,
+                     "supervisor" if supervised else "follower", wait_s)
         log.info("%s: every task is done: shutting the application down", task)
         shutdown()
     except KVUnavailable:

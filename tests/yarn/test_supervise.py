@@ -1,0 +1,139 @@
+"""The in-app supervisor's decisions without a cluster (tfyarn.backends.yarn_supervise): real skein Container objects,
+the job's KV in memory, a fake clock; the cluster suite (test_cluster_supervised.py) runs it inside real apps."""
+import json
+import os
+import subprocess
+import sys
+from datetime import datetime
+
+from skein.model import Container
+
+from yarnutil import make_spec
+from tfyarn.backends.base import AppState
+from tfyarn.backends.yarn_spec import SUPERVISOR_SERVICE
+from tfyarn.backends.yarn_status import app_state
+from tfyarn.backends.yarn_supervise import InAppSupervisor, no_more_attempts_note
+from tfyarn.runtime import app_end
+from tfyarn.runtime.kv import MemoryKV
+from tfyarn.runtime.kv_yarn import mark_slot_done
+
+APP = "application_1700000000000_0042"
+ROLES = {"chief": {"instances": 1}, "worker": {"instances": 1}}
+
+
+def container(service, instance, state):
+    return Container(service_name=service, instance=instance, state=state,
+                     yarn_container_id=f"container_1700000000000_0042_01_{hash((service, instance)) % 10**6:06d}",
+                     yarn_node_http_address="node1:8042", start_time=datetime(2026, 1, 1), finish_time=None,
+                     exit_message="")
+
+
+class App:
+    """skein.ApplicationClient's surface the supervisor uses."""
+
+    def __init__(self, states):
+        self.containers = [container(SUPERVISOR_SERVICE, 0, "RUNNING")]
+        self.containers += [container(s, 0, st) for s, st in states.items()]
+        self.shutdowns = []
+
+    def get_containers(self, services=None, states=None):
+        return [c for c in self.containers if states is None or str(c.state) in states]
+
+    def shutdown(self, status, diagnostics):
+        self.shutdowns.append((status, diagnostics))
+
+
+class Clock:
+    def __init__(self, t=1000.0):
+        self.t = t
+
+    def __call__(self):
+        return self.t
+
+
+def supervisor(tmp_path, states, **spec_over):
+    spec = make_spec(roles=ROLES, mode="allreduce", **spec_over)
+    app, kv, clock = App(states), MemoryKV(), Clock()
+    sup = InAppSupervisor(spec, app, kv, APP, started=clock.t, clock=clock, report_dir=tmp_path)
+    sup.publish()
+    return sup, app, kv, clock
+
+
+def test_active_deadline_ends_the_app_timed_out_naming_it(tmp_path):
+    sup, app, kv, clock = supervisor(tmp_path, {"chief": "RUNNING", "worker": "RUNNING"},
+                                     timeouts={"active_deadline": 60, "stall": 600})
+    assert sup.round() is False and app.shutdowns == []
+    assert kv.get(app_end.SUPERVISOR_KEY) is not None and json.loads(kv.get("spec"))["name"] == "yarn-test"
+    assert [t["task"] for t in sup.snap["tasks"]] == ["chief:0", "worker:0"]   # the supervisor is no task
+    clock.t += 61
+    assert sup.round() is True
+    [(status, diag)] = app.shutdowns
+    assert status == "FAILED" and "timeouts.active_deadline" in diag
+    assert app_state("FINISHED", "FAILED", diag) is AppState.TIMED_OUT
+    assert json.loads((tmp_path / "report.json").read_text())["state"] == "TIMED_OUT"
+
+
+def test_task_containers_pending_past_the_allocation_timeout_are_named(tmp_path):
+    sup, app, kv, clock = supervisor(tmp_path, {"chief": "RUNNING", "worker": "REQUESTED"},
+                                     timeouts={"allocation": 30, "stall": 600})
+    assert sup.round() is False
+    clock.t += 31
+    assert sup.round() is True
+    [(status, diag)] = app.shutdowns
+    assert status == "FAILED" and "timeouts.allocation" in diag and "worker:0 still pending" in diag, diag
+    assert "chief:0" not in diag and app_state("FINISHED", "FAILED", diag) is AppState.TIMED_OUT
+
+
+def test_a_stall_asks_for_stacks_through_the_kv_and_names_the_stopped_task(tmp_path):
+    sup, app, kv, clock = supervisor(tmp_path, {"chief": "RUNNING", "worker": "RUNNING"},
+                                     timeouts={"stall": 60, "rendezvous": 60})
+    kv.put("progress/chief:0", json.dumps({"step": 5}))
+    kv.put("progress/worker:0", json.dumps({"step": 5}))
+    assert sup.round() is False
+    clock.t += 30
+    kv.put("progress/chief:0", json.dumps({"step": 9}))    # the chief advances, then both stop
+    assert sup.round() is False
+    sup.watch.ack_wait_s = 0.2
+    clock.t += 61
+    assert sup.round() is True
+    [(status, diag)] = app.shutdowns
+    assert status == "FAILED" and "timeouts.stall" in diag and "worker:0 at step 5" in diag, diag
+    assert kv.get("control/dump_stacks") is not None           # every task was asked for its stacks
+    assert app_state("FINISHED", "FAILED", diag) is AppState.TIMED_OUT
+
+
+def test_every_task_done_writes_the_report_then_ends_the_app(tmp_path):
+    sup, app, kv, clock = supervisor(tmp_path, {"chief": "RUNNING", "worker": "RUNNING"})
+    kv.put("progress/chief:0", json.dumps({"step": 3, "global_step": 3, "loss": 0.5, "time": clock.t}))
+    assert sup.round() is False
+    for t in ("chief:0", "worker:0"):
+        mark_slot_done(kv, t)
+    # the last task leaves the end to a live supervisor (after its report), not to itself
+    assert app_end.finish_if_last(kv, ["chief:0", "worker:0"], "worker:0", lambda: app.shutdowns.append("task"),
+                                  supervisor_grace_s=0.3, poll_s=0.05) is True
+    assert app.shutdowns == ["task"]                         # nobody ended it within the grace: the task did
+    app.shutdowns.clear()
+    assert sup.round() is True
+    assert app.shutdowns == [("SUCCEEDED", app_end.DONE_DIAGNOSTICS)]
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["state"] == "SUCCEEDED" and report["app_id"] == APP and "chief:0" in report["tasks"]
+
+
+def test_every_task_container_ended_without_all_done_leaves_the_end_to_skein(tmp_path):
+    sup, app, kv, clock = supervisor(tmp_path, {"chief": "SUCCEEDED", "worker": "FAILED"})
+    assert sup.round() is True and app.shutdowns == []
+
+
+def test_a_bare_submits_failure_says_that_no_attempt_follows():
+    spec = make_spec(roles=ROLES, mode="allreduce", retry={"max_attempts": 2})
+    assert "`tfyarn run`" in no_more_attempts_note(spec, 0) and "attempt 1 of 2" in no_more_attempts_note(spec, 0)
+    assert no_more_attempts_note(spec, 1) == ""
+
+
+def test_the_service_imports_no_tensorflow_and_a_crash_exits_0(tmp_path):
+    code = ("import sys, tfyarn.backends.yarn_supervise as m, tfyarn.backends._skein as s; s.skein(); "
+            "import tfyarn.runtime.kv_yarn, tfyarn.runtime.watchdog, tfyarn.report; "
+            "assert 'tensorflow' not in sys.modules, 'tensorflow imported'; sys.exit(m.main())")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TFYARN_SPEC", "SKEIN_"))}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0 and "the in-app supervisor failed; the job goes on" in r.stderr, r.stderr[-2000:]

@@ -1,0 +1,279 @@
+"""``python -m tfyarn.backends.yarn_supervise``: the job's supervisor inside its own YARN application.
+
+Why: on YARN the gateway that submitted a job may be gone (a bare ``tfyarn submit``, a ``wait`` from another machine,
+Airflow's deferrable trigger), so what supervises the job must run in the application. This small skein service
+(:data:`~tfyarn.backends.yarn_spec.SUPERVISOR_SERVICE`: one vcore, no TensorFlow, not a task) runs next to the tasks
+and, every second until the app ends, over the app's KV and skein's containers:
+
+* the stall watchdog (:class:`~tfyarn.runtime.watchdog.StallWatchdog`, stacks asked through the KV),
+  ``timeouts.active_deadline`` from the app's start, ``timeouts.allocation`` for task containers still pending: each
+  shuts the app down FAILED with a ``timed out: …`` diagnosis, which ``status`` reports as TIMED_OUT (exit 4);
+* the job's end once every task reported done (:mod:`tfyarn.runtime.app_end`): the run report first
+  (report.json + PNG next to the checkpoints, :func:`tfyarn.report.write_run_report`), then the shutdown;
+* a record of the app for machines that did not submit it: the spec in KV :data:`SPEC_KEY` and, on HDFS,
+  :func:`record_url` (spec, last status snapshot, outcome), read by :meth:`YarnBackend._saved_spec`.
+
+It never fails the job: any error is logged and the process exits 0 (its service allows failures and is never
+restarted), so followers still watch as before. While it runs it refreshes :data:`app_end.SUPERVISOR_KEY`; a follower
+that sees it leaves the stall watch and the end to it.
+
+**What it cannot do**: start another job attempt (``retry.max_attempts``): an attempt is a new YARN application,
+submitted from a gateway by ``tfyarn run`` (or the Airflow operator); a bare ``submit`` whose app fails ends FAILED
+after that one application, and its diagnosis says so (:func:`no_more_attempts_note`).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from tfyarn.backends.base import AppState, AppStatus
+from tfyarn.backends.progress import GlobalStepRate
+from tfyarn.backends.yarn_status import ALL_CONTAINER_STATES, end_tasks, snapshot
+from tfyarn.errors import timeout_message
+from tfyarn.runtime import app_end
+from tfyarn.runtime.kv import KV
+from tfyarn.spec import JobSpec
+
+log = logging.getLogger(__name__)
+
+#: KV key holding the job's spec JSON (as shipped: no ``kerberos``), for followers on other machines.
+SPEC_KEY = "spec"
+#: ``<staging dir>/apps/<app id>.json``: the app's record for machines that did not submit it.
+RECORD_DIR = "apps"
+POLL_S = 1.0
+#: How often the tasks' ``control/all_done`` is looked for between rounds (the job ends within this of it).
+DONE_CHECK_S = 0.2
+_ENDED = ("SUCCEEDED", "FAILED", "KILLED")
+
+
+def record_url(staging_dir: str, app_id: str) -> str:
+    from tfyarn import hdfs
+    return hdfs.join(staging_dir, RECORD_DIR, f"{app_id}.json")
+
+
+def read_record(staging_dir: str, app_id: str) -> dict[str, Any]:
+    """The record the app's supervisor wrote ({} when there is none: an app without one, or another staging dir)."""
+    import fsspec
+    try:
+        with fsspec.open(record_url(staging_dir, app_id), "rt") as f:
+            d = json.load(f)
+    except Exception as exc:  # noqa: BLE001 - (no such file, no HDFS configured here: hdfs-native's RuntimeError)
+        log.debug("no supervisor record of %s in %s: %s", app_id, staging_dir, exc)
+        return {}
+    return d if isinstance(d, dict) and d.get("app_id") == app_id else {}
+
+
+def write_record(staging_dir: str, app_id: str, record: dict[str, Any]) -> None:
+    import fsspec
+
+    from tfyarn.fsio import replace
+    url = record_url(staging_dir, app_id)
+    fs, path = fsspec.core.url_to_fs(url)
+    fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with fs.open(tmp, "wb") as f:
+        f.write(json.dumps(record, default=str).encode())
+    replace(fs, tmp, path)
+
+
+def no_more_attempts_note(spec: JobSpec, attempt: int) -> str:
+    """What a failed app of a job with attempts left says: nobody in the app can submit the next one."""
+    if attempt + 1 >= spec.retry.max_attempts:
+        return ""
+    return (f"attempt {attempt + 1} of {spec.retry.max_attempts} (retry.max_attempts): a new attempt is a new YARN "
+            f"application, submitted only by a gateway that follows the job (`tfyarn run`); none was")
+
+
+class InAppSupervisor:
+    """One job's checks inside its application: :meth:`round` reads the app once and decides; :meth:`run` loops.
+
+    ``app`` is a ``skein.ApplicationClient`` (``get_containers``, ``shutdown``); ``kv`` the tfyarn KV over its store;
+    ``started`` the app's start (epoch s). ``staging_dir`` None: no HDFS record."""
+
+    def __init__(self, spec: JobSpec, app: Any, kv: KV, app_id: str, started: float, attempt: int = 0,
+                 staging_dir: str | None = None, clock: Callable[[], float] = time.time,
+                 report_dir: Path | None = None):
+        self.spec, self.app, self.kv, self.app_id, self.started = spec, app, kv, app_id, started
+        self.attempt, self.staging_dir, self.clock = attempt, staging_dir, clock
+        self.report_dir = report_dir or Path(tempfile.mkdtemp(prefix="tfyarn-report-"))
+        self.rate = GlobalStepRate()
+        from tfyarn.report import HISTORY_FILE, ProgressHistory
+        self.history = ProgressHistory(self.report_dir / HISTORY_FILE)
+        self.watch: Any = None
+        self.pending_since: float | None = None
+        self.snap: dict[str, Any] = {}
+        self.outcome: tuple[str, str] | None = None    # (YARN final status, diagnosis) it ended the app with
+
+    # -- the record other machines read ------------------------------------------------------------------------------
+    def publish(self) -> None:
+        """The spec into the KV and the HDFS record: a follower elsewhere knows the job from its first poll."""
+        text = self.spec.to_json()
+        self.kv.put(SPEC_KEY, text)
+        self._record()
+
+    def _record(self, final: dict[str, Any] | None = None) -> None:
+        if not self.staging_dir:
+            return
+        try:
+            write_record(self.staging_dir, self.app_id, {"app_id": self.app_id, "name": self.spec.name,
+                                                         "spec": self.spec.to_json(), "started": self.started,
+                                                         "snapshot": self.snap, "final": final})
+        except Exception as exc:  # noqa: BLE001 - a record is a convenience for other machines
+            log.warning("could not write the app record to %s: %s", self.staging_dir, exc)
+
+    # -- one round ------------------------------------------------------------------------------------------------------
+    def read(self) -> dict[str, Any]:
+        containers = self.app.get_containers(states=ALL_CONTAINER_STATES)
+        kv = self.kv.items()
+        self.history.record({k: v for k, v in kv.items() if k.startswith("progress/")})
+        self.snap = snapshot(containers, kv, self.spec, self.rate)
+        self.snap["all_done"] = app_end.ALL_DONE_KEY in kv
+        return self.snap
+
+    def verdict(self, snap: dict[str, Any]) -> str | None:
+        """A ``timed out: …`` diagnosis when a bound of the spec is passed, else None."""
+        t = self.spec.timeouts
+        now = self.clock()
+        if t.active_deadline is not None and now - self.started > t.active_deadline:
+            return timeout_message(f"the job ran past its active deadline of {t.active_deadline:g}s "
+                                   f"(timeouts.active_deadline) from the application's start")
+        pending = [x["task"] for x in snap["tasks"] if x["state"] == "PENDING"]
+        if pending:
+            self.pending_since = self.pending_since or now
+            if t.allocation is not None and now - self.pending_since > t.allocation:
+                return timeout_message(f"containers not allocated within {t.allocation:g}s (timeouts.allocation): "
+                                       f"{', '.join(pending)} still pending")
+            return None
+        self.pending_since = None
+        if self.watch is None:           # every task runs: the stall clock starts (as the follower's did)
+            from tfyarn.runtime.watchdog import StallWatchdog
+            self.watch = StallWatchdog(self.kv, self.spec.training_tasks, t.stall, all_tasks=self.spec.tasks(),
+                                       signal_pids=False, startup_s=t.rendezvous + t.stall, clock=self.clock)
+        for x in snap["tasks"]:
+            if x["state"] == "SUCCEEDED":
+                self.watch.task_ended(x["task"])
+        stalled = self.watch.poll()
+        return timeout_message(stalled.message) if stalled is not None else None
+
+    def round(self) -> bool:
+        """One look at the app: heartbeat, read, checks. True when the supervisor's work is over (app ended by it,
+        or every task's container ended: skein ends the app from their exits once this one exits too)."""
+        self.kv.put(app_end.SUPERVISOR_KEY, f"{time.time():.3f}")
+        snap = self.read()
+        if snap["all_done"]:
+            self.finish("SUCCEEDED", app_end.DONE_DIAGNOSTICS)
+            return True
+        diag = self.verdict(snap)
+        if diag is not None:
+            log.error("%s: %s; ending it", self.app_id, diag)
+            self.finish("FAILED", diag)
+            return True
+        return bool(snap["tasks"]) and all(x["state"] in _ENDED for x in snap["tasks"])
+
+    def finish(self, final_status: str, diagnosis: str) -> None:
+        """The run report and the record (at once, two threads), then the app's end: the shutdown ends this
+        container, so they come first — the job's end waits for them (~0.5-1 s, issue 21's bound is 3 s)."""
+        import threading
+        t0 = time.monotonic()
+        state = AppState.SUCCEEDED if final_status == "SUCCEEDED" else AppState.TIMED_OUT
+        st = self.status(state, "" if state is AppState.SUCCEEDED else diagnosis)
+        record = threading.Thread(target=self._record, args=(st.to_dict(),), name="tfyarn-record", daemon=True)
+        record.start()
+        self.write_report(st)
+        record.join(30.0)
+        log.info("%s: report and record written in %.2fs; ending the application %s", self.app_id,
+                 time.monotonic() - t0, final_status)
+        self.outcome = (final_status, diagnosis)
+        self.app.shutdown(final_status, diagnosis)
+
+    def status(self, state: AppState, diagnosis: str) -> AppStatus:
+        from tfyarn.backends.base import TaskStatus
+        tasks = [TaskStatus(**t) for t in self.snap.get("tasks", [])]
+        end_tasks(tasks, state, diagnosis)
+        return AppStatus(app_id=self.app_id, backend="yarn", name=self.spec.name, state=state, diagnostics=diagnosis,
+                         tasks=tasks, progress=self.snap.get("progress") or {}, started=self.started,
+                         finished=time.time(), summary=self.snap.get("summary"), attempt=self.attempt)
+
+    def write_report(self, st: AppStatus) -> None:
+        """report.json (+ PNG when matplotlib imports) here and next to the checkpoints, when training ran (a run that
+        never stepped must not replace the report of the run whose checkpoints are there). Never raises."""
+        from tfyarn.backends import phases
+        from tfyarn.report import write_run_report
+        spec = self.spec
+        ckpt = spec.resolve_path(spec.checkpoint.dir) if spec.checkpoint.dir else None
+        trained = st.state is AppState.SUCCEEDED or any((p.get("step") or 0) > 0 for p in self.history.points)
+        try:
+            rec = (self.snap.get("phases") or {})
+            write_run_report(self.report_dir, st.to_dict() | {"phases": phases.durations(phases.marks(
+                {}, {"started": self.started, "finished": st.finished}, rec))},
+                self.history.points, ckpt if trained else None, history_from=ckpt)
+        except Exception:  # noqa: BLE001 - a report is a convenience: the job's end must not wait on it failing
+            log.warning("could not write the run report of %s", self.app_id, exc_info=True)
+
+    def run(self, poll: float = POLL_S, check_s: float = DONE_CHECK_S) -> None:
+        """Rounds every ``poll`` s, looking for ``control/all_done`` every ``check_s`` s between them, until the
+        supervisor's work is over or the application master is gone."""
+        from tfyarn.runtime.kv import KVUnavailable
+        while True:
+            try:
+                if self.round():
+                    return
+                end = time.monotonic() + poll
+                while time.monotonic() < end:
+                    time.sleep(check_s)
+                    if self.kv.get(app_end.ALL_DONE_KEY) is not None:
+                        break
+            except KVUnavailable as exc:
+                log.info("the application master of %s is gone (%s): the application has ended", self.app_id, exc)
+                return
+
+
+def app_started(app_id: str) -> float | None:
+    """The app's start (epoch s) from the ResourceManager (the active deadline counts from there); None when the RM
+    cannot say (then the supervisor's own start, seconds later, is used)."""
+    try:
+        from tfyarn import hdfs
+        from tfyarn.backends.yarn_rest import RmRest
+        rep = RmRest(hdfs.load_hadoop_conf(None), os.environ.get("USER") or "").report(app_id)
+        return rep.start_time.timestamp() if rep.start_time is not None else None
+    except Exception as exc:  # noqa: BLE001 - (a secure RM, no Hadoop conf in the container)
+        log.info("no start time of %s from the ResourceManager (%s): counting from now", app_id, exc)
+        return None
+
+
+def main() -> int:
+    """Supervise the application this container belongs to; always 0 (see the module docstring)."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    t0 = time.time()
+    try:
+        import threading
+
+        from tfyarn._skein import skein
+        from tfyarn.report import preload_plotting
+        from tfyarn.runtime.kv_yarn import SkeinKV
+        from tfyarn.spec import load_spec_json
+        spec = load_spec_json(Path(os.environ["TFYARN_SPEC_FILE"]).read_text())
+        app = skein().ApplicationClient.from_current()
+        app_id = os.environ.get("TFYARN_APP_ID") or os.environ["SKEIN_APPLICATION_ID"]
+        sup = InAppSupervisor(spec, app, SkeinKV(app.kv), app_id, app_started(app_id) or t0,
+                              attempt=int(os.environ.get("TFYARN_ATTEMPT") or 0),
+                              staging_dir=os.environ.get("TFYARN_STAGING_DIR"))
+        threading.Thread(target=preload_plotting, name="tfyarn-preload-matplotlib", daemon=True).start()
+        sup.publish()
+        log.info("supervising %s (%s): stall %gs, deadline %s, allocation %s", app_id, spec.name,
+                 spec.timeouts.stall, spec.timeouts.active_deadline, spec.timeouts.allocation)
+        sup.run()
+        log.info("supervisor of %s done%s", app_id, f": ended it {sup.outcome[0]}" if sup.outcome else "")
+    except BaseException:  # noqa: BLE001 - never fail the job: followers still watch it
+        log.exception("the in-app supervisor failed; the job goes on without it")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
