@@ -806,7 +806,11 @@ class YarnBackend(Backend):
         ``timeouts.allocation``, with the queue's state in the diagnosis, a full queue being the usual cause; the
         stall watch over the app's KV (no training task's step advancing for ``timeouts.stall``; before the first
         step ``timeouts.rendezvous + timeouts.stall``; every task is asked for its stacks). A verdict kills the app,
-        which ends TIMED_OUT saying why. ``heartbeat``: tell the tasks a follower is alive (:meth:`_heartbeat`)."""
+        which ends TIMED_OUT saying why. ``heartbeat``: tell the tasks a follower is alive (:meth:`_heartbeat`).
+
+        While the app's own supervisor is alive (:mod:`tfyarn.backends.yarn_supervise`: every app has one, followed
+        or not) the stall watch and the job's end are its; the follower keeps the deadline and allocation checks. A
+        machine that did not submit the app gets its spec from the app (:meth:`_recover`)."""
         if sup is None:
             spec = self._saved_spec(app_id, self._recover(app_id, running=True))   # submitted elsewhere: the app's
             if spec is not None:
