@@ -54,7 +54,7 @@ class Clock:
 def supervisor(tmp_path, states, **spec_over):
     spec = make_spec(roles=ROLES, mode="allreduce", **spec_over)
     app, kv, clock = App(states), MemoryKV(), Clock()
-    sup = InAppSupervisor(spec, app, kv, APP, started=clock.t, clock=clock, report_dir=tmp_path)
+    sup = InAppSupervisor(spec, app, kv, APP, started=clock.t, clock=clock, report_dir=tmp_path, ack_wait_s=0.2)
     sup.publish()
     return sup, app, kv, clock
 
@@ -62,6 +62,7 @@ def supervisor(tmp_path, states, **spec_over):
 def test_active_deadline_ends_the_app_timed_out_naming_it(tmp_path):
     sup, app, kv, clock = supervisor(tmp_path, {"chief": "RUNNING", "worker": "RUNNING"},
                                      timeouts={"active_deadline": 60, "stall": 600})
+    kv.put("progress/chief:0", json.dumps({"step": 3, "global_step": 3, "loss": 0.5, "time": clock.t}))
     assert sup.round() is False and app.shutdowns == []
     assert kv.get(app_end.SUPERVISOR_KEY) is not None and json.loads(kv.get("spec"))["name"] == "yarn-test"
     assert [t["task"] for t in sup.snap["tasks"]] == ["chief:0", "worker:0"]   # the supervisor is no task
@@ -93,7 +94,6 @@ def test_a_stall_asks_for_stacks_through_the_kv_and_names_the_stopped_task(tmp_p
     clock.t += 30
     kv.put("progress/chief:0", json.dumps({"step": 9}))    # the chief advances, then both stop
     assert sup.round() is False
-    sup.watch.ack_wait_s = 0.2
     clock.t += 61
     assert sup.round() is True
     [(status, diag)] = app.shutdowns
@@ -131,7 +131,7 @@ def test_a_bare_submits_failure_says_that_no_attempt_follows():
 
 
 def test_the_service_imports_no_tensorflow_and_a_crash_exits_0(tmp_path):
-    code = ("import sys, tfyarn.backends.yarn_supervise as m, tfyarn.backends._skein as s; s.skein(); "
+    code = ("import sys, tfyarn.backends.yarn_supervise as m, tfyarn._skein as s; s.skein(); "
             "import tfyarn.runtime.kv_yarn, tfyarn.runtime.watchdog, tfyarn.report; "
             "assert 'tensorflow' not in sys.modules, 'tensorflow imported'; sys.exit(m.main())")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TFYARN_SPEC", "SKEIN_"))}

@@ -96,9 +96,11 @@ def task_containers(containers: list[Any]) -> list[Any]:
     return [c for c in containers if c.service_name != SUPERVISOR_SERVICE]
 
 
-def snapshot(containers: list[Any], kv: dict[str, str], spec: JobSpec | None, rate: Any = None) -> dict[str, Any]:
+def snapshot(containers: list[Any], kv: dict[str, str], spec: JobSpec | None, rate: Any = None,
+             progress: dict[str, Any] | None = None) -> dict[str, Any]:
     """What a status read keeps of a running app (tasks, progress, summary, failures, phases …), from its containers
-    and its whole KV: the follower's saved snapshot and the in-app supervisor's record have this one shape."""
+    and its whole KV: the follower's saved snapshot and the in-app supervisor's record have this one shape.
+    ``progress``: computed by the caller (the in-app supervisor's :meth:`tfyarn.supervisor.Supervisor.progress`)."""
     import json
 
     from tfyarn.backends import phases
@@ -112,10 +114,11 @@ def snapshot(containers: list[Any], kv: dict[str, str], spec: JobSpec | None, ra
     tasks = tasks_from_containers(containers, taskmap, spec, failures, exits)
     total = kv.get("plan/total_steps")
     progress_items = {k: v for k, v in kv.items() if k.startswith("progress/")}
-    progress = aggregate_progress(progress_items, int(total) if total and total.isdigit() else None,
-                                  spec.training_tasks if spec else [], rate or GlobalStepRate())
     sides = side_roles(kv.get)
-    progress.update(sides)
+    if progress is None:
+        progress = aggregate_progress(progress_items, int(total) if total and total.isdigit() else None,
+                                      spec.training_tasks if spec else [], rate or GlobalStepRate())
+        progress.update(sides)
     return {"tasks": [t.__dict__ for t in tasks], "progress": progress,
             "summary": summary_with_eval(kv.get("summary"), sides),
             "failures": failures, "exits": exits, "taskmap": taskmap,

@@ -3,11 +3,12 @@
 Why: on YARN the gateway that submitted a job may be gone (a bare ``tfyarn submit``, a ``wait`` from another machine,
 Airflow's deferrable trigger), so what supervises the job must run in the application. This small skein service
 (:data:`~tfyarn.backends.yarn_spec.SUPERVISOR_SERVICE`: one vcore, no TensorFlow, not a task) runs next to the tasks
-and, every second until the app ends, over the app's KV and skein's containers:
+and, every second until the app ends, over the app's KV and skein's containers, applies the job's rules of
+:class:`tfyarn.supervisor.Supervisor` (the same as the local launcher's and the follower's):
 
-* the stall watchdog (:class:`~tfyarn.runtime.watchdog.StallWatchdog`, stacks asked through the KV),
-  ``timeouts.active_deadline`` from the app's start, ``timeouts.allocation`` for task containers still pending: each
-  shuts the app down FAILED with a ``timed out: …`` diagnosis, which ``status`` reports as TIMED_OUT (exit 4);
+* the stall watch (stacks asked through the KV), ``timeouts.active_deadline`` from the app's start,
+  ``timeouts.allocation`` for task containers still pending: each shuts the app down FAILED with a ``timed out: …``
+  diagnosis, which ``status`` reports as TIMED_OUT (exit 4);
 * the job's end once every task reported done (:mod:`tfyarn.runtime.app_end`): the run report first
   (report.json + PNG next to the checkpoints, :func:`tfyarn.report.write_run_report`), then the shutdown;
 * a record of the app for machines that did not submit it: the spec in KV :data:`SPEC_KEY` and, on HDFS,
@@ -32,13 +33,14 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from tfyarn.backends.base import AppState, AppStatus
-from tfyarn.backends.progress import GlobalStepRate
-from tfyarn.backends.yarn_status import ALL_CONTAINER_STATES, end_tasks, snapshot
+from tfyarn.backends.base import AppState, AppStatus, TaskStatus
+from tfyarn.backends.yarn_status import ALL_CONTAINER_STATES, snapshot
 from tfyarn.errors import timeout_message
+from tfyarn.report import HISTORY_FILE
 from tfyarn.runtime import app_end
 from tfyarn.runtime.kv import KV
 from tfyarn.spec import JobSpec
+from tfyarn.supervisor import Supervisor, checkpoint_url, settle, write_report
 
 log = logging.getLogger(__name__)
 
@@ -98,15 +100,13 @@ class InAppSupervisor:
 
     def __init__(self, spec: JobSpec, app: Any, kv: KV, app_id: str, started: float, attempt: int = 0,
                  staging_dir: str | None = None, clock: Callable[[], float] = time.time,
-                 report_dir: Path | None = None):
+                 report_dir: Path | None = None, ack_wait_s: float = 3.0):
         self.spec, self.app, self.kv, self.app_id, self.started = spec, app, kv, app_id, started
         self.attempt, self.staging_dir, self.clock = attempt, staging_dir, clock
         self.report_dir = report_dir or Path(tempfile.mkdtemp(prefix="tfyarn-report-"))
-        self.rate = GlobalStepRate()
-        from tfyarn.report import HISTORY_FILE, ProgressHistory
-        self.history = ProgressHistory(self.report_dir / HISTORY_FILE)
-        self.watch: Any = None
-        self.pending_since: float | None = None
+        self.sup = Supervisor(spec, started=started, clock=clock, history_path=self.report_dir / HISTORY_FILE,
+                              ack_wait_s=ack_wait_s)
+        self.sup.begin_attempt(kv)          # no pids: the tasks are asked for their stacks through the KV
         self.snap: dict[str, Any] = {}
         self.outcome: tuple[str, str] | None = None    # (YARN final status, diagnosis) it ended the app with
 
@@ -131,35 +131,21 @@ class InAppSupervisor:
     def read(self) -> dict[str, Any]:
         containers = self.app.get_containers(states=ALL_CONTAINER_STATES)
         kv = self.kv.items()
-        self.history.record({k: v for k, v in kv.items() if k.startswith("progress/")})
-        self.snap = snapshot(containers, kv, self.spec, self.rate)
+        self.snap = snapshot(containers, kv, self.spec, progress=self.sup.progress(kv))
         self.snap["all_done"] = app_end.ALL_DONE_KEY in kv
         return self.snap
 
     def verdict(self, snap: dict[str, Any]) -> str | None:
-        """A ``timed out: …`` diagnosis when a bound of the spec is passed, else None."""
-        t = self.spec.timeouts
-        now = self.clock()
-        if t.active_deadline is not None and now - self.started > t.active_deadline:
-            return timeout_message(f"the job ran past its active deadline of {t.active_deadline:g}s "
-                                   f"(timeouts.active_deadline) from the application's start")
-        pending = [x["task"] for x in snap["tasks"] if x["state"] == "PENDING"]
-        if pending:
-            self.pending_since = self.pending_since or now
-            if t.allocation is not None and now - self.pending_since > t.allocation:
-                return timeout_message(f"containers not allocated within {t.allocation:g}s (timeouts.allocation): "
-                                       f"{', '.join(pending)} still pending")
-            return None
-        self.pending_since = None
-        if self.watch is None:           # every task runs: the stall clock starts (as the follower's did)
-            from tfyarn.runtime.watchdog import StallWatchdog
-            self.watch = StallWatchdog(self.kv, self.spec.training_tasks, t.stall, all_tasks=self.spec.tasks(),
-                                       signal_pids=False, startup_s=t.rendezvous + t.stall, clock=self.clock)
-        for x in snap["tasks"]:
-            if x["state"] == "SUCCEEDED":
-                self.watch.task_ended(x["task"])
-        stalled = self.watch.poll()
-        return timeout_message(stalled.message) if stalled is not None else None
+        """A ``timed out: …`` diagnosis when the job's rules end it (deadline, allocation, stall), else None."""
+        tasks = [TaskStatus(**t) for t in snap["tasks"]]
+        for t in tasks:
+            if t.state == "SUCCEEDED":
+                self.sup.task_ended(t.task)
+        pending = any(t.state == "PENDING" for t in tasks)
+        raw = AppStatus(app_id=self.app_id, backend="yarn", name=self.spec.name, tasks=tasks,
+                        state=AppState.PENDING if pending else AppState.RUNNING)
+        v = self.sup.check(raw)
+        return None if v is None else timeout_message(v.diagnosis)
 
     def round(self) -> bool:
         """One look at the app: heartbeat, read, checks. True when the supervisor's work is over (app ended by it,
@@ -193,28 +179,19 @@ class InAppSupervisor:
         self.app.shutdown(final_status, diagnosis)
 
     def status(self, state: AppState, diagnosis: str) -> AppStatus:
-        from tfyarn.backends.base import TaskStatus
         tasks = [TaskStatus(**t) for t in self.snap.get("tasks", [])]
-        end_tasks(tasks, state, diagnosis)
-        return AppStatus(app_id=self.app_id, backend="yarn", name=self.spec.name, state=state, diagnostics=diagnosis,
+        return settle(AppStatus(app_id=self.app_id, backend="yarn", name=self.spec.name, state=state, diagnostics=diagnosis,
                          tasks=tasks, progress=self.snap.get("progress") or {}, started=self.started,
-                         finished=time.time(), summary=self.snap.get("summary"), attempt=self.attempt)
+                         finished=time.time(), summary=self.snap.get("summary") or self.sup.summary,
+                         attempt=self.attempt))
 
     def write_report(self, st: AppStatus) -> None:
-        """report.json (+ PNG when matplotlib imports) here and next to the checkpoints, when training ran (a run that
-        never stepped must not replace the report of the run whose checkpoints are there). Never raises."""
+        """report.json (+ PNG when matplotlib imports) here and next to the checkpoints (:func:`supervisor.write_report`:
+        not there when training never ran). Never raises."""
         from tfyarn.backends import phases
-        from tfyarn.report import write_run_report
-        spec = self.spec
-        ckpt = spec.resolve_path(spec.checkpoint.dir) if spec.checkpoint.dir else None
-        trained = st.state is AppState.SUCCEEDED or any((p.get("step") or 0) > 0 for p in self.history.points)
-        try:
-            rec = (self.snap.get("phases") or {})
-            write_run_report(self.report_dir, st.to_dict() | {"phases": phases.durations(phases.marks(
-                {}, {"started": self.started, "finished": st.finished}, rec))},
-                self.history.points, ckpt if trained else None, history_from=ckpt)
-        except Exception:  # noqa: BLE001 - a report is a convenience: the job's end must not wait on it failing
-            log.warning("could not write the run report of %s", self.app_id, exc_info=True)
+        rm = {"started": self.started, "finished": st.finished}
+        extra = {"phases": phases.durations(phases.marks({}, rm, self.snap.get("phases") or {}))}
+        write_report(self.report_dir, st, self.sup.history.points, checkpoint_url(self.spec), extra=extra)
 
     def run(self, poll: float = POLL_S, check_s: float = DONE_CHECK_S) -> None:
         """Rounds every ``poll`` s, looking for ``control/all_done`` every ``check_s`` s between them, until the
