@@ -37,7 +37,7 @@ def test_round_trip_and_fields(spec):
     assert skein.ApplicationSpec.from_protobuf(app.to_protobuf()).services == app.services
 
     assert (app.name, app.queue, app.user) == ("yarn-test", "ml", "alice")
-    assert app.tags == {"tfyarn", "tfyarn-name:yarn-test", "team-a", "nightly", "airflow-dag:x"}
+    assert app.tags == {"tfyarn", "tfyarn-name:yarn-test", "team-a", "nightly", "airflow-dag:x", "tfyarn-supervised"}
     assert app.file_systems == ["hdfs://other-ns"]
     assert app.master.resources == skein.Resources(memory=1024, vcores=2)
     assert app.acls == skein.ACLs(enable=True, view_users=["bob"], modify_groups=["ml-ops"], ui_users=["*"])

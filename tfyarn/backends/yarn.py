@@ -288,10 +288,10 @@ class YarnBackend(Backend):
         saved = self._load_state(app_id) if saved is None else saved
         return load_spec_json(saved["spec"]) if saved.get("spec") else None
 
-    def _recover(self, app_id: str, running: bool) -> dict[str, Any]:
+    def _recover(self, app_id: str, running: bool, tags: Any = ()) -> dict[str, Any]:
         """This machine's state of ``app_id``, with the spec (and the last snapshot) of an app submitted elsewhere
         recovered from the app itself: KV ``spec`` while it runs, else the record its in-app supervisor left in the
-        staging dir (:mod:`tfyarn.backends.yarn_supervise`). Saved here, so it is read once."""
+        staging dir (:mod:`tfyarn.backends.yarn_supervise`; only an app ``tags`` say has one). Saved here."""
         from tfyarn.backends import yarn_supervise
         saved = self._load_state(app_id)
         if saved.get("spec"):
@@ -304,7 +304,7 @@ class YarnBackend(Backend):
                 found = {"spec": text.decode()} if text else {}
             except Exception as exc:  # noqa: BLE001 - the AM may be going: the record may say
                 log.debug("no spec of %s in its KV: %s", app_id, exc)
-        if not found and not running and app_id not in self._no_record:
+        if not found and not running and yarn_spec.SUPERVISED_TAG in (tags or ()) and app_id not in self._no_record:
             self._no_record.add(app_id)               # read once: an app with no supervisor has none
             rec = yarn_supervise.read_record(self.staging_dir, app_id)
             found = {k: rec[k] for k in ("spec", "snapshot") if rec.get(k) and not saved.get(k)}
@@ -532,7 +532,7 @@ class YarnBackend(Backend):
 
     def status(self, app_id: str) -> AppStatus:
         rep = self._report(app_id)
-        saved = self._recover(app_id, running=str(rep.state) == "RUNNING")
+        saved = self._recover(app_id, running=str(rep.state) == "RUNNING", tags=rep.tags)
         spec = self._saved_spec(app_id, saved)
         live = self._live(app_id, spec) if str(rep.state) == "RUNNING" else None
         snap = live or saved.get("snapshot") or {}

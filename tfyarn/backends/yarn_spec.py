@@ -55,6 +55,9 @@ SUPERVISOR_SERVICE = "tfyarn-supervisor"
 SUPERVISOR_MODULE = "tfyarn.backends.yarn_supervise"
 #: Its container: Python + skein's gRPC client + matplotlib for the report's plot (~150 MB resident measured).
 SUPERVISOR_MEMORY_MIB = 384
+#: On every app that has the supervisor: only those left a record in the staging dir worth reading (an HDFS client
+#: costs ``status`` of an ended app ~1 s of imports).
+SUPERVISED_TAG = "tfyarn-supervised"
 #: First line every task container writes to its log: lets the log reader map YARN container ids to tasks.
 LOG_HEADER = "[tfyarn] container"
 
@@ -175,7 +178,8 @@ def build_application_spec(spec: JobSpec, shipped: Shipped, *, master_memory_mib
                    modify_groups=list(spec.acls.modify_groups), ui_users=list(spec.acls.ui_users))
     return sk.ApplicationSpec(
         name=spec.name, queue=spec.queue, user=spec.user or "",
-        tags=app_tags(spec, extra_tags) | ({f"{ATTEMPT_TAG}{attempt}"} if attempt else set()),
+        tags=app_tags(spec, extra_tags) | ({f"{ATTEMPT_TAG}{attempt}"} if attempt else set())
+        | ({SUPERVISED_TAG} if supervise else set()),
         services=services, acls=acls, file_systems=list(file_systems), max_attempts=max_attempts,
         master=sk.Master(resources=sk.Resources(memory=master_memory_mib, vcores=master_vcores)))
 

@@ -127,7 +127,7 @@ class InAppSupervisor:
         except Exception as exc:  # noqa: BLE001 - a record is a convenience for other machines
             log.warning("could not write the app record to %s: %s", self.staging_dir, exc)
 
-    # -- one round ------------------------------------------------------------------------------------------------------
+    # -- one round ---------------------------------------------------------------------------------------------------
     def read(self) -> dict[str, Any]:
         containers = self.app.get_containers(states=ALL_CONTAINER_STATES)
         kv = self.kv.items()
@@ -180,14 +180,14 @@ class InAppSupervisor:
 
     def status(self, state: AppState, diagnosis: str) -> AppStatus:
         tasks = [TaskStatus(**t) for t in self.snap.get("tasks", [])]
-        return settle(AppStatus(app_id=self.app_id, backend="yarn", name=self.spec.name, state=state, diagnostics=diagnosis,
-                         tasks=tasks, progress=self.snap.get("progress") or {}, started=self.started,
-                         finished=time.time(), summary=self.snap.get("summary") or self.sup.summary,
-                         attempt=self.attempt))
+        return settle(AppStatus(app_id=self.app_id, backend="yarn", name=self.spec.name, state=state,
+                                diagnostics=diagnosis, tasks=tasks, progress=self.snap.get("progress") or {},
+                                started=self.started, finished=time.time(), attempt=self.attempt,
+                                summary=self.snap.get("summary") or self.sup.summary))
 
     def write_report(self, st: AppStatus) -> None:
-        """report.json (+ PNG when matplotlib imports) here and next to the checkpoints (:func:`supervisor.write_report`:
-        not there when training never ran). Never raises."""
+        """report.json (+ PNG when matplotlib imports) here and next to the checkpoints
+        (:func:`tfyarn.supervisor.write_report`: not there when training never ran). Never raises."""
         from tfyarn.backends import phases
         rm = {"started": self.started, "finished": st.finished}
         extra = {"phases": phases.durations(phases.marks({}, rm, self.snap.get("phases") or {}))}
