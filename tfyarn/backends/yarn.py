@@ -969,11 +969,15 @@ class YarnBackend(Backend):
 
     def _copy_in_app_report(self, app_id: str, ckpt: str, dest: Path) -> bool:
         """The report the app's supervisor wrote next to the checkpoints, copied here: it saw the whole run."""
-        from tfyarn.report import copy_report, fetch_report, report_at
-        if report_at(ckpt, app_id) is None:
+        import fsspec
+
+        from tfyarn.report import REPORT_PNG, copy_report, report_at
+        url = report_at(ckpt, app_id)
+        if url is None:
             return False
-        report, png = fetch_report(source=ckpt)
-        copy_report(report, png, dest)
+        with fsspec.open(url, "rt") as f:
+            report = json.load(f)
+        copy_report(report, f"{ckpt.rstrip('/')}/{REPORT_PNG}" if report.get("plot") else None, dest)
         log.debug("run report of %s: the in-app supervisor's, from %s", app_id, ckpt)
         return True
 
