@@ -154,7 +154,7 @@ def run_case(backend: str, glob: str, total: int, n: int, phase: str, root: str,
 def part1(args, results: list) -> None:
     import fsspec
     from tfyarn import hdfs
-    from tfyarn.backends.yarn import YarnBackend
+    from tfyarn.backends.yarn.backend import YarnBackend
     root = hdfs.join(YarnBackend().staging_dir, "bench-index", f"r{time.time_ns() % 10**10}")
     code = tempfile.mkdtemp(prefix="bench-index-code-")
     Path(code, "bench_job.py").write_text(JOB_CODE)

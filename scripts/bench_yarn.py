@@ -7,7 +7,7 @@ a unique prefix (removed at the end). Measured, ``--runs`` times each (medians r
 
 1. **node python** (``environment.python`` = this interpreter): ``tfyarn -v run --output json`` as a user runs it, a
    new process each time; the phases from the run report's ``phases`` (gateway, ResourceManager and tasks' own
-   times: :mod:`tfyarn.backends.phases`), the CLI's exit from this script's clock.
+   times: :mod:`tfyarn.backends.yarn.phases`), the CLI's exit from this script's clock.
 2. **packed env** (``--pack``: this venv, venv-pack): cold = a fresh staging dir and local archive cache (pack +
    upload), then cached runs (0 bytes uploaded); the NodeManagers' user filecache is counted before and after to show
    the archive is localized once per node, not per application (``visibility: private``).
@@ -38,7 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tfyarn.backends.phases import PHASES  # noqa: E402
+from tfyarn.backends.yarn.phases import PHASES  # noqa: E402
 
 SECTION = "## YARN latency (issue 21)"
 TOTALS = ("start → app end", "start → exit", "submit → app end", "CLI CPU s", "driver JVM started")
@@ -259,7 +259,7 @@ def main() -> None:
             out += commands(work / "node.yaml", env)
         out.append(f"after: {load()}")
     finally:
-        from tfyarn.backends import yarn_driver
+        from tfyarn.backends.yarn import yarn_driver
         yarn_driver.stop_all(work / "driver")
         fs, path = fsspec.core.url_to_fs(prefix)
         if fs.exists(path):

@@ -32,7 +32,7 @@ sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "faults")]
 
 from faultutil import fault_spec, planned_steps, task_process, task_step  # noqa: E402
 from tfyarn.backends.base import AppState  # noqa: E402
-from tfyarn.backends.local import LocalBackend  # noqa: E402
+from tfyarn.backends.local.backend import LocalBackend  # noqa: E402
 
 log = logging.getLogger("chaos")
 FAULTS = ("worker_kill", "chief_kill", "ps_kill")

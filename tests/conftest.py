@@ -39,7 +39,7 @@ def shared_skein_driver(tmp_path_factory):
     """The session's commands share one skein driver (tfyarn's shared driver, in a session directory: the
     per-test TFYARN_HOME would start one per test), stopped at the end so no JVM outlives the tests; its idle
     time bounds what a killed session leaves."""
-    from tfyarn.backends import yarn_driver
+    from tfyarn.backends.yarn import yarn_driver
     d = tmp_path_factory.mktemp("skein-driver")
     saved = {k: os.environ.get(k) for k in (yarn_driver.DIR_ENV, yarn_driver.IDLE_ENV)}
     os.environ[yarn_driver.DIR_ENV] = str(d)
@@ -72,7 +72,7 @@ def tensorboard_dir(tmp_path_factory):
 @pytest.fixture(scope="session")
 def yarn():
     """One YarnBackend for the whole session (on the session's shared skein driver, above)."""
-    from tfyarn.backends.yarn import YarnBackend
+    from tfyarn.backends.yarn.backend import YarnBackend
     from clusterutil import SESSION_TAG
     b = YarnBackend(staging_dir=os.environ.get("TFYARN_STAGING_DIR"))
     yield b

@@ -8,7 +8,7 @@ import pytest
 from tfyarn import api
 from tfyarn.backends import registry
 from tfyarn.backends.base import Backend
-from tfyarn.backends.local import LocalBackend
+from tfyarn.backends.local.backend import LocalBackend
 from tfyarn.errors import AppNotFound, ExitCode
 
 

@@ -287,7 +287,7 @@ def test_a_stop_signal_ends_the_wait_not_the_submitted_job(tmp_path):
 
     from launch_helpers import wait_for_step, wait_no_processes
     from tfyarn.backends.base import AppState
-    from tfyarn.backends.local import LocalBackend
+    from tfyarn.backends.local.backend import LocalBackend
     path = write(tmp_path, small_spec(tmp_path, model="custom_jobs:run_long"))
     cmd = [sys.executable, "-m", "tfyarn.cli", "-q"]
     sub = subprocess.Popen(cmd + ["submit", path, "--local", "--wait"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,

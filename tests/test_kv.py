@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from tfyarn.backends.kvserver import KVServer
+from tfyarn.backends.local.kvserver import KVServer
 from tfyarn.errors import WaitTimeout
 from tfyarn.runtime.kv import HttpKV, KVUnavailable, MemoryKV, get_json, put_json
 
@@ -56,7 +56,7 @@ def test_unreachable_service_is_a_clear_error():
 
 
 def test_progress_eta_follows_the_global_step_rate():
-    from tfyarn.backends.progress import GlobalStepRate, aggregate_progress
+    from tfyarn.backends.job_progress import GlobalStepRate, aggregate_progress
     rate = GlobalStepRate()
     items = lambda g: {"progress/chief:0": json.dumps({"step": g, "global_step": g, "examples_per_sec": 100.0,
                                                        "loss": 0.5}),

@@ -12,7 +12,7 @@ import yaml
 from launch_helpers import small_spec, task_processes, wait_for_step, wait_for_tasks, wait_no_processes
 from tfyarn import api
 from tfyarn.backends.base import AppState
-from tfyarn.backends.local import LocalBackend
+from tfyarn.backends.local.backend import LocalBackend
 from tfyarn.spec import load_spec_dict
 
 pytestmark = pytest.mark.timeout(120)
@@ -223,7 +223,7 @@ def test_logs_follow_every_task_until_the_end(tmp_path):
 def test_final_states_of_tasks_that_ended_unseen_or_were_stopped(tmp_path):
     """A task that exits between the follow loop's last look and the stop (the job ended meanwhile) gets its own
     outcome in the final status — never RUNNING in an ended app; a task still running is KILLED."""
-    from tfyarn.backends.launcher import Launcher
+    from tfyarn.backends.local.launcher import Launcher
     spec = load_spec_dict(small_spec(tmp_path, roles={"chief": {"instances": 1}, "worker": {"instances": 2}}))
     launcher = Launcher(spec, tmp_path / "app", "local-test")
     codes = {"chief:0": "import sys; sys.exit(0)", "worker:0": "import sys; sys.exit(3)",
@@ -244,7 +244,7 @@ def test_final_states_of_tasks_that_ended_unseen_or_were_stopped(tmp_path):
 def test_diagnosis_from_output_names_a_dump_from_c_and_what_the_task_was_doing():
     """A task ended by faulthandler (allreduce's GIL-free start-up bound) or a crash in C++ prints stack frames last;
     the diagnosis was one of those frames. Real output of ``faulthandler.dump_traceback_later(..., exit=True)``."""
-    from tfyarn.backends.launcher import diagnosis_from_output
+    from tfyarn.backends.local.launcher import diagnosis_from_output
     waiting = ("2026-11-22 16:29:11,331 INFO [chief:0] tfyarn.train.allreduce: chief:0: waiting up to 5s for "
                "MultiWorkerMirroredStrategy start-up (all workers connecting)")
     dump = [waiting, "Timeout (0:00:15)!", "Thread 0x00007f29f17bbb80 (most recent call first):",
@@ -265,7 +265,7 @@ def test_a_failed_tensorboard_does_not_fail_the_training_as_on_yarn(tmp_path, mo
     """TensorBoard is a sidecar on both backends (YARN: skein's allow_failures): its failure is reported, the job
     trains to its end. Here it fails as it does without the tensorboard package (preflight, which would refuse the
     spec for that, is bypassed)."""
-    import tfyarn.backends.local as local
+    import tfyarn.backends.local.backend as local
     monkeypatch.setattr(local, "run_local_preflight", lambda spec, **checks: None)
     spec = load_spec_dict(small_spec(tmp_path, model="custom_jobs:count", params={"steps": 60},
                                      roles={"chief": {"instances": 1}, "worker": {"instances": 1},

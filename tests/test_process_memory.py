@@ -7,7 +7,7 @@ import sys
 
 import psutil
 
-from tfyarn.backends.process_memory import tree_rss
+from tfyarn.backends.local.process_memory import tree_rss
 
 #: a child holding ~200 MiB resident, then a grandchild holding ~100 MiB, both waiting on stdin
 _HOLD = "import sys; b = bytearray({mib} << 20); b[::4096] = b'x' * len(b[::4096]); print('ready', flush=True); " \

@@ -7,7 +7,7 @@ import pytest
 
 from launch_helpers import small_spec, task_processes, wait_no_processes
 from tfyarn.backends.base import AppState
-from tfyarn.backends.local import LocalBackend
+from tfyarn.backends.local.backend import LocalBackend
 from tfyarn.spec import load_spec_dict
 
 pytestmark = pytest.mark.timeout(120)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from launch_helpers import small_spec
-from tfyarn.backends.kvserver import KVServer
+from tfyarn.backends.local.kvserver import KVServer
 from tfyarn.errors import ExitCode
 from tfyarn.spec import load_spec_dict
 

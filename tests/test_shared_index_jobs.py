@@ -9,7 +9,7 @@ import pytest
 
 from launch_helpers import JOBS
 from tfyarn.backends.base import AppState
-from tfyarn.backends.local import LocalBackend
+from tfyarn.backends.local.backend import LocalBackend
 from tfyarn.data import build_manifest
 from tfyarn.spec import load_spec_dict
 

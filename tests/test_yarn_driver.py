@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from tfyarn.backends import yarn_driver
+from tfyarn.backends.yarn import yarn_driver
 from tfyarn.errors import YarnUnavailable
 
 

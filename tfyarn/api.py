@@ -184,7 +184,7 @@ def check_files(spec: JobSpec, backend: str | None = None) -> None:
 def pack(spec: JobSpec, staging_dir: str | None = None, progress: Callable[[str, int, int | None], None] | None = None):
     """Pack the spec's environment and stage it for YARN now (the cache submit uses); 0 bytes when already staged.
     Returns the :class:`tfyarn.packaging.EnvRef`."""
-    from tfyarn.backends.yarn import pack as pack_env
+    from tfyarn.backends.yarn.backend import pack as pack_env
     return pack_env(spec, staging_dir, progress=progress)
 
 
@@ -216,16 +216,18 @@ def list_apps(backend: str | None = None) -> list[AppStatus]:
         return b.list()
 
 
-def driver_status() -> list[dict]:
-    """tfyarn's shared skein drivers on this machine (:mod:`tfyarn.backends.yarn_driver`): address, pids, login,
-    which commands use it (pids), when it stops."""
-    from tfyarn.backends import yarn_driver
-    return [yarn_driver.describe(r) for r in yarn_driver.records()]
+def driver_status() -> dict[str, Any]:
+    """tfyarn's shared skein drivers on this machine (:mod:`tfyarn.backends.yarn.yarn_driver`): ``drivers``, each
+    with address, pids, login, which commands use it (pids), when it stops; ``skein_global``: a user's own ``skein
+    driver start`` (used first), or None."""
+    from tfyarn.backends.yarn import yarn_driver
+    return {"drivers": [yarn_driver.describe(r) for r in yarn_driver.records()],
+            "skein_global": yarn_driver.skein_global()}
 
 
 def driver_stop() -> list[dict]:
     """Stop tfyarn's shared skein drivers now (a user's own ``skein driver start`` is left running)."""
-    from tfyarn.backends import yarn_driver
+    from tfyarn.backends.yarn import yarn_driver
     return [r.__dict__ for r in yarn_driver.stop_all()]
 
 

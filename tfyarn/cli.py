@@ -386,10 +386,10 @@ def driver() -> None:
 def driver_status(output: str) -> None:
     """Show the shared driver(s): address, pids, login, which commands use it, when it stops."""
     from tfyarn.api import driver_status as status_
-    from tfyarn.backends.yarn_driver import skein_global
-    docs, own = status_(), skein_global()
+    doc = status_()
+    docs, own = doc["drivers"], doc["skein_global"]
     if output == "json":
-        click.echo(json.dumps({"drivers": docs, "skein_global": own}, indent=2))
+        click.echo(json.dumps(doc, indent=2))
         return
     if own:
         click.echo(f"skein global driver (`skein driver start`, used first): {own['address']} pid {own['pid']}"

@@ -10,7 +10,7 @@ Three sources (``spec.environment``): ``archive:`` (prebuilt, used as is), ``pyt
 every node; nothing shipped), or ``pack:`` ``auto`` | ``conda`` | ``venv`` (pack the gateway's environment with
 conda-pack / venv-pack). ``pack: none`` ships nothing and runs ``python3`` from the node's PATH.
 
-tfyarn itself is not taken from the archive: :mod:`tfyarn.backends.yarn_spec` ships the gateway's tfyarn source as a
+tfyarn itself is not taken from the archive: :mod:`tfyarn.backends.yarn.yarn_spec` ships the gateway's tfyarn source as a
 small zip put first on ``PYTHONPATH``, so the code that submits is the code that runs, and a tfyarn upgrade does not
 invalidate the environment cache (tfyarn is excluded from the hash).
 

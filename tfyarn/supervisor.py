@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 from tfyarn.backends.base import AppState, AppStatus
-from tfyarn.backends.progress import GlobalStepRate, aggregate_progress, side_roles, summary_with_eval
+from tfyarn.backends.job_progress import GlobalStepRate, aggregate_progress, side_roles, summary_with_eval
 from tfyarn.errors import AppNotFound
 from tfyarn.report import ProgressHistory, write_run_report
 from tfyarn.runtime.context import SUMMARY_KEY, TOTAL_STEPS_KEY

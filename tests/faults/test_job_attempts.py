@@ -11,7 +11,7 @@ import pytest
 from faultutil import fault_spec, planned_steps, task_process, wait_for_step
 from launch_helpers import wait_no_processes
 from tfyarn.backends.base import AppState
-from tfyarn.backends.local import LocalBackend
+from tfyarn.backends.local.backend import LocalBackend
 from tfyarn.train.helpers import position
 
 EVERY = 6  # checkpoint every 6 global steps

@@ -8,7 +8,7 @@ import pytest
 from faultutil import JOBS
 from launch_helpers import small_spec
 from tfyarn.backends.base import AppState
-from tfyarn.backends.local import LocalBackend
+from tfyarn.backends.local.backend import LocalBackend
 from tfyarn.spec import load_spec_dict
 
 SECRET = b"\x05\x02TFYARN-KEYTAB-SECRET-7f3a9c"

@@ -7,7 +7,7 @@ import pytest
 from faultutil import JOBS
 from launch_helpers import small_spec, wait_no_processes
 from tfyarn.backends.base import AppState
-from tfyarn.backends.local import LocalBackend
+from tfyarn.backends.local.backend import LocalBackend
 from tfyarn.spec import load_spec_dict
 
 

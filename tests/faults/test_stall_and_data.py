@@ -11,7 +11,7 @@ import pytest
 from faultutil import JOBS, corrupt_record, fault_spec, planned_steps, write_data
 from launch_helpers import wait_no_processes
 from tfyarn.backends.base import AppState
-from tfyarn.backends.local import LocalBackend
+from tfyarn.backends.local.backend import LocalBackend
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -150,7 +150,7 @@ def kinit(keytab: Path, cache: Path, principal: str = ALICE) -> str:
 
 def yarn_backend(spec=None):
     """A YarnBackend logged in as the spec's principal (keytab-only, like the CLI)."""
-    from tfyarn.backends.yarn import YarnBackend
+    from tfyarn.backends.yarn.backend import YarnBackend
     b = YarnBackend(driver="private")
     b.login(spec)
     return b
@@ -158,7 +158,7 @@ def yarn_backend(spec=None):
 
 def kill_session_apps(keytab: Path) -> None:
     """Kill whatever this session left running on the shared secure cluster (its tag only)."""
-    from tfyarn.backends.yarn import YarnBackend
+    from tfyarn.backends.yarn.backend import YarnBackend
     os.environ.setdefault("TFYARN_KERBEROS_PRINCIPAL", ALICE)
     os.environ.setdefault("TFYARN_KERBEROS_KEYTAB", str(keytab))
     with YarnBackend(driver="private") as b:

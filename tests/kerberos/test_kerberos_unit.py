@@ -98,7 +98,7 @@ def test_finished_logs_come_from_the_node_managers_when_aggregation_is_off():
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    from tfyarn.backends import yarn_logs
+    from tfyarn.backends.yarn import yarn_logs
 
     good, bad = "container_1_0001_01_000002", "container_1_0001_01_000003"
 

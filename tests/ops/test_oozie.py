@@ -93,7 +93,7 @@ def test_a_retried_action_adopts_the_running_app_instead_of_starting_another(tmp
     import time
 
     from opsutil import job_spec, write_spec
-    from tfyarn.backends.local import LocalBackend
+    from tfyarn.backends.local.backend import LocalBackend
     running = write_spec(tmp_path, job_spec(tmp_path, model="ops_jobs:long", tags=["ctr", "oozie-wf=w-1"]),
                          "running.yaml")
     first = subprocess.run([sys.executable, "-m", "tfyarn.cli", "-q", "submit", str(running), "--local"],

@@ -7,7 +7,7 @@ import pytest
 
 from opsutil import job_spec, tfyarn_cmd
 from tfyarn.backends.base import AppState
-from tfyarn.backends.local import LocalBackend
+from tfyarn.backends.local.backend import LocalBackend
 from tfyarn.report import ProgressHistory
 from tfyarn.spec import load_spec_dict
 

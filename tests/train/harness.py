@@ -2,7 +2,7 @@
 
 Why not the real launcher: trainer tests must not depend on the launcher's progress, and must exercise exactly what a
 task receives (a TaskContext, TF_CONFIG, the KV) — real gRPC over loopback, the real KV service
-(:class:`tfyarn.backends.kvserver.KVServer` + :class:`HttpKV`). Ports are reserved here (the rendezvous does that in
+(:class:`tfyarn.backends.local.kvserver.KVServer` + :class:`HttpKV`). Ports are reserved here (the rendezvous does that in
 production), each task gets ``TFYARN_*`` env and a JSON cluster, builds its context and calls ``target(ctx)``.
 
 Usage::
@@ -41,7 +41,7 @@ class LocalCluster:
     def __init__(self, spec, workdir: Path, target: str = "tfyarn.runtime.main:run_role",
                  tasks: list[str] | None = None, env: dict[str, str] | None = None,
                  targets: dict[str, str] | None = None):
-        from tfyarn.backends.kvserver import KVServer
+        from tfyarn.backends.local.kvserver import KVServer
         from tfyarn.runtime.kv import HttpKV
         from tfyarn.spec import CLUSTER_ROLES
         self.spec, self.workdir, self.target = spec, Path(workdir), target

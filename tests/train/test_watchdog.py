@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from tfyarn.backends.kvserver import KVServer
+from tfyarn.backends.local.kvserver import KVServer
 from tfyarn.runtime.context import DONE_KEY, progress_key
 from tfyarn.runtime.kv import HttpKV, MemoryKV
 from tfyarn.runtime.watchdog import (DUMP_REQUEST_KEY, StallWatchdog, dump_stacks, install_stack_dumps,

@@ -18,8 +18,8 @@ from skein.model import ApplicationReport, Container, ResourceUsageReport
 from yarnutil import make_spec
 from fake_am import FakeAM
 from tfyarn.backends.base import AppState
-from tfyarn.backends.yarn import YarnBackend
-from tfyarn.backends.yarn_status import app_state
+from tfyarn.backends.yarn.backend import YarnBackend
+from tfyarn.backends.yarn.yarn_status import app_state
 from tfyarn.data.example import encode_example
 from tfyarn.data.tfrecord import encode_record
 from tfyarn.errors import AppNotFound, ExitCode, PreflightError

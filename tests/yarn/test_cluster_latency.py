@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from clusterutil import JOB_S, ROOT, job, job_doc, needs_yarn, tfyarn, unique, wait_until
-from tfyarn.backends.yarn_rest import RmRest
+from tfyarn.backends.yarn.yarn_rest import RmRest
 from tfyarn.runtime.app_end import DONE_DIAGNOSTICS
 
 pytestmark = [*needs_yarn, pytest.mark.timeout(3 * JOB_S)]

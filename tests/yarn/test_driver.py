@@ -12,14 +12,14 @@ import sys
 import pytest
 
 from clusterutil import needs_yarn, tfyarn, wait_until
-from tfyarn.backends import yarn_driver
+from tfyarn.backends.yarn import yarn_driver
 
 pytestmark = [*needs_yarn, pytest.mark.timeout(600)]
 
 #: A new process that needs a driver: it lists the cluster's apps through skein and prints the driver it used.
 USE_DRIVER = """
 import json
-from tfyarn.backends.yarn import YarnBackend
+from tfyarn.backends.yarn.backend import YarnBackend
 b = YarnBackend()
 b.client().get_applications()
 print(json.dumps({"jvm_pid": b._lease.record.jvm_pid, "keeper_pid": b._lease.record.keeper_pid}))

@@ -11,9 +11,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from tfyarn.backends import phases
-from tfyarn.backends.yarn import YarnBackend
-from tfyarn.backends.yarn_rest import AppReport, RestUnavailable, RmRest
+from tfyarn.backends.yarn import phases
+from tfyarn.backends.yarn.backend import YarnBackend
+from tfyarn.backends.yarn.yarn_rest import AppReport, RestUnavailable, RmRest
 from tfyarn.errors import AppNotFound
 from tfyarn.runtime import app_end
 from tfyarn.runtime.kv import KVUnavailable, MemoryKV

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from tfyarn.backends import yarn_logs
-from tfyarn.backends.yarn_logs import (ContainerLog, aggregated_log_dirs, bucket, parse_tfile_logs,
+from tfyarn.backends.yarn import yarn_logs
+from tfyarn.backends.yarn.yarn_logs import (ContainerLog, aggregated_log_dirs, bucket, parse_tfile_logs,
                                        parse_yarn_logs_output, read_aggregated_logs)
 
 APP = "application_1700000000000_0012"
@@ -197,7 +197,7 @@ def test_follow_prints_every_line_once_without_the_nodemanagers_footer(tmp_path,
     import skein
     from skein.model import ApplicationReport, Container, ResourceUsageReport
     from fake_am import FakeAM
-    from tfyarn.backends.yarn import YarnBackend
+    from tfyarn.backends.yarn.backend import YarnBackend
 
     monkeypatch.setenv("TFYARN_HOME", str(tmp_path / "home"))
     nm = FakeNodeManager()

@@ -1,4 +1,4 @@
-"""The in-app supervisor's decisions without a cluster (tfyarn.backends.yarn_supervise): real skein Container objects,
+"""The in-app supervisor's decisions without a cluster (tfyarn.backends.yarn.yarn_supervise): real skein Container objects,
 the job's KV in memory, a fake clock; the cluster suite (test_cluster_supervised.py) runs it inside real apps."""
 import json
 import os
@@ -10,9 +10,9 @@ from skein.model import Container
 
 from yarnutil import make_spec
 from tfyarn.backends.base import AppState
-from tfyarn.backends.yarn_spec import SUPERVISOR_SERVICE
-from tfyarn.backends.yarn_status import app_state
-from tfyarn.backends.yarn_supervise import InAppSupervisor, no_more_attempts_note
+from tfyarn.backends.yarn.yarn_spec import SUPERVISOR_SERVICE
+from tfyarn.backends.yarn.yarn_status import app_state
+from tfyarn.backends.yarn.yarn_supervise import InAppSupervisor, no_more_attempts_note
 from tfyarn.runtime import app_end
 from tfyarn.runtime.kv import MemoryKV
 from tfyarn.runtime.kv_yarn import mark_slot_done
@@ -131,7 +131,7 @@ def test_a_bare_submits_failure_says_that_no_attempt_follows():
 
 
 def test_the_service_imports_no_tensorflow_and_a_crash_exits_0(tmp_path):
-    code = ("import sys, tfyarn.backends.yarn_supervise as m, tfyarn._skein as s; s.skein(); "
+    code = ("import sys, tfyarn.backends.yarn.yarn_supervise as m, tfyarn._skein as s; s.skein(); "
             "import tfyarn.runtime.kv_yarn, tfyarn.runtime.watchdog, tfyarn.report; "
             "assert 'tensorflow' not in sys.modules, 'tensorflow imported'; sys.exit(m.main())")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TFYARN_SPEC", "SKEIN_"))}

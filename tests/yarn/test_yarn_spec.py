@@ -11,10 +11,10 @@ import skein
 import yaml
 
 from yarnutil import make_spec
-from tfyarn.backends import yarn_spec
-from tfyarn.backends.yarn import YarnBackend
+from tfyarn.backends.yarn import yarn_spec
+from tfyarn.backends.yarn.backend import YarnBackend
 from tfyarn.errors import TfyarnError
-from tfyarn.backends.yarn_spec import Shipped, build_application_spec, container_script, write_spec_file
+from tfyarn.backends.yarn.yarn_spec import Shipped, build_application_spec, container_script, write_spec_file
 from tfyarn.packaging import EnvRef
 
 ENV = EnvRef("pack", "./env/bin/python", archive_url="hdfs://nn:8020/user/alice/.tfyarn/envs/env-venv-abc.tar.gz",

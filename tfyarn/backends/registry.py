@@ -19,8 +19,8 @@ class Known(NamedTuple):
 
 
 KNOWN: dict[str, Known] = {
-    "local": Known("tfyarn.backends.local.LocalBackend", "local-", "reinstall tfyarn (pip install tfyarn)"),
-    "yarn": Known("tfyarn.backends.yarn.YarnBackend", "application_",
+    "local": Known("tfyarn.backends.local.backend.LocalBackend", "local-", "reinstall tfyarn (pip install tfyarn)"),
+    "yarn": Known("tfyarn.backends.yarn.backend.YarnBackend", "application_",
                   "pip install skein setuptools (tfyarn's dependencies; setuptools gives skein distutils on 3.12+)"),
 }
 

@@ -5,7 +5,7 @@ and AM heartbeats), 5.5 s after the last task's work in issue 21. Every task mar
 role returned; the task that finds every task of the job done puts :data:`ALL_DONE_KEY` and the application is shut
 down SUCCEEDED through skein's ``ApplicationClient.shutdown``:
 
-* by the in-app supervisor (:mod:`tfyarn.backends.yarn_supervise`), when it is alive (it refreshes
+* by the in-app supervisor (:mod:`tfyarn.backends.yarn.yarn_supervise`), when it is alive (it refreshes
   :data:`SUPERVISOR_KEY`): it writes the run report, then ends the app; a follower only reads the KV one last time;
 * else by the gateway that follows the job (``tfyarn run``, ``wait``), when one is alive (it refreshes
   :data:`FOLLOWER_KEY`): it reads the KV one last time (phase times, progress) before the AM is gone;

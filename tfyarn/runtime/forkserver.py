@@ -3,7 +3,7 @@ task of the app from that warm state.
 
 Why: each task imports TensorFlow (~3 s, ~600 MB); a local job's 4 tasks importing it at once on 2 cores take ~8 s
 before any rendezvous. Forked from one warm process they start in milliseconds and share the imported pages
-copy-on-write. Only the local launcher uses it (``tfyarn.backends.forkserver`` is the client); YARN containers are
+copy-on-write. Only the local launcher uses it (``tfyarn.backends.local.forkserver`` is the client); YARN containers are
 separate hosts' processes and start ``python -m tfyarn.runtime`` as before.
 
 Why not ``multiprocessing``'s forkserver: its children run a pickled function with the server's environment, cwd,

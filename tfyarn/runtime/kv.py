@@ -1,7 +1,7 @@
 """The key-value store tasks use to find each other and report progress.
 
 One interface, two implementations: :class:`HttpKV` talks to the KV service the local launcher runs on 127.0.0.1
-(:mod:`tfyarn.backends.kvserver`); on YARN the same interface wraps skein's application KV (``tfyarn.runtime.kv_yarn``).
+(:mod:`tfyarn.backends.local.kvserver`); on YARN the same interface wraps skein's application KV (``tfyarn.runtime.kv_yarn``).
 Unlike skein's ``kv.wait``, every wait here has a timeout and its error names the keys still missing.
 
 Values are ``str``. Structured values are JSON, written with :func:`put_json` / read with :func:`get_json`.

@@ -1,8 +1,8 @@
-"""``python -m tfyarn.backends.yarn_supervise``: the job's supervisor inside its own YARN application.
+"""``python -m tfyarn.backends.yarn.yarn_supervise``: the job's supervisor inside its own YARN application.
 
 Why: on YARN the gateway that submitted a job may be gone (a bare ``tfyarn submit``, a ``wait`` from another machine,
 Airflow's deferrable trigger), so what supervises the job must run in the application. This small skein service
-(:data:`~tfyarn.backends.yarn_spec.SUPERVISOR_SERVICE`: one vcore, no TensorFlow, not a task) runs next to the tasks
+(:data:`~tfyarn.backends.yarn.yarn_spec.SUPERVISOR_SERVICE`: one vcore, no TensorFlow, not a task) runs next to the tasks
 and, every second until the app ends, over the app's KV and skein's containers, applies the job's rules of
 :class:`tfyarn.supervisor.Supervisor` (the same as the local launcher's and the follower's):
 
@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from tfyarn.backends.base import AppState, AppStatus, TaskStatus
-from tfyarn.backends.yarn_status import ALL_CONTAINER_STATES, snapshot
+from tfyarn.backends.yarn.yarn_status import ALL_CONTAINER_STATES, snapshot
 from tfyarn.errors import timeout_message
 from tfyarn.report import HISTORY_FILE
 from tfyarn.runtime import app_end
@@ -188,7 +188,7 @@ class InAppSupervisor:
     def write_report(self, st: AppStatus) -> None:
         """report.json (+ PNG when matplotlib imports) here and next to the checkpoints
         (:func:`tfyarn.supervisor.write_report`: not there when training never ran). Never raises."""
-        from tfyarn.backends import phases
+        from tfyarn.backends.yarn import phases
         rm = {"started": self.started, "finished": st.finished}
         extra = {"phases": phases.durations(phases.marks({}, rm, self.snap.get("phases") or {}))}
         write_report(self.report_dir, st, self.sup.history.points, checkpoint_url(self.spec), extra=extra)
@@ -216,7 +216,7 @@ def app_started(app_id: str) -> float | None:
     cannot say (then the supervisor's own start, seconds later, is used)."""
     try:
         from tfyarn import hdfs
-        from tfyarn.backends.yarn_rest import RmRest
+        from tfyarn.backends.yarn.yarn_rest import RmRest
         rep = RmRest(hdfs.load_hadoop_conf(None), os.environ.get("USER") or "").report(app_id)
         return rep.start_time.timestamp() if rep.start_time is not None else None
     except Exception as exc:  # noqa: BLE001 - (a secure RM, no Hadoop conf in the container)

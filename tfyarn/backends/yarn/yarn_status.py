@@ -39,7 +39,7 @@ def app_state(yarn_state: Any, final_status: Any, diagnostics: str = "",
 
 def attempt_of(tags: Any) -> int:
     """The job attempt an application runs (its ``tfyarn-attempt:<n>`` tag; none: the first, 0)."""
-    from tfyarn.backends.yarn_spec import ATTEMPT_TAG
+    from tfyarn.backends.yarn.yarn_spec import ATTEMPT_TAG
     for t in tags or ():
         if t.startswith(ATTEMPT_TAG) and t[len(ATTEMPT_TAG):].isdigit():
             return int(t[len(ATTEMPT_TAG):])
@@ -92,7 +92,7 @@ def _by_task(containers: list[Any], taskmap: dict[str, str], spec: JobSpec | Non
 
 def task_containers(containers: list[Any]) -> list[Any]:
     """The containers that hold tasks: not the in-app supervisor's (it is no task of the job)."""
-    from tfyarn.backends.yarn_spec import SUPERVISOR_SERVICE
+    from tfyarn.backends.yarn.yarn_spec import SUPERVISOR_SERVICE
     return [c for c in containers if c.service_name != SUPERVISOR_SERVICE]
 
 
@@ -103,8 +103,8 @@ def snapshot(containers: list[Any], kv: dict[str, str], spec: JobSpec | None, ra
     ``progress``: computed by the caller (the in-app supervisor's :meth:`tfyarn.supervisor.Supervisor.progress`)."""
     import json
 
-    from tfyarn.backends import phases
-    from tfyarn.backends.progress import GlobalStepRate, aggregate_progress, side_roles, summary_with_eval
+    from tfyarn.backends.yarn import phases
+    from tfyarn.backends.job_progress import GlobalStepRate, aggregate_progress, side_roles, summary_with_eval
     from tfyarn.runtime.exit_report import EXIT_PREFIX
     from tfyarn.runtime.kv_yarn import TASKMAP_PREFIX
 

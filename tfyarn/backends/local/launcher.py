@@ -5,12 +5,12 @@ It is the local "application master": it runs the KV service, starts one process
 on the first unrecoverable failure, on Ctrl-C / SIGTERM, or on a kill request: no task outlives it (tasks also die with
 it, see ``tfyarn.runtime.main._die_with_parent``). What decides about the job — attempts, the active deadline, the
 stall watch, progress, the run report — is :class:`tfyarn.supervisor.Supervisor`, shared with the YARN backend.
-:class:`tfyarn.backends.local.LocalBackend` runs it in the foreground (``run``) or in a detached process (``submit``).
+:class:`tfyarn.backends.local.backend.LocalBackend` runs it in the foreground (``run``) or in a detached process (``submit``).
 
 Tasks are forked from a fork server that imported TensorFlow once (``tfyarn.runtime.forkserver``; the tasks of a
 local job would otherwise all import it at once on the same cores), or — when it is disabled, not possible, or
 failed — started as ``python -m tfyarn.runtime`` with ``subprocess.Popen``. Both kinds of process look the same to
-the rest of this module (see :class:`tfyarn.backends.forkserver.ForkedProcess`).
+the rest of this module (see :class:`tfyarn.backends.local.forkserver.ForkedProcess`).
 """
 from __future__ import annotations
 
@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from tfyarn.backends.base import AppState, AppStatus, TaskStatus
-from tfyarn.backends.forkserver import ForkedProcess, ForkServer, ForkServerError
-from tfyarn.backends.kvserver import KVServer
-from tfyarn.backends.process_memory import tree_rss
+from tfyarn.backends.local.forkserver import ForkedProcess, ForkServer, ForkServerError
+from tfyarn.backends.local.kvserver import KVServer
+from tfyarn.backends.local.process_memory import tree_rss
 from tfyarn.errors import ExitCode
 from tfyarn.report import HISTORY_FILE
 from tfyarn.runtime.context import ABORT_KEY, DONE_KEY, addr_key, failure_key

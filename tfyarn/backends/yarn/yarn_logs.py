@@ -16,7 +16,7 @@ Sources, in order:
   :func:`parse_yarn_logs_output`.
 
 Each task container starts its log with ``[tfyarn] container <service>_<n> yarn=<container id>``
-(:data:`tfyarn.backends.yarn_spec.LOG_HEADER`), which is how a YARN container id maps back to ``worker:1``.
+(:data:`tfyarn.backends.yarn.yarn_spec.LOG_HEADER`), which is how a YARN container id maps back to ``worker:1``.
 """
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ Files every service gets (YARN localizes them into the container's working dir):
 =================  =====================================================================================
 
 Besides the roles' services, one small service :data:`SUPERVISOR_SERVICE` (no TensorFlow, not a task) runs
-``python -m`` :mod:`tfyarn.backends.yarn_supervise` from the same environment: the job's stall watch, deadlines,
+``python -m`` :mod:`tfyarn.backends.yarn.yarn_supervise` from the same environment: the job's stall watch, deadlines,
 end and run report inside the application, so a job nobody follows is supervised too.
 
 No keytab is shipped: on a Kerberized cluster the tasks read HDFS with the delegation tokens skein gets at submit
@@ -50,9 +50,9 @@ SRC_DIR = "tfyarn_src"
 #: ``tfyarn-attempt:<n>`` on the application of job attempt n > 0 (``retry.max_attempts``): the attempt is then part of
 #: the app itself, so ``status`` says it from any machine (it said 0 for every application).
 ATTEMPT_TAG = "tfyarn-attempt:"
-#: The in-app supervisor's skein service (:mod:`tfyarn.backends.yarn_supervise`): never a task of the job.
+#: The in-app supervisor's skein service (:mod:`tfyarn.backends.yarn.yarn_supervise`): never a task of the job.
 SUPERVISOR_SERVICE = "tfyarn-supervisor"
-SUPERVISOR_MODULE = "tfyarn.backends.yarn_supervise"
+SUPERVISOR_MODULE = "tfyarn.backends.yarn.yarn_supervise"
 #: Its container: Python + skein's gRPC client + matplotlib for the report's plot (~150 MB resident measured).
 SUPERVISOR_MEMORY_MIB = 384
 #: On every app that has the supervisor: only those left a record in the staging dir worth reading (an HDFS client
@@ -147,7 +147,7 @@ def build_application_spec(spec: JobSpec, shipped: Shipped, *, master_memory_mib
                            staging_dir: str | None = None) -> Any:
     """A validated ``skein.ApplicationSpec`` for ``spec``; pure (no cluster, no upload). ``supervise`` adds the
     in-app supervisor's service; ``staging_dir`` is where it records the app for other machines
-    (:func:`tfyarn.backends.yarn_supervise.record_url`)."""
+    (:func:`tfyarn.backends.yarn.yarn_supervise.record_url`)."""
     sk = skein()
     files = _files(shipped)
     scripts = {own: container_script(shipped.env, code=bool(shipped.code), own_tmpdir=own) for own in (True, False)}

@@ -3,7 +3,7 @@ idle.
 
 A skein driver is a JVM plus a ``yarn classpath`` JVM at its start (2-4 s of wall and ~6 CPU s; 8-15 s on a loaded
 box); starting one per command made every submit pay it. The first command that needs a driver starts a *keeper*
-(``python -m tfyarn.backends.yarn_driver keep …``, its own session): it starts the JVM with skein's own code (stdin a
+(``python -m tfyarn.backends.yarn.yarn_driver keep …``, its own session): it starts the JVM with skein's own code (stdin a
 pipe, so the JVM exits when the keeper dies, even by SIGKILL), records its address, and stops it once no command has
 used it for ``TFYARN_DRIVER_IDLE`` (default 15 min; ``0`` = no shared driver: a private one per command).
 
@@ -18,7 +18,7 @@ Files, in :func:`driver_dir` (``$TFYARN_DRIVER_DIR``, else ``$TFYARN_HOME/driver
 
 The identity (key) is the YARN user, the Kerberos principal (and keytab or ticket cache), the Hadoop configuration
 directory and the JVM's options: a driver logged in as someone else, or talking to another cluster, is never reused.
-A user's own global driver (``skein driver start``) is preferred by :class:`~tfyarn.backends.yarn.YarnBackend` and
+A user's own global driver (``skein driver start``) is preferred by :class:`~tfyarn.backends.yarn.backend.YarnBackend` and
 never stopped from here.
 """
 from __future__ import annotations
@@ -295,7 +295,7 @@ def _start_keeper(files: _Files, ident: dict[str, Any], kw: dict[str, Any], env:
              "(%s; `tfyarn driver stop` stops it now)", idle, IDLE_ENV)
     args = json.dumps({"dir": str(files.dir), "key": files.key, "ident": ident, "kw": kw, "idle": idle})
     with open(files.log, "ab") as logf:
-        proc = subprocess.Popen([sys.executable, "-m", "tfyarn.backends.yarn_driver", "keep", args],
+        proc = subprocess.Popen([sys.executable, "-m", "tfyarn.backends.yarn.yarn_driver", "keep", args],
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=logf,
                                 env=env, start_new_session=True, close_fds=True)
     assert proc.stdout is not None
@@ -465,4 +465,4 @@ def keep(args: dict[str, Any]) -> int:
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "keep":
         sys.exit(keep(json.loads(sys.argv[2])))
-    sys.exit("usage: python -m tfyarn.backends.yarn_driver keep ARGS_JSON (started by tfyarn itself)")
+    sys.exit("usage: python -m tfyarn.backends.yarn.yarn_driver keep ARGS_JSON (started by tfyarn itself)")

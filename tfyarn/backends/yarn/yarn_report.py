@@ -1,4 +1,4 @@
-"""``python -m tfyarn.backends.yarn_report APP_ID``: write the run report of an ended YARN app, then exit.
+"""``python -m tfyarn.backends.yarn.yarn_report APP_ID``: write the run report of an ended YARN app, then exit.
 
 Why a process of its own: the CLI that followed the job exits as soon as the app's outcome is known; the report's
 plot and its HDFS uploads (~3 s on a loaded gateway) are done here, detached from it
@@ -11,7 +11,7 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
-    from tfyarn.backends.yarn import YarnBackend
+    from tfyarn.backends.yarn.backend import YarnBackend
     args = sys.argv[1:] if argv is None else argv
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     with YarnBackend() as b:

@@ -11,7 +11,7 @@ Layout of one app (``$TFYARN_HOME/apps/<app_id>/``, default ``~/.tfyarn``)::
     launcher.pid         pid of the launcher process (``kill`` signals it)
     tasks/<role>_<i>/    each task's working directory and ``task.log``
 
-The :class:`tfyarn.backends.launcher.Launcher` runs an app's tasks to the end; this module is the backend around it
+The :class:`tfyarn.backends.local.launcher.Launcher` runs an app's tasks to the end; this module is the backend around it
 (app ids and dirs, foreground ``run``, detached ``submit``, ``status`` / ``logs`` / ``kill`` / ``list`` from the app dir).
 """
 from __future__ import annotations
@@ -32,7 +32,7 @@ import psutil
 
 from tfyarn import paths
 from tfyarn.backends.base import AppState, AppStatus, Backend, Request
-from tfyarn.backends.launcher import KILL_REQUEST, Echo, Launcher, write_json_atomic, write_text_atomic
+from tfyarn.backends.local.launcher import KILL_REQUEST, Echo, Launcher, write_json_atomic, write_text_atomic
 from tfyarn.errors import AppNotFound
 from tfyarn.preflight import run_local_preflight
 from tfyarn.spec import JobSpec, load_spec_json
@@ -113,7 +113,7 @@ class LocalBackend(Backend):
                                                         started=time.time(), tracking_url=str(d),
                                                         tags=list(spec.tags)).to_dict())
         with open(d / "launcher.log", "ab") as out:
-            proc = subprocess.Popen([request.python, "-m", "tfyarn.backends.local", str(d), app_id],
+            proc = subprocess.Popen([request.python, "-m", "tfyarn.backends.local.backend", str(d), app_id],
                                     stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                     start_new_session=True)
         write_text_atomic(d / "launcher.pid", str(proc.pid))

@@ -4,11 +4,11 @@ The pieces live in small modules; this one wires them to the :class:`~tfyarn.bac
 
 * :mod:`tfyarn.preflight` — data, checkpoint dir, queue and resource checks before anything is uploaded;
 * :mod:`tfyarn.packaging` — the environment archive, content-hashed and cached in the staging dir;
-* :mod:`tfyarn.backends.yarn_spec` — JobSpec → ``skein.ApplicationSpec`` (``dryrun`` prints its YAML);
-* :mod:`tfyarn.backends.yarn_logs` — NodeManager logs while running, aggregated logs (Hadoop 3.3 layout) after.
+* :mod:`tfyarn.backends.yarn.yarn_spec` — JobSpec → ``skein.ApplicationSpec`` (``dryrun`` prints its YAML);
+* :mod:`tfyarn.backends.yarn.yarn_logs` — NodeManager logs while running, aggregated logs (Hadoop 3.3 layout) after.
 
 **Driver.** skein talks to YARN through a Java driver. Starting one costs seconds, so we reuse a running global driver
-(``skein driver start``) when there is one; otherwise tfyarn's shared driver (:mod:`tfyarn.backends.yarn_driver`: one
+(``skein driver start``) when there is one; otherwise tfyarn's shared driver (:mod:`tfyarn.backends.yarn.yarn_driver`: one
 JVM per user, cluster and login, reused by later commands, stopped after ``TFYARN_DRIVER_IDLE`` unused).
 ``driver="private"`` (or ``TFYARN_DRIVER_IDLE=0``) starts a driver of this backend's own, stopped in
 :meth:`YarnBackend.close`; ``driver="global"`` starts skein's global one and leaves it running.
@@ -37,10 +37,10 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from tfyarn import hdfs, kerberos, packaging, paths
-from tfyarn.backends import phases, yarn_driver, yarn_logs, yarn_rest, yarn_spec
 from tfyarn._skein import skein
 from tfyarn.backends.base import AppState, AppStatus, Backend, Request, TaskStatus
-from tfyarn.backends.yarn_status import (ACTIVE_APP_STATES, ALL_APP_STATES, ALL_CONTAINER_STATES, app_state,
+from tfyarn.backends.yarn import phases, yarn_driver, yarn_logs, yarn_rest, yarn_spec
+from tfyarn.backends.yarn.yarn_status import (ACTIVE_APP_STATES, ALL_APP_STATES, ALL_CONTAINER_STATES, app_state,
                                          attempt_of, failure_diagnosis, snapshot, timestamp)
 from tfyarn.errors import AppNotFound, TfyarnError, WaitTimeout, YarnUnavailable
 from tfyarn.interrupts import Interrupted, deferring_stop_signals, ignoring_stop_signals, interruptible
@@ -291,8 +291,8 @@ class YarnBackend(Backend):
     def _recover(self, app_id: str, running: bool, tags: Any = ()) -> dict[str, Any]:
         """This machine's state of ``app_id``, with the spec (and the last snapshot) of an app submitted elsewhere
         recovered from the app itself: KV ``spec`` while it runs, else the record its in-app supervisor left in the
-        staging dir (:mod:`tfyarn.backends.yarn_supervise`; only an app ``tags`` say has one). Saved here."""
-        from tfyarn.backends import yarn_supervise
+        staging dir (:mod:`tfyarn.backends.yarn.yarn_supervise`; only an app ``tags`` say has one). Saved here."""
+        from tfyarn.backends.yarn import yarn_supervise
         saved = self._load_state(app_id)
         if saved.get("spec"):
             return saved
@@ -464,7 +464,7 @@ class YarnBackend(Backend):
     # -- status --------------------------------------------------------------------------------------------------
     def _rm(self) -> yarn_rest.RmRest | None:
         """The RM's REST API when it takes simple auth and no driver is injected (tests): status, list, logs and
-        kill then need no JVM (:mod:`tfyarn.backends.yarn_rest`); None = use the skein driver."""
+        kill then need no JVM (:mod:`tfyarn.backends.yarn.yarn_rest`); None = use the skein driver."""
         if self._rest is None:
             self._rest = False
             if not self._injected and os.environ.get("TFYARN_YARN_REST", "1") != "0":
@@ -547,7 +547,7 @@ class YarnBackend(Backend):
             state, diag = AppState.TIMED_OUT, final.get("diagnostics", diag)  # tfyarn killed it for a deadline
         tasks = [TaskStatus(**t) for t in snap.get("tasks", [])]
         if state in (AppState.FAILED, AppState.TIMED_OUT) and spec is not None and not saved.get("run_started"):
-            from tfyarn.backends.yarn_supervise import no_more_attempts_note
+            from tfyarn.backends.yarn.yarn_supervise import no_more_attempts_note
             note = no_more_attempts_note(spec, attempt_of(rep.tags))      # a bare submit: nobody resubmits
             diag = f"{diag}\n{note}".strip() if note else diag
         summary = snap.get("summary") or final.get("summary")
@@ -643,6 +643,8 @@ class YarnBackend(Backend):
         for c in containers:
             if not c.yarn_container_id or not c.yarn_node_http_address:
                 continue
+            if task is None and c.service_name == yarn_spec.SUPERVISOR_SERVICE:
+                continue      # not a task (as in status); its log is there when asked for by name
             label = taskmap.get(f"{c.service_name}_{c.instance}") or f"{c.service_name}:{c.instance}"
             if task_matches(task, label, c.yarn_container_id):
                 out.append((label, c))
@@ -713,6 +715,8 @@ class YarnBackend(Backend):
             if ":" in label:
                 skein_id = label.replace(":", "_")
                 label = taskmap.get(skein_id, label)
+            if task is None and label.split(":")[0] == yarn_spec.SUPERVISOR_SERVICE:
+                continue      # not a task (as in status); its log is there when asked for by name
             if task_matches(task, label, cl.container_id):
                 out.append((label, cl))
         return out
@@ -808,7 +812,7 @@ class YarnBackend(Backend):
         step ``timeouts.rendezvous + timeouts.stall``; every task is asked for its stacks). A verdict kills the app,
         which ends TIMED_OUT saying why. ``heartbeat``: tell the tasks a follower is alive (:meth:`_heartbeat`).
 
-        While the app's own supervisor is alive (:mod:`tfyarn.backends.yarn_supervise`: every app has one, followed
+        While the app's own supervisor is alive (:mod:`tfyarn.backends.yarn.yarn_supervise`: every app has one, followed
         or not) the stall watch and the job's end are its; the follower keeps the deadline and allocation checks. A
         machine that did not submit the app gets its spec from the app (:meth:`_recover`)."""
         if sup is None:
@@ -851,7 +855,7 @@ class YarnBackend(Backend):
         return st
 
     def _supervised(self, app_id: str) -> bool:
-        """The app's in-app supervisor is alive (:mod:`tfyarn.backends.yarn_supervise`): the stall watch and the
+        """The app's in-app supervisor is alive (:mod:`tfyarn.backends.yarn.yarn_supervise`): the stall watch and the
         job's end are its, not this follower's."""
         app = self._app_client(app_id)
         try:
@@ -911,7 +915,7 @@ class YarnBackend(Backend):
             st = self.status(app_id)
 
     def phases(self, app_id: str, st: AppStatus | None = None, cli_exit: float | None = None) -> dict[str, Any]:
-        """Seconds of each phase of the job's timeline (:mod:`tfyarn.backends.phases`), from what this machine saw:
+        """Seconds of each phase of the job's timeline (:mod:`tfyarn.backends.yarn.phases`), from what this machine saw:
         its submit, the RM's times, the tasks' phase records in the last KV snapshot."""
         saved = self._load_state(app_id)
         st = st or self.status(app_id)
@@ -935,7 +939,7 @@ class YarnBackend(Backend):
         d = self._report_dir(st.app_id)
         d.mkdir(parents=True, exist_ok=True)
         with open(d / "report.log", "ab") as out:
-            subprocess.Popen([sys.executable, "-m", "tfyarn.backends.yarn_report", st.app_id],
+            subprocess.Popen([sys.executable, "-m", "tfyarn.backends.yarn.yarn_report", st.app_id],
                              stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True)
         log.debug("run report of %s: written by a detached process (log %s)", st.app_id, d / "report.log")
 
