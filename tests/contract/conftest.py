@@ -7,8 +7,6 @@ from contractutil import Harness
 #: Where a backend still disagrees with the contract: (test name, backend) -> the disagreement. Such a parameter is a
 #: strict xfail, so the day the backends agree the suite says so (an XPASS fails) and the entry must go.
 DISAGREEMENTS: dict[tuple[str, str], str] = {
-    ("test_success_at_the_planned_global_step_and_the_logs_of_a_task_and_of_a_role", "yarn"):
-        "YARN's logs list the in-app supervisor's container as a task ('tfyarn-supervisor:0 | ...') beside the job's",
     ("test_a_stopped_worker_times_out_on_the_stall_watchdog_naming_it", "yarn"):
         "YARN's stall diagnosis (in-app supervisor) starts 'timed out: training stalled: ...', local's "
         "'training stalled: ...'",
