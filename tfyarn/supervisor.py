@@ -36,7 +36,7 @@ from tfyarn.backends.base import AppState, AppStatus
 from tfyarn.backends.job_progress import GlobalStepRate, aggregate_progress, side_roles, summary_with_eval
 from tfyarn.errors import AppNotFound
 from tfyarn.report import ProgressHistory, write_run_report
-from tfyarn.runtime.context import SUMMARY_KEY, TOTAL_STEPS_KEY
+from tfyarn.runtime.context import PROGRESS_PREFIX, SUMMARY_KEY, TOTAL_STEPS_KEY
 from tfyarn.runtime.kv import MemoryKV
 from tfyarn.runtime.watchdog import StallWatchdog
 from tfyarn.spec import JobSpec
@@ -213,7 +213,7 @@ class Supervisor:
         global step, examples/s, loss, ETA from the global step's own rate, and the side roles' (tensorboard URL,
         newest evaluation). Records progress points (:attr:`history`) and the chief's summary (:attr:`summary`)."""
         store = MemoryKV(dict(kv)) if isinstance(kv, Mapping) else kv
-        items = store.items("progress/")
+        items = store.items(PROGRESS_PREFIX)
         self.history.record(items)
         total = store.get(TOTAL_STEPS_KEY)
         sides = side_roles(store.get)

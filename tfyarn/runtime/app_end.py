@@ -21,6 +21,7 @@ import logging
 import time
 from typing import Any, Callable, Iterable
 
+from tfyarn.runtime.context import FAILURE_PREFIX
 from tfyarn.runtime.kv import KV, KVUnavailable
 from tfyarn.runtime.kv_yarn import SLOT_DONE_PREFIX
 
@@ -55,7 +56,7 @@ def record_phase(kv: KV, task: str, **times: float) -> None:
 def all_done(kv: KV, tasks: Iterable[str]) -> bool:
     """Every task has reported done and no task has a failure record."""
     done = kv.items(SLOT_DONE_PREFIX)
-    return all(f"{SLOT_DONE_PREFIX}{t}" in done for t in tasks) and not kv.items("failure/")
+    return all(f"{SLOT_DONE_PREFIX}{t}" in done for t in tasks) and not kv.items(FAILURE_PREFIX)
 
 
 def follower_alive(kv: KV, now: float, key: str = FOLLOWER_KEY) -> bool:

@@ -20,14 +20,18 @@ def addr_key(task: str) -> str:
     return f"addr/{task}"
 
 
+PROGRESS_PREFIX = "progress/"
+FAILURE_PREFIX = "failure/"
+
+
 def progress_key(task: str) -> str:
     """``progress/worker:1`` → JSON {step, global_step, epoch, examples_per_sec, loss, time, ...}."""
-    return f"progress/{task}"
+    return PROGRESS_PREFIX + task
 
 
 def failure_key(task: str) -> str:
     """``failure/worker:1`` → a one-line diagnosis written by the task before it exits non-zero."""
-    return f"failure/{task}"
+    return FAILURE_PREFIX + task
 
 
 DONE_KEY = "control/done"            # chief: training finished; ps/evaluator/tensorboard exit cleanly

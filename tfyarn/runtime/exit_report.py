@@ -80,7 +80,7 @@ def ends_the_app(app: Any, role: str) -> bool:
 def report(app: Any, code: int, died_at: float, settle_s: float = SETTLE_S) -> str:
     """Write this container's ``exit/<task>`` record and, when the failure ends the app, shut it down FAILED with
     the diagnosis. Returns the task label used."""
-    from tfyarn.runtime.context import failure_key
+    from tfyarn.runtime.context import FAILURE_PREFIX, failure_key
     from tfyarn.runtime.kv import put_json
     from tfyarn.runtime.kv_yarn import TASKMAP_PREFIX, SkeinKV, parse_container_id
 
@@ -93,7 +93,7 @@ def report(app: Any, code: int, died_at: float, settle_s: float = SETTLE_S) -> s
         time.sleep(settle_s)
         records = {k[len(EXIT_PREFIX):]: json.loads(v) for k, v in kv.items(EXIT_PREFIX).items()}
         # a task that wrote its failure but whose process has not ended yet is named too (after the dead ones)
-        for key, text in kv.items("failure/").items():
+        for key, text in kv.items(FAILURE_PREFIX).items():
             records.setdefault(key.split("/", 1)[1], {"code": None, "died_at": time.time(), "failure": text})
         app.shutdown("FAILED", diagnosis(records))
     return task

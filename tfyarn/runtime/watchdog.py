@@ -33,7 +33,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping
 
-from tfyarn.runtime.context import DONE_KEY, progress_key
+from tfyarn.runtime.context import DONE_KEY, PROGRESS_PREFIX, progress_key
 from tfyarn.runtime.kv import KV
 
 log = logging.getLogger(__name__)
@@ -335,7 +335,7 @@ class StallWatchdog:
         """
         now = self.clock() if now is None else now
         done = self.kv.get(DONE_KEY) is not None
-        self.observe(self.kv.items("progress/"), now)
+        self.observe(self.kv.items(PROGRESS_PREFIX), now)
         if done:
             if self.done_at is None:
                 self.done_at = now

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tfyarn.runtime.context import ABORT_KEY, DONE_KEY, EVAL_KEY, TaskContext
+from tfyarn.runtime.context import ABORT_KEY, DONE_KEY, EVAL_KEY, FAILURE_PREFIX, TaskContext
 from tfyarn.runtime.watchdog import install_stack_dumps
 from tfyarn.train.model import build_model, load, split_features, tf_dtype
 
@@ -45,7 +45,7 @@ def training_ended_badly(ctx: TaskContext) -> str | None:
     reason = ctx.kv.get(ABORT_KEY)
     if reason is not None:
         return f"job aborted: {reason}"
-    failures = {k.split("/", 1)[1]: v for k, v in ctx.kv.items("failure/").items()}
+    failures = {k[len(FAILURE_PREFIX):]: v for k, v in ctx.kv.items(FAILURE_PREFIX).items()}
     # a task that will be restarted in place (its role's max_restarts) has not ended training; nor has this task's
     # own record from before its restart (on YARN nothing deletes either)
     fatal = {t: v for t, v in failures.items()

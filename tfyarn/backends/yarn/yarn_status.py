@@ -7,6 +7,7 @@ from typing import Any
 
 from tfyarn.backends.base import AppState, TaskStatus
 from tfyarn.errors import TIMEOUT_MARK
+from tfyarn.runtime.context import FAILURE_PREFIX, PROGRESS_PREFIX, TOTAL_STEPS_KEY
 from tfyarn.spec import JobSpec
 
 ALL_CONTAINER_STATES = ("WAITING", "REQUESTED", "RUNNING", "SUCCEEDED", "FAILED", "KILLED")
@@ -109,11 +110,11 @@ def snapshot(containers: list[Any], kv: dict[str, str], spec: JobSpec | None, ra
     from tfyarn.runtime.kv_yarn import TASKMAP_PREFIX
 
     taskmap = {k[len(TASKMAP_PREFIX):]: v for k, v in kv.items() if k.startswith(TASKMAP_PREFIX)}
-    failures = {k.split("/", 1)[1]: v for k, v in kv.items() if k.startswith("failure/")}
+    failures = {k[len(FAILURE_PREFIX):]: v for k, v in kv.items() if k.startswith(FAILURE_PREFIX)}
     exits = {k[len(EXIT_PREFIX):]: json.loads(v) for k, v in kv.items() if k.startswith(EXIT_PREFIX)}
     tasks = tasks_from_containers(containers, taskmap, spec, failures, exits)
-    total = kv.get("plan/total_steps")
-    progress_items = {k: v for k, v in kv.items() if k.startswith("progress/")}
+    total = kv.get(TOTAL_STEPS_KEY)
+    progress_items = {k: v for k, v in kv.items() if k.startswith(PROGRESS_PREFIX)}
     sides = side_roles(kv.get)
     if progress is None:
         progress = aggregate_progress(progress_items, int(total) if total and total.isdigit() else None,
