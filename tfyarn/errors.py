@@ -22,6 +22,13 @@ def timeout_message(message: str) -> str:
     return message if TIMEOUT_MARK in message.lower() else f"{TIMEOUT_MARK}: {message}"
 
 
+def without_timeout_mark(message: str) -> str:
+    """``message`` without the ``timed out: `` prefix :func:`timeout_message` added: once the state says TIMED_OUT
+    the diagnosis reads as the local backend's (``training stalled: …``)."""
+    prefix = f"{TIMEOUT_MARK}: "
+    return message[len(prefix):] if message.lower().startswith(prefix) else message
+
+
 class TfyarnError(Exception):
     """Base of every error tfyarn raises on purpose; ``exit_code`` is what the CLI exits with."""
     exit_code: int = ExitCode.FAILED

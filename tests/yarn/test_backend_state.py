@@ -192,6 +192,17 @@ def test_timed_out_from_task_failure_text(running):
     assert b.status(APP).state == AppState.TIMED_OUT
 
 
+def test_the_in_app_supervisors_timeout_mark_is_not_in_the_diagnosis(running):
+    """It marks its shutdown "timed out: …" so the state is TIMED_OUT; the diagnosis then reads as a local one."""
+    b, rm, app, kv = running
+    b.status(APP)
+    rm.reports[APP] = report("FINISHED", "FAILED", "timed out: training stalled: no task's step advanced for 15s")
+    b._apps.clear()
+    st = b.status(APP)
+    assert st.state == AppState.TIMED_OUT and st.state.exit_code == ExitCode.TIMED_OUT
+    assert st.diagnostics.startswith("training stalled: no task's step advanced for 15s"), st.diagnostics
+
+
 def test_unknown_app_kill_and_list(running):
     b, rm, app, kv = running
     with pytest.raises(AppNotFound):

@@ -42,7 +42,7 @@ from tfyarn.backends.base import AppState, AppStatus, Backend, Request, TaskStat
 from tfyarn.backends.yarn import phases, yarn_driver, yarn_logs, yarn_rest, yarn_spec
 from tfyarn.backends.yarn.yarn_status import (ACTIVE_APP_STATES, ALL_APP_STATES, ALL_CONTAINER_STATES, app_state,
                                          attempt_of, failure_diagnosis, snapshot, timestamp)
-from tfyarn.errors import AppNotFound, TfyarnError, WaitTimeout, YarnUnavailable
+from tfyarn.errors import AppNotFound, TfyarnError, WaitTimeout, YarnUnavailable, without_timeout_mark
 from tfyarn.interrupts import Interrupted, deferring_stop_signals, ignoring_stop_signals, interruptible
 from tfyarn.report import HISTORY_FILE, REPORT_JSON, ProgressHistory, preload_plotting
 from tfyarn.runtime import app_end
@@ -540,6 +540,8 @@ class YarnBackend(Backend):
         task_states = [t["state"] for t in snap.get("tasks", [])] if live else None
         diag = failure_diagnosis(rep.diagnostics, failures, snap.get("exits") or {})
         state = app_state(rep.state, rep.final_status, diag, task_states)
+        if state is AppState.TIMED_OUT:
+            diag = without_timeout_mark(diag)      # the in-app supervisor's marker: the state says it now
         if state is AppState.SUCCEEDED and diag.strip() == app_end.DONE_DIAGNOSTICS:
             diag = ""                      # ended early by tfyarn (runtime.app_end): nothing to diagnose
         final = saved.get("final") or {}
