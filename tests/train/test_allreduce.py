@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -252,12 +253,17 @@ def test_sigstopped_worker_fails_the_job_within_stall_timeout_with_stacks(tmp_pa
                               for t in spec.training_tasks), timeout=180, what="both workers past step 3")
         pids = {t: p.pid for t, p in c.procs.items()}
         wd = StallWatchdog(c.kv, {t: pids[t] for t in spec.training_tasks}, spec.timeouts.stall,
-                           on_stall=lambda r: c.kill(), all_tasks=pids, interval=0.5).start()
+                           on_stall=lambda r: c.kill(), all_tasks=pids)
+        stop = threading.Event()
+        poller = threading.Thread(target=lambda: [wd.poll() for _ in iter(lambda: stop.wait(0.5), True)],
+                                  daemon=True)         # the supervisor's loop polls it as often in the launcher
+        poller.start()
         frozen_at = time.monotonic()
         c.signal("worker:0", signal.SIGSTOP)
         codes = c.wait(timeout=stall_s + margin + 30)          # like the launcher: one failure stops the others
         failed_after = time.monotonic() - frozen_at
-        wd.stop()
+        stop.set()
+        poller.join(timeout=10)
         failure = c.kv.get(failure_key("chief:0")) or (wd.report.message if wd.report else "")
         chief_log = c.log("chief:0")
     assert failed_after <= stall_s + margin, failed_after
