@@ -43,6 +43,18 @@ def _cli(venv: Path, *args: str, env: dict, timeout: float = 120) -> subprocess.
                           timeout=timeout, env={**os.environ, **env})
 
 
+def _where(yarn, app_id: str) -> str:
+    """The app's state, tasks, progress and each task's last log lines: what a hang's report needs."""
+    try:
+        st = yarn.status(app_id)
+        lines = list(yarn.logs(app_id))
+    except Exception as exc:  # noqa: BLE001 - the report of a failure must not fail
+        return f"(no status of {app_id}: {exc})"
+    tasks = ", ".join(f"{t.task} {t.state}" for t in st.tasks)
+    return (f"{app_id}: {st.state.value} {st.diagnostics!r}; tasks: {tasks}; progress: {st.progress}\n"
+            f"--- task logs (last 150 lines)\n" + "\n".join(lines[-150:]))
+
+
 def test_quickstart_from_a_packed_env_localized_by_yarn_and_a_resubmit_uploads_nothing(
         yarn, dataset, hdfs_root, gateway_venv):
     name = unique("packed")
@@ -62,7 +74,13 @@ def test_quickstart_from_a_packed_env_localized_by_yarn_and_a_resubmit_uploads_n
         proc = task_process(yarn, app_id, "worker:0", timeout=JOB_S)
         localized = (Path(proc.cwd()) / "env").resolve()
         cmd = proc.cmdline()
-        out, err = run.communicate(timeout=JOB_S)
+        try:
+            out, err = run.communicate(timeout=JOB_S)
+        except subprocess.TimeoutExpired:               # seen once in CI: say where the job was, not only that
+            run.kill()
+            _, err = run.communicate()
+            pytest.fail(f"`tfyarn run` did not end within {JOB_S:g}s\n{_where(yarn, app_id)}\n"
+                        f"--- CLI stderr (tail)\n{err[-4000:]}")
     finally:
         if run.poll() is None:
             run.kill()
