@@ -133,11 +133,12 @@ def run_job(spec_path: Path, env: dict) -> dict:
     if p.returncode != 0:
         raise SystemExit(f"run failed ({p.returncode}):\n{err[-3000:]}\n{out[-2000:]}")
     st = json.loads(out)
-    path = Path(env["TFYARN_HOME"]) / "yarn" / st["app_id"] / "report.json"
-    deadline = time.time() + 120             # written by a detached process after the CLI's exit
-    while not path.exists() and time.time() < deadline:
-        time.sleep(0.5)
-    report = json.loads(path.read_text())
+    # The in-app supervisor writes the report next to the checkpoints; `tfyarn report` finds it wherever it is.
+    rep = subprocess.run([sys.executable, "-m", "tfyarn.cli", "report", st["app_id"], "--output", "json"],
+                         capture_output=True, text=True, env=env, timeout=180)
+    if rep.returncode != 0:
+        raise SystemExit(f"no run report for {st['app_id']} ({rep.returncode}):\n{rep.stderr[-3000:]}")
+    report = json.loads(rep.stdout)
     ph = dict(report.get("phases") or {})
     ph["CLI exit"] = round(t_exit - st["finished"], 3)
     ph["start → exit"] = round(t_exit - t0, 3)

@@ -159,12 +159,12 @@ def _fetch_report(app_id: str | None, source: str | None) -> tuple[dict[str, Any
     if not app_id:
         raise TfyarnError("give an app id or --from URL")
     if not app_id.startswith("local-"):
-        d = paths.yarn_report_dir(app_id) # written when this machine followed the job (run / --wait / wait)
-        if (d / REPORT_JSON).exists():
-            report = json.loads((d / REPORT_JSON).read_text())
-            return report, str(d / REPORT_PNG) if report.get("plot") else None
-        raise TfyarnError(f"no report of {app_id} on this machine (it is written by whoever followed the job to its "
-                          f"end, next to its checkpoints): pass --from <checkpoint dir URL>")
+        local = paths.yarn_report_dir(app_id) / REPORT_JSON      # this machine followed the job to its end
+        where = str(local) if local.exists() else report_location(status(app_id))
+        if where is None:
+            raise TfyarnError(f"no report of {app_id}: it has not ended, or ended before any task recorded "
+                              f"progress (a report elsewhere: pass --from <the URL of its dir>)")
+        return _fetch_report(None, where.rsplit("/", 1)[0])
     with get_backend("local") as backend:
         d = backend.app_dir(app_id)  # type: ignore[attr-defined]
         if not (d / REPORT_JSON).exists():

@@ -269,11 +269,12 @@ def select_tasks(names: Iterable[str], task: str | None, app_id: str) -> list[st
 def write_report(out_dir: Path, st: AppStatus, points: list[dict[str, Any]], checkpoint_url: str | None,
                  extra: Mapping[str, Any] | None = None) -> Path | None:
     """The run report (JSON + PNG, :func:`tfyarn.report.write_run_report`) of an ended job in ``out_dir`` and next to
-    its checkpoints; returns the report.json (None: nothing to report, or it failed: a warning). A run that recorded
+    its checkpoints; returns the report.json (None: nothing to report — no samples, checkpoints or ``extra`` —
+    or it failed: a warning). A run that recorded
     no step and did not succeed (it failed before its first step) keeps its report in ``out_dir`` only: beside the
     checkpoints it would replace the report of the run that wrote them. Never changes the job's outcome."""
     try:
-        if not points and not checkpoint_url:
+        if not points and not checkpoint_url and not extra:
             return None
         trained = st.state is AppState.SUCCEEDED or any((p.get("step") or 0) > 0 for p in points)
         out_dir = Path(out_dir)

@@ -1,8 +1,9 @@
 """Issue 20 on the real cluster: a job is supervised however it was submitted — by the supervisor inside its
 application (tfyarn.backends.yarn.yarn_supervise), with nobody following it.
 
-Four small apps are submitted at once (the suite's time): a stalled one, one past its active deadline, one that
-succeeds (its report, and status/wait from machines that did not submit it), one whose supervisor is killed. Nothing
+Five small apps are submitted at once (the suite's time): a stalled one, one past its active deadline, one that
+succeeds (its report, and status/wait from machines that did not submit it), one whose supervisor is killed, one
+without a checkpoint dir (its report). Nothing
 here follows an app while it runs (no ``wait``/``run`` heartbeat): what ends them is in the app.
 """
 import json
@@ -35,7 +36,8 @@ def apps(yarn, dataset, hdfs_root, tmp_path_factory):
     docs = {"stall": _doc(dataset, unique("sup-stall"), "lockstep", retry={"max_attempts": 2, "backoff": 1}),
             "deadline": _doc(dataset, unique("sup-deadline"), "run_long"),
             "ok": _doc(dataset, unique("sup-ok"), "count", ckpt=f"{hdfs_root}/sup-ok/ckpt"),
-            "nosup": _doc(dataset, unique("sup-killed"), "count")}
+            "nosup": _doc(dataset, unique("sup-killed"), "count"),
+            "nockpt": _doc(dataset, unique("sup-nockpt"), "count")}
     docs["stall"]["timeouts"]["stall"] = 20
     docs["deadline"]["timeouts"]["active_deadline"] = 60
     docs["nosup"]["params"] = {"steps": 600}           # 30 s of steps: time to kill its supervisor first
@@ -46,7 +48,7 @@ def apps(yarn, dataset, hdfs_root, tmp_path_factory):
     sub = tfyarn("-q", "submit", str(path), "--yarn")
     assert sub.returncode == 0, sub.stderr[-3000:]
     out["stall"] = (sub.stdout.strip(), docs["stall"])
-    for kind in ("deadline", "ok", "nosup"):
+    for kind in ("deadline", "ok", "nosup", "nockpt"):
         out[kind] = (yarn.submit(load_spec_dict(docs[kind])), docs[kind])
     yield out
     for app_id, _ in out.values():
@@ -140,3 +142,14 @@ def test_other_machines_recover_the_spec_and_the_supervisor_writes_the_report(ya
     d = json.loads(r.stdout)
     assert r.returncode == 0 and d["state"] == "SUCCEEDED", r.stdout + r.stderr[-2000:]
     assert [t["task"] for t in d["tasks"]] == tasks and d["progress"], d
+
+
+def test_the_report_of_a_job_without_checkpoints_is_in_the_staging_dir_for_any_machine(yarn, apps, tmp_path):
+    """No checkpoint dir: the supervisor's report (phases included) still reaches a machine that never followed."""
+    app_id, _ = apps["nockpt"]
+    assert _ended(yarn, app_id).diagnostics == DONE_DIAGNOSTICS
+    r = tfyarn("report", app_id, "--output", "json", env={"TFYARN_HOME": str(tmp_path / "other")})
+    assert r.returncode == 0, r.stdout + r.stderr[-3000:]
+    rep = json.loads(r.stdout)
+    assert rep["app_id"] == app_id and rep["state"] == "SUCCEEDED", rep
+    assert rep["phases"].get("training") is not None and rep["phases"].get("app end") is not None, rep["phases"]

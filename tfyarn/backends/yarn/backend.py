@@ -955,7 +955,7 @@ class YarnBackend(Backend):
         try:
             ckpt = checkpoint_url(self._saved_spec(st.app_id)) or (st.summary or {}).get("checkpoint_dir")
             extra = {"phases": self.phases(st.app_id, st)}
-            if ckpt and self._copy_in_app_report(st.app_id, ckpt, self._report_dir(st.app_id)):
+            if self._copy_in_app_report(st.app_id, ckpt, self._report_dir(st.app_id)):
                 return self._report_dir(st.app_id) / REPORT_JSON
         except Exception:  # noqa: BLE001 - a report is a convenience
             log.warning("could not write the run report of %s", st.app_id, exc_info=True)
@@ -973,19 +973,23 @@ class YarnBackend(Backend):
         except Exception as exc:  # noqa: BLE001 - the diagnosis must not fail on a missing queue report
             return f"; queue {queue!r}: no report ({exc})"
 
-    def _copy_in_app_report(self, app_id: str, ckpt: str, dest: Path) -> bool:
-        """The report the app's supervisor wrote next to the checkpoints, copied here: it saw the whole run."""
+    def _copy_in_app_report(self, app_id: str, ckpt: str | None, dest: Path) -> bool:
+        """The report the app's supervisor wrote (next to the checkpoints, else in the staging dir), copied here: it
+        saw the whole run."""
         import fsspec
 
+        from tfyarn.backends.yarn.yarn_supervise import report_url
         from tfyarn.report import REPORT_PNG, copy_report, report_at
-        url = report_at(ckpt, app_id)
-        if url is None:
-            return False
-        with fsspec.open(url, "rt") as f:
-            report = json.load(f)
-        copy_report(report, f"{ckpt.rstrip('/')}/{REPORT_PNG}" if report.get("plot") else None, dest)
-        log.debug("run report of %s: the in-app supervisor's, from %s", app_id, ckpt)
-        return True
+        for where in filter(None, (ckpt, report_url(self.staging_dir, app_id))):
+            url = report_at(where, app_id)
+            if url is None:
+                continue
+            with fsspec.open(url, "rt") as f:
+                report = json.load(f)
+            copy_report(report, f"{where.rstrip('/')}/{REPORT_PNG}" if report.get("plot") else None, dest)
+            log.debug("run report of %s: the in-app supervisor's, from %s", app_id, where)
+            return True
+        return False
 
 
 class _LazyClient:

@@ -59,6 +59,12 @@ def record_url(staging_dir: str, app_id: str) -> str:
     return hdfs.join(staging_dir, RECORD_DIR, f"{app_id}.json")
 
 
+def report_url(staging_dir: str, app_id: str) -> str:
+    """Where the supervisor puts the app's run report (any job: one without a checkpoint dir has it only here)."""
+    from tfyarn import hdfs
+    return hdfs.join(staging_dir, RECORD_DIR, app_id)
+
+
 def read_record(staging_dir: str, app_id: str) -> dict[str, Any]:
     """The record the app's supervisor wrote ({} when there is none: an app without one, or another staging dir)."""
     import fsspec
@@ -186,12 +192,22 @@ class InAppSupervisor:
                                 summary=self.snap.get("summary") or self.sup.summary))
 
     def write_report(self, st: AppStatus) -> None:
-        """report.json (+ PNG when matplotlib imports) here and next to the checkpoints
-        (:func:`tfyarn.supervisor.write_report`: not there when training never ran). Never raises."""
+        """report.json (+ PNG when matplotlib imports) next to the checkpoints (:func:`tfyarn.supervisor.write_report`:
+        not there when training never ran) and under the staging dir's ``apps/<app>/``. Never raises."""
         from tfyarn.backends.yarn import phases
         rm = {"started": self.started, "finished": st.finished}
         extra = {"phases": phases.durations(phases.marks({}, rm, self.snap.get("phases") or {}))}
-        write_report(self.report_dir, st, self.sup.history.points, checkpoint_url(self.spec), extra=extra)
+        local = write_report(self.report_dir, st, self.sup.history.points, checkpoint_url(self.spec), extra=extra)
+        if local is None or not self.staging_dir:
+            return
+        try:
+            import fsspec
+            fs, root = fsspec.core.url_to_fs(report_url(self.staging_dir, self.app_id))
+            fs.makedirs(root, exist_ok=True)
+            for f in sorted(self.report_dir.glob("report.*")):
+                fs.put_file(str(f), f"{root}/{f.name}")
+        except Exception as exc:  # noqa: BLE001 - a report is a convenience; the job's outcome stands
+            log.warning("could not upload the run report to %s: %s", self.staging_dir, exc)
 
     def run(self, poll: float = POLL_S, check_s: float = DONE_CHECK_S) -> None:
         """Rounds every ``poll`` s, looking for ``control/all_done`` every ``check_s`` s between them, until the
