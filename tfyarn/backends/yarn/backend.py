@@ -955,7 +955,7 @@ class YarnBackend(Backend):
         try:
             ckpt = checkpoint_url(self._saved_spec(st.app_id)) or (st.summary or {}).get("checkpoint_dir")
             extra = {"phases": self.phases(st.app_id, st)}
-            if self._copy_in_app_report(st.app_id, ckpt, self._report_dir(st.app_id)):
+            if self._copy_in_app_report(st.app_id, ckpt, self._report_dir(st.app_id), extra["phases"]):
                 return self._report_dir(st.app_id) / REPORT_JSON
         except Exception:  # noqa: BLE001 - a report is a convenience
             log.warning("could not write the run report of %s", st.app_id, exc_info=True)
@@ -973,9 +973,9 @@ class YarnBackend(Backend):
         except Exception as exc:  # noqa: BLE001 - the diagnosis must not fail on a missing queue report
             return f"; queue {queue!r}: no report ({exc})"
 
-    def _copy_in_app_report(self, app_id: str, ckpt: str | None, dest: Path) -> bool:
+    def _copy_in_app_report(self, app_id: str, ckpt: str | None, dest: Path, phases: dict[str, Any]) -> bool:
         """The report the app's supervisor wrote (next to the checkpoints, else in the staging dir), copied here: it
-        saw the whole run."""
+        saw the whole run. ``phases``: this follower's, which add the gateway's (preflight, submit, ...)."""
         import fsspec
 
         from tfyarn.backends.yarn.yarn_supervise import report_url
@@ -986,6 +986,8 @@ class YarnBackend(Backend):
                 continue
             with fsspec.open(url, "rt") as f:
                 report = json.load(f)
+            theirs = report.get("phases") or {}
+            report["phases"] = {k: v if v is not None else theirs.get(k) for k, v in (theirs | phases).items()}
             copy_report(report, f"{where.rstrip('/')}/{REPORT_PNG}" if report.get("plot") else None, dest)
             log.debug("run report of %s: the in-app supervisor's, from %s", app_id, where)
             return True
