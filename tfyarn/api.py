@@ -14,7 +14,6 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from tfyarn import paths
 from tfyarn.backends import registry
 from tfyarn.backends.base import AppState, AppStatus, Backend, Request
 from tfyarn.errors import AppNotFound, TfyarnError
@@ -42,13 +41,6 @@ def get_backend(name: str | None = None, **options) -> Backend:
     return registry.get_backend(name or default_backend_name(), **options)
 
 
-def _detached(b: Backend, detach_report: bool) -> Backend:
-    """``b``, writing a YARN run report from a detached process when asked (the local backend writes its own)."""
-    if detach_report and hasattr(b, "detached_report"):
-        b.detached_report = True  # type: ignore[attr-defined]
-    return b
-
-
 def backend_for_app(app_id: str) -> Backend:
     """The backend that owns ``app_id``: ``local-…`` ids are local apps, ``application_…`` ids YARN's."""
     return get_backend(registry.backend_name_for_app(app_id))
@@ -67,7 +59,8 @@ def run(spec: JobSpec, backend: str | None = None, echo: Callable[[str, str], No
     """Run a job to its end. Local: in the foreground (Ctrl-C stops every task). YARN: submit and follow, with
     the spec's job attempts (``retry.max_attempts``) as new applications; ``detach_report``: the run report is
     written by a detached process after this returns (the CLI's exit does not wait for it)."""
-    with _detached(get_backend(backend), detach_report) as b:
+    with get_backend(backend) as b:
+        b.detached_report = detach_report
         return b.run(spec, echo=echo, on_update=on_update, timeout=timeout)
 
 
@@ -84,7 +77,8 @@ def status(app_id: str) -> AppStatus:
 
 def wait(app_id: str, timeout: float | None = None,
          on_update: Callable[[AppStatus], None] | None = None, detach_report: bool = False) -> AppStatus:
-    with _detached(backend_for_app(app_id), detach_report) as b:
+    with backend_for_app(app_id) as b:
+        b.detached_report = detach_report
         return b.wait(app_id, timeout=timeout, on_update=on_update)
 
 
@@ -106,72 +100,43 @@ def kill(app_id: str) -> AppStatus:
 
 def report_location(st: AppStatus, build: bool = True) -> str | None:
     """Where the run report (report.json) of an ended app is, or None. Local: its app dir. YARN: next to the
-    checkpoints (a URL any machine can read, e.g. the next Airflow task's worker) when the report there is this
-    app's, else this machine's copy (``$TFYARN_HOME/yarn/<app>/``). ``build``: a YARN app nobody wrote a report for
-    (the operator's deferred wait follows from the triggerer and samples nothing) gets one now, from the points its
-    training tasks recorded next to the checkpoints."""
-    from tfyarn.report import REPORT_JSON, report_at
-    if st.backend == "local":
-        p = Path(st.tracking_url) / REPORT_JSON if st.tracking_url else None
-        return str(p) if p is not None and p.exists() else None
-    ckpt = (st.summary or {}).get("checkpoint_dir")
-    local = paths.yarn_report_dir(st.app_id) / REPORT_JSON
-    for attempt in range(2 if build else 1):
-        found = report_at(ckpt, st.app_id) if ckpt else None
-        if found or local.exists():
-            return found or str(local)
-        if attempt == 0 and build and st.state.is_terminal:
-            with get_backend(st.backend) as b:
-                b.write_report(st)  # type: ignore[attr-defined]
-    return None
+    checkpoints (a URL any machine can read) when the report there is this app's, else this machine's copy.
+    ``build``: an app nobody wrote a report for (a deferred wait samples nothing) gets one now."""
+    with get_backend(st.backend) as b:
+        return b.report_location(st, build)
 
 
 def report(app_id: str | None = None, source: str | None = None,
            to: str | Path | None = None) -> tuple[dict[str, Any], str | None]:
     """The report of an app and where its PNG is (a local path or a URL).
 
-    ``source`` is a directory URL holding ``report.json`` (e.g. a YARN job's checkpoint dir on HDFS). Without it, the
-    local app dir of ``app_id`` is used; a local app that has no report yet (still running, or its launcher died) gets
-    one built now from its status and recorded history. ``to``: copy report.json and the PNG into this local dir (the
-    PNG returned is then the copy).
+    ``source``: a directory URL holding ``report.json`` (e.g. a YARN job's checkpoint dir on HDFS); without it, this
+    machine's report of ``app_id`` (a local app with none yet — still running, or its launcher died — gets one built
+    now from its status and recorded history). ``to``: copy report.json and the PNG into this local dir (the PNG
+    returned is then the copy).
     """
-    from tfyarn.report import copy_report
-    rep, png = _fetch_report(app_id, source)
+    import json
+
+    import fsspec
+
+    from tfyarn.report import REPORT_JSON, REPORT_PNG, copy_report
+    if source:
+        where = source.rstrip("/")
+    elif app_id:
+        with backend_for_app(app_id) as b:
+            where = b.saved_report(app_id).rpartition("/")[0]
+    else:
+        raise TfyarnError("give an app id or --from URL")
+    try:
+        with fsspec.open(f"{where}/{REPORT_JSON}", "rt") as f:
+            rep = json.load(f)
+    except FileNotFoundError:
+        raise AppNotFound(f"no {REPORT_JSON} under {where}") from None
+    png = f"{where}/{REPORT_PNG}" if rep.get("plot") else None
     if to is not None:
         written = copy_report(rep, png, Path(to))
         png = str(written[1]) if len(written) > 1 else None
     return rep, png
-
-def _fetch_report(app_id: str | None, source: str | None) -> tuple[dict[str, Any], str | None]:
-    import json
-
-    from tfyarn.report import HISTORY_FILE, REPORT_JSON, REPORT_PNG, ProgressHistory, write_run_report
-    if source:
-        import fsspec
-        fs, root = fsspec.core.url_to_fs(source.rstrip("/"))
-        try:
-            with fs.open(f"{root}/{REPORT_JSON}") as f:
-                report = json.loads(f.read())
-        except FileNotFoundError:
-            raise AppNotFound(f"no {REPORT_JSON} under {source}") from None
-        png = f"{source.rstrip('/')}/{REPORT_PNG}" if report.get("plot") else None
-        return report, png
-    if not app_id:
-        raise TfyarnError("give an app id or --from URL")
-    if not app_id.startswith("local-"):
-        local = paths.yarn_report_dir(app_id) / REPORT_JSON      # this machine followed the job to its end
-        where = str(local) if local.exists() else report_location(status(app_id))
-        if where is None:
-            raise TfyarnError(f"no report of {app_id}: it has not ended, or ended before any task recorded "
-                              f"progress (a report elsewhere: pass --from <the URL of its dir>)")
-        return _fetch_report(None, where.rsplit("/", 1)[0])
-    with get_backend("local") as backend:
-        d = backend.app_dir(app_id)  # type: ignore[attr-defined]
-        if not (d / REPORT_JSON).exists():
-            st = backend.status(app_id).to_dict()
-            write_run_report(d, st, ProgressHistory.load(d / HISTORY_FILE).points)
-    report = json.loads((d / REPORT_JSON).read_text())
-    return report, str(d / REPORT_PNG) if report.get("plot") else None
 
 
 def check_files(spec: JobSpec, backend: str | None = None) -> None:
@@ -196,9 +161,8 @@ def index_data(urls: list[str], compression: str = "auto", on_corrupt: str = "fa
     from tfyarn.data import build_manifest, summarize
     from tfyarn.data.manifest import STATS
     if cache_dir is None and any(u.split(":", 1)[0] in ("hdfs", "viewfs") for u in urls):
-        from tfyarn import hdfs
         with get_backend("yarn", staging_dir=staging_dir) as b:
-            cache_dir = hdfs.join(b.staging_dir, "index")  # type: ignore[attr-defined]
+            cache_dir = b.index_cache_dir()
     before = STATS.snapshot()
     m = build_manifest(urls, compression=compression, on_corrupt=on_corrupt, cache_dir=cache_dir, whole=True)
     got = STATS.snapshot()

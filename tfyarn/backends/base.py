@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any, Callable, Iterator
 
-from tfyarn.errors import ExitCode, WaitTimeout
+from tfyarn.errors import ExitCode, TfyarnError, WaitTimeout
 from tfyarn.spec import JobSpec
 
 
@@ -114,6 +114,9 @@ class WaitClock:
 
 class Backend(ABC):
     name: str = "?"
+    #: write a followed job's run report from a detached process after ``run``/``wait`` return, so the caller's exit
+    #: does not wait for a plot and uploads (a backend whose jobs write their own report ignores it)
+    detached_report: bool = False
 
     @abstractmethod
     def dryrun(self, spec: JobSpec, attempt: int = 0) -> Request:
@@ -145,6 +148,20 @@ class Backend(ABC):
 
     def list(self) -> list[AppStatus]:
         return []
+
+    def report_location(self, st: AppStatus, build: bool = True) -> str | None:
+        """Where the run report (report.json) of the app is, or None; ``build``: an ended app whose report nobody
+        wrote gets one now, when this backend can."""
+        return None
+
+    def saved_report(self, app_id: str) -> str:
+        """Where the report.json of ``app_id`` is (a path or URL; built now when this backend can); TfyarnError when
+        there is none."""
+        raise TfyarnError(f"the {self.name} backend keeps no run reports")
+
+    def index_cache_dir(self) -> str | None:
+        """Where this backend's jobs cache the indexes of read-only data (None: no shared cache)."""
+        return None
 
     def close(self) -> None:
         """Release what this backend holds (YARN: a private skein driver). Backends are context managers."""

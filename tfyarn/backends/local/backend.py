@@ -35,6 +35,7 @@ from tfyarn.backends.base import AppState, AppStatus, Backend, Request
 from tfyarn.backends.local.launcher import KILL_REQUEST, Echo, Launcher, write_json_atomic, write_text_atomic
 from tfyarn.errors import AppNotFound
 from tfyarn.preflight import run_local_preflight
+from tfyarn.report import HISTORY_FILE, REPORT_JSON, ProgressHistory, write_run_report
 from tfyarn.spec import JobSpec, load_spec_json
 from tfyarn.supervisor import select_tasks, settle
 
@@ -186,6 +187,19 @@ class LocalBackend(Backend):
             write_text_atomic(d / KILL_REQUEST, f"killed by `tfyarn kill` (user {_user()}, pid {os.getpid()})")
             os.kill(pid, signal.SIGTERM)
         self.wait(app_id, timeout=timeout, poll=0.2)
+
+    def report_location(self, st: AppStatus, build: bool = True) -> str | None:
+        """The app dir's report.json (written by the launcher at the end)."""
+        p = Path(st.tracking_url) / REPORT_JSON if st.tracking_url else None
+        return str(p) if p is not None and p.exists() else None
+
+    def saved_report(self, app_id: str) -> str:
+        """The app dir's report.json, built now from the status and recorded history when the launcher has written
+        none (the app still runs, or its launcher died)."""
+        d = self.app_dir(app_id)
+        if not (d / REPORT_JSON).exists():
+            write_run_report(d, self.status(app_id).to_dict(), ProgressHistory.load(d / HISTORY_FILE).points)
+        return str(d / REPORT_JSON)
 
     def list(self) -> list[AppStatus]:
         out = []

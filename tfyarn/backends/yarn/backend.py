@@ -363,7 +363,7 @@ class YarnBackend(Backend):
         cache of data indexes (read-only data is indexed once per cluster, not once per node or run)."""
         if spec.data.index_cache:
             return spec
-        data = spec.data.model_copy(update={"index_cache": hdfs.join(self.staging_dir, "index")})
+        data = spec.data.model_copy(update={"index_cache": self.index_cache_dir()})
         return spec.model_copy(update={"data": data})
 
     def run_preflight(self, spec: JobSpec) -> list[str]:
@@ -929,6 +929,35 @@ class YarnBackend(Backend):
 
     def _report_dir(self, app_id: str) -> Path:
         return paths.yarn_report_dir(app_id)
+
+    def report_location(self, st: AppStatus, build: bool = True) -> str | None:
+        """Next to the checkpoints (a URL any machine can read, e.g. the next Airflow task's worker) when the report
+        there is this app's, else this machine's copy. ``build``: an ended app nobody wrote a report for (the
+        operator's deferred wait samples nothing) gets one now, from the points its tasks recorded."""
+        from tfyarn.report import report_at
+        ckpt = (st.summary or {}).get("checkpoint_dir")
+        mine = self._report_dir(st.app_id) / REPORT_JSON
+
+        def found() -> str | None:
+            return (report_at(ckpt, st.app_id) if ckpt else None) or (str(mine) if mine.exists() else None)
+
+        where = found()
+        if where is None and build and st.state.is_terminal:
+            self.write_report(st)
+            where = found()
+        return where
+
+    def saved_report(self, app_id: str) -> str:
+        """This machine's copy (it followed the job to its end), else :meth:`report_location`'s."""
+        mine = self._report_dir(app_id) / REPORT_JSON
+        where = str(mine) if mine.exists() else self.report_location(self.status(app_id))
+        if where is None:
+            raise TfyarnError(f"no report of {app_id}: it has not ended, or ended before any task recorded "
+                              f"progress (a report elsewhere: pass --from <the URL of its dir>)")
+        return where
+
+    def index_cache_dir(self) -> str | None:
+        return hdfs.join(self.staging_dir, "index")
 
     def _report_at_end(self, st: AppStatus) -> None:
         """The run report of a job this process followed: now, or by a detached process (``detached_report``) that
