@@ -190,29 +190,6 @@ def test_shuffle_with_skip_and_resume(src, cache_dir):
         assert rest == full[40:]
 
 
-def test_numpy_decoder_through_the_feeder_matches_and_diagnoses(src, cache_dir):
-    from tfyarn.data import fastparse
-    from tfyarn.data.errors import DataError
-    from tfyarn.data.example import encode_example
-    from tfyarn.data.tfrecord import TFRecordWriter
-
-    def fast(fields):
-        return fastparse.with_fallback(fields, python_parser)
-
-    m = dataset(src)
-    with feeder(m, 1, 3, parser=fast) as a, feeder(m, 1, 3) as b:
-        for x, y in zip(a.epoch(2), b.epoch(2), strict=True):
-            assert all(np.array_equal(x[k], y[k]) for k in x)
-    url = f"{src}/bad/x.tfrecord"
-    with TFRecordWriter(url) as w:
-        for i in range(30):
-            w.write(encode_example({"rid": [i], "x": [1.0, 2.0, 3.0]} if i == 9 else {"rid": [i], "x": [1.0, 2.0]}))
-    bad = build_manifest([url], cache_dir=cache_dir)
-    with feeder(bad, parser=fast, batch=10) as f, pytest.raises(DataError, match=r"record 9 at byte offset \d+: "
-                                                                          r"feature 'x' has the wrong shape"):
-        list(f.epoch(0))
-
-
 def test_accepts_the_specs_feature_models(src):
     from tfyarn.spec import Feature
     m = dataset(src)

@@ -1,8 +1,7 @@
 """The one exception the data layer raises on purpose.
 
-Why a dedicated type with structured fields: a training job that dies on bad input must say *where* (file, byte
-offset, record index, feature) so the user can find the record with a hex dump instead of re-running the job. The
-fields are also what tests assert on, and what the feeder's ``skip`` mode reports.
+Its structured fields say *where* bad input is (file, byte offset, record index, feature), so a user finds the record
+with a hex dump instead of re-running the job; the feeder's ``skip`` mode reports them.
 """
 from __future__ import annotations
 
@@ -20,11 +19,7 @@ class DataError(TfyarnError):
 
     def __reduce__(self):
         """Pickle with the structured fields (errors cross from the framing process, ``tfyarn.data.framer``)."""
-        return _rebuild, (type(self), str(self), self.path, self.offset, self.record, self.feature)
-
-
-def _rebuild(cls, message, path, offset, record, feature):
-    return cls(message, path=path, offset=offset, record=record, feature=feature)
+        return type(self), (str(self),), self.__dict__
 
 
 class NoDataError(DataError):

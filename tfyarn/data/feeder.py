@@ -5,37 +5,27 @@ Pipeline per epoch (two threads, bounded queues; optionally a framing process)::
     [framing process ──chunks (socket)──▶] reader thread ──raw groups (≤ 2)──▶ parser thread
                                           ──ready batches (≤ prefetch + a group)──▶ consumer (training loop)
 
-* Where records are framed (:mod:`tfrecord`, both CRCs): with the C loops of :mod:`native` built (the normal
-  install), in the reader thread — framing then costs ~0.02 us of CPU per record, mostly without the GIL, and a
-  separate process would only add pickling (measured: 0.28 ms of CPU per 1000-record batch in the thread against
-  0.48 with the process). Without them (``framing="auto"``, no C compiler at install, or ``TFYARN_NATIVE=0``), in a
-  framing process (:mod:`framer`; one per feeder, reused every epoch) that sends lists of payloads, so the ~0.8 us
-  of Python per record never holds the training process's GIL. That process is started once the feeder's first
-  batch has been taken (or by :meth:`Feeder.prestart`), so its start-up does not compete with the training process's
-  own; until it is up (~0.2 s) the reader thread frames, range by range, so neither the first step nor an epoch
-  boundary waits for it. Files on ``memory://`` exist only in this process, so for them (or with
-  ``framing="thread"``) the reader thread always frames.
-* The reader drops data-CRC-corrupt records when ``on_corrupt="skip"``, applies the optional seeded shuffle buffer,
-  and groups serialized records into parse groups.
-* The parser turns a parse group into numpy arrays with one call of the C parser (:func:`parse.native_parser`), or of
-  TF's ``ParseExampleV2`` for schemas and encodings it does not take (both release the GIL), diagnoses bad records,
-  and re-assembles exact batches when records were skipped.
-* Exactly ``steps(epoch) - start_step`` batches are yielded — the same on every worker — because the plan gives every
-  worker the same number of records, and records lost to ``skip`` are made up by reading the start of the worker's
-  own share again (the alternative, a short epoch on one worker, is the stall this layer exists to prevent).
+* The reader thread frames records (:mod:`tfrecord`, both CRCs) itself when the C loops of :mod:`native` are built
+  (~0.02 us of CPU a record, mostly without the GIL: measured, a separate process would only add pickling). Without
+  them (``framing="auto"``) it takes chunks from a framing process (:mod:`framer`: one per feeder, reused every epoch,
+  started once the first batch has been taken so its start-up does not compete with the training process's own) and
+  frames ranges itself until that is up, so no step waits for it. ``memory://`` files exist only in this process:
+  the reader always frames them. It also drops data-CRC-corrupt records (``on_corrupt="skip"``), applies the seeded
+  shuffle buffer and groups records for the parser.
+* The parser turns a group into numpy arrays with one call of the C parser (:func:`parse.native_parser`) or of TF's
+  ``ParseExampleV2`` (both release the GIL), diagnoses bad records, and re-assembles exact batches after skips.
+* Exactly ``steps(epoch) - start_step`` batches are yielded — the same on every worker: records lost to ``skip`` are
+  made up by reading the start of the worker's own share again (a short epoch on one worker is the stall this layer
+  exists to prevent).
 
 Resuming mid-epoch (``start_step``) reproduces exactly the batches the uninterrupted epoch would have yielded from
-that step on: by seeking when the stream is a plain function of the plan, by replaying the share (and dropping the
-first ``start_step x batch`` good rows after parsing) when a shuffle buffer or ``skip`` makes it depend on what was
-read before.
+that step on: by seeking when the stream is a plain function of the plan, else (shuffle buffer, ``skip``) by
+replaying the share and dropping the first ``start_step x batch`` good rows after parsing.
 
-Memory bound: serialized records for at most 4 parse groups (raw queue of 2, one being filled, one being parsed; a
-group is ~16k records rounded to a multiple of ``batch_size``), the parsed arrays of at most ``prefetch`` batches
-plus two parse groups (batches are views into their parsed group; the ready queue holds ``prefetch`` + one group's
-batches, so the parser parses the next group while the current one is consumed), one read block (``block_bytes``,
-8 MiB, plus one record) and ``shuffle_buffer`` records; in the framing process one read block and one chunk, plus what the socket
-buffers (~200 KiB). Nothing grows with the file or epoch size. For the 3-feature recommender data
-(~76 bytes a record) with batch 1000 and prefetch 4 that is ≈ 4 x 16k x 76 B + 3 x 16k x 20 B + 8 MiB ≈ 14 MiB.
+Memory bound: serialized records of at most 4 parse groups (raw queue of 2, one being filled, one being parsed; ~16k
+records each), the parsed arrays of ``prefetch`` batches plus two groups, one read block (``block_bytes``, 8 MiB) and
+``shuffle_buffer`` records; in the framing process one read block and one chunk. Nothing grows with the file or
+epoch size (recommender data, batch 1000, prefetch 4: ≈ 14 MiB).
 
 Every wait is bounded: the consumer waits at most ``timeout`` seconds for a batch and the error names the worker,
 epoch, step and what each thread was doing; producers wait on full queues in short polls that notice ``close()``.
@@ -58,7 +48,7 @@ from tfyarn.data.errors import DataError, NoDataError
 from tfyarn.data.manifest import Manifest
 from tfyarn.data.planner import EpochPlan, RecordRange, plan
 from tfyarn.data.framer import FrameJob, Framer, protocol_shared
-from tfyarn.data.tfrecord import DEFAULT_BLOCK, Chunk, iter_chunks
+from tfyarn.data.tfrecord import DEFAULT_BLOCK, Chunk
 from tfyarn.errors import WaitTimeout
 
 log = logging.getLogger(__name__)
@@ -111,10 +101,8 @@ class _Run:
         self.threads: list[threading.Thread] = []
         if self.target > 0:
             tag = f"tfyarn-feeder-r{feeder.rank}-e{epoch}"
-            self.threads = [threading.Thread(target=self._guard, args=(self._read, "reader"), name=f"{tag}-reader",
-                                             daemon=True),
-                            threading.Thread(target=self._guard, args=(self._parse, "parser"), name=f"{tag}-parser",
-                                             daemon=True)]
+            self.threads = [threading.Thread(target=self._guard, args=(fn, name), name=f"{tag}-{name}", daemon=True)
+                            for fn, name in ((self._read, "reader"), (self._parse, "parser"))]
             for t in self.threads:
                 t.start()
 
@@ -125,14 +113,17 @@ class _Run:
         t0 = time.monotonic()
         try:
             while True:
-                if self.stop.is_set():
-                    raise _Stopped
+                self._check_stop()
                 try:
                     return op()
                 except (queue.Full, queue.Empty):
                     continue
         finally:
             self.blocked_s[threading.current_thread().name.rsplit("-", 1)[-1]] += time.monotonic() - t0
+
+    def _check_stop(self) -> None:
+        if self.stop.is_set():
+            raise _Stopped
 
     def _put(self, q: queue.Queue, item: Any) -> None:
         self._blocking(lambda: q.put(item, timeout=_POLL))
@@ -215,8 +206,7 @@ class _Run:
                 good = 0
                 with closing(self._chunks(ranges)) as chunks:  # closing early cancels the framing process's work
                     for rr, chunk in chunks:
-                        if self.stop.is_set():
-                            raise _Stopped
+                        self._check_stop()
                         pays, offs = chunk.payloads, chunk.offsets
                         self.records_read += len(pays)
                         recs = np.arange(chunk.first, chunk.first + len(pays))
@@ -264,8 +254,7 @@ class _Run:
                 # Park (polling, noticing close) until the parser finishes or reports rejected records.
                 self.reader_state = "done, waiting for the parser"
                 while done():
-                    if self.stop.is_set():
-                        raise _Stopped
+                    self._check_stop()
                     if self.parser_finished.is_set():
                         records.close()
                     time.sleep(_POLL / 4)
@@ -287,9 +276,7 @@ class _Run:
                 yield from self._from_framer(ranges[k:], jobs[k:])
                 return
             self.reader_state = f"reading {rr.path} records {rr.start}..{rr.stop}"
-            for chunk in iter_chunks(j.path, j.start, j.stop, offset=j.offset, first_record=j.first, gz=j.gz,
-                                     check_crc=f.check_crc, on_corrupt=f.on_corrupt, block_bytes=f.block_bytes,
-                                     max_records=f.frame_records, holes=j.holes):
+            for chunk in j.chunks(f.frame_opts):
                 yield rr, chunk
 
     def _from_framer(self, ranges: list[RecordRange], jobs: list[FrameJob]) -> Iterator[tuple[RecordRange, Chunk]]:
@@ -303,10 +290,6 @@ class _Run:
                 self.reader_state = f"reading {rr.path} records {rr.start}..{rr.stop} (framing process {framer.pid})"
             self.records_from_framer += len(chunk.payloads)
             yield ranges[index], chunk
-
-    def _check_stop(self) -> None:
-        if self.stop.is_set():
-            raise _Stopped
 
     # ------------------------------------------------------------------------------------------------------- parser
     def _parse(self) -> None:
@@ -347,9 +330,6 @@ class _Run:
             if start < n:
                 carry = {k: v[start:] for k, v in out.items()}
         self.parser_state = "finished"
-        self.stop_reader()
-
-    def stop_reader(self) -> None:
         with self.deficit_lock:
             self.deficit = -(1 << 60)   # the reader sees nothing wanted and parks until stop
         self.parser_finished.set()
@@ -358,9 +338,8 @@ class _Run:
         """A batch failed to parse: find the bad records, fail with a precise message or skip them."""
         f = self.f
         good, bad = [], []
-        flat = [(path, r, o) for path, recs, offs in meta for r, o in zip(recs.tolist(), offs.tolist())]
-        meta = flat
-        for p, m in zip(payloads, flat):
+        meta = [(path, r, o) for path, recs, offs in meta for r, o in zip(recs.tolist(), offs.tolist())]
+        for p, m in zip(payloads, meta):
             problem = parse_mod.diagnose(p, f.fields)
             if problem is None:
                 good.append(p)
@@ -508,21 +487,17 @@ class Feeder:
         self.fields = parse_mod.schema(features)
         self.batch_size, self.rank, self.num_workers = batch_size, rank, num_workers
         self.seed, self.shuffle_buffer, self.prefetch = seed, shuffle_buffer, prefetch
-        self.on_corrupt, self.check_crc, self.timeout, self.block_bytes = on_corrupt, check_crc, timeout, block_bytes
+        self.on_corrupt, self.timeout = on_corrupt, timeout
         self.parser_factory = parser or parse_mod.default_parser
         #: records per parse call: a TF parse op costs ~0.5 ms per call on top of its per-record work, so parsing
         #: ~16k records at once (then slicing into batches, which is free) measured 1.05 us CPU/record for the whole
         #: feeder against 1.33 at 4k and 1.20 at 8k (32k: no further gain).
         self.group = batch_size * max(1, round(parse_group / batch_size))
-        #: records framed per step of the reader. Python loops: 2048, so the reader's pure-Python stretches (which
-        #: hold the GIL) stay short and the training thread gets the GIL back quickly (measured: 2 ms consumer steps
-        #: took 2.45 ms at 2048 vs 2.83 ms at 8192, median of 6 on a loaded 2-core machine). C loops: 8192, where a
-        #: chunk holds the GIL only to create its payload objects (~0.15 ms) and the reader's per-chunk Python is
-        #: what is left to save (feeder CPU 0.19 vs 0.25 ms per 1000-record batch).
+        #: records framed per step of the reader. Python loops: 2048, so its GIL-holding stretches stay short (2 ms
+        #: consumer steps took 2.45 ms at 2048 vs 2.83 at 8192). C loops: 8192, where a chunk holds the GIL only to
+        #: create its payloads and the per-chunk Python is what is left to save (feeder CPU 0.19 vs 0.25 ms a batch).
         self.frame_records = frame_records or (8192 if native.records is not None else 2048)
-        #: where records are framed: the reader thread when the C loops are built (the module docstring says why) or a
-        #: file lives in this process's ``memory://`` filesystem; else a child process (:mod:`framer`), so no
-        #: per-record Python runs in the training process.
+        #: where records are framed (the module docstring says why)
         shared = all(protocol_shared(fi.path) for fi in manifest.files)
         if framing == "process" and not shared:
             raise ValueError("framing='process' cannot read memory:// files (they exist only in this process)")
@@ -532,8 +507,9 @@ class Feeder:
         #: it is up (``auto``), so every record goes through it (tests, benchmarks).
         self.framing_strict = framing == "process"
         native.warn_if_missing()
-        self.framer = (Framer(check_crc=check_crc, on_corrupt=on_corrupt, block_bytes=block_bytes,
-                              max_records=self.frame_records) if self.framing == "process" else None)
+        self.frame_opts = dict(check_crc=check_crc, on_corrupt=on_corrupt, block_bytes=block_bytes,
+                               max_records=self.frame_records)
+        self.framer = Framer(self.frame_opts) if self.framing == "process" else None
         self.skipped = 0
         self.skipped_errors: list[DataError] = []
         self._lock = threading.Lock()
@@ -607,13 +583,9 @@ class Feeder:
             self.framer.start()
 
     def start_framer_soon(self) -> None:
-        """Start the framing process (if it is not running) from a short-lived thread; called when an epoch's first
-        batch has been taken.
-
-        Why then: its interpreter start-up (~0.25 s of CPU) during the training process's own (graph, session, first
-        step, with every local task starting at once) delayed each local task's first step by ~1 s on 2 cores;
-        started before, it was not needed either (the reader frames until it is up). Why a thread: ``Popen`` is
-        ~1.3 ms of Python, kept off the training thread."""
+        """Start the framing process (if it is not running) from a short-lived thread, once an epoch's first batch
+        has been taken: its start-up (~0.25 s of CPU) during the training process's own delayed each local task's
+        first step by ~1 s on 2 cores, and ``Popen`` (~1.3 ms of Python) stays off the training thread."""
         framer = self.framer
         if framer is None or self.framing_strict or framer.running():  # (strict: the reader starts it and waits;
             return                                                      # not ready(): it reads the reader's socket)

@@ -1,18 +1,14 @@
 """Record framing in a child process, so the training process runs no per-record Python.
 
 Used when the C loops (:mod:`tfyarn.data.native`) are not built, or when asked for (``framing="process"``); with
-them, framing costs so little CPU, mostly without the GIL, that the reader thread does it (see :mod:`feeder`).
+them the reader thread frames (see :mod:`feeder`). Why: without them framing is ~0.8 us of Python per record holding
+the GIL, which in a feeder thread made a small model's fed step slower than an in-graph ``tf.data`` step (measured:
+1.7 vs 1.4 ms per 1000-record step, 2 cores). In a child process it runs on another core; the feeder thread only
+receives ready lists of payloads (unpickled in C).
 
-Why: framing a TFRecord stream (walking the length chain, slicing payloads, one data CRC per record) is ~0.8 us of
-Python per record that holds the GIL. In a feeder *thread* it competes with the training loop for the GIL and, on a
-small model, makes the fed step slower than an in-graph ``tf.data`` step (measured: 1.7 vs 1.4 ms per 1000-record
-step, recommender dim 16, 2 cores). In a child process it runs on another core without the GIL; the feeder thread
-only receives ready lists of payloads (unpickled in C) and the parser hands them to TensorFlow.
-
-Why not ``multiprocessing.Process``: its ``spawn`` start method re-imports the caller's ``__main__`` (a user's
-training script without a ``__main__`` guard would recurse) and ``fork`` is unsafe in a process running TensorFlow.
-The child is a plain ``python -c 'from tfyarn.data.framer import child_main ...' FD`` talking pickled messages over a socketpair
-(``multiprocessing.connection.Connection``); it imports numpy, fsspec and google-crc32c, never TensorFlow.
+Why not ``multiprocessing.Process``: ``spawn`` re-imports the caller's ``__main__`` (a training script without a
+``__main__`` guard would recurse) and ``fork`` is unsafe in a process running TensorFlow. The child is a plain
+``python -c '... child_main ...' FD`` talking pickled messages over a socketpair; it never imports TensorFlow.
 
 Protocol (one job in flight at a time; each job's stream ends with exactly one ``end`` or ``error``)::
 
@@ -51,11 +47,11 @@ log = logging.getLogger(__name__)
 #: on next use): a child blocked in a slow read must not hold the feeder's ``close()`` for long.
 CANCEL_TIMEOUT_S = 5.0
 _POLL_S = 0.1
-#: The child's command (``-c``, not ``-m tfyarn.data.framer``: ``-m`` would import this module twice, once through
-#: the ``tfyarn.data`` package and once as ``__main__``).
 #: Socket buffer asked for on both ends: a chunk (2048 records of ~90 pickled bytes) fits several times over, so the
 #: child keeps framing while the parent reads instead of the two taking turns (the kernel may cap it lower).
 _SOCKET_BUFFER = 4 << 20
+#: The child's command (``-c``, not ``-m tfyarn.data.framer``: ``-m`` would import this module twice, once through
+#: the ``tfyarn.data`` package and once as ``__main__``).
 _CHILD = ("import sys; sys.path.append(sys.argv[3]); from tfyarn.data.framer import child_main; "
           "sys.exit(child_main(int(sys.argv[1]), int(sys.argv[2])))")
 
@@ -70,6 +66,11 @@ class FrameJob:
     first: int
     gz: bool
     holes: Mapping[int, int] | None = None
+
+    def chunks(self, opts: Mapping[str, Any]) -> Iterator[Chunk]:
+        """The range's records framed by :func:`tfrecord.iter_chunks` with the feeder's ``opts``."""
+        return iter_chunks(self.path, self.start, self.stop, offset=self.offset, first_record=self.first, gz=self.gz,
+                           holes=self.holes, **opts)
 
 
 def _send(conn: Connection, msg: tuple) -> None:
@@ -119,9 +120,8 @@ class Framer:
     caller at a time: the feeder's reader thread); :meth:`close` may be called from any thread.
     """
 
-    def __init__(self, *, check_crc: bool, on_corrupt: str, block_bytes: int, max_records: int):
-        self.opts = {"check_crc": check_crc, "on_corrupt": on_corrupt, "block_bytes": block_bytes,
-                     "max_records": max_records}
+    def __init__(self, opts: Mapping[str, Any]):
+        self.opts = opts                   # iter_chunks' framing options
         self._proc: subprocess.Popen | None = None
         self._conn: Connection | None = None
         self._job = 0
@@ -183,7 +183,7 @@ class Framer:
                 return False
             return self._ready
 
-    def _start(self) -> Connection:
+    def _start(self) -> None:
         parent_sock, child_sock = (_widen(s) for s in socket.socketpair())
         # tfyarn importable in the child however we were started: its root is *appended* to sys.path there (not put
         # in PYTHONPATH, which would place a site-packages dir ahead of the standard library)
@@ -196,7 +196,6 @@ class Framer:
         conn = Connection(parent_sock.detach())
         self._proc, self._conn, self._ready = proc, conn, False
         self._finalizer = weakref.finalize(self, _shutdown, proc, conn)
-        return conn
 
     def chunks(self, jobs: list[FrameJob], check: Callable[[], None]) -> Iterator[tuple[int, Chunk]]:
         """Yield ``(index of the job, chunk)`` for every chunk of ``jobs`` in order.
@@ -251,7 +250,7 @@ class Framer:
                     code = self._proc.wait(timeout=1.0)   # EOF can be seen just before the exit is reapable
                 except subprocess.TimeoutExpired:
                     pass
-            self._drop()
+            self.close()
             raise FramerDied(f"the record framing process (tfyarn.data.framer) ended unexpectedly, exit code {code} "
                              f"(killed? out of memory? its output is in this task's log)")
 
@@ -269,10 +268,10 @@ class Framer:
             pass
         log.warning("the record framing process did not stop within %gs (blocked in a read?); restarting it",
                     CANCEL_TIMEOUT_S)
-        self._drop()
+        self.close()
 
-    def _drop(self) -> None:
-        """Forget (and stop) the child; the next :meth:`chunks` starts a new one."""
+    def close(self) -> None:
+        """Stop the child (idempotent); the next :meth:`chunks` starts a new one."""
         with self._lock:
             self._forget()
 
@@ -281,10 +280,6 @@ class Framer:
             self._finalizer()              # asks the child to exit, kills it after 2 s, reaps it, closes the socket
         self._proc = self._conn = self._finalizer = None
         self._ready = False
-
-    def close(self) -> None:
-        """Stop the child (idempotent)."""
-        self._drop()
 
 
 def _shutdown(proc: subprocess.Popen, conn: Connection) -> None:
@@ -308,8 +303,7 @@ class _Cancelled(Exception):
 
 def _frame(conn: Connection, job: int, jobs: list[FrameJob], opts: Mapping[str, Any]) -> None:
     for index, j in enumerate(jobs):
-        for chunk in iter_chunks(j.path, j.start, j.stop, offset=j.offset, first_record=j.first, gz=j.gz,
-                                 holes=j.holes, **opts):
+        for chunk in j.chunks(opts):
             while conn.poll():
                 msg = _recv(conn)
                 if msg[0] == "exit":
@@ -321,7 +315,6 @@ def _frame(conn: Connection, job: int, jobs: list[FrameJob], opts: Mapping[str, 
 
 def _picklable(exc: BaseException) -> BaseException:
     """The exception itself when it survives pickling, else a DataError carrying its message."""
-    import pickle
     try:
         pickle.loads(pickle.dumps(exc))
         return exc

@@ -1,26 +1,18 @@
 """The manifest: what every worker must agree on before it can plan an epoch without talking to anyone.
 
-Per file: URL, size, mtime, record count, and sparse record-boundary offsets (the byte offset of every ``stride``-th
-record) so a worker can start reading record ``k`` of a file by seeking to ``offsets[k // stride]`` — splitting a file
-among workers costs at most ``stride`` framed-but-unread records, never the prefix of the file.
+Per file: URL, size, mtime, record count, and the byte offset of every ``stride``-th record, so a worker starts
+reading record ``k`` by seeking to ``offsets[k // stride]`` (a split frames at most ``stride`` unread records).
+Offsets are thinned beyond :data:`MAX_OFFSETS` (~20 KB of manifest per file at most). For GZIP files they are
+positions in the decompressed stream, which cannot seek: a range starting inside a .gz file decompresses everything
+before it.
 
-Why cached, and where: counting records means reading every byte once. ``tfyarn data index GLOB`` on the gateway (or
-the first job) pays for it and writes ``.<name>.tfyidx.json`` beside each data file (hidden, so globs and Hadoop
-conventions skip it). Where the data directory is read-only the index goes to the cache dir: on YARN one on the
-cluster's filesystem (``data.index_cache``, default ``<staging dir>/index``: every node and every later run sees it),
-locally :func:`tfyarn.paths.index_cache_dir` — keyed by path + size + mtime + stride + compression. A
-cached entry is only used when all of these still match, so a rewritten file is re-indexed, never mis-split. The
-whole manifest is cached there too (``manifests/<digest of the listing>.json``) for the tasks of a job
-(:mod:`tfyarn.data.shared_index`): a second run reads one file, not one per data file.
+Why cached: counting records reads every byte once. The index is written beside each data file
+(``.<name>.tfyidx.json``, hidden from listings), else, where the data is read-only, in the cache dir (on YARN
+``data.index_cache`` on the cluster's filesystem, locally :func:`tfyarn.paths.index_cache_dir`), keyed by path + size +
+mtime + stride + compression: a rewritten file is re-indexed, never mis-split. The whole manifest is cached there too
+(``manifests/<digest of the listing>.json``), so a job's second run reads one file, not one per data file.
 
-Size per file is bounded: a file's offsets are thinned (its stride doubled) beyond :data:`MAX_OFFSETS`, so a huge file
-costs at most ~20 KB of manifest and a split inside it frames at most ``records / MAX_OFFSETS`` unread records.
-
-GZIP files: offsets are positions in the decompressed stream. GZIP cannot seek, so a worker whose range starts
-inside a .gz file decompresses (but does not parse or check) everything before it; prefer uncompressed files or many
-small .gz files when files are split among workers.
-
-Why files are sorted: the planner's output depends on file order, and every worker must compute the same plan.
+Files are sorted: the plan depends on their order, and every worker must compute the same plan.
 """
 from __future__ import annotations
 
@@ -53,25 +45,21 @@ MAX_OFFSETS = 2048
 
 
 class IndexStats:
-    """What this process's indexing cost: data bytes read to index files, files indexed, cached indexes used.
-
-    Why: "a second run reads 0 data bytes before its first step" must be measurable in the task itself (the
-    benchmark and the tasks' own log line read it)."""
+    """This process's indexing cost (data bytes read, files indexed, cached indexes used): the tasks' log line and
+    the benchmark show that a second run reads 0 data bytes before its first step."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self.bytes_read = self.files_indexed = self.cache_hits = 0
+        self._counts = dict.fromkeys(("bytes_read", "files_indexed", "cache_hits"), 0)
 
-    def add(self, bytes_read: int = 0, files_indexed: int = 0, cache_hits: int = 0) -> None:
+    def add(self, **counts: int) -> None:
         with self._lock:
-            self.bytes_read += bytes_read
-            self.files_indexed += files_indexed
-            self.cache_hits += cache_hits
+            for key, n in counts.items():
+                self._counts[key] += n
 
     def snapshot(self) -> dict[str, int]:
         with self._lock:
-            return {"bytes_read": self.bytes_read, "files_indexed": self.files_indexed,
-                    "cache_hits": self.cache_hits}
+            return dict(self._counts)
 
 
 STATS = IndexStats()
@@ -113,15 +101,19 @@ class Manifest:
     def by_path(self) -> dict[str, FileInfo]:
         return {f.path: f for f in self.files}
 
+    def to_doc(self) -> dict[str, Any]:
+        return {"files": [asdict(f) for f in self.files], "warnings": list(self.warnings)}
+
+    @classmethod
+    def from_doc(cls, doc: dict[str, Any]) -> "Manifest":
+        return cls(tuple(fileinfo(f) for f in doc["files"]), tuple(doc.get("warnings", ())))
+
     def to_json(self) -> str:
-        return json.dumps({"version": INDEX_VERSION, "files": [asdict(f) for f in self.files],
-                           "warnings": list(self.warnings)})
+        return json.dumps({"version": INDEX_VERSION, **self.to_doc()})
 
     @classmethod
     def from_json(cls, text: str) -> "Manifest":
-        doc = json.loads(text)
-        files = tuple(_fileinfo(f) for f in doc["files"])
-        return cls(files, tuple(doc.get("warnings", ())))
+        return cls.from_doc(json.loads(text))
 
     @classmethod
     def from_counts(cls, counts: Iterable[tuple[str, int]]) -> "Manifest":
@@ -129,9 +121,17 @@ class Manifest:
         return cls(tuple(FileInfo(p, 0, "", n, False, DEFAULT_STRIDE, ()) for p, n in sorted(counts)))
 
 
-def _fileinfo(doc: dict[str, Any]) -> FileInfo:
+def fileinfo(doc: dict[str, Any]) -> FileInfo:
+    """A :class:`FileInfo` from its JSON form (``asdict``)."""
     return FileInfo(**{**doc, "offsets": tuple(doc["offsets"]),
                        "holes": tuple(tuple(h) for h in doc.get("holes", ()))})  # type: ignore[arg-type]
+
+
+def report_warnings(warnings: Iterable[str], loud: bool) -> None:
+    """Log a manifest's warnings: as warnings when ``loud``, else at debug level (every training task builds the
+    same manifest, and one of them saying so is enough)."""
+    for w in warnings:
+        log.log(logging.WARNING if loud else logging.DEBUG, "%s", w)
 
 
 # ------------------------------------------------------------------------------------------------------- file listing
@@ -161,10 +161,8 @@ def hidden(rel: str) -> bool:
     """Whether a listed path is not data: any part of ``rel`` (the path below what the user named) starts with
     ``.`` or ``_``, or its name ends with ``.crc``.
 
-    Hadoop's FileInputFormat rule: ``_SUCCESS``, ``_logs/``, ``_temporary/`` (half-written job output), ``.crc``
-    files — and our own cached indexes (``.<name>.tfyidx.json``, written beside the data by the first run, so a
-    second run that read them as data would fail). The one place this rule lives: every listing of data uses it
-    through :func:`data_files`.
+    Hadoop's FileInputFormat rule (``_SUCCESS``, ``_temporary/``, ``.crc``), which also hides our own cached indexes
+    (``.<name>.tfyidx.json``) from a later listing. Every listing of data applies it through :func:`data_files`.
     """
     parts = [part for part in rel.split("/") if part]
     return any(part.startswith(("_", ".")) for part in parts) or bool(parts and parts[-1].endswith(SIDE_FILE_SUFFIXES))
@@ -181,16 +179,6 @@ def side_file_hint(url: str, error: Exception) -> str:
             f"*.crc (as Hadoop does); name only the data files (a glob such as DIR/part-*), or move or rename it")
 
 
-def named_explicitly(urls: Iterable[str]) -> set[str]:
-    """The full URLs of ``urls`` that name one path (no wildcard): a file named so is data whatever its name."""
-    out = set()
-    for url in urls:
-        if not _GLOB_CHARS & set(url):
-            fs, path = fsspec.core.url_to_fs(url)
-            out.add(fs.unstrip_protocol(path))
-    return out
-
-
 def _glob_root(pattern: str) -> str:
     """The directory part of a glob before its first wildcard: what the user spelled out, never filtered."""
     first = min(pattern.index(c) for c in _GLOB_CHARS if c in pattern)
@@ -198,11 +186,9 @@ def _glob_root(pattern: str) -> str:
 
 
 def data_files(fs: Any, path: str) -> dict[str, dict[str, Any]]:
-    """The data files ``path`` names on ``fs`` (a glob, a directory, or a file): ``{fs path: fsspec info}``.
-
-    Only what a listing or a wildcard found is filtered by :func:`hidden` (hidden subdirectories included); a
-    file named explicitly is always data, whatever its name. Empty when nothing is left (no error: callers word
-    that their way). Listings ask for details in the same call (one round trip per directory on HDFS).
+    """The data files ``path`` names on ``fs`` (a glob, a directory, or a file): ``{fs path: fsspec info}``, empty
+    when none (callers word that their way). Only what a listing or a wildcard found is filtered by :func:`hidden`;
+    a file named explicitly is data whatever its name. One round trip per directory on HDFS (``detail=True``).
     """
     if _GLOB_CHARS & set(path):
         listing, root = fs.glob(path, detail=True), _glob_root(path)
@@ -222,6 +208,9 @@ def data_files(fs: Any, path: str) -> dict[str, dict[str, Any]]:
     return found
 
 
+_ONLY_HIDDEN = "matches no data file (only directories or hidden files)"
+
+
 def _why_no_data(fs: Any, path: str) -> str:
     """Why :func:`data_files` found nothing (asked only then, so the common case costs no extra round trip)."""
     if _GLOB_CHARS & set(path):
@@ -229,24 +218,6 @@ def _why_no_data(fs: Any, path: str) -> str:
     if not fs.exists(path):
         return "no such file"
     return "the directory is empty" if fs.isdir(path) and not fs.find(path) else _ONLY_HIDDEN
-
-
-_ONLY_HIDDEN = "matches no data file (only directories or hidden files)"
-
-
-def expand(urls: Iterable[str]) -> list[tuple[str, dict[str, Any]]]:
-    """Expand globs and directories into (full URL, fsspec info) of data files, sorted, duplicates removed.
-
-    What is data is :func:`data_files`'s to say (hidden files and Hadoop's ``_SUCCESS``/``_temporary/`` are not).
-    """
-    found: dict[str, dict[str, Any]] = {}
-    for url in urls:
-        fs, path = fsspec.core.url_to_fs(url)
-        files = data_files(fs, path)
-        if not files:
-            raise NoDataError(f"{url}: {_why_no_data(fs, path)}")
-        found.update((fs.unstrip_protocol(p), info) for p, info in files.items())
-    return sorted(found.items())
 
 
 # ------------------------------------------------------------------------------------------------------------- caching
@@ -303,7 +274,7 @@ def _load_cached(url: str, size: int, mtime: str, stride: int, compression: str,
                 and doc.get("compression") == compression):
             for k in ("version", "compression", "asked_stride"):
                 doc.pop(k)
-            fi = _fileinfo(doc)
+            fi = fileinfo(doc)
             if fi.holes and on_corrupt != "skip":
                 return None          # indexed leniently before; now damage must fail: re-index to raise
             return fi
@@ -315,7 +286,7 @@ def _load_cached(url: str, size: int, mtime: str, stride: int, compression: str,
 _UNWRITABLE: set[str] = set()
 
 
-def _store(info: FileInfo, compression: str, cache_dir: str | None, stride: int = DEFAULT_STRIDE) -> str | None:
+def _store(info: FileInfo, compression: str, cache_dir: str | None, stride: int) -> None:
     text = json.dumps({"version": INDEX_VERSION, "compression": compression, "asked_stride": stride,
                        **asdict(info)})
     beside = _beside(info.path)
@@ -323,31 +294,27 @@ def _store(info: FileInfo, compression: str, cache_dir: str | None, stride: int 
     if folder not in _UNWRITABLE:
         try:  # write-then-rename: concurrent workers indexing the same file never read a half-written index
             write_text(beside, text)
-            return beside
+            return
         except Exception as exc:  # noqa: BLE001 - any failure to write beside the data means "use the cache dir"
             _UNWRITABLE.add(folder)
             log.debug("cannot write index beside %s (%s); using the cache dir", info.path, exc)
     entry = cache_entry(info.path, info.size, info.mtime, stride, compression, cache_dir)
     try:
         write_text(entry, text)
-        return entry
     except Exception as exc:  # noqa: BLE001 - an unwritable cache costs the next run a re-index, nothing more
         log.warning("cannot cache the index of %s in %s (%s); it will be rebuilt next time", info.path,
                     entry.rsplit("/", 1)[0], exc)
-        return None
 
 
 # ------------------------------------------------------------------------------------------------------------ indexing
 
 def index_file(url: str, size: int, mtime: str, compression: str = "auto", stride: int = DEFAULT_STRIDE,
                block_bytes: int = tfrecord.DEFAULT_BLOCK, on_corrupt: str = "fail") -> FileInfo:
-    """Read one file once: count records, note every ``stride``-th boundary, check every length CRC (framing).
+    """Read one file once: count records, note every ``stride``-th boundary, check every length CRC (framing). Data
+    CRCs are checked when records are read for training, not here: indexing must stay I/O bound.
 
-    Data CRCs are checked when records are read for training, not here: indexing must stay I/O bound.
-
-    ``on_corrupt="skip"``: damaged framing (bad length CRC, garbage, truncated tail) becomes a *hole* — the bytes
-    from the damage to the next valid record (found by :func:`tfrecord.find_resync`) or to the end of the file — and
-    records after it are still counted and read. Otherwise damage raises with the file, offset and record index.
+    ``on_corrupt="skip"``: damaged framing becomes a *hole*, the bytes from the damage to the next valid record
+    (:func:`tfrecord.find_resync`) or to the end of the file. Otherwise damage raises with the file, offset and record.
     """
     with fsspec.open(url, "rb") as raw:
         head = raw.read(tfrecord.HEADER)
@@ -473,13 +440,24 @@ class Listing:
 
 
 def list_data(urls: list[str] | str) -> Listing:
-    """Expand ``urls`` (fsspec URLs, globs, directories); zero-length files are left out with a warning (Hadoop jobs
-    write empty part files); if nothing is left the error says so."""
+    """The data files ``urls`` (fsspec URLs, globs, directories) name, by :func:`data_files`: sorted, duplicates
+    removed, zero-length files left out with a warning (Hadoop jobs write empty part files); if nothing is left the
+    error says so. ``Listing.named``: the files named without a wildcard (data whatever their name)."""
     if isinstance(urls, str):
         urls = [urls]
+    found: dict[str, dict[str, Any]] = {}
+    named = set()
+    for url in urls:
+        fs, path = fsspec.core.url_to_fs(url)
+        files = data_files(fs, path)
+        if not files:
+            raise NoDataError(f"{url}: {_why_no_data(fs, path)}")
+        found.update((fs.unstrip_protocol(p), info) for p, info in files.items())
+        if not _GLOB_CHARS & set(url):
+            named.add(fs.unstrip_protocol(path))
     warnings: list[str] = []
     todo = []
-    for url, info in expand(urls):
+    for url, info in sorted(found.items()):
         size = int(info.get("size") or 0)
         if size == 0:
             warnings.append(f"{url}: empty file (0 bytes), skipped")
@@ -487,7 +465,7 @@ def list_data(urls: list[str] | str) -> Listing:
         todo.append((url, size, mtime_of(info)))
     if not todo:
         raise NoDataError(f"{', '.join(urls)}: no records (every matched file is empty)")
-    return Listing(tuple(urls), tuple(todo), tuple(warnings), frozenset(named_explicitly(urls)))
+    return Listing(tuple(urls), tuple(todo), tuple(warnings), frozenset(named))
 
 
 def manifest_entry(cache_dir: str | None, digest: str) -> str:
@@ -504,14 +482,13 @@ def load_manifest(cache_dir: str | None, digest: str) -> Manifest | None:
         return None
     if not isinstance(doc, dict) or doc.get("version") != INDEX_VERSION or doc.get("digest") != digest:
         return None
-    return Manifest(tuple(_fileinfo(f) for f in doc["files"]), tuple(doc.get("warnings", ())))
+    return Manifest.from_doc(doc)
 
 
 def store_manifest(cache_dir: str | None, digest: str, manifest: Manifest) -> str | None:
     """Cache the whole manifest of a listing; its URL, or None when the cache dir is not writable (logged)."""
     url = manifest_entry(cache_dir, digest)
-    text = json.dumps({"version": INDEX_VERSION, "digest": digest, "files": [asdict(f) for f in manifest.files],
-                       "warnings": list(manifest.warnings)}, separators=(",", ":"))
+    text = json.dumps({"version": INDEX_VERSION, "digest": digest, **manifest.to_doc()}, separators=(",", ":"))
     try:
         write_text(url, text)
         return url
@@ -554,10 +531,9 @@ def index_files(listing: Listing, which: Iterable[int], compression: str = "auto
     return {i: fi for i, fi in out.items() if fi is not None}
 
 
-def assemble(listing: Listing, files: Iterable[FileInfo], log_warnings: bool = True) -> Manifest:
-    """The manifest of ``listing`` from its files' indexes (in listing order), with every warning: empty files,
-    damaged ranges skipped, files without records. Logged as warnings when ``log_warnings`` (else at debug level:
-    every training task builds the same manifest, and one of them saying so is enough)."""
+def assemble(listing: Listing, files: Iterable[FileInfo], loud: bool = True) -> Manifest:
+    """The manifest of ``listing`` from its files' indexes (in listing order), with every warning (empty files,
+    damaged ranges skipped, files without records), logged by :func:`report_warnings`."""
     files = tuple(files)
     warnings = list(listing.warnings)
     for fi in files:
@@ -565,8 +541,7 @@ def assemble(listing: Listing, files: Iterable[FileInfo], log_warnings: bool = T
             warnings.append(f"{describe_hole(fi, a, b)} (on_corrupt: skip)")
         if fi.records == 0:
             warnings.append(f"{fi.path}: no records")
-    for w in warnings:
-        log.log(logging.WARNING if log_warnings else logging.DEBUG, "%s", w)
+    report_warnings(warnings, loud)
     log.info("manifest: %d files, %d records, %d bytes", len(files), sum(f.records for f in files),
              sum(f.size for f in files))
     return Manifest(files, tuple(warnings))
@@ -576,17 +551,14 @@ def build_manifest(urls: list[str] | str, compression: str = "auto", cache_dir: 
                    stride: int = DEFAULT_STRIDE, parallel: int = 8, use_cache: bool = True,
                    on_corrupt: str = "fail", timeout: float = 3600.0, log_warnings: bool = True,
                    whole: bool = False) -> Manifest:
-    """Expand ``urls`` (fsspec URLs, globs, directories) and index every file, in parallel, using cached indexes.
+    """Expand ``urls`` (fsspec URLs, globs, directories, as :func:`list_data`) and index every file, in parallel,
+    using cached indexes.
 
-    Zero-length files are left out with a warning (Hadoop jobs write empty part files); if nothing is left the
-    error says so. A framing error (not TFRecord, truncated, bad length CRC) fails the build unless
-    ``on_corrupt="skip"`` (pass the spec's ``data.on_corrupt``): then the damaged bytes become a hole that readers
-    jump over, listed in ``Manifest.warnings``, and every record after the damage is still used.
-
-    ``timeout`` bounds the whole build (seconds; files whose index is cached cost one small read each).
-    ``log_warnings``: log ``Manifest.warnings`` as warnings (else at debug level). ``whole``: also use and fill the
-    whole-manifest cache in ``cache_dir`` (one read instead of one per file, when nothing changed): what a job's
-    tasks and ``tfyarn data index`` do.
+    A framing error (not TFRecord, truncated, bad length CRC) fails the build unless ``on_corrupt="skip"`` (the spec's
+    ``data.on_corrupt``): then the damaged bytes become a hole that readers jump over, listed in
+    ``Manifest.warnings`` (logged as warnings if ``log_warnings``, else at debug level). ``timeout`` bounds the whole
+    build. ``whole``: also use and fill the whole-manifest cache
+    (one read instead of one per file when nothing changed), as a job's tasks and ``tfyarn data index`` do.
     """
     if on_corrupt not in ("fail", "skip"):
         raise ValueError(f"on_corrupt must be 'fail' or 'skip', not {on_corrupt!r}")
@@ -598,8 +570,7 @@ def build_manifest(urls: list[str] | str, compression: str = "auto", cache_dir: 
             STATS.add(cache_hits=len(hit.files))
             log.debug("%d files: the whole manifest from the cache (%s)", len(hit.files),
                       manifest_entry(cache_dir, digest))
-            for w in hit.warnings:
-                log.log(logging.WARNING if log_warnings else logging.DEBUG, "%s", w)
+            report_warnings(hit.warnings, log_warnings)
             return hit
     got = index_files(listing, range(len(listing.files)), compression, cache_dir, stride=stride, parallel=parallel,
                       use_cache=use_cache, on_corrupt=on_corrupt, timeout=timeout)

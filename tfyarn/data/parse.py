@@ -12,6 +12,7 @@ neither the file nor the record.
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
@@ -33,10 +34,7 @@ class Field:
 
     @property
     def size(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
+        return math.prod(self.shape)
 
     @property
     def kind(self) -> str:
@@ -44,13 +42,11 @@ class Field:
 
 
 def schema(features: Mapping[str, Any]) -> tuple[Field, ...]:
-    """Accept spec ``Feature`` models, ``{"dtype":..., "shape":...}`` dicts or (dtype, shape) pairs."""
+    """Accept spec ``Feature`` models or ``{"dtype":..., "shape":...}`` dicts."""
     out = []
     for name, f in features.items():
         if isinstance(f, Mapping):
             dtype, shape = f["dtype"], f.get("shape", ())
-        elif isinstance(f, (tuple, list)):
-            dtype, shape = f[0], (f[1] if len(f) > 1 else ())
         else:
             dtype, shape = f.dtype, f.shape
         if dtype not in _KINDS:
@@ -244,28 +240,20 @@ def python_parser(fields: tuple[Field, ...]) -> Callable[[list[bytes]], dict[str
     return parse
 
 
-#: groups in a row the C parser must hand back before a parser stops trying it (data written in a layout it does
-#: not take, e.g. one TF's parser rejects too, would otherwise be walked twice forever)
+#: groups in a row the C parser may hand back before it is no longer tried (a layout it does not take would
+#: otherwise be walked twice forever)
 NATIVE_GIVE_UP = 3
 _NUMERIC_KIND = {"float32": 0, "float64": 0, "int64": 1, "int32": 1}     # _records.c: 0 float_list, 1 int64_list
-
-
-def native_supports(fields: tuple[Field, ...]) -> bool:
-    """Can the C parser (:mod:`native`) decode this schema? Fixed-length numeric features with at least one value."""
-    from tfyarn.data import native
-    return native.records is not None and all(f.dtype in _NUMERIC_KIND and f.size > 0 for f in fields)
 
 
 def native_parser(fields: tuple[Field, ...], fallback: Callable[[list[bytes]], dict[str, np.ndarray]]
                   ) -> Callable[[list[bytes]], dict[str, np.ndarray]]:
     """The C Example parser (``_records.parse_dense``), with ``fallback`` parsing any group it does not accept.
 
-    Why: TF's ParseExampleV2 costs ~0.4 us of CPU per record and spreads every call over TF's intra-op pool, so on a
-    small training host each parse burst takes the step's cores (the gap between fed and in-graph steps that
-    BENCHMARKS.md tracks); the C loop costs a tenth of that, on the parser thread alone, without the GIL. It
-    accepts only records in the layout TF's fast parser takes and without ambiguity (every schema feature once, of
-    its kind, with exactly its size); for any other it returns, and ``fallback`` (TF) parses the whole group and
-    reports errors exactly as before — so results never differ between the two. After :data:`NATIVE_GIVE_UP` groups in a row handed back, it stops trying.
+    Why: TF's ParseExampleV2 costs ~0.4 us of CPU per record spread over TF's intra-op pool, taking the step's cores
+    on a small host; the C loop costs a tenth of that, on the parser thread alone, without the GIL. It accepts only
+    records in TF's own layout without ambiguity (every schema feature once, of its kind and size); for any other
+    group ``fallback`` (TF) parses it and reports errors, so results never differ between the two.
     """
     from tfyarn.data import native
     lib = native.records
@@ -299,30 +287,22 @@ def native_parser(fields: tuple[Field, ...], fallback: Callable[[list[bytes]], d
 
 def default_parser(fields: tuple[Field, ...]) -> Callable[[list[bytes]], dict[str, np.ndarray]]:
     """The feeder's parser: the C parser (:func:`native_parser`) when built and the schema is numeric, in front of
-    ``tf.io.parse_example`` when TensorFlow is installed (training hosts), else of the vectorised numpy decoder
-    (:mod:`fastparse`) with the pure-Python parser behind it.
-
-    Why TF before numpy although the numpy decoder costs about the same CPU per record (~0.4 us, measured over
-    8k-record groups): TF's parser releases the GIL and runs on the second core while the reader frames records; the
-    numpy decoder holds the GIL and would serialise with the reader (and with the training loop).
-    """
-    if not native_supports(fields):
+    :func:`general_parser` (built on first use: a process the C parser serves never imports TF for it)."""
+    from tfyarn.data import native
+    if native.records is None or not all(f.dtype in _NUMERIC_KIND and f.size > 0 for f in fields):
         return general_parser(fields)
     general: list[Callable[[list[bytes]], dict[str, np.ndarray]]] = []
 
     def fallback(payloads: list[bytes]) -> dict[str, np.ndarray]:
-        if not general:                  # built on first use: a process the C parser serves never imports TF for it
+        if not general:
             general.append(general_parser(fields))
         return general[0](payloads)
     return native_parser(fields, fallback)
 
 
 def general_parser(fields: tuple[Field, ...]) -> Callable[[list[bytes]], dict[str, np.ndarray]]:
-    """Any schema, any valid encoding: TensorFlow's parser when installed, else numpy's, else pure Python."""
+    """Any schema, any valid encoding: TensorFlow's parser (training hosts have TF), else the pure-Python one."""
     import importlib.util
     if importlib.util.find_spec("tensorflow") is not None:
         return tf_parser(fields)
-    from tfyarn.data import fastparse
-    if fastparse.supports(fields):
-        return fastparse.with_fallback(fields, python_parser)
     return python_parser(fields)

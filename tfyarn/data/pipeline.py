@@ -8,13 +8,11 @@ from tfyarn.errors import WaitTimeout
 
 
 class EpochPipeline:
-    """Batches across epochs with no gap at the boundaries: epoch e+1 is already being read while e is consumed.
+    """Two feeders over the same manifest alternating epochs: the next epoch's run is opened once the current one
+    has delivered its first batch, so its prefetch queue is full when it is needed.
 
-    Why: a :class:`Feeder` starts an epoch's reader/parser threads when ``epoch(e)`` is called and stops the previous
-    epoch's, so the first batch of every epoch cost a cold start (thread start, file open, first parse: 10–70 ms,
-    many steps of a small model) — the place where every worker waits. Two feeders over the same manifest alternate
-    epochs; the next epoch's run is opened once the current epoch has delivered its first batch, so its prefetch
-    queue is full by the time it is needed. Memory: at most two epochs' prefetch queues.
+    Why: a :class:`Feeder`'s first batch of an epoch is a cold start (threads, file open, first parse: 10–70 ms, many
+    steps of a small model) at the point where every worker waits. Memory: at most two epochs' prefetch queues.
     """
 
     def __init__(self, make: Callable[[], Any], epochs: int):
@@ -67,11 +65,6 @@ class EpochPipeline:
         if isinstance(out[0], BaseException):
             raise out[0]
         return out[0]
-
-    @property
-    def skipped(self) -> int:
-        """Records both feeders skipped as corrupt (``on_corrupt: skip``) so far, every epoch."""
-        return sum(getattr(f, "skipped", 0) for f in self.feeders)
 
     def skip_report(self) -> dict[str, Any]:
         """Both feeders' :meth:`Feeder.skip_report` as one (they share the manifest)."""

@@ -1,9 +1,9 @@
 """The epoch planner: which records each worker reads in an epoch, computed identically everywhere.
 
-Why it exists: with round-robin *file* sharding, workers get different numbers of steps, and a synchronous job
-(MultiWorkerMirroredStrategy, SyncReplicas) then blocks forever in the collective of the worker that still has data
-(see docs/../shared/NOTES.md, "The stall"). The fix is a plan in which **every worker gets exactly the same number of
-steps**, computed from the manifest alone, so it needs no communication and survives restarts.
+Why: with round-robin *file* sharding, workers get different numbers of steps, and a synchronous job
+(MultiWorkerMirroredStrategy, SyncReplicas) then blocks forever in the collective of the worker that still has data.
+Here **every worker gets exactly the same number of steps**, computed from the manifest alone, so the plan needs no
+communication and survives restarts.
 
 How (a pure function of manifest, num_workers, epoch, seed, batch_size):
 
@@ -23,11 +23,10 @@ the plan from the epoch number alone.
 """
 from __future__ import annotations
 
-import hashlib
 import logging
 from bisect import bisect_right
-from hashlib import blake2b
 from dataclasses import dataclass
+from hashlib import blake2b
 from typing import Any, Iterable, Sequence
 
 log = logging.getLogger(__name__)
@@ -54,17 +53,9 @@ class EpochPlan:
     dropped: int                                     # records not read by anyone this epoch (< workers x batch)
     dropped_ranges: tuple[RecordRange, ...] = ()
 
-    @property
-    def records_per_worker(self) -> int:
-        return self.steps * self.batch_size
-
-
-def _key(seed: int, epoch: int, piece: RecordRange) -> bytes:
-    return hashlib.blake2b(f"{seed}|{epoch}|{piece.path}|{piece.start}".encode(), digest_size=16).digest()
-
 
 def _rotation(seed: int, total: int) -> int:
-    h = hashlib.blake2b(f"{seed}|rotation".encode(), digest_size=8).digest()
+    h = blake2b(f"{seed}|rotation".encode(), digest_size=8).digest()
     return int.from_bytes(h, "little") % total
 
 
@@ -123,7 +114,7 @@ def plan(manifest: Any, num_workers: int, epoch: int, seed: int, batch_size: int
     dropped_ranges = [RecordRange(*r) for r in cyclic(drop_at, dropped)] if dropped else []
     kept = cyclic(drop_at + dropped, total - dropped)
     prefix = f"{seed}|{epoch}|"
-    kept.sort(key=lambda r: blake2b(f"{prefix}{r[0]}|{r[1]}".encode(), digest_size=16).digest())  # == _key
+    kept.sort(key=lambda r: blake2b(f"{prefix}{r[0]}|{r[1]}".encode(), digest_size=16).digest())
     shares: list[tuple[RecordRange, ...]] = []
     it = iter(kept)
     cur = next(it, None)

@@ -1,10 +1,8 @@
 """Indexing shared by a job's training tasks: each indexes ~1/N of the files not indexed yet, and every task builds
 the identical manifest from what the others published.
 
-Why: a manifest needs every file's record count, i.e. every byte read once. If each of N tasks indexed everything
-itself, a read-only 1 TB data set would cost N TB of reads before the first step, on every run. Here the reads are
-split by bytes among the tasks, the indexes are cached (beside the data, else in the cluster-wide cache dir), and the
-whole manifest is cached by the digest of the listing, so a second run reads one small file per task and 0 data bytes.
+Why: a manifest reads every byte once; if each of N tasks indexed everything, a read-only 1 TB data set would cost
+N TB of reads before the first step. With the indexes and the whole manifest cached, a second run reads 0 data bytes.
 
 Protocol, KV keys under ``index/<attempt>/<name>/`` (rank = data rank; the leader is rank 0, the chief):
 
@@ -35,7 +33,7 @@ import logging
 import threading
 import time
 from dataclasses import asdict
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from tfyarn.data import manifest as mf
 from tfyarn.data.errors import DataError
@@ -54,10 +52,6 @@ class IndexAborted(DataError):
     """The shared indexing cannot produce a manifest (damaged data, tasks that listed different files)."""
 
 
-def inline_max(num_tasks: int) -> int:
-    return max(1024, min(32768, INLINE_BUDGET // max(1, num_tasks)))
-
-
 class Exchange:
     """This job attempt's keys and files for one manifest (``name``: ``train``), as seen by task ``rank``."""
 
@@ -67,7 +61,7 @@ class Exchange:
         self.ns = f"index/{attempt}/{name}"
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in f"{app_id}-{attempt}-{name}")
         self.dir = f"{(cache_dir or paths.index_cache_dir()).rstrip('/')}/exchange/{safe}"
-        self.inline_max = inline_max(len(tasks))
+        self.inline_max = max(1024, min(32768, INLINE_BUDGET // max(1, len(tasks))))
 
     def key(self, kind: str, rank: int | None = None) -> str:
         return f"{self.ns}/{kind}" if rank is None else f"{self.ns}/{kind}/{rank}"
@@ -110,11 +104,6 @@ class Exchange:
             log.debug("cannot remove %s: %s", self.dir, exc)
 
 
-def beat_period(num_tasks: int) -> float:
-    """Seconds between beats: :data:`BEAT_S`, slower for large jobs (1,000 tasks: 10 s, ~100 KV writes a second)."""
-    return max(BEAT_S, num_tasks / 100)
-
-
 class Heartbeat:
     """``beat/<rank>``: ticks while this task is in the protocol, with its indexing progress (bytes read)."""
 
@@ -150,12 +139,11 @@ class Heartbeat:
 class Watch:
     """The waiter's view of one peer: is it still alive and making progress? (Clocks are the waiter's own.)"""
 
-    def __init__(self, ex: Exchange, rank: int, stall: float, clock: Callable[[], float] = time.monotonic):
-        self.ex, self.rank, self.stall, self.clock = ex, rank, stall, clock
+    def __init__(self, ex: Exchange, rank: int, stall: float):
+        self.ex, self.rank, self.stall = ex, rank, stall
         self.task = ex.tasks[rank]
-        now = clock()
         self._raw: str | None = None
-        self._tick_at = self._moved_at = now
+        self._tick_at = self._moved_at = time.monotonic()
         self._tick: Any = None
         self._bytes: Any = None
 
@@ -169,7 +157,7 @@ class Watch:
             v = seen.get(key) if seen is not None else kv.get(key)
             if v is not None:
                 return f"{self.task} {what}: {v[:300]}"
-        now = self.clock()
+        now = time.monotonic()
         raw = seen.get(beat_key) if seen is not None else kv.get(beat_key)
         if raw is not None and raw != self._raw:
             self._raw = raw
@@ -193,7 +181,7 @@ def liveness_snapshot(ex: Exchange) -> dict[str, str]:
     return out
 
 
-def _poll_delays() -> Any:
+def _poll_delays() -> Iterator[float]:
     d = 0.05
     while True:
         yield d
@@ -202,23 +190,22 @@ def _poll_delays() -> Any:
 
 def shared_manifest(urls: list[str] | str, *, kv: Any, tasks: list[str], rank: int, app_id: str, attempt: int = 0,
                     compression: str = "auto", on_corrupt: str = "fail", cache_dir: str | None = None,
-                    stride: int = mf.DEFAULT_STRIDE, stall: float = 600.0, timeout: float = 3600.0,
-                    parallel: int = 8, name: str = "train", log_warnings: bool | None = None) -> mf.Manifest:
+                    stride: int = mf.DEFAULT_STRIDE, stall: float = 600.0, timeout: float = 3600.0) -> mf.Manifest:
     """The manifest of ``urls``, built together by the tasks ``tasks`` (this one is ``tasks[rank]``): identical on
-    every task, each having read ~1/N of the bytes not indexed yet (see the module docstring)."""
+    every task, each having read ~1/N of the bytes not indexed yet (see the module docstring). Only the leader logs
+    the manifest's warnings as warnings."""
     t0 = time.monotonic()
     before = mf.STATS.snapshot()
-    logw = rank == 0 if log_warnings is None else log_warnings
-    opts = dict(compression=compression, stride=stride, on_corrupt=on_corrupt)
     if len(tasks) <= 1:
-        m = mf.build_manifest(urls, compression, cache_dir, stride=stride, parallel=parallel, on_corrupt=on_corrupt,
-                              timeout=timeout, log_warnings=logw, whole=True)
+        m = mf.build_manifest(urls, compression, cache_dir, stride=stride, on_corrupt=on_corrupt, timeout=timeout,
+                              whole=True)
     else:
-        ex = Exchange(kv, tasks, rank, app_id, attempt, cache_dir, name)
-        run = _Run(ex, mf.list_data(urls), cache_dir, opts, stall, timeout, parallel, logw)
-        with Heartbeat(ex, beat_period(len(tasks))) as hb:
-            run.hb = hb
-            m = run.go()
+        ex = Exchange(kv, tasks, rank, app_id, attempt, cache_dir)
+        opts = dict(compression=compression, stride=stride, on_corrupt=on_corrupt)
+        listing = mf.list_data(urls)
+        # beats slow down for large jobs (1,000 tasks: every 10 s, ~100 KV writes a second)
+        with Heartbeat(ex, max(BEAT_S, len(tasks) / 100)) as hb:
+            m = _Run(ex, listing, cache_dir, opts, stall, timeout, hb).go()
     got = mf.STATS.snapshot()
     log.info("%s: manifest of %d files ready in %.2fs; this task read %d data bytes indexing %d files, used %d "
              "cached indexes", tasks[rank] if tasks else "task", len(m.files), time.monotonic() - t0,
@@ -231,21 +218,21 @@ class _Run:
     """One task's pass through the protocol (leader or not)."""
 
     def __init__(self, ex: Exchange, listing: mf.Listing, cache_dir: str | None, opts: dict[str, Any],
-                 stall: float, timeout: float, parallel: int, log_warnings: bool):
-        self.ex, self.listing, self.cache_dir, self.opts = ex, listing, cache_dir, opts
-        self.stall, self.parallel, self.log_warnings = stall, parallel, log_warnings
+                 stall: float, timeout: float, hb: Heartbeat):
+        self.ex, self.listing, self.cache_dir, self.opts, self.stall = ex, listing, cache_dir, opts, stall
+        self.hb = hb                             # says whether this task is waiting (a waiter reads no data)
+        self.loud = ex.rank == 0
         self.deadline = time.monotonic() + timeout
         self.timeout = timeout
         self.digest = listing.digest(opts["stride"], opts["compression"], opts["on_corrupt"])
         self.n = len(ex.tasks)
-        self.hb: Heartbeat | None = None
 
     # -- pieces --------------------------------------------------------------------------------------------------
     def index(self, ids: list[int], read: bool = True) -> dict[int, mf.FileInfo]:
         left = max(1.0, self.deadline - time.monotonic())
         return mf.index_files(self.listing, ids, self.opts["compression"], self.cache_dir,
-                              stride=self.opts["stride"], parallel=self.parallel, on_corrupt=self.opts["on_corrupt"],
-                              timeout=left, read=read)
+                              stride=self.opts["stride"], on_corrupt=self.opts["on_corrupt"], timeout=left,
+                              read=read)
 
     def stripe(self, rank: int) -> list[int]:
         return list(range(rank, len(self.listing.files), self.n))
@@ -267,17 +254,14 @@ class _Run:
         if "error" in doc:
             raise IndexAborted(doc["error"])
         if doc.get("digest") != self.digest:
-            raise IndexAborted(f"{self.ex.tasks[self.ex.rank]} listed other files than {self.ex.tasks[0]} (the data "
-                               f"changed while the job started?): every task must plan from the same files; start "
-                               f"it again")
-        files = tuple(mf._fileinfo(f) for f in doc["files"])
-        for w in doc.get("warnings", ()):
-            log.log(logging.WARNING if self.log_warnings else logging.DEBUG, "%s", w)
-        return mf.Manifest(files, tuple(doc.get("warnings", ())))
+            raise self.other_files(self.ex.tasks[self.ex.rank])
+        m = mf.Manifest.from_doc(doc)
+        mf.report_warnings(m.warnings, self.loud)
+        return m
 
-    def waiting(self, on: bool) -> None:
-        if self.hb is not None:
-            self.hb.waiting = on
+    def other_files(self, who: str) -> IndexAborted:
+        return IndexAborted(f"{who} listed other files than {self.ex.tasks[0]} (the data changed while the job "
+                            f"started?): every task must plan from the same files; start it again")
 
     # -- the protocol ----------------------------------------------------------------------------------------------
     def go(self) -> mf.Manifest:
@@ -289,11 +273,11 @@ class _Run:
         if ex.kv.get(ex.key("probe", ex.rank)) is None:
             ex.put("probe", {"digest": self.digest, "whole": True} if hit is not None else self.probe(ex.rank),
                    ex.rank)
-        if hit is not None and ex.rank != 0:
-            for w in hit.warnings:
-                log.log(logging.WARNING if self.log_warnings else logging.DEBUG, "%s", w)
-            return hit
-        return self.lead(hit) if ex.rank == 0 else self.follow()
+        if hit is not None:
+            mf.report_warnings(hit.warnings, self.loud)
+        if ex.rank == 0:
+            return self.lead(hit)
+        return hit if hit is not None else self.follow()
 
     def follow(self) -> mf.Manifest:
         ex = self.ex
@@ -309,7 +293,7 @@ class _Run:
         """The first of ``kinds`` the leader publishes; bounded by its liveness and by the overall timeout."""
         ex = self.ex
         watch = Watch(ex, 0, self.stall)
-        self.waiting(True)
+        self.hb.waiting = True
         try:
             for delay in _poll_delays():
                 for kind in kinds:
@@ -325,7 +309,7 @@ class _Run:
                                       f"shared data index ({'/'.join(kinds)})")
                 time.sleep(delay)
         finally:
-            self.waiting(False)
+            self.hb.waiting = False
         raise AssertionError("unreachable")
 
     def gather(self, kind: str, cover: Callable[[int], Any]) -> dict[int, Any]:
@@ -334,7 +318,7 @@ class _Run:
         out: dict[int, Any] = {}
         watches = {r: Watch(ex, r, self.stall) for r in range(self.n)}
         prefix = ex.key(kind) + "/"
-        self.waiting(True)
+        self.hb.waiting = True
         try:
             for delay in _poll_delays():
                 for key, raw in ex.kv.items(prefix).items():
@@ -349,9 +333,9 @@ class _Run:
                     why = watches[r].dead(seen)
                     if why is not None:
                         log.warning("shared data index: %s; %s covers its %s", why, ex.tasks[0], kind)
-                        self.waiting(False)
+                        self.hb.waiting = False
                         out[r] = cover(r)
-                        self.waiting(True)
+                        self.hb.waiting = True
                 if time.monotonic() > self.deadline:
                     late = ", ".join(ex.tasks[r] for r in range(self.n) if r not in out)
                     raise WaitTimeout(f"timed out after {self.timeout:g}s waiting for the shared data index "
@@ -359,22 +343,19 @@ class _Run:
                 if len(out) < self.n:
                     time.sleep(delay)
         finally:
-            self.waiting(False)
+            self.hb.waiting = False
         raise AssertionError("unreachable")
 
     def lead(self, hit: mf.Manifest | None) -> mf.Manifest:
         ex = self.ex
         if hit is not None:                          # cached whole: publish it, nobody has anything to index
-            for w in hit.warnings:
-                log.log(logging.WARNING if self.log_warnings else logging.DEBUG, "%s", w)
             self.publish(hit, cached=True)
             return hit
         try:
             probes = self.gather("probe", self.probe)
             bad = [ex.tasks[r] for r, p in probes.items() if p["digest"] != self.digest]
             if bad:
-                raise IndexAborted(f"{', '.join(bad)} listed other files than {ex.tasks[0]} (the data changed while "
-                                   f"the job started?): every task must plan from the same files; start it again")
+                raise self.other_files(", ".join(bad))
             hit = mf.load_manifest(self.cache_dir, self.digest) if any(p.get("whole") for p in probes.values()) \
                 else None                            # another task found it cached meanwhile
             if hit is None:
@@ -392,7 +373,7 @@ class _Run:
         ex = self.ex
         url = mf.manifest_entry(self.cache_dir, self.digest) if cached else \
             mf.store_manifest(self.cache_dir, self.digest, m)
-        doc = {"digest": self.digest, "files": [asdict(f) for f in m.files], "warnings": list(m.warnings)}
+        doc = {"digest": self.digest, **m.to_doc()}
         if url is not None and len(json.dumps(doc, separators=(",", ":"))) > ex.inline_max:
             ex.kv.put(ex.key("manifest"), json.dumps({"file": url}))     # the cache entry is the manifest
         else:
@@ -403,7 +384,7 @@ class _Run:
         infos: dict[int, mf.FileInfo] = {}
         missing: list[int] = []
         for p in probes.values():
-            infos.update((int(i), mf._fileinfo(d)) for i, d in p["cached"].items())
+            infos.update((int(i), mf.fileinfo(d)) for i, d in p["cached"].items())
             missing += p["missing"]
         assign = ex.get("assign")                    # a restarted leader keeps the plan the others follow
         if assign is None:
@@ -416,11 +397,11 @@ class _Run:
         if errors:
             raise IndexAborted(errors[0])
         for p in parts.values():
-            infos.update((int(i), mf._fileinfo(d)) for i, d in p["files"].items())
+            infos.update((int(i), mf.fileinfo(d)) for i, d in p["files"].items())
         lost = [i for i in range(len(self.listing.files)) if i not in infos]
         if lost:                                     # cannot happen unless a task published less than assigned
             infos.update(self.index(lost))
-        return mf.assemble(self.listing, (infos[i] for i in range(len(self.listing.files))), self.log_warnings)
+        return mf.assemble(self.listing, (infos[i] for i in range(len(self.listing.files))), self.loud)
 
 
 def plan_work(missing: list[int], sizes: list[int], num_tasks: int) -> dict[str, list[int]]:

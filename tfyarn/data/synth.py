@@ -57,13 +57,11 @@ def _check_arguments(kind: str, files: int, records: int, compression: str, **po
 
 
 def _clear(fs: Any, root: str, url_dir: str, overwrite: bool) -> None:
-    """Make sure the shards written next are the directory's whole data set.
+    """Make sure the shards written next are the directory's whole data set, not mixed with older shards that a
+    job reading the directory would train on without a word.
 
-    Why: writing 2 files into a directory holding 8 used to replace part-00000/00001 and keep 00002..00007 — a
-    mixed data set that a job reading the directory trains on without a word. Without ``overwrite`` any data file
-    (what a job reading the directory would read: :func:`tfyarn.data.manifest.data_files`) refuses; with it, the
-    shards a previous run wrote and their cached indexes are removed, and any other data file still refuses (it is
-    not ours to delete).
+    Without ``overwrite`` any data file (:func:`tfyarn.data.manifest.data_files`) refuses; with it, the shards a
+    previous run wrote and their cached indexes are removed, and any other data file still refuses (not ours).
     """
     if not fs.isdir(root):
         return
