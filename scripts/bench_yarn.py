@@ -200,11 +200,47 @@ def commands(spec_path: Path, env: dict) -> list[str]:
     return lines + [""]
 
 
+def supervisor_ab(doc: dict, env: dict, pairs: int) -> list[str]:
+    """The in-app supervisor's cost: the same job submitted with and without its service, alternating (same load
+    for both), through ``dryrun`` → drop the service → ``schedule`` and followed by ``wait`` as ``run`` does.
+    Figures from the ResourceManager: submit (app start) → app finished."""
+    from tfyarn.backends.yarn.backend import YarnBackend
+    from tfyarn.backends.yarn.yarn_rest import RmRest
+    from tfyarn.backends.yarn.yarn_spec import SUPERVISED_TAG, SUPERVISOR_SERVICE
+    from tfyarn.spec import load_spec_dict
+    os.environ.update(env)
+    spec = load_spec_dict(doc)
+    times: dict[str, list[float]] = {"with": [], "without": []}
+    with YarnBackend() as b:
+        rm = RmRest(b.conf, b.user)
+        for i in range(pairs):
+            for kind in ("with", "without") if i % 2 == 0 else ("without", "with"):
+                req = b.dryrun(spec)
+                if kind == "without":
+                    del req.app.services[SUPERVISOR_SERVICE]
+                    req.app.tags = set(req.app.tags) - {SUPERVISED_TAG}
+                app_id = b.schedule(req)
+                st = b.wait(app_id, timeout=600)
+                rep = rm.report(app_id)
+                dt = (rep.finish_time - rep.start_time).total_seconds()
+                times[kind].append(dt)
+                print(f"supervisor a/b {kind}: {app_id} {st.state.value} submit → app end {dt:.2f} s", flush=True)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    return [f"### The in-app supervisor's cost ({pairs} pairs, alternating; RM submit → app finished)", "",
+            "| | " + " | ".join(f"pair {i + 1}" for i in range(pairs)) + " | median |",
+            "|---|" + "---|" * (pairs + 1),
+            *(f"| {k} supervisor | " + " | ".join(f"{v:.2f}" for v in times[k]) + f" | {med[k]:.2f} |"
+              for k in ("with", "without")),
+            "", f"cost of the supervisor: **{med['with'] - med['without']:+.2f} s** (median difference)", ""]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--pack", action="store_true", help="also a packed env: cold, then cached runs")
     ap.add_argument("--no-commands", action="store_true")
+    ap.add_argument("--supervisor-ab", type=int, default=0, metavar="PAIRS",
+                    help="also PAIRS runs of the node-python job with and without the in-app supervisor")
     ap.add_argument("--write", action="store_true", help="record the tables in BENCHMARKS.md")
     a = ap.parse_args()
     if not os.environ.get("HADOOP_CONF_DIR"):
@@ -232,7 +268,8 @@ def main() -> None:
             runs.append(r)
             print(f"node run {i + 1}: {r['app_id']}: " + ", ".join(f"{k} {v}" for k, v in r["phases"].items()),
                   flush=True)
-        out += median_table(runs, f"node python, {a.runs} runs")
+        if runs:
+            out += median_table(runs, f"node python, {a.runs} runs")
         if a.pack:
             penv = {**env, "TFYARN_STAGING_DIR": f"{prefix}/staging", "TFYARN_CACHE_DIR": str(work / "cache")}
             doc = job_doc(f"{prefix}/data/*.tfrecord", "bench-pack", {"pack": "venv"}, tag)
@@ -256,6 +293,8 @@ def main() -> None:
             out += [f"NodeManager user filecache entries: {fc0} before, then "
                     + ", ".join(str(r["filecache"]) for r in pruns) + " after each run", ""]
             out += median_table(pruns, f"packed env (first run localizes, then cached), {a.runs} runs")
+        if a.supervisor_ab:
+            out += supervisor_ab(node, env, a.supervisor_ab)
         if not a.no_commands:
             out += commands(work / "node.yaml", env)
         out.append(f"after: {load()}")

@@ -244,6 +244,7 @@ def main() -> int:
     """Supervise the application this container belongs to; always 0 (see the module docstring)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     t0 = time.time()
+    os.nice(10)       # its imports and matplotlib preload must not delay the tasks' TF imports on a shared node
     try:
         import threading
 
