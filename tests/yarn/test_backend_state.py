@@ -132,7 +132,7 @@ def running(monkeypatch, tmp_path):
                                        "steps_per_sec": 2.0})
     rm = FakeRM([report()], app)
     b = YarnBackend(client=rm, cluster=StaticClusterInfo({"ml": QueueInfo("ml")}), preflight=False)
-    b._save_state(APP, app_id=APP, name=spec.name, spec=spec.to_json())
+    b._save_state(APP, name=spec.name, spec=spec.to_json())
     return b, rm, app, kv
 
 
@@ -294,10 +294,14 @@ def test_run_stopped_by_a_signal_kills_the_application_it_started(tmp_path, monk
     application running with nobody following it."""
     monkeypatch.setenv("TFYARN_HOME", str(tmp_path / "home"))
     spec = make_spec(environment={"python": "/opt/py/bin/python"}, retry={"max_attempts": 3, "backoff": 0.1})
-    rm = KillableRM([("RUNNING", "UNDEFINED", "")])
     sig = getattr(signal, signame)
     before = signal.getsignal(sig)
-    threading.Timer(0.5, os.kill, (os.getpid(), sig)).start()
+
+    class StoppedOnceSubmitted(KillableRM):
+        def submit(self, spec):     # not a timer from the test's start: on a loaded box it fired before the submit
+            threading.Timer(0.1, os.kill, (os.getpid(), sig)).start()
+            return super().submit(spec)
+    rm = StoppedOnceSubmitted([("RUNNING", "UNDEFINED", "")])
     st = YarnBackend(client=rm, preflight=False, staging_dir=str(tmp_path / "s")).run(spec, poll=0.01)
     assert rm.killed == ["application_1700000000000_0001"] and len(rm.submitted) == 1   # killed, not retried
     assert st.state is AppState.KILLED and st.state.exit_code == ExitCode.KILLED
@@ -374,7 +378,7 @@ def test_unallocated_containers_time_out_with_the_queue_state(monkeypatch, tmp_p
     rm = FakeRM([report()], FakeApp(cs))
     rm.get_queue = lambda name: skein.model.Queue(name, "RUNNING", 20.0, 40.0, 99.5, set(), "")
     b = YarnBackend(client=rm, preflight=False)
-    b._save_state(APP, app_id=APP, name=spec.name, spec=spec.to_json())
+    b._save_state(APP, name=spec.name, spec=spec.to_json())
     t0 = time.monotonic()
     st = b.wait(APP, timeout=30, poll=0.05)
     assert time.monotonic() - t0 < 10
@@ -409,7 +413,7 @@ def _followed_app(monkeypatch, tmp_path, stall: str):
     app = FakeApp([container(r, i, "RUNNING") for r in spec.roles for i in range(spec.instances(r))])
     rm = FakeRM([report()], app)
     b = YarnBackend(client=rm, preflight=False)
-    b._save_state(APP, app_id=APP, name=spec.name, spec=spec.to_json())
+    b._save_state(APP, name=spec.name, spec=spec.to_json())
     return spec, SkeinKV(app.kv), rm, b
 
 
@@ -481,9 +485,9 @@ def test_staging_tokens_and_kill_follow_the_cluster_and_the_proxy_user(monkeypat
     monkeypatch.setenv("HADOOP_USER_NAME", "alice")
     monkeypatch.delenv("TFYARN_STAGING_DIR", raising=False)
     b = YarnBackend(client=FakeRM([report()]), preflight=False)
-    b._conf = {"fs.defaultFS": "viewfs://cluster"}
+    b.conf = {"fs.defaultFS": "viewfs://cluster"}
     assert b.staging_dir == "viewfs://cluster/user/alice/.tfyarn"
-    b._conf = {"fs.defaultFS": "hdfs://ns1"}
+    b.conf = {"fs.defaultFS": "hdfs://ns1"}
     assert b.staging_dir == "hdfs://ns1/user/alice/.tfyarn"
     b._staging_opt = "hdfs://staging-ns/tmp/tfyarn"
     spec = make_spec(environment={"python": "/opt/py/bin/python"},
@@ -492,7 +496,7 @@ def test_staging_tokens_and_kill_follow_the_cluster_and_the_proxy_user(monkeypat
     app = b.dryrun(spec).app
     assert set(app.file_systems) == {"hdfs://old-ns", "hdfs://serving-ns", "hdfs://staging-ns"}
     rm = b.client()
-    b._save_state(APP, app_id=APP, name=spec.name, spec=spec.to_json())
+    b._save_state(APP, name=spec.name, spec=spec.to_json())
     users = []
     rm.kill_application = lambda app_id, user="": users.append((app_id, user))
     b.kill(APP)
@@ -512,7 +516,7 @@ def _app_with_workers(monkeypatch, tmp_path, containers):
                                     f"{c.service_name}_{c.instance}") == c.instance
     rm = FakeRM([report()], app)
     b = YarnBackend(client=rm, preflight=False)
-    b._save_state(APP, app_id=APP, name=spec.name, spec=spec.to_json())
+    b._save_state(APP, name=spec.name, spec=spec.to_json())
     return b, rm, app, kv
 
 

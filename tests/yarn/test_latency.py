@@ -245,7 +245,7 @@ def test_rest_not_used_with_spnego_or_without_an_rm():
 def test_backend_status_list_kill_need_no_skein_driver(rm, tmp_path, monkeypatch):
     monkeypatch.setenv("TFYARN_HOME", str(tmp_path))
     b = YarnBackend(hadoop_conf_dir=str(tmp_path))
-    b._conf = dict(rm.conf)
+    b.conf = dict(rm.conf)
     b._app_client = lambda app_id: None            # the AM's KV is another test's subject
     started = []
     monkeypatch.setattr(YarnBackend, "client", lambda self, spec=None: started.append(1) or pytest.fail("JVM"))

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from tfyarn.backends.yarn import yarn_logs
-from tfyarn.backends.yarn.yarn_logs import (ContainerLog, aggregated_log_dirs, bucket, parse_tfile_logs,
+from tfyarn.backends.yarn.yarn_logs import (aggregated_log_dirs, bucket, parse_tfile_logs,
                                        parse_yarn_logs_output, read_aggregated_logs)
 
 APP = "application_1700000000000_0012"
@@ -81,7 +81,7 @@ def test_read_aggregated_logs_from_bucket_tree(tmp_path):
     conf = {"fs.defaultFS": "file:///", "yarn.nodemanager.remote-app-log-dir": str(root)}
     logs = read_aggregated_logs(APP, "alice", conf)
     assert [c.container_id for c in logs] == [AM, W1]
-    assert logs[1].host == "node2_8041" and logs[1].task == "worker:1" and logs[0].task == "master"
+    assert logs[1].task == "worker:1" and logs[0].task == "master"
     lines = list(yarn_logs.lines_of(logs[1]))
     assert lines[1] == "worker:1 | step 1 loss 0.9" and lines[-1] == "worker:1 | step 2 loss 0.5"
     assert read_aggregated_logs("application_1700000000000_0013", "alice", conf) is None
@@ -96,7 +96,7 @@ def test_parse_yarn_logs_cli_output():
             "End of LogType:application.master.log\n")
     logs = {c.container_id: c for c in parse_yarn_logs_output(text)}
     assert logs[W1].files["worker.log"] == "[tfyarn] container worker_1 yarn=x host=n\nhello\n"
-    assert logs[W1].task == "worker:1" and logs[W1].host == "node2_8041"
+    assert logs[W1].task == "worker:1"
     assert logs[AM].files["application.master.log"] == "AM up\n"
 
 
@@ -119,13 +119,6 @@ def test_nodemanager_web_api(shape):
     assert cl.task == "worker:0"
     assert yarn_logs.select_files(cl) == ["worker.log"]                 # YARN housekeeping hidden by default
     assert yarn_logs.select_files(cl, all_files=True) == ["worker.log", "prelaunch.err"]
-
-
-def test_task_matching():
-    cl = ContainerLog(W1, {"w.log": "[tfyarn] container worker_1 yarn=x host=h\n"})
-    assert yarn_logs.matches_task(cl, None) and yarn_logs.matches_task(cl, "worker:1")
-    assert yarn_logs.matches_task(cl, "worker") and yarn_logs.matches_task(cl, W1)
-    assert not yarn_logs.matches_task(cl, "worker:0") and not yarn_logs.matches_task(cl, "ps")
 
 
 # A live container log as a Hadoop 3.3.6 NodeManager serves it (captured from the test cluster's NodeManager):
@@ -244,7 +237,7 @@ def test_follow_prints_every_line_once_without_the_nodemanagers_footer(tmp_path,
     (d / "node1_8041").write_bytes(tfile({cid: {"worker.log": (header + b"".join(lines)).decode()}}))
     (d / "node2_8041.tmp").write_bytes(b"partial upload")       # still being uploaded: not read
     b = YarnBackend(client=RM(), preflight=False, log_poll_s=0.01, aggregation_wait_s=5)
-    b._conf = {"fs.defaultFS": "file:///", "yarn.nodemanager.remote-app-log-dir": str(root)}
+    b.conf = {"fs.defaultFS": "file:///", "yarn.nodemanager.remote-app-log-dir": str(root)}
     try:
         got = list(b.logs(APP, task="worker:1", follow=True, follow_timeout=60))
     finally:

@@ -29,7 +29,7 @@ def shipped(**kw):
 
 def test_round_trip_and_fields(spec):
     app = build_application_spec(spec, shipped(), master_memory_mib=1024, master_vcores=2,
-                                 file_systems=["hdfs://other-ns"], extra_tags=["airflow-dag:x"])
+                                 file_systems=["hdfs://other-ns"])
     assert isinstance(app, skein.ApplicationSpec)
     for text in (app.to_yaml(), yarn_spec.to_yaml(app)):
         assert skein.ApplicationSpec.from_yaml(text) == app
@@ -37,7 +37,7 @@ def test_round_trip_and_fields(spec):
     assert skein.ApplicationSpec.from_protobuf(app.to_protobuf()).services == app.services
 
     assert (app.name, app.queue, app.user) == ("yarn-test", "ml", "alice")
-    assert app.tags == {"tfyarn", "tfyarn-name:yarn-test", "team-a", "nightly", "airflow-dag:x", "tfyarn-supervised"}
+    assert app.tags == {"tfyarn", "tfyarn-name:yarn-test", "team-a", "nightly", "tfyarn-supervised"}
     assert app.file_systems == ["hdfs://other-ns"]
     assert app.master.resources == skein.Resources(memory=1024, vcores=2)
     assert app.acls == skein.ACLs(enable=True, view_users=["bob"], modify_groups=["ml-ops"], ui_users=["*"])
@@ -232,7 +232,7 @@ def test_submit_sends_exactly_the_dry_run_request_and_refuses_a_stale_one(tmp_pa
             submitted.append(app)
             return "application_1_0001"
     b = YarnBackend(client=RM(), preflight=False, staging_dir=str(tmp_path / "staging"))
-    b._conf = {}
+    b.conf = {}
     request = b.dryrun(spec)
     assert not Path(request.shipped.code).exists()
     assert b.schedule(request) == "application_1_0001" and submitted == [request.app]

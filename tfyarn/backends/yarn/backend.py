@@ -1,30 +1,19 @@
-"""YarnBackend: run a tfyarn job as a skein application on Hadoop YARN, then describe, follow and stop it.
+"""YarnBackend: a tfyarn job as a skein application on YARN (:class:`~tfyarn.backends.base.Backend`), built by
+:mod:`~tfyarn.backends.yarn.yarn_spec`, with its logs from :mod:`~tfyarn.backends.yarn.yarn_logs`.
 
-The pieces live in small modules; this one wires them to the :class:`~tfyarn.backends.base.Backend` interface:
+**Driver.** skein talks to YARN through a Java driver that takes seconds to start: a running ``skein driver start``
+one is reused, else tfyarn's shared one (:mod:`~tfyarn.backends.yarn.yarn_driver`). ``driver="private"`` (or
+``TFYARN_DRIVER_IDLE=0``) starts one of this backend's own, stopped by :meth:`YarnBackend.close`.
 
-* :mod:`tfyarn.preflight` — data, checkpoint dir, queue and resource checks before anything is uploaded;
-* :mod:`tfyarn.packaging` — the environment archive, content-hashed and cached in the staging dir;
-* :mod:`tfyarn.backends.yarn.yarn_spec` — JobSpec → ``skein.ApplicationSpec`` (``dryrun`` prints its YAML);
-* :mod:`tfyarn.backends.yarn.yarn_logs` — NodeManager logs while running, aggregated logs (Hadoop 3.3 layout) after.
-
-**Driver.** skein talks to YARN through a Java driver. Starting one costs seconds, so we reuse a running global driver
-(``skein driver start``) when there is one; otherwise tfyarn's shared driver (:mod:`tfyarn.backends.yarn.yarn_driver`: one
-JVM per user, cluster and login, reused by later commands, stopped after ``TFYARN_DRIVER_IDLE`` unused).
-``driver="private"`` (or ``TFYARN_DRIVER_IDLE=0``) starts a driver of this backend's own, stopped in
-:meth:`YarnBackend.close`; ``driver="global"`` starts skein's global one and leaves it running.
-
-**Status after the end.** skein's application master — and its KV with the tasks' progress — is gone once the app
-ends. Every status read while the app runs is saved under ``$TFYARN_HOME/yarn/<app_id>.json`` (with the spec at
-submit), so ``status`` of a finished app still shows its tasks, last progress, summary and failure diagnoses.
-
-**Exit codes** (``AppState.exit_code``): SUCCEEDED 0; FAILED 1; KILLED 3; TIMED_OUT 4 — a FAILED app whose
-diagnostics or task failure messages say "timed out" (a task reports every timeout — tfyarn's ``WaitTimeout``, TF's
-``DeadlineExceededError`` — marked so: :func:`tfyarn.errors.timeout_message`). Invalid spec / preflight problems
-are 2 before anything is submitted.
+**Status after the end.** The application master, and its KV with the tasks' progress, is gone once the app ends:
+every status read of a running app is saved in ``$TFYARN_HOME/yarn/<app_id>.json`` (with the spec at submit), so
+``status`` of a finished app still shows its tasks, last progress, summary and failure diagnoses.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import getpass
 import json
 import logging
@@ -41,10 +30,11 @@ from tfyarn._skein import skein
 from tfyarn.backends.base import AppState, AppStatus, Backend, Request, TaskStatus
 from tfyarn.backends.yarn import phases, yarn_driver, yarn_logs, yarn_rest, yarn_spec
 from tfyarn.backends.yarn.yarn_status import (ACTIVE_APP_STATES, ALL_APP_STATES, ALL_CONTAINER_STATES, app_state,
-                                         attempt_of, failure_diagnosis, snapshot, timestamp)
+                                              app_status, attempt_of, failure_diagnosis, snapshot, timestamp)
 from tfyarn.errors import AppNotFound, TfyarnError, WaitTimeout, YarnUnavailable, without_timeout_mark
 from tfyarn.interrupts import Interrupted, deferring_stop_signals, ignoring_stop_signals, interruptible
-from tfyarn.report import HISTORY_FILE, REPORT_JSON, ProgressHistory, preload_plotting
+from tfyarn.report import (HISTORY_FILE, REPORT_JSON, REPORT_PNG, ProgressHistory, copy_report, preload_plotting,
+                           report_at)
 from tfyarn.runtime import app_end
 from tfyarn.runtime.kv_yarn import SkeinKV
 from tfyarn.spec import JobSpec, load_spec_json
@@ -52,9 +42,6 @@ from tfyarn.supervisor import (Supervisor, Verdict, checkpoint_url, select_tasks
                                training_end_note, write_report)
 
 log = logging.getLogger(__name__)
-
-#: Bound on the skein driver's start (a JVM, plus ``yarn classpath``: 5-15 s on a loaded gateway).
-DRIVER_START_TIMEOUT_S = 120.0
 
 # ------------------------------------------------------------------------------------------------------ backend
 
@@ -75,30 +62,21 @@ class YarnRequest(Request):
         return "\n".join([yarn_spec.to_yaml(self.app).rstrip(), f"# environment: {staged}",
                           *(f"# ships: {f}" for f in files if f)])
 
-class YarnBackend(Backend):
-    """tfyarn on YARN through skein.
 
-    Options (all optional):
-      staging_dir        HDFS dir for cached env archives (default ``$TFYARN_STAGING_DIR`` or
-                         ``hdfs:///user/<user>/.tfyarn``)
-      hadoop_conf_dir    default ``$HADOOP_CONF_DIR``
-      driver             "auto" (reuse a global skein driver, else tfyarn's shared one) | "global" (start a
-                         global skein driver if none, leave it running) | "private" (one stopped by close())
-      master_memory_mib, master_vcores   the skein application master's container
-      preflight          run :func:`tfyarn.preflight.run_preflight` in submit (default True)
-      progress           ``callback(stage, done, total)`` for environment packing/upload
-      extra_tags         more YARN tags (e.g. the Airflow dag/task/run ids)
-      client, cluster    injected skein Client / preflight ClusterInfo (tests, reuse)
-      detached_report    the run report after a followed job is written by a detached process (the CLI: its
-                         plot and HDFS uploads took ~3 s on the exit path), not before ``wait`` returns
-    """
+class YarnBackend(Backend):
+    """tfyarn on YARN through skein. Options: ``staging_dir`` (env archives, index cache, app records; default
+    ``$TFYARN_STAGING_DIR`` or ``/user/<user>/.tfyarn``); ``driver``: "auto" (a global skein driver, else tfyarn's
+    shared one) | "global" (start skein's global one, leave it running) | "private" (stopped by close());
+    ``master_memory_mib``/``master_vcores`` (the AM's container); ``preflight`` (checks in submit); ``progress``
+    (``callback(stage, done, total)`` while packing/uploading the env); ``client``/``cluster`` (an injected skein
+    Client / preflight ClusterInfo); ``detached_report``: the run report of a followed job is written by a detached
+    process (its plot and HDFS uploads took ~3 s on the CLI's exit path)."""
     name = "yarn"
 
     def __init__(self, staging_dir: str | None = None, hadoop_conf_dir: str | None = None, driver: str = "auto",
                  master_memory_mib: int = 512, master_vcores: int = 1, preflight: bool = True,
-                 progress: packaging.Progress | None = None, extra_tags: tuple[str, ...] = (),
-                 client: Any = None, cluster: Any = None, log_poll_s: float = 1.0,
-                 aggregation_wait_s: float = 30.0, detached_report: bool = False):
+                 progress: packaging.Progress | None = None, client: Any = None, cluster: Any = None,
+                 log_poll_s: float = 1.0, aggregation_wait_s: float = 30.0, detached_report: bool = False):
         if driver not in ("auto", "global", "private"):
             raise ValueError(f"driver must be auto, global or private, not {driver!r}")
         self._staging_opt = staging_dir
@@ -108,7 +86,6 @@ class YarnBackend(Backend):
         self.master_vcores = master_vcores
         self.preflight = preflight
         self.progress = progress
-        self.extra_tags = tuple(extra_tags)
         self.log_poll_s = log_poll_s
         self.aggregation_wait_s = aggregation_wait_s
         self.detached_report = detached_report
@@ -121,21 +98,17 @@ class YarnBackend(Backend):
         self._driver_error: BaseException | None = None
         self._lease: Any = None            # yarn_driver.Lease on tfyarn's shared driver, released by close()
         self._cluster = cluster
-        self._conf: dict[str, str] | None = None
         self._apps: dict[str, Any] = {}
         # per app: the job's rules while this process follows it (attempts, deadline, stall, progress, ETA)
         self._sups: dict[str, Supervisor] = {}
         self._no_record: set[str] = set()  # apps whose in-app supervisor record was looked for (_recover)
         self._krb: Any = None              # the Kerberos login (tfyarn.kerberos) once self.login() has run
         self._logged_in = False
-        self.last_env: packaging.EnvRef | None = None
 
     # -- plumbing ----------------------------------------------------------------------------------------------------
-    @property
+    @functools.cached_property
     def conf(self) -> dict[str, str]:
-        if self._conf is None:
-            self._conf = hdfs.load_hadoop_conf(self.hadoop_conf_dir)
-        return self._conf
+        return hdfs.load_hadoop_conf(self.hadoop_conf_dir)
 
     @property
     def user(self) -> str:
@@ -156,8 +129,7 @@ class YarnBackend(Backend):
 
     @property
     def staging_dir(self) -> str:
-        # a path, qualified against fs.defaultFS: hdfs://nameservice/… or viewfs://cluster/… (an hdfs:/// default
-        # stayed host-less on a viewfs cluster, which hdfs-native and skein's Hadoop client both refuse)
+        # qualified against fs.defaultFS: a host-less hdfs:/// is refused on a viewfs cluster (hdfs-native, skein)
         d = self._staging_opt or os.environ.get("TFYARN_STAGING_DIR")
         if not d:
             on_dfs = hdfs.default_fs(self.conf).split(":", 1)[0] in ("hdfs", "viewfs")
@@ -183,10 +155,10 @@ class YarnBackend(Backend):
         t = self._driver_thread
         if t is None or t is threading.current_thread():
             return
-        t.join(DRIVER_START_TIMEOUT_S)
+        t.join(yarn_driver.START_TIMEOUT_S)
         if t.is_alive():
-            raise YarnUnavailable(f"timed out after {DRIVER_START_TIMEOUT_S:g}s waiting for the skein driver (JVM) "
-                                  f"to start; check `yarn classpath` and java on this machine")
+            raise YarnUnavailable(f"timed out after {yarn_driver.START_TIMEOUT_S:g}s waiting for the skein driver "
+                                  f"(JVM) to start; check `yarn classpath` and java on this machine")
         self._driver_thread = None
         err, self._driver_error = self._driver_error, None
         if err is not None:
@@ -216,7 +188,8 @@ class YarnBackend(Backend):
                     self._client = sk.Client.from_global_driver()
                     return self._client
         if self.driver == "auto" and yarn_driver.idle_seconds() > 0:
-            self._lease = yarn_driver.acquire(self._driver_identity(kw), kw, self._driver_env())
+            env = {**os.environ, "HADOOP_CONF_DIR": self.hadoop_conf_dir} if self.hadoop_conf_dir else None
+            self._lease = yarn_driver.acquire(self._driver_identity(kw), kw, env)
             self._client = self._lease.client
             return self._client
         log.info("starting a skein driver (JVM) for this command; `skein driver start` keeps one running")
@@ -234,23 +207,24 @@ class YarnBackend(Backend):
                      yarn_driver.cache_principal() if kerberos.secure(self.conf) else None)
         return yarn_driver.identity(self.user, principal, self.hadoop_conf_dir, kw)
 
-    def _driver_env(self) -> dict[str, str] | None:
-        if not self.hadoop_conf_dir:
-            return None
-        return {**os.environ, "HADOOP_CONF_DIR": self.hadoop_conf_dir}
-
     def _release_driver(self) -> None:
         """A one-shot command's (``detached_report``: the CLI) private driver is stopped now, in the background, when
         following needs no JVM (the RM's REST API and the AM's own address): its JVM's exit overlaps the job instead
         of delaying the CLI's exit. A long-lived backend (tests, a scheduler) keeps it for its next submit."""
-        if not (self.detached_report and (self._owns_client or self._lease) and self._rm()):
-            return
+        if self.detached_report and (self._owns_client or self._lease) and self._rm():
+            self._drop_driver(background=True)
+
+    def _drop_driver(self, background: bool = False) -> None:
+        """Release the shared driver's lease, or stop this backend's private driver (``background``: in a thread)."""
         if self._lease is not None:
             lease, self._lease, self._client = self._lease, None, None
             lease.release()
-            return
-        client, self._client, self._owns_client = self._client, None, False
-        threading.Thread(target=client.close, name="tfyarn-skein-driver-stop", daemon=True).start()
+        elif self._client is not None and self._owns_client:
+            client, self._client, self._owns_client = self._client, None, False
+            if background:
+                threading.Thread(target=client.close, name="tfyarn-skein-driver-stop", daemon=True).start()
+            else:
+                client.close()
 
     def _require_hadoop(self) -> None:
         """Fail with a usage error, before skein tries to start a JVM, on a machine with no Hadoop at all."""
@@ -267,21 +241,10 @@ class YarnBackend(Backend):
         except BaseException as exc:  # noqa: BLE001 - closing: what failed was said where the client was needed
             log.debug("skein driver start: %s", exc)
         for app in self._apps.values():
-            try:
+            with contextlib.suppress(Exception):
                 app.close()
-            except Exception:  # noqa: BLE001
-                pass
         self._apps.clear()
-        if self._lease is not None:
-            lease, self._lease, self._client = self._lease, None, None
-            lease.release()
-        if self._client is not None and self._owns_client:
-            self._client.close()
-            self._client = None
-            self._owns_client = False
-
-    def _state_path(self, app_id: str) -> Path:
-        return paths.yarn_state_file(app_id)
+        self._drop_driver()
 
     def _saved_spec(self, app_id: str, saved: dict[str, Any] | None = None) -> JobSpec | None:
         """The spec this machine submitted ``app_id`` with (None for an app submitted elsewhere)."""
@@ -296,43 +259,31 @@ class YarnBackend(Backend):
         saved = self._load_state(app_id)
         if saved.get("spec"):
             return saved
-        found: dict[str, Any] = {}
-        app = self._app_client(app_id) if running else None
-        if app is not None:
-            try:
-                text = app.kv.get(yarn_supervise.SPEC_KEY)
-                found = {"spec": text.decode()} if text else {}
-            except Exception as exc:  # noqa: BLE001 - the AM may be going: the record may say
-                log.debug("no spec of %s in its KV: %s", app_id, exc)
+        text = running and self._on_am(app_id, "spec in the KV", lambda app: app.kv.get(yarn_supervise.SPEC_KEY))
+        found: dict[str, Any] = {"spec": text.decode()} if text else {}
         if not found and not running and yarn_spec.SUPERVISED_TAG in (tags or ()) and app_id not in self._no_record:
             self._no_record.add(app_id)               # read once: an app with no supervisor has none
             rec = yarn_supervise.read_record(self.staging_dir, app_id)
             found = {k: rec[k] for k in ("spec", "snapshot") if rec.get(k) and not saved.get(k)}
         if found:
             log.debug("%s: spec recovered from the application", app_id)
-            self._save_state(app_id, app_id=app_id, **found)
+            self._save_state(app_id, **found)
             saved.update(found)
         return saved
 
     def _load_state(self, app_id: str) -> dict[str, Any]:
-        p = self._state_path(app_id)
         try:
-            return json.loads(p.read_text())
+            return json.loads(paths.yarn_state_file(app_id).read_text())
         except (OSError, ValueError):
             return {}
 
-    def _save_state(self, _app_id: str, **updates: Any) -> None:
-        app_id = _app_id
-        p = self._state_path(app_id)
+    def _save_state(self, app_id: str, **updates: Any) -> None:
+        p = paths.yarn_state_file(app_id)
         p.parent.mkdir(parents=True, exist_ok=True)
-        d = self._load_state(app_id)
-        d.update(updates)
+        d = {**self._load_state(app_id), "app_id": app_id, **updates}
         tmp = p.with_name(p.name + f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps(d, indent=1, default=str))
         os.replace(tmp, p)
-
-    def _local_dir(self) -> Path:
-        return paths.cache_dir() / "ship"
 
     # -- spec → skein ---------------------------------------------------------------------------------------------
     def dryrun(self, spec: JobSpec, attempt: int = 0) -> YarnRequest:
@@ -347,13 +298,12 @@ class YarnBackend(Backend):
                 spec.export.dir if spec.export else None, self.staging_dir]
         fss = hdfs.filesystems_for_tokens([spec.resolve_path(u) for u in urls if u], self.conf)
         app = yarn_spec.build_application_spec(spec, shipped, master_memory_mib=self.master_memory_mib,
-                                               master_vcores=self.master_vcores, file_systems=fss,
-                                               extra_tags=self.extra_tags, attempt=attempt,
+                                               master_vcores=self.master_vcores, file_systems=fss, attempt=attempt,
                                                staging_dir=self.staging_dir)
         return YarnRequest(submitted, attempt, app, shipped)
 
     def _ship(self, spec: JobSpec, env: packaging.EnvRef, write: bool) -> yarn_spec.Shipped:
-        spec, local = self.with_index_cache(spec), self._local_dir()
+        spec, local = self.with_index_cache(spec), paths.cache_dir() / "ship"
         code = yarn_spec.build_code_zip(spec.resolve_path(spec.code), local, write=write) if spec.code else None
         return yarn_spec.Shipped(env=env, spec_file=yarn_spec.write_spec_file(spec, local, write=write),
                                  tfyarn_src=yarn_spec.build_tfyarn_zip(local, write=write), code=code)
@@ -391,12 +341,11 @@ class YarnBackend(Backend):
         env = packaging.stage_env(request.shipped.env, self.progress, conf=self.conf)
         if self._ship(spec, env, write=True) != dataclasses.replace(request.shipped, env=env):
             raise TfyarnError("the job's code, spec or tfyarn changed since its dry run: dry-run it again")
-        self.last_env = env
         env_ready = time.time()
         client = self.client(spec)          # the driver started in the background: waited for here
         t0 = time.monotonic()
         submit_call = time.time()
-        with deferring_stop_signals() as stopped:   # a stop mid-call must not leave an app nobody knows of
+        with deferring_stop_signals() as stopped:   # a stop until app_id is known must not leave an app nobody knows of
             try:
                 app_id = client.submit(app)
             except skein().exceptions.DriverError as exc:
@@ -404,11 +353,11 @@ class YarnBackend(Backend):
                 if refused is None:
                     raise
                 raise refused from None
-        log.info("submitted %s as %s (%.1fs; env %s, %d bytes uploaded)", spec.name, app_id,
-                 time.monotonic() - t0, "cached" if env.cached else env.source, env.uploaded_bytes)
-        self._save_state(app_id, app_id=app_id, name=spec.name, spec=spec.to_json(), submitted=time.time(),
-                         env=env.to_dict(), submit_call=submit_call, run_started=self._run_started,
-                         env_ready=env_ready)
+            log.info("submitted %s as %s (%.1fs; env %s, %d bytes uploaded)", spec.name, app_id,
+                     time.monotonic() - t0, "cached" if env.cached else env.source, env.uploaded_bytes)
+            self._save_state(app_id, name=spec.name, spec=spec.to_json(), submitted=time.time(),
+                             env=env.to_dict(), submit_call=submit_call, run_started=self._run_started,
+                             env_ready=env_ready)
         if stopped:
             raise SubmittedThenInterrupted(stopped[0], app_id)
         return app_id
@@ -420,7 +369,6 @@ class YarnBackend(Backend):
         local run): a FAILED or TIMED_OUT application is submitted again (``TFYARN_ATTEMPT=n``, resuming from the
         latest checkpoint) after ``retry.backoff``, up to ``retry.max_attempts`` applications in all, within
         ``timeouts.active_deadline`` and ``timeout`` (the earlier; the application running then is killed, TIMED_OUT).
-        (``submit`` runs one application: a new attempt is a new application, which only a follower can submit.)
         """
         self._run_started = time.time()
         sup = Supervisor(spec, started=self._run_started, timeout=timeout)
@@ -445,10 +393,8 @@ class YarnBackend(Backend):
         return st
 
     def _kill_interrupted(self, app_id: str, exc: Interrupted) -> AppStatus:
-        """``run`` was stopped (Ctrl-C, a scheduler's SIGTERM): the application it started must not outlive it.
-
-        Further stop signals are ignored while the kill is asked for (a second Ctrl-C must not leave it half done).
-        """
+        """``run`` was stopped (Ctrl-C, a scheduler's SIGTERM): the application it started must not outlive it. Further
+        stop signals are ignored while the kill is asked for (a second Ctrl-C must not leave it half done)."""
         with ignoring_stop_signals():
             st = self.status(app_id)
             if st.state.is_terminal:
@@ -506,26 +452,34 @@ class YarnBackend(Backend):
             self._apps[app_id] = app
         return app
 
-    def _live(self, app_id: str, spec: JobSpec | None) -> dict[str, Any] | None:
-        """Tasks, progress, summary and failures from the running application master; None if unreachable."""
+    def _on_am(self, app_id: str, what: str, call: Callable[[Any], Any]) -> Any:
+        """``call(app)`` on the running app's application master; None when it has none or the call fails (the AM may
+        exit between the report and this call: the next status read says so), dropping the connection."""
         app = self._app_client(app_id)
         if app is None:
             return None
         try:
-            containers = app.get_containers(states=ALL_CONTAINER_STATES)
-            kv = {k: v.decode("utf-8", "replace") for k, v in app.kv.get_range().items()}
-        except Exception as exc:  # noqa: BLE001 - the AM may exit between the report and this call
-            log.debug("application master of %s unreachable: %s", app_id, exc)
+            return call(app)
+        except Exception as exc:  # noqa: BLE001 - see above
+            log.debug("%s of %s: %s", what, app_id, exc)
             self._apps.pop(app_id, None)
             return None
-        return snapshot(containers, kv, spec, progress=self._supervisor(app_id, spec).progress(kv))
+
+    def _live(self, app_id: str, spec: JobSpec | None) -> dict[str, Any] | None:
+        """Tasks, progress, summary and failures from the running application master; None if unreachable."""
+        got = self._on_am(app_id, "containers and KV",
+                          lambda app: (app.get_containers(states=ALL_CONTAINER_STATES), app.kv.get_range()))
+        if got is None:
+            return None
+        kv = {k: v.decode("utf-8", "replace") for k, v in got[1].items()}
+        return snapshot(got[0], kv, spec, progress=self._supervisor(app_id, spec).progress(kv))
 
     def _supervisor(self, app_id: str, spec: JobSpec | None) -> Supervisor:
         """This process's supervisor of ``app_id``: its progress rate (the ETA) and progress points (the run report)
         across status reads. ``run`` and ``wait`` install theirs; a bare ``status`` gets one here."""
         sup = self._sups.get(app_id)
         if sup is None:
-            d = self._report_dir(app_id)
+            d = paths.yarn_report_dir(app_id)
             d.mkdir(parents=True, exist_ok=True)
             sup = self._sups[app_id] = Supervisor(spec, history_path=d / HISTORY_FILE)
         return sup
@@ -536,9 +490,8 @@ class YarnBackend(Backend):
         spec = self._saved_spec(app_id, saved)
         live = self._live(app_id, spec) if str(rep.state) == "RUNNING" else None
         snap = live or saved.get("snapshot") or {}
-        failures = snap.get("failures") or {}
         task_states = [t["state"] for t in snap.get("tasks", [])] if live else None
-        diag = failure_diagnosis(rep.diagnostics, failures, snap.get("exits") or {})
+        diag = failure_diagnosis(rep.diagnostics, snap.get("failures") or {}, snap.get("exits") or {})
         state = app_state(rep.state, rep.final_status, diag, task_states)
         if state is AppState.TIMED_OUT:
             diag = without_timeout_mark(diag)      # the in-app supervisor's marker: the state says it now
@@ -547,7 +500,6 @@ class YarnBackend(Backend):
         final = saved.get("final") or {}
         if state is AppState.KILLED and final.get("state") == AppState.TIMED_OUT.value:
             state, diag = AppState.TIMED_OUT, final.get("diagnostics", diag)  # tfyarn killed it for a deadline
-        tasks = [TaskStatus(**t) for t in snap.get("tasks", [])]
         if state in (AppState.FAILED, AppState.TIMED_OUT) and spec is not None and not saved.get("run_started"):
             from tfyarn.backends.yarn.yarn_supervise import no_more_attempts_note
             note = no_more_attempts_note(spec, attempt_of(rep.tags))      # a bare submit: nobody resubmits
@@ -555,18 +507,14 @@ class YarnBackend(Backend):
         summary = snap.get("summary") or final.get("summary")
         if summary is None and state.is_terminal:
             summary = self._summary_from_checkpoints(app_id, spec)
-        st = AppStatus(app_id=app_id, backend="yarn", name=rep.name, state=state, diagnostics=diag, tasks=tasks,
-                       progress=snap.get("progress") or {}, started=timestamp(rep.start_time),
-                       finished=timestamp(rep.finish_time) if state.is_terminal else None,
-                       tracking_url=rep.tracking_url or None, summary=summary,
-                       tags=sorted(rep.tags or ()), attempt=attempt_of(rep.tags))
-        settle(st)
+        st = settle(app_status(rep, state, diag, tasks=[TaskStatus(**t) for t in snap.get("tasks", [])],
+                               progress=snap.get("progress") or {}, summary=summary))
         launched = timestamp(getattr(rep, "launch_time", None))   # the RM's REST report has it, skein's not
         if live is not None:
-            self._save_state(app_id, app_id=app_id, name=rep.name, snapshot=live,
+            self._save_state(app_id, name=rep.name, snapshot=live,
                              **({"am_launched": launched} if launched else {}))
         if state.is_terminal and not saved.get("final"):
-            self._save_state(app_id, app_id=app_id, name=rep.name, final=st.to_dict())
+            self._save_state(app_id, name=rep.name, final=st.to_dict())
         return st
 
     def _summary_from_checkpoints(self, app_id: str, spec: JobSpec | None) -> dict[str, Any] | None:
@@ -597,30 +545,22 @@ class YarnBackend(Backend):
                 log.debug("RM REST list: %s; asking the skein driver", exc)
         if reps is None:
             reps = self.client().get_applications(states=states)
-        out = []
-        for r in reps:
-            if yarn_spec.TFYARN_TAG not in {t.lower() for t in r.tags}:
-                continue
-            out.append(AppStatus(app_id=r.id, backend="yarn", name=r.name,
-                                 state=app_state(r.state, r.final_status, r.diagnostics),
-                                 diagnostics=r.diagnostics or "", started=timestamp(r.start_time),
-                                 finished=timestamp(r.finish_time), tracking_url=r.tracking_url or None,
-                                 tags=sorted(r.tags or ()), attempt=attempt_of(r.tags)))
+        out = [app_status(r, app_state(r.state, r.final_status, r.diagnostics), r.diagnostics or "")
+               for r in reps if yarn_spec.TFYARN_TAG in {t.lower() for t in r.tags}]
         return sorted(out, key=lambda s: s.started or 0)
 
     def kill(self, app_id: str) -> None:
         """Kill ``app_id``; through the RM's REST API (no JVM) this returns once the RM says KILLED (or ended)."""
         rep = self._report(app_id)     # AppNotFound for an unknown id, before asking YARN to kill
-        spec = self._saved_spec(app_id)
-        # a job submitted for a proxy user (spec.user) is that user's: killing it as the submitter may be refused
         rm = self._rm() if isinstance(rep, yarn_rest.AppReport) else None
         try:
             if rm is None:
                 raise yarn_rest.RestUnavailable("no REST API")
             rm.kill(app_id)
         except yarn_rest.RestUnavailable as exc:
-            if rm is not None:
-                log.debug("RM REST kill of %s: %s; asking the skein driver", app_id, exc)
+            log.debug("RM REST kill of %s: %s; asking the skein driver", app_id, exc)
+            spec = self._saved_spec(app_id)
+            # a job submitted for a proxy user (spec.user) is that user's: killing it as the submitter may be refused
             self.client().kill_application(app_id, user=(spec.user or "") if spec else "")
         app = self._apps.pop(app_id, None)
         if app is not None:
@@ -631,24 +571,15 @@ class YarnBackend(Backend):
         """(task label, skein container) of the running app's containers that have a log on a NodeManager."""
         from tfyarn.runtime.kv_yarn import TASKMAP_PREFIX
 
-        app = self._app_client(app_id)
-        if app is None:
+        got = self._on_am(app_id, "containers and task map", lambda app: (
+            app.get_containers(states=ALL_CONTAINER_STATES), app.kv.get_prefix(TASKMAP_PREFIX)))
+        if got is None:
             return []
-        try:
-            containers = app.get_containers(states=ALL_CONTAINER_STATES)
-            taskmap = {k[len(TASKMAP_PREFIX):]: v.decode() for k, v in app.kv.get_prefix(TASKMAP_PREFIX).items()}
-        except Exception as exc:  # noqa: BLE001 - the AM may exit between the report and this call
-            log.debug("application master of %s unreachable: %s", app_id, exc)
-            self._apps.pop(app_id, None)
-            return []
+        taskmap = {k[len(TASKMAP_PREFIX):]: v.decode() for k, v in got[1].items()}
         out = []
-        for c in containers:
-            if not c.yarn_container_id or not c.yarn_node_http_address:
-                continue
-            if task is None and c.service_name == yarn_spec.SUPERVISOR_SERVICE:
-                continue      # not a task (as in status); its log is there when asked for by name
+        for c in got[0]:
             label = taskmap.get(f"{c.service_name}_{c.instance}") or f"{c.service_name}:{c.instance}"
-            if task_matches(task, label, c.yarn_container_id):
+            if c.yarn_container_id and c.yarn_node_http_address and _shows(task, label, c.yarn_container_id):
                 out.append((label, c))
         return out
 
@@ -674,23 +605,19 @@ class YarnBackend(Backend):
             yield f"{label} | [tfyarn] logs unavailable: {nm_error}; {exc2}"
             return
         for cl in cls[:1]:
-            for name in yarn_logs.select_files(cl, all_files):
-                for line in tail.feed(cid, name, cl.files[name].encode()):
-                    yield f"{label} | {line}"
+            yield from _new_lines(tail, label, cl, all_files)
 
     def _finished_logs(self, app_id: str, task: str | None, user: str) -> list[tuple[str, yarn_logs.ContainerLog]]:
-        saved = self._load_state(app_id)
-        snap = saved.get("snapshot") or {}
+        snap = self._load_state(app_id).get("snapshot") or {}
         taskmap = snap.get("taskmap") or {}
         if yarn_logs.aggregation_disabled(self.conf):   # nothing to wait for: the logs stay on the NodeManagers
             found = yarn_logs.nm_finished_logs(snap.get("tasks") or [])
             if not found:
                 raise AppNotFound(f"no logs of {app_id}: log aggregation is off on this cluster and this machine has "
                                   f"no status of it naming its containers")
-            return [(t, cl) for t, cl in found if task_matches(task, t, cl.container_id)]
+            return [(t, cl) for t, cl in found if _shows(task, t, cl.container_id)]
         deadline = time.monotonic() + self.aggregation_wait_s
         ran = {t["task"] for t in snap.get("tasks") or [] if t.get("state") != "PENDING"}
-        logs = None
         while True:
             logs = yarn_logs.read_aggregated_logs(app_id, user, self.conf)
             if logs and ran - {taskmap.get(cl.task.replace(":", "_"), cl.task) for cl in logs} and \
@@ -703,7 +630,6 @@ class YarnBackend(Backend):
                 logs = yarn_logs.parse_yarn_logs_output(yarn_logs.yarn_logs_cli(app_id, timeout=120))
             except (OSError, RuntimeError, TimeoutError) as exc:
                 log.debug("`yarn logs` for %s: %s", app_id, exc)
-                logs = None
             if logs:
                 break
             if time.monotonic() >= deadline:
@@ -711,17 +637,8 @@ class YarnBackend(Backend):
                 raise WaitTimeout(f"timed out after {self.aggregation_wait_s:g}s waiting for the aggregated logs of "
                                   f"{app_id} (looked in {dirs}; is yarn.log-aggregation-enable true?)")
             time.sleep(2.0)
-        out = []
-        for cl in logs:
-            label = cl.task
-            if ":" in label:
-                skein_id = label.replace(":", "_")
-                label = taskmap.get(skein_id, label)
-            if task is None and label.split(":")[0] == yarn_spec.SUPERVISOR_SERVICE:
-                continue      # not a task (as in status); its log is there when asked for by name
-            if task_matches(task, label, cl.container_id):
-                out.append((label, cl))
-        return out
+        labelled = [(taskmap.get(cl.task.replace(":", "_"), cl.task), cl) for cl in logs]
+        return [(label, cl) for label, cl in labelled if _shows(task, label, cl.container_id)]
 
     def logs(self, app_id: str, task: str | None = None, follow: bool = False,
              all_files: bool = False, follow_timeout: float | None = None) -> Iterator[str]:
@@ -732,13 +649,13 @@ class YarnBackend(Backend):
         if task is not None and spec is not None and not task.startswith("container_"):
             select_tasks(spec.tasks(), task, app_id)     # an unknown task: AppNotFound naming the app's tasks
         user = rep.user or self.user
-        if str(rep.state) not in ("FINISHED", "FAILED", "KILLED"):
-            yield from self._follow(app_id, task, follow, all_files, follow_timeout)
+        if str(rep.state) not in yarn_rest.TERMINAL:
+            yield from self._follow(app_id, task, user, follow, all_files, follow_timeout)
         else:
             for label, cl in self._finished_logs(app_id, task, user):
                 yield from yarn_logs.lines_of(cl, all_files, label)
 
-    def _follow(self, app_id: str, task: str | None, follow: bool, all_files: bool,
+    def _follow(self, app_id: str, task: str | None, user: str, follow: bool, all_files: bool,
                 follow_timeout: float | None) -> Iterator[str]:
         """Lines of the running app's containers; with ``follow`` new ones every ``log_poll_s`` until the app ends,
         then what its containers wrote after the last poll (from the aggregated logs), so every line comes once."""
@@ -751,8 +668,8 @@ class YarnBackend(Backend):
                 yield from self._read_live(app_id, label, c, tail, all_files)
             if not follow:
                 break
-            if str(self._report(app_id).state) in ("FINISHED", "FAILED", "KILLED"):
-                yield from self._follow_rest(app_id, task, tail, labels, all_files)
+            if str(self._report(app_id).state) in yarn_rest.TERMINAL:
+                yield from self._follow_rest(app_id, task, user, tail, labels, all_files)
                 break
             if deadline is not None and time.monotonic() >= deadline:
                 break
@@ -760,11 +677,10 @@ class YarnBackend(Backend):
         for cid, _name, text in tail.flush():
             yield f"{labels.get(cid, cid)} | {text}"
 
-    def _follow_rest(self, app_id: str, task: str | None, tail: yarn_logs.LogTail, labels: dict[str, str],
-                     all_files: bool) -> Iterator[str]:
+    def _follow_rest(self, app_id: str, task: str | None, user: str, tail: yarn_logs.LogTail,
+                     labels: dict[str, str], all_files: bool) -> Iterator[str]:
         """After the end: the lines written since the last poll, from the aggregated logs once they hold every
         container followed (bounded by ``aggregation_wait_s``; a warning, not an error, when they cannot be read)."""
-        user = self._report(app_id).user or self.user
         deadline = time.monotonic() + self.aggregation_wait_s
         while True:
             try:
@@ -780,13 +696,8 @@ class YarnBackend(Backend):
             log.warning("the last lines of %s may be missing: no aggregated logs of %s after %gs", app_id,
                         ", ".join(sorted(missing)), self.aggregation_wait_s)
         for label, cl in finished:
-            if cl.container_id in labels:
-                label = labels[cl.container_id]
-            elif not task_matches(task, label, cl.container_id):
-                continue
-            for name in yarn_logs.select_files(cl, all_files):
-                for line in tail.feed(cl.container_id, name, cl.files[name].encode()):
-                    yield f"{label} | {line}"
+            if cl.container_id in labels or task_matches(task, label, cl.container_id):
+                yield from _new_lines(tail, labels.get(cl.container_id, label), cl, all_files)
 
     # -- waiting -------------------------------------------------------------------------------------------------
     def wait(self, app_id: str, timeout: float | None = None, poll: float = 1.0,
@@ -804,26 +715,19 @@ class YarnBackend(Backend):
         self._report_at_end(st)            # after a kill for a stall too: where it stalled is what its report shows
         return st
 
-    def follow(self, app_id: str, sup: Supervisor | None = None, heartbeat: bool = True) -> Callable[[], AppStatus]:
-        """One supervised status read of ``app_id`` per call (``wait``, ``run``, the Airflow trigger): the job's rules
-        (:class:`tfyarn.supervisor.Supervisor`: ``sup``, else one from the spec this machine submitted it with,
-        counting from its submit; none for an app whose spec is unknown) judge each status —
-        ``timeouts.active_deadline``; containers not allocated (the AM or some tasks PENDING) for
-        ``timeouts.allocation``, with the queue's state in the diagnosis, a full queue being the usual cause; the
-        stall watch over the app's KV (no training task's step advancing for ``timeouts.stall``; before the first
-        step ``timeouts.rendezvous + timeouts.stall``; every task is asked for its stacks). A verdict kills the app,
-        which ends TIMED_OUT saying why. ``heartbeat``: tell the tasks a follower is alive (:meth:`_heartbeat`).
-
-        While the app's own supervisor is alive (:mod:`tfyarn.backends.yarn.yarn_supervise`: every app has one, followed
-        or not) the stall watch and the job's end are its; the follower keeps the deadline and allocation checks. A
-        machine that did not submit the app gets its spec from the app (:meth:`_recover`)."""
+    def follow(self, app_id: str, sup: Supervisor | None = None) -> Callable[[], AppStatus]:
+        """One supervised status read of ``app_id`` per call (``wait``, ``run``, the Airflow trigger), judged by
+        :class:`tfyarn.supervisor.Supervisor` (``sup``, else one from the app's spec, counting from its submit; none
+        when the spec is unknown): a verdict (deadline, allocation, stall) kills the app, which ends TIMED_OUT saying
+        why. While the app's own supervisor (:mod:`~tfyarn.backends.yarn.yarn_supervise`) is alive, the stall watch
+        and the job's end are its; the follower keeps the deadline and allocation checks."""
         if sup is None:
             spec = self._saved_spec(app_id, self._recover(app_id, running=True))   # submitted elsewhere: the app's
             if spec is not None:
                 sup = Supervisor(spec, started=self._load_state(app_id).get("submitted") or time.time(),
-                                 history_path=self._report_dir(app_id) / HISTORY_FILE)
+                                 history_path=paths.yarn_report_dir(app_id) / HISTORY_FILE)
         if sup is not None:
-            self._report_dir(app_id).mkdir(parents=True, exist_ok=True)
+            paths.yarn_report_dir(app_id).mkdir(parents=True, exist_ok=True)
             self._sups[app_id] = sup       # status reads feed its progress rate and history
             sup.begin_attempt()            # its stall watch starts once the app's KV answers
 
@@ -831,15 +735,13 @@ class YarnBackend(Backend):
             st = self.status(app_id)
             if st.state.is_terminal:
                 return st
-            if heartbeat:
-                self._heartbeat(app_id)
+            self._heartbeat(app_id)
             if sup is None:
                 return st
             if st.state is AppState.RUNNING:
-                app = self._app_client(app_id)
                 if self._supervised(app_id):
                     sup.end_attempt()      # the app's own supervisor watches for stalls (yarn_supervise)
-                elif app is not None:
+                elif (app := self._app_client(app_id)) is not None:
                     sup.watch(SkeinKV(app.kv))
             verdict = sup.check(st)
             return st if verdict is None else self._end_by(app_id, verdict, sup)
@@ -859,22 +761,14 @@ class YarnBackend(Backend):
     def _supervised(self, app_id: str) -> bool:
         """The app's in-app supervisor is alive (:mod:`tfyarn.backends.yarn.yarn_supervise`): the stall watch and the
         job's end are its, not this follower's."""
-        app = self._app_client(app_id)
-        try:
-            return app is not None and app_end.follower_alive(SkeinKV(app.kv), time.time(), app_end.SUPERVISOR_KEY)
-        except Exception as exc:  # noqa: BLE001 - the AM may be going: the next status read says so
-            log.debug("supervisor heartbeat of %s: %s", app_id, exc)
-            return False
+        return bool(self._on_am(app_id, "supervisor heartbeat", lambda app: app_end.follower_alive(
+            SkeinKV(app.kv), time.time(), app_end.SUPERVISOR_KEY)))
 
     def _heartbeat(self, app_id: str) -> None:
         """Tell the tasks a follower is alive: the last task done then leaves the shutdown to us (runtime.app_end),
         so the KV's last records (every task's done and phase times) are read before the AM goes."""
-        app = self._app_client(app_id)
-        if app is not None:
-            try:
-                app.kv[app_end.FOLLOWER_KEY] = f"{time.time():.3f}".encode()
-            except Exception as exc:  # noqa: BLE001 - the AM may be going: the next status read says so
-                log.debug("follower heartbeat of %s: %s", app_id, exc)
+        self._on_am(app_id, "follower heartbeat",
+                    lambda app: app.kv.put(app_end.FOLLOWER_KEY, f"{time.time():.3f}".encode()))
 
     def _between_polls(self, app_id: str, poll: float, check_s: float = 0.2) -> None:
         """Sleep ``poll`` s, looking every ``check_s`` s for the tasks' ``control/all_done`` (one cheap KV read): once
@@ -898,45 +792,38 @@ class YarnBackend(Backend):
                 self._end_app(app_id, app, shutdown=not self._supervised(app_id))
                 return
 
-    def _end_app(self, app_id: str, app: Any, timeout: float = 10.0, shutdown: bool = True) -> None:
-        """The KV's last state into the snapshot, then the app's end: ours, or its supervisor's (after its report;
-        ``shutdown=False``: waited for up to ``app_end.SUPERVISOR_GRACE_S``)."""
-        st = self.status(app_id)       # the KV's last state (phase times, final progress) into the snapshot
+    def _end_app(self, app_id: str, app: Any, shutdown: bool) -> None:
+        """The KV's last state (phase times, final progress) into the snapshot, then the app's end: ours, or its
+        supervisor's (after its report; ``shutdown=False``: waited for up to ``app_end.SUPERVISOR_GRACE_S``)."""
+        st = self.status(app_id)
         log.debug("every task of %s is done: %s", app_id, "shutting it down" if shutdown else "its supervisor ends it")
-        try:
-            if shutdown:
+        if shutdown:
+            try:
                 app.shutdown("SUCCEEDED", app_end.DONE_DIAGNOSTICS)
-            else:
-                timeout = app_end.SUPERVISOR_GRACE_S
-        except Exception as exc:  # noqa: BLE001 - the last task shuts it down itself when we cannot
-            log.debug("shutdown of %s: %s", app_id, exc)
+            except Exception as exc:  # noqa: BLE001 - the last task shuts it down itself when we cannot
+                log.debug("shutdown of %s: %s", app_id, exc)
         self._apps.pop(app_id, None)
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + (10.0 if shutdown else app_end.SUPERVISOR_GRACE_S)
         while not st.state.is_terminal and time.monotonic() < deadline:
             time.sleep(0.05)
             st = self.status(app_id)
 
-    def phases(self, app_id: str, st: AppStatus | None = None, cli_exit: float | None = None) -> dict[str, Any]:
+    def phases(self, app_id: str, st: AppStatus | None = None) -> dict[str, Any]:
         """Seconds of each phase of the job's timeline (:mod:`tfyarn.backends.yarn.phases`), from what this machine saw:
         its submit, the RM's times, the tasks' phase records in the last KV snapshot."""
         saved = self._load_state(app_id)
         st = st or self.status(app_id)
         rm = {"started": st.started, "launched": saved.get("am_launched"), "finished": st.finished}
         gw = {k: saved.get(k) for k in ("run_started", "env_ready", "submit_call", "submitted")}
-        gw["cli_exit"] = cli_exit
         rec = (saved.get("snapshot") or {}).get("phases") or {}
         return phases.durations(phases.marks(gw, rm, rec))
-
-    def _report_dir(self, app_id: str) -> Path:
-        return paths.yarn_report_dir(app_id)
 
     def report_location(self, st: AppStatus, build: bool = True) -> str | None:
         """Next to the checkpoints (a URL any machine can read, e.g. the next Airflow task's worker) when the report
         there is this app's, else this machine's copy. ``build``: an ended app nobody wrote a report for (the
         operator's deferred wait samples nothing) gets one now, from the points its tasks recorded."""
-        from tfyarn.report import report_at
         ckpt = (st.summary or {}).get("checkpoint_dir")
-        mine = self._report_dir(st.app_id) / REPORT_JSON
+        mine = paths.yarn_report_dir(st.app_id) / REPORT_JSON
 
         def found() -> str | None:
             return (report_at(ckpt, st.app_id) if ckpt else None) or (str(mine) if mine.exists() else None)
@@ -949,7 +836,7 @@ class YarnBackend(Backend):
 
     def saved_report(self, app_id: str) -> str:
         """This machine's copy (it followed the job to its end), else :meth:`report_location`'s."""
-        mine = self._report_dir(app_id) / REPORT_JSON
+        mine = paths.yarn_report_dir(app_id) / REPORT_JSON
         where = str(mine) if mine.exists() else self.report_location(self.status(app_id))
         if where is None:
             raise TfyarnError(f"no report of {app_id}: it has not ended, or ended before any task recorded "
@@ -967,7 +854,7 @@ class YarnBackend(Backend):
             return
         import subprocess
         import sys
-        d = self._report_dir(st.app_id)
+        d = paths.yarn_report_dir(st.app_id)
         d.mkdir(parents=True, exist_ok=True)
         with open(d / "report.log", "ab") as out:
             subprocess.Popen([sys.executable, "-m", "tfyarn.backends.yarn.yarn_report", st.app_id],
@@ -975,21 +862,20 @@ class YarnBackend(Backend):
         log.debug("run report of %s: written by a detached process (log %s)", st.app_id, d / "report.log")
 
     def write_report(self, st: AppStatus) -> Path | None:
-        """The run report (:func:`tfyarn.supervisor.write_report`, as a local run's) of an ended job in
-        ``$TFYARN_HOME/yarn/<app>/`` and next to the checkpoints; returns the local report.json (None: nothing to
-        report). Its curves: the points the training tasks recorded next to the checkpoints, and every follower's
-        samples for tasks that recorded none. Called by whoever followed the job, and by the Airflow operator after a
-        deferred wait (nobody sampled). Never changes the outcome."""
-        points = ProgressHistory.load(self._report_dir(st.app_id) / HISTORY_FILE).points
+        """The run report of an ended job in ``$TFYARN_HOME/yarn/<app>/`` (None: nothing to report): a copy of the
+        in-app supervisor's, which saw the whole run, else one written here and next to the checkpoints
+        (:func:`tfyarn.supervisor.write_report`) from the tasks' recorded points and this machine's samples. Called
+        by whoever followed the job, and by the Airflow operator after a deferred wait. Never changes the outcome."""
+        d = paths.yarn_report_dir(st.app_id)
         try:
             ckpt = checkpoint_url(self._saved_spec(st.app_id)) or (st.summary or {}).get("checkpoint_dir")
             extra = {"phases": self.phases(st.app_id, st)}
-            if self._copy_in_app_report(st.app_id, ckpt, self._report_dir(st.app_id), extra["phases"]):
-                return self._report_dir(st.app_id) / REPORT_JSON
+            if self._copy_in_app_report(st.app_id, ckpt, d, extra["phases"]):
+                return d / REPORT_JSON
         except Exception:  # noqa: BLE001 - a report is a convenience
             log.warning("could not write the run report of %s", st.app_id, exc_info=True)
             return None
-        return write_report(self._report_dir(st.app_id), st, points, ckpt, extra)
+        return write_report(d, st, ProgressHistory.load(d / HISTORY_FILE).points, ckpt, extra)
 
     def _queue_state(self, queue: str | None) -> str:
         """What an allocation timeout's diagnosis adds: the queue's state and use (a full queue is the usual cause)."""
@@ -1008,7 +894,6 @@ class YarnBackend(Backend):
         import fsspec
 
         from tfyarn.backends.yarn.yarn_supervise import report_url
-        from tfyarn.report import REPORT_PNG, copy_report, report_at
         for where in filter(None, (ckpt, report_url(self.staging_dir, app_id))):
             url = report_at(where, app_id)
             if url is None:
@@ -1031,6 +916,20 @@ class _LazyClient:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._get(), name)
+
+
+def _shows(task: str | None, label: str, container_id: str) -> bool:
+    """``task`` selects the log of ``label``; the in-app supervisor's only when asked for by name (it is no task)."""
+    if task is None:
+        return label.split(":")[0] != yarn_spec.SUPERVISOR_SERVICE
+    return task_matches(task, label, container_id)
+
+
+def _new_lines(tail: yarn_logs.LogTail, label: str, cl: yarn_logs.ContainerLog, all_files: bool) -> Iterator[str]:
+    """``<label> | <line>`` for the lines of ``cl`` that ``tail`` has not shown yet."""
+    for name in yarn_logs.select_files(cl, all_files):
+        for line in tail.feed(cl.container_id, name, cl.files[name].encode()):
+            yield f"{label} | {line}"
 
 
 class SubmittedThenInterrupted(Interrupted):

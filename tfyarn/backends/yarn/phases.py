@@ -1,10 +1,9 @@
 """Where a YARN job's wall time goes, phase by phase: from ``tfyarn run`` to the application's end.
 
-Why: a 2-second training took 30 s from start to exit (issue 21), and only a per-phase breakdown shows what to cut
-and what is a floor (N TensorFlow imports at once on 2 cores). The times come from three clocks that all say wall
-time: the gateway (run start, submit), the ResourceManager (the app's start, the AM launch, the end) and the tasks
-(``phase/<task>`` from the runtime: container start, Python start, TF imported, done; the first and last step
-from their progress records; ``control/all_done``). Pure functions: tested without a cluster.
+Why: a 2-second training took 30 s from start to exit, and only a per-phase breakdown shows what to cut and what is
+a floor (N TensorFlow imports at once on 2 cores). Three wall clocks: the gateway (run start, submit), the
+ResourceManager (the app's start, the AM launch, the end) and the tasks (``phase/<task>``, their first and last
+step, ``control/all_done``).
 """
 from __future__ import annotations
 
@@ -63,8 +62,8 @@ def _agg(tasks: dict[str, dict[str, float]], field: str, fn: Any) -> float | Non
 
 def marks(gateway: dict[str, Any], rm: dict[str, Any], recorded: dict[str, Any]) -> dict[str, float | None]:
     """Wall time of each phase boundary. ``gateway``: run_started, env_ready (preflight done, env staged),
-    submit_call (the driver ready), submitted, cli_exit (any may be
-    missing: a bare ``wait`` saw no submit). ``rm``: started, launched, finished (the RM's report).
+    submit_call (the driver ready), submitted, cli_exit (any may be missing: a bare ``wait`` saw no submit).
+    ``rm``: started, launched, finished (the RM's report).
     ``recorded``: :func:`task_phases`. A phase ends when its *last* task got there (the job waits for all)."""
     tasks = recorded.get("tasks") or {}
     done = recorded.get("all_done") or _agg(tasks, "done", max)
@@ -80,17 +79,18 @@ def marks(gateway: dict[str, Any], rm: dict[str, Any], recorded: dict[str, Any])
     }
 
 
+#: (name, from, to) of the totals :func:`durations` adds.
+TOTALS = (("start → app end", "run_started", "app_end"), ("start → exit", "run_started", "cli_exit"),
+          ("submit → app end", "submitted", "app_end"))
+
+
 def durations(m: dict[str, float | None]) -> dict[str, float | None]:
-    """Seconds of each phase of :data:`PHASES` (None when either end is unknown); plus the totals."""
-    out: dict[str, float | None] = {}
-    for name, a, b in PHASES:
-        out[name] = round(m[b] - m[a], 3) if m.get(a) is not None and m.get(b) is not None else None
-    start = m.get("run_started")
-    for total, end in (("start → app end", "app_end"), ("start → exit", "cli_exit")):
-        out[total] = round(m[end] - start, 3) if start is not None and m.get(end) is not None else None
-    sub = m.get("submitted")
-    out["submit → app end"] = round(m["app_end"] - sub, 3) if sub and m.get("app_end") else None
-    return out
+    """Seconds of each phase of :data:`PHASES`, then of the :data:`TOTALS` (None when either end is unknown)."""
+    def span(a: str, b: str) -> float | None:
+        start, end = m.get(a), m.get(b)
+        return round(end - start, 3) if start is not None and end is not None else None
+
+    return {name: span(a, b) for name, a, b in PHASES + TOTALS}
 
 
 def text(d: dict[str, float | None]) -> str:

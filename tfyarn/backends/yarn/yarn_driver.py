@@ -1,25 +1,18 @@
 """tfyarn's shared skein driver: one JVM per gateway user, cluster and login, reused by later commands, stopped when
 idle.
 
-A skein driver is a JVM plus a ``yarn classpath`` JVM at its start (2-4 s of wall and ~6 CPU s; 8-15 s on a loaded
-box); starting one per command made every submit pay it. The first command that needs a driver starts a *keeper*
-(``python -m tfyarn.backends.yarn.yarn_driver keep …``, its own session): it starts the JVM with skein's own code (stdin a
-pipe, so the JVM exits when the keeper dies, even by SIGKILL), records its address, and stops it once no command has
-used it for ``TFYARN_DRIVER_IDLE`` (default 15 min; ``0`` = no shared driver: a private one per command).
+A skein driver (a JVM, plus a ``yarn classpath`` JVM at its start) cost every submit 2-4 s of wall and ~6 CPU s
+(8-15 s on a loaded box). The first command that needs one starts a *keeper* (``python -m
+tfyarn.backends.yarn.yarn_driver keep …``, its own session) that starts the JVM with skein's own code (stdin a pipe:
+the JVM exits when the keeper dies, even by SIGKILL), records its address and stops it once unused for
+``TFYARN_DRIVER_IDLE`` (default 15 min; ``0``: a private driver per command).
 
-Files, in :func:`driver_dir` (``$TFYARN_DRIVER_DIR``, else ``$TFYARN_HOME/driver``), per identity key:
-
-* ``<key>.json`` — the record: address, the JVM's and the keeper's pids, user, principal, HADOOP_CONF_DIR, idle s;
-* ``<key>.lock`` — flock held while a command checks/starts the driver and while the keeper decides to stop it, so
-  two commands never start two JVMs and a driver is never stopped under a command that just took it;
-* ``<key>.leases/<pid>`` — a command using the driver (its process start time inside, against pid reuse): the keeper
-  never stops a driver with a live lease; a lease's release touches ``<key>.used``, where the idle time starts;
-* ``<key>.log``, ``<key>.jvm.log`` — the keeper's and the JVM's output.
-
-The identity (key) is the YARN user, the Kerberos principal (and keytab or ticket cache), the Hadoop configuration
-directory and the JVM's options: a driver logged in as someone else, or talking to another cluster, is never reused.
-A user's own global driver (``skein driver start``) is preferred by :class:`~tfyarn.backends.yarn.backend.YarnBackend` and
-never stopped from here.
+Files in :func:`tfyarn.paths.driver_dir`, per identity key: ``<key>.json`` the record; ``<key>.lock``, held while a
+command checks or starts the driver and while the keeper decides to stop it (never two JVMs, never a stop under a
+command that just took it); ``<key>.leases/<pid>``, one per command using it (its start time inside, against pid
+reuse: the keeper never stops a driver with a live lease); ``<key>.used``, where the idle time starts; the logs. The
+key covers the YARN user, the Kerberos login, the Hadoop configuration and the JVM options: a driver logged in as
+someone else, or talking to another cluster, is never reused.
 """
 from __future__ import annotations
 
@@ -65,11 +58,6 @@ def idle_seconds() -> float:
     if not m:
         raise YarnUnavailable(f"{IDLE_ENV}={raw!r}: expected seconds, or a number with s, m or h (e.g. 15m)")
     return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[m.group(2)]
-
-
-def driver_dir() -> Path:
-    """Where the shared drivers' records live (the tfyarn home's ``driver/`` unless ``$TFYARN_DRIVER_DIR``)."""
-    return paths.driver_dir()
 
 
 def identity(user: str, principal: str | None, hadoop_conf_dir: str | None, kw: dict[str, Any]) -> dict[str, Any]:
@@ -250,7 +238,7 @@ def acquire(ident: dict[str, Any], kw: dict[str, Any], env: dict[str, str] | Non
     for, bounded by :data:`START_TIMEOUT_S`). ``kw``: skein driver options (keytab, principal, java_options)."""
     from tfyarn._skein import skein
     sk = skein()
-    files = _Files(driver_dir(), key_of(ident))
+    files = _Files(paths.driver_dir(), key_of(ident))
     with files.locked():
         rec = files.read()
         if rec is not None and rec.alive and not answers(rec.address):
@@ -271,7 +259,7 @@ def acquire(ident: dict[str, Any], kw: dict[str, Any], env: dict[str, str] | Non
         return Lease(sk.Client(address=rec.address), files, rec)
 
 
-def answers(address: str, timeout: float | None = None) -> bool:
+def answers(address: str, timeout: float = PING_TIMEOUT_S) -> bool:
     """The driver at ``address`` answers a ping within ``timeout`` (skein's own Client pings with no bound: a hung
     JVM would hang every command that reuses it)."""
     from tfyarn._skein import skein
@@ -280,7 +268,7 @@ def answers(address: str, timeout: float | None = None) -> bool:
     from skein.core import secure_channel
     channel = secure_channel(address, sk.Security.from_default())
     try:
-        proto.DriverStub(channel).ping(proto.Empty(), timeout=timeout or PING_TIMEOUT_S)
+        proto.DriverStub(channel).ping(proto.Empty(), timeout=timeout)
         return True
     except Exception as exc:  # noqa: BLE001 - grpc.RpcError (unavailable, deadline) or a TLS failure: not ours
         log.debug("shared driver ping at %s: %s", address, exc)
@@ -361,7 +349,7 @@ def _kill(rec: Record, grace: float = 10.0) -> None:
 # ---------------------------------------------------------------------------------------------- status and stop
 
 def records(directory: Path | None = None) -> list[Record]:
-    d = directory or driver_dir()
+    d = directory or paths.driver_dir()
     out = []
     for p in sorted(d.glob("*.json")) if d.is_dir() else ():
         rec = _Files(d, p.stem).read()
@@ -391,8 +379,8 @@ def describe(rec: Record) -> dict[str, Any]:
 
 
 def stop_all(directory: Path | None = None) -> list[Record]:
-    """Stop every shared driver recorded in ``directory`` (default :func:`driver_dir`); returns those stopped."""
-    d = directory or driver_dir()
+    """Stop every shared driver recorded in ``directory`` (default: this machine's); returns those stopped."""
+    d = directory or paths.driver_dir()
     stopped = []
     for rec in records(d):
         files = _Files(d, rec.key)

@@ -1,22 +1,10 @@
 """Container logs on YARN, during and after the run, on Hadoop 3.3 too.
 
-Why not ``skein.Client.application_logs``: it looks for ``/tmp/logs/<user>/logs/<appId>``, but Hadoop 3.3 aggregates
-into a bucketed layout ``<remote-app-log-dir>/<user>/bucket-<suffix>-<format>/<NNNN>/<appId>/`` (NNNN = the app's
-sequence number mod 10000, zero-padded), so skein finds nothing and its client retried for ~45 s in the measurement.
-
-Sources, in order:
-
-* **running containers**: the NodeManager web API (``/ws/v1/node/containers/<id>/logs`` lists the files,
-  ``/ws/v1/node/containerlogs/<id>/<file>`` serves one) — the NodeManager address comes from skein's container list.
-* **finished apps**: the aggregated files read directly from HDFS with hdfs-native (no JVM): every candidate
-  directory of :func:`aggregated_log_dirs` (bucket layout first, then the pre-3.3 layout), each node's file parsed by
-  :func:`parse_tfile_logs`. That parser reads the *uncompressed* TFile layout (Hadoop's default
-  ``yarn.nodemanager.log-aggregation.compression-type=none``); compressed or IFile logs return None and we fall back to
-* **``yarn logs -applicationId``** (needs the Hadoop CLI on the gateway; slow, JVM) — output parsed by
-  :func:`parse_yarn_logs_output`.
-
-Each task container starts its log with ``[tfyarn] container <service>_<n> yarn=<container id>``
-(:data:`tfyarn.backends.yarn.yarn_spec.LOG_HEADER`), which is how a YARN container id maps back to ``worker:1``.
+Not ``skein.Client.application_logs``: it looks in ``<remote-app-log-dir>/<user>/logs/<appId>``, but Hadoop 3.3
+aggregates into a bucketed layout (:func:`aggregated_log_dirs`), so skein found nothing and retried for ~45 s.
+Running containers' logs come from the NodeManager web API; a finished app's are read from HDFS (no JVM) when
+they are plain TFile (:func:`parse_tfile_logs`), else from ``yarn logs -applicationId``. Each task container's log
+starts with :data:`tfyarn.backends.yarn.yarn_spec.LOG_HEADER`, which maps a container id back to ``worker:1``.
 """
 from __future__ import annotations
 
@@ -39,6 +27,8 @@ _APP_RE = re.compile(r"^application_(\d+)_(\d+)$")
 _CONTAINER_RE = re.compile(rb"container_(?:e\d+_)?\d+_\d+_\d+_\d+")
 _ENTRY_RE = re.compile(rb"\x00([\x01-\xff])([A-Za-z0-9_.\-]{1,255})\x00([\x01-\x14])(\d{1,20})")
 _HEADER_RE = re.compile(r"\[tfyarn\] container (\S+)_(\d+) yarn=(\S+)")
+#: A task's log link (``TaskStatus.log``): ``host:port/node/containerlogs/<container id>/<user>``.
+_NM_LOG_RE = re.compile(r"^(?:https?://)?([^/]+)/node/containerlogs/(container_[0-9_e]+)")
 #: Files YARN writes around a container that are not the task's output (shown only when asked for all files).
 HOUSEKEEPING_FILES = frozenset({"directory.info", "launch_container.sh", "prelaunch.err", "prelaunch.out",
                                 "container-localizer-syslog"})
@@ -48,7 +38,6 @@ HOUSEKEEPING_FILES = frozenset({"directory.info", "launch_container.sh", "prelau
 class ContainerLog:
     container_id: str                          # YARN container id
     files: dict[str, str] = field(default_factory=dict)
-    host: str | None = None
 
     @property
     def task(self) -> str:
@@ -64,16 +53,12 @@ class ContainerLog:
 
 # ------------------------------------------------------------------------------------------- aggregated log layout
 
-def app_sequence(app_id: str) -> int:
+def bucket(app_id: str) -> str:
+    """Hadoop 3.3's bucket dir for ``app_id``: sequence number mod 10000, 4 digits (``…_0012`` → ``0012``)."""
     m = _APP_RE.match(app_id)
     if not m:
         raise ValueError(f"not a YARN application id: {app_id!r} (expected application_<clusterTs>_<seq>)")
-    return int(m.group(2))
-
-
-def bucket(app_id: str) -> str:
-    """Hadoop 3.3's bucket dir for ``app_id``: sequence number mod 10000, 4 digits (``…_0012`` → ``0012``)."""
-    return "%04d" % (app_sequence(app_id) % 10000)
+    return "%04d" % (int(m.group(2)) % 10000)
 
 
 def aggregated_log_dirs(app_id: str, user: str, conf: dict[str, str]) -> list[str]:
@@ -88,13 +73,7 @@ def aggregated_log_dirs(app_id: str, user: str, conf: dict[str, str]) -> list[st
         out.append(f"{froot}/{user}/bucket-{suffix}/{bucket(app_id)}/{app_id}")
         out.append(f"{froot}/{user}/{suffix}/{app_id}")
     out.append(f"{root}/{user}/{nm_suffix}/{app_id}")          # Hadoop 2.x / 3.0–3.2
-    seen, res = set(), []
-    for d in out:
-        q = hdfs.qualify(d, conf)
-        if q not in seen:
-            seen.add(q)
-            res.append(q)
-    return res
+    return list(dict.fromkeys(hdfs.qualify(d, conf) for d in out))
 
 
 def parse_tfile_logs(data: bytes) -> dict[str, dict[str, str]] | None:
@@ -160,10 +139,8 @@ def read_aggregated_logs(app_id: str, user: str, conf: dict[str, str],
             if parsed is None:
                 unparsed += 1
                 continue
-            host = e["name"].rstrip("/").rsplit("/", 1)[-1]
             for cid, files in parsed.items():
-                cl = logs.setdefault(cid, ContainerLog(cid, host=host))
-                cl.files.update(files)
+                logs.setdefault(cid, ContainerLog(cid)).files.update(files)
         if unparsed and not logs:
             log.info("aggregated logs in %s are not plain TFile (compressed or IFile); falling back to `yarn logs`", d)
             return None
@@ -173,10 +150,9 @@ def read_aggregated_logs(app_id: str, user: str, conf: dict[str, str],
 
 # ------------------------------------------------------------------------------------------------- `yarn logs` CLI
 
-def yarn_logs_cli(app_id: str, container_id: str | None = None, timeout: float = 120.0,
-                  yarn: str | None = None) -> str:
+def yarn_logs_cli(app_id: str, container_id: str | None = None, timeout: float = 120.0) -> str:
     """Output of ``yarn logs -applicationId`` (bounded by ``timeout``); raises if the CLI is missing or fails."""
-    exe = yarn or shutil.which("yarn")
+    exe = shutil.which("yarn")
     if not exe:
         raise FileNotFoundError("the `yarn` command is not on PATH (needed to read aggregated logs that are "
                                 "compressed or not in TFile format)")
@@ -202,7 +178,7 @@ def parse_yarn_logs_output(text: str) -> list[ContainerLog]:
     starts = list(_CLI_CONTAINER_RE.finditer(text))
     for i, m in enumerate(starts):
         block = text[m.end(): starts[i + 1].start() if i + 1 < len(starts) else len(text)]
-        cl = out.setdefault(m.group(1), ContainerLog(m.group(1), host=m.group(2)))
+        cl = out.setdefault(m.group(1), ContainerLog(m.group(1)))
         for lt in _CLI_LOGTYPE_RE.finditer(block):
             name = lt.group(1)
             rest = block[lt.end():]
@@ -248,23 +224,14 @@ def nm_log_sizes(nm_http_address: str, container_id: str, timeout: float = 10.0,
     return sizes
 
 
-def nm_log_files(nm_http_address: str, container_id: str, timeout: float = 10.0,
-                 http_get: Callable[[str, float, str], bytes] = _http_get) -> list[str]:
-    """Names of a live container's log files."""
-    return list(nm_log_sizes(nm_http_address, container_id, timeout, http_get))
-
-
 _LOG_LENGTH_RE = re.compile(rb"^LogLength:\s*(\d+)\s*$", re.M)
 
 
 def parse_nm_log_reply(raw: bytes, name: str) -> tuple[bytes, int | None]:
-    """(the file's bytes, the file's whole length or None) from a NodeManager ``containerlogs`` reply.
-
-    Hadoop 3 wraps the bytes in a header (``Container: …``, ``LogLength:<whole file>``, ``LogContents:``) and a footer
-    (``End of LogType:<name>.This log file belongs to a running container (…) and so may not be complete.`` and a
-    line of stars). Offsets counted over the wrapped reply made ``logs -f`` print the footer again, shifted, at every
-    poll: only the bytes between the two are the file. An older NodeManager's bare file comes back as it is.
-    """
+    """(the file's bytes, the file's whole length or None) from a NodeManager ``containerlogs`` reply: Hadoop 3 wraps
+    the bytes in a header (``Container: …``, ``LogLength:<whole file>``, ``LogContents:``) and a footer (``End of
+    LogType:<name>…``); offsets counted over the whole reply made ``logs -f`` print the footer at every poll. An older
+    NodeManager's bare file comes back as it is."""
     marker = b"LogContents:\n"
     at = raw.find(marker)
     if not raw.startswith(b"Container: ") or at < 0:
@@ -291,19 +258,13 @@ def nm_read_log_bytes(nm_http_address: str, container_id: str, name: str, offset
     return body, 0
 
 
-def nm_read_log(nm_http_address: str, container_id: str, name: str, timeout: float = 10.0,
-                http_get: Callable[[str, float, str], bytes] = _http_get) -> str:
-    """One log file of a live container, as text (without the NodeManager's header and footer)."""
-    body, _ = nm_read_log_bytes(nm_http_address, container_id, name, timeout=timeout, http_get=http_get)
-    return body.decode("utf-8", "replace")
-
-
 def nm_container_log(nm_http_address: str, container_id: str, timeout: float = 10.0,
                      http_get: Callable[[str, float, str], bytes] = _http_get) -> ContainerLog:
     """All log files of a live container; raises ``OSError``/``urllib.error.URLError`` when the NM can't serve."""
-    cl = ContainerLog(container_id, host=nm_http_address)
-    for name in nm_log_files(nm_http_address, container_id, timeout, http_get):
-        cl.files[name] = nm_read_log(nm_http_address, container_id, name, timeout, http_get)
+    cl = ContainerLog(container_id)
+    for name in nm_log_sizes(nm_http_address, container_id, timeout, http_get):
+        body, _ = nm_read_log_bytes(nm_http_address, container_id, name, timeout=timeout, http_get=http_get)
+        cl.files[name] = body.decode("utf-8", "replace")
     return cl
 
 
@@ -313,26 +274,20 @@ def aggregation_disabled(conf: dict[str, str]) -> bool:
     return conf.get("yarn.log-aggregation-enable", "").strip().lower() == "false"
 
 
-def nm_log_address(url: str | None) -> tuple[str, str] | None:
-    """(NodeManager http address, container id) of a task's log link ``host:port/node/containerlogs/<cid>/<user>``."""
-    m = re.match(r"^(?:https?://)?([^/]+)/node/containerlogs/(container_[0-9_e]+)", url or "")
-    return (m.group(1), m.group(2)) if m else None
-
-
 def nm_finished_logs(tasks: Iterable[dict]) -> list[tuple[str, ContainerLog]]:
     """(task, its container's logs) read from the NodeManagers, for the tasks of a status snapshot; a container the
     NodeManager cannot serve gets one ``[tfyarn] logs unavailable`` line saying why instead."""
     out = []
     for t in tasks:
-        where = nm_log_address(t.get("log"))
+        where = _NM_LOG_RE.match(t.get("log") or "")
         if where is None:
             continue
-        addr, cid = where
+        addr, cid = where.groups()
         try:
             cl = nm_container_log(addr, cid)
         except (OSError, ValueError) as exc:      # urllib's errors are OSErrors
-            cl = ContainerLog(cid, host=addr, files={"tfyarn": f"[tfyarn] logs unavailable: the NodeManager {addr} "
-                                                               f"did not serve {cid} ({exc}); log aggregation is off"})
+            cl = ContainerLog(cid, files={"tfyarn": f"[tfyarn] logs unavailable: the NodeManager {addr} did not "
+                                                    f"serve {cid} ({exc}); log aggregation is off"})
         out.append((t["task"], cl))
     return out
 
@@ -390,10 +345,3 @@ def lines_of(cl: ContainerLog, all_files: bool = False, label: str | None = None
         for line in cl.files[name].splitlines():
             yield f"{task} | {line}"
 
-
-def matches_task(cl: ContainerLog, task: str | None) -> bool:
-    """``task`` 'worker:1' or 'worker' (all workers) or a YARN container id; None matches every container."""
-    if task is None:
-        return True
-    t = cl.task
-    return task in (t, cl.container_id) or (":" not in task and t.split(":")[0] == task)

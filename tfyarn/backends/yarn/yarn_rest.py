@@ -1,11 +1,9 @@
 """The ResourceManager's REST API: application reports, listing and kill without a JVM.
 
-Why: skein reaches YARN through a Java driver, and starting one cost 5-15 s per command on a loaded gateway
-(``status`` 14 s, ``kill`` 42 s in issue 21), while the RM answers the same questions over HTTP in milliseconds.
-``status``, ``list``, ``logs`` and ``kill`` use this module when the RM's web endpoints take simple
-(pseudo) authentication, the Hadoop default, and fall back to the skein driver otherwise (SPNEGO, a refusal, an RM
-that does not answer). The application master's own address (``amRPCAddress``) lets the gateway talk to a running
-skein AM directly (its KV, its containers) with skein's TLS credentials: no driver either.
+Why: a skein driver (a JVM) took 5-15 s to start on a loaded gateway, while the RM answers over HTTP in
+milliseconds. Used when the RM's web endpoints take simple (pseudo) authentication, the Hadoop default; the skein
+driver otherwise (SPNEGO, a refusal, an RM that does not answer). A running skein AM is then reached at its own
+address (``amRPCAddress``) with skein's TLS credentials: no driver either.
 """
 from __future__ import annotations
 
@@ -29,17 +27,6 @@ TERMINAL = ("FINISHED", "FAILED", "KILLED")
 
 class RestUnavailable(Exception):
     """The REST API cannot answer this (auth, network, an RM that refuses): use the skein driver instead."""
-
-
-def rm_webapp_urls(conf: dict[str, str]) -> list[str]:
-    """ResourceManager web addresses from yarn-site.xml, HA-aware (``yarn.resourcemanager.ha.rm-ids``)."""
-    from tfyarn.preflight import rm_webapp_urls as urls
-    return urls(conf)
-
-
-def usable(conf: dict[str, str]) -> bool:
-    """Whether the RM's web endpoints take simple auth (``user.name``), so this module can be used at all."""
-    return conf.get("hadoop.http.authentication.type", "simple").strip().lower() == "simple"
 
 
 def _ms(v: Any) -> _dt.datetime | None:
@@ -81,10 +68,12 @@ class RmRest:
     """A small client of ``/ws/v1/cluster``; every call is bounded by ``timeout`` and tries each HA RM in turn."""
 
     def __init__(self, conf: dict[str, str], user: str, timeout: float = HTTP_TIMEOUT_S):
+        from tfyarn.preflight import rm_webapp_urls     # HA-aware (yarn.resourcemanager.ha.rm-ids)
         self.bases = rm_webapp_urls(conf)
         self.user = user
         self.timeout = timeout
-        if not usable(conf) or not self.bases:
+        simple = conf.get("hadoop.http.authentication.type", "simple").strip().lower() == "simple"   # user.name
+        if not simple or not self.bases:
             raise RestUnavailable("the ResourceManager's web API needs Kerberos (SPNEGO) or has no address")
 
     def _call(self, method: str, path: str, query: dict[str, Any] | None = None,

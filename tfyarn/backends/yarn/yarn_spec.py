@@ -1,32 +1,15 @@
-"""JobSpec → ``skein.ApplicationSpec``: one skein service per tfyarn role.
+"""JobSpec → ``skein.ApplicationSpec``: one skein service per tfyarn role, plus the in-app supervisor's.
 
-Kept apart from the client code so it is pure: given the spec and where the shipped files are, the result is a real
-skein object (``tfyarn submit --dry-run`` prints its YAML, which ``skein.ApplicationSpec.from_yaml`` loads back to an
-equal object) and nothing touches the cluster.
+Pure: the result is a real skein object (``submit --dry-run`` prints its YAML, which
+``skein.ApplicationSpec.from_yaml`` loads back to an equal object) and nothing touches the cluster. Every container
+runs :func:`container_script` (the task contract of docs/ARCHITECTURE.md, no ``TFYARN_KV_URL``: the runtime uses
+skein's KV). The task index is not in the env: skein gives a restarted container a new instance number, so the
+runtime claims its index through the KV (:func:`tfyarn.runtime.kv_yarn.task_index_from_env`).
 
-Every container runs the same script (:func:`container_script`): it exports the task contract of
-docs/ARCHITECTURE.md (``TFYARN_ROLE``, ``TFYARN_SPEC_FILE``, ``TFYARN_APP_ID``, ``TFYARN_CODE_DIR``; no
-``TFYARN_KV_URL``, so the runtime uses skein's KV through :mod:`tfyarn.runtime.kv_yarn`) and runs
-``python -m tfyarn.runtime`` from the unpacked environment (on a non-zero exit, also
-:mod:`tfyarn.runtime.exit_report`). The task index is not in the env: on YARN it comes from
-``SKEIN_CONTAINER_ID`` / a KV slot claim (:func:`tfyarn.runtime.kv_yarn.task_index_from_env`), because skein gives a
-restarted container a new instance number.
-
-Files every service gets (YARN localizes them into the container's working dir):
-
-=================  =====================================================================================
-``env/``           the packed environment archive (visibility PRIVATE: NodeManagers cache it across runs)
-``tfyarn_src/``    the gateway's tfyarn source (zip), first on PYTHONPATH: the code that submits is what runs
-``code/``          the job's ``code:`` directory (zip), ``TFYARN_CODE_DIR``
-``tfyarn-spec.json``  the resolved spec, ``TFYARN_SPEC_FILE`` (without ``kerberos:``: tasks never see the keytab)
-=================  =====================================================================================
-
-Besides the roles' services, one small service :data:`SUPERVISOR_SERVICE` (no TensorFlow, not a task) runs
-``python -m`` :mod:`tfyarn.backends.yarn.yarn_supervise` from the same environment: the job's stall watch, deadlines,
-end and run report inside the application, so a job nobody follows is supervised too.
-
-No keytab is shipped: on a Kerberized cluster the tasks read HDFS with the delegation tokens skein gets at submit
-(``HADOOP_TOKEN_FILE_LOCATION``, see :mod:`tfyarn.kerberos`).
+Files every service gets: ``env/`` (the packed environment, visibility PRIVATE: NodeManagers cache it across runs),
+``tfyarn_src/`` (the gateway's tfyarn, first on PYTHONPATH: the code that submits is what runs), ``code/`` (the
+job's ``code:`` dir) and ``tfyarn-spec.json`` (without ``kerberos:``). No keytab is shipped: on a Kerberized cluster
+the tasks use the delegation tokens skein gets at submit (:mod:`tfyarn.kerberos`).
 """
 from __future__ import annotations
 
@@ -39,7 +22,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from tfyarn._skein import skein
-from tfyarn.packaging import ENV_DIR, SKIP_DIRS, SKIP_SUFFIXES, EnvRef
+from tfyarn.packaging import ENV_DIR, SKIP_DIRS, SKIP_SUFFIXES, EnvRef, hash_tree
 from tfyarn.spec import ROLE_ORDER, SIDECAR_ROLES, JobSpec
 
 #: Every tfyarn application carries this YARN tag (``tfyarn list`` filters on it). YARN lower-cases tags.
@@ -47,8 +30,7 @@ TFYARN_TAG = "tfyarn"
 SPEC_FILE = "tfyarn-spec.json"
 CODE_DIR = "code"
 SRC_DIR = "tfyarn_src"
-#: ``tfyarn-attempt:<n>`` on the application of job attempt n > 0 (``retry.max_attempts``): the attempt is then part of
-#: the app itself, so ``status`` says it from any machine (it said 0 for every application).
+#: ``tfyarn-attempt:<n>`` on the application of job attempt n > 0: ``status`` on any machine says the attempt.
 ATTEMPT_TAG = "tfyarn-attempt:"
 #: The in-app supervisor's skein service (:mod:`tfyarn.backends.yarn.yarn_supervise`): never a task of the job.
 SUPERVISOR_SERVICE = "tfyarn-supervisor"
@@ -71,28 +53,12 @@ class Shipped:
     code: str | None = None
 
 
-def _tag(s: str) -> str:
-    return s.strip().lower()[:100]
-
-
-def app_tags(spec: JobSpec, extra: Iterable[str] = ()) -> set[str]:
-    """YARN tags: ``tfyarn``, ``tfyarn-name:<name>``, then the spec's and the caller's (lower-cased, ≤100 chars)."""
-    tags = {TFYARN_TAG, _tag(f"tfyarn-name:{spec.name}")}
-    tags.update(_tag(t) for t in (*spec.tags, *extra) if t.strip())
-    return tags
-
-
 def container_script(env: EnvRef, *, code: bool, own_tmpdir: bool = True, supervisor: bool = False) -> str:
     """The bash every task container runs: the task contract's environment, then Python, then on a non-zero exit
     the report of how it ended (:mod:`tfyarn.runtime.exit_report`); the container exits with Python's code.
-
-    ``own_tmpdir`` (unless the role's ``env`` sets ``TMPDIR``): temporary files go to ``tmp/`` in the container's
-    working directory, which YARN deletes with the container — a killed task (preemption, ``tfyarn kill``) leaves
-    nothing in the node's ``/tmp`` (TensorFlow's autograph writes a module per traced function there and deletes
-    them only at a clean exit).
-
-    ``supervisor``: the in-app supervisor's container (:data:`SUPERVISOR_MODULE`), which always exits 0 — its
-    failure must never fail the job."""
+    ``own_tmpdir``: ``TMPDIR`` in the container's dir, deleted with it, so a killed task leaves nothing in the node's
+    ``/tmp`` (TF's autograph writes a module per traced function there, deleted only at a clean exit).
+    ``supervisor``: the in-app supervisor's container, which always exits 0 (it must never fail the job)."""
     py = env.python
     lines = [
         "set -eu",
@@ -142,9 +108,8 @@ def _files(shipped: Shipped) -> dict[str, Any]:
 
 
 def build_application_spec(spec: JobSpec, shipped: Shipped, *, master_memory_mib: int = 512,
-                           master_vcores: int = 1, file_systems: Iterable[str] = (), extra_tags: Iterable[str] = (),
-                           attempt: int = 0, max_attempts: int = 1, supervise: bool = True,
-                           staging_dir: str | None = None) -> Any:
+                           master_vcores: int = 1, file_systems: Iterable[str] = (), attempt: int = 0,
+                           supervise: bool = True, staging_dir: str | None = None) -> Any:
     """A validated ``skein.ApplicationSpec`` for ``spec``; pure (no cluster, no upload). ``supervise`` adds the
     in-app supervisor's service; ``staging_dir`` is where it records the app for other machines
     (:func:`tfyarn.backends.yarn.yarn_supervise.record_url`)."""
@@ -176,18 +141,24 @@ def build_application_spec(spec: JobSpec, shipped: Shipped, *, master_memory_mib
     acls = sk.ACLs(enable=spec.acls.enable, view_users=list(spec.acls.view_users),
                    view_groups=list(spec.acls.view_groups), modify_users=list(spec.acls.modify_users),
                    modify_groups=list(spec.acls.modify_groups), ui_users=list(spec.acls.ui_users))
+    # YARN lower-cases tags and takes at most 100 characters
+    tags = {t.strip().lower()[:100] for t in (TFYARN_TAG, f"tfyarn-name:{spec.name}", *spec.tags) if t.strip()}
+    tags |= ({f"{ATTEMPT_TAG}{attempt}"} if attempt else set()) | ({SUPERVISED_TAG} if supervise else set())
     return sk.ApplicationSpec(
-        name=spec.name, queue=spec.queue, user=spec.user or "",
-        tags=app_tags(spec, extra_tags) | ({f"{ATTEMPT_TAG}{attempt}"} if attempt else set())
-        | ({SUPERVISED_TAG} if supervise else set()),
-        services=services, acls=acls, file_systems=list(file_systems), max_attempts=max_attempts,
+        name=spec.name, queue=spec.queue, user=spec.user or "", tags=tags,
+        services=services, acls=acls, file_systems=list(file_systems),
         master=sk.Master(resources=sk.Resources(memory=master_memory_mib, vcores=master_vcores)))
 
 
 # ----------------------------------------------------------------------------------------------------- shipped files
 
-def _zip_tree(root: Path, dest: Path, arc_prefix: str = "") -> None:
-    """Deterministic zip (sorted names, fixed timestamps) so equal trees give byte-equal archives."""
+def _zip(root: Path, dest_dir: str | os.PathLike, name: str, write: bool, arc_prefix: str = "") -> str:
+    """``dest_dir/<name>-<hash of root>.zip``, content-addressed (reused when unchanged; ``write=False`` only names
+    it): a deterministic zip (sorted names, fixed timestamps), so equal trees give byte-equal archives."""
+    dest = Path(dest_dir) / f"{name}-{hash_tree(root)[:24]}.zip"
+    if not write or dest.is_file():
+        return str(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f".{dest.name}.{os.getpid()}.partial")
     with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
         for dirpath, dirnames, filenames in os.walk(root):
@@ -201,67 +172,39 @@ def _zip_tree(root: Path, dest: Path, arc_prefix: str = "") -> None:
                 info.compress_type = zipfile.ZIP_DEFLATED
                 zf.writestr(info, fp.read_bytes())
     os.replace(tmp, dest)
-
-
-def _tree_digest(root: Path) -> str:
-    from tfyarn.packaging import hash_tree
-    return hash_tree(root)[:24]
+    return str(dest)
 
 
 def build_code_zip(code_dir: str | os.PathLike, dest_dir: str | os.PathLike, write: bool = True) -> str:
-    """Zip the job's code dir into ``dest_dir/code-<hash>.zip`` (content-addressed: reused when unchanged).
-
-    ``write=False`` only computes the path (dry run).
-    """
+    """The job's code dir, zipped (:func:`_zip`)."""
     root = Path(code_dir).resolve()
     if not root.is_dir():
         raise FileNotFoundError(f"code: {code_dir} is not a directory")
-    dest = Path(dest_dir) / f"code-{_tree_digest(root)}.zip"
-    if write and not dest.is_file():
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        _zip_tree(root, dest)
-    return str(dest)
+    return _zip(root, dest_dir, "code", write)
 
 
 def build_tfyarn_zip(dest_dir: str | os.PathLike, write: bool = True) -> str:
-    """Zip this tfyarn package (``tfyarn/…`` at the archive root) into ``dest_dir/tfyarn-<hash>.zip``."""
+    """This tfyarn package, zipped with ``tfyarn/…`` at the archive root (:func:`_zip`)."""
     import tfyarn
-
-    pkg = Path(tfyarn.__file__).resolve().parent
-    dest = Path(dest_dir) / f"tfyarn-{_tree_digest(pkg)}.zip"
-    if write and not dest.is_file():
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        _zip_tree(pkg, dest, arc_prefix="tfyarn/")
-    return str(dest)
-
-
-def shipped_spec_json(spec: JobSpec) -> str:
-    """The spec the tasks read: the resolved spec without ``kerberos`` (the gateway's login, not theirs)."""
-    return spec.model_copy(update={"kerberos": None}).to_json()
-
-
-def spec_file_path(spec: JobSpec, dest_dir: str | os.PathLike) -> Path:
-    """Content-addressed path of the resolved spec JSON (same spec → same path, so dry-run YAML = submitted YAML)."""
-    text = shipped_spec_json(spec)
-    return Path(dest_dir) / f"spec-{hashlib.sha256(text.encode()).hexdigest()[:24]}.json"
+    return _zip(Path(tfyarn.__file__).resolve().parent, dest_dir, "tfyarn", write, arc_prefix="tfyarn/")
 
 
 def write_spec_file(spec: JobSpec, dest_dir: str | os.PathLike, write: bool = True) -> str:
-    p = spec_file_path(spec, dest_dir)
+    """The spec the tasks read: the resolved spec without ``kerberos`` (the gateway's login, not theirs), at a
+    content-addressed path (same spec, same path: the dry run's YAML is the submitted one)."""
+    text = spec.model_copy(update={"kerberos": None}).to_json()
+    p = Path(dest_dir) / f"spec-{hashlib.sha256(text.encode()).hexdigest()[:24]}.json"
     if write and not p.is_file():
         p.parent.mkdir(parents=True, exist_ok=True)
         tmp = p.with_name(f".{p.name}.{os.getpid()}.partial")
-        tmp.write_text(shipped_spec_json(spec))
+        tmp.write_text(text)
         os.replace(tmp, p)
     return str(p)
 
 
 def to_yaml(app_spec: Any) -> str:
-    """Stable, readable YAML of ``app_spec`` (sorted keys and tags, scripts as literal blocks).
-
-    skein's own ``to_yaml`` writes ``tags`` in set order (differs between runs) and folds scripts; this output loads
-    back with ``skein.ApplicationSpec.from_yaml`` to an equal object.
-    """
+    """Stable, readable YAML of ``app_spec`` (sorted keys and tags, scripts as literal blocks; skein's own writes
+    tags in set order and folds scripts); ``skein.ApplicationSpec.from_yaml`` loads it back to an equal object."""
     import yaml
 
     class _Dumper(yaml.SafeDumper):

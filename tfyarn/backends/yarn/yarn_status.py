@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from tfyarn.backends.base import AppState, TaskStatus
+from tfyarn.backends.base import AppState, AppStatus, TaskStatus
 from tfyarn.errors import TIMEOUT_MARK
-from tfyarn.runtime.context import FAILURE_PREFIX, PROGRESS_PREFIX, TOTAL_STEPS_KEY
+from tfyarn.runtime.context import FAILURE_PREFIX, PROGRESS_PREFIX
 from tfyarn.spec import JobSpec
 
 ALL_CONTAINER_STATES = ("WAITING", "REQUESTED", "RUNNING", "SUCCEEDED", "FAILED", "KILLED")
@@ -52,6 +52,14 @@ def timestamp(dt: Any) -> float | None:
     return dt.timestamp() if dt is not None else None
 
 
+def app_status(rep: Any, state: AppState, diagnostics: str, **more: Any) -> AppStatus:
+    """The status of the application of ``rep`` (skein's ``ApplicationReport`` or :class:`yarn_rest.AppReport`)."""
+    finished = timestamp(rep.finish_time) if state.is_terminal else None
+    return AppStatus(app_id=rep.id, backend="yarn", name=rep.name, state=state, diagnostics=diagnostics,
+                     started=timestamp(rep.start_time), finished=finished, tracking_url=rep.tracking_url or None,
+                     tags=sorted(rep.tags or ()), attempt=attempt_of(rep.tags), **more)
+
+
 def _host(nm_http_address: str) -> str | None:
     if not nm_http_address:
         return None
@@ -91,21 +99,15 @@ def _by_task(containers: list[Any], taskmap: dict[str, str], spec: JobSpec | Non
     return by_task
 
 
-def task_containers(containers: list[Any]) -> list[Any]:
-    """The containers that hold tasks: not the in-app supervisor's (it is no task of the job)."""
-    from tfyarn.backends.yarn.yarn_spec import SUPERVISOR_SERVICE
-    return [c for c in containers if c.service_name != SUPERVISOR_SERVICE]
-
-
-def snapshot(containers: list[Any], kv: dict[str, str], spec: JobSpec | None, rate: Any = None,
-             progress: dict[str, Any] | None = None) -> dict[str, Any]:
+def snapshot(containers: list[Any], kv: dict[str, str], spec: JobSpec | None,
+             progress: dict[str, Any]) -> dict[str, Any]:
     """What a status read keeps of a running app (tasks, progress, summary, failures, phases …), from its containers
     and its whole KV: the follower's saved snapshot and the in-app supervisor's record have this one shape.
-    ``progress``: computed by the caller (the in-app supervisor's :meth:`tfyarn.supervisor.Supervisor.progress`)."""
+    ``progress``: the caller's :meth:`tfyarn.supervisor.Supervisor.progress` of ``kv``."""
     import json
 
+    from tfyarn.backends.job_progress import side_roles, summary_with_eval
     from tfyarn.backends.yarn import phases
-    from tfyarn.backends.job_progress import GlobalStepRate, aggregate_progress, side_roles, summary_with_eval
     from tfyarn.runtime.exit_report import EXIT_PREFIX
     from tfyarn.runtime.kv_yarn import TASKMAP_PREFIX
 
@@ -113,13 +115,8 @@ def snapshot(containers: list[Any], kv: dict[str, str], spec: JobSpec | None, ra
     failures = {k[len(FAILURE_PREFIX):]: v for k, v in kv.items() if k.startswith(FAILURE_PREFIX)}
     exits = {k[len(EXIT_PREFIX):]: json.loads(v) for k, v in kv.items() if k.startswith(EXIT_PREFIX)}
     tasks = tasks_from_containers(containers, taskmap, spec, failures, exits)
-    total = kv.get(TOTAL_STEPS_KEY)
     progress_items = {k: v for k, v in kv.items() if k.startswith(PROGRESS_PREFIX)}
     sides = side_roles(kv.get)
-    if progress is None:
-        progress = aggregate_progress(progress_items, int(total) if total and total.isdigit() else None,
-                                      spec.training_tasks if spec else [], rate or GlobalStepRate())
-        progress.update(sides)
     return {"tasks": [t.__dict__ for t in tasks], "progress": progress,
             "summary": summary_with_eval(kv.get("summary"), sides),
             "failures": failures, "exits": exits, "taskmap": taskmap,
@@ -128,17 +125,16 @@ def snapshot(containers: list[Any], kv: dict[str, str], spec: JobSpec | None, ra
 
 
 def tasks_from_containers(containers: list[Any], taskmap: dict[str, str], spec: JobSpec | None,
-                          failures: dict[str, str], exits: dict[str, dict[str, Any]] | None = None
-                          ) -> list[TaskStatus]:
+                          failures: dict[str, str], exits: dict[str, dict[str, Any]]) -> list[TaskStatus]:
     """One TaskStatus per task (``role:index``) from skein containers: the newest container holding each task;
     ``restarts`` = how many earlier containers held it. Tasks with no container yet are PENDING.
 
     ``exits`` (``exit/<task>`` records, :mod:`tfyarn.runtime.exit_report`) give a failed task's exit code and tell
     a container that died before the application master noticed (FAILED at once, not RUNNING for seconds)."""
+    from tfyarn.backends.yarn.yarn_spec import SUPERVISOR_SERVICE
     from tfyarn.runtime.exit_report import exit_text
 
-    exits = exits or {}
-    by_task = _by_task(task_containers(containers), taskmap, spec)
+    by_task = _by_task([c for c in containers if c.service_name != SUPERVISOR_SERVICE], taskmap, spec)   # no task
     out = []
     order = spec.tasks() if spec is not None else []
     names = order + sorted(t for t in by_task if t not in order)

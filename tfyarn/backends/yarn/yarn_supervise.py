@@ -1,26 +1,15 @@
 """``python -m tfyarn.backends.yarn.yarn_supervise``: the job's supervisor inside its own YARN application.
 
-Why: on YARN the gateway that submitted a job may be gone (a bare ``tfyarn submit``, a ``wait`` from another machine,
-Airflow's deferrable trigger), so what supervises the job must run in the application. This small skein service
-(:data:`~tfyarn.backends.yarn.yarn_spec.SUPERVISOR_SERVICE`: one vcore, no TensorFlow, not a task) runs next to the tasks
-and, every second until the app ends, over the app's KV and skein's containers, applies the job's rules of
-:class:`tfyarn.supervisor.Supervisor` (the same as the local launcher's and the follower's):
+Why: the gateway that submitted a job may be gone (a bare ``submit``, a ``wait`` from elsewhere, Airflow's deferrable
+trigger), so what supervises it runs in the app: a small skein service (no TensorFlow, not a task) that applies
+:class:`tfyarn.supervisor.Supervisor` every second — stall watch, active deadline, allocation timeout (each shuts the
+app down FAILED with a ``timed out: …`` diagnosis: TIMED_OUT, exit 4) — writes the run report and then ends the app
+once every task is done, and publishes the spec (KV :data:`SPEC_KEY`, :func:`record_url` on HDFS) for followers on
+other machines. It never fails the job: errors are logged and it exits 0. A follower that sees its heartbeat
+(``app_end.SUPERVISOR_KEY``) leaves the stall watch and the end to it.
 
-* the stall watch (stacks asked through the KV), ``timeouts.active_deadline`` from the app's start,
-  ``timeouts.allocation`` for task containers still pending: each shuts the app down FAILED with a ``timed out: …``
-  diagnosis, which ``status`` reports as TIMED_OUT (exit 4);
-* the job's end once every task reported done (:mod:`tfyarn.runtime.app_end`): the run report first
-  (report.json + PNG next to the checkpoints, :func:`tfyarn.report.write_run_report`), then the shutdown;
-* a record of the app for machines that did not submit it: the spec in KV :data:`SPEC_KEY` and, on HDFS,
-  :func:`record_url` (spec, last status snapshot, outcome), read by :meth:`YarnBackend._saved_spec`.
-
-It never fails the job: any error is logged and the process exits 0 (its service allows failures and is never
-restarted), so followers still watch as before. While it runs it refreshes :data:`app_end.SUPERVISOR_KEY`; a follower
-that sees it leaves the stall watch and the end to it.
-
-**What it cannot do**: start another job attempt (``retry.max_attempts``): an attempt is a new YARN application,
-submitted from a gateway by ``tfyarn run`` (or the Airflow operator); a bare ``submit`` whose app fails ends FAILED
-after that one application, and its diagnosis says so (:func:`no_more_attempts_note`).
+**What it cannot do**: start another job attempt: that is a new YARN application, submitted from a gateway by
+``tfyarn run``; a bare ``submit``'s failed app says so (:func:`no_more_attempts_note`).
 """
 from __future__ import annotations
 
@@ -119,8 +108,7 @@ class InAppSupervisor:
     # -- the record other machines read ------------------------------------------------------------------------------
     def publish(self) -> None:
         """The spec into the KV and the HDFS record: a follower elsewhere knows the job from its first poll."""
-        text = self.spec.to_json()
-        self.kv.put(SPEC_KEY, text)
+        self.kv.put(SPEC_KEY, self.spec.to_json())
         self._record()
 
     def _record(self, final: dict[str, Any] | None = None) -> None:
@@ -134,13 +122,6 @@ class InAppSupervisor:
             log.warning("could not write the app record to %s: %s", self.staging_dir, exc)
 
     # -- one round ---------------------------------------------------------------------------------------------------
-    def read(self) -> dict[str, Any]:
-        containers = self.app.get_containers(states=ALL_CONTAINER_STATES)
-        kv = self.kv.items()
-        self.snap = snapshot(containers, kv, self.spec, progress=self.sup.progress(kv))
-        self.snap["all_done"] = app_end.ALL_DONE_KEY in kv
-        return self.snap
-
     def verdict(self, snap: dict[str, Any]) -> str | None:
         """A ``timed out: …`` diagnosis when the job's rules end it (deadline, allocation, stall), else None."""
         tasks = [TaskStatus(**t) for t in snap["tasks"]]
@@ -157,8 +138,10 @@ class InAppSupervisor:
         """One look at the app: heartbeat, read, checks. True when the supervisor's work is over (app ended by it,
         or every task's container ended: skein ends the app from their exits once this one exits too)."""
         self.kv.put(app_end.SUPERVISOR_KEY, f"{time.time():.3f}")
-        snap = self.read()
-        if snap["all_done"]:
+        kv = self.kv.items()
+        snap = self.snap = snapshot(self.app.get_containers(states=ALL_CONTAINER_STATES), kv, self.spec,
+                                    progress=self.sup.progress(kv))
+        if app_end.ALL_DONE_KEY in kv:
             self.finish("SUCCEEDED", app_end.DONE_DIAGNOSTICS)
             return True
         diag = self.verdict(snap)
@@ -170,7 +153,7 @@ class InAppSupervisor:
 
     def finish(self, final_status: str, diagnosis: str) -> None:
         """The run report and the record (at once, two threads), then the app's end: the shutdown ends this
-        container, so they come first — the job's end waits for them (~0.5-1 s, issue 21's bound is 3 s)."""
+        container, so they come first — the job's end waits for them (~0.5-1 s)."""
         import threading
         t0 = time.monotonic()
         state = AppState.SUCCEEDED if final_status == "SUCCEEDED" else AppState.TIMED_OUT
