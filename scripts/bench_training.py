@@ -192,8 +192,8 @@ def micro_allreduce(data_dir: str, dim: int = 16) -> dict:
     """TF2 MWMS (1 worker, what allreduce mode runs): tfyarn's fed step vs the same step reading tf.data in-graph."""
     import tensorflow as tf
     from tfyarn.models.recommender import model as make_model
-    from tfyarn.train.allreduce import input_signature, make_step
-    from tfyarn.train.model import build_model, split_features
+    from tfyarn.train.allreduce import make_step
+    from tfyarn.train.model import build_model, input_signature, split_features
     os.environ.pop("TF_CONFIG", None)
     files, feats, feeder = _micro_common(data_dir)
     strategy = tf.distribute.MultiWorkerMirroredStrategy()

@@ -56,7 +56,7 @@ def test_a_checkpoint_of_another_model_is_refused_naming_the_variable_and_the_wa
     """Object-based (allreduce) checkpoints, as the allreduce chief and the evaluator restore them: the model's
     variables under the entry's positional keys, named in the message by the model's own variable names."""
     import tensorflow as tf
-    from tfyarn.train.checkpoint import CheckpointMismatch, check_fits, expected_model_shapes, restore_model_variables
+    from tfyarn.train.checkpoint import CheckpointMismatch, check_fits, check_model_fits, restore_model_variables
 
     def variables(dim):
         return [tf.Variable(tf.zeros([10, dim]), name="user_embedding"), tf.Variable(tf.zeros([10]), name="bias")]
@@ -65,17 +65,15 @@ def test_a_checkpoint_of_another_model_is_refused_naming_the_variable_and_the_wa
     prefix = tf.train.Checkpoint(model=tf.train.Checkpoint(**{f"var_{i}": v for i, v in enumerate(written)})).write(
         str(tmp_path / "ckpt-5"))
     keys = model_variable_keys(2)
-    fitting, _ = expected_model_shapes(variables(8), keys, "ckpt-5")
-    check_fits(prefix, fitting, "ckpt-5")                                                          # fits: no error
-    shapes, labels = expected_model_shapes(variables(16), keys, "ckpt-5 in /c")
+    check_model_fits(prefix, variables(8), keys, "ckpt-5")                                         # fits: no error
     with pytest.raises(CheckpointMismatch) as e:
-        check_fits(prefix, shapes, "ckpt-5 in /c", labels)
+        check_model_fits(prefix, variables(16), keys, "ckpt-5 in /c")
     assert str(e.value).startswith("checkpoint ckpt-5 in /c does not fit this job's model: user_embedding has shape "
                                    "[10, 8] in the checkpoint, [10, 16] in the model. It was written by another model")
     with pytest.raises(CheckpointMismatch, match="it has 2 model variables, the model built 3"):
-        expected_model_shapes(variables(8) + [tf.Variable(1.0)], keys, "ckpt-5")
+        check_model_fits(prefix, variables(8) + [tf.Variable(1.0)], keys, "ckpt-5")
     with pytest.raises(CheckpointMismatch, match=r"model/var_2 is not in the checkpoint"):
-        check_fits(prefix, {**fitting, "model/var_2/.ATTRIBUTES/VARIABLE_VALUE": [1]}, "x")
+        check_fits(prefix, {"model/var_2/.ATTRIBUTES/VARIABLE_VALUE": [1]}, "x")
     model = tf.Module()
     model.vs = variables(16)
     with pytest.raises(CheckpointMismatch, match="user_embedding has shape"):   # the evaluator's path

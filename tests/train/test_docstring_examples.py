@@ -1,25 +1,24 @@
-"""The examples in tfyarn.train.model's docstring (lifted into the README) must actually run."""
+"""The examples in README's "Writing a model" (the model API's documentation) must actually run."""
 from __future__ import annotations
 
 import json
 import re
 import sys
-import textwrap
 import types
+from pathlib import Path
 
 import numpy as np
 
-import tfyarn.train.model as model_mod
 from tfyarn.runtime.context import DONE_KEY, SUMMARY_KEY, TaskContext
 from tfyarn.runtime.kv import MemoryKV
 from tfyarn.spec import load_spec_dict
 
 
 def _examples() -> list[str]:
-    """The indented code blocks after '::' in the module docstring, in order."""
-    doc = model_mod.__doc__
-    blocks = re.findall(r"::\n\n((?:    .*\n|\n)+)", doc)
-    return [textwrap.dedent(b) for b in blocks]
+    """The python code blocks of README's "Writing a model" section, in order."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("## Writing a model", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```python\n(.*?)```", section, re.S)
 
 
 def _module(name: str, code: str) -> types.ModuleType:

@@ -228,7 +228,7 @@ def test_background_upload_commits_then_reports_a_failure_once(tmp_path, caplog)
     assert bg.commit(str(local / "ckpt-5"), 5, {"epoch": 0}, final=False) is None
     assert bg.busy() and not bg.ready() and store.latest() is None and bg.committed is None   # training goes on
     with pytest.raises(RuntimeError, match="already in flight"):
-        bg.start(str(local / "ckpt-5"), 5, {})
+        bg.commit(str(local / "ckpt-5"), 5, {}, final=False)
     caplog.set_level("INFO", logger="tfyarn.train.checkpoint")
     threading.Timer(0.3, gate.set).start()
     bg.wait(log_every_s=0.05)                          # the final checkpoint's wait says what it waits for
@@ -239,7 +239,7 @@ def test_background_upload_commits_then_reports_a_failure_once(tmp_path, caplog)
     def broken(*a, **kw):
         raise OSError("store unreachable")
     store.upload = broken
-    bg.start(str(local / "ckpt-5"), 6, {})
+    bg.commit(str(local / "ckpt-5"), 6, {}, final=False)
     bg._thread.join(10)
     with pytest.raises(OSError, match="store unreachable"):
         bg.ready()                                       # the step loop's next check fails the task

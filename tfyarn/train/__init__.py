@@ -1,8 +1,5 @@
-"""Training inside a task: the model API and role dispatch (imported only inside tasks; TF is imported lazily).
-
-``run_task(ctx)`` is what the runtime calls for chief, worker, ps and evaluator (docs/ARCHITECTURE.md, "Role
-dispatch"). It returns on success and raises on failure.
-"""
+"""Training inside a task: the model API and :func:`run_task`, the role dispatch the runtime calls (docs/ARCHITECTURE.md,
+"Role dispatch"). TF is imported lazily: the gateway imports the model API too."""
 from __future__ import annotations
 
 import logging

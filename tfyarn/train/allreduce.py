@@ -1,27 +1,17 @@
 """allreduce mode: MultiWorkerMirroredStrategy, every training task stepping on ready batches from its own feeder.
 
-Why it is built this way (each point is a failure of the seeds or a measured TF 2.21 fact, ``../shared/NOTES.md``):
+Why it is built this way (each point a failure of the seeds or a measured TF 2.21 fact, ``../shared/NOTES.md``):
 
-* **Fed step with a fixed input signature.** Each task's :class:`tfyarn.data.Feeder` yields numpy batches of exactly
-  ``data.batch_size`` (a background thread reads and decodes ahead, so the step never waits on I/O). The step is a
-  ``tf.function`` with an ``input_signature`` of those shapes: one trace for the run, no retracing per batch, no
-  ``tf.data`` pipeline and no ``distribute_datasets_from_function`` (which pads short workers with empty batches).
-* **Equal steps, so no worker waits for a peer that ran out of data.** The planner gives every worker the same
-  ``steps(epoch)`` from the shared manifest; the chief publishes the total and every worker checks it matches its own
-  before the first step (a mismatch fails in seconds with both numbers instead of hanging in the last all-reduce).
+* **Fed step with a fixed input signature**: the :class:`tfyarn.data.Feeder` reads and decodes ahead into numpy
+  batches of exactly ``data.batch_size``, and the step is traced once for the run; no ``tf.data`` pipeline and no
+  ``distribute_datasets_from_function`` (which pads short workers with empty batches).
+* **Equal steps, so no worker waits for a peer that ran out of data**: every worker plans the same ``steps(epoch)``
+  from the shared manifest and checks its total against the chief's before the first step.
 * **The loss is averaged over the GLOBAL batch** (per-worker batch x training workers; seed 003 divided by the local
-  batch, which makes the summed gradients N times too large). The global batch is logged at start.
-* **Collectives time out**: ``CommunicationOptions(timeout_seconds=timeouts.step)`` turns a lost or frozen peer into a
-  DeadlineExceeded error instead of an unbounded wait; strategy start-up is bounded by ``timeouts.rendezvous``.
-* **Only the chief checkpoints** (TF writes locally, :class:`tfyarn.train.checkpoint.CheckpointStore` uploads under a
-  temporary name then renames), writes the summary and sets ``control/done``. Saving mirrored variables needs no
-  collective, so the other workers do not take part. Every worker resumes from the latest checkpoint at start: the
-  global step gives the epoch and the position in that epoch's plan.
-* **SIGTERM still ends the task.** Creating the strategy starts TF's coordination service, whose preemption notifier
-  installs a C++ SIGTERM handler that only records the signal: a stopped job's allreduce tasks trained on, and
-  checkpointed, until SIGKILL (measured: 3.5 s past the launcher's stop). The task's own disposition is put back.
-* Models use plain TF ops and a ``tf.compat.v1.train`` optimizer (:mod:`tfyarn.train.model`): Keras 3 layers failed
-  under this strategy in tf-yarn's path.
+  batch, which makes the summed gradients N times too large).
+* **Collectives time out** (``timeouts.step``): a lost or frozen peer is a DeadlineExceeded error, not a hang.
+* **Only the chief checkpoints** (saving mirrored variables needs no collective), writes the summary and sets
+  ``control/done``; every worker resumes from the latest checkpoint, whose global step gives the plan position.
 """
 from __future__ import annotations
 
@@ -36,8 +26,9 @@ from tfyarn.runtime.watchdog import install_stack_dumps
 from tfyarn.data.pipeline import EpochPipeline
 from tfyarn.train import helpers
 from tfyarn.train.strategy import check_abort, start_strategy
-from tfyarn.train.checkpoint import BackgroundUpload
-from tfyarn.train.model import build_model, load, split_features, tf_dtype
+from tfyarn.train.checkpoint import (PeriodicCheckpoints, check_model_fits, local_dir_for, restore_model_variables,
+                                     warm_start_source)
+from tfyarn.train.model import build_model, input_signature, load, split_features
 
 log = logging.getLogger("tfyarn.train.allreduce")
 
@@ -47,14 +38,6 @@ CHECKPOINT_FORMAT = "tf2-object"
 def model_variable_keys(n: int) -> list[str]:
     """Checkpoint keys of ``model.variables`` (creation order) in the object graph written by :func:`train_state`."""
     return [f"model/var_{i}/.ATTRIBUTES/VARIABLE_VALUE" for i in range(n)]
-
-
-# --------------------------------------------------------------------------------------------------------- building
-
-def input_signature(features: dict[str, Any], batch_size: int) -> dict[str, Any]:
-    """One TensorSpec per feature, leading dim = the per-worker batch: the step is traced once for the run."""
-    import tensorflow as tf
-    return {name: tf.TensorSpec((batch_size, *f.shape), tf_dtype(f.dtype), name=name) for name, f in features.items()}
 
 
 def train_state(model: Any, optimizer: Any, global_step: Any) -> Any:
@@ -155,14 +138,9 @@ def build(ctx: TaskContext, strategy: Any) -> tuple[Any, Any, Any, Any]:
     return model, optimizer, global_step, train_state(model, optimizer, global_step)
 
 
-# ------------------------------------------------------------------------------------------------------------- data
-
 def agree_on_total(ctx: TaskContext, total: int) -> None:
-    """The chief publishes the planned total; every other worker checks its own plan gives the same number.
-
-    A disagreement (different manifests or code on different hosts) would otherwise surface as a hang in the last
-    all-reduce of an epoch; here it fails at once, naming both numbers.
-    """
+    """The chief publishes the planned total; every other worker checks its own plan gives the same number: a
+    disagreement (other manifests or code on other hosts) would otherwise hang in an epoch's last all-reduce."""
     if ctx.is_chief:
         ctx.kv.put(TOTAL_STEPS_KEY, str(total))
         return
@@ -173,49 +151,19 @@ def agree_on_total(ctx: TaskContext, total: int) -> None:
                            f"see different training data (check data.train is the same for every task)")
 
 
-# ------------------------------------------------------------------------------------------------------ checkpoints
-
-class Checkpointer:
-    """Chief-side periodic checkpoints (``checkpoint.every_steps`` / ``every_secs``) through the ps engineer's store.
-
-    Writes the TF checkpoint to local scratch in the step loop, then :meth:`CheckpointStore.upload` (temp names,
-    rename, keep N) on a background thread (:class:`BackgroundUpload`), so the peers waiting in the next collective
-    do not wait for the upload too; the final checkpoint is uploaded before returning.
-    """
+class Checkpointer(PeriodicCheckpoints):
+    """Every worker restores (or warm-starts) from it; only the chief saves. The chief's local write runs in the step
+    loop and the upload beside it, so the peers waiting in the next collective do not wait for the upload too."""
 
     def __init__(self, ctx: TaskContext, state: Any, n_model_vars: int, steps: list[int]):
-        from tfyarn.train.checkpoint import CheckpointStore, local_dir_for
-        c = ctx.spec.checkpoint
+        super().__init__(ctx.spec, chief=ctx.is_chief)
         self.ctx, self.state, self.n_model_vars, self.steps = ctx, state, n_model_vars, steps
-        self.store = CheckpointStore(ctx.spec.resolve_path(c.dir), keep=c.keep) if c.dir else None
-        self.every_steps, self.every_secs = c.every_steps, c.every_secs
         self.local = local_dir_for(ctx.workdir, f"allreduce-{ctx.task_id.replace(':', '-')}")
-        self.last_step: int | None = None
-        self.last_time = time.monotonic()
-        self.uploads = BackgroundUpload(self.store) if self.store else None
-
-    @property
-    def committed(self) -> tuple[dict[str, Any], str] | None:
-        """(index entry, local prefix) of the last checkpoint committed (its local files kept for the export)."""
-        return self.uploads.committed if self.uploads else None
-
-    def due(self, global_step: int) -> bool:
-        if self.store is None or not self.ctx.is_chief:
-            return False
-        assert self.uploads is not None
-        if not self.uploads.ready():
-            return False
-        if self.every_steps and global_step - (self.last_step or 0) >= self.every_steps:
-            return True
-        return bool(self.every_secs) and time.monotonic() - self.last_time >= self.every_secs
 
     def save(self, global_step: int, worker_steps: int, final: bool = False) -> dict[str, Any] | None:
-        """Write a checkpoint of ``global_step``. Periodic (``final=False``): the upload runs in the background and
-        None is returned. Final: after the upload in flight, uploaded here; returns its entry (None when the latest
-        committed checkpoint is already of this step)."""
-        if self.store is None or not self.ctx.is_chief:
+        """Write a checkpoint of ``global_step`` (chief only): see :meth:`PeriodicCheckpoints.commit`."""
+        if self.uploads is None:
             return None
-        assert self.uploads is not None
         if final:
             self.uploads.wait()
         if self.last_step == global_step:
@@ -225,8 +173,7 @@ class Checkpointer:
         meta = {"format": CHECKPOINT_FORMAT, "mode": "allreduce", "epoch": epoch, "step_in_epoch": in_epoch,
                 "worker_steps": worker_steps, "model_variables": model_variable_keys(self.n_model_vars),
                 "num_workers": self.ctx.num_data_workers}
-        self.last_step, self.last_time = global_step, time.monotonic()
-        return self.uploads.commit(prefix, global_step, meta, final=final)
+        return self.commit(prefix, global_step, meta, final)
 
     def model_variables(self) -> list[Any]:
         """The model's variables in creation order, as :func:`train_state` holds them."""
@@ -234,15 +181,12 @@ class Checkpointer:
 
     def restore_latest(self) -> dict[str, Any] | None:
         """Every worker restores the newest committed checkpoint (same values everywhere); None if there is none."""
-        if self.store is None:
-            return None
-        entry = self.store.latest()
+        entry = self.store.latest() if self.store else None
         if entry is None:
             return None
         if entry.get("format") != CHECKPOINT_FORMAT:
             raise ValueError(f"checkpoint {entry['name']} in {self.store.url} has format {entry.get('format')!r}; "
                              f"allreduce mode resumes only from its own ({CHECKPOINT_FORMAT!r}) checkpoints")
-        from tfyarn.train.checkpoint import check_model_fits
         prefix = self.store.download(entry, self.local / "restore")
         check_model_fits(prefix, self.model_variables(), entry.get("model_variables") or [],
                          f"{entry['name']} in {self.store.url}")
@@ -251,12 +195,9 @@ class Checkpointer:
         log.info("%s resumed from %s (global step %d)", self.ctx.task_id, entry["name"], self.last_step)
         return entry
 
-
     def warm_start(self) -> str | None:
         """``checkpoint.init_from`` with nothing to resume from: every worker loads the model's variables from its
-        latest checkpoint (same values everywhere, as a resume), by creation order, shapes checked first; the global
-        step and the optimizer start afresh. Returns ``<url>/<name>`` of that checkpoint, or None."""
-        from tfyarn.train.checkpoint import restore_model_variables, warm_start_source
+        latest checkpoint (:func:`warm_start_source`). Returns ``<url>/<name>`` of that checkpoint, or None."""
         src = warm_start_source(self.ctx.spec, self.ctx.workdir)
         if src is None:
             return None
@@ -265,8 +206,6 @@ class Checkpointer:
                                 f"{entry['name']} in {entry['url']} (checkpoint.init_from)")
         return f"{entry['url']}/{entry['name']}"
 
-
-# ------------------------------------------------------------------------------------------------------- the loop
 
 _TF_TASK_RE = re.compile(r"/job:(\w+)/(?:replica:\d+/)?task:(\d+)")
 
@@ -334,20 +273,18 @@ def run(ctx: TaskContext) -> dict[str, Any]:
         progress = ProgressReporter.for_task(ctx)
         progress.extra.update({"mode": "allreduce", "global_batch": global_batch})
         ran, boundary_waits = _loop(ctx, feeder, step_fn, steps, epoch0, in_epoch0, start, progress, ckpt)
-    # every worker runs every global step (equal steps per epoch), so its steps are the global step's, over all
-    # attempts, as ps mode counts them; this attempt's are kept apart (its examples/s)
-    progress.extra["worker_steps"] = start + ran
-    progress.extra["steps_this_attempt"] = ran
-    progress.extra.update(feeder.skip_report())   # skipped records and damaged ranges, with file and offset
-    figures = progress.final()
-    figures.update(worker_steps=start + ran, steps_this_attempt=ran, global_step=int(global_step.numpy()),
-                   planned_total=total,
-                   traces=int(step_fn.experimental_get_tracing_count()),
-                   max_epoch_boundary_wait_s=round(max(boundary_waits, default=0.0), 4))
+    # every worker runs every global step, so its steps over all attempts are the global step's (as ps mode counts
+    # them); this attempt's are kept apart (its examples/s)
+    mine = {"worker_steps": start + ran, "steps_this_attempt": ran}
+    progress.extra.update(mine, **feeder.skip_report())   # skipped records and damaged ranges, with file and offset
+    gstep = int(global_step.numpy())
+    figures = progress.final() | mine | {
+        "global_step": gstep, "planned_total": total, "traces": int(step_fn.experimental_get_tracing_count()),
+        "max_epoch_boundary_wait_s": round(max(boundary_waits, default=0.0), 4)}
     log.info("%s: ran %d steps (global step %d of %d planned), %.0f examples/s, step traced %d time(s)",
-             ctx.task_id, ran, figures["global_step"], total, figures["examples_per_sec"], figures["traces"])
-    if int(global_step.numpy()) != total:
-        raise RuntimeError(f"{ctx.task_id}: finished at global step {int(global_step.numpy())}, planned {total}")
+             ctx.task_id, ran, gstep, total, figures["examples_per_sec"], figures["traces"])
+    if gstep != total:
+        raise RuntimeError(f"{ctx.task_id}: finished at global step {gstep}, planned {total}")
     if ctx.is_chief:
         _finish(ctx, ckpt, figures, global_batch, steps, resumed_from=entry, warm_started_from=warm)
     return figures
@@ -378,8 +315,7 @@ def _loop(ctx: TaskContext, feeder: Any, step_fn: Any, steps: list[int], epoch0:
                 from exc
         ran += 1
         gstep += 1
-        loss = float(loss)
-        progress.report(step=gstep, epoch=epoch, loss=loss, examples=len(next(iter(batch.values()))),
+        progress.report(step=gstep, epoch=epoch, loss=float(loss), examples=len(next(iter(batch.values()))),
                         global_step=gstep)
         if ckpt.due(gstep):
             ckpt.save(gstep, gstep)

@@ -1,9 +1,8 @@
 """Checkpoints on any fsspec URL (hdfs://, s3://, file://, a local path).
 
-Why not TF's own writer: TF 2.21 has no hdfs:// filesystem (NOTES.md). So TF writes a checkpoint to local disk, and
-:class:`CheckpointStore` uploads its files **under temporary names, then renames** them, and only then rewrites the
-index file ``tfyarn-checkpoint.json`` (also temp + rename). A reader that follows the index therefore never sees a
-half-uploaded checkpoint, whatever the filesystem; a crash mid-upload leaves only ``.tmp-*`` debris, cleaned later.
+Why not TF's own writer: TF 2.21 has no hdfs:// filesystem. So TF writes to local disk, and :class:`CheckpointStore`
+uploads the files **under temporary names, then renames** them, and only then rewrites the index (temp + rename):
+a reader that follows the index never sees a half-uploaded checkpoint; a crash leaves ``.tmp-*`` debris, cleaned later.
 
 Layout under the URL::
 
@@ -11,10 +10,9 @@ Layout under the URL::
     ckpt-120.index, ckpt-120.data-00000-of-00001      (a TF checkpoint prefix, name-based or object-based)
     summary.json                                      (written at the end by the chief)
 
-``meta`` carries what a restart or the evaluator needs: ``format`` (``"v1-saver"`` for ps mode: names are graph
-variable names; ``"tf2-object"`` for allreduce), ``model_variables`` (checkpoint keys of ``model.variables`` in
-creation order: :func:`restore_model_variables` uses them to load a ps-mode checkpoint into an eager model),
-``worker_steps`` and ``epoch``.
+``meta`` carries what a restart or the evaluator needs: ``format`` (``"v1-saver"``: ps mode, graph variable names;
+``"tf2-object"``: allreduce), ``model_variables`` (checkpoint keys of ``model.variables`` in creation order, which
+:func:`restore_model_variables` loads into any model), ``worker_steps`` and ``epoch``.
 """
 from __future__ import annotations
 
@@ -40,16 +38,14 @@ class CheckpointStore:
 
     def __init__(self, url: str, keep: int = 3):
         import fsspec
-
         self.url = url.rstrip("/")
         self.keep = max(1, int(keep))
-        self.fs, self.root = fsspec.core.url_to_fs(self.url)
-        self.root = self.root.rstrip("/")
+        self.fs, root = fsspec.core.url_to_fs(self.url)
+        self.root = root.rstrip("/")
 
     def _p(self, name: str) -> str:
         return f"{self.root}/{name}"
 
-    # -- index ------------------------------------------------------------------------------------------------------
     def index(self) -> dict[str, Any]:
         """The index (``{"latest": None, "checkpoints": []}`` when there is no checkpoint yet)."""
         p = self._p(INDEX)
@@ -69,13 +65,6 @@ class CheckpointStore:
                 return entry
         return None
 
-    def _write_atomic(self, name: str, data: bytes) -> None:
-        tmp = self._p(f".tmp-{uuid.uuid4().hex[:8]}-{name}")
-        with self.fs.open(tmp, "wb") as f:
-            f.write(data)
-        replace(self.fs, tmp, self._p(name))
-
-    # -- write ------------------------------------------------------------------------------------------------------
     def upload(self, local_prefix: str, global_step: int, meta: dict[str, Any] | None = None) -> dict[str, Any]:
         """Upload the files of the TF checkpoint ``local_prefix`` (``.../ckpt-120``), commit it in the index, prune.
 
@@ -100,29 +89,23 @@ class CheckpointStore:
         idx = self.index()
         ckpts = [c for c in idx.get("checkpoints", []) if c["name"] != name] + [entry]
         removed, ckpts = ckpts[:-self.keep], ckpts[-self.keep:]
-        self._write_atomic(INDEX, json.dumps({"latest": name, "checkpoints": ckpts}, indent=1).encode())
-        for old in removed:
-            self._delete(old["name"])
-        self._clean_tmp(keep_tag=None)
+        index_tmp = self._p(f".tmp-{tag}-{INDEX}")
+        with self.fs.open(index_tmp, "wb") as f:
+            f.write(json.dumps({"latest": name, "checkpoints": ckpts}, indent=1).encode())
+        replace(self.fs, index_tmp, self._p(INDEX))
+        for pattern in [f"{old['name']}.*" for old in removed] + [".tmp-*"]:   # pruned, and debris of crashed uploads
+            self._remove(pattern)
         log.info("checkpoint %s (global step %d) uploaded to %s in %.2fs", name, global_step, self.url,
                  time.monotonic() - t0)
         return entry
 
-    def _delete(self, name: str) -> None:
-        for p in self.fs.glob(self._p(name + ".*")):
+    def _remove(self, pattern: str) -> None:
+        for p in self.fs.glob(self._p(pattern)):
             try:
                 self.fs.rm(p)
             except FileNotFoundError:
                 pass
 
-    def _clean_tmp(self, keep_tag: str | None) -> None:
-        for p in self.fs.glob(self._p(".tmp-*")):
-            try:
-                self.fs.rm(p)
-            except FileNotFoundError:
-                pass
-
-    # -- read -------------------------------------------------------------------------------------------------------
     def download(self, entry: dict[str, Any], local_dir: str | Path) -> str:
         """Copy the checkpoint ``entry`` into ``local_dir``; returns the local prefix to restore from."""
         local_dir = Path(local_dir)
@@ -139,16 +122,10 @@ class CheckpointStore:
 class BackgroundUpload:
     """At most one checkpoint upload at a time, on its own thread, so the step loop does not wait for it.
 
-    Why: a chief uploading inside its step loop stops stepping for as long as the upload takes, and in sync ps or
-    allreduce mode every peer then waits on it; an upload longer than ``timeouts.step`` (a model of a few GB on a
-    busy HDFS) failed the job with a step timeout. The local write stays in the loop (it reads the variables at
-    that step); only the copy to the store runs beside training. A checkpoint is *due* again only once the previous
-    upload has committed (no queue of uploads builds up behind a slow store), and an upload's failure is raised in
-    the step loop at the next :meth:`ready`, failing the task as an inline upload would have.
-
-    It also keeps the chief's local copies to one: the last committed checkpoint's files stay (the end-of-run export
-    reads them instead of downloading the checkpoint again), the previous one's go (a Saver with
-    ``write_state=False`` deletes none itself).
+    Why: in sync ps or allreduce mode every peer waits on a chief that uploads inside its step loop; an upload longer
+    than ``timeouts.step`` (a few GB on a busy HDFS) failed the job with a step timeout. No queue of uploads builds up
+    behind a slow store (:meth:`ready`), and an upload's failure is raised in the step loop, failing the task.
+    Only the last committed checkpoint's local files are kept: the end-of-run export reads them.
     """
 
     def __init__(self, store: CheckpointStore):
@@ -159,8 +136,7 @@ class BackgroundUpload:
         self.committed: tuple[dict[str, Any], str] | None = None
 
     def busy(self) -> bool:
-        t = self._thread
-        return t is not None and t.is_alive()
+        return self._thread is not None and self._thread.is_alive()
 
     def check(self) -> None:
         """Raise the last upload's failure (once)."""
@@ -169,31 +145,18 @@ class BackgroundUpload:
             raise err
 
     def ready(self) -> bool:
-        """May a periodic checkpoint be written now? Raises the previous upload's failure (in the step loop); False
-        while an upload is in flight (due again once it has committed)."""
+        """May a periodic checkpoint be written now? False while an upload is in flight; raises the last one's error."""
         self.check()
         return not self.busy()
 
     def commit(self, prefix: str, global_step: int, meta: dict[str, Any], *, final: bool) -> dict[str, Any] | None:
-        """Commit the local checkpoint ``prefix``: periodic, by starting its upload (None); final, by uploading it
-        here and returning its index entry (the caller has :meth:`wait`-ed for the upload in flight)."""
-        if not final:
-            self.start(prefix, global_step, meta)
-            return None
-        entry = self.store.upload(prefix, global_step, meta)
-        self._committed(entry, prefix)
-        return entry
-
-    def _committed(self, entry: dict[str, Any], prefix: str) -> None:
-        if self.committed is not None and self.committed[1] != prefix:
-            remove_checkpoint_files(self.committed[1])
-        self.committed = (entry, prefix)
-
-    def start(self, prefix: str, global_step: int, meta: dict[str, Any]) -> None:
-        """Upload ``prefix`` as ``global_step`` on the upload thread (:attr:`committed` names it once the index does).
-        The caller makes sure no upload is in flight (:meth:`ready`, :meth:`wait`)."""
-        self.check()
-        if self.busy():
+        """Commit the local checkpoint ``prefix``: periodic, by starting its upload (None; :attr:`committed` names it
+        once the index does); final, by uploading it here and returning its index entry (after :meth:`wait`)."""
+        if final:
+            entry = self.store.upload(prefix, global_step, meta)
+            self._committed(entry, prefix)
+            return entry
+        if not self.ready():
             raise RuntimeError("a checkpoint upload is already in flight")
 
         def run() -> None:
@@ -203,6 +166,12 @@ class BackgroundUpload:
                 self._error = exc
         self._thread = threading.Thread(target=run, name=f"tfyarn-checkpoint-upload-{global_step}", daemon=True)
         self._thread.start()
+        return None
+
+    def _committed(self, entry: dict[str, Any], prefix: str) -> None:
+        if self.committed is not None and self.committed[1] != prefix:
+            remove_checkpoint_files(self.committed[1])
+        self.committed = (entry, prefix)
 
     def wait(self, log_every_s: float = 30.0) -> None:
         """Until the upload in flight (if any) has committed, then raise its failure. Not bounded here: the stall
@@ -216,6 +185,39 @@ class BackgroundUpload:
                 log.info("still waiting for the upload of %s (%.0fs) before the final checkpoint", t.name,
                          time.monotonic() - t0)
         self.check()
+
+
+class PeriodicCheckpoints:
+    """The chief's checkpoint schedule (``checkpoint.every_steps`` / ``every_secs``) over a :class:`BackgroundUpload`;
+    each mode's subclass writes the local files. ``uploads`` is None where this task saves nothing."""
+
+    def __init__(self, spec: Any, chief: bool):
+        c = spec.checkpoint
+        self.store = CheckpointStore(spec.resolve_path(c.dir), keep=c.keep) if c.dir else None
+        self.uploads = BackgroundUpload(self.store) if self.store and chief else None
+        self.every_steps, self.every_secs = c.every_steps, c.every_secs
+        self.last_step: int | None = None
+        self.last_time = time.monotonic()
+
+    @property
+    def committed(self) -> tuple[dict[str, Any], str] | None:
+        """(index entry, local prefix) of the last checkpoint committed (its local files kept for the export)."""
+        return self.uploads.committed if self.uploads else None
+
+    def due(self, global_step: int) -> bool:
+        """False while the previous upload is in flight (due again once it has committed)."""
+        if self.uploads is None or global_step == self.last_step or not self.uploads.ready():
+            return False
+        if self.every_steps and global_step - (self.last_step or 0) >= self.every_steps:
+            return True
+        return bool(self.every_secs) and time.monotonic() - self.last_time >= self.every_secs
+
+    def commit(self, prefix: str, global_step: int, meta: dict[str, Any], final: bool) -> dict[str, Any] | None:
+        """Periodic (``final=False``): start the upload and return None. Final (the caller has waited for the upload
+        in flight): upload here and return the entry; a subclass returns None when this step is already saved."""
+        assert self.uploads is not None
+        self.last_step, self.last_time = global_step, time.monotonic()
+        return self.uploads.commit(prefix, global_step, meta, final=final)
 
 
 def local_checkpoint_files(prefix: str | Path) -> list[Path]:
@@ -250,19 +252,14 @@ class CheckpointMismatch(ValueError):
     """The checkpoint to resume from (or evaluate) was written by another model, or the same one with other params."""
 
 
-def _label(key: str) -> str:
-    return key.removesuffix("/.ATTRIBUTES/VARIABLE_VALUE")
-
-
 def check_fits(prefix: str, expected: dict[str, list[int]], what: str, labels: dict[str, str] | None = None) -> None:
     """Raise :class:`CheckpointMismatch` unless every ``expected`` key is in the checkpoint at ``prefix`` with that
     shape. ``what`` names the checkpoint for the message (e.g. ``ckpt-80 in hdfs:///ckpt``); ``labels`` names keys
     for it (the model's variable names where the keys are positional, ``model/var_0``).
 
-    Why: TF1's Saver restores a (1000, 8) tensor into a (1000, 16) resource variable without a word (the variable
-    takes the checkpoint's shape, and the job goes on with a model its graph was not built for); TF2 fails with a
-    message naming neither the checkpoint nor the way out. Both happen to a user who changed the model or its params
-    and kept ``checkpoint.dir``. Reads only the checkpoint's index (shapes), not its values.
+    Why: TF1's Saver restores a (1000, 8) tensor into a (1000, 16) resource variable without a word, and TF2 fails
+    naming neither the checkpoint nor the way out; both happen to a user who changed the model or its params and
+    kept ``checkpoint.dir``. Reads only the checkpoint's index (shapes), not its values.
     """
     import tensorflow as tf
 
@@ -270,7 +267,7 @@ def check_fits(prefix: str, expected: dict[str, list[int]], what: str, labels: d
     labels = labels or {}
     problems = []
     for key, shape in expected.items():
-        name = labels.get(key) or _label(key)
+        name = labels.get(key) or key.removesuffix("/.ATTRIBUTES/VARIABLE_VALUE")
         if key not in have:
             problems.append(f"{name} is not in the checkpoint")
         elif have[key] != list(shape):
@@ -283,30 +280,21 @@ def check_fits(prefix: str, expected: dict[str, list[int]], what: str, labels: d
             f"was written by")
 
 
-def expected_model_shapes(variables: list[Any], keys: list[str],
-                          what: str) -> tuple[dict[str, list[int]], dict[str, str]]:
-    """``{checkpoint key: shape}`` of the model's ``variables`` (creation order) under the entry's
-    ``model_variables`` keys, and ``{checkpoint key: variable name}`` for messages."""
+def check_model_fits(prefix: str, variables: list[Any], keys: list[str], what: str) -> None:
+    """:func:`check_fits` for a model's ``variables`` (creation order) stored under an index entry's
+    ``model_variables`` keys, named in messages by the variables' own names."""
     if len(keys) != len(variables):
         raise CheckpointMismatch(f"checkpoint {what} does not fit this job's model: it has {len(keys)} model "
                                  f"variables, the model built {len(variables)}. It was written by another model: "
                                  f"point checkpoint.dir at a new directory to train afresh")
     pairs = list(zip(keys, variables))
-    return {k: v.shape.as_list() for k, v in pairs}, {k: v.name.split(":")[0] for k, v in pairs}
-
-
-def check_model_fits(prefix: str, variables: list[Any], keys: list[str], what: str) -> None:
-    """:func:`check_fits` for a model's ``variables`` stored under an index entry's ``model_variables`` keys (the
-    allreduce restore and the evaluator's), named in messages by the variables' own names."""
-    shapes, labels = expected_model_shapes(variables, keys, what)
-    check_fits(prefix, shapes, what, labels)
+    check_fits(prefix, {k: v.shape.as_list() for k, v in pairs}, what, {k: v.name.split(":")[0] for k, v in pairs})
 
 
 def restore_model_variables(variables: list[Any], prefix: str, keys: list[str], what: str | None = None) -> None:
     """Assign a checkpoint's model variables to ``variables`` (a model's, in creation order) by the index entry's
-    ``meta['model_variables']`` keys, shapes checked first. Eager or mirrored variables, either checkpoint format
-    (name-based ps, object-based allreduce), no Saver: the evaluator, the export and the allreduce warm start load
-    checkpoints whose variable names need not match their own."""
+    ``model_variables`` keys, shapes checked first: eager or mirrored variables, either checkpoint format, no Saver,
+    so variable names need not match (the evaluator, the export, the allreduce warm start)."""
     import tensorflow as tf
 
     check_model_fits(prefix, list(variables), keys, what or prefix)
@@ -329,12 +317,11 @@ def download_model_checkpoint(store: CheckpointStore, scratch: str | Path, purpo
 
 
 def warm_start_source(spec: Any, workdir: str | Path) -> tuple[str, dict[str, Any], list[str]] | None:
-    """``checkpoint.init_from``: download its latest committed checkpoint into the task's scratch (created only
-    then, under ``workdir``); returns (local prefix,
-    index entry, checkpoint keys of the model's variables in creation order), or None without ``init_from``.
+    """``checkpoint.init_from``'s latest committed checkpoint downloaded under ``workdir``, as
+    :func:`download_model_checkpoint` returns it (the entry with its ``url``), or None without ``init_from``.
 
-    Why only the model's variables: a warm start (e.g. yesterday's model trained on today's data into a new dir)
-    continues the model, not the run — global step, epoch position and optimizer slots start afresh."""
+    Only the model's variables are loaded from it: a warm start continues the model, not the run (global step,
+    epoch position and optimizer slots start afresh)."""
     url = spec.checkpoint.init_from
     if not url:
         return None

@@ -1,20 +1,17 @@
 """The evaluator role: follow new checkpoints, evaluate each on ``data.eval``, write metrics, end when training ends.
 
-Why it works this way:
-
-* It follows the checkpoint **index** (``tfyarn-checkpoint.json``, :class:`tfyarn.train.checkpoint.CheckpointStore`)
-  through fsspec, not the TF checkpoint dir: the index names only fully uploaded checkpoints, so it never restores a
-  half-written one, and it works on ``hdfs://`` where TF itself cannot read.
-* The model is built eagerly outside any strategy and restored by variable creation order
-  (:func:`restore_model_variables` with the entry's ``model_variables``), so the same code evaluates ps-mode
-  (name-based) and allreduce-mode (object-based) checkpoints.
-* It may skip checkpoints when training is faster than evaluation (it always evaluates the newest), but it always
-  evaluates the **final** one: on ``control/done`` it re-reads the index and evaluates the latest if not yet done.
+* It follows the checkpoint **index** (:class:`tfyarn.train.checkpoint.CheckpointStore`) through fsspec: the index
+  names only fully uploaded checkpoints, and it works on ``hdfs://`` where TF itself cannot read.
+* The model is built eagerly and restored by variable creation order (:func:`restore_model_variables`), so one code
+  path evaluates both modes' checkpoints.
+* It may skip checkpoints when training is faster than evaluation (it evaluates the newest), but always evaluates
+  the **final** one: ``control/done`` is read before the index.
 * Metrics go to ``<checkpoint dir>/eval/metrics.jsonl`` (one JSON object per evaluated checkpoint), to TF event files in
   ``<checkpoint dir>/eval/`` (TensorBoard's "eval" run) and to the KV under ``eval/latest``.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
@@ -23,7 +20,10 @@ from typing import Any
 
 from tfyarn.runtime.context import ABORT_KEY, DONE_KEY, EVAL_KEY, FAILURE_PREFIX, TaskContext
 from tfyarn.runtime.watchdog import install_stack_dumps
-from tfyarn.train.model import build_model, load, split_features, tf_dtype
+from tfyarn.train.checkpoint import (CheckpointStore, download_model_checkpoint, local_dir_for,
+                                     restore_model_variables)
+from tfyarn.train.events import EventWriter, upload_file
+from tfyarn.train.model import build_model, input_signature, load, split_features
 
 log = logging.getLogger("tfyarn.train.evaluator")
 
@@ -36,12 +36,9 @@ SIDE_ROLES = ("evaluator", "tensorboard")
 
 
 def training_ended_badly(ctx: TaskContext) -> str | None:
-    """Why training will never set ``control/done`` (abort, or a training task or ps reported a failure), or None.
-
-    The launcher stops every task when one fails, but a follower role must not depend on that to end. A side role's
-    failure is not training's: a tensorboard without its package made the evaluator stop evaluating while training
-    went on to SUCCEEDED (and an evaluator crash stopped TensorBoard the same way).
-    """
+    """Why training will never set ``control/done`` (abort, or a training task or ps reported a failure), or None:
+    a follower role must not depend on the launcher to end it. A side role's failure is not training's (a
+    tensorboard without its package once stopped the evaluator while training went on to SUCCEEDED)."""
     reason = ctx.kv.get(ABORT_KEY)
     if reason is not None:
         return f"job aborted: {reason}"
@@ -60,12 +57,6 @@ def _restartable(spec: Any, task: str) -> bool:
     return role is not None and role.restart != "never" and role.max_restarts > 0
 
 
-def _not_found_error() -> type:
-    """TF's NotFoundError (a checkpoint file gone between listing and reading); imported late: task code."""
-    import tensorflow as tf
-    return tf.errors.NotFoundError
-
-
 def make_eval_feeder(ctx: TaskContext) -> Any:
     """One reader over the whole eval set (rank 0 of 1): full batches of ``data.batch_size``, same order every time."""
     from tfyarn.data import Feeder, build_manifest
@@ -82,9 +73,8 @@ def make_eval_step(model: Any, features: dict[str, Any], batch_size: int, label:
     import tensorflow as tf
     if label is None:
         raise ValueError("the evaluator needs a label: set data.label (or name a feature 'label')")
-    sig = {n: tf.TensorSpec((batch_size, *f.shape), tf_dtype(f.dtype), name=n) for n, f in features.items()}
 
-    @tf.function(input_signature=[sig])
+    @tf.function(input_signature=[input_signature(features, batch_size)])
     def step(batch):
         feats, labels = split_features(batch, label)
         return model.metrics(labels, model(feats, training=False))
@@ -119,17 +109,14 @@ class MetricsLog:
             self.fs.get_file(self.remote, str(self.local))
 
     def append(self, record: dict[str, Any]) -> None:
-        from tfyarn.train.events import upload_file
         with self.local.open("a") as f:
             f.write(json.dumps(record, sort_keys=True) + "\n")
-        self.fs.makedirs(self.remote.rsplit("/", 1)[0], exist_ok=True)
         upload_file(self.fs, self.local, self.remote)
 
 
 def run(ctx: TaskContext) -> list[dict[str, Any]]:
     """Evaluate checkpoints as they appear until ``control/done`` (then the final one) or ``control/abort``."""
-    from tfyarn.train.checkpoint import CheckpointStore, local_dir_for
-    from tfyarn.train.events import EventWriter
+    import tensorflow as tf
     install_stack_dumps(ctx.kv, ctx.task_id)
     spec = ctx.spec
     if not spec.checkpoint.dir or not spec.data.eval:
@@ -146,33 +133,30 @@ def run(ctx: TaskContext) -> list[dict[str, Any]]:
     last: str | None = None
     feeder = make_eval_feeder(ctx)
     log.info("evaluator: following %s, evaluating on %s", url, ", ".join(spec.data.eval))
-    try:
-        with feeder:
-            while True:
-                done = ctx.kv.get(DONE_KEY) is not None       # read before the index: the final one is then listed
-                entry = store.latest()
-                if entry is not None and entry["name"] != last:
-                    try:
-                        results.append(_evaluate_entry(ctx, store, entry, model, step, feeder, scratch, events,
-                                                       metrics_log))
-                    except (FileNotFoundError, _not_found_error()) as exc:
-                        if any(c["name"] == entry["name"] for c in store.index().get("checkpoints", [])):
-                            raise          # not a pruned checkpoint: eval data gone, an upload failing... say so
-                        # pruned (checkpoint.keep) while we downloaded it: a newer one is in the index
-                        log.info("checkpoint %s disappeared before it was evaluated (%s); reading the index again",
-                                 entry["name"], exc)
-                        continue
-                    last = entry["name"]
-                    continue                                   # a newer one may have landed meanwhile
-                if done:
-                    break
-                reason = training_ended_badly(ctx)
-                if reason is not None:
-                    log.warning("evaluator: %s; stopping after %d evaluations", reason, len(results))
-                    break
-                time.sleep(POLL_S)
-    finally:
-        events.close()
+    with contextlib.closing(events), feeder:
+        while True:
+            done = ctx.kv.get(DONE_KEY) is not None       # read before the index: the final one is then listed
+            entry = store.latest()
+            if entry is not None and entry["name"] != last:
+                try:
+                    results.append(_evaluate_entry(ctx, store, entry, model, step, feeder, scratch, events,
+                                                   metrics_log))
+                except (FileNotFoundError, tf.errors.NotFoundError) as exc:
+                    if any(c["name"] == entry["name"] for c in store.index().get("checkpoints", [])):
+                        raise          # not a pruned checkpoint: eval data gone, an upload failing... say so
+                    # pruned (checkpoint.keep) while we downloaded it: a newer one is in the index
+                    log.info("checkpoint %s disappeared before it was evaluated (%s); reading the index again",
+                             entry["name"], exc)
+                    continue
+                last = entry["name"]
+                continue                                   # a newer one may have landed meanwhile
+            if done:
+                break
+            reason = training_ended_badly(ctx)
+            if reason is not None:
+                log.warning("evaluator: %s; stopping after %d evaluations", reason, len(results))
+                break
+            time.sleep(POLL_S)
     if not results:
         log.warning("evaluator: training ended without any checkpoint in %s: nothing evaluated", url)
     log.info("evaluator: %d checkpoint(s) evaluated; final %s", len(results), results[-1] if results else None)
@@ -181,7 +165,6 @@ def run(ctx: TaskContext) -> list[dict[str, Any]]:
 
 def _evaluate_entry(ctx: TaskContext, store: Any, entry: dict[str, Any], model: Any, step: Any, feeder: Any,
                     scratch: Path, events: Any, metrics_log: MetricsLog) -> dict[str, Any]:
-    from tfyarn.train.checkpoint import download_model_checkpoint, restore_model_variables
     t0 = time.monotonic()
     local = scratch / "restore" / entry["name"]
     prefix, entry, keys = download_model_checkpoint(store, local, "evaluator", entry)

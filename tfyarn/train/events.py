@@ -1,10 +1,8 @@
 """TF event files (TensorBoard scalars) written locally and mirrored to the checkpoint dir through fsspec.
 
-Why: TF 2.21 cannot write ``hdfs://`` (no HDFS filesystem in TF, tensorflow-io does not load), so summaries are
-written to local disk and copied up whole, under a temporary name then renamed, so a reader (the
-TensorBoard role) never sees a torn file. Layout: ``<checkpoint dir>/<run>/events.out.tfevents...`` with ``run`` =
-``train`` (the chief's progress history: loss, examples/s, global steps/s) or ``eval`` (evaluator), which TensorBoard
-shows as two runs.
+Why: TF 2.21 cannot write ``hdfs://`` (tensorflow-io does not load), so event files are written locally and copied up
+whole under a temporary name, then renamed: the TensorBoard role never sees a torn file. Layout:
+``<checkpoint dir>/<run>/events.out.tfevents...``, ``run`` = ``train`` (the chief's history) or ``eval``.
 """
 from __future__ import annotations
 
@@ -26,6 +24,7 @@ log = logging.getLogger("tfyarn.train.events")
 def upload_file(fs: Any, local: Path, remote: str) -> None:
     """Copy ``local`` to ``remote`` under a temporary name, then rename over the old copy."""
     parent = remote.rsplit("/", 1)[0]
+    fs.makedirs(parent, exist_ok=True)
     tmp = f"{parent}/.tmp-{uuid.uuid4().hex[:8]}-{local.name}"
     fs.put_file(str(local), tmp)
     replace(fs, tmp, remote)
@@ -46,11 +45,6 @@ def scalar_event(step: int, values: Mapping[str, float], wall_time: float | None
                            summary=summary).SerializeToString()
 
 
-def _file_version_event() -> bytes:
-    from tensorflow.core.util import event_pb2
-    return event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2").SerializeToString()
-
-
 class EventWriter:
     """``scalars(step, {name: value})`` into a local event file; ``sync()`` uploads changed files to ``url/run``.
 
@@ -66,8 +60,10 @@ class EventWriter:
         self.path = self.local / (f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}."
                                   f"{os.getpid()}.{uuid.uuid4().hex[:6]}.v2")
         self._lock = threading.Lock()
+        from tensorflow.core.util import event_pb2
+        version = event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2")
         self._file = open(self.path, "ab")
-        self._file.write(encode_record(_file_version_event()))
+        self._file.write(encode_record(version.SerializeToString()))
         self._file.flush()
         self.fs = self.remote = None
         if url:
@@ -89,7 +85,6 @@ class EventWriter:
         if self.fs is None:
             return 0
         with self._lock:
-            self.fs.makedirs(self.remote, exist_ok=True)
             n = 0
             for f in sorted(self.local.glob("events.out.tfevents.*")):
                 size = f.stat().st_size

@@ -1,18 +1,13 @@
 """The trained model as a SavedModel, in TF Serving's layout: ``<export.dir>/<global step>/saved_model.pb`` + variables.
 
-Why it works this way:
-
-* **From a committed checkpoint**, never from live variables: the export is exactly a checkpoint's model (the final
-  one at the end of training), and the same code serves both modes — ps checkpoints are name-based (TF1 Saver),
-  allreduce ones object-based — because it restores by the index entry's ``model_variables`` in creation order, as
-  the evaluator does (:func:`tfyarn.train.checkpoint.restore_model_variables`). ``tfyarn export SPEC`` re-exports any
-  committed checkpoint later, on any machine with TensorFlow.
-* **The serving signature is the spec's features**: ``serving_default`` takes every ``data.features`` entry except
-  the label, with a free batch dimension, and returns ``{"predictions": model(features, training=False)}`` (a model
-  returning a dict returns its own keys). A client needs nothing else from the job.
-* **Atomic on any fsspec URL**: TF writes the SavedModel locally (TF 2.21 has no ``hdfs://``); its files go up under
-  ``.tmp-<id>-<version>/`` and the directory is renamed to ``<version>`` once complete, so a model server watching
-  ``export.dir`` never loads a half-written version. The newest ``export.keep`` versions are kept.
+* **From a committed checkpoint**, never from live variables: the export is exactly a checkpoint's model, and one
+  code path serves both modes' checkpoint formats by restoring by creation order
+  (:func:`tfyarn.train.checkpoint.restore_model_variables`). ``tfyarn export SPEC`` re-exports one later.
+* **The serving signature is the spec's features**: ``serving_default`` takes every ``data.features`` entry but the
+  label, with a free batch dimension, and returns ``{"predictions": ...}`` (or the model's own dict).
+* **Atomic on any fsspec URL**: TF writes locally (TF 2.21 has no ``hdfs://``); the files go up under
+  ``.tmp-<id>-<version>/``, renamed to ``<version>`` once complete, so a model server watching ``export.dir`` never
+  loads a half-written version. The newest ``export.keep`` versions are kept.
 """
 from __future__ import annotations
 
@@ -31,10 +26,9 @@ SIGNATURE = "serving_default"
 def serving_module(model: Any, features: dict[str, Any], label: str | None) -> tuple[Any, Any]:
     """A ``tf.Module`` tracking the built ``model``'s variables, and its serving function (a concrete function)."""
     import tensorflow as tf
-    from tfyarn.train.model import tf_dtype
+    from tfyarn.train.model import input_signature
 
-    inputs = {n: tf.TensorSpec((None, *f.shape), tf_dtype(f.dtype), name=n)
-              for n, f in features.items() if n != label}
+    inputs = input_signature(features, None, exclude=label)
     if not inputs:
         raise ValueError("export: the model has no input features (data.features holds only the label)")
     module = tf.Module()
@@ -112,9 +106,8 @@ def export_checkpoint(spec: Any, entry: dict[str, Any] | None = None, scratch: s
     """Export a committed checkpoint of ``checkpoint.dir`` (``entry``; default the latest) to ``to`` (default
     ``export.dir``). Returns ``{"url", "version", "checkpoint", "seconds", "downloaded"}``.
 
-    ``local_prefix``: the chief's own local copy of ``entry`` (the files it has just uploaded), read instead of
-    downloading the checkpoint again — on HDFS that download is the largest part of an export. Ignored (downloaded)
-    when its files are gone."""
+    ``local_prefix``: the chief's local copy of ``entry``, read (when its files are still there) instead of
+    downloading the checkpoint again, the largest part of an export on HDFS."""
     import tempfile
     from tfyarn.errors import ExportError
     from tfyarn.train.checkpoint import CheckpointStore, download_model_checkpoint, has_checkpoint_files
@@ -142,38 +135,20 @@ def export_checkpoint(spec: Any, entry: dict[str, Any] | None = None, scratch: s
             "downloaded": not local}
 
 
-def _in_eager_thread(fn: Any) -> Any:
-    """Run ``fn`` in a new thread and return its result (or raise its error). Why: the ps chief finishes inside its
-    finalized training graph (``graph.as_default()``), and SavedModel export needs eager execution; TF's default
-    graph is per thread, so a fresh thread is eager whatever the caller's graph."""
-    import threading
-    out: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            out["value"] = fn()
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller
-            out["error"] = exc
-
-    t = threading.Thread(target=run, name="tfyarn-export")
-    t.start()
-    t.join()
-    if "error" in out:
-        raise out["error"]
-    return out["value"]
-
-
 def export_at_end(ctx: Any, committed: tuple[dict[str, Any], str] | None = None) -> dict[str, Any] | None:
-    """The chief, after the final checkpoint of a successful run: export it when the spec has ``export``. An export
-    that fails fails the task (a scheduled pipeline's next step expects the model); the checkpoint stays committed,
-    so ``tfyarn export SPEC`` can produce it again. ``committed``: (index entry, local prefix) of the checkpoint the
-    chief has just committed, exported from its local files; None downloads the latest committed one."""
+    """The chief, after the final checkpoint of a successful run: export it when the spec has ``export``, from the
+    local files of ``committed`` (index entry, local prefix) or else the latest committed checkpoint downloaded. A
+    failed export fails the task (a pipeline's next step expects the model); ``tfyarn export SPEC`` can redo it."""
     if ctx.spec.export is None:
         return None
+    from concurrent.futures import ThreadPoolExecutor
     entry, local_prefix = committed or (None, None)
     try:
-        return _in_eager_thread(lambda: export_checkpoint(ctx.spec, entry, scratch=ctx.workdir,
-                                                          local_prefix=local_prefix))
+        # in a thread of its own: the ps chief finishes inside its finalized training graph, and a SavedModel needs
+        # eager execution; TF's default graph is per thread, so a fresh thread is eager whatever the caller's graph
+        with ThreadPoolExecutor(1, thread_name_prefix="tfyarn-export") as pool:
+            return pool.submit(export_checkpoint, ctx.spec, entry, scratch=ctx.workdir,
+                               local_prefix=local_prefix).result()
     except Exception as exc:
         raise RuntimeError(f"{ctx.task_id}: training finished and its final checkpoint is committed, but the export "
                            f"to {ctx.spec.export.dir} failed: {type(exc).__name__}: {exc} "

@@ -1,8 +1,5 @@
-"""What both built-in loops and a user's ``@custom_train`` function share: this task's feeder, progress, checkpoints.
-
-Kept apart from the loops so the escape hatch gets exactly the plumbing the built-in trainers use (the same epoch plan,
-the same rate-limited progress, the same atomic fsspec checkpoints), not a second, drifting copy.
-"""
+"""What both built-in loops and a user's ``@custom_train`` function share: this task's feeder, progress, checkpoints
+(kept apart from the loops so the escape hatch gets exactly their plumbing, not a second, drifting copy)."""
 from __future__ import annotations
 
 import logging
@@ -26,15 +23,10 @@ def index_cache(spec: Any) -> str | None:
 def train_manifest(ctx: Any) -> Any:
     """The manifest of ``data.train``, built together by the training tasks: each indexes ~1/N of the files not
     indexed yet and every one ends with the identical manifest (:mod:`tfyarn.data.shared_index`; a task's silence
-    is judged by ``timeouts.stall``). Only the first (data rank 0) logs its warnings (empty files, damaged ranges
-    skipped), so a run says each once, not once per task."""
-    from tfyarn.data import build_manifest
+    is judged by ``timeouts.stall``)."""
     from tfyarn.data.shared_index import shared_manifest
     d = ctx.spec.data
     urls = [ctx.spec.resolve_path(u) for u in d.train]
-    if ctx.data_rank < 0:
-        return build_manifest(urls, compression=d.compression, on_corrupt=d.on_corrupt,
-                              cache_dir=index_cache(ctx.spec), log_warnings=False, whole=True)
     return shared_manifest(urls, kv=ctx.kv, tasks=list(ctx.training_tasks), rank=ctx.data_rank, app_id=ctx.app_id,
                            attempt=ctx.attempt, compression=d.compression, on_corrupt=d.on_corrupt,
                            cache_dir=index_cache(ctx.spec), stall=ctx.spec.timeouts.stall,
@@ -84,10 +76,8 @@ class Helpers:
         return make_feeder(self.ctx)
 
     def strategy(self) -> Any:
-        """A MultiWorkerMirroredStrategy over the training tasks, set up as allreduce mode sets it up: collectives
-        bounded by ``timeouts.step``, start-up by ``timeouts.rendezvous`` (even though that wait holds the GIL),
-        SIGTERM still ending the task (TF's own handler swallows it), a stop during start-up honoured. Call it once,
-        on every training task, before other TF work (TF's rule for this strategy)."""
+        """A MultiWorkerMirroredStrategy set up as allreduce mode's (:func:`tfyarn.train.strategy.start_strategy`).
+        Call it once, on every training task, before other TF work (TF's rule for this strategy)."""
         from tfyarn.train.strategy import start_strategy
         return start_strategy(self.ctx)
 
@@ -100,6 +90,7 @@ class Helpers:
         return CheckpointStore(self.ctx.spec.resolve_path(ck.dir), keep=ck.keep)
 
     def upload_checkpoint(self, local_prefix: str, global_step: int, meta: dict[str, Any] | None = None) -> Any:
+        """Commit the local TF checkpoint ``local_prefix`` to ``checkpoint.dir`` (:meth:`CheckpointStore.upload`)."""
         store = self.checkpoint_store()
         if store is None:
             raise ValueError("checkpoint.dir is not set in the spec")
@@ -112,28 +103,21 @@ class Helpers:
 
 def jsonable(values: dict[str, Any], what: str) -> dict[str, Any]:
     """``values`` made JSON-serializable for the summary: numpy scalars and arrays (what a training loop naturally
-    returns: ``np.float32`` losses, ``np.int64`` counts) become Python numbers and lists. Anything else JSON cannot
-    hold fails here, naming the key — not later, in the summary writer, after training, with a bare TypeError."""
+    returns) become Python numbers and lists. Anything else JSON cannot hold fails here, naming the key — not later,
+    in the summary writer, after training, with a bare TypeError."""
     import json
 
     import numpy as np
 
-    def convert(v: Any) -> Any:
-        if isinstance(v, np.generic):
-            return v.item()
-        if isinstance(v, np.ndarray):
+    def numpy_value(v: Any) -> Any:
+        if isinstance(v, (np.generic, np.ndarray)):
             return v.tolist()
-        if isinstance(v, dict):
-            return {str(k): convert(x) for k, x in v.items()}
-        if isinstance(v, (list, tuple)):
-            return [convert(x) for x in v]
-        return v
+        raise TypeError(type(v).__name__)
 
     out = {}
     for key, value in values.items():
-        out[key] = convert(value)
         try:
-            json.dumps(out[key])
+            out[key] = json.loads(json.dumps(value, default=numpy_value))
         except (TypeError, ValueError):
             raise TypeError(f"{what}: {key!r} is a {type(value).__name__}, which the run summary (JSON) cannot hold; "
                             f"return numbers, strings, lists or dicts") from None

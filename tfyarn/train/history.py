@@ -1,20 +1,14 @@
 """A training task's own progress history, kept next to the checkpoints, and the chief's TensorBoard scalars.
 
-Why the task records it: whoever follows a job samples ``progress/<task>`` (the YARN follower every ~2 s), so the run
-report of a short YARN job had one point per task, and a job nobody followed (a bare ``submit``, Airflow's
-deferrable wait) had none. Each training task therefore records its own points at a rate that adapts to its length
-(every :data:`MIN_INTERVAL_S` at first, every ``elapsed / POINTS_PER_E`` later: ~100 points per e-fold of run time,
-about 800 for ten hours), appends them to a local file and uploads the whole file (temporary name, rename: HDFS has
-no reliable append) from a background thread every quarter of the time trained so far (1 to 15 s), and at the end — so the training loop
-never waits on the filesystem. Layout (read by :func:`tfyarn.report.load_task_history`)::
+Why the task records it: a follower only samples ``progress/<task>`` (a short YARN job's report had one point per
+task, a job nobody followed had none). Points come at a rate adapted to the run's length (~100 per e-fold of run
+time), go to a local file, and the whole file is uploaded (temporary name, rename: HDFS has no reliable append) from
+a background thread, so the training loop never waits on the filesystem. Layout (read by
+:func:`tfyarn.report.load_task_history`), one file per process, so a restart is a new segment::
 
     <checkpoint dir>/history/<app id>/<task>.a<attempt>.<start ms>.jsonl
 
-One file per process: a restart (in place, or a job attempt) is a new segment, which the report marks.
-
-The chief also writes its points as TensorBoard scalars (run ``train``: ``loss``, ``examples_per_sec``,
-``global_steps_per_sec``) with :class:`tfyarn.train.events.EventWriter`, uploaded with the history: ps mode wrote none
-(TensorBoard showed only ``eval``).
+The chief also writes its points as TensorBoard scalars (run ``train``), uploaded with the history.
 """
 from __future__ import annotations
 
@@ -29,15 +23,7 @@ from typing import Any
 
 log = logging.getLogger("tfyarn.train.history")
 
-#: Where training tasks keep their own history: ``<checkpoint dir>/history/<app id>/<task>.a<attempt>.<ms>.jsonl``
-#: (one file per task process; read by :func:`tfyarn.report.load_task_history`).
-TASK_HISTORY_DIR = "history"
-
-
-def task_history_name(task: str, attempt: int, start_ms: int) -> str:
-    """The file name of one task process's history (``worker:1`` → ``worker-1.a0.1795300000123.jsonl``)."""
-    return f"{task.replace(':', '-')}.a{attempt}.{start_ms}.jsonl"
-
+TASK_HISTORY_DIR = "history"          # under the checkpoint dir; tfyarn.report reads it too
 
 #: Shortest time between two points (also the shortest window a point's rate is computed over).
 MIN_INTERVAL_S = 0.25
@@ -60,7 +46,7 @@ class TaskHistory:
                  events: bool = False):
         self.task, self.attempt = task, attempt
         self.start = time.monotonic()
-        self.name = task_history_name(task, attempt, int(time.time() * 1000))
+        self.name = f"{task.replace(':', '-')}.a{attempt}.{int(time.time() * 1000)}.jsonl"
         self.local = Path(local_dir) / self.name
         self.local.parent.mkdir(parents=True, exist_ok=True)
         self.local.write_text("")
@@ -131,7 +117,6 @@ class TaskHistory:
         size = self.local.stat().st_size
         if size != self._uploaded_size:
             from tfyarn.train.events import upload_file
-            self.fs.makedirs(self.remote.rsplit("/", 1)[0], exist_ok=True)
             upload_file(self.fs, self.local, self.remote)
             self._uploaded_size = size
         if self.events is not None:
@@ -160,7 +145,6 @@ class TaskHistory:
             _open.discard(self)
         if self._thread is not None:
             self._thread.join(timeout)
-        done = threading.Event()
 
         def final() -> None:
             try:
@@ -169,10 +153,10 @@ class TaskHistory:
                     self.events.close()
             except Exception as exc:  # noqa: BLE001 - see _run
                 log.warning("%s: could not upload the progress history to %s: %s", self.task, self.remote, exc)
-            finally:
-                done.set()
-        threading.Thread(target=final, name=f"tfyarn-history-close-{self.task}", daemon=True).start()
-        if not done.wait(timeout):
+        last = threading.Thread(target=final, name=f"tfyarn-history-close-{self.task}", daemon=True)
+        last.start()
+        last.join(timeout)
+        if last.is_alive():
             log.warning("%s: the last upload of the progress history to %s did not finish within %gs; left behind",
                         self.task, self.remote, timeout)
 

@@ -41,29 +41,17 @@ class ProgressReporter:
         self.fail_on_nan_loss = fail_on_nan_loss
         self.history = history            # a tfyarn.train.history.TaskHistory: this task's own points
         self.attempt, self.restart = attempt, restart
-        self.start = time.monotonic()
-        self.step = 0
-        self.global_step = 0
-        self.epoch = 0
-        self.examples = 0
+        self.step = self.global_step = self.epoch = self.examples = 0
         self.first_loss: float | None = None
         self.last_loss: float | None = None
-        self._last_pub = 0.0
-        self._last_log = self.start
-        self._win_t = self.start
-        self._win_ex = 0
-        self._win_steps = 0
-        self._rate = 0.0
-        self._step_rate = 0.0
-        self._win_gs: int | None = None        # global step at the start of its rate window (and its time)
-        self._win_gs_t = self.start
+        self._last_pub = self._rate = self._step_rate = 0.0
         self._gs_rate: float | None = None     # global steps per second (the job's, as this task sees it)
-        self._hist_t, self._hist_ex, self._hist_gs = self.start, 0, None   # the history point's own window
         self._hist_step = -1
         self._kv_warned = False
         self.extra: dict[str, Any] = {}
         self._first_step_at: float | None = None
         self._last_step_at: float | None = None
+        self.begin()
 
     @classmethod
     def for_task(cls, ctx: Any) -> "ProgressReporter":
@@ -75,9 +63,10 @@ class ProgressReporter:
 
     def begin(self) -> None:
         """Restart the clock (call right before the first step, so start-up is not counted in examples/s)."""
-        self.start = self._win_t = self._last_log = self._hist_t = time.monotonic()
+        self.start = self._win_t = self._win_gs_t = self._last_log = self._hist_t = time.monotonic()
         self._win_ex = self._win_steps = self._hist_ex = 0
-        self._win_gs = self._hist_gs = None
+        self._win_gs: int | None = None        # global step at the start of its rate window (and its time)
+        self._hist_gs: int | None = None       # the history point's own window
 
     def report(self, step: int, epoch: int, loss: float | None = None, examples: int = 0,
                global_step: int | None = None, force: bool = False) -> None:
@@ -187,16 +176,6 @@ def publish_total_steps(kv: KV, total: int) -> None:
     kv.put(TOTAL_STEPS_KEY, str(int(total)))
 
 
-def read_progress(kv: KV, tasks: list[str]) -> dict[str, dict[str, Any]]:
-    """The latest ``progress/<task>`` of each task that has published one."""
-    out = {}
-    for t in tasks:
-        v = kv.get(progress_key(t))
-        if v is not None:
-            out[t] = json.loads(v)
-    return out
-
-
 def wait_for_final_progress(ctx: Any, timeout: float) -> dict[str, dict[str, Any]]:
     """Chief, before ``control/done``: every training task's progress, once each other one has published its final
     record (``done``), or after ``timeout`` (logged, naming the missing ones).
@@ -207,7 +186,8 @@ def wait_for_final_progress(ctx: Any, timeout: float) -> dict[str, dict[str, Any
     others = [t for t in ctx.training_tasks if t != ctx.task_id]
     deadline = time.monotonic() + timeout
     while True:
-        per_task = read_progress(ctx.kv, ctx.training_tasks)
+        raw = {t: ctx.kv.get(progress_key(t)) for t in ctx.training_tasks}
+        per_task = {t: json.loads(v) for t, v in raw.items() if v is not None}
         missing = [t for t in others if not per_task.get(t, {}).get("done")]
         if not missing:
             return per_task
@@ -219,13 +199,11 @@ def wait_for_final_progress(ctx: Any, timeout: float) -> dict[str, dict[str, Any
 
 
 def skip_counts(per_task: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """The summary's ``skipped_records``, ``skipped_by_task`` and ``skipped_at``, from the tasks' final progress
-    records (``Feeder.skip_report``).
+    """The summary's ``skipped_records``, ``skipped_by_task`` and ``skipped_at`` from the tasks' final progress records.
 
-    ``skipped_records``: records skipped as corrupt with ``on_corrupt: skip`` — each record whose data was damaged,
-    once per epoch it was met in (by the task whose share held it: ``skipped_by_task``), plus each damaged range of
-    the files' framing (a truncated last record, garbage between records), once: indexing left those out of every
-    plan, so no task meets them. ``skipped_at``: where (file and byte offset), the ranges first."""
+    ``skipped_records``: each damaged record once per epoch it was met in (by the task whose share held it), plus
+    each damaged range of the files' framing once (indexing left those out of every plan, so no task meets them).
+    ``skipped_at``: where (file and byte offset), the ranges first."""
     by_task = {t: int(p.get("skipped_records") or 0) for t, p in per_task.items()}
     damaged = max((int(p.get("damaged_count") or 0) for p in per_task.values()), default=0)
     ranges = max((list(p.get("damaged") or ()) for p in per_task.values()), key=len, default=[])
@@ -239,12 +217,8 @@ def run_summary(ctx: Any, *, global_step: int, total_steps: int | None, steps_pe
                 examples_per_sec: float | None, first_loss: float | None, last_loss: float | None,
                 train_s: float | None, last_checkpoint: str | None = None, resumed_from: str | None = None,
                 **extra: Any) -> dict[str, Any]:
-    """The run summary with the keys every mode writes (README, "The run summary"), then the mode's ``extra`` keys.
-
-    One builder, so a scheduler, ``tfyarn status`` and the end-of-run text read the same names whatever the mode
-    (allreduce once wrote ``planned_steps``/``global_batch`` where ps wrote ``total_steps``/``global_batch_size``, and
-    the summary line printed "global step 76/None").
-    """
+    """The run summary with the keys every mode writes (README, "The run summary"), then the mode's ``extra`` keys:
+    one builder, so a scheduler, ``tfyarn status`` and the end-of-run text read the same names whatever the mode."""
     spec = ctx.spec
     ckpt = spec.checkpoint.dir
     return {"mode": spec.mode, "sync": spec.sync, "epochs": spec.data.epochs,
@@ -256,19 +230,13 @@ def run_summary(ctx: Any, *, global_step: int, total_steps: int | None, steps_pe
             "resumed_from": resumed_from, "app_id": ctx.app_id, "attempt": ctx.attempt, **extra}
 
 
-def summary_location(ctx: Any) -> str:
-    """Where the summary JSON goes: next to the checkpoints, or the task's workdir when there is no checkpoint dir."""
-    ckpt = ctx.spec.checkpoint.dir
-    if ckpt:
-        return ctx.spec.resolve_path(ckpt).rstrip("/") + "/summary.json"
-    return str(Path(ctx.workdir) / "summary.json")
-
-
 def write_summary(ctx: Any, summary: dict[str, Any]) -> str:
-    """Write the summary JSON (fsspec: temp name then rename) and put it in the KV ``summary``; returns its URL."""
+    """Write the summary JSON next to the checkpoints, else in the task's workdir (fsspec: temp name then rename), and
+    put it in the KV ``summary``; returns its URL."""
     import fsspec
 
-    url = summary_location(ctx)
+    ckpt = ctx.spec.checkpoint.dir
+    url = ctx.spec.resolve_path(ckpt).rstrip("/") + "/summary.json" if ckpt else str(Path(ctx.workdir) / "summary.json")
     text = json.dumps(summary, indent=1, sort_keys=True)
     fs, path = fsspec.core.url_to_fs(url)
     parent = path.rsplit("/", 1)[0]

@@ -1,9 +1,5 @@
-"""Starting allreduce's MultiWorkerMirroredStrategy, bounded: what allreduce mode and a custom loop's
-``helpers.strategy()`` share (its own module so that the helpers do not import the allreduce loop, which imports them).
-
-SIGTERM still ends the task: creating the strategy starts TF's coordination service, whose preemption notifier
-installs a C++ SIGTERM handler that only records the signal; the task's own disposition is put back.
-"""
+"""Starting allreduce's MultiWorkerMirroredStrategy, bounded, with SIGTERM still ending the task: what allreduce mode
+and a custom loop's ``helpers.strategy()`` share (a module of its own: the allreduce loop imports the helpers)."""
 from __future__ import annotations
 
 import faulthandler
@@ -22,9 +18,9 @@ log = logging.getLogger("tfyarn.train.allreduce")
 def make_strategy(step_timeout_s: float) -> Any:
     """MWMS from TF_CONFIG (set by the runtime), with collective ops bounded by ``timeouts.step``.
 
-    Puts back the SIGTERM disposition TF's preemption notifier replaces (see the module docstring): a stop from the
-    launcher, ``tfyarn kill`` or YARN ends the task as it ends a ps-mode task. Python cannot see the C++ handler
-    (``signal.getsignal`` still reports the old one), so the old one is set again unconditionally.
+    Creating it starts TF's coordination service, whose preemption notifier installs a C++ SIGTERM handler that only
+    records the signal (measured: a stopped job's tasks trained on until SIGKILL). Python cannot see that handler
+    (``signal.getsignal`` still reports the old one), so the old disposition is set again unconditionally.
     """
     import tensorflow as tf
     opts = tf.distribute.experimental.CommunicationOptions(timeout_seconds=float(step_timeout_s))
@@ -75,9 +71,8 @@ class _Bounded:
 
 
 def start_strategy(ctx: TaskContext) -> Any:
-    """The strategy as this mode (and ``helpers.strategy()`` of a custom loop) gets it: :func:`make_strategy` with its
-    start-up bounded by ``timeouts.rendezvous`` (GIL-free, :class:`_Bounded`), then a check for a stop whose SIGTERM
-    TF's notifier swallowed during that start-up."""
+    """:func:`make_strategy` with its start-up bounded by ``timeouts.rendezvous`` (:class:`_Bounded`), then a check
+    for a stop whose SIGTERM TF's notifier swallowed during that start-up."""
     with _Bounded(ctx, "MultiWorkerMirroredStrategy start-up (all workers connecting)", ctx.spec.timeouts.rendezvous):
         strategy = make_strategy(ctx.spec.timeouts.step)
     check_abort(ctx)

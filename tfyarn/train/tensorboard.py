@@ -1,13 +1,9 @@
 """The TensorBoard role: mirror the job's event files from the checkpoint dir, serve them, publish the URL.
 
-Why a mirror: TensorBoard reads ``hdfs://`` only through TF's filesystems, and TF 2.21 has no HDFS filesystem, so
-tf-yarn's TensorBoard task silently showed nothing (NOTES.md). Here event files (``*tfevents*`` anywhere under
-``checkpoint.dir``: ``train/`` from the chief, ``eval/`` from the evaluator) are copied through fsspec to a local
-directory every few seconds and TensorBoard serves that directory. Writers upload whole files under a temporary name
-then rename, so a copy is never torn.
-
-TensorBoard is not a TensorFlow dependency any more: without the ``tensorboard`` package this role fails at once with
-a message naming it, instead of running and showing nothing.
+Why a mirror: TensorBoard reads ``hdfs://`` only through TF's filesystems, and TF 2.21 has none for HDFS, so
+tf-yarn's TensorBoard task silently showed nothing. Here the event files under ``checkpoint.dir`` (``train/``,
+``eval/``) are copied through fsspec to a local directory every few seconds, and TensorBoard serves that directory.
+Without the ``tensorboard`` package (no longer installed with TF) the role fails at once, naming it.
 """
 from __future__ import annotations
 
@@ -15,7 +11,6 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any
 
 from tfyarn.errors import WaitTimeout
 from tfyarn.runtime.context import DONE_KEY, TENSORBOARD_URL_KEY, TaskContext
@@ -29,16 +24,6 @@ SYNC_S = 5.0
 
 class MissingTensorBoard(RuntimeError):
     pass
-
-
-def require_tensorboard() -> None:
-    """Fail with an actionable message if the ``tensorboard`` package is absent from the job's environment."""
-    try:
-        import tensorboard  # noqa: F401
-    except ImportError:
-        raise MissingTensorBoard(
-            "the tensorboard role needs the 'tensorboard' package in the job's Python environment (it is no longer "
-            "installed with TensorFlow): pip install tensorboard, or remove roles.tensorboard from the spec") from None
 
 
 class EventMirror:
@@ -75,19 +60,15 @@ class EventMirror:
         return n
 
 
-def start_server(logdir: Path, host: str) -> Any:
-    """Start TensorBoard in this process on a free port; returns the ``program.TensorBoard`` (``.launch()`` URL)."""
-    from tensorboard import program
-    tb = program.TensorBoard()
-    tb.configure(argv=[None, "--logdir", str(logdir), "--host", "0.0.0.0" if host not in ("127.0.0.1", "localhost")
-                       else "127.0.0.1", "--port", "0", "--reload_interval", str(int(SYNC_S))])
-    return tb
-
-
 def run(ctx: TaskContext, max_wait_s: float | None = None) -> str:
     """Mirror, serve, publish ``tensorboard/url``; return on ``control/done`` (after a last sync) or abort."""
     install_stack_dumps(ctx.kv, ctx.task_id)
-    require_tensorboard()
+    try:
+        from tensorboard import program
+    except ImportError:
+        raise MissingTensorBoard(
+            "the tensorboard role needs the 'tensorboard' package in the job's Python environment (it is no longer "
+            "installed with TensorFlow): pip install tensorboard, or remove roles.tensorboard from the spec") from None
     if not ctx.spec.checkpoint.dir:
         raise ValueError("the tensorboard role needs checkpoint.dir (it serves the event files written there)")
     url = ctx.spec.resolve_path(ctx.spec.checkpoint.dir)
@@ -95,7 +76,10 @@ def run(ctx: TaskContext, max_wait_s: float | None = None) -> str:
     mirror.sync()
     for noisy in ("tensorboard", "werkzeug"):            # per-request INFO lines would drown the task's log
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    tb = start_server(mirror.local, ctx.host)
+    tb = program.TensorBoard()
+    bind = "127.0.0.1" if ctx.host in ("127.0.0.1", "localhost") else "0.0.0.0"
+    tb.configure(argv=[None, "--logdir", str(mirror.local), "--host", bind, "--port", "0",
+                       "--reload_interval", str(int(SYNC_S))])
     served = tb.launch()                                  # e.g. http://0.0.0.0:6006/ — rewrite with our address
     port = served.rstrip("/").rsplit(":", 1)[1]
     public = f"http://{ctx.host}:{port}/"
@@ -107,14 +91,11 @@ def run(ctx: TaskContext, max_wait_s: float | None = None) -> str:
             mirror.sync()
         except OSError as exc:                            # a transient filesystem error must not end the role
             log.warning("event file sync from %s failed: %s", url, exc)
-        if ctx.kv.get(DONE_KEY) is not None:
-            mirror.sync()
-            log.info("training done: TensorBoard stops")
-            return public
-        reason = training_ended_badly(ctx)
+        done = ctx.kv.get(DONE_KEY) is not None
+        reason = "training done" if done else training_ended_badly(ctx)
         if reason is not None:
             mirror.sync()
-            log.warning("%s: TensorBoard stops", reason)
+            log.log(logging.INFO if done else logging.WARNING, "%s: TensorBoard stops", reason)
             return public
         if deadline is not None and time.monotonic() >= deadline:
             raise WaitTimeout(f"tensorboard: control/done not set within {max_wait_s:g}s")

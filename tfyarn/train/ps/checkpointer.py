@@ -3,48 +3,32 @@ exact, and finding what to restore."""
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any
 
 from tfyarn.train import helpers
-from tfyarn.train.checkpoint import BackgroundUpload
+from tfyarn.train.checkpoint import (PeriodicCheckpoints, check_fits, check_model_fits, local_dir_for,
+                                     warm_start_source)
 from tfyarn.train.progress import NonFiniteLoss
 from tfyarn.train.ps.graph import TrainGraph
 
 log = logging.getLogger("tfyarn.train.ps")
 
 
-class Checkpointer:
-    """The chief's periodic checkpoints: Saver to a local dir in the step loop, then :class:`CheckpointStore` upload
-    (atomic) on a background thread (:class:`BackgroundUpload`); the final one is uploaded before returning."""
+class Checkpointer(PeriodicCheckpoints):
+    """The ps chief's checkpoints: a Saver writes to local scratch in the step loop, the upload runs beside it."""
 
     def __init__(self, ctx: Any, tg: TrainGraph, steps: list[int]):
-        from tfyarn.train.checkpoint import CheckpointStore, local_dir_for
-
-        ck = ctx.spec.checkpoint
+        super().__init__(ctx.spec, chief=True)
         self.ctx, self.tg, self.steps = ctx, tg, steps
-        self.store = CheckpointStore(ctx.spec.resolve_path(ck.dir), keep=ck.keep) if ck.dir else None
-        self.every_steps, self.every_secs = ck.every_steps, ck.every_secs
         self.local = local_dir_for(ctx.workdir, "save") if self.store else None
-        self.last_step = -1
-        self.last_time = time.monotonic()
         self.resumed_from: str | None = None   # the checkpoint the chief restored, for the summary
         self.warm_started_from: str | None = None   # checkpoint.init_from's checkpoint, for the summary
-        self.uploads = BackgroundUpload(self.store) if self.store else None
-
-    @property
-    def committed(self) -> tuple[dict[str, Any], str] | None:
-        """(index entry, local prefix) of the last checkpoint this chief committed (its local files kept)."""
-        return self.uploads.committed if self.uploads else None
 
     def restore_prefix(self) -> str | None:
         """Download the latest checkpoint (if any) for the chief to restore from."""
-        if self.store is None:
-            return None
-        entry = self.store.latest()
+        entry = self.store.latest() if self.store else None
         if entry is None:
             return None
-        from tfyarn.train.checkpoint import check_fits, local_dir_for
         prefix = self.store.download(entry, local_dir_for(self.ctx.workdir, "restore"))
         import tensorflow as tf
         expected = {v.op.name: v.shape.as_list()        # the Saver's list: every global variable of the graph
@@ -59,7 +43,6 @@ class Checkpointer:
         runs it right after the variables' initialisation and never on a restore. It loads the model's variables
         from init_from's latest checkpoint (by creation order, shapes checked first); everything else starts afresh.
         None when there is no warm start."""
-        from tfyarn.train.checkpoint import check_model_fits, warm_start_source
         src = warm_start_source(self.ctx.spec, self.ctx.workdir)
         if src is None:
             return None
@@ -77,23 +60,10 @@ class Checkpointer:
             log.info("%s: model variables initialised from %s", self.ctx.task_id, what)
         return init_fn
 
-    def due(self, global_step: int) -> bool:
-        if self.store is None or global_step == self.last_step:
-            return False
-        assert self.uploads is not None
-        if not self.uploads.ready():
-            return False
-        if self.every_steps and global_step - max(self.last_step, 0) >= self.every_steps:
-            return True
-        return bool(self.every_secs) and time.monotonic() - self.last_time >= self.every_secs
-
     def save(self, sess: Any, final: bool = False) -> dict[str, Any] | None:
-        """Write a checkpoint of the current step. Periodic (``final=False``): the upload runs in the background and
-        None is returned. Final: after the upload in flight, uploaded here; returns its entry (None when the latest
-        committed checkpoint is already of this step)."""
-        if self.store is None:
+        """Write a checkpoint of the current step: see :meth:`PeriodicCheckpoints.commit`."""
+        if self.uploads is None:
             return None
-        assert self.uploads is not None
         if final:
             self.uploads.wait()
         gs, ws = sess.run([self.tg.global_step, self.tg.worker_steps])
@@ -115,9 +85,7 @@ class Checkpointer:
         ws = [gs] * len(ws) if self.ctx.spec.sync else [int(x) for x in ws]
         meta = {"format": "v1-saver", "model_variables": self.tg.model_var_keys, "worker_steps": ws,
                 "epoch": helpers.position(min(ws), self.steps)[0], "mode": "ps", "sync": self.ctx.spec.sync}
-        self.last_step, self.last_time = gs, time.monotonic()
-        return self.uploads.commit(prefix, gs, meta, final=final)
-
+        return self.commit(prefix, gs, meta, final)
 
     def _saved_counters(self, prefix: str) -> tuple[int, list[int]]:
         import tensorflow as tf

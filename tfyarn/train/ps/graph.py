@@ -8,10 +8,6 @@ from typing import Any
 from tfyarn.train.model import build_model, split_features, tf_dtype
 from tfyarn.train.ps.placement import SizeBalancer, plan_placement, variable_sizes
 
-WORKER_STEPS_VAR = "tfyarn_worker_steps"
-WORKER_STARTED_VAR = "tfyarn_worker_started"
-
-
 @dataclass
 class TrainGraph:
     graph: Any
@@ -97,9 +93,9 @@ def build_graph(ctx: Any, model: Any) -> TrainGraph:
             global_step = tf.compat.v1.train.get_or_create_global_step()
             with tf.compat.v1.device(global_step.device):  # with the global step: counted in the ps's partition
                 worker_steps = tf.Variable(tf.zeros([ctx.num_data_workers], tf.int64), trainable=False,
-                                           name=WORKER_STEPS_VAR)
+                                           name="tfyarn_worker_steps")
                 worker_started = tf.Variable(tf.zeros([ctx.num_data_workers], tf.int64), trainable=False,
-                                             name=WORKER_STARTED_VAR)
+                                             name="tfyarn_worker_started")
                 rank = tf.constant([ctx.data_rank])
                 # no input from this worker: runs as soon as the ps partition of a step starts
                 started = worker_started.scatter_add(tf.IndexedSlices(tf.constant([1], tf.int64), rank))
@@ -145,7 +141,6 @@ def build_graph(ctx: Any, model: Any) -> TrainGraph:
             ready_op = tf.compat.v1.report_uninitialized_variables(tf.compat.v1.global_variables())
             saver = tf.compat.v1.train.Saver(tf.compat.v1.global_variables(), sharded=False, max_to_keep=2,
                                              save_relative_paths=True)
-        model_var_keys = [v.op.name for v in model.variables]
         finite = []
         for v in model.trainable_variables:          # each check runs where its variable lives: one bool travels
             with tf.compat.v1.device(v.device):
@@ -155,8 +150,6 @@ def build_graph(ctx: Any, model: Any) -> TrainGraph:
     graph.finalize()
     return TrainGraph(graph=graph, placeholders=placeholders, loss=loss, train_op=train_op, global_step=global_step,
                       worker_steps=worker_steps, worker_started=worker_started, reset_started=reset_started,
-                      init_op=init_op, local_init_op=local_init_op, ready_op=ready_op,
-                      saver=saver, model_var_keys=model_var_keys,
-                      model_vars=list(model.variables), align_steps=align_steps, all_finite=all_finite,
-                      sync=sync,
-                      placement=dict(balancer.placed))
+                      init_op=init_op, local_init_op=local_init_op, ready_op=ready_op, saver=saver,
+                      model_var_keys=[v.op.name for v in model.variables], model_vars=list(model.variables),
+                      align_steps=align_steps, all_finite=all_finite, sync=sync, placement=dict(balancer.placed))

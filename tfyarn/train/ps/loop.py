@@ -14,6 +14,7 @@ from tfyarn.runtime.context import ABORT_KEY, DONE_KEY, STEPS_ALIGNED_KEY
 from tfyarn.runtime.kv import put_json
 from tfyarn.train import helpers
 from tfyarn.train.export import export_at_end
+from tfyarn.train.history import restart_number
 from tfyarn.train.progress import (ProgressReporter, publish_total_steps, run_summary, skip_counts,
                                    wait_for_final_progress, write_summary)
 from tfyarn.train.ps.checkpointer import Checkpointer
@@ -22,11 +23,6 @@ from tfyarn.train.ps.server import start_server
 from tfyarn.train.ps.session import open_session
 
 log = logging.getLogger("tfyarn.train.ps")
-
-
-def rejoin_key(task: str, restart: int) -> str:
-    """``rejoin/worker:0/1`` → JSON of the worker's first restart: where it resumed and what it lost."""
-    return f"rejoin/{task}/{restart}"
 
 
 class _Aggregator(threading.Thread):
@@ -98,7 +94,6 @@ def _wait_for_aligned_steps(ctx: Any, poll: float = 0.05) -> None:
     """A worker's first step waits for the chief's ``control/steps_aligned``: the async resume alignment (global step
     := sum of the worker counters) reads and writes the global step, and a worker step in between would be lost from
     the count. Bounded by ``timeouts.rendezvous``; a job already done needs no wait (the loop then finds nothing)."""
-    from tfyarn.errors import WaitTimeout
     deadline = time.monotonic() + ctx.spec.timeouts.rendezvous
     while ctx.kv.get(STEPS_ALIGNED_KEY) is None and ctx.kv.get(DONE_KEY) is None:
         if ctx.kv.get(ABORT_KEY) is not None:
@@ -113,18 +108,17 @@ def _wait_for_aligned_steps(ctx: Any, poll: float = 0.05) -> None:
 def _rejoin(ctx: Any, tg: TrainGraph, sess: Any, steps: list[int]) -> int:
     """Before the first step: what did this worker's previous process leave in flight? Returns the lost steps.
 
-    started > counted on the ps = a step began and was never counted (the process died in it). The restarted worker
-    resumes at its counter, i.e. runs that step again; the interrupted run is reported (log + ``rejoin/`` key, read
-    into the summary by the chief). Then started := counted. A fresh attempt only resets: a checkpoint can catch a
-    live step between the two counters, which is not a loss of this attempt (that is bounded by the checkpoint).
+    started > counted on the ps = a step began and was never counted (the process died in it): the restarted worker
+    resumes at its counter, i.e. runs that step again, and reports the loss (log, and ``rejoin/<task>/<restart>``
+    for the summary). Then started := counted. A fresh attempt only resets: a checkpoint can catch a live step
+    between the two counters, which is not a loss of this attempt.
 
     Sync mode refuses: a dead process may have pushed gradients for a round that completes only after the restarted
     one read the global step, so it would push a second gradient into that round or wait for a token it drained —
     extra steps or a deadlock. The spec forbids worker restarts in sync ps mode; ``retry.max_attempts`` restarts the
     whole job from its checkpoint instead.
     """
-    import os
-    restart = int(os.environ.get("TFYARN_RESTART", "0") or 0)
+    restart = restart_number()
     if restart and ctx.spec.sync:
         raise RuntimeError(f"{ctx.task_id}: a restarted worker cannot rejoin a sync (lockstep) ps job; "
                            f"use retry.max_attempts (a job attempt from the latest checkpoint)")
@@ -143,20 +137,17 @@ def _rejoin(ctx: Any, tg: TrainGraph, sess: Any, steps: list[int]) -> int:
     else:
         log.warning("%s: restart %d rejoins at epoch %d step %d (counter %d); no step was in flight", ctx.task_id,
                     restart, epoch, step, counted)
-    put_json(ctx.kv, rejoin_key(ctx.task_id, restart), record)
+    put_json(ctx.kv, f"rejoin/{ctx.task_id}/{restart}", record)
     return lost
 
 
 def _rejoins(kv: Any, tasks: list[str]) -> dict[str, Any]:
     """Summary fields from the ``rejoin/`` keys: per training task, restarts rejoined and steps/records lost."""
-    out: dict[str, Any] = {"rejoins": {t: 0 for t in tasks}, "lost_steps": {t: 0 for t in tasks},
-                           "lost_records": {t: 0 for t in tasks}}
+    out: dict[str, Any] = {field: dict.fromkeys(tasks, 0) for field in ("rejoins", "lost_steps", "lost_records")}
     for key, raw in kv.items("rejoin/").items():
-        task = key.split("/")[1]
-        rec = json.loads(raw)
-        out["rejoins"][task] = out["rejoins"].get(task, 0) + 1
-        out["lost_steps"][task] = out["lost_steps"].get(task, 0) + int(rec["lost_steps"])
-        out["lost_records"][task] = out["lost_records"].get(task, 0) + int(rec["lost_records"])
+        task, rec = key.split("/")[1], json.loads(raw)
+        for field, n in (("rejoins", 1), ("lost_steps", rec["lost_steps"]), ("lost_records", rec["lost_records"])):
+            out[field][task] = out[field].get(task, 0) + int(n)
     return out
 
 
@@ -187,8 +178,7 @@ def _run(ctx: Any, tg: TrainGraph, sess: Any, feeder: Any, steps: list[int], tar
         aggregator = _Aggregator(sess, tg, target, gs0)
         aggregator.start()
     progress = ProgressReporter.for_task(ctx)
-    local = done
-    gs = gs0
+    local, gs = done, gs0
     label = spec.data.label
     progress.begin()
     t_first = None
@@ -210,10 +200,8 @@ def _run(ctx: Any, tg: TrainGraph, sess: Any, feeder: Any, steps: list[int], tar
         if spec.sync and gs >= target:
             break
     progress.extra.update(feeder.skip_report())   # skipped records and damaged ranges, with file and offset
-    mine = progress.final()
-    mine["start_worker_steps"] = [int(x) for x in ws0]
-    mine["lost_steps"] = lost
-    mine["train_start"] = progress.start
+    mine = progress.final() | {"start_worker_steps": [int(x) for x in ws0], "lost_steps": lost,
+                               "train_start": progress.start}
     log.info("%s: finished %d local steps (global step %d), %.0f examples/s, loss %s -> %s", ctx.task_id,
              mine["steps"], gs, mine["examples_per_sec"], mine["first_loss"], mine["last_loss"])
     if not ctx.is_chief:

@@ -41,28 +41,24 @@ class SizeBalancer:
         self.placed: dict[str, int] = {}
 
     def __call__(self, op: Any) -> int:
+        least_loaded = min(range(self.num_ps), key=lambda j: (self.loads[j], j))
         if op.type not in _VAR_OPS:
             # accumulators, queues, hash tables: an explicit device scope (the variable's ps) overrides this choice
-            return min(range(self.num_ps), key=lambda j: (self.loads[j], j))
-        size = _op_bytes(op)
+            return least_loaded
         i = self.planned.get(op.name)
         if i is None:
             i = self._primary(op.name)
         if i is None:
-            i = min(range(self.num_ps), key=lambda j: (self.loads[j], j))
-        self.loads[i] += size
+            i = least_loaded
+        self.loads[i] += _op_bytes(op)
         self.placed[op.name] = i
         return i
-
 
     def _primary(self, name: str) -> int | None:
         """Optimizer slots ('<var>/Adagrad') end up colocated with their variable (TF applies colocation after
         device functions), so account their bytes to the variable's ps."""
-        best = None
-        for var, i in self.placed.items():
-            if name.startswith(var + "/") and (best is None or len(var) > len(best[0])):
-                best = (var, i)
-        return best[1] if best else None
+        owners = [var for var in self.placed if name.startswith(var + "/")]
+        return self.placed[max(owners, key=len)] if owners else None
 
 
 def variable_sizes(model_factory: Any) -> dict[str, int]:

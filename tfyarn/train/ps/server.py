@@ -1,6 +1,5 @@
-"""The ps-mode TF servers and session config: a ps task serves its variables until the job ends; a training task
-boots its own server (see :func:`start_server`). Device filters and ``operation_timeout_in_ms`` live here: a worker
-talks only to the ps tasks, and a lost peer is an error, not a hang."""
+"""The ps-mode TF servers and session config (a worker talks only to the ps tasks; a lost peer is an error, not a
+hang); the ps task serves its variables until the job ends."""
 from __future__ import annotations
 
 import logging
@@ -18,7 +17,7 @@ PS_KV_GRACE_S = 30.0
 
 
 def session_config(ctx: Any) -> Any:
-    """ConfigProto: device filters (a training task sees the ps tasks and itself only), bounded ops, few threads."""
+    """ConfigProto: device filters (a training task sees the ps tasks and itself only), ops bounded by timeouts.step."""
     import tensorflow as tf
     cfg = tf.compat.v1.ConfigProto(allow_soft_placement=False, log_device_placement=False)
     if ctx.role in ("chief", "worker"):
@@ -51,19 +50,12 @@ def start_server(ctx: Any) -> Any:
     return server
 
 
-# --------------------------------------------------------------------------------------------------------- ps task
-
 def serve(ctx: Any) -> None:
-    """The ps task: serve variables until the chief sets ``control/done`` (or anyone ``control/abort``).
-
-    Exits with an error when the KV has been unreachable for ``PS_KV_GRACE_S``: the launcher (or the YARN AM) is gone,
-    and a ps must never outlive its job.
-    """
-    server = start_server(ctx)
-    try:
-        wait_for_end(ctx.kv, ctx.task_id)
-    finally:
-        del server  # the process exits next; the gRPC server dies with it
+    """The ps task: serve variables until the chief sets ``control/done`` (or anyone ``control/abort``); fails when
+    the KV has been unreachable for ``PS_KV_GRACE_S`` (its launcher is gone: a ps must never outlive its job)."""
+    server = start_server(ctx)       # serves while referenced; the gRPC server dies with the process
+    wait_for_end(ctx.kv, ctx.task_id)
+    del server
 
 
 def wait_for_end(kv: Any, task: str, poll: float = PS_POLL_S, kv_grace: float = PS_KV_GRACE_S) -> str:
