@@ -339,7 +339,7 @@ def index_notes(spec: JobSpec, listed: list[_Listed]) -> list[str]:
     if not files:
         return []
     data, cache = spec.data, _index_cache(spec)
-    listing = Listing(tuple(data.train), tuple((u, s, m) for u, (s, m) in sorted(files.items())), (), frozenset())
+    listing = Listing(tuple((u, s, m) for u, (s, m) in sorted(files.items())), (), frozenset())
     try:
         if load_manifest(cache, listing.digest(DEFAULT_STRIDE, data.compression, data.on_corrupt)) is not None:
             return []

@@ -29,6 +29,16 @@ def _field(num: int, payload: bytes) -> bytes:
     return _varint((num << 3) | 2) + _varint(len(payload)) + payload
 
 
+def float_feature(raw: bytes) -> bytes:
+    """A float_list Feature of little-endian float32 bytes."""
+    return _field(2, _field(1, raw))
+
+
+def entry(name: bytes, feature: bytes) -> bytes:
+    """One entry of an Example's feature map (entries are concatenated, then wrapped in ``_field(1, ...)``)."""
+    return _field(1, _field(1, name) + _field(2, feature))
+
+
 def encode_feature(values: Any, kind: str | None = None) -> bytes:
     """Serialize one Feature. ``kind`` is 'float', 'int64' or 'bytes' (guessed from the values when None)."""
     arr = np.asarray(values)
@@ -41,11 +51,9 @@ def encode_feature(values: Any, kind: str | None = None) -> bytes:
             kind = "bytes"
     flat = arr.reshape(-1)
     if kind == "float":
-        body = _field(1, flat.astype("<f4").tobytes())
-        return _field(2, body)
+        return float_feature(flat.astype("<f4").tobytes())
     if kind == "int64":
-        body = _field(1, b"".join(_varint(int(v)) for v in flat))
-        return _field(3, body)
+        return _field(3, _field(1, b"".join(_varint(int(v)) for v in flat)))
     if kind == "bytes":
         items: Iterable[bytes] = (v.encode() if isinstance(v, str) else bytes(v) for v in flat.tolist())
         return _field(1, b"".join(_field(1, v) for v in items))
@@ -55,7 +63,6 @@ def encode_feature(values: Any, kind: str | None = None) -> bytes:
 def encode_example(features: dict[str, Any], kinds: dict[str, str] | None = None) -> bytes:
     """Serialize a ``tf.train.Example`` from ``{name: value(s)}`` (keys written sorted, as TF does)."""
     kinds = kinds or {}
-    entries = b"".join(_field(1, _field(1, name.encode()) + _field(2, encode_feature(features[name], kinds.get(name))))
-                       for name in sorted(features))
-    return _field(1, entries)
+    return _field(1, b"".join(entry(name.encode(), encode_feature(features[name], kinds.get(name)))
+                              for name in sorted(features)))
 

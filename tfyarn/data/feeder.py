@@ -18,14 +18,11 @@ Pipeline per epoch (two threads, bounded queues; optionally a framing process)::
   made up by reading the start of the worker's own share again (a short epoch on one worker is the stall this layer
   exists to prevent).
 
-Resuming mid-epoch (``start_step``) reproduces exactly the batches the uninterrupted epoch would have yielded from
-that step on: by seeking when the stream is a plain function of the plan, else (shuffle buffer, ``skip``) by
-replaying the share and dropping the first ``start_step x batch`` good rows after parsing.
+Resuming mid-epoch (``start_step``) reproduces exactly the batches of the uninterrupted epoch (see ``_Run._read``).
 
 Memory bound: serialized records of at most 4 parse groups (raw queue of 2, one being filled, one being parsed; ~16k
-records each), the parsed arrays of ``prefetch`` batches plus two groups, one read block (``block_bytes``, 8 MiB) and
-``shuffle_buffer`` records; in the framing process one read block and one chunk. Nothing grows with the file or
-epoch size (recommender data, batch 1000, prefetch 4: ≈ 14 MiB).
+records each), the parsed arrays of ``prefetch`` batches plus two groups, one read block (8 MiB) and
+``shuffle_buffer`` records. Nothing grows with the file or epoch size (recommender data, batch 1000: ≈ 14 MiB).
 
 Every wait is bounded: the consumer waits at most ``timeout`` seconds for a batch and the error names the worker,
 epoch, step and what each thread was doing; producers wait on full queues in short polls that notice ``close()``.
@@ -45,7 +42,7 @@ import numpy as np
 
 from tfyarn.data import native, parse as parse_mod
 from tfyarn.data.errors import DataError, NoDataError
-from tfyarn.data.manifest import Manifest
+from tfyarn.data.manifest import Manifest, describe_hole
 from tfyarn.data.planner import EpochPlan, RecordRange, plan
 from tfyarn.data.framer import FrameJob, Framer, protocol_shared
 from tfyarn.data.tfrecord import DEFAULT_BLOCK, Chunk
@@ -77,9 +74,8 @@ class _Run:
         self.yielded = 0
         self.stop = threading.Event()
         self.raw: queue.Queue = queue.Queue(maxsize=_RAW_DEPTH)
-        # prefetch + one parse group: with room for only `prefetch`, the parser could not start the next group until
-        # all but `prefetch` batches of the current one were consumed, and a fast step (~1 ms) then drained the queue
-        # while the group was parsed (measured: the queue empty at ~1 fetch in 16, one per group, waits of 1-15 ms)
+        # prefetch + one parse group, so the parser starts the next group while this one is consumed (with only
+        # `prefetch`, a 1 ms step found the queue empty once per group: waits of 1-15 ms)
         self.ready: queue.Queue = queue.Queue(maxsize=feeder.prefetch + feeder.group // feeder.batch_size)
         self.seen_bad: set[tuple[str | None, int | None]] = set()
         self.deficit = 0                     # records the parser rejected; the reader reads that many more
@@ -88,8 +84,7 @@ class _Run:
         self.rows_parsed = 0                 # rows the parser accepted (before a resume's replayed rows are dropped)
         self.rows_rejected = 0               # records it rejected (on_corrupt: skip)
         self.first_rejected: DataError | None = None
-        self.reader_state = "starting"
-        self.parser_state = "starting"
+        self.reader_state = self.parser_state = "starting"
         self.wait_s = 0.0                    # consumer time blocked on the ready queue after the first batch
         self.waits_over_1ms = 0
         self.max_wait_s = 0.0
@@ -167,9 +162,6 @@ class _Run:
             with self.deficit_lock:
                 return need + self.deficit - emitted - len(pay)
 
-        def done() -> bool:
-            return remaining() <= 0
-
         def emit(pays: list[bytes], path: str, recs: np.ndarray, offs: np.ndarray) -> int:
             """Append records to the pending batch; hand full batches (or the last needed records) to the parser.
             Returns how many of ``pays`` were taken (all, unless no more were needed)."""
@@ -191,10 +183,9 @@ class _Run:
 
         def stream() -> Iterator[tuple[list[bytes], str, np.ndarray, np.ndarray]]:
             """The records to emit, in order: the share (after ``skip_front``), then — only while more are wanted,
-            to replace records rejected as corrupt — the share again from its start, as often as needed. Lazy, so
-            the reader continues exactly where it stopped whenever more records are wanted, however late the
-            parser's rejections arrive: what is emitted is a prefix of this one sequence, never a timing-dependent
-            restart (which emitted replacement records twice and made a resumed epoch differ)."""
+            to replace records rejected as corrupt — the share again from its start, as often as needed. Lazy: what
+            is emitted is a prefix of this one sequence however late the parser's rejections arrive, so a resumed
+            epoch replays exactly."""
             nonlocal sbuf
             passes = 0
             while True:
@@ -242,7 +233,7 @@ class _Run:
         pending = None                     # the part of an item that was not needed (yet)
         with closing(stream()) as records:
             while True:
-                while not done():
+                while remaining() > 0:
                     item = pending if pending is not None else next(records)
                     pending = None
                     taken = emit(*item)
@@ -253,7 +244,7 @@ class _Run:
                     records.close()        # let the framing process go: nothing more will be read this epoch
                 # Park (polling, noticing close) until the parser finishes or reports rejected records.
                 self.reader_state = "done, waiting for the parser"
-                while done():
+                while remaining() <= 0:
                     self._check_stop()
                     if self.parser_finished.is_set():
                         records.close()
@@ -273,23 +264,16 @@ class _Run:
             # auto: the process is started once the epoch's first batch is taken (see __next__); strict: now, and
             # chunks() waits for it
             if framer is not None and (f.framing_strict or framer.ready()):
-                yield from self._from_framer(ranges[k:], jobs[k:])
+                for index, chunk in framer.chunks(jobs[k:], self._check_stop):
+                    rr = ranges[k + index]
+                    self.reader_state = (f"reading {rr.path} records {rr.start}..{rr.stop} "
+                                         f"(framing process {framer.pid})")
+                    self.records_from_framer += len(chunk.payloads)
+                    yield rr, chunk
                 return
             self.reader_state = f"reading {rr.path} records {rr.start}..{rr.stop}"
             for chunk in j.chunks(f.frame_opts):
                 yield rr, chunk
-
-    def _from_framer(self, ranges: list[RecordRange], jobs: list[FrameJob]) -> Iterator[tuple[RecordRange, Chunk]]:
-        framer = self.f.framer
-        assert framer is not None
-        current = -1
-        for index, chunk in framer.chunks(jobs, self._check_stop):
-            if index != current:
-                current = index
-                rr = ranges[index]
-                self.reader_state = f"reading {rr.path} records {rr.start}..{rr.stop} (framing process {framer.pid})"
-            self.records_from_framer += len(chunk.payloads)
-            yield ranges[index], chunk
 
     # ------------------------------------------------------------------------------------------------------- parser
     def _parse(self) -> None:
@@ -339,13 +323,12 @@ class _Run:
         f = self.f
         good, bad = [], []
         meta = [(path, r, o) for path, recs, offs in meta for r, o in zip(recs.tolist(), offs.tolist())]
-        for p, m in zip(payloads, meta):
+        for p, (path, rec, off) in zip(payloads, meta):
             problem = parse_mod.diagnose(p, f.fields)
             if problem is None:
                 good.append(p)
                 continue
             feature, what = problem
-            path, rec, off = m
             err = DataError(f"{path}: record {rec} at byte offset {off}: {what}", path=path, offset=off, record=rec,
                             feature=feature)
             if f.on_corrupt != "skip":
@@ -446,9 +429,8 @@ SKIPS_REPORTED = 10
 
 
 def skip_report(feeders: list[Any], manifest: Any) -> dict[str, Any]:
-    """:meth:`Feeder.skip_report` of one or more feeders over ``manifest`` (an epoch pipeline has two; anything with
-    the Feeder API counts, a stand-in without skip counts or manifest as none)."""
-    from tfyarn.data.manifest import describe_hole
+    """:meth:`Feeder.skip_report` of one or more feeders over ``manifest`` (an epoch pipeline has two; a stand-in
+    without skip counts or manifest counts as none)."""
     holes = [describe_hole(fi, a, b) for fi in getattr(manifest, "files", ()) for a, b in fi.holes]
     errors = [str(e) for f in feeders for e in getattr(f, "skipped_errors", ())]
     return {"skipped_records": sum(getattr(f, "skipped", 0) for f in feeders), "skipped_at": errors[:SKIPS_REPORTED],
@@ -456,14 +438,11 @@ def skip_report(feeders: list[Any], manifest: Any) -> dict[str, Any]:
 
 
 class Feeder:
-    """This worker's batches, epoch by epoch. See the module docstring for the pipeline and its memory bound.
+    """This worker's batches, epoch by epoch (the module docstring has the pipeline and its memory bound).
 
     ``features``: ``{name: spec.Feature}`` (fixed shapes). Batches are ``{name: array}`` with leading dimension
-    ``batch_size``: shape () → (B,), (k,) → (B, k); float32/float64/int64/int32 as such; string → str objects, bytes
-    → bytes objects.
-
-    ``parser``: factory ``fields -> (list[bytes] -> dict)``, called once per epoch inside the parser thread;
-    the default uses TensorFlow (imported there, lazily).
+    ``batch_size``: shape () → (B,), (k,) → (B, k); string → str objects, bytes → bytes objects. ``parser``: factory
+    ``fields -> (list[bytes] -> dict)``, called once per epoch in the parser thread (:func:`parse.default_parser`).
     """
 
     def __init__(self, manifest: Manifest, features: Mapping[str, Any], batch_size: int, rank: int,
@@ -482,7 +461,7 @@ class Feeder:
         if batch_size <= 0 or prefetch <= 0 or shuffle_buffer < 0:
             raise ValueError("batch_size and prefetch must be positive, shuffle_buffer >= 0")
         self.manifest = manifest
-        self.files = manifest.by_path()
+        self.files = {fi.path: fi for fi in manifest.files}
         self.holes = {fi.path: dict(fi.holes) for fi in manifest.files if fi.holes}
         self.fields = parse_mod.schema(features)
         self.batch_size, self.rank, self.num_workers = batch_size, rank, num_workers
@@ -552,9 +531,8 @@ class Feeder:
             self.skipped_errors.extend(errors[:max(0, room)])
 
     def skip_report(self) -> dict[str, Any]:
-        """What a training task publishes with its final progress: the records it skipped as corrupt (``on_corrupt:
-        skip``) and where, and the data set's damaged byte ranges (the manifest's holes, left out of every plan: the
-        same on every task, so the run summary counts them once)."""
+        """What a training task publishes with its final progress: the records it skipped as corrupt and where, and
+        the data set's damaged byte ranges (the manifest's holes: the same on every task, counted once)."""
         return skip_report([self], self.manifest)
 
     def _finished(self, run: _Run) -> None:

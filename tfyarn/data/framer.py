@@ -114,10 +114,8 @@ def protocol_shared(path: str) -> bool:
 
 
 class Framer:
-    """A child process running :func:`tfyarn.data.tfrecord.iter_chunks` for the ranges it is sent.
-
-    One per :class:`~tfyarn.data.feeder.Feeder`, started on first use and reused every epoch. Thread-compatible (one
-    caller at a time: the feeder's reader thread); :meth:`close` may be called from any thread.
+    """A child process running :func:`tfyarn.data.tfrecord.iter_chunks` for the ranges it is sent, reused every
+    epoch. One caller at a time (the feeder's reader thread); :meth:`close` may be called from any thread.
     """
 
     def __init__(self, opts: Mapping[str, Any]):
@@ -147,8 +145,7 @@ class Framer:
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def start(self) -> None:
-        """Start the child now, without waiting for it (idempotent; ~1.3 ms of ``Popen``). Its interpreter and
-        numpy/fsspec start-up (~0.2 s, ~0.25 s CPU) runs meanwhile; the feeder frames in its thread until then."""
+        """Start the child now, without waiting for its start-up (~0.2 s; idempotent)."""
         with self._lock:
             self._ensure_started()
 
@@ -167,8 +164,8 @@ class Framer:
             return self._has_child()
 
     def ready(self) -> bool:
-        """Is a child running and done starting? Never waits (the feeder frames in its own thread until then).
-        Only from the thread that calls :meth:`chunks` (it reads the connection)."""
+        """Is a child running and done starting? Never waits; only from the thread that calls :meth:`chunks` (it
+        reads the connection)."""
         with self._lock:
             if self._ready:
                 return self._alive()

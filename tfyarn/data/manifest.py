@@ -24,7 +24,7 @@ import threading
 import time
 import uuid
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any, Iterable
 
 import fsspec
@@ -88,7 +88,7 @@ class FileInfo:
 @dataclass(frozen=True)
 class Manifest:
     files: tuple[FileInfo, ...]
-    warnings: tuple[str, ...] = field(default_factory=tuple)
+    warnings: tuple[str, ...] = ()
 
     @property
     def total_records(self) -> int:
@@ -97,9 +97,6 @@ class Manifest:
     @property
     def total_bytes(self) -> int:
         return sum(f.size for f in self.files)
-
-    def by_path(self) -> dict[str, FileInfo]:
-        return {f.path: f for f in self.files}
 
     def to_doc(self) -> dict[str, Any]:
         return {"files": [asdict(f) for f in self.files], "warnings": list(self.warnings)}
@@ -152,20 +149,16 @@ def mtime_of(info: dict[str, Any]) -> str:
     return ""
 
 
-#: Names of side files that are not hidden but never data: checksums written beside a file (``part-0.crc`` or
-#: ``part-0.tfrecord.crc``, by tools that do not hide them as Hadoop does).
-SIDE_FILE_SUFFIXES = (".crc",)
-
-
 def hidden(rel: str) -> bool:
     """Whether a listed path is not data: any part of ``rel`` (the path below what the user named) starts with
     ``.`` or ``_``, or its name ends with ``.crc``.
 
-    Hadoop's FileInputFormat rule (``_SUCCESS``, ``_temporary/``, ``.crc``), which also hides our own cached indexes
-    (``.<name>.tfyidx.json``) from a later listing. Every listing of data applies it through :func:`data_files`.
+    Hadoop's FileInputFormat rule (``_SUCCESS``, ``_temporary/``, ``.crc``; also ``*.crc`` checksums that tools
+    write unhidden), which also hides our own cached indexes (``.<name>.tfyidx.json``) from a later listing. Every
+    listing of data applies it through :func:`data_files`.
     """
     parts = [part for part in rel.split("/") if part]
-    return any(part.startswith(("_", ".")) for part in parts) or bool(parts and parts[-1].endswith(SIDE_FILE_SUFFIXES))
+    return any(part.startswith(("_", ".")) for part in parts) or bool(parts and parts[-1].endswith(".crc"))
 
 
 def side_file_hint(url: str, error: Exception) -> str:
@@ -322,11 +315,8 @@ def index_file(url: str, size: int, mtime: str, compression: str = "auto", strid
     gz = tfrecord.detect_gzip(url, compression, head)      # a wrong data.compression fails here, naming the file
     offsets: list[int] = []
     holes: list[tuple[int, int]] = []
-    rec = 0
-    base = 0
-    buf = b""
-    pos = 0
-    eof = False
+    rec = base = pos = 0       # records counted; file offset of buf[0]; position in buf
+    buf, eof = b"", False
     skip = on_corrupt == "skip"
     with tfrecord.open_records(url, gz) as f:
         while True:
@@ -384,9 +374,8 @@ def cached_or_indexed(url: str, size: int, mtime: str, compression: str = "auto"
                       listed: bool = False, read: bool = True) -> FileInfo | None:
     """One file's index: the cached one when it still fits the file, else read now (and cached for the next reader).
 
-    ``listed``: the file was found by a directory listing or a glob, so an error about a file that is not TFRecord
-    also says how to leave such a side file out (:func:`side_file_hint`). ``read=False``: only a cached index, else
-    None (a check that must stay cheap)."""
+    ``listed``: found by a listing or a glob, so an error about a file that is not TFRecord says how to leave such a
+    side file out (:func:`side_file_hint`). ``read=False``: only a cached index, else None (a cheap check)."""
     if use_cache:
         hit = _load_cached(url, size, mtime, stride, compression, cache_dir, on_corrupt)
         if hit is not None:
@@ -420,9 +409,8 @@ def describe_hole(fi: FileInfo, start: int, end: int) -> str:
 
 @dataclass(frozen=True)
 class Listing:
-    """What ``urls`` name now: the non-empty data files as (URL, size, mtime), sorted, and what the listing found to
-    warn about (empty files). Every task lists for itself; :meth:`digest` says whether two listings are the same."""
-    urls: tuple[str, ...]
+    """What the data URLs name now: the non-empty data files as (URL, size, mtime), sorted, and what the listing
+    found to warn about (empty files). Every task lists for itself; :meth:`digest` says whether two are the same."""
     files: tuple[tuple[str, int, str], ...]
     warnings: tuple[str, ...]
     named: frozenset[str]
@@ -465,7 +453,7 @@ def list_data(urls: list[str] | str) -> Listing:
         todo.append((url, size, mtime_of(info)))
     if not todo:
         raise NoDataError(f"{', '.join(urls)}: no records (every matched file is empty)")
-    return Listing(tuple(urls), tuple(todo), tuple(warnings), frozenset(named))
+    return Listing(tuple(todo), tuple(warnings), frozenset(named))
 
 
 def manifest_entry(cache_dir: str | None, digest: str) -> str:
@@ -516,8 +504,7 @@ def index_files(listing: Listing, which: Iterable[int], compression: str = "auto
         futures = [ex.submit(one, i) for i in ids]
         done, pending = wait(futures, timeout=timeout, return_when=FIRST_EXCEPTION)
         for fut in done:
-            if fut.exception() is not None:
-                raise fut.exception()  # type: ignore[misc]
+            fut.result()                                # raises the first failure
         if pending:
             late = [listing.files[i][0] for i, fut in zip(ids, futures) if fut in pending]
             raise WaitTimeout(f"indexing {len(ids)} files: {len(late)} not finished within {timeout:g}s "

@@ -1,13 +1,8 @@
 """Serialized ``tf.train.Example`` batches → dict of numpy arrays, per the spec's fixed-length feature schema.
 
-The fast path is the C parser of :mod:`native` (built with the package; numeric fixed-length features), which hands
-any record it does not take unambiguously to the general path: one TF ``ParseExampleV2`` call per group (TF imported
-lazily, in the feeder's parser thread, never at ``tfyarn.data`` import: gateways have no TF). Both release the GIL,
-so they overlap with the training loop.
-
-When a batch fails, the slow path here re-reads each record with a tiny pure-Python Example decoder to say exactly
-which record and which feature is wrong (missing, wrong dtype, wrong number of values) — TF's own message names
-neither the file nor the record.
+The C parser of :mod:`native` (numeric features) hands any group it does not take to one TF ``ParseExampleV2`` call
+(TF imported lazily in the feeder's parser thread: gateways have no TF); both release the GIL. When a batch fails, a
+tiny pure-Python Example decoder says which record and which feature is wrong (TF's message names neither).
 """
 from __future__ import annotations
 
@@ -206,11 +201,9 @@ def tf_parser(fields: tuple[Field, ...]) -> Callable[[list[bytes]], dict[str, np
 
 
 def python_parser(fields: tuple[Field, ...]) -> Callable[[list[bytes]], dict[str, np.ndarray]]:
-    """A TF-free parser (pure Python, ~100x slower than TF): for hosts without TensorFlow and for fast tests.
-
-    Raises :class:`BatchParseError` on the first record that does not fit the schema, like the TF parser, so the
-    feeder's diagnosis and ``skip`` handling are the same whichever parser runs.
-    """
+    """A TF-free parser (pure Python, ~100x slower than TF): for hosts without TensorFlow and for fast tests. Like
+    the TF parser, it raises :class:`BatchParseError` for a record that does not fit the schema (the feeder then
+    diagnoses record by record)."""
     np_types = {f.name: _KINDS[f.dtype][1] for f in fields}
 
     def parse(payloads: list[bytes]) -> dict[str, np.ndarray]:

@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import threading
+from concurrent.futures import Future, wait
 from typing import Any, Callable
 
+from tfyarn.data.feeder import skip_report
 from tfyarn.errors import WaitTimeout
 
 
@@ -42,33 +44,27 @@ class EpochPipeline:
             if epoch + 1 < self.epochs:
                 cur = self._opened(opener, epoch + 1)
 
-    def _open_async(self, epoch: int) -> tuple[threading.Thread, list]:
+    def _open_async(self, epoch: int) -> Future:
         """Open ``epoch`` (plan + thread start: a few ms of Python) off the training thread, between steps."""
-        out: list = []
+        opened: Future = Future()
 
         def open_() -> None:
             try:
-                out.append(self.feeders[epoch % 2].epoch(epoch))
+                opened.set_result(self.feeders[epoch % 2].epoch(epoch))
             except BaseException as exc:  # noqa: BLE001 - re-raised in the training thread by _opened
-                out.append(exc)
-        t = threading.Thread(target=open_, name=f"tfyarn-open-epoch-{epoch}", daemon=True)
-        t.start()
-        return t, out
+                opened.set_exception(exc)
+        threading.Thread(target=open_, name=f"tfyarn-open-epoch-{epoch}", daemon=True).start()
+        return opened
 
-    def _opened(self, opener: tuple[threading.Thread, list] | None, epoch: int) -> Any:
+    def _opened(self, opener: Future | None, epoch: int) -> Any:
         if opener is None:                     # the epoch had no batch (nothing to overlap with): open it now
             return self.feeders[epoch % 2].epoch(epoch)
-        t, out = opener
-        t.join(timeout=60.0)
-        if not out:
+        if not wait([opener], timeout=60.0).done:
             raise WaitTimeout(f"timed out after 60s waiting for the feeder to open epoch {epoch}")
-        if isinstance(out[0], BaseException):
-            raise out[0]
-        return out[0]
+        return opener.result()
 
     def skip_report(self) -> dict[str, Any]:
         """Both feeders' :meth:`Feeder.skip_report` as one (they share the manifest)."""
-        from tfyarn.data.feeder import skip_report
         return skip_report(self.feeders, getattr(self.feeders[0], "manifest", None))
 
     def close(self) -> None:

@@ -61,9 +61,7 @@ def _rotation(seed: int, total: int) -> int:
 
 def _counts(manifest: Any) -> list[tuple[str, int]]:
     files = getattr(manifest, "files", manifest)
-    out = [(f.path, f.records) if hasattr(f, "records") else (str(f[0]), int(f[1])) for f in files]
-    out.sort()
-    return out
+    return sorted((f.path, f.records) if hasattr(f, "records") else (str(f[0]), int(f[1])) for f in files)
 
 
 def _slice(files: Sequence[tuple[str, int]], starts: Sequence[int], lo: int, hi: int) -> list[tuple[str, int, int]]:

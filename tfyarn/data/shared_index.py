@@ -20,20 +20,22 @@ A published value is ``{"inline": value}`` when small, else ``{"file": url}`` of
 whole-manifest cache entry).
 
 Liveness: ``beat/<rank>`` ticks every :data:`BEAT_S` with the data bytes the task has read. A task waited for is given
-up when ``failure/<task>`` or ``exit/<task>`` appears, when its ticks stop for ``stall`` seconds, or when it is
-indexing and its bytes do not move for ``stall`` seconds. The leader then does that task's work itself (files the
-dead task finished are in the cache: only the rest is read). The others wait on the leader alone; a leader that dies
-fails their wait naming it — a dead chief ends the attempt anyway, and the job's attempt logic starts again with the
-indexes cached so far. Every wait is also bounded by ``timeout`` overall.
+up when ``failure/<task>`` or ``exit/<task>`` appears, or its ticks (or, while it indexes, its bytes) stop for
+``stall`` seconds; the leader then does the rest of its work itself. A leader that dies fails the others' wait naming
+it (a dead chief ends the attempt anyway; the next starts with the indexes cached so far). Every wait is also bounded
+by ``timeout`` overall.
 """
 from __future__ import annotations
 
+import heapq
 import json
 import logging
 import threading
 import time
 from dataclasses import asdict
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
+
+import fsspec
 
 from tfyarn.data import manifest as mf
 from tfyarn.data.errors import DataError
@@ -96,7 +98,6 @@ class Exchange:
 
     def cleanup(self) -> None:
         try:
-            import fsspec
             fs, path = fsspec.core.url_to_fs(self.dir)
             if fs.exists(path):
                 fs.rm(path, recursive=True)
@@ -181,13 +182,6 @@ def liveness_snapshot(ex: Exchange) -> dict[str, str]:
     return out
 
 
-def _poll_delays() -> Iterator[float]:
-    d = 0.05
-    while True:
-        yield d
-        d = min(d * 1.5, 1.0)
-
-
 def shared_manifest(urls: list[str] | str, *, kv: Any, tasks: list[str], rank: int, app_id: str, attempt: int = 0,
                     compression: str = "auto", on_corrupt: str = "fail", cache_dir: str | None = None,
                     stride: int = mf.DEFAULT_STRIDE, stall: float = 600.0, timeout: float = 3600.0) -> mf.Manifest:
@@ -206,11 +200,10 @@ def shared_manifest(urls: list[str] | str, *, kv: Any, tasks: list[str], rank: i
         # beats slow down for large jobs (1,000 tasks: every 10 s, ~100 KV writes a second)
         with Heartbeat(ex, max(BEAT_S, len(tasks) / 100)) as hb:
             m = _Run(ex, listing, cache_dir, opts, stall, timeout, hb).go()
-    got = mf.STATS.snapshot()
+    cost = {k: v - before[k] for k, v in mf.STATS.snapshot().items()}
     log.info("%s: manifest of %d files ready in %.2fs; this task read %d data bytes indexing %d files, used %d "
              "cached indexes", tasks[rank] if tasks else "task", len(m.files), time.monotonic() - t0,
-             got["bytes_read"] - before["bytes_read"], got["files_indexed"] - before["files_indexed"],
-             got["cache_hits"] - before["cache_hits"])
+             cost["bytes_read"], cost["files_indexed"], cost["cache_hits"])
     return m
 
 
@@ -293,9 +286,10 @@ class _Run:
         """The first of ``kinds`` the leader publishes; bounded by its liveness and by the overall timeout."""
         ex = self.ex
         watch = Watch(ex, 0, self.stall)
+        delay = 0.05
         self.hb.waiting = True
         try:
-            for delay in _poll_delays():
+            while True:
                 for kind in kinds:
                     v = ex.get(kind)
                     if v is not None:
@@ -308,9 +302,9 @@ class _Run:
                     raise WaitTimeout(f"timed out after {self.timeout:g}s waiting for {ex.tasks[0]} to publish the "
                                       f"shared data index ({'/'.join(kinds)})")
                 time.sleep(delay)
+                delay = min(delay * 1.5, 1.0)
         finally:
             self.hb.waiting = False
-        raise AssertionError("unreachable")
 
     def gather(self, kind: str, cover: Callable[[int], Any]) -> dict[int, Any]:
         """Every task's ``kind`` value (mine included); the value of a task given up as dead comes from ``cover``."""
@@ -318,9 +312,10 @@ class _Run:
         out: dict[int, Any] = {}
         watches = {r: Watch(ex, r, self.stall) for r in range(self.n)}
         prefix = ex.key(kind) + "/"
+        delay = 0.05
         self.hb.waiting = True
         try:
-            for delay in _poll_delays():
+            while True:
                 for key, raw in ex.kv.items(prefix).items():
                     r = int(key[len(prefix):])
                     if r not in out and 0 <= r < self.n:
@@ -342,9 +337,9 @@ class _Run:
                                       f"({kind}) of {late}")
                 if len(out) < self.n:
                     time.sleep(delay)
+                    delay = min(delay * 1.5, 1.0)
         finally:
             self.hb.waiting = False
-        raise AssertionError("unreachable")
 
     def lead(self, hit: mf.Manifest | None) -> mf.Manifest:
         ex = self.ex
@@ -407,7 +402,6 @@ class _Run:
 def plan_work(missing: list[int], sizes: list[int], num_tasks: int) -> dict[str, list[int]]:
     """Hand the files ``missing`` out to ``num_tasks`` tasks by bytes: the largest first, each to the task with the
     fewest bytes so far (ties: the lowest rank). Deterministic: ``{str(rank): sorted file ids}``."""
-    import heapq
     heap = [(0, r) for r in range(num_tasks)]
     out: dict[str, list[int]] = {str(r): [] for r in range(num_tasks)}
     for i in sorted(set(missing), key=lambda i: (-sizes[i], i)):

@@ -16,14 +16,13 @@ from typing import Any
 import fsspec
 import numpy as np
 
-from tfyarn.data.example import _field, _varint
+from tfyarn.data.example import _field, _varint, entry, float_feature
 from tfyarn.data.manifest import data_files
 from tfyarn.data.tfrecord import TFRecordWriter
 from tfyarn.errors import ExitCode, TfyarnError
 
 log = logging.getLogger(__name__)
 
-KINDS = ("recommender", "logreg")
 SCHEMAS = {
     "recommender": {"label": {"dtype": "float32", "shape": ()}, "user_id": {"dtype": "int64", "shape": ()},
                     "item_id": {"dtype": "int64", "shape": ()}},
@@ -44,8 +43,8 @@ class SynthError(ValueError, TfyarnError):
 
 def _check_arguments(kind: str, files: int, records: int, compression: str, **positive: int) -> None:
     """Every argument checked before anything is written, each error naming the argument."""
-    if kind not in KINDS:
-        raise SynthError(f"kind must be one of {', '.join(KINDS)}, not {kind!r}")
+    if kind not in SCHEMAS:
+        raise SynthError(f"kind must be one of {', '.join(SCHEMAS)}, not {kind!r}")
     for name, value in {"files": files, "records": records, **positive}.items():
         if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value <= 0:
             raise SynthError(f"{name} must be a positive integer, not {value!r}")
@@ -96,14 +95,6 @@ def _int_feature(v: int) -> bytes:
     return _field(3, _field(1, _varint(v)))
 
 
-def _float_feature(raw: bytes) -> bytes:
-    return _field(2, _field(1, raw))
-
-
-def _entry(key: bytes, feature: bytes) -> bytes:
-    return _field(1, _field(1, key) + _field(2, feature))
-
-
 def write_synthetic(url_dir: str, kind: str = "recommender", *, files: int = 16, records: int = 100_000,
                     skew: float = 10.0, seed: int = 0, compression: str = "none", users: int = 1000,
                     items: int = 1000, dim: int = 8, overwrite: bool = False) -> list[str]:
@@ -114,8 +105,8 @@ def write_synthetic(url_dir: str, kind: str = "recommender", *, files: int = 16,
     Deterministic from ``seed``. Returns the URLs written, in order.
 
     A directory already holding data raises :class:`SynthError` unless ``overwrite=True``: then the shards of an
-    earlier run (and their cached indexes) are removed first, so the directory holds exactly the new set.
-    Bad arguments raise :class:`SynthError` (a ValueError) naming the argument; nothing is written then.
+    earlier run (and their cached indexes) are removed first, so the directory holds exactly the new set. Bad
+    arguments raise :class:`SynthError` naming the argument, before anything is written.
     """
     _check_arguments(kind, files, records, compression, users=users, items=items, dim=dim)
     rng = np.random.default_rng(seed)
@@ -144,14 +135,14 @@ def write_synthetic(url_dir: str, kind: str = "recommender", *, files: int = 16,
                 raw = label.tobytes()
                 labs = [raw[4 * k:4 * k + 4] for k in range(n)]
                 for uu, ii, lab in zip(u.tolist(), it.tolist(), labs):
-                    wr.write(_field(1, _entry(b"item_id", _int_feature(ii)) + _entry(b"label", _float_feature(lab))
-                                    + _entry(b"user_id", _int_feature(uu))))
+                    wr.write(_field(1, entry(b"item_id", _int_feature(ii)) + entry(b"label", float_feature(lab))
+                                    + entry(b"user_id", _int_feature(uu))))
             else:
                 x = rng.normal(size=(n, 16)).astype("<f4")
                 label = ((x @ w + rng.normal(scale=0.5, size=n)) > 0).astype("<f4")
                 for k in range(n):
-                    wr.write(_field(1, _entry(b"label", _float_feature(label[k:k + 1].tobytes()))
-                                    + _entry(b"x", _float_feature(x[k].tobytes()))))
+                    wr.write(_field(1, entry(b"label", float_feature(label[k:k + 1].tobytes()))
+                                    + entry(b"x", float_feature(x[k].tobytes()))))
         urls.append(url)
     log.info("wrote %d %s records in %d files under %s (sizes %d..%d)", records, kind, files, url_dir,
              min(sizes), max(sizes))

@@ -9,7 +9,6 @@ decompressed stream for GZIP files) and its record index, so a user can find it 
 from __future__ import annotations
 
 import gzip
-import logging
 import struct
 import zlib
 from contextlib import nullcontext
@@ -23,8 +22,6 @@ from google_crc32c import _crc32c  # the C implementation; importing it fails lo
 
 from tfyarn.data import native
 from tfyarn.data.errors import DataError
-
-log = logging.getLogger(__name__)
 
 _crc_value = _crc32c.value
 _U64 = struct.Struct("<Q")
@@ -135,9 +132,7 @@ class _Gunzip(gzip.GzipFile):
 def open_records(path: str, gz: bool) -> IO[bytes]:
     """A binary stream of TFRecord bytes (decompressed when ``gz``). The caller closes it."""
     f = fsspec.open(path, "rb").open()
-    if gz:
-        return _Gunzip(f, path, own=True)  # type: ignore[return-value]
-    return f
+    return _Gunzip(f, path, own=True) if gz else f  # type: ignore[return-value]
 
 
 def first_record(f: IO[bytes], path: str, compression: str = "auto", limit: int = 64 << 20) -> bytes | None:
@@ -175,13 +170,9 @@ class Framed:
     end: int          # position in buf just after the last complete record
 
     def lengths(self) -> np.ndarray:
-        """Payload lengths, derived in bulk from consecutive offsets (cheaper than collecting them in the loop)."""
-        offs = self.offsets
-        nxt = np.empty_like(offs)
-        nxt[:-1] = offs[1:]
-        if len(offs):
-            nxt[-1] = self.end
-        return nxt - offs - (HEADER + FOOTER)
+        """Payload lengths, in bulk (cheaper than collecting them in the loop): each record ends where the next
+        begins, the last at ``end``."""
+        return np.append(self.offsets[1:], self.end) - self.offsets - (HEADER + FOOTER)
 
 
 def scan(buf: bytes, pos: int, limit: int) -> Framed:
