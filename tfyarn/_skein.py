@@ -1,22 +1,16 @@
-"""Import skein lazily and on every Python tfyarn supports.
+"""Import skein lazily, on every Python tfyarn supports.
 
-Why a helper: ``skein.utils`` does ``from distutils.version import LooseVersion``; ``distutils`` left the standard
-library in Python 3.12. setuptools (a tfyarn dependency) ships a ``distutils`` shim that its
-``distutils-precedence.pth`` activates at interpreter start-up, which covers the normal case. It does not when ``.pth``
-files are skipped (``python -S``, some embedded or zipapp launches); importing ``setuptools`` first installs the same
-shim explicitly, so we retry once after that. Verified on CPython 3.12.1 with skein 0.8.2 + setuptools.
-
-Nothing here runs at import time: backends call :func:`skein` when they need it, so ``import tfyarn`` stays cheap.
+``skein.utils`` does ``from distutils.version import LooseVersion``, and ``distutils`` left the standard library in
+Python 3.12. setuptools' shim would provide it, but importing setuptools costs ~0.1 CPU s of every command that talks
+to YARN, so :func:`skein` gives skein a stand-in ``distutils.version`` for its import. Backends call it when they
+need skein, so ``import tfyarn`` stays cheap.
 """
 from __future__ import annotations
 
 import importlib
-import logging
 import re
 import sys
 from types import ModuleType
-
-log = logging.getLogger(__name__)
 
 
 class _LooseVersion:
@@ -37,10 +31,9 @@ class _LooseVersion:
         return not self < other
 
 
-def _import_with_version_shim() -> ModuleType:
-    """Import skein with a stand-in ``distutils.version`` when distutils is not imported yet: setuptools' shim
-    imports setuptools itself (~0.1 CPU s of every command that talks to YARN). The stand-in is removed afterwards,
-    so a later ``import distutils`` gets the real one."""
+def skein() -> ModuleType:
+    """The ``skein`` module. The stand-in ``distutils`` is used only when no ``distutils`` is imported yet, and
+    removed afterwards, so a later ``import distutils`` gets the real one."""
     if "distutils" in sys.modules or "skein" in sys.modules:
         return importlib.import_module("skein")
     pkg, ver = ModuleType("distutils"), ModuleType("distutils.version")
@@ -54,20 +47,3 @@ def _import_with_version_shim() -> ModuleType:
         for name, mod in (("distutils.version", ver), ("distutils", pkg)):
             if sys.modules.get(name) is mod:
                 del sys.modules[name]
-
-
-def skein() -> ModuleType:
-    """The ``skein`` module, importing setuptools' distutils shim first when the interpreter lacks ``distutils``."""
-    try:
-        return _import_with_version_shim()
-    except ModuleNotFoundError as exc:
-        if exc.name != "distutils":
-            raise
-        log.debug("distutils missing (Python >= 3.12 without the setuptools .pth shim); importing setuptools first")
-    try:
-        importlib.import_module("setuptools")      # installs setuptools' ``distutils`` shim (``_distutils_hack``)
-    except ModuleNotFoundError:
-        raise ModuleNotFoundError(
-            "skein needs 'distutils', which Python >= 3.12 no longer ships; install setuptools "
-            "(a tfyarn dependency: pip install setuptools)") from None
-    return importlib.import_module("skein")

@@ -1,16 +1,12 @@
 """HDFS and Hadoop configuration access for the gateway and the containers, without a JVM.
 
 Why hdfs-native: TF 2.21 has no ``hdfs://`` filesystem and pyarrow's needs libhdfs.so + a JVM + CLASSPATH on every
-node (see docs/ARCHITECTURE.md and the field notes). hdfs-native is a Rust client that registers itself as fsspec's
-``hdfs``/``viewfs`` protocols and reads the cluster layout itself from ``$HADOOP_CONF_DIR`` (``core-site.xml``,
-``hdfs-site.xml``): HA nameservices (``dfs.nameservices``, ``dfs.ha.namenodes.*``) and viewfs mount tables work
-without any code here. Secure clusters: Kerberos from the ticket cache (or a principal + keytab: :func:`set_login`),
-or delegation tokens read from ``$HADOOP_TOKEN_FILE_LOCATION`` — which YARN sets in every container and Oozie sets
-in its launcher, so code running there needs no keytab at all.
+node. hdfs-native is a Rust client, registered as fsspec's ``hdfs``/``viewfs`` protocols, that reads HA nameservices
+and viewfs mount tables from ``$HADOOP_CONF_DIR`` itself and logs in with Kerberos (the ticket cache, or a keytab:
+:func:`set_login`) or the delegation tokens of ``$HADOOP_TOKEN_FILE_LOCATION`` (set by YARN in every container).
 
-This module adds what hdfs-native does not: reading Hadoop XML config for *other* settings tfyarn needs (defaultFS,
-log aggregation dirs, the ResourceManager address, scheduler limits), qualifying ``hdfs:///path`` URLs, and keytab
-hygiene (a keytab is a password: never logged, never copied into env or KV, refused when world-readable).
+This module adds the other Hadoop settings tfyarn reads (defaultFS, the ResourceManager, scheduler limits), qualified
+``hdfs:///path`` URLs, and keytab hygiene (a keytab is a password: never logged or shipped, refused world-readable).
 """
 from __future__ import annotations
 
@@ -49,13 +45,13 @@ def parse_hadoop_xml(path: str | os.PathLike) -> dict[str, str]:
     return out
 
 
-def load_hadoop_conf(conf_dir: str | os.PathLike | None = None, files: Iterable[str] = CONF_FILES) -> dict[str, str]:
+def load_hadoop_conf(conf_dir: str | os.PathLike | None = None) -> dict[str, str]:
     """Merged key/values of the client config files that exist (later files win, as Hadoop loads them)."""
     d = hadoop_conf_dir(conf_dir)
     conf: dict[str, str] = {}
     if d is None:
         return conf
-    for name in files:
+    for name in CONF_FILES:
         p = d / name
         if p.is_file():
             try:
@@ -162,45 +158,20 @@ def check_keytab(path: str | os.PathLike) -> None:
                              f"run chmod 600 on it — tfyarn refuses to use or ship a world-readable keytab")
 
 
-def token_file() -> str | None:
-    """``$HADOOP_TOKEN_FILE_LOCATION`` when set and present (inside YARN containers and Oozie launchers)."""
-    p = os.environ.get("HADOOP_TOKEN_FILE_LOCATION")
-    return p if p and os.path.isfile(p) else None
-
-
 # ---------------------------------------------------------------------------------------------------------- fsspec
 
-def get_fs(url: str, kerberos: Any = None, conf: dict[str, str] | None = None,
-           **storage_options: Any) -> tuple[Any, str]:
-    """(fsspec filesystem, path inside it) for ``url``; ``hdfs://``/``viewfs://`` through hdfs-native.
-
-    With ``kerberos`` (principal + absolute keytab), or after :func:`set_login`, the hdfs-native client logs in from
-    the keytab itself (no ``kinit``, no shared ticket cache); otherwise it uses the ticket cache or
-    ``$HADOOP_TOKEN_FILE_LOCATION`` tokens.
-    """
+def get_fs(url: str, conf: dict[str, str] | None = None) -> tuple[Any, str]:
+    """(fsspec filesystem, path inside it) for ``url``; ``hdfs://``/``viewfs://`` through hdfs-native, logged in as
+    :func:`set_login` said, else with the ticket cache or ``$HADOOP_TOKEN_FILE_LOCATION`` tokens."""
     import fsspec
     import fsspec.core
 
     if "://" not in url and conf is not None:
         url = qualify(url, conf)
-    u = urlparse(url)
-    if u.scheme in ("hdfs", "viewfs"):
-        url = qualify(url, conf if conf is not None else load_hadoop_conf())
-        u = urlparse(url)
-        if kerberos is not None and kerberos is not _login:
-            # a private instance: fsspec caches filesystems by arguments, and this one gets its own client
-            from hdfs_native import Client
-            from hdfs_native.fsspec import HdfsFileSystem, ViewfsFileSystem
-
-            check_keytab(kerberos.keytab)
-            cls = HdfsFileSystem if u.scheme == "hdfs" else ViewfsFileSystem
-            fs = cls(host=u.hostname, port=u.port, skip_instance_cache=True, **storage_options)
-            fs.client = Client(f"{u.scheme}://{u.netloc}", dict(storage_options) or None,
-                               kerberos_principal=kerberos.principal, kerberos_keytab=kerberos.keytab)
-        else:
-            fs = fsspec.get_filesystem_class(u.scheme)(host=u.hostname, port=u.port, **storage_options)
-        return fs, u.path or "/"
-    return fsspec.core.url_to_fs(url, **storage_options)
+    if urlparse(url).scheme not in ("hdfs", "viewfs"):
+        return fsspec.core.url_to_fs(url)
+    u = urlparse(qualify(url, conf if conf is not None else load_hadoop_conf()))
+    return fsspec.get_filesystem_class(u.scheme)(host=u.hostname, port=u.port), u.path or "/"
 
 
 def join(url: str, *parts: str) -> str:

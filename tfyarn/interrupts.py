@@ -31,10 +31,14 @@ class Interrupted(Exception):
 
 @contextmanager
 def _handlers(handler: object) -> Iterator[None]:
-    """Install ``handler`` for every stop signal inside the block, and put the previous ones back after it.
+    """Install ``handler`` for every stop signal inside the block, and put the previous ones back after it. Off the
+    main thread (signals are delivered to the main thread only) nothing is installed.
 
     A previous handler of ``None`` was set outside Python (an embedding, a C library); it is restored as
     ``SIG_DFL``, the closest Python can express."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
     previous = {sig: signal.signal(sig, handler) for sig in SIGNALS}
     try:
         yield
@@ -45,15 +49,10 @@ def _handlers(handler: object) -> Iterator[None]:
 
 @contextmanager
 def interruptible() -> Iterator[None]:
-    """Raise :class:`Interrupted` on SIGINT/SIGTERM/SIGHUP inside the block; handlers restored after it.
-
-    Off the main thread (signals are delivered to the main thread only) this does nothing. A KeyboardInterrupt raised
-    by other code in the block (an earlier default SIGINT handler) is turned into ``Interrupted("SIGINT")`` too.
+    """Raise :class:`Interrupted` on SIGINT/SIGTERM/SIGHUP inside the block (main thread only); handlers restored
+    after it. A KeyboardInterrupt raised by other code in the block (an earlier default SIGINT handler) is turned
+    into ``Interrupted("SIGINT")`` too.
     """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
     def handler(signum: int, _frame: object) -> None:
         raise Interrupted(signal.Signals(signum).name)
 
@@ -66,26 +65,18 @@ def interruptible() -> Iterator[None]:
 
 @contextmanager
 def ignoring_stop_signals() -> Iterator[None]:
-    """Ignore SIGINT/SIGTERM/SIGHUP inside the block (clean-up that must not be cut half way, such as killing the
-    application a stopped ``run`` started: a second Ctrl-C must not leave it half done). Main thread only, as
-    :func:`interruptible`; elsewhere it does nothing."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
+    """Ignore SIGINT/SIGTERM/SIGHUP inside the block (main thread only): clean-up that must not be cut half way, such
+    as killing the application a stopped ``run`` started (a second Ctrl-C must not leave it half done)."""
     with _handlers(signal.SIG_IGN):
         yield
 
 
 @contextmanager
 def deferring_stop_signals() -> Iterator[list[str]]:
-    """Hold SIGINT/SIGTERM/SIGHUP back inside the block and say which arrived (the yielded list): for a call that
-    must not be cut half way but whose result the caller needs even when stopped — a submit whose application may
-    exist once the call returns, which a stopped ``run`` must then kill. Main thread only, as
-    :func:`interruptible`; elsewhere nothing is held back."""
+    """Hold SIGINT/SIGTERM/SIGHUP back inside the block (main thread only) and say which arrived (the yielded list):
+    for a call that must not be cut half way but whose result the caller needs even when stopped — a submit whose
+    application may exist once the call returns, which a stopped ``run`` must then kill."""
     arrived: list[str] = []
-    if threading.current_thread() is not threading.main_thread():
-        yield arrived
-        return
 
     def handler(signum: int, _frame: object) -> None:
         arrived.append(signal.Signals(signum).name)

@@ -1,15 +1,11 @@
 """Kerberos on the gateway: one login, checked before anything is submitted, used by every client tfyarn opens.
 
-The login is the spec's ``kerberos: {principal, keytab}`` — a scheduler's worker (Airflow, cron) usually has a keytab
-and no ticket cache — else the user's ticket cache (``kinit``). :func:`login` checks it in a second with one
-hdfs-native call to the cluster's default file system, so every way it can fail is one clear line and exit 2 before
-anything is packed or submitted (no ticket and no keytab, a principal the keytab does not hold, a keytab others can
-read, an unreachable KDC), then hands it to :func:`tfyarn.hdfs.set_login`: preflight listings, the environment
-upload, summary and log reads all go through that login, as the skein driver does (:func:`driver_options`).
-
-Containers never see the keytab: they read HDFS with the delegation tokens skein obtains at submit (renewed by the
-ResourceManager up to the tokens' maximum lifetime, ``dfs.namenode.delegation.token.max-lifetime``, 7 days by
-default — the limit of a job's length on a Kerberized cluster).
+The login is the spec's ``kerberos: {principal, keytab}`` (a scheduler's worker usually has a keytab and no ticket
+cache), else the user's ticket cache. :func:`login` checks it with one hdfs-native call to the default file system,
+so every way it can fail is one clear line and exit 2 before anything is packed, then hands it to
+:func:`tfyarn.hdfs.set_login` (and :func:`driver_options` to the skein driver). Containers never see the keytab: they
+use the delegation tokens skein obtains at submit, renewed by the ResourceManager up to their maximum lifetime
+(``dfs.namenode.delegation.token.max-lifetime``, 7 days by default: the longest job on a Kerberized cluster).
 """
 from __future__ import annotations
 

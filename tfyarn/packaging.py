@@ -1,21 +1,13 @@
 """Ship the job's Python environment to YARN once, then reuse it: content-hashed archives in an HDFS staging dir.
 
-Why a content hash: the peer we replace rebuilt and re-uploaded a 424 MB pex for every run and spent ~30 s extracting
-it in each container. Here the archive's name is a hash of what is installed (distribution names + versions, the
-interpreter, the platform, and the file contents of editable installs), so an unchanged environment maps to the same
-``hdfs://…/envs/<hash>.tar.gz``: a re-submit finds it there and uploads 0 bytes, and because the URL and its timestamp
-do not change, YARN's NodeManagers localize it from their ``PRIVATE`` cache instead of downloading and unpacking again.
+The archive's name is a hash of what is installed (distributions + versions, the interpreter, the platform, the files
+of editable installs; tfyarn excluded: yarn_spec ships its source apart), so an unchanged environment maps to the same
+``<staging>/envs/<hash>.tar.gz``: a re-submit uploads 0 bytes, and as the URL and its timestamp do not change, the
+NodeManagers localize it from their ``PRIVATE`` cache instead of downloading and unpacking it again.
 
-Three sources (``spec.environment``): ``archive:`` (prebuilt, used as is), ``python:`` (an interpreter installed on
-every node; nothing shipped), or ``pack:`` ``auto`` | ``conda`` | ``venv`` (pack the gateway's environment with
-conda-pack / venv-pack). ``pack: none`` ships nothing and runs ``python3`` from the node's PATH.
-
-tfyarn itself is not taken from the archive: :mod:`tfyarn.backends.yarn.yarn_spec` ships the gateway's tfyarn source as a
-small zip put first on ``PYTHONPATH``, so the code that submits is the code that runs, and a tfyarn upgrade does not
-invalidate the environment cache (tfyarn is excluded from the hash).
-
-Note on venv-pack: a venv does not contain its interpreter; the nodes need the same base Python at the same path
-(``home`` in ``pyvenv.cfg``, part of the hash). conda-pack archives are self-contained.
+Sources (``spec.environment``): ``archive:`` (prebuilt, used as is), ``python:`` (an interpreter on every node), or
+``pack:`` ``auto`` | ``conda`` | ``venv`` (conda-pack / venv-pack of the gateway's env; ``none``: ``python3`` from the
+node's PATH). A venv does not contain its interpreter: the nodes need the same base Python at the same path.
 """
 from __future__ import annotations
 
@@ -28,9 +20,10 @@ import re
 import sys
 import time
 import uuid
-from dataclasses import asdict, dataclass, field
+from contextlib import suppress
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 from tfyarn import paths
 from tfyarn.errors import TfyarnError
@@ -42,7 +35,7 @@ Progress = Callable[[str, int, "int | None"], None]
 
 #: Where YARN unpacks the environment archive inside each container (``./env/bin/python``).
 ENV_DIR = "env"
-#: Distributions never part of the env hash: tfyarn is shipped separately (see module docstring).
+#: Distributions (normalized names) never part of the env hash: tfyarn is shipped separately.
 EXCLUDED_DISTS = frozenset({"tfyarn"})
 #: Directories never hashed in editable source trees (caches, VCS data, nested environments, build output).
 SKIP_DIRS = frozenset({".git", ".hg", ".svn", "__pycache__", ".venv", "venv", "env", ".tox", ".nox", "node_modules",
@@ -107,21 +100,16 @@ def installed_distributions(prefix: str | os.PathLike | None = None) -> list[Dis
     """Every distribution installed in ``prefix`` (default: this interpreter's env), sorted by normalized name."""
     import importlib.metadata as md
 
-    paths = [str(p) for p in site_packages(prefix or sys.prefix)]
     seen: dict[str, Distribution] = {}
-    for dist in md.distributions(path=paths):
+    for dist in md.distributions(path=[str(p) for p in site_packages(prefix or sys.prefix)]):
         name = dist.metadata["Name"]
         if not name:
             continue
         editable = None
-        raw = dist.read_text("direct_url.json")
-        if raw:
-            try:
-                du = json.loads(raw)
-                if du.get("dir_info", {}).get("editable") and du.get("url", "").startswith("file://"):
-                    editable = du["url"][len("file://"):]
-            except ValueError:
-                pass
+        with suppress(ValueError):   # an unreadable direct_url.json: not an editable install
+            du = json.loads(dist.read_text("direct_url.json") or "{}")
+            if du.get("dir_info", {}).get("editable") and du.get("url", "").startswith("file://"):
+                editable = du["url"][len("file://"):]
         key = _norm(name)
         seen.setdefault(key, Distribution(key, dist.version or "", editable))
     return [seen[k] for k in sorted(seen)]
@@ -177,16 +165,14 @@ class Fingerprint:
 
 
 def env_fingerprint(prefix: str | os.PathLike | None = None, kind: str | None = None,
-                    exclude: Iterable[str] = EXCLUDED_DISTS, installed: list[Distribution] | None = None
-                    ) -> Fingerprint:
+                    installed: list[Distribution] | None = None) -> Fingerprint:
     """The content hash naming the packed archive of ``prefix`` (stable across runs; changes with what matters).
     ``installed``: its :func:`installed_distributions`, when the caller has them already."""
     p = Path(prefix or sys.prefix).resolve()
     kind = kind or detect_env_kind(p)
-    excluded = {_norm(e) for e in exclude}
     dists, local = [], {}
     for d in installed if installed is not None else installed_distributions(p):
-        if d.name in excluded:
+        if d.name in EXCLUDED_DISTS:
             continue
         dists.append([d.name, d.version])
         if d.editable_path and Path(d.editable_path).is_dir():
@@ -199,13 +185,9 @@ def env_fingerprint(prefix: str | os.PathLike | None = None, kind: str | None = 
 
 # ------------------------------------------------------------------------------------------------------------ packing
 
-def archive_name(fp: Fingerprint) -> str:
-    return f"env-{fp.kind}-{fp.env_hash[:24]}.tar.gz"
-
-
 def pack_level() -> int:
     """gzip level of packed envs (``TFYARN_PACK_LEVEL``, default 1): level 4 made a TF venv's archive ~10% smaller
-    for ~1.7x the CPU time, and that CPU time was most of a cold submit on a small gateway (issue 21)."""
+    for ~1.7x the CPU time, and that CPU time was most of a cold submit on a small gateway."""
     try:
         return min(9, max(0, int(os.environ.get("TFYARN_PACK_LEVEL", "1"))))
     except ValueError:
@@ -273,17 +255,14 @@ def pack_env(prefix: str | os.PathLike, kind: str, output: str | os.PathLike,
     return out
 
 
-def check_not_editable(prefix: str | os.PathLike, exclude: Iterable[str] = EXCLUDED_DISTS,
-                       installed: list[Distribution] | None = None) -> None:
+def check_not_editable(prefix: str | os.PathLike, installed: list[Distribution]) -> None:
     """Refuse to pack an env holding editable installs (``pip install -e``), tfyarn itself excepted (it ships apart).
 
     Why: their code stays on the gateway. conda-pack leaves them out, venv-pack packs a path file naming a gateway
     directory; either way the containers fail with ModuleNotFoundError on import, after the env was packed and
     uploaded and the containers allocated. Said at submit (and by ``--dry-run``), before any of that.
     """
-    excluded = {_norm(e) for e in exclude}
-    editable = [d for d in (installed if installed is not None else installed_distributions(prefix))
-                if d.editable_path and d.name not in excluded]
+    editable = [d for d in installed if d.editable_path and d.name not in EXCLUDED_DISTS]
     if editable:
         names = ", ".join(f"{d.name} ({d.editable_path})" for d in editable)
         raise PackagingError(f"the environment to pack ({prefix}) has editable installs whose code would not be "
@@ -305,8 +284,7 @@ def _commit_once(fs: Any, tmp: str, path: str) -> None:
         fs.rm(tmp)
 
 
-def upload(local: str | os.PathLike, fs: Any, path: str, progress: Progress | None = None,
-           chunk: int = 8 << 20) -> int:
+def upload(local: str | os.PathLike, fs: Any, path: str, progress: Progress | None = None) -> int:
     """Copy ``local`` to ``path`` on ``fs`` via a temporary name, then rename: readers never see a partial archive."""
     local = Path(local)
     total = local.stat().st_size
@@ -316,18 +294,16 @@ def upload(local: str | os.PathLike, fs: Any, path: str, progress: Progress | No
     done = 0
     try:
         with open(local, "rb") as src, fs.open(tmp, "wb") as dst:
-            for block in iter(lambda: src.read(chunk), b""):
+            for block in iter(lambda: src.read(8 << 20), b""):
                 dst.write(block)
                 done += len(block)
                 if progress:
                     progress("upload", done, total)
         _commit_once(fs, tmp, path)
     except BaseException:
-        try:
+        with suppress(Exception):   # best effort cleanup, the original error matters
             if fs.exists(tmp):
                 fs.rm(tmp)
-        except Exception:  # noqa: BLE001 - best effort cleanup, the original error matters
-            pass
         raise
     return done
 
@@ -353,14 +329,14 @@ def ensure_env(spec: Any, staging_dir: str, progress: Progress | None = None, *,
     pfx = prefix or sys.prefix
     kind = detect_env_kind(pfx) if mode == "auto" else mode
     installed = installed_distributions(pfx)            # read once: the check and the hash both need them
-    check_not_editable(pfx, installed=installed)
+    check_not_editable(pfx, installed)
     if progress:
         progress("hash", 0, None)
     fp = env_fingerprint(pfx, kind, installed=installed)
-    name = archive_name(fp)
     from tfyarn import hdfs
 
-    url = hdfs.join(hdfs.qualify(staging_dir, conf) if conf is not None else staging_dir, "envs", name)
+    staging = hdfs.qualify(staging_dir, conf) if conf is not None else staging_dir
+    url = hdfs.join(staging, "envs", f"env-{fp.kind}-{fp.env_hash[:24]}.tar.gz")
     ref = EnvRef("pack", f"./{ENV_DIR}/bin/python", archive_url=url, env_hash=fp.env_hash, kind=kind)
     if dry_run:
         return ref
@@ -384,7 +360,7 @@ def stage_env(ref: EnvRef, progress: Progress | None = None, *, prefix: str | No
         log.info("environment %s already staged at %s: nothing to upload", ref.env_hash[:12], url)
         if progress:
             progress("cached", 0, 0)
-        return EnvRef(**{**ref.to_dict(), "cached": True})
+        return replace(ref, cached=True)
     local = Path(local_cache or paths.cache_dir() / "envs") / url.rsplit("/", 1)[-1]
     if not local.is_file():
         pack_env(prefix or sys.prefix, ref.kind, local, progress)
@@ -392,4 +368,4 @@ def stage_env(ref: EnvRef, progress: Progress | None = None, *, prefix: str | No
     log.info("uploaded environment %s (%.1f MB) to %s", ref.env_hash[:12], sent / 1e6, url)
     if progress:
         progress("done", sent, sent)
-    return EnvRef(**{**ref.to_dict(), "uploaded_bytes": sent})
+    return replace(ref, uploaded_bytes=sent)

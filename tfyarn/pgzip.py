@@ -1,9 +1,8 @@
 """A gzip file written by several threads: the packed environment's archive without one core's gzip as the floor.
 
-Why: venv-pack gzips its tar on one thread at level 4; a 1.7 GB TensorFlow venv took 34 s to pack and upload on the
-2-core test box (issue 21). zlib releases the GIL, so chunks compressed on a thread pool use every core. Each chunk is
-its own gzip member, written in order: a multi-member gzip is one stream to ``gzip -d``, to the ``tar`` the
-NodeManager untars archives with and to Java's ``GZIPInputStream`` (RFC 1952 allows concatenated members).
+zlib releases the GIL, so chunks compressed on a thread pool use every core (venv-pack's one thread took 34 s for a
+1.7 GB TensorFlow venv on 2 cores). Each chunk is its own gzip member, written in order: a multi-member gzip (RFC
+1952) is one stream to ``gzip -d``, to the NodeManager's ``tar`` and to Java's ``GZIPInputStream``.
 """
 from __future__ import annotations
 

@@ -1,21 +1,14 @@
 """Checks before anything is packed, uploaded or submitted: fail in seconds on the gateway, not after allocation.
+Every problem found is reported at once, like spec errors:
 
-What is checked (all problems are collected and reported together, like spec errors):
+* the data: each URL or glob matches files, the first record of its first files fits ``data.features``, and
+  ``data.train`` holds one global batch; ``checkpoint.dir``/``export.dir`` writable; ``init_from`` a checkpoint;
+* the queue RUNNING; each role's (and the application master's) memory / vcores within the queue's and the cluster's
+  maxima; node labels the queue can use; the Kerberos keytab private (the login itself: :mod:`tfyarn.kerberos`);
+* the model's module and the roles' packages in the tasks' Python, where that Python is this one.
 
-* ``data.train`` / ``data.eval``: every URL or glob matches at least one file, and the first record of its first
-  files fits ``data.features`` (one small read per file: a wrong data set fails here, not in a task);
-* ``checkpoint.dir`` and ``export.dir``: can be created and written (a probe file is written and removed);
-* the queue exists and is RUNNING; each role's memory / vcores (and the application master's) fit the queue's and the
-  cluster's maximum allocation; a role's node label is one the queue can use;
-* the Kerberos keytab exists and is not world-readable (the login itself: :mod:`tfyarn.kerberos`);
-* the model's module and the packages the spec's roles need (``tensorboard`` for a tensorboard role) are in the
-  tasks' Python, where that Python is this one: local runs, YARN jobs that pack the gateway's env or name this
-  interpreter as ``environment.python``.
-
-The cluster is behind :class:`ClusterInfo` (two methods) so the rules are tested without a ResourceManager:
-:class:`StaticClusterInfo` for tests or offline use, :class:`SkeinClusterInfo` against a live cluster (queues from
-skein; maxima from the ResourceManager's scheduler REST API when reachable, else the gateway's yarn-site.xml /
-capacity-scheduler.xml). File checks go through fsspec (``hdfs://`` via hdfs-native, ``file://``, ``memory://``...).
+The cluster is behind :class:`ClusterInfo` (two methods) so the rules are tested without a ResourceManager;
+:class:`SkeinClusterInfo` asks a live one. File checks go through fsspec (``hdfs://`` via hdfs-native).
 """
 from __future__ import annotations
 
@@ -51,20 +44,6 @@ class ClusterInfo(Protocol):
 
     def max_allocation(self) -> tuple[int | None, int | None]:
         """The cluster's largest container: (memory MiB, vcores); None where unknown."""
-
-
-@dataclass
-class StaticClusterInfo:
-    """Fixed answers (tests, or a cluster described by hand)."""
-    queues: dict[str, QueueInfo]
-    max_memory_mib: int | None = None
-    max_vcores: int | None = None
-
-    def queue(self, name: str) -> QueueInfo | None:
-        return self.queues.get(name)
-
-    def max_allocation(self) -> tuple[int | None, int | None]:
-        return self.max_memory_mib, self.max_vcores
 
 
 def _int(v: Any) -> int | None:
@@ -121,32 +100,24 @@ class SkeinClusterInfo:
         return walk(s) if s else None
 
     def queue(self, name: str) -> QueueInfo | None:
-        rq = self._rest_queue(name)
-        if rq and rq.get("state"):   # the RM's REST answer is enough: the skein driver may still be starting
-            ma = rq.get("maximumAllocation") or {}
-            labels = tuple(rq.get("nodeLabels") or ())
-            return QueueInfo(name=name, state=str(rq["state"]), max_memory_mib=_int(ma.get("memory")),
-                             max_vcores=_int(ma.get("vCores")), node_labels=labels or None)
+        rq = self._rest_queue(name) or {}
+        ma = rq.get("maximumAllocation") or {}
+        mem, vc = _int(ma.get("memory")), _int(ma.get("vCores"))
+        if rq.get("state"):   # the RM's REST answer is enough: the skein driver may still be starting
+            return QueueInfo(name, str(rq["state"]), mem, vc, tuple(rq.get("nodeLabels") or ()) or None)
         try:
             q = self.client.get_queue(name)
         except Exception as exc:  # noqa: BLE001 - skein raises its own error type for an unknown queue
-            if "not" in str(exc).lower() or "unknown" in str(exc).lower() or "exist" in str(exc).lower():
+            if any(word in str(exc).lower() for word in ("not", "unknown", "exist")):
                 return None
             raise
-        mem = vc = None
-        rq = self._rest_queue(name)
-        if rq:
-            ma = rq.get("maximumAllocation") or {}
-            mem, vc = _int(ma.get("memory")), _int(ma.get("vCores"))
         if mem is None:
             for k, v in self.conf.items():
                 if k.endswith(f".{name}.maximum-allocation-mb") and k.startswith("yarn.scheduler.capacity."):
                     mem = _int(v)
                 if k.endswith(f".{name}.maximum-allocation-vcores") and k.startswith("yarn.scheduler.capacity."):
                     vc = _int(v)
-        labels = tuple(getattr(q, "node_labels", ()) or ())
-        return QueueInfo(name=q.name, state=str(q.state), max_memory_mib=mem, max_vcores=vc,
-                         node_labels=labels or None)
+        return QueueInfo(q.name, str(q.state), mem, vc, tuple(getattr(q, "node_labels", ()) or ()) or None)
 
     def max_allocation(self) -> tuple[int | None, int | None]:
         s = self._scheduler()
@@ -205,23 +176,15 @@ def check_data(spec: JobSpec, get_fs: GetFs = hdfs.get_fs, listed: list[_Listed]
 SAMPLE_FILES = 2
 
 
-def _sample_first_record(fs: Any, path: str, name: str, compression: str) -> bytes | None:
-    from tfyarn.data.tfrecord import first_record
-    with fs.open(path, "rb") as f:
-        return first_record(f, name, compression)
-
-
 def check_data_schema(spec: JobSpec, get_fs: GetFs = hdfs.get_fs, listed: list[_Listed] | None = None) -> list[str]:
-    """The first record of the first :data:`SAMPLE_FILES` files of each data URL must fit ``data.features``.
-
-    Why: a wrong path, a feature renamed upstream or eval data of another model otherwise shows up only when a task
-    parses its first batch, after containers were allocated and TensorFlow imported (an evaluator failing that way
-    fails the whole job after training ran). With ``on_corrupt: skip`` one bad sample is not a problem (the record may
-    be one to skip); every sample of a URL not fitting is. URLs that match nothing are :func:`check_data`'s to report.
+    """The first record of the first :data:`SAMPLE_FILES` files of each data URL must fit ``data.features``: a wrong
+    data set otherwise fails a task at its first batch, after allocation and TF's import. With ``on_corrupt: skip``
+    one bad sample is not a problem (the record may be one to skip); every sample of a URL not fitting is.
     """
     from tfyarn.data.errors import DataError
     from tfyarn.data.manifest import side_file_hint
     from tfyarn.data.parse import decode_example, diagnose, schema
+    from tfyarn.data.tfrecord import first_record
     fields = schema(spec.data.features)
     problems = []
     for d in listed if listed is not None else list_data(spec, get_fs):
@@ -229,7 +192,8 @@ def check_data_schema(spec: JobSpec, get_fs: GetFs = hdfs.get_fs, listed: list[_
         for hit in d.files[:SAMPLE_FILES]:
             name = d.fs.unstrip_protocol(hit)
             try:
-                payload = _sample_first_record(d.fs, hit, name, spec.data.compression)
+                with d.fs.open(hit, "rb") as f:
+                    payload = first_record(f, name, spec.data.compression)
             except DataError as exc:
                 named = d.files == (d.fs._strip_protocol(spec.resolve_path(d.url)),)   # the URL is this file
                 found.append(str(exc) + ("" if named else side_file_hint(name, exc)))
@@ -270,16 +234,11 @@ def check_enough_records(spec: JobSpec, listed: list[_Listed]) -> list[str]:
     :data:`COUNT_BUDGET_BYTES`, stopping as soon as one global batch is reached. A data set that cannot be counted
     that cheaply, or whose indexing fails (damaged data is reported by the tasks, with file and offset), passes."""
     from tfyarn.data.errors import DataError
-    from tfyarn.data.manifest import cached_or_indexed, mtime_of
+    from tfyarn.data.manifest import cached_or_indexed
     train = [d for d in listed if d.section == "data.train"]
     if not train or any(d.error is not None or not d.files for d in train):
         return []                                         # check_data reports these
-    files: dict[str, tuple[int, str]] = {}
-    for d in train:
-        for p in d.files:
-            info = d.info.get(p, {})
-            if int(info.get("size") or 0) > 0:
-                files[d.fs.unstrip_protocol(p)] = (int(info["size"]), mtime_of(info))
+    files = _train_files(listed)
     need, data = spec.global_batch_size, spec.data
     opts = {"compression": data.compression, "on_corrupt": data.on_corrupt, "cache_dir": _index_cache(spec)}
     count, uncounted = 0, []
@@ -315,6 +274,14 @@ def check_enough_records(spec: JobSpec, listed: list[_Listed]) -> list[str]:
 INDEX_PROBE_FILES = 200
 
 
+def _train_files(listed: list[_Listed]) -> dict[str, tuple[int, str]]:
+    """Every non-empty file ``data.train`` lists: URL → (size, mtime)."""
+    from tfyarn.data.manifest import mtime_of
+    return {d.fs.unstrip_protocol(p): (int(d.info[p]["size"]), mtime_of(d.info[p]))
+            for d in listed if d.section == "data.train" and d.error is None
+            for p in d.files if int(d.info.get(p, {}).get("size") or 0) > 0}
+
+
 def _index_cache(spec: JobSpec) -> str | None:
     return spec.resolve_path(spec.data.index_cache) if spec.data.index_cache else None
 
@@ -328,14 +295,8 @@ def index_notes(spec: JobSpec, listed: list[_Listed]) -> list[str]:
     step — once, the indexes are then cached. Nothing when the whole manifest is cached (one read)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from tfyarn.data.manifest import DEFAULT_STRIDE, Listing, cached_or_indexed, load_manifest, mtime_of
-    train = [d for d in listed if d.section == "data.train" and d.error is None]
-    files = {}
-    for d in train:
-        for p in d.files:
-            size = int(d.info.get(p, {}).get("size") or 0)
-            if size > 0:
-                files[d.fs.unstrip_protocol(p)] = (size, mtime_of(d.info.get(p, {})))
+    from tfyarn.data.manifest import DEFAULT_STRIDE, Listing, cached_or_indexed, load_manifest
+    files = _train_files(listed)
     if not files:
         return []
     data, cache = spec.data, _index_cache(spec)
@@ -425,8 +386,7 @@ def check_kerberos(spec: JobSpec) -> list[str]:
 
 def check_warm_start(spec: JobSpec) -> list[str]:
     """``checkpoint.init_from`` is used when ``checkpoint.dir`` has no checkpoint yet; it must then hold a committed
-    one listing its model variables. Without this, a wrong path failed every task after TensorFlow's import and
-    the session start (a read of two small index files instead)."""
+    one listing its model variables (two small reads here, instead of every task failing after TF's import)."""
     if not spec.checkpoint.init_from:
         return []
     from tfyarn.train.checkpoint import CheckpointStore
@@ -445,16 +405,10 @@ def check_warm_start(spec: JobSpec) -> list[str]:
     return []
 
 
-def _installed(module: str) -> bool:
-    from tfyarn.runtime.warm_imports import find_module
-    return find_module(module, sys.path) is not None
-
-
 def check_task_env(spec: JobSpec) -> list[str]:
     """The model's module and the packages the roles need, in this Python plus the spec's ``code:`` dir (call it only
     where the tasks run this env). Found without importing anything: the gateway may have no TensorFlow, and the
-    job's code must not run here. Without it, a typo in ``model:`` or a missing tensorboard failed a task after
-    every task had imported TensorFlow (seen: an allreduce job killed 1 s in, its training tasks still starting)."""
+    job's code must not run here."""
     from tfyarn.runtime.warm_imports import find_module
     problems = []
     module = spec.model.partition(":")[0]
@@ -463,7 +417,7 @@ def check_task_env(spec: JobSpec) -> list[str]:
         where = f"the code dir {spec.code} or " if spec.code else ""
         problems.append(f"model: module {module!r} not found in {where}the Python environment the tasks run "
                         f"(a typo? its package not installed? set 'code:' to the directory holding it)")
-    if spec.instances("tensorboard") and not _installed("tensorboard"):
+    if spec.instances("tensorboard") and find_module("tensorboard", sys.path) is None:
         problems.append("roles.tensorboard: the 'tensorboard' package is not installed in the Python environment the "
                         "tasks run (it is no longer installed with TensorFlow): pip install 'tfyarn[tensorboard]' (or "
                         "tensorboard), or remove roles.tensorboard")
@@ -473,8 +427,7 @@ def check_task_env(spec: JobSpec) -> list[str]:
 def runs_this_python(spec: JobSpec) -> bool:
     """Whether the YARN tasks run this very Python environment: a packed copy of it, or ``environment.python``
     naming an interpreter of this environment (the same bin directory and executable; a shared install on the nodes,
-    as on a single-host or NFS cluster). Only then can the gateway check the tasks' packages (issue 19: a tensorboard
-    role failed on YARN with ``environment.python`` = this interpreter and no ``tensorboard`` package)."""
+    as on a single-host or NFS cluster). Only then can the gateway check the tasks' packages."""
     env = spec.environment
     if env.source == "pack":
         return True
@@ -515,9 +468,7 @@ def run_preflight(spec: JobSpec, cluster: ClusterInfo | None = None, get_fs: Get
         problems += check_resources(spec, cluster, master_memory_mib, master_vcores)
     if check_files:
         listed = list_data(spec, get_fs)
-        problems += check_data(spec, get_fs, listed) + check_data_schema(spec, get_fs, listed)
-        problems += check_enough_records(spec, listed)   # else every task fails at start, after its TF import
-        problems += check_output_dirs(spec, get_fs) + check_warm_start(spec)
+        problems += _file_checks(spec, get_fs, listed)
     _raise(problems, "nothing was uploaded or submitted")
     warnings = local_path_warnings(spec)
     for w in warnings + (index_notes(spec, listed) if check_files else []):   # notes are said, not returned
@@ -532,10 +483,7 @@ def run_file_checks(spec: JobSpec, get_fs: GetFs = hdfs.get_fs, task_env: bool =
     them."""
     from tfyarn import kerberos
     kerberos.login(kerberos.resolved(spec), hdfs.load_hadoop_conf())   # a keytab-only gateway lists with it
-    listed = list_data(spec, get_fs)
-    _raise(check_data(spec, get_fs, listed) + check_data_schema(spec, get_fs, listed)
-           + check_enough_records(spec, listed) + check_output_dirs(spec, get_fs) + check_warm_start(spec)
-           + (check_task_env(spec) if task_env else []),
+    _raise(_file_checks(spec, get_fs, list_data(spec, get_fs)) + (check_task_env(spec) if task_env else []),
            "validate --check-files: nothing was started")
 
 
@@ -552,16 +500,19 @@ def local_resource_warnings(spec: JobSpec) -> list[str]:
 
 def run_local_preflight(spec: JobSpec, get_fs: GetFs = hdfs.get_fs, count_records: bool = False) -> None:
     """Before a local run starts any process: the data, checkpoint-dir and task-env checks (no cluster to ask, no
-    Kerberos, and local paths are what a local run uses). Without it, a glob matching nothing surfaced as every task
-    failing with NoDataError after each had imported TensorFlow. ``count_records``: also
-    :func:`check_enough_records` (it may index the data: the local backend asks for it, right before a start)."""
+    Kerberos, and local paths are what a local run uses). ``count_records``: also :func:`check_enough_records` (it
+    may index the data: the local backend asks for it, right before a start)."""
     listed = list_data(spec, get_fs)
-    problems = (check_data(spec, get_fs, listed) + check_data_schema(spec, get_fs, listed)
-                + (check_enough_records(spec, listed) if count_records else [])
-                + check_output_dirs(spec, get_fs) + check_warm_start(spec) + check_task_env(spec))
-    _raise(problems, "nothing was started")
+    _raise(_file_checks(spec, get_fs, listed, count_records) + check_task_env(spec), "nothing was started")
     for w in local_resource_warnings(spec) + index_notes(spec, listed):
         log.warning("preflight: %s", w)
+
+
+def _file_checks(spec: JobSpec, get_fs: GetFs, listed: list[_Listed], count_records: bool = True) -> list[str]:
+    """The checks of the data and the output directories, every caller's (records counted unless told not to)."""
+    return (check_data(spec, get_fs, listed) + check_data_schema(spec, get_fs, listed)
+            + (check_enough_records(spec, listed) if count_records else [])
+            + check_output_dirs(spec, get_fs) + check_warm_start(spec))
 
 
 def _raise(problems: list[str], consequence: str) -> None:

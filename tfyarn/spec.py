@@ -34,40 +34,34 @@ _SIZE_UNITS_MIB = {
 }
 _DURATION_PATTERN = r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|sec|secs|m|min|mins|h|hr|hrs|d)?\s*$"
 _DURATION_RE = re.compile(_DURATION_PATTERN)
-_DURATION_S = {None: 1, "ms": 1e-3, "s": 1, "sec": 1, "secs": 1, "m": 60, "min": 60, "mins": 60,
+_DURATION_S = {"": 1, "ms": 1e-3, "s": 1, "sec": 1, "secs": 1, "m": 60, "min": 60, "mins": 60,
                "h": 3600, "hr": 3600, "hrs": 3600, "d": 86400}
+
+
+def _quantity(value: Any, what: str, regex: re.Pattern[str], units: dict[str, float], examples: str) -> float:
+    """A positive number as it is, or a string: a number with one of ``units`` (matched by ``regex``), scaled."""
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a {what}")
+    if isinstance(value, (int, float)):
+        n = float(value)
+    else:
+        m = regex.match(str(value))
+        if not m:
+            raise ValueError(f"{value!r} is not a {what} (examples: {examples})")
+        n = float(m.group(1)) * units[(m.group(2) or "").lower()]
+    if n <= 0:
+        raise ValueError(f"{value!r} must be positive")
+    return n
 
 
 def parse_memory_mib(value: Any) -> int:
     """'2 GiB', '2g', '512 MiB', 2048 (MiB) → MiB, rounded up (YARN allocates whole MiB)."""
-    if isinstance(value, bool):
-        raise ValueError(f"{value!r} is not a size")
-    if isinstance(value, (int, float)):
-        mib = float(value)
-    else:
-        m = _SIZE_RE.match(str(value))
-        if not m:
-            raise ValueError(f"{value!r} is not a size (examples: '2 GiB', '512 MiB', 2048)")
-        mib = float(m.group(1)) * _SIZE_UNITS_MIB[(m.group(2) or "").lower()]
-    if mib <= 0:
-        raise ValueError(f"{value!r} must be positive")
-    return int(-(-mib // 1))
+    return math.ceil(_quantity(value, "size", _SIZE_RE, _SIZE_UNITS_MIB, "'2 GiB', '512 MiB', 2048"))
 
 
 def parse_duration_s(value: Any) -> float:
     """'30s', '5m', '1h', 90 (seconds) → seconds."""
-    if isinstance(value, bool):
-        raise ValueError(f"{value!r} is not a duration")
-    if isinstance(value, (int, float)):
-        secs = float(value)
-    else:
-        m = _DURATION_RE.match(str(value))
-        if not m:
-            raise ValueError(f"{value!r} is not a duration (examples: '30s', '5m', '1h', 90)")
-        secs = float(m.group(1)) * _DURATION_S[m.group(2)]
-    if secs <= 0:
-        raise ValueError(f"{value!r} must be positive")
-    return secs
+    return _quantity(value, "duration", _DURATION_RE, _DURATION_S, "'30s', '5m', '1h', 90")
 
 
 # What a spec may say for a size or a duration: a positive number or a string with a unit. Used as the JSON Schema of
@@ -312,20 +306,14 @@ class JobSpec(_Model):
 
     @model_validator(mode="after")
     def _topology(self) -> "JobSpec":
-        problems = []
         n = self.instances
-        if n("chief") > 1:
-            problems.append("roles.chief.instances: at most 1 chief")
+        problems = [f"roles.{r}.instances: at most 1 {r}" for r in ("chief", "evaluator", "tensorboard") if n(r) > 1]
         if n("chief") + n("worker") == 0:
             problems.append("roles: at least one chief or worker is needed to train")
         if self.mode == "ps" and n("ps") == 0:
             problems.append("roles.ps.instances: mode 'ps' needs at least one ps")
         if self.mode == "allreduce" and n("ps") > 0:
             problems.append("roles.ps: mode 'allreduce' has no parameter servers (remove roles.ps)")
-        if n("evaluator") > 1:
-            problems.append("roles.evaluator.instances: at most 1 evaluator")
-        if n("tensorboard") > 1:
-            problems.append("roles.tensorboard.instances: at most 1 tensorboard")
         if n("evaluator") and not self.data.eval:
             problems.append("data.eval: an evaluator needs eval data")
         if (n("evaluator") or n("tensorboard")) and not self.checkpoint.dir:
@@ -406,7 +394,8 @@ def _lookup(doc: Any, loc: tuple[Any, ...]) -> tuple[bool, Any]:
 
 
 def _keys_at(loc: tuple[Any, ...]) -> list[str]:
-    """The keys a spec accepts at ``loc`` (a mapping's location in the document): for "did you mean"."""
+    """The keys a spec accepts at ``loc`` (a mapping's location in the document): for "did you mean". A mapping with
+    fixed keys (``roles``) accepts their names."""
     tp: Any = JobSpec
     parts = list(loc)
     while True:
@@ -421,6 +410,8 @@ def _keys_at(loc: tuple[Any, ...]) -> list[str]:
             continue
         args = [a for a in get_args(tp) if a is not type(None)]
         origin = get_origin(tp)
+        if origin is dict and args and not parts and get_origin(args[0]) is Literal:
+            return [str(a) for a in get_args(args[0])]
         if origin in (dict, list) and parts:
             tp, parts = args[-1], parts[1:]                  # a mapping's key or a list's index
         elif args and origin not in (dict, list, Literal):
@@ -429,22 +420,9 @@ def _keys_at(loc: tuple[Any, ...]) -> list[str]:
             return []
 
 
-def _key_choices(loc: tuple[Any, ...]) -> list[str]:
-    """The names a mapping with fixed keys accepts at ``loc`` (``roles``: the role names), else []."""
-    tp: Any = JobSpec
-    for p in loc:
-        field = tp.model_fields.get(p) if isinstance(tp, type) and issubclass(tp, BaseModel) else None
-        if field is None:
-            return []
-        tp = field.annotation
-    if get_origin(tp) is dict and get_origin(get_args(tp)[0]) is Literal:
-        return [str(a) for a in get_args(get_args(tp)[0])]
-    return []
-
-
-def _unknown_key(loc: tuple[Any, ...], known: list[str] | None = None) -> str:
+def _unknown_key(loc: tuple[Any, ...]) -> str:
     import difflib
-    known = _keys_at(loc[:-1]) if known is None else known
+    known = _keys_at(loc[:-1])
     close = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
     if close:
         return f"unknown key (did you mean {close[0]!r}?)"
@@ -462,9 +440,9 @@ def _problems(exc: ValidationError, doc: Any) -> list[str]:
         if etype == "extra_forbidden":
             out.append(f"{path}: {_unknown_key(loc)}")
             continue
-        if etype == "literal_error" and loc[-1] == "[key]" and _key_choices(loc[:-2]):
+        if etype == "literal_error" and loc[-1] == "[key]" and _keys_at(loc[:-2]):
             # a mistyped key of a mapping whose keys are fixed names (roles.wrker): worded as any other unknown key
-            out.append(f"{_format_loc(loc[:-1])}: {_unknown_key(loc[:-1], _key_choices(loc[:-2]))}")
+            out.append(f"{_format_loc(loc[:-1])}: {_unknown_key(loc[:-1])}")
             continue
         if etype == "missing":
             out.append(f"{path}: required")
@@ -484,13 +462,9 @@ def _problems(exc: ValidationError, doc: Any) -> list[str]:
 
 
 class _SpecLoader(yaml.SafeLoader):
-    """PyYAML's SafeLoader, except that a key given twice in one mapping is an error.
-
-    Why: YAML loaders keep the last value silently (``epochs: 3`` ... ``epochs: 5`` trains 5 epochs), and a spec
-    promises that mistakes are errors. The check walks the composed node tree before it is constructed, so every
-    duplicate is reported at once, each with its YAML path and where both keys are. Merge keys (``<<: *base``) are not
-    duplicates: a key given next to them overrides the merged one, as YAML intends.
-    """
+    """PyYAML's SafeLoader, except that a key given twice in one mapping is an error (YAML keeps the last value
+    silently: ``epochs: 3`` … ``epochs: 5`` trains 5). Every duplicate is reported at once, with its path and lines;
+    a key next to a merge key (``<<: *base``) overrides the merged one, as YAML intends."""
     #: Path of the document's root: a ``--set`` value sits at its key's path.
     root: tuple[Any, ...] = ()
 
@@ -593,14 +567,8 @@ def _resolve_paths(spec: JobSpec, base_dir: str) -> JobSpec:
 
     data = spec.data.model_copy(update={"train": [res(u) for u in spec.data.train],
                                         "eval": [res(u) for u in spec.data.eval]})
-    update: dict[str, Any] = {"base_dir": base_dir, "data": data}
-    ck: dict[str, Any] = {}
-    if spec.checkpoint.dir:
-        ck["dir"] = res(spec.checkpoint.dir)
-    if spec.checkpoint.init_from:
-        ck["init_from"] = res(spec.checkpoint.init_from)
-    if ck:
-        update["checkpoint"] = spec.checkpoint.model_copy(update=ck)
+    ck = {k: res(v) for k in ("dir", "init_from") if (v := getattr(spec.checkpoint, k))}
+    update: dict[str, Any] = {"base_dir": base_dir, "data": data, "checkpoint": spec.checkpoint.model_copy(update=ck)}
     if spec.export:
         update["export"] = spec.export.model_copy(update={"dir": res(spec.export.dir)})
     if spec.code:

@@ -15,7 +15,7 @@ import pytest
 import skein
 from skein.model import ApplicationReport, Container, ResourceUsageReport
 
-from yarnutil import make_spec
+from yarnutil import StaticClusterInfo, make_spec
 from fake_am import FakeAM
 from tfyarn.backends.base import AppState
 from tfyarn.backends.yarn.backend import YarnBackend
@@ -23,7 +23,7 @@ from tfyarn.backends.yarn.yarn_status import app_state
 from tfyarn.data.example import encode_example
 from tfyarn.data.tfrecord import encode_record
 from tfyarn.errors import AppNotFound, ExitCode, PreflightError
-from tfyarn.preflight import QueueInfo, StaticClusterInfo
+from tfyarn.preflight import QueueInfo
 from tfyarn.runtime.kv import put_json
 from tfyarn.runtime.kv_yarn import SkeinKV, claim_task_index
 

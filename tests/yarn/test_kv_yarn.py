@@ -1,4 +1,5 @@
 """The runtime's YARN KV adapter over skein's real KeyValueStore (fake only at the AM's gRPC boundary)."""
+import json
 import sys
 import threading
 import time
@@ -7,9 +8,8 @@ import pytest
 
 from fake_am import FakeAM
 from tfyarn.errors import WaitTimeout
-from tfyarn.runtime.kv import KVUnavailable, get_json, put_json
-from tfyarn.runtime.kv_yarn import (SkeinKV, claim_task_index, parse_container_id, slot_key,
-                                    task_index_from_env)
+from tfyarn.runtime.kv import KVUnavailable, put_json
+from tfyarn.runtime.kv_yarn import SkeinKV, claim_task_index, parse_container_id, slot_key
 
 
 @pytest.fixture
@@ -31,7 +31,7 @@ def test_get_put_items_delete_as_str(am):
     kv.delete("never-there")
     assert kv.get("addr/worker:0") is None
     put_json(kv, "summary", {"loss": 0.5})
-    assert get_json(kv, "summary") == {"loss": 0.5}
+    assert json.loads(kv.get("summary")) == {"loss": 0.5}
 
 
 def test_wait_all_wakes_on_put_events(am):
@@ -125,15 +125,10 @@ def test_the_replacement_of_a_task_killed_after_it_finished_has_nothing_to_do_at
     assert claim_task_index(kv, "worker", 2, "worker_3") == 0
 
 
-def test_task_index_from_env(am):
-    assert task_index_from_env({"TFYARN_INDEX": "2", "SKEIN_CONTAINER_ID": "worker_7"}) == 2
-    assert task_index_from_env({"SKEIN_CONTAINER_ID": "worker_7"}) == 7
+def test_a_container_beyond_the_instances_claims_a_free_slot(am):
     kv = SkeinKV(am.kv)
-    env = {"SKEIN_CONTAINER_ID": "worker_7", "TFYARN_ROLE": "worker"}
-    assert task_index_from_env(env, kv=kv, instances=2) == 0
+    assert claim_task_index(kv, "worker", 2, "worker_7") == 0
     assert kv.get(slot_key("worker", 0)) == "worker_7"
-    with pytest.raises(ValueError, match="SKEIN_CONTAINER_ID"):
-        task_index_from_env({})
     assert parse_container_id("param_server_12") == ("param_server", 12)
     with pytest.raises(ValueError):
         parse_container_id("worker")

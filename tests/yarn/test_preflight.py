@@ -5,12 +5,12 @@ import sys
 import fsspec
 import pytest
 
-from yarnutil import make_spec
+from yarnutil import StaticClusterInfo, make_spec
 from tfyarn.data.example import encode_example
 from tfyarn.data.tfrecord import encode_record
 from tfyarn.errors import ExitCode, PreflightError
-from tfyarn.preflight import (QueueInfo, StaticClusterInfo, check_output_dirs, check_data, check_data_schema,
-                              check_resources, rm_webapp_urls, run_preflight)
+from tfyarn.preflight import (QueueInfo, check_output_dirs, check_data, check_data_schema, check_resources,
+                              rm_webapp_urls, run_preflight)
 
 FEAT = {"label": {"dtype": "float32"}}
 #: one TFRecord file of Examples fitting FEAT (preflight samples the first record of each data URL), as many as one

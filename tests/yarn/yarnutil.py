@@ -2,10 +2,12 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from tfyarn.preflight import QueueInfo
 from tfyarn.spec import load_spec_dict
 
 
@@ -24,6 +26,20 @@ def make_spec(**over):
     for k, v in over.items():
         doc[k] = v
     return load_spec_dict(doc)
+
+
+@dataclass
+class StaticClusterInfo:
+    """A preflight.ClusterInfo with fixed answers: resource rules tested without a ResourceManager."""
+    queues: dict[str, QueueInfo]
+    max_memory_mib: int | None = None
+    max_vcores: int | None = None
+
+    def queue(self, name: str) -> QueueInfo | None:
+        return self.queues.get(name)
+
+    def max_allocation(self) -> tuple[int | None, int | None]:
+        return self.max_memory_mib, self.max_vcores
 
 
 @pytest.fixture

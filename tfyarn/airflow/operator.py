@@ -1,26 +1,16 @@
-"""``TfyarnOperator``: run a tfyarn job from an Airflow task — submit, follow, fail with the job's diagnosis.
+"""``TfyarnOperator``: run a tfyarn job from an Airflow task — submit, follow, fail with the job's diagnosis (what it
+pushes to XCom and returns: README's Airflow section).
 
-What it guarantees, and why:
+What it guarantees:
 
-* **No duplicate apps on retry.** Every app it submits carries tags made of the dag id, task id (+ map index) and run
-  id (:mod:`tfyarn.airflow.tags`). Before submitting, it lists the backend's apps; if one with those tags is still
-  running (the previous try's worker died, the app did not), it is adopted (``on_existing="adopt"``, the default:
-  follow it instead of starting another) or killed first (``"kill"``: start afresh).
-* **The app id is in XCom before any waiting** (key ``app_id``), so it is known even if the worker dies while waiting.
-  The return value (XCom ``return_value``) is ``{app_id, state, exit_code, summary, report}`` (``report``: where
-  report.json is — on YARN next to the checkpoints); the summary (final metrics) is also pushed under ``summary``.
-* **Progress in the task log**: a line every ``log_interval`` seconds and at once on every job or task state change.
-* **Killing the task kills the app**: ``on_kill`` (Airflow calls it on SIGTERM, mark-failed, or ``execution_timeout``)
-  kills the app; in deferrable mode the trigger's ``on_kill`` does (Airflow 3.3+ calls it when a user acts on the
-  deferred task).
-* **A failed job fails the task** with the job's diagnosis (``worker:0 exited with code 1: ...``) and the failed
-  tasks' log locations.
-* ``wait_timeout`` bounds the wait; when it runs out the app is killed (nothing keeps running unattended) and the task
-  fails.
+* no duplicate apps on retry: every app carries its task instance's tags (:mod:`tfyarn.airflow.tags`), and a retry
+  adopts (``on_existing="adopt"``) or kills (``"kill"``) an earlier try's app that is still running;
+* the app id is in XCom (``app_id``) before any waiting, so it is known even if the worker dies while waiting;
+* killing the task kills the app (``on_kill``; when deferred, the trigger's, which Airflow 3.3+ calls);
+* ``wait_timeout`` bounds the wait and then kills the app: nothing keeps running unattended.
 
-``deferrable=True`` hands the wait to :class:`tfyarn.airflow.trigger.TfyarnTrigger` (no worker slot is held while a
-long job trains); the triggerer process then needs tfyarn installed and, for the local backend, the same
-``TFYARN_HOME``.
+``deferrable=True`` waits in :class:`tfyarn.airflow.trigger.TfyarnTrigger` (no worker slot held while a long job
+trains); the triggerer then needs tfyarn and, for the local backend, the same ``TFYARN_HOME``.
 """
 from __future__ import annotations
 
@@ -142,17 +132,13 @@ class TfyarnOperator(BaseOperator):
                       if t.state in ("FAILED",)]
             raise AirflowException("\n".join(lines))
         self.log.info("tfyarn app %s SUCCEEDED; summary: %s", st.app_id, json.dumps(st.summary, sort_keys=True))
-        return {"app_id": st.app_id, "state": st.state.value, "exit_code": int(st.state.exit_code),
-                "summary": st.summary, "report": self._report_location(st)}
-
-    def _report_location(self, st: Any) -> str | None:
-        """Where the run report is (YARN: next to the checkpoints; local: the app dir), written now if the wait was
-        deferred; None if there is none. A report that cannot be found or built does not fail a job that succeeded."""
         from tfyarn import api
         try:
-            return api.report_location(st)
-        except Exception:  # noqa: BLE001 - the job's outcome stands; say why the report is missing
+            report = api.report_location(st)   # written now if the wait was deferred
+        except Exception:  # noqa: BLE001 - a report that cannot be built does not fail a job that succeeded
             self.log.warning("no run report for tfyarn app %s", st.app_id, exc_info=True)
-            return None
+            report = None
+        return {"app_id": st.app_id, "state": st.state.value, "exit_code": int(st.state.exit_code),
+                "summary": st.summary, "report": report}
 
 

@@ -1,13 +1,9 @@
 """Which tfyarn app belongs to which Airflow task instance — the tags that make retries safe.
 
-Why tags: when a worker dies (OOM, node loss, a deploy) Airflow retries the task, but the tfyarn app it started keeps
-running (on YARN it is independent of the worker; locally its launcher is detached). Without a way to find that app the
-retry would start a second, duplicate training job writing to the same checkpoints. The operator therefore tags every
-app it submits with its dag id, task id (+ map index) and run id; a retry lists the backend's apps and finds the
-running one by those tags, then adopts or kills it.
-
-YARN stores application tags lower-cased and limits each to 100 characters, so tags are normalised the same way
-here (long values are cut and suffixed with a hash of the full value, keeping them unique).
+A retried task's earlier app keeps running (on YARN it is independent of the worker; locally its launcher is
+detached): the operator tags every app with its dag id, task id (+ map index) and run id, so a retry finds that app
+instead of starting a duplicate job writing to the same checkpoints. Tags are normalised as YARN stores them: lower
+case, at most 100 characters (a long one cut and suffixed with a hash of the whole, keeping it unique).
 """
 from __future__ import annotations
 

@@ -1,18 +1,11 @@
 """The end of a YARN job: the application is shut down as soon as every task has reported done.
 
-Why: skein's application master ends the app only once YARN has told it that every container exited (NodeManager
-and AM heartbeats), 5.5 s after the last task's work in issue 21. Every task marks ``slot-done/<task>`` when its
-role returned; the task that finds every task of the job done puts :data:`ALL_DONE_KEY` and the application is shut
-down SUCCEEDED through skein's ``ApplicationClient.shutdown``:
-
-* by the in-app supervisor (:mod:`tfyarn.backends.yarn.yarn_supervise`), when it is alive (it refreshes
-  :data:`SUPERVISOR_KEY`): it writes the run report, then ends the app; a follower only reads the KV one last time;
-* else by the gateway that follows the job (``tfyarn run``, ``wait``), when one is alive (it refreshes
-  :data:`FOLLOWER_KEY`): it reads the KV one last time (phase times, progress) before the AM is gone;
-* else, or when that follower has not done it within :data:`FOLLOWER_GRACE_S`, by the task itself.
-
-A job with a failure record (``failure/<task>``) or a task that never reports done (a side role that failed) ends
-as before: skein decides, from the containers' exits.
+Why: skein's application master ends the app only once YARN has told it that every container exited (NodeManager and
+AM heartbeats: 5.5 s after the last task's work). Every task marks ``slot-done/<task>`` when its role returned; the
+one that finds every task done puts :data:`ALL_DONE_KEY`, and the app is shut down SUCCEEDED by the in-app supervisor
+when it is alive (:data:`SUPERVISOR_KEY` fresh: it writes the run report first), else by a live follower
+(:data:`FOLLOWER_KEY`: it reads the KV one last time), else, or after their grace, by that task. A job with a failure
+record or a task that never reports done ends as skein decides, from the containers' exits.
 """
 from __future__ import annotations
 

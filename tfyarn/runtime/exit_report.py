@@ -1,19 +1,12 @@
 """How a YARN task's Python ended, said where people look: its log, the app's KV and the application's diagnostics.
 
 Why: skein keeps no exit status (a container that exits 137 is "Container failed during execution, see logs") and its
-application master is gone with the app, so after ``kill -9`` of a chief every task showed KILLED with no exit code
-and the diagnosis was "Failure in service chief, see logs". The container script runs Python as a child (not
-``exec``) and, when it exits non-zero, runs ``python -m tfyarn.runtime.exit_report CODE DIED_AT`` before the
-container ends, while the application master still runs:
-
-* a line in the container log: ``[tfyarn] chief:0 (container …) ended with exit code 137 (killed by SIGKILL)``;
-* ``exit/<task>`` in the app's KV (JSON: code, when it died, the containers, the task's own failure record), read
-  by ``status`` into the task's ``exit_code`` and the diagnosis;
-* when this failure ends the application (the role has no restart left and is not a side role skein lets fail),
-  the application is shut down FAILED with a diagnosis naming every task that ended badly, root cause first (by
-  when each died), so the ResourceManager's report says it from anywhere, for as long as it keeps the app.
-
-Never raises and is bounded (:data:`REPORT_TIMEOUT_S`): the container's exit code stays the task's.
+application master is gone with the app. So the container script runs Python as a child and, on a non-zero exit, runs
+``python -m tfyarn.runtime.exit_report CODE DIED_AT`` while the application master still runs: a line in the
+container log, ``exit/<task>`` in the KV (read by ``status``), and, when this failure ends the application, a FAILED
+shutdown whose diagnosis names every task that ended badly, the first to die first (``ps:0: exit code 137 (killed by
+SIGKILL)``), so the ResourceManager's report says it. Never raises and is bounded (:data:`REPORT_TIMEOUT_S`): the
+container's exit code stays the task's.
 """
 from __future__ import annotations
 

@@ -1,33 +1,13 @@
-"""The local launcher's fork server ("zygote"): imports TensorFlow and tfyarn's task modules once, then forks every
-task of the app from that warm state.
+"""The local launcher's fork server: imports TensorFlow and tfyarn's task modules once, then forks every task of the
+app from that warm state (milliseconds instead of ~3 s of imports each, the imported pages shared copy-on-write).
 
-Why: each task imports TensorFlow (~3 s, ~600 MB); a local job's 4 tasks importing it at once on 2 cores take ~8 s
-before any rendezvous. Forked from one warm process they start in milliseconds and share the imported pages
-copy-on-write. Only the local launcher uses it (``tfyarn.backends.local.forkserver`` is the client); YARN containers are
-separate hosts' processes and start ``python -m tfyarn.runtime`` as before.
-
-Why not ``multiprocessing``'s forkserver: its children run a pickled function with the server's environment, cwd,
-session and stdio, and report exit codes only to a ``Process`` object of the process that started them. A task needs
-its own environment (its identity is in it) and cwd, its stdout+stderr in a pipe the launcher reads line by line, its
-own session (the launcher stops a task with ``killpg``), an exit status like ``Popen.returncode`` (negative signal
-number when killed), and a parent-death chain launcher → forkserver → task, so that ``kill -9`` of the launcher
-leaves no process behind.
-
-Run as ``python -m tfyarn.runtime.forkserver`` by the launcher, with the tasks' common environment (set before the
-import: ``TF_CPP_MIN_LOG_LEVEL`` etc. are read by TF at start-up), ``TFYARN_PARENT_PID`` = the launcher and
-``FD_ENV`` = the fd of its end of the control socket (the messages: :mod:`tfyarn.forkserver_protocol`).
-
-EOF on the socket (the launcher closed it, or died) → the server exits, and tasks still running die by their own
-PR_SET_PDEATHSIG. The server is single-threaded on purpose: ``fork()`` copies only the calling thread, and a lock
+Not ``multiprocessing``'s forkserver: a task needs its own environment (its identity is in it) and cwd, its output in
+a pipe the launcher reads, its own session (the launcher stops it with ``killpg``), a ``Popen``-like exit status and a
+parent-death chain launcher → forkserver → task (``kill -9`` of the launcher leaves no process). The contract, and
+what a forked task does not share with a spawned one: docs/ARCHITECTURE.md; the messages:
+:mod:`tfyarn.forkserver_protocol`. It is started with the tasks' common environment (TF reads some of it, as
+``TF_CPP_MIN_LOG_LEVEL``, at import). Single-threaded on purpose: ``fork()`` copies only the calling thread, and a lock
 another thread held at that moment would stay locked forever in the child.
-
-What a forked task does not share with a spawned one: ``/proc/<pid>/cmdline`` and ``/proc/<pid>/environ`` show the
-forkserver's (the kernel keeps the exec-time copies; ``os.environ`` is the task's own), the string hash seed is
-the server's, and what TF's import prints (warnings included, each shown once) is in the server's log, not in every
-task's. The task's cwd is its task dir and its process name (``comm``, what ``ps -o comm`` and ``top`` show) is the
-task's name. What is restored to a spawned task's state: stdio, session, cwd, ``sys.argv``/``sys.path[0]``, the
-environment, signal dispositions, numpy's global RNG, TF's logger handlers; at the end, non-daemon threads are
-joined and atexit functions run before ``os._exit``, as at interpreter exit.
 """
 from __future__ import annotations
 
@@ -40,6 +20,7 @@ import socket
 import sys
 import time
 import traceback
+from contextlib import suppress
 from typing import NoReturn
 
 from tfyarn.forkserver_protocol import FD_ENV, MessageTooLarge, recv
@@ -93,16 +74,6 @@ def _task_name(env: dict) -> str:
     return f"{env.get('TFYARN_ROLE', '?')}:{env.get('TFYARN_INDEX', '?')}"
 
 
-def _set_process_name(name: str) -> None:
-    """``comm`` (15 bytes) = the task's name: the cmdline of a forked task is the forkserver's."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-        try:
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME = 15
-        except OSError:
-            pass
-
-
 def _become_task(req: dict, out_fd: int, server_pid: int) -> None:
     """In the forked child: the process state a task spawned by ``subprocess.Popen`` would have."""
     os.setsid()  # own session and process group: the launcher stops a task (and its children) with killpg
@@ -123,15 +94,14 @@ def _become_task(req: dict, out_fd: int, server_pid: int) -> None:
     if "tempfile" in sys.modules:  # it caches the temp dir it found first (the server's): look again, in this env
         sys.modules["tempfile"].tempdir = None
     for sig, handler in _STARTUP_SIGNALS.items():
-        try:
+        with suppress(OSError, ValueError):
             signal.signal(sig, handler)
-        except (OSError, ValueError):
-            pass
     for handler in _IMPORT_HANDLERS:
         logging.getLogger("tensorflow").removeHandler(handler)
     if "numpy" in sys.modules:  # `random` reseeds itself after fork; numpy's global RNG would repeat the server's
         sys.modules["numpy"].random.seed()
-    _set_process_name(_task_name(req["env"]))
+    from tfyarn.runtime.main import prctl
+    prctl(15, _task_name(req["env"]).encode()[:15])   # PR_SET_NAME: `comm` names the task (its cmdline is ours)
 
 
 def _finalize() -> None:
@@ -157,20 +127,14 @@ def _run_child(sock: socket.socket, req: dict, out_fd: int, server_pid: int) -> 
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except BaseException:  # noqa: BLE001 - anything: print it, exit non-zero, never return to the server loop
-        try:
+        with suppress(BaseException):
             traceback.print_exc()
-        except BaseException:  # noqa: BLE001
-            pass
         code = 1
     finally:
-        try:
-            for stream in (sys.stdout, sys.stderr):
-                try:
-                    stream.flush()
-                except BaseException:  # noqa: BLE001
-                    pass
-        finally:
-            os._exit(code)
+        for stream in (sys.stdout, sys.stderr):
+            with suppress(BaseException):   # nothing may keep the child from exiting
+                stream.flush()
+        os._exit(code)
 
 
 def _start(sock: socket.socket, req: dict, fds: list[int]) -> None:

@@ -4,7 +4,7 @@ One interface, two implementations: :class:`HttpKV` talks to the KV service the 
 (:mod:`tfyarn.backends.local.kvserver`); on YARN the same interface wraps skein's application KV (``tfyarn.runtime.kv_yarn``).
 Unlike skein's ``kv.wait``, every wait here has a timeout and its error names the keys still missing.
 
-Values are ``str``. Structured values are JSON, written with :func:`put_json` / read with :func:`get_json`.
+Values are ``str``; structured values are JSON (:func:`put_json`).
 """
 from __future__ import annotations
 
@@ -58,20 +58,19 @@ class KV(ABC):
                 return found
             left = deadline - time.monotonic()
             if left <= 0:
-                missing = [k for k in keys if k not in found]
-                raise WaitTimeout(f"timed out after {timeout:g}s waiting for {what or 'keys'}: "
-                                  f"missing {', '.join(missing)}")
+                raise wait_timeout(keys, found, timeout, what)
             time.sleep(min(delay, left))
             delay = min(delay * 1.5, 0.5)
 
 
+def wait_timeout(keys: list[str], found: dict[str, str], timeout: float, what: str | None) -> WaitTimeout:
+    """The error of a wait for ``keys`` that ran out: it names the keys still missing, not just the first."""
+    missing = ", ".join(k for k in keys if k not in found)
+    return WaitTimeout(f"timed out after {timeout:g}s waiting for {what or 'keys'}: missing {missing}")
+
+
 def put_json(kv: KV, key: str, value: Any) -> None:
     kv.put(key, json.dumps(value, separators=(",", ":")))
-
-
-def get_json(kv: KV, key: str) -> Any:
-    v = kv.get(key)
-    return None if v is None else json.loads(v)
 
 
 class MemoryKV(KV):
@@ -151,6 +150,4 @@ class HttpKV(KV):
             if len(found) == len(keys):
                 return found
             if time.monotonic() >= deadline:
-                missing = [k for k in keys if k not in found]
-                raise WaitTimeout(f"timed out after {timeout:g}s waiting for {what or 'keys'}: "
-                                  f"missing {', '.join(missing)}")
+                raise wait_timeout(keys, found, timeout, what)

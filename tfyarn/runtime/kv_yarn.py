@@ -1,13 +1,10 @@
-"""The runtime's KV on YARN: skein's application key-value store behind tfyarn's :class:`~tfyarn.runtime.kv.KV`.
+"""The runtime's KV on YARN: skein's application key-value store behind tfyarn's :class:`~tfyarn.runtime.kv.KV`
+(bounded waits naming the keys still missing, ``str`` values, :class:`~tfyarn.runtime.kv.KVUnavailable` when the
+application master is lost; skein's own ``kv.wait`` blocks forever).
 
-Why a wrapper: skein's ``kv.wait(key)`` blocks forever (no timeout), values are ``bytes``, and a lost application
-master surfaces as a bare ``ConnectionError``. Here every wait is bounded and names the keys still missing, values are
-``str`` like the local KV, and connection loss is :class:`~tfyarn.runtime.kv.KVUnavailable`.
-
-Also here, because only YARN needs it: the task index. skein names containers ``<service>_<n>`` and gives a *restarted*
-container a new ``n`` (worker_0 dies → worker_2 replaces it), so ``n`` is not the task index after a restart.
-:func:`claim_task_index` makes each container atomically claim a free ``slot/<role>:<i>`` key owned by its container
-id; skein deletes owned keys when their container exits, so a replacement finds exactly the dead task's slot.
+Also the task index: skein names containers ``<service>_<n>`` and gives a *restarted* container a new ``n``, so each
+container claims a free ``slot/<role>:<i>`` owned by it (:func:`claim_task_index`); skein deletes owned keys when
+their container exits, so a replacement finds exactly the dead task's slot.
 """
 from __future__ import annotations
 
@@ -15,10 +12,11 @@ import logging
 import os
 import queue
 import time
+from contextlib import suppress
 from typing import Any, Iterable, Mapping
 
 from tfyarn.errors import WaitTimeout
-from tfyarn.runtime.kv import KV, KVUnavailable
+from tfyarn.runtime.kv import KV, KVUnavailable, wait_timeout
 
 log = logging.getLogger(__name__)
 
@@ -94,10 +92,7 @@ class SkeinKV(KV):
         self._call(self.store.discard, key)
 
     def items(self, prefix: str = "") -> dict[str, str]:
-        if prefix:
-            got = self._call(self.store.get_prefix, prefix)
-        else:
-            got = self._call(self.store.get_range)
+        got = self._call(self.store.get_prefix, prefix) if prefix else self._call(self.store.get_range)
         return {k: v.decode() for k, v in got.items()}
 
     def wait_all(self, keys: Iterable[str], timeout: float, what: str | None = None) -> dict[str, str]:
@@ -119,9 +114,7 @@ class SkeinKV(KV):
             while len(found) < len(keys):
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    missing = [k for k in keys if k not in found]
-                    raise WaitTimeout(f"timed out after {timeout:g}s waiting for {what or 'keys'}: "
-                                      f"missing {', '.join(missing)}")
+                    raise wait_timeout(keys, found, timeout, what)
                 try:
                     ev = eq.get(timeout=min(left, WAIT_REREAD_S))
                 except queue.Empty:
@@ -137,10 +130,8 @@ class SkeinKV(KV):
                     found[ev.key] = ev.result.value.decode()
             return {k: found[k] for k in keys}
         finally:
-            try:
+            with suppress(Exception):   # the AM may be gone; the wait's outcome matters, not the cleanup
                 eq.unsubscribe_all()
-            except Exception:  # noqa: BLE001 - the AM may be gone; the wait's outcome matters, not the cleanup
-                pass
 
     def claim(self, key: str, value: str, owner: str | None = None, also: Mapping[str, str] | None = None) -> bool:
         """Atomically create ``key`` if absent; with ``owner`` (a container id) skein deletes it when that exits.
@@ -220,26 +211,3 @@ def mark_slot_done(kv: KV, task: str) -> None:
     """``task`` (``role:index``) finished its role: no replacement container may claim its slot afterwards."""
     kv.put(f"{SLOT_DONE_PREFIX}{task}", "1")
 
-
-def task_index_from_env(environ: Mapping[str, str] | None = None, kv: SkeinKV | None = None,
-                        instances: int | None = None, timeout: float = 60.0) -> int:
-    """The task index for the runtime: ``TFYARN_INDEX`` if set, else derived from ``SKEIN_CONTAINER_ID``.
-
-    With ``kv`` and ``instances`` (the role's instance count) the index is claimed through the KV, which is correct
-    after container restarts; without them it is the instance number (correct until a restart).
-    """
-    env = os.environ if environ is None else environ
-    if env.get("TFYARN_INDEX", "").strip():
-        return int(env["TFYARN_INDEX"])
-    cid = env.get("SKEIN_CONTAINER_ID")
-    if not cid:
-        raise ValueError("neither TFYARN_INDEX nor SKEIN_CONTAINER_ID is set: cannot tell which task this is")
-    if kv is not None and instances is not None:
-        role = env.get("TFYARN_ROLE") or parse_container_id(cid)[0]
-        return claim_task_index(kv, role, instances, cid, timeout)
-    return parse_container_id(cid)[1]
-
-
-def from_current() -> SkeinKV:
-    """The YARN KV for this container (what the runtime uses when ``TFYARN_KV_URL`` is unset)."""
-    return SkeinKV.from_current()

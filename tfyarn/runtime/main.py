@@ -13,6 +13,7 @@ import signal
 import sys
 import threading
 import time
+from contextlib import suppress
 from pathlib import Path
 
 from tfyarn.errors import ExitCode, WaitTimeout, timeout_message
@@ -44,15 +45,18 @@ def _configure_logging(task: str) -> None:
 
 def _identity(kv: KV, instances_of) -> tuple[str, int]:
     """This task's role and index. Locally both are in the environment; on YARN the index is claimed through the
-    KV (``kv_yarn.task_index_from_env``), because skein numbers a restarted container anew (worker_0 → worker_3)."""
+    KV (``kv_yarn.claim_task_index``), because skein numbers a restarted container anew (worker_0 → worker_3)."""
     role = os.environ.get("TFYARN_ROLE")
     if not role:
         raise RuntimeError("TFYARN_ROLE is not set: this entry point is started by a tfyarn backend")
     index = os.environ.get("TFYARN_INDEX", "").strip()
     if index:
         return role, int(index)
-    from tfyarn.runtime.kv_yarn import task_index_from_env
-    return role, task_index_from_env(kv=kv, instances=instances_of(role))  # type: ignore[arg-type]
+    container = os.environ.get("SKEIN_CONTAINER_ID")
+    if not container:
+        raise RuntimeError("neither TFYARN_INDEX nor SKEIN_CONTAINER_ID is set: cannot tell which task this is")
+    from tfyarn.runtime.kv_yarn import claim_task_index
+    return role, claim_task_index(kv, role, instances_of(role), container)  # type: ignore[arg-type]
 
 
 def make_kv() -> KV:
@@ -64,27 +68,24 @@ def make_kv() -> KV:
     return SkeinKV.from_current()
 
 
-def set_parent_death_signal() -> None:
-    """Ask Linux to SIGKILL this process when its parent dies (PR_SET_PDEATHSIG); a no-op elsewhere.
-
-    Not inherited by a forked child: every link of the chain (launcher → forkserver → task) sets it for itself, and
-    checks ``os.getppid()`` afterwards (the parent may have died before the call).
-    """
+def prctl(option: int, arg: int | bytes) -> None:
+    """Linux's prctl(2); a no-op elsewhere."""
     if sys.platform.startswith("linux"):
         import ctypes
-        try:
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
-        except OSError:
-            pass
+        with suppress(OSError):
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(option, arg, 0, 0, 0)
+
+
+def set_parent_death_signal() -> None:
+    """Ask Linux to SIGKILL this process when its parent dies (PR_SET_PDEATHSIG). Not inherited by a forked child:
+    each link of the chain (launcher → forkserver → task) sets it for itself, then checks ``os.getppid()`` (the
+    parent may have died before the call)."""
+    prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG
 
 
 def _die_with_parent() -> None:
-    """Locally, a task must not outlive its launcher, even if the launcher is SIGKILLed (no orphans, ever).
-
-    Linux delivers SIGKILL to us when the parent dies (PR_SET_PDEATHSIG); a watcher thread covers other systems and
-    the race where the parent died before the prctl call. The parent is ``TFYARN_PARENT_PID``: the launcher, or the
-    forkserver for a task forked from it (``tfyarn.runtime.forkserver``).
-    """
+    """Locally, a task must not outlive its parent (``TFYARN_PARENT_PID``: the launcher or the forkserver), even a
+    SIGKILLed one: PR_SET_PDEATHSIG, and a watcher thread for other systems and a parent that died before the call."""
     parent = os.environ.get("TFYARN_PARENT_PID")
     if not parent:
         return
@@ -92,10 +93,9 @@ def _die_with_parent() -> None:
     set_parent_death_signal()
 
     def watch() -> None:
-        while True:
-            if os.getppid() != parent_pid:
-                os._exit(ExitCode.KILLED)
+        while os.getppid() == parent_pid:
             time.sleep(0.5)
+        os._exit(ExitCode.KILLED)
 
     if os.getppid() != parent_pid:
         os._exit(ExitCode.KILLED)
@@ -103,12 +103,9 @@ def _die_with_parent() -> None:
 
 
 def _report_failure(kv: KV | None, task: str, message: str) -> None:
-    if kv is None:
-        return
-    try:
-        kv.put(failure_key(task), message[:2000])
-    except KVUnavailable:
-        pass
+    if kv is not None:
+        with suppress(KVUnavailable):
+            kv.put(failure_key(task), message[:2000])
 
 
 def build_context(kv: KV) -> TaskContext:

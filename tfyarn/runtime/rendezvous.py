@@ -1,9 +1,6 @@
-"""Rendezvous: every cluster task publishes its address and learns everyone else's, with a bounded wait.
-
-The cluster roles (chief, worker, ps) each reserve a port, publish ``addr/<task> = host:port`` in the KV, then wait for
-all their peers. The wait is bounded by ``timeouts.rendezvous`` and its error names the tasks that never showed up
-(a container YARN never allocated, a process that hung before starting) instead of hanging like a bare gRPC connect.
-Evaluator and tensorboard are outside the TF cluster: they publish nothing and need no addresses.
+"""Rendezvous: every cluster task (chief, worker, ps) publishes ``addr/<task> = host:port`` and waits for all its
+peers', bounded by ``timeouts.rendezvous`` with an error naming the tasks that never showed up (instead of hanging
+like a bare gRPC connect). Evaluator and tensorboard are outside the TF cluster: they publish nothing.
 """
 from __future__ import annotations
 
@@ -51,11 +48,10 @@ def _bind_all(port: int) -> int | None:
         return s.getsockname()[1]
 
 
-def reserve_port(host: str, tries: int = 64) -> int:
-    """A TCP port free on every interface, chosen at random below the ephemeral range when it leaves room (else any
-    free port). It is closed again before TF's server binds it: a race, made small by staying out of the range
-    outgoing connections draw from. ``host`` is where peers reach it (unused: TF binds every interface; checking
-    only 127.0.0.1 missed ports taken on another local address, as a second NodeManager's 127.0.0.2)."""
+def reserve_port(tries: int = 64) -> int:
+    """A TCP port free on every interface (as TF binds it: not only on 127.0.0.1), chosen at random below the
+    ephemeral range when it leaves room (else any free port). It is closed again before TF's server binds it: a race,
+    made small by staying out of the range outgoing connections draw from."""
     top = _ephemeral_low() - 1
     if top - PORT_FLOOR >= 1000:
         pick = random.SystemRandom()                    # forked tasks share the parent's `random` state
@@ -87,7 +83,7 @@ def rendezvous(spec: JobSpec, role: str, index: int, kv: KV, host: str) -> tuple
     """Publish this task's address (cluster roles) and wait for every cluster task's. Returns (cluster, port)."""
     if role not in CLUSTER_ROLES:
         return {}, None
-    port = reserve_port(host)
+    port = reserve_port()
     me = f"{role}:{index}"
     kv.put(addr_key(me), f"{host}:{port}")
     log.info("published %s at %s:%d; waiting for %d peers (timeout %gs)", me, host, port,

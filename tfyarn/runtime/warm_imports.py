@@ -1,23 +1,13 @@
 """How a task gets TensorFlow: without its eager Keras import; the forkserver adds Keras when the job's code uses it.
 
-Why: ``import tensorflow`` (TF 2.21) ends by importing ``keras.src.optimizers`` — all of Keras 3, ~0.9 s of the
-~3 s import on this project's 2-core machine — so that Keras optimizers are registered for SavedModel loading. It
-does so inside ``try/except ImportError`` and TF works without it (``tf.keras`` stays a lazy attribute that imports
-Keras on first use). tfyarn's own training code never touches Keras, so a job whose model does not use it pays that
-second for nothing, and the local launcher's forkserver import is on the path from launch to the first step.
-
-So every task imports TF with that one eager import skipped (:func:`import_tensorflow`, called by the runtime before
-anything else imports TF: a YARN container or a task started as a process saves that second; a model that uses
-Keras imports it itself). One catch: loading a SavedModel that holds Keras optimizer state needs those optimizers
-registered, i.e. Keras imported first; model code that loads one without importing Keras must add ``import keras``.
-The forkserver does the same, then reads the job's model code — without running it — and imports Keras itself when
-that code refers to it (:func:`code_uses_keras`): such a job's tasks start exactly as warm as before. Reading the code instead of importing it keeps the job's
-import-time side effects (environment reads, threads, eager tensors) out of the process every task is forked from.
-
-The reading is static: the model's module and every module of the job's own code it imports (transitively) are
-scanned as text, and Keras counts as used on ``import keras``/``tf_keras`` (any form), ``from tensorflow import
-keras`` or any ``<x>.keras`` attribute (``tf.keras.layers.Dense``). Code that reaches Keras another way (``importlib``,
-``getattr(tf, "keras")``) still works: its tasks import Keras when they first use it, each on its own.
+Why: ``import tensorflow`` (TF 2.21) ends by importing ``keras.src.optimizers`` — all of Keras 3, ~0.9 s of the ~3 s
+import — inside ``try/except ImportError``, only to register Keras optimizers for SavedModel loading; TF works
+without it (``tf.keras`` stays lazy) and tfyarn's own training code never touches Keras. So every task skips that one
+import (:func:`import_tensorflow`); a model that uses Keras imports it itself (loading a SavedModel holding Keras
+optimizer state needs ``import keras`` first). The forkserver reads the job's model code without running it (its
+import-time side effects stay out of the process every task is forked from) and imports Keras when that code refers
+to it (:func:`code_uses_keras`: ``import keras``/``tf_keras``, ``from tensorflow import keras``, ``<x>.keras``);
+code that reaches Keras another way (``importlib``, ``getattr``) still works, importing it on first use.
 """
 from __future__ import annotations
 
@@ -40,11 +30,6 @@ KERAS_EAGER_IMPORTS = ("keras.src.optimizers", "tf_keras.src.optimizers")
 #: themselves if it needs it: slower, never wrong).
 MAX_FILES = 500
 MAX_FILE_BYTES = 2 << 20
-
-
-def legacy_keras() -> bool:
-    """Does TF use tf_keras (Keras 2) for ``tf.keras``? The same test as TF's ``__init__``."""
-    return os.environ.get("TF_USE_LEGACY_KERAS") in ("true", "True", "1")
 
 
 class _NoPlotsForKeras(importlib.abc.MetaPathFinder):
@@ -103,8 +88,10 @@ def import_tensorflow() -> bool:
 
 
 def import_keras() -> None:
-    """Import what TF's ``__init__`` would have (Keras and its optimizers' SavedModel registrations)."""
-    importlib.import_module("tf_keras.src.optimizers" if legacy_keras() else "keras.src.optimizers")
+    """Import what TF's ``__init__`` would have (Keras and its optimizers' SavedModel registrations): tf_keras when
+    TF uses it for ``tf.keras`` (the test of TF's ``__init__``)."""
+    legacy = os.environ.get("TF_USE_LEGACY_KERAS") in ("true", "True", "1")
+    importlib.import_module("tf_keras.src.optimizers" if legacy else "keras.src.optimizers")
 
 
 # --------------------------------------------------------------------------------------------------- static read
@@ -137,16 +124,6 @@ def find_module(name: str, path: list[str]) -> importlib.machinery.ModuleSpec | 
         if i + 1 < len(parts) and not search:
             return None  # a plain module cannot have submodules
     return spec
-
-
-def _module_file(name: str, path: list[str]) -> Path | None:
-    """The source file of module ``name`` on ``path``, nothing imported (None for namespace packages, extension
-    modules, bytecode only)."""
-    spec = find_module(name, path)
-    origin = spec.origin if spec else None
-    if origin is None or not origin.endswith(".py"):
-        return None
-    return Path(origin).resolve()
 
 
 def _imported_names(source: bytes, module: str, is_package: bool) -> set[str]:
@@ -188,8 +165,11 @@ def code_uses_keras(module: str, code_dir: str | None = None) -> bool:
     files: dict[str, Path | None] = {}
 
     def file_of(name: str) -> Path | None:
+        """The module's source file (None for namespace packages, extension modules, bytecode only)."""
         if name not in files:
-            files[name] = _module_file(name, path)
+            spec = find_module(name, path)
+            origin = spec.origin if spec else None
+            files[name] = Path(origin).resolve() if origin and origin.endswith(".py") else None
         return files[name]
 
     seen: set[Path] = set()

@@ -1,23 +1,10 @@
-"""Stall watchdog and on-demand stack dumps.
+"""Stall watchdog and on-demand stack dumps: a distributed TF job that hangs silently (a worker blocked in a
+collective on a frozen peer, a feeder thread dead, a chief stuck uploading) becomes a failed job with a diagnosis.
 
-Why: a distributed TF job that stops making progress usually does so silently — a worker blocked in a collective
-waiting for a frozen peer, a fed step waiting for a feeder thread that died, a chief stuck uploading a checkpoint. The
-seeds' jobs sat like that for hours. Two pieces turn such a hang into a failed job with a diagnosis:
-
-* **In every task** — :func:`install_stack_dumps`: ``faulthandler`` is registered for ``SIGUSR1`` (the local launcher
-  can signal a task by pid) and a small thread watches the KV key :data:`DUMP_REQUEST_KEY` (on YARN the launcher has
-  no pids, only the KV). Either way the task writes every Python thread's stack into its log (stderr) and, for the KV
-  route, acknowledges under ``stacks/<task>``. The C-level faulthandler path works even while the main thread is
-  blocked inside a TF op; the KV thread works as long as the process is scheduled (a SIGSTOPped task cannot answer,
-  which is itself the diagnosis).
-* **In the launcher (or anything holding the KV)** — :class:`StallWatchdog`: reads ``progress/<task>`` (JSON with a
-  ``step``/``global_step``) for the training tasks; when no task's step has advanced for ``stall_s``, it requests
-  stack dumps from every task, waits briefly for acknowledgements, and calls ``on_stall(report)`` with a
-  :class:`StallReport` naming the tasks whose step stopped advancing, which of them did not answer the dump request and
-  which processes are stopped/dead (when pids are known). :meth:`StallWatchdog.check` is pure decision logic driven by
-  an explicit ``now`` (tested without TF or threads); :meth:`StallWatchdog.poll` adds the dumps and the callback.
-
-Nothing here imports TensorFlow.
+* In every task, :func:`install_stack_dumps`: ``faulthandler`` on ``SIGUSR1`` (C-level: works while the main thread
+  is blocked in a TF op) and a thread answering KV requests (:data:`DUMP_REQUEST_KEY`: YARN has no pids to signal).
+* In the supervisor, :class:`StallWatchdog`: when no training task's step advanced for ``stall_s``, it asks every
+  task for its stacks and reports which stopped, which did not answer and which processes are stopped or dead.
 """
 from __future__ import annotations
 
@@ -219,54 +206,37 @@ class StallReport:
         return ". ".join(lines)
 
 
-def _progress_record(value: str | None) -> dict | None:
-    """A ``progress/<task>`` value as a dict; None if absent or unreadable (a bad record is not progress)."""
-    if value is None:
-        return None
+def _progress(value: str | None) -> tuple[int | None, bool]:
+    """(step, done) of a ``progress/<task>`` value; (None, False) if absent or unreadable (a bad record is not
+    progress). The step is the task's own, else ``global_step``: in async ps mode the global step moves while a
+    frozen worker's own step does not."""
     try:
-        d = json.loads(value)
+        d = json.loads(value) if value is not None else None
     except ValueError:
-        return None
-    return d if isinstance(d, dict) else None
-
-
-def _progress_step(d: dict | None) -> int | None:
-    """The task's own ``step`` (else ``global_step``): in async ps mode the global step moves while a frozen
-    worker's own step does not."""
-    for k in ("step", "global_step"):
-        if d is not None and isinstance(d.get(k), (int, float)):
-            return int(d[k])
-    return None
+        d = None
+    if not isinstance(d, dict):
+        return None, False
+    step = next((int(d[k]) for k in ("step", "global_step") if isinstance(d.get(k), (int, float))), None)
+    return step, d.get("done") is True
 
 
 def process_state(pid: int) -> str:
-    """'running', 'sleeping', 'stopped', 'zombie' or 'dead' — psutil when available, else /proc."""
+    """'running', 'stopped', 'zombie' or 'dead'."""
+    import psutil
     try:
-        import psutil
-        try:
-            st = psutil.Process(pid).status()
-        except psutil.NoSuchProcess:
-            return "dead"
-        return {"stopped": "stopped", "tracing-stop": "stopped", "zombie": "zombie", "dead": "dead"}.get(st, "running")
-    except ImportError:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                code = f.read().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            return "dead"
-        return {"T": "stopped", "t": "stopped", "Z": "zombie", "X": "dead"}.get(code, "running")
+        st = psutil.Process(pid).status()
+    except psutil.NoSuchProcess:
+        return "dead"
+    return {"stopped": "stopped", "tracing-stop": "stopped", "zombie": "zombie", "dead": "dead"}.get(st, "running")
 
 
 class StallWatchdog:
     """Fail the job when global training progress stops for ``stall_s``.
 
-    ``tasks`` is the training tasks to watch (``spec.training_tasks``), as a list or as ``{task: pid}`` (local
-    launcher). ``all_tasks`` (``{task: pid or None}``) are the tasks asked for stack dumps (default: ``tasks``; pass
-    every task of the job so the ps/evaluator stacks are dumped too). The clock starts at construction (or the first
-    :meth:`check`): a job whose tasks never report a step within ``startup_s`` (default ``stall_s``) is a stall too.
-
-    It runs no thread: :class:`tfyarn.supervisor.Supervisor` calls :meth:`poll` from its follower's loop (the local
-    launcher, the YARN follower, the in-app supervisor).
+    ``tasks``: the training tasks to watch, as a list or ``{task: pid}`` (local). ``all_tasks`` (``{task: pid or
+    None}``, default ``tasks``): those asked for stack dumps (every task of the job: ps and evaluator stacks too). No
+    step within ``startup_s`` of the first :meth:`check` is a stall too. It runs no thread: the supervisor
+    (:class:`tfyarn.supervisor.Supervisor`) calls :meth:`poll` from its loop.
     """
 
     def __init__(self, kv: KV, tasks: Iterable[str] | Mapping[str, int | None], stall_s: float,
@@ -307,23 +277,11 @@ class StallWatchdog:
         if self.started_at is None:
             self.started_at = now
         for t, st in self.states.items():
-            rec = _progress_record(progress.get(progress_key(t)))
-            step = _progress_step(rec)
+            step, done = _progress(progress.get(progress_key(t)))
             if step is not None and step != st.step:
                 st.step, st.changed_at = step, now
                 self.last_progress = now
-            if rec is not None and rec.get("done") is True:
-                st.finished = True
-
-    def stalled_for(self, now: float) -> float:
-        """Seconds since any task's step last advanced (since start, before any step: compared with startup_s)."""
-        if self.last_progress is None:
-            return now - (self.started_at if self.started_at is not None else now)
-        return now - self.last_progress
-
-    def is_stalled(self, now: float) -> bool:
-        limit = self.startup_s if self.last_progress is None else self.stall_s
-        return self.stalled_for(now) >= limit
+            st.finished = st.finished or done
 
     def check(self, now: float | None = None) -> StallReport | None:
         """Read progress from the KV; return a report (without dumps/callback) if training stalled, else None.
@@ -347,11 +305,12 @@ class StallWatchdog:
                 return None
             return StallReport(stalled_for=min(since[t] for t in stuck), tasks=stuck,
                                stall_s=self.stall_s, now=now, after_done=True)
-        if not self.is_stalled(now):
+        startup = self.last_progress is None     # no step yet: the start-up allowance counts from the first check
+        stalled_for = now - (self.started_at if startup else self.last_progress)  # type: ignore[operator]
+        limit = self.startup_s if startup else self.stall_s
+        if stalled_for < limit:
             return None
-        return StallReport(stalled_for=self.stalled_for(now), tasks=dict(self.states),
-                           stall_s=self.startup_s if self.last_progress is None else self.stall_s, now=now,
-                           startup=self.last_progress is None)
+        return StallReport(stalled_for=stalled_for, tasks=dict(self.states), stall_s=limit, now=now, startup=startup)
 
     # -- side effects on a stall ----------------------------------------------------------------------------------------
     def request_dumps(self) -> str:
@@ -370,21 +329,18 @@ class StallWatchdog:
                         log.info("SIGUSR1 to %s (pid %s) failed: %s", t, pid, exc)
         return req
 
-    def collect_acks(self, req: str, wait_s: float) -> list[str]:
-        """Tasks (of ``all_tasks``) that have not acknowledged ``req`` within ``wait_s`` seconds."""
-        deadline = time.monotonic() + wait_s
-        while True:
-            acks = self.kv.items("stacks/")
-            missing = [t for t in self.all_tasks if acks.get(stacks_ack_key(t)) != req]
-            if not missing or time.monotonic() >= deadline:
-                return missing
-            time.sleep(0.1)
-
     def diagnose(self, report: StallReport) -> StallReport:
-        """Request dumps, note who answered and which processes are stopped/dead; fills ``report`` in place."""
+        """Request dumps, note who did not answer within ``ack_wait_s`` and which processes are stopped or dead;
+        fills ``report`` in place."""
         req = self.request_dumps()
         report.dumps_requested = True
-        report.no_ack = self.collect_acks(req, self.ack_wait_s)
+        deadline = time.monotonic() + self.ack_wait_s
+        while True:
+            acks = self.kv.items("stacks/")
+            report.no_ack = [t for t in self.all_tasks if acks.get(stacks_ack_key(t)) != req]
+            if not report.no_ack or time.monotonic() >= deadline:
+                break
+            time.sleep(0.1)
         for t, pid in self.all_tasks.items():
             if pid:
                 report.process_states[t] = process_state(pid)

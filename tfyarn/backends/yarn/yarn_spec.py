@@ -4,7 +4,7 @@ Pure: the result is a real skein object (``submit --dry-run`` prints its YAML, w
 ``skein.ApplicationSpec.from_yaml`` loads back to an equal object) and nothing touches the cluster. Every container
 runs :func:`container_script` (the task contract of docs/ARCHITECTURE.md, no ``TFYARN_KV_URL``: the runtime uses
 skein's KV). The task index is not in the env: skein gives a restarted container a new instance number, so the
-runtime claims its index through the KV (:func:`tfyarn.runtime.kv_yarn.task_index_from_env`).
+runtime claims its index through the KV (:func:`tfyarn.runtime.kv_yarn.claim_task_index`).
 
 Files every service gets: ``env/`` (the packed environment, visibility PRIVATE: NodeManagers cache it across runs),
 ``tfyarn_src/`` (the gateway's tfyarn, first on PYTHONPATH: the code that submits is what runs), ``code/`` (the
