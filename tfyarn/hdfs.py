@@ -66,10 +66,8 @@ def default_fs(conf: dict[str, str]) -> str:
 
 
 def qualify(url: str, conf: dict[str, str] | None = None) -> str:
-    """``hdfs:///p`` or ``/p`` (on a cluster whose defaultFS is HDFS) → ``hdfs://nameservice/p``.
-
-    Why: YARN localizes resources by fully qualified URL, and skein compares file systems by authority.
-    """
+    """``hdfs:///p`` or ``/p`` (on a cluster whose defaultFS is HDFS) → ``hdfs://nameservice/p``: YARN localizes
+    resources by fully qualified URL, and skein compares file systems by authority."""
     conf = load_hadoop_conf() if conf is None else conf
     u = urlparse(url)
     dfs = urlparse(default_fs(conf))
@@ -83,11 +81,8 @@ def qualify(url: str, conf: dict[str, str] | None = None) -> str:
 
 
 def filesystems_for_tokens(urls: Iterable[str | None], conf: dict[str, str] | None = None) -> list[str]:
-    """Distinct non-default ``hdfs://``/``viewfs://`` authorities among ``urls`` (skein ``file_systems``).
-
-    skein always gets a delegation token for the defaultFS; data or checkpoints on another namespace need their own
-    token in the containers, or reads fail once the job runs there.
-    """
+    """Distinct non-default ``hdfs://``/``viewfs://`` authorities among ``urls`` (skein ``file_systems``): skein gets
+    a delegation token for the defaultFS only, and data on another namespace needs its own in the containers."""
     conf = load_hadoop_conf() if conf is None else conf
     dfs = urlparse(default_fs(conf))
     seen: list[str] = []

@@ -49,10 +49,8 @@ def _handlers(handler: object) -> Iterator[None]:
 
 @contextmanager
 def interruptible() -> Iterator[None]:
-    """Raise :class:`Interrupted` on SIGINT/SIGTERM/SIGHUP inside the block (main thread only); handlers restored
-    after it. A KeyboardInterrupt raised by other code in the block (an earlier default SIGINT handler) is turned
-    into ``Interrupted("SIGINT")`` too.
-    """
+    """Raise :class:`Interrupted` on SIGINT/SIGTERM/SIGHUP inside the block (main thread only), and turn a
+    KeyboardInterrupt raised there (an earlier default SIGINT handler) into ``Interrupted("SIGINT")`` too."""
     def handler(signum: int, _frame: object) -> None:
         raise Interrupted(signal.Signals(signum).name)
 

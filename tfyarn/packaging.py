@@ -50,10 +50,8 @@ class PackagingError(TfyarnError):
 
 @dataclass(frozen=True)
 class EnvRef:
-    """What the container script needs to find Python, and what ``ensure_env`` did to get there.
-
-    ``python`` is the interpreter command *inside the container* (``./env/bin/python`` for a shipped archive).
-    """
+    """What the container script needs to find Python (``python``: the command *inside the container*), and what
+    ``ensure_env`` did to get there."""
     source: str                      # pack | archive | python | none
     python: str
     archive_url: str | None = None   # localized by YARN as ./env (pack, archive)
@@ -116,10 +114,8 @@ def installed_distributions(prefix: str | os.PathLike | None = None) -> list[Dis
 
 
 def hash_tree(root: str | os.PathLike, max_files: int = 50_000) -> str:
-    """sha256 over (relative path, content) of every file under ``root``, skipping caches and nested envs.
-
-    Content, not mtimes: a ``git checkout`` that restores the same bytes must not invalidate the cache.
-    """
+    """sha256 over (relative path, content) of every file under ``root``, skipping caches and nested envs. Content,
+    not mtimes: a ``git checkout`` that restores the same bytes must not invalidate the cache."""
     root = Path(root)
     h = hashlib.sha256()
     n = 0
@@ -256,12 +252,9 @@ def pack_env(prefix: str | os.PathLike, kind: str, output: str | os.PathLike,
 
 
 def check_not_editable(prefix: str | os.PathLike, installed: list[Distribution]) -> None:
-    """Refuse to pack an env holding editable installs (``pip install -e``), tfyarn itself excepted (it ships apart).
-
-    Why: their code stays on the gateway. conda-pack leaves them out, venv-pack packs a path file naming a gateway
-    directory; either way the containers fail with ModuleNotFoundError on import, after the env was packed and
-    uploaded and the containers allocated. Said at submit (and by ``--dry-run``), before any of that.
-    """
+    """Refuse to pack an env holding editable installs (``pip install -e``), tfyarn itself excepted (it ships apart):
+    their code stays on the gateway (conda-pack leaves them out, venv-pack packs a path file naming a gateway
+    directory), and the containers would fail with ModuleNotFoundError after the upload and the allocation."""
     editable = [d for d in installed if d.editable_path and d.name not in EXCLUDED_DISTS]
     if editable:
         names = ", ".join(f"{d.name} ({d.editable_path})" for d in editable)
@@ -311,13 +304,9 @@ def upload(local: str | os.PathLike, fs: Any, path: str, progress: Progress | No
 def ensure_env(spec: Any, staging_dir: str, progress: Progress | None = None, *, prefix: str | None = None,
                fs: Any = None, local_cache: str | os.PathLike | None = None, dry_run: bool = False,
                conf: dict[str, str] | None = None) -> EnvRef:
-    """Make the job's environment available to YARN; return how the containers find their Python.
-
-    ``staging_dir``: a directory URL (``hdfs:///user/me/.tfyarn``); archives go to ``<staging_dir>/envs/``.
-    ``fs``: the fsspec filesystem of ``staging_dir`` (default: resolved from the URL, hdfs-native for hdfs://).
-    ``dry_run``: compute the archive URL (hashing only) without packing or uploading anything.
-    A re-run with an unchanged environment finds the archive and uploads 0 bytes (``EnvRef.cached``).
-    """
+    """Make the job's environment available to YARN (archives in ``<staging_dir>/envs/``, through ``fs``, default
+    the URL's); return how the containers find their Python. ``dry_run``: name the archive (hashing only), nothing
+    packed or uploaded."""
     env = spec.environment
     if env.archive:
         return EnvRef("archive", f"./{ENV_DIR}/bin/python", archive_url=env.archive)

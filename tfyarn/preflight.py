@@ -120,14 +120,9 @@ class SkeinClusterInfo:
         return QueueInfo(q.name, str(q.state), mem, vc, tuple(getattr(q, "node_labels", ()) or ()) or None)
 
     def max_allocation(self) -> tuple[int | None, int | None]:
-        s = self._scheduler()
-        ma = (s or {}).get("maximumAllocation") or {}
-        mem, vc = _int(ma.get("memory")), _int(ma.get("vCores"))
-        if mem is None:
-            mem = _int(self.conf.get("yarn.scheduler.maximum-allocation-mb", 8192))
-        if vc is None:
-            vc = _int(self.conf.get("yarn.scheduler.maximum-allocation-vcores", 4))
-        return mem, vc
+        ma = self._scheduler().get("maximumAllocation") or {}
+        return (_int(ma.get("memory")) or _int(self.conf.get("yarn.scheduler.maximum-allocation-mb", 8192)),
+                _int(ma.get("vCores")) or _int(self.conf.get("yarn.scheduler.maximum-allocation-vcores", 4)))
 
 
 # --------------------------------------------------------------------------------------------------- the checks
@@ -228,11 +223,9 @@ COUNT_MAX_FILES = 256
 
 def check_enough_records(spec: JobSpec, listed: list[_Listed]) -> list[str]:
     """``data.train`` must hold at least one global batch (``batch_size`` x training tasks), or no step can be planned
-    and every training task fails at start, each with its own traceback.
-
-    Counted from the cached indexes, then by indexing the smallest uncounted files within
-    :data:`COUNT_BUDGET_BYTES`, stopping as soon as one global batch is reached. A data set that cannot be counted
-    that cheaply, or whose indexing fails (damaged data is reported by the tasks, with file and offset), passes."""
+    and every training task fails at start. Counted from the cached indexes, then by indexing the smallest files
+    within :data:`COUNT_BUDGET_BYTES`; data that cannot be counted that cheaply, or not indexed (damaged data is the
+    tasks' to report, with file and offset), passes."""
     from tfyarn.data.errors import DataError
     from tfyarn.data.manifest import cached_or_indexed
     train = [d for d in listed if d.section == "data.train"]
@@ -359,15 +352,14 @@ def check_resources(spec: JobSpec, cluster: ClusterInfo, master_memory_mib: int 
             if r.instances > 0]
     asks.append(("application master", master_memory_mib, master_vcores, None))
     for where, mem, vc, label in asks:
-        role = where.startswith("roles.")
+        sep = "." if where.startswith("roles.") else " "
         for limit, scope in ((q.max_memory_mib, f"queue {spec.queue!r}"), (cmem, "the cluster")):
             if limit is not None and mem > limit:
-                problems.append(f"{where + '.memory' if role else where + ' memory'}: {mem} MiB exceeds the maximum "
-                                f"container size of {scope} ({limit} MiB)")
+                problems.append(f"{where}{sep}memory: {mem} MiB exceeds the maximum container size of {scope} "
+                                f"({limit} MiB)")
         for limit, scope in ((q.max_vcores, f"queue {spec.queue!r}"), (cvc, "the cluster")):
             if limit is not None and vc > limit:
-                problems.append(f"{where + '.vcores' if role else where + ' vcores'}: {vc} exceeds the maximum of "
-                                f"{scope} ({limit})")
+                problems.append(f"{where}{sep}vcores: {vc} exceeds the maximum of {scope} ({limit})")
         if label and q.node_labels is not None and "*" not in q.node_labels and label not in q.node_labels:
             problems.append(f"{where}.node_label: {label!r} is not accessible from queue {spec.queue!r} "
                             f"(accessible: {', '.join(q.node_labels) or 'none'})")
@@ -442,25 +434,17 @@ def runs_this_python(spec: JobSpec) -> bool:
 
 def local_path_warnings(spec: JobSpec) -> list[str]:
     """Paths on the gateway's own disk: YARN containers on other hosts cannot read them (fine on a shared mount)."""
-    out = []
     urls = [("data.train", u) for u in spec.data.train] + [("data.eval", u) for u in spec.data.eval]
-    if spec.checkpoint.dir:
-        urls.append(("checkpoint.dir", spec.checkpoint.dir))
-    if spec.export:
-        urls.append(("export.dir", spec.export.dir))
-    for where, u in urls:
-        if "://" not in u or u.startswith("file://"):
-            out.append(f"{where}: {u} is a local path; YARN containers on other hosts cannot see it "
-                       f"unless it is a shared mount")
-    return out
+    urls += [(where, u) for where, u in (("checkpoint.dir", spec.checkpoint.dir),
+                                         ("export.dir", spec.export.dir if spec.export else None)) if u]
+    return [f"{where}: {u} is a local path; YARN containers on other hosts cannot see it unless it is a shared mount"
+            for where, u in urls if "://" not in u or u.startswith("file://")]
 
 
 def run_preflight(spec: JobSpec, cluster: ClusterInfo | None = None, get_fs: GetFs = hdfs.get_fs, *,
                   master_memory_mib: int = 512, master_vcores: int = 1, check_files: bool = True) -> list[str]:
-    """Run every check; raise :class:`PreflightError` listing all problems, else return warnings (may be empty).
-
-    ``cluster=None`` skips the queue/resource checks (no ResourceManager to ask).
-    """
+    """Run every check (``cluster=None``: no queue/resource checks); raise :class:`PreflightError` listing all
+    problems, else return warnings (may be empty)."""
     problems = check_kerberos(spec)
     if runs_this_python(spec):   # the gateway's env is what the containers will run
         problems += check_task_env(spec)
@@ -477,10 +461,8 @@ def run_preflight(spec: JobSpec, cluster: ClusterInfo | None = None, get_fs: Get
 
 
 def run_file_checks(spec: JobSpec, get_fs: GetFs = hdfs.get_fs, task_env: bool = False) -> None:
-    """``tfyarn validate --check-files``: the data (records counted: :func:`check_enough_records`), checkpoint-dir
-    and warm-start checks (no cluster to ask); ``task_env``: also the model module and the roles' packages, when the
-    tasks would run this Python (a local run, or a YARN job shipping this environment) — as run and submit check
-    them."""
+    """``tfyarn validate --check-files``: the data, checkpoint-dir and warm-start checks (no cluster to ask);
+    ``task_env``: also the model module and the roles' packages, when the tasks would run this Python."""
     from tfyarn import kerberos
     kerberos.login(kerberos.resolved(spec), hdfs.load_hadoop_conf())   # a keytab-only gateway lists with it
     _raise(_file_checks(spec, get_fs, list_data(spec, get_fs)) + (check_task_env(spec) if task_env else []),

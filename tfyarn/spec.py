@@ -56,7 +56,7 @@ def _quantity(value: Any, what: str, regex: re.Pattern[str], units: dict[str, fl
 
 def parse_memory_mib(value: Any) -> int:
     """'2 GiB', '2g', '512 MiB', 2048 (MiB) → MiB, rounded up (YARN allocates whole MiB)."""
-    return math.ceil(_quantity(value, "size", _SIZE_RE, _SIZE_UNITS_MIB, "'2 GiB', '512 MiB', 2048"))
+    return int(-(-_quantity(value, "size", _SIZE_RE, _SIZE_UNITS_MIB, "'2 GiB', '512 MiB', 2048") // 1))
 
 
 def parse_duration_s(value: Any) -> float:
@@ -515,10 +515,8 @@ def _load_yaml(text: str, root: tuple[Any, ...] = ()) -> Any:
 
 
 def _apply_override(doc: dict, assignment: str) -> None:
-    """``--set roles.worker.instances=4``: the value is parsed as YAML (so 4 is an int, [a, b] a list).
-
-    Raises :class:`SpecError` for an override that cannot be applied; the caller lists it beside the spec's other
-    problems (one bad ``--set`` must not hide the rest)."""
+    """``--set roles.worker.instances=4``: the value is parsed as YAML (so 4 is an int, [a, b] a list). An override
+    that cannot be applied raises :class:`SpecError`, listed beside the spec's other problems by the caller."""
     if "=" not in assignment:
         raise SpecError([f"--set {assignment!r}: expected key.path=value"])
     key, raw = assignment.split("=", 1)

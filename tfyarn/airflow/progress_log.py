@@ -24,8 +24,6 @@ class _LogWriter:
 
 
 def progress_logger(log: logging.Logger | logging.LoggerAdapter, every: float) -> Callable[[AppStatus], None]:
-    """An ``on_update`` callable: a progress line every ``every`` s, and at once on any job or task state change.
-
-    Airflow stamps each log record, so lines start with a fixed ``tfyarn`` marker instead of a timestamp.
-    """
+    """An ``on_update`` callable: a progress line every ``every`` s, and at once on any job or task state change
+    (marked ``tfyarn``, not timestamped: Airflow stamps each log record)."""
     return LineView(_LogWriter(log), every=every, stamp=lambda: "tfyarn")

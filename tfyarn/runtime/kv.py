@@ -99,10 +99,8 @@ class MemoryKV(KV):
 
 
 class HttpKV(KV):
-    """Client of the launcher's KV service (``GET/PUT/DELETE /kv/<key>``, ``GET /kv?prefix=``).
-
-    ``wait_all`` long-polls the server (one request, the server blocks) instead of hammering it.
-    """
+    """Client of the launcher's KV service (``GET/PUT/DELETE /kv/<key>``, ``GET /kv?prefix=``); ``wait_all``
+    long-polls it (one request, the server blocks)."""
 
     def __init__(self, url: str, request_timeout: float = 10.0):
         self.url = url.rstrip("/")

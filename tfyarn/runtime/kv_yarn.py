@@ -96,10 +96,8 @@ class SkeinKV(KV):
         return {k: v.decode() for k, v in got.items()}
 
     def wait_all(self, keys: Iterable[str], timeout: float, what: str | None = None) -> dict[str, str]:
-        """Block until every key exists, woken by skein's watch events (not polling); bounded by ``timeout``.
-
-        Subscribing before the first read closes the race where a key appears between the read and the watch.
-        """
+        """Block until every key exists, woken by skein's watch events; bounded by ``timeout``. Subscribing before
+        the first read closes the race where a key appears between the read and the watch."""
         keys = list(dict.fromkeys(keys))
         deadline = time.monotonic() + timeout
         found: dict[str, str] = {}
@@ -161,13 +159,10 @@ class NoTaskLeft(Exception):
 
 
 def claim_task_index(kv: SkeinKV, role: str, instances: int, container_id: str, timeout: float = 60.0) -> int:
-    """This container's task index: its own instance number if that slot is free, else the first free slot.
-
-    A fresh container ``worker_1`` claims ``slot/worker:1``. A replacement ``worker_2`` (for a dead ``worker_0``)
-    finds ``slot/worker:2`` out of range and takes the slot skein freed when ``worker_0`` exited. When every slot is
-    held or done and at least one is done, :class:`NoTaskLeft`: skein's application master drops a dead container's
-    owned keys before it requests the replacement, so a replacement always finds the dead task's slot free, unless
-    that task had finished (a worker killed after marking its slot done). Otherwise bounded by ``timeout``.
+    """This container's task index: its own instance number if that slot is free, else the first free slot (a
+    replacement ``worker_2`` of a dead ``worker_0`` takes the slot skein freed when ``worker_0`` exited: skein drops a
+    dead container's owned keys before it requests the replacement). Every slot held or done, one done:
+    :class:`NoTaskLeft` (it replaces a task killed after it had finished). Otherwise bounded by ``timeout``.
     """
     _, n = parse_container_id(container_id)
     order = ([n] if n < instances else []) + [i for i in range(instances) if i != n]
@@ -201,8 +196,7 @@ def restarts_before(kv: KV, task: str, container_id: str) -> int:
     """How many containers held ``task`` (``role:index``) before ``container_id``: its restart number on YARN.
 
     The local launcher counts a task's restarts and passes ``TFYARN_RESTART``; skein only starts a new container, so
-    the count comes from the task map (one entry per container that claimed a slot; never deleted). A worker
-    rejoining an async ps job reports its rejoin and lost steps by this number (the summary said 0 rejoins)."""
+    the count comes from the task map (one entry per container that claimed a slot; never deleted)."""
     return sum(1 for k, v in kv.items(TASKMAP_PREFIX).items()
                if v == task and k[len(TASKMAP_PREFIX):] != container_id)
 

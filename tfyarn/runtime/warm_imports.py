@@ -33,13 +33,9 @@ MAX_FILE_BYTES = 2 << 20
 
 
 class _NoPlotsForKeras(importlib.abc.MetaPathFinder):
-    """Refuses ``import matplotlib`` (ImportError) when Keras asks for it while being imported.
-
-    Why: Keras 3's ``keras.src.visualization`` imports ``matplotlib.pyplot`` at import time when matplotlib is
-    installed (it is in tfyarn's test and report extras), for plotting helpers no task uses: ~0.3 s, and on a
-    machine's first run matplotlib's font cache ("generated new fontManager", ~1 s) in every task. Keras guards that
-    import with ``try/except ImportError``. Only imports made by a Keras module's top-level code are refused:
-    matplotlib stays importable for the job's own code, and for a Keras function that plots when called.
+    """Refuses ``import matplotlib`` (ImportError, which Keras catches) to a Keras module's top-level code: Keras 3
+    imports ``matplotlib.pyplot`` at import time when it is installed, for plotting helpers no task uses (~0.3 s, and
+    ~1 s more on a machine's first run: its font cache). The job's code, and a Keras function that plots, still can.
     """
 
     def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
@@ -62,13 +58,9 @@ def keep_matplotlib_out_of_keras() -> None:
 
 
 def import_tensorflow() -> bool:
-    """``import tensorflow`` without its eager Keras import, and with Keras (when a model imports it) kept from
-    importing matplotlib (:func:`keep_matplotlib_out_of_keras`). A no-op when TF is already imported; False (nothing
-    done) when it is not installed.
-
-    ``sys.modules[name] = None`` makes ``import name`` raise ImportError at once (before any parent package is
-    imported), which TF's ``__init__`` catches; the entries are removed right after, so a later ``import keras``
-    works as usual. An entry that was already there (Keras imported before TF) is left as it was.
+    """``import tensorflow`` without its eager Keras import, Keras kept from importing matplotlib; False when TF is
+    not installed. ``sys.modules[name] = None`` makes ``import name`` raise ImportError at once, which TF's
+    ``__init__`` catches; the entries are removed right after, so a later ``import keras`` works as usual.
     """
     keep_matplotlib_out_of_keras()
     if "tensorflow" in sys.modules:
@@ -107,10 +99,7 @@ _KERAS_RE = re.compile(rb"\b(?:tf_keras|import[ \t]+keras|from[ \t]+keras)\b|\.k
 
 def find_module(name: str, path: list[str]) -> importlib.machinery.ModuleSpec | None:
     """Where module ``name`` is on ``path`` (parents included), found without importing anything; None if absent.
-
-    A top-level package only a meta-path finder knows (an editable install) is asked of every finder, which for a
-    top-level name imports nothing either.
-    """
+    A top-level package only a meta-path finder knows (an editable install) is asked of every finder."""
     search: list[str] | None = path
     spec = None
     parts = name.split(".")
@@ -136,11 +125,11 @@ def _imported_names(source: bytes, module: str, is_package: bool) -> set[str]:
             names.update(part.split()[0] for part in plain.decode().split(",") if part.split())
             continue
         base_s = base.decode()
-        dots = len(base_s) - len(base_s.lstrip("."))
-        if dots:
-            parent = package.split(".")
-            parent = parent[:len(parent) - (dots - 1)] if dots > 1 else parent
-            base_s = ".".join(parent + ([base_s[dots:]] if base_s[dots:] else []))
+        if base_s.startswith("."):
+            try:
+                base_s = importlib.util.resolve_name(base_s, package)
+            except ImportError:           # above the top-level package: not a module of the job's code
+                continue
         if not base_s:
             continue
         names.add(base_s)
@@ -152,11 +141,8 @@ def _imported_names(source: bytes, module: str, is_package: bool) -> set[str]:
 
 
 def code_uses_keras(module: str, code_dir: str | None = None) -> bool:
-    """Does model module ``module`` (or any module of the job's own code it imports) refer to Keras?
-
-    "The job's own code" is the modules whose top-level package is the model module's or lives in ``code_dir`` (the
-    spec's ``code:``); imports of anything else (TF, numpy, other libraries) are not followed. Nothing is imported.
-    """
+    """Does model module ``module`` (or any module of the job's own code it imports: under the model's top-level
+    package or in ``code_dir``, the spec's ``code:``) refer to Keras? Nothing is imported."""
     path = ([code_dir] if code_dir else []) + [p for p in sys.path if p != code_dir]
     own_tops = {module.split(".")[0]}
     if code_dir and os.path.isdir(code_dir):

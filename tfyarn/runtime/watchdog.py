@@ -40,10 +40,7 @@ def stacks_ack_key(task: str) -> str:
 
 def dump_stacks(reason: str, file=None) -> None:
     """Write every thread's Python stack to ``file`` (default stderr = the task's log), with a header saying why.
-
-    faulthandler needs a real file descriptor; when stderr has none (e.g. captured by pytest) the stacks are
-    formatted from ``sys._current_frames`` and logged instead, so a dump is never silently lost.
-    """
+    faulthandler needs a file descriptor; without one (pytest's capture) the stacks are formatted and logged."""
     out = file if file is not None else sys.stderr
     header = f"==== tfyarn stack dump (pid {os.getpid()}): {reason} ===="
     try:
@@ -96,10 +93,8 @@ _installed: dict[str, _DumpRequestWatcher | None] = {}
 
 
 def install_stack_dumps(kv: KV | None = None, task: str | None = None, poll_s: float = 1.0) -> None:
-    """Make this process dump all Python stacks into its log on ``SIGUSR1`` and on a KV request.
-
-    Idempotent (the runtime calls it for every task; trainers may call it again). ``kv``/``task`` enable the KV route.
-    """
+    """Make this process dump all Python stacks into its log on ``SIGUSR1`` and, given ``kv`` and ``task``, on a KV
+    request. Idempotent (the runtime calls it for every task; trainers may call it again)."""
     if "signal" not in _installed and hasattr(signal, "SIGUSR1"):
         try:
             faulthandler.register(DUMP_SIGNAL, file=sys.stderr, all_threads=True, chain=False)
@@ -284,13 +279,10 @@ class StallWatchdog:
             st.finished = st.finished or done
 
     def check(self, now: float | None = None) -> StallReport | None:
-        """Read progress from the KV; return a report (without dumps/callback) if training stalled, else None.
-
-        Before ``control/done``: a stall is *global* — no training task's step advanced for ``stall_s`` (a slow or
-        paused worker in async mode is not a stall while others advance). After it: every training task should finish
-        promptly; one that neither finished (final progress ``done``) nor advanced for ``stall_s`` is reported —
-        e.g. a frozen async worker, which would otherwise keep the job from ever ending.
-        """
+        """Read progress from the KV; a report (without dumps/callback) if training stalled, else None. Before
+        ``control/done`` a stall is *global*: no training task's step advanced for ``stall_s`` (a paused async worker
+        is not one while others advance). After it, a task that neither finished nor advanced for ``stall_s`` is (a
+        frozen async worker would keep the job from ever ending)."""
         now = self.clock() if now is None else now
         done = self.kv.get(DONE_KEY) is not None
         self.observe(self.kv.items(PROGRESS_PREFIX), now)
