@@ -19,7 +19,7 @@ def test_a_yarn_task_reports_under_the_index_it_claimed(tmp_path, monkeypatch):
     spec_file.write_text(spec.to_json())
     claimed = []
 
-    def identity(kv, instances_of):            # what task_index_from_env does on YARN: claim slot 1 in the KV
+    def identity(kv, instances_of):            # what claim_task_index does on YARN: claim slot 1 in the KV
         claimed.append(1)
         return "worker", 1
 
