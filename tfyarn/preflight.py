@@ -397,6 +397,11 @@ def check_warm_start(spec: JobSpec) -> list[str]:
     return []
 
 
+def _installed(module: str) -> bool:
+    from tfyarn.runtime.warm_imports import find_module
+    return find_module(module, sys.path) is not None
+
+
 def check_task_env(spec: JobSpec) -> list[str]:
     """The model's module and the packages the roles need, in this Python plus the spec's ``code:`` dir (call it only
     where the tasks run this env). Found without importing anything: the gateway may have no TensorFlow, and the
@@ -409,7 +414,7 @@ def check_task_env(spec: JobSpec) -> list[str]:
         where = f"the code dir {spec.code} or " if spec.code else ""
         problems.append(f"model: module {module!r} not found in {where}the Python environment the tasks run "
                         f"(a typo? its package not installed? set 'code:' to the directory holding it)")
-    if spec.instances("tensorboard") and find_module("tensorboard", sys.path) is None:
+    if spec.instances("tensorboard") and not _installed("tensorboard"):
         problems.append("roles.tensorboard: the 'tensorboard' package is not installed in the Python environment the "
                         "tasks run (it is no longer installed with TensorFlow): pip install 'tfyarn[tensorboard]' (or "
                         "tensorboard), or remove roles.tensorboard")
