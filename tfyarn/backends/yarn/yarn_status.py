@@ -61,9 +61,7 @@ def app_status(rep: Any, state: AppState, diagnostics: str, **more: Any) -> AppS
 
 
 def _host(nm_http_address: str) -> str | None:
-    if not nm_http_address:
-        return None
-    return nm_http_address.split("://")[-1].rsplit(":", 1)[0] or None
+    return (nm_http_address or "").split("://")[-1].rsplit(":", 1)[0] or None
 
 
 def _exit_code(msg: str) -> int | None:
