@@ -895,7 +895,11 @@ class YarnBackend(Backend):
 
         from tfyarn.backends.yarn.yarn_supervise import report_url
         for where in filter(None, (ckpt, report_url(self.staging_dir, app_id))):
-            url = report_at(where, app_id)
+            try:
+                url = report_at(where, app_id)
+            except Exception as exc:  # noqa: BLE001 - e.g. HDFS unreachable (hdfs-native's RuntimeError): ours, then
+                log.debug("no in-app report of %s in %s: %s", app_id, where, exc)
+                continue
             if url is None:
                 continue
             with fsspec.open(url, "rt") as f:
