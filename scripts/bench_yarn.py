@@ -293,6 +293,18 @@ def main() -> None:
             out += [f"NodeManager user filecache entries: {fc0} before, then "
                     + ", ".join(str(r["filecache"]) for r in pruns) + " after each run", ""]
             out += median_table(pruns, f"packed env (first run localizes, then cached), {a.runs} runs")
+            # the same env as a plain tar (TFYARN_PACK_LEVEL=0): no gzip at pack time nor at localization
+            zenv = {**penv, "TFYARN_PACK_LEVEL": "0", "TFYARN_STAGING_DIR": f"{prefix}/staging0",
+                    "TFYARN_CACHE_DIR": str(work / "cache0")}
+            c0 = _cpu()
+            p, dt = cli(["pack", str(spec)], zenv, timeout=1800)
+            out += [f"cold pack + upload at `TFYARN_PACK_LEVEL=0` (a plain .tar): **{dt:.1f} s** "
+                    f"({_cpu() - c0:.1f} CPU s); {(p.stdout.strip().splitlines() or [''])[-1]}", ""]
+            print(out[-2], flush=True)
+            r = run_job(spec, zenv)["phases"]
+            out += [f"its first run (every node localizes the .tar): containers start **{r.get('containers start')} s**"
+                    f", start → exit {r.get('start → exit')} s", ""]
+            print(out[-2], flush=True)
         if a.supervisor_ab:
             out += supervisor_ab(node, env, a.supervisor_ab)
         if not a.no_commands:

@@ -183,16 +183,22 @@ def env_fingerprint(prefix: str | os.PathLike | None = None, kind: str | None = 
 
 def pack_level() -> int:
     """gzip level of packed envs (``TFYARN_PACK_LEVEL``, default 1): level 4 made a TF venv's archive ~10% smaller
-    for ~1.7x the CPU time, and that CPU time was most of a cold submit on a small gateway."""
+    for ~1.7x the CPU time, and that CPU time was most of a cold submit on a small gateway. 0: a plain ``.tar``
+    (no compression CPU at all; ~3.5x the bytes to upload and localize, which the NodeManagers untar without gzip)."""
     try:
         return min(9, max(0, int(os.environ.get("TFYARN_PACK_LEVEL", "1"))))
     except ValueError:
         return 1
 
 
-def _pack_venv(venv_pack: Any, prefix: str | os.PathLike, tmp: Path) -> None:
-    """venv-pack's tar, gzipped on every core (:class:`tfyarn.pgzip.ParallelGzipWriter`) straight into ``tmp``;
-    venv-pack itself (one thread, through a temp file in /tmp) if its internals are not the ones we know."""
+def archive_suffix() -> str:
+    """The packed env's extension, which tells YARN how to unpack it."""
+    return ".tar" if pack_level() == 0 else ".tar.gz"
+
+
+def _pack_venv(venv_pack: Any, prefix: str | os.PathLike, tmp: Path, gzipped: bool) -> None:
+    """venv-pack's tar, gzipped on every core (:class:`tfyarn.pgzip.ParallelGzipWriter`) or plain, straight into
+    ``tmp``; venv-pack itself (one thread, through a temp file in /tmp) if its internals are not the ones we know."""
     try:
         from venv_pack.core import Packer
         from venv_pack.formats import archive
@@ -200,12 +206,15 @@ def _pack_venv(venv_pack: Any, prefix: str | os.PathLike, tmp: Path) -> None:
         files, context = env.files, env._context
     except (ImportError, AttributeError) as exc:
         log.debug("venv-pack internals unknown (%s): packing with venv_pack.pack", exc)
-        venv_pack.pack(prefix=str(prefix), output=str(tmp), format="tar.gz", force=True,
+        venv_pack.pack(prefix=str(prefix), output=str(tmp), format="tar.gz" if gzipped else "tar", force=True,
                        compress_level=pack_level())
         return
+    from contextlib import nullcontext
+
     from tfyarn.pgzip import ParallelGzipWriter
-    with open(tmp, "wb") as raw, ParallelGzipWriter(raw, level=pack_level()) as gz:
-        with archive(gz, "tar", compress_level=0) as arc:
+    with open(tmp, "wb") as raw:
+        out = ParallelGzipWriter(raw, level=pack_level()) if gzipped else nullcontext(raw)
+        with out as sink, archive(sink, "tar", compress_level=0) as arc:
             packer = Packer(context, arc, None)
             for f in files:
                 packer.add(f)
@@ -214,10 +223,12 @@ def _pack_venv(venv_pack: Any, prefix: str | os.PathLike, tmp: Path) -> None:
 
 def pack_env(prefix: str | os.PathLike, kind: str, output: str | os.PathLike,
              progress: Progress | None = None) -> Path:
-    """Pack ``prefix`` into ``output`` (tar.gz) with conda-pack or venv-pack; atomic (temp file, then rename)."""
+    """Pack ``prefix`` into ``output`` (``.tar.gz``, or a plain tar for any other name) with conda-pack or
+    venv-pack; atomic (temp file, then rename)."""
     out = Path(output)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.{uuid.uuid4().hex[:8]}.partial.tar.gz")
+    gzipped = out.name.endswith((".tar.gz", ".tgz"))
+    tmp = out.with_name(f".{out.name}.{uuid.uuid4().hex[:8]}.partial{'.tar.gz' if gzipped else '.tar'}")
     if progress:
         progress("pack", 0, None)
     t0 = time.monotonic()
@@ -227,15 +238,15 @@ def pack_env(prefix: str | os.PathLike, kind: str, output: str | os.PathLike,
                 import conda_pack
             except ImportError:
                 raise PackagingError("pack: conda needs conda-pack (pip install 'tfyarn[pack]')") from None
-            conda_pack.pack(prefix=str(prefix), output=str(tmp), format="tar.gz", ignore_editable_packages=True,
-                            n_threads=-1, force=True, compress_level=pack_level())
+            conda_pack.pack(prefix=str(prefix), output=str(tmp), format="tar.gz" if gzipped else "tar",
+                            ignore_editable_packages=True, n_threads=-1, force=True, compress_level=pack_level())
         elif kind == "venv":
             try:
                 import venv_pack
             except ImportError:
                 raise PackagingError("pack: venv needs venv-pack (pip install 'tfyarn[pack]')") from None
             try:
-                _pack_venv(venv_pack, prefix, tmp)
+                _pack_venv(venv_pack, prefix, tmp, gzipped)
             except venv_pack.VenvPackException as exc:
                 raise PackagingError(f"venv-pack refused {prefix}: {exc}. Put that code in the job's `code:` dir "
                                      f"or install it non-editable") from None
@@ -325,7 +336,7 @@ def ensure_env(spec: Any, staging_dir: str, progress: Progress | None = None, *,
     from tfyarn import hdfs
 
     staging = hdfs.qualify(staging_dir, conf) if conf is not None else staging_dir
-    url = hdfs.join(staging, "envs", f"env-{fp.kind}-{fp.env_hash[:24]}.tar.gz")
+    url = hdfs.join(staging, "envs", f"env-{fp.kind}-{fp.env_hash[:24]}{archive_suffix()}")
     ref = EnvRef("pack", f"./{ENV_DIR}/bin/python", archive_url=url, env_hash=fp.env_hash, kind=kind)
     if dry_run:
         return ref

@@ -64,6 +64,25 @@ def test_pack_real_venv_and_run_python_from_unpacked_archive(small_venv, tmp_pat
     assert res.stdout.strip() == str(dest)
 
 
+def test_pack_level_0_is_a_plain_tar_named_so_yarn_unpacks_it_without_gzip(small_venv, tmp_path, monkeypatch):
+    monkeypatch.setenv("TFYARN_PACK_LEVEL", "0")
+    monkeypatch.setenv("TFYARN_CACHE_DIR", str(tmp_path / "cache"))
+    fs = fsspec.filesystem("memory")
+    ref = ensure_env(make_spec(), "memory://staging0/tfyarn", prefix=str(small_venv), fs=fs)
+    assert ref.archive_url.endswith(f"env-venv-{ref.env_hash[:24]}.tar"), ref.archive_url
+    local = tmp_path / "cache" / "envs" / ref.archive_url.rsplit("/", 1)[-1]
+    assert local.read_bytes()[:2] != b"\x1f\x8b"                 # no gzip header: a plain tar
+    with tarfile.open(local, "r:") as tf:                     # "r:" refuses anything compressed
+        dest = tmp_path / "container" / "env"
+        tf.extractall(dest, filter="fully_trusted")
+    res = subprocess.run([str(dest / "bin" / "python"), "-c", "import sys; print(sys.prefix)"],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0 and res.stdout.strip() == str(dest), res.stderr
+    monkeypatch.setenv("TFYARN_PACK_LEVEL", "1")              # another level: another archive, not this one reused
+    assert ensure_env(make_spec(), "memory://staging0/tfyarn", prefix=str(small_venv), fs=fs,
+                      dry_run=True).archive_url == ref.archive_url + ".gz"
+
+
 def test_ensure_env_uploads_once_then_hits_the_cache(small_venv, tmp_path, monkeypatch):
     monkeypatch.setenv("TFYARN_CACHE_DIR", str(tmp_path / "cache"))
     fs = fsspec.filesystem("memory")
