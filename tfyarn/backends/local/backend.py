@@ -1,18 +1,12 @@
 """Local backend: every task of the job is an OS process on this machine, started exactly as a YARN container starts it.
 
-Why a real process per task (not threads): TensorFlow's distributed runtime, gRPC servers, and the stalls tfyarn
-exists to prevent only show up between processes. The local backend is the quickstart, the test bed, and how users
-debug a spec before submitting it.
-
-Layout of one app (``$TFYARN_HOME/apps/<app_id>/``, default ``~/.tfyarn``)::
+A real process per task, not threads: TensorFlow's distributed runtime, gRPC servers, and the stalls tfyarn exists to
+prevent only show up between processes. Layout of one app (``$TFYARN_HOME/apps/<app_id>/``)::
 
     spec.json            the resolved spec the tasks read
     status.json          AppStatus, rewritten atomically by the launcher (``status``/``wait`` read it)
     launcher.pid         pid of the launcher process (``kill`` signals it)
     tasks/<role>_<i>/    each task's working directory and ``task.log``
-
-The :class:`tfyarn.backends.local.launcher.Launcher` runs an app's tasks to the end; this module is the backend around it
-(app ids and dirs, foreground ``run``, detached ``submit``, ``status`` / ``logs`` / ``kill`` / ``list`` from the app dir).
 """
 from __future__ import annotations
 
@@ -31,8 +25,8 @@ from typing import Callable, Iterator
 import psutil
 
 from tfyarn import paths
-from tfyarn.backends.base import AppState, AppStatus, Backend, Request
-from tfyarn.backends.local.launcher import KILL_REQUEST, Echo, Launcher, write_json_atomic, write_text_atomic
+from tfyarn.backends.base import AppState, AppStatus, Backend, Echo, Request
+from tfyarn.backends.local.launcher import KILL_REQUEST, Launcher, write_atomic
 from tfyarn.errors import AppNotFound
 from tfyarn.preflight import run_local_preflight
 from tfyarn.report import HISTORY_FILE, REPORT_JSON, ProgressHistory, write_run_report
@@ -40,8 +34,6 @@ from tfyarn.spec import JobSpec, load_spec_json
 from tfyarn.supervisor import select_tasks, settle
 
 __all__ = ["LocalBackend", "Launcher", "new_app_id"]
-
-log = logging.getLogger(__name__)
 
 
 def new_app_id() -> str:
@@ -78,28 +70,22 @@ class LocalBackend(Backend):
     """Runs jobs on this machine. ``run`` follows in the foreground; ``submit`` detaches a launcher process."""
     name = "local"
 
-    def __init__(self, home: Path | None = None):
-        self.home = home
-
-    def _apps(self) -> Path:
-        return (self.home / "apps") if self.home else paths.apps_dir()
-
     def app_dir(self, app_id: str) -> Path:
-        d = self._apps() / app_id
+        d = paths.apps_dir() / app_id
         if not d.is_dir():
-            raise AppNotFound(f"no local app {app_id!r} under {self._apps()}")
+            raise AppNotFound(f"no local app {app_id!r} under {paths.apps_dir()}")
         return d
 
     def dryrun(self, spec: JobSpec, attempt: int = 0) -> LocalPlan:
         tasks = {t: {**spec.roles[t.split(":")[0]].env} for t in spec.tasks()}  # type: ignore[index]
-        return LocalPlan(spec, attempt, self._apps(), sys.executable, tasks)
+        return LocalPlan(spec, attempt, paths.apps_dir(), sys.executable, tasks)
 
     def run(self, spec: JobSpec, echo: Echo | None = None, on_update: Callable[[AppStatus], None] | None = None,
             timeout: float | None = None) -> AppStatus:
         """Run in the foreground to the end; ``timeout`` (seconds) stops the job as TIMED_OUT, like YARN's."""
         run_local_preflight(spec, count_records=True)
         app_id = new_app_id()
-        return Launcher(spec, self._apps() / app_id, app_id, echo=echo, on_update=on_update, timeout=timeout).run()
+        return Launcher(spec, paths.apps_dir() / app_id, app_id, echo=echo, on_update=on_update, timeout=timeout).run()
 
     def schedule(self, request: Request) -> str:
         """Start the plan's launcher as a detached process (it outlives this one) and return the app id."""
@@ -110,14 +96,14 @@ class LocalBackend(Backend):
         d = request.apps / app_id
         d.mkdir(parents=True)
         (d / "spec.json").write_text(spec.to_json())
-        write_json_atomic(d / "status.json", AppStatus(app_id, "local", spec.name, AppState.PENDING,
-                                                        started=time.time(), tracking_url=str(d),
-                                                        tags=list(spec.tags)).to_dict())
+        pending = AppStatus(app_id, "local", spec.name, AppState.PENDING, started=time.time(), tracking_url=str(d),
+                            tags=list(spec.tags))
+        write_atomic(d / "status.json", json.dumps(pending.to_dict(), indent=1))
         with open(d / "launcher.log", "ab") as out:
             proc = subprocess.Popen([request.python, "-m", "tfyarn.backends.local.backend", str(d), app_id],
                                     stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                     start_new_session=True)
-        write_text_atomic(d / "launcher.pid", str(proc.pid))
+        write_atomic(d / "launcher.pid", str(proc.pid))
         return app_id
 
     def status(self, app_id: str) -> AppStatus:
@@ -143,38 +129,23 @@ class LocalBackend(Backend):
         read."""
         d = self.app_dir(app_id)
         names = select_tasks(load_spec_json((d / "spec.json").read_text()).tasks(), task, app_id)
-        paths = {n: d / "tasks" / n.replace(":", "_") / "task.log" for n in names}
-        if not follow:
-            for n, path in paths.items():
-                if path.exists():
-                    for line in path.read_text(errors="replace").splitlines():
-                        yield f"{n} | {line}"
-            return
-        yield from self._follow_logs(app_id, paths)
-
-    def _follow_logs(self, app_id: str, paths: dict[str, Path]) -> Iterator[str]:
-        pos = {n: 0 for n in paths}
-        partial = {n: b"" for n in paths}  # a line being written is yielded once it is complete
-
-        def drain(final: bool) -> Iterator[str]:
-            for n, path in paths.items():
+        files = {n: d / "tasks" / n.replace(":", "_") / "task.log" for n in names}
+        pos = dict.fromkeys(files, 0)
+        partial = dict.fromkeys(files, b"")  # a line being written is yielded once it is complete
+        while True:
+            ended = not follow or self.status(app_id).state.is_terminal  # before the read: nothing written is missed
+            for n, path in files.items():
                 if not path.exists():
                     continue
                 with open(path, "rb") as f:
                     f.seek(pos[n])
-                    chunk = f.read()
+                    lines = (partial[n] + f.read()).split(b"\n")
                     pos[n] = f.tell()
-                lines = (partial[n] + chunk).split(b"\n")
                 partial[n] = lines.pop()
-                if final and partial[n]:
+                if ended and partial[n]:
                     lines.append(partial[n])
-                    partial[n] = b""
                 for raw in lines:
                     yield f"{n} | {raw.decode(errors='replace')}"
-
-        while True:
-            ended = self.status(app_id).state.is_terminal  # checked before the read: nothing written is missed
-            yield from drain(final=ended)
             if ended:
                 return
             time.sleep(0.5)
@@ -184,7 +155,7 @@ class LocalBackend(Backend):
         pid = int((d / "launcher.pid").read_text())
         if _pid_alive(pid):
             # says who asked, for the final diagnosis (a SIGTERM alone could come from anyone)
-            write_text_atomic(d / KILL_REQUEST, f"killed by `tfyarn kill` (user {_user()}, pid {os.getpid()})")
+            write_atomic(d / KILL_REQUEST, f"killed by `tfyarn kill` (user {_user()}, pid {os.getpid()})")
             os.kill(pid, signal.SIGTERM)
         self.wait(app_id, timeout=timeout, poll=0.2)
 
@@ -203,7 +174,7 @@ class LocalBackend(Backend):
 
     def list(self) -> list[AppStatus]:
         out = []
-        for d in sorted(self._apps().glob("local-*")):
+        for d in sorted(paths.apps_dir().glob("local-*")):
             try:
                 out.append(self.status(d.name))
             except AppNotFound:

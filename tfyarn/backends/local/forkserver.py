@@ -1,13 +1,9 @@
 """Client of the fork server (``tfyarn.runtime.forkserver``): the launcher starts tasks through it, warm.
 
-:class:`ForkServer` starts the server process and talks to it over a socketpair; :meth:`ForkServer.spawn` returns a
-:class:`ForkedProcess`, which offers what the launcher uses of ``subprocess.Popen`` (``pid``, ``stdout``, ``poll``,
-``wait``, ``returncode``), so the launcher's stop (``killpg``), watchdog and restart code is the same for both.
-
-A forked task is the server's child, not ours: we cannot ``waitpid`` it. The server reaps it and sends its exit
-status; one reader thread here completes the matching :class:`ForkedProcess`. If the server dies, its tasks die too
-(their PR_SET_PDEATHSIG): every unfinished process is SIGKILLed by process group to be sure and completes with -9.
-Thread-safe: the launcher's signal handlers, its main loop and its log threads call in concurrently.
+:meth:`ForkServer.spawn` returns a :class:`ForkedProcess`, which has what the launcher uses of ``subprocess.Popen``.
+A forked task is the server's child, not ours: the server reaps it and sends its exit status, which a reader thread
+here hands to the matching :class:`ForkedProcess`. If the server dies, its tasks die too (PR_SET_PDEATHSIG); every
+unfinished one is SIGKILLed by process group to be sure and completes with -9. Thread-safe.
 """
 from __future__ import annotations
 
@@ -193,7 +189,7 @@ class ForkServer:
                 req = self._pending.pop(msg["id"], None) if msg["id"] is not None else None
                 if "pid" in msg:
                     if req is None:  # nobody waits for it any more (timed out): it must not run untracked
-                        _killpg(msg["pid"])
+                        killpg(msg["pid"])
                         return
                     req.proc = self._procs[msg["pid"]] = ForkedProcess(msg["pid"], os.fdopen(req.read_fd, "rb"))
                 elif req is not None:
@@ -220,7 +216,7 @@ class ForkServer:
             self._pending.clear()
             procs, self._procs = list(self._procs.values()), {}
         for proc in procs:
-            _killpg(proc.pid)  # PR_SET_PDEATHSIG has normally done it already
+            killpg(proc.pid)  # PR_SET_PDEATHSIG has normally done it already
             proc._complete(-signal.SIGKILL)
 
     def close(self, timeout: float = 10.0) -> None:
@@ -237,7 +233,7 @@ class ForkServer:
                 self.proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
                 log.warning("%s did not exit within %gs of closing its socket; killing it", self.describe(), timeout)
-                _killpg(self.proc.pid)
+                killpg(self.proc.pid)
                 self.proc.wait(timeout=timeout)
         if self._reader is not None:
             self._reader.join(timeout=timeout)
@@ -245,8 +241,9 @@ class ForkServer:
             sock.close()
 
 
-def _killpg(pid: int) -> None:
+def killpg(pid: int, sig: int = signal.SIGKILL) -> None:
+    """Signal the process group ``pid`` leads; one already gone (or not ours) is left alone."""
     try:
-        os.killpg(pid, signal.SIGKILL)
+        os.killpg(pid, sig)
     except (ProcessLookupError, PermissionError):
         pass

@@ -1,16 +1,13 @@
-"""The launcher: runs one local app to its end in this process.
+"""The launcher: runs one local app to its end in this process, the local "application master".
 
-It is the local "application master": it runs the KV service, starts one process per task running
-``tfyarn.runtime.main`` (exactly what a YARN container runs), restarts tasks as their roles allow, and stops every task
-on the first unrecoverable failure, on Ctrl-C / SIGTERM, or on a kill request: no task outlives it (tasks also die with
-it, see ``tfyarn.runtime.main._die_with_parent``). What decides about the job — attempts, the active deadline, the
-stall watch, progress, the run report — is :class:`tfyarn.supervisor.Supervisor`, shared with the YARN backend.
-:class:`tfyarn.backends.local.backend.LocalBackend` runs it in the foreground (``run``) or in a detached process (``submit``).
+It runs the KV service, starts one process per task running ``tfyarn.runtime.main`` (exactly what a YARN container
+runs), restarts tasks as their roles allow, and stops every task on the first unrecoverable failure, on Ctrl-C /
+SIGTERM, or on a kill request: no task outlives it. What decides about the job (attempts, deadline, stall watch,
+progress, report) is :class:`tfyarn.supervisor.Supervisor`, shared with the YARN backend.
 
-Tasks are forked from a fork server that imported TensorFlow once (``tfyarn.runtime.forkserver``; the tasks of a
-local job would otherwise all import it at once on the same cores), or — when it is disabled, not possible, or
-failed — started as ``python -m tfyarn.runtime`` with ``subprocess.Popen``. Both kinds of process look the same to
-the rest of this module (see :class:`tfyarn.backends.local.forkserver.ForkedProcess`).
+Tasks are forked from a fork server that imported TensorFlow once (the tasks of a local job would otherwise all import
+it at once on the same cores), or, when it is disabled, not possible, or failed, started with ``subprocess.Popen``;
+both look the same here (:class:`tfyarn.backends.local.forkserver.ForkedProcess`).
 """
 from __future__ import annotations
 
@@ -28,8 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
-from tfyarn.backends.base import AppState, AppStatus, TaskStatus
-from tfyarn.backends.local.forkserver import ForkedProcess, ForkServer, ForkServerError
+from tfyarn.backends.base import AppState, AppStatus, Echo, TaskStatus
+from tfyarn.backends.local.forkserver import ForkedProcess, ForkServer, ForkServerError, killpg
 from tfyarn.backends.local.kvserver import KVServer
 from tfyarn.backends.local.process_memory import tree_rss
 from tfyarn.errors import ExitCode
@@ -46,20 +43,12 @@ TASK_ENV_DEFAULTS = {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1", "TF_E
 STOP_GRACE_S = 5.0
 #: Set to 0 to start every task as a new process (``python -m tfyarn.runtime``) instead of forking it.
 FORKSERVER_ENV = "TFYARN_FORKSERVER"
-#: Prefixes of environment variables read when the interpreter, libc, TensorFlow or its libraries start (or when TF is
-#: imported), not later: a forked task inherits what the fork server read at its start, so a role whose ``env`` gives
-#: one of these a value of its own cannot be forked and is started as a new process. PYTHON*: the interpreter
-#: (PYTHONPATH, PYTHONHASHSEED, PYTHONUNBUFFERED…); LD_*: the dynamic linker; MALLOC*/TCMALLOC*: the allocator; LC_*,
-#: LANG, TZ: locale and time zone at start-up; TF_*, XLA_*, CUDA*, NVIDIA*: TensorFlow's C++ runtime and devices;
-#: OMP_*, MKL*, KMP_*, OPENBLAS*, GOTO*: thread pools of the BLAS/OpenMP libraries loaded with TF; GRPC_*: gRPC's
-#: core; KERAS*, HOME: Keras, imported by TF, reads its config dir then; TFYARN_FORKSERVER: the switch itself
-#: (``TFYARN_FORKSERVER: "0"`` in a role's env starts only that role's tasks as new processes). Not TMPDIR: ``tempfile``
-#: caches the directory it found first (during TF's import, in the server), and a forked task clears that cache.
+#: Prefixes of environment variables read only when the interpreter, libc, TensorFlow or the libraries it loads start
+#: (the interpreter, linker, allocator, locale, TF/XLA/CUDA, BLAS/OpenMP thread pools, gRPC, Keras's HOME, and the
+#: fork server switch itself): a forked task inherits what the server read, so a role whose ``env`` sets one of these
+#: is started as a new process. Not TMPDIR: a forked task clears ``tempfile``'s cached directory.
 STARTUP_ENV_PREFIXES = ("PYTHON", "LD_", "MALLOC", "TCMALLOC", "LC_", "LANG", "TZ", "TF_", "XLA_", "CUDA", "NVIDIA",
                         "OMP_", "MKL", "KMP_", "OPENBLAS", "GOTO", "GRPC_", "KERAS", "HOME", FORKSERVER_ENV)
-Echo = Callable[[str, str], None]
-
-
 #: Last lines of each task's output kept for its diagnosis: enough to hold a faulthandler dump of a few threads.
 TAIL_LINES = 200
 #: The first line of a dump Python writes from C: a faulthandler timeout (allreduce's GIL-free bound) or a fatal
@@ -87,14 +76,8 @@ def diagnosis_from_output(lines: Iterable[str]) -> str:
     return kept[-1]
 
 
-def write_json_atomic(path: Path, data: dict) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1))
-    os.replace(tmp, path)
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """A reader never sees the file empty (write_text truncates first): status() polls launcher.pid concurrently."""
+def write_atomic(path: Path, text: str) -> None:
+    """A reader never sees the file empty or half written (``status`` polls status.json and launcher.pid)."""
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
@@ -137,7 +120,6 @@ class Launcher:
         """``forkserver``: fork tasks from a warm fork server (default: unless ``TFYARN_FORKSERVER=0``).
         ``timeout``: seconds after which the job is stopped as TIMED_OUT (as ``timeouts.active_deadline``)."""
         self.spec, self.app_dir, self.app_id = spec, app_dir, app_id
-        self.timeout = timeout
         self.echo = echo
         self.on_update = on_update
         self.python = python
@@ -153,7 +135,6 @@ class Launcher:
         self._memory_sampled = 0.0
         self.kv: KVServer | None = None
         self._sidecar_failures: list[str] = []    # SIDECAR_ROLES tasks that failed for good (the job went on)
-        # attempts, deadline, stall watch, progress (its history: the run report's curves)
         self.supervisor = Supervisor(spec, started=self._started, timeout=timeout,
                                      history_path=app_dir / HISTORY_FILE)
         if forkserver is None:
@@ -177,7 +158,8 @@ class Launcher:
         def handler(signum, _frame):
             name = signal.Signals(signum).name
             if self._stop.is_set():  # second signal: no more grace
-                self._kill_all(signal.SIGKILL)
+                for t in self.tasks.values():
+                    self._signal(t, signal.SIGKILL)
             try:
                 reason = (self.app_dir / KILL_REQUEST).read_text().strip() or f"interrupted by {name}"
             except OSError:
@@ -188,33 +170,21 @@ class Launcher:
             signal.signal(sig, handler)
 
     # ------------------------------------------------------------------------------------------------- tasks
-    def _app_vars(self) -> dict[str, str]:
-        vs = {"TFYARN_SPEC_FILE": str(self.app_dir / "spec.json"), "TFYARN_APP_ID": self.app_id,
-              "TFYARN_PARENT_PID": str(os.getpid()), "TFYARN_HOST": "127.0.0.1"}
-        if self.spec.code:
-            vs["TFYARN_CODE_DIR"] = str(Path(self.spec.resolve_path(self.spec.code)).resolve())
-        return vs
-
     def _env(self, role_env: dict[str, str], task_vars: dict[str, str]) -> dict[str, str]:
-        env = dict(os.environ)
-        env.update(TASK_ENV_DEFAULTS)
-        env.update(role_env)
-        env.update(self._app_vars())
+        """A task's environment; with neither a role's env nor task vars, what every task of the app shares (the
+        fork server's). That has ``TFYARN_APP_ID``: a forked task's ``/proc/<pid>/environ`` is the server's, and the
+        app's processes are still told by it."""
+        env = {**os.environ, **TASK_ENV_DEFAULTS, **role_env, "TFYARN_SPEC_FILE": str(self.app_dir / "spec.json"),
+               "TFYARN_APP_ID": self.app_id, "TFYARN_PARENT_PID": str(os.getpid()), "TFYARN_HOST": "127.0.0.1"}
+        if self.spec.code:
+            env["TFYARN_CODE_DIR"] = str(Path(self.spec.resolve_path(self.spec.code)).resolve())
         env.update(task_vars)
         env.pop("TF_CONFIG", None)
         return env
 
-    def _app_env(self) -> dict[str, str]:
-        """What every task of this app has in common (the fork server runs with it): no role's env, no task's vars.
-
-        It includes ``TFYARN_APP_ID``: a forked task's ``/proc/<pid>/environ`` is the server's, so the app's
-        processes can still be told by it (the tests' no-orphan checks do)."""
-        return self._env({}, {})
-
     def _task_env(self, task: _Task, kv_url: str) -> dict[str, str]:
-        """The task's environment. ``TMPDIR`` is the task's own ``tmp/`` (unless its role's ``env`` sets one): what
-        a task leaves there when it is killed — TensorFlow's autograph writes a module per traced function and
-        deletes them only at a clean exit — stays with the job's files instead of piling up in ``/tmp``."""
+        """The task's environment. ``TMPDIR`` is the task's own ``tmp/`` (unless its role's ``env`` sets one): what a
+        killed task leaves there (autograph's modules are deleted only at a clean exit) does not pile up in /tmp."""
         role, index = task.name.split(":")
         role_env = self.spec.roles[role].env  # type: ignore[index]
         return self._env({"TMPDIR": str(task.dir / "tmp"), **role_env}, {
@@ -236,7 +206,7 @@ class Launcher:
         if not sys.platform.startswith("linux"):
             log.info("starting tasks as new processes: the forkserver is only used on Linux")
             return
-        base = self._app_env()
+        base = self._env({}, {})
         for role in sorted({t.role for t in self.tasks.values()}):
             role_env = self.spec.roles[role].env  # type: ignore[index]
             changed = sorted(k for k, v in role_env.items() if k.startswith(STARTUP_ENV_PREFIXES) and base.get(k) != v)
@@ -312,28 +282,18 @@ class Launcher:
                 if self.echo:
                     self.echo(task.name, line)
 
-    def _signal(self, task: _Task, sig: int) -> None:
+    @staticmethod
+    def _signal(task: _Task, sig: int) -> None:
         if task.proc and task.proc.poll() is None:
-            try:
-                os.killpg(task.proc.pid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
+            killpg(task.proc.pid, sig)
 
     @staticmethod
     def _kill_leftovers(task: _Task) -> None:
         """After a task ended: SIGKILL what is left of its process group (processes it started and did not end), as
         YARN's NodeManager does with a finished container's. The group outlives its leader while it has members, so
-        its id is not reused meanwhile; an empty group is ESRCH."""
-        if task.proc is None or task.proc.poll() is None:
-            return
-        try:
-            os.killpg(task.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-    def _kill_all(self, sig: int) -> None:
-        for t in self.tasks.values():
-            self._signal(t, sig)
+        its id is not reused meanwhile."""
+        if task.proc is not None and task.proc.poll() is not None:
+            killpg(task.proc.pid)
 
     def _stop_tasks(self, tasks: list[_Task], grace: float) -> None:
         """SIGTERM each task's process group, SIGKILL what is left after ``grace`` seconds; reap everything."""
@@ -375,10 +335,9 @@ class Launcher:
                          summary=self.supervisor.summary, tags=list(self.spec.tags), attempt=self.supervisor.attempt)
 
     def _sample_memory(self) -> None:
-        """Each running task's resident memory with its children (:func:`tree_rss`, as YARN measures a container).
-        Local tasks have no limit; a task above its role's ``memory`` is warned about once, the moment it crosses
-        it, since on YARN its container would be killed. At most once a second (one process-table scan: ~0.6 % of a
-        core)."""
+        """Each running task's resident memory with its children, as YARN measures a container; a task crossing its
+        role's ``memory`` is warned about once (on YARN it would be killed). At most once a second: ~0.6 % of a
+        core."""
         now = time.monotonic()
         if now - self._memory_sampled < MEMORY_SAMPLE_S:
             return
@@ -399,27 +358,18 @@ class Launcher:
         self._sample_memory()
         self._progress = self.supervisor.progress(self.kv.store)
         st = self.status()
-        write_json_atomic(self.app_dir / "status.json", st.to_dict())
+        write_atomic(self.app_dir / "status.json", json.dumps(st.to_dict(), indent=1))
         if self.on_update:
             self.on_update(st)
 
-    def _failure_message(self, task: _Task) -> str:
-        assert self.kv is not None
-        reported = self.kv.store.get(failure_key(task.name))
-        if reported:
-            return reported
-        return diagnosis_from_output(task.tail)
-
     # ------------------------------------------------------------------------------------------------- main loop
     def run(self) -> AppStatus:
-        """Start every task and follow them to the end, with restarts and job attempts as the spec allows.
-
-        Returns the final status (also written to status.json).
-        """
+        """Start every task and follow them to the end, with restarts and job attempts as the spec allows; returns
+        the final status (also written to status.json)."""
         self._install_signal_handlers()
         self.app_dir.mkdir(parents=True, exist_ok=True)
         (self.app_dir / "spec.json").write_text(self.spec.to_json())
-        write_text_atomic(self.app_dir / "launcher.pid", str(os.getpid()))  # status() may be reading it now
+        write_atomic(self.app_dir / "launcher.pid", str(os.getpid()))
         self._start_forkserver()
         try:
             with KVServer() as kv:
@@ -432,8 +382,9 @@ class Launcher:
                 finally:
                     self._stop_tasks(list(self.tasks.values()), STOP_GRACE_S)
                     self._close_forkserver()  # after the tasks: its tasks would die with it
-                    if self._state is AppState.KILLED:   # what was left of the job's end when it was stopped
-                        self._diag += self._training_end_note()
+                    if self._state is AppState.KILLED:   # read after every task has stopped
+                        self._diag += training_end_note(self.supervisor.progress(kv.store), self.supervisor.summary,
+                                                        checkpoint_url(self.spec))
                     self._diag = self.supervisor.final_diagnosis(self._diag)
                     self._finished = time.time()
                     self._write_report()  # before the final status.json: whoever sees the outcome finds the report
@@ -442,16 +393,8 @@ class Launcher:
             self._close_forkserver()  # KVServer failed to start
         return self.status()
 
-    def _training_end_note(self) -> str:
-        """For a job stopped once training had completed: say so, and whether the final checkpoint and the summary
-        were written (read after every task has stopped)."""
-        assert self.kv is not None
-        return training_end_note(self.supervisor.progress(self.kv.store), self.supervisor.summary,
-                                 checkpoint_url(self.spec))
-
     def _write_report(self) -> None:
-        """The run report in the app dir and next to the checkpoints, just before the final status.json (whoever sees
-        the outcome finds the report); never able to change the job's outcome."""
+        """The run report in the app dir and next to the checkpoints; never able to change the job's outcome."""
         if self.kv is not None:  # the last records and the summary, not those of the last 0.5 s poll
             self.supervisor.progress(self.kv.store)
         write_report(self.app_dir, self.status(), self.supervisor.history.points, checkpoint_url(self.spec))
@@ -507,6 +450,8 @@ class Launcher:
         self.supervisor.task_restarted(task.name, task.proc.pid)  # type: ignore[union-attr]
 
     def _follow(self, training: set[str]) -> None:
+        assert self.kv is not None
+        store = self.kv.store
         last_refresh = 0.0
         shutdown_deadline: float | None = None
         while True:
@@ -526,7 +471,7 @@ class Launcher:
                     t.state = "SUCCEEDED"
                     self.supervisor.task_ended(t.name)
                     # ps/evaluator/tensorboard end when the chief publishes done; before that, their exit is a bug
-                    done = self.kv is not None and self.kv.store.get(DONE_KEY) is not None
+                    done = store.get(DONE_KEY) is not None
                     if t.name not in training and not done and not self._training_done(training):
                         t.diagnostics = "exited before training finished"
                         self._end(AppState.FAILED, f"{t.name} exited before training finished")
@@ -535,7 +480,7 @@ class Launcher:
                 t.state = "FAILED"
                 if t.reader:
                     t.reader.join(timeout=2.0)
-                t.diagnostics = self._failure_message(t)
+                t.diagnostics = store.get(failure_key(t.name)) or diagnosis_from_output(t.tail)
                 if self._restartable(t):
                     self._restart(t)
                     continue
@@ -550,8 +495,7 @@ class Launcher:
                           f"{t.name} exited with code {t.exit_code}: {t.diagnostics}")
                 return
             if self._training_done(training):
-                assert self.kv is not None
-                self.kv.store.put(DONE_KEY, "1")  # a chief that died mid-shutdown must not leave ps waiting
+                store.put(DONE_KEY, "1")  # a chief that died mid-shutdown must not leave ps waiting
                 rest = [t for t in self.tasks.values() if t.state == "RUNNING"]
                 if not rest:
                     self._end(AppState.SUCCEEDED, "; ".join(self._sidecar_failures))
