@@ -67,7 +67,7 @@ def run(spec: JobSpec, backend: str | None = None, echo: Callable[[str, str], No
 def submit(spec: JobSpec, backend: str | None = None) -> str:
     """Start the job (its dry-run request, exactly) and return its app id without waiting."""
     with get_backend(backend) as b:
-        return b.schedule(b.dryrun(spec))
+        return b.submit(spec)
 
 
 def status(app_id: str) -> AppStatus:
@@ -110,10 +110,9 @@ def report(app_id: str | None = None, source: str | None = None,
            to: str | Path | None = None) -> tuple[dict[str, Any], str | None]:
     """The report of an app and where its PNG is (a local path or a URL).
 
-    ``source``: a directory URL holding ``report.json`` (e.g. a YARN job's checkpoint dir on HDFS); without it, this
-    machine's report of ``app_id`` (a local app with none yet — still running, or its launcher died — gets one built
-    now from its status and recorded history). ``to``: copy report.json and the PNG into this local dir (the PNG
-    returned is then the copy).
+    ``source``: a directory URL holding ``report.json``; without it, where the backend of ``app_id`` finds its report
+    (:meth:`Backend.saved_report`). ``to``: copy report.json and the PNG into this local dir (the PNG returned is
+    then the copy).
     """
     import json
 
@@ -208,7 +207,7 @@ def export(spec: JobSpec, checkpoint: str | None = None, to: str | None = None) 
         raise ExportError("export builds the model with TensorFlow, which is not installed here "
                           "(pip install 'tfyarn[tf-cpu]', or run it where the job's environment is)")
     from tfyarn.runtime.warm_imports import keep_matplotlib_out_of_keras
-    from tfyarn.train.checkpoint import CheckpointStore
+    from tfyarn.train.checkpoint import CheckpointMismatch, CheckpointStore
     from tfyarn.train.export import export_checkpoint
     keep_matplotlib_out_of_keras()          # TF imports Keras, which would import matplotlib: nothing is drawn here
     entry = None
@@ -225,7 +224,6 @@ def export(spec: JobSpec, checkpoint: str | None = None, to: str | None = None) 
                               f"{', '.join(e['name'] for e in entries)})")
     if to and "://" not in to:
         to = str(Path(to).resolve())        # a path given here is relative to the caller's cwd, not the spec's dir
-    from tfyarn.train.checkpoint import CheckpointMismatch
     try:
         return export_checkpoint(spec, entry, to=to)
     except (CheckpointMismatch, OSError) as exc:

@@ -1,16 +1,12 @@
 """The run report: what happened over time, per worker, kept next to the checkpoints after the job is gone.
 
-Why a separate artefact from the summary: the summary (written by the chief) holds end figures — first and last loss,
-mean examples/s. When a run is slow or its loss misbehaves, people ask *when* and *which worker*; that needs the
-progress history. Training tasks record their own (:mod:`tfyarn.train.history`: ``<checkpoint dir>/history/<app>/``,
-read by :func:`load_task_history`), so the curves do not depend on who followed the job or how often it looked; the
-launcher or YARN follower also records every ``progress/<task>`` record it sees (:class:`ProgressHistory`, appended to
-``progress.jsonl`` in the app dir as it arrives, so a crashed launcher still leaves it) for tasks that recorded none
-(no checkpoint dir). At the end :func:`write_run_report` writes ``report.json`` (schema ``tfyarn.report/1``) and ``report.png`` (loss and examples/s
-over time, one line per task) into the app dir and, when the spec has one, into ``checkpoint.dir``.
-
-matplotlib is optional (extra ``report``): without it the JSON is still written and the PNG is skipped with a warning.
-It is imported only when a plot is drawn, with the Agg canvas (no display, no global backend switch).
+The summary holds end figures; when a run is slow or its loss misbehaves, people ask *when* and *which worker*, which
+needs the progress history. Training tasks record their own (:mod:`tfyarn.train.history`, read by
+:func:`load_task_history`), so the curves do not depend on who followed the job; the follower's samples
+(:class:`ProgressHistory`, appended to ``progress.jsonl`` as they arrive, so a crashed launcher still leaves them) fill
+in for tasks that recorded none. :func:`write_run_report` writes ``report.json`` (``tfyarn.report/1``) and
+``report.png`` into the app dir and ``checkpoint.dir``. matplotlib is optional (extra ``report``): without it there
+is no PNG.
 """
 from __future__ import annotations
 
@@ -30,12 +26,11 @@ REPORT_PNG = "report.png"
 HISTORY_FILE = "progress.jsonl"
 #: Fields of a progress record kept in the history (the rest of a record is task-specific detail).
 POINT_FIELDS = ("step", "global_step", "epoch", "loss", "examples_per_sec", "attempt", "restart")
-class ProgressHistory:
-    """Per-task progress points over time, deduplicated by the record's own timestamp.
 
-    ``record`` takes the raw KV items (``progress/<task>`` → JSON) exactly as the launcher polls them; a record that
-    has not changed since the last poll is skipped, so polling faster than tasks publish costs nothing.
-    """
+
+class ProgressHistory:
+    """Per-task progress points over time from the raw ``progress/<task>`` KV items, deduplicated by the record's own
+    timestamp: polling faster than tasks publish costs nothing."""
 
     def __init__(self, path: Path | None = None):
         self.path = Path(path) if path else None
@@ -52,11 +47,9 @@ class ProgressHistory:
             except (ValueError, IndexError):
                 continue
             stamp = rec.get("time")
-            if stamp is not None and self._seen.get(task) == stamp:
+            if self._seen.get(task) == (rec if stamp is None else stamp):
                 continue
-            if stamp is None and self._seen.get(task) == rec:
-                continue
-            self._seen[task] = stamp if stamp is not None else rec
+            self._seen[task] = rec if stamp is None else stamp
             point = {"task": task, "time": float(stamp if stamp is not None else (now or time.time()))}
             point.update({k: rec.get(k) for k in POINT_FIELDS if rec.get(k) is not None})
             new.append(point)
@@ -200,20 +193,10 @@ def preload_plotting() -> None:
         pass
 
 
-def plot_history(points: list[dict[str, Any]], path: Path, title: str, t0: float | None = None) -> bool:
-    """Draw loss and examples/s over time (one line per task) into ``path``; False when matplotlib is missing."""
-    fig = history_figure(points, title, t0)
-    if fig is None:
-        return False
-    fig.savefig(str(path))
-    return True
-
-
 def history_figure(points: list[dict[str, Any]], title: str, t0: float | None = None) -> Any:
     """The report's figure (None without matplotlib): loss and examples/s over seconds since ``t0``, one colour per
-    task, each task process its own line, and a dashed mark labelled "restart" / "attempt N" where a task started
-    again (a line that just dropped to 0 hid it). Tick labels are plain seconds and values: matplotlib's automatic
-    offset turned a short job's axis into "+1.467e1"."""
+    task, each task process its own line, a dashed mark where a task started again. Tick labels are plain:
+    matplotlib's automatic offset turned a short job's axis into "+1.467e1"."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
@@ -283,7 +266,9 @@ def write_run_report(app_dir: Path, status: dict[str, Any], points: list[dict[st
     report = build_report(status, points)
     report["recorded_by_tasks"] = sorted({p["task"] for p in recorded})
     title = f"{status.get('name')} ({status.get('app_id')}) {status.get('state')}"
-    if plot_history(points, app_dir / REPORT_PNG, title, t0=status.get("started")):
+    fig = history_figure(points, title, t0=status.get("started"))
+    if fig is not None:
+        fig.savefig(str(app_dir / REPORT_PNG))
         report["plot"] = REPORT_PNG
     if checkpoint_url:
         report["checkpoint_dir"] = checkpoint_url

@@ -1,12 +1,8 @@
 """Job control, written once for every backend: attempts, deadlines, the stall watch, progress, settling, logs, report.
 
-Why one module: the local launcher and the YARN follower each had a copy of these rules and the copies disagreed (a
-local ``submit`` retried attempts and a YARN one did not; ``logs --task worker`` worked on YARN only). A backend now
-only starts one attempt, reads raw task states and the KV, streams logs and kills; whatever *decides* about the job
-is here, in pure calls (no thread of its own, a :class:`Verdict` value rather than an exception), so the same rules
-also run inside a YARN application (no pids, the skein KV, a raw status built from skein's containers).
-
-API (one :class:`Supervisor` per job, across all its attempts)::
+A backend only starts one attempt, reads raw task states and the KV, streams logs and kills; whatever *decides* about
+the job is here, in pure calls (no thread of its own, a :class:`Verdict` value rather than an exception), so the same
+rules also run inside a YARN application. One :class:`Supervisor` per job, across all its attempts::
 
     sup = Supervisor(spec, started=time.time(), timeout=None)   # timeout: the caller's, besides active_deadline
     sup.begin_attempt(kv, pids=None)   # a new stall watch over this attempt's KV (kv may come later: sup.watch(kv))
@@ -17,11 +13,6 @@ API (one :class:`Supervisor` per job, across all its attempts)::
         sup.backoff(stop_event)        # interruptible; False when stopped meanwhile
     diagnosis = sup.final_diagnosis(diagnosis)   # the earlier attempts' diagnoses folded in
     st = settle(st)                    # RUNNING/PENDING tasks of an ended app → what they became
-
-Also: :func:`select_tasks` / :func:`task_matches` (task selection for ``logs``: None = all, ``worker:1``, a role
-``worker``), :func:`write_report` (the run report of an ended job, both backends; never changes the outcome),
-:func:`training_end_note` (what a job stopped from outside adds to its diagnosis). A follower (``Backend.wait``,
-``YarnBackend.run``, the Airflow trigger) reads one supervised status per call through ``Backend.follow(app_id)``.
 """
 from __future__ import annotations
 
@@ -35,7 +26,7 @@ from typing import Any, Callable, Iterable, Mapping
 from tfyarn.backends.base import AppState, AppStatus
 from tfyarn.backends.job_progress import GlobalStepRate, aggregate_progress, side_roles, summary_with_eval
 from tfyarn.errors import AppNotFound
-from tfyarn.report import ProgressHistory, write_run_report
+from tfyarn.report import REPORT_JSON, ProgressHistory, write_run_report
 from tfyarn.runtime.context import PROGRESS_PREFIX, SUMMARY_KEY, TOTAL_STEPS_KEY
 from tfyarn.runtime.kv import MemoryKV
 from tfyarn.runtime.watchdog import StallWatchdog
@@ -57,11 +48,10 @@ class Verdict:
 
 
 class Supervisor:
-    """The rules of one job, across its attempts. ``spec`` None (a YARN app submitted elsewhere, its spec unknown):
-    :meth:`progress` only. ``started``: wall time of the job's start (the deadline counts from it); ``timeout``: the
-    caller's bound (``api.run(timeout=…)``), besides ``timeouts.active_deadline``; ``history_path``: where progress
-    points are appended (the run report's curves); ``clock``: wall time (tests); ``ack_wait_s``: how long a stall's
-    diagnosis waits for the tasks to answer the stack-dump request."""
+    """The rules of one job, across its attempts. ``spec`` None (a YARN app submitted elsewhere): :meth:`progress`
+    only. ``started``: wall time the deadline counts from; ``timeout``: the caller's bound, besides
+    ``timeouts.active_deadline``; ``history_path``: where progress points are appended (the run report's curves);
+    ``ack_wait_s``: how long a stall's diagnosis waits for the tasks' stack dumps."""
 
     def __init__(self, spec: JobSpec | None, started: float | None = None, timeout: float | None = None,
                  history_path: Path | None = None, clock: Callable[[], float] = time.time, ack_wait_s: float = 3.0):
@@ -73,7 +63,6 @@ class Supervisor:
         self.history = ProgressHistory(history_path)
         self.summary: dict[str, Any] | None = None
         self._watch: StallWatchdog | None = None
-        self._watch_args: tuple[Any, Mapping[str, int] | None] | None = None
         self._stall_checked = 0.0
         self._pending_since: float | None = None
 
@@ -85,10 +74,10 @@ class Supervisor:
                                       (self.timeout, "the caller's timeout")) if d is not None]
         return min(limits) if limits else None
 
-    def time_left(self, now: float | None = None) -> float | None:
+    def time_left(self) -> float | None:
         """Seconds until the deadline (may be negative); None without one."""
         d = self.deadline()
-        return None if d is None else d[0] - ((self.clock() if now is None else now) - self.started)
+        return None if d is None else d[0] - (self.clock() - self.started)
 
     # ------------------------------------------------------------------------------------------------- attempts
     def begin_attempt(self, kv: Any = None, pids: Mapping[str, int] | None = None) -> None:
@@ -146,10 +135,7 @@ class Supervisor:
 
     def backoff(self, stop: threading.Event | None = None) -> bool:
         """Wait ``retry.backoff`` before the next attempt; False when ``stop`` was set meanwhile (Ctrl-C, a kill)."""
-        if stop is None:
-            time.sleep(self.spec.retry.backoff)
-            return True
-        return not stop.wait(self.spec.retry.backoff)
+        return not (stop or threading.Event()).wait(self.spec.retry.backoff)
 
     def final_diagnosis(self, diagnosis: str) -> str:
         """``diagnosis`` with the earlier attempts' diagnoses after it (none: unchanged)."""
@@ -158,12 +144,12 @@ class Supervisor:
         return (diagnosis + "\nearlier attempts: " + "; ".join(self.earlier)).strip()
 
     # ------------------------------------------------------------------------------------------------- checks
-    def check(self, raw: AppStatus | None = None, now: float | None = None) -> Verdict | None:
+    def check(self, raw: AppStatus | None = None) -> Verdict | None:
         """Should the job be ended now? The deadline, then the allocation timeout (``raw`` tasks — or, with none yet,
         the application itself — PENDING for ``timeouts.allocation``), then the stall watch (only while ``raw`` is
         RUNNING, at most every :data:`STALL_CHECK_S`): the first that says so wins. ``raw``: the backend's status
         of the attempt (None: only the deadline and the stall watch)."""
-        now = self.clock() if now is None else now
+        now = self.clock()
         d = self.deadline()
         if d is not None and now - self.started > d[0]:
             return Verdict(AppState.TIMED_OUT, f"active deadline of {d[0]:g}s exceeded ({d[1]}); stopped every task",
@@ -185,7 +171,10 @@ class Supervisor:
         return None
 
     def _allocation(self, raw: AppStatus, now: float) -> Verdict | None:
-        pending = self.pending_tasks(raw)
+        """What waits for a container: PENDING tasks, else the application itself while it is PENDING with none."""
+        pending = [] if raw.state.is_terminal else [t.task for t in raw.tasks if t.state == "PENDING"]
+        if not pending and raw.state is AppState.PENDING and not raw.tasks:
+            pending = ["the application master"]
         if not pending:
             self._pending_since = None
             return None
@@ -197,21 +186,11 @@ class Supervisor:
         return Verdict(AppState.TIMED_OUT, f"containers not allocated within {limit:g}s (timeouts.allocation): "
                                            f"{', '.join(pending)} still pending", "allocation")
 
-    @staticmethod
-    def pending_tasks(raw: AppStatus) -> list[str]:
-        """What waits for a container: PENDING tasks, else the application itself while it is PENDING with none."""
-        if raw.state.is_terminal:
-            return []
-        pending = [t.task for t in raw.tasks if t.state == "PENDING"]
-        if not pending and raw.state is AppState.PENDING and not raw.tasks:
-            return ["the application master"]
-        return pending
-
     # ------------------------------------------------------------------------------------------------- progress
     def progress(self, kv: Any) -> dict[str, Any]:
-        """The job's progress for ``AppStatus.progress`` from ``kv`` (a KV, or a dict of every KV item): the furthest
-        global step, examples/s, loss, ETA from the global step's own rate, and the side roles' (tensorboard URL,
-        newest evaluation). Records progress points (:attr:`history`) and the chief's summary (:attr:`summary`)."""
+        """The job's progress for ``AppStatus.progress`` from ``kv`` (a KV, or a dict of every KV item), with the
+        side roles' (tensorboard URL, newest evaluation); records :attr:`history` points and the chief's
+        :attr:`summary`."""
         store = MemoryKV(dict(kv)) if isinstance(kv, Mapping) else kv
         items = store.items(PROGRESS_PREFIX)
         self.history.record(items)
@@ -268,11 +247,10 @@ def select_tasks(names: Iterable[str], task: str | None, app_id: str) -> list[st
 # ----------------------------------------------------------------------------------------------------- report
 def write_report(out_dir: Path, st: AppStatus, points: list[dict[str, Any]], checkpoint_url: str | None,
                  extra: Mapping[str, Any] | None = None) -> Path | None:
-    """The run report (JSON + PNG, :func:`tfyarn.report.write_run_report`) of an ended job in ``out_dir`` and next to
-    its checkpoints; returns the report.json (None: nothing to report — no samples, checkpoints or ``extra`` —
-    or it failed: a warning). A run that recorded
-    no step and did not succeed (it failed before its first step) keeps its report in ``out_dir`` only: beside the
-    checkpoints it would replace the report of the run that wrote them. Never changes the job's outcome."""
+    """The run report of an ended job in ``out_dir`` and next to its checkpoints; returns the report.json (None:
+    nothing to report, or it failed: a warning). A run that failed before its first step keeps its report in
+    ``out_dir`` only: beside the checkpoints it would replace the report of the run that wrote them. Never changes
+    the job's outcome."""
     try:
         if not points and not checkpoint_url and not extra:
             return None
@@ -281,7 +259,6 @@ def write_report(out_dir: Path, st: AppStatus, points: list[dict[str, Any]], che
         out_dir.mkdir(parents=True, exist_ok=True)
         write_run_report(out_dir, st.to_dict() | dict(extra or {}), points, checkpoint_url if trained else None,
                          history_from=checkpoint_url)
-        from tfyarn.report import REPORT_JSON
         return out_dir / REPORT_JSON
     except Exception:  # noqa: BLE001 - e.g. an unwritable checkpoint dir: the job's result stands
         log.warning("could not write the run report of %s", st.app_id, exc_info=True)
@@ -291,9 +268,8 @@ def write_report(out_dir: Path, st: AppStatus, points: list[dict[str, Any]], che
 def training_end_note(progress: Mapping[str, Any], summary: Mapping[str, Any] | None,
                       checkpoint_url: str | None) -> str:
     """``"; training had completed (global step N/N): ..."`` when the job's progress reached its planned total (or
-    the chief wrote the summary), else ``""``: what the diagnosis of a job stopped from outside adds. Without it such
-    a run read as an ordinary interrupted one ("KILLED ... global step 279/279") and the user could not tell whether
-    to run it again."""
+    the chief wrote the summary), else ``""``: a job stopped from outside after training says so, and whether the
+    final checkpoint and the summary were written, so the user knows whether to run it again."""
     gs, total = progress.get("global_step"), progress.get("total_steps")
     if summary:
         gs, total = summary.get("global_step", gs), summary.get("total_steps") or total

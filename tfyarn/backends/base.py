@@ -1,10 +1,8 @@
 """The backend interface: turn a spec into running tasks, then describe, follow, and stop them.
 
-Modelled on torchx's Scheduler (submit_dryrun → AppDryRunInfo → schedule; describe / log_iter / cancel): ``dryrun``
-builds the :class:`Request` without starting or uploading anything, ``schedule`` starts exactly that request, and
-``submit`` is the two in one. ``local`` runs tasks as OS processes
-on this machine; ``yarn`` runs them as containers of a skein application. Both return the same :class:`AppStatus`, so
-the CLI, the Airflow operator and users' scripts work the same against either.
+Modelled on torchx's Scheduler: ``dryrun`` builds the :class:`Request` without starting or uploading anything,
+``schedule`` starts exactly that request, and ``submit`` is the two in one. Every backend returns the same
+:class:`AppStatus`, so the CLI, the Airflow operator and users' scripts work the same against any.
 """
 from __future__ import annotations
 

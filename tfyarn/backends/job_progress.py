@@ -9,6 +9,7 @@ fresh process) has no samples yet: it uses the global-step rate the training tas
 from __future__ import annotations
 
 import json
+import statistics
 import time
 from collections import deque
 from typing import Any, Callable
@@ -54,22 +55,14 @@ def aggregate_progress(items: dict[str, str], total_steps: int | None, training_
            "epoch": max((r.get("epoch") or 0) for r in train) if train else None,
            "per_task": {t: r.get("step") for t, r in recs.items()}}
     steps_per_s = rate.add(gstep) if rate is not None else None
-    if not steps_per_s:
-        steps_per_s = _tasks_global_rate(train)
+    measured = [float(r["global_steps_per_sec"]) for r in train if r.get("global_steps_per_sec")]
+    if not steps_per_s and measured:    # the tasks' own global-step rates: the median, against one stopped task
+        steps_per_s = statistics.median(measured)
     if total_steps:
         out["total_steps"] = total_steps
         out["eta_s"] = (round((total_steps - gstep) / steps_per_s, 1)
                         if steps_per_s and gstep < total_steps else None)
     return out
-
-
-def _tasks_global_rate(train: list[dict[str, Any]]) -> float | None:
-    """The median of the global-step rates the training tasks published, or None if none has measured one."""
-    rates = sorted(float(r["global_steps_per_sec"]) for r in train if r.get("global_steps_per_sec"))
-    if not rates:
-        return None
-    mid = len(rates) // 2
-    return rates[mid] if len(rates) % 2 else (rates[mid - 1] + rates[mid]) / 2
 
 
 def side_roles(get: Callable[[str], str | None]) -> dict[str, Any]:
