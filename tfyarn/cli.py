@@ -56,14 +56,10 @@ def _load(spec_path: str, overrides: tuple[str, ...]):
         _fail(exc)
 
 
-def _echo_task(task: str, line: str) -> None:
-    click.echo(f"{task:>13} | {line}", err=True)
-
-
 class _Group(click.Group):
-    """Maps tfyarn errors raised anywhere below a command to their exit codes with a one-line message, and Ctrl-C
-    to exit 130 with nothing more said (click's default is "Aborted!" and exit 1, which a scheduler reads as a
-    failed job; `logs -f` is stopped that way as a matter of course)."""
+    """Maps tfyarn errors raised below a command to their exit codes with a one-line message, and Ctrl-C to exit 130
+    (click's default, exit 1, reads as a failed job to a scheduler; `logs -f` is stopped that way as a matter of
+    course)."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -155,10 +151,10 @@ def export_(spec_path: str, overrides: tuple[str, ...], checkpoint: str | None, 
 def run(ctx: click.Context, spec_path: str, overrides: tuple[str, ...], backend: str | None, output: str) -> None:
     """Run a job to its end and print a summary; the exit code is the job's outcome."""
     from tfyarn import api
-    from tfyarn.display import ProgressView
+    from tfyarn.display import progress_view
     spec = _load(spec_path, overrides)
     quiet = ctx.obj["quiet"]
-    view = None if quiet else ProgressView()
+    view = None if quiet else progress_view()
     try:
         # task lines go through the view: on a TTY they must print above the live table, not through it
         st = api.run(spec, backend=backend, echo=view.echo if view else None, on_update=view,
@@ -186,10 +182,9 @@ _FAST_EXIT = False
 
 
 def _exit(code: int) -> None:
-    """Exit with ``code``. In the ``tfyarn`` process itself without the interpreter's teardown: freeing the
-    follower's modules and objects (grpc, skein, matplotlib preloaded for the report) took 1.5-3 s on a loaded
-    gateway after the outcome was printed (issue 21). Output and log handlers are flushed first; the backend was
-    closed (driver stopped) by then, and the run report is a detached process of its own."""
+    """Exit with ``code``; in the ``tfyarn`` process itself without the interpreter's teardown, which took 1.5-3 s
+    (grpc, skein, matplotlib) on a loaded gateway after the outcome was printed. The backend is closed by then and
+    the run report is a detached process; output and log handlers are flushed here."""
     if not _FAST_EXIT:
         sys.exit(code)
     logging.shutdown()
@@ -258,27 +253,25 @@ def _wait_and_exit(app_id: str, timeout: float | None, output: str, quiet: bool)
     """Follow an app to its end and exit with its outcome. A stop signal (Ctrl-C, a scheduler's SIGTERM) ends the
     wait, not the app — it was submitted to run on its own — and says so (exit 128 + the signal: 130 for Ctrl-C)."""
     from tfyarn import api
-    from tfyarn.display import ProgressView
-    from tfyarn.interrupts import Interrupted, interruptible
+    from tfyarn.display import progress_view
     from tfyarn.errors import WaitTimeout
-    view = None if quiet else ProgressView()
+    from tfyarn.interrupts import interruptible
+    view = None if quiet else progress_view()
     try:
         with interruptible():
-            st = api.wait(app_id, timeout=timeout, on_update=view, detach_report=True)
+            try:
+                st = api.wait(app_id, timeout=timeout, on_update=view, detach_report=True)
+            finally:
+                if view:
+                    view.close()
     except Interrupted as exc:
-        if view:
-            view.close()
         click.echo(f"stopped waiting ({exc.signame}); {app_id} is still running: `tfyarn wait {app_id}` follows "
                    f"it, `tfyarn kill {app_id}` stops it", err=True)
         sys.exit(exc.exit_code)
     except WaitTimeout as exc:
-        if view:
-            view.close()
         if output == "json":          # a scheduler parsing stdout still gets the app's state (running)
             click.echo(json.dumps(api.status(app_id).to_dict(), indent=1))
         _fail(exc)
-    if view:
-        view.close()
     _print_final(st, output)
 
 
@@ -340,12 +333,13 @@ def list_(backend: str | None, tags: tuple[str, ...], running: bool, output: str
 def report(app_id: str | None, source: str | None, dest: str | None, output: str) -> None:
     """The run report of an app: loss and examples/s over time per worker (report.json + report.png).
 
-    Local apps: from the app dir (built now if the run has none yet). Others: --from the checkpoint dir.
+    Local apps: from the app dir (built now if the run has none yet). YARN apps: this machine's copy, else the one
+    next to the checkpoints or in the staging dir. --from: any directory holding report.json.
     """
     from tfyarn import api
     from tfyarn.display import report_text
     if not app_id and not source:
-        raise click.UsageError("give an APP_ID (a local app) or --from URL (a directory holding report.json)")
+        raise click.UsageError("give an APP_ID or --from URL (a directory holding report.json)")
     rep, png = api.report(app_id, source, to=dest)
     click.echo(json.dumps(rep, indent=1, sort_keys=True) if output == "json" else report_text(rep, png))
 
@@ -440,8 +434,6 @@ def data_index(urls: tuple[str, ...], spec_path: str | None, overrides: tuple[st
 
     Each file's index is cached beside it, or where its directory is not writable in the cache dir; the whole
     manifest is cached too, so a job over the same files reads no data before its first step."""
-    import time
-
     from tfyarn import api
     sections: list[tuple[str, list[str]]] = []
     if spec_path:

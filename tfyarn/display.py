@@ -1,14 +1,8 @@
 """What people see while a job runs and when it ends (machines read ``status --output json`` instead).
 
-Two audiences, two views behind one callable (:class:`ProgressView`, the ``on_update`` of ``run`` / ``wait``):
-
-* on a terminal, :class:`LiveView`: a rich live table of the tasks (role, index, state, host, restarts, step) under a
-  progress bar (global step / total, examples/s, ETA, loss). Task output lines printed meanwhile scroll above it.
-* elsewhere (cron, Oozie, CI, Airflow logs), :class:`LineView`: one plain, timestamped line at most every ``every``
-  seconds, plus a line at once when the job or a task changes state — scheduler logs stay readable and bounded
-  (a 10-hour job at the default 10 s is ~3600 lines, not one per 0.5 s poll).
-
-Rendering is split from output (:func:`render_status`, :func:`progress_text`), so tests render to a string console.
+:func:`progress_view` (the ``on_update`` of ``run`` / ``wait``) is a rich live table of the tasks under a progress bar
+on a terminal (:class:`LiveView`), and elsewhere (cron, CI, Airflow logs) one timestamped line at most every
+``every`` seconds plus one at each state change (:class:`LineView`), so scheduler logs stay bounded.
 """
 from __future__ import annotations
 
@@ -120,8 +114,8 @@ def tensorboard_url(st: AppStatus) -> str | None:
 
 
 def status_text(st: AppStatus) -> str:
-    """What ``tfyarn status`` prints: the summary of an ended job, else the progress line and the TensorBoard URL
-    (before, only ``--output json`` showed it); then one line per task."""
+    """What ``tfyarn status`` prints: the summary of an ended job, else the progress line and the TensorBoard URL;
+    then one line per task."""
     lines = [summary_text(st) if st.state.is_terminal else f"{st.app_id} {st.name}: {progress_text(st)}"]
     url = tensorboard_url(st)
     if url:
@@ -161,6 +155,11 @@ class LineView:
             self.out.flush()
             self._last, self._last_text, self._states = now, text, states
 
+    def echo(self, task: str, line: str) -> None:
+        """A task's output line (the ``echo`` of ``run``)."""
+        self.out.write(f"{task:>13} | {line}\n")
+        self.out.flush()
+
     def close(self) -> None:
         pass
 
@@ -182,10 +181,10 @@ class LiveView:
             self._started = True
         self._live.update(render_status(st), refresh=True)
 
-    def print(self, text: str) -> None:
-        """Print a line above the live display (thread-safe: rich serialises console output)."""
+    def echo(self, task: str, line: str) -> None:
+        """A task's output line, above the live display (thread-safe: rich serialises console output)."""
         from rich.text import Text
-        self.console.print(Text(text), soft_wrap=True)
+        self.console.print(Text(f"{task:>13} | {line}"), soft_wrap=True)
 
     def close(self) -> None:
         if self._started:
@@ -193,29 +192,12 @@ class LiveView:
             self._started = False
 
 
-class ProgressView:
-    """Callable for ``on_update``: the live view on a TTY, else plain timestamped lines every ``every`` seconds."""
-
-    def __init__(self, out: TextIO | None = None, every: float = LINE_EVERY_S, live: bool | None = None):
-        self.out = out or sys.stderr
-        self.every = every
-        self.live = _isatty(self.out) if live is None else live
-        self._view: LiveView | LineView = LiveView(out=self.out) if self.live else LineView(self.out, every)
-
-    def __call__(self, st: AppStatus) -> None:
-        self._view(st)
-
-    def echo(self, task: str, line: str) -> None:
-        """A task's output line (the ``echo`` of ``run``): above the live display on a TTY, else as a plain line."""
-        text = f"{task:>13} | {line}"
-        if isinstance(self._view, LiveView):
-            self._view.print(text)
-        else:
-            self.out.write(text + "\n")
-            self.out.flush()
-
-    def close(self) -> None:
-        self._view.close()
+def progress_view(out: TextIO | None = None, every: float = LINE_EVERY_S,
+                  live: bool | None = None) -> LiveView | LineView:
+    """The ``on_update`` (and ``echo``) of ``run`` / ``wait``: the live view on a TTY, else plain timestamped lines
+    every ``every`` seconds."""
+    out = out or sys.stderr
+    return LiveView(out=out) if (_isatty(out) if live is None else live) else LineView(out, every)
 
 
 def _isatty(out: TextIO) -> bool:

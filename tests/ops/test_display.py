@@ -10,7 +10,7 @@ from rich.console import Console
 from opsutil import job_spec
 from tfyarn.backends.base import AppState, AppStatus, TaskStatus
 from tfyarn.backends.local.backend import LocalBackend
-from tfyarn.display import LineView, LiveView, ProgressView, progress_text, render_status, summary_text
+from tfyarn.display import LineView, LiveView, progress_text, progress_view, render_status, summary_text
 from tfyarn.spec import load_spec_dict
 
 STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d{4} ")
@@ -49,7 +49,7 @@ def test_live_view_writes_frames_to_a_terminal_and_keeps_the_last():
     buf = io.StringIO()
     view = LiveView(console=Console(file=buf, width=140, force_terminal=True, color_system=None))
     view(_status(step=10))
-    view.print("   worker:1 | hello from a task")
+    view.echo("worker:1", "hello from a task")
     view(_status(AppState.FAILED, step=150, worker1="FAILED"))
     view.close()
     out = buf.getvalue()
@@ -85,14 +85,14 @@ def test_line_view_reports_state_changes_at_once():
 
 
 def test_progress_view_chooses_by_tty():
-    assert isinstance(ProgressView(out=io.StringIO())._view, LineView)
-    assert isinstance(ProgressView(out=io.StringIO(), live=True)._view, LiveView)
+    assert isinstance(progress_view(out=io.StringIO()), LineView)
+    assert isinstance(progress_view(out=io.StringIO(), live=True), LiveView)
 
 
 @pytest.mark.timeout(120)
 def test_plain_lines_on_a_real_run(tmp_path):
     buf = io.StringIO()
-    view = ProgressView(out=buf, every=1.0)
+    view = progress_view(out=buf, every=1.0)
     spec = load_spec_dict(job_spec(tmp_path, params={"steps": 60, "dt": 0.05}))
     st = LocalBackend().run(spec, echo=view.echo, on_update=view)
     view.close()
