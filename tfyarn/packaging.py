@@ -66,10 +66,6 @@ class EnvRef:
 
 # ---------------------------------------------------------------------------------------------------------- hashing
 
-def _norm(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 def detect_env_kind(prefix: str | os.PathLike | None = None) -> str:
     """``conda`` when ``prefix`` is a conda env (``conda-meta/``), ``venv`` when it has ``pyvenv.cfg``."""
     p = Path(prefix or sys.prefix)
@@ -108,7 +104,7 @@ def installed_distributions(prefix: str | os.PathLike | None = None) -> list[Dis
             du = json.loads(dist.read_text("direct_url.json") or "{}")
             if du.get("dir_info", {}).get("editable") and du.get("url", "").startswith("file://"):
                 editable = du["url"][len("file://"):]
-        key = _norm(name)
+        key = re.sub(r"[-_.]+", "-", name).lower()   # the normalized name (PEP 503)
         seen.setdefault(key, Distribution(key, dist.version or "", editable))
     return [seen[k] for k in sorted(seen)]
 

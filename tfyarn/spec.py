@@ -224,10 +224,6 @@ class Role(_Model):
         return v
 
 
-def _default_roles() -> dict[str, Role]:
-    return {"worker": Role(instances=1)}
-
-
 class Timeouts(_Model):
     """Every wait in tfyarn is bounded by one of these (seconds; strings like '2m' accepted)."""
     rendezvous: Duration = 300.0
@@ -284,7 +280,7 @@ class JobSpec(_Model):
     data: Data
     checkpoint: Checkpoint = Field(default_factory=Checkpoint)
     export: Export | None = Field(None, description="export the final model as a SavedModel (needs checkpoint.dir)")
-    roles: dict[RoleName, Role] = Field(default_factory=_default_roles)
+    roles: dict[RoleName, Role] = Field(default_factory=lambda: {"worker": Role(instances=1)})
     timeouts: Timeouts = Field(default_factory=Timeouts)
     retry: Retry = Field(default_factory=Retry)
     success_policy: Literal["all_workers", "chief"] = Field(

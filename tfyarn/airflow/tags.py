@@ -37,8 +37,4 @@ def matches(app_tags: Iterable[str], wanted: Iterable[str]) -> bool:
 
 def merge_tags(spec_tags: Iterable[str], extra: Iterable[str]) -> list[str]:
     """The spec's own tags followed by ``extra``, without duplicates, order kept."""
-    out: list[str] = []
-    for t in [*spec_tags, *extra]:
-        if t not in out:
-            out.append(t)
-    return out
+    return list(dict.fromkeys([*spec_tags, *extra]))

@@ -63,9 +63,7 @@ class TaskContext:
     @property
     def is_chief(self) -> bool:
         """The chief initialises, checkpoints and writes summaries: chief:0, or worker:0 when there is no chief."""
-        if self.role == "chief":
-            return True
-        return self.role == "worker" and self.index == 0 and not self.cluster.get("chief")
+        return self.role == "chief" or (self.role == "worker" and self.index == 0 and not self.cluster.get("chief"))
 
     @property
     def training_tasks(self) -> list[str]:
@@ -74,10 +72,8 @@ class TaskContext:
     @property
     def data_rank(self) -> int:
         """This task's index among the training tasks (its share in the epoch plan); -1 if it does not train."""
-        try:
-            return self.training_tasks.index(self.task_id)
-        except ValueError:
-            return -1
+        tasks = self.training_tasks
+        return tasks.index(self.task_id) if self.task_id in tasks else -1
 
     @property
     def num_data_workers(self) -> int:

@@ -71,12 +71,8 @@ def cluster_tasks(spec: JobSpec) -> list[str]:
 
 def build_cluster(spec: JobSpec, addrs: dict[str, str]) -> dict[str, list[str]]:
     """TF cluster spec from published addresses; roles with no instances are left out (TF rejects empty jobs)."""
-    cluster: dict[str, list[str]] = {}
-    for role in CLUSTER_ROLES:
-        n = spec.instances(role)
-        if n:
-            cluster[role] = [addrs[addr_key(f"{role}:{i}")] for i in range(n)]
-    return cluster
+    return {role: [addrs[addr_key(f"{role}:{i}")] for i in range(spec.instances(role))]
+            for role in CLUSTER_ROLES if spec.instances(role)}
 
 
 def rendezvous(spec: JobSpec, role: str, index: int, kv: KV, host: str) -> tuple[dict[str, list[str]], int | None]:
@@ -86,13 +82,14 @@ def rendezvous(spec: JobSpec, role: str, index: int, kv: KV, host: str) -> tuple
     port = reserve_port()
     me = f"{role}:{index}"
     kv.put(addr_key(me), f"{host}:{port}")
-    log.info("published %s at %s:%d; waiting for %d peers (timeout %gs)", me, host, port,
-             len(cluster_tasks(spec)) - 1, spec.timeouts.rendezvous)
-    keys = [addr_key(t) for t in cluster_tasks(spec)]
+    tasks = cluster_tasks(spec)
+    log.info("published %s at %s:%d; waiting for %d peers (timeout %gs)", me, host, port, len(tasks) - 1,
+             spec.timeouts.rendezvous)
     try:
-        addrs = kv.wait_all(keys, spec.timeouts.rendezvous, what="peers to publish their addresses")
+        addrs = kv.wait_all([addr_key(t) for t in tasks], spec.timeouts.rendezvous,
+                            what="peers to publish their addresses")
     except WaitTimeout:
-        missing = [t for t in cluster_tasks(spec) if kv.get(addr_key(t)) is None]
+        missing = [t for t in tasks if kv.get(addr_key(t)) is None]
         raise WaitTimeout(f"rendezvous timed out after {spec.timeouts.rendezvous:g}s: "
                           f"{', '.join(missing)} never started (no address published)") from None
     return build_cluster(spec, addrs), port
