@@ -196,11 +196,9 @@ def driver_stop() -> list[dict]:
 
 def export(spec: JobSpec, checkpoint: str | None = None, to: str | None = None) -> dict:
     """Export a committed checkpoint of ``spec.checkpoint.dir`` (by name, e.g. ``ckpt-120``; default the latest) as a
-    SavedModel under ``to`` (a URL or a path relative to the current directory; default ``spec.export.dir``, which
-    is relative to the spec file like every path in it), version = its global step. Needs TensorFlow here.
-
-    Returns ``{"url", "version", "checkpoint", "seconds", "downloaded"}``. Raises :class:`ExportError` when there
-    is nothing to export (no checkpoint dir, no such checkpoint, no destination, no TensorFlow)."""
+    SavedModel under ``to`` (a URL or a path relative to the current directory; default ``spec.export.dir``, relative
+    to the spec file), version = its global step. Needs TensorFlow here. Returns ``{"url", "version", "checkpoint",
+    "seconds", "downloaded"}``; :class:`ExportError` when there is nothing to export."""
     import importlib.util
     from tfyarn.errors import ExportError
     if importlib.util.find_spec("tensorflow") is None:

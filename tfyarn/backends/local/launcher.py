@@ -193,12 +193,9 @@ class Launcher:
 
     # ------------------------------------------------------------------------------------------------- fork server
     def _start_forkserver(self) -> None:
-        """Start the fork server now (its TF import overlaps our own start-up); :meth:`_forker` waits for it.
-
-        Tasks are started as new processes instead — with a log line saying why — when it is disabled, not on Linux
-        (fork after importing TF is only known to be safe there), or for roles whose ``env`` changes a start-up
-        variable (:data:`STARTUP_ENV_PREFIXES`).
-        """
+        """Start the fork server now (its TF import overlaps our own start-up); :meth:`_forker` waits for it. Off
+        Linux (fork after importing TF is only known to be safe there) and for roles whose ``env`` sets a start-up
+        variable (:data:`STARTUP_ENV_PREFIXES`), tasks are started as new processes."""
         if not self._want_forkserver:
             log.info("starting tasks as new processes: the forkserver is disabled (%s=0 or forkserver=False)",
                      FORKSERVER_ENV)
@@ -223,9 +220,8 @@ class Launcher:
             log.warning("starting tasks as new processes: cannot start the forkserver: %s", exc)
 
     def _forker(self, role: str) -> ForkServer | None:
-        """The fork server for a task of ``role``, once it is ready; None: start the task as a new process.
-
-        Waits for it the first time (bounded by ``timeouts.rendezvous``, the time a task has to come up)."""
+        """The fork server for a task of ``role``, once it is ready (waited for the first time, bounded by
+        ``timeouts.rendezvous``); None: start the task as a new process."""
         fs = self._forkserver
         if fs is None or role not in self._fork_roles:
             return None
