@@ -176,14 +176,19 @@ class InAppSupervisor:
 
     def write_report(self, st: AppStatus) -> None:
         """report.json (+ PNG when matplotlib imports) next to the checkpoints (:func:`tfyarn.supervisor.write_report`:
-        not there when training never ran) and under the staging dir's ``apps/<app>/``. Never raises."""
+        not there when training never ran), else under the staging dir's ``apps/<app>/`` (readers look next to the
+        checkpoints first; the app's end waits for these uploads). Never raises."""
         from tfyarn.backends.yarn import phases
+        from tfyarn.report import report_at
         rm = {"started": self.started, "finished": st.finished}
         extra = {"phases": phases.durations(phases.marks({}, rm, self.snap.get("phases") or {}))}
-        local = write_report(self.report_dir, st, self.sup.history.points, checkpoint_url(self.spec), extra=extra)
+        ckpt = checkpoint_url(self.spec)
+        local = write_report(self.report_dir, st, self.sup.history.points, ckpt, extra=extra)
         if local is None or not self.staging_dir:
             return
         try:
+            if ckpt and report_at(ckpt, self.app_id):
+                return
             import fsspec
             fs, root = fsspec.core.url_to_fs(report_url(self.staging_dir, self.app_id))
             fs.makedirs(root, exist_ok=True)
