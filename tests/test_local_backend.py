@@ -200,7 +200,9 @@ def test_frozen_worker_fails_the_job_after_the_stall_timeout_with_stacks_in_logs
     st = backend.wait(app_id, timeout=60, poll=0.2)
     took = time.monotonic() - frozen_at
     assert st.state is AppState.TIMED_OUT, st.diagnostics
-    assert 4 <= took < 4 + 15, took
+    # not before the stall timeout; the upper bound only tells "the watchdog ended it" from "the wait's 60 s ran
+    # out" (it read 19-23 s with a loaded box: stack dumps, then the stop grace)
+    assert 4 <= took < 45, took
     assert "worker:0" in st.diagnostics and "stopped" in st.diagnostics
     chief_log = "\n".join(backend.logs(app_id, task="chief:0"))
     assert "tfyarn stack dump" in chief_log and "lockstep" in chief_log  # where the chief was waiting
