@@ -301,16 +301,21 @@ def test_a_stop_signal_ends_the_wait_not_the_submitted_job(tmp_path):
         assert sub.returncode == 130, (out, err)
         assert (f"stopped waiting (SIGINT); {app_id} is still running: `tfyarn wait {app_id}` follows it, "
                 f"`tfyarn kill {app_id}` stops it") in err
-        waiter = subprocess.Popen(cmd + ["wait", app_id], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        time.sleep(2.0)                                # in its wait loop (imports done)
-        waiter.send_signal(signal.SIGTERM)
-        out, err = waiter.communicate(timeout=30)
+        for delay in (2.0, 6.0, 15.0):               # in its wait loop (imports done): later on a loaded box
+            waiter = subprocess.Popen(cmd + ["wait", app_id], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True)
+            time.sleep(delay)
+            waiter.send_signal(signal.SIGTERM)
+            out, err = waiter.communicate(timeout=30)
+            if waiter.returncode != -signal.SIGTERM:   # -15: still importing, before any handler: try later
+                break
         assert waiter.returncode == 128 + signal.SIGTERM and "stopped waiting (SIGTERM)" in err, (out, err)
         follower = subprocess.Popen(cmd + ["logs", app_id, "-f"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                     text=True)
-        time.sleep(2.0)
+        first = follower.stdout.readline()             # following: its handlers are in place
         follower.send_signal(signal.SIGINT)            # how `logs -f` is stopped: exit 130, no "Aborted!"
         out, err = follower.communicate(timeout=30)
+        out = first + out
         assert follower.returncode == 130 and "Aborted" not in err and "chief:0" in out, (out[-500:], err)
         assert backend.status(app_id).state is AppState.RUNNING
     finally:
