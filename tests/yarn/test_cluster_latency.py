@@ -94,5 +94,9 @@ def test_cli_run_exits_with_the_outcome_and_leaves_the_report_to_a_detached_proc
     wait_until(report.exists, 120, f"the detached writer's {report}")
     rep = json.loads(report.read_text())
     assert rep["state"] == "SUCCEEDED" and rep["phases"]["training"] is not None, rep.get("phases")
-    # the in-app supervisor's report, completed with the gateway's phases by the follower
     assert all(rep["phases"][p] is not None for p in ("submit", "containers start", "start → app end")), rep["phases"]
+    # the follower ended it (its supervisor left it the end) and left the final status for other machines
+    other = tfyarn("status", app_id, "--output", "json", env={"TFYARN_HOME": str(tmp_path / "other")})
+    d = json.loads(other.stdout)
+    assert d["state"] == "SUCCEEDED" and {t["task"] for t in d["tasks"]} == {"ps:0", "chief:0", "worker:0"}, d
+    assert tfyarn("report", app_id, "--output", "json", env={"TFYARN_HOME": str(tmp_path / "other")}).returncode == 0

@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from datetime import datetime
 
 from skein.model import Container
@@ -117,6 +118,22 @@ def test_every_task_done_writes_the_report_then_ends_the_app(tmp_path):
     assert app.shutdowns == [("SUCCEEDED", app_end.DONE_DIAGNOSTICS)]
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["state"] == "SUCCEEDED" and report["app_id"] == APP and "chief:0" in report["tasks"]
+
+
+def test_a_live_follower_ends_the_app_itself_and_the_supervisor_only_after_its_grace(tmp_path, monkeypatch):
+    """A follower (run/wait) ends the app at once and writes the report after: the job's end does not wait for a plot
+    and HDFS uploads. One that does not do it within its grace leaves the end to the supervisor, report first."""
+    monkeypatch.setattr(app_end, "FOLLOWER_GRACE_S", 0.3)
+    monkeypatch.setattr("tfyarn.backends.yarn.yarn_supervise.POLL_S", 0.0)
+    sup, app, kv, clock = supervisor(tmp_path, {"chief": "RUNNING", "worker": "RUNNING"})
+    for t in ("chief:0", "worker:0"):
+        mark_slot_done(kv, t)
+    kv.put(app_end.ALL_DONE_KEY, json.dumps({"time": clock.t, "by": "worker:0"}))
+    kv.put(app_end.FOLLOWER_KEY, f"{time.time():.3f}")
+    assert sup.round() is False and app.shutdowns == [] and not (tmp_path / "report.json").exists()
+    time.sleep(0.4)                                          # the follower never came: past its grace
+    assert sup.round() is True and app.shutdowns == [("SUCCEEDED", app_end.DONE_DIAGNOSTICS)]
+    assert json.loads((tmp_path / "report.json").read_text())["state"] == "SUCCEEDED"
 
 
 def test_every_task_container_ended_without_all_done_leaves_the_end_to_skein(tmp_path):

@@ -789,21 +789,21 @@ class YarnBackend(Backend):
                 log.debug("all-done watch of %s: %s", app_id, exc)
                 return
             if done is not None:
-                self._end_app(app_id, app, shutdown=not self._supervised(app_id))
+                self._end_app(app_id, app)
                 return
 
-    def _end_app(self, app_id: str, app: Any, shutdown: bool) -> None:
-        """The KV's last state (phase times, final progress) into the snapshot, then the app's end: ours, or its
-        supervisor's (after its report; ``shutdown=False``: waited for up to ``app_end.SUPERVISOR_GRACE_S``)."""
+    def _end_app(self, app_id: str, app: Any) -> None:
+        """The KV's last state (phase times, final progress) into the snapshot, then the app's end — ours, also when
+        the app has its own supervisor (it leaves the end to a live follower: the report is written after the end,
+        not before it) — and the RM's word on it (tens of ms)."""
         st = self.status(app_id)
-        log.debug("every task of %s is done: %s", app_id, "shutting it down" if shutdown else "its supervisor ends it")
-        if shutdown:
-            try:
-                app.shutdown("SUCCEEDED", app_end.DONE_DIAGNOSTICS)
-            except Exception as exc:  # noqa: BLE001 - the last task shuts it down itself when we cannot
-                log.debug("shutdown of %s: %s", app_id, exc)
+        log.debug("every task of %s is done: shutting it down", app_id)
+        try:
+            app.shutdown("SUCCEEDED", app_end.DONE_DIAGNOSTICS)
+        except Exception as exc:  # noqa: BLE001 - the supervisor or the last task shuts it down when we cannot
+            log.debug("shutdown of %s: %s", app_id, exc)
         self._apps.pop(app_id, None)
-        deadline = time.monotonic() + (10.0 if shutdown else app_end.SUPERVISOR_GRACE_S)
+        deadline = time.monotonic() + app_end.SUPERVISOR_GRACE_S
         while not st.state.is_terminal and time.monotonic() < deadline:
             time.sleep(0.05)
             st = self.status(app_id)
@@ -875,7 +875,24 @@ class YarnBackend(Backend):
         except Exception:  # noqa: BLE001 - a report is a convenience
             log.warning("could not write the run report of %s", st.app_id, exc_info=True)
             return None
-        return write_report(d, st, ProgressHistory.load(d / HISTORY_FILE).points, ckpt, extra)
+        local = write_report(d, st, ProgressHistory.load(d / HISTORY_FILE).points, ckpt, extra)
+        if local is not None:
+            self._publish(st, d, ckpt)
+        return local
+
+    def _publish(self, st: AppStatus, report_dir: Path, ckpt: str | None) -> None:
+        """What the in-app supervisor leaves for other machines when this follower ended the app: the report in the
+        staging dir (unless next to the checkpoints) and the final status in the app's record."""
+        from tfyarn.backends.yarn import yarn_supervise
+        rec = yarn_supervise.read_record(self.staging_dir, st.app_id)
+        if not rec:                          # an app without a supervisor, or another staging dir
+            return
+        yarn_supervise.publish_report(self.staging_dir, st.app_id, report_dir, ckpt)
+        if not rec.get("final"):
+            try:
+                yarn_supervise.write_record(self.staging_dir, st.app_id, rec | {"final": st.to_dict()})
+            except Exception as exc:  # noqa: BLE001 - a record is a convenience for other machines
+                log.warning("could not write the final record of %s: %s", st.app_id, exc)
 
     def _queue_state(self, queue: str | None) -> str:
         """What an allocation timeout's diagnosis adds: the queue's state and use (a full queue is the usual cause)."""

@@ -79,6 +79,22 @@ def write_record(staging_dir: str, app_id: str, record: dict[str, Any]) -> None:
     replace(fs, tmp, path)
 
 
+def publish_report(staging_dir: str, app_id: str, report_dir: Path, ckpt: str | None) -> None:
+    """Copy a written run report into the staging dir's ``apps/<app>/`` unless one of this app is next to the
+    checkpoints (where readers look first). Never raises: a report is a convenience."""
+    from tfyarn.report import report_at
+    try:
+        if ckpt and report_at(ckpt, app_id):
+            return
+        import fsspec
+        fs, root = fsspec.core.url_to_fs(report_url(staging_dir, app_id))
+        fs.makedirs(root, exist_ok=True)
+        for f in sorted(Path(report_dir).glob("report.*")):
+            fs.put_file(str(f), f"{root}/{f.name}")
+    except Exception as exc:  # noqa: BLE001 - the job's outcome stands
+        log.warning("could not upload the run report of %s to %s: %s", app_id, staging_dir, exc)
+
+
 def no_more_attempts_note(spec: JobSpec, attempt: int) -> str:
     """What a failed app of a job with attempts left says: nobody in the app can submit the next one."""
     if attempt + 1 >= spec.retry.max_attempts:
@@ -104,6 +120,7 @@ class InAppSupervisor:
         self.sup.begin_attempt(kv)          # no pids: the tasks are asked for their stacks through the KV
         self.snap: dict[str, Any] = {}
         self.outcome: tuple[str, str] | None = None    # (YARN final status, diagnosis) it ended the app with
+        self._done_seen: float | None = None            # when it first saw every task done (monotonic)
 
     # -- the record other machines read ------------------------------------------------------------------------------
     def publish(self) -> None:
@@ -142,6 +159,8 @@ class InAppSupervisor:
         snap = self.snap = snapshot(self.app.get_containers(states=ALL_CONTAINER_STATES), kv, self.spec,
                                     progress=self.sup.progress(kv))
         if app_end.ALL_DONE_KEY in kv:
+            if self._follower_ends_it():
+                return False
             self.finish("SUCCEEDED", app_end.DONE_DIAGNOSTICS)
             return True
         diag = self.verdict(snap)
@@ -150,6 +169,15 @@ class InAppSupervisor:
             self.finish("FAILED", diag)
             return True
         return bool(snap["tasks"]) and all(x["state"] in _ENDED for x in snap["tasks"])
+
+    def _follower_ends_it(self) -> bool:
+        """True while a live follower (``tfyarn run``/``wait``) still has time to end the app itself: it reads the KV
+        last, shuts the app down at once and writes the report off the job's critical path (this supervisor's report
+        first cost the job's end ~2.3 s on an idle box). Past that grace, the supervisor ends it as usual."""
+        now = time.monotonic()
+        self._done_seen = self._done_seen or now
+        return (now - self._done_seen < app_end.FOLLOWER_GRACE_S + POLL_S
+                and app_end.follower_alive(self.kv, time.time()))
 
     def finish(self, final_status: str, diagnosis: str) -> None:
         """The run report and the record (at once, two threads), then the app's end: the shutdown ends this
@@ -179,23 +207,12 @@ class InAppSupervisor:
         not there when training never ran), else under the staging dir's ``apps/<app>/`` (readers look next to the
         checkpoints first; the app's end waits for these uploads). Never raises."""
         from tfyarn.backends.yarn import phases
-        from tfyarn.report import report_at
         rm = {"started": self.started, "finished": st.finished}
         extra = {"phases": phases.durations(phases.marks({}, rm, self.snap.get("phases") or {}))}
         ckpt = checkpoint_url(self.spec)
         local = write_report(self.report_dir, st, self.sup.history.points, ckpt, extra=extra)
-        if local is None or not self.staging_dir:
-            return
-        try:
-            if ckpt and report_at(ckpt, self.app_id):
-                return
-            import fsspec
-            fs, root = fsspec.core.url_to_fs(report_url(self.staging_dir, self.app_id))
-            fs.makedirs(root, exist_ok=True)
-            for f in sorted(self.report_dir.glob("report.*")):
-                fs.put_file(str(f), f"{root}/{f.name}")
-        except Exception as exc:  # noqa: BLE001 - a report is a convenience; the job's outcome stands
-            log.warning("could not upload the run report to %s: %s", self.staging_dir, exc)
+        if local is not None and self.staging_dir:
+            publish_report(self.staging_dir, self.app_id, self.report_dir, ckpt)
 
     def run(self, poll: float = POLL_S, check_s: float = DONE_CHECK_S) -> None:
         """Rounds every ``poll`` s, looking for ``control/all_done`` every ``check_s`` s between them, until the
