@@ -96,6 +96,9 @@ def test_cli_run_exits_with_the_outcome_and_leaves_the_report_to_a_detached_proc
     assert rep["state"] == "SUCCEEDED" and rep["phases"]["training"] is not None, rep.get("phases")
     assert all(rep["phases"][p] is not None for p in ("submit", "containers start", "start → app end")), rep["phases"]
     # the follower ended it (its supervisor left it the end) and left the final status for other machines
+    log = home / "yarn" / app_id / "report.log"
+    wait_until(lambda: "\nreport: " in "\n" + (log.read_text() if log.exists() else ""), 60,
+               "the detached writer's end (the app's record comes after the report)")
     other = tfyarn("status", app_id, "--output", "json", env={"TFYARN_HOME": str(tmp_path / "other")})
     d = json.loads(other.stdout)
     assert d["state"] == "SUCCEEDED" and {t["task"] for t in d["tasks"]} == {"ps:0", "chief:0", "worker:0"}, d

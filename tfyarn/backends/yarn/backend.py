@@ -882,15 +882,18 @@ class YarnBackend(Backend):
 
     def _publish(self, st: AppStatus, report_dir: Path, ckpt: str | None) -> None:
         """What the in-app supervisor leaves for other machines when this follower ended the app: the report in the
-        staging dir (unless next to the checkpoints) and the final status in the app's record."""
+        staging dir (unless next to the checkpoints), the last snapshot (tasks, progress) and final status in the
+        app's record."""
         from tfyarn.backends.yarn import yarn_supervise
         rec = yarn_supervise.read_record(self.staging_dir, st.app_id)
         if not rec:                          # an app without a supervisor, or another staging dir
             return
         yarn_supervise.publish_report(self.staging_dir, st.app_id, report_dir, ckpt)
-        if not rec.get("final"):
+        if not rec.get("final"):         # the supervisor wrote its record at the start only: the end is ours
+            snap = self._load_state(st.app_id).get("snapshot") or rec.get("snapshot")
             try:
-                yarn_supervise.write_record(self.staging_dir, st.app_id, rec | {"final": st.to_dict()})
+                yarn_supervise.write_record(self.staging_dir, st.app_id, rec | {"final": st.to_dict(),
+                                                                                 "snapshot": snap})
             except Exception as exc:  # noqa: BLE001 - a record is a convenience for other machines
                 log.warning("could not write the final record of %s: %s", st.app_id, exc)
 
