@@ -2,9 +2,9 @@
 
 Why: skein's application master ends the app only once YARN has told it that every container exited (NodeManager and
 AM heartbeats: 5.5 s after the last task's work). Every task marks ``slot-done/<task>`` when its role returned; the
-one that finds every task done puts :data:`ALL_DONE_KEY`, and the app is shut down SUCCEEDED by the in-app supervisor
-when it is alive (:data:`SUPERVISOR_KEY` fresh: it writes the run report first), else by a live follower
-(:data:`FOLLOWER_KEY`: it reads the KV one last time), else, or after their grace, by that task. A job with a failure
+one that finds every task done puts :data:`ALL_DONE_KEY`, and the app is shut down SUCCEEDED by a live follower
+(:data:`FOLLOWER_KEY` fresh: it reads the KV one last time, then writes the report after the end), else by the in-app
+supervisor (:data:`SUPERVISOR_KEY` fresh: it writes the run report first), else, or after their grace, by that task. A job with a failure
 record or a task that never reports done ends as skein decides, from the containers' exits.
 """
 from __future__ import annotations

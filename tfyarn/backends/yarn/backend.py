@@ -720,7 +720,7 @@ class YarnBackend(Backend):
         :class:`tfyarn.supervisor.Supervisor` (``sup``, else one from the app's spec, counting from its submit; none
         when the spec is unknown): a verdict (deadline, allocation, stall) kills the app, which ends TIMED_OUT saying
         why. While the app's own supervisor (:mod:`~tfyarn.backends.yarn.yarn_supervise`) is alive, the stall watch
-        and the job's end are its; the follower keeps the deadline and allocation checks."""
+        is its; the follower keeps the deadline and allocation checks and ends the app once every task is done."""
         if sup is None:
             spec = self._saved_spec(app_id, self._recover(app_id, running=True))   # submitted elsewhere: the app's
             if spec is not None:
@@ -759,8 +759,8 @@ class YarnBackend(Backend):
         return st
 
     def _supervised(self, app_id: str) -> bool:
-        """The app's in-app supervisor is alive (:mod:`tfyarn.backends.yarn.yarn_supervise`): the stall watch and the
-        job's end are its, not this follower's."""
+        """The app's in-app supervisor is alive (:mod:`tfyarn.backends.yarn.yarn_supervise`): the stall watch is its,
+        not this follower's."""
         return bool(self._on_am(app_id, "supervisor heartbeat", lambda app: app_end.follower_alive(
             SkeinKV(app.kv), time.time(), app_end.SUPERVISOR_KEY)))
 
