@@ -40,7 +40,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 
-from tfyarn.data import native, parse as parse_mod
+from tfyarn.data import native, parse as parse_mod, ragged
 from tfyarn.data.errors import DataError, NoDataError
 from tfyarn.data.manifest import Manifest, describe_hole
 from tfyarn.data.planner import EpochPlan, RecordRange, plan
@@ -302,12 +302,13 @@ class _Run:
                 drop -= cut
                 n -= cut
             if carry is not None:
-                out = {k: np.concatenate([carry[k], out[k]]) for k in out}
+                out = {k: ragged.concat([carry[k], out[k]]) for k in out}
                 n += len(next(iter(carry.values())))
                 carry = None
             start = 0
             while n - start >= B and produced < self.target:
                 batch = out if (start == 0 and n == B) else {k: v[start:start + B] for k, v in out.items()}
+                batch = {k: ragged.finish(v) for k, v in batch.items()}
                 self._put(self.ready, ("batch", batch))
                 produced += 1
                 start += B
@@ -352,7 +353,7 @@ class _Run:
                             f"({self.rows_rejected} rejected, on_corrupt: skip); the first: {first}",
                             path=first.path, offset=first.offset, record=first.record, feature=first.feature)
         if not good:
-            return {fl.name: np.empty((0,) + fl.shape, dtype=parse_mod._KINDS[fl.dtype][1]) for fl in f.fields}
+            return {fl.name: fl.empty() for fl in f.fields}
         try:
             return parse(good)
         except parse_mod.BatchParseError as exc:
@@ -440,8 +441,9 @@ def skip_report(feeders: list[Any], manifest: Any) -> dict[str, Any]:
 class Feeder:
     """This worker's batches, epoch by epoch (the module docstring has the pipeline and its memory bound).
 
-    ``features``: ``{name: spec.Feature}`` (fixed shapes). Batches are ``{name: array}`` with leading dimension
-    ``batch_size``: shape () → (B,), (k,) → (B, k); string → str objects, bytes → bytes objects. ``parser``: factory
+    ``features``: ``{name: spec.Feature}``. Batches are ``{name: array}`` with leading dimension ``batch_size``:
+    shape () → (B,), (k,) → (B, k); string → str objects, bytes → bytes objects; a variable-length feature → a
+    :class:`ragged.SparseValue` (TF's VarLenFeature layout), with ``pad_to: N`` → (B, N). ``parser``: factory
     ``fields -> (list[bytes] -> dict)``, called once per epoch in the parser thread (:func:`parse.default_parser`).
     """
 
