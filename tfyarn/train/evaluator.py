@@ -74,12 +74,15 @@ def make_eval_step(model: Any, features: dict[str, Any], batch_size: int, label:
     if label is None:
         raise ValueError("the evaluator needs a label: set data.label (or name a feature 'label')")
 
-    @tf.function(input_signature=[input_signature(features, batch_size)])
+    from tfyarn.train.inputs import to_tensors
+    signature = input_signature(features, batch_size)
+
+    @tf.function(input_signature=[signature])
     def step(batch):
         feats, labels = split_features(batch, label)
         return model.metrics(labels, model(feats, training=False))
 
-    return step
+    return lambda batch: step(to_tensors(batch, signature))   # (a variable-length feature: a SparseTensor)
 
 
 def evaluate(step: Any, feeder: Any) -> tuple[dict[str, float], int]:
