@@ -30,7 +30,7 @@ from typing import Any, Iterable
 import fsspec
 import numpy as np
 
-from tfyarn.data import tfrecord
+from tfyarn.data import table, tfrecord
 from tfyarn.data.errors import DataError, NoDataError
 from tfyarn.errors import WaitTimeout
 from tfyarn import paths
@@ -78,6 +78,10 @@ class FileInfo:
     offsets: tuple[int, ...]
     data_bytes: int = 0          # decompressed TFRecord bytes (== size unless gz)
     holes: tuple[tuple[int, int], ...] = ()   # damaged byte ranges skipped (on_corrupt="skip"): (start, resume)
+    #: "tfrecord", or a table ("parquet", "orc": ``records`` are rows, ``offsets`` the first row of each row group
+    #: or stripe, ``columns`` the (name, arrow type) pairs of its schema; see :mod:`tfyarn.data.table`)
+    format: str = "tfrecord"
+    columns: tuple[tuple[str, str], ...] = ()
 
     def boundary(self, record: int) -> tuple[int, int]:
         """(byte offset, record index) of the closest indexed record boundary at or before ``record``."""
@@ -120,8 +124,9 @@ class Manifest:
 
 def fileinfo(doc: dict[str, Any]) -> FileInfo:
     """A :class:`FileInfo` from its JSON form (``asdict``)."""
-    return FileInfo(**{**doc, "offsets": tuple(doc["offsets"]),
-                       "holes": tuple(tuple(h) for h in doc.get("holes", ()))})  # type: ignore[arg-type]
+    return FileInfo(**{**doc, "offsets": tuple(doc["offsets"]),                        # type: ignore[arg-type]
+                       "holes": tuple(tuple(h) for h in doc.get("holes", ())),
+                       "columns": tuple(tuple(c) for c in doc.get("columns", ()))})
 
 
 def report_warnings(warnings: Iterable[str], loud: bool) -> None:
@@ -308,7 +313,15 @@ def index_file(url: str, size: int, mtime: str, compression: str = "auto", strid
 
     ``on_corrupt="skip"``: damaged framing becomes a *hole*, the bytes from the damage to the next valid record
     (:func:`tfrecord.find_resync`) or to the end of the file. Otherwise damage raises with the file, offset and record.
+
+    A Parquet / ORC file (by extension, or ``compression`` = ``parquet`` / ``orc`` from ``data.format``,
+    :func:`table.read_option`) is indexed from its footer alone (:func:`table.index_table`).
     """
+    fmt = table.file_format(url, compression if compression in table.TABLE_FORMATS else "auto")
+    if fmt in table.TABLE_FORMATS:
+        rows, starts, columns, nbytes = table.index_table(url, size, mtime, fmt)
+        STATS.add(bytes_read=nbytes)
+        return FileInfo(url, size, mtime, rows, False, 0, starts, size, (), fmt, columns)
     with fsspec.open(url, "rb") as raw:
         head = raw.read(tfrecord.HEADER)
     STATS.add(bytes_read=len(head))
