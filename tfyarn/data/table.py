@@ -100,7 +100,7 @@ def index_table(url: str, size: int, mtime: str, fmt: str) -> tuple[int, tuple[i
                 import pyarrow.orc as orc
                 of = orc.ORCFile(f)
                 schema = of.schema
-                counts = _orc_stripe_rows(of, url)
+                counts = _orc_stripe_rows(of, url, f, size)
         except (pa.ArrowException, OSError, ValueError) as exc:
             if isinstance(exc, DataError):
                 raise
@@ -111,11 +111,76 @@ def index_table(url: str, size: int, mtime: str, fmt: str) -> tuple[int, tuple[i
     return int(sum(counts)), starts, columns, f.bytes_read
 
 
-def _orc_stripe_rows(of: Any, url: str) -> list[int]:
-    """Rows per stripe. pyarrow exposes only the total: read each stripe's narrowest column (a few bytes per row;
-    the footer's StripeInformation is not exposed)."""
+def _orc_footer_stripe_rows(f: Any, size: int) -> list[int] | None:
+    """Rows per stripe from the ORC footer's StripeInformation (pyarrow does not expose it): the file tail is
+    ``footer, postscript, 1 byte postscript length``; the footer is protobuf, in compression chunks (3-byte header:
+    length << 1 | original). None when the codec is not one decoded here (then stripes are counted by reading)."""
+    import zlib
+    from tfyarn.data.parse import _fields, _varint
+    tail_len = min(size, 1 << 16)
+    f.seek(size - tail_len)
+    tail = f.read(tail_len)
+    ps_len = tail[-1]
+    ps = {num: val for num, _, val in _fields(tail[-1 - ps_len:-1])}
+    footer_len, codec = int(ps.get(1, 0)), int(ps.get(2, 0))
+    if footer_len + ps_len + 1 > tail_len:
+        f.seek(size - 1 - ps_len - footer_len)
+        raw = f.read(footer_len)
+    else:
+        raw = tail[-1 - ps_len - footer_len:-1 - ps_len]
+    if codec != 0:
+        out, pos = bytearray(), 0
+        while pos < len(raw):
+            h = raw[pos] | raw[pos + 1] << 8 | raw[pos + 2] << 16
+            chunk = raw[pos + 3:pos + 3 + (h >> 1)]
+            pos += 3 + (h >> 1)
+            if h & 1:
+                out += chunk
+            elif codec == 1:
+                out += zlib.decompress(chunk, -15)
+            elif codec in (2, 5):
+                import pyarrow as pa
+                n = _varint(chunk, 0)[0] if codec == 2 else _zstd_content_size(chunk)
+                if n is None:
+                    return None
+                out += pa.Codec("snappy" if codec == 2 else "zstd").decompress(chunk, n, asbytes=True)
+            else:
+                return None
+        raw = bytes(out)
+    counts = []
+    for num, _, stripe in _fields(raw):
+        if num == 3:
+            info = {n: v for n, _, v in _fields(stripe)}
+            counts.append(int(info.get(5, 0)))
+    return counts
+
+
+def _zstd_content_size(frame: bytes) -> int | None:
+    """The decompressed size a zstd frame header states (RFC 8878 3.1.1.1), or None when it states none."""
+    if frame[:4] != b"\x28\xb5\x2f\xfd":
+        return None
+    fhd = frame[4]
+    single, fcs_flag = (fhd >> 5) & 1, fhd >> 6
+    pos = 5 + (0 if single else 1) + (0, 1, 2, 4)[fhd & 3]
+    width = (1 if single else 0, 2, 4, 8)[fcs_flag]
+    if width == 0:
+        return None
+    n = int.from_bytes(frame[pos:pos + width], "little")
+    return n + 256 if width == 2 else n
+
+
+def _orc_stripe_rows(of: Any, url: str, f: Any = None, size: int = 0) -> list[int]:
+    """Rows per stripe: from the footer (no data read), else by reading each stripe's first column."""
     if of.nstripes <= 1:
         return [int(of.nrows)] if of.nstripes else []
+    if f is not None:
+        try:
+            counts = _orc_footer_stripe_rows(f, size)
+        except (IndexError, ValueError, OSError, Exception):  # noqa: BLE001 - any surprise: count by reading
+            counts = None
+        if counts is not None and len(counts) == of.nstripes and sum(counts) == of.nrows:
+            return counts
+        log.info("%s: ORC stripe rows counted by reading each stripe's first column (codec not decoded here)", url)
     first = of.schema[0].name
     counts = [int(of.read_stripe(i, columns=[first]).num_rows) for i in range(of.nstripes)]
     if sum(counts) != of.nrows:
