@@ -1,4 +1,5 @@
-"""The recommender with a variable-length history feature trains in both modes (real TF processes over loopback
+"""The recommender with a variable-length history feature (a Parquet list column, or a TFRecord int64 list) trains in
+both modes (real TF processes over loopback
 gRPC, tests/train/harness.py), from skewed files, with equal steps per worker; its export serves the history as
 ``hist_indices`` / ``hist_values`` / ``hist_dense_shape``."""
 from __future__ import annotations
@@ -66,9 +67,11 @@ def _spec(tmp: Path, mode: str, train: list[str]):
     return load_spec_dict(doc)
 
 
-@pytest.mark.parametrize("mode", ["allreduce", "ps"])
-def test_history_feature_trains_with_equal_steps_and_is_served(tmp_path, mode):
-    spec = _spec(tmp_path, mode, write_history_files(tmp_path / "data", SKEWED))
+@pytest.mark.parametrize("mode,fmt", [("allreduce", "parquet"), ("ps", "tfrecord")])
+def test_history_feature_trains_with_equal_steps_and_is_served(tmp_path, mode, fmt):
+    if fmt == "parquet":
+        pytest.importorskip("pyarrow")
+    spec = _spec(tmp_path, mode, write_history_files(tmp_path / "data", SKEWED, fmt))
     with LocalCluster(spec, tmp_path / "run") as c:
         c.start()
         codes = c.wait(timeout=240)

@@ -46,7 +46,7 @@ from tfyarn.data.manifest import Manifest, describe_hole
 from tfyarn.data.planner import EpochPlan, RecordRange, plan
 from tfyarn.data.framer import FrameJob, Framer, protocol_shared
 from tfyarn.data.table import TABLE_FORMATS, check_columns
-from tfyarn.data.tablefeed import table_parser
+from tfyarn.data.tablefeed import make_run_class, table_parser
 from tfyarn.data.tfrecord import DEFAULT_BLOCK, Chunk
 from tfyarn.errors import WaitTimeout
 
@@ -432,8 +432,7 @@ _TABLE_RUN: list[type] = []
 
 def _table_run() -> type:
     if not _TABLE_RUN:
-        from tfyarn.data.tablefeed import make_run_class
-        _TABLE_RUN.append(make_run_class(_Run))
+        _TABLE_RUN.append(make_run_class(_Run, _advance))
     return _TABLE_RUN[0]
 
 

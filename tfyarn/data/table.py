@@ -89,6 +89,7 @@ def index_table(url: str, size: int, mtime: str, fmt: str) -> tuple[int, tuple[i
     """(rows, first row of each row group / stripe, (column, arrow type) pairs, bytes read) from the footer."""
     pa = _pyarrow()
     with open_file(url) as raw:
+        size = size or int(getattr(raw, "size", 0) or 0)
         f = _Counting(raw)
         try:
             if fmt == "parquet":

@@ -37,8 +37,9 @@ def table_parser(fields: tuple[Any, ...]) -> Callable[[list[Any]], dict[str, Any
     return parse
 
 
-def make_run_class(base: type) -> type:
-    """The table run as a subclass of the feeder's ``_Run`` (passed in: this module is imported by feeder.py)."""
+def make_run_class(base: type, _advance: Callable) -> type:
+    """The table run as a subclass of the feeder's ``_Run`` and its ``_advance`` (passed in: feeder.py imports this
+    module, not the other way round)."""
 
     class TableRun(base):  # type: ignore[misc, valid-type]
         def _read(self) -> None:
@@ -140,5 +141,4 @@ def make_run_class(base: type) -> type:
                 return {fl.name: fl.empty() for fl in f.fields}
             return parse(kept)
 
-    from tfyarn.data.feeder import _advance
     return TableRun

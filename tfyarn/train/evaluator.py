@@ -60,9 +60,11 @@ def _restartable(spec: Any, task: str) -> bool:
 def make_eval_feeder(ctx: TaskContext) -> Any:
     """One reader over the whole eval set (rank 0 of 1): full batches of ``data.batch_size``, same order every time."""
     from tfyarn.data import Feeder, build_manifest
+    from tfyarn.data.table import read_option
     from tfyarn.train.helpers import index_cache
     d = ctx.spec.data
-    manifest = build_manifest([ctx.spec.resolve_path(u) for u in d.eval], compression=d.compression,
+    manifest = build_manifest([ctx.spec.resolve_path(u) for u in d.eval],
+                              compression=read_option(d.compression, d.format),
                               on_corrupt=d.on_corrupt, cache_dir=index_cache(ctx.spec), whole=True)
     return Feeder(manifest, dict(d.features), d.batch_size, 0, 1, seed=d.shuffle_seed, shuffle_buffer=0,
                   prefetch=d.prefetch, on_corrupt=d.on_corrupt)
