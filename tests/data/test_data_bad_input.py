@@ -157,7 +157,7 @@ def write_with(url, n, bad_at, bad_payload):
 
 
 BAD = {
-    "missing": (encode_example({"rid": [7]}, {"rid": "int64"}), "x", "feature 'x' is missing (and has no default)"),
+    "missing": (encode_example({"rid": [7]}, {"rid": "int64"}), "x", "feature 'x' is missing"),
     "dtype": (encode_example({"rid": [7], "x": [1, 2]}, {"rid": "int64", "x": "int64"}), "x",
               "feature 'x' has the wrong dtype: int64_list, expected float_list (dtype float32)"),
     "shape": (encode_example({"rid": [7], "x": [1.0, 2.0, 3.0]}, {"rid": "int64", "x": "float"}), "x",
@@ -309,7 +309,7 @@ def test_a_share_where_no_record_fits_the_schema_fails_naming_the_first_instead_
     with feeder(m, batch=10, on_corrupt="skip", parse_group=10) as f, pytest.raises(DataError) as e:
         drain(f)
     assert str(e.value).startswith("worker 0, epoch 0: no record of this worker's share fits the schema (")
-    assert "record 0 at byte offset 0: feature 'x' is missing (and has no default)" in str(e.value) and e.value.record == 0
+    assert "record 0 at byte offset 0: feature 'x' is missing" in str(e.value) and e.value.record == 0
 
 
 # ------------------------------------------------------------------- data.compression contradicting the file's bytes

@@ -74,7 +74,7 @@ def test_tf_parser_failure_is_diagnosed_per_record(mem):
     with Feeder(m, ID_SCHEMA, 10, 0, 1, timeout=60) as f, pytest.raises(DataError) as e:
         list(f.epoch(0))
     assert e.value.feature == "x" and e.value.record == 12
-    assert str(e.value) == f"{m.files[0].path}: record 12 at byte offset {offset}: feature 'x' is missing (and has no default)"
+    assert str(e.value) == f"{m.files[0].path}: record 12 at byte offset {offset}: feature 'x' is missing"
     with Feeder(m, ID_SCHEMA, 10, 0, 1, on_corrupt="skip", timeout=60) as f:
         got = [int(r) for b in f.epoch(0) for r in b["rid"]]
         assert f.skipped == 1

@@ -183,7 +183,7 @@ def diagnose(payload: bytes, fields: tuple[Field, ...]) -> tuple[str | None, str
         if f.name not in feats:
             if f.varlen or f.default is not None:
                 continue
-            return f.name, f"feature {f.name!r} is missing (and has no default)"
+            return f.name, f"feature {f.name!r} is missing"
         kind, values = feats[f.name]
         if kind != f.kind and kind != "empty":
             what = "variable-length feature" if f.varlen else "feature"

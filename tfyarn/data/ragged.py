@@ -62,13 +62,13 @@ class Ragged:
     def sparse(self) -> SparseValue:
         """As TF's VarLenFeature: indices (row, position), values, dense_shape [rows, longest row]."""
         lengths = self.lengths
-        n = len(lengths)
-        rows = np.repeat(np.arange(n, dtype=np.int64), lengths)
-        starts = np.repeat(self.splits[:-1] - self.splits[0], lengths)
-        cols = np.arange(len(rows), dtype=np.int64) - starts
-        width = int(lengths.max()) if n and len(rows) else 0
-        return SparseValue(np.stack([rows, cols], axis=1).reshape(-1, 2), self.flat(),
-                           np.array([n, width], dtype=np.int64))
+        n, nnz = len(lengths), int(self.splits[-1] - self.splits[0])
+        indices = np.empty((nnz, 2), dtype=np.int64)
+        indices[:, 0] = np.repeat(np.arange(n, dtype=np.int64), lengths)
+        np.subtract(np.arange(nnz, dtype=np.int64), np.repeat(self.splits[:-1] - self.splits[0], lengths),
+                    out=indices[:, 1])
+        width = int(lengths.max()) if n and nnz else 0
+        return SparseValue(indices, self.flat(), np.array([n, width], dtype=np.int64))
 
     def dense(self, width: int, default: Any) -> np.ndarray:
         """[rows, width]: each row truncated to ``width`` values or padded with ``default``."""
