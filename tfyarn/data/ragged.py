@@ -1,10 +1,12 @@
 """Variable-length feature values inside the feeder, and the sparse form a batch hands to the model.
 
-Why two forms: parse groups (~16k records) are cut into batches and carried across group boundaries, which is a
-slice of ``values`` by row splits (O(1) per batch); the model wants what TF's ``parse_example`` gives for a
-``VarLenFeature``: a SparseTensor ``[B, longest list in the batch]``, made once per batch by :meth:`Ragged.sparse`.
-No TensorFlow here: the feeder's batches are numpy; the training loop wraps them.
+Why two forms: parse groups (~16k records) are cut into batches and carried across group boundaries,
+which is a slice of ``values`` by row splits (O(1) per batch); the model wants what TF's
+``parse_example`` gives for a ``VarLenFeature``: a SparseTensor ``[B, longest list in the batch]``,
+made once per batch by :meth:`Ragged.sparse`. No TensorFlow here: the feeder's batches are numpy;
+the training loop wraps them.
 """
+
 from __future__ import annotations
 
 from typing import Any, NamedTuple, Sequence
@@ -13,17 +15,20 @@ import numpy as np
 
 
 class SparseValue(NamedTuple):
-    """A batch of a variable-length feature: TF's SparseTensorValue layout (``indices`` [nnz, 2] int64 in row-major
-    order, ``values`` [nnz], ``dense_shape`` [2] int64). A session's ``feed_dict`` takes it for a sparse placeholder
-    as it is; ``tf.SparseTensor(*value)`` makes the tensor."""
+    """A batch of a variable-length feature: TF's SparseTensorValue layout (``indices`` [nnz, 2]
+    int64 in row-major order, ``values`` [nnz], ``dense_shape`` [2] int64). A session's
+    ``feed_dict`` takes it for a sparse placeholder as it is; ``tf.SparseTensor(*value)`` makes the
+    tensor."""
+
     indices: np.ndarray
     values: np.ndarray
     dense_shape: np.ndarray
 
 
 class Ragged:
-    """Rows of variable length: ``values`` of every row concatenated, row ``i`` = ``values[splits[i]:splits[i+1]]``
-    (``splits[0]`` may be > 0: a slice shares its parent's values)."""
+    """Rows of variable length: ``values`` of every row concatenated, row ``i`` =
+    ``values[splits[i]:splits[i+1]]`` (``splits[0]`` may be > 0: a slice shares its parent's
+    values)."""
 
     __slots__ = ("values", "splits")
 
@@ -49,7 +54,7 @@ class Ragged:
         if not isinstance(s, slice) or s.step not in (None, 1):
             raise TypeError("a Ragged is sliced by contiguous row ranges only")
         lo, hi, _ = s.indices(len(self))
-        return Ragged(self.values, self.splits[lo:max(lo, hi) + 1])
+        return Ragged(self.values, self.splits[lo : max(lo, hi) + 1])
 
     @property
     def lengths(self) -> np.ndarray:
@@ -57,23 +62,29 @@ class Ragged:
 
     def flat(self) -> np.ndarray:
         """This slice's values only."""
-        return self.values[self.splits[0]:self.splits[-1]]
+        return self.values[self.splits[0] : self.splits[-1]]
 
     def sparse(self) -> SparseValue:
-        """As TF's VarLenFeature: indices (row, position), values, dense_shape [rows, longest row]."""
+        """As TF's VarLenFeature: indices (row, position), values, dense_shape [rows, longest
+        row]."""
         lengths = self.lengths
         n, nnz = len(lengths), int(self.splits[-1] - self.splits[0])
         indices = np.empty((nnz, 2), dtype=np.int64)
         indices[:, 0] = np.repeat(np.arange(n, dtype=np.int64), lengths)
-        np.subtract(np.arange(nnz, dtype=np.int64), np.repeat(self.splits[:-1] - self.splits[0], lengths),
-                    out=indices[:, 1])
+        np.subtract(
+            np.arange(nnz, dtype=np.int64),
+            np.repeat(self.splits[:-1] - self.splits[0], lengths),
+            out=indices[:, 1],
+        )
         width = int(lengths.max()) if n and nnz else 0
         return SparseValue(indices, self.flat(), np.array([n, width], dtype=np.int64))
 
     def dense(self, width: int, default: Any) -> np.ndarray:
         """[rows, width]: each row truncated to ``width`` values or padded with ``default``."""
         vals = self.flat()
-        out = np.full((len(self), width), default, dtype=vals.dtype if vals.dtype != object else object)
+        out = np.full(
+            (len(self), width), default, dtype=vals.dtype if vals.dtype != object else object
+        )
         lengths = np.minimum(self.lengths, width)
         rows = np.repeat(np.arange(len(self)), lengths)
         starts = np.repeat(self.splits[:-1], lengths)
@@ -91,5 +102,6 @@ def concat(parts: Sequence[Any]) -> Any:
 
 
 def finish(value: Any) -> Any:
-    """A batch column as the model gets it: Ragged rows become a :class:`SparseValue`; arrays stay."""
+    """A batch column as the model gets it: Ragged rows become a :class:`SparseValue`; arrays
+    stay."""
     return value.sparse() if isinstance(value, Ragged) else value

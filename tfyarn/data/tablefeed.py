@@ -1,16 +1,20 @@
-"""The feeder's epoch over Parquet / ORC files: the same threads, queues, plan and guarantees as TFRecords
-(:class:`tfyarn.data.feeder._Run`), with rows read by pyarrow instead of records framed and parsed.
+"""The feeder's epoch over Parquet / ORC files: the same threads, queues, plan and guarantees as
+TFRecords (:class:`tfyarn.data.feeder._Run`), with rows read by pyarrow instead of records framed
+and parsed.
 
-* The reader thread reads this worker's row ranges (only the features' columns, from the row group holding the
-  range's first row, :func:`table.read_rows`) in arrow batches of at most ``frame_records`` rows, and hands groups of
-  ``group`` rows to the parser: memory is bounded by ``prefetch`` like TFRecords, whatever the row group size
-  (Parquet is streamed inside a row group; an ORC stripe is read whole).
-* The parser thread turns a group into numpy columns (:func:`table.to_columns`) and cuts exact batches. A null in a
-  column without ``default`` fails naming the file, row group, row and column, or under ``on_corrupt: skip`` drops
-  the row, counts it, and the reader reads that many more rows (the start of the share again), so every worker
-  still yields exactly ``steps`` batches.
-* ``shuffle_buffer`` is not applied to tables: the plan's per-epoch order of row ranges is the shuffle.
+* The reader thread reads this worker's row ranges (only the features' columns, from the row group
+  holding the range's first row, :func:`table.read_rows`) in arrow batches of at most
+  ``frame_records`` rows, and hands groups of ``group`` rows to the parser: memory is bounded by
+  ``prefetch`` like TFRecords, whatever the row group size (Parquet is streamed inside a row group;
+  an ORC stripe is read whole).
+* The parser thread turns a group into numpy columns (:func:`table.to_columns`) and cuts exact
+  batches. A null in a column without ``default`` fails naming the file, row group, row and column,
+  or under ``on_corrupt: skip`` drops the row, counts it, and the reader reads that many more rows
+  (the start of the share again), so every worker still yields exactly ``steps`` batches.
+* ``shuffle_buffer`` is not applied to tables: the plan's per-epoch order of row ranges is the
+  shuffle.
 """
+
 from __future__ import annotations
 
 import time
@@ -23,7 +27,8 @@ from tfyarn.data.errors import DataError
 
 
 def table_parser(fields: tuple[Any, ...]) -> Callable[[list[Any]], dict[str, Any]]:
-    """Arrow batches → one dict of columns; a null without default raises :class:`parse.BatchParseError`."""
+    """Arrow batches → one dict of columns; a null without default raises
+    :class:`parse.BatchParseError`."""
 
     def parse(batches: list[Any]) -> dict[str, Any]:
         try:
@@ -38,8 +43,8 @@ def table_parser(fields: tuple[Any, ...]) -> Callable[[list[Any]], dict[str, Any
 
 
 def make_run_class(base: type, _advance: Callable) -> type:
-    """The table run as a subclass of the feeder's ``_Run`` and its ``_advance`` (passed in: feeder.py imports this
-    module, not the other way round)."""
+    """The table run as a subclass of the feeder's ``_Run`` and its ``_advance`` (passed in:
+    feeder.py imports this module, not the other way round)."""
 
     class TableRun(base):  # type: ignore[misc, valid-type]
         def _read(self) -> None:
@@ -50,7 +55,9 @@ def make_run_class(base: type, _advance: Callable) -> type:
             G = f.group
             columns = [fl.name for fl in f.fields]
             parts: list[Any] = []
-            meta: list[tuple[str, int, int, int]] = []      # (path, row group, first row, rows) per part
+            meta: list[
+                tuple[str, int, int, int]
+            ] = []  # (path, row group, first row, rows) per part
             state = {"emitted": 0, "held": 0}
 
             def remaining() -> int:
@@ -78,8 +85,16 @@ def make_run_class(base: type, _advance: Callable) -> type:
                 for rr in ranges:
                     fi = f.files[rr.path]
                     self.reader_state = f"reading {rr.path} rows {rr.start}..{rr.stop}"
-                    for g, first, batch in table.read_rows(rr.path, fi.format, fi.offsets, fi.records, rr.start,
-                                                           rr.stop, columns, f.frame_records):
+                    for g, first, batch in table.read_rows(
+                        rr.path,
+                        fi.format,
+                        fi.offsets,
+                        fi.records,
+                        rr.start,
+                        rr.stop,
+                        columns,
+                        f.frame_records,
+                    ):
                         self._check_stop()
                         self.records_read += batch.num_rows
                         good += batch.num_rows
@@ -96,34 +111,55 @@ def make_run_class(base: type, _advance: Callable) -> type:
                                 flush()
                 passes += 1
                 if good == 0:
-                    raise DataError(f"worker {f.rank}, epoch {self.epoch}: no readable row in this worker's share "
-                                    f"({len(share)} ranges, first {share[0].path if share else '-'})")
+                    raise DataError(
+                        f"worker {f.rank}, epoch {self.epoch}: no readable row in this worker's "
+                        "share "
+                        f"({len(share)} ranges, first {share[0].path if share else '-'})"
+                    )
                 if remaining() > 0:
-                    continue                     # rows were skipped: read the share again for more
+                    continue  # rows were skipped: read the share again for more
                 park()
 
-        def _salvage(self, parse: Callable, batches: list[Any], meta: list, msg: str) -> dict[str, Any]:
-            """A group has nulls: fail naming file, row group, row and column, or drop those rows (skip)."""
+        def _salvage(
+            self, parse: Callable, batches: list[Any], meta: list, msg: str
+        ) -> dict[str, Any]:
+            """A group has nulls: fail naming file, row group, row and column, or drop those rows
+            (skip)."""
             f = self.f
             kept, bad = [], []
             for batch, (path, g, first, _) in zip(batches, meta):
-                orig = np.arange(batch.num_rows)             # rows of the file's batch left after drops
+                orig = np.arange(batch.num_rows)  # rows of the file's batch left after drops
                 while True:
                     try:
                         table.to_columns(batch, f.fields)
                         break
                     except table.NullRows as exc:
                         row = int(orig[exc.rows[0]])
-                        err = DataError(f"{path}: row group {g}, row {first + row}: column {exc.column!r} is null "
-                                        f"and feature {exc.column!r} has no default ({len(exc.rows)} null rows in "
-                                        f"this batch)", path=path, record=first + row, feature=exc.column)
+                        err = DataError(
+                            f"{path}: row group {g}, row {first + row}: column {exc.column!r} is "
+                            "null "
+                            f"and feature {exc.column!r} has no default ({len(exc.rows)} null rows "
+                            "in "
+                            f"this batch)",
+                            path=path,
+                            record=first + row,
+                            feature=exc.column,
+                        )
                         if f.on_corrupt != "skip":
                             raise err from None
                         mask = np.ones(batch.num_rows, dtype=bool)
                         mask[exc.rows] = False
                         for r in orig[exc.rows].tolist():
-                            bad.append(DataError(f"{path}: row group {g}, row {first + r}: column {exc.column!r} "
-                                                 f"is null", path=path, record=first + r, feature=exc.column))
+                            bad.append(
+                                DataError(
+                                    f"{path}: row group {g}, row {first + r}: column "
+                                    f"{exc.column!r} "
+                                    f"is null",
+                                    path=path,
+                                    record=first + r,
+                                    feature=exc.column,
+                                )
+                            )
                         keep_idx = np.flatnonzero(mask)
                         batch, orig = batch.take(keep_idx), orig[keep_idx]
                 kept.append(batch)
@@ -134,8 +170,12 @@ def make_run_class(base: type, _advance: Callable) -> type:
             self.first_rejected = self.first_rejected or (bad[0] if bad else None)
             share_rows = sum(len(r) for r in self.plan.shares[f.rank])
             if self.rows_parsed == 0 and self.rows_rejected >= share_rows:
-                raise DataError(f"worker {f.rank}, epoch {self.epoch}: every row of this worker's share has a null "
-                                f"without default ({self.rows_rejected} skipped); the first: {self.first_rejected}")
+                raise DataError(
+                    f"worker {f.rank}, epoch {self.epoch}: every row of this worker's share has a "
+                    "null "
+                    f"without default ({self.rows_rejected} skipped); the first: "
+                    f"{self.first_rejected}"
+                )
             kept = [b for b in kept if b.num_rows]
             if not kept:
                 return {fl.name: fl.empty() for fl in f.fields}
