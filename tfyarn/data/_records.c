@@ -586,6 +586,32 @@ done:
 static PyObject *parse_dense(PyObject *self, PyObject *args) { return parse_impl(args, 0); }
 static PyObject *parse_mixed(PyObject *self, PyObject *args) { return parse_impl(args, 1); }
 
+/* sparse_indices(splits, out): a SparseTensor's indices of ragged rows, (row, position) for every value, into out
+   (int64 [splits[-1] - splits[0], 2]); splits: int64 row splits (non-decreasing). One pass, without the GIL. */
+static PyObject *sparse_indices(PyObject *self, PyObject *args) {
+    PyObject *sobj, *oobj;
+    Py_buffer sv, ov;
+    if (!PyArg_ParseTuple(args, "OO", &sobj, &oobj)) return NULL;
+    if (PyObject_GetBuffer(sobj, &sv, PyBUF_C_CONTIGUOUS) < 0) return NULL;
+    if (PyObject_GetBuffer(oobj, &ov, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) { PyBuffer_Release(&sv); return NULL; }
+    const int64_t *sp = sv.buf;
+    int64_t *out = ov.buf;
+    Py_ssize_t rows = sv.len / 8 - 1;
+    int ok = sv.len % 8 == 0 && rows >= 0 && ov.len == 16 * (rows >= 0 ? sp[rows] - sp[0] : 0);
+    for (Py_ssize_t i = 0; ok && i < rows; i++) ok = sp[i + 1] >= sp[i];
+    if (ok) {
+        Py_BEGIN_ALLOW_THREADS
+        int64_t k = 0;
+        for (Py_ssize_t i = 0; i < rows; i++)
+            for (int64_t j = 0; j < sp[i + 1] - sp[i]; j++, k++) { out[2 * k] = i; out[2 * k + 1] = j; }
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&sv);
+    PyBuffer_Release(&ov);
+    if (!ok) { PyErr_SetString(PyExc_ValueError, "splits must be non-decreasing int64, out [nnz, 2] int64"); return NULL; }
+    Py_RETURN_NONE;
+}
+
 /* ------------------------------------------------------------------------------------------------------ module */
 
 static PyMethodDef methods[] = {
@@ -597,6 +623,8 @@ static PyMethodDef methods[] = {
     {"crc32c", crc32c, METH_VARARGS, "crc32c(data, software=False) -> CRC32C (not masked)."},
     {"parse_dense", parse_dense, METH_VARARGS,
      "parse_dense(payloads, fields, outs) -> -1, or the first record index left to the general parser."},
+    {"sparse_indices", sparse_indices, METH_VARARGS,
+     "sparse_indices(splits, out) -> None: (row, position) of every value of ragged rows, into out."},
     {"parse_mixed", parse_mixed, METH_VARARGS,
      "parse_mixed(payloads, fields, outs, aux) -> (-1 or index, variable-length values): see parse_dense."},
     {NULL, NULL, 0, NULL}};

@@ -66,16 +66,22 @@ class Ragged:
 
     def sparse(self) -> SparseValue:
         """As TF's VarLenFeature: indices (row, position), values, dense_shape [rows, longest
-        row]."""
+        row]. The indices in one C pass when the extension is built (``_records.sparse_indices``)."""
+        from tfyarn.data import native
+
         lengths = self.lengths
         n, nnz = len(lengths), int(self.splits[-1] - self.splits[0])
         indices = np.empty((nnz, 2), dtype=np.int64)
-        indices[:, 0] = np.repeat(np.arange(n, dtype=np.int64), lengths)
-        np.subtract(
-            np.arange(nnz, dtype=np.int64),
-            np.repeat(self.splits[:-1] - self.splits[0], lengths),
-            out=indices[:, 1],
-        )
+        splits = np.ascontiguousarray(self.splits, dtype=np.int64)
+        if native.records is not None and hasattr(native.records, "sparse_indices"):
+            native.records.sparse_indices(splits, indices)
+        else:
+            indices[:, 0] = np.repeat(np.arange(n, dtype=np.int64), lengths)
+            np.subtract(
+                np.arange(nnz, dtype=np.int64),
+                np.repeat(splits[:-1] - splits[0], lengths),
+                out=indices[:, 1],
+            )
         width = int(lengths.max()) if n and nnz else 0
         return SparseValue(indices, self.flat(), np.array([n, width], dtype=np.int64))
 
