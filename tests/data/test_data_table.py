@@ -67,7 +67,7 @@ def test_skewed_tables_equal_steps_and_rows_equal_pyarrow(tmp_path, fmt):
         assert m.files[0].offsets[:3] == (0, 128, 256)                    # one entry per row group
     assert STATS.snapshot()["bytes_read"] - before <= m.total_bytes
     by_uid = {}
-    for path, t in tables.items():
+    for t in tables.values():
         for row in t.to_pylist():
             by_uid[row["uid"]] = row
     seen = []

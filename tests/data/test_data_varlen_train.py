@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "train"))
-from harness import LocalCluster  # noqa: E402
-from tfyarn.runtime.context import progress_key  # noqa: E402
-from tfyarn.spec import load_spec_dict  # noqa: E402
+from harness import LocalCluster
+from tfyarn.runtime.context import progress_key
+from tfyarn.spec import load_spec_dict
 
 pytestmark = pytest.mark.slow
 SKEWED = [1400, 500, 300]
