@@ -172,3 +172,22 @@ def test_corrupt_footer_or_truncated_file_names_the_file(tmp_path, damage):
     path.write_bytes(bytes(data))
     with pytest.raises(DataError, match=f"file://{path}: not a readable parquet file"):
         build_manifest(f"file://{path}", use_cache=False)
+
+
+def test_damaged_data_pages_fail_naming_the_file_and_row_group(tmp_path):
+    n = 4000
+    rng = np.random.default_rng(1)
+    path = tmp_path / "d.parquet"
+    pq.write_table(pa.table({"label": rng.random(n).astype(np.float32), "uid": rng.integers(0, 1 << 60, n),
+                             "hist": pa.array([[1, 2]] * n, pa.list_(pa.int64())), "cat": ["a"] * n}),
+                   path, row_group_size=1000, compression="snappy")
+    m = build_manifest(f"file://{path}", use_cache=False)             # the footer is intact: indexing works
+    meta = pq.read_metadata(path)
+    col = meta.row_group(2).column(1)                                 # row group 2's uid pages
+    data = bytearray(path.read_bytes())
+    start = col.data_page_offset
+    data[start + 20:start + 2000] = bytes(1980)
+    path.write_bytes(bytes(data))
+    with Feeder(m, {"uid": {"dtype": "int64"}}, 500, 0, 1) as f, pytest.raises(DataError) as e:
+        list(f.epoch(0))
+    assert str(e.value).startswith(f"file://{path}: row group 2: cannot read rows"), str(e.value)
