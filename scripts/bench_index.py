@@ -10,6 +10,11 @@ against a fresh index cache: cold, then cached. Each task writes its own account
 indexed, seconds from its process start to the manifest and to its first batch. The gateway's own reads (preflight
 counts the records of the smallest files) are reported apart.
 
+Part 0 (needs a cluster's HDFS; issue 28): ``--files`` small files on HDFS indexed cold by this process (8 threads,
+as one task does) into a fresh cache dir: the time against the time to read the same bytes (8 threads), the HDFS files
+the index cache created (segments + the whole manifest, not one per data file), then a second process's cached build
+(no data read). ``--parts 0`` runs it alone.
+
 Part 2 (no cluster): a manifest of ``--plan-files`` files (realistic per-file offsets) planned for ``--plan-workers``
 workers: plan time per epoch (CPU and wall), manifest JSON bytes per file, memory of the parsed manifest.
 
@@ -174,6 +179,54 @@ def part1(args, results: list) -> None:
         shutil.rmtree(code, ignore_errors=True)
 
 
+def part0(files: int) -> dict:
+    """Cold index vs reading the bytes, and files created, on the cluster's HDFS (this process, 8 threads)."""
+    import fsspec
+    from concurrent.futures import ThreadPoolExecutor
+    from tfyarn import hdfs
+    from tfyarn.backends.yarn.backend import YarnBackend
+    from tfyarn.data import segments
+    from tfyarn.data.manifest import STATS, build_manifest
+    from tfyarn.data.synth import write_synthetic
+    root = hdfs.join(YarnBackend().staging_dir, "bench-index0", f"r{time.time_ns() % 10**10}")
+    local = Path(tempfile.mkdtemp(prefix="bench-index0-"))
+    fs, path = fsspec.core.url_to_fs(root)
+    try:
+        write_synthetic(f"file://{local}", kind="recommender", files=files, records=files * 300, skew=8, seed=3,
+                        users=1000, items=1000)
+        fs.makedirs(f"{path}/data", exist_ok=True)
+        fs.put([str(p) for p in sorted(local.glob("*.tfrecord"))], f"{path}/data/")
+        urls = sorted(fs.unstrip_protocol(p) for p in fs.ls(f"{path}/data", detail=False))
+        total = sum(i["size"] for i in fs.ls(f"{path}/data", detail=True))
+
+        def read_all() -> float:
+            t = time.perf_counter()
+            with ThreadPoolExecutor(8) as ex:
+                got = sum(ex.map(lambda u: len(fsspec.open(u, "rb").open().read()), urls))
+            assert got == total
+            return time.perf_counter() - t
+        read_all()                                           # warm: connections, NameNode, page cache
+        t_read = statistics.median(read_all() for _ in range(3))
+        cases = {}
+        for run in ("cold", "cached"):
+            segments._STORES.clear()                         # as a new process would start
+            before = STATS.snapshot()
+            t = time.perf_counter()
+            m = build_manifest(f"{root}/data/*.tfrecord", cache_dir=f"{root}/cache", whole=(run == "cold"))
+            dt = time.perf_counter() - t
+            took = {k: v - before[k] for k, v in STATS.snapshot().items()}
+            cases[run] = {"seconds": round(dt, 2), **took}
+            assert m.total_records == files * 300
+        res = {"files": files, "bytes": total, "read_bytes_s": round(t_read, 3), "cold": cases["cold"],
+               "cached": cases["cached"], "cold_over_read": round(cases["cold"]["seconds"] / t_read, 2),
+               "segments": len(fs.ls(f"{path}/cache/segments", detail=False))}
+        print(json.dumps(res), flush=True)
+        return res
+    finally:
+        shutil.rmtree(local, ignore_errors=True)
+        fs.rm(path, recursive=True)
+
+
 def part2(files: int, workers: int) -> dict:
     """Planner and manifest at scale, from a synthetic manifest whose files look like real ones."""
     from tfyarn.data.manifest import DEFAULT_STRIDE, MAX_OFFSETS, FileInfo, Manifest
@@ -223,19 +276,23 @@ def main() -> None:
     ap.add_argument("--plan-files", type=int, default=100_000)
     ap.add_argument("--plan-workers", type=int, default=1000)
     ap.add_argument("--json", default=None, help="write every result here")
+    ap.add_argument("--parts", default="0,1,2", help="which parts to run (0 and 1 need a cluster)")
     args = ap.parse_args()
+    parts = set(args.parts.split(","))
     args.tasks = [int(x) for x in args.tasks.split(",")]
     args.backends = [b for b in args.backends.split(",") if b and b != "none"]
     load = os.getloadavg()
     results: list = []
     print(f"machine: {os.cpu_count()} cores, load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}", flush=True)
-    if args.backends:
-        if not os.environ.get("HADOOP_CONF_DIR"):
-            sys.exit("bench_index: part 1 needs a cluster (HADOOP_CONF_DIR); --backends none runs part 2 only")
+    if parts & {"0", "1"} and args.backends and not os.environ.get("HADOOP_CONF_DIR"):
+        sys.exit("bench_index: parts 0 and 1 need a cluster (HADOOP_CONF_DIR); --parts 2 runs part 2 only")
+    index0 = part0(args.files) if "0" in parts and args.backends else None
+    if "1" in parts and args.backends:
         part1(args, results)
-    scale = part2(args.plan_files, args.plan_workers)
+    scale = part2(args.plan_files, args.plan_workers) if "2" in parts else None
     if args.json:
-        Path(args.json).write_text(json.dumps({"load": load, "cases": results, "scale": scale}, indent=1))
+        Path(args.json).write_text(json.dumps({"load": load, "index0": index0, "cases": results, "scale": scale},
+                                              indent=1))
 
 
 if __name__ == "__main__":

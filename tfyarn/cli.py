@@ -423,8 +423,8 @@ def data() -> None:
               help="Index the spec's data.train (and data.eval) with its compression and on_corrupt, into the cache "
                    "its jobs read.")
 @_set_option
-@click.option("--compression", type=click.Choice(["auto", "none", "gzip"]), default=None,
-              help="[default: auto, or the spec's]")
+@click.option("--compression", type=click.Choice(["auto", "none", "gzip", "parquet", "orc"]), default=None,
+              help="[default: auto, or the spec's]; parquet/orc: tables without a .parquet/.orc extension")
 @click.option("--on-corrupt", type=click.Choice(["fail", "skip"]), default=None, help="[default: fail, or the spec's]")
 @click.option("--cache-dir", default=None, metavar="URL",
               help="Where indexes of read-only data go. Default: the spec's data.index_cache; else, for hdfs:// or "
@@ -443,7 +443,8 @@ def data_index(urls: tuple[str, ...], spec_path: str | None, overrides: tuple[st
         sections = [("data.train", list(spec.data.train))]
         if spec.data.eval:
             sections.append(("data.eval", list(spec.data.eval)))
-        compression = compression or spec.data.compression
+        fmt = spec.data.format                 # a table format goes where TFRecord's compression goes
+        compression = compression or (fmt if fmt in ("parquet", "orc") else spec.data.compression)
         on_corrupt = on_corrupt or spec.data.on_corrupt
         cache_dir = cache_dir or spec.data.index_cache
     if urls:

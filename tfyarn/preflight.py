@@ -105,6 +105,8 @@ def check_data_schema(spec: JobSpec, get_fs: GetFs = hdfs.get_fs, listed: list[_
         found: list[str] = []
         for hit in d.files[:SAMPLE_FILES]:
             name = d.fs.unstrip_protocol(hit)
+            if _table_problem(name, spec, fields, found):      # Parquet / ORC: columns from the footer
+                continue
             try:
                 with d.fs.open(hit, "rb") as f:
                     payload = first_record(f, name, spec.data.compression)
@@ -132,6 +134,26 @@ def check_data_schema(spec: JobSpec, get_fs: GetFs = hdfs.get_fs, listed: list[_
     return problems
 
 
+def _table_problem(name: str, spec: JobSpec, fields: tuple, found: list[str]) -> bool:
+    """For a Parquet / ORC file: its columns checked against the features from its footer (a problem appended to
+    ``found``); True when the file is a table (checked, or not checkable here: no pyarrow on this host)."""
+    from tfyarn.data import table
+    from tfyarn.data.errors import DataError
+    fmt = table.file_format(name, spec.data.format)
+    if fmt not in table.TABLE_FORMATS:
+        return False
+    try:
+        table.check_columns(name, table.index_table(name, 0, "", fmt)[2], fields)
+    except DataError as exc:
+        if "needs pyarrow" in str(exc):
+            log.debug("preflight: %s", exc)            # the tasks check it (they need pyarrow anyway)
+        else:
+            found.append(str(exc))
+    except Exception as exc:  # noqa: BLE001 - a filesystem error here is not this check's finding
+        log.debug("preflight: reading the footer of %s failed: %s", name, exc)
+    return True
+
+
 #: What counting ``data.train`` may cost (:func:`check_enough_records`): bytes of files whose index is not cached
 #: (read to index them, and the index cached for the tasks, which would read them anyway), and cached indexes read
 #: (one small read each). A data set with fewer records than one global batch is small; a large one reaches a
@@ -147,13 +169,15 @@ def check_enough_records(spec: JobSpec, listed: list[_Listed]) -> list[str]:
     tasks' to report, with file and offset), passes."""
     from tfyarn.data.errors import DataError
     from tfyarn.data.manifest import cached_or_indexed
+    from tfyarn.data.table import file_format
     train = [d for d in listed if d.section == "data.train"]
     if not train or any(d.error is not None or not d.files for d in train):
         return []                                         # check_data reports these
     files = _train_files(listed)
     need, data = spec.global_batch_size, spec.data
-    opts: dict[str, Any] = {"compression": data.compression, "on_corrupt": data.on_corrupt,
-                            "cache_dir": _index_cache(spec)}
+    from tfyarn.data.table import read_option
+    opts: dict[str, Any] = {"compression": read_option(data.compression, data.format),
+                            "on_corrupt": data.on_corrupt, "cache_dir": _index_cache(spec)}
     count, uncounted = 0, []
     try:
         for i, (url, (size, mtime)) in enumerate(sorted(files.items())):
@@ -168,9 +192,10 @@ def check_enough_records(spec: JobSpec, listed: list[_Listed]) -> list[str]:
                 return []
         budget = COUNT_BUDGET_BYTES
         for size, url, mtime in sorted(uncounted):
-            if size > budget:
+            cost = size if file_format(url, data.format) == "tfrecord" else min(size, 1 << 16)   # tables: footer
+            if cost > budget:
                 return []                                 # not cheap to know
-            budget -= size
+            budget -= cost
             indexed = cached_or_indexed(url, size, mtime, **opts)
             count += indexed.records if indexed is not None else 0
             if count >= need:

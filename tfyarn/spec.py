@@ -120,20 +120,48 @@ DType = Literal["float32", "float64", "int64", "int32", "string", "bytes"]
 
 
 class Feature(_Model):
-    """One fixed-length feature of a tf.train.Example."""
+    """One feature: fixed-length (``shape: [k, ...]``), or variable-length (``shape: [null]``: a tf.SparseTensor
+    [B, max length in the batch] as TF's VarLenFeature gives, or with ``pad_to: N`` a dense [B, N] tensor)."""
     dtype: DType
-    shape: tuple[StrictInt, ...] = ()
+    shape: tuple[Union[StrictInt, None], ...] = ()
+    pad_to: StrictInt | None = Field(None, gt=0, description="variable-length only: a dense [B, pad_to] tensor, "
+                                                              "longer lists truncated, shorter padded with default")
+    default: Union[StrictBool, StrictInt, float, str, None] = Field(
+        None, description="fills a fixed feature a record lacks (without it that is an error); the padding value "
+                          "of pad_to (default 0 / empty string)")
 
     @field_validator("shape")
     @classmethod
-    def _positive(cls, v: tuple[int, ...]) -> tuple[int, ...]:
-        if any(d <= 0 for d in v):
+    def _positive(cls, v: tuple[int | None, ...]) -> tuple[int | None, ...]:
+        if None in v and v != (None,):
+            raise ValueError(f"a variable-length feature has shape [null] (one dimension), got {list(v)}")
+        if any(d is not None and d <= 0 for d in v):
             raise ValueError(f"dimensions must be positive, got {list(v)}")
         return v
 
+    @model_validator(mode="after")
+    def _pad_to_varlen(self) -> "Feature":
+        if self.pad_to is not None and not self.varlen:
+            raise ValueError(f"pad_to is for variable-length features (shape: [null]); this one has shape "
+                             f"{list(self.shape)}")
+        if self.default is not None:
+            text = self.dtype in ("string", "bytes")
+            if text != isinstance(self.default, str) or isinstance(self.default, bool):
+                raise ValueError(f"default {self.default!r} does not fit dtype {self.dtype}")
+            if self.dtype in ("int64", "int32") and not isinstance(self.default, int):
+                raise ValueError(f"default {self.default!r} is not an integer (dtype {self.dtype})")
+        return self
+
+    @property
+    def varlen(self) -> bool:
+        return self.shape == (None,)
+
     @property
     def size(self) -> int:
-        return math.prod(self.shape)
+        """Values per record (a variable-length feature: ``pad_to``, else 0 = unknown)."""
+        if self.varlen:
+            return self.pad_to or 0
+        return math.prod(self.shape)  # type: ignore[arg-type]
 
 
 class Data(_Model):
@@ -148,6 +176,8 @@ class Data(_Model):
     prefetch: StrictInt = Field(4, gt=0, description="ready batches buffered per worker beyond one parse group "
                                                      "(~16k records): memory = (prefetch + group) x batch")
     compression: Literal["auto", "none", "gzip"] = "auto"
+    format: Literal["auto", "tfrecord", "parquet", "orc"] = Field(
+        "auto", description="auto: by file extension (.parquet/.pq, .orc, anything else TFRecord)")
     on_corrupt: Literal["fail", "skip"] = "fail"
     index_cache: str | None = Field(None, description="where file indexes are cached when the data's directory is "
                                                       "not writable, on a filesystem every task sees (default: "

@@ -282,15 +282,6 @@ static inline int read_tag(cursor *c, int *num, int *wt) {
     return 1;
 }
 
-typedef struct {
-    const char *key;
-    Py_ssize_t key_len;
-    int kind;
-    Py_ssize_t size;          /* values per record */
-    char *out;                /* row-major (records, size): float32 or int64 */
-    Py_ssize_t seen_in;       /* the record this feature was last found in */
-} field_spec;
-
 /* The layout accepted below is TensorFlow's, not protobuf's: TF's fast parser (example_proto_fast_parsing.cc)
    reads single-byte tags in a fixed layout and rejects much that protobuf allows (an unknown field inside Features,
    a third field in a map entry, a list split over several blocks...). Accepting any of that here would train on a
@@ -302,6 +293,83 @@ typedef struct {
 #define TAG_LEN3 0x1a      /* field 3, length-delimited: Feature.int64_list */
 #define TAG_I32_1 0x0d     /* field 1, fixed32: one unpacked float */
 #define TAG_VARINT1 0x08   /* field 1, varint: one unpacked int64 */
+
+typedef struct {
+    const char *key;
+    Py_ssize_t key_len;
+    int kind;
+    Py_ssize_t size;          /* values per record */
+    char *out;                /* row-major (records, size): float32 or int64 (NULL for a variable-length field) */
+    Py_ssize_t seen_in;       /* the record this feature was last found in */
+    int mode;                 /* MODE_*: what a record may hold for this field */
+    char *aux;                /* MODE_DEFAULT: uint8 present per record; MODE_VARLEN: int64 values per record */
+    char *vbuf;               /* MODE_VARLEN: every record's values, concatenated (float32 or int64) */
+    Py_ssize_t vlen, vcap;    /* bytes used / allocated in vbuf */
+} field_spec;
+
+/* MODE_FIXED: exactly size values in every record (else the record is handed back); MODE_DEFAULT: the same, or
+   absent (present[row] = 0: the caller writes the default); MODE_VARLEN: absent (0 values) or any number of values
+   of the field's kind, appended to vbuf, the count in lengths[row] */
+enum { MODE_FIXED = 0, MODE_DEFAULT = 1, MODE_VARLEN = 2 };
+
+/* room for extra more bytes in f->vbuf; 0 when out of memory (called without the GIL: raw allocator) */
+static int vreserve(field_spec *f, Py_ssize_t extra) {
+    if (f->vcap - f->vlen >= extra) return 1;
+    Py_ssize_t cap = f->vcap ? f->vcap : 4096;
+    while (cap - f->vlen < extra) cap *= 2;
+    char *grown = PyMem_RawRealloc(f->vbuf, cap);
+    if (!grown) return 0;
+    f->vbuf = grown;
+    f->vcap = cap;
+    return 1;
+}
+
+/* a variable-length list: one packed block, or unpacked values only (TF's two layouts), appended to vbuf */
+static int parse_varlen(cursor c, field_spec *f, Py_ssize_t row) {
+    int64_t count = 0;
+    if (c.p < c.end && *c.p == TAG_LEN1) {                  /* packed */
+        cursor v;
+        c.p++;
+        if (!read_len(&c, &v) || c.p != c.end) return 0;
+        Py_ssize_t nbytes = v.end - v.p;
+        if (f->kind == KIND_FLOAT) {
+            if (nbytes % 4 || !vreserve(f, nbytes)) return 0;
+            memcpy(f->vbuf + f->vlen, v.p, nbytes);
+            f->vlen += nbytes;
+            count = nbytes / 4;
+        } else {
+            if (!vreserve(f, 8 * nbytes)) return 0;         /* a varint takes at least one byte */
+            int64_t *dst = (int64_t *)(f->vbuf + f->vlen);
+            while (v.p < v.end) {
+                uint64_t x;
+                if (!read_varint(&v, &x)) return 0;
+                dst[count++] = (int64_t)x;
+            }
+            f->vlen += 8 * count;
+        }
+    } else if (f->kind == KIND_FLOAT) {                     /* unpacked: fixed32 field-1 values only */
+        while (c.p < c.end) {
+            if (*c.p != TAG_I32_1 || c.end - c.p < 5 || !vreserve(f, 4)) return 0;
+            memcpy(f->vbuf + f->vlen, c.p + 1, 4);
+            f->vlen += 4;
+            c.p += 5;
+            count++;
+        }
+    } else {                                                /* unpacked: varint field-1 values only */
+        while (c.p < c.end) {
+            uint64_t x;
+            if (*c.p != TAG_VARINT1 || !vreserve(f, 8)) return 0;
+            c.p++;
+            if (!read_varint(&c, &x)) return 0;
+            memcpy(f->vbuf + f->vlen, &x, 8);
+            f->vlen += 8;
+            count++;
+        }
+    }
+    ((int64_t *)f->aux)[row] = count;
+    return 1;
+}
+
 
 /* the values of one FloatList / Int64List into row: one packed block that ends the list, or unpacked values only,
    exactly f->size of them */
@@ -351,6 +419,8 @@ static int parse_feature(cursor c, field_spec *f, Py_ssize_t row) {
     if (c.p >= c.end || *c.p != (f->kind == KIND_FLOAT ? TAG_LEN2 : TAG_LEN3)) return 0;
     c.p++;
     if (!read_len(&c, &list) || c.p != c.end) return 0;
+    if (f->mode == MODE_VARLEN) return parse_varlen(list, f, row);
+    if (f->mode == MODE_DEFAULT) f->aux[row] = 1;
     return parse_list(list, f, row);
 }
 
@@ -393,51 +463,86 @@ static int parse_example(const uint8_t *p, Py_ssize_t len, field_spec *fields, P
             if (!read_tag(&c, &num, &wt) || num == 1 || !skip_value(&c, wt)) return 0;   /* (an overlong tag 1) */
         }
     }
-    for (Py_ssize_t i = 0; i < nf; i++)
-        if (fields[i].seen_in != row) return 0;             /* missing: TF names it */
+    for (Py_ssize_t i = 0; i < nf; i++) {
+        field_spec *f = &fields[i];
+        if (f->seen_in == row) continue;
+        if (f->mode == MODE_FIXED) return 0;                /* missing: TF names it */
+        if (f->mode == MODE_DEFAULT) f->aux[row] = 0;
+        else ((int64_t *)f->aux)[row] = 0;
+    }
     return 1;
 }
 
 /* parse_dense(payloads, fields, outs) -> -1 when every record was parsed into outs, else the index of the first
    record this parser does not accept (outs are then partly written; the caller parses the group another way).
    fields: tuple of (key bytes, kind 0 float32 / 1 int64, values per record); outs: matching writable buffers of
-   len(payloads) * size float32 / int64. The record loop runs without the GIL. */
-static PyObject *parse_dense(PyObject *self, PyObject *args) {
-    PyObject *plist, *specs, *outs;
-    if (!PyArg_ParseTuple(args, "O!O!O!", &PyList_Type, &plist, &PyTuple_Type, &specs, &PyTuple_Type, &outs))
+   len(payloads) * size float32 / int64. The record loop runs without the GIL.
+
+   parse_mixed(payloads, fields, outs, aux) -> (the same result, tuple of bytes): fields are (key, kind, size, mode)
+   (MODE_*); outs[i] is None for a variable-length field; aux[i] is None (MODE_FIXED), a uint8 buffer of one
+   "present" flag per record (MODE_DEFAULT) or an int64 buffer of values per record (MODE_VARLEN). The tuple holds
+   each variable-length field's values, concatenated (float32 / int64 bytes; None for the other fields). */
+static PyObject *parse_impl(PyObject *args, int mixed) {
+    PyObject *plist, *specs, *outs, *auxs = NULL;
+    if (mixed ? !PyArg_ParseTuple(args, "O!O!O!O!", &PyList_Type, &plist, &PyTuple_Type, &specs, &PyTuple_Type,
+                                  &outs, &PyTuple_Type, &auxs)
+              : !PyArg_ParseTuple(args, "O!O!O!", &PyList_Type, &plist, &PyTuple_Type, &specs, &PyTuple_Type, &outs))
         return NULL;
     /* a tuple of the payloads: it owns a reference to each, so the bytes stay alive (and in place) while the loop
        below reads them without the GIL, whatever another thread does to the list meanwhile */
     PyObject *items = PyList_AsTuple(plist);
     if (!items) return NULL;
     Py_ssize_t n = PyTuple_GET_SIZE(items), nf = PyTuple_GET_SIZE(specs);
-    if (PyTuple_GET_SIZE(outs) != nf) {
+    if (PyTuple_GET_SIZE(outs) != nf || (auxs && PyTuple_GET_SIZE(auxs) != nf)) {
         Py_DECREF(items);
         PyErr_SetString(PyExc_ValueError, "one output per field");
         return NULL;
     }
     field_spec *fields = PyMem_Calloc(nf ? nf : 1, sizeof(field_spec));
-    Py_buffer *views = PyMem_Calloc(nf ? nf : 1, sizeof(Py_buffer));
+    Py_buffer *views = PyMem_Calloc(nf ? 2 * nf : 1, sizeof(Py_buffer));   /* outs, then auxs */
+    char *held = PyMem_Calloc(nf ? 2 * nf : 1, 1);                          /* which views to release */
     const uint8_t **ptrs = PyMem_Malloc((n ? n : 1) * sizeof(uint8_t *));
     Py_ssize_t *lens = PyMem_Malloc((n ? n : 1) * sizeof(Py_ssize_t));
-    Py_ssize_t got = 0, result = -1;
-    if (!fields || !views || !ptrs || !lens) { PyErr_NoMemory(); goto done; }
-    for (Py_ssize_t i = 0; i < nf; i++, got++) {
+    Py_ssize_t result = -1;
+    int oom = 0;
+    PyObject *values = NULL;
+    if (!fields || !views || !held || !ptrs || !lens) { PyErr_NoMemory(); goto done; }
+    for (Py_ssize_t i = 0; i < nf; i++) {
         PyObject *key;
-        int kind;
+        int kind, mode = MODE_FIXED;
         Py_ssize_t size;
-        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(specs, i), "Sin", &key, &kind, &size)) goto done;
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(specs, i), mixed ? "Sini" : "Sin", &key, &kind, &size, &mode))
+            goto done;
         if (kind != KIND_FLOAT && kind != KIND_INT64) { PyErr_SetString(PyExc_ValueError, "kind is 0 or 1"); goto done; }
-        if (PyObject_GetBuffer(PyTuple_GET_ITEM(outs, i), &views[i], PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
-            goto done;
-        Py_ssize_t width = kind == KIND_FLOAT ? 4 : 8, have = views[i].len;
-        if (size < 0 || size > PY_SSIZE_T_MAX / width / (n ? n : 1) || have != n * size * width) {
-            PyBuffer_Release(&views[i]);
-            PyErr_Format(PyExc_ValueError, "output %zd: %zd bytes for %zd records of %zd values", i, have, n, size);
-            goto done;
+        if (mode < MODE_FIXED || mode > MODE_VARLEN) { PyErr_SetString(PyExc_ValueError, "mode is 0..2"); goto done; }
+        Py_ssize_t width = kind == KIND_FLOAT ? 4 : 8;
+        char *out = NULL, *aux = NULL;
+        if (mode != MODE_VARLEN) {
+            if (PyObject_GetBuffer(PyTuple_GET_ITEM(outs, i), &views[i], PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
+                goto done;
+            held[i] = 1;
+            Py_ssize_t have = views[i].len;
+            if (size < 0 || size > PY_SSIZE_T_MAX / width / (n ? n : 1) || have != n * size * width) {
+                PyErr_Format(PyExc_ValueError, "output %zd: %zd bytes for %zd records of %zd values", i, have, n,
+                             size);
+                goto done;
+            }
+            out = views[i].buf;
+        }
+        if (mode != MODE_FIXED) {
+            Py_buffer *av = &views[nf + i];
+            if (PyObject_GetBuffer(PyTuple_GET_ITEM(auxs, i), av, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
+                goto done;
+            held[nf + i] = 1;
+            if (av->len != n * (mode == MODE_VARLEN ? 8 : 1)) {
+                PyErr_Format(PyExc_ValueError, "aux %zd: %zd bytes for %zd records", i, av->len, n);
+                goto done;
+            }
+            aux = av->buf;
         }
         /* key: borrowed from specs, which the caller holds for the whole call */
-        fields[i] = (field_spec){PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key), kind, size, views[i].buf, -1};
+        fields[i] = (field_spec){PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key), kind, size, out, -1, mode, aux,
+                                 NULL, 0, 0};
     }
     for (Py_ssize_t r = 0; r < n; r++) {
         PyObject *item = PyTuple_GET_ITEM(items, r);
@@ -450,15 +555,61 @@ static PyObject *parse_dense(PyObject *self, PyObject *args) {
         if (!parse_example(ptrs[r], lens[r], fields, nf, r)) { result = r; break; }
     }
     Py_END_ALLOW_THREADS
+    if (mixed) {
+        values = PyTuple_New(nf);
+        for (Py_ssize_t i = 0; values && i < nf; i++) {
+            PyObject *v = fields[i].mode != MODE_VARLEN ? Py_NewRef(Py_None)
+                          : PyBytes_FromStringAndSize(fields[i].vbuf ? fields[i].vbuf : "", fields[i].vlen);
+            if (!v) { oom = 1; break; }
+            PyTuple_SET_ITEM(values, i, v);
+        }
+        if (!values) oom = 1;
+    }
 done:
-    for (Py_ssize_t i = 0; i < got; i++) PyBuffer_Release(&views[i]);
+    for (Py_ssize_t i = 0; fields && i < nf; i++) PyMem_RawFree(fields[i].vbuf);
+    for (Py_ssize_t i = 0; held && i < 2 * nf; i++)
+        if (held[i]) PyBuffer_Release(&views[i]);
     PyMem_Free(fields);
     PyMem_Free(views);
+    PyMem_Free(held);
     PyMem_Free(ptrs);
     PyMem_Free(lens);
     Py_DECREF(items);
-    if (PyErr_Occurred()) return NULL;
-    return PyLong_FromSsize_t(result);
+    if (PyErr_Occurred() || oom) {
+        Py_XDECREF(values);
+        return PyErr_Occurred() ? NULL : PyErr_NoMemory();
+    }
+    if (!mixed) return PyLong_FromSsize_t(result);
+    return Py_BuildValue("(nN)", result, values);
+}
+
+static PyObject *parse_dense(PyObject *self, PyObject *args) { return parse_impl(args, 0); }
+static PyObject *parse_mixed(PyObject *self, PyObject *args) { return parse_impl(args, 1); }
+
+/* sparse_indices(splits, out): a SparseTensor's indices of ragged rows, (row, position) for every value, into out
+   (int64 [splits[-1] - splits[0], 2]); splits: int64 row splits (non-decreasing). One pass, without the GIL. */
+static PyObject *sparse_indices(PyObject *self, PyObject *args) {
+    PyObject *sobj, *oobj;
+    Py_buffer sv, ov;
+    if (!PyArg_ParseTuple(args, "OO", &sobj, &oobj)) return NULL;
+    if (PyObject_GetBuffer(sobj, &sv, PyBUF_C_CONTIGUOUS) < 0) return NULL;
+    if (PyObject_GetBuffer(oobj, &ov, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) { PyBuffer_Release(&sv); return NULL; }
+    const int64_t *sp = sv.buf;
+    int64_t *out = ov.buf;
+    Py_ssize_t rows = sv.len / 8 - 1;
+    int ok = sv.len % 8 == 0 && rows >= 0 && ov.len == 16 * (rows >= 0 ? sp[rows] - sp[0] : 0);
+    for (Py_ssize_t i = 0; ok && i < rows; i++) ok = sp[i + 1] >= sp[i];
+    if (ok) {
+        Py_BEGIN_ALLOW_THREADS
+        int64_t k = 0;
+        for (Py_ssize_t i = 0; i < rows; i++)
+            for (int64_t j = 0; j < sp[i + 1] - sp[i]; j++, k++) { out[2 * k] = i; out[2 * k + 1] = j; }
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&sv);
+    PyBuffer_Release(&ov);
+    if (!ok) { PyErr_SetString(PyExc_ValueError, "splits must be non-decreasing int64, out [nnz, 2] int64"); return NULL; }
+    Py_RETURN_NONE;
 }
 
 /* ------------------------------------------------------------------------------------------------------ module */
@@ -472,6 +623,10 @@ static PyMethodDef methods[] = {
     {"crc32c", crc32c, METH_VARARGS, "crc32c(data, software=False) -> CRC32C (not masked)."},
     {"parse_dense", parse_dense, METH_VARARGS,
      "parse_dense(payloads, fields, outs) -> -1, or the first record index left to the general parser."},
+    {"sparse_indices", sparse_indices, METH_VARARGS,
+     "sparse_indices(splits, out) -> None: (row, position) of every value of ragged rows, into out."},
+    {"parse_mixed", parse_mixed, METH_VARARGS,
+     "parse_mixed(payloads, fields, outs, aux) -> (-1 or index, variable-length values): see parse_dense."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_records",

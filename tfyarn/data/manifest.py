@@ -6,7 +6,9 @@ Offsets are thinned beyond :data:`MAX_OFFSETS` (~20 KB of manifest per file at m
 positions in the decompressed stream, which cannot seek: a range starting inside a .gz file decompresses everything
 before it.
 
-Why cached: counting records reads every byte once. The index is written beside each data file
+Why cached: counting records reads every byte once. Data on a shared filesystem (HDFS, viewfs, object stores) has
+its indexes cached as a few segment files per run in the cache dir (:mod:`segments`: one file per data file was
+HDFS's small-files problem); local and ``memory://`` data has its index beside each data file
 (``.<name>.tfyidx.json``, hidden from listings), else, where the data is read-only, in the cache dir (on YARN
 ``data.index_cache`` on the cluster's filesystem, locally :func:`tfyarn.paths.index_cache_dir`), keyed by path + size +
 mtime + stride + compression: a rewritten file is re-indexed, never mis-split. The whole manifest is cached there too
@@ -30,7 +32,7 @@ from typing import Any, Iterable
 import fsspec
 import numpy as np
 
-from tfyarn.data import tfrecord
+from tfyarn.data import segments, table, tfrecord
 from tfyarn.data.errors import DataError, NoDataError
 from tfyarn.errors import WaitTimeout
 from tfyarn import paths
@@ -50,7 +52,7 @@ class IndexStats:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._counts = dict.fromkeys(("bytes_read", "files_indexed", "cache_hits"), 0)
+        self._counts = dict.fromkeys(("bytes_read", "files_indexed", "cache_hits", "files_created"), 0)
 
     def add(self, **counts: int) -> None:
         with self._lock:
@@ -78,6 +80,10 @@ class FileInfo:
     offsets: tuple[int, ...]
     data_bytes: int = 0          # decompressed TFRecord bytes (== size unless gz)
     holes: tuple[tuple[int, int], ...] = ()   # damaged byte ranges skipped (on_corrupt="skip"): (start, resume)
+    #: "tfrecord", or a table ("parquet", "orc": ``records`` are rows, ``offsets`` the first row of each row group
+    #: or stripe, ``columns`` the (name, arrow type) pairs of its schema; see :mod:`tfyarn.data.table`)
+    format: str = "tfrecord"
+    columns: tuple[tuple[str, str], ...] = ()
 
     def boundary(self, record: int) -> tuple[int, int]:
         """(byte offset, record index) of the closest indexed record boundary at or before ``record``."""
@@ -120,8 +126,9 @@ class Manifest:
 
 def fileinfo(doc: dict[str, Any]) -> FileInfo:
     """A :class:`FileInfo` from its JSON form (``asdict``)."""
-    return FileInfo(**{**doc, "offsets": tuple(doc["offsets"]),
-                       "holes": tuple(tuple(h) for h in doc.get("holes", ()))})  # type: ignore[arg-type]
+    return FileInfo(**{**doc, "offsets": tuple(doc["offsets"]),                        # type: ignore[arg-type]
+                       "holes": tuple(tuple(h) for h in doc.get("holes", ())),
+                       "columns": tuple(tuple(c) for c in doc.get("columns", ()))})
 
 
 def report_warnings(warnings: Iterable[str], loud: bool) -> None:
@@ -222,7 +229,7 @@ def _beside(url: str) -> str:
 
 def cache_entry(url: str, size: int, mtime: str, stride: int, compression: str, cache_dir: str | None) -> str:
     """Where the cache dir keeps ``url``'s index: one flat name per (path, size, mtime, stride, compression)."""
-    key = hashlib.sha1(f"{url}|{size}|{mtime}|{stride}|{compression}".encode()).hexdigest()
+    key = _cache_key(url, size, mtime, stride, compression)
     return f"{(cache_dir or paths.index_cache_dir()).rstrip('/')}/{key}.json"
 
 
@@ -246,6 +253,7 @@ def write_text(url: str, text: str) -> None:
         with fs.open(tmp, "wt") as f:
             f.write(text)
         replace(fs, tmp, path)
+        STATS.add(files_created=1)
     except BaseException:
         try:
             fs.rm(tmp)
@@ -254,14 +262,28 @@ def write_text(url: str, text: str) -> None:
         raise
 
 
+def _segments(cache_dir: str | None) -> segments.SegmentStore:
+    return segments.store_for(cache_dir or paths.index_cache_dir(), write_text, read_text)
+
+
+def _cache_key(url: str, size: int, mtime: str, stride: int, compression: str) -> str:
+    return hashlib.sha1(f"{url}|{size}|{mtime}|{stride}|{compression}".encode()).hexdigest()
+
+
 def _load_cached(url: str, size: int, mtime: str, stride: int, compression: str,
                  cache_dir: str | None, on_corrupt: str = "fail") -> FileInfo | None:
-    for loc in (_beside(url), cache_entry(url, size, mtime, stride, compression, cache_dir)):
-        text = read_text(loc)
-        try:
-            doc = json.loads(text) if text else None
-        except ValueError:
-            doc = None
+    if segments.segmented(url):
+        docs = [_segments(cache_dir).get(_cache_key(url, size, mtime, stride, compression))]
+    else:
+        docs = []
+        for loc in (_beside(url), cache_entry(url, size, mtime, stride, compression, cache_dir)):
+            text = read_text(loc)
+            try:
+                docs.append(json.loads(text) if text else None)
+            except ValueError:
+                docs.append(None)
+    for doc in docs:
+        doc = dict(doc) if isinstance(doc, dict) else None
         if (isinstance(doc, dict) and doc.get("version") == INDEX_VERSION and doc.get("path") == url
                 and doc.get("size") == size and doc.get("mtime") == mtime and doc.get("asked_stride") == stride
                 and doc.get("compression") == compression):
@@ -280,8 +302,11 @@ _UNWRITABLE: set[str] = set()
 
 
 def _store(info: FileInfo, compression: str, cache_dir: str | None, stride: int) -> None:
-    text = json.dumps({"version": INDEX_VERSION, "compression": compression, "asked_stride": stride,
-                       **asdict(info)})
+    doc = {"version": INDEX_VERSION, "compression": compression, "asked_stride": stride, **asdict(info)}
+    if segments.segmented(info.path):      # a shared filesystem: into this run's segment (few files per run)
+        _segments(cache_dir).add(_cache_key(info.path, info.size, info.mtime, stride, compression), doc)
+        return
+    text = json.dumps(doc)
     beside = _beside(info.path)
     folder = beside.rsplit("/", 1)[0]
     if folder not in _UNWRITABLE:
@@ -308,7 +333,15 @@ def index_file(url: str, size: int, mtime: str, compression: str = "auto", strid
 
     ``on_corrupt="skip"``: damaged framing becomes a *hole*, the bytes from the damage to the next valid record
     (:func:`tfrecord.find_resync`) or to the end of the file. Otherwise damage raises with the file, offset and record.
+
+    A Parquet / ORC file (by extension, or ``compression`` = ``parquet`` / ``orc`` from ``data.format``,
+    :func:`table.read_option`) is indexed from its footer alone (:func:`table.index_table`).
     """
+    fmt = table.file_format(url, compression if compression in table.TABLE_FORMATS else "auto")
+    if fmt in table.TABLE_FORMATS:
+        rows, starts, columns, nbytes = table.index_table(url, size, mtime, fmt)
+        STATS.add(bytes_read=nbytes)
+        return FileInfo(url, size, mtime, rows, False, 0, starts, size, (), fmt, columns)
     with fsspec.open(url, "rb") as raw:
         head = raw.read(tfrecord.HEADER)
     STATS.add(bytes_read=len(head))
@@ -493,7 +526,24 @@ def index_files(listing: Listing, which: Iterable[int], compression: str = "auto
     ids = list(which)
     if not ids:
         return {}
+    shared = [_segments(cache_dir)] if use_cache and any(
+        segments.segmented(listing.files[i][0]) for i in ids) else []
+    for store in shared:                                # new indexes: one segment at the end (not one file each)
+        store.refresh()
+        with store.lock:
+            store.batches += 1
+    try:
+        return _index_files(listing, ids, compression, cache_dir, stride, parallel, use_cache, on_corrupt, timeout,
+                            read)
+    finally:
+        for store in shared:
+            with store.lock:
+                store.batches -= 1
+            store.flush()
 
+
+def _index_files(listing: Listing, ids: list[int], compression: str, cache_dir: str | None, stride: int,
+                 parallel: int, use_cache: bool, on_corrupt: str, timeout: float, read: bool) -> dict[int, FileInfo]:
     def one(i: int) -> FileInfo | None:
         url, size, mtime = listing.files[i]
         return cached_or_indexed(url, size, mtime, compression, cache_dir, stride=stride, use_cache=use_cache,

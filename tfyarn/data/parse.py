@@ -1,4 +1,6 @@
-"""Serialized ``tf.train.Example`` batches → dict of numpy arrays, per the spec's fixed-length feature schema.
+"""Serialized ``tf.train.Example`` batches → dict of numpy arrays, per the spec's feature schema: fixed-length
+features (a ``default`` fills one a record lacks) and variable-length ones (``shape: [null]``: :class:`Ragged` rows,
+as TF's ``VarLenFeature``; with ``pad_to`` a dense [n, pad_to] array).
 
 The C parser of :mod:`native` (numeric features) hands any group it does not take to one TF ``ParseExampleV2`` call
 (TF imported lazily in the feeder's parser thread: gateways have no TF); both release the GIL. When a batch fails, a
@@ -13,6 +15,8 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from tfyarn.data.ragged import Ragged
+
 log = logging.getLogger(__name__)
 
 #: spec dtype → (Example list kind, numpy dtype of the result)
@@ -25,29 +29,59 @@ _KINDS = {"float32": ("float_list", np.float32), "float64": ("float_list", np.fl
 class Field:
     name: str
     dtype: str
-    shape: tuple[int, ...]
+    shape: tuple[int, ...]          # () for a variable-length feature
+    varlen: bool = False
+    pad_to: int | None = None
+    default: Any = None             # fixed: fills a missing feature (None: required); varlen: pad_to's padding
 
     @property
     def size(self) -> int:
-        return math.prod(self.shape)
+        return 0 if self.varlen else math.prod(self.shape)
 
     @property
     def kind(self) -> str:
         return _KINDS[self.dtype][0]
 
+    @property
+    def np_dtype(self) -> Any:
+        return _KINDS[self.dtype][1]
+
+    @property
+    def pad_value(self) -> Any:
+        if self.default is not None:
+            return self.default
+        return "" if self.dtype == "string" else b"" if self.dtype == "bytes" else 0
+
+    def empty(self) -> Any:
+        """No rows of this field, in the form the parsers give."""
+        if self.varlen and self.pad_to is None:
+            return Ragged.from_lengths(np.empty(0, dtype=self.np_dtype), np.empty(0, dtype=np.int64))
+        shape = (self.pad_to,) if self.varlen else self.shape
+        return np.empty((0,) + tuple(shape), dtype=self.np_dtype)
+
 
 def schema(features: Mapping[str, Any]) -> tuple[Field, ...]:
-    """Accept spec ``Feature`` models or ``{"dtype":..., "shape":...}`` dicts."""
+    """Accept spec ``Feature`` models or ``{"dtype":..., "shape":..., "pad_to":..., "default":...}`` dicts."""
     out = []
     for name, f in features.items():
-        if isinstance(f, Mapping):
-            dtype, shape = f["dtype"], f.get("shape", ())
-        else:
-            dtype, shape = f.dtype, f.shape
+        get = f.get if isinstance(f, Mapping) else (lambda k, d=None, f=f: getattr(f, k, d))
+        dtype, shape = get("dtype"), tuple(get("shape", ()) or ())
         if dtype not in _KINDS:
             raise ValueError(f"feature {name!r}: unsupported dtype {dtype!r} (one of {', '.join(_KINDS)})")
-        out.append(Field(name, dtype, tuple(int(d) for d in shape)))
+        varlen = shape == (None,)
+        pad_to, default = get("pad_to"), get("default")
+        if pad_to is not None and not varlen:
+            raise ValueError(f"feature {name!r}: pad_to is for variable-length features (shape [null])")
+        out.append(Field(name, dtype, () if varlen else tuple(int(d) for d in shape), varlen, pad_to, default))
     return tuple(out)
+
+
+def finalize(fields: tuple[Field, ...], out: dict[str, Any]) -> dict[str, Any]:
+    """Every parser's last step: ``pad_to`` fields from rows to a dense [n, pad_to] array."""
+    for f in fields:
+        if f.varlen and f.pad_to is not None and isinstance(out.get(f.name), Ragged):
+            out[f.name] = out[f.name].dense(f.pad_to, f.pad_value)
+    return out
 
 
 # ------------------------------------------------------------------------------------------- pure-Python diagnostics
@@ -147,11 +181,14 @@ def diagnose(payload: bytes, fields: tuple[Field, ...]) -> tuple[str | None, str
         return None, f"not a serialized tf.train.Example ({exc})"
     for f in fields:
         if f.name not in feats:
+            if f.varlen or f.default is not None:
+                continue
             return f.name, f"feature {f.name!r} is missing"
         kind, values = feats[f.name]
         if kind != f.kind and kind != "empty":
-            return f.name, f"feature {f.name!r} has the wrong dtype: {kind}, expected {f.kind} (dtype {f.dtype})"
-        if len(values) != f.size:
+            what = "variable-length feature" if f.varlen else "feature"
+            return f.name, f"{what} {f.name!r} has the wrong dtype: {kind}, expected {f.kind} (dtype {f.dtype})"
+        if not f.varlen and len(values) != f.size:
             return f.name, (f"feature {f.name!r} has the wrong shape: {len(values)} values, expected {f.size} "
                             f"(shape {f.shape})")
     return None
@@ -163,72 +200,84 @@ class BatchParseError(Exception):
     """A batch did not parse; the feeder then diagnoses record by record."""
 
 
-def tf_parser(fields: tuple[Field, ...]) -> Callable[[list[bytes]], dict[str, np.ndarray]]:
+def tf_parser(fields: tuple[Field, ...]) -> Callable[[list[bytes]], dict[str, Any]]:
     """A function parsing a list of serialized Examples with one TF parse op per call (imports TF).
 
     Calls ``tf.raw_ops.ParseExampleV2`` with arguments built once: ``tf.io.parse_example``'s Python wrapper rebuilds
     them on every call (measured, interleaved A/B over 6 epochs of 800k records: whole-feeder CPU 1.11 vs 1.27 us per
-    record, median; 963k vs 837k records/s).
+    record, median; 963k vs 837k records/s). Variable-length features are its ragged outputs (values + row splits:
+    the same values and rows as a VarLenFeature's SparseTensor, cheaper to cut into batches).
     """
     import tensorflow as tf  # lazily: only feeder threads on training hosts get here
 
     tf_types = {"float_list": tf.float32, "int64_list": tf.int64, "bytes_list": tf.string}
-    ordered = sorted(fields, key=lambda f: f.name)
-    names = [f.name for f in ordered]
-    args = dict(names=[], sparse_keys=[], dense_keys=names, ragged_keys=[],
-                dense_defaults=[tf.zeros([0], tf_types[f.kind]) for f in ordered],   # empty default = required
-                num_sparse=0, sparse_types=[], ragged_value_types=[], ragged_split_types=[],
-                dense_shapes=[list(f.shape) for f in ordered])
-    np_types = {f.name: _KINDS[f.dtype][1] for f in fields}
-    decode = {f.name for f in fields if f.dtype == "string"}
+    dense = sorted((f for f in fields if not f.varlen), key=lambda f: f.name)
+    ragged = sorted((f for f in fields if f.varlen), key=lambda f: f.name)
 
-    def parse(payloads: list[bytes]) -> dict[str, np.ndarray]:
+    def default(f: Field) -> Any:
+        if f.default is None:
+            return tf.zeros([0], tf_types[f.kind])              # empty default = required
+        return tf.fill(list(f.shape), tf.constant(f.default, tf_types[f.kind]))
+
+    args = dict(names=[], sparse_keys=[], dense_keys=[f.name for f in dense], ragged_keys=[f.name for f in ragged],
+                dense_defaults=[default(f) for f in dense],
+                num_sparse=0, sparse_types=[], ragged_value_types=[tf_types[f.kind] for f in ragged],
+                ragged_split_types=[tf.int64] * len(ragged), dense_shapes=[list(f.shape) for f in dense])
+
+    def to_np(f: Field, t: Any) -> np.ndarray:
+        a = t.numpy()
+        if f.dtype == "string":
+            return np.vectorize(lambda b: b.decode("utf-8"), otypes=[object])(a) if a.size else a.astype(object)
+        return a if a.dtype == f.np_dtype else a.astype(f.np_dtype)
+
+    def parse(payloads: list[bytes]) -> dict[str, Any]:
         try:
-            dense = tf.raw_ops.ParseExampleV2(serialized=tf.constant(payloads, dtype=tf.string), **args)[3]
+            res = tf.raw_ops.ParseExampleV2(serialized=tf.constant(payloads, dtype=tf.string), **args)
         except (tf.errors.InvalidArgumentError, ValueError) as exc:
             raise BatchParseError(str(exc).splitlines()[0] if str(exc) else repr(exc)) from None
-        res = {}
-        for name, t in zip(names, dense):
-            a = t.numpy()
-            if name in decode:
-                a = np.vectorize(lambda b: b.decode("utf-8"), otypes=[object])(a) if a.size else a.astype(object)
-            elif a.dtype != np_types[name]:
-                a = a.astype(np_types[name])
-            res[name] = a
-        return res
+        out: dict[str, Any] = {f.name: to_np(f, t) for f, t in zip(dense, res[3])}
+        for f, values, splits in zip(ragged, res[4], res[5]):
+            out[f.name] = Ragged(to_np(f, values), splits.numpy())
+        return finalize(fields, out)
 
     return parse
 
 
-def python_parser(fields: tuple[Field, ...]) -> Callable[[list[bytes]], dict[str, np.ndarray]]:
+def python_parser(fields: tuple[Field, ...]) -> Callable[[list[bytes]], dict[str, Any]]:
     """A TF-free parser (pure Python, ~100x slower than TF): for hosts without TensorFlow and for fast tests. Like
     the TF parser, it raises :class:`BatchParseError` for a record that does not fit the schema (the feeder then
     diagnoses record by record)."""
-    np_types = {f.name: _KINDS[f.dtype][1] for f in fields}
 
-    def parse(payloads: list[bytes]) -> dict[str, np.ndarray]:
+    def parse(payloads: list[bytes]) -> dict[str, Any]:
         cols: dict[str, list[Any]] = {f.name: [] for f in fields}
         for p in payloads:
             if diagnose(p, fields) is not None:
                 raise BatchParseError("a record does not match the schema")
             feats = decode_example(p)
             for f in fields:
-                vals = feats[f.name][1]
-                if f.dtype == "string":
-                    vals = [v.decode("utf-8") for v in vals]
+                if f.name in feats:
+                    vals = feats[f.name][1]
+                    if f.dtype == "string":
+                        vals = [v.decode("utf-8") for v in vals]
+                else:
+                    vals = [] if f.varlen else [f.default] * f.size
                 cols[f.name].append(vals)
-        out = {}
+        out: dict[str, Any] = {}
         for f in fields:
-            if np_types[f.name] is object:
+            wide = np.int64 if f.np_dtype in (np.int32, np.int64) else np.float32
+            if f.varlen:
+                # int64 first, then cast: an int32 feature wraps exactly as on the TF path, instead of raising.
+                r = Ragged.from_rows(cols[f.name], object if f.np_dtype is object else wide)
+                out[f.name] = Ragged(r.values.astype(f.np_dtype), r.splits)
+            elif f.np_dtype is object:
                 a = np.empty((len(payloads), f.size), dtype=object)
                 for i, v in enumerate(cols[f.name]):
                     a[i, :] = v
+                out[f.name] = a.reshape((len(payloads),) + f.shape)
             else:
-                # int64 first, then cast: an int32 feature wraps exactly as on the TF path, instead of raising.
-                wide = np.int64 if np_types[f.name] in (np.int32, np.int64) else np.float32
-                a = np.asarray(cols[f.name], dtype=wide).astype(np_types[f.name]).reshape(len(payloads), f.size)
-            out[f.name] = a.reshape((len(payloads),) + f.shape)
-        return out
+                a = np.asarray(cols[f.name], dtype=wide).astype(f.np_dtype).reshape(len(payloads), f.size)
+                out[f.name] = a.reshape((len(payloads),) + f.shape)
+        return finalize(fields, out)
 
     return parse
 
@@ -239,41 +288,59 @@ NATIVE_GIVE_UP = 3
 _NUMERIC_KIND = {"float32": 0, "float64": 0, "int64": 1, "int32": 1}     # _records.c: 0 float_list, 1 int64_list
 
 
-def native_parser(fields: tuple[Field, ...], fallback: Callable[[list[bytes]], dict[str, np.ndarray]]
-                  ) -> Callable[[list[bytes]], dict[str, np.ndarray]]:
-    """The C Example parser (``_records.parse_dense``), with ``fallback`` parsing any group it does not accept.
+def native_parser(fields: tuple[Field, ...], fallback: Callable[[list[bytes]], dict[str, Any]]
+                  ) -> Callable[[list[bytes]], dict[str, Any]]:
+    """The C Example parser (``_records.parse_dense``, or ``parse_mixed`` when a feature is variable-length or has a
+    default), with ``fallback`` parsing any group it does not accept.
 
     Why: TF's ParseExampleV2 costs ~0.4 us of CPU per record spread over TF's intra-op pool, taking the step's cores
     on a small host; the C loop costs a tenth of that, on the parser thread alone, without the GIL. It accepts only
-    records in TF's own layout without ambiguity (every schema feature once, of its kind and size); for any other
+    records in TF's own layout without ambiguity (every required feature once, of its kind and size); for any other
     group ``fallback`` (TF) parses it and reports errors, so results never differ between the two.
     """
     from tfyarn.data import native
     lib = native.records
     assert lib is not None
-    specs = tuple((f.name.encode("utf-8"), _NUMERIC_KIND[f.dtype], f.size) for f in fields)
+    modes = [2 if f.varlen else 1 if f.default is not None else 0 for f in fields]
+    mixed = any(modes)
+    specs = tuple((f.name.encode("utf-8"), _NUMERIC_KIND[f.dtype], f.size) + ((m,) if mixed else ())
+                  for f, m in zip(fields, modes))
     raw_types = [np.float32 if _NUMERIC_KIND[f.dtype] == 0 else np.int64 for f in fields]
     handed_back = 0
 
-    def parse(payloads: list[bytes]) -> dict[str, np.ndarray]:
+    def run(payloads: list[bytes], n: int) -> tuple[int, tuple[Any, ...], tuple[Any, ...], tuple[Any, ...]]:
+        outs = tuple(None if m == 2 else np.empty((n, f.size), dtype=t) for f, t, m in zip(fields, raw_types, modes))
+        if not mixed:
+            return lib.parse_dense(payloads, specs, outs), outs, (), ()
+        aux = tuple(None if m == 0 else np.empty(n, dtype=np.uint8 if m == 1 else np.int64) for m in modes)
+        res, values = lib.parse_mixed(payloads, specs, outs, aux)
+        return res, outs, aux, values
+
+    def parse(payloads: list[bytes]) -> dict[str, Any]:
         nonlocal handed_back
         if handed_back >= NATIVE_GIVE_UP:
             return fallback(payloads)
         n = len(payloads)
-        outs = tuple(np.empty((n, f.size), dtype=t) for f, t in zip(fields, raw_types))
-        if lib.parse_dense(payloads, specs, outs) >= 0:
+        res, outs, aux, values = run(payloads, n)
+        if res >= 0:
             handed_back += 1
             if handed_back == NATIVE_GIVE_UP:
                 log.info("the C Example parser could not take %d groups in a row (an encoding it does not know?); "
                          "using the general parser from now on", NATIVE_GIVE_UP)
             return fallback(payloads)
         handed_back = 0
-        out = {}
+        out: dict[str, Any] = {}
         with np.errstate(invalid="ignore"):     # float32 -> float64 of a signalling NaN sets the FP invalid flag
-            for f, a in zip(fields, outs):
-                want = _KINDS[f.dtype][1]
+            for i, (f, a, t) in enumerate(zip(fields, outs, raw_types)):
+                want = f.np_dtype
+                if modes[i] == 2:
+                    v = np.frombuffer(values[i], dtype=t)
+                    out[f.name] = Ragged.from_lengths(v if v.dtype == want else v.astype(want), aux[i])
+                    continue
+                if modes[i] == 1:
+                    a[aux[i] == 0] = f.default
                 out[f.name] = (a if a.dtype == want else a.astype(want)).reshape((n,) + f.shape)
-        return out
+        return finalize(fields, out)
 
     return parse
 
@@ -282,7 +349,7 @@ def default_parser(fields: tuple[Field, ...]) -> Callable[[list[bytes]], dict[st
     """The feeder's parser: the C parser (:func:`native_parser`) when built and the schema is numeric, in front of
     :func:`general_parser` (built on first use: a process the C parser serves never imports TF for it)."""
     from tfyarn.data import native
-    if native.records is None or not all(f.dtype in _NUMERIC_KIND and f.size > 0 for f in fields):
+    if native.records is None or not all(f.dtype in _NUMERIC_KIND and (f.size > 0 or f.varlen) for f in fields):
         return general_parser(fields)
     general: list[Callable[[list[bytes]], dict[str, np.ndarray]]] = []
 

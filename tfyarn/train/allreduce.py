@@ -116,8 +116,13 @@ class FedStep:
         self.concrete = function.get_concrete_function()      # the one trace (creates optimizer slots)
         self.dtypes = {k: spec.dtype for k, spec in signature.items()}
         self._tf = tf
+        from tfyarn.train.inputs import to_tensors
+        self.signature, self._to_tensors = signature, to_tensors
+        self.sparse = any(isinstance(s, tf.SparseTensorSpec) for s in signature.values())
 
     def __call__(self, batch: dict[str, Any]) -> Any:
+        if self.sparse:                       # a variable-length feature: tf.SparseTensor (tfyarn.train.inputs)
+            return self.concrete(self._to_tensors(batch, self.signature))
         conv = self._tf.convert_to_tensor
         return self.concrete({k: conv(batch[k], dtype=d) for k, d in self.dtypes.items()})
 

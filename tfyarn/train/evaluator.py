@@ -60,9 +60,10 @@ def _restartable(spec: Any, task: str) -> bool:
 def make_eval_feeder(ctx: TaskContext) -> Any:
     """One reader over the whole eval set (rank 0 of 1): full batches of ``data.batch_size``, same order every time."""
     from tfyarn.data import Feeder, build_manifest
+    from tfyarn.data.table import read_option
     from tfyarn.train.helpers import index_cache
     d = ctx.spec.data
-    manifest = build_manifest(list(d.eval), compression=d.compression,
+    manifest = build_manifest(list(d.eval), compression=read_option(d.compression, d.format),
                               on_corrupt=d.on_corrupt, cache_dir=index_cache(ctx.spec), whole=True)
     return Feeder(manifest, dict(d.features), d.batch_size, 0, 1, seed=d.shuffle_seed, shuffle_buffer=0,
                   prefetch=d.prefetch, on_corrupt=d.on_corrupt)
@@ -74,12 +75,15 @@ def make_eval_step(model: Any, features: dict[str, Any], batch_size: int, label:
     if label is None:
         raise ValueError("the evaluator needs a label: set data.label (or name a feature 'label')")
 
-    @tf.function(input_signature=[input_signature(features, batch_size)])
+    from tfyarn.train.inputs import to_tensors
+    signature = input_signature(features, batch_size)
+
+    @tf.function(input_signature=[signature])
     def step(batch):
         feats, labels = split_features(batch, label)
         return model.metrics(labels, model(feats, training=False))
 
-    return step
+    return lambda batch: step(to_tensors(batch, signature))   # (a variable-length feature: a SparseTensor)
 
 
 def evaluate(step: Any, feeder: Any) -> tuple[dict[str, float], int]:

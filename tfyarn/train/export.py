@@ -4,7 +4,8 @@
   code path serves both modes' checkpoint formats by restoring by creation order
   (:func:`tfyarn.train.checkpoint.restore_model_variables`). ``tfyarn export SPEC`` re-exports one later.
 * **The serving signature is the spec's features**: ``serving_default`` takes every ``data.features`` entry but the
-  label, with a free batch dimension, and returns ``{"predictions": ...}`` (or the model's own dict).
+  label, with a free batch dimension, and returns ``{"predictions": ...}`` (or the model's own dict). A
+  variable-length feature ``h`` is taken as ``h_indices``, ``h_values``, ``h_dense_shape`` (``tfyarn.train.inputs``).
 * **Atomic on any fsspec URL**: TF writes locally (TF 2.21 has no ``hdfs://``); the files go up under
   ``.tmp-<id>-<version>/``, renamed to ``<version>`` once complete, so a model server watching ``export.dir`` never
   loads a half-written version. The newest ``export.keep`` versions are kept.
@@ -26,9 +27,9 @@ SIGNATURE = "serving_default"
 def serving_module(model: Any, features: dict[str, Any], label: str | None) -> tuple[Any, Any]:
     """A ``tf.Module`` tracking the built ``model``'s variables, and its serving function (a concrete function)."""
     import tensorflow as tf
-    from tfyarn.train.model import input_signature
+    from tfyarn.train.inputs import from_serving, serving_signature
 
-    inputs = input_signature(features, None, exclude=label)
+    inputs = serving_signature(features, label)       # a sparse feature: <name>_indices, _values, _dense_shape
     if not inputs:
         raise ValueError("export: the model has no input features (data.features holds only the label)")
     module = tf.Module()
@@ -36,7 +37,7 @@ def serving_module(model: Any, features: dict[str, Any], label: str | None) -> t
 
     @tf.function(input_signature=[inputs])
     def serve(feats):
-        out = model(feats, training=False)
+        out = model(from_serving(feats, features, label), training=False)
         return dict(out) if isinstance(out, dict) else {"predictions": out}
 
     module.serve = serve

@@ -135,7 +135,6 @@ def tf_dtype(name: str) -> Any:
 
 def input_signature(features: dict[str, Any], batch_size: int | None, exclude: str | None = None) -> dict[str, Any]:
     """One TensorSpec per spec feature (but ``exclude``), leading dim ``batch_size``: a fixed signature is traced
-    once for the run."""
-    import tensorflow as tf
-    return {name: tf.TensorSpec((batch_size, *f.shape), tf_dtype(f.dtype), name=name)
-            for name, f in features.items() if name != exclude}
+    once for the run. A variable-length feature: a SparseTensorSpec (``tfyarn.train.inputs``)."""
+    from tfyarn.train.inputs import spec_of
+    return {name: spec_of(f, batch_size, name) for name, f in features.items() if name != exclude}

@@ -5,13 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from tfyarn.train.model import build_model, split_features, tf_dtype
+from tfyarn.train.inputs import placeholders as input_placeholders
+from tfyarn.train.model import build_model, split_features
 from tfyarn.train.ps.placement import SizeBalancer, plan_placement, variable_sizes
 
 @dataclass
 class TrainGraph:
     graph: Any
     placeholders: dict[str, Any]
+    feeds: dict[str, list[Any]]          # the placeholders fed per feature (inputs.placeholders)
     loss: Any
     train_op: Any              # runs one local step; its value is the global step after it
     global_step: Any
@@ -101,8 +103,7 @@ def build_graph(ctx: Any, model: Any) -> TrainGraph:
                 started = worker_started.scatter_add(tf.IndexedSlices(tf.constant([1], tf.int64), rank))
                 reset_started = worker_started.scatter_update(
                     tf.IndexedSlices(tf.gather(worker_steps.read_value(), rank), rank))
-            placeholders = {name: tf.compat.v1.placeholder(tf_dtype(f.dtype), [None, *f.shape], name=f"in_{name}")
-                            for name, f in spec.data.features.items()}
+            placeholders, feeds = input_placeholders(spec.data.features)    # (sparse: 3 placeholders each)
             feats, labels = split_features(placeholders, spec.data.label)
             predictions = model(feats, training=True)
             loss = tf.reduce_mean(model.loss(labels, predictions), name="loss")
@@ -149,6 +150,7 @@ def build_graph(ctx: Any, model: Any) -> TrainGraph:
             all_finite = tf.reduce_all(tf.stack(finite))
     graph.finalize()
     return TrainGraph(graph=graph, placeholders=placeholders, loss=loss, train_op=train_op, global_step=global_step,
+                      feeds=feeds,
                       worker_steps=worker_steps, worker_started=worker_started, reset_started=reset_started,
                       init_op=init_op, local_init_op=local_init_op, ready_op=ready_op, saver=saver,
                       model_var_keys=[v.op.name for v in model.variables], model_vars=list(model.variables),

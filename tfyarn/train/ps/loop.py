@@ -16,6 +16,7 @@ from tfyarn.runtime.kv import put_json
 from tfyarn.train import helpers
 from tfyarn.train.export import export_at_end
 from tfyarn.train.history import restart_number
+from tfyarn.train.inputs import feed_values
 from tfyarn.train.progress import (ProgressReporter, publish_total_steps, run_summary, skip_counts,
                                    wait_for_final_progress, write_summary)
 from tfyarn.train.ps.checkpointer import Checkpointer
@@ -173,7 +174,7 @@ def _run(ctx: Any, tg: TrainGraph, sess: Any, feeder: Any, steps: list[int], tar
     if ckpt:
         ckpt.last_step = gs0
     names = list(tg.placeholders)
-    step_fn = sess.make_callable([tg.train_op, tg.loss], feed_list=[tg.placeholders[n] for n in names])
+    step_fn = sess.make_callable([tg.train_op, tg.loss], feed_list=[p for n in names for p in tg.feeds[n]])
     aggregator = None
     if spec.sync and ctx.is_chief:
         aggregator = _Aggregator(sess, tg, target, gs0)
@@ -184,7 +185,7 @@ def _run(ctx: Any, tg: TrainGraph, sess: Any, feeder: Any, steps: list[int], tar
     progress.begin()
     t_first = None
     for e, batch in feeder.run(epoch, start):
-        gs, loss = step_fn(*[batch[n] for n in names])
+        gs, loss = step_fn(*feed_values(batch, names, tg.feeds))
         gs = int(gs)
         local += 1
         if t_first is None:
