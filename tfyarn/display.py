@@ -120,6 +120,9 @@ def status_text(st: AppStatus) -> str:
     url = tensorboard_url(st)
     if url:
         lines.append(f"  tensorboard: {url}")
+    page = (st.progress or {}).get("page_url")
+    if page and not st.state.is_terminal:
+        lines.append(f"  page: {page}")
     for t in st.tasks:
         lines.append(f"  {t.task:<14} {t.state:<10} host={t.host or '-'} restarts={t.restarts}"
                      + (f" exit={t.exit_code}" if t.exit_code is not None else ""))

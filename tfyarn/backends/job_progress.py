@@ -14,7 +14,7 @@ import time
 from collections import deque
 from typing import Any, Callable
 
-from tfyarn.runtime.context import EVAL_KEY, TENSORBOARD_URL_KEY
+from tfyarn.runtime.context import EVAL_KEY, PAGE_URL_KEY, TENSORBOARD_URL_KEY
 
 
 class GlobalStepRate:
@@ -72,6 +72,9 @@ def side_roles(get: Callable[[str], str | None]) -> dict[str, Any]:
     url = get(TENSORBOARD_URL_KEY)
     if url:
         out["tensorboard_url"] = url
+    page = get(PAGE_URL_KEY)
+    if page:
+        out["page_url"] = page             # the job's page (tfyarn.web)
     raw = get(EVAL_KEY)
     if raw:
         try:

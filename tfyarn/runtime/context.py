@@ -40,6 +40,7 @@ SUMMARY_KEY = "summary"              # chief: final run summary JSON
 STEPS_ALIGNED_KEY = "control/steps_aligned"  # ps chief: step counters consistent; workers may step
 TOTAL_STEPS_KEY = "plan/total_steps" # chief: global step target (for progress bars)
 TENSORBOARD_URL_KEY = "tensorboard/url"
+PAGE_URL_KEY = "page/url"             # whoever serves the job's page (tfyarn.web): its URL
 EVAL_KEY = "eval/latest"             # evaluator: JSON of its newest evaluation (checkpoint, step, metrics)
 
 
