@@ -51,6 +51,11 @@ def test_a_local_jobs_page_while_it_runs_and_from_its_report(tmp_path):
             s if (s := api.status(app_id)).progress.get("page_url") and s.progress.get("global_step", 0) > 20
             else None))
         url = st.progress["page_url"]
+        def measured():
+            s = api.status(app_id)
+            return s if all(t.cpu_percent is not None and t.rss_mib for t in s.tasks) else None
+        st = _wait_for("every task's CPU % and RSS in status (each publishes its own every 2 s)", measured)
+        assert all(0 < t.rss_mib <= t.peak_rss_mib and t.cpu_percent >= 0 for t in st.tasks), st.tasks
         assert re.fullmatch(r"http://127\.0\.0\.1:\d+/", url)
 
         html = dom(url)
@@ -59,6 +64,8 @@ def test_a_local_jobs_page_while_it_runs_and_from_its_report(tmp_path):
         assert sorted(rows) == ["chief:0", "worker:0"]
         assert all("RUNNING" in r and "127.0.0.1" in r for r in rows.values())
         assert re.search(r"/ 2,048 MiB", rows["chief:0"])             # RSS against its role's memory
+        cpu = re.findall(r"<td>([^<]*)</td>", rows["worker:0"])[5]      # role, #, restarts, step, ex/s, CPU %
+        assert re.fullmatch(r"[\d.,]+", cpu), rows["worker:0"]
         assert 'href="/log?task=chief%3A0"' in rows["chief:0"]
         for chart in ("chart-loss", "chart-rate"):                     # one line per training task
             svg = html.split(f'id="{chart}"')[1].split("</svg>")[0]

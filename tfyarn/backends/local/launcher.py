@@ -26,12 +26,14 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from tfyarn.backends.base import AppState, AppStatus, Echo, TaskStatus
+from tfyarn.backends.job_progress import apply_resources
 from tfyarn.backends.local.forkserver import ForkedProcess, ForkServer, ForkServerError, killpg
 from tfyarn.backends.local.kvserver import KVServer
 from tfyarn.backends.local.process_memory import tree_rss
 from tfyarn.errors import ExitCode
 from tfyarn.report import HISTORY_FILE
 from tfyarn.runtime.context import ABORT_KEY, DONE_KEY, PAGE_URL_KEY, addr_key, failure_key
+from tfyarn.runtime.resources import RESOURCES_PREFIX
 from tfyarn.spec import SIDECAR_ROLES, JobSpec
 from tfyarn.supervisor import Supervisor, checkpoint_url, training_end_note, write_report
 from tfyarn.web import page_enabled
@@ -328,6 +330,8 @@ class Launcher:
                             memory_mib=self.spec.roles[t.role].memory_mib,  # type: ignore[index]
                             peak_rss_mib=t.peak_rss >> 20 if t.peak_rss else None)
                  for t in self.tasks.values()]
+        if self.kv is not None:        # what each task publishes of itself: CPU %, current RSS
+            apply_resources(tasks, self.kv.store.items(RESOURCES_PREFIX))
         return AppStatus(app_id=self.app_id, backend="local", name=self.spec.name, state=self._state,
                          diagnostics=self._diag, tasks=tasks, progress=self._progress, started=self._started,
                          finished=self._finished, tracking_url=str(self.app_dir),
