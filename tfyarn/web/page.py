@@ -76,8 +76,10 @@ function render(st) {
     const bar = frac == null ? (rss != null ? num(rss) + " MiB" : "-") :
       '<span class="bar' + (hot ? " hot" : "") + '"><span style="width:' + Math.min(100, 100*frac) + '%"></span></span> '
       + num(rss) + " / " + num(mem) + " MiB" + (t.peak_rss_mib != null && t.peak_rss_mib !== rss ? " (peak " + num(t.peak_rss_mib) + ")" : "");
-    const log = !t.log ? "-" : /^https?:/.test(t.log) ? '<a href="' + esc(t.log) + '">log</a>'
-      : '<a href="' + here + "log?task=" + encodeURIComponent(t.task) + '">log</a>';
+    // a URL (YARN: the NodeManager's, scheme-less "host:port/node/containerlogs/…"), else this server's /log
+    const href = !t.log ? null : /^https?:/.test(t.log) ? t.log : /^[^/]+:\d+\//.test(t.log) ? "http://" + t.log
+      : here + "log?task=" + encodeURIComponent(t.task);
+    const log = href ? '<a href="' + esc(href) + '">log</a>' : "-";
     const r = rates[t.task];
     return '<tr data-task="' + esc(t.task) + '"><td>' + esc(role) + "</td><td>" + esc(index) + '</td><td class="l">'
       + esc(t.host || "-") + '</td><td class="l"><span class="state ' + esc(t.state) + '">' + esc(t.state) + "</span></td><td>"
