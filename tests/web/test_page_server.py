@@ -1,5 +1,6 @@
 """The job's page server (tfyarn.web) on its own: routes, the JSON it is given, incremental history, logs, errors."""
 import json
+import re
 import urllib.error
 import urllib.request
 
@@ -34,7 +35,8 @@ def test_the_page_and_its_json(page):
     assert code == 200 and ctype.startswith("text/html")
     html = body.decode()
     assert 'id="tasks"' in html and 'id="chart-loss"' in html and "status.json" in html
-    assert "http://" not in html.split("<script>")[1].split("svg")[0]   # relative fetches: works under any proxy prefix
+    # fetches relative to the page's own path: it works under any proxy prefix (/proxy/<app>/pages/tfyarn/)
+    assert re.findall(r"fetch\(([^,]+),", html) == ['here + "status.json"', 'here + "history.json?since=" + since']
     assert get(page.url + "index.html")[2] == body
     code, ctype, body = get(page.url + "status.json")
     assert (code, ctype, json.loads(body)) == (200, "application/json", DOC)
@@ -67,6 +69,15 @@ def test_a_failing_provider_is_a_500_and_the_page_serves_on():
         assert code == 500 and b"RuntimeError: the KV is gone" in body
         assert json.loads(get(p.url + "status.json")[2]) == DOC
         assert json.loads(get(p.url + "history.json")[2]) == {"points": []}
+
+
+def test_a_long_history_is_thinned_and_ends_with_the_newest_point(monkeypatch):
+    import tfyarn.web.server as server
+    monkeypatch.setattr(server, "MAX_POINTS", 10)
+    pts = [{"task": "chief:0", "time": float(i), "step": i} for i in range(1, 96)]
+    with StatusPage(lambda: DOC, lambda: pts) as p:
+        got = json.loads(get(p.url + "history.json")[2])["points"]
+    assert len(got) <= 10 and got[-1]["step"] == 95 and [q["step"] for q in got] == sorted(q["step"] for q in got)
 
 
 def test_file_tail(tmp_path):

@@ -28,7 +28,7 @@ td:first-child,th:first-child,td.l,th.l{text-align:left}
 <table id="tasks"><thead><tr><th class="l">role</th><th>#</th><th class="l">host</th><th class="l">state</th>
 <th>restarts</th><th>step</th><th>examples/s</th><th>CPU %</th><th class="l">RSS / container memory</th>
 <th class="l">log</th></tr></thead><tbody></tbody></table>
-<div class="charts"><div class="chart"><b>loss</b><div id="chart-loss"></div></div>
+<div class="charts"><div class="chart"><b>loss</b> <span class="muted">(seconds since the first step)</span><div id="chart-loss"></div></div>
 <div class="chart"><b>examples/s</b><div id="chart-rate"></div></div></div>
 <div id="eval"></div>
 <p class="muted" id="updated"></p>
@@ -91,12 +91,13 @@ function render(st) {
   $("eval").innerHTML = ev ? "<b>latest evaluation</b> (" + esc(ev.checkpoint) + ", global step " + esc(ev.global_step)
     + "): " + Object.entries(ev).filter(([k, v]) => typeof v === "number" && !["global_step","epoch","batches","examples","time","eval_seconds"].includes(k))
       .map(([k, v]) => esc(k) + " " + num(v, 4)).join(" · ") : "";
-  chart("chart-loss", "loss", st.started);
-  chart("chart-rate", "examples_per_sec", st.started);
+  const t0 = points.length ? Math.min(...points.map((q) => q.time)) : null;   // the first step's time
+  chart("chart-loss", "loss", t0);
+  chart("chart-rate", "examples_per_sec", t0);
   $("updated").textContent = "updated " + new Date().toLocaleTimeString() + (TERMINAL.includes(st.state) ? " · the job has ended" : " · refreshing every 2 s");
 }
 function chart(id, key, t0) {
-  const W = 520, H = 220, L = 56, B = 24, byTask = {};
+  const W = 560, H = 220, L = 56, B = 24, R = 100, byTask = {};
   for (const p of points) { if (p[key] == null) continue;
     // a task's first rate spans the instant between its start and step 1: not a rate
     if (key === "examples_per_sec" && !byTask[p.task]) { byTask[p.task] = []; continue; }
@@ -107,16 +108,16 @@ function chart(id, key, t0) {
   if (!xs.length) { $(id).innerHTML = '<svg width="' + W + '" height="' + H + '"><text x="' + W/2 + '" y="' + H/2 + '" text-anchor="middle" fill="#999">no points yet</text></svg>'; return; }
   t0 = t0 || Math.min(...xs);
   const x0 = 0, x1 = Math.max(1e-9, Math.max(...xs) - t0), y0 = Math.min(0, Math.min(...ys)), y1 = Math.max(...ys) || 1;
-  const sx = (t) => L + (W - L - 8) * ((t - t0) - x0) / ((x1 - x0) || 1), sy = (v) => H - B - (H - B - 8) * (v - y0) / ((y1 - y0) || 1);
+  const sx = (t) => L + (W - L - R) * ((t - t0) - x0) / ((x1 - x0) || 1), sy = (v) => H - B - (H - B - 8) * (v - y0) / ((y1 - y0) || 1);
   let svg = '<svg xmlns="http://www.w3.org/2000/svg" width="' + W + '" height="' + H + '">';
-  svg += '<line x1="' + L + '" y1="' + (H-B) + '" x2="' + W + '" y2="' + (H-B) + '" stroke="#999"/><line x1="' + L + '" y1="0" x2="' + L + '" y2="' + (H-B) + '" stroke="#999"/>';
+  svg += '<line x1="' + L + '" y1="' + (H-B) + '" x2="' + (W-R) + '" y2="' + (H-B) + '" stroke="#999"/><line x1="' + L + '" y1="0" x2="' + L + '" y2="' + (H-B) + '" stroke="#999"/>';
   for (const f of [0, 0.5, 1]) { const v = y0 + f * (y1 - y0);
     svg += '<text x="' + (L-4) + '" y="' + (sy(v)+4) + '" text-anchor="end" font-size="10">' + num(v, v < 10 ? 3 : 0) + "</text>";
-    const t = x0 + f * (x1 - x0); svg += '<text x="' + sx(t0 + t) + '" y="' + (H-8) + '" text-anchor="middle" font-size="10">' + num(t, 1) + " s</text>"; }
+    const t = x0 + f * (x1 - x0); svg += '<text x="' + sx(t0 + t) + '" y="' + (H-8) + '" text-anchor="middle" font-size="10">' + num(t, 1) + (f === 1 ? " s" : "") + "</text>"; }
   tasks.forEach((t, i) => { const c = COLOURS[i % COLOURS.length];
     svg += '<polyline class="series" data-task="' + esc(t) + '" fill="none" stroke="' + c + '" stroke-width="1.5" points="'
       + byTask[t].map((p) => sx(p.time).toFixed(1) + "," + sy(p[key]).toFixed(1)).join(" ") + '"/>';
-    svg += '<text x="' + (W - 90) + '" y="' + (14 + 13*i) + '" font-size="11" fill="' + c + '">' + esc(t) + "</text>"; });
+    svg += '<text x="' + (W - R + 8) + '" y="' + (14 + 13*i) + '" font-size="11" fill="' + c + '">' + esc(t) + "</text>"; });
   $(id).innerHTML = svg + "</svg>";
 }
 async function refresh() {
