@@ -10,8 +10,8 @@ import sys
 import time
 from typing import Any, Callable, TextIO
 
-from tfyarn.backends.base import AppStatus
-from tfyarn.backends.job_progress import memory_warnings
+from tfyarn.contracts.status import AppStatus
+from tfyarn.job_progress import memory_warnings
 
 #: Seconds between two plain progress lines when nothing changed state (non-TTY).
 LINE_EVERY_S = 10.0

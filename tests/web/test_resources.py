@@ -8,11 +8,12 @@ import time
 
 import pytest
 
-from tfyarn.backends.base import AppState, AppStatus, TaskStatus
-from tfyarn.backends.job_progress import apply_resources, memory_warnings
+from tfyarn.contracts.status import AppState, AppStatus, TaskStatus
+from tfyarn.job_progress import apply_resources, memory_warnings
 from tfyarn.display import status_text, summary_text
 from tfyarn.runtime.kv import MemoryKV
-from tfyarn.runtime.resources import ResourcePublisher, TreeMeter, resources_key
+from tfyarn.contracts.kv_keys import resources_key
+from tfyarn.runtime.resources import ResourcePublisher, TreeMeter
 
 CHILD = "import time; b = bytearray(120 << 20); b[::4096] = b'x' * len(b[::4096]); t = time.time()\n" \
         "while time.time() - t < 30: pass"    # 120 MiB resident and one core busy, until killed

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from clusterutil import JOB_S, ROOT, job_doc, needs_yarn, tfyarn, unique, wait_until
-from tfyarn.backends.yarn.yarn_rest import RmRest
+from tfyarn.backends.yarn.rest import RmRest
 from tfyarn.spec import load_spec_dict
 
 sys.path.insert(0, str(ROOT / "tests" / "web"))

@@ -16,19 +16,15 @@ import threading
 import time
 from typing import Any
 
+from tfyarn.contracts.kv_keys import resources_key
 from tfyarn.runtime.kv import KV, KVUnavailable
 
 log = logging.getLogger("tfyarn.runtime.resources")
 
-RESOURCES_PREFIX = "resources/"
 #: Seconds between two samples (each costs ~0.2 ms: /proc reads of the tree, no process-table scan).
 INTERVAL_S = 2.0
 #: Share of its role's memory above which a task is warned about (YARN kills it at 100 %).
 MEMORY_WARN = 0.9
-
-
-def resources_key(task: str) -> str:
-    return RESOURCES_PREFIX + task
 
 
 def _children(pid: int) -> list[int]:

@@ -14,7 +14,7 @@ import time
 from collections import deque
 from typing import Any, Callable, Iterable, Mapping
 
-from tfyarn.runtime.context import EVAL_KEY, PAGE_URL_KEY, TENSORBOARD_URL_KEY
+from tfyarn.contracts.kv_keys import EVAL_KEY, PAGE_URL_KEY, RESOURCES_PREFIX, TENSORBOARD_URL_KEY
 
 
 class GlobalStepRate:
@@ -101,7 +101,6 @@ def apply_resources(tasks: Iterable[Any], items: Mapping[str, str]) -> None:
     """Each task's last ``resources/<task>`` record (:mod:`tfyarn.runtime.resources`: what it publishes itself) into
     its :class:`TaskStatus`: ``cpu_percent``, ``rss_mib``, and ``peak_rss_mib`` unless a higher one is known (the
     local launcher samples from outside too)."""
-    from tfyarn.runtime.resources import RESOURCES_PREFIX
     recs = {}
     for key, raw in items.items():
         if key.startswith(RESOURCES_PREFIX):

@@ -14,10 +14,10 @@ import os
 import socket
 from typing import Any
 
-from tfyarn.backends.base import AppState, AppStatus, TaskStatus
-from tfyarn.backends.job_progress import memory_warnings
-from tfyarn.backends.yarn.yarn_status import app_state, app_status
-from tfyarn.runtime.context import PAGE_URL_KEY
+from tfyarn.backends.yarn.states import app_state, app_status
+from tfyarn.contracts.kv_keys import PAGE_URL_KEY
+from tfyarn.contracts.status import AppState, AppStatus, TaskStatus
+from tfyarn.job_progress import memory_warnings
 from tfyarn.web import StatusPage, page_enabled
 
 log = logging.getLogger(__name__)
@@ -30,7 +30,7 @@ def rm_report(app_id: str) -> Any:
     """The ResourceManager's report of the app (tracking URL, tags, start), read once; None when it cannot say."""
     try:
         from tfyarn import hdfs
-        from tfyarn.backends.yarn.yarn_rest import RmRest
+        from tfyarn.backends.yarn.rest import RmRest
         return RmRest(hdfs.load_hadoop_conf(None), os.environ.get("USER") or "").report(app_id)
     except Exception as exc:  # noqa: BLE001 - (a secure RM, no Hadoop conf in the container)
         log.info("no report of %s from the ResourceManager for its page: %s", app_id, exc)
@@ -55,7 +55,7 @@ def live_status(sup: Any, rep: Any) -> AppStatus:
 
 
 def serve(sup: Any) -> StatusPage | None:
-    """Start the page of ``sup`` (an :class:`~tfyarn.backends.yarn.yarn_supervise.InAppSupervisor`) on every
+    """Start the page of ``sup`` (an :class:`~tfyarn.backends.yarn.supervise.InAppSupervisor`) on every
     interface of this container's node, add it to skein's web UI, publish its URL; None when off or it cannot
     start (a warning: the job goes on)."""
     if not page_enabled():
