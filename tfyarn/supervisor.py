@@ -263,7 +263,7 @@ def write_report(out_dir: Path, st: AppStatus, points: list[dict[str, Any]], che
             from tfyarn.train.tracking import log_report
             log_report(st.to_dict(), out_dir)
         return out_dir / REPORT_JSON
-    except Exception:  # noqa: BLE001 - e.g. an unwritable checkpoint dir: the job's result stands
+    except Exception:
         log.warning("could not write the run report of %s", st.app_id, exc_info=True)
         return None
 
