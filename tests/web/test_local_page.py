@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "ops"))
-from browser import dom, screenshot  # noqa: E402
-from opsutil import job_spec, tfyarn_cmd  # noqa: E402
+from browser import dom, screenshot
+from opsutil import job_spec, tfyarn_cmd
 
-from tfyarn import api  # noqa: E402
-from tfyarn.spec import load_spec_dict  # noqa: E402
+from tfyarn import api
+from tfyarn.spec import load_spec_dict
 
 pytestmark = pytest.mark.timeout(240)
 #: Where the screenshots are kept (a test artefact): $TFYARN_ARTEFACTS or the test's tmp dir.

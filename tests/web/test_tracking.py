@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "ops"))
-from opsutil import job_spec  # noqa: E402
+from opsutil import job_spec
 
-from tfyarn import api  # noqa: E402
-from tfyarn.spec import load_spec_dict  # noqa: E402
+from tfyarn import api
+from tfyarn.spec import load_spec_dict
 
 mlflow = pytest.importorskip("mlflow", reason="the tracking extra (mlflow-skinny) is not installed")
 pytestmark = pytest.mark.timeout(300)

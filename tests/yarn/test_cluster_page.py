@@ -17,7 +17,7 @@ from tfyarn.backends.yarn.rest import RmRest
 from tfyarn.spec import load_spec_dict
 
 sys.path.insert(0, str(ROOT / "tests" / "web"))
-from browser import dom, screenshot  # noqa: E402
+from browser import dom, screenshot
 
 pytestmark = [*needs_yarn, pytest.mark.timeout(3 * JOB_S)]
 

@@ -119,7 +119,7 @@ class ResourcePublisher:
                 if not failed:
                     log.info("%s: cannot publish resource use: %s", self.task, exc)
                 failed = True
-            except Exception:  # noqa: BLE001 - a psutil surprise must not end the task
+            except Exception:
                 log.debug("resource sample failed", exc_info=True)
             if self._stop.wait(self.interval):
                 return

@@ -33,7 +33,7 @@ class _Handler(BaseHTTPRequestHandler):
     server: "_Server"
     protocol_version = "HTTP/1.1"
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+    def do_GET(self) -> None:
         url = urlsplit(self.path)
         query = parse_qs(url.query)
         page = self.server.page
@@ -57,7 +57,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(404, b"not found\n", "text/plain; charset=utf-8")
         except (BrokenPipeError, ConnectionResetError):
             pass
-        except Exception as exc:  # noqa: BLE001 - one bad request must not end the page
+        except Exception as exc:
             log.debug("page request %s failed", self.path, exc_info=True)
             self._send(500, f"{type(exc).__name__}: {exc}\n".encode(), "text/plain; charset=utf-8")
 
@@ -72,7 +72,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - http.server's signature
+    def log_message(self, format: str, *args: Any) -> None:
         log.debug("page: " + format, *args)
 
 
