@@ -1,4 +1,6 @@
-"""The job's page server (tfyarn.web) on its own: routes, the JSON it is given, incremental history, logs, errors."""
+"""The job's page server (tfyarn.web) on its own: routes, the JSON it is given, incremental history,
+logs, errors."""
+
 import json
 import re
 import urllib.error
@@ -9,7 +11,13 @@ import pytest
 from tfyarn.web import StatusPage
 from tfyarn.web.server import file_tail
 
-DOC = {"schema": "tfyarn.status/1", "app_id": "local-1", "name": "j", "state": "RUNNING", "tasks": []}
+DOC = {
+    "schema": "tfyarn.status/1",
+    "app_id": "local-1",
+    "name": "j",
+    "state": "RUNNING",
+    "tasks": [],
+}
 POINTS = [{"task": "chief:0", "time": 10.0 + i, "step": i, "loss": 1.0 / (i + 1)} for i in range(5)]
 
 
@@ -26,7 +34,9 @@ def page(tmp_path):
     log = tmp_path / "task.log"
     log.write_text("line 1\nline 2\n")
     logs = {"chief:0": str(log)}
-    with StatusPage(lambda: DOC, lambda: POINTS, log=lambda t: file_tail(logs[t]) if t in logs else None) as p:
+    with StatusPage(
+        lambda: DOC, lambda: POINTS, log=lambda t: file_tail(logs[t]) if t in logs else None
+    ) as p:
         yield p
 
 
@@ -35,8 +45,12 @@ def test_the_page_and_its_json(page):
     assert code == 200 and ctype.startswith("text/html")
     html = body.decode()
     assert 'id="tasks"' in html and 'id="chart-loss"' in html and "status.json" in html
-    # fetches relative to the page's own path: it works under any proxy prefix (/proxy/<app>/pages/tfyarn/)
-    assert re.findall(r"fetch\(([^,]+),", html) == ['here + "status.json"', 'here + "history.json?since=" + since']
+    # fetches relative to the page's own path: it works under any proxy prefix
+    # (/proxy/<app>/pages/tfyarn/)
+    assert re.findall(r"fetch\(([^,]+),", html) == [
+        'here + "status.json"',
+        'here + "history.json?since=" + since',
+    ]
     assert get(page.url + "index.html")[2] == body
     code, ctype, body = get(page.url + "status.json")
     assert (code, ctype, json.loads(body)) == (200, "application/json", DOC)
@@ -64,6 +78,7 @@ def test_a_failing_provider_is_a_500_and_the_page_serves_on():
         if len(calls) == 1:
             raise RuntimeError("the KV is gone")
         return DOC
+
     with StatusPage(status) as p:
         code, _, body = get(p.url + "status.json")
         assert code == 500 and b"RuntimeError: the KV is gone" in body
@@ -73,11 +88,16 @@ def test_a_failing_provider_is_a_500_and_the_page_serves_on():
 
 def test_a_long_history_is_thinned_and_ends_with_the_newest_point(monkeypatch):
     import tfyarn.web.server as server
+
     monkeypatch.setattr(server, "MAX_POINTS", 10)
     pts = [{"task": "chief:0", "time": float(i), "step": i} for i in range(1, 96)]
     with StatusPage(lambda: DOC, lambda: pts) as p:
         got = json.loads(get(p.url + "history.json")[2])["points"]
-    assert len(got) <= 10 and got[-1]["step"] == 95 and [q["step"] for q in got] == sorted(q["step"] for q in got)
+    assert (
+        len(got) <= 10
+        and got[-1]["step"] == 95
+        and [q["step"] for q in got] == sorted(q["step"] for q in got)
+    )
 
 
 def test_file_tail(tmp_path):

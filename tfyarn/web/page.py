@@ -1,6 +1,7 @@
-"""The job's page: one HTML document with its CSS, JS and SVG charts inline (no build step). It fetches only
-``status.json``, ``history.json`` and the logs, all relative to its own path, so it works under any prefix (the
-ResourceManager's ``/proxy/<app>/``, skein's ``pages/tfyarn/``). It refreshes every 2 s until the job has ended."""
+"""The job's page: one HTML document with its CSS, JS and SVG charts inline (no build step). It
+fetches only ``status.json``, ``history.json`` and the logs, all relative to its own path, so it
+works under any prefix (the ResourceManager's ``/proxy/<app>/``, skein's ``pages/tfyarn/``). It
+refreshes every 2 s until the job has ended."""
 
 PAGE = r"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>tfyarn job</title>
