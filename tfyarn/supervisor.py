@@ -300,4 +300,4 @@ def training_end_note(progress: Mapping[str, Any], summary: Mapping[str, Any] | 
 
 def checkpoint_url(spec: JobSpec | None) -> str | None:
     """The spec's resolved checkpoint dir (None without a spec or a dir)."""
-    return spec.resolve_path(spec.checkpoint.dir) if spec is not None and spec.checkpoint.dir else None
+    return spec.checkpoint.dir if spec is not None and spec.checkpoint.dir else None
