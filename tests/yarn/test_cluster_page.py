@@ -78,10 +78,11 @@ def test_the_page_at_the_tracking_url_while_running_and_after(yarn, dataset, hdf
         assert f"page: {url}" in text and re.search(
             r"chief:0 .* cpu=\d+% rss=\d+/1,024MiB peak=\d+MiB", text
         ), text
-        with urllib.request.urlopen(
-            rep.tracking_url, timeout=30
-        ) as r:  # skein's own overview still renders
+        # the RM's link: skein's overview, whose "Service Pages" menu links the page
+        with urllib.request.urlopen(rep.tracking_url, timeout=30) as r:
             assert r.status == 200
+            overview = r.read().decode()
+        assert re.search(r'class="dropdown-item" href="\./pages/tfyarn/">tfyarn job<', overview)
 
         html = dom(url, budget_ms=5000)
         assert 'data-loaded="1"' in html, html[-3000:]

@@ -4,8 +4,8 @@ Why there: the supervisor already reads the app (containers, KV) every second, s
 from its last snapshot and costs nothing while nobody looks. How people reach it: skein's
 ApplicationMaster owns the app's tracking URL (its web UI, which the ResourceManager proxies at
 ``http://RM:8088/proxy/<app>/``); the page is added to that UI as a proxied page (``ui.add_page``),
-so the RM's link leads to skein's overview, whose "tfyarn" link (and ``<tracking
-URL>pages/tfyarn/``) is the page, through the RM's proxy. Its URL goes to the KV (``page/url``):
+so the RM's link leads to skein's overview, whose "Service Pages" menu links it ("tfyarn job";
+``<tracking URL>pages/tfyarn/``), through the RM's proxy. Its URL goes to the KV (``page/url``):
 status shows it as ``progress.page_url``."""
 
 from __future__ import annotations
@@ -104,8 +104,8 @@ def add_page(ui: Any, target: str) -> str:
     """Proxy ``target`` under skein's web UI with a link on its overview (the page the RM's link
     opens); returns the page's address there. skein 0.8.2's overview cannot render that link on Java
     17+ (its template reads the pages' map entries by reflection: HTTP 500 for the whole overview,
-    seen on the test cluster): when the overview fails with the link, the page stays proxied without
-    it."""
+    seen on the test cluster) unless the master opens java.util (``appspec.MASTER_ENV``): when the
+    overview still fails with the link, the page stays proxied without it."""
     import urllib.error
     import urllib.request
 
