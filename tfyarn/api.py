@@ -10,6 +10,8 @@ Backends are chosen by name (``local`` / ``yarn``) or, for an existing app, by i
 """
 from __future__ import annotations
 
+import json
+
 import os
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -120,13 +122,7 @@ def report(app_id: str | None = None, source: str | None = None,
     import fsspec
 
     from tfyarn.report import REPORT_JSON, REPORT_PNG, copy_report
-    if source:
-        where = source.rstrip("/")
-    elif app_id:
-        with backend_for_app(app_id) as b:
-            where = b.saved_report(app_id).rpartition("/")[0]
-    else:
-        raise TfyarnError("give an app id or --from URL")
+    where = _report_dir(app_id, source)
     try:
         with fsspec.open(f"{where}/{REPORT_JSON}", "rt") as f:
             rep = json.load(f)
@@ -137,6 +133,40 @@ def report(app_id: str | None = None, source: str | None = None,
         written = copy_report(rep, png, Path(to))
         png = str(written[1]) if len(written) > 1 else None
     return rep, png
+
+
+def _report_dir(app_id: str | None, source: str | None) -> str:
+    if source:
+        return source.rstrip("/")
+    if app_id:
+        with backend_for_app(app_id) as b:
+            return b.saved_report(app_id).rpartition("/")[0]
+    raise TfyarnError("give an app id or --from URL")
+
+
+def report_page(app_id: str | None = None, source: str | None = None, host: str = "127.0.0.1", port: int = 0):
+    """The job's page (:mod:`tfyarn.web`) of an ended app, from its run report: the final status and the curves
+    (the follower's samples, with the tasks' own history from next to the checkpoints). Returns the started
+    :class:`tfyarn.web.StatusPage` (``.url``; ``.close()`` ends it)."""
+    import fsspec
+
+    from tfyarn.report import HISTORY_FILE, load_task_history, merge_points
+    from tfyarn.web import StatusPage
+    rep, _ = report(app_id, source)
+    where = _report_dir(app_id, source)
+    followed = []
+    try:
+        with fsspec.open(f"{where}/{HISTORY_FILE}", "rt") as f:
+            followed = [json.loads(line) for line in f.read().splitlines() if line.strip().startswith("{")]
+    except (FileNotFoundError, ValueError):
+        pass
+    recorded = load_task_history(rep["checkpoint_dir"], rep["app_id"]) if rep.get("checkpoint_dir") else []
+    points = merge_points(followed, recorded)
+    doc = rep.get("status") or {          # a report written before it kept the final status
+        "schema": "tfyarn.status/1", "app_id": rep.get("app_id"), "name": rep.get("name"), "state": rep.get("state"),
+        "exit_code": rep.get("exit_code"), "diagnostics": rep.get("diagnostics", ""), "tasks": [], "progress": {},
+        "started": rep.get("started"), "finished": rep.get("finished"), "summary": rep.get("summary")}
+    return StatusPage(lambda: doc, lambda: points, host=host, port=port).start()
 
 
 def check_files(spec: JobSpec, backend: str | None = None) -> None:

@@ -332,16 +332,30 @@ def list_(backend: str | None, tags: tuple[str, ...], running: bool, output: str
               help="Directory holding report.json, e.g. a YARN job's checkpoint dir (hdfs://...).")
 @click.option("--to", "dest", metavar="DIR", help="Copy report.json and report.png into this local directory.")
 @click.option("--output", type=click.Choice(["text", "json"]), default="text")
-def report(app_id: str | None, source: str | None, dest: str | None, output: str) -> None:
+@click.option("--serve", is_flag=True, help="Serve the job's page from the report (until Ctrl-C).")
+@click.option("--port", type=int, default=0, help="--serve: the port (default: any free one).")
+@click.option("--host", default="127.0.0.1", help="--serve: the address to listen on.")
+def report(app_id: str | None, source: str | None, dest: str | None, output: str, serve: bool, port: int,
+           host: str) -> None:
     """The run report of an app: loss and examples/s over time per worker (report.json + report.png).
 
     Local apps: from the app dir (built now if the run has none yet). YARN apps: this machine's copy, else the one
-    next to the checkpoints or in the staging dir. --from: any directory holding report.json.
+    next to the checkpoints or in the staging dir. --from: any directory holding report.json. --serve: the job's
+    page (as it was served while the job ran) from the report, at the URL it prints.
     """
     from tfyarn import api
     from tfyarn.display import report_text
     if not app_id and not source:
         raise click.UsageError("give an APP_ID or --from URL (a directory holding report.json)")
+    if serve:
+        page = api.report_page(app_id, source, host=host, port=port)
+        click.echo(f"page: {page.url} (Ctrl-C ends it)")
+        sys.stdout.flush()
+        try:
+            while True:
+                time.sleep(3600)
+        finally:
+            page.close()
     rep, png = api.report(app_id, source, to=dest)
     click.echo(json.dumps(rep, indent=1, sort_keys=True) if output == "json" else report_text(rep, png))
 

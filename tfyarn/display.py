@@ -11,6 +11,7 @@ import time
 from typing import Any, Callable, TextIO
 
 from tfyarn.contracts.status import AppStatus
+from tfyarn.job_progress import memory_warnings
 
 #: Seconds between two plain progress lines when nothing changed state (non-TTY).
 LINE_EVERY_S = 10.0
@@ -120,10 +121,25 @@ def status_text(st: AppStatus) -> str:
     url = tensorboard_url(st)
     if url:
         lines.append(f"  tensorboard: {url}")
+    page = (st.progress or {}).get("page_url")
+    if page and not st.state.is_terminal:
+        lines.append(f"  page: {page}")
+    if not st.state.is_terminal:
+        lines += [f"  memory: {w}" for w in memory_warnings(st.tasks)]
     for t in st.tasks:
         lines.append(f"  {t.task:<14} {t.state:<10} host={t.host or '-'} restarts={t.restarts}"
-                     + (f" exit={t.exit_code}" if t.exit_code is not None else ""))
+                     + (f" exit={t.exit_code}" if t.exit_code is not None else "") + _resources_text(t))
     return "\n".join(lines)
+
+
+def _resources_text(t: Any) -> str:
+    """`` cpu=87.5% rss=412/2,048MiB peak=420MiB``: what the task's process tree used (what is known of it)."""
+    out = f" cpu={t.cpu_percent:.0f}%" if t.cpu_percent is not None else ""
+    if t.rss_mib is not None:
+        out += f" rss={t.rss_mib:,}" + (f"/{t.memory_mib:,}" if t.memory_mib else "") + "MiB"
+    if t.peak_rss_mib is not None:
+        out += f" peak={t.peak_rss_mib:,}MiB"
+    return out
 
 
 # ------------------------------------------------------------------------------------------------ the two views
@@ -259,10 +275,14 @@ def summary_text(st: AppStatus) -> str:
         if isinstance(s.get("export"), dict) and s["export"].get("url"):
             lines.append(f"  model (SavedModel): {s['export']['url']}  (from {s['export'].get('checkpoint')})")
     for t in st.tasks:
-        if t.peak_rss_mib and t.memory_mib and t.peak_rss_mib > t.memory_mib:
-            role = t.task.split(":")[0]
+        role = t.task.split(":")[0]
+        if t.peak_rss_mib and t.memory_mib and t.peak_rss_mib > t.memory_mib and st.backend == "local":
             lines.append(f"  memory: {t.task} peaked at {t.peak_rss_mib:,} MiB resident, over roles.{role}.memory "
                          f"({t.memory_mib:,} MiB): on YARN its container would be killed")
+        elif t.peak_rss_mib and t.memory_mib and t.peak_rss_mib >= 0.9 * t.memory_mib:
+            lines.append(f"  memory: {t.task} peaked at {t.peak_rss_mib:,} MiB resident, "
+                         f"{100 * t.peak_rss_mib / t.memory_mib:.0f}% of roles.{role}.memory ({t.memory_mib:,} MiB): "
+                         f"YARN kills a container above it")
     failed = [t for t in st.tasks if t.state == "FAILED"]
     for t in failed:
         lines.append(f"  {t.task} failed (exit {t.exit_code}); log: {t.log}")
@@ -282,4 +302,9 @@ def report_text(report: dict[str, Any], png: str | None) -> str:
         rate = (f"examples/s mean {s['mean_examples_per_sec']:,.0f} max {s['max_examples_per_sec']:,.0f}"
                 if s.get("mean_examples_per_sec") is not None else "examples/s -")
         lines.append(f"  {task:<12} step {s.get('last_step')}  {loss}  {rate}  ({s.get('points')} points)")
+    for t in (report.get("status") or {}).get("tasks") or []:      # each task's resource use (issue 32)
+        if t.get("peak_rss_mib") is not None:
+            mem = f" of {t['memory_mib']:,}" if t.get("memory_mib") else ""
+            cpu = f", last CPU {t['cpu_percent']:.0f}%" if t.get("cpu_percent") is not None else ""
+            lines.append(f"  {t['task']:<12} peak RSS {t['peak_rss_mib']:,}{mem} MiB{cpu}")
     return "\n".join(lines)

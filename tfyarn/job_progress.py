@@ -12,9 +12,9 @@ import json
 import statistics
 import time
 from collections import deque
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Mapping
 
-from tfyarn.contracts.kv_keys import EVAL_KEY, TENSORBOARD_URL_KEY
+from tfyarn.contracts.kv_keys import EVAL_KEY, PAGE_URL_KEY, RESOURCES_PREFIX, TENSORBOARD_URL_KEY
 
 
 class GlobalStepRate:
@@ -72,6 +72,9 @@ def side_roles(get: Callable[[str], str | None]) -> dict[str, Any]:
     url = get(TENSORBOARD_URL_KEY)
     if url:
         out["tensorboard_url"] = url
+    page = get(PAGE_URL_KEY)
+    if page:
+        out["page_url"] = page             # the job's page (tfyarn.web)
     raw = get(EVAL_KEY)
     if raw:
         try:
@@ -92,3 +95,36 @@ def summary_with_eval(raw: str | None, sides: dict[str, Any]) -> dict[str, Any] 
     except ValueError:
         return None
     return summary | ({"eval": sides["eval"]} if "eval" in sides else {})
+
+
+def apply_resources(tasks: Iterable[Any], items: Mapping[str, str]) -> None:
+    """Each task's last ``resources/<task>`` record (:mod:`tfyarn.runtime.resources`: what it publishes itself) into
+    its :class:`TaskStatus`: ``cpu_percent``, ``rss_mib``, and ``peak_rss_mib`` unless a higher one is known (the
+    local launcher samples from outside too)."""
+    recs = {}
+    for key, raw in items.items():
+        if key.startswith(RESOURCES_PREFIX):
+            try:
+                recs[key[len(RESOURCES_PREFIX):]] = json.loads(raw)
+            except ValueError:
+                continue
+    for t in tasks:
+        rec = recs.get(t.task)
+        if not rec:
+            continue
+        t.cpu_percent, t.rss_mib = rec.get("cpu_percent"), rec.get("rss_mib")
+        peak = rec.get("peak_rss_mib")
+        if peak is not None and (t.peak_rss_mib or 0) < peak:
+            t.peak_rss_mib = peak
+
+
+def memory_warnings(tasks: Iterable[Any], share: float = 0.9) -> list[str]:
+    """One line per task whose resident memory (now, else its peak) is at least ``share`` of its container's
+    (its role's ``memory``): YARN kills a container above it."""
+    out = []
+    for t in tasks:
+        rss = t.rss_mib if t.rss_mib is not None else t.peak_rss_mib
+        if rss and t.memory_mib and rss >= share * t.memory_mib:
+            out.append(f"{t.task} uses {rss:,} MiB of resident memory, {100 * rss / t.memory_mib:.0f}% of its "
+                       f"container's {t.memory_mib:,} MiB (roles.{t.task.split(':')[0]}.memory)")
+    return out

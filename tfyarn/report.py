@@ -180,7 +180,9 @@ def build_report(status: dict[str, Any], points: list[dict[str, Any]]) -> dict[s
             "diagnostics": status.get("diagnostics", ""), "started": started, "finished": finished,
             "duration_s": round(finished - started, 3) if started and finished else None,
             "summary": status.get("summary"), "tasks": _task_stats(points), "restarts": restarts(points),
-            "history": HISTORY_FILE, "plot": None, "phases": status.get("phases")}
+            "history": HISTORY_FILE, "plot": None, "phases": status.get("phases"),
+            # the final tfyarn.status/1 document (tasks with their resources): the job's page after the end
+            "status": {k: v for k, v in status.items() if k != "phases"}}
 
 
 def preload_plotting() -> None:

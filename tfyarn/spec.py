@@ -224,6 +224,14 @@ class Export(_Model):
     keep: StrictInt = Field(3, gt=0, description="newest versions kept under dir")
 
 
+class Tracking(_Model):
+    """Experiment tracking (optional extra ``tracking``: mlflow-skinny in the tasks' environment): the chief logs the
+    job as an MLflow run (params, per-step loss and examples/s, eval metrics, the summary and the run report)."""
+    mlflow: str = Field(..., description="MLflow tracking URI: http://host:5000, file:///dir, databricks, ...")
+    experiment: str | None = Field(None, description="experiment name (created when missing; default: the job's "
+                                                     "name)")
+
+
 RoleName = Literal["chief", "worker", "ps", "evaluator", "tensorboard"]
 ROLE_ORDER: tuple[str, ...] = ("chief", "worker", "ps", "evaluator", "tensorboard")
 #: Roles that appear in TF_CONFIG's cluster; evaluator and tensorboard stand outside it.
@@ -325,6 +333,7 @@ class JobSpec(_Model):
                           "training diverged, and every later step and checkpoint would be wasted")
     kerberos: Kerberos | None = None
     acls: Acls = Field(default_factory=Acls)
+    tracking: Tracking | None = Field(None, description="log the job as an MLflow run (tracking: {mlflow: URI})")
     #: Where the spec was loaded from (relative local paths in it resolve against this directory).
     base_dir: str | None = Field(None, exclude=True)
 

@@ -265,6 +265,9 @@ def write_report(out_dir: Path, st: AppStatus, points: list[dict[str, Any]], che
         out_dir.mkdir(parents=True, exist_ok=True)
         write_run_report(out_dir, st.to_dict() | dict(extra or {}), points, checkpoint_url if trained else None,
                          history_from=checkpoint_url)
+        if (st.summary or {}).get("mlflow"):       # tracking.mlflow: the report and the outcome into the run
+            from tfyarn.train.tracking import log_report
+            log_report(st.to_dict(), out_dir)
         return out_dir / REPORT_JSON
     except Exception:
         log.warning("could not write the run report of %s", st.app_id, exc_info=True)

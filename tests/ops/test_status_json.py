@@ -22,7 +22,7 @@ TOP = {"schema": str, "app_id": str, "backend": str, "name": str, "state": str, 
 OPTIONAL: dict = {}
 TASK = {"task": str, "state": str, "host": (str, type(None)), "restarts": int, "exit_code": (int, type(None)),
         "diagnostics": str, "log": (str, type(None)), "memory_mib": (int, type(None)),
-        "peak_rss_mib": (int, type(None))}
+        "peak_rss_mib": (int, type(None)), "cpu_percent": (float, type(None)), "rss_mib": (int, type(None))}
 PROGRESS = {"global_step": int, "total_steps": int, "examples_per_sec": float, "loss": (float, type(None)),
             "epoch": (int, type(None)), "eta_s": (float, type(None)), "per_task": dict}
 STATES = {"PENDING", "RUNNING", "SUCCEEDED", "FAILED", "KILLED", "TIMED_OUT"}

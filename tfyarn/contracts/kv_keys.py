@@ -32,6 +32,8 @@ SLOT_DONE_PREFIX = "slot-done/"
 TASKMAP_PREFIX = "taskmap/"
 #: shared indexing: ``index/<attempt>/<name>/{probe,assign,part,manifest,beat}…``
 INDEX_PREFIX = "index/"
+#: JSON {cpu_percent, rss_mib, peak_rss_mib, memory_mib, time}: what the task's process tree uses (every task)
+RESOURCES_PREFIX = "resources/"
 
 # ------------------------------------------------------------------------------------------------ job-wide keys
 DONE_KEY = "control/done"                      # chief: training finished; ps/evaluator/tensorboard exit cleanly
@@ -44,6 +46,7 @@ SUPERVISOR_KEY = "control/supervisor"          # wall time of the in-app supervi
 SUMMARY_KEY = "summary"                        # chief: final run summary JSON
 TOTAL_STEPS_KEY = "plan/total_steps"           # chief: global step target (for progress bars)
 TENSORBOARD_URL_KEY = "tensorboard/url"
+PAGE_URL_KEY = "page/url"                      # the job's page (tfyarn.web): its URL
 EVAL_KEY = "eval/latest"                       # evaluator: JSON of its newest evaluation (checkpoint, step, metrics)
 SPEC_KEY = "spec"                              # the job's spec JSON as shipped (no ``kerberos``)
 
@@ -71,6 +74,10 @@ def stacks_ack_key(task: str) -> str:
 
 def rejoin_key(task: str, restart: int) -> str:
     return f"{REJOIN_PREFIX}{task}/{restart}"
+
+
+def resources_key(task: str) -> str:
+    return RESOURCES_PREFIX + task
 
 
 def index_namespace(attempt: int, name: str) -> str:
@@ -108,6 +115,9 @@ KEYS: tuple[KvKey, ...] = (
           "runtime.kv_yarn, runtime.app_end"),
     KvKey("taskmap/<container>", "role:index", "runtime.kv_yarn",
           "backends.yarn.states, backends.yarn (logs), runtime.exit_report"),
+    KvKey("resources/<task>", "JSON {cpu_percent, rss_mib, peak_rss_mib, memory_mib, time}",
+          "runtime.resources (every task, every 2 s)",
+          "job_progress (status: backends.local.launcher, backends.yarn.states)"),
     KvKey("index/<attempt>/<name>/…", "probe/<rank>, assign, part/<rank>, manifest, beat/<rank>",
           "data.shared_index", "data.shared_index"),
     KvKey("control/done", "set when training finished", "train (the chief); backends.local.launcher",
@@ -127,6 +137,7 @@ KEYS: tuple[KvKey, ...] = (
     KvKey("plan/total_steps", "global step target", "train (the chief)", "train (workers), supervisor"),
     KvKey("eval/latest", "latest evaluation metrics", "train.evaluator", "job_progress"),
     KvKey("tensorboard/url", "URL", "train.tensorboard", "job_progress"),
+    KvKey("page/url", "URL of the job's page", "backends.local.launcher, backends.yarn.page", "job_progress"),
     KvKey("spec", "the job's spec JSON (as shipped, no kerberos)", "backends.yarn.supervise",
           "backends.yarn (status/wait on a machine that did not submit the app)"),
 )

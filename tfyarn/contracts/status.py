@@ -42,7 +42,9 @@ class TaskStatus:
     diagnostics: str = ""
     log: str | None = None          # local path or URL of the task's log
     memory_mib: int | None = None   # what its role asks for (roles.<role>.memory)
-    peak_rss_mib: int | None = None  # local backend: the highest resident memory seen (task + its children)
+    peak_rss_mib: int | None = None  # the highest resident memory seen (task + its children)
+    cpu_percent: float | None = None  # CPU of the task's process tree (100 = one core), as it last published
+    rss_mib: int | None = None       # resident memory of the task's process tree, as it last published
 
 
 @dataclass

@@ -126,6 +126,9 @@ def build_context(kv: KV) -> TaskContext:
             log.info("%s: restart %d (container %s)", _task_label(), restarts, os.environ.get("SKEIN_CONTAINER_ID"))
             kv.delete(exit_key(_task_label()))   # how the previous container ended is history now
     install_stack_dumps(kv, _task_label())  # the stall watchdog asks for stacks by SIGUSR1 or through the KV
+    from tfyarn.runtime.resources import start_publisher
+    memory = spec.roles[role].memory_mib  # type: ignore[index]
+    start_publisher(kv, _task_label(), memory)   # CPU % and RSS: status, the page (YARN too)
     kv.delete(failure_key(_task_label()))   # a restarted task's earlier failure is history (YARN deletes nothing)
     host = task_host()
     cluster, port = rendezvous(spec, role, index, kv, host)

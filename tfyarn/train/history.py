@@ -60,6 +60,7 @@ class TaskHistory:
             from tfyarn.train.events import EventWriter
             self.events = EventWriter(url, "train", Path(local_dir) / "events")
         self.points = 0
+        self.sink: Any = None                 # also gets each batch of points (tfyarn.train.tracking: MLflow)
         self._next = 0.0                      # monotonic time the next point is due
         self._pending: list[dict[str, Any]] = []
         self._lock = threading.Lock()
@@ -104,6 +105,8 @@ class TaskHistory:
             return
         with self.local.open("a") as f:
             f.writelines(json.dumps(p, separators=(",", ":")) + "\n" for p in pending)
+        if self.sink is not None:
+            self.sink(pending)
         if self.events is not None:
             for p in pending:
                 values = {k: p.get(k) for k in ("loss", "examples_per_sec", "global_steps_per_sec")}

@@ -58,7 +58,10 @@ class ProgressReporter:
         """The reporter of a training task: ``fail_on_nan_loss`` from the spec, and the task's own progress history
         (:mod:`tfyarn.train.history`, next to the checkpoints; the chief's also feeds TensorBoard)."""
         from tfyarn.train.history import TaskHistory, restart_number
-        return cls(ctx.kv, ctx.task_id, fail_on_nan_loss=ctx.spec.fail_on_nan_loss, history=TaskHistory.for_task(ctx),
+        from tfyarn.train.tracking import attach
+        history = TaskHistory.for_task(ctx)
+        attach(ctx, history)                 # tracking.mlflow: the chief's points also go to its MLflow run
+        return cls(ctx.kv, ctx.task_id, fail_on_nan_loss=ctx.spec.fail_on_nan_loss, history=history,
                    attempt=ctx.attempt, restart=restart_number())
 
     def begin(self) -> None:
@@ -235,6 +238,8 @@ def write_summary(ctx: Any, summary: dict[str, Any]) -> str:
     put it in the KV ``summary``; returns its URL."""
     import fsspec
 
+    from tfyarn.train.tracking import with_run
+    summary = with_run(ctx, summary)        # tracking.mlflow: the run named in the summary, the summary logged
     ckpt = ctx.spec.checkpoint.dir
     url = ckpt.rstrip("/") + "/summary.json" if ckpt else str(Path(ctx.workdir) / "summary.json")
     text = json.dumps(summary, indent=1, sort_keys=True)

@@ -26,14 +26,17 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from tfyarn.contracts.status import AppState, AppStatus, Echo, TaskStatus
+from tfyarn.job_progress import apply_resources
 from tfyarn.backends.local.forkserver import ForkedProcess, ForkServer, ForkServerError, killpg
 from tfyarn.backends.local.kvserver import KVServer
 from tfyarn.backends.local.process_memory import tree_rss
 from tfyarn.errors import ExitCode
 from tfyarn.report import HISTORY_FILE
-from tfyarn.contracts.kv_keys import ABORT_KEY, DONE_KEY, addr_key, failure_key
+from tfyarn.contracts.kv_keys import ABORT_KEY, DONE_KEY, PAGE_URL_KEY, RESOURCES_PREFIX, addr_key, failure_key
 from tfyarn.spec import SIDECAR_ROLES, JobSpec
 from tfyarn.supervisor import Supervisor, checkpoint_url, training_end_note, write_report
+from tfyarn.web import page_enabled
+from tfyarn.web.server import StatusPage, file_tail
 
 log = logging.getLogger(__name__)
 
@@ -144,6 +147,7 @@ class Launcher:
         self._fork_roles: set[str] = set()  # roles whose tasks are forked (the others are started as processes)
         self._forkserver_checked = False     # waited for it to be ready (once, before the first task starts)
         self._forkserver_lost = False        # it became unusable mid-job (said once)
+        self.page: StatusPage | None = None  # the job's page (tfyarn.web), while the launcher runs
 
     # ------------------------------------------------------------------------------------------------- control
     def stop(self, reason: str, state: AppState = AppState.KILLED) -> None:
@@ -325,6 +329,8 @@ class Launcher:
                             memory_mib=self.spec.roles[t.role].memory_mib,  # type: ignore[index]
                             peak_rss_mib=t.peak_rss >> 20 if t.peak_rss else None)
                  for t in self.tasks.values()]
+        if self.kv is not None:        # what each task publishes of itself: CPU %, current RSS
+            apply_resources(tasks, self.kv.store.items(RESOURCES_PREFIX))
         return AppStatus(app_id=self.app_id, backend="local", name=self.spec.name, state=self._state,
                          diagnostics=self._diag, tasks=tasks, progress=self._progress, started=self._started,
                          finished=self._finished, tracking_url=str(self.app_dir),
@@ -370,6 +376,7 @@ class Launcher:
         try:
             with KVServer() as kv:
                 self.kv = kv
+                self._start_page()
                 try:
                     while True:
                         self._run_attempt(kv)
@@ -387,7 +394,28 @@ class Launcher:
                     self._refresh()
         finally:
             self._close_forkserver()  # KVServer failed to start
+            if self.page is not None:
+                self.page.close()
         return self.status()
+
+    def _start_page(self) -> None:
+        """The job's page on 127.0.0.1 (``TFYARN_PAGE=0``: none; ``TFYARN_PAGE_PORT``: its port), its URL logged
+        and in the KV (status shows it as ``progress.page_url``). A page that cannot start is a warning."""
+        if not page_enabled():
+            return
+        try:
+            self.page = StatusPage(lambda: self.status().to_dict(), lambda: self.supervisor.history.points,
+                                   log=lambda task: file_tail(str(self.tasks[task].log_path)) if task in self.tasks
+                                   else None, port=int(os.environ.get("TFYARN_PAGE_PORT") or 0)).start()
+        except (OSError, ValueError) as exc:
+            log.warning("no page for %s: %s", self.app_id, exc)
+            return
+        self._publish_page()
+        log.info("page: %s", self.page.url)
+
+    def _publish_page(self) -> None:
+        if self.page is not None and self.kv is not None:
+            self.kv.store.put(PAGE_URL_KEY, self.page.url)
 
     def _write_report(self) -> None:
         """The run report in the app dir and next to the checkpoints; never able to change the job's outcome."""
@@ -417,6 +445,7 @@ class Launcher:
             self._end(self._stop_state, self._stop_reason)
             return False
         kv.store.clear()
+        self._publish_page()
         self._sidecar_failures = []
         for t in self.tasks.values():
             t.state, t.exit_code, t.diagnostics, t.restarts = "PENDING", None, "", 0

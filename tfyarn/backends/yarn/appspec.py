@@ -107,6 +107,12 @@ def _files(shipped: Shipped) -> dict[str, Any]:
     return files
 
 
+#: The application master's environment. skein 0.8.2's web UI (its overview: the page the RM's tracking link opens)
+#: reads its proxied pages' map entries by reflection, which Java 17 refuses (HTTP 500 once a page has a link): the
+#: launcher of Java 9+ reads JDK_JAVA_OPTIONS (Java 8 ignores it), so the job's page gets its link there.
+MASTER_ENV = {"JDK_JAVA_OPTIONS": "--add-opens=java.base/java.util=ALL-UNNAMED"}
+
+
 def build_application_spec(spec: JobSpec, shipped: Shipped, *, master_memory_mib: int = 512,
                            master_vcores: int = 1, file_systems: Iterable[str] = (), attempt: int = 0,
                            supervise: bool = True, staging_dir: str | None = None) -> Any:
@@ -147,7 +153,7 @@ def build_application_spec(spec: JobSpec, shipped: Shipped, *, master_memory_mib
     return sk.ApplicationSpec(
         name=spec.name, queue=spec.queue, user=spec.user or "", tags=tags,
         services=services, acls=acls, file_systems=list(file_systems),
-        master=sk.Master(resources=sk.Resources(memory=master_memory_mib, vcores=master_vcores)))
+        master=sk.Master(resources=sk.Resources(memory=master_memory_mib, vcores=master_vcores), env=MASTER_ENV))
 
 
 # ----------------------------------------------------------------------------------------------------- shipped files

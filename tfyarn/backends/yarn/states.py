@@ -111,6 +111,8 @@ def snapshot(containers: list[Any], kv: dict[str, str], spec: JobSpec | None,
     failures = {k[len(FAILURE_PREFIX):]: v for k, v in kv.items() if k.startswith(FAILURE_PREFIX)}
     exits = {k[len(EXIT_PREFIX):]: json.loads(v) for k, v in kv.items() if k.startswith(EXIT_PREFIX)}
     tasks = tasks_from_containers(containers, taskmap, spec, failures, exits)
+    from tfyarn.job_progress import apply_resources
+    apply_resources(tasks, kv)              # CPU % and RSS each task publishes of itself (issue 32)
     progress_items = {k: v for k, v in kv.items() if k.startswith(PROGRESS_PREFIX)}
     sides = side_roles(kv.get)
     return {"tasks": [t.__dict__ for t in tasks], "progress": progress,

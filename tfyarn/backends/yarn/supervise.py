@@ -67,6 +67,8 @@ class InAppSupervisor:
         self.snap: dict[str, Any] = {}
         self.outcome: tuple[str, str] | None = None    # (YARN final status, diagnosis) it ended the app with
         self._done_seen: float | None = None            # when it first saw every task done (monotonic)
+        from tfyarn.backends.yarn.page import MemoryWatch
+        self.memory_watch = MemoryWatch()
 
     # -- the record other machines read ------------------------------------------------------------------------------
     def publish(self) -> None:
@@ -104,6 +106,7 @@ class InAppSupervisor:
         kv = self.kv.items()
         snap = self.snap = snapshot(self.app.get_containers(states=ALL_CONTAINER_STATES), kv, self.spec,
                                     progress=self.sup.progress(kv))
+        self.memory_watch(snap["tasks"])     # 90 % of a container's memory: warned (issue 32)
         if app_end.ALL_DONE_KEY in kv:
             if self._follower_ends_it():
                 return False
@@ -211,9 +214,13 @@ def main() -> int:
                               staging_dir=os.environ.get("TFYARN_STAGING_DIR"))
         threading.Thread(target=preload_plotting, name="tfyarn-preload-matplotlib", daemon=True).start()
         sup.publish()
+        from tfyarn.backends.yarn import page as job_page
+        page = job_page.serve(sup)          # the job's page, under skein's web UI (issue 32)
         log.info("supervising %s (%s): stall %gs, deadline %s, allocation %s", app_id, spec.name,
                  spec.timeouts.stall, spec.timeouts.active_deadline, spec.timeouts.allocation)
         sup.run()
+        if page is not None:
+            page.close()
         log.info("supervisor of %s done%s", app_id, f": ended it {sup.outcome[0]}" if sup.outcome else "")
     except BaseException:
         log.exception("the in-app supervisor failed; the job goes on without it")
