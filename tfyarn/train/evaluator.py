@@ -123,7 +123,7 @@ def run(ctx: TaskContext) -> list[dict[str, Any]]:
         raise ValueError("the evaluator needs checkpoint.dir and data.eval")
     url = spec.resolve_path(spec.checkpoint.dir)
     store = CheckpointStore(url, keep=spec.checkpoint.keep)
-    model = load(spec.model, spec.params, spec.resolve_path(spec.code) if spec.code else None)
+    model = load(spec.model, spec.params, spec.resolve_path(spec.code) if spec.code else None, data=spec.data)
     build_model(model)
     step = make_eval_step(model, dict(spec.data.features), spec.data.batch_size, spec.data.label)
     scratch = local_dir_for(ctx.workdir, "evaluator")
