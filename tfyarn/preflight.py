@@ -18,6 +18,7 @@ import sys
 import urllib.request
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from tfyarn import hdfs
@@ -408,11 +409,19 @@ def check_task_env(spec: JobSpec) -> list[str]:
     job's code must not run here."""
     from tfyarn.runtime.warm_imports import find_module
     problems = []
-    module = spec.model.partition(":")[0]
+    target = spec.entrypoint_parts()[0] if spec.entrypoint else spec.model
     path = ([spec.code] if spec.code else []) + sys.path
-    if find_module(module, path) is None:
+    if target.endswith(".py"):           # an entrypoint script: in code: (or a path of its own)
+        script = Path(spec.code or spec.base_dir or ".") / target
+        if not script.is_file():
+            problems.append(f"entrypoint: {target} not found in {spec.code or 'the spec directory'} (set 'code:' to "
+                            f"the directory holding it)")
+        target = ""
+    module = target.partition(":")[0]
+    if module and find_module(module, path) is None:
         where = f"the code dir {spec.code} or " if spec.code else ""
-        problems.append(f"model: module {module!r} not found in {where}the Python environment the tasks run "
+        key = "entrypoint" if spec.entrypoint else "model"
+        problems.append(f"{key}: module {module!r} not found in {where}the Python environment the tasks run "
                         f"(a typo? its package not installed? set 'code:' to the directory holding it)")
     if spec.instances("tensorboard") and not _installed("tensorboard"):
         problems.append("roles.tensorboard: the 'tensorboard' package is not installed in the Python environment the "

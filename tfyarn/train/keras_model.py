@@ -25,7 +25,6 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from tfyarn.train.model import Model
 
 
 def keras_flavour(obj: Any) -> str | None:
@@ -76,8 +75,9 @@ def _keras_module(flavour: str) -> Any:
     return keras
 
 
-class KerasModel(Model):
-    """The adapter (see the module docstring). ``factory()`` returns a compiled Keras model; ``first`` is one it
+class KerasModel:
+    """The adapter (see the module docstring; duck-typed :class:`tfyarn.train.model.Model`: that module imports
+    this one). ``factory()`` returns a compiled Keras model; ``first`` is one it
     already returned (used for the first build when it was made in the same graph context, else discarded)."""
 
     def __init__(self, factory: Callable[[], Any], first: Any, features: dict[str, Any] | None = None,
@@ -221,9 +221,8 @@ class KerasModel(Model):
 
     def _example_inputs(self) -> Any:
         import tensorflow as tf
-
-        from tfyarn.train.model import tf_dtype
-        feats = {n: tf.zeros((1, *f.shape), tf_dtype(f.dtype)) for n, f in self.features.items() if n != self.label}
+        feats = {n: tf.zeros((1, *f.shape), tf.string if f.dtype == "bytes" else tf.as_dtype(f.dtype))
+                 for n, f in self.features.items() if n != self.label}
         if not feats:
             raise ModelSpecError(f"{self.ref}: the Keras model is not built and tfyarn does not know the spec's "
                                  f"features to build it on")
