@@ -1,0 +1,17 @@
+"""Entrypoint (``module:function``) programs of the failure tests: one raises, one stops making progress."""
+import time
+
+import tfyarn
+
+
+def bad_flag():
+    """Fails like a user's script with a wrong argument: the exception's last line is the job's diagnosis."""
+    import sys
+    raise ValueError(f"unknown flag {sys.argv[1:]}")
+
+
+def stalls():
+    """Reports two steps, then hangs silently (no progress, no output) on the chief; other tasks wait for it."""
+    for step in (1, 2):
+        tfyarn.progress(step=step, loss=1.0)
+    time.sleep(3600)
