@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from harness import RECOMMENDER_FEATURES, write_recommender_files
+
 from tfyarn.errors import SpecError
 from tfyarn.spec import load_spec_dict
 
@@ -22,7 +22,7 @@ JOBS = ROOT / "tests" / "jobs"
 def doc_examples() -> dict[str, str]:
     """docs/models.md's scripts, by the file name in the ``<!-- example: NAME -->`` line above each."""
     text = (ROOT / "docs" / "models.md").read_text()
-    return dict(re.findall(r"<!-- example: (\S+) -->\n```python\n(.*?)```", text, re.S))
+    return dict(re.findall(r"<!-- example: (\S+) -->\n```python\n(.*?)```", text, re.DOTALL))
 
 
 def require_tf_keras() -> None:

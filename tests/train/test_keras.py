@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from harness import RECOMMENDER_FEATURES, LocalCluster, write_recommender_files
+from test_entrypoint import require_tf_keras
 
 from tfyarn.spec import load_spec_dict
 
@@ -52,7 +53,7 @@ def _graph_build(spec):
 def test_keras_model_names_are_stable_across_ps_builds_and_map_to_v1_optimizers(flavour, kind):
     import tensorflow as tf
     if flavour == "tf_keras":
-        pytest.importorskip("tf_keras") if not _ci() else __import__("tf_keras")
+        require_tf_keras()
     spec = _spec(params={**SMALL, "kind": kind, "keras": flavour, "optimizer": "SGD"})
     _, names1, opt = _graph_build(spec)
     _, names2, _ = _graph_build(spec)
@@ -61,11 +62,6 @@ def test_keras_model_names_are_stable_across_ps_builds_and_map_to_v1_optimizers(
     # SGD(momentum=0.9, nesterov=True) → MomentumOptimizer with the same hyperparameters
     assert isinstance(opt, tf.compat.v1.train.MomentumOptimizer)
     assert opt._learning_rate == pytest.approx(0.05) and opt._momentum == pytest.approx(0.9) and opt._use_nesterov
-
-
-def _ci() -> bool:
-    import os
-    return os.environ.get("TFYARN_REQUIRE_TF_KERAS") == "1"
 
 
 def test_each_supported_keras_optimizer_maps_to_its_v1_twin_and_others_are_refused_naming_the_supported():

@@ -18,8 +18,9 @@ when a dataset is made.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from tfyarn.data.errors import NoDataError
 

@@ -23,15 +23,16 @@ import runpy
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from tfyarn.runtime.context import DONE_KEY, TaskContext, progress_key
 
 log = logging.getLogger("tfyarn.entrypoint")
 
 _REPORTER: Any = None        # this task's ProgressReporter, once the program runs
-_HEARTBEAT: "_LogHeartbeat | None" = None
+_HEARTBEAT: _LogHeartbeat | None = None
 
 
 def report_progress(step: int, loss: float | None = None, examples: int = 0, epoch: int = 0,
