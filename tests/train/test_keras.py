@@ -207,3 +207,25 @@ def test_keras_model_trains_in_sync_ps_mode_with_the_v1_twin_export_and_warm_sta
     second = _run(spec2, tmp_path / "run2")
     assert second["warm_started_from"].endswith("ckpt-5") and second["global_step"] == 5
     assert second["first_loss"] < first["first_loss"]            # it continued the trained model
+
+
+def test_a_keras_model_tfyarn_cannot_train_is_refused_before_anything_starts_with_exit_2(tmp_path):
+    """Preflight checks a model whose code uses Keras in a child process: ps mode with an optimizer that has no v1
+    twin (and a model input no feature feeds) → exit 2, nothing started, the message naming what is supported."""
+    import os
+    import subprocess
+    import sys
+
+    import yaml
+    train = write_recommender_files(tmp_path / "train", [400])
+    doc = {"name": "refused", "model": MODEL, "params": {**SMALL, "optimizer": "Adamax"}, "mode": "ps",
+           "data": {"train": train, "features": RECOMMENDER_FEATURES, "batch_size": 100},
+           "roles": {"ps": {"instances": 1}, "worker": {"instances": 1}}}
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(doc))
+    proc = subprocess.run([sys.executable, "-m", "tfyarn.cli", "run", str(tmp_path / "spec.yaml")],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                          env={**os.environ, "TFYARN_HOME": str(tmp_path / "home")})
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "Adamax has no ps-mode equivalent" in proc.stderr and "Supported in ps mode: SGD" in proc.stderr
+    assert "nothing was started" in proc.stderr
+    assert not (tmp_path / "home" / "apps").exists() or not any((tmp_path / "home" / "apps").iterdir())
