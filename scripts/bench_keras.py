@@ -97,9 +97,17 @@ def _alternate(steps: dict[str, Any], batches: list[dict[str, Any]], rounds: int
             "ratio_blocks": [round(k / p, 3) for k, p in zip(times["keras"], times["plain"])]}
 
 
+def _fed(call: Any, names: list[str]) -> Any:
+    """A Session callable fed one batch dict (placeholders in ``names`` order)."""
+    def step(batch: dict[str, Any]) -> Any:
+        return call(*[batch[n] for n in names])
+    return step
+
+
 def micro(mode: str, files: list[str], rounds: int = 12) -> dict[str, Any]:
     """In a child process: the adapter's step against the plain twin's, tfyarn's own fed step of ``mode``."""
     import tensorflow as tf
+
     from tfyarn.train.model import build_model, input_signature, load
     spec = _spec(files)
     batches = _batches(files, 60)
@@ -133,7 +141,7 @@ def micro(mode: str, files: list[str], rounds: int = 12) -> dict[str, Any]:
             names = list(ph)
             call = sess.make_callable([train, loss], feed_list=[ph[n] for n in names])
         sessions.append(sess)
-        steps[name] = (lambda c, ns: lambda b: c(*[b[n] for n in ns]))(call, names)
+        steps[name] = _fed(call, names)
     return _alternate(steps, batches, rounds)
 
 
@@ -182,7 +190,8 @@ def job_spec(files: list[str], work: Path, mode: str, epochs: int = 3) -> Any:
 
 
 def run_child(kind: str, files: list[str]) -> dict[str, Any]:
-    out = subprocess.run([sys.executable, __file__, kind, json.dumps(files)], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, __file__, kind, json.dumps(files)], check=False, capture_output=True,
+                         text=True,
                          timeout=1200, env={**__import__("os").environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
     if out.returncode != 0:
         raise RuntimeError(f"bench child {kind} failed:\n{out.stderr[-3000:]}")
@@ -212,10 +221,10 @@ def report(res: dict[str, Any], header: str) -> str:
     fit = res["fit"]["examples_per_sec"]
     lines = [SECTION, "", header, "",
              "### A Keras network in tfyarn's fed loop vs the same network as a plain `tfyarn.train.Model`", "",
-             "Same batches in memory, tfyarn's own fed step, 12 rounds of 60-step blocks alternating in one process "
+             ("Same batches in memory, tfyarn's own fed step, 12 rounds of 60-step blocks alternating in one process "
              "per mode (Keras: Adam, the Keras optimizer in allreduce, its v1 twin in ps; plain: v1 Adam). Step ms "
              "= median block; the ratio is of the medians (of the means beside it: another engineer's load burst "
-             "during one block moves the mean). Runs: the child process was run once per --repeats, median shown.",
+             "during one block moves the mean). Runs: the child process was run once per --repeats, median shown."),
              "", "| mode | Keras step ms | plain step ms | Keras / plain (medians) | of means | every run | ≤ 1.1 |",
              "|---|---|---|---|---|---|---|"]
     for mode, r in res["micro"].items():
@@ -223,8 +232,8 @@ def report(res: dict[str, Any], header: str) -> str:
                      f"{r['ratio_of_means']} | {', '.join(map(str, r['ratio_runs']))} | "
                      f"{'met' if r['ratio'] <= 1.1 else 'NOT met'} |")
     lines += ["", "### examples/s: tfyarn training a Keras model vs Keras's own single-process fit", "",
-              f"Keras 3 `model.fit` on `TFRecordDataset → batch({BATCH}) → parse_example → prefetch`, one process: "
-              f"**{fit:,.0f} examples/s** (epochs after the first: {res['fit']['epoch_s']} s per epoch).", "",
+              (f"Keras 3 `model.fit` on `TFRecordDataset → batch({BATCH}) → parse_example → prefetch`, one process: "
+              f"**{fit:,.0f} examples/s** (epochs after the first: {res['fit']['epoch_s']} s per epoch)."), "",
               "| tfyarn job (1 training worker, local backend) | examples/s | / fit | ≥ fit |", "|---|---|---|---|"]
     for mode, j in res["jobs"].items():
         e = j.get("examples_per_sec") or 0

@@ -448,8 +448,9 @@ def check_keras_model(spec: JobSpec, timeout: float = 300.0) -> list[str]:
         f.write(spec.to_json())
         f.flush()
         try:
-            proc = subprocess.run([sys.executable, "-m", "tfyarn.train.keras_check", f.name], capture_output=True,
-                                  text=True, timeout=timeout, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+            proc = subprocess.run([sys.executable, "-m", "tfyarn.train.keras_check", f.name], check=False,
+                                  capture_output=True, text=True, timeout=timeout,
+                                  env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
         except subprocess.TimeoutExpired:
             return [f"model: checking the Keras model {spec.model} took over {timeout:g}s"]
     if proc.returncode == 2:

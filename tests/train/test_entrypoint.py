@@ -4,34 +4,18 @@ a program that raises, one that stalls; and, in one process, the equal-steps sha
 from __future__ import annotations
 
 import json
-import os
-import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 from harness import RECOMMENDER_FEATURES, write_recommender_files
+from keras_helpers import doc_examples, require_tf_keras
 
 from tfyarn.errors import SpecError
 from tfyarn.spec import load_spec_dict
 
 ROOT = Path(__file__).resolve().parents[2]
 JOBS = ROOT / "tests" / "jobs"
-
-
-def doc_examples() -> dict[str, str]:
-    """docs/models.md's scripts, by the file name in the ``<!-- example: NAME -->`` line above each."""
-    text = (ROOT / "docs" / "models.md").read_text()
-    return dict(re.findall(r"<!-- example: (\S+) -->\n```python\n(.*?)```", text, re.DOTALL))
-
-
-def require_tf_keras() -> None:
-    """tf_keras is a test dependency installed with --no-deps (.ci/run): skipped outside CI if missing, a failure
-    in CI (TFYARN_REQUIRE_TF_KERAS=1)."""
-    if os.environ.get("TFYARN_REQUIRE_TF_KERAS") == "1":
-        import tf_keras  # noqa: F401
-    else:
-        pytest.importorskip("tf_keras")
 
 
 def _spec(tmp: Path, entrypoint: str, code: Path, data: bool = True, **over):

@@ -6,9 +6,17 @@
   its equal-steps share of HDFS data through ``tfyarn.data.train_dataset()``.
 """
 import pytest
+from clusterutil import (
+    JOB_S,
+    assert_clean,
+    hdfs_exists,
+    job_doc,
+    needs_yarn,
+    planned_steps,
+    unique,
+)
+from keras_helpers import doc_examples, require_tf_keras
 
-from clusterutil import JOB_S, assert_clean, hdfs_exists, job_doc, needs_yarn, planned_steps, unique
-from test_entrypoint import doc_examples, require_tf_keras
 from tfyarn import hdfs
 from tfyarn.backends.base import AppState
 from tfyarn.spec import load_spec_dict

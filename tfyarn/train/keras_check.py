@@ -22,7 +22,7 @@ def problems(spec_json: str) -> list[str]:
         return []
     try:
         with tf.Graph().as_default():
-            build_model(model)
+            build_model(model)  # type: ignore[arg-type]  # duck-typed Model
         if spec.mode == "ps":
             v1_equivalent(*model.ps_optimizer_config(), spec.model)
     except (ModelSpecError, UnsupportedOptimizer) as exc:

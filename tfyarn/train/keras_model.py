@@ -26,7 +26,6 @@ from collections.abc import Callable
 from typing import Any
 
 
-
 def keras_flavour(obj: Any) -> str | None:
     """``'keras'`` (Keras 3), ``'tf_keras'`` or None: which Keras ``obj``'s class comes from (no import needed)."""
     for cls in type(obj).__mro__:
