@@ -229,3 +229,46 @@ def test_a_keras_model_tfyarn_cannot_train_is_refused_before_anything_starts_wit
     assert "Adamax has no ps-mode equivalent" in proc.stderr and "Supported in ps mode: SGD" in proc.stderr
     assert "nothing was started" in proc.stderr
     assert not (tmp_path / "home" / "apps").exists() or not any((tmp_path / "home" / "apps").iterdir())
+
+
+def test_a_sequential_model_with_or_without_an_input_trains_on_its_one_feature():
+    """Sequential: with ``keras.Input(name=<feature>)`` it is fed by name; without one (unbuilt) it takes the single
+    non-label feature and is built on it."""
+    import keras
+    import tensorflow as tf
+    from tfyarn.train.keras_model import wrap
+    spec = load_spec_dict({"name": "seq", "model": "m:f", "mode": "ps",
+                           "roles": {"ps": {"instances": 1}, "worker": {"instances": 1}},
+                           "data": {"train": ["x"], "batch_size": 8, "features": {
+                               "x": {"dtype": "float32", "shape": [3]}, "label": {"dtype": "float32"}}}})
+
+    def with_input():
+        m = keras.Sequential([keras.Input(shape=(3,), name="x"), keras.layers.Dense(1)])
+        m.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse", metrics=["mae"])
+        return m
+
+    def unbuilt():
+        m = keras.Sequential([keras.layers.Dense(1)])
+        m.compile(optimizer=keras.optimizers.RMSprop(0.05), loss="mse")
+        return m
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(64, 3)).astype("float32")
+    y = x @ np.array([1.0, -2.0, 0.5], "float32")
+    for factory in (with_input, unbuilt):
+        from tfyarn.train.model import build_model
+        model = wrap(factory, factory(), spec.data, "m:f")
+        with tf.Graph().as_default():
+            build_model(model)
+            assert len(model.variables) == 2
+            xp, yp = tf.compat.v1.placeholder(tf.float32, [None, 3]), tf.compat.v1.placeholder(tf.float32, [None])
+            pred = model({"x": xp}, True)
+            loss = tf.reduce_mean(model.loss(yp, pred))
+            metrics = model.metrics(yp, pred)
+            train = model.optimizer().minimize(loss, var_list=model.trainable_variables)
+            with tf.compat.v1.Session() as s:
+                s.run(tf.compat.v1.global_variables_initializer())
+                losses = [s.run([loss, train], {xp: x, yp: y})[0] for _ in range(40)]
+                names = sorted(s.run(metrics, {xp: x, yp: y}))
+        assert losses[-1] < losses[0] * 0.5, (factory.__name__, losses[0], losses[-1])
+        assert names == (["loss", "mae"] if factory is with_input else ["loss"])
