@@ -17,7 +17,7 @@ from typing import Annotated, Any, Iterator, Literal, Union, get_args, get_origi
 
 import yaml
 from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt, StringConstraints,
-                      ValidationError, field_validator, model_validator)
+                      ValidationError, ValidationInfo, field_validator, model_validator)
 
 from tfyarn.errors import SpecError
 
@@ -277,12 +277,12 @@ class JobSpec(_Model):
     user: str | None = Field(None, description="proxy user on YARN")
     environment: Environment = Field(default_factory=Environment)
     code: str | None = Field(None, description="directory shipped with the job and put on sys.path")
-    model: str = Field("", description="module:callable returning a tfyarn model, a compiled Keras model, or a "
-                                       "custom train(ctx); not with entrypoint")
     entrypoint: str | None = Field(
         None, description="your own training program instead of model: 'train.py --flag x' (a script in code:, "
                           "with its arguments) or 'module:function'; runs on every chief and worker with TF_CONFIG "
                           "set (docs/models.md)")
+    model: str = Field("", description="module:callable returning a tfyarn model, a compiled Keras model, or a "
+                                       "custom train(ctx); required unless entrypoint is given")
     params: dict[str, Any] = Field(default_factory=dict, description="keyword arguments passed to the model callable")
     mode: Literal["ps", "allreduce"] = "ps"
     sync: StrictBool = False
@@ -305,7 +305,9 @@ class JobSpec(_Model):
 
     @field_validator("model")
     @classmethod
-    def _model_ref(cls, v: str) -> str:
+    def _model_ref(cls, v: str, info: ValidationInfo) -> str:
+        if not v and not info.data.get("entrypoint"):   # checked here, so it is listed with every other problem
+            raise ValueError("required")
         if v and not _MODEL_REF_RE.match(v):
             raise ValueError(f"{v!r} is not 'module:callable' (e.g. tfyarn.models.recommender:model)")
         return v
@@ -335,8 +337,6 @@ class JobSpec(_Model):
                 problems.append(f"entrypoint: {target!r} is neither a script ('train.py ...') nor 'module:function'")
             if self.export is not None:
                 problems.append("export: an entrypoint job saves its own model (tfyarn cannot know what it trained)")
-        elif not self.model:
-            problems.append("model: required (or entrypoint: your own training program)")
         elif "data" not in self.model_fields_set:
             problems.append("data: required")
         if problems:

@@ -39,7 +39,7 @@ def test_entrypoint_spec_rules():
     s = load_spec_dict({**base, "entrypoint": "train.py --lr 0.1 'a b'"})
     assert s.entrypoint_parts() == ("train.py", ["--lr", "0.1", "a b"]) and not s.has_data
     assert json.loads(s.to_json())["entrypoint"] == s.entrypoint and "data" not in json.loads(s.to_json())
-    cases = [({**base}, "model: required (or entrypoint: your own training program)"),
+    cases = [({**base}, "model: required"),
              ({**base, "model": "a:b"}, "data: required"),
              ({**base, "model": "a:b", "entrypoint": "t.py"}, "entrypoint: give either model or entrypoint, not both"),
              ({**base, "entrypoint": "train"}, "entrypoint: 'train' is neither a script"),
