@@ -15,3 +15,16 @@ def stalls():
     for step in (1, 2):
         tfyarn.progress(step=step, loss=1.0)
     time.sleep(3600)
+
+
+def chatty(quiet: bool = False):
+    """Never calls tfyarn.progress; prints (unless ``quiet``) for 30 s, longer than the watchdog's start-up allowance
+    plus timeouts.stall of the test: its log output is its heartbeat."""
+    for i in range(60):
+        if not quiet:
+            print(f"working {i}", flush=True)
+        time.sleep(0.5)
+
+
+def quiet():
+    chatty(quiet=True)

@@ -4,8 +4,8 @@ The program gets what TF expects (``TF_CONFIG``, set by the runtime after rendez
 tfyarn job has: rendezvous, restarts and attempts, logs, status, exit codes, the run report, and the stall watchdog:
 
 * ``tfyarn.progress(step=, loss=)`` publishes the task's progress (status, history, the watchdog); without any call
-  the task's **log output** is its heartbeat (:class:`_LogHeartbeat`: growing stdout/stderr files count as progress),
-  so a program that prints nothing and reports nothing for ``timeouts.stall`` is a stall.
+  the task's **log output** is its heartbeat (:class:`_LogHeartbeat`: prints, log records, growing stdout/stderr
+  files count as progress), so a program that prints nothing and reports nothing for ``timeouts.stall`` is a stall.
 * ``tfyarn.data.train_dataset()`` is this worker's equal-steps share (:mod:`tfyarn.data.tf_dataset`, bound here).
 * When the chief's program returns, tfyarn writes the summary and sets ``control/done``. A worker whose program is
   still running then (a ParameterServerStrategy worker serving in ``server.join()``) is ended cleanly: exit 0.
@@ -46,16 +46,52 @@ def report_progress(step: int, loss: float | None = None, examples: int = 0, epo
     _REPORTER.report(step=int(step), epoch=int(epoch), loss=loss, examples=int(examples), global_step=global_step)
 
 
+class _Tee:
+    """sys.stdout/sys.stderr as the program sees them: every write counted (they may be pipes, whose size says
+    nothing), then passed on."""
+
+    def __init__(self, inner: Any, beat: Callable[[], None]):
+        self._inner, self._beat = inner, beat
+
+    def write(self, text: str) -> int:
+        self._beat()
+        return self._inner.write(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+class _LogTap(logging.Handler):
+    """Counts the log records of the task (the program's logging and tfyarn's alike)."""
+
+    def __init__(self, beat: Callable[[], None]):
+        super().__init__(logging.NOTSET)
+        self._beat = beat
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self._beat()
+
+
 class _LogHeartbeat(threading.Thread):
-    """Until the program first calls ``tfyarn.progress``: each second the task's stdout/stderr files grew counts as a
-    step of ``progress/<task>`` (marked ``heartbeat: log``), so the watchdog sees a program that is working. Streams
-    that are not files (a pipe) give no heartbeat: then only ``tfyarn.progress`` does."""
+    """Until the program first calls ``tfyarn.progress``: each second with new log output — a write to sys.stdout
+    or sys.stderr, a log record, or growth of the stdout/stderr files (TF's C++ logging on YARN) — counts as a step
+    of ``progress/<task>`` (marked ``heartbeat: log``), so the watchdog sees a program that is working."""
 
     def __init__(self, ctx: TaskContext, interval: float = 1.0):
         super().__init__(name="tfyarn-log-heartbeat", daemon=True)
         self.ctx, self.interval = ctx, interval
         self.stopped = threading.Event()
-        self.beats = 0
+        self.beats = self.writes = 0
+        self.tap = _LogTap(self._wrote)
+
+    def _wrote(self) -> None:
+        self.writes += 1
+
+    def install(self) -> None:
+        sys.stdout = _Tee(sys.stdout, self._wrote)       # type: ignore[assignment]
+        sys.stderr = _Tee(sys.stderr, self._wrote)       # type: ignore[assignment]
+        logging.getLogger().addHandler(self.tap)
+        self.start()
 
     @staticmethod
     def _size() -> int:
@@ -68,9 +104,9 @@ class _LogHeartbeat(threading.Thread):
         return total
 
     def run(self) -> None:
-        last = self._size()
+        last = (self._size(), self.writes)
         while not self.stopped.wait(self.interval):
-            now = self._size()
+            now = (self._size(), self.writes)
             if now != last:
                 last, self.beats = now, self.beats + 1
                 try:
@@ -80,7 +116,9 @@ class _LogHeartbeat(threading.Thread):
                     log.debug("heartbeat not published: %s", exc)
 
     def stop(self) -> None:
-        self.stopped.set()
+        if not self.stopped.is_set():
+            self.stopped.set()
+            logging.getLogger().removeHandler(self.tap)
 
 
 def _end_when_done(ctx: TaskContext, finish: Callable[[], None] | None, poll: float = 0.5) -> None:
@@ -134,7 +172,7 @@ def run(ctx: TaskContext, finish: Callable[[], None] | None = None) -> dict[str,
         bind(spec.data, ctx.data_rank, ctx.num_data_workers, cache)
     _REPORTER = ProgressReporter.for_task(ctx)
     _HEARTBEAT = _LogHeartbeat(ctx)
-    _HEARTBEAT.start()
+    _HEARTBEAT.install()
     if not ctx.is_chief:
         _end_when_done(ctx, finish)
     what, program = _program(ctx)
