@@ -25,6 +25,7 @@ FEATURES = {"label": {"dtype": "float32"}, "user_id": {"dtype": "int64"}, "item_
 BATCH = 1000
 PARAMS = {"num_users": 1000, "num_items": 1000, "dim": 16, "hidden": 16, "learning_rate": 0.01}
 SECTION = "## Keras models (issue 27)"
+PASSES = 4          # a block = 4 passes over the 60 batches: ~0.25 s, long enough that one scheduling hiccup is noise
 
 
 class PlainTwin:
@@ -83,12 +84,13 @@ def _alternate(steps: dict[str, Any], batches: list[dict[str, Any]], rounds: int
     for fn in steps.values():                        # warm-up (first call, caches)
         for b in batches[:5]:
             fn(b)
+    block = batches * PASSES
     for _ in range(rounds):
         for name, fn in steps.items():
             t0 = time.perf_counter()
-            for b in batches:
+            for b in block:
                 fn(b)
-            times[name].append((time.perf_counter() - t0) / len(batches) * 1000)
+            times[name].append((time.perf_counter() - t0) / len(block) * 1000)
     means = {k: statistics.mean(v) for k, v in times.items()}
     medians = {k: statistics.median(v) for k, v in times.items()}    # robust to another process's load burst
     return {"step_ms": {k: round(v, 3) for k, v in medians.items()},
@@ -104,7 +106,7 @@ def _fed(call: Any, names: list[str]) -> Any:
     return step
 
 
-def micro(mode: str, files: list[str], rounds: int = 12) -> dict[str, Any]:
+def micro(mode: str, files: list[str], rounds: int = 10) -> dict[str, Any]:
     """In a child process: the adapter's step against the plain twin's, tfyarn's own fed step of ``mode``."""
     import tensorflow as tf
 
@@ -221,7 +223,7 @@ def report(res: dict[str, Any], header: str) -> str:
     fit = res["fit"]["examples_per_sec"]
     lines = [SECTION, "", header, "",
              "### A Keras network in tfyarn's fed loop vs the same network as a plain `tfyarn.train.Model`", "",
-             ("Same batches in memory, tfyarn's own fed step, 12 rounds of 60-step blocks alternating in one process "
+             ("Same batches in memory, tfyarn's own fed step, 10 rounds of 240-step blocks alternating in one process "
              "per mode (Keras: Adam, the Keras optimizer in allreduce, its v1 twin in ps; plain: v1 Adam). Step ms "
              "= median block; the ratio is of the medians (of the means beside it: another engineer's load burst "
              "during one block moves the mean). Runs: the child process was run once per --repeats, median shown."),
