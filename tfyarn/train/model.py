@@ -98,9 +98,11 @@ def load(ref: str, params: dict[str, Any] | None = None, code_dir: str | None = 
     model = target(**(params or {}))
     if is_custom_train(model):
         return model
-    from tfyarn.train.keras_model import is_keras_model, wrap
-    if is_keras_model(model):
-        return wrap(lambda: target(**(params or {})), model, data, ref)
+    # by name, not an import statement: warm_imports.code_uses_keras follows the job's imports into tfyarn, and
+    # tfyarn's own adapter must not count as a plain model's use of Keras (every job would preload Keras)
+    keras_model = importlib.import_module("tfyarn.train.keras_model")
+    if keras_model.is_keras_model(model):
+        return keras_model.wrap(lambda: target(**(params or {})), model, data, ref)
     missing = [m for m in ("build", "loss") if not callable(getattr(model, m, None))]
     if missing or not callable(model):
         raise TypeError(f"model {ref!r} returned {type(model).__name__}, not a tfyarn.train.Model "
