@@ -17,14 +17,9 @@ def stalls():
     time.sleep(3600)
 
 
-def chatty(quiet: bool = False):
-    """Never calls tfyarn.progress; prints (unless ``quiet``) for 30 s, longer than the watchdog's start-up allowance
-    plus timeouts.stall of the test: its log output is its heartbeat."""
+def chatty():
+    """Never calls tfyarn.progress; prints for 30 s, longer than the test's watchdog allowance: its log output is
+    its heartbeat."""
     for i in range(60):
-        if not quiet:
-            print(f"working {i}", flush=True)
+        print(f"working {i}", flush=True)
         time.sleep(0.5)
-
-
-def quiet():
-    chatty(quiet=True)

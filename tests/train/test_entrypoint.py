@@ -126,13 +126,9 @@ def test_a_program_that_stops_making_progress_is_ended_by_the_watchdog_naming_th
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_without_progress_calls_log_output_is_the_heartbeat_the_watchdog_judges(tmp_path):
-    """30 s without tfyarn.progress; the watchdog allows rendezvous + stall = 14 s for a first step: a program that
-    prints all along succeeds, the same program silent is a stall."""
-    outcome = {}
-    for name in ("chatty", "quiet"):
-        spec = _spec(tmp_path / name, f"entrypoint_jobs:{name}", JOBS, data=False, roles={"chief": {"instances": 1}},
-                     timeouts={"rendezvous": 10, "stall": 4, "shutdown": 10})
-        st = _run(spec)
-        outcome[name] = (st.state.value, st.diagnostics)
-    assert outcome["chatty"][0] == "SUCCEEDED", outcome
-    assert outcome["quiet"][0] in ("FAILED", "TIMED_OUT") and "chief:0" in outcome["quiet"][1], outcome
+    """30 s of printing without tfyarn.progress, while the watchdog allows rendezvous + stall = 14 s for a first step:
+    not a stall (before the prints counted, this job was TIMED_OUT "training did not start ... chief:0")."""
+    spec = _spec(tmp_path, "entrypoint_jobs:chatty", JOBS, data=False, roles={"chief": {"instances": 1}},
+                 timeouts={"rendezvous": 10, "stall": 4, "shutdown": 10})
+    st = _run(spec)
+    assert st.state.value == "SUCCEEDED", st.diagnostics
