@@ -561,6 +561,24 @@ def launch_only(res: dict, data: list[str], work: Path, repeats: int) -> int:
     return 0
 
 
+def keras_only(res: dict, data: list[str], work: Path, repeats: int, write: bool) -> int:
+    """The Keras section (issue 27): scripts/bench_keras.py's figures, printed, and written with ``write``."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    import bench_keras
+    k = bench_keras.measure(data, work, run_job, repeats)
+    header = (f"`python scripts/bench_training.py --only keras --repeats {repeats} --write` — {res['date']}, "
+              f"{res['cpus']} cores, load average {res['load_before']} before / {loadavg()} after (a machine shared "
+              f"with other engineers' TF processes). Data: {res['records']:,} recommender records in 16 files, batch "
+              f"{bench_keras.BATCH}; model `tfyarn.models.keras_recommender` (Keras 3, functional: embeddings, a "
+              f"custom layer, Dense) with its params {bench_keras.PARAMS}.")
+    (work / "keras-results.json").write_text(json.dumps(k, indent=1, default=str))
+    text = bench_keras.report(k, header)
+    print("\n" + text)
+    if write:
+        bench_keras.write_section(text, REPO / "BENCHMARKS.md")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--records", type=int, default=200_000)
@@ -570,11 +588,12 @@ def main() -> int:
                          "2-core machine one run's ratio can be 5-10%% off the next one's")
     ap.add_argument("--write", action="store_true", help="write the section into BENCHMARKS.md")
     ap.add_argument("--from-results", default=None, help="re-render a previous run's results.json (no measuring)")
-    ap.add_argument("--only", choices=["launch"], default=None,
-                    help="launch: only launch → first step, forkserver on and off interleaved --repeats times")
+    ap.add_argument("--only", choices=["launch", "keras"], default=None,
+                    help="launch: only launch → first step, forkserver on and off interleaved --repeats times; "
+                         "keras: only the Keras section (scripts/bench_keras.py), written with --write")
     ap.add_argument("--child", nargs=2, metavar=("KIND", "DATA_DIR"), help=argparse.SUPPRESS)
     args = ap.parse_args()
-    if args.only and (args.write or args.from_results):
+    if args.only == "launch" and (args.write or args.from_results):
         ap.error("--only measures one part: it neither writes BENCHMARKS.md nor re-renders results")
     if args.child:
         logging.basicConfig(level=logging.WARNING)
@@ -597,6 +616,8 @@ def main() -> int:
     print(f"data: {len(data)} files in {data_dir}; load {res['load_before']}", flush=True)
     if args.only == "launch":
         return launch_only(res, data, work, args.repeats)
+    if args.only == "keras":
+        return keras_only(res, data, work, args.repeats, args.write)
     kinds = ("graph-16", "allreduce-16", "graph-256", "allreduce-256", "graph-16-python", "graph-256-python")
     runs: dict[str, list] = {k: [] for k in kinds}
     for _ in range(args.repeats):                 # interleaved repeats: load bursts spread over every config

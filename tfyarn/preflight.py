@@ -13,9 +13,11 @@ The cluster is behind :class:`ClusterInfo` (two methods) so the rules are tested
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from tfyarn import hdfs
@@ -355,17 +357,55 @@ def check_task_env(spec: JobSpec) -> list[str]:
     job's code must not run here."""
     from tfyarn.runtime.warm_imports import find_module
     problems = []
-    module = spec.model.partition(":")[0]
+    target = spec.entrypoint_parts()[0] if spec.entrypoint else spec.model
     path = ([spec.code] if spec.code else []) + sys.path
-    if find_module(module, path) is None:
+    if target.endswith(".py"):           # an entrypoint script: in code: (or a path of its own)
+        script = Path(spec.code or spec.base_dir or ".") / target
+        if not script.is_file():
+            problems.append(f"entrypoint: {target} not found in {spec.code or 'the spec directory'} (set 'code:' to "
+                            f"the directory holding it)")
+        target = ""
+    module = target.partition(":")[0]
+    if module and find_module(module, path) is None:
         where = f"the code dir {spec.code} or " if spec.code else ""
-        problems.append(f"model: module {module!r} not found in {where}the Python environment the tasks run "
+        key = "entrypoint" if spec.entrypoint else "model"
+        problems.append(f"{key}: module {module!r} not found in {where}the Python environment the tasks run "
                         f"(a typo? its package not installed? set 'code:' to the directory holding it)")
+    elif module and not spec.entrypoint:
+        problems += check_keras_model(spec)
     if spec.instances("tensorboard") and not _installed("tensorboard"):
         problems.append("roles.tensorboard: the 'tensorboard' package is not installed in the Python environment the "
                         "tasks run (it is no longer installed with TensorFlow): pip install 'tfyarn[tensorboard]' (or "
                         "tensorboard), or remove roles.tensorboard")
     return problems
+
+
+def check_keras_model(spec: JobSpec, timeout: float = 300.0) -> list[str]:
+    """A model whose code uses Keras: checked in a child process of this Python (``tfyarn.train.keras_check``:
+    compiled, inputs named after features, in ps mode an optimizer with a v1 twin), so that a model tfyarn cannot
+    train fails here (exit 2) instead of in every task. The gateway imports no TensorFlow; a job without Keras pays
+    nothing."""
+    import subprocess
+    import tempfile
+
+    from tfyarn.runtime.warm_imports import code_uses_keras
+    if not code_uses_keras(spec.model.partition(":")[0], spec.code):
+        return []
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
+        f.write(spec.to_json())
+        f.flush()
+        try:
+            proc = subprocess.run([sys.executable, "-m", "tfyarn.train.keras_check", f.name], check=False,
+                                  capture_output=True, text=True, timeout=timeout,
+                                  env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+        except subprocess.TimeoutExpired:
+            return [f"model: checking the Keras model {spec.model} took over {timeout:g}s"]
+    if proc.returncode == 2:
+        return [line for line in proc.stdout.splitlines() if line.strip()]
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        return [f"model: {spec.model} failed when called to check it: {last}"]
+    return []
 
 
 def runs_this_python(spec: JobSpec) -> bool:

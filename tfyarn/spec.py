@@ -18,7 +18,7 @@ from typing import Annotated, Any, Iterator, Literal, Union, get_args, get_origi
 
 import yaml
 from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt, StringConstraints,
-                      ValidationError, field_validator, model_validator)
+                      ValidationError, ValidationInfo, field_validator, model_validator)
 
 from tfyarn.errors import SpecError
 
@@ -232,6 +232,10 @@ class Tracking(_Model):
                                                      "name)")
 
 
+#: What ``data`` holds when an entrypoint job has none (never validated: an empty ``train`` means "no data").
+_NO_DATA = Data.model_construct(train=[], features={}, batch_size=1)
+
+
 RoleName = Literal["chief", "worker", "ps", "evaluator", "tensorboard"]
 ROLE_ORDER: tuple[str, ...] = ("chief", "worker", "ps", "evaluator", "tensorboard")
 #: Roles that appear in TF_CONFIG's cluster; evaluator and tensorboard stand outside it.
@@ -316,11 +320,17 @@ class JobSpec(_Model):
     user: str | None = Field(None, description="proxy user on YARN")
     environment: Environment = Field(default_factory=Environment)
     code: str | None = Field(None, description="directory shipped with the job and put on sys.path")
-    model: str = Field(..., description="module:callable returning a tfyarn model (or a custom train(ctx))")
+    entrypoint: str | None = Field(
+        None, description="your own training program instead of model: 'train.py --flag x' (a script in code:, "
+                          "with its arguments) or 'module:function'; runs on every chief and worker with TF_CONFIG "
+                          "set (docs/models.md)")
+    model: str = Field("", description="module:callable returning a tfyarn model, a compiled Keras model, or a "
+                                       "custom train(ctx); required unless entrypoint is given")
     params: dict[str, Any] = Field(default_factory=dict, description="keyword arguments passed to the model callable")
     mode: Literal["ps", "allreduce"] = "ps"
     sync: StrictBool = False
-    data: Data
+    data: Data = Field(default_factory=lambda: _NO_DATA, validate_default=False,
+                       description="required with model:, optional with entrypoint:")
     checkpoint: Checkpoint = Field(default_factory=Checkpoint)
     export: Export | None = Field(None, description="export the final model as a SavedModel (needs checkpoint.dir)")
     roles: dict[RoleName, Role] = Field(default_factory=lambda: _one_worker())
@@ -339,10 +349,43 @@ class JobSpec(_Model):
 
     @field_validator("model")
     @classmethod
-    def _model_ref(cls, v: str) -> str:
-        if not _MODEL_REF_RE.match(v):
+    def _model_ref(cls, v: str, info: ValidationInfo) -> str:
+        if not v and not info.data.get("entrypoint"):   # checked here, so it is listed with every other problem
+            raise ValueError("required")
+        if v and not _MODEL_REF_RE.match(v):
             raise ValueError(f"{v!r} is not 'module:callable' (e.g. tfyarn.models.recommender:model)")
         return v
+
+    @property
+    def has_data(self) -> bool:
+        """Whether the spec has ``data:`` (an entrypoint job may have none)."""
+        return bool(self.data.train)
+
+    def entrypoint_parts(self) -> tuple[str, list[str]]:
+        """``entrypoint`` → (a script path or 'module:function', its arguments), split as a shell would."""
+        import shlex
+        parts = shlex.split(self.entrypoint or "")
+        return (parts[0], parts[1:]) if parts else ("", [])
+
+    @model_validator(mode="after")
+    def _entrypoint(self) -> "JobSpec":
+        """Exactly one of ``model`` and ``entrypoint``; ``data`` is required with ``model`` only."""
+        problems = []
+        if self.entrypoint is not None:
+            target, _ = self.entrypoint_parts()
+            if self.model:
+                problems.append("entrypoint: give either model or entrypoint, not both")
+            if not target:
+                problems.append("entrypoint: empty (e.g. 'train.py --epochs 3' or 'mypkg.train:main')")
+            elif not target.endswith(".py") and not _MODEL_REF_RE.match(target):
+                problems.append(f"entrypoint: {target!r} is neither a script ('train.py ...') nor 'module:function'")
+            if self.export is not None:
+                problems.append("export: an entrypoint job saves its own model (tfyarn cannot know what it trained)")
+        elif "data" not in self.model_fields_set:
+            problems.append("data: required")
+        if problems:
+            raise ValueError("\n".join(problems))
+        return self
 
     @model_validator(mode="after")
     def _topology(self) -> "JobSpec":
@@ -405,7 +448,8 @@ class JobSpec(_Model):
         return [f"{r}:{i}" for r in order for i in range(self.instances(r))]
 
     def to_json(self) -> str:
-        return json.dumps(self.model_dump(mode="json", by_alias=True) | {"base_dir": self.base_dir}, indent=1)
+        doc = self.model_dump(mode="json", by_alias=True, exclude=None if self.has_data else {"data"})
+        return json.dumps(doc | {"base_dir": self.base_dir}, indent=1)
 
 
 # ------------------------------------------------------------------------------------------------------------- loading

@@ -10,6 +10,8 @@ from tfyarn.data.manifest import FileInfo, Manifest, build_manifest, summarize
 from tfyarn.data.planner import EpochPlan, RecordRange, plan
 from tfyarn.data.synth import write_synthetic
 from tfyarn.data.tfrecord import TFRecordWriter
+from tfyarn.data.tf_dataset import steps_per_epoch, train_dataset
 
 __all__ = ["build_manifest", "plan", "Feeder", "EpochPlan", "RecordRange", "write_synthetic", "summarize",
-           "Manifest", "FileInfo", "DataError", "NoDataError", "TFRecordWriter"]
+           "Manifest", "FileInfo", "DataError", "NoDataError", "TFRecordWriter",
+           "train_dataset", "steps_per_epoch"]

@@ -156,8 +156,26 @@ def run_role(ctx: TaskContext, phase_kv: KV | None = None) -> None:
         import_tensorflow()  # without its eager import of Keras (~0.9 s); a model that uses Keras imports it itself
         if phase_kv is not None:
             record_phase(phase_kv, ctx.task_id, imported=time.time())
+        if ctx.spec.entrypoint and ctx.role in ("chief", "worker"):   # the user's own program (entrypoint:)
+            from tfyarn.runtime.entrypoint import run as run_entrypoint
+            kv = phase_kv
+            run_entrypoint(ctx, finish=(lambda: _yarn_task_done(kv, ctx)) if kv is not None else None)
+            return
         from tfyarn.train import run_task
         run_task(ctx)
+
+
+def _yarn_task_done(kv: KV, ctx: TaskContext) -> None:
+    """On YARN, after a task succeeded: its phase, its slot kept taken, and the app ended if it was the last."""
+    from tfyarn.runtime.app_end import finish_yarn_task, record_phase
+    from tfyarn.runtime.kv_yarn import mark_slot_done
+    record_phase(kv, ctx.task_id, done=time.time())
+    try:
+        mark_slot_done(kv, ctx.task_id)
+    except KVUnavailable as exc:          # the AM may be shutting down (the job is over): nothing to guard
+        log.info("%s: could not mark its slot done: %s", ctx.task_id, exc)
+    else:
+        finish_yarn_task(kv, ctx.spec, ctx.task_id)   # the last task done ends the app at once
 
 
 def _is_tf_deadline(exc: BaseException) -> bool:
@@ -184,15 +202,7 @@ def main() -> int:
         run_role(ctx, kv if on_yarn else None)
         log.info("%s finished in %.1fs", ctx.task_id, time.monotonic() - started)
         if on_yarn:   # skein frees this task's slot as it exits; keep it taken
-            from tfyarn.runtime.app_end import finish_yarn_task, record_phase
-            from tfyarn.runtime.kv_yarn import mark_slot_done
-            record_phase(kv, ctx.task_id, done=time.time())
-            try:
-                mark_slot_done(kv, ctx.task_id)
-            except KVUnavailable as exc:          # the AM may be shutting down (the job is over): nothing to guard
-                log.info("%s: could not mark its slot done: %s", ctx.task_id, exc)
-            else:
-                finish_yarn_task(kv, ctx.spec, ctx.task_id)   # the last task done ends the app at once
+            _yarn_task_done(kv, ctx)
         return ExitCode.SUCCEEDED
     except NoTaskLeft as exc:        # YARN: the replacement of a task killed after it had finished
         log.info("nothing to do: %s", exc)

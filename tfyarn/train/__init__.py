@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from tfyarn.train.model import Model, build_model, custom_train, is_custom_train, load
+from tfyarn.train.model import Model, build_model, custom_train, is_custom_train, load, resolve_ref
 
 __all__ = ["Model", "custom_train", "is_custom_train", "build_model", "load", "run_task"]
 
@@ -28,7 +28,12 @@ def run_task(ctx: Any) -> Any:
         return ps.serve(ctx)
     if role not in ("chief", "worker"):
         raise ValueError(f"{ctx.task_id}: run_task does not handle role {role!r}")
-    target = load(spec.model, spec.params, spec.code or None)
+    code_dir = spec.code or None
+    # allreduce: the factory runs after the strategy exists (allreduce.build), never before: a Keras model touches
+    # TF's eager context, and MultiWorkerMirroredStrategy must then configure collectives ("at program startup")
+    target = resolve_ref(spec.model, code_dir)
+    if not is_custom_train(target) and spec.mode == "ps":
+        target = load(spec.model, spec.params, code_dir, data=spec.data)
     if is_custom_train(target):
         if spec.export is not None:
             raise ValueError(f"export: {spec.model} is a custom train function; tfyarn cannot know which model it "

@@ -28,7 +28,7 @@ from tfyarn.train import helpers
 from tfyarn.train.strategy import check_abort, start_strategy
 from tfyarn.train.checkpoint import (PeriodicCheckpoints, check_model_fits, local_dir_for, restore_model_variables,
                                      warm_start_source)
-from tfyarn.train.model import build_model, input_signature, load, split_features
+from tfyarn.train.model import build_model, input_signature, is_custom_train, load, split_features
 
 log = logging.getLogger("tfyarn.train.allreduce")
 
@@ -74,14 +74,16 @@ def make_step(strategy: Any, model: Any, optimizer: Any, global_step: Any, signa
               label: str | None, global_batch: int) -> "FedStep":
     """The fed training step: ``step(batch) -> this worker's mean loss`` (a scalar tensor).
 
-    Gradients of the loss averaged over the global batch; the v1 optimizer's ``apply_gradients`` in replica context
-    all-reduces them (SUM) across workers, so the update equals one step over the global batch.
+    Gradients of the loss averaged over the global batch; the optimizer's ``apply_gradients`` in replica context
+    (v1, or a Keras model's Keras optimizer) all-reduces them (SUM) across workers, so the update equals one step
+    over the global batch.
     """
     import tensorflow as tf
     if label is None:
         raise ValueError("allreduce mode trains on a label: set data.label (or name a feature 'label')")
 
     workers = max(1, global_batch // max(1, int(next(iter(signature.values())).shape[0])))
+    keras_vars = getattr(model, "keras_trainable", None)   # a Keras model's optimizer takes its Keras variables
 
     def replica_step(batch):
         features, labels = split_features(batch, label)
@@ -91,7 +93,11 @@ def make_step(strategy: Any, model: Any, optimizer: Any, global_step: Any, signa
             loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
         grads = tape.gradient(loss, model.trainable_variables)
         grads = [densify_if_small(g, v, global_batch, workers) for g, v in zip(grads, model.trainable_variables)]
-        optimizer.apply_gradients(zip(grads, model.trainable_variables), global_step=global_step)
+        if keras_vars is None:
+            optimizer.apply_gradients(zip(grads, model.trainable_variables), global_step=global_step)
+        else:                                       # a Keras optimizer all-reduces in apply_gradients too
+            optimizer.apply_gradients(zip(grads, keras_vars))
+            global_step.assign_add(1)
         return tf.reduce_mean(per_example)
 
     @tf.function(input_signature=[signature])
@@ -134,8 +140,11 @@ def build(ctx: TaskContext, strategy: Any) -> tuple[Any, Any, Any, Any]:
     """Model, optimizer and global step created under the strategy (mirrored, initial values from the chief)."""
     import tensorflow as tf
     spec = ctx.spec
-    model = load(spec.model, spec.params, spec.code or None)
-    with strategy.scope():
+    with strategy.scope():                  # a Keras factory creates its variables when called: mirrored here
+        model = load(spec.model, spec.params, spec.code or None, data=spec.data)
+        if is_custom_train(model):
+            raise ValueError(f"model: {spec.model} returned a custom train function; in allreduce mode decorate "
+                             f"{spec.model} itself with @tfyarn.train.custom_train")
         build_model(model)
         optimizer = model.optimizer()
         global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step",

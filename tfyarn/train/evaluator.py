@@ -127,7 +127,7 @@ def run(ctx: TaskContext) -> list[dict[str, Any]]:
         raise ValueError("the evaluator needs checkpoint.dir and data.eval")
     url = spec.checkpoint.dir
     store = CheckpointStore(url, keep=spec.checkpoint.keep)
-    model = load(spec.model, spec.params, spec.code or None)
+    model = load(spec.model, spec.params, spec.code or None, data=spec.data)
     build_model(model)
     step = make_eval_step(model, dict(spec.data.features), spec.data.batch_size, spec.data.label)
     scratch = local_dir_for(ctx.workdir, "evaluator")

@@ -50,7 +50,7 @@ def write_saved_model(spec: Any, prefix: str, keys: list[str], local_dir: Path, 
     from tfyarn.train.checkpoint import restore_model_variables
     from tfyarn.train.model import build_model, load
 
-    model = load(spec.model, spec.params, spec.code or None)
+    model = load(spec.model, spec.params, spec.code or None, data=spec.data)
     build_model(model)
     restore_model_variables(model.variables, prefix, keys, what)
     module, fn = serving_module(model, dict(spec.data.features), spec.data.label)

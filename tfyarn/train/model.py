@@ -1,6 +1,7 @@
 """The model API: one definition that trains in both modes (ps: TF1 graph; allreduce: TF2 ``tf.function``).
 
-Keras 3 models and optimizers fail under both modes' strategies on TF 2.21, so the contract is plain TensorFlow ops:
+A compiled Keras model returned by the factory is wrapped into this contract (:mod:`tfyarn.train.keras_model`).
+The contract itself is plain TensorFlow ops:
 
 * :meth:`Model.build` creates every ``tf.Variable``. tfyarn calls it **inside the placement scope** (ps: the size-aware
   device function; allreduce: ``strategy.scope()``) and records what it creates in ``model.variables``.
@@ -83,9 +84,12 @@ def resolve_ref(ref: str, code_dir: str | None = None) -> Any:
         raise AttributeError(f"model {ref!r}: module {mod_name!r} has no attribute {attr!r}") from None
 
 
-def load(ref: str, params: dict[str, Any] | None = None, code_dir: str | None = None) -> Model | Callable:
+def load(ref: str, params: dict[str, Any] | None = None, code_dir: str | None = None,
+         data: Any = None) -> Model | Callable:
     """Resolve the spec's ``model``: a custom train function as is, else what it returns when called with ``params``
-    (anything with build/__call__/loss passes: duck typing)."""
+    (anything with build/__call__/loss passes: duck typing). A compiled Keras model is wrapped
+    (:mod:`tfyarn.train.keras_model`, bound to the spec's ``data``: features and label). Call it where the model's
+    variables belong (allreduce: in the strategy scope): a Keras model creates them in the factory."""
     target = resolve_ref(ref, code_dir)
     if is_custom_train(target):
         return target
@@ -94,6 +98,11 @@ def load(ref: str, params: dict[str, Any] | None = None, code_dir: str | None = 
     model = target(**(params or {}))
     if is_custom_train(model):
         return model
+    # by name, not an import statement: warm_imports.code_uses_keras follows the job's imports into tfyarn, and
+    # tfyarn's own adapter must not count as a plain model's use of Keras (every job would preload Keras)
+    keras_model = importlib.import_module("tfyarn.train.keras_model")
+    if keras_model.is_keras_model(model):
+        return keras_model.wrap(lambda: target(**(params or {})), model, data, ref)
     missing = [m for m in ("build", "loss") if not callable(getattr(model, m, None))]
     if missing or not callable(model):
         raise TypeError(f"model {ref!r} returned {type(model).__name__}, not a tfyarn.train.Model "
@@ -113,10 +122,15 @@ def build_model(model: Model) -> Model:
 
     with tf.variable_creator_scope(record):
         model.build()
+    own = getattr(model, "tfyarn_variables", None)     # a Keras model: its weights, not compile's or the optimizer's
+    if callable(own):
+        created = list(own())
     if not created:
         raise ValueError(f"{type(model).__name__}.build() created no tf.Variable")
     model.variables = created
-    model.trainable_variables = [v for v in created if getattr(v, "trainable", True)]
+    own_trainable = getattr(model, "tfyarn_trainable_variables", None)   # in the optimizer's order
+    model.trainable_variables = (list(own_trainable()) if callable(own_trainable)
+                                 else [v for v in created if getattr(v, "trainable", True)])
     return model
 
 

@@ -1,0 +1,262 @@
+"""Keras models in tfyarn (issue 27), run by ``scripts/bench_training.py --only keras [--write]``:
+
+1. **Adapter cost per mode**: the same network (user and item embeddings → concat → Dense relu → Dense 1, Adam) as a
+   compiled Keras 3 model through tfyarn's adapter and as a plain ``tfyarn.train.Model`` (v1 Adam), stepped by tfyarn's own fed
+   steps on the same in-memory batches, alternating blocks of steps in one process per mode (load drift hits both):
+   ps style (TF1 graph, placeholders, ``Session`` callable; the Keras optimizer's v1 twin) and allreduce
+   (MultiWorkerMirroredStrategy, 1 worker, tfyarn's ``make_step``; the Keras optimizer itself). Goal: ≤ 1.1×.
+2. **examples/s**: tfyarn jobs (local backend, 1 training worker, allreduce and ps) training the Keras model against
+   Keras 3's own single-process ``model.fit`` on ``TFRecordDataset → batch → parse_example → prefetch`` over the same
+   files, same batch. Goal: tfyarn ≥ fit. Both exclude start-up and tracing (tfyarn: the summary's train time; fit:
+   epochs after the first).
+"""
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+FEATURES = {"label": {"dtype": "float32"}, "user_id": {"dtype": "int64"}, "item_id": {"dtype": "int64"}}
+BATCH = 1000
+PARAMS = {"num_users": 1000, "num_items": 1000, "dim": 16, "hidden": 16, "learning_rate": 0.01}
+SECTION = "## Keras models (issue 27)"
+PASSES = 4          # a block = 4 passes over the 60 batches: ~0.25 s, long enough that one scheduling hiccup is noise
+
+
+class PlainTwin:
+    """The Keras model's network as a plain tfyarn Model (same shapes, same ops, Adam)."""
+
+    def __init__(self, num_users: int, num_items: int, dim: int, hidden: int, learning_rate: float):
+        self.nu, self.ni, self.dim, self.hidden, self.lr = num_users, num_items, dim, hidden, learning_rate
+
+    def build(self) -> None:
+        import tensorflow as tf
+        g = tf.random_normal_initializer(stddev=0.05, seed=1)
+        self.users = tf.Variable(g([self.nu, self.dim]), name="users")
+        self.items = tf.Variable(g([self.ni, self.dim]), name="items")
+        self.w1 = tf.Variable(g([2 * self.dim, self.hidden]), name="w1")
+        self.b1 = tf.Variable(tf.zeros([self.hidden]), name="b1")
+        self.w2 = tf.Variable(g([self.hidden, 1]), name="w2")
+        self.b2 = tf.Variable(tf.zeros([1]), name="b2")
+
+    def __call__(self, features: dict[str, Any], training: bool) -> Any:
+        import tensorflow as tf
+        u = tf.nn.embedding_lookup(self.users, tf.math.floormod(features["user_id"], self.nu))
+        i = tf.nn.embedding_lookup(self.items, tf.math.floormod(features["item_id"], self.ni))
+        h = tf.nn.relu(tf.matmul(tf.concat([u, i], 1), self.w1) + self.b1)
+        return tf.matmul(h, self.w2) + self.b2
+
+    def loss(self, labels: Any, predictions: Any) -> Any:
+        import tensorflow as tf
+        return tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=tf.squeeze(predictions, -1))
+
+    def optimizer(self) -> Any:
+        import tensorflow as tf
+        return tf.compat.v1.train.AdamOptimizer(self.lr, epsilon=1e-7)    # the plain contract: v1, both modes
+
+
+def _spec(files: list[str]) -> Any:
+    from tfyarn.spec import load_spec_dict
+    return load_spec_dict({"name": "bench-keras", "model": "tfyarn.models.keras_recommender:model",
+                           "params": PARAMS, "mode": "allreduce",
+                           "data": {"train": files, "features": FEATURES, "batch_size": BATCH}})
+
+
+def _batches(files: list[str], n: int) -> list[dict[str, Any]]:
+    from tfyarn.data import Feeder, build_manifest
+    with Feeder(build_manifest(files), FEATURES, BATCH, 0, 1) as feeder:
+        out = []
+        for b in feeder.epoch(0):
+            out.append(b)
+            if len(out) == n:
+                return out
+    return out
+
+
+def _alternate(steps: dict[str, Any], batches: list[dict[str, Any]], rounds: int) -> dict[str, Any]:
+    """Time blocks of steps of each model in turn; per model: step ms (mean over every block)."""
+    times: dict[str, list[float]] = {k: [] for k in steps}
+    for fn in steps.values():                        # warm-up (first call, caches)
+        for b in batches[:5]:
+            fn(b)
+    block = batches * PASSES
+    for _ in range(rounds):
+        for name, fn in steps.items():
+            t0 = time.perf_counter()
+            for b in block:
+                fn(b)
+            times[name].append((time.perf_counter() - t0) / len(block) * 1000)
+    means = {k: statistics.mean(v) for k, v in times.items()}
+    medians = {k: statistics.median(v) for k, v in times.items()}    # robust to another process's load burst
+    return {"step_ms": {k: round(v, 3) for k, v in medians.items()},
+            "ratio": round(medians["keras"] / medians["plain"], 3),
+            "ratio_of_means": round(means["keras"] / means["plain"], 3),
+            "ratio_blocks": [round(k / p, 3) for k, p in zip(times["keras"], times["plain"])]}
+
+
+def _fed(call: Any, names: list[str]) -> Any:
+    """A Session callable fed one batch dict (placeholders in ``names`` order)."""
+    def step(batch: dict[str, Any]) -> Any:
+        return call(*[batch[n] for n in names])
+    return step
+
+
+def micro(mode: str, files: list[str], rounds: int = 10) -> dict[str, Any]:
+    """In a child process: the adapter's step against the plain twin's, tfyarn's own fed step of ``mode``."""
+    import tensorflow as tf
+
+    from tfyarn.train.model import build_model, input_signature, load
+    spec = _spec(files)
+    batches = _batches(files, 60)
+    steps: dict[str, Any] = {}
+    if mode == "allreduce":
+        from tfyarn.train.allreduce import make_step
+        strategy = tf.distribute.MultiWorkerMirroredStrategy()
+        sig = input_signature(spec.data.features, BATCH)
+        for name in ("keras", "plain"):
+            with strategy.scope():
+                model = load(spec.model, spec.params, data=spec.data) if name == "keras" else PlainTwin(**PARAMS)
+                build_model(model)
+                opt = model.optimizer()
+                gs = tf.Variable(0, dtype=tf.int64, trainable=False,
+                                 aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+            steps[name] = make_step(strategy, model, opt, gs, sig, "label", BATCH)
+        return _alternate(steps, batches, rounds)
+    sessions = []
+    for name in ("keras", "plain"):
+        model = load(spec.model, spec.params, data=spec.data) if name == "keras" else PlainTwin(**PARAMS)
+        g = tf.Graph()
+        with g.as_default():
+            build_model(model)
+            ph = {n: tf.compat.v1.placeholder(tf.int64 if n != "label" else tf.float32, [None], name=n)
+                  for n in FEATURES}
+            loss = tf.reduce_mean(model.loss(ph["label"], model({k: v for k, v in ph.items() if k != "label"},
+                                                                 True)))
+            train = model.optimizer().minimize(loss, var_list=model.trainable_variables)
+            sess = tf.compat.v1.Session(graph=g)
+            sess.run(tf.compat.v1.global_variables_initializer())
+            names = list(ph)
+            call = sess.make_callable([train, loss], feed_list=[ph[n] for n in names])
+        sessions.append(sess)
+        steps[name] = _fed(call, names)
+    return _alternate(steps, batches, rounds)
+
+
+def keras_fit(files: list[str], epochs: int = 3) -> dict[str, Any]:
+    """In a child process: Keras 3's own single-process fit on tf.data over ``files``."""
+    import tensorflow as tf
+
+    from tfyarn.models.keras_recommender import model as make
+    spec = {"label": tf.io.FixedLenFeature([], tf.float32), "user_id": tf.io.FixedLenFeature([], tf.int64),
+            "item_id": tf.io.FixedLenFeature([], tf.int64)}
+
+    def split(b: Any) -> Any:
+        p = tf.io.parse_example(b, spec)
+        return {"user_id": p["user_id"], "item_id": p["item_id"]}, p["label"]
+
+    ds = (tf.data.TFRecordDataset(files).batch(BATCH, drop_remainder=True).map(split)
+          .prefetch(tf.data.AUTOTUNE))
+    net = make(**PARAMS)
+    import keras
+    times: list[float] = []
+
+    class Clock(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+            self.t = time.perf_counter()
+
+        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            times.append(time.perf_counter() - self.t)
+
+    net.fit(ds, epochs=epochs, verbose=0, callbacks=[Clock()])
+    steps = sum(1 for _ in ds)
+    later = times[1:] or times
+    return {"epoch_s": [round(t, 3) for t in times], "steps_per_epoch": steps,
+            "examples_per_sec": round(steps * BATCH / statistics.mean(later), 1)}
+
+
+def job_spec(files: list[str], work: Path, mode: str, epochs: int = 3) -> Any:
+    from tfyarn.spec import load_spec_dict
+    roles: dict[str, Any] = {"chief": {"instances": 1, "memory": "1 GiB"}}
+    if mode == "ps":
+        roles["ps"] = {"instances": 1, "memory": "1 GiB"}
+    return load_spec_dict({
+        "name": f"bench-keras-{mode}", "model": "tfyarn.models.keras_recommender:model", "params": PARAMS,
+        "mode": mode, "data": {"train": files, "features": FEATURES, "batch_size": BATCH, "epochs": epochs},
+        "roles": roles, "checkpoint": {"dir": str(work / "ckpt"), "every_secs": 3600},
+        "timeouts": {"step": 120, "stall": 120, "rendezvous": 120, "shutdown": 60}})
+
+
+def run_child(kind: str, files: list[str]) -> dict[str, Any]:
+    out = subprocess.run([sys.executable, __file__, kind, json.dumps(files)], check=False, capture_output=True,
+                         text=True,
+                         timeout=1200, env={**__import__("os").environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    if out.returncode != 0:
+        raise RuntimeError(f"bench child {kind} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def measure(files: list[str], work: Path, run_job: Any, repeats: int = 1) -> dict[str, Any]:
+    """Every figure of this section (``run_job``: bench_training's local job runner)."""
+    res: dict[str, Any] = {"micro": {}, "jobs": {}}
+    for mode in ("ps", "allreduce"):
+        runs = [run_child(mode, files) for _ in range(repeats)]
+        res["micro"][mode] = sorted(runs, key=lambda r: r["ratio"])[len(runs) // 2] | {
+            "ratio_runs": [r["ratio"] for r in runs]}
+        print("keras micro", mode, res["micro"][mode], flush=True)
+    res["fit"] = run_child("fit", files)
+    print("keras fit", res["fit"], flush=True)
+    for mode in ("allreduce", "ps"):
+        r = run_job(job_spec(files, work / f"keras-{mode}", mode), work / f"keras-{mode}")
+        res["jobs"][mode] = {"state": r["state"], "examples_per_sec": (r.get("summary") or {}).get("examples_per_sec"),
+                             "train_s": (r.get("summary") or {}).get("train_s"),
+                             "global_step": (r.get("summary") or {}).get("global_step")}
+        print("keras job", mode, res["jobs"][mode], flush=True)
+    return res
+
+
+def report(res: dict[str, Any], header: str) -> str:
+    fit = res["fit"]["examples_per_sec"]
+    lines = [SECTION, "", header, "",
+             "### A Keras network in tfyarn's fed loop vs the same network as a plain `tfyarn.train.Model`", "",
+             ("Same batches in memory, tfyarn's own fed step, 10 rounds of 240-step blocks alternating in one process "
+             "per mode (Keras: Adam, the Keras optimizer in allreduce, its v1 twin in ps; plain: v1 Adam). Step ms "
+             "= median block; the ratio is of the medians (of the means beside it: another engineer's load burst "
+             "during one block moves the mean). Runs: the child process was run once per --repeats, median shown."),
+             "", "| mode | Keras step ms | plain step ms | Keras / plain (medians) | of means | every run | ≤ 1.1 |",
+             "|---|---|---|---|---|---|---|"]
+    for mode, r in res["micro"].items():
+        lines.append(f"| {mode} | {r['step_ms']['keras']} | {r['step_ms']['plain']} | {r['ratio']} | "
+                     f"{r['ratio_of_means']} | {', '.join(map(str, r['ratio_runs']))} | "
+                     f"{'met' if r['ratio'] <= 1.1 else 'NOT met'} |")
+    lines += ["", "### examples/s: tfyarn training a Keras model vs Keras's own single-process fit", "",
+              (f"Keras 3 `model.fit` on `TFRecordDataset → batch({BATCH}) → parse_example → prefetch`, one process: "
+              f"**{fit:,.0f} examples/s** (epochs after the first: {res['fit']['epoch_s']} s per epoch)."), "",
+              "| tfyarn job (1 training worker, local backend) | examples/s | / fit | ≥ fit |", "|---|---|---|---|"]
+    for mode, j in res["jobs"].items():
+        e = j.get("examples_per_sec") or 0
+        lines.append(f"| {mode} ({j['state']}, global step {j['global_step']}) | {e:,.0f} | {e / fit:.2f} | "
+                     f"{'met' if e >= fit else 'NOT met'} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_section(text: str, path: Path) -> None:
+    """Replace (or append) this section of BENCHMARKS.md."""
+    doc = path.read_text()
+    if SECTION in doc:
+        head, rest = doc.split(SECTION, 1)
+        nxt = rest.find("\n## ")
+        doc = head + text.rstrip("\n") + ("\n" + rest[nxt:] if nxt >= 0 else "\n")
+    else:
+        doc = doc.rstrip("\n") + "\n\n" + text
+    path.write_text(doc)
+
+
+if __name__ == "__main__":      # a child: KIND FILES_JSON → one JSON line
+    sys.path.insert(0, str(REPO))
+    kind, file_list = sys.argv[1], json.loads(sys.argv[2])
+    print(json.dumps(keras_fit(file_list) if kind == "fit" else micro(kind, file_list)))

@@ -1,0 +1,66 @@
+"""The built-in recommender as a compiled Keras model (Keras 3, or tf_keras with ``keras: tf_keras``): what a user
+brings to ``model:`` — Embedding + Dense + a custom layer, compiled with a loss, an optimizer and metrics.
+
+Same data schema as :mod:`tfyarn.models.recommender` (``label``, ``user_id``, ``item_id``). ``kind`` picks the
+Keras style: ``functional`` (inputs named after the features), ``subclassed`` (takes the feature dict).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+
+def _keras(flavour: str) -> Any:
+    if flavour == "tf_keras":
+        import tf_keras
+        return tf_keras
+    import keras
+    return keras
+
+
+def _optimizer(keras: Any, name: str, lr: float) -> Any:
+    extra = {"SGD": {"momentum": 0.9, "nesterov": True}}.get(name, {})
+    return getattr(keras.optimizers, name)(learning_rate=lr, **extra)
+
+
+def model(num_users: int = 1000, num_items: int = 1000, dim: int = 16, hidden: int = 16, learning_rate: float = 0.01,
+          optimizer: str = "Adam", kind: str = "functional", keras: str = "keras") -> Any:
+    """``model: tfyarn.models.keras_recommender:model``; params as the signature (``optimizer``: a Keras optimizer
+    class name; ``keras``: ``keras`` or ``tf_keras``)."""
+    K = _keras(keras)
+
+    class ModuloIds(K.layers.Layer):  # type: ignore[name-defined]
+        """The custom layer: any id space → table rows (ids modulo the table size)."""
+
+        def __init__(self, size: int, **kw: Any):
+            super().__init__(**kw)
+            self.size = int(size)
+
+        def call(self, ids: Any) -> Any:
+            return K.ops.mod(ids, self.size) if hasattr(K, "ops") else ids % self.size
+
+    user_emb = K.layers.Embedding(num_users, dim, name="user_embedding")
+    item_emb = K.layers.Embedding(num_items, dim, name="item_embedding")
+    mlp = K.layers.Dense(hidden, activation="relu", name="hidden")
+    head = K.layers.Dense(1, name="logit")
+    users, items = ModuloIds(num_users, name="user_rows"), ModuloIds(num_items, name="item_rows")
+    if kind == "functional":
+        u = K.Input(shape=(), dtype="int64", name="user_id")
+        i = K.Input(shape=(), dtype="int64", name="item_id")
+        x = K.layers.Concatenate()([user_emb(users(u)), item_emb(items(i))])
+        net = K.Model({"user_id": u, "item_id": i}, head(mlp(x)), name="keras_recommender")
+    elif kind == "subclassed":
+        class Recommender(K.Model):  # type: ignore[name-defined]
+            def __init__(self, **kw: Any):
+                super().__init__(**kw)
+                self.parts = [users, items, user_emb, item_emb, mlp, head]      # tracked: their weights are ours
+
+            def call(self, features: Any, training: bool = False) -> Any:
+                x = K.layers.concatenate([user_emb(users(features["user_id"])),
+                                          item_emb(items(features["item_id"]))])
+                return head(mlp(x))
+        net = Recommender(name="keras_recommender")
+    else:
+        raise ValueError(f"kind: {kind!r} is not 'functional' or 'subclassed'")
+    net.compile(optimizer=_optimizer(K, optimizer, learning_rate),
+                loss=K.losses.BinaryCrossentropy(from_logits=True), metrics=["accuracy"])
+    return net

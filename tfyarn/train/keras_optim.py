@@ -1,0 +1,78 @@
+"""ps mode's ``tf.compat.v1.train`` equivalent of a compiled Keras optimizer, same hyperparameters.
+
+Why: ps mode is a TF1 graph, and Keras optimizers (Keras 3 and tf_keras's non-legacy ones) do not update there
+(``apply_gradients`` returns a Variable, or runs and changes nothing: ../shared/NOTES.md). The v1 optimizers do, on
+the ps, with their slots placed beside each variable. What cannot be mapped faithfully is refused at build, before
+any step, naming what is supported (:data:`SUPPORTED`).
+"""
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+#: Keras optimizer class → what ps mode runs for it.
+SUPPORTED = {"SGD": "GradientDescentOptimizer / MomentumOptimizer (momentum, nesterov)",
+             "Adagrad": "AdagradOptimizer", "Adam": "AdamOptimizer", "RMSprop": "RMSPropOptimizer",
+             "Ftrl": "FtrlOptimizer"}
+
+#: Options with no v1 counterpart: set, they are refused (a silent difference would train another model).
+_UNMAPPED = ("weight_decay", "clipnorm", "clipvalue", "global_clipnorm", "use_ema", "amsgrad", "loss_scale_factor")
+
+
+class UnsupportedOptimizer(ValueError):
+    """The compiled optimizer (or one of its options) has no ps-mode equivalent."""
+
+
+def supported_text() -> str:
+    return ", ".join(f"{k} ({v})" for k, v in SUPPORTED.items())
+
+
+def optimizer_config(opt: Any) -> tuple[str, dict[str, Any]]:
+    """(class name, ``get_config()``) of a Keras optimizer; call it eagerly (Keras 3 reads its variables)."""
+    return type(opt).__name__, dict(opt.get_config())
+
+
+def _config(cfg: dict[str, Any]) -> dict[str, Any]:
+    lr = cfg.get("learning_rate")
+    if not isinstance(lr, numbers.Real):
+        raise UnsupportedOptimizer(f"learning_rate {lr!r}: ps mode takes a constant learning rate (a schedule "
+                                   f"has no v1 equivalent here)")
+    for key in _UNMAPPED:
+        if cfg.get(key) not in (None, False, 0, 0.0):
+            raise UnsupportedOptimizer(f"option {key}={cfg[key]!r} has no tf.compat.v1.train equivalent")
+    return cfg
+
+
+def v1_equivalent(name: str, config: dict[str, Any], ref: str = "model") -> Any:
+    """The v1 optimizer doing what Keras optimizer ``name`` with ``config`` (:func:`optimizer_config`) would;
+    :class:`UnsupportedOptimizer` otherwise."""
+    import tensorflow as tf
+    v1 = tf.compat.v1.train
+    try:
+        if name not in SUPPORTED:
+            raise UnsupportedOptimizer(f"{name} has no ps-mode equivalent")
+        c = _config(config)
+        lr = float(c["learning_rate"])
+        if name == "SGD":
+            if not c.get("momentum"):
+                return v1.GradientDescentOptimizer(lr)
+            return v1.MomentumOptimizer(lr, float(c["momentum"]), use_nesterov=bool(c.get("nesterov")))
+        if name == "Adagrad":
+            return v1.AdagradOptimizer(lr, initial_accumulator_value=float(c.get("initial_accumulator_value", 0.1)))
+        if name == "Adam":
+            return v1.AdamOptimizer(lr, beta1=float(c.get("beta_1", 0.9)), beta2=float(c.get("beta_2", 0.999)),
+                                    epsilon=float(c.get("epsilon", 1e-7)))
+        if name == "RMSprop":
+            return v1.RMSPropOptimizer(lr, decay=float(c.get("rho", 0.9)), momentum=float(c.get("momentum", 0.0)),
+                                       epsilon=float(c.get("epsilon", 1e-7)), centered=bool(c.get("centered")))
+        return v1.FtrlOptimizer(
+            lr, learning_rate_power=float(c.get("learning_rate_power", -0.5)),
+            initial_accumulator_value=float(c.get("initial_accumulator_value", 0.1)),
+            l1_regularization_strength=float(c.get("l1_regularization_strength", 0.0)),
+            l2_regularization_strength=float(c.get("l2_regularization_strength", 0.0)),
+            l2_shrinkage_regularization_strength=float(c.get("l2_shrinkage_regularization_strength", 0.0)),
+            beta=float(c.get("beta", 0.0)))
+    except UnsupportedOptimizer as exc:
+        raise UnsupportedOptimizer(f"{ref}: the compiled optimizer cannot run in ps mode: {exc}. Supported in ps "
+                                   f"mode: {supported_text()}; or use mode: allreduce (the Keras optimizer itself)"
+                                   ) from None
