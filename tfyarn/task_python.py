@@ -83,6 +83,6 @@ def check(spec: JobSpec, conf: dict[str, str]) -> list[str]:
                         user, execute=False)      # the base's standard library, which the link leads to
     if where is None:
         return []
-    return [f"environment: {what} is {os.path.realpath(path)}, which {who} cannot read ({where}): on a "
-            f"Kerberized cluster containers run as the submitting user's account; {FIX}"]
+    return [(f"environment: {what} is {os.path.realpath(path)}, which {who} cannot read ({where}): on a "
+             f"Kerberized cluster containers run as the submitting user's account; {FIX}")]
 

@@ -43,7 +43,7 @@ def set_login(kerberos: Any) -> None:
 def available() -> bool:
     """Whether SPNEGO can be tried here (requests-gssapi importable)."""
     try:
-        import requests_gssapi  # noqa: F401
+        import requests_gssapi  # type: ignore[import-untyped]  # noqa: F401
     except ImportError:
         return False
     return True
@@ -85,7 +85,7 @@ def _credentials(login: Any) -> Any:
     if login is None:
         import gssapi
         try:
-            gssapi.Credentials(usage="initiate").lifetime   # fails now, not as a bare 401 later
+            _ = gssapi.Credentials(usage="initiate").lifetime   # fails now, not as a bare 401 later
         except gssapi.exceptions.GSSError as exc:
             raise SpnegoUnavailable("the web endpoint asks for Kerberos (SPNEGO) and there is no Kerberos ticket "
                                     f"({exc.gen_message()}): run kinit, or give the spec a kerberos: section "
@@ -95,7 +95,8 @@ def _credentials(login: Any) -> Any:
     if key not in _creds:
         import gssapi
         name = gssapi.Name(login.principal, gssapi.NameType.kerberos_principal)
-        store = {"client_keytab": login.keytab, "ccache": f"MEMORY:tfyarn-webauth-{id(key)}"}
+        store: dict[bytes | str, bytes | str] = {"client_keytab": login.keytab,
+                                                 "ccache": f"MEMORY:tfyarn-webauth-{id(key)}"}
         _creds[key] = gssapi.Credentials(name=name, usage="initiate", store=store)
     return _creds[key]
 
@@ -107,7 +108,7 @@ def _session(host: str) -> Any:
         try:
             import gssapi
             import requests
-            from requests_gssapi import OPTIONAL, HTTPSPNEGOAuth
+            from requests_gssapi import OPTIONAL, HTTPSPNEGOAuth  # type: ignore[import-untyped]
         except ImportError as exc:
             raise SpnegoUnavailable(f"http://{host} asks for Kerberos (SPNEGO) and {exc.name} is not "
                                     f"installed: {INSTALL_HINT}") from None

@@ -8,8 +8,8 @@ import urllib.error
 import urllib.request
 
 import pytest
-
 from krbutil import ALICE, job_doc, needs_kerberos, tfyarn, unique, write_spec
+
 from tfyarn.spec import Kerberos
 
 pytestmark = needs_kerberos
