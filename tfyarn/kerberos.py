@@ -161,7 +161,8 @@ def login(krb: Kerberos | None, conf: dict[str, str]) -> Kerberos | None:
     if krb is not None or secure(conf):
         check(krb, conf)
     hdfs.set_login(krb)
-    from tfyarn import webauth          # the same login for SPNEGO to the web endpoints
+    # the same login for SPNEGO to the web endpoints
+    from tfyarn import webauth
     webauth.set_login(krb)
     return krb
 
