@@ -19,8 +19,6 @@ import threading
 import time
 from typing import Any
 
-#: ``exit/<task>``: how that task's last process ended (JSON, see :func:`exit_record`).
-EXIT_PREFIX = "exit/"
 REPORT_TIMEOUT_S = 30.0
 #: A fatal failure waits this long before shutting the app down, so tasks failing from the same cause (a ps killed:
 #: the chief's next step fails) are named too.
@@ -73,14 +71,14 @@ def ends_the_app(app: Any, role: str) -> bool:
 def report(app: Any, code: int, died_at: float, settle_s: float = SETTLE_S) -> str:
     """Write this container's ``exit/<task>`` record and, when the failure ends the app, shut it down FAILED with
     the diagnosis. Returns the task label used."""
-    from tfyarn.runtime.context import FAILURE_PREFIX, failure_key
+    from tfyarn.contracts.kv_keys import EXIT_PREFIX, FAILURE_PREFIX, TASKMAP_PREFIX, exit_key, failure_key
     from tfyarn.runtime.kv import put_json
-    from tfyarn.runtime.kv_yarn import TASKMAP_PREFIX, SkeinKV, parse_container_id
+    from tfyarn.runtime.kv_yarn import SkeinKV, parse_container_id
 
     cid = os.environ.get("SKEIN_CONTAINER_ID", "")
     kv = SkeinKV(app.kv)
     task = kv.get(f"{TASKMAP_PREFIX}{cid}") or cid or "?"   # no index claimed yet: the skein container id
-    put_json(kv, f"{EXIT_PREFIX}{task}", exit_record(code, died_at, kv.get(failure_key(task))))
+    put_json(kv, exit_key(task), exit_record(code, died_at, kv.get(failure_key(task))))
     role = os.environ.get("TFYARN_ROLE") or parse_container_id(cid)[0]
     if ends_the_app(app, role):
         time.sleep(settle_s)
