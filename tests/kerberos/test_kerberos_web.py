@@ -52,7 +52,7 @@ def test_no_ticket_no_keytab_is_one_clear_error(cluster):
 def test_preflight_reads_the_scheduler_with_spnego(webauth_login):
     """The queue's state and maxima from the RM's REST answer alone: no skein client (None) is ever asked."""
     from tfyarn import hdfs
-    from tfyarn.preflight import SkeinClusterInfo
+    from tfyarn.backends.yarn.cluster_info import SkeinClusterInfo
     info = SkeinClusterInfo(client=None, conf=hdfs.load_hadoop_conf())
     q = info.queue("default")
     assert q is not None and q.state == "RUNNING" and q.max_memory_mib == 16384, q
