@@ -124,6 +124,19 @@ def node_python() -> str:
     return str(py)
 
 
+def rm_json(path: str, keytab: str | Path | None = None) -> Any:
+    """GET ``/ws/v1/cluster/<path>`` from the ResourceManager (SPNEGO with alice's keytab: the cluster's web
+    endpoints refuse plain requests)."""
+    import json
+
+    from tfyarn import hdfs, webauth
+    kt = keytab or Path(os.environ["TFYARN_KRB_KEYTABS"]) / "alice.keytab"
+    webauth.set_login(Kerberos(principal=ALICE, keytab=str(kt)))
+    rm = hdfs.load_hadoop_conf()["yarn.resourcemanager.webapp.address"]
+    with webauth.urlopen(f"http://{rm}/ws/v1/cluster/{path}", timeout=10) as r:
+        return json.loads(r.read())
+
+
 def nm_log_dir(cluster) -> Path:
     return Path(cluster["data"]) / "nm-logs"
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from krbutil import (ALICE, FAULT_JOBS, JOB_S, job_doc, kill_session_apps, kinit, needs_kerberos,
-                     nm_log_dir, tfyarn, unique, write_spec, yarn_backend)
+                     nm_log_dir, rm_json, tfyarn, unique, write_spec, yarn_backend)
 from tfyarn.spec import load_spec_dict
 
 pytestmark = [*needs_kerberos, pytest.mark.timeout(3 * JOB_S)]
@@ -43,12 +43,7 @@ def status_json(env, app_id: str) -> dict:
 
 def rm_app(app_id: str, keytab: Path) -> dict:
     """The ResourceManager's record of an app (its REST API, SPNEGO with alice's keytab)."""
-    from tfyarn import hdfs, webauth
-    from tfyarn.spec import Kerberos
-    webauth.set_login(Kerberos(principal=ALICE, keytab=str(keytab)))
-    rm = hdfs.load_hadoop_conf()["yarn.resourcemanager.webapp.address"]
-    with webauth.urlopen(f"http://{rm}/ws/v1/cluster/apps/{app_id}", timeout=10) as r:
-        return json.loads(r.read())["app"]
+    return rm_json(f"apps/{app_id}", keytab)["app"]
 
 
 def aggregated(app_id: str, keytab: Path, user: str = "alice", timeout: float = 120) -> dict[str, bytes]:
