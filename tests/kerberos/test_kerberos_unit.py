@@ -138,6 +138,21 @@ def test_finished_logs_come_from_the_node_managers_when_aggregation_is_off():
     assert "ps:0" not in got
 
 
+def test_a_command_checks_its_login_once(monkeypatch, tmp_path):
+    """However many backends, preflight calls and packs ask for it, one process checks one login once (each check is
+    a KDC round trip); a different keytab or principal is checked again."""
+    checked = []
+    monkeypatch.setattr(kerberos, "check", lambda krb, conf: checked.append(krb.principal))
+    monkeypatch.setattr(kerberos, "_CHECKED", set())
+    monkeypatch.setattr(kerberos.hdfs, "set_login", lambda krb: None)
+    conf = {"hadoop.security.authentication": "kerberos", "fs.defaultFS": "hdfs://nn:9000"}
+    alice = Kerberos(principal="alice@R", keytab=str(tmp_path / "a.keytab"))
+    for _ in range(3):
+        assert kerberos.login(alice, conf) is alice
+    kerberos.login(Kerberos(principal="bob@R", keytab=str(tmp_path / "b.keytab")), conf)
+    assert checked == ["alice@R", "bob@R"]
+
+
 def test_task_python_blocker_names_the_first_closed_dir():
     """What the LinuxContainerExecutor's container account cannot run: a dir it cannot search, on the way."""
     import tempfile
@@ -168,10 +183,10 @@ def test_task_python_blocker_names_the_first_closed_dir():
 def test_task_python_checks_only_secure_clusters():
     from tfyarn import task_python
     from tfyarn.spec import load_spec_dict
-    spec = load_spec_dict({"name": "x", "model": "m:f", "mode": "allreduce", "data": {"train": ["hdfs:///d/*"], "features": {"x": {"dtype": "float32"}}, "batch_size": 8},
-                           "environment": {"python": "/nonexistent/python"}})
+    doc = {"name": "x", "model": "m:f", "mode": "allreduce",
+           "data": {"train": ["hdfs:///d/*"], "features": {"x": {"dtype": "float32"}}, "batch_size": 8}}
+    spec = load_spec_dict({**doc, "environment": {"python": "/nonexistent/python"}})
     assert task_python.check(spec, {}) == []
     assert task_python.check(spec, {"hadoop.security.authentication": "kerberos"}) == []   # not here: unknown
-    spec = load_spec_dict({"name": "x", "model": "m:f", "mode": "allreduce", "data": {"train": ["hdfs:///d/*"], "features": {"x": {"dtype": "float32"}}, "batch_size": 8},
-                           "environment": {"python": "/bin/sh"}})
+    spec = load_spec_dict({**doc, "environment": {"python": "/bin/sh"}})
     assert task_python.check(spec, {"hadoop.security.authentication": "kerberos"}) == []   # everyone runs it
