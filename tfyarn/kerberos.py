@@ -110,7 +110,7 @@ def _probe(url: str, krb: Kerberos | None) -> BaseException | None:
 
     def call() -> None:
         try:
-            kw = {"kerberos_principal": krb.principal, "kerberos_keytab": krb.keytab} if krb else {}
+            kw: dict[str, Any] = {"kerberos_principal": krb.principal, "kerberos_keytab": krb.keytab} if krb else {}
             Client(url, **kw).get_file_info("/")
             result.append(None)
         except BaseException as exc:  # noqa: BLE001 - reported by the caller

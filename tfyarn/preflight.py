@@ -152,7 +152,8 @@ def check_enough_records(spec: JobSpec, listed: list[_Listed]) -> list[str]:
         return []                                         # check_data reports these
     files = _train_files(listed)
     need, data = spec.global_batch_size, spec.data
-    opts = {"compression": data.compression, "on_corrupt": data.on_corrupt, "cache_dir": _index_cache(spec)}
+    opts: dict[str, Any] = {"compression": data.compression, "on_corrupt": data.on_corrupt,
+                            "cache_dir": _index_cache(spec)}
     count, uncounted = 0, []
     try:
         for i, (url, (size, mtime)) in enumerate(sorted(files.items())):
@@ -170,7 +171,8 @@ def check_enough_records(spec: JobSpec, listed: list[_Listed]) -> list[str]:
             if size > budget:
                 return []                                 # not cheap to know
             budget -= size
-            count += cached_or_indexed(url, size, mtime, **opts).records  # type: ignore[union-attr]
+            indexed = cached_or_indexed(url, size, mtime, **opts)
+            count += indexed.records if indexed is not None else 0
             if count >= need:
                 return []
     except (DataError, OSError) as exc:
@@ -219,12 +221,13 @@ def index_notes(spec: JobSpec, listed: list[_Listed]) -> list[str]:
         step = max(1, len(listing.files) // INDEX_PROBE_FILES)
         sample = listing.files[::step]
         with ThreadPoolExecutor(8, thread_name_prefix="tfyarn-preflight") as ex:
-            hits = list(ex.map(lambda f: cached_or_indexed(*f, compression=data.compression, cache_dir=cache,
-                                                           on_corrupt=data.on_corrupt, read=False), sample))
+            hits = list(ex.map(lambda f: cached_or_indexed(f[0], f[1], f[2], compression=data.compression,
+                                                           cache_dir=cache, on_corrupt=data.on_corrupt,
+                                                           read=False), sample))
     except Exception as exc:  # noqa: BLE001 - a note, never a reason to refuse the job
         log.debug("preflight: cannot tell how much data is indexed: %s", exc)
         return []
-    missing = sum(f[1] for f, hit in zip(sample, hits) if hit is None)
+    missing: float = sum(f[1] for f, hit in zip(sample, hits) if hit is None)
     if not missing:
         return []
     sampled = len(sample) < len(listing.files)

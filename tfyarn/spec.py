@@ -267,6 +267,10 @@ class Acls(_Model):
 _MODEL_REF_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
+def _one_worker() -> dict[RoleName, Role]:
+    return {"worker": Role(instances=1)}
+
+
 class JobSpec(_Model):
     name: str = Field(..., pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
     queue: str = "default"
@@ -281,7 +285,7 @@ class JobSpec(_Model):
     data: Data
     checkpoint: Checkpoint = Field(default_factory=Checkpoint)
     export: Export | None = Field(None, description="export the final model as a SavedModel (needs checkpoint.dir)")
-    roles: dict[RoleName, Role] = Field(default_factory=lambda: {"worker": Role(instances=1)})
+    roles: dict[RoleName, Role] = Field(default_factory=lambda: _one_worker())
     timeouts: Timeouts = Field(default_factory=Timeouts)
     retry: Retry = Field(default_factory=Retry)
     success_policy: Literal["all_workers", "chief"] = Field(
@@ -322,7 +326,7 @@ class JobSpec(_Model):
         if self.export and not self.checkpoint.dir:
             problems.append("export.dir: the model is exported from the final checkpoint: set checkpoint.dir too")
         for role in ("ps", "chief"):
-            r = self.roles.get(role)  # type: ignore[call-overload]
+            r = self.roles.get(role)
             if r and r.max_restarts:
                 problems.append(f"roles.{role}.max_restarts: a restarted {role} cannot rejoin a running job "
                                 f"(the ps holds the variables, the chief the session); use retry.max_attempts")

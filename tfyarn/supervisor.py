@@ -66,11 +66,17 @@ class Supervisor:
         self._stall_checked = 0.0
         self._pending_since: float | None = None
 
+    @property
+    def job(self) -> JobSpec:
+        """The spec, for the rules that need one (a bare status read, which has none, applies none of them)."""
+        assert self.spec is not None, "this job's spec is unknown: its rules cannot be applied"
+        return self.spec
+
     # ------------------------------------------------------------------------------------------------- deadline
     def deadline(self) -> tuple[float, str] | None:
         """The earlier of ``timeouts.active_deadline`` and the caller's ``timeout`` (seconds from the start), with
         what set it; None without either."""
-        limits = [(d, w) for d, w in ((self.spec.timeouts.active_deadline, "timeouts.active_deadline"),
+        limits = [(d, w) for d, w in ((self.job.timeouts.active_deadline, "timeouts.active_deadline"),
                                       (self.timeout, "the caller's timeout")) if d is not None]
         return min(limits) if limits else None
 
@@ -94,13 +100,13 @@ class Supervisor:
         ``timeouts.rendezvous + timeouts.stall`` before the first step must appear."""
         if self._watch is not None:
             return
-        t = self.spec.timeouts
-        training = self.spec.training_tasks
+        t = self.job.timeouts
+        training = self.job.training_tasks
         if pids is not None:
             watched: Mapping[str, int | None] | list[str] = {n: pids.get(n) for n in training}
             every: Mapping[str, int | None] | list[str] = dict(pids)
         else:
-            watched, every = list(training), self.spec.tasks()
+            watched, every = list(training), self.job.tasks()
         self._watch = StallWatchdog(kv, watched, t.stall, all_tasks=every, signal_pids=pids is not None,
                                     startup_s=t.rendezvous + t.stall, clock=self.clock,
                                     ack_wait_s=self.ack_wait_s)
@@ -122,7 +128,7 @@ class Supervisor:
         """After an attempt ended in ``state``: does another one run? Only after FAILED or TIMED_OUT, with attempts
         left, not ``stopped`` (a kill, Ctrl-C) and before the deadline (counting the backoff). When it does, the
         attempt's diagnosis (prefixed with ``label``, e.g. the YARN application id) is kept for the final one."""
-        retry = self.spec.retry
+        retry = self.job.retry
         left = self.time_left()
         if (state not in (AppState.FAILED, AppState.TIMED_OUT) or stopped or self.attempt + 1 >= retry.max_attempts
                 or (left is not None and left <= retry.backoff)):
@@ -135,7 +141,7 @@ class Supervisor:
 
     def backoff(self, stop: threading.Event | None = None) -> bool:
         """Wait ``retry.backoff`` before the next attempt; False when ``stop`` was set meanwhile (Ctrl-C, a kill)."""
-        return not (stop or threading.Event()).wait(self.spec.retry.backoff)
+        return not (stop or threading.Event()).wait(self.job.retry.backoff)
 
     def final_diagnosis(self, diagnosis: str) -> str:
         """``diagnosis`` with the earlier attempts' diagnoses after it (none: unchanged)."""
@@ -180,7 +186,7 @@ class Supervisor:
             return None
         if self._pending_since is None:
             self._pending_since = now
-        limit = self.spec.timeouts.allocation
+        limit = self.job.timeouts.allocation
         if now - self._pending_since <= limit:
             return None
         return Verdict(AppState.TIMED_OUT, f"containers not allocated within {limit:g}s (timeouts.allocation): "

@@ -109,7 +109,7 @@ class Submitter(YarnConnection):
         """Preflight, stage the environment (0 bytes when cached) and the shipped files the request names, submit its
         ApplicationSpec; return the YARN application id. The skein driver starts meanwhile (:meth:`start_driver`):
         its JVM is the only one a job needs."""
-        assert isinstance(request, YarnRequest), f"not a YARN request: {request!r}"
+        assert isinstance(request, YarnRequest) and request.shipped is not None, f"not a YARN request: {request!r}"
         spec, attempt, app = request.spec, request.attempt, request.app
         if not self._injected:
             self._require_hadoop()          # a usage error before anything starts, not a driver thread's
