@@ -43,7 +43,7 @@ def set_login(kerberos: Any) -> None:
 def available() -> bool:
     """Whether SPNEGO can be tried here (requests-gssapi importable)."""
     try:
-        import requests_gssapi  # type: ignore[import-untyped]  # noqa: F401
+        import requests_gssapi  # noqa: F401
     except ImportError:
         return False
     return True
@@ -108,7 +108,7 @@ def _session(host: str) -> Any:
         try:
             import gssapi
             import requests
-            from requests_gssapi import OPTIONAL, HTTPSPNEGOAuth  # type: ignore[import-untyped]
+            from requests_gssapi import OPTIONAL, HTTPSPNEGOAuth
         except ImportError as exc:
             raise SpnegoUnavailable(f"http://{host} asks for Kerberos (SPNEGO) and {exc.name} is not "
                                     f"installed: {INSTALL_HINT}") from None
