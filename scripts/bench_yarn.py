@@ -46,9 +46,10 @@ TOTALS = ("start → app end", "start → exit", "submit → app end", "CLI CPU 
 
 def load() -> str:
     la = os.getloadavg()
+    from tfyarn import hdfs
+    rm = hdfs.load_hadoop_conf().get("yarn.resourcemanager.webapp.address", "127.0.0.1:8088")
     try:
-        with urllib.request.urlopen("http://127.0.0.1:8088/ws/v1/cluster/apps?states=RUNNING,ACCEPTED",
-                                    timeout=5) as r:
+        with urllib.request.urlopen(f"http://{rm}/ws/v1/cluster/apps?states=RUNNING,ACCEPTED", timeout=5) as r:
             apps = (json.loads(r.read()).get("apps") or {}).get("app") or []
     except OSError:
         apps = []
@@ -239,6 +240,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--pack", action="store_true", help="also a packed env: cold, then cached runs")
     ap.add_argument("--no-commands", action="store_true")
+    ap.add_argument("--no-node", action="store_true", help="skip the node-python runs (e.g. with --pack)")
     ap.add_argument("--supervisor-ab", type=int, default=0, metavar="PAIRS",
                     help="also PAIRS runs of the node-python job with and without the in-app supervisor")
     ap.add_argument("--write", action="store_true", help="record the tables in BENCHMARKS.md")
@@ -249,7 +251,8 @@ def main() -> None:
     import fsspec
 
     tag = f"tfyarn-bench-{uuid.uuid4().hex[:8]}"
-    prefix = f"hdfs://127.0.0.1:9000/tmp/{tag}"
+    from tfyarn import hdfs
+    prefix = f"{hdfs.default_fs(hdfs.load_hadoop_conf())}/tmp/{tag}"   # the cluster of HADOOP_CONF_DIR
     work = Path(tempfile.mkdtemp(prefix="tfyarn-bench-"))
     # the benchmark's own shared skein driver (the first run starts it, later ones reuse it), stopped at the end
     env = {**os.environ, "TFYARN_HOME": str(work / "home"), "PYTHONPATH": str(ROOT),
@@ -263,7 +266,7 @@ def main() -> None:
         spec = work / "node.yaml"
         spec.write_text(json.dumps(node))
         runs = []
-        for i in range(a.runs):
+        for i in range(0 if a.no_node else a.runs):
             r = run_job(spec, env)
             runs.append(r)
             print(f"node run {i + 1}: {r['app_id']}: " + ", ".join(f"{k} {v}" for k, v in r["phases"].items()),

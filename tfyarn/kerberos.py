@@ -167,6 +167,9 @@ def login(krb: Kerberos | None, conf: dict[str, str]) -> Kerberos | None:
         check(krb, conf)
         _CHECKED.add(key)
     hdfs.set_login(krb)
+    # the same login for SPNEGO to the web endpoints
+    from tfyarn import webauth
+    webauth.set_login(krb)
     return krb
 
 

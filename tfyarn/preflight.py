@@ -438,6 +438,9 @@ def run_preflight(spec: JobSpec, cluster: ClusterInfo | None = None, get_fs: Get
     """Run every check (``cluster=None``: no queue/resource checks); raise :class:`PreflightError` listing all
     problems, else return warnings (may be empty)."""
     problems = check_kerberos(spec)
+    # issue 31: can the containers' account (LinuxContainerExecutor) run the tasks' Python?
+    from tfyarn import task_python
+    problems += task_python.check(spec, hdfs.load_hadoop_conf())
     if runs_this_python(spec):   # the gateway's env is what the containers will run
         problems += check_task_env(spec)
     if cluster is not None:

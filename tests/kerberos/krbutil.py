@@ -105,19 +105,51 @@ def small_venv(tmp_path_factory):
     return d
 
 
+def node_python() -> str:
+    """The nodes' Python: containers run as alice or bob (LinuxContainerExecutor), who cannot run this venv's
+    interpreter (it links into a pyenv under a 0700 /root). A venv of the system's python3.X (same minor: the
+    compiled packages fit) in the cluster's dir (0755), seeing this venv's packages through a .pth; made once."""
+    import sysconfig
+    d = Path(os.environ["TFYARN_KRB_DATA"]) / "node-python"
+    py = d / "bin" / "python"
+    if not py.exists():
+        base = f"/usr/bin/python{sys.version_info[0]}.{sys.version_info[1]}"
+        if not os.access(base, os.X_OK):
+            pytest.skip(f"no {base} for the containers' accounts to run (the LinuxContainerExecutor's nodes)")
+        subprocess.run([base, "-m", "venv", "--without-pip", str(d)], check=True, timeout=60)
+        site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                              check=True, capture_output=True, text=True).stdout.strip()
+        ours = sysconfig.get_path("purelib")
+        Path(site, "tfyarn-gateway-venv.pth").write_text(f"import site; site.addsitedir({ours!r})\n")
+    return str(py)
+
+
+def rm_json(path: str, keytab: str | Path | None = None) -> Any:
+    """GET ``/ws/v1/cluster/<path>`` from the ResourceManager (SPNEGO with alice's keytab: the cluster's web
+    endpoints refuse plain requests)."""
+    import json
+
+    from tfyarn import hdfs, webauth
+    kt = keytab or Path(os.environ["TFYARN_KRB_KEYTABS"]) / "alice.keytab"
+    webauth.set_login(Kerberos(principal=ALICE, keytab=str(kt)))
+    rm = hdfs.load_hadoop_conf()["yarn.resourcemanager.webapp.address"]
+    with webauth.urlopen(f"http://{rm}/ws/v1/cluster/{path}", timeout=10) as r:
+        return json.loads(r.read())
+
+
 def nm_log_dir(cluster) -> Path:
     return Path(cluster["data"]) / "nm-logs"
 
 
 def job_doc(data: str, name: str, *, keytab: Path | None = None, epochs: int = 1, **over: Any) -> dict:
-    """A small ps-mode recommender job run by this very Python on the node (it runs on this machine)."""
+    """A small ps-mode recommender job run by the nodes' Python (:func:`node_python`: this venv's packages)."""
     doc: dict[str, Any] = {
         "name": name, "model": "tfyarn.models.recommender:model", "mode": "ps", "sync": True,
         "params": {"num_users": 100, "num_items": 100, "dim": 8, "learning_rate": 0.2},
         "data": {"train": [data], "features": FEATURES, "batch_size": 100, "epochs": epochs},
         "roles": {"ps": {"instances": 1, "memory": "1 GiB"}, "chief": {"instances": 1, "memory": "1 GiB"},
                   "worker": {"instances": 1, "memory": "1 GiB"}},
-        "environment": {"python": sys.executable},
+        "environment": {"python": node_python()},
         "timeouts": {"rendezvous": 180, "stall": 180, "step": 120, "shutdown": 30, "allocation": 180},
         "tags": [SESSION_TAG, name],
     }

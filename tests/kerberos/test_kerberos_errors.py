@@ -1,23 +1,18 @@
 """Every way a Kerberos login can fail is one line and exit 2 before anything is submitted (issue 23): no ticket
 and no keytab on a Kerberized cluster, a principal the keytab does not hold, a keytab others can read, an
 unreachable KDC, a missing keytab file. Real CLI processes against the secure cluster, no ticket cache."""
-import json
 import time
-import urllib.request
 
 import pytest
 
-from krbutil import ALICE, REALM, job_doc, needs_kerberos, tfyarn, unique, write_spec
+from krbutil import ALICE, REALM, job_doc, needs_kerberos, rm_json, tfyarn, unique, write_spec
 
 pytestmark = [*needs_kerberos, pytest.mark.timeout(300)]
 
 
 def apps_tagged(tag: str) -> list:
     """Apps the ResourceManager knows with this tag (any state): proof that nothing was submitted."""
-    from tfyarn import hdfs
-    rm = hdfs.load_hadoop_conf()["yarn.resourcemanager.webapp.address"]
-    with urllib.request.urlopen(f"http://{rm}/ws/v1/cluster/apps?applicationTags={tag.lower()}", timeout=10) as r:
-        return (json.loads(r.read()).get("apps") or {}).get("app") or []
+    return (rm_json(f"apps?applicationTags={tag.lower()}").get("apps") or {}).get("app") or []
 
 
 def refused(env, spec_path, *, command=("submit",), expect: str) -> str:

@@ -151,3 +151,42 @@ def test_a_command_checks_its_login_once(monkeypatch, tmp_path):
         assert kerberos.login(alice, conf) is alice
     kerberos.login(Kerberos(principal="bob@R", keytab=str(tmp_path / "b.keytab")), conf)
     assert checked == ["alice@R", "bob@R"]
+
+
+def test_task_python_blocker_names_the_first_closed_dir():
+    """What the LinuxContainerExecutor's container account cannot run: a dir it cannot search, on the way."""
+    import tempfile
+    from pathlib import Path
+
+    from tfyarn import task_python
+    base = Path(tempfile.mkdtemp(prefix="tfyarn-task-python-"))   # in /tmp, opened to others (pytest's are 0700)
+    try:
+        base.chmod(0o755)
+        closed = base / "home"
+        (closed / "py" / "bin").mkdir(parents=True)
+        exe = closed / "py" / "bin" / "python3"
+        exe.write_text("#!/bin/sh\n")
+        exe.chmod(0o755)
+        closed.chmod(0o700)
+        link = base / "python"
+        link.symlink_to(exe)
+        where = task_python.blocker(link, "nobody")
+        assert where is not None and where.startswith(f"{closed} (mode 0700, owner "), where
+        closed.chmod(0o755)
+        assert task_python.blocker(link, "nobody") is None
+        exe.chmod(0o744)                              # readable, not executable by others
+        assert task_python.blocker(link, "nobody").startswith(f"{exe} (mode 0744")
+    finally:
+        shutil.rmtree(base)
+
+
+def test_task_python_checks_only_secure_clusters():
+    from tfyarn import task_python
+    from tfyarn.spec import load_spec_dict
+    doc = {"name": "x", "model": "m:f", "mode": "allreduce",
+           "data": {"train": ["hdfs:///d/*"], "features": {"x": {"dtype": "float32"}}, "batch_size": 8}}
+    spec = load_spec_dict({**doc, "environment": {"python": "/nonexistent/python"}})
+    assert task_python.check(spec, {}) == []
+    assert task_python.check(spec, {"hadoop.security.authentication": "kerberos"}) == []   # not here: unknown
+    spec = load_spec_dict({**doc, "environment": {"python": "/bin/sh"}})
+    assert task_python.check(spec, {"hadoop.security.authentication": "kerberos"}) == []   # everyone runs it

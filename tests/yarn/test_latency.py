@@ -234,10 +234,18 @@ def test_rest_kill_returns_once_killed(rm):
     assert len(put) == 1 and json.loads(put[0][2]) == {"state": "KILLED"}
 
 
-def test_rest_not_used_with_spnego_or_without_an_rm():
-    with pytest.raises(RestUnavailable):
-        RmRest({"hadoop.http.authentication.type": "kerberos",
-                "yarn.resourcemanager.webapp.address": "rm:8088"}, "alice")
+def test_rest_with_spnego_only_where_it_can_authenticate_and_not_without_an_rm(monkeypatch):
+    """A Kerberized RM web API (SPNEGO) is used when requests-gssapi is installed (tfyarn.webauth), else the
+    caller falls back to the skein driver, told how to install it (issue 31)."""
+    from tfyarn import webauth
+    conf = {"hadoop.http.authentication.type": "kerberos", "yarn.resourcemanager.webapp.address": "rm:8088"}
+    monkeypatch.setattr(webauth, "available", lambda: False)
+    with pytest.raises(RestUnavailable, match=r"needs Kerberos \(SPNEGO\): pip install 'tfyarn\[kerberos\]'"):
+        RmRest(conf, "alice")
+    monkeypatch.setattr(webauth, "available", lambda: True)
+    assert RmRest(conf, "alice").bases == ["http://rm:8088"]
+    with pytest.raises(RestUnavailable, match="no ResourceManager web address"):
+        RmRest({}, "alice")
     with pytest.raises(RestUnavailable):       # nothing listens there: the caller falls back to the skein driver
         RmRest({"yarn.resourcemanager.webapp.address": "127.0.0.1:9"}, "alice", timeout=2).report(APP)
 

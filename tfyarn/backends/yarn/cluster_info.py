@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import json
 import logging
-import urllib.request
 from typing import Any
 
-from tfyarn import hdfs
+from tfyarn import hdfs, webauth
 from tfyarn.backends.yarn.rest import rm_webapp_urls
 from tfyarn.preflight import QueueInfo
 
@@ -36,7 +35,7 @@ class SkeinClusterInfo:
             self._sched = {}
             for base in rm_webapp_urls(self.conf):
                 try:
-                    with urllib.request.urlopen(f"{base}/ws/v1/cluster/scheduler", timeout=self.http_timeout) as r:
+                    with webauth.urlopen(f"{base}/ws/v1/cluster/scheduler", timeout=self.http_timeout) as r:
                         self._sched = json.loads(r.read()).get("scheduler", {}).get("schedulerInfo", {})
                         break
                 except (OSError, ValueError) as exc:

@@ -19,7 +19,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
 
-from tfyarn import hdfs
+from tfyarn import hdfs, webauth
 
 log = logging.getLogger(__name__)
 
@@ -196,7 +196,7 @@ def parse_yarn_logs_output(text: str) -> list[ContainerLog]:
 
 def _http_get(url: str, timeout: float, accept: str = "*/*") -> bytes:
     req = urllib.request.Request(url, headers={"Accept": accept})
-    with urllib.request.urlopen(req, timeout=timeout) as resp:
+    with webauth.urlopen(req, timeout=timeout) as resp:     # SPNEGO when the NodeManager asks for it
         return resp.read()
 
 

@@ -17,6 +17,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from tfyarn import webauth
 from tfyarn.errors import AppNotFound, WaitTimeout
 
 log = logging.getLogger(__name__)
@@ -84,8 +85,10 @@ class RmRest:
         self.user = user
         self.timeout = timeout
         simple = conf.get("hadoop.http.authentication.type", "simple").strip().lower() == "simple"   # user.name
-        if not simple or not self.bases:
-            raise RestUnavailable("the ResourceManager's web API needs Kerberos (SPNEGO) or has no address")
+        if not self.bases:
+            raise RestUnavailable("no ResourceManager web address in the client config")
+        if not simple and not webauth.available():   # else SPNEGO with this process's Kerberos login
+            raise RestUnavailable(f"the ResourceManager's web API needs Kerberos (SPNEGO): {webauth.INSTALL_HINT}")
 
     def _call(self, method: str, path: str, query: dict[str, Any] | None = None,
               body: dict[str, Any] | None = None) -> Any:
@@ -97,7 +100,7 @@ class RmRest:
             req = urllib.request.Request(url, data=data, method=method,
                                          headers={"Accept": "application/json", "Content-Type": "application/json"})
             try:
-                with urllib.request.urlopen(req, timeout=self.timeout) as r:
+                with webauth.urlopen(req, timeout=self.timeout) as r:
                     return json.loads(r.read() or b"null")
             except urllib.error.HTTPError as exc:
                 if exc.code == 404:

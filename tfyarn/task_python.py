@@ -1,0 +1,88 @@
+"""Can the containers' OS account run the tasks' Python? Checked on the gateway before anything is packed.
+
+On a secure cluster the LinuxContainerExecutor runs containers as the submitting user's account (the principal's
+short name, or the proxy user of ``user:``), not as the NodeManager's. A packed venv keeps ``bin/python`` as a link
+to its base interpreter: when that lies where the account cannot read it (a pyenv under a 0700 ``/root``), the
+container dies before the task starts and YARN reports only "Invalid argument number" (the launch script's
+``find -L`` fails under ``set -e``). ``environment.python`` naming such an interpreter fails the same way.
+"""
+from __future__ import annotations
+
+import os
+import pwd
+import stat
+import sys
+from pathlib import Path
+
+from tfyarn.spec import JobSpec
+
+FIX = ("use a relocatable env (conda-pack, as environment.archive), environment.python naming an interpreter "
+       "the nodes' users can run, or a base Python readable by others (chmod o+rx on the path)")
+
+
+def _can(st: os.stat_result, user: str | None, bits: int) -> bool:
+    """Whether ``user`` (None: anybody, the others' bits) has ``bits`` (``stat.S_IRUSR``-style owner bits)."""
+    try:
+        pw = pwd.getpwnam(user) if user else None
+    except KeyError:
+        pw = None
+    if pw is not None:
+        if pw.pw_uid == 0 or pw.pw_uid == st.st_uid:
+            return pw.pw_uid == 0 or st.st_mode & bits == bits
+        if st.st_gid in os.getgrouplist(pw.pw_name, pw.pw_gid):
+            return st.st_mode & (bits >> 3) == bits >> 3
+    return st.st_mode & (bits >> 6) == bits >> 6
+
+
+def blocker(path: str | os.PathLike, user: str | None = None, execute: bool = True) -> str | None:
+    """The first component of ``path`` (links resolved) that ``user`` cannot pass — a dir it cannot search, or the
+    file itself it cannot read (and execute) — as ``"<path> (mode 0700, owner root)"``; None when it can."""
+    real = Path(os.path.realpath(path))
+    for p in [*reversed(real.parents), real]:
+        try:
+            st = p.stat()
+        except OSError:
+            return None                    # not on this machine: nothing to say
+        if stat.S_ISDIR(st.st_mode):
+            need = stat.S_IXUSR
+        else:
+            need = stat.S_IRUSR | (stat.S_IXUSR if execute else 0)
+        if not _can(st, user, need):
+            try:
+                owner = pwd.getpwuid(st.st_uid).pw_name
+            except KeyError:
+                owner = str(st.st_uid)
+            return f"{p} (mode {stat.S_IMODE(st.st_mode):04o}, owner {owner})"
+    return None
+
+
+def _app_user(spec: JobSpec) -> str | None:
+    if spec.user:
+        return spec.user
+    if spec.kerberos is not None:
+        return spec.kerberos.principal.split("@")[0].split("/")[0]
+    return None
+
+
+def check(spec: JobSpec, conf: dict[str, str]) -> list[str]:
+    """One line per interpreter the containers' account could not run, on a Kerberized cluster (only there do
+    containers run as the user: elsewhere as the NodeManager's account, which reads what the gateway reads)."""
+    if conf.get("hadoop.security.authentication", "simple").strip().lower() != "kerberos":
+        return []
+    env, user = spec.environment, _app_user(spec)
+    who = f"the account {user!r}" if user else "other users"
+    if env.source == "python" and env.python:
+        what, path = "environment.python", env.python
+    elif env.source == "pack" and sys.prefix != sys.base_prefix:     # a venv: its bin/python is a link
+        what, path = "the packed venv's bin/python", sys.executable
+    else:
+        return []
+    where = blocker(path, user)
+    if where is None and what.startswith("the packed"):
+        where = blocker(Path(sys.base_prefix) / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}",
+                        user, execute=False)      # the base's standard library, which the link leads to
+    if where is None:
+        return []
+    return [(f"environment: {what} is {os.path.realpath(path)}, which {who} cannot read ({where}): on a "
+             f"Kerberized cluster containers run as the submitting user's account; {FIX}")]
+
