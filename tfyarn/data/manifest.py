@@ -35,6 +35,7 @@ from tfyarn.data.errors import DataError, NoDataError
 from tfyarn.errors import WaitTimeout
 from tfyarn import paths
 from tfyarn.fsio import replace
+from tfyarn.fsretry import open_read
 
 log = logging.getLogger(__name__)
 
@@ -309,7 +310,7 @@ def index_file(url: str, size: int, mtime: str, compression: str = "auto", strid
     ``on_corrupt="skip"``: damaged framing becomes a *hole*, the bytes from the damage to the next valid record
     (:func:`tfrecord.find_resync`) or to the end of the file. Otherwise damage raises with the file, offset and record.
     """
-    with fsspec.open(url, "rb") as raw:
+    with open_read(url) as raw:
         head = raw.read(tfrecord.HEADER)
     STATS.add(bytes_read=len(head))
     gz = tfrecord.detect_gzip(url, compression, head)      # a wrong data.compression fails here, naming the file
