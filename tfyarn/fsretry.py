@@ -26,7 +26,7 @@ T = TypeVar("T")
 #: network explain, so that trying again later may work. Not: FileNotFound, AlreadyExists, InvalidPath, SASL/GSSAPI
 #: (credentials), Unsupported* (these say the same on every try).
 TRANSIENT_KINDS = frozenset({"DataTransferError", "OperationFailed", "IOError", "BlocksNotFound", "ChecksumError",
-                             "InvalidRPCResponse", "FatalRPCError", "InternalError"})
+                             "InvalidRPCResponse", "FatalRPCError", "InternalError", "RPCError"})
 #: Python exceptions that are about the path or the caller, never about the cluster's health.
 PERMANENT = (FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError, PermissionError,
              ValueError, TypeError)
@@ -134,7 +134,8 @@ class ReopeningReader(io.RawIOBase):
         return self._pos
 
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        self._pos = self._f.seek(offset, whence)
+        self._f.seek(offset, whence)          # hdfs-native's seek returns None: ask where it is
+        self._pos = self._f.tell()
         return self._pos
 
     def _reopened(self) -> Any:

@@ -17,6 +17,7 @@ import signal
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 #: ``exit/<task>``: how that task's last process ended (JSON, see :func:`exit_record`).
@@ -70,6 +71,19 @@ def ends_the_app(app: Any, role: str) -> bool:
     return failed >= svc.max_restarts
 
 
+def policy_refuses(role: str, code: int, failure: str | None) -> bool:
+    """Does the role's ``restart`` policy refuse a restart of this failure (``exit_code``: the code's own exit
+    1-127 that triage puts on the user's code)? skein restarts on any failure, so the app must end here: then
+    ``restart: exit_code`` means the same on YARN as locally (tfyarn.triage.restarts)."""
+    from tfyarn.triage import classify, restarts
+    try:
+        roles = json.loads(Path(os.environ["TFYARN_SPEC_FILE"]).read_text()).get("roles") or {}
+        policy = (roles.get(role) or {}).get("restart", "on_failure")
+    except (KeyError, OSError, ValueError):
+        return False
+    return policy == "exit_code" and not restarts(policy, code, classify(exit_code=code, failure=failure or ""))
+
+
 def report(app: Any, code: int, died_at: float, settle_s: float = SETTLE_S) -> str:
     """Write this container's ``exit/<task>`` record and, when the failure ends the app, shut it down FAILED with
     the diagnosis. Returns the task label used."""
@@ -82,7 +96,7 @@ def report(app: Any, code: int, died_at: float, settle_s: float = SETTLE_S) -> s
     task = kv.get(f"{TASKMAP_PREFIX}{cid}") or cid or "?"   # no index claimed yet: the skein container id
     put_json(kv, f"{EXIT_PREFIX}{task}", exit_record(code, died_at, kv.get(failure_key(task))))
     role = os.environ.get("TFYARN_ROLE") or parse_container_id(cid)[0]
-    if ends_the_app(app, role):
+    if ends_the_app(app, role) or policy_refuses(role, code, kv.get(failure_key(task))):
         time.sleep(settle_s)
         records = {k[len(EXIT_PREFIX):]: json.loads(v) for k, v in kv.items(EXIT_PREFIX).items()}
         # a task that wrote its failure but whose process has not ended yet is named too (after the dead ones)

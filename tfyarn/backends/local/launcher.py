@@ -34,6 +34,7 @@ from tfyarn.report import HISTORY_FILE
 from tfyarn.runtime.context import ABORT_KEY, DONE_KEY, addr_key, failure_key
 from tfyarn.spec import SIDECAR_ROLES, JobSpec
 from tfyarn.supervisor import Supervisor, checkpoint_url, training_end_note, write_report
+from tfyarn.triage import classify, restarts
 
 log = logging.getLogger(__name__)
 
@@ -429,7 +430,7 @@ class Launcher:
         code = 128 - code if code < 0 else code  # killed by signal N → 128+N, as a shell reports it
         if role.restart == "never" or task.restarts >= role.max_restarts or self._stop.is_set():
             return False
-        return role.restart == "on_failure" or 128 <= code <= 255
+        return restarts(role.restart, code, classify(exit_code=code, failure=task.diagnostics or ""))
 
     def _restart(self, task: _Task) -> None:
         assert self.kv is not None
