@@ -23,6 +23,10 @@ KILLED_BY_APPMASTER, KILLED_BY_RESOURCEMANAGER, KILLED_AFTER_APP_COMPLETION = -1
 #: took the container away. Memory kills and HDFS/token faults are infrastructure too, but they repeat when the spec
 #: asks too little memory or the cluster stays broken, so they keep counting.
 FREE_CAUSES = frozenset({"preempted", "node_lost", "peer_lost"})
+#: The separate, generous bounds that keep a job on a cluster that keeps taking its containers from looping forever:
+#: in-place replacements per task (YARN: added to skein's per-service budget) and job attempts.
+FREE_RESTARTS = 10
+FREE_ATTEMPTS = 10
 
 
 @dataclass(frozen=True)
