@@ -121,3 +121,53 @@ def describe(task: str, t: Triage, step: int | None = None, detail: str = "") ->
     (queue a over its share)``."""
     at = f" at step {step:,}" if step is not None else ""
     return f"{task} {t.words}{at}" + (f" ({detail})" if detail else "")
+
+
+_TASK_PART = re.compile(r"^[\w.-]+:[\w?]+(?::\s*|\s+(?=\w))(?:exit code (-?\d+)(?:\s*\([^)]*\))?:?\s*)?")
+
+
+def attempt_cause(diagnosis: str) -> Triage | None:
+    """Why a job attempt ended, from its diagnosis (task parts, root cause first, ``; `` or newline apart): the
+    first part's class — free only if no part is the user's code (a preempted worker and a chief's ValueError in
+    one attempt count). None for an empty diagnosis."""
+    parts = [p.strip() for p in re.split(r";\s|\n", diagnosis or "") if p.strip()]
+    if not parts:
+        return None
+    causes = []
+    for p in parts:          # "chief:0: exit code 1: ValueError: x" (runtime.exit_report.describe) or free text
+        m = _TASK_PART.match(p)
+        code, text = (int(m.group(1)) if m and m.group(1) else None), (p[m.end():] if m else p)
+        causes.append(classify(diagnostics=text, failure=text, exit_code=code))
+    if causes[0].free and any(c.cls == USER for c in causes):
+        return next(c for c in causes if c.cls == USER)
+    return causes[0]
+
+
+class AttemptBudget:
+    """Job attempts, two budgets: ``retry.max_attempts`` for failures of the job's own, :data:`FREE_ATTEMPTS` more
+    for attempts the cluster ended (preemption, a lost node, a peer lost with them): these do not use up the user's.
+    """
+
+    def __init__(self, max_attempts: int, free_max: int = FREE_ATTEMPTS):
+        self.max_attempts, self.free_max = max_attempts, free_max
+        self.counted, self.free = 1, 0          # the first attempt counts
+        self.causes: list[Triage | None] = []
+
+    def next(self, diagnosis: str) -> bool:
+        """After an attempt failed with ``diagnosis``: may another one start? Counts it in its budget if so."""
+        cause = attempt_cause(diagnosis)
+        if cause is not None and cause.free:
+            if self.free >= self.free_max:
+                return False
+            self.free += 1
+        else:
+            if self.counted >= self.max_attempts:
+                return False
+            self.counted += 1
+        self.causes.append(cause)
+        return True
+
+    def note(self) -> str:
+        """``2 attempts ended by the cluster (not counted in retry.max_attempts)``, or empty."""
+        return (f"{self.free} attempt{'s' * (self.free != 1)} ended by the cluster (not counted in "
+                f"retry.max_attempts)") if self.free else ""

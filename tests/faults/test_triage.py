@@ -62,3 +62,20 @@ def test_restart_policy_is_read_the_same_on_both_backends():
     # with the triage: an infrastructure fault that surfaced as an exit 1 (HDFS down) is retried, user code is not
     assert restarts("exit_code", 1, classify(exit_code=1, failure="HdfsUnavailable: HDFS unavailable: read x"))
     assert not restarts("exit_code", 1, classify(exit_code=1, failure="KeyError: 'label'"))
+
+
+def test_attempts_the_cluster_ended_do_not_use_up_max_attempts():
+    from tfyarn.triage import FREE_ATTEMPTS, AttemptBudget, attempt_cause
+    pre = "worker:1 preempted by the scheduler at step 405; chief:0: exit code 1: CancelledError: RecvFromRemoteAsync" \
+          " is cancelled"
+    assert attempt_cause(pre).cause == "preempted" and attempt_cause("").__class__ is type(None)
+    mixed = "worker:1: preempted by the scheduler; chief:0: exit code 1: ValueError: bad shape"
+    assert attempt_cause(mixed).cls == USER                   # the user's code failed too: it counts
+    b = AttemptBudget(max_attempts=2)
+    assert b.next(pre) and b.next(pre) and (b.counted, b.free) == (1, 2)
+    assert b.note() == "2 attempts ended by the cluster (not counted in retry.max_attempts)"
+    assert b.next("ps:0: exit code 137 (killed by SIGKILL)") and (b.counted, b.free) == (2, 2)
+    assert not b.next("chief:0: exit code 1: ValueError: x")  # max_attempts used up by the job's own failures
+    assert b.next(pre)                                        # ...but the cluster's still get their own budget
+    b.free = FREE_ATTEMPTS
+    assert not b.next(pre)                                    # the separate bound: no endless loop
