@@ -130,14 +130,19 @@ def attempt_cause(diagnosis: str) -> Triage | None:
     """Why a job attempt ended, from its diagnosis (task parts, root cause first, ``; `` or newline apart): the
     first part's class — free only if no part is the user's code (a preempted worker and a chief's ValueError in
     one attempt count). None for an empty diagnosis."""
-    parts = [p.strip() for p in re.split(r";\s|\n", diagnosis or "") if p.strip()]
-    if not parts:
-        return None
     causes = []
-    for p in parts:          # "chief:0: exit code 1: ValueError: x" (runtime.exit_report.describe) or free text
-        m = _TASK_PART.match(p)
-        code, text = (int(m.group(1)) if m and m.group(1) else None), (p[m.end():] if m else p)
-        causes.append(classify(diagnostics=text, failure=text, exit_code=code))
+    for p in (p.strip() for p in re.split(r";\s|\n", diagnosis or "")):
+        m = _TASK_PART.match(p)   # "chief:0: exit code 1: ValueError: x" (runtime.exit_report.describe)
+        if m:
+            text = p[m.end():]
+            causes.append(classify(diagnostics=text, failure=text,
+                                   exit_code=int(m.group(1)) if m.group(1) else None))
+        elif p:                   # YARN's/skein's own text ("Failure in service worker"): only a rule's match counts
+            t = classify(diagnostics=p)
+            if t.cause not in ("signal", "exception"):
+                causes.append(t)
+    if not causes:
+        return None
     if causes[0].free and any(c.cls == USER for c in causes):
         return next(c for c in causes if c.cls == USER)
     return causes[0]

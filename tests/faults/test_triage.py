@@ -71,6 +71,9 @@ def test_attempts_the_cluster_ended_do_not_use_up_max_attempts():
     assert attempt_cause(pre).cause == "preempted" and attempt_cause("").__class__ is type(None)
     mixed = "worker:1: preempted by the scheduler; chief:0: exit code 1: ValueError: bad shape"
     assert attempt_cause(mixed).cls == USER                   # the user's code failed too: it counts
+    sync = "worker:1: preempted by the scheduler\nFailure in service worker, see logs for more information"
+    assert attempt_cause(sync).free                            # skein's own words say nothing of a cause
+    assert attempt_cause("Failure in service worker, see logs for more information") is None
     b = AttemptBudget(max_attempts=2)
     assert b.next(pre) and b.next(pre) and (b.counted, b.free) == (1, 2)
     assert b.note() == "2 attempts ended by the cluster (not counted in retry.max_attempts)"
