@@ -205,8 +205,8 @@ def supervisor_ab(doc: dict, env: dict, pairs: int) -> list[str]:
     for both), through ``dryrun`` → drop the service → ``schedule`` and followed by ``wait`` as ``run`` does.
     Figures from the ResourceManager: submit (app start) → app finished."""
     from tfyarn.backends.yarn.backend import YarnBackend
-    from tfyarn.backends.yarn.yarn_rest import RmRest
-    from tfyarn.backends.yarn.yarn_spec import SUPERVISED_TAG, SUPERVISOR_SERVICE
+    from tfyarn.backends.yarn.rest import RmRest
+    from tfyarn.backends.yarn.appspec import SUPERVISED_TAG, SUPERVISOR_SERVICE
     from tfyarn.spec import load_spec_dict
     os.environ.update(env)
     spec = load_spec_dict(doc)
@@ -311,8 +311,8 @@ def main() -> None:
             out += commands(work / "node.yaml", env)
         out.append(f"after: {load()}")
     finally:
-        from tfyarn.backends.yarn import yarn_driver
-        yarn_driver.stop_all(work / "driver")
+        from tfyarn.backends.yarn import driver
+        driver.stop_all(work / "driver")
         fs, path = fsspec.core.url_to_fs(prefix)
         if fs.exists(path):
             fs.rm(path, recursive=True)

@@ -39,13 +39,13 @@ def shared_skein_driver(tmp_path_factory):
     """The session's commands share one skein driver (tfyarn's shared driver, in a session directory: the
     per-test TFYARN_HOME would start one per test), stopped at the end so no JVM outlives the tests; its idle
     time bounds what a killed session leaves."""
-    from tfyarn.backends.yarn import yarn_driver
+    from tfyarn.backends.yarn import driver
     d = tmp_path_factory.mktemp("skein-driver")
-    saved = {k: os.environ.get(k) for k in (yarn_driver.DIR_ENV, yarn_driver.IDLE_ENV)}
-    os.environ[yarn_driver.DIR_ENV] = str(d)
-    os.environ.setdefault(yarn_driver.IDLE_ENV, "300")
+    saved = {k: os.environ.get(k) for k in (driver.DIR_ENV, driver.IDLE_ENV)}
+    os.environ[driver.DIR_ENV] = str(d)
+    os.environ.setdefault(driver.IDLE_ENV, "300")
     yield d
-    yarn_driver.stop_all(d)
+    driver.stop_all(d)
     for k, v in saved.items():
         if v is None:
             os.environ.pop(k, None)

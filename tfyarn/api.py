@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from tfyarn.backends import registry
-from tfyarn.backends.base import AppState, AppStatus, Backend, Request
+from tfyarn.backends.base import Backend, Request
+from tfyarn.contracts.status import AppState, AppStatus
 from tfyarn.errors import AppNotFound, TfyarnError
 from tfyarn.spec import JobSpec, load_spec
 
@@ -180,18 +181,18 @@ def list_apps(backend: str | None = None) -> list[AppStatus]:
 
 
 def driver_status() -> dict[str, Any]:
-    """tfyarn's shared skein drivers on this machine (:mod:`tfyarn.backends.yarn.yarn_driver`): ``drivers``, each
+    """tfyarn's shared skein drivers on this machine (:mod:`tfyarn.backends.yarn.driver`): ``drivers``, each
     with address, pids, login, which commands use it (pids), when it stops; ``skein_global``: a user's own ``skein
     driver start`` (used first), or None."""
-    from tfyarn.backends.yarn import yarn_driver
-    return {"drivers": [yarn_driver.describe(r) for r in yarn_driver.records()],
-            "skein_global": yarn_driver.skein_global()}
+    from tfyarn.backends.yarn import driver
+    return {"drivers": [driver.describe(r) for r in driver.records()],
+            "skein_global": driver.skein_global()}
 
 
 def driver_stop() -> list[dict]:
     """Stop tfyarn's shared skein drivers now (a user's own ``skein driver start`` is left running)."""
-    from tfyarn.backends.yarn import yarn_driver
-    return [r.__dict__ for r in yarn_driver.stop_all()]
+    from tfyarn.backends.yarn import driver
+    return [r.__dict__ for r in driver.stop_all()]
 
 
 def export(spec: JobSpec, checkpoint: str | None = None, to: str | None = None) -> dict:

@@ -10,7 +10,7 @@ import sys
 import time
 from typing import Any, Callable, TextIO
 
-from tfyarn.backends.base import AppStatus
+from tfyarn.contracts.status import AppStatus
 
 #: Seconds between two plain progress lines when nothing changed state (non-TTY).
 LINE_EVERY_S = 10.0

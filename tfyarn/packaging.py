@@ -1,7 +1,7 @@
 """Ship the job's Python environment to YARN once, then reuse it: content-hashed archives in an HDFS staging dir.
 
 The archive's name is a hash of what is installed (distributions + versions, the interpreter, the platform, the files
-of editable installs; tfyarn excluded: yarn_spec ships its source apart), so an unchanged environment maps to the same
+of editable installs; tfyarn excluded: appspec ships its source apart), so an unchanged environment maps to the same
 ``<staging>/envs/<hash>.tar.gz``: a re-submit uploads 0 bytes, and as the URL and its timestamp do not change, the
 NodeManagers localize it from their ``PRIVATE`` cache instead of downloading and unpacking it again.
 

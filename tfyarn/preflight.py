@@ -12,10 +12,8 @@ The cluster is behind :class:`ClusterInfo` (two methods) so the rules are tested
 """
 from __future__ import annotations
 
-import json
 import logging
 import sys
-import urllib.request
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
@@ -44,85 +42,6 @@ class ClusterInfo(Protocol):
 
     def max_allocation(self) -> tuple[int | None, int | None]:
         """The cluster's largest container: (memory MiB, vcores); None where unknown."""
-
-
-def _int(v: Any) -> int | None:
-    try:
-        return int(v)
-    except (TypeError, ValueError):
-        return None
-
-
-def rm_webapp_urls(conf: dict[str, str]) -> list[str]:
-    """ResourceManager web addresses from yarn-site.xml, HA-aware (``yarn.resourcemanager.ha.rm-ids``)."""
-    https = conf.get("yarn.http.policy", "HTTP_ONLY") == "HTTPS_ONLY"
-    key = "yarn.resourcemanager.webapp.https.address" if https else "yarn.resourcemanager.webapp.address"
-    scheme = "https" if https else "http"
-    ids = [i.strip() for i in conf.get("yarn.resourcemanager.ha.rm-ids", "").split(",") if i.strip()]
-    addrs = [conf.get(f"{key}.{i}") or (conf.get(f"yarn.resourcemanager.hostname.{i}", "") + ":8088") for i in ids]
-    if not ids:
-        addrs = [conf.get(key) or (conf.get("yarn.resourcemanager.hostname", "") + (":8090" if https else ":8088"))]
-    return [f"{scheme}://{a}" for a in addrs if a and not a.startswith(":")]
-
-
-class SkeinClusterInfo:
-    """Queues through a skein ``Client``; maxima from the RM scheduler REST API, else from the client config."""
-
-    def __init__(self, client: Any, conf: dict[str, str] | None = None, http_timeout: float = 5.0):
-        self.client = client
-        self.conf = hdfs.load_hadoop_conf() if conf is None else conf
-        self.http_timeout = http_timeout
-        self._sched: dict[str, Any] | None = None
-
-    def _scheduler(self) -> dict[str, Any]:
-        if self._sched is None:
-            self._sched = {}
-            for base in rm_webapp_urls(self.conf):
-                try:
-                    with urllib.request.urlopen(f"{base}/ws/v1/cluster/scheduler", timeout=self.http_timeout) as r:
-                        self._sched = json.loads(r.read()).get("scheduler", {}).get("schedulerInfo", {})
-                        break
-                except (OSError, ValueError) as exc:
-                    log.debug("RM scheduler API at %s: %s", base, exc)
-        return self._sched
-
-    def _rest_queue(self, name: str) -> dict[str, Any] | None:
-        def walk(q: dict[str, Any]) -> dict[str, Any] | None:
-            if q.get("queueName") == name:
-                return q
-            children = (q.get("queues") or {}).get("queue") or []
-            for c in children if isinstance(children, list) else [children]:
-                hit = walk(c)
-                if hit:
-                    return hit
-            return None
-        s = self._scheduler()
-        return walk(s) if s else None
-
-    def queue(self, name: str) -> QueueInfo | None:
-        rq = self._rest_queue(name) or {}
-        ma = rq.get("maximumAllocation") or {}
-        mem, vc = _int(ma.get("memory")), _int(ma.get("vCores"))
-        if rq.get("state"):   # the RM's REST answer is enough: the skein driver may still be starting
-            return QueueInfo(name, str(rq["state"]), mem, vc, tuple(rq.get("nodeLabels") or ()) or None)
-        try:
-            q = self.client.get_queue(name)
-        except Exception as exc:  # noqa: BLE001 - skein raises its own error type for an unknown queue
-            if any(word in str(exc).lower() for word in ("not", "unknown", "exist")):
-                return None
-            raise
-        if mem is None:
-            for k, v in self.conf.items():
-                if k.endswith(f".{name}.maximum-allocation-mb") and k.startswith("yarn.scheduler.capacity."):
-                    mem = _int(v)
-                if k.endswith(f".{name}.maximum-allocation-vcores") and k.startswith("yarn.scheduler.capacity."):
-                    vc = _int(v)
-        return QueueInfo(q.name, str(q.state), mem, vc, tuple(getattr(q, "node_labels", ()) or ()) or None)
-
-    def max_allocation(self) -> tuple[int | None, int | None]:
-        ma = self._scheduler().get("maximumAllocation") or {}
-        return (_int(ma.get("memory")) or _int(self.conf.get("yarn.scheduler.maximum-allocation-mb", 8192)),
-                _int(ma.get("vCores")) or _int(self.conf.get("yarn.scheduler.maximum-allocation-vcores", 4)))
 
 
 # --------------------------------------------------------------------------------------------------- the checks

@@ -23,11 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
-from tfyarn.backends.base import AppState, AppStatus
-from tfyarn.backends.job_progress import GlobalStepRate, aggregate_progress, side_roles, summary_with_eval
+from tfyarn.contracts.status import AppState, AppStatus
+from tfyarn.job_progress import GlobalStepRate, aggregate_progress, side_roles, summary_with_eval
 from tfyarn.errors import AppNotFound
 from tfyarn.report import REPORT_JSON, ProgressHistory, write_run_report
-from tfyarn.runtime.context import PROGRESS_PREFIX, SUMMARY_KEY, TOTAL_STEPS_KEY
+from tfyarn.contracts.kv_keys import PROGRESS_PREFIX, SUMMARY_KEY, TOTAL_STEPS_KEY
 from tfyarn.runtime.kv import MemoryKV
 from tfyarn.runtime.watchdog import StallWatchdog
 from tfyarn.spec import JobSpec

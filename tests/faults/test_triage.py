@@ -1,10 +1,10 @@
-"""tfyarn.triage: each way a task ends badly, with the texts YARN, skein, hdfs-native and tfyarn's runtime really
+"""tfyarn.contracts.triage: each way a task ends badly, with the texts YARN, skein, hdfs-native and tfyarn's runtime really
 write (issue 30's runs on Hadoop 3.3.6), in its class; the restart policy read the same on both backends."""
 from __future__ import annotations
 
 import pytest
 
-from tfyarn.triage import INFRA, USER, classify, describe, restarts
+from tfyarn.contracts.triage import INFRA, USER, classify, describe, restarts
 
 CASES = [
     # (kwargs, class, cause, free of the budgets)
@@ -65,7 +65,7 @@ def test_restart_policy_is_read_the_same_on_both_backends():
 
 
 def test_attempts_the_cluster_ended_do_not_use_up_max_attempts():
-    from tfyarn.triage import FREE_ATTEMPTS, AttemptBudget, attempt_cause
+    from tfyarn.contracts.triage import FREE_ATTEMPTS, AttemptBudget, attempt_cause
     pre = "worker:1 preempted by the scheduler at step 405; chief:0: exit code 1: CancelledError: RecvFromRemoteAsync" \
           " is cancelled"
     assert attempt_cause(pre).cause == "preempted" and attempt_cause("").__class__ is type(None)

@@ -98,7 +98,7 @@ def test_finished_logs_come_from_the_node_managers_when_aggregation_is_off():
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    from tfyarn.backends.yarn import yarn_logs
+    from tfyarn.backends.yarn import log_files
 
     good, bad = "container_1_0001_01_000002", "container_1_0001_01_000003"
 
@@ -124,15 +124,15 @@ def test_finished_logs_come_from_the_node_managers_when_aggregation_is_off():
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     addr = f"127.0.0.1:{srv.server_address[1]}"
     try:
-        assert yarn_logs.aggregation_disabled({"yarn.log-aggregation-enable": "false"})
-        assert not yarn_logs.aggregation_disabled({})
+        assert log_files.aggregation_disabled({"yarn.log-aggregation-enable": "false"})
+        assert not log_files.aggregation_disabled({})
         tasks = [{"task": "chief:0", "log": f"{addr}/node/containerlogs/{good}/alice"},
                  {"task": "worker:0", "log": f"{addr}/node/containerlogs/{bad}/alice"},
                  {"task": "ps:0", "log": None}]
-        got = dict(yarn_logs.nm_finished_logs(tasks))
+        got = dict(log_files.nm_finished_logs(tasks))
     finally:
         srv.shutdown()
-    assert list(yarn_logs.lines_of(got["chief:0"], label="chief:0")) == ["chief:0 | hello"]
-    (line,) = yarn_logs.lines_of(got["worker:0"], label="worker:0")
+    assert list(log_files.lines_of(got["chief:0"], label="chief:0")) == ["chief:0 | hello"]
+    (line,) = log_files.lines_of(got["worker:0"], label="worker:0")
     assert line.startswith("worker:0 | [tfyarn] logs unavailable") and bad in line and "500" in line
     assert "ps:0" not in got

@@ -17,9 +17,10 @@ from skein.model import ApplicationReport, Container, ResourceUsageReport
 
 from yarnutil import StaticClusterInfo, make_spec
 from fake_am import FakeAM
+from tfyarn.backends.yarn import records
 from tfyarn.backends.base import AppState
 from tfyarn.backends.yarn.backend import YarnBackend
-from tfyarn.backends.yarn.yarn_status import app_state
+from tfyarn.backends.yarn.states import app_state
 from tfyarn.data.example import encode_example
 from tfyarn.data.tfrecord import encode_record
 from tfyarn.errors import AppNotFound, ExitCode, PreflightError
@@ -132,7 +133,7 @@ def running(monkeypatch, tmp_path):
                                        "steps_per_sec": 2.0})
     rm = FakeRM([report()], app)
     b = YarnBackend(client=rm, cluster=StaticClusterInfo({"ml": QueueInfo("ml")}), preflight=False)
-    b._save_state(APP, name=spec.name, spec=spec.to_json())
+    records.save(APP, name=spec.name, spec=spec.to_json())
     return b, rm, app, kv
 
 
@@ -237,7 +238,7 @@ def test_submit_runs_preflight_first_and_saves_the_spec(tmp_path, monkeypatch):
     assert b.submit(spec) == APP
     sent = rm.submitted[0]
     assert sent.services["worker"].instances == 3 and "tfyarn" in sent.tags
-    assert YarnBackend(client=rm, preflight=False)._load_state(APP)["spec"] == spec.to_json()
+    assert records.load(APP)["spec"] == spec.to_json()
 
 
 class SequenceRM(FakeRM):
@@ -378,7 +379,7 @@ def test_unallocated_containers_time_out_with_the_queue_state(monkeypatch, tmp_p
     rm = FakeRM([report()], FakeApp(cs))
     rm.get_queue = lambda name: skein.model.Queue(name, "RUNNING", 20.0, 40.0, 99.5, set(), "")
     b = YarnBackend(client=rm, preflight=False)
-    b._save_state(APP, name=spec.name, spec=spec.to_json())
+    records.save(APP, name=spec.name, spec=spec.to_json())
     t0 = time.monotonic()
     st = b.wait(APP, timeout=30, poll=0.05)
     assert time.monotonic() - t0 < 10
@@ -413,7 +414,7 @@ def _followed_app(monkeypatch, tmp_path, stall: str):
     app = FakeApp([container(r, i, "RUNNING") for r in spec.roles for i in range(spec.instances(r))])
     rm = FakeRM([report()], app)
     b = YarnBackend(client=rm, preflight=False)
-    b._save_state(APP, name=spec.name, spec=spec.to_json())
+    records.save(APP, name=spec.name, spec=spec.to_json())
     return spec, SkeinKV(app.kv), rm, b
 
 
@@ -496,7 +497,7 @@ def test_staging_tokens_and_kill_follow_the_cluster_and_the_proxy_user(monkeypat
     app = b.dryrun(spec).app
     assert set(app.file_systems) == {"hdfs://old-ns", "hdfs://serving-ns", "hdfs://staging-ns"}
     rm = b.client()
-    b._save_state(APP, name=spec.name, spec=spec.to_json())
+    records.save(APP, name=spec.name, spec=spec.to_json())
     users = []
     rm.kill_application = lambda app_id, user="": users.append((app_id, user))
     b.kill(APP)
@@ -516,7 +517,7 @@ def _app_with_workers(monkeypatch, tmp_path, containers):
                                     f"{c.service_name}_{c.instance}") == c.instance
     rm = FakeRM([report()], app)
     b = YarnBackend(client=rm, preflight=False)
-    b._save_state(APP, name=spec.name, spec=spec.to_json())
+    records.save(APP, name=spec.name, spec=spec.to_json())
     return b, rm, app, kv
 
 
@@ -643,6 +644,6 @@ def test_run_stopped_after_training_completed_says_so_in_its_diagnosis(monkeypat
     b._apps.clear()
     for t in ("chief:0", "worker:0", "worker:1", "worker:2"):
         put_json(kv, f"progress/{t}", {"step": 2, "global_step": 8, "loss": 0.5})
-    b._save_state(APP, final=None)
+    records.save(APP, final=None)
     st = b._kill_interrupted(APP, Interrupted("SIGINT"))
     assert st.diagnostics == f"interrupted by SIGINT: killed {APP}"

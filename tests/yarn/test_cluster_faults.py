@@ -85,7 +85,7 @@ def test_sigkilled_worker_chief_and_ps_each_start_a_job_attempt_from_the_hdfs_ch
         assert (d["state"], r.returncode, d["attempt"]) == ("FAILED", 1, attempt), (victim, d, r.stderr[-2000:])
         assert (tasks[victim]["state"], tasks[victim]["exit_code"]) == ("FAILED", 137), (victim, tasks)
         assert d["diagnostics"].startswith(f"{victim}: exit code 137 (killed by SIGKILL)"), (victim, d)
-        assert f"{victim}: exit code 137 (killed by SIGKILL)" in yarn._report(app_id).diagnostics
+        assert f"{victim}: exit code 137 (killed by SIGKILL)" in yarn._app_report(app_id).diagnostics
     text = tfyarn("status", killed[-1][0])
     assert "ps:0" in text.stdout and "137" in text.stdout, text.stdout
     assert_clean(yarn, *apps, tag=name)

@@ -26,7 +26,7 @@ pytestmark = [*needs_yarn, pytest.mark.timeout(3 * JOB_S)]
 
 
 def _rm_nodes(yarn) -> dict[str, dict]:
-    from tfyarn.preflight import rm_webapp_urls
+    from tfyarn.backends.yarn.rest import rm_webapp_urls
     with urllib.request.urlopen(f"{rm_webapp_urls(yarn.conf)[0]}/ws/v1/cluster/nodes", timeout=10) as r:
         nodes = json.load(r)["nodes"]["node"]
     return {n["id"]: n for n in nodes if n["state"] == "RUNNING"}

@@ -17,7 +17,8 @@ import pytest
 import yaml
 
 from clusterutil import JOB_S, ROOT, job, job_doc, needs_yarn, tfyarn, unique, wait_until
-from tfyarn.backends.yarn.yarn_rest import RmRest
+from tfyarn.backends.yarn import records
+from tfyarn.backends.yarn.rest import RmRest
 from tfyarn.runtime.app_end import DONE_DIAGNOSTICS
 
 pytestmark = [*needs_yarn, pytest.mark.timeout(3 * JOB_S)]
@@ -36,7 +37,7 @@ def test_a_followed_job_is_ended_by_tfyarn_once_every_task_is_done(yarn, dataset
     assert st.state.value == "SUCCEEDED" and st.diagnostics == "", st.diagnostics
     rep = _rm(yarn).report(st.app_id)
     assert rep.final_status == "SUCCEEDED" and rep.diagnostics == DONE_DIAGNOSTICS   # tfyarn ended it, not skein
-    recorded = yarn._load_state(st.app_id)["snapshot"]["phases"]
+    recorded = records.load(st.app_id)["snapshot"]["phases"]
     assert set(recorded["tasks"]) == set(spec.tasks())
     assert all("done" in t and "imported" in t and "start" in t for t in recorded["tasks"].values()), recorded
     assert 0 <= rep.finish_time.timestamp() - recorded["all_done"] <= END_BOUND_S, recorded

@@ -1,5 +1,5 @@
 """Issue 20 on the real cluster: a job is supervised however it was submitted — by the supervisor inside its
-application (tfyarn.backends.yarn.yarn_supervise), with nobody following it.
+application (tfyarn.backends.yarn.supervise), with nobody following it.
 
 Five small apps are submitted at once (the suite's time): a stalled one, one past its active deadline, one that
 succeeds (its report, and status/wait from machines that did not submit it), one whose supervisor is killed, one
@@ -16,8 +16,8 @@ import yaml
 
 from clusterutil import (JOB_S, ROOT, app_processes, job_doc, needs_yarn, task_process, tfyarn, unique,
                          wait_for_step, wait_no_processes, wait_until)
-from tfyarn.backends.yarn.yarn_rest import RmRest
-from tfyarn.backends.yarn.yarn_spec import SUPERVISOR_SERVICE
+from tfyarn.backends.yarn.rest import RmRest
+from tfyarn.backends.yarn.appspec import SUPERVISOR_SERVICE
 from tfyarn.report import report_at
 from tfyarn.runtime.app_end import DONE_DIAGNOSTICS
 from tfyarn.spec import load_spec_dict
@@ -70,7 +70,7 @@ def test_a_killed_supervisor_does_not_fail_the_job(yarn, apps):
     def supervisor():
         for p in app_processes(app_id):
             try:
-                if "yarn_supervise" in " ".join(p.cmdline()):
+                if "supervise" in " ".join(p.cmdline()):
                     return p
             except psutil.Error:
                 continue

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from clusterutil import needs_yarn, tfyarn, wait_until
-from tfyarn.backends.yarn import yarn_driver
+from tfyarn.backends.yarn import driver
 
 pytestmark = [*needs_yarn, pytest.mark.timeout(600)]
 
@@ -30,14 +30,14 @@ b.close()
 @pytest.fixture
 def driver_env(tmp_path, monkeypatch):
     d = tmp_path / "drivers"
-    monkeypatch.setenv(yarn_driver.DIR_ENV, str(d))
-    yield {yarn_driver.DIR_ENV: str(d)}
-    yarn_driver.stop_all(d)      # whatever the test left: no JVM outlives it
+    monkeypatch.setenv(driver.DIR_ENV, str(d))
+    yield {driver.DIR_ENV: str(d)}
+    driver.stop_all(d)      # whatever the test left: no JVM outlives it
 
 
 def _use(env: dict, idle: str = "600") -> dict:
     p = subprocess.run([sys.executable, "-c", USE_DRIVER], capture_output=True, text=True, timeout=300,
-                       env={**os.environ, **env, yarn_driver.IDLE_ENV: idle})
+                       env={**os.environ, **env, driver.IDLE_ENV: idle})
     assert p.returncode == 0, p.stderr[-2000:]
     return json.loads(p.stdout.strip().splitlines()[-1])
 
@@ -69,4 +69,4 @@ def test_an_unused_driver_stops_after_its_idle_time(driver_env):
     used = _use(driver_env, idle="3")
     wait_until(lambda: _gone(used["jvm_pid"]) and _gone(used["keeper_pid"]), 60,
                f"the idle driver (JVM {used['jvm_pid']}) to stop after TFYARN_DRIVER_IDLE=3")
-    assert yarn_driver.records() == []
+    assert driver.records() == []

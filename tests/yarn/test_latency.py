@@ -13,7 +13,7 @@ import pytest
 
 from tfyarn.backends.yarn import phases
 from tfyarn.backends.yarn.backend import YarnBackend
-from tfyarn.backends.yarn.yarn_rest import AppReport, RestUnavailable, RmRest
+from tfyarn.backends.yarn.rest import AppReport, RestUnavailable, RmRest
 from tfyarn.errors import AppNotFound
 from tfyarn.runtime import app_end
 from tfyarn.runtime.kv import KVUnavailable, MemoryKV

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from tfyarn.backends.yarn import yarn_logs
-from tfyarn.backends.yarn.yarn_logs import (aggregated_log_dirs, bucket, parse_tfile_logs,
+from tfyarn.backends.yarn import log_files
+from tfyarn.backends.yarn.log_files import (aggregated_log_dirs, bucket, parse_tfile_logs,
                                        parse_yarn_logs_output, read_aggregated_logs)
 
 APP = "application_1700000000000_0012"
@@ -82,7 +82,7 @@ def test_read_aggregated_logs_from_bucket_tree(tmp_path):
     logs = read_aggregated_logs(APP, "alice", conf)
     assert [c.container_id for c in logs] == [AM, W1]
     assert logs[1].task == "worker:1" and logs[0].task == "master"
-    lines = list(yarn_logs.lines_of(logs[1]))
+    lines = list(log_files.lines_of(logs[1]))
     assert lines[1] == "worker:1 | step 1 loss 0.9" and lines[-1] == "worker:1 | step 2 loss 0.5"
     assert read_aggregated_logs("application_1700000000000_0013", "alice", conf) is None
 
@@ -113,12 +113,12 @@ def test_nodemanager_web_api(shape):
             return json.dumps(listing).encode()
         return b"[tfyarn] container worker_0 yarn=c host=h\nline\n"
 
-    cl = yarn_logs.nm_container_log("nm1:8042", W1, http_get=http_get)
+    cl = log_files.nm_container_log("nm1:8042", W1, http_get=http_get)
     assert seen[0] == f"http://nm1:8042/ws/v1/node/containers/{W1}/logs"
     assert seen[1] == f"http://nm1:8042/ws/v1/node/containerlogs/{W1}/worker.log"
     assert cl.task == "worker:0"
-    assert yarn_logs.select_files(cl) == ["worker.log"]                 # YARN housekeeping hidden by default
-    assert yarn_logs.select_files(cl, all_files=True) == ["worker.log", "prelaunch.err"]
+    assert log_files.select_files(cl) == ["worker.log"]                 # YARN housekeeping hidden by default
+    assert log_files.select_files(cl, all_files=True) == ["worker.log", "prelaunch.err"]
 
 
 # A live container log as a Hadoop 3.3.6 NodeManager serves it (captured from the test cluster's NodeManager):
@@ -132,8 +132,8 @@ NM_REPLY = (b"Container: container_1795503544962_0005_01_000002 on 127.0.0.2:180
 
 
 def test_nodemanager_reply_header_and_footer_are_not_the_file():
-    assert yarn_logs.parse_nm_log_reply(NM_REPLY, "svc.log") == (b"\nerr 4\nline 5\nerr 5\n", 65)
-    assert yarn_logs.parse_nm_log_reply(b"bare file\n", "svc.log") == (b"bare file\n", None)   # Hadoop 2.x
+    assert log_files.parse_nm_log_reply(NM_REPLY, "svc.log") == (b"\nerr 4\nline 5\nerr 5\n", 65)
+    assert log_files.parse_nm_log_reply(b"bare file\n", "svc.log") == (b"bare file\n", None)   # Hadoop 2.x
 
 
 class FakeNodeManager:

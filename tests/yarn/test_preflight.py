@@ -10,7 +10,8 @@ from tfyarn.data.example import encode_example
 from tfyarn.data.tfrecord import encode_record
 from tfyarn.errors import ExitCode, PreflightError
 from tfyarn.preflight import (QueueInfo, check_output_dirs, check_data, check_data_schema, check_resources,
-                              rm_webapp_urls, run_preflight)
+                              run_preflight)
+from tfyarn.backends.yarn.rest import rm_webapp_urls
 
 FEAT = {"label": {"dtype": "float32"}}
 #: one TFRecord file of Examples fitting FEAT (preflight samples the first record of each data URL), as many as one

@@ -11,12 +11,12 @@ import skein
 import yaml
 
 from yarnutil import make_spec
-from tfyarn.backends.yarn import yarn_spec
+from tfyarn.backends.yarn import appspec
 from tfyarn.backends.yarn.backend import YarnBackend
 from tfyarn.errors import TfyarnError
-from tfyarn.backends.yarn.yarn_spec import Shipped, build_application_spec, container_script, write_spec_file
+from tfyarn.backends.yarn.appspec import Shipped, build_application_spec, container_script, write_spec_file
 from tfyarn.packaging import EnvRef
-from tfyarn.triage import FREE_RESTARTS
+from tfyarn.contracts.triage import FREE_RESTARTS
 
 ENV = EnvRef("pack", "./env/bin/python", archive_url="hdfs://nn:8020/user/alice/.tfyarn/envs/env-venv-abc.tar.gz",
              env_hash="abc", kind="venv")
@@ -32,7 +32,7 @@ def test_round_trip_and_fields(spec):
     app = build_application_spec(spec, shipped(), master_memory_mib=1024, master_vcores=2,
                                  file_systems=["hdfs://other-ns"])
     assert isinstance(app, skein.ApplicationSpec)
-    for text in (app.to_yaml(), yarn_spec.to_yaml(app)):
+    for text in (app.to_yaml(), appspec.to_yaml(app)):
         assert skein.ApplicationSpec.from_yaml(text) == app
     assert skein.ApplicationSpec.from_json(app.to_json()) == app
     assert skein.ApplicationSpec.from_protobuf(app.to_protobuf()).services == app.services
@@ -42,13 +42,13 @@ def test_round_trip_and_fields(spec):
     assert app.file_systems == ["hdfs://other-ns"]
     assert app.master.resources == skein.Resources(memory=1024, vcores=2)
     assert app.acls == skein.ACLs(enable=True, view_users=["bob"], modify_groups=["ml-ops"], ui_users=["*"])
-    assert set(app.services) == {"ps", "chief", "worker", yarn_spec.SUPERVISOR_SERVICE}
-    sup = app.services[yarn_spec.SUPERVISOR_SERVICE]      # not a task: small, never restarted, never fails the app
+    assert set(app.services) == {"ps", "chief", "worker", appspec.SUPERVISOR_SERVICE}
+    sup = app.services[appspec.SUPERVISOR_SERVICE]      # not a task: small, never restarted, never fails the app
     assert (sup.instances, sup.resources.vcores, sup.max_restarts, sup.allow_failures) == (1, 1, 0, True)
-    assert sup.resources.memory == yarn_spec.SUPERVISOR_MEMORY_MIB and "TFYARN_ROLE" not in sup.env
+    assert sup.resources.memory == appspec.SUPERVISOR_MEMORY_MIB and "TFYARN_ROLE" not in sup.env
     assert set(sup.files) == {"env", "tfyarn_src", "tfyarn-spec.json"}
-    assert f"-m {yarn_spec.SUPERVISOR_MODULE} || true\nexit 0\n" in sup.script
-    assert "tfyarn.runtime" not in sup.script.replace(yarn_spec.SUPERVISOR_MODULE, "")
+    assert f"-m {appspec.SUPERVISOR_MODULE} || true\nexit 0\n" in sup.script
+    assert "tfyarn.runtime" not in sup.script.replace(appspec.SUPERVISOR_MODULE, "")
     w = app.services["worker"]
     assert (w.instances, w.resources.memory, w.resources.vcores, w.resources.gpus) == (3, 4096, 4, 1)
     assert w.node_label == "gpu" and w.max_restarts == (2 + FREE_RESTARTS) * 3 and not w.allow_failures
@@ -71,7 +71,7 @@ def test_sidecar_tensorboard_and_zero_instance_roles():
                          "tensorboard": {"instances": 1, "env": {"TMPDIR": "/scratch"}}},
                   checkpoint={"dir": "hdfs:///ckpt"})
     app = build_application_spec(s, shipped())
-    assert set(app.services) == {"worker", "ps", "tensorboard", yarn_spec.SUPERVISOR_SERVICE}
+    assert set(app.services) == {"worker", "ps", "tensorboard", appspec.SUPERVISOR_SERVICE}
     assert set(build_application_spec(s, shipped(), supervise=False).services) == {"worker", "ps", "tensorboard"}
     assert app.services["tensorboard"].allow_failures and not app.services["worker"].allow_failures
     # a role whose env sets TMPDIR keeps it; the others get the container's own tmp/
@@ -104,7 +104,7 @@ def test_the_supervisor_container_exits_0_whatever_its_python_does(tmp_path):
     cdir = _fake_container_dir(tmp_path, script, "#!/bin/sh\necho \"ARGS $*\"; exit 3\n")
     r = subprocess.run(["bash", "script.sh"], cwd=cdir, capture_output=True, text=True, timeout=60,
                        env={"PATH": os.environ["PATH"], "SKEIN_APPLICATION_ID": "application_1_0007"})
-    assert r.returncode == 0 and f"ARGS -m {yarn_spec.SUPERVISOR_MODULE}" in r.stdout, (r.stdout, r.stderr)
+    assert r.returncode == 0 and f"ARGS -m {appspec.SUPERVISOR_MODULE}" in r.stdout, (r.stdout, r.stderr)
 
 
 def _fake_container_dir(tmp_path, script, python_impl):
@@ -114,7 +114,7 @@ def _fake_container_dir(tmp_path, script, python_impl):
     py = cdir / "env" / "bin" / "python"
     py.write_text(python_impl)
     py.chmod(0o755)
-    src_zip = yarn_spec.build_tfyarn_zip(tmp_path / "ship")
+    src_zip = appspec.build_tfyarn_zip(tmp_path / "ship")
     zipfile.ZipFile(src_zip).extractall(cdir / "tfyarn_src")
     (cdir / "code").mkdir()
     (cdir / "tfyarn-spec.json").write_text("{}")
@@ -194,12 +194,12 @@ def test_zips_are_content_addressed(tmp_path):
     (code / "pkg" / "m.py").write_text("X = 1\n")
     (code / "__pycache__").mkdir()
     (code / "__pycache__" / "junk.pyc").write_bytes(b"x")
-    a = yarn_spec.build_code_zip(code, tmp_path / "ship")
-    assert yarn_spec.build_code_zip(code, tmp_path / "ship2") .rsplit("/", 1)[1] == a.rsplit("/", 1)[1]
+    a = appspec.build_code_zip(code, tmp_path / "ship")
+    assert appspec.build_code_zip(code, tmp_path / "ship2") .rsplit("/", 1)[1] == a.rsplit("/", 1)[1]
     assert zipfile.ZipFile(a).namelist() == ["pkg/m.py"]
     (code / "pkg" / "m.py").write_text("X = 2\n")
-    assert yarn_spec.build_code_zip(code, tmp_path / "ship") != a
-    assert yarn_spec.build_code_zip(code, tmp_path / "nowrite", write=False) and not (tmp_path / "nowrite").exists()
+    assert appspec.build_code_zip(code, tmp_path / "ship") != a
+    assert appspec.build_code_zip(code, tmp_path / "nowrite", write=False) and not (tmp_path / "nowrite").exists()
 
 
 def test_backend_dryrun_is_loadable_and_writes_nothing(tmp_path, monkeypatch, spec):
@@ -255,7 +255,7 @@ def test_shipped_tfyarn_carries_the_built_c_loops(tmp_path):
     from tfyarn.data import native
     if native.records is None:
         pytest.skip("tfyarn.data._records is not built here")
-    src_zip = yarn_spec.build_tfyarn_zip(tmp_path / "ship")
+    src_zip = appspec.build_tfyarn_zip(tmp_path / "ship")
     names = zipfile.ZipFile(src_zip).namelist()
     assert any(n.startswith("tfyarn/data/_records.") and n.endswith(".so") for n in names), names
     zipfile.ZipFile(src_zip).extractall(tmp_path / "tfyarn_src")

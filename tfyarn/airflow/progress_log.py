@@ -4,7 +4,7 @@ from __future__ import annotations
 import logging
 from typing import Callable
 
-from tfyarn.backends.base import AppStatus
+from tfyarn.contracts.status import AppStatus
 from tfyarn.display import LineView
 
 

@@ -31,7 +31,7 @@ class TfyarnTrigger(BaseTrigger):
         """Follow the app as ``tfyarn wait`` does (``Backend.follow``: on YARN the job's deadline, allocation timeout
         and stall watch are enforced from here too), with this trigger's own ``timeout`` (``WaitClock``)."""
         from tfyarn import api
-        from tfyarn.backends.base import WaitClock
+        from tfyarn.contracts.status import WaitClock
         show = progress_logger(self.log, self.log_interval)
         clock = WaitClock(self.timeout, f"tfyarn app {self.app_id}")
         try:

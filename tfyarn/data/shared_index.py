@@ -40,6 +40,7 @@ import fsspec
 from tfyarn.data import manifest as mf
 from tfyarn.data.errors import DataError
 from tfyarn import paths
+from tfyarn.contracts.kv_keys import EXIT_PREFIX, FAILURE_PREFIX, exit_key, failure_key, index_namespace
 from tfyarn.errors import WaitTimeout
 
 log = logging.getLogger(__name__)
@@ -60,7 +61,7 @@ class Exchange:
     def __init__(self, kv: Any, tasks: list[str], rank: int, app_id: str, attempt: int, cache_dir: str | None,
                  name: str = "train"):
         self.kv, self.tasks, self.rank = kv, tasks, rank
-        self.ns = f"index/{attempt}/{name}"
+        self.ns = index_namespace(attempt, name)
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in f"{app_id}-{attempt}-{name}")
         self.dir = f"{(cache_dir or paths.index_cache_dir()).rstrip('/')}/exchange/{safe}"
         self.inline_max = max(1024, min(32768, INLINE_BUDGET // max(1, len(tasks))))
@@ -154,7 +155,7 @@ class Watch:
         keys are read."""
         kv = self.ex.kv
         beat_key = self.ex.key("beat", self.rank)
-        for key, what in ((f"failure/{self.task}", "failed"), (f"exit/{self.task}", "ended")):
+        for key, what in ((failure_key(self.task), "failed"), (exit_key(self.task), "ended")):
             v = seen.get(key) if seen is not None else kv.get(key)
             if v is not None:
                 return f"{self.task} {what}: {v[:300]}"
@@ -177,7 +178,7 @@ class Watch:
 def liveness_snapshot(ex: Exchange) -> dict[str, str]:
     """Every task's failure, exit and beat keys in three prefix reads (not three reads per task)."""
     out: dict[str, str] = {}
-    for prefix in ("failure/", "exit/", ex.key("beat") + "/"):
+    for prefix in (FAILURE_PREFIX, EXIT_PREFIX, ex.key("beat") + "/"):
         out.update(ex.kv.items(prefix))
     return out
 

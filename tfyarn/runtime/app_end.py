@@ -14,23 +14,17 @@ import logging
 import time
 from typing import Any, Callable, Iterable
 
-from tfyarn.runtime.context import FAILURE_PREFIX
+from tfyarn.contracts.kv_keys import (ALL_DONE_KEY, FAILURE_PREFIX, FOLLOWER_KEY, PHASE_PREFIX,  # noqa: F401
+                                      SLOT_DONE_PREFIX, SUPERVISOR_KEY)
 from tfyarn.runtime.kv import KV, KVUnavailable
-from tfyarn.runtime.kv_yarn import SLOT_DONE_PREFIX
 
 log = logging.getLogger(__name__)
 
-#: JSON {time, by}: every task of the job reported done (put by the last one).
-ALL_DONE_KEY = "control/all_done"
-#: Wall time of the follower's last poll: a follower this fresh shuts the app down itself after reading the KV.
-FOLLOWER_KEY = "control/follower"
+#: A follower whose last poll (KV ``control/follower``) is this fresh shuts the app down itself after reading the KV.
 FOLLOWER_FRESH_S = 10.0
 FOLLOWER_GRACE_S = 2.0
-#: Wall time of the in-app supervisor's last round; while fresh, the job's end is its (after the run report).
-SUPERVISOR_KEY = "control/supervisor"
+#: How long a fresh in-app supervisor (KV ``control/supervisor``) is left the job's end.
 SUPERVISOR_GRACE_S = 20.0
-#: ``phase/<task>``: JSON of wall times of a task's phases (start, imported, done), for status and the benchmark.
-PHASE_PREFIX = "phase/"
 #: The application's diagnostics when it is ended this way (status shows none for a SUCCEEDED app that says this).
 DONE_DIAGNOSTICS = "tfyarn: every task reported done; application ended"
 

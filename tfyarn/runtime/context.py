@@ -10,37 +10,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+# The KV key layout is tfyarn.contracts.kv_keys; re-exported here for the task code that reads it from its context.
+from tfyarn.contracts.kv_keys import (ABORT_KEY, DONE_KEY, EVAL_KEY, FAILURE_PREFIX, PROGRESS_PREFIX,  # noqa: F401
+                                      STEPS_ALIGNED_KEY, SUMMARY_KEY, TENSORBOARD_URL_KEY, TOTAL_STEPS_KEY, addr_key,
+                                      failure_key, progress_key)
 from tfyarn.runtime.kv import KV
 from tfyarn.spec import JobSpec
-
-
-# KV key layout (one place, so launcher, runtime, trainers and backends agree).
-def addr_key(task: str) -> str:
-    """``addr/worker:1`` → 'host:port' of that task's TF server."""
-    return f"addr/{task}"
-
-
-PROGRESS_PREFIX = "progress/"
-FAILURE_PREFIX = "failure/"
-
-
-def progress_key(task: str) -> str:
-    """``progress/worker:1`` → JSON {step, global_step, epoch, examples_per_sec, loss, time, ...}."""
-    return PROGRESS_PREFIX + task
-
-
-def failure_key(task: str) -> str:
-    """``failure/worker:1`` → a one-line diagnosis written by the task before it exits non-zero."""
-    return FAILURE_PREFIX + task
-
-
-DONE_KEY = "control/done"            # chief: training finished; ps/evaluator/tensorboard exit cleanly
-ABORT_KEY = "control/abort"          # launcher/anyone: stop now, value = reason
-SUMMARY_KEY = "summary"              # chief: final run summary JSON
-STEPS_ALIGNED_KEY = "control/steps_aligned"  # ps chief: step counters consistent; workers may step
-TOTAL_STEPS_KEY = "plan/total_steps" # chief: global step target (for progress bars)
-TENSORBOARD_URL_KEY = "tensorboard/url"
-EVAL_KEY = "eval/latest"             # evaluator: JSON of its newest evaluation (checkpoint, step, metrics)
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-#: ``exit/<task>``: how that task's last process ended (JSON, see :func:`exit_record`).
-EXIT_PREFIX = "exit/"
 REPORT_TIMEOUT_S = 30.0
 #: A fatal failure waits this long before shutting the app down, so tasks failing from the same cause (a ps killed:
 #: the chief's next step fails) are named too.
@@ -66,7 +64,7 @@ def ends_the_app(app: Any, role: str) -> bool:
     left. The budget is the spec's (``max_restarts`` x instances; skein's, larger by triage.FREE_RESTARTS, when the
     spec cannot be read), used only by earlier failures that triage does not call free: a container that YARN
     preempted or lost with its node used none of it."""
-    from tfyarn.triage import classify
+    from tfyarn.contracts.triage import classify
     svc = app.get_specification().services.get(role)
     if svc is None or svc.allow_failures or svc.max_restarts == -1:
         return False
@@ -96,8 +94,8 @@ def _spec_budget(role: str) -> int | None:
 def policy_refuses(role: str, code: int, failure: str | None) -> bool:
     """Does the role's ``restart`` policy refuse a restart of this failure (``exit_code``: the code's own exit
     1-127 that triage puts on the user's code)? skein restarts on any failure, so the app must end here: then
-    ``restart: exit_code`` means the same on YARN as locally (tfyarn.triage.restarts)."""
-    from tfyarn.triage import classify, restarts
+    ``restart: exit_code`` means the same on YARN as locally (tfyarn.contracts.triage.restarts)."""
+    from tfyarn.contracts.triage import classify, restarts
     policy = (_spec_role(role) or {}).get("restart", "on_failure")
     return policy == "exit_code" and not restarts(policy, code, classify(exit_code=code, failure=failure or ""))
 
@@ -105,14 +103,14 @@ def policy_refuses(role: str, code: int, failure: str | None) -> bool:
 def report(app: Any, code: int, died_at: float, settle_s: float = SETTLE_S) -> str:
     """Write this container's ``exit/<task>`` record and, when the failure ends the app, shut it down FAILED with
     the diagnosis. Returns the task label used."""
-    from tfyarn.runtime.context import FAILURE_PREFIX, failure_key
+    from tfyarn.contracts.kv_keys import EXIT_PREFIX, FAILURE_PREFIX, TASKMAP_PREFIX, exit_key, failure_key
     from tfyarn.runtime.kv import put_json
-    from tfyarn.runtime.kv_yarn import TASKMAP_PREFIX, SkeinKV, parse_container_id
+    from tfyarn.runtime.kv_yarn import SkeinKV, parse_container_id
 
     cid = os.environ.get("SKEIN_CONTAINER_ID", "")
     kv = SkeinKV(app.kv)
     task = kv.get(f"{TASKMAP_PREFIX}{cid}") or cid or "?"   # no index claimed yet: the skein container id
-    put_json(kv, f"{EXIT_PREFIX}{task}", exit_record(code, died_at, kv.get(failure_key(task))))
+    put_json(kv, exit_key(task), exit_record(code, died_at, kv.get(failure_key(task))))
     role = os.environ.get("TFYARN_ROLE") or parse_container_id(cid)[0]
     if ends_the_app(app, role) or policy_refuses(role, code, kv.get(failure_key(task))):
         time.sleep(settle_s)

@@ -15,18 +15,16 @@ import time
 from contextlib import suppress
 from typing import Any, Iterable, Mapping
 
+from tfyarn.contracts.kv_keys import SLOT_DONE_PREFIX, SLOT_PREFIX, TASKMAP_PREFIX  # noqa: F401
 from tfyarn.errors import WaitTimeout
 from tfyarn.runtime.kv import KV, KVUnavailable, wait_timeout
 
 log = logging.getLogger(__name__)
 
-SLOT_PREFIX = "slot/"
-#: ``slot-done/<role>:<index>``: that task finished its role successfully. Not owned: skein deletes a container's
-#: owned keys (its ``slot/``) on *any* exit, success included, and a replacement container must not take the slot of
-#: a task that is done (in async ps mode a worker that finished its steps would be "replaced" and its share lost).
-SLOT_DONE_PREFIX = "slot-done/"
-#: ``taskmap/<container id>`` → ``role:index``; not owned, so it outlives the container (status and logs use it).
-TASKMAP_PREFIX = "taskmap/"
+# ``slot-done/<role>:<index>`` (SLOT_DONE_PREFIX) is not owned: skein deletes a container's owned keys (its ``slot/``)
+# on *any* exit, success included, and a replacement container must not take the slot of a task that is done (in
+# async ps mode a worker that finished its steps would be "replaced" and its share lost). ``taskmap/`` is not owned
+# either, so it outlives the container (status and logs use it).
 
 
 #: How often a put is tried when the application master fails it (:meth:`SkeinKV.put`).

@@ -118,13 +118,13 @@ def build_context(kv: KV) -> TaskContext:
         # watchdog's stack-dump requests and its log lines carry its name (they said worker:? and collided)
         os.environ["TFYARN_INDEX"] = str(index)
         _configure_logging(_task_label())
-        from tfyarn.runtime.exit_report import EXIT_PREFIX
+        from tfyarn.contracts.kv_keys import exit_key
         from tfyarn.runtime.kv_yarn import restarts_before
         restarts = restarts_before(kv, _task_label(), os.environ.get("SKEIN_CONTAINER_ID", ""))
         os.environ["TFYARN_RESTART"] = str(restarts)   # what the local launcher sets: the rejoin reads it
         if restarts:
             log.info("%s: restart %d (container %s)", _task_label(), restarts, os.environ.get("SKEIN_CONTAINER_ID"))
-            kv.delete(f"{EXIT_PREFIX}{_task_label()}")   # how the previous container ended is history now
+            kv.delete(exit_key(_task_label()))   # how the previous container ended is history now
     install_stack_dumps(kv, _task_label())  # the stall watchdog asks for stacks by SIGUSR1 or through the KV
     kv.delete(failure_key(_task_label()))   # a restarted task's earlier failure is history (YARN deletes nothing)
     host = task_host()

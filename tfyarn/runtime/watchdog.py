@@ -20,20 +20,14 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping
 
-from tfyarn.runtime.context import DONE_KEY, PROGRESS_PREFIX, progress_key
+from tfyarn.contracts.kv_keys import DONE_KEY, DUMP_REQUEST_KEY, PROGRESS_PREFIX, STACKS_PREFIX, progress_key
+from tfyarn.contracts.kv_keys import stacks_ack_key  # noqa: F401 (tasks import it from here)
 from tfyarn.runtime.kv import KV
 
 log = logging.getLogger(__name__)
 
-#: Anyone (the watchdog, an operator) writes a new request id here; every task dumps its stacks once per new id.
-DUMP_REQUEST_KEY = "control/dump_stacks"
 #: Signal the local launcher sends to ask a task for its stacks.
 DUMP_SIGNAL = signal.SIGUSR1
-
-
-def stacks_ack_key(task: str) -> str:
-    """``stacks/worker:1`` → the last dump request id that task answered (its stacks are in its log)."""
-    return f"stacks/{task}"
 
 
 # ----------------------------------------------------------------------------------------------------- in every task
@@ -328,7 +322,7 @@ class StallWatchdog:
         report.dumps_requested = True
         deadline = time.monotonic() + self.ack_wait_s
         while True:
-            acks = self.kv.items("stacks/")
+            acks = self.kv.items(STACKS_PREFIX)
             report.no_ack = [t for t in self.all_tasks if acks.get(stacks_ack_key(t)) != req]
             if not report.no_ack or time.monotonic() >= deadline:
                 break

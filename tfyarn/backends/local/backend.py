@@ -25,7 +25,8 @@ from typing import Callable, Iterator
 import psutil
 
 from tfyarn import paths
-from tfyarn.backends.base import AppState, AppStatus, Backend, Echo, Request
+from tfyarn.backends.base import Backend, Request
+from tfyarn.contracts.status import AppState, AppStatus, Echo
 from tfyarn.backends.local.launcher import KILL_REQUEST, Launcher, write_atomic
 from tfyarn.errors import AppNotFound
 from tfyarn.preflight import run_local_preflight

@@ -25,16 +25,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
-from tfyarn.backends.base import AppState, AppStatus, Echo, TaskStatus
+from tfyarn.contracts.status import AppState, AppStatus, Echo, TaskStatus
 from tfyarn.backends.local.forkserver import ForkedProcess, ForkServer, ForkServerError, killpg
 from tfyarn.backends.local.kvserver import KVServer
 from tfyarn.backends.local.process_memory import tree_rss
 from tfyarn.errors import ExitCode
 from tfyarn.report import HISTORY_FILE
-from tfyarn.runtime.context import ABORT_KEY, DONE_KEY, addr_key, failure_key
+from tfyarn.contracts.kv_keys import ABORT_KEY, DONE_KEY, addr_key, failure_key
 from tfyarn.spec import SIDECAR_ROLES, JobSpec
 from tfyarn.supervisor import Supervisor, checkpoint_url, training_end_note, write_report
-from tfyarn.triage import classify, restarts
+from tfyarn.contracts.triage import classify, restarts
 
 log = logging.getLogger(__name__)
 

@@ -30,7 +30,7 @@ PHASES = (
 def task_phases(kv: dict[str, str], progress: dict[str, str]) -> dict[str, Any]:
     """The phase records in an app's KV (``phase/<task>``, ``control/all_done``) and each training task's first and
     last step times (its ``progress/<task>``): what the follower keeps in its snapshot."""
-    from tfyarn.runtime.app_end import ALL_DONE_KEY, PHASE_PREFIX
+    from tfyarn.contracts.kv_keys import ALL_DONE_KEY, PHASE_PREFIX
     tasks: dict[str, dict[str, float]] = {}
     for key, raw in kv.items():
         if key.startswith(PHASE_PREFIX):

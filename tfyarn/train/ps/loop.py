@@ -8,6 +8,7 @@ import threading
 import time
 from typing import Any
 
+from tfyarn.contracts.kv_keys import REJOIN_PREFIX, rejoin_key
 from tfyarn.errors import WaitTimeout
 from tfyarn.data.pipeline import EpochPipeline
 from tfyarn.runtime.context import ABORT_KEY, DONE_KEY, STEPS_ALIGNED_KEY
@@ -137,14 +138,14 @@ def _rejoin(ctx: Any, tg: TrainGraph, sess: Any, steps: list[int]) -> int:
     else:
         log.warning("%s: restart %d rejoins at epoch %d step %d (counter %d); no step was in flight", ctx.task_id,
                     restart, epoch, step, counted)
-    put_json(ctx.kv, f"rejoin/{ctx.task_id}/{restart}", record)
+    put_json(ctx.kv, rejoin_key(ctx.task_id, restart), record)
     return lost
 
 
 def _rejoins(kv: Any, tasks: list[str]) -> dict[str, Any]:
     """Summary fields from the ``rejoin/`` keys: per training task, restarts rejoined and steps/records lost."""
     out: dict[str, Any] = {field: dict.fromkeys(tasks, 0) for field in ("rejoins", "lost_steps", "lost_records")}
-    for key, raw in kv.items("rejoin/").items():
+    for key, raw in kv.items(REJOIN_PREFIX).items():
         task, rec = key.split("/")[1], json.loads(raw)
         for field, n in (("rejoins", 1), ("lost_steps", rec["lost_steps"]), ("lost_records", rec["lost_records"])):
             out[field][task] = out[field].get(task, 0) + int(n)

@@ -4,7 +4,7 @@ Not ``skein.Client.application_logs``: it looks in ``<remote-app-log-dir>/<user>
 aggregates into a bucketed layout (:func:`aggregated_log_dirs`), so skein found nothing and retried for ~45 s.
 Running containers' logs come from the NodeManager web API; a finished app's are read from HDFS (no JVM) when
 they are plain TFile (:func:`parse_tfile_logs`), else from ``yarn logs -applicationId``. Each task container's log
-starts with :data:`tfyarn.backends.yarn.yarn_spec.LOG_HEADER`, which maps a container id back to ``worker:1``.
+starts with :data:`tfyarn.backends.yarn.appspec.LOG_HEADER`, which maps a container id back to ``worker:1``.
 """
 from __future__ import annotations
 

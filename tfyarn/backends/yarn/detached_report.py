@@ -1,4 +1,4 @@
-"""``python -m tfyarn.backends.yarn.yarn_report APP_ID``: write the run report of an ended YARN app, then exit.
+"""``python -m tfyarn.backends.yarn.detached_report APP_ID``: write the run report of an ended YARN app, then exit.
 
 Why a process of its own: the CLI that followed the job exits as soon as the app's outcome is known; the report's
 plot and its HDFS uploads (~3 s on a loaded gateway) are done here, detached from it

@@ -37,6 +37,18 @@ def _ms(v: Any) -> _dt.datetime | None:
     return _dt.datetime.fromtimestamp(ms / 1000.0, tz=_dt.timezone.utc) if ms > 0 else None
 
 
+
+def rm_webapp_urls(conf: dict[str, str]) -> list[str]:
+    """ResourceManager web addresses from yarn-site.xml, HA-aware (``yarn.resourcemanager.ha.rm-ids``)."""
+    https = conf.get("yarn.http.policy", "HTTP_ONLY") == "HTTPS_ONLY"
+    key = "yarn.resourcemanager.webapp.https.address" if https else "yarn.resourcemanager.webapp.address"
+    scheme = "https" if https else "http"
+    ids = [i.strip() for i in conf.get("yarn.resourcemanager.ha.rm-ids", "").split(",") if i.strip()]
+    addrs = [conf.get(f"{key}.{i}") or (conf.get(f"yarn.resourcemanager.hostname.{i}", "") + ":8088") for i in ids]
+    if not ids:
+        addrs = [conf.get(key) or (conf.get("yarn.resourcemanager.hostname", "") + (":8090" if https else ":8088"))]
+    return [f"{scheme}://{a}" for a in addrs if a and not a.startswith(":")]
+
 @dataclass
 class AppReport:
     """The fields of skein's ``ApplicationReport`` that tfyarn reads, from the RM's JSON."""
@@ -68,7 +80,6 @@ class RmRest:
     """A small client of ``/ws/v1/cluster``; every call is bounded by ``timeout`` and tries each HA RM in turn."""
 
     def __init__(self, conf: dict[str, str], user: str, timeout: float = HTTP_TIMEOUT_S):
-        from tfyarn.preflight import rm_webapp_urls     # HA-aware (yarn.resourcemanager.ha.rm-ids)
         self.bases = rm_webapp_urls(conf)
         self.user = user
         self.timeout = timeout

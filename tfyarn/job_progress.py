@@ -14,7 +14,7 @@ import time
 from collections import deque
 from typing import Any, Callable
 
-from tfyarn.runtime.context import EVAL_KEY, TENSORBOARD_URL_KEY
+from tfyarn.contracts.kv_keys import EVAL_KEY, TENSORBOARD_URL_KEY
 
 
 class GlobalStepRate:

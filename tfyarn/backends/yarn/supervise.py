@@ -1,4 +1,4 @@
-"""``python -m tfyarn.backends.yarn.yarn_supervise``: the job's supervisor inside its own YARN application.
+"""``python -m tfyarn.backends.yarn.supervise``: the job's supervisor inside its own YARN application.
 
 Why: the gateway that submitted a job may be gone (a bare ``submit``, a ``wait`` from elsewhere, Airflow's deferrable
 trigger), so what supervises it runs in the app: a small skein service (no TensorFlow, not a task) that applies
@@ -13,7 +13,6 @@ other machines. It never fails the job: errors are logged and it exits 0. A foll
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
@@ -22,8 +21,10 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from tfyarn.backends.base import AppState, AppStatus, TaskStatus
-from tfyarn.backends.yarn.yarn_status import ALL_CONTAINER_STATES, snapshot
+from tfyarn.contracts.status import AppState, AppStatus, TaskStatus
+from tfyarn.backends.yarn.states import ALL_CONTAINER_STATES, snapshot
+from tfyarn.backends.yarn.records import publish_report, read_record, record_url, report_url, write_record  # noqa: F401
+from tfyarn.contracts.kv_keys import SPEC_KEY
 from tfyarn.errors import timeout_message
 from tfyarn.report import HISTORY_FILE
 from tfyarn.runtime import app_end
@@ -33,66 +34,10 @@ from tfyarn.supervisor import Supervisor, checkpoint_url, settle, write_report
 
 log = logging.getLogger(__name__)
 
-#: KV key holding the job's spec JSON (as shipped: no ``kerberos``), for followers on other machines.
-SPEC_KEY = "spec"
-#: ``<staging dir>/apps/<app id>.json``: the app's record for machines that did not submit it.
-RECORD_DIR = "apps"
 POLL_S = 1.0
 #: How often the tasks' ``control/all_done`` is looked for between rounds (the job ends within this of it).
 DONE_CHECK_S = 0.2
 _ENDED = ("SUCCEEDED", "FAILED", "KILLED")
-
-
-def record_url(staging_dir: str, app_id: str) -> str:
-    from tfyarn import hdfs
-    return hdfs.join(staging_dir, RECORD_DIR, f"{app_id}.json")
-
-
-def report_url(staging_dir: str, app_id: str) -> str:
-    """Where the supervisor puts the app's run report (any job: one without a checkpoint dir has it only here)."""
-    from tfyarn import hdfs
-    return hdfs.join(staging_dir, RECORD_DIR, app_id)
-
-
-def read_record(staging_dir: str, app_id: str) -> dict[str, Any]:
-    """The record the app's supervisor wrote ({} when there is none: an app without one, or another staging dir)."""
-    import fsspec
-    try:
-        with fsspec.open(record_url(staging_dir, app_id), "rt") as f:
-            d = json.load(f)
-    except Exception as exc:  # noqa: BLE001 - (no such file, no HDFS configured here: hdfs-native's RuntimeError)
-        log.debug("no supervisor record of %s in %s: %s", app_id, staging_dir, exc)
-        return {}
-    return d if isinstance(d, dict) and d.get("app_id") == app_id else {}
-
-
-def write_record(staging_dir: str, app_id: str, record: dict[str, Any]) -> None:
-    import fsspec
-
-    from tfyarn.fsio import replace
-    url = record_url(staging_dir, app_id)
-    fs, path = fsspec.core.url_to_fs(url)
-    fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with fs.open(tmp, "wb") as f:
-        f.write(json.dumps(record, default=str).encode())
-    replace(fs, tmp, path)
-
-
-def publish_report(staging_dir: str, app_id: str, report_dir: Path, ckpt: str | None) -> None:
-    """Copy a written run report into the staging dir's ``apps/<app>/`` unless one of this app is next to the
-    checkpoints (where readers look first). Never raises: a report is a convenience."""
-    from tfyarn.report import report_at
-    try:
-        if ckpt and report_at(ckpt, app_id):
-            return
-        import fsspec
-        fs, root = fsspec.core.url_to_fs(report_url(staging_dir, app_id))
-        fs.makedirs(root, exist_ok=True)
-        for f in sorted(Path(report_dir).glob("report.*")):
-            fs.put_file(str(f), f"{root}/{f.name}")
-    except Exception as exc:  # noqa: BLE001 - the job's outcome stands
-        log.warning("could not upload the run report of %s to %s: %s", app_id, staging_dir, exc)
 
 
 def no_more_attempts_note(spec: JobSpec, attempt: int) -> str:
@@ -237,7 +182,7 @@ def app_started(app_id: str) -> float | None:
     cannot say (then the supervisor's own start, seconds later, is used)."""
     try:
         from tfyarn import hdfs
-        from tfyarn.backends.yarn.yarn_rest import RmRest
+        from tfyarn.backends.yarn.rest import RmRest
         rep = RmRest(hdfs.load_hadoop_conf(None), os.environ.get("USER") or "").report(app_id)
         return rep.start_time.timestamp() if rep.start_time is not None else None
     except Exception as exc:  # noqa: BLE001 - (a secure RM, no Hadoop conf in the container)

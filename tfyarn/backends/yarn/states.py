@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from tfyarn.backends.base import AppState, AppStatus, TaskStatus
+from tfyarn.contracts.status import AppState, AppStatus, TaskStatus
 from tfyarn.errors import TIMEOUT_MARK
-from tfyarn.runtime.context import FAILURE_PREFIX, PROGRESS_PREFIX
+from tfyarn.contracts.kv_keys import EXIT_PREFIX, FAILURE_PREFIX, PROGRESS_PREFIX, SUMMARY_KEY, TASKMAP_PREFIX
 from tfyarn.spec import JobSpec
 
 ALL_CONTAINER_STATES = ("WAITING", "REQUESTED", "RUNNING", "SUCCEEDED", "FAILED", "KILLED")
@@ -40,7 +40,7 @@ def app_state(yarn_state: Any, final_status: Any, diagnostics: str = "",
 
 def attempt_of(tags: Any) -> int:
     """The job attempt an application runs (its ``tfyarn-attempt:<n>`` tag; none: the first, 0)."""
-    from tfyarn.backends.yarn.yarn_spec import ATTEMPT_TAG
+    from tfyarn.backends.yarn.appspec import ATTEMPT_TAG
     for t in tags or ():
         if t.startswith(ATTEMPT_TAG) and t[len(ATTEMPT_TAG):].isdigit():
             return int(t[len(ATTEMPT_TAG):])
@@ -53,7 +53,7 @@ def timestamp(dt: Any) -> float | None:
 
 
 def app_status(rep: Any, state: AppState, diagnostics: str, **more: Any) -> AppStatus:
-    """The status of the application of ``rep`` (skein's ``ApplicationReport`` or :class:`yarn_rest.AppReport`)."""
+    """The status of the application of ``rep`` (skein's ``ApplicationReport`` or :class:`rest.AppReport`)."""
     finished = timestamp(rep.finish_time) if state.is_terminal else None
     return AppStatus(app_id=rep.id, backend="yarn", name=rep.name, state=state, diagnostics=diagnostics,
                      started=timestamp(rep.start_time), finished=finished, tracking_url=rep.tracking_url or None,
@@ -104,10 +104,8 @@ def snapshot(containers: list[Any], kv: dict[str, str], spec: JobSpec | None,
     ``progress``: the caller's :meth:`tfyarn.supervisor.Supervisor.progress` of ``kv``."""
     import json
 
-    from tfyarn.backends.job_progress import side_roles, summary_with_eval
+    from tfyarn.job_progress import side_roles, summary_with_eval
     from tfyarn.backends.yarn import phases
-    from tfyarn.runtime.exit_report import EXIT_PREFIX
-    from tfyarn.runtime.kv_yarn import TASKMAP_PREFIX
 
     taskmap = {k[len(TASKMAP_PREFIX):]: v for k, v in kv.items() if k.startswith(TASKMAP_PREFIX)}
     failures = {k[len(FAILURE_PREFIX):]: v for k, v in kv.items() if k.startswith(FAILURE_PREFIX)}
@@ -116,7 +114,7 @@ def snapshot(containers: list[Any], kv: dict[str, str], spec: JobSpec | None,
     progress_items = {k: v for k, v in kv.items() if k.startswith(PROGRESS_PREFIX)}
     sides = side_roles(kv.get)
     return {"tasks": [t.__dict__ for t in tasks], "progress": progress,
-            "summary": summary_with_eval(kv.get("summary"), sides),
+            "summary": summary_with_eval(kv.get(SUMMARY_KEY), sides),
             "failures": failures, "exits": exits, "taskmap": taskmap,
             "phases": phases.task_phases(kv, progress_items),
             "containers": {f"{c.service_name}_{c.instance}": c.yarn_container_id for c in containers}}
@@ -129,7 +127,7 @@ def tasks_from_containers(containers: list[Any], taskmap: dict[str, str], spec: 
 
     ``exits`` (``exit/<task>`` records, :mod:`tfyarn.runtime.exit_report`) give a failed task's exit code and tell
     a container that died before the application master noticed (FAILED at once, not RUNNING for seconds)."""
-    from tfyarn.backends.yarn.yarn_spec import SUPERVISOR_SERVICE
+    from tfyarn.backends.yarn.appspec import SUPERVISOR_SERVICE
     from tfyarn.runtime.exit_report import exit_text
 
     by_task = _by_task([c for c in containers if c.service_name != SUPERVISOR_SERVICE], taskmap, spec)   # no task

@@ -3,7 +3,7 @@ idle.
 
 A skein driver (a JVM, plus a ``yarn classpath`` JVM at its start) cost every submit 2-4 s of wall and ~6 CPU s
 (8-15 s on a loaded box). The first command that needs one starts a *keeper* (``python -m
-tfyarn.backends.yarn.yarn_driver keep …``, its own session) that starts the JVM with skein's own code (stdin a pipe:
+tfyarn.backends.yarn.driver_keeper keep …``, its own session) that starts the JVM with skein's own code (stdin a pipe:
 the JVM exits when the keeper dies, even by SIGKILL), records its address and stops it once unused for
 ``TFYARN_DRIVER_IDLE`` (default 15 min; ``0``: a private driver per command).
 
@@ -283,7 +283,7 @@ def _start_keeper(files: _Files, ident: dict[str, Any], kw: dict[str, Any], env:
              "(%s; `tfyarn driver stop` stops it now)", idle, IDLE_ENV)
     args = json.dumps({"dir": str(files.dir), "key": files.key, "ident": ident, "kw": kw, "idle": idle})
     with open(files.log, "ab") as logf:
-        proc = subprocess.Popen([sys.executable, "-m", "tfyarn.backends.yarn.yarn_driver", "keep", args],
+        proc = subprocess.Popen([sys.executable, "-m", "tfyarn.backends.yarn.driver_keeper", "keep", args],
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=logf,
                                 env=env, start_new_session=True, close_fds=True)
     assert proc.stdout is not None
@@ -389,68 +389,3 @@ def stop_all(directory: Path | None = None) -> list[Record]:
             files.remove_record(rec.keeper_pid)
         stopped.append(rec)
     return stopped
-
-
-# ------------------------------------------------------------------------------------------------------ keeper
-
-class _Stop(Exception):
-    pass
-
-
-def _on_signal(signum: int, _frame: Any) -> None:
-    raise _Stop(signal.Signals(signum).name)
-
-
-def keep(args: dict[str, Any]) -> int:
-    """The keeper process: start the JVM, record it, stop it when idle (or on SIGTERM/SIGINT/SIGHUP)."""
-    for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(s, _on_signal)
-    files = _Files(Path(args["dir"]), args["key"])
-    idle = float(args["idle"])
-    proc = None
-    try:
-        from tfyarn._skein import skein
-        sk = skein()
-        from skein.core import _start_driver  # skein's own start: security, `yarn classpath`, callback port
-        address, proc = _start_driver(security=sk.Security.from_default(), log=str(files.jvm_log), **args["kw"])
-        ident = args["ident"]
-        me = os.getpid()
-        files.write(Record(key=files.key, address=address, jvm_pid=proc.pid, keeper_pid=me,
-                           keeper_started=_start_time(me) or "", user=ident["user"], principal=ident["principal"],
-                           hadoop_conf_dir=ident["hadoop_conf_dir"], idle_s=idle, started=time.time(),
-                           log=str(files.log)))
-        files.mark_used()
-        sys.stdout.write(f"ready {address}\n")
-        sys.stdout.flush()
-        os.close(1)
-        poll = max(0.2, min(5.0, idle / 4))
-        while proc.poll() is None:
-            time.sleep(poll)
-            if files.live_leases() or time.time() - files.last_used() < idle:
-                continue
-            with files.locked():              # no command takes it while we decide
-                if not files.live_leases() and time.time() - files.last_used() >= idle:
-                    files.remove_record(me)
-                    print(f"{time.strftime('%F %T')} idle for {idle:g}s: stopping the driver", file=sys.stderr)
-                    break
-        else:
-            print(f"{time.strftime('%F %T')} the driver JVM exited ({proc.returncode})", file=sys.stderr)
-    except _Stop as exc:
-        print(f"{time.strftime('%F %T')} {exc}: stopping the driver", file=sys.stderr)
-    finally:
-        files.remove_record(os.getpid())
-        if proc is not None and proc.poll() is None:
-            with contextlib.suppress(OSError):
-                proc.stdin.close()        # skein's driver exits when its stdin closes
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-    return 0
-
-
-if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "keep":
-        sys.exit(keep(json.loads(sys.argv[2])))
-    sys.exit("usage: python -m tfyarn.backends.yarn.yarn_driver keep ARGS_JSON (started by tfyarn itself)")

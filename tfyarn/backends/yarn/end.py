@@ -1,0 +1,193 @@
+"""Following a YARN job to its end: ``run`` (submit, follow, the job's attempts as new applications), ``wait`` and
+``follow`` (one supervised status read per call), and the end of the app: killed for a verdict of
+:class:`tfyarn.supervisor.Supervisor` (deadline, allocation, stall), shut down SUCCEEDED once every task is done
+(the tasks leave that to a live follower), killed when ``run`` is stopped.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Callable
+
+from tfyarn import paths
+from tfyarn.backends.yarn import phases, records
+from tfyarn.backends.yarn.reports import Reporter
+from tfyarn.backends.yarn.submit import SubmittedThenInterrupted
+from tfyarn.contracts.status import AppState, AppStatus
+from tfyarn.interrupts import Interrupted, ignoring_stop_signals, interruptible
+from tfyarn.report import HISTORY_FILE, preload_plotting
+from tfyarn.runtime import app_end
+from tfyarn.runtime.kv_yarn import SkeinKV
+from tfyarn.spec import JobSpec
+from tfyarn.supervisor import Supervisor, Verdict, checkpoint_url, training_end_note
+
+log = logging.getLogger(__name__)
+
+
+class Follower(Reporter):
+    """The part of the YARN backend that follows a job to its end and ends the app when that is tfyarn's to do."""
+
+    def run(self, spec: JobSpec, echo: Callable[[str, str], None] | None = None,
+            on_update: Callable[[AppStatus], None] | None = None, timeout: float | None = None,
+            poll: float = 2.0) -> AppStatus:
+        """Submit and follow to the end, with the spec's job attempts (:class:`tfyarn.supervisor.Supervisor`, as a
+        local run): a FAILED or TIMED_OUT application is submitted again (``TFYARN_ATTEMPT=n``, resuming from the
+        latest checkpoint) after ``retry.backoff``, up to ``retry.max_attempts`` applications in all, within
+        ``timeouts.active_deadline`` and ``timeout`` (the earlier; the application running then is killed, TIMED_OUT).
+        """
+        self._run_started = time.time()
+        sup = Supervisor(spec, started=self._run_started, timeout=timeout)
+        app_id = None
+        try:
+            with interruptible():
+                while True:
+                    app_id = self.schedule(self.dryrun(spec, attempt=sup.attempt))
+                    self._release_driver()
+                    st = self._follow_to_end(app_id, sup, None, poll, on_update)
+                    st.attempt = sup.attempt
+                    if not sup.next_attempt(st.state, st.diagnostics, label=app_id):
+                        break
+                    sup.backoff()
+        except Interrupted as exc:
+            if isinstance(exc, SubmittedThenInterrupted):
+                app_id = exc.app_id   # stopped while this attempt was submitted: it is the one to kill
+            if app_id is None:      # stopped before the first submit: nothing to kill
+                raise
+            st = self._kill_interrupted(app_id, exc)
+        st.diagnostics = sup.final_diagnosis(st.diagnostics)
+        return st
+
+    def _kill_interrupted(self, app_id: str, exc: Interrupted) -> AppStatus:
+        """``run`` was stopped (Ctrl-C, a scheduler's SIGTERM): the application it started must not outlive it. Further
+        stop signals are ignored while the kill is asked for (a second Ctrl-C must not leave it half done)."""
+        with ignoring_stop_signals():
+            st = self.status(app_id)
+            if st.state.is_terminal:
+                return st                   # it had ended on its own just before: its outcome stands
+            log.warning("%s: killing %s", exc, app_id)
+            self.kill(app_id)
+            last, st = st, self.status(app_id)
+        st.state = AppState.KILLED          # YARN reports the kill asynchronously; it was asked for, and accepted
+        st.diagnostics = f"{exc}: killed {app_id}" + training_end_note(
+            st.progress or last.progress or {}, st.summary or last.summary, checkpoint_url(records.saved_spec(app_id)))
+        return st
+
+    def wait(self, app_id: str, timeout: float | None = None, poll: float = 1.0,
+             on_update: Callable[[AppStatus], None] | None = None) -> AppStatus:
+        """Poll every ``poll`` s (one RM call + one AM call): returns within ~``poll`` s of the app's end, with the
+        job's rules enforced meanwhile (:meth:`follow`). ``timeout`` bounds this wait only (:class:`WaitTimeout`;
+        the app runs on)."""
+        return self._follow_to_end(app_id, None, timeout, poll, on_update)
+
+    def _follow_to_end(self, app_id: str, sup: Supervisor | None, timeout: float | None, poll: float,
+                  on_update: Callable[[AppStatus], None] | None) -> AppStatus:
+        threading.Thread(target=preload_plotting, name="tfyarn-preload-matplotlib", daemon=True).start()
+        st = self._wait_with(self.follow(app_id, sup), app_id, timeout, poll, on_update)
+        log.debug("%s phases: %s", app_id, phases.text(self.phases(app_id, st)))
+        self._report_at_end(st)            # after a kill for a stall too: where it stalled is what its report shows
+        return st
+
+    def follow(self, app_id: str, sup: Supervisor | None = None) -> Callable[[], AppStatus]:
+        """One supervised status read of ``app_id`` per call (``wait``, ``run``, the Airflow trigger), judged by
+        :class:`tfyarn.supervisor.Supervisor` (``sup``, else one from the app's spec, counting from its submit; none
+        when the spec is unknown): a verdict (deadline, allocation, stall) kills the app, which ends TIMED_OUT saying
+        why. While the app's own supervisor (:mod:`~tfyarn.backends.yarn.supervise`) is alive, the stall watch
+        is its; the follower keeps the deadline and allocation checks and ends the app once every task is done."""
+        if sup is None:
+            spec = records.saved_spec(app_id, self._recover(app_id, running=True))   # submitted elsewhere: the app's
+            if spec is not None:
+                sup = Supervisor(spec, started=records.load(app_id).get("submitted") or time.time(),
+                                 history_path=paths.yarn_report_dir(app_id) / HISTORY_FILE)
+        if sup is not None:
+            paths.yarn_report_dir(app_id).mkdir(parents=True, exist_ok=True)
+            self._sups[app_id] = sup       # status reads feed its progress rate and history
+            sup.begin_attempt()            # its stall watch starts once the app's KV answers
+
+        def step() -> AppStatus:
+            st = self.status(app_id)
+            if st.state.is_terminal:
+                return st
+            self._heartbeat(app_id)
+            if sup is None:
+                return st
+            if st.state is AppState.RUNNING:
+                if self._supervised(app_id):
+                    sup.end_attempt()      # the app's own supervisor watches for stalls (supervise)
+                elif (app := self._app_client(app_id)) is not None:
+                    sup.watch(SkeinKV(app.kv))
+            verdict = sup.check(st)
+            return st if verdict is None else self._end_by(app_id, verdict, sup)
+
+        return step
+
+    def _end_by(self, app_id: str, verdict: Verdict, sup: Supervisor) -> AppStatus:
+        """Kill ``app_id`` for the supervisor's ``verdict``; its final status says why (saved: ``status`` later too)."""
+        diag = verdict.diagnosis + (self._queue_state(sup.spec.queue) if verdict.reason == "allocation" else "")
+        log.error("%s: %s; killing it", app_id, diag)
+        self.kill(app_id)
+        st = self.status(app_id)
+        st.state, st.diagnostics = verdict.state, diag
+        records.save(app_id, final=st.to_dict())
+        return st
+
+    def _queue_state(self, queue: str | None) -> str:
+        """What an allocation timeout's diagnosis adds: the queue's state and use (a full queue is the usual cause)."""
+        if not queue:
+            return ""
+        try:
+            q = self.client().get_queue(queue)
+            return (f"; queue {queue!r} is {q.state} at {q.percent_used:.0f}% of its capacity "
+                    f"(capacity {q.capacity:g}%, max {q.max_capacity:g}%)")
+        except Exception as exc:  # noqa: BLE001 - the diagnosis must not fail on a missing queue report
+            return f"; queue {queue!r}: no report ({exc})"
+
+    def _supervised(self, app_id: str) -> bool:
+        """The app's in-app supervisor is alive (:mod:`tfyarn.backends.yarn.supervise`): the stall watch is its,
+        not this follower's."""
+        return bool(self._on_am(app_id, "supervisor heartbeat", lambda app: app_end.follower_alive(
+            SkeinKV(app.kv), time.time(), app_end.SUPERVISOR_KEY)))
+
+    def _heartbeat(self, app_id: str) -> None:
+        """Tell the tasks a follower is alive: the last task done then leaves the shutdown to us (runtime.app_end),
+        so the KV's last records (every task's done and phase times) are read before the AM goes."""
+        self._on_am(app_id, "follower heartbeat",
+                    lambda app: app.kv.put(app_end.FOLLOWER_KEY, f"{time.time():.3f}".encode()))
+
+    def _between_polls(self, app_id: str, poll: float, check_s: float = 0.2) -> None:
+        """Sleep ``poll`` s, looking every ``check_s`` s for the tasks' ``control/all_done`` (one cheap KV read): once
+        it is there, read the status one last time and shut the application down SUCCEEDED, then wait for the RM to
+        say so (tens of ms), so ``wait`` returns within a fraction of a second of the last task's end."""
+        end = time.monotonic() + poll
+        app = self._app_client(app_id)
+        while True:
+            left = end - time.monotonic()
+            if left <= 0:
+                return
+            time.sleep(min(check_s, left))
+            if app is None:
+                continue
+            try:
+                done = app.kv.get(app_end.ALL_DONE_KEY)
+            except Exception as exc:  # noqa: BLE001 - the AM may be going: the next status read says so
+                log.debug("all-done watch of %s: %s", app_id, exc)
+                return
+            if done is not None:
+                self._end_app(app_id, app)
+                return
+
+    def _end_app(self, app_id: str, app: Any) -> None:
+        """The KV's last state (phase times, final progress) into the snapshot, then the app's end — ours, also when
+        the app has its own supervisor (it leaves the end to a live follower: the report is written after the end,
+        not before it) — and the RM's word on it (tens of ms)."""
+        st = self.status(app_id)
+        log.debug("every task of %s is done: shutting it down", app_id)
+        try:
+            app.shutdown("SUCCEEDED", app_end.DONE_DIAGNOSTICS)
+        except Exception as exc:  # noqa: BLE001 - the supervisor or the last task shuts it down when we cannot
+            log.debug("shutdown of %s: %s", app_id, exc)
+        self._apps.pop(app_id, None)
+        deadline = time.monotonic() + app_end.SUPERVISOR_GRACE_S
+        while not st.state.is_terminal and time.monotonic() < deadline:
+            time.sleep(0.05)
+            st = self.status(app_id)

@@ -1,0 +1,152 @@
+"""What a YARN app is doing: its status (the RM's report, the running AM's containers and KV, this machine's record of
+it), the list of tfyarn apps and the kill.
+
+A running app's status is read live (containers and KV from its application master) and saved in this machine's
+record (:mod:`~tfyarn.backends.yarn.records`); an ended app's comes from that record, else from the record its
+in-app supervisor left in the staging dir. The mapping of YARN's states is pure and lives in
+:mod:`~tfyarn.backends.yarn.states`.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from tfyarn import hdfs, paths
+from tfyarn.backends.yarn import appspec, records, rest
+from tfyarn.backends.yarn.states import (ACTIVE_APP_STATES, ALL_APP_STATES, ALL_CONTAINER_STATES, app_state,
+                                         app_status, attempt_of, failure_diagnosis, snapshot, timestamp)
+from tfyarn.backends.yarn.submit import Submitter
+from tfyarn.contracts.kv_keys import SPEC_KEY
+from tfyarn.contracts.status import AppState, AppStatus, TaskStatus
+from tfyarn.errors import without_timeout_mark
+from tfyarn.report import HISTORY_FILE
+from tfyarn.runtime import app_end
+from tfyarn.spec import JobSpec
+from tfyarn.supervisor import Supervisor, settle
+
+log = logging.getLogger(__name__)
+
+
+class StatusReader(Submitter):
+    """The status part of the YARN backend: ``status``, ``list``, ``kill``."""
+
+    def _recover(self, app_id: str, running: bool, tags: Any = ()) -> dict[str, Any]:
+        """This machine's state of ``app_id``, with the spec (and the last snapshot) of an app submitted elsewhere
+        recovered from the app itself: KV ``spec`` while it runs, else the record its in-app supervisor left in the
+        staging dir (:mod:`tfyarn.backends.yarn.records`; only an app ``tags`` say has one). Saved here."""
+        saved = records.load(app_id)
+        if saved.get("spec"):
+            return saved
+        text = running and self._on_am(app_id, "spec in the KV", lambda app: app.kv.get(SPEC_KEY))
+        found: dict[str, Any] = {"spec": text.decode()} if text else {}
+        if not found and not running and appspec.SUPERVISED_TAG in (tags or ()) and app_id not in self._no_record:
+            self._no_record.add(app_id)               # read once: an app with no supervisor has none
+            rec = records.read_record(self.staging_dir, app_id)
+            found = {k: rec[k] for k in ("spec", "snapshot") if rec.get(k) and not saved.get(k)}
+        if found:
+            log.debug("%s: spec recovered from the application", app_id)
+            records.save(app_id, **found)
+            saved.update(found)
+        return saved
+
+    def status(self, app_id: str) -> AppStatus:
+        rep = self._app_report(app_id)
+        saved = self._recover(app_id, running=str(rep.state) == "RUNNING", tags=rep.tags)
+        spec = records.saved_spec(app_id, saved)
+        live = self._live(app_id, spec) if str(rep.state) == "RUNNING" else None
+        snap = live or saved.get("snapshot") or {}
+        task_states = [t["state"] for t in snap.get("tasks", [])] if live else None
+        diag = failure_diagnosis(rep.diagnostics, snap.get("failures") or {}, snap.get("exits") or {})
+        state = app_state(rep.state, rep.final_status, diag, task_states)
+        if state is AppState.TIMED_OUT:
+            diag = without_timeout_mark(diag)      # the in-app supervisor's marker: the state says it now
+        if state is AppState.SUCCEEDED and diag.strip() == app_end.DONE_DIAGNOSTICS:
+            diag = ""                      # ended early by tfyarn (runtime.app_end): nothing to diagnose
+        final = saved.get("final") or {}
+        if state is AppState.KILLED and final.get("state") == AppState.TIMED_OUT.value:
+            state, diag = AppState.TIMED_OUT, final.get("diagnostics", diag)  # tfyarn killed it for a deadline
+        if state in (AppState.FAILED, AppState.TIMED_OUT) and spec is not None and not saved.get("run_started"):
+            from tfyarn.backends.yarn.supervise import no_more_attempts_note
+            note = no_more_attempts_note(spec, attempt_of(rep.tags))      # a bare submit: nobody resubmits
+            diag = f"{diag}\n{note}".strip() if note else diag
+        summary = snap.get("summary") or final.get("summary")
+        if summary is None and state.is_terminal:
+            summary = self._summary_from_checkpoints(app_id, spec)
+        st = settle(app_status(rep, state, diag, tasks=[TaskStatus(**t) for t in snap.get("tasks", [])],
+                               progress=snap.get("progress") or {}, summary=summary))
+        launched = timestamp(getattr(rep, "launch_time", None))   # the RM's REST report has it, skein's not
+        if live is not None:
+            records.save(app_id, name=rep.name, snapshot=live,
+                             **({"am_launched": launched} if launched else {}))
+        if state.is_terminal and not saved.get("final"):
+            records.save(app_id, name=rep.name, final=st.to_dict())
+        return st
+
+    def _live(self, app_id: str, spec: JobSpec | None) -> dict[str, Any] | None:
+        """Tasks, progress, summary and failures from the running application master; None if unreachable."""
+        got = self._on_am(app_id, "containers and KV",
+                          lambda app: (app.get_containers(states=ALL_CONTAINER_STATES), app.kv.get_range()))
+        if got is None:
+            return None
+        kv = {k: v.decode("utf-8", "replace") for k, v in got[1].items()}
+        return snapshot(got[0], kv, spec, progress=self._supervisor(app_id, spec).progress(kv))
+
+    def _supervisor(self, app_id: str, spec: JobSpec | None) -> Supervisor:
+        """This process's supervisor of ``app_id``: its progress rate (the ETA) and progress points (the run report)
+        across status reads. ``run`` and ``wait`` install theirs; a bare ``status`` gets one here."""
+        sup = self._sups.get(app_id)
+        if sup is None:
+            d = paths.yarn_report_dir(app_id)
+            d.mkdir(parents=True, exist_ok=True)
+            sup = self._sups[app_id] = Supervisor(spec, history_path=d / HISTORY_FILE)
+        return sup
+
+    def _summary_from_checkpoints(self, app_id: str, spec: JobSpec | None) -> dict[str, Any] | None:
+        """The chief's ``summary.json`` beside the checkpoints, when it is this app's: an app that ended before anyone
+        read its KV (``submit``, then ``wait`` or ``status`` later) has no snapshot holding the summary."""
+        if spec is None or not spec.checkpoint.dir:
+            return None
+        import fsspec
+        url = hdfs.join(spec.resolve_path(spec.checkpoint.dir), "summary.json")
+        try:
+            with fsspec.open(url, "rt") as f:
+                summary = json.load(f)
+        except (OSError, ValueError) as exc:
+            log.debug("no summary of %s at %s: %s", app_id, url, exc)
+            return None
+        return summary if isinstance(summary, dict) and summary.get("app_id") == app_id else None
+
+    def list(self, all_states: bool = False) -> list[AppStatus]:
+        """tfyarn applications (YARN tag ``tfyarn``): active ones, or every one the RM still knows."""
+        self.login()
+        states = ALL_APP_STATES if all_states else ACTIVE_APP_STATES
+        reps = None
+        rm = self._rm()
+        if rm is not None:
+            try:
+                reps = rm.apps(states, tags=[appspec.TFYARN_TAG])
+            except rest.RestUnavailable as exc:
+                log.debug("RM REST list: %s; asking the skein driver", exc)
+        if reps is None:
+            reps = self.client().get_applications(states=states)
+        out = [app_status(r, app_state(r.state, r.final_status, r.diagnostics), r.diagnostics or "")
+               for r in reps if appspec.TFYARN_TAG in {t.lower() for t in r.tags}]
+        return sorted(out, key=lambda s: s.started or 0)
+
+    def kill(self, app_id: str) -> None:
+        """Kill ``app_id``; through the RM's REST API (no JVM) this returns once the RM says KILLED (or ended)."""
+        rep = self._app_report(app_id)     # AppNotFound for an unknown id, before asking YARN to kill
+        rm = self._rm() if isinstance(rep, rest.AppReport) else None
+        try:
+            if rm is None:
+                raise rest.RestUnavailable("no REST API")
+            rm.kill(app_id)
+        except rest.RestUnavailable as exc:
+            log.debug("RM REST kill of %s: %s; asking the skein driver", app_id, exc)
+            spec = records.saved_spec(app_id)
+            # a job submitted for a proxy user (spec.user) is that user's: killing it as the submitter may be refused
+            self.client().kill_application(app_id, user=(spec.user or "") if spec else "")
+        app = self._apps.pop(app_id, None)
+        if app is not None:
+            app.close()

@@ -1,0 +1,132 @@
+"""Every key of a job's KV, in one place: what it holds, who writes it and who reads it.
+
+Why one module: the launcher (local), the container script and the in-app supervisor (YARN), the tasks, the trainers,
+the shared indexing and the followers on a gateway all talk through the same few dozen keys. Each writer and reader
+imports its key from here, so a renamed key cannot leave one side behind; :data:`KEYS` is the table that
+docs/ARCHITECTURE.md's "KV key layout" shows (tests/test_kv_keys.py holds the two together, and finds key literals
+written anywhere else in tfyarn).
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+# ---------------------------------------------------------------------------------------------------- per task
+ADDR_PREFIX = "addr/"
+#: JSON {step, global_step, epoch, examples_per_sec, loss, time, ...}
+PROGRESS_PREFIX = "progress/"
+#: a one-line diagnosis written by the task before it exits non-zero
+FAILURE_PREFIX = "failure/"
+#: how a task's last process ended (JSON, :func:`tfyarn.runtime.exit_report.exit_record`)
+EXIT_PREFIX = "exit/"
+#: JSON of wall times of a task's phases (start, main, imported, done)
+PHASE_PREFIX = "phase/"
+#: the last stack-dump request id a task answered (its stacks are in its log)
+STACKS_PREFIX = "stacks/"
+#: a restarted ps-mode worker's lost in-flight steps/records: ``rejoin/<task>/<restart>``
+REJOIN_PREFIX = "rejoin/"
+#: YARN task index claims: ``slot/<role>:<index>`` (owned by the claiming container)
+SLOT_PREFIX = "slot/"
+#: ``slot-done/<role>:<index>``: that task finished its role (not owned: it outlives the container)
+SLOT_DONE_PREFIX = "slot-done/"
+#: ``taskmap/<container id>`` → ``role:index`` (not owned: status and logs use it after the container)
+TASKMAP_PREFIX = "taskmap/"
+#: shared indexing: ``index/<attempt>/<name>/{probe,assign,part,manifest,beat}…``
+INDEX_PREFIX = "index/"
+
+# ------------------------------------------------------------------------------------------------ job-wide keys
+DONE_KEY = "control/done"                      # chief: training finished; ps/evaluator/tensorboard exit cleanly
+ABORT_KEY = "control/abort"                    # launcher/anyone: stop now, value = reason
+STEPS_ALIGNED_KEY = "control/steps_aligned"    # ps chief: step counters consistent; workers may step
+DUMP_REQUEST_KEY = "control/dump_stacks"       # a new request id: every task dumps its stacks once
+ALL_DONE_KEY = "control/all_done"              # JSON {time, by}: every task reported done (put by the last one)
+FOLLOWER_KEY = "control/follower"              # wall time of a follower's last poll
+SUPERVISOR_KEY = "control/supervisor"          # wall time of the in-app supervisor's last round
+SUMMARY_KEY = "summary"                        # chief: final run summary JSON
+TOTAL_STEPS_KEY = "plan/total_steps"           # chief: global step target (for progress bars)
+TENSORBOARD_URL_KEY = "tensorboard/url"
+EVAL_KEY = "eval/latest"                       # evaluator: JSON of its newest evaluation (checkpoint, step, metrics)
+SPEC_KEY = "spec"                              # the job's spec JSON as shipped (no ``kerberos``)
+
+
+def addr_key(task: str) -> str:
+    """``addr/worker:1`` → 'host:port' of that task's TF server."""
+    return ADDR_PREFIX + task
+
+
+def progress_key(task: str) -> str:
+    return PROGRESS_PREFIX + task
+
+
+def failure_key(task: str) -> str:
+    return FAILURE_PREFIX + task
+
+
+def exit_key(task: str) -> str:
+    return EXIT_PREFIX + task
+
+
+def stacks_ack_key(task: str) -> str:
+    return STACKS_PREFIX + task
+
+
+def rejoin_key(task: str, restart: int) -> str:
+    return f"{REJOIN_PREFIX}{task}/{restart}"
+
+
+def index_namespace(attempt: int, name: str) -> str:
+    """``index/<attempt>/<name>``: one job attempt's keys for one shared manifest (``name``: ``train``)."""
+    return f"{INDEX_PREFIX}{attempt}/{name}"
+
+
+class KvKey(NamedTuple):
+    pattern: str        # as docs/ARCHITECTURE.md writes it
+    value: str
+    writers: str        # modules (tfyarn.<…>) or roles that put it
+    readers: str
+
+
+#: The protocol, one row per key (docs/ARCHITECTURE.md's table shows the patterns in this order).
+KEYS: tuple[KvKey, ...] = (
+    KvKey("addr/<task>", "host:port of the task's TF server", "runtime.rendezvous (again after an in-place restart)",
+          "runtime.rendezvous of every peer; backends.local.launcher clears it on a restart"),
+    KvKey("progress/<task>", "JSON {step, global_step, epoch, examples_per_sec, steps_per_sec, global_steps_per_sec, "
+          "loss, time, attempt, restart, done}", "train.progress (trainers, ≤ 1/s)",
+          "supervisor, job_progress, runtime.watchdog, backends.yarn.states (status snapshots)"),
+    KvKey("failure/<task>", "one-line diagnosis", "runtime.main (before a non-zero exit), train.strategy",
+          "backends.yarn.states, backends.local.launcher, runtime.app_end, data.shared_index"),
+    KvKey("exit/<task>", "JSON {code, died_at, container, skein_container, failure}", "runtime.exit_report (YARN "
+          "container script); runtime.main deletes it when the task restarts",
+          "backends.yarn.states, data.shared_index"),
+    KvKey("phase/<task>", "JSON {start, main, imported, done}", "runtime.app_end",
+          "backends.yarn.states (snapshots), backends.yarn.phases (run report)"),
+    KvKey("stacks/<task>", "the last dump request id the task answered", "runtime.watchdog (each task)",
+          "runtime.watchdog (the stall watch)"),
+    KvKey("rejoin/<task>/<restart>", "JSON lost in-flight steps/records", "train.ps.loop (a restarted worker)",
+          "train.ps.loop (the chief's summary)"),
+    KvKey("slot/<role>:<i>", "claiming container id (owned)", "runtime.kv_yarn", "runtime.kv_yarn"),
+    KvKey("slot-done/<role>:<i>", "1: the task finished its role", "runtime.kv_yarn",
+          "runtime.kv_yarn, runtime.app_end"),
+    KvKey("taskmap/<container>", "role:index", "runtime.kv_yarn",
+          "backends.yarn.states, backends.yarn (logs), runtime.exit_report"),
+    KvKey("index/<attempt>/<name>/…", "probe/<rank>, assign, part/<rank>, manifest, beat/<rank>",
+          "data.shared_index", "data.shared_index"),
+    KvKey("control/done", "set when training finished", "train (the chief); backends.local.launcher",
+          "train (ps, evaluator), train.tensorboard, backends.local.launcher, runtime.watchdog"),
+    KvKey("control/abort", "reason", "backends.local.launcher",
+          "train (ps server, loop, evaluator, strategy)"),
+    KvKey("control/steps_aligned", "set once step counters agree", "train.ps (the chief)", "train.ps (workers)"),
+    KvKey("control/dump_stacks", "request id", "runtime.watchdog (the stall watch), an operator",
+          "runtime.watchdog (each task)"),
+    KvKey("control/all_done", "JSON {time, by}", "runtime.app_end (the last task done)",
+          "backends.yarn (the follower), backends.yarn.supervise"),
+    KvKey("control/follower", "wall time of the follower's last poll", "backends.yarn (the follower)",
+          "runtime.app_end, backends.yarn.supervise"),
+    KvKey("control/supervisor", "wall time of the in-app supervisor's last round", "backends.yarn.supervise",
+          "runtime.app_end, backends.yarn (the follower)"),
+    KvKey("summary", "final run summary JSON", "train (the chief)", "supervisor, backends.yarn.states"),
+    KvKey("plan/total_steps", "global step target", "train (the chief)", "train (workers), supervisor"),
+    KvKey("eval/latest", "latest evaluation metrics", "train.evaluator", "job_progress"),
+    KvKey("tensorboard/url", "URL", "train.tensorboard", "job_progress"),
+    KvKey("spec", "the job's spec JSON (as shipped, no kerberos)", "backends.yarn.supervise",
+          "backends.yarn (status/wait on a machine that did not submit the app)"),
+)
