@@ -68,3 +68,22 @@ def test_attempts_ended_by_preemption_do_not_use_up_retry_max_attempts():
     assert "2 attempts ended by the cluster (not counted in retry.max_attempts)" in final
     assert "app_1: worker:1: preempted by the scheduler" in final
     assert not Supervisor(spec(attempts=1)).next_attempt(AppState.KILLED, pre)   # a kill is never retried
+
+
+def test_a_sync_app_failed_before_any_snapshot_saw_the_preemption_is_said_from_the_rm_report():
+    """skein fails a sync job's app at once when a worker is preempted: the RM's report still counts it
+    (numNonAMContainerPreempted), and that alone makes the attempt free."""
+    from tfyarn.backends.yarn.cluster_events import rm_events
+    from tfyarn.backends.yarn.rest import AppReport
+    from tfyarn.contracts.triage import attempt_cause
+    rep = AppReport.from_json({"id": "application_1_0007", "state": "FINISHED", "finalStatus": "FAILED",
+                               "diagnostics": "Failure in service worker, see logs for more information",
+                               "queue": "a", "numNonAMContainerPreempted": 1})
+    events = rm_events(rep, {})
+    assert events == {"yarn": ["1 container preempted by the scheduler (queue a)"]}
+    diag = failure_diagnosis(rep.diagnostics, {}, {}, events)
+    assert diag.startswith("yarn: 1 container preempted by the scheduler (queue a)\nFailure in service worker")
+    assert attempt_cause(diag).free
+    said = {"worker:1": ["preempted by the scheduler (container_x)"]}
+    assert rm_events(rep, said) == said                           # the snapshot's words, not twice
+    assert rm_events(AppReport.from_json({"id": "a", "numNonAMContainerPreempted": 0}), {}) == {}

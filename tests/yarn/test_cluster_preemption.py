@@ -85,7 +85,7 @@ def test_async_workers_preempted_come_back_in_place_without_using_the_restart_bu
     doc["roles"]["worker"]["memory"] = f"{WORKER_MIB} MiB"
     doc["params"]["step_delay_s"] = 0.15
     spec = load_spec_dict(doc)
-    total = sum(planned_steps(spec))
+    total = sum(planned_steps(spec)) * spec.num_training_workers       # async: every training task's steps
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(doc))
     run = subprocess.Popen([sys.executable, "-m", "tfyarn.cli", "run", str(path), "--yarn", "--output", "json"],
@@ -119,3 +119,48 @@ def test_async_workers_preempted_come_back_in_place_without_using_the_restart_bu
     assert set(workers) == {"worker:0", "worker:1", "worker:2"}    # no phantom worker:3
     assert sum(t.restarts for t in workers.values()) >= len(gone)  # replaced in place despite max_restarts: 0
     assert_clean(yarn, app_id, tag=name)
+
+
+@pytest.mark.timeout(5 * JOB_S)
+def test_a_sync_job_preempted_resumes_from_its_checkpoint_without_using_an_attempt(
+        yarn, dataset, hdfs_root, tmp_path, queues):
+    """Sync ps job with ``retry.max_attempts: 1``: a preempted worker cannot rejoin a lockstep round, so skein fails
+    the app; the preemption is said in the attempt's diagnosis (from the RM's count when no snapshot saw it) and
+    uses none of the one attempt: ``tfyarn run`` starts attempt 2, which resumes from the latest checkpoint and
+    reaches the planned global step."""
+    name = unique("preempt-sync")
+    every = 20
+    doc = job_doc(dataset, name, sync=True, workers=3, epochs=6, ckpt=hdfs.join(hdfs_root, name, "ckpt"),
+                  every_steps=every, model="fault_models:slow_recommender", code=str(FAULT_JOBS), queue="a",
+                  memory="512 MiB", retry={"max_attempts": 1, "backoff": "1s"})
+    doc["roles"]["worker"]["memory"] = f"{WORKER_MIB} MiB"
+    doc["params"]["step_delay_s"] = 0.2
+    spec = load_spec_dict(doc)
+    total = sum(planned_steps(spec))
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    run = subprocess.Popen([sys.executable, "-m", "tfyarn.cli", "run", str(path), "--yarn", "--output", "json"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    hog = None
+    try:
+        first = wait_until(lambda: [a.app_id for a in yarn.list() if name in a.tags], JOB_S, f"{name}'s app")[0]
+        wait_for_step(yarn, first, "chief:0", 2 * every)          # past a checkpoint
+        hog = _hog(yarn, name)
+        ended = wait_until(lambda: yarn.status(first).state.is_terminal and yarn.status(first), 180,
+                           "the preemption to end attempt 1")
+        yarn.kill(hog)
+        hog = None
+        _, err = run.communicate(timeout=3 * JOB_S)
+    finally:
+        if hog:
+            yarn.kill(hog)
+        if run.poll() is None:
+            run.kill()
+    assert ended.state is AppState.FAILED and "preempted by the scheduler" in ended.diagnostics, ended.diagnostics
+    assert run.returncode == 0, err[-3000:]
+    apps = [a.app_id for a in yarn.list(all_states=True) if name in a.tags and a.app_id != hog]
+    last = yarn.status(sorted(apps)[-1])
+    assert last.state is AppState.SUCCEEDED and last.attempt == 1, (last.state, last.attempt, last.diagnostics)
+    assert int(last.progress.get("global_step") or 0) == total
+    assert "not counted in retry.max_attempts" in err or "preempted" in err, err[-2000:]
+    assert_clean(yarn, *apps, tag=name)

@@ -43,3 +43,15 @@ def event_parts(events: dict[str, list[str]]) -> list[str]:
         more = f" (and {len(said) - 1} more)" if len(said) > 1 else ""
         parts.append(f"{task}: {said[-1]}{more}")
     return parts
+
+
+def rm_events(rep: Any, events: dict[str, list[str]] | None) -> dict[str, list[str]]:
+    """``events`` (the last snapshot's), plus what the ResourceManager's report of an ended app counts when the
+    snapshot missed it: skein fails a sync job's app at once when a worker is preempted, before any follower saw the
+    container end (``numNonAMContainerPreempted``, kept by the RM: rest.AppReport.preempted)."""
+    out = dict(events or {})
+    n = int(getattr(rep, "preempted", 0) or 0)
+    if n and not any("preempted" in e for said in out.values() for e in said):
+        q = getattr(rep, "queue", "")
+        out["yarn"] = [f"{n} container{'s' * (n != 1)} preempted by the scheduler" + (f" (queue {q})" if q else "")]
+    return out

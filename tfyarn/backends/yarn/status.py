@@ -24,6 +24,7 @@ from tfyarn.report import HISTORY_FILE
 from tfyarn.runtime import app_end
 from tfyarn.spec import JobSpec
 from tfyarn.supervisor import Supervisor, settle
+from tfyarn.backends.yarn.cluster_events import rm_events
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +59,7 @@ class StatusReader(Submitter):
         snap = live or saved.get("snapshot") or {}
         task_states = [t["state"] for t in snap.get("tasks", [])] if live else None
         diag = failure_diagnosis(rep.diagnostics, snap.get("failures") or {}, snap.get("exits") or {},
-                                 snap.get("events") if str(rep.state) != "RUNNING" else None)
+                                 rm_events(rep, snap.get("events")) if str(rep.state) != "RUNNING" else None)
         state = app_state(rep.state, rep.final_status, diag, task_states)
         if state is AppState.TIMED_OUT:
             diag = without_timeout_mark(diag)      # the in-app supervisor's marker: the state says it now
