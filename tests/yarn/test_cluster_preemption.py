@@ -159,7 +159,7 @@ def test_a_sync_job_preempted_resumes_from_its_checkpoint_without_using_an_attem
     assert ended.state is AppState.FAILED and "preempted by the scheduler" in ended.diagnostics, ended.diagnostics
     assert run.returncode == 0, err[-3000:]
     apps = [a.app_id for a in yarn.list(all_states=True) if name in a.tags and a.app_id != hog]
-    last = yarn.status(sorted(apps)[-1])
+    last = yarn.status(max(apps))
     assert last.state is AppState.SUCCEEDED and last.attempt == 1, (last.state, last.attempt, last.diagnostics)
     assert int(last.progress.get("global_step") or 0) == total
     assert "not counted in retry.max_attempts" in err or "preempted" in err, err[-2000:]

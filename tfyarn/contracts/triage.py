@@ -51,7 +51,7 @@ class Triage:
 _TEXT_RULES: tuple[tuple[str, str, str, re.Pattern[str]], ...] = tuple(
     (cls, cause, words, re.compile(rx, re.IGNORECASE)) for cls, cause, words, rx in (
         (INFRA, "preempted", "preempted by the scheduler", r"preempt"),
-        (INFRA, "node_lost", "lost with its node", (r"lost node|\*lost\* node|node .*(lost|expired|unhealthy)"
+        (INFRA, "node_lost", "lost with its node", (r"lost with its node|lost node|\*lost\* node|node .*(lost|expired|unhealthy)"
                                                    r"|nodemanager .*(not answer|unreachable)")),
         (INFRA, "memory", "killed by the NodeManager for memory", (r"beyond (physical|virtual) memory|"
                                                                   r"exceeded (p|v)mem")),
