@@ -149,9 +149,9 @@ class Supervisor:
         """``diagnosis`` with the earlier attempts' diagnoses after it (none: unchanged)."""
         if not self.earlier:
             return diagnosis
-        note = self.budget.note() if self.budget is not None else ""
-        return (diagnosis + "\nearlier attempts: " + "; ".join(self.earlier) + (f" ({note})" if note else "")
-                ).strip()
+        notes = [f"{self.attempt + 1} attempts in {self.clock() - self.started:.0f}s in all",
+                 *([self.budget.note()] if self.budget is not None and self.budget.note() else [])]
+        return (diagnosis + "\nearlier attempts: " + "; ".join(self.earlier) + f" ({', '.join(notes)})").strip()
 
     # ------------------------------------------------------------------------------------------------- checks
     def check(self, raw: AppStatus | None = None) -> Verdict | None:
