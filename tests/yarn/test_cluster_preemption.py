@@ -130,7 +130,7 @@ def test_a_sync_job_preempted_resumes_from_its_checkpoint_without_using_an_attem
     reaches the planned global step."""
     name = unique("preempt-sync")
     every = 20
-    doc = job_doc(dataset, name, sync=True, workers=3, epochs=6, ckpt=hdfs.join(hdfs_root, name, "ckpt"),
+    doc = job_doc(dataset, name, sync=True, workers=3, epochs=60, ckpt=hdfs.join(hdfs_root, name, "ckpt"),
                   every_steps=every, model="fault_models:slow_recommender", code=str(FAULT_JOBS), queue="a",
                   memory="512 MiB", retry={"max_attempts": 1, "backoff": "1s"})
     doc["roles"]["worker"]["memory"] = f"{WORKER_MIB} MiB"

@@ -93,7 +93,9 @@ def test_a_lost_node_ends_the_attempt_in_seconds_naming_it_and_uses_no_attempt(y
         if run.poll() is None:
             run.kill()
     assert ended.state is AppState.FAILED, (ended.state, ended.diagnostics)
-    assert ended.diagnostics.startswith(f"{victim.task} lost with its node {victim.host}"), ended.diagnostics
+    lost, _, rest = ended.diagnostics.partition(f" lost with its node {victim.host} (")
+    assert rest and victim.task in lost.split(", ") and "\n" not in lost, ended.diagnostics   # the root cause first
+    assert "has not answered for" in rest.split("\n")[0], ended.diagnostics
     assert took < 20, f"the lost node was noticed {took:.1f}s after it froze: not before YARN's own expiry"
     assert run.returncode == 0, err[-3000:]
     apps = sorted(a.app_id for a in yarn.list(all_states=True) if name in a.tags)
