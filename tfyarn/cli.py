@@ -25,8 +25,10 @@ _set_option = click.option("--set", "overrides", multiple=True, metavar="KEY.PAT
 
 
 def _backend_option(f: Callable) -> Callable:
-    f = click.option("--local", "backend", flag_value="local", help="Run on this machine (default without a cluster).")(f)
-    f = click.option("--yarn", "backend", flag_value="yarn", help="Run on YARN (default when HADOOP_CONF_DIR is set).")(f)
+    f = click.option("--local", "backend", flag_value="local",
+                     help="Run on this machine (default without a cluster).")(f)
+    f = click.option("--yarn", "backend", flag_value="yarn",
+                     help="Run on YARN (default when HADOOP_CONF_DIR is set).")(f)
     return f
 
 

@@ -51,7 +51,8 @@ _EVAL_META = ("checkpoint", "global_step", "epoch", "batches", "examples", "time
 
 
 def _eval_text(ev: dict, brief: bool = False) -> str:
-    """``loss 0.7221 · accuracy 0.5250 (ckpt-120, global step 120, 1,000 examples)``; brief: the metrics and the step."""
+    """``loss 0.7221 · accuracy 0.5250 (ckpt-120, global step 120, 1,000 examples)``; brief: the metrics and the
+    step."""
     metrics = " · ".join(f"{k} {v:.4f}" for k, v in ev.items()
                          if k not in _EVAL_META and isinstance(v, (int, float)))
     if brief:

@@ -1,5 +1,5 @@
-"""The fork server's wire protocol, one module for both ends: the launcher's client (``backends/local/forkserver.py``) and
-the warm server (``runtime/forkserver.py``) import it, neither imports the other.
+"""The fork server's wire protocol, one module for both ends: the launcher's client
+(``backends/local/forkserver.py``) and the warm server (``runtime/forkserver.py``) import it, neither imports the other.
 
 An ``AF_UNIX`` ``SOCK_SEQPACKET`` socketpair keeps message boundaries, so one ``recvmsg`` is one message with its fds.
 Messages are JSON objects:

@@ -188,7 +188,7 @@ def preload_plotting() -> None:
     """Import matplotlib while the job runs (call it in a thread): the report's plot is drawn after the end, on the
     CLI's exit path or before the in-app supervisor ends the app, where its import cost ~1-2 s on a loaded box."""
     try:
-        import matplotlib.backends.backend_agg  # noqa: F401
+        import matplotlib.backends.backend_agg
         import matplotlib.figure  # noqa: F401
     except Exception:  # noqa: BLE001 - optional (extra 'report'): the report says so when it is missing
         pass

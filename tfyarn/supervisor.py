@@ -270,7 +270,7 @@ def write_report(out_dir: Path, st: AppStatus, points: list[dict[str, Any]], che
         write_run_report(out_dir, st.to_dict() | dict(extra or {}), points, checkpoint_url if trained else None,
                          history_from=checkpoint_url)
         return out_dir / REPORT_JSON
-    except Exception:  # noqa: BLE001 - e.g. an unwritable checkpoint dir: the job's result stands
+    except Exception:
         log.warning("could not write the run report of %s", st.app_id, exc_info=True)
         return None
 

@@ -1,8 +1,8 @@
 """``TfyarnTrigger``: the deferrable wait of :class:`tfyarn.airflow.operator.TfyarnOperator`.
 
 Runs in the triggerer's event loop, so every tfyarn call (file reads locally, HTTP to the ResourceManager on YARN)
-goes through ``asyncio.to_thread`` and never blocks other triggers. Fires one event: ``{"status": "done", ...}`` when the
-app reaches a terminal state, ``"timeout"`` when ``timeout`` runs out, ``"error"`` when the app cannot be read.
+goes through ``asyncio.to_thread`` and never blocks other triggers. Fires one event: ``{"status": "done", ...}``
+when the app reaches a terminal state, ``"timeout"`` when ``timeout`` runs out, ``"error"`` when the app cannot be read.
 """
 from __future__ import annotations
 

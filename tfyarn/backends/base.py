@@ -76,7 +76,7 @@ class Backend(ABC):
         """Where this backend's jobs cache the indexes of read-only data (None: no shared cache)."""
         return None
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - a default: most backends hold nothing to release
         """Release what this backend holds (YARN: a private skein driver). Backends are context managers."""
 
     def __enter__(self) -> "Backend":

@@ -131,7 +131,7 @@ class _Run:
             fn()
         except _Stopped:
             pass
-        except BaseException as exc:  # noqa: BLE001 - every failure must reach the consumer, not die in a thread
+        except BaseException as exc:
             if not isinstance(exc, DataError):
                 log.exception("feeder %s thread failed", name)
             try:

@@ -3,9 +3,10 @@
 Why: skein's application master ends the app only once YARN has told it that every container exited (NodeManager and
 AM heartbeats: 5.5 s after the last task's work). Every task marks ``slot-done/<task>`` when its role returned; the
 one that finds every task done puts :data:`ALL_DONE_KEY`, and the app is shut down SUCCEEDED by a live follower
-(:data:`FOLLOWER_KEY` fresh: it reads the KV one last time, then writes the report after the end), else by the in-app
-supervisor (:data:`SUPERVISOR_KEY` fresh: it writes the run report first), else, or after their grace, by that task. A job with a failure
-record or a task that never reports done ends as skein decides, from the containers' exits.
+(:data:`FOLLOWER_KEY` fresh: it reads the KV one last time, then writes the report after the end), else by the
+in-app supervisor (:data:`SUPERVISOR_KEY` fresh: it writes the run report first), else, or after their grace, by that
+task. A job with a failure record or a task that never reports done ends as skein decides, from the containers'
+exits.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import logging
 import time
 from typing import Any, Callable, Iterable
 
-from tfyarn.contracts.kv_keys import (ALL_DONE_KEY, FAILURE_PREFIX, FOLLOWER_KEY, PHASE_PREFIX,  # noqa: F401
+from tfyarn.contracts.kv_keys import (ALL_DONE_KEY, FAILURE_PREFIX, FOLLOWER_KEY, PHASE_PREFIX,
                                       SLOT_DONE_PREFIX, SUPERVISOR_KEY)
 from tfyarn.runtime.kv import KV, KVUnavailable
 

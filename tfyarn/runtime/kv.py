@@ -1,7 +1,8 @@
 """The key-value store tasks use to find each other and report progress.
 
 One interface, two implementations: :class:`HttpKV` talks to the KV service the local launcher runs on 127.0.0.1
-(:mod:`tfyarn.backends.local.kvserver`); on YARN the same interface wraps skein's application KV (``tfyarn.runtime.kv_yarn``).
+(:mod:`tfyarn.backends.local.kvserver`); on YARN the same interface wraps skein's application KV
+(``tfyarn.runtime.kv_yarn``).
 Unlike skein's ``kv.wait``, every wait here has a timeout and its error names the keys still missing.
 
 Values are ``str``; structured values are JSON (:func:`put_json`).
@@ -106,7 +107,8 @@ class HttpKV(KV):
         self.url = url.rstrip("/")
         self.request_timeout = request_timeout
 
-    def _req(self, method: str, path: str, body: bytes | None = None, timeout: float | None = None) -> tuple[int, bytes]:
+    def _req(self, method: str, path: str, body: bytes | None = None,
+             timeout: float | None = None) -> tuple[int, bytes]:
         req = urllib.request.Request(self.url + path, data=body, method=method)
         try:
             with urllib.request.urlopen(req, timeout=timeout or self.request_timeout) as resp:

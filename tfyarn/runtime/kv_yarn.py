@@ -15,7 +15,7 @@ import time
 from contextlib import suppress
 from typing import Any, Iterable, Mapping
 
-from tfyarn.contracts.kv_keys import SLOT_DONE_PREFIX, SLOT_PREFIX, TASKMAP_PREFIX  # noqa: F401
+from tfyarn.contracts.kv_keys import SLOT_DONE_PREFIX, SLOT_PREFIX, TASKMAP_PREFIX
 from tfyarn.errors import WaitTimeout
 from tfyarn.runtime.kv import KV, KVUnavailable, wait_timeout
 

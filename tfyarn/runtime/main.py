@@ -200,7 +200,7 @@ def main() -> int:
         return ExitCode.TIMED_OUT
     except KeyboardInterrupt:
         return ExitCode.KILLED
-    except BaseException as exc:  # noqa: BLE001 - a task reports any failure before exiting
+    except BaseException as exc:
         task = _task_label()           # (the index may have been claimed since the start)
         log.exception("task %s failed", task)
         message = f"{type(exc).__name__}: {exc}"

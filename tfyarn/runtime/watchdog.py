@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping
 
 from tfyarn.contracts.kv_keys import DONE_KEY, DUMP_REQUEST_KEY, PROGRESS_PREFIX, STACKS_PREFIX, progress_key
-from tfyarn.contracts.kv_keys import stacks_ack_key  # noqa: F401 (tasks import it from here)
+from tfyarn.contracts.kv_keys import stacks_ack_key
 from tfyarn.runtime.kv import KV
 
 log = logging.getLogger(__name__)
@@ -67,7 +67,7 @@ class _DumpRequestWatcher(threading.Thread):
     def _current(self) -> str | None:
         try:
             return self.kv.get(DUMP_REQUEST_KEY)
-        except Exception:               # KV briefly unreachable: treat as no request, retry next poll
+        except Exception:  # noqa: BLE001 - KV briefly unreachable: treat as no request, retry next poll
             return None
 
     def run(self) -> None:
@@ -79,7 +79,7 @@ class _DumpRequestWatcher(threading.Thread):
             dump_stacks(f"requested through the KV (request {req}) for {self.task}")
             try:
                 self.kv.put(stacks_ack_key(self.task), req)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - an ack is advisory
                 log.warning("could not acknowledge stack dump request %s: %s", req, exc)
 
 
@@ -298,13 +298,13 @@ class StallWatchdog:
             return None
         return StallReport(stalled_for=stalled_for, tasks=dict(self.states), stall_s=limit, now=now, startup=startup)
 
-    # -- side effects on a stall ----------------------------------------------------------------------------------------
+    # -- side effects on a stall ------------------------------------------------------------------------------------
     def request_dumps(self) -> str:
         """Ask every task for its stacks: KV request (all backends) + SIGUSR1 to known pids (local). Returns the id."""
         req = f"{time.time():.3f}"
         try:
             self.kv.put(DUMP_REQUEST_KEY, req)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - the stall is reported anyway
             log.warning("could not post the stack-dump request to the KV: %s", exc)
         if self.signal_pids:
             for t, pid in self.all_tasks.items():

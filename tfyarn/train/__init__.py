@@ -1,5 +1,5 @@
-"""Training inside a task: the model API and :func:`run_task`, the role dispatch the runtime calls (docs/ARCHITECTURE.md,
-"Role dispatch"). TF is imported lazily: the gateway imports the model API too."""
+"""Training inside a task: the model API and :func:`run_task`, the role dispatch the runtime calls
+(docs/ARCHITECTURE.md, "Role dispatch"). TF is imported lazily: the gateway imports the model API too."""
 from __future__ import annotations
 
 import logging

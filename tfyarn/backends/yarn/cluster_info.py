@@ -64,7 +64,7 @@ class SkeinClusterInfo:
             return QueueInfo(name, str(rq["state"]), mem, vc, tuple(rq.get("nodeLabels") or ()) or None)
         try:
             q = self.client.get_queue(name)
-        except Exception as exc:  # noqa: BLE001 - skein raises its own error type for an unknown queue
+        except Exception as exc:
             if any(word in str(exc).lower() for word in ("not", "unknown", "exist")):
                 return None
             raise

@@ -164,7 +164,8 @@ def yarn_logs_cli(app_id: str, container_id: str | None = None, timeout: float =
     except subprocess.TimeoutExpired:
         raise TimeoutError(f"timed out after {timeout:g}s waiting for `yarn logs -applicationId {app_id}`") from None
     if res.returncode != 0 and not res.stdout.strip():
-        raise RuntimeError(f"`yarn logs -applicationId {app_id}` failed ({res.returncode}): {res.stderr.strip()[-500:]}")
+        raise RuntimeError(f"`yarn logs -applicationId {app_id}` failed ({res.returncode}): "
+                           f"{res.stderr.strip()[-500:]}")
     return res.stdout
 
 

@@ -84,7 +84,7 @@ class Reporter(LogReader):
             extra = {"phases": self.phases(st.app_id, st)}
             if self._copy_in_app_report(st.app_id, ckpt, d, extra["phases"]):
                 return d / REPORT_JSON
-        except Exception:  # noqa: BLE001 - a report is a convenience
+        except Exception:
             log.warning("could not write the run report of %s", st.app_id, exc_info=True)
             return None
         local = write_report(d, st, ProgressHistory.load(d / HISTORY_FILE).points, ckpt, extra)

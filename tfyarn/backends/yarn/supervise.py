@@ -4,9 +4,10 @@ Why: the gateway that submitted a job may be gone (a bare ``submit``, a ``wait``
 trigger), so what supervises it runs in the app: a small skein service (no TensorFlow, not a task) that applies
 :class:`tfyarn.supervisor.Supervisor` every second — stall watch, active deadline, allocation timeout (each shuts the
 app down FAILED with a ``timed out: …`` diagnosis: TIMED_OUT, exit 4) — writes the run report and then ends the app
-once every task is done (unless a live follower does it first), and publishes the spec (KV :data:`SPEC_KEY`, :func:`record_url` on HDFS) for followers on
-other machines. It never fails the job: errors are logged and it exits 0. A follower that sees its heartbeat
-(``app_end.SUPERVISOR_KEY``) leaves the stall watch to it; the job's end is the follower's while one is alive.
+once every task is done (unless a live follower does it first), and publishes the spec (KV :data:`SPEC_KEY`,
+:func:`~tfyarn.backends.yarn.records.record_url` on HDFS) for followers on other machines. It never fails the job:
+errors are logged and it exits 0. A follower that sees its heartbeat (``control/supervisor``) leaves the stall watch to
+it; the job's end is the follower's while one is alive.
 
 **What it cannot do**: start another job attempt: that is a new YARN application, submitted from a gateway by
 ``tfyarn run``; a bare ``submit``'s failed app says so (:func:`no_more_attempts_note`).
@@ -221,7 +222,7 @@ def main() -> int:
                  spec.timeouts.stall, spec.timeouts.active_deadline, spec.timeouts.allocation)
         sup.run()
         log.info("supervisor of %s done%s", app_id, f": ended it {sup.outcome[0]}" if sup.outcome else "")
-    except BaseException:  # noqa: BLE001 - never fail the job: followers still watch it
+    except BaseException:
         log.exception("the in-app supervisor failed; the job goes on without it")
     return 0
 

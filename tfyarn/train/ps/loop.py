@@ -39,7 +39,7 @@ class _Aggregator(threading.Thread):
             while self.gs < self.target:
                 self.sess.run(self.tg.sync.aggregate)
                 self.gs += 1
-        except BaseException as exc:  # reported by the main loop
+        except BaseException as exc:  # noqa: BLE001 - reported by the main loop
             self.error = exc
             log.error("sync aggregator failed at global step %d: %s", self.gs, exc)
 
