@@ -1,6 +1,8 @@
-"""A lost node noticed in seconds (backends/yarn/node_watch.py): a real NodeManager-like web server answers, then
-stops; the watch names the silent task once both signs (no answer, no progress) last ``timeouts.node_lost``, and the
-attempt's diagnosis reads as the cluster's doing (contracts.triage: free of retry.max_attempts)."""
+"""A lost node noticed in seconds (backends/yarn/node_watch.py): a real NodeManager-like web server
+answers, then stops; the watch names the silent task once both signs (no answer, no progress) last
+``timeouts.node_lost``, and the attempt's diagnosis reads as the cluster's doing (contracts.triage:
+free of retry.max_attempts)."""
+
 from __future__ import annotations
 
 import threading
@@ -24,7 +26,9 @@ class NodeInfo(BaseHTTPRequestHandler):
 
 
 def running(service, instance, addr):
-    return SimpleNamespace(service_name=service, instance=instance, state="RUNNING", yarn_node_http_address=addr)
+    return SimpleNamespace(
+        service_name=service, instance=instance, state="RUNNING", yarn_node_http_address=addr
+    )
 
 
 def test_a_task_silent_on_a_node_that_stopped_answering_is_lost_within_the_bound():
@@ -34,22 +38,25 @@ def test_a_task_silent_on_a_node_that_stopped_answering_is_lost_within_the_bound
     assert probe(good)
     server.shutdown()
     server.server_close()
-    assert not probe(good, timeout=1)                          # the NodeManager is gone: refused
+    assert not probe(good, timeout=1)  # the NodeManager is gone: refused
     now = [1000.0]
     watch = NodeWatch(15, clock=lambda: now[0])
     cs = [running("chief", 0, "127.0.0.1:1"), running("worker", 1, good)]
     taskmap = {"worker_1": "worker:1", "chief_0": "chief:0"}
     alive = {"127.0.0.1:1": True, good: False}
     watch.prober = lambda addr: alive[addr]
-    heard = last_heard({"progress/worker:1": '{"step": 5, "time": 1000.0}', "progress/chief:0": '{"time": 1000}'})
+    heard = last_heard(
+        {"progress/worker:1": '{"step": 5, "time": 1000.0}', "progress/chief:0": '{"time": 1000}'}
+    )
     assert heard == {"worker:1": 1000.0, "chief:0": 1000.0}
-    assert watch.check(cs, taskmap, heard) is None             # not answering, but only since now
+    assert watch.check(cs, taskmap, heard) is None  # not answering, but only since now
     now[0] = 1010.0
-    assert watch.check(cs, taskmap, heard) is None             # 10 s < 15 s
+    assert watch.check(cs, taskmap, heard) is None  # 10 s < 15 s
     now[0] = 1016.0
     diag = watch.check(cs, taskmap, heard)
-    assert diag is not None and diag.startswith(f"worker:1 lost with its node 127.0.0.1 (its NodeManager {good} "
-                                                "has not answered for 16s")
+    assert diag is not None and diag.startswith(
+        f"worker:1 lost with its node 127.0.0.1 (its NodeManager {good} has not answered for 16s"
+    )
     assert "chief:0" not in diag and "\n" not in diag
     assert attempt_cause(diag).cause == "node_lost" and attempt_cause(diag).free
     # a task still reporting progress is not lost (a NodeManager slow to answer, a task busy)
