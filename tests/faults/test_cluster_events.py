@@ -79,6 +79,8 @@ def test_a_preempted_worker_is_said_in_words_in_status_snapshot_and_diagnosis():
         "worker:1",
     }  # the replacement is worker:1's
     assert tasks["worker:1"].state == "PENDING" and tasks["worker:1"].restarts == 1
+    assert tasks["worker:1"].diagnostics == (
+        "replacing its container preempted by the scheduler (container_1795671803439_0003_01_000006)")
     snap = snapshot(cs, kv, s, progress={})
     assert snap["events"] == {
         "worker:1": ["preempted by the scheduler (container_1795671803439_0003_01_000006)"]

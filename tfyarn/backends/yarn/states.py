@@ -167,6 +167,8 @@ def tasks_from_containers(containers: list[Any], taskmap: dict[str, str], spec: 
         cause = container_cause(c) if not ex else None
         if cause is not None:                   # YARN took it (contracts.triage): said in words, its text after
             diag = f"{cause.words} (YARN: {c.exit_message})"
+        elif state == "PENDING" and len(cs) > 1 and (prev := container_cause(cs[-2])) is not None:
+            diag = f"replacing its container {prev.words} ({cs[-2].yarn_container_id})"
         out.append(TaskStatus(task=task, state=state, host=_host(c.yarn_node_http_address), restarts=len(cs) - 1,
                               exit_code=code, diagnostics=diag, log=c.yarn_container_logs or None,
                               memory_mib=memory))
