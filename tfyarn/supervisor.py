@@ -135,10 +135,9 @@ class Supervisor:
         self.earlier.append(f"{label}: {diagnosis}" if label else diagnosis)
         self.attempt += 1
         cause = self.budget.causes[-1]
-        log.warning("attempt %d failed (%s)%s; starting attempt %d from the latest checkpoint in %gs",
-                    self.attempt, diagnosis, f" [{cause.words}: not counted in retry.max_attempts "
-                    f"{retry.max_attempts}]" if cause and cause.free else f" [{self.budget.counted - 1}/"
-                    f"{retry.max_attempts} used]", self.attempt + 1, retry.backoff)
+        free = f" [{cause.words}: not counted in retry.max_attempts]" if cause and cause.free else ""
+        log.warning("attempt %d/%d failed (%s)%s; starting attempt %d from the latest checkpoint in %gs",
+                    self.attempt, retry.max_attempts, diagnosis, free, self.attempt + 1, retry.backoff)
         return True
 
     def backoff(self, stop: threading.Event | None = None) -> bool:
