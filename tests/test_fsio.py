@@ -73,8 +73,7 @@ def test_a_checkpoint_index_and_a_summary_are_replaced_on_hdfs_without_a_gap(hdf
     assert any("ckpt-5." in p for p in StrictRenameFS.removed)              # pruning still removes old ones
 
     ctx = type("Ctx", (), {"attempt": 0, "kv": type("KV", (), {"put": lambda self, k, v: None})(),
-                           "spec": type("Spec", (), {"checkpoint": type("C", (), {"dir": "hdfs:///ckpt"})(),
-                                                     "resolve_path": staticmethod(lambda p: p)})()})()
+                           "spec": type("Spec", (), {"checkpoint": type("C", (), {"dir": "hdfs:///ckpt"})()})()})()
     for run in (1, 2):
         url = write_summary(ctx, {"run": run})
     assert json.loads(hdfs.cat(url.split("://", 1)[1])) == {"run": 2}

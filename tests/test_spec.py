@@ -114,6 +114,8 @@ def test_overrides_are_yaml_parsed_and_validated():
 
 def test_relative_paths_resolve_against_the_spec_file(tmp_path):
     d = doc(data__train="data/*.tfrecord", checkpoint={"dir": "../runs/ckpt"}, code="src")
+    d["data"]["index_cache"] = "idx"
+    d["kerberos"] = {"principal": "me@R", "keytab": "../me.keytab"}
     (tmp_path / "specs").mkdir()
     path = tmp_path / "specs" / "job.yaml"
     path.write_text(yaml.safe_dump(d))
@@ -121,8 +123,17 @@ def test_relative_paths_resolve_against_the_spec_file(tmp_path):
     assert s.data.train == [str(tmp_path / "specs" / "data" / "*.tfrecord")]
     assert s.checkpoint.dir == str(tmp_path / "runs" / "ckpt")
     assert s.code == str(tmp_path / "specs" / "src")
+    assert s.data.index_cache == str(tmp_path / "specs" / "idx")
+    assert s.kerberos.keytab == str(tmp_path / "me.keytab")        # every path field absolute once, at load
     again = load_spec_json(s.to_json())  # what tasks read
     assert again == s
+
+
+def test_a_spec_given_as_a_dict_has_its_relative_paths_made_absolute_against_the_cwd(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    s = load_spec_dict(doc(data__train="data/*.tfrecord", checkpoint={"dir": "ckpt"}))
+    assert s.data.train == [str(tmp_path / "data" / "*.tfrecord")] and s.checkpoint.dir == str(tmp_path / "ckpt")
+    assert load_spec_dict(doc(data__train="hdfs:///d/*.tfrecord")).data.train == ["hdfs:///d/*.tfrecord"]
 
 
 def test_unreadable_and_invalid_yaml(tmp_path):

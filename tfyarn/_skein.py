@@ -37,7 +37,7 @@ def skein() -> ModuleType:
     if "distutils" in sys.modules or "skein" in sys.modules:
         return importlib.import_module("skein")
     pkg, ver = ModuleType("distutils"), ModuleType("distutils.version")
-    pkg.__path__ = []                                  # type: ignore[attr-defined]
+    pkg.__path__ = []
     ver.LooseVersion = _LooseVersion                   # type: ignore[attr-defined]
     pkg.version = ver                                  # type: ignore[attr-defined]
     sys.modules["distutils"], sys.modules["distutils.version"] = pkg, ver

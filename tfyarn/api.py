@@ -211,7 +211,7 @@ def export(spec: JobSpec, checkpoint: str | None = None, to: str | None = None) 
     keep_matplotlib_out_of_keras()          # TF imports Keras, which would import matplotlib: nothing is drawn here
     entry = None
     if spec.checkpoint.dir:                 # (without one, export_checkpoint says so)
-        store = CheckpointStore(spec.resolve_path(spec.checkpoint.dir), keep=spec.checkpoint.keep)
+        store = CheckpointStore(spec.checkpoint.dir, keep=spec.checkpoint.keep)
         idx = store.index()                 # read once: the named or the latest entry, and the list for messages
         entries = idx.get("checkpoints", [])
         if not entries:

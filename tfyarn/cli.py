@@ -440,12 +440,12 @@ def data_index(urls: tuple[str, ...], spec_path: str | None, overrides: tuple[st
     sections: list[tuple[str, list[str]]] = []
     if spec_path:
         spec = _load(spec_path, overrides)
-        sections = [("data.train", [spec.resolve_path(u) for u in spec.data.train])]
+        sections = [("data.train", list(spec.data.train))]
         if spec.data.eval:
-            sections.append(("data.eval", [spec.resolve_path(u) for u in spec.data.eval]))
+            sections.append(("data.eval", list(spec.data.eval)))
         compression = compression or spec.data.compression
         on_corrupt = on_corrupt or spec.data.on_corrupt
-        cache_dir = cache_dir or (spec.resolve_path(spec.data.index_cache) if spec.data.index_cache else None)
+        cache_dir = cache_dir or spec.data.index_cache
     if urls:
         sections.append(("", list(urls)))
     if not sections:

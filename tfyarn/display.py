@@ -67,9 +67,8 @@ def tasks_table(st: AppStatus) -> Any:
     from rich.table import Table
     per_task = (st.progress or {}).get("per_task") or {}
     table = Table(box=None, pad_edge=False, header_style="bold", expand=False)
-    for col, kw in (("role", {}), ("#", {"justify": "right"}), ("state", {}), ("host", {}),
-                    ("restarts", {"justify": "right"}), ("step", {"justify": "right"}), ("exit", {"justify": "right"})):
-        table.add_column(col, **kw)
+    for col in ("role", "#", "state", "host", "restarts", "step", "exit"):
+        table.add_column(col, justify="left" if col in ("role", "state", "host") else "right")
     for t in st.tasks:
         role, _, index = t.task.partition(":")
         step = per_task.get(t.task)
@@ -132,7 +131,7 @@ class LineView:
     """Plain timestamped lines at a bounded rate: a line every ``every`` s if the text changed, and at once when the
     job's or a task's state changes. ``clock`` is injectable so tests check the rate without sleeping."""
 
-    def __init__(self, out: TextIO, every: float = LINE_EVERY_S, clock: Callable[[], float] = time.monotonic,
+    def __init__(self, out: TextIO | Any, every: float = LINE_EVERY_S, clock: Callable[[], float] = time.monotonic,
                  stamp: Callable[[], str] | None = None):
         self.out, self.every, self.clock = out, every, clock
         self.stamp = stamp or (lambda: time.strftime("%Y-%m-%dT%H:%M:%S%z"))

@@ -118,7 +118,7 @@ def set_login(kerberos: Any) -> None:
         check_keytab(kerberos.keytab)
     _login = kerberos
     for proto, base in (("hdfs", HdfsFileSystem), ("viewfs", ViewfsFileSystem)):
-        cls = base if kerberos is None else _keytab_class(base)
+        cls: Any = base if kerberos is None else _keytab_class(base)
         cls.clear_instance_cache()
         fsspec.register_implementation(proto, cls, clobber=True)
 
@@ -126,7 +126,7 @@ def set_login(kerberos: Any) -> None:
 _KEYTAB_CLASSES: dict[type, type] = {}
 
 
-def _keytab_class(base: type) -> type:
+def _keytab_class(base: Any) -> type:
     """``base`` whose client logs in with :data:`_login`'s keytab (its own instance cache: never a ticket-cache one)."""
     if base not in _KEYTAB_CLASSES:
         def __init__(self: Any, host: str | None = None, port: int | None = None, *args: Any, **opts: Any) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import signal
 import threading
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Any, Iterator
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -30,7 +30,7 @@ class Interrupted(Exception):
 
 
 @contextmanager
-def _handlers(handler: object) -> Iterator[None]:
+def _handlers(handler: Any) -> Iterator[None]:
     """Install ``handler`` for every stop signal inside the block, and put the previous ones back after it. Off the
     main thread (signals are delivered to the main thread only) nothing is installed.
 

@@ -30,10 +30,8 @@ def secure(conf: dict[str, str]) -> bool:
 
 
 def resolved(spec: JobSpec | None) -> Kerberos | None:
-    """The spec's Kerberos section with the keytab path made absolute (relative paths are the spec file's)."""
-    if spec is None or spec.kerberos is None:
-        return None
-    return spec.kerberos.model_copy(update={"keytab": os.path.abspath(spec.resolve_path(spec.kerberos.keytab))})
+    """The spec's Kerberos section (its keytab path made absolute when the spec was loaded)."""
+    return None if spec is None else spec.kerberos
 
 
 def from_env() -> Kerberos | None:
@@ -112,7 +110,7 @@ def _probe(url: str, krb: Kerberos | None) -> BaseException | None:
 
     def call() -> None:
         try:
-            kw = {"kerberos_principal": krb.principal, "kerberos_keytab": krb.keytab} if krb else {}
+            kw: dict[str, Any] = {"kerberos_principal": krb.principal, "kerberos_keytab": krb.keytab} if krb else {}
             Client(url, **kw).get_file_info("/")
             result.append(None)
         except BaseException as exc:  # noqa: BLE001 - reported by the caller
@@ -156,10 +154,18 @@ def check(krb: Kerberos | None, conf: dict[str, str]) -> None:
     raise PreflightError(f"Kerberos: logging in {who} failed: {text}")
 
 
+#: The logins this process has checked (principal, keytab, cluster): a command logs in once, however many backends,
+#: preflight calls and ``pack`` ask (each check probes the NameNode over SPNEGO: a KDC round trip).
+_CHECKED: set[tuple[str | None, str | None, str]] = set()
+
+
 def login(krb: Kerberos | None, conf: dict[str, str]) -> Kerberos | None:
-    """Check ``krb`` (or the ticket cache on a Kerberized cluster) and make it this process's HDFS login."""
-    if krb is not None or secure(conf):
+    """Check ``krb`` (or the ticket cache on a Kerberized cluster) and make it this process's HDFS login; a login
+    already checked in this process is not checked again."""
+    key = (krb.principal if krb else None, krb.keytab if krb else None, hdfs.default_fs(conf))
+    if (krb is not None or secure(conf)) and key not in _CHECKED:
         check(krb, conf)
+        _CHECKED.add(key)
     hdfs.set_login(krb)
     return krb
 

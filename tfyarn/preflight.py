@@ -66,7 +66,7 @@ def list_data(spec: JobSpec, get_fs: GetFs = hdfs.get_fs) -> list[_Listed]:
     for section, urls in (("data.train", spec.data.train), ("data.eval", spec.data.eval)):
         for i, url in enumerate(urls):
             try:
-                fs, path = get_fs(spec.resolve_path(url))
+                fs, path = get_fs(url)
                 hits = data_files(fs, path)   # as the tasks list them: side files (.x, _SUCCESS, *.crc) left out
             except Exception as exc:  # noqa: BLE001 - any filesystem error is a reportable problem here
                 out.append(_Listed(section, i, url, error=f"{type(exc).__name__}: {exc}"))
@@ -109,7 +109,7 @@ def check_data_schema(spec: JobSpec, get_fs: GetFs = hdfs.get_fs, listed: list[_
                 with d.fs.open(hit, "rb") as f:
                     payload = first_record(f, name, spec.data.compression)
             except DataError as exc:
-                named = d.files == (d.fs._strip_protocol(spec.resolve_path(d.url)),)   # the URL is this file
+                named = d.files == (d.fs._strip_protocol(d.url),)   # the URL is this file
                 found.append(str(exc) + ("" if named else side_file_hint(name, exc)))
                 continue
             except Exception as exc:  # noqa: BLE001 - a filesystem error here is not this check's finding
@@ -152,7 +152,8 @@ def check_enough_records(spec: JobSpec, listed: list[_Listed]) -> list[str]:
         return []                                         # check_data reports these
     files = _train_files(listed)
     need, data = spec.global_batch_size, spec.data
-    opts = {"compression": data.compression, "on_corrupt": data.on_corrupt, "cache_dir": _index_cache(spec)}
+    opts: dict[str, Any] = {"compression": data.compression, "on_corrupt": data.on_corrupt,
+                            "cache_dir": _index_cache(spec)}
     count, uncounted = 0, []
     try:
         for i, (url, (size, mtime)) in enumerate(sorted(files.items())):
@@ -170,7 +171,8 @@ def check_enough_records(spec: JobSpec, listed: list[_Listed]) -> list[str]:
             if size > budget:
                 return []                                 # not cheap to know
             budget -= size
-            count += cached_or_indexed(url, size, mtime, **opts).records  # type: ignore[union-attr]
+            indexed = cached_or_indexed(url, size, mtime, **opts)
+            count += indexed.records if indexed is not None else 0
             if count >= need:
                 return []
     except (DataError, OSError) as exc:
@@ -195,7 +197,7 @@ def _train_files(listed: list[_Listed]) -> dict[str, tuple[int, str]]:
 
 
 def _index_cache(spec: JobSpec) -> str | None:
-    return spec.resolve_path(spec.data.index_cache) if spec.data.index_cache else None
+    return spec.data.index_cache or None
 
 
 def _mb(n: float) -> str:
@@ -219,12 +221,13 @@ def index_notes(spec: JobSpec, listed: list[_Listed]) -> list[str]:
         step = max(1, len(listing.files) // INDEX_PROBE_FILES)
         sample = listing.files[::step]
         with ThreadPoolExecutor(8, thread_name_prefix="tfyarn-preflight") as ex:
-            hits = list(ex.map(lambda f: cached_or_indexed(*f, compression=data.compression, cache_dir=cache,
-                                                           on_corrupt=data.on_corrupt, read=False), sample))
+            hits = list(ex.map(lambda f: cached_or_indexed(f[0], f[1], f[2], compression=data.compression,
+                                                           cache_dir=cache, on_corrupt=data.on_corrupt,
+                                                           read=False), sample))
     except Exception as exc:  # noqa: BLE001 - a note, never a reason to refuse the job
         log.debug("preflight: cannot tell how much data is indexed: %s", exc)
         return []
-    missing = sum(f[1] for f, hit in zip(sample, hits) if hit is None)
+    missing: float = sum(f[1] for f, hit in zip(sample, hits) if hit is None)
     if not missing:
         return []
     sampled = len(sample) < len(listing.files)
@@ -247,7 +250,7 @@ def check_output_dirs(spec: JobSpec, get_fs: GetFs = hdfs.get_fs) -> list[str]:
         if not d:
             continue
         try:
-            fs, path = get_fs(spec.resolve_path(d))
+            fs, path = get_fs(d)
             fs.makedirs(path, exist_ok=True)
             probe = path.rstrip("/") + f"/.tfyarn-write-test-{uuid.uuid4().hex[:12]}"
             with fs.open(probe, "wb") as f:
@@ -289,7 +292,7 @@ def check_kerberos(spec: JobSpec) -> list[str]:
     if not spec.kerberos:
         return []
     try:
-        hdfs.check_keytab(spec.resolve_path(spec.kerberos.keytab))
+        hdfs.check_keytab(spec.kerberos.keytab)
     except PreflightError as exc:
         return [str(exc)]
     return []
@@ -302,9 +305,9 @@ def check_warm_start(spec: JobSpec) -> list[str]:
         return []
     from tfyarn.train.checkpoint import CheckpointStore
     try:
-        if spec.checkpoint.dir and CheckpointStore(spec.resolve_path(spec.checkpoint.dir)).latest() is not None:
+        if spec.checkpoint.dir and CheckpointStore(spec.checkpoint.dir).latest() is not None:
             return []                  # the job resumes from its own checkpoint: init_from is not read
-        src = CheckpointStore(spec.resolve_path(spec.checkpoint.init_from))
+        src = CheckpointStore(spec.checkpoint.init_from)
         latest = src.latest()
     except Exception as exc:  # noqa: BLE001 - any filesystem error is a reportable problem here
         return [f"checkpoint.init_from: cannot read {spec.checkpoint.init_from}: {type(exc).__name__}: {exc}"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from enum import Enum
 from pathlib import Path
@@ -268,6 +269,10 @@ class Acls(_Model):
 _MODEL_REF_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
+def _one_worker() -> dict[RoleName, Role]:
+    return {"worker": Role(instances=1)}
+
+
 class JobSpec(_Model):
     name: str = Field(..., pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
     queue: str = "default"
@@ -282,7 +287,7 @@ class JobSpec(_Model):
     data: Data
     checkpoint: Checkpoint = Field(default_factory=Checkpoint)
     export: Export | None = Field(None, description="export the final model as a SavedModel (needs checkpoint.dir)")
-    roles: dict[RoleName, Role] = Field(default_factory=lambda: {"worker": Role(instances=1)})
+    roles: dict[RoleName, Role] = Field(default_factory=lambda: _one_worker())
     timeouts: Timeouts = Field(default_factory=Timeouts)
     retry: Retry = Field(default_factory=Retry)
     success_policy: Literal["all_workers", "chief"] = Field(
@@ -323,7 +328,7 @@ class JobSpec(_Model):
         if self.export and not self.checkpoint.dir:
             problems.append("export.dir: the model is exported from the final checkpoint: set checkpoint.dir too")
         for role in ("ps", "chief"):
-            r = self.roles.get(role)  # type: ignore[call-overload]
+            r = self.roles.get(role)
             if r and r.max_restarts:
                 problems.append(f"roles.{role}.max_restarts: a restarted {role} cannot rejoin a running job "
                                 f"(the ps holds the variables, the chief the session); use retry.max_attempts")
@@ -361,12 +366,6 @@ class JobSpec(_Model):
         """Every task of the job as 'role:index', in launch order (ps first: workers connect to them)."""
         order = ("ps", "chief", "worker", "evaluator", "tensorboard")
         return [f"{r}:{i}" for r in order for i in range(self.instances(r))]
-
-    def resolve_path(self, path: str) -> str:
-        """A relative local path in the spec is relative to the spec file, not to the caller's cwd."""
-        if "://" in path or Path(path).is_absolute() or not self.base_dir:
-            return path
-        return str(Path(self.base_dir) / path)
 
     def to_json(self) -> str:
         return json.dumps(self.model_dump(mode="json", by_alias=True) | {"base_dir": self.base_dir}, indent=1)
@@ -552,23 +551,27 @@ def load_spec_dict(doc: Any, overrides: tuple[str, ...] | list[str] = (), base_d
         problems += _problems(exc, doc)
     if problems:
         raise SpecError(problems)
-    return _resolve_paths(spec, base_dir) if base_dir else spec
+    return _resolve_paths(spec, base_dir or os.getcwd())
 
 
 def _resolve_paths(spec: JobSpec, base_dir: str) -> JobSpec:
-    """Relative local paths in a spec file are relative to the file, so every task (whatever its working directory)
-    sees the same absolute paths."""
+    """Every local path of the spec made absolute once, at load: relative to the spec file (``base_dir``; a spec
+    given as a dict: the caller's cwd), so every module and every task (whatever its working directory) reads the
+    same absolute paths and none resolves them again."""
     def res(path: str) -> str:
         return path if "://" in path or Path(path).is_absolute() else str((Path(base_dir) / path).resolve())
 
     data = spec.data.model_copy(update={"train": [res(u) for u in spec.data.train],
-                                        "eval": [res(u) for u in spec.data.eval]})
+                                        "eval": [res(u) for u in spec.data.eval]}
+                                | ({"index_cache": res(spec.data.index_cache)} if spec.data.index_cache else {}))
     ck = {k: res(v) for k in ("dir", "init_from") if (v := getattr(spec.checkpoint, k))}
     update: dict[str, Any] = {"base_dir": base_dir, "data": data, "checkpoint": spec.checkpoint.model_copy(update=ck)}
     if spec.export:
         update["export"] = spec.export.model_copy(update={"dir": res(spec.export.dir)})
     if spec.code:
         update["code"] = res(spec.code)
+    if spec.kerberos:
+        update["kerberos"] = spec.kerberos.model_copy(update={"keytab": res(spec.kerberos.keytab)})
     return spec.model_copy(update=update)
 
 

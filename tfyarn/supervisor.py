@@ -68,11 +68,17 @@ class Supervisor:
         self._stall_checked = 0.0
         self._pending_since: float | None = None
 
+    @property
+    def job(self) -> JobSpec:
+        """The spec, for the rules that need one (a bare status read, which has none, applies none of them)."""
+        assert self.spec is not None, "this job's spec is unknown: its rules cannot be applied"
+        return self.spec
+
     # ------------------------------------------------------------------------------------------------- deadline
     def deadline(self) -> tuple[float, str] | None:
         """The earlier of ``timeouts.active_deadline`` and the caller's ``timeout`` (seconds from the start), with
         what set it; None without either."""
-        limits = [(d, w) for d, w in ((self.spec.timeouts.active_deadline, "timeouts.active_deadline"),
+        limits = [(d, w) for d, w in ((self.job.timeouts.active_deadline, "timeouts.active_deadline"),
                                       (self.timeout, "the caller's timeout")) if d is not None]
         return min(limits) if limits else None
 
@@ -96,13 +102,13 @@ class Supervisor:
         ``timeouts.rendezvous + timeouts.stall`` before the first step must appear."""
         if self._watch is not None:
             return
-        t = self.spec.timeouts
-        training = self.spec.training_tasks
+        t = self.job.timeouts
+        training = self.job.training_tasks
         if pids is not None:
             watched: Mapping[str, int | None] | list[str] = {n: pids.get(n) for n in training}
             every: Mapping[str, int | None] | list[str] = dict(pids)
         else:
-            watched, every = list(training), self.spec.tasks()
+            watched, every = list(training), self.job.tasks()
         self._watch = StallWatchdog(kv, watched, t.stall, all_tasks=every, signal_pids=pids is not None,
                                     startup_s=t.rendezvous + t.stall, clock=self.clock,
                                     ack_wait_s=self.ack_wait_s)
@@ -124,7 +130,7 @@ class Supervisor:
         """After an attempt ended in ``state``: does another one run? Only after FAILED or TIMED_OUT, with attempts
         left, not ``stopped`` (a kill, Ctrl-C) and before the deadline (counting the backoff). When it does, the
         attempt's diagnosis (prefixed with ``label``, e.g. the YARN application id) is kept for the final one."""
-        retry = self.spec.retry
+        retry = self.job.retry
         left = self.time_left()
         if self.budget is None:
             self.budget = AttemptBudget(retry.max_attempts)
@@ -142,7 +148,7 @@ class Supervisor:
 
     def backoff(self, stop: threading.Event | None = None) -> bool:
         """Wait ``retry.backoff`` before the next attempt; False when ``stop`` was set meanwhile (Ctrl-C, a kill)."""
-        return not (stop or threading.Event()).wait(self.spec.retry.backoff)
+        return not (stop or threading.Event()).wait(self.job.retry.backoff)
 
     def final_diagnosis(self, diagnosis: str) -> str:
         """``diagnosis`` with the earlier attempts' diagnoses after it (none: unchanged)."""
@@ -189,7 +195,7 @@ class Supervisor:
             return None
         if self._pending_since is None:
             self._pending_since = now
-        limit = self.spec.timeouts.allocation
+        limit = self.job.timeouts.allocation
         if now - self._pending_since <= limit:
             return None
         return Verdict(AppState.TIMED_OUT, f"containers not allocated within {limit:g}s (timeouts.allocation): "
@@ -306,4 +312,4 @@ def training_end_note(progress: Mapping[str, Any], summary: Mapping[str, Any] | 
 
 def checkpoint_url(spec: JobSpec | None) -> str | None:
     """The spec's resolved checkpoint dir (None without a spec or a dir)."""
-    return spec.resolve_path(spec.checkpoint.dir) if spec is not None and spec.checkpoint.dir else None
+    return spec.checkpoint.dir if spec is not None and spec.checkpoint.dir else None

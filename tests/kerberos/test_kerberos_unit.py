@@ -136,3 +136,18 @@ def test_finished_logs_come_from_the_node_managers_when_aggregation_is_off():
     (line,) = log_files.lines_of(got["worker:0"], label="worker:0")
     assert line.startswith("worker:0 | [tfyarn] logs unavailable") and bad in line and "500" in line
     assert "ps:0" not in got
+
+
+def test_a_command_checks_its_login_once(monkeypatch, tmp_path):
+    """However many backends, preflight calls and packs ask for it, one process checks one login once (each check is
+    a KDC round trip); a different keytab or principal is checked again."""
+    checked = []
+    monkeypatch.setattr(kerberos, "check", lambda krb, conf: checked.append(krb.principal))
+    monkeypatch.setattr(kerberos, "_CHECKED", set())
+    monkeypatch.setattr(kerberos.hdfs, "set_login", lambda krb: None)
+    conf = {"hadoop.security.authentication": "kerberos", "fs.defaultFS": "hdfs://nn:9000"}
+    alice = Kerberos(principal="alice@R", keytab=str(tmp_path / "a.keytab"))
+    for _ in range(3):
+        assert kerberos.login(alice, conf) is alice
+    kerberos.login(Kerberos(principal="bob@R", keytab=str(tmp_path / "b.keytab")), conf)
+    assert checked == ["alice@R", "bob@R"]

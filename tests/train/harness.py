@@ -222,7 +222,7 @@ def check_export_matches_checkpoint(spec, version_dir: str | Path, checkpoint: s
     from tfyarn.train.checkpoint import CheckpointStore, restore_model_variables
     from tfyarn.train.model import build_model, load
 
-    store = CheckpointStore(spec.resolve_path(spec.checkpoint.dir))
+    store = CheckpointStore(spec.checkpoint.dir)
     entry = next(e for e in store.index()["checkpoints"] if e["name"] == checkpoint)
     import tempfile
     prefix = store.download(entry, tempfile.mkdtemp(prefix="export-check-"))

@@ -1,4 +1,4 @@
-"""The examples in README's "Writing a model" (the model API's documentation) must actually run."""
+"""The examples in docs/training.md's "Writing a model" (the model API's documentation) must actually run."""
 from __future__ import annotations
 
 import json
@@ -15,8 +15,8 @@ from tfyarn.spec import load_spec_dict
 
 
 def _examples() -> list[str]:
-    """The python code blocks of README's "Writing a model" section, in order."""
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    """The python code blocks of docs/training.md's "Writing a model" section, in order."""
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "training.md").read_text()
     section = readme.split("## Writing a model", 1)[1].split("\n## ", 1)[0]
     return re.findall(r"```python\n(.*?)```", section, re.S)
 

@@ -12,6 +12,7 @@ from tfyarn.errors import ExitCode, PreflightError
 from tfyarn.preflight import (QueueInfo, check_output_dirs, check_data, check_data_schema, check_resources,
                               run_preflight)
 from tfyarn.backends.yarn.rest import rm_webapp_urls
+from tfyarn.spec import load_spec_dict
 
 FEAT = {"label": {"dtype": "float32"}}
 #: one TFRecord file of Examples fitting FEAT (preflight samples the first record of each data URL), as many as one
@@ -105,8 +106,10 @@ def test_with_on_corrupt_skip_one_fitting_sample_is_enough(tmp_path):
 
 def test_relative_data_path_resolves_against_the_spec_dir(tmp_path):
     (tmp_path / "train.tfrecord").write_bytes(GOOD)
-    spec = make_spec(data=data("train.tfrecord")).model_copy(update={"base_dir": str(tmp_path)})
-    assert check_data(spec) == []
+    doc = make_spec().model_dump(mode="json", by_alias=True)
+    doc["data"] = data("train.tfrecord")
+    spec = load_spec_dict(doc, base_dir=str(tmp_path))
+    assert spec.data.train == [str(tmp_path / "train.tfrecord")] and check_data(spec) == []
 
 
 CLUSTER = StaticClusterInfo({"ml": QueueInfo("ml", max_memory_mib=8192, max_vcores=8, node_labels=("gpu",)),

@@ -5,8 +5,8 @@ try:  # Airflow 3
     from airflow.sdk import BaseOperator
     from airflow.sdk.exceptions import AirflowException
 except ImportError:  # Airflow 2.x
-    from airflow.exceptions import AirflowException  # type: ignore[no-redef]
-    from airflow.models import BaseOperator  # type: ignore[no-redef]
+    from airflow.exceptions import AirflowException
+    from airflow.models import BaseOperator
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 

@@ -1,5 +1,5 @@
 """``TfyarnOperator``: run a tfyarn job from an Airflow task — submit, follow, fail with the job's diagnosis (what it
-pushes to XCom and returns: README's Airflow section).
+pushes to XCom and returns: docs/schedulers.md).
 
 What it guarantees:
 

@@ -1,8 +1,7 @@
 """Progress of a tfyarn app as lines in an Airflow task log, at a bounded rate (shared by operator and trigger)."""
 from __future__ import annotations
 
-import logging
-from typing import Callable
+from typing import Any, Callable
 
 from tfyarn.contracts.status import AppStatus
 from tfyarn.display import LineView
@@ -11,7 +10,7 @@ from tfyarn.display import LineView
 class _LogWriter:
     """A text stream that sends each written line to a logger (so :class:`LineView` can feed an Airflow log)."""
 
-    def __init__(self, log: logging.Logger | logging.LoggerAdapter):
+    def __init__(self, log: Any):
         self.log = log
 
     def write(self, text: str) -> None:
@@ -23,7 +22,7 @@ class _LogWriter:
         pass
 
 
-def progress_logger(log: logging.Logger | logging.LoggerAdapter, every: float) -> Callable[[AppStatus], None]:
+def progress_logger(log: Any, every: float) -> Callable[[AppStatus], None]:
     """An ``on_update`` callable: a progress line every ``every`` s, and at once on any job or task state change
     (marked ``tfyarn``, not timestamped: Airflow stamps each log record)."""
     return LineView(_LogWriter(log), every=every, stamp=lambda: "tfyarn")

@@ -9,11 +9,13 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable, Iterator, TypeVar
 
 from tfyarn.contracts.status import AppState, AppStatus, Echo, TaskStatus, WaitClock
 from tfyarn.errors import TfyarnError, WaitTimeout
 from tfyarn.spec import JobSpec
+
+B = TypeVar("B", bound="Backend")
 
 __all__ = ["AppState", "AppStatus", "Backend", "Echo", "Request", "TaskStatus", "WaitClock"]
 
@@ -79,7 +81,7 @@ class Backend(ABC):
     def close(self) -> None:  # noqa: B027 - a default: most backends hold nothing to release
         """Release what this backend holds (YARN: a private skein driver). Backends are context managers."""
 
-    def __enter__(self) -> "Backend":
+    def __enter__(self: B) -> B:
         return self
 
     def __exit__(self, *exc: object) -> None:

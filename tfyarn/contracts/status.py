@@ -47,7 +47,7 @@ class TaskStatus:
 
 @dataclass
 class AppStatus:
-    """Stable, JSON-serialisable status (``tfyarn status --output json``; schema documented in the README)."""
+    """Stable, JSON-serialisable status (``tfyarn status --output json``; schema: docs/commands.md)."""
     app_id: str
     backend: str
     name: str

@@ -21,7 +21,7 @@ import sys
 import time
 import traceback
 from contextlib import suppress
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from tfyarn.forkserver_protocol import FD_ENV, MessageTooLarge, recv
 from tfyarn.forkserver_protocol import send as _send
@@ -57,7 +57,7 @@ def preload() -> None:
     if warm_imports.import_tensorflow():
         module = warm_imports.model_module(os.environ.get("TFYARN_SPEC_FILE"))
         try:
-            keras = bool(module) and warm_imports.code_uses_keras(module, os.environ.get("TFYARN_CODE_DIR"))
+            keras = warm_imports.code_uses_keras(module, os.environ.get("TFYARN_CODE_DIR")) if module else False
         except Exception as exc:  # noqa: BLE001 - reading the job's code is an optimisation; tasks import on use
             _log(f"could not read model module {module!r} ({type(exc).__name__}: {exc}); Keras not preloaded")
             keras = False
@@ -92,10 +92,11 @@ def _become_task(req: dict, out_fd: int, server_pid: int) -> None:
     os.environ.update(req["env"])
     os.environ["TFYARN_PARENT_PID"] = str(server_pid)  # its parent is this server: launcher → forkserver → task
     if "tempfile" in sys.modules:  # it caches the temp dir it found first (the server's): look again, in this env
-        sys.modules["tempfile"].tempdir = None
-    for sig, handler in _STARTUP_SIGNALS.items():
+        tempfile_module: Any = sys.modules["tempfile"]
+        tempfile_module.tempdir = None
+    for sig, startup in _STARTUP_SIGNALS.items():
         with suppress(OSError, ValueError):
-            signal.signal(sig, handler)
+            signal.signal(sig, startup)
     for handler in _IMPORT_HANDLERS:
         logging.getLogger("tensorflow").removeHandler(handler)
     if "numpy" in sys.modules:  # `random` reseeds itself after fork; numpy's global RNG would repeat the server's

@@ -20,6 +20,7 @@ import os
 import re
 import sys
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -41,7 +42,7 @@ class _NoPlotsForKeras(importlib.abc.MetaPathFinder):
     def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
         if name.partition(".")[0] != "matplotlib" or "matplotlib" in sys.modules:
             return None
-        frame = sys._getframe(1)
+        frame: FrameType | None = sys._getframe(1)
         while frame is not None and frame.f_code.co_filename.startswith("<frozen importlib"):
             frame = frame.f_back                                       # the import machinery: find the importer
         if frame is not None and frame.f_code.co_name == "<module>" and \

@@ -158,7 +158,7 @@ class StallReport:
         steps = {t: s.step for t, s in self.tasks.items()}
         if any(v is None for v in steps.values()):
             return [t for t, v in steps.items() if v is None]
-        low = min(steps.values()) if steps else None
+        low = min(v for v in steps.values() if v is not None) if steps else None
         return [t for t, v in steps.items() if v == low] if len({*steps.values()}) > 1 else []
 
     @property

@@ -28,7 +28,7 @@ def run_task(ctx: Any) -> Any:
         return ps.serve(ctx)
     if role not in ("chief", "worker"):
         raise ValueError(f"{ctx.task_id}: run_task does not handle role {role!r}")
-    target = load(spec.model, spec.params, spec.resolve_path(spec.code) if spec.code else None)
+    target = load(spec.model, spec.params, spec.code or None)
     if is_custom_train(target):
         if spec.export is not None:
             raise ValueError(f"export: {spec.model} is a custom train function; tfyarn cannot know which model it "

@@ -129,7 +129,7 @@ def build(ctx: TaskContext, strategy: Any) -> tuple[Any, Any, Any, Any]:
     """Model, optimizer and global step created under the strategy (mirrored, initial values from the chief)."""
     import tensorflow as tf
     spec = ctx.spec
-    model = load(spec.model, spec.params, spec.resolve_path(spec.code) if spec.code else None)
+    model = load(spec.model, spec.params, spec.code or None)
     with strategy.scope():
         build_model(model)
         optimizer = model.optimizer()

@@ -198,7 +198,7 @@ class PeriodicCheckpoints:
 
     def __init__(self, spec: Any, chief: bool):
         c = spec.checkpoint
-        self.store = CheckpointStore(spec.resolve_path(c.dir), keep=c.keep) if c.dir else None
+        self.store = CheckpointStore(c.dir, keep=c.keep) if c.dir else None
         self.uploads = BackgroundUpload(self.store) if self.store and chief else None
         self.every_steps, self.every_secs = c.every_steps, c.every_secs
         self.last_step: int | None = None
@@ -330,7 +330,7 @@ def warm_start_source(spec: Any, workdir: str | Path) -> tuple[str, dict[str, An
     url = spec.checkpoint.init_from
     if not url:
         return None
-    store = CheckpointStore(spec.resolve_path(url))
+    store = CheckpointStore(url)
     prefix, entry, keys = download_model_checkpoint(store, local_dir_for(workdir, "warm-start"), "checkpoint.init_from")
     log.info("warm start from %s in %s (its global step %d)", entry["name"], store.url, entry["global_step"])
     return prefix, {**entry, "url": store.url}, keys

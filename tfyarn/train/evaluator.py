@@ -62,7 +62,7 @@ def make_eval_feeder(ctx: TaskContext) -> Any:
     from tfyarn.data import Feeder, build_manifest
     from tfyarn.train.helpers import index_cache
     d = ctx.spec.data
-    manifest = build_manifest([ctx.spec.resolve_path(u) for u in d.eval], compression=d.compression,
+    manifest = build_manifest(list(d.eval), compression=d.compression,
                               on_corrupt=d.on_corrupt, cache_dir=index_cache(ctx.spec), whole=True)
     return Feeder(manifest, dict(d.features), d.batch_size, 0, 1, seed=d.shuffle_seed, shuffle_buffer=0,
                   prefetch=d.prefetch, on_corrupt=d.on_corrupt)
@@ -121,9 +121,9 @@ def run(ctx: TaskContext) -> list[dict[str, Any]]:
     spec = ctx.spec
     if not spec.checkpoint.dir or not spec.data.eval:
         raise ValueError("the evaluator needs checkpoint.dir and data.eval")
-    url = spec.resolve_path(spec.checkpoint.dir)
+    url = spec.checkpoint.dir
     store = CheckpointStore(url, keep=spec.checkpoint.keep)
-    model = load(spec.model, spec.params, spec.resolve_path(spec.code) if spec.code else None)
+    model = load(spec.model, spec.params, spec.code or None)
     build_model(model)
     step = make_eval_step(model, dict(spec.data.features), spec.data.batch_size, spec.data.label)
     scratch = local_dir_for(ctx.workdir, "evaluator")

@@ -49,7 +49,7 @@ def write_saved_model(spec: Any, prefix: str, keys: list[str], local_dir: Path, 
     from tfyarn.train.checkpoint import restore_model_variables
     from tfyarn.train.model import build_model, load
 
-    model = load(spec.model, spec.params, spec.resolve_path(spec.code) if spec.code else None)
+    model = load(spec.model, spec.params, spec.code or None)
     build_model(model)
     restore_model_variables(model.variables, prefix, keys, what)
     module, fn = serving_module(model, dict(spec.data.features), spec.data.label)
@@ -118,7 +118,7 @@ def export_checkpoint(spec: Any, entry: dict[str, Any] | None = None, scratch: s
     if not dest:
         raise ExportError("export: no destination: set export.dir in the spec or pass --to URL")
     t0 = time.monotonic()
-    store = CheckpointStore(spec.resolve_path(spec.checkpoint.dir), keep=spec.checkpoint.keep)
+    store = CheckpointStore(spec.checkpoint.dir, keep=spec.checkpoint.keep)
     with tempfile.TemporaryDirectory(prefix="tfyarn-export-", dir=scratch) as tmp:
         local = bool(entry and local_prefix and entry.get("model_variables") and has_checkpoint_files(local_prefix))
         if local:
@@ -127,7 +127,7 @@ def export_checkpoint(spec: Any, entry: dict[str, Any] | None = None, scratch: s
             prefix, entry, keys = download_model_checkpoint(store, Path(tmp) / "ckpt", "export", entry)
         saved = write_saved_model(spec, prefix, keys, Path(tmp) / "saved_model", f"{entry['name']} in {store.url}")
         keep = spec.export.keep if spec.export else 3
-        url = ExportStore(spec.resolve_path(dest), keep=keep).upload(saved, int(entry["global_step"]))
+        url = ExportStore(dest, keep=keep).upload(saved, int(entry["global_step"]))
     secs = time.monotonic() - t0
     log.info("exported %s (global step %d) as a SavedModel to %s in %.2fs (%s)", entry["name"],
              entry["global_step"], url, secs, "from the local copy" if local else "downloaded")

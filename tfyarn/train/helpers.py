@@ -17,7 +17,7 @@ def index_cache(spec: Any) -> str | None:
     """``data.index_cache`` (the YARN backend sets it to ``<staging dir>/index`` when unset), else None: this
     machine's cache (``tfyarn.data.manifest.default_cache_dir``), which is what every local task shares."""
     d = spec.data.index_cache
-    return spec.resolve_path(d) if d else None
+    return d or None
 
 
 def train_manifest(ctx: Any) -> Any:
@@ -26,7 +26,7 @@ def train_manifest(ctx: Any) -> Any:
     is judged by ``timeouts.stall``)."""
     from tfyarn.data.shared_index import shared_manifest
     d = ctx.spec.data
-    urls = [ctx.spec.resolve_path(u) for u in d.train]
+    urls = list(d.train)
     return shared_manifest(urls, kv=ctx.kv, tasks=list(ctx.training_tasks), rank=ctx.data_rank, app_id=ctx.app_id,
                            attempt=ctx.attempt, compression=d.compression, on_corrupt=d.on_corrupt,
                            cache_dir=index_cache(ctx.spec), stall=ctx.spec.timeouts.stall,
@@ -87,7 +87,7 @@ class Helpers:
         if not ck.dir:
             return None
         from tfyarn.train.checkpoint import CheckpointStore
-        return CheckpointStore(self.ctx.spec.resolve_path(ck.dir), keep=ck.keep)
+        return CheckpointStore(ck.dir, keep=ck.keep)
 
     def upload_checkpoint(self, local_prefix: str, global_step: int, meta: dict[str, Any] | None = None) -> Any:
         """Commit the local TF checkpoint ``local_prefix`` to ``checkpoint.dir`` (:meth:`CheckpointStore.upload`)."""

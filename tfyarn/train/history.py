@@ -76,7 +76,7 @@ class TaskHistory:
         """The history of this task process; uploaded next to the checkpoints when the spec has a checkpoint dir.
         The chief also writes the ``train`` TensorBoard run."""
         ckpt = ctx.spec.checkpoint.dir
-        url = ctx.spec.resolve_path(ckpt) if ckpt else None
+        url = ckpt or None
         return cls(url, ctx.app_id, ctx.task_id, ctx.attempt, Path(ctx.workdir) / "history",
                    events=bool(ctx.is_chief and url))
 

@@ -226,7 +226,7 @@ def run_summary(ctx: Any, *, global_step: int, total_steps: int | None, steps_pe
             "examples_per_sec": examples_per_sec, "first_loss": first_loss, "last_loss": last_loss,
             "batch_size": spec.data.batch_size, "global_batch_size": spec.global_batch_size,
             "num_workers": ctx.num_data_workers, "train_s": train_s,
-            "checkpoint_dir": spec.resolve_path(ckpt) if ckpt else None, "last_checkpoint": last_checkpoint,
+            "checkpoint_dir": ckpt or None, "last_checkpoint": last_checkpoint,
             "resumed_from": resumed_from, "app_id": ctx.app_id, "attempt": ctx.attempt, **extra}
 
 
@@ -236,7 +236,7 @@ def write_summary(ctx: Any, summary: dict[str, Any]) -> str:
     import fsspec
 
     ckpt = ctx.spec.checkpoint.dir
-    url = ctx.spec.resolve_path(ckpt).rstrip("/") + "/summary.json" if ckpt else str(Path(ctx.workdir) / "summary.json")
+    url = ckpt.rstrip("/") + "/summary.json" if ckpt else str(Path(ctx.workdir) / "summary.json")
     text = json.dumps(summary, indent=1, sort_keys=True)
     fs, path = fsspec.core.url_to_fs(url)
     parent = path.rsplit("/", 1)[0]

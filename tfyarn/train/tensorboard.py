@@ -71,7 +71,7 @@ def run(ctx: TaskContext, max_wait_s: float | None = None) -> str:
             "installed with TensorFlow): pip install tensorboard, or remove roles.tensorboard from the spec") from None
     if not ctx.spec.checkpoint.dir:
         raise ValueError("the tensorboard role needs checkpoint.dir (it serves the event files written there)")
-    url = ctx.spec.resolve_path(ctx.spec.checkpoint.dir)
+    url = ctx.spec.checkpoint.dir
     mirror = EventMirror(url, Path(ctx.workdir) / "tensorboard-logs")
     mirror.sync()
     for noisy in ("tensorboard", "werkzeug"):            # per-request INFO lines would drown the task's log

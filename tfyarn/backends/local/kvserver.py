@@ -110,7 +110,7 @@ class KVServer(ThreadingHTTPServer):
     @property
     def url(self) -> str:
         host, port = self.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://{host!s}:{port}"
 
     def start(self) -> "KVServer":
         self._thread = threading.Thread(target=self.serve_forever, name="tfyarn-kv", daemon=True,

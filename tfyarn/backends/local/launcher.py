@@ -178,7 +178,7 @@ class Launcher:
         env = {**os.environ, **TASK_ENV_DEFAULTS, **role_env, "TFYARN_SPEC_FILE": str(self.app_dir / "spec.json"),
                "TFYARN_APP_ID": self.app_id, "TFYARN_PARENT_PID": str(os.getpid()), "TFYARN_HOST": "127.0.0.1"}
         if self.spec.code:
-            env["TFYARN_CODE_DIR"] = str(Path(self.spec.resolve_path(self.spec.code)).resolve())
+            env["TFYARN_CODE_DIR"] = str(Path(self.spec.code).resolve())
         env.update(task_vars)
         env.pop("TF_CONFIG", None)
         return env

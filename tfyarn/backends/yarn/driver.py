@@ -215,7 +215,7 @@ class Lease:
 
     def __init__(self, client: Any, files: _Files, record: Record):
         self.client, self.record, self._files = client, record, files
-        self._path = files.leases / str(os.getpid())
+        self._path: Path | None = files.leases / str(os.getpid())
         files.leases.mkdir(exist_ok=True)
         self._path.write_text(_start_time(os.getpid()) or "")
         files.mark_used()

@@ -123,7 +123,8 @@ class Follower(Reporter):
 
     def _end_by(self, app_id: str, verdict: Verdict, sup: Supervisor) -> AppStatus:
         """Kill ``app_id`` for the supervisor's ``verdict``; its final status says why (saved: ``status`` later too)."""
-        diag = verdict.diagnosis + (self._queue_state(sup.spec.queue) if verdict.reason == "allocation" else "")
+        queue = sup.spec.queue if sup.spec is not None else None
+        diag = verdict.diagnosis + (self._queue_state(queue) if verdict.reason == "allocation" else "")
         log.error("%s: %s; killing it", app_id, diag)
         self.kill(app_id)
         st = self.status(app_id)

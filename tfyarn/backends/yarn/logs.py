@@ -58,7 +58,8 @@ class LogReader(StatusReader):
         try:
             sizes = log_files.nm_log_sizes(nm, cid)
             for name in log_files.select_files(sizes, all_files):
-                if sizes[name] is not None and sizes[name] <= tail.offset(cid, name):
+                size = sizes[name]
+                if size is not None and size <= tail.offset(cid, name):
                     continue
                 data, start = log_files.nm_read_log_bytes(nm, cid, name, tail.offset(cid, name), sizes[name])
                 for line in tail.feed(cid, name, data, start):

@@ -140,7 +140,7 @@ def tasks_from_containers(containers: list[Any], taskmap: dict[str, str], spec: 
     names = order + sorted(t for t in by_task if t not in order)
     for task in names:
         cs = sorted(by_task.get(task, []), key=_start_order)
-        role = spec.roles.get(task.split(":")[0]) if spec is not None else None
+        role = next((r for n, r in spec.roles.items() if n == task.split(":")[0]), None) if spec else None
         memory = role.memory_mib if role is not None else None
         if not cs:
             out.append(TaskStatus(task=task, state="PENDING", diagnostics=failures.get(task, ""), memory_mib=memory))

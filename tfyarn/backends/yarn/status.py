@@ -111,7 +111,7 @@ class StatusReader(Submitter):
         if spec is None or not spec.checkpoint.dir:
             return None
         import fsspec
-        url = hdfs.join(spec.resolve_path(spec.checkpoint.dir), "summary.json")
+        url = hdfs.join(spec.checkpoint.dir, "summary.json")
         try:
             with fsspec.open(url, "rt") as f:
                 summary = json.load(f)

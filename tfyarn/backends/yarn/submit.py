@@ -73,7 +73,7 @@ class Submitter(YarnConnection):
         # every filesystem a task reads or writes: each needs a delegation token on a secure cluster
         urls = [*spec.data.train, *spec.data.eval, spec.checkpoint.dir, spec.checkpoint.init_from,
                 spec.export.dir if spec.export else None, self.staging_dir]
-        fss = hdfs.filesystems_for_tokens([spec.resolve_path(u) for u in urls if u], self.conf)
+        fss = hdfs.filesystems_for_tokens([u for u in urls if u], self.conf)
         app = appspec.build_application_spec(spec, shipped, master_memory_mib=self.master_memory_mib,
                                                master_vcores=self.master_vcores, file_systems=fss, attempt=attempt,
                                                staging_dir=self.staging_dir)
@@ -81,7 +81,7 @@ class Submitter(YarnConnection):
 
     def _ship(self, spec: JobSpec, env: packaging.EnvRef, write: bool) -> appspec.Shipped:
         spec, local = self.with_index_cache(spec), paths.cache_dir() / "ship"
-        code = appspec.build_code_zip(spec.resolve_path(spec.code), local, write=write) if spec.code else None
+        code = appspec.build_code_zip(spec.code, local, write=write) if spec.code else None
         return appspec.Shipped(env=env, spec_file=appspec.write_spec_file(spec, local, write=write),
                                  tfyarn_src=appspec.build_tfyarn_zip(local, write=write), code=code)
 
@@ -109,7 +109,7 @@ class Submitter(YarnConnection):
         """Preflight, stage the environment (0 bytes when cached) and the shipped files the request names, submit its
         ApplicationSpec; return the YARN application id. The skein driver starts meanwhile (:meth:`start_driver`):
         its JVM is the only one a job needs."""
-        assert isinstance(request, YarnRequest), f"not a YARN request: {request!r}"
+        assert isinstance(request, YarnRequest) and request.shipped is not None, f"not a YARN request: {request!r}"
         spec, attempt, app = request.spec, request.attempt, request.app
         if not self._injected:
             self._require_hadoop()          # a usage error before anything starts, not a driver thread's
