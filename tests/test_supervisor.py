@@ -142,7 +142,9 @@ def test_attempt_decisions_fold_earlier_diagnoses_and_respect_the_deadline():
     assert sup.attempt == 1
     assert sup.next_attempt(AppState.TIMED_OUT, "stalled")
     assert not sup.next_attempt(AppState.FAILED, "again")          # 3 attempts in all
-    assert sup.final_diagnosis("again") == "again\nearlier attempts: app_1: ps:0 died; stalled"
+    clock.t += 278
+    assert sup.final_diagnosis("again") == \
+        "again\nearlier attempts: app_1: ps:0 died; stalled (3 attempts in 278s in all)"
     sup = Supervisor(_spec(retry={"max_attempts": 3, "backoff": 5}, timeouts={"active_deadline": 100}),
                      started=clock.t, clock=clock)
     clock.t += 96                                                    # the backoff would pass the deadline

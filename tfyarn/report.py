@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tfyarn.fsio import replace
+from tfyarn.fsretry import retry
 
 log = logging.getLogger(__name__)
 
@@ -243,6 +244,10 @@ def history_figure(points: list[dict[str, Any]], title: str, t0: float | None = 
 
 
 def _upload(local: Path, url: str) -> None:
+    retry(lambda: _upload_once(local, url), "report upload to", url)
+
+
+def _upload_once(local: Path, url: str) -> None:
     import fsspec
     fs, root = fsspec.core.url_to_fs(url.rstrip("/"))
     fs.makedirs(root, exist_ok=True)

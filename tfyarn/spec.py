@@ -275,6 +275,8 @@ class Timeouts(_Model):
     step: Duration = 300.0
     active_deadline: Duration | None = Field(None, description="the whole job (all attempts); none by default")
     allocation: Duration = Field(600.0, description="YARN: containers must be allocated within this")
+    node_lost: Duration = Field(15.0, description="YARN: a task silent this long while its node's NodeManager does "
+                                                  "not answer is lost with its node (YARN's own expiry: 10 min)")
 
 
 class Retry(_Model):

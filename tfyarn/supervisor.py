@@ -31,6 +31,7 @@ from tfyarn.contracts.kv_keys import PROGRESS_PREFIX, SUMMARY_KEY, TOTAL_STEPS_K
 from tfyarn.runtime.kv import MemoryKV
 from tfyarn.runtime.watchdog import StallWatchdog
 from tfyarn.spec import JobSpec
+from tfyarn.contracts.triage import AttemptBudget
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,7 @@ class Supervisor:
         self.started = clock() if started is None else started
         self.attempt = 0
         self.earlier: list[str] = []          # why each earlier attempt failed
+        self.budget: AttemptBudget | None = None   # attempts counted apart: the job's own and the cluster's
         self.rate = GlobalStepRate()
         self.history = ProgressHistory(history_path)
         self.summary: dict[str, Any] | None = None
@@ -130,13 +132,18 @@ class Supervisor:
         attempt's diagnosis (prefixed with ``label``, e.g. the YARN application id) is kept for the final one."""
         retry = self.job.retry
         left = self.time_left()
-        if (state not in (AppState.FAILED, AppState.TIMED_OUT) or stopped or self.attempt + 1 >= retry.max_attempts
-                or (left is not None and left <= retry.backoff)):
+        if self.budget is None:
+            self.budget = AttemptBudget(retry.max_attempts)
+        # an attempt the cluster ended (preempted, a lost node: contracts.triage) uses a budget of its own
+        if (state not in (AppState.FAILED, AppState.TIMED_OUT) or stopped
+                or (left is not None and left <= retry.backoff) or not self.budget.next(diagnosis)):
             return False
         self.earlier.append(f"{label}: {diagnosis}" if label else diagnosis)
         self.attempt += 1
-        log.warning("attempt %d/%d failed (%s); starting attempt %d from the latest checkpoint in %gs",
-                    self.attempt, retry.max_attempts, diagnosis, self.attempt + 1, retry.backoff)
+        cause = self.budget.causes[-1]
+        free = f" [{cause.words}: not counted in retry.max_attempts]" if cause and cause.free else ""
+        log.warning("attempt %d/%d failed (%s)%s; starting attempt %d from the latest checkpoint in %gs",
+                    self.attempt, retry.max_attempts, diagnosis, free, self.attempt + 1, retry.backoff)
         return True
 
     def backoff(self, stop: threading.Event | None = None) -> bool:
@@ -147,7 +154,9 @@ class Supervisor:
         """``diagnosis`` with the earlier attempts' diagnoses after it (none: unchanged)."""
         if not self.earlier:
             return diagnosis
-        return (diagnosis + "\nearlier attempts: " + "; ".join(self.earlier)).strip()
+        notes = [f"{self.attempt + 1} attempts in {self.clock() - self.started:.0f}s in all",
+                 *([self.budget.note()] if self.budget is not None and self.budget.note() else [])]
+        return (diagnosis + "\nearlier attempts: " + "; ".join(self.earlier) + f" ({', '.join(notes)})").strip()
 
     # ------------------------------------------------------------------------------------------------- checks
     def check(self, raw: AppStatus | None = None) -> Verdict | None:

@@ -88,6 +88,50 @@ def test_a_worker_with_restarts_left_or_a_side_role_does_not_end_the_app(contain
     assert side.shutdowns == [] and json.loads(side.kv.get("exit/tensorboard_0"))["code"] == 1
 
 
+def test_restart_exit_code_on_yarn_ends_the_app_at_the_codes_own_exit(container_env, tmp_path, monkeypatch):
+    """``restart: exit_code`` as locally: skein would restart any failure, so the container's report ends the app
+    when the policy refuses the restart (the code's own exit 1-127); a kill or an infrastructure fault is left to
+    skein's restart (issue 30)."""
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"roles": {"worker": {"instances": 2, "max_restarts": 3, "restart": "exit_code"}}}))
+    monkeypatch.setenv("TFYARN_SPEC_FILE", str(spec))
+    app = FakeAppClient(app_spec(max_restarts=6))
+    app.kv.put("taskmap/worker_2", b"worker:0")
+    container_env("worker_2", "worker")
+    assert exit_report.report(app, 137, died_at=1.0, settle_s=0) == "worker:0"     # killed: restarted
+    app.kv.put("failure/worker:0", b"HdfsUnavailable: HDFS unavailable: read hdfs://nn/d at byte 9 failed for 120s")
+    exit_report.report(app, 1, died_at=2.0, settle_s=0)                          # infrastructure: restarted
+    assert app.shutdowns == []
+    app.kv.put("failure/worker:0", b"KeyError: 'label'")
+    exit_report.report(app, 1, died_at=3.0, settle_s=0)                          # the user's code: the end
+    assert app.shutdowns == [("FAILED", "worker:0: exit code 1: KeyError: 'label'")]
+    spec.write_text(json.dumps({"roles": {"worker": {"instances": 2, "max_restarts": 3, "restart": "on_failure"}}}))
+    app.shutdowns.clear()
+    exit_report.report(app, 1, died_at=4.0, settle_s=0)
+    assert app.shutdowns == []
+
+
+def test_preempted_and_lost_containers_use_none_of_the_restart_budget(container_env, tmp_path, monkeypatch):
+    """skein's budget is the spec's plus triage.FREE_RESTARTS per task (yarn_spec); the exit report holds the task
+    to the spec's own budget, counting only failures that are the task's: YARN's preemptions and lost nodes are
+    free (issue 30)."""
+    from types import SimpleNamespace as C
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"roles": {"worker": {"instances": 2, "max_restarts": 1, "restart": "on_failure"}}}))
+    monkeypatch.setenv("TFYARN_SPEC_FILE", str(spec))
+    preempted = [C(exit_message="Container preempted by scheduler"),
+                 C(exit_message="Container released on a *lost* node")] * 3
+    app = FakeAppClient(app_spec(max_restarts=2 * 11), failed=preempted)
+    app.get_containers = lambda services=None, states=None: list(app.failed)
+    app.kv.put("taskmap/worker_9", b"worker:1")
+    container_env("worker_9", "worker")
+    exit_report.report(app, 1, died_at=1.0, settle_s=0)         # 6 free failures before: budget 2 untouched
+    assert app.shutdowns == []
+    app.failed += [C(exit_message="Exception from container-launch. Exit code: 1")] * 2
+    exit_report.report(app, 1, died_at=2.0, settle_s=0)         # 2 of the task's own: the budget is used
+    assert app.shutdowns and app.shutdowns[0][0] == "FAILED"
+
+
 def test_main_says_it_in_the_log_and_never_fails(container_env, capsys):
     container_env("worker_1", "worker")
     assert exit_report.main(["137", "12.5"]) == 0       # not in a container: no application master to reach

@@ -154,3 +154,21 @@ def test_the_service_imports_no_tensorflow_and_a_crash_exits_0(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TFYARN_SPEC", "SKEIN_"))}
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert r.returncode == 0 and "the in-app supervisor failed; the job goes on" in r.stderr, r.stderr[-2000:]
+
+
+def test_a_task_on_a_node_that_stopped_answering_ends_the_attempt_naming_it(tmp_path):
+    """issue 30: the NodeManager of worker:0's node refuses (nothing listens there) and worker:0 reports nothing:
+    past ``timeouts.node_lost`` the supervisor ends the attempt FAILED, the lost node first in its diagnosis."""
+    sup, app, kv, clock = supervisor(tmp_path, {"chief": "RUNNING", "worker": "RUNNING"},
+                                     timeouts={"node_lost": 0.3})
+    for c in app.containers:
+        c.yarn_node_http_address = "127.0.0.1:1" if c.service_name == "worker" else "127.0.0.1:9"
+    sup.nodes.prober = lambda addr: addr != "127.0.0.1:1"     # the chief's node answers
+    kv.put("progress/chief:0", json.dumps({"step": 3, "time": time.time() + 60}))
+    assert sup.round() is False and app.shutdowns == []        # not answering since now: not lost yet
+    time.sleep(0.4)
+    assert sup.round() is True
+    status, diag = app.shutdowns[0]
+    assert status == "FAILED" and diag.startswith("worker:0 lost with its node 127.0.0.1 (its NodeManager "
+                                                  "127.0.0.1:1 has not answered for"), diag
+    assert "chief:0" not in diag

@@ -16,6 +16,7 @@ from tfyarn.backends.yarn.backend import YarnBackend
 from tfyarn.errors import TfyarnError
 from tfyarn.backends.yarn.appspec import Shipped, build_application_spec, container_script, write_spec_file
 from tfyarn.packaging import EnvRef
+from tfyarn.contracts.triage import FREE_RESTARTS
 
 ENV = EnvRef("pack", "./env/bin/python", archive_url="hdfs://nn:8020/user/alice/.tfyarn/envs/env-venv-abc.tar.gz",
              env_hash="abc", kind="venv")
@@ -50,8 +51,9 @@ def test_round_trip_and_fields(spec):
     assert "tfyarn.runtime" not in sup.script.replace(appspec.SUPERVISOR_MODULE, "")
     w = app.services["worker"]
     assert (w.instances, w.resources.memory, w.resources.vcores, w.resources.gpus) == (3, 4096, 4, 1)
-    assert w.node_label == "gpu" and w.max_restarts == 2 * 3 and not w.allow_failures
-    # skein restarts per service; tfyarn per task: 3 workers x 2 restarts each share one budget of 6
+    assert w.node_label == "gpu" and w.max_restarts == (2 + FREE_RESTARTS) * 3 and not w.allow_failures
+    # skein restarts per service; tfyarn per task: 3 workers x 2 restarts each share one budget of 6 (held by the
+    # exit report), and async ps workers get FREE_RESTARTS more each from skein for preemptions and lost nodes
     assert w.env == {"TF_CPP_MIN_LOG_LEVEL": "2", "TFYARN_ROLE": "worker", "TFYARN_ATTEMPT": "0"}
     assert "TFYARN_KV_URL" not in w.env and "TFYARN_INDEX" not in w.env
     assert app.services["chief"].resources == skein.Resources(memory=3072, vcores=2)

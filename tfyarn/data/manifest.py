@@ -37,6 +37,7 @@ from tfyarn.data.errors import DataError, NoDataError
 from tfyarn.errors import WaitTimeout
 from tfyarn import paths
 from tfyarn.fsio import replace
+from tfyarn.fsretry import open_read
 
 log = logging.getLogger(__name__)
 
@@ -342,7 +343,7 @@ def index_file(url: str, size: int, mtime: str, compression: str = "auto", strid
         rows, starts, columns, nbytes = table.index_table(url, size, mtime, fmt)
         STATS.add(bytes_read=nbytes)
         return FileInfo(url, size, mtime, rows, False, 0, starts, size, (), fmt, columns)
-    with fsspec.open(url, "rb") as raw:
+    with open_read(url) as raw:
         head = raw.read(tfrecord.HEADER)
     STATS.add(bytes_read=len(head))
     gz = tfrecord.detect_gzip(url, compression, head)      # a wrong data.compression fails here, naming the file

@@ -17,6 +17,7 @@ import signal
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 REPORT_TIMEOUT_S = 30.0
@@ -59,13 +60,44 @@ def diagnosis(records: dict[str, dict[str, Any]]) -> str:
 
 
 def ends_the_app(app: Any, role: str) -> bool:
-    """Whether this failure makes skein fail the application: its service may not fail (``allow_failures``) and
-    has no restart left (each earlier failure of the service used one of its ``max_restarts``)."""
+    """Whether this failure ends the application: its service may not fail (``allow_failures``) and has no restart
+    left. The budget is the spec's (``max_restarts`` x instances; skein's, larger by triage.FREE_RESTARTS, when the
+    spec cannot be read), used only by earlier failures that triage does not call free: a container that YARN
+    preempted or lost with its node used none of it."""
+    from tfyarn.contracts.triage import classify
     svc = app.get_specification().services.get(role)
     if svc is None or svc.allow_failures or svc.max_restarts == -1:
         return False
-    failed = len(app.get_containers(services=[role], states=["FAILED"]))
-    return failed >= svc.max_restarts
+    budget = _spec_budget(role)
+    budget = svc.max_restarts if budget is None else min(budget, svc.max_restarts)
+    failed = [c for c in app.get_containers(services=[role], states=["FAILED"])
+              if not classify(diagnostics=getattr(c, "exit_message", "") or "").free]
+    return len(failed) >= budget
+
+
+def _spec_role(role: str) -> dict[str, Any] | None:
+    try:
+        roles = json.loads(Path(os.environ["TFYARN_SPEC_FILE"]).read_text()).get("roles") or {}
+    except (KeyError, OSError, ValueError):
+        return None
+    return roles.get(role) or {}
+
+
+def _spec_budget(role: str) -> int | None:
+    """The role's restart budget for all its tasks from the task's spec file (None: no spec file)."""
+    r = _spec_role(role)
+    if r is None:
+        return None
+    return 0 if r.get("restart") == "never" else int(r.get("max_restarts", 0)) * int(r.get("instances", 1))
+
+
+def policy_refuses(role: str, code: int, failure: str | None) -> bool:
+    """Does the role's ``restart`` policy refuse a restart of this failure (``exit_code``: the code's own exit
+    1-127 that triage puts on the user's code)? skein restarts on any failure, so the app must end here: then
+    ``restart: exit_code`` means the same on YARN as locally (tfyarn.contracts.triage.restarts)."""
+    from tfyarn.contracts.triage import classify, restarts
+    policy = (_spec_role(role) or {}).get("restart", "on_failure")
+    return policy == "exit_code" and not restarts(policy, code, classify(exit_code=code, failure=failure or ""))
 
 
 def report(app: Any, code: int, died_at: float, settle_s: float = SETTLE_S) -> str:
@@ -80,7 +112,7 @@ def report(app: Any, code: int, died_at: float, settle_s: float = SETTLE_S) -> s
     task = kv.get(f"{TASKMAP_PREFIX}{cid}") or cid or "?"   # no index claimed yet: the skein container id
     put_json(kv, exit_key(task), exit_record(code, died_at, kv.get(failure_key(task))))
     role = os.environ.get("TFYARN_ROLE") or parse_container_id(cid)[0]
-    if ends_the_app(app, role):
+    if ends_the_app(app, role) or policy_refuses(role, code, kv.get(failure_key(task))):
         time.sleep(settle_s)
         records = {k[len(EXIT_PREFIX):]: json.loads(v) for k, v in kv.items(EXIT_PREFIX).items()}
         # a task that wrote its failure but whose process has not ended yet is named too (after the dead ones)

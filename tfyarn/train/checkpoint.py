@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from tfyarn.fsio import replace, retry_vanished
+from tfyarn.fsretry import retry
 
 log = logging.getLogger("tfyarn.train.checkpoint")
 
@@ -69,7 +70,11 @@ class CheckpointStore:
         """Upload the files of the TF checkpoint ``local_prefix`` (``.../ckpt-120``), commit it in the index, prune.
 
         Returns the committed index entry. Files go up as ``.tmp-<id>-<file>`` and are renamed once all are up.
+        A file-system fault retries the whole upload (tfyarn.fsretry), then fails it with one line.
         """
+        return retry(lambda: self._upload(local_prefix, global_step, meta), "checkpoint upload to", self.url)
+
+    def _upload(self, local_prefix: str, global_step: int, meta: dict[str, Any] | None) -> dict[str, Any]:
         t0 = time.monotonic()
         local_prefix = str(local_prefix)
         name = os.path.basename(local_prefix)

@@ -17,12 +17,17 @@ from typing import Any, Mapping
 
 from tfyarn.data.tfrecord import encode_record
 from tfyarn.fsio import replace
+from tfyarn.fsretry import retry
 
 log = logging.getLogger("tfyarn.train.events")
 
 
 def upload_file(fs: Any, local: Path, remote: str) -> None:
-    """Copy ``local`` to ``remote`` under a temporary name, then rename over the old copy."""
+    """Copy ``local`` to ``remote`` under a temporary name, then rename over the old copy (retried: fsretry)."""
+    retry(lambda: _upload_file(fs, local, remote), "upload to", remote)
+
+
+def _upload_file(fs: Any, local: Path, remote: str) -> None:
     parent = remote.rsplit("/", 1)[0]
     fs.makedirs(parent, exist_ok=True)
     tmp = f"{parent}/.tmp-{uuid.uuid4().hex[:8]}-{local.name}"

@@ -37,6 +37,7 @@ from tfyarn.spec import SIDECAR_ROLES, JobSpec
 from tfyarn.supervisor import Supervisor, checkpoint_url, training_end_note, write_report
 from tfyarn.web import page_enabled
 from tfyarn.web.server import StatusPage, file_tail
+from tfyarn.contracts.triage import classify, restarts
 
 log = logging.getLogger(__name__)
 
@@ -458,7 +459,7 @@ class Launcher:
         code = 128 - code if code < 0 else code  # killed by signal N → 128+N, as a shell reports it
         if role.restart == "never" or task.restarts >= role.max_restarts or self._stop.is_set():
             return False
-        return role.restart == "on_failure" or 128 <= code <= 255
+        return restarts(role.restart, code, classify(exit_code=code, failure=task.diagnostics or ""))
 
     def _restart(self, task: _Task) -> None:
         assert self.kv is not None

@@ -24,6 +24,7 @@ from typing import Any, Iterable
 from tfyarn._skein import skein
 from tfyarn.packaging import ENV_DIR, SKIP_DIRS, SKIP_SUFFIXES, EnvRef, hash_tree
 from tfyarn.spec import ROLE_ORDER, SIDECAR_ROLES, JobSpec
+from tfyarn.contracts.triage import FREE_RESTARTS
 
 #: Every tfyarn application carries this YARN tag (``tfyarn list`` filters on it). YARN lower-cases tags.
 TFYARN_TAG = "tfyarn"
@@ -113,6 +114,12 @@ def _files(shipped: Shipped) -> dict[str, Any]:
 MASTER_ENV = {"JDK_JAVA_OPTIONS": "--add-opens=java.base/java.util=ALL-UNNAMED"}
 
 
+def rejoins(spec: JobSpec, role: str) -> bool:
+    """Can a replacement of this role's task join the running job (spec.py allows it ``max_restarts``)? Async ps
+    workers and the side roles; not a ps, the chief, a sync ps or allreduce worker (those need a new attempt)."""
+    return role in ("evaluator", *SIDECAR_ROLES) or (role == "worker" and spec.mode == "ps" and not spec.sync)
+
+
 def build_application_spec(spec: JobSpec, shipped: Shipped, *, master_memory_mib: int = 512,
                            master_vcores: int = 1, file_systems: Iterable[str] = (), attempt: int = 0,
                            supervise: bool = True, staging_dir: str | None = None) -> Any:
@@ -133,8 +140,11 @@ def build_application_spec(spec: JobSpec, shipped: Shipped, *, master_memory_mib
             resources=sk.Resources(memory=r.memory_mib, vcores=r.vcores, gpus=r.gpus),
             script=scripts["TMPDIR" not in r.env], instances=r.instances, files=dict(files), env=env,
             # skein counts restarts per service (all instances share one budget), tfyarn's spec per task:
-            # the role gets max_restarts x instances. skein restarts on any failure (no exit_code policy on YARN).
-            max_restarts=r.max_restarts * r.instances if r.restart != "never" else 0,
+            # max_restarts x instances, enforced by the container's exit report (runtime/exit_report.py), which
+            # counts only the failures triage puts on the task. A role that can rejoin gets FREE_RESTARTS more
+            # per task from skein: a preempted container or a lost node's is replaced without using the budget.
+            max_restarts=(r.max_restarts + (FREE_RESTARTS if rejoins(spec, role) else 0)) * r.instances
+            if r.restart != "never" else 0,
             allow_failures=role in SIDECAR_ROLES,
             node_label=r.node_label or "")
     if supervise:

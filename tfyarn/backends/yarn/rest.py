@@ -65,6 +65,8 @@ class AppReport:
     tags: set[str] = field(default_factory=set)
     am_address: str = ""          # host:port of the application master's RPC (skein's gRPC) server
     launch_time: _dt.datetime | None = None
+    queue: str = ""
+    preempted: int = 0            # containers the scheduler preempted (the RM keeps it after the app's end)
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "AppReport":
@@ -74,7 +76,8 @@ class AppReport:
                    final_status=d.get("finalStatus", ""), diagnostics=d.get("diagnostics") or "",
                    start_time=_ms(d.get("startedTime")), finish_time=_ms(d.get("finishedTime")),
                    tracking_url=d.get("trackingUrl") or "", tags=tags,
-                   am_address="" if am.startswith("N/A") else am, launch_time=_ms(d.get("launchTime")))
+                   am_address="" if am.startswith("N/A") else am, launch_time=_ms(d.get("launchTime")),
+                   queue=d.get("queue") or "", preempted=int(d.get("numNonAMContainerPreempted") or 0))
 
 
 class RmRest:

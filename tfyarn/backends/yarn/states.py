@@ -9,6 +9,7 @@ from tfyarn.contracts.status import AppState, AppStatus, TaskStatus
 from tfyarn.errors import TIMEOUT_MARK
 from tfyarn.contracts.kv_keys import EXIT_PREFIX, FAILURE_PREFIX, PROGRESS_PREFIX, SUMMARY_KEY, TASKMAP_PREFIX
 from tfyarn.spec import JobSpec
+from tfyarn.backends.yarn.cluster_events import container_cause
 
 ALL_CONTAINER_STATES = ("WAITING", "REQUESTED", "RUNNING", "SUCCEEDED", "FAILED", "KILLED")
 ACTIVE_APP_STATES = ("SUBMITTED", "ACCEPTED", "RUNNING")
@@ -113,11 +114,14 @@ def snapshot(containers: list[Any], kv: dict[str, str], spec: JobSpec | None,
     tasks = tasks_from_containers(containers, taskmap, spec, failures, exits)
     from tfyarn.job_progress import apply_resources
     apply_resources(tasks, kv)              # CPU % and RSS each task publishes of itself (issue 32)
+    from tfyarn.backends.yarn.appspec import SUPERVISOR_SERVICE
+    from tfyarn.backends.yarn.cluster_events import task_events
+    events = task_events(_by_task([c for c in containers if c.service_name != SUPERVISOR_SERVICE], taskmap, spec))
     progress_items = {k: v for k, v in kv.items() if k.startswith(PROGRESS_PREFIX)}
     sides = side_roles(kv.get)
     return {"tasks": [t.__dict__ for t in tasks], "progress": progress,
             "summary": summary_with_eval(kv.get(SUMMARY_KEY), sides),
-            "failures": failures, "exits": exits, "taskmap": taskmap,
+            "failures": failures, "exits": exits, "taskmap": taskmap, "events": events,
             "phases": phases.task_phases(kv, progress_items),
             "containers": {f"{c.service_name}_{c.instance}": c.yarn_container_id for c in containers}}
 
@@ -162,16 +166,24 @@ def tasks_from_containers(containers: list[Any], taskmap: dict[str, str], spec: 
         diag = failures.get(task) or ""
         if state in _ENDED and not diag:
             diag = exit_text(ex["code"]) if ex else c.exit_message
+        cause = container_cause(c) if not ex else None
+        if cause is not None:                   # YARN took it (contracts.triage): said in words, its text after
+            diag = f"{cause.words} (YARN: {c.exit_message})"
+        elif state == "PENDING" and len(cs) > 1 and (prev := container_cause(cs[-2])) is not None:
+            diag = f"replacing its container {prev.words} ({cs[-2].yarn_container_id})"
         out.append(TaskStatus(task=task, state=state, host=_host(c.yarn_node_http_address), restarts=len(cs) - 1,
                               exit_code=code, diagnostics=diag, log=c.yarn_container_logs or None,
                               memory_mib=memory))
     return out
 
 
-def failure_diagnosis(app_diagnostics: str, failures: dict[str, str], exits: dict[str, dict[str, Any]]) -> str:
+def failure_diagnosis(app_diagnostics: str, failures: dict[str, str], exits: dict[str, dict[str, Any]],
+                      events: dict[str, list[str]] | None = None) -> str:
     """The application's diagnosis with every task that ended badly named in it, root cause first: each task's exit
     code and its own failure record (the ``failure/`` and ``exit/`` keys the follower saw), before YARN's text,
-    skipping tasks that text already names (the container script's shutdown writes the same parts)."""
+    skipping tasks that text already names (the container script's shutdown writes the same parts). ``events``:
+    containers YARN took (preempted, lost node: cluster_events), said first: the root cause a peer's error follows."""
+    from tfyarn.backends.yarn.cluster_events import event_parts
     from tfyarn.runtime.exit_report import diagnosis
 
     diag = (app_diagnostics or "").strip()
@@ -180,5 +192,5 @@ def failure_diagnosis(app_diagnostics: str, failures: dict[str, str], exits: dic
     for t, text in failures.items():
         records.setdefault(t, {"code": None, "died_at": float("inf"), "failure": text})
     new = {t: r for t, r in records.items() if f"{t}: " not in diag}
-    text = diagnosis(new)
+    text = "; ".join([*event_parts(events or {}), *([diagnosis(new)] if new else [])])
     return f"{text}\n{diag}".strip() if text else diag

@@ -24,6 +24,7 @@ from tfyarn.report import HISTORY_FILE
 from tfyarn.runtime import app_end
 from tfyarn.spec import JobSpec
 from tfyarn.supervisor import Supervisor, settle
+from tfyarn.backends.yarn.cluster_events import rm_events
 
 log = logging.getLogger(__name__)
 
@@ -57,12 +58,14 @@ class StatusReader(Submitter):
         live = self._live(app_id, spec) if str(rep.state) == "RUNNING" else None
         snap = live or saved.get("snapshot") or {}
         task_states = [t["state"] for t in snap.get("tasks", [])] if live else None
-        diag = failure_diagnosis(rep.diagnostics, snap.get("failures") or {}, snap.get("exits") or {})
+        diag = failure_diagnosis(rep.diagnostics, snap.get("failures") or {}, snap.get("exits") or {},
+                                 rm_events(rep, snap.get("events")) if str(rep.state) != "RUNNING" else None)
         state = app_state(rep.state, rep.final_status, diag, task_states)
         if state is AppState.TIMED_OUT:
             diag = without_timeout_mark(diag)      # the in-app supervisor's marker: the state says it now
-        if state is AppState.SUCCEEDED and diag.strip() == app_end.DONE_DIAGNOSTICS:
-            diag = ""                      # ended early by tfyarn (runtime.app_end): nothing to diagnose
+        if state is AppState.SUCCEEDED and diag.strip().endswith(app_end.DONE_DIAGNOSTICS):
+            # ended early by tfyarn (runtime.app_end): nothing to diagnose but what YARN did (cluster_events)
+            diag = diag.strip()[:-len(app_end.DONE_DIAGNOSTICS)].strip()
         final = saved.get("final") or {}
         if state is AppState.KILLED and final.get("state") == AppState.TIMED_OUT.value:
             state, diag = AppState.TIMED_OUT, final.get("diagnostics", diag)  # tfyarn killed it for a deadline

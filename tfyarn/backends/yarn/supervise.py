@@ -32,6 +32,7 @@ from tfyarn.runtime import app_end
 from tfyarn.runtime.kv import KV
 from tfyarn.spec import JobSpec
 from tfyarn.supervisor import Supervisor, checkpoint_url, settle, write_report
+from tfyarn.backends.yarn.node_watch import NodeWatch, last_heard
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +70,7 @@ class InAppSupervisor:
         self._done_seen: float | None = None            # when it first saw every task done (monotonic)
         from tfyarn.backends.yarn.page import MemoryWatch
         self.memory_watch = MemoryWatch()
+        self.nodes = NodeWatch(spec.timeouts.node_lost)   # a lost node noticed in seconds, not at YARN's expiry
 
     # -- the record other machines read ------------------------------------------------------------------------------
     def publish(self) -> None:
@@ -104,13 +106,18 @@ class InAppSupervisor:
         or every task's container ended: skein ends the app from their exits once this one exits too)."""
         self.kv.put(app_end.SUPERVISOR_KEY, f"{time.time():.3f}")
         kv = self.kv.items()
-        snap = self.snap = snapshot(self.app.get_containers(states=ALL_CONTAINER_STATES), kv, self.spec,
-                                    progress=self.sup.progress(kv))
+        containers = self.app.get_containers(states=ALL_CONTAINER_STATES)
+        snap = self.snap = snapshot(containers, kv, self.spec, progress=self.sup.progress(kv))
         self.memory_watch(snap["tasks"])     # 90 % of a container's memory: warned (issue 32)
         if app_end.ALL_DONE_KEY in kv:
             if self._follower_ends_it():
                 return False
             self.finish("SUCCEEDED", app_end.DONE_DIAGNOSTICS)
+            return True
+        lost = self.nodes.check(containers, snap.get("taskmap") or {}, last_heard(kv))
+        if lost is not None:            # the attempt ends now, before a peer's error says something else
+            log.error("%s: %s; ending it", self.app_id, lost)
+            self.finish("FAILED", lost, AppState.FAILED)
             return True
         diag = self.verdict(snap)
         if diag is not None:
@@ -128,12 +135,12 @@ class InAppSupervisor:
         return (now - self._done_seen < app_end.FOLLOWER_GRACE_S + POLL_S
                 and app_end.follower_alive(self.kv, time.time()))
 
-    def finish(self, final_status: str, diagnosis: str) -> None:
+    def finish(self, final_status: str, diagnosis: str, state: AppState | None = None) -> None:
         """The run report and the record (at once, two threads), then the app's end: the shutdown ends this
         container, so they come first — the job's end waits for them (~0.5-1 s)."""
         import threading
         t0 = time.monotonic()
-        state = AppState.SUCCEEDED if final_status == "SUCCEEDED" else AppState.TIMED_OUT
+        state = state or (AppState.SUCCEEDED if final_status == "SUCCEEDED" else AppState.TIMED_OUT)
         st = self.status(state, "" if state is AppState.SUCCEEDED else diagnosis)
         record = threading.Thread(target=self._record, args=(st.to_dict(),), name="tfyarn-record", daemon=True)
         record.start()

@@ -1,0 +1,253 @@
+"""Why a task ended badly, in one of two classes: the cluster's doing (infrastructure) or the user's
+code.
+
+Why: on a shared cluster YARN takes containers away (preemption, a lost node, the NodeManager's
+memory check) and HDFS or a token can fail for a while; none of that is the job's fault, and
+retrying it costs nothing the user budgeted (``max_restarts``, ``retry.max_attempts``). An exception
+in the model, a NaN loss or a bad input file fails the same way on every try: retrying it only
+wastes attempts. Pure functions of what a backend knows about an ended task: YARN's container exit
+status and diagnostics, the process's exit code, the task's own one-line failure record."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+INFRA = "infrastructure"
+USER = "user code"
+
+#: YARN's ContainerExitStatus values (org.apache.hadoop.yarn.api.records.ContainerExitStatus)
+ABORTED, DISKS_FAILED, PREEMPTED = -100, -101, -102
+KILLED_EXCEEDED_VMEM, KILLED_EXCEEDED_PMEM = -103, -104
+KILLED_BY_APPMASTER, KILLED_BY_RESOURCEMANAGER, KILLED_AFTER_APP_COMPLETION = -105, -106, -107
+
+# : causes that do not use up ``max_restarts`` / ``retry.max_attempts`` (a separate bound limits
+# them): the cluster
+# : took the container away. Memory kills and HDFS/token faults are infrastructure too, but they
+# repeat when the spec
+#: asks too little memory or the cluster stays broken, so they keep counting.
+FREE_CAUSES = frozenset({"preempted", "node_lost", "peer_lost"})
+# : The separate, generous bounds that keep a job on a cluster that keeps taking its containers from
+# looping forever:
+#: in-place replacements per task (YARN: added to skein's per-service budget) and job attempts.
+FREE_RESTARTS = 10
+FREE_ATTEMPTS = 10
+
+
+@dataclass(frozen=True)
+class Triage:
+    """``cls``: :data:`INFRA` or :data:`USER`; ``cause``: a short key (``preempted``, ``node_lost``,
+    ``memory``, ``hdfs``, ``token``, ``peer_lost``, ``signal``, ``nan_loss``, ``bad_input``,
+    ``exception``, ``exit``); ``words``: what happened, for status and the summary ("preempted by
+    the scheduler")."""
+
+    cls: str
+    cause: str
+    words: str
+
+    @property
+    def infrastructure(self) -> bool:
+        return self.cls == INFRA
+
+    @property
+    def free(self) -> bool:
+        """Does not use up the user's restart or attempt budget (:data:`FREE_CAUSES`)."""
+        return self.cause in FREE_CAUSES
+
+
+_TEXT_RULES: tuple[tuple[str, str, str, re.Pattern[str]], ...] = tuple(
+    (cls, cause, words, re.compile(rx, re.IGNORECASE))
+    for cls, cause, words, rx in (
+        (INFRA, "preempted", "preempted by the scheduler", r"preempt"),
+        (
+            INFRA,
+            "node_lost",
+            "lost with its node",
+            (
+                r"lost with its node|lost node|\*lost\* node|node .*(lost|expired|unhealthy)"
+                r"|nodemanager .*(not answer|unreachable)"
+            ),
+        ),
+        (
+            INFRA,
+            "memory",
+            "killed by the NodeManager for memory",
+            (
+                r"beyond (physical|virtual) memory|"
+                r"exceeded (p|v)mem"
+            ),
+        ),
+        (
+            INFRA,
+            "token",
+            "its delegation token expired",
+            (
+                r"token .*(expired|is expired|not found in cache)|"
+                r"InvalidToken|CREDENTIALS_EXPIRED"
+            ),
+        ),
+        (
+            INFRA,
+            "hdfs",
+            "HDFS unavailable",
+            (
+                r"HdfsUnavailable|HDFS unavailable|All DataNodes failed|"
+                r"Failed to complete file in time|BlocksNotFound|DataTransferError"
+            ),
+        ),
+        (USER, "nan_loss", "its loss became NaN/inf", r"^NonFiniteLoss\b|training diverged"),
+        (USER, "bad_input", "bad input data", r"^(DataError|NoDataError)\b"),
+        (
+            INFRA,
+            "peer_lost",
+            "lost a peer (another task died)",
+            (
+                r"^(UnavailableError|CancelledError|AbortedError)\b.*(RecvFromRemote|Socket "
+                r"closed|Connection reset|"
+                r"failed to connect|RunGraph|unavailable|cancelled)"
+            ),
+        ),
+    )
+)
+
+
+def classify(
+    *,
+    exit_status: int | None = None,
+    diagnostics: str = "",
+    exit_code: int | None = None,
+    failure: str = "",
+) -> Triage:
+    """Classify one ended task. ``exit_status``: YARN's container exit status (None locally);
+    ``diagnostics``: YARN's or skein's container diagnostics; ``exit_code``: the task process's exit
+    code (negative: the signal, as Popen); ``failure``: the task's own failure record (``Type:
+    message``, runtime/main.py).
+
+    YARN's word comes first (a preempted container's Python sees only SIGTERM), then the task's own
+    record, then the exit code: 1-127 the code's own exit (user), a signal or 128-255 killed from
+    outside (infrastructure), as Kubeflow's ``ExitCode`` restart policy reads it."""
+    if (
+        exit_status == PREEMPTED
+        or exit_status == KILLED_BY_RESOURCEMANAGER
+        and "preempt" in diagnostics.lower()
+    ):
+        return Triage(INFRA, "preempted", "preempted by the scheduler")
+    if exit_status in (KILLED_EXCEEDED_PMEM, KILLED_EXCEEDED_VMEM):
+        return Triage(INFRA, "memory", "killed by the NodeManager for memory")
+    if exit_status == ABORTED and "lost" in diagnostics.lower():
+        return Triage(INFRA, "node_lost", "lost with its node")
+    if exit_status == DISKS_FAILED:
+        return Triage(INFRA, "node_lost", "its node's disks failed")
+    for text in (diagnostics, failure):
+        for cls, cause, words, rx in _TEXT_RULES:
+            if text and rx.search(text.strip()):
+                return Triage(cls, cause, words)
+    if exit_status in (KILLED_BY_RESOURCEMANAGER, ABORTED):
+        return Triage(
+            INFRA,
+            "preempted" if exit_status == KILLED_BY_RESOURCEMANAGER else "node_lost",
+            "killed by the ResourceManager"
+            if exit_status == KILLED_BY_RESOURCEMANAGER
+            else "released by YARN",
+        )
+    if failure.strip():
+        kind = failure.split(":", 1)[0].strip()
+        return Triage(USER, "exception", f"raised {kind}" if kind.isidentifier() else "failed")
+    if exit_code is not None and (exit_code < 0 or exit_code >= 128):
+        sig = -exit_code if exit_code < 0 else exit_code - 128
+        return Triage(INFRA, "signal", f"killed by signal {sig}")
+    if exit_code:
+        return Triage(USER, "exit", f"exited with code {exit_code}")
+    return Triage(INFRA, "signal", "ended without an exit code")
+
+
+def restarts(policy: str, exit_code: int | None, triage: Triage | None = None) -> bool:
+    """Does a role's ``restart`` policy restart this failure (both backends)? ``never``: no.
+    ``on_failure``: any. ``exit_code``: only a process killed from outside (exit 128-255 or a
+    signal; no code at all: YARN took the container) — or, given ``triage``, anything the cluster
+    did; never the code's own exit 1-127."""
+    if policy == "never":
+        return False
+    if policy == "on_failure":
+        return True
+    if triage is not None and triage.infrastructure:
+        return True
+    return exit_code is None or exit_code < 0 or exit_code >= 128
+
+
+def describe(task: str, t: Triage, step: int | None = None, detail: str = "") -> str:
+    """One line for status, the summary and the end text: ``worker:1 preempted by the scheduler at
+    step 5,688 (queue a over its share)``."""
+    at = f" at step {step:,}" if step is not None else ""
+    return f"{task} {t.words}{at}" + (f" ({detail})" if detail else "")
+
+
+_TASK_PART = re.compile(
+    r"^[\w.-]+:[\w?]+(?::\s*|\s+(?=\w))(?:exit code (-?\d+)(?:\s*\([^)]*\))?:?\s*)?"
+)
+
+
+def attempt_cause(diagnosis: str) -> Triage | None:
+    """Why a job attempt ended, from its diagnosis (task parts, root cause first, ``; `` or newline
+    apart): the first part's class — free only if no part is the user's code (a preempted worker and
+    a chief's ValueError in one attempt count). None for an empty diagnosis."""
+    causes = []
+    for p in (p.strip() for p in re.split(r";\s|\n", diagnosis or "")):
+        m = _TASK_PART.match(
+            p
+        )  # "chief:0: exit code 1: ValueError: x" (runtime.exit_report.describe)
+        if m:
+            text = p[m.end() :]
+            causes.append(
+                classify(
+                    diagnostics=text,
+                    failure=text,
+                    exit_code=int(m.group(1)) if m.group(1) else None,
+                )
+            )
+        elif p:  # YARN's/skein's own text ("Failure in service worker"): only a rule's match counts
+            t = classify(diagnostics=p)
+            if t.cause not in ("signal", "exception"):
+                causes.append(t)
+    if not causes:
+        return None
+    if causes[0].free and any(c.cls == USER for c in causes):
+        return next(c for c in causes if c.cls == USER)
+    return causes[0]
+
+
+class AttemptBudget:
+    """Job attempts, two budgets: ``retry.max_attempts`` for failures of the job's own,
+    :data:`FREE_ATTEMPTS` more for attempts the cluster ended (preemption, a lost node, a peer lost
+    with them): these do not use up the user's."""
+
+    def __init__(self, max_attempts: int, free_max: int = FREE_ATTEMPTS):
+        self.max_attempts, self.free_max = max_attempts, free_max
+        self.counted, self.free = 1, 0  # the first attempt counts
+        self.causes: list[Triage | None] = []
+
+    def next(self, diagnosis: str) -> bool:
+        """After an attempt failed with ``diagnosis``: may another one start? Counts it in its
+        budget if so."""
+        cause = attempt_cause(diagnosis)
+        if cause is not None and cause.free:
+            if self.free >= self.free_max:
+                return False
+            self.free += 1
+        else:
+            if self.counted >= self.max_attempts:
+                return False
+            self.counted += 1
+        self.causes.append(cause)
+        return True
+
+    def note(self) -> str:
+        """``2 attempts ended by the cluster (not counted in retry.max_attempts)``, or empty."""
+        return (
+            (
+                f"{self.free} attempt{'s' * (self.free != 1)} ended by the cluster (not counted in "
+                f"retry.max_attempts)"
+            )
+            if self.free
+            else ""
+        )
