@@ -13,7 +13,7 @@ import logging
 from typing import Any
 
 from tfyarn import hdfs, paths
-from tfyarn.backends.yarn import appspec, records, rest
+from tfyarn.backends.yarn import appspec, outcome, records, rest
 from tfyarn.backends.yarn.states import (ACTIVE_APP_STATES, ALL_APP_STATES, ALL_CONTAINER_STATES, app_state,
                                          app_status, attempt_of, failure_diagnosis, snapshot, timestamp)
 from tfyarn.backends.yarn.submit import Submitter
@@ -63,6 +63,9 @@ class StatusReader(Submitter):
             diag = without_timeout_mark(diag)      # the in-app supervisor's marker: the state says it now
         if state is AppState.SUCCEEDED and diag.strip() == app_end.DONE_DIAGNOSTICS:
             diag = ""                      # ended early by tfyarn (runtime.app_end): nothing to diagnose
+        recorded = outcome.from_record(rep.state, rep.final_status, snap)   # the ender's word, read first;
+        if recorded is not None:                                             # the text above: older apps only
+            state, diag = recorded
         final = saved.get("final") or {}
         if state is AppState.KILLED and final.get("state") == AppState.TIMED_OUT.value:
             state, diag = AppState.TIMED_OUT, final.get("diagnostics", diag)  # tfyarn killed it for a deadline
