@@ -13,10 +13,10 @@ from typing import Any, Callable
 from tfyarn import paths
 from tfyarn.backends.yarn import phases, records
 from tfyarn.backends.yarn.reports import Reporter
-from tfyarn.backends.yarn.submit import SubmittedThenInterrupted
+from tfyarn.backends.owned import never_left_running
 from tfyarn.contracts import job_end
 from tfyarn.contracts.status import AppState, AppStatus
-from tfyarn.interrupts import Interrupted, ignoring_stop_signals, interruptible
+from tfyarn.interrupts import Interrupted
 from tfyarn.report import HISTORY_FILE, preload_plotting
 from tfyarn.runtime import app_end
 from tfyarn.runtime.kv_yarn import SkeinKV
@@ -39,39 +39,33 @@ class Follower(Reporter):
         """
         self._run_started = time.time()
         sup = Supervisor(spec, started=self._run_started, timeout=timeout)
-        app_id = None
-        try:
-            with interruptible():
-                while True:
-                    app_id = self.schedule(self.dryrun(spec, attempt=sup.attempt))
-                    self._release_driver()
-                    st = self._follow_to_end(app_id, sup, None, poll, on_update)
-                    st.attempt = sup.attempt
-                    if not sup.next_attempt(st.state, st.diagnostics, label=app_id):
-                        break
-                    sup.backoff()
-        except Interrupted as exc:
-            if isinstance(exc, SubmittedThenInterrupted):
-                app_id = exc.app_id   # stopped while this attempt was submitted: it is the one to kill
-            if app_id is None:      # stopped before the first submit: nothing to kill
-                raise
-            st = self._kill_interrupted(app_id, exc)
+        with never_left_running(self._kill_interrupted) as owned:
+            while True:
+                app_id = owned.own(self.schedule(self.dryrun(spec, attempt=sup.attempt)))
+                self._release_driver()
+                st = self._follow_to_end(app_id, sup, None, poll, on_update)
+                st.attempt = sup.attempt
+                if not sup.next_attempt(st.state, st.diagnostics, label=app_id):
+                    break
+                sup.backoff()
+        if owned.stopped is not None:
+            st = owned.stopped
         st.diagnostics = sup.final_diagnosis(st.diagnostics)
         return st
 
-    def _kill_interrupted(self, app_id: str, exc: Interrupted) -> AppStatus:
-        """``run`` was stopped (Ctrl-C, a scheduler's SIGTERM): the application it started must not outlive it. Further
-        stop signals are ignored while the kill is asked for (a second Ctrl-C must not leave it half done)."""
-        with ignoring_stop_signals():
-            st = self.status(app_id)
-            if st.state.is_terminal:
-                return st                   # it had ended on its own just before: its outcome stands
-            log.warning("%s: killing %s", exc, app_id)
-            self._end_with(app_id, job_end.decide(job_end.FOLLOWER, stopped=f"{exc}: killed {app_id}"),
-                           lambda _status, _diag: self.kill(app_id))
-            last, st = st, self.status(app_id)
+    def _kill_interrupted(self, app_id: str, exc: BaseException) -> AppStatus:
+        """``run`` was stopped (Ctrl-C, a scheduler's SIGTERM) or failed: the application it started must not outlive
+        it (:func:`~tfyarn.backends.owned.never_left_running`). One that ended on its own is left as it is."""
+        st = self.status(app_id)
+        if st.state.is_terminal:
+            return st                       # it had ended on its own just before: its outcome stands
+        why = str(exc) if isinstance(exc, Interrupted) else f"{type(exc).__name__}: {exc}"
+        log.warning("%s: killing %s", why, app_id)
+        self._end_with(app_id, job_end.decide(job_end.FOLLOWER, stopped=f"{why}: killed {app_id}"),
+                       lambda _status, _diag: self.kill(app_id))
+        last, st = st, self.status(app_id)
         st.state = AppState.KILLED          # YARN reports the kill asynchronously; it was asked for, and accepted
-        st.diagnostics = f"{exc}: killed {app_id}" + training_end_note(
+        st.diagnostics = f"{why}: killed {app_id}" + training_end_note(
             st.progress or last.progress or {}, st.summary or last.summary, checkpoint_url(records.saved_spec(app_id)))
         return st
 
