@@ -1,5 +1,7 @@
-"""Never leave an app running (tfyarn/backends/owned.py): whatever leaves a run's block before its app ended ends
-the app, once, with stop signals ignored meanwhile; a stop is answered with the app's status, an error propagates."""
+"""Never leave an app running (tfyarn/backends/owned.py): whatever leaves a run's block before its
+app ended ends the app, once, with stop signals ignored meanwhile; a stop is answered with the app's
+status, an error propagates."""
+
 import os
 import signal
 
@@ -17,11 +19,15 @@ class Ender:
         self.fail = fail
 
     def __call__(self, app_id: str, exc: BaseException) -> AppStatus:
-        os.kill(os.getpid(), signal.SIGINT)      # ignored while the end runs: no Interrupted out of here
+        os.kill(
+            os.getpid(), signal.SIGINT
+        )  # ignored while the end runs: no Interrupted out of here
         self.calls.append((app_id, repr(exc)))
         if self.fail:
             raise ConnectionError("RM unreachable")
-        return AppStatus(app_id, "test", "job", AppState.KILLED, diagnostics=f"{exc}: killed {app_id}")
+        return AppStatus(
+            app_id, "test", "job", AppState.KILLED, diagnostics=f"{exc}: killed {app_id}"
+        )
 
 
 def test_a_run_that_ends_normally_ends_nothing():
@@ -44,11 +50,13 @@ def test_a_stop_signal_ends_the_app_and_the_block_returns_its_status():
     end, before = Ender(), signal.getsignal(signal.SIGTERM)
     with never_left_running(end) as owned:
         owned.own("app_2")
-        os.kill(os.getpid(), signal.SIGTERM)    # raises Interrupted in this (main) thread, inside the block
+        os.kill(
+            os.getpid(), signal.SIGTERM
+        )  # raises Interrupted in this (main) thread, inside the block
         raise AssertionError("the signal did not interrupt the block")
     assert [c[0] for c in end.calls] == ["app_2"] and "SIGTERM" in end.calls[0][1]
     assert owned.stopped is not None and owned.stopped.state is AppState.KILLED
-    assert signal.getsignal(signal.SIGTERM) is before       # the run's handlers are gone with its block
+    assert signal.getsignal(signal.SIGTERM) is before  # the run's handlers are gone with its block
 
 
 def test_a_stop_during_the_submit_ends_the_app_the_submit_named():

@@ -166,17 +166,18 @@ def hdfs_exists(url: str) -> bool:
 
 
 def watch_end(backend, app_id: str, timeout: float = JOB_S) -> Callable[[], Any]:
-    """The end record (KV ``control/end``, :mod:`tfyarn.contracts.job_end`) its ender puts before shutting the app
-    down, caught live: the KV dies with the app. A thread waits for the key on the running app's own client (taken
-    from the backend's cache, so the backend's kill or status reads do not close it). Call the result after the end:
-    the :class:`JobEnd` (an assertion error when no record came)."""
+    """The end record (KV ``control/end``, :mod:`tfyarn.contracts.job_end`) its ender puts before
+    shutting the app down, caught live: the KV dies with the app. A thread waits for the key on the
+    running app's own client (taken out of the backend's cache: the backend's kill or status reads
+    do not close it). Call the result after the end: the :class:`JobEnd`, or an assertion error."""
     import threading
 
     from tfyarn.contracts.job_end import JobEnd
     from tfyarn.contracts.kv_keys import END_KEY
     from tfyarn.runtime.kv_yarn import SkeinKV
 
-    app = wait_until(lambda: backend._app_client(app_id), timeout, f"the application master of {app_id}", poll=0.5)
+    app = wait_until(lambda: backend._app_client(app_id), timeout,
+                     f"the application master of {app_id}", poll=0.5)
     backend._apps.pop(app_id, None)
     got: list[Any] = []
 

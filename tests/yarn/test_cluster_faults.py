@@ -104,7 +104,8 @@ def test_a_task_raising_in_its_container_fails_the_app_with_its_exception(yarn, 
     st = yarn.run(spec, timeout=JOB_S, on_update=watch)
     assert st.state is AppState.FAILED and st.state.exit_code == 1, st.diagnostics
     end = watched["end"]()
-    assert (end.state, end.by) == ("FAILED", "failed-task:worker:0") and end.exit_codes["worker:0"] == 1, end
+    assert (end.state, end.by) == ("FAILED", "failed-task:worker:0"), end
+    assert end.exit_codes["worker:0"] == 1, end
     assert "RuntimeError: boom from worker:0" in end.reason, end
     assert "RuntimeError: boom from worker:0" in st.diagnostics, st.diagnostics
     tasks = {t.task: t for t in st.tasks}

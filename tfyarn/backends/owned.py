@@ -1,13 +1,16 @@
 """Never leave an app running: whatever ends a ``run`` before its app has ended also ends the app.
 
-Why: a ``run`` starts apps (YARN: one application per job attempt; local: the launcher's task processes) and follows
-them; a stop signal, an error while following or a bug must not leave one running, unowned (dask-yarn's
-``submit_and_handle_failures`` in its ``core.py``: submit, then kill on any failure). One context manager does it for
-both backends: the block names the app it started (:meth:`Owned.own`); an exception leaving the block has it ended
-by the backend's ``end(app_id, exc)`` with further stop signals ignored, then propagates — except a stop
-(:class:`~tfyarn.interrupts.Interrupted`), which is the run's answer: the block ends and :attr:`Owned.stopped` holds
-the app's final status. Stop signals raise :class:`~tfyarn.interrupts.Interrupted` inside the block.
+Why: a ``run`` starts apps (YARN: one application per job attempt; local: the launcher's task
+processes) and follows them; a stop signal, an error while following or a bug must not leave one
+running, unowned (dask-yarn's ``submit_and_handle_failures`` in its ``core.py``: submit, then kill
+on any failure). One context manager does it for both backends: the block names the app it started
+(:meth:`Owned.own`); an exception leaving the block has it ended by the backend's ``end(app_id,
+exc)`` with further stop signals ignored, then propagates — except a stop
+(:class:`~tfyarn.interrupts.Interrupted`), which is the run's answer: the block ends and
+:attr:`Owned.stopped` holds the app's final status. Stop signals raise
+:class:`~tfyarn.interrupts.Interrupted` inside the block.
 """
+
 from __future__ import annotations
 
 import logging
@@ -21,7 +24,8 @@ log = logging.getLogger(__name__)
 
 
 class Owned:
-    """The app a ``run`` block started (its last, for a run of several attempts) and, after a stop, its status."""
+    """The app a ``run`` block started (its last, for a run of several attempts) and, after a stop,
+    its status."""
 
     def __init__(self) -> None:
         self.app_id: str | None = None
@@ -34,9 +38,10 @@ class Owned:
 
 @contextmanager
 def never_left_running(end: Callable[[str, BaseException], AppStatus]) -> Iterator[Owned]:
-    """Yield an :class:`Owned`; on any exception out of the block, ``end(app_id, exc)`` the app it owns (an
-    exception naming an ``app_id`` — a stop during the submit — names it) and re-raise, or, for a stop, return with
-    the ended app's status in ``owned.stopped``. ``end`` must leave an app that has ended on its own as it is."""
+    """Yield an :class:`Owned`; on any exception out of the block, ``end(app_id, exc)`` the app it
+    owns (an exception naming an ``app_id`` — a stop during the submit — names it) and re-raise, or,
+    for a stop, return with the ended app's status in ``owned.stopped``. ``end`` must leave an app
+    that has ended on its own as it is."""
     owned = Owned()
     try:
         with interruptible():
@@ -44,8 +49,8 @@ def never_left_running(end: Callable[[str, BaseException], AppStatus]) -> Iterat
     except BaseException as exc:
         app_id = getattr(exc, "app_id", None) or owned.app_id
         if app_id is None:
-            raise                              # nothing started yet: nothing to end
-        with ignoring_stop_signals():          # a second Ctrl-C must not leave the end half done
+            raise  # nothing started yet: nothing to end
+        with ignoring_stop_signals():  # a second Ctrl-C must not leave the end half done
             try:
                 owned.stopped = end(app_id, exc)
             except Exception as end_exc:

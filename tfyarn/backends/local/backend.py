@@ -87,8 +87,13 @@ class LocalBackend(Backend):
         """Run in the foreground to the end; ``timeout`` (seconds) stops the job as TIMED_OUT, like YARN's."""
         run_local_preflight(spec, count_records=True)
         app_id = new_app_id()
-        launcher = Launcher(spec, paths.apps_dir() / app_id, app_id, echo=echo, on_update=on_update, timeout=timeout)
-        with never_left_running(lambda _app, exc: launcher.stop_now(str(exc) or type(exc).__name__)) as owned:
+        launcher = Launcher(spec, paths.apps_dir() / app_id, app_id, echo=echo, on_update=on_update,
+                            timeout=timeout)
+
+        def stop(_app: str, exc: BaseException) -> AppStatus:
+            return launcher.stop_now(str(exc) or type(exc).__name__)
+
+        with never_left_running(stop) as owned:
             owned.own(app_id)
             st = launcher.run()
         return owned.stopped or st

@@ -54,8 +54,9 @@ class Follower(Reporter):
         return st
 
     def _kill_interrupted(self, app_id: str, exc: BaseException) -> AppStatus:
-        """``run`` was stopped (Ctrl-C, a scheduler's SIGTERM) or failed: the application it started must not outlive
-        it (:func:`~tfyarn.backends.owned.never_left_running`). One that ended on its own is left as it is."""
+        """``run`` was stopped (Ctrl-C, a scheduler's SIGTERM) or failed: the application it started
+        must not outlive it (:func:`~tfyarn.backends.owned.never_left_running`). One that ended on its
+        own is left as it is."""
         st = self.status(app_id)
         if st.state.is_terminal:
             return st                       # it had ended on its own just before: its outcome stands
@@ -181,12 +182,13 @@ class Follower(Reporter):
         read: list[AppStatus] = []
 
         def shutdown(status: str, diagnostics: str) -> None:
-            read.append(self.status(app_id))      # after the end record: the saved snapshot holds it
+            read.append(self.status(app_id))     # after the end record: the saved snapshot has it
             log.debug("every task of %s is done: shutting it down", app_id)
             app.shutdown(status, diagnostics)
 
         try:
-            self._end_with(app_id, job_end.decide(job_end.FOLLOWER, done=True), shutdown, app_end.DONE_DIAGNOSTICS)
+            self._end_with(app_id, job_end.decide(job_end.FOLLOWER, done=True), shutdown,
+                           app_end.DONE_DIAGNOSTICS)
         except Exception as exc:  # noqa: BLE001 - the supervisor or the last task shuts it down when we cannot
             log.debug("shutdown of %s: %s", app_id, exc)
         st = read[0] if read else self.status(app_id)
@@ -198,18 +200,20 @@ class Follower(Reporter):
 
     def _end_with(self, app_id: str, end: job_end.JobEnd, shutdown: Callable[[str, str], Any],
                   diagnostics: str | None = None) -> None:
-        """End ``app_id`` by :func:`~tfyarn.contracts.job_end.end_job`: ``end`` recorded in its KV when its
-        application master answers (an app not running yet or any more has no KV: it is just ended), then
-        ``shutdown``."""
-        job_end.end_job(_AmKV(self, app_id), end, shutdown, end.reason if diagnostics is None else diagnostics)
+        """End ``app_id`` by :func:`~tfyarn.contracts.job_end.end_job`: ``end`` recorded in its KV
+        when its application master answers (an app not running yet or any more has no KV: it is
+        just ended), then ``shutdown``."""
+        diag = end.reason if diagnostics is None else diagnostics
+        job_end.end_job(_AmKV(self, app_id), end, shutdown, diag)
 
 
 class _AmKV:
-    """A running app's skein KV as :func:`~tfyarn.contracts.job_end.end_job` writes it; a put the application master
-    does not take is logged (the end itself must still happen)."""
+    """A running app's skein KV as :func:`~tfyarn.contracts.job_end.end_job` writes it; a put the
+    application master does not take is logged (the end itself must still happen)."""
 
     def __init__(self, backend: Follower, app_id: str):
         self.backend, self.app_id = backend, app_id
 
     def put(self, key: str, value: str) -> None:
-        self.backend._on_am(self.app_id, f"KV {key}", lambda app: app.kv.put(key, value.encode()))
+        self.backend._on_am(self.app_id, f"KV {key}",
+                            lambda app: app.kv.put(key, value.encode()))

@@ -63,8 +63,9 @@ class StatusReader(Submitter):
             diag = without_timeout_mark(diag)      # the in-app supervisor's marker: the state says it now
         if state is AppState.SUCCEEDED and diag.strip() == app_end.DONE_DIAGNOSTICS:
             diag = ""                      # ended early by tfyarn (runtime.app_end): nothing to diagnose
-        recorded = outcome.from_record(rep.state, rep.final_status, snap)   # the ender's word, read first;
-        if recorded is not None:                                             # the text above: older apps only
+        # the ender's record read first (the text above: apps without one)
+        recorded = outcome.from_record(rep.state, rep.final_status, snap)
+        if recorded is not None:
             state, diag = recorded
         final = saved.get("final") or {}
         if state is AppState.KILLED and final.get("state") == AppState.TIMED_OUT.value:

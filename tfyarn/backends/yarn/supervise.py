@@ -123,9 +123,9 @@ class InAppSupervisor:
         first cost the job's end ~2.3 s on an idle box). Past that grace, the supervisor ends it as usual."""
         now = time.monotonic()
         self._done_seen = self._done_seen or now
+        follower = app_end.follower_alive(self.kv, time.time())
         return (now - self._done_seen < app_end.FOLLOWER_GRACE_S + POLL_S
-                and job_end.leave_to(job_end.SUPERVISOR, True, app_end.follower_alive(self.kv, time.time()))
-                == job_end.FOLLOWER)
+                and job_end.leave_to(job_end.SUPERVISOR, True, follower) == job_end.FOLLOWER)
 
     def finish(self, final_status: str, diagnosis: str) -> None:
         """The run report and the record (at once, two threads), then the app's end: the shutdown ends this
@@ -133,9 +133,9 @@ class InAppSupervisor:
         import threading
         t0 = time.monotonic()
         state = AppState.SUCCEEDED if final_status == "SUCCEEDED" else AppState.TIMED_OUT
-        end = job_end.decide(job_end.SUPERVISOR, done=state is AppState.SUCCEEDED, verdict=diagnosis,
-                             exits=self.snap.get("exits"))
-        self.snap["end"] = end.to_json()     # the staging-dir record carries it: readers after the end
+        end = job_end.decide(job_end.SUPERVISOR, done=state is AppState.SUCCEEDED,
+                             verdict=diagnosis, exits=self.snap.get("exits"))
+        self.snap["end"] = end.to_json()     # in the staging-dir record: readers after the end
         st = self.status(state, "" if state is AppState.SUCCEEDED else diagnosis)
         record = threading.Thread(target=self._record, args=(st.to_dict(),), name="tfyarn-record", daemon=True)
         record.start()
