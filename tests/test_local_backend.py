@@ -278,3 +278,20 @@ def test_a_failed_tensorboard_does_not_fail_the_training_as_on_yarn(tmp_path, mo
     assert st.diagnostics.startswith("tensorboard:0 failed (exit 1), training went on: "), st.diagnostics
     states = {t.task: t.state for t in st.tasks}
     assert states == {"chief:0": "SUCCEEDED", "worker:0": "SUCCEEDED", "tensorboard:0": "FAILED"}, states
+
+
+def test_an_error_in_the_run_stops_every_task_and_propagates(tmp_path):
+    """The local run path never leaves its tasks running either (backends/owned.py): an exception
+    out of the caller's update hook stops every task of the app, then reaches the caller."""
+    spec = load_spec_dict(small_spec(tmp_path, model="custom_jobs:run_long"))
+    seen = []
+
+    def broken(st):
+        seen.append(st.app_id)
+        if st.progress.get("global_step", 0) > 1:
+            raise RuntimeError("display broke")
+    with pytest.raises(RuntimeError, match="display broke"):
+        LocalBackend().run(spec, on_update=broken)
+    assert seen and wait_no_processes(seen[-1], 10) == []
+    saved = json.loads((LocalBackend().app_dir(seen[-1]) / "status.json").read_text())
+    assert saved["state"] == "KILLED", saved

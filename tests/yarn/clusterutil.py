@@ -163,3 +163,37 @@ def hdfs_exists(url: str) -> bool:
     import fsspec
     fs, path = fsspec.core.url_to_fs(url)
     return fs.exists(path)
+
+
+def watch_end(backend, app_id: str, timeout: float = JOB_S) -> Callable[[], Any]:
+    """The end record (KV ``control/end``, :mod:`tfyarn.contracts.job_end`) its ender puts before
+    shutting the app down, caught live: the KV dies with the app. A thread waits for the key on the
+    running app's own client (taken out of the backend's cache: the backend's kill or status reads
+    do not close it). Call the result after the end: the :class:`JobEnd`, or an assertion error."""
+    import threading
+
+    from tfyarn.contracts.job_end import JobEnd
+    from tfyarn.contracts.kv_keys import END_KEY
+    from tfyarn.runtime.kv_yarn import SkeinKV
+
+    app = wait_until(lambda: backend._app_client(app_id), timeout,
+                     f"the application master of {app_id}", poll=0.5)
+    backend._apps.pop(app_id, None)
+    got: list[Any] = []
+
+    def run() -> None:
+        try:
+            got.append(SkeinKV(app.kv).wait(END_KEY, timeout, f"{app_id}'s end record"))
+        except Exception as exc:  # noqa: BLE001 - reported by the caller's assertion
+            got.append(exc)
+
+    t = threading.Thread(target=run, name="test-watch-end", daemon=True)
+    t.start()
+
+    def result() -> JobEnd:
+        t.join(timeout)
+        assert got and isinstance(got[0], str), f"no end record of {app_id}: {got}"
+        end = JobEnd.from_json(got[0])
+        assert end is not None, got[0]
+        return end
+    return result

@@ -647,3 +647,18 @@ def test_run_stopped_after_training_completed_says_so_in_its_diagnosis(monkeypat
     records.save(APP, final=None)
     st = b._kill_interrupted(APP, Interrupted("SIGINT"))
     assert st.diagnostics == f"interrupted by SIGINT: killed {APP}"
+
+
+def test_an_error_while_following_kills_the_application_and_propagates(tmp_path, monkeypatch):
+    """Not only a stop: any exception out of `run` (here the caller's own update hook) kills the
+    application it started (backends/owned.py), recording why, and the error reaches the caller."""
+    monkeypatch.setenv("TFYARN_HOME", str(tmp_path / "home"))
+    spec = make_spec(environment={"python": "/opt/py/bin/python"})
+    rm = KillableRM([("RUNNING", "UNDEFINED", "")])
+
+    def broken(st):
+        raise RuntimeError("display broke")
+    with pytest.raises(RuntimeError, match="display broke"):
+        YarnBackend(client=rm, preflight=False, staging_dir=str(tmp_path / "s")).run(
+            spec, poll=0.01, on_update=broken)
+    assert rm.killed == ["application_1700000000000_0001"] and len(rm.submitted) == 1

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from clusterutil import (FAULT_JOBS, JOB_S, ROOT, assert_clean, job_doc, needs_yarn, planned_steps, task_process,
-                         tfyarn, unique, wait_for_step, wait_until)
+                         tfyarn, unique, wait_for_step, wait_until, watch_end)
 from tfyarn import hdfs
 from tfyarn.backends.base import AppState
 from tfyarn.spec import load_spec_dict
@@ -96,8 +96,17 @@ def test_a_task_raising_in_its_container_fails_the_app_with_its_exception(yarn, 
     name = unique("raises")
     spec = load_spec_dict(job_doc(dataset, name, mode="allreduce", model="custom_jobs:fail_on_worker",
                                   code=str(ROOT / "tests" / "jobs")))
-    st = yarn.run(spec, timeout=JOB_S)
+    watched: dict = {}
+
+    def watch(st):       # the failed task's end record, caught live (the KV dies with the app)
+        if st.state is AppState.RUNNING and "end" not in watched:
+            watched["end"] = watch_end(yarn, st.app_id)
+    st = yarn.run(spec, timeout=JOB_S, on_update=watch)
     assert st.state is AppState.FAILED and st.state.exit_code == 1, st.diagnostics
+    end = watched["end"]()
+    assert (end.state, end.by) == ("FAILED", "failed-task:worker:0"), end
+    assert end.exit_codes["worker:0"] == 1, end
+    assert "RuntimeError: boom from worker:0" in end.reason, end
     assert "RuntimeError: boom from worker:0" in st.diagnostics, st.diagnostics
     tasks = {t.task: t for t in st.tasks}
     assert tasks["worker:0"].state == "FAILED" and "boom from worker:0" in tasks["worker:0"].diagnostics

@@ -37,6 +37,8 @@ def test_a_followed_job_is_ended_by_tfyarn_once_every_task_is_done(yarn, dataset
     assert st.state.value == "SUCCEEDED" and st.diagnostics == "", st.diagnostics
     rep = _rm(yarn).report(st.app_id)
     assert rep.final_status == "SUCCEEDED" and rep.diagnostics == DONE_DIAGNOSTICS   # tfyarn ended it, not skein
+    end = records.load(st.app_id)["snapshot"]["end"]   # the follower's: recorded, then read
+    assert '"by":"follower"' in end and '"state":"SUCCEEDED"' in end, end
     recorded = records.load(st.app_id)["snapshot"]["phases"]
     assert set(recorded["tasks"]) == set(spec.tasks())
     assert all("done" in t and "imported" in t and "start" in t for t in recorded["tasks"].values()), recorded

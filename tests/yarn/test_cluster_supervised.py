@@ -15,7 +15,8 @@ import pytest
 import yaml
 
 from clusterutil import (JOB_S, ROOT, app_processes, job_doc, needs_yarn, task_process, tfyarn, unique,
-                         wait_for_step, wait_no_processes, wait_until)
+                         wait_for_step, wait_no_processes, wait_until, watch_end)
+from tfyarn.backends.yarn import records
 from tfyarn.backends.yarn.rest import RmRest
 from tfyarn.backends.yarn.appspec import SUPERVISOR_SERVICE
 from tfyarn.report import report_at
@@ -77,8 +78,12 @@ def test_a_killed_supervisor_does_not_fail_the_job(yarn, apps):
         return None
     proc = wait_until(supervisor, JOB_S, f"the supervisor process of {app_id}", poll=0.5)
     proc.kill()
+    end = watch_end(yarn, app_id)
     rep = _ended(yarn, app_id)
     assert rep.final_status == "SUCCEEDED", rep.diagnostics
+    # no supervisor, no follower: the last task done ended it, recording so first (job_end)
+    rec = end()
+    assert (rec.state, rec.by.split(":")[0], rec.exit_codes) == ("SUCCEEDED", "task", {}), rec
     st = yarn.status(app_id)
     assert st.state.value == "SUCCEEDED" and SUPERVISOR_SERVICE not in " ".join(t.task for t in st.tasks)
     assert wait_no_processes(app_id) == []
@@ -97,6 +102,8 @@ def test_a_stalled_bare_submit_is_timed_out_by_its_supervisor_naming_the_task_an
         except psutil.Error:
             pass
     assert "timeouts.stall" in rep.diagnostics and "worker:0" in rep.diagnostics, rep.diagnostics
+    end = records.read_record(yarn.staging_dir, app_id)["snapshot"]["end"]   # for any machine
+    assert '"by":"supervisor"' in end and '"state":"TIMED_OUT"' in end, end
     st = yarn.status(app_id)
     assert st.state.value == "TIMED_OUT" and st.state.exit_code == 4, st.diagnostics
     assert "worker:0 at step" in st.diagnostics, st.diagnostics
@@ -129,6 +136,8 @@ def test_other_machines_recover_the_spec_and_the_supervisor_writes_the_report(ya
     # the run report next to the checkpoints, by the supervisor: nobody else has followed this job (yet)
     rep = _ended(yarn, app_id)
     assert rep.diagnostics == DONE_DIAGNOSTICS, rep.diagnostics      # tfyarn ended it
+    end = records.read_record(yarn.staging_dir, app_id)["snapshot"]["end"]   # its supervisor's
+    assert '"by":"supervisor"' in end and '"state":"SUCCEEDED"' in end, end
     ckpt = doc["checkpoint"]["dir"]
     assert report_at(ckpt, app_id) is not None, f"no report.json of {app_id} in {ckpt}"
     # wait from another machine: the outcome, the tasks, the summary

@@ -43,6 +43,7 @@ DUMP_REQUEST_KEY = "control/dump_stacks"       # a new request id: every task du
 ALL_DONE_KEY = "control/all_done"              # JSON {time, by}: every task reported done (put by the last one)
 FOLLOWER_KEY = "control/follower"              # wall time of a follower's last poll
 SUPERVISOR_KEY = "control/supervisor"          # wall time of the in-app supervisor's last round
+END_KEY = "control/end"                        # JSON: how the app ends (contracts.job_end)
 SUMMARY_KEY = "summary"                        # chief: final run summary JSON
 TOTAL_STEPS_KEY = "plan/total_steps"           # chief: global step target (for progress bars)
 TENSORBOARD_URL_KEY = "tensorboard/url"
@@ -133,6 +134,13 @@ KEYS: tuple[KvKey, ...] = (
           "runtime.app_end, backends.yarn.supervise"),
     KvKey("control/supervisor", "wall time of the in-app supervisor's last round", "backends.yarn.supervise",
           "runtime.app_end, backends.yarn (the follower)"),
+    KvKey("control/end",
+          "JSON {state, reason, exit_codes, by, time}: how the app ends, put before its shutdown",
+          "the ender, through contracts.job_end: runtime.app_end (the last task), "
+          "runtime.exit_report (a failed task), backends.yarn.supervise, "
+          "backends.yarn.end (the follower)",
+          "backends.yarn.states (snapshots: status, the follower's record, "
+          "the supervisor's staging-dir record)"),
     KvKey("summary", "final run summary JSON", "train (the chief)", "supervisor, backends.yarn.states"),
     KvKey("plan/total_steps", "global step target", "train (the chief)", "train (workers), supervisor"),
     KvKey("eval/latest", "latest evaluation metrics", "train.evaluator", "job_progress"),

@@ -2,7 +2,8 @@
 
 Why: skein's application master ends the app only once YARN has told it that every container exited (NodeManager and
 AM heartbeats: 5.5 s after the last task's work). Every task marks ``slot-done/<task>`` when its role returned; the
-one that finds every task done puts :data:`ALL_DONE_KEY`, and the app is shut down SUCCEEDED by a live follower
+one that finds every task done puts :data:`ALL_DONE_KEY`, and the app is shut down SUCCEEDED
+(the end recorded first: :func:`tfyarn.contracts.job_end.end_job`) by a live follower
 (:data:`FOLLOWER_KEY` fresh: it reads the KV one last time, then writes the report after the end), else by the
 in-app supervisor (:data:`SUPERVISOR_KEY` fresh: it writes the run report first), else, or after their grace, by that
 task. A job with a failure record or a task that never reports done ends as skein decides, from the containers'
@@ -15,6 +16,7 @@ import logging
 import time
 from typing import Any, Callable, Iterable
 
+from tfyarn.contracts import job_end
 from tfyarn.contracts.kv_keys import (ALL_DONE_KEY, FAILURE_PREFIX, FOLLOWER_KEY, PHASE_PREFIX,
                                       SLOT_DONE_PREFIX, SUPERVISOR_KEY)
 from tfyarn.runtime.kv import KV, KVUnavailable
@@ -65,17 +67,20 @@ def finish_if_last(kv: KV, tasks: list[str], task: str, shutdown: Callable[[], A
             return False
         now = time.time()
         kv.put(ALL_DONE_KEY, json.dumps({"time": round(now, 3), "by": task}))
-        supervised = follower_alive(kv, now, SUPERVISOR_KEY)
-        if supervised or follower_alive(kv, now):
-            wait_s = supervisor_grace_s if supervised else grace_s
+        by = f"{job_end.TASK}:{task}"
+        other = job_end.leave_to(by, follower_alive(kv, now, SUPERVISOR_KEY),
+                                 follower_alive(kv, now))
+        if other is not None:
+            wait_s = supervisor_grace_s if other == job_end.SUPERVISOR else grace_s
             deadline = time.monotonic() + wait_s
             while time.monotonic() < deadline:      # the supervisor/follower shuts it down: the AM stops answering
                 time.sleep(poll_s)
                 kv.get(ALL_DONE_KEY)
-            log.info("%s: the %s did not end the application within %gs; ending it", task,
-                     "supervisor" if supervised else "follower", wait_s)
+            log.info("%s: the %s did not end the application within %gs; ending it",
+                     task, other, wait_s)
         log.info("%s: every task is done: shutting the application down", task)
-        shutdown()
+        job_end.end_job(kv, job_end.decide(by, done=True), lambda _status, _diag: shutdown(),
+                        DONE_DIAGNOSTICS)
     except KVUnavailable:
         return True                                  # the application master has gone: it ended
     except Exception as exc:  # noqa: BLE001 - skein ends the app anyway once the containers exit

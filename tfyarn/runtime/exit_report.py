@@ -118,7 +118,10 @@ def report(app: Any, code: int, died_at: float, settle_s: float = SETTLE_S) -> s
         # a task that wrote its failure but whose process has not ended yet is named too (after the dead ones)
         for key, text in kv.items(FAILURE_PREFIX).items():
             records.setdefault(key.split("/", 1)[1], {"code": None, "died_at": time.time(), "failure": text})
-        app.shutdown("FAILED", diagnosis(records))
+        from tfyarn.contracts import job_end     # the end recorded in the KV, then the shutdown
+        diag = diagnosis(records)
+        end = job_end.decide(f"{job_end.FAILED_TASK}:{task}", failure=diag, exits=records)
+        job_end.end_job(kv, end, app.shutdown, diag)
     return task
 
 

@@ -26,6 +26,7 @@ import psutil
 
 from tfyarn import paths
 from tfyarn.backends.base import Backend, Request
+from tfyarn.backends.owned import never_left_running
 from tfyarn.contracts.status import AppState, AppStatus, Echo
 from tfyarn.backends.local.launcher import KILL_REQUEST, Launcher, write_atomic
 from tfyarn.errors import AppNotFound
@@ -86,7 +87,16 @@ class LocalBackend(Backend):
         """Run in the foreground to the end; ``timeout`` (seconds) stops the job as TIMED_OUT, like YARN's."""
         run_local_preflight(spec, count_records=True)
         app_id = new_app_id()
-        return Launcher(spec, paths.apps_dir() / app_id, app_id, echo=echo, on_update=on_update, timeout=timeout).run()
+        launcher = Launcher(spec, paths.apps_dir() / app_id, app_id, echo=echo, on_update=on_update,
+                            timeout=timeout)
+
+        def stop(_app: str, exc: BaseException) -> AppStatus:
+            return launcher.stop_now(str(exc) or type(exc).__name__)
+
+        with never_left_running(stop) as owned:
+            owned.own(app_id)
+            st = launcher.run()
+        return owned.stopped or st
 
     def schedule(self, request: Request) -> str:
         """Start the plan's launcher as a detached process (it outlives this one) and return the app id."""

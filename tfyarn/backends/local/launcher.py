@@ -156,6 +156,17 @@ class Launcher:
             self._stop_reason, self._stop_state = reason, state
             self._stop.set()
 
+    def stop_now(self, reason: str) -> AppStatus:
+        """End this app at once from outside its loop (the run following it stopped or failed:
+        never left running): every task stopped, the state KILLED unless it had ended; its status."""
+        self.stop(reason, AppState.KILLED)
+        self._stop_tasks(list(self.tasks.values()), STOP_GRACE_S)
+        if not self._state.is_terminal:
+            self._end(AppState.KILLED, reason)
+        st = self.status()
+        write_atomic(self.app_dir / "status.json", json.dumps(st.to_dict(), indent=1))
+        return st
+
     def _install_signal_handlers(self) -> None:
         if threading.current_thread() is not threading.main_thread():
             return

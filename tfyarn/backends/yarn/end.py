@@ -13,9 +13,10 @@ from typing import Any, Callable
 from tfyarn import paths
 from tfyarn.backends.yarn import phases, records
 from tfyarn.backends.yarn.reports import Reporter
-from tfyarn.backends.yarn.submit import SubmittedThenInterrupted
+from tfyarn.backends.owned import never_left_running
+from tfyarn.contracts import job_end
 from tfyarn.contracts.status import AppState, AppStatus
-from tfyarn.interrupts import Interrupted, ignoring_stop_signals, interruptible
+from tfyarn.interrupts import Interrupted
 from tfyarn.report import HISTORY_FILE, preload_plotting
 from tfyarn.runtime import app_end
 from tfyarn.runtime.kv_yarn import SkeinKV
@@ -38,38 +39,34 @@ class Follower(Reporter):
         """
         self._run_started = time.time()
         sup = Supervisor(spec, started=self._run_started, timeout=timeout)
-        app_id = None
-        try:
-            with interruptible():
-                while True:
-                    app_id = self.schedule(self.dryrun(spec, attempt=sup.attempt))
-                    self._release_driver()
-                    st = self._follow_to_end(app_id, sup, None, poll, on_update)
-                    st.attempt = sup.attempt
-                    if not sup.next_attempt(st.state, st.diagnostics, label=app_id):
-                        break
-                    sup.backoff()
-        except Interrupted as exc:
-            if isinstance(exc, SubmittedThenInterrupted):
-                app_id = exc.app_id   # stopped while this attempt was submitted: it is the one to kill
-            if app_id is None:      # stopped before the first submit: nothing to kill
-                raise
-            st = self._kill_interrupted(app_id, exc)
+        with never_left_running(self._kill_interrupted) as owned:
+            while True:
+                app_id = owned.own(self.schedule(self.dryrun(spec, attempt=sup.attempt)))
+                self._release_driver()
+                st = self._follow_to_end(app_id, sup, None, poll, on_update)
+                st.attempt = sup.attempt
+                if not sup.next_attempt(st.state, st.diagnostics, label=app_id):
+                    break
+                sup.backoff()
+        if owned.stopped is not None:
+            st = owned.stopped
         st.diagnostics = sup.final_diagnosis(st.diagnostics)
         return st
 
-    def _kill_interrupted(self, app_id: str, exc: Interrupted) -> AppStatus:
-        """``run`` was stopped (Ctrl-C, a scheduler's SIGTERM): the application it started must not outlive it. Further
-        stop signals are ignored while the kill is asked for (a second Ctrl-C must not leave it half done)."""
-        with ignoring_stop_signals():
-            st = self.status(app_id)
-            if st.state.is_terminal:
-                return st                   # it had ended on its own just before: its outcome stands
-            log.warning("%s: killing %s", exc, app_id)
-            self.kill(app_id)
-            last, st = st, self.status(app_id)
+    def _kill_interrupted(self, app_id: str, exc: BaseException) -> AppStatus:
+        """``run`` was stopped (Ctrl-C, a scheduler's SIGTERM) or failed: the application it started
+        must not outlive it (:func:`~tfyarn.backends.owned.never_left_running`). One that ended on its
+        own is left as it is."""
+        st = self.status(app_id)
+        if st.state.is_terminal:
+            return st                       # it had ended on its own just before: its outcome stands
+        why = str(exc) if isinstance(exc, Interrupted) else f"{type(exc).__name__}: {exc}"
+        log.warning("%s: killing %s", why, app_id)
+        self._end_with(app_id, job_end.decide(job_end.FOLLOWER, stopped=f"{why}: killed {app_id}"),
+                       lambda _status, _diag: self.kill(app_id))
+        last, st = st, self.status(app_id)
         st.state = AppState.KILLED          # YARN reports the kill asynchronously; it was asked for, and accepted
-        st.diagnostics = f"{exc}: killed {app_id}" + training_end_note(
+        st.diagnostics = f"{why}: killed {app_id}" + training_end_note(
             st.progress or last.progress or {}, st.summary or last.summary, checkpoint_url(records.saved_spec(app_id)))
         return st
 
@@ -126,7 +123,8 @@ class Follower(Reporter):
         queue = sup.spec.queue if sup.spec is not None else None
         diag = verdict.diagnosis + (self._queue_state(queue) if verdict.reason == "allocation" else "")
         log.error("%s: %s; killing it", app_id, diag)
-        self.kill(app_id)
+        self._end_with(app_id, job_end.decide(job_end.FOLLOWER, verdict=diag),
+                       lambda _status, _diag: self.kill(app_id))
         st = self.status(app_id)
         st.state, st.diagnostics = verdict.state, diag
         records.save(app_id, final=st.to_dict())
@@ -181,14 +179,41 @@ class Follower(Reporter):
         """The KV's last state (phase times, final progress) into the snapshot, then the app's end — ours, also when
         the app has its own supervisor (it leaves the end to a live follower: the report is written after the end,
         not before it) — and the RM's word on it (tens of ms)."""
-        st = self.status(app_id)
-        log.debug("every task of %s is done: shutting it down", app_id)
+        read: list[AppStatus] = []
+
+        def shutdown(status: str, diagnostics: str) -> None:
+            read.append(self.status(app_id))     # after the end record: the saved snapshot has it
+            log.debug("every task of %s is done: shutting it down", app_id)
+            app.shutdown(status, diagnostics)
+
         try:
-            app.shutdown("SUCCEEDED", app_end.DONE_DIAGNOSTICS)
+            self._end_with(app_id, job_end.decide(job_end.FOLLOWER, done=True), shutdown,
+                           app_end.DONE_DIAGNOSTICS)
         except Exception as exc:  # noqa: BLE001 - the supervisor or the last task shuts it down when we cannot
             log.debug("shutdown of %s: %s", app_id, exc)
+        st = read[0] if read else self.status(app_id)
         self._apps.pop(app_id, None)
         deadline = time.monotonic() + app_end.SUPERVISOR_GRACE_S
         while not st.state.is_terminal and time.monotonic() < deadline:
             time.sleep(0.05)
             st = self.status(app_id)
+
+    def _end_with(self, app_id: str, end: job_end.JobEnd, shutdown: Callable[[str, str], Any],
+                  diagnostics: str | None = None) -> None:
+        """End ``app_id`` by :func:`~tfyarn.contracts.job_end.end_job`: ``end`` recorded in its KV
+        when its application master answers (an app not running yet or any more has no KV: it is
+        just ended), then ``shutdown``."""
+        diag = end.reason if diagnostics is None else diagnostics
+        job_end.end_job(_AmKV(self, app_id), end, shutdown, diag)
+
+
+class _AmKV:
+    """A running app's skein KV as :func:`~tfyarn.contracts.job_end.end_job` writes it; a put the
+    application master does not take is logged (the end itself must still happen)."""
+
+    def __init__(self, backend: Follower, app_id: str):
+        self.backend, self.app_id = backend, app_id
+
+    def put(self, key: str, value: str) -> None:
+        self.backend._on_am(self.app_id, f"KV {key}",
+                            lambda app: app.kv.put(key, value.encode()))

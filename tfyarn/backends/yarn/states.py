@@ -7,7 +7,7 @@ from typing import Any
 
 from tfyarn.contracts.status import AppState, AppStatus, TaskStatus
 from tfyarn.errors import TIMEOUT_MARK
-from tfyarn.contracts.kv_keys import EXIT_PREFIX, FAILURE_PREFIX, PROGRESS_PREFIX, SUMMARY_KEY, TASKMAP_PREFIX
+from tfyarn.contracts.kv_keys import END_KEY, EXIT_PREFIX, FAILURE_PREFIX, PROGRESS_PREFIX, SUMMARY_KEY, TASKMAP_PREFIX
 from tfyarn.spec import JobSpec
 from tfyarn.backends.yarn.cluster_events import container_cause
 
@@ -122,6 +122,7 @@ def snapshot(containers: list[Any], kv: dict[str, str], spec: JobSpec | None,
     return {"tasks": [t.__dict__ for t in tasks], "progress": progress,
             "summary": summary_with_eval(kv.get(SUMMARY_KEY), sides),
             "failures": failures, "exits": exits, "taskmap": taskmap, "events": events,
+            "end": kv.get(END_KEY),
             "phases": phases.task_phases(kv, progress_items),
             "containers": {f"{c.service_name}_{c.instance}": c.yarn_container_id for c in containers}}
 

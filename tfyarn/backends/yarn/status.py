@@ -13,7 +13,7 @@ import logging
 from typing import Any
 
 from tfyarn import hdfs, paths
-from tfyarn.backends.yarn import appspec, records, rest
+from tfyarn.backends.yarn import appspec, outcome, records, rest
 from tfyarn.backends.yarn.states import (ACTIVE_APP_STATES, ALL_APP_STATES, ALL_CONTAINER_STATES, app_state,
                                          app_status, attempt_of, failure_diagnosis, snapshot, timestamp)
 from tfyarn.backends.yarn.submit import Submitter
@@ -58,14 +58,20 @@ class StatusReader(Submitter):
         live = self._live(app_id, spec) if str(rep.state) == "RUNNING" else None
         snap = live or saved.get("snapshot") or {}
         task_states = [t["state"] for t in snap.get("tasks", [])] if live else None
-        diag = failure_diagnosis(rep.diagnostics, snap.get("failures") or {}, snap.get("exits") or {},
-                                 rm_events(rep, snap.get("events")) if str(rep.state) != "RUNNING" else None)
+        events = rm_events(rep, snap.get("events")) if str(rep.state) != "RUNNING" else None
+        diag = failure_diagnosis(rep.diagnostics, snap.get("failures") or {}, snap.get("exits") or {}, events)
         state = app_state(rep.state, rep.final_status, diag, task_states)
         if state is AppState.TIMED_OUT:
             diag = without_timeout_mark(diag)      # the in-app supervisor's marker: the state says it now
         if state is AppState.SUCCEEDED and diag.strip().endswith(app_end.DONE_DIAGNOSTICS):
             # ended early by tfyarn (runtime.app_end): nothing to diagnose but what YARN did (cluster_events)
             diag = diag.strip()[:-len(app_end.DONE_DIAGNOSTICS)].strip()
+        # the ender's record read first (the text above: apps without one)
+        recorded = outcome.from_record(rep.state, rep.final_status, snap, events)
+        if recorded is not None:
+            state, recorded_diag = recorded
+            if state is not AppState.SUCCEEDED:    # a success keeps only what YARN did (cluster_events, above)
+                diag = recorded_diag
         final = saved.get("final") or {}
         if state is AppState.KILLED and final.get("state") == AppState.TIMED_OUT.value:
             state, diag = AppState.TIMED_OUT, final.get("diagnostics", diag)  # tfyarn killed it for a deadline

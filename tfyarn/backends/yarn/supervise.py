@@ -25,6 +25,7 @@ from typing import Any, Callable
 from tfyarn.contracts.status import AppState, AppStatus, TaskStatus
 from tfyarn.backends.yarn.states import ALL_CONTAINER_STATES, snapshot
 from tfyarn.backends.yarn.records import publish_report, read_record, record_url, report_url, write_record  # noqa: F401
+from tfyarn.contracts import job_end
 from tfyarn.contracts.kv_keys import SPEC_KEY
 from tfyarn.errors import timeout_message
 from tfyarn.report import HISTORY_FILE
@@ -132,8 +133,9 @@ class InAppSupervisor:
         first cost the job's end ~2.3 s on an idle box). Past that grace, the supervisor ends it as usual."""
         now = time.monotonic()
         self._done_seen = self._done_seen or now
+        follower = app_end.follower_alive(self.kv, time.time())
         return (now - self._done_seen < app_end.FOLLOWER_GRACE_S + POLL_S
-                and app_end.follower_alive(self.kv, time.time()))
+                and job_end.leave_to(job_end.SUPERVISOR, True, follower) == job_end.FOLLOWER)
 
     def finish(self, final_status: str, diagnosis: str, state: AppState | None = None) -> None:
         """The run report and the record (at once, two threads), then the app's end: the shutdown ends this
@@ -141,6 +143,10 @@ class InAppSupervisor:
         import threading
         t0 = time.monotonic()
         state = state or (AppState.SUCCEEDED if final_status == "SUCCEEDED" else AppState.TIMED_OUT)
+        end = job_end.decide(job_end.SUPERVISOR, done=state is AppState.SUCCEEDED,
+                             failure=diagnosis if state is AppState.FAILED else None,
+                             verdict=diagnosis, exits=self.snap.get("exits"))
+        self.snap["end"] = end.to_json()     # in the staging-dir record: readers after the end
         st = self.status(state, "" if state is AppState.SUCCEEDED else diagnosis)
         record = threading.Thread(target=self._record, args=(st.to_dict(),), name="tfyarn-record", daemon=True)
         record.start()
@@ -149,7 +155,7 @@ class InAppSupervisor:
         log.info("%s: report and record written in %.2fs; ending the application %s", self.app_id,
                  time.monotonic() - t0, final_status)
         self.outcome = (final_status, diagnosis)
-        self.app.shutdown(final_status, diagnosis)
+        job_end.end_job(self.kv, end, self.app.shutdown, diagnosis)
 
     def status(self, state: AppState, diagnosis: str) -> AppStatus:
         tasks = [TaskStatus(**t) for t in self.snap.get("tasks", [])]

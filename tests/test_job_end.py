@@ -1,0 +1,113 @@
+"""The end of a YARN job as one protocol (tfyarn/contracts/job_end.py): the decision, the record
+written before the shutdown, who leaves the end to whom, and status reading the record before YARN's
+text (backends/yarn/outcome.py)."""
+
+import json
+
+import pytest
+
+from tfyarn.backends.yarn import outcome
+from tfyarn.contracts import job_end
+from tfyarn.contracts.kv_keys import END_KEY
+from tfyarn.contracts.status import AppState
+from tfyarn.runtime import app_end
+from tfyarn.runtime.kv import MemoryKV
+
+
+def test_decide_by_precedence_stop_failure_done_verdict():
+    exits = {"ps:0": {"code": 137, "died_at": 1.0}, "chief:0": {"code": None}}
+    assert job_end.decide("task:chief:0", done=True, now=5.0) == job_end.JobEnd(
+        "SUCCEEDED", job_end.DONE_REASON, "task:chief:0", {}, 5.0
+    )
+    failed = job_end.decide(
+        "failed-task:ps:0", failure="ps:0: exit code 137", exits=exits, done=True
+    )
+    assert (failed.state, failed.final_status, failed.exit_codes) == (
+        "FAILED",
+        "FAILED",
+        {"ps:0": 137},
+    )
+    late = job_end.decide("supervisor", done=True, verdict="timed out: active deadline 60s")
+    # a job that finished is not failed by the deadline reached meanwhile
+    assert late.state == "SUCCEEDED"
+    timed = job_end.decide("supervisor", verdict="timed out: training stalled for 30s")
+    assert (timed.state, timed.final_status, timed.reason) == (
+        "TIMED_OUT",
+        "FAILED",
+        "training stalled for 30s",
+    )
+    stop = job_end.decide("follower", stopped="interrupted: killed app_1", verdict="x", failure="y")
+    assert (stop.state, stop.final_status, stop.reason) == (
+        "KILLED",
+        "KILLED",
+        "interrupted: killed app_1",
+    )
+
+
+def test_decide_refuses_an_unknown_ender_and_no_end_at_all():
+    with pytest.raises(ValueError, match="unknown ender 'airflow'"):
+        job_end.decide("airflow", done=True)
+    with pytest.raises(ValueError, match="nothing ends the job"):
+        job_end.decide("follower")
+
+
+def test_the_record_round_trips_and_bad_records_are_none():
+    end = job_end.decide(
+        "failed-task:worker:1", failure="worker:1: exit code 1", exits={"worker:1": {"code": 1}}
+    )
+    assert job_end.JobEnd.from_json(end.to_json()) == end
+    assert set(json.loads(end.to_json())) == {"state", "reason", "exit_codes", "by", "time"}
+    for bad in (None, "", "{", '{"reason": "x"}', '{"state": "RUNNING"}', "[1]"):
+        assert job_end.JobEnd.from_json(bad) is None, bad
+
+
+def test_end_job_writes_the_record_before_the_shutdown():
+    kv, seen = MemoryKV(), []
+    end = job_end.decide("supervisor", verdict="timed out: allocation 10s")
+    job_end.end_job(
+        kv, end, lambda status, diag: seen.append((status, diag, kv.get(END_KEY))), "timed out: x"
+    )
+    assert seen == [("FAILED", "timed out: x", end.to_json())]
+
+
+def test_who_leaves_the_end_to_whom():
+    assert job_end.leave_to("task:chief:0", True, True) == "supervisor"
+    assert job_end.leave_to("task:chief:0", False, True) == "follower"
+    assert job_end.leave_to("task:chief:0", False, False) is None
+    assert job_end.leave_to("supervisor", True, True) == "follower"
+    assert job_end.leave_to("supervisor", True, False) is None
+    assert job_end.leave_to("follower", True, True) is None
+    assert job_end.leave_to("failed-task:ps:0", True, True) is None
+
+
+def test_the_last_task_records_its_end_before_shutting_down():
+    kv = MemoryKV({"slot-done/chief:0": "1", "slot-done/worker:0": "1"})
+    seen = []
+    assert app_end.finish_if_last(
+        kv, ["chief:0", "worker:0"], "worker:0", lambda: seen.append(kv.get(END_KEY))
+    )
+    [rec] = seen
+    end = job_end.JobEnd.from_json(rec)
+    assert end is not None and (end.state, end.by) == ("SUCCEEDED", "task:worker:0")
+
+
+def test_status_reads_the_record_first_and_only_when_yarn_agrees():
+    snap = {
+        "end": job_end.decide("supervisor", verdict="timed out: stalled").to_json(),
+        "failures": {"worker:0": "stuck"},
+        "exits": {},
+    }
+    assert outcome.from_record("RUNNING", "UNDEFINED", snap) is None
+    state, diag = outcome.from_record("FINISHED", "FAILED", snap)
+    assert state is AppState.TIMED_OUT and "stalled" in diag and "worker:0: stuck" in diag
+    assert (
+        outcome.from_record("FINISHED", "SUCCEEDED", snap) is None
+    )  # YARN ended it otherwise: the text
+    done = {"end": job_end.decide("follower", done=True).to_json()}
+    assert outcome.from_record("FINISHED", "SUCCEEDED", done) == (AppState.SUCCEEDED, "")
+    killed = {"end": job_end.decide("follower", verdict="active deadline 5s reached").to_json()}
+    assert outcome.from_record("KILLED", "KILLED", killed) == (
+        AppState.TIMED_OUT,
+        "active deadline 5s reached",
+    )
+    assert outcome.from_record("FINISHED", "FAILED", {}) is None  # an older app: no record
