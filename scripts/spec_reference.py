@@ -1,6 +1,6 @@
 """Write docs/spec-reference.md from the spec's JSON Schema (``tfyarn schema``): every key, its type, default and
 description, section by section. ``python scripts/spec_reference.py`` rewrites the file; ``--check`` exits 1 when it is
-stale (tests/test_spec_reference.py runs that in CI), so the reference never drifts from tfyarn/spec.py.
+stale (tests/unit/test_spec_reference.py runs that in CI), so the reference never drifts from tfyarn/spec.py.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ OUT = ROOT / "docs" / "spec-reference.md"
 HEADER = """# Job spec reference
 
 Generated from the spec's JSON Schema (`tfyarn schema`) by `scripts/spec_reference.py`; do not edit by hand
-(`tests/test_spec_reference.py` fails when this file is stale). Relative local paths are made absolute against the spec
+(`tests/unit/test_spec_reference.py` fails when this file is stale). Relative local paths are made absolute against the spec
 file's directory when the spec is loaded. The README shows a whole spec; `specs/` holds more examples.
 """
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-#: tests/yarn's helper modules (clusterutil, yarnutil: unique names) for the suites that run on YARN too
-#: (tests/yarn, tests/contract); the session fixtures below use them.
-sys.path.append(str(Path(__file__).resolve().parent / "yarn"))
+#: The suites' shared helper modules (tests/helpers: launch_helpers, clusterutil, yarnutil, krbutil, harness...: unique
+#: names, imported as top-level modules by every suite; the session fixtures below use them too).
+sys.path.insert(0, str(Path(__file__).resolve().parent / "helpers"))
 
 #: TFYARN_REQUIRE_YARN=1 (scripts/test-yarn, CI): a `yarn` test that skips — no HADOOP_CONF_DIR, a missing
 #: package — fails instead, so a cluster suite that silently tested nothing cannot pass.
@@ -68,7 +68,7 @@ def tensorboard_dir(tmp_path_factory):
     return str(d)
 
 
-# ------------------------------------------------------------------------------- YARN (tests/yarn, tests/contract)
+# ---------------------------------------------------------------------- YARN (tests/cluster/yarn, tests/contract)
 @pytest.fixture(scope="session")
 def yarn():
     """One YarnBackend for the whole session (on the session's shared skein driver, above)."""

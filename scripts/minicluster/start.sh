@@ -55,4 +55,4 @@ export PATH="$out/hadoop/bin:\$PATH"
 export HADOOP_USER_NAME="$user"
 ENV
 echo "cluster ready. Use it with:"
-echo "  source $out/env.sh && .venv/bin/pytest -m yarn tests/yarn"
+echo "  source $out/env.sh && .venv/bin/pytest -m yarn tests/cluster/yarn"

@@ -3,8 +3,8 @@
 Why one module: the launcher (local), the container script and the in-app supervisor (YARN), the tasks, the trainers,
 the shared indexing and the followers on a gateway all talk through the same few dozen keys. Each writer and reader
 imports its key from here, so a renamed key cannot leave one side behind; :data:`KEYS` is the table that
-docs/ARCHITECTURE.md's "KV key layout" shows (tests/test_kv_keys.py holds the two together, and finds key literals
-written anywhere else in tfyarn).
+docs/ARCHITECTURE.md's "KV key layout" shows (tests/unit/contracts/test_kv_keys.py holds the two
+together, and finds key literals written anywhere else in tfyarn).
 """
 from __future__ import annotations
 

@@ -1,0 +1,136 @@
+"""Faults on the real cluster (the local equivalents are tests/functional/faults): containers killed with SIGKILL,
+a task raising inside its container, and what preflight refuses before anything is submitted. A stopped worker (the
+stall watchdog) is a scenario of the contract suite (tests/contract), on both backends.
+
+Task processes are found on this machine by the app id their container exports (the NodeManagers run here) and the
+task map the runtime writes to the app's KV (skein renumbers restarted containers)."""
+import json
+import signal
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from clusterutil import (FAULT_JOBS, JOB_S, ROOT, assert_clean, job_doc, needs_yarn, planned_steps, task_process,
+                         tfyarn, unique, wait_for_step, wait_until, watch_end)
+from tfyarn import hdfs
+from tfyarn.backends.base import AppState
+from tfyarn.spec import load_spec_dict
+
+pytestmark = needs_yarn
+
+EVERY = 5   # checkpoint every 5 global steps
+
+
+def _apps(yarn, name: str, active_only: bool = False) -> list[str]:
+    """This test's apps (by its name tag), oldest first."""
+    return [a.app_id for a in yarn.list(all_states=not active_only) if name in a.tags]
+
+
+@pytest.mark.timeout(6 * JOB_S)
+def test_sigkilled_worker_chief_and_ps_each_start_a_job_attempt_from_the_hdfs_checkpoint(
+        yarn, dataset, hdfs_root, tmp_path):
+    """Sync ps: a lost worker, chief or ps cannot rejoin an open lockstep round, so each kill -9 fails the application
+    and ``tfyarn run`` submits the next attempt, which resumes from the latest checkpoint on HDFS. One run, three
+    kills (attempts 0, 1, 2), attempt 3 trains to the planned global step. Each failed app says, from any process,
+    its attempt (its YARN tag) and which task died how (exit code 137 first in its diagnosis, kept by YARN too)."""
+    name = unique("attempts")
+    doc = job_doc(dataset, name, epochs=5, ckpt=hdfs.join(hdfs_root, name, "ckpt"), every_steps=EVERY,
+                  model="fault_models:slow_recommender", code=str(FAULT_JOBS),
+                  retry={"max_attempts": 4, "backoff": "1s"})
+    doc["params"]["step_delay_s"] = 0.25
+    spec = load_spec_dict(doc)
+    total = sum(planned_steps(spec))
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    run = subprocess.Popen([sys.executable, "-m", "tfyarn.cli", "run", str(path), "--yarn", "--output", "json"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    killed = []     # (app id, victim, global step seen just before the kill)
+    try:
+        for victim in ("worker:0", "chief:0", "ps:0"):
+            app_id = wait_until(lambda: [a for a in _apps(yarn, name, active_only=True) if a not in
+                                         {k[0] for k in killed}], JOB_S, f"attempt {len(killed)} of {name}")[0]
+            running = yarn.status(app_id)     # this backend did not submit it: the attempt is the app's own tag
+            assert running.attempt == len(killed), (app_id, running.attempt, running.tags)
+            start = int(running.progress.get("per_task", {}).get("chief:0") or 0)
+            # past a checkpoint of this attempt (the first progress of a resumed attempt may still be unpublished)
+            wait_for_step(yarn, app_id, "chief:0", max(start, killed[-1][2] if killed else 0) + 2 * EVERY)
+            seen = int(yarn.status(app_id).progress.get("global_step") or 0)
+            task_process(yarn, app_id, victim).send_signal(signal.SIGKILL)
+            killed.append((app_id, victim, seen))
+            assert seen < total - 10, f"the job was nearly done before the {victim} kill: raise epochs"
+        out, err = run.communicate(timeout=3 * JOB_S)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.communicate()
+    assert run.returncode == 0, err[-4000:]
+    st = json.loads(out)
+    assert st["state"] == "SUCCEEDED" and st["attempt"] == 3, st
+    s = st["summary"]
+    assert s["global_step"] == s["total_steps"] == total
+    assert s["steps_per_worker"] == {"chief:0": total, "worker:0": total}
+    # attempt 3 resumed from a checkpoint taken after the last kill's previous one: lost work <= one interval + lag
+    resumed = int(s["resumed_from"].rsplit("-", 1)[1])
+    assert killed[-1][2] - EVERY - 10 <= resumed < total, (killed, s["resumed_from"])
+    apps = _apps(yarn, name)
+    assert apps[:3] == [k[0] for k in killed] and len(apps) == 4, (apps, killed)
+    for attempt, (app_id, victim, _) in enumerate(killed):
+        assert app_id in st["diagnostics"], "earlier attempts are listed in the final diagnosis"
+        # which task died and how, named first, from another process after the end, and by YARN itself
+        r = tfyarn("status", app_id, "--output", "json")
+        d = json.loads(r.stdout)
+        tasks = {t["task"]: t for t in d["tasks"]}
+        assert (d["state"], r.returncode, d["attempt"]) == ("FAILED", 1, attempt), (victim, d, r.stderr[-2000:])
+        assert (tasks[victim]["state"], tasks[victim]["exit_code"]) == ("FAILED", 137), (victim, tasks)
+        assert d["diagnostics"].startswith(f"{victim}: exit code 137 (killed by SIGKILL)"), (victim, d)
+        assert f"{victim}: exit code 137 (killed by SIGKILL)" in yarn._app_report(app_id).diagnostics
+    text = tfyarn("status", killed[-1][0])
+    assert "ps:0" in text.stdout and "137" in text.stdout, text.stdout
+    assert_clean(yarn, *apps, tag=name)
+
+
+@pytest.mark.timeout(2 * JOB_S)
+def test_a_task_raising_in_its_container_fails_the_app_with_its_exception(yarn, dataset):
+    name = unique("raises")
+    spec = load_spec_dict(job_doc(dataset, name, mode="allreduce", model="custom_jobs:fail_on_worker",
+                                  code=str(ROOT / "tests" / "helpers" / "jobs")))
+    watched: dict = {}
+
+    def watch(st):       # the failed task's end record, caught live (the KV dies with the app)
+        if st.state is AppState.RUNNING and "end" not in watched:
+            watched["end"] = watch_end(yarn, st.app_id)
+    st = yarn.run(spec, timeout=JOB_S, on_update=watch)
+    assert st.state is AppState.FAILED and st.state.exit_code == 1, st.diagnostics
+    end = watched["end"]()
+    assert (end.state, end.by) == ("FAILED", "failed-task:worker:0"), end
+    assert end.exit_codes["worker:0"] == 1, end
+    assert "RuntimeError: boom from worker:0" in end.reason, end
+    assert "RuntimeError: boom from worker:0" in st.diagnostics, st.diagnostics
+    tasks = {t.task: t for t in st.tasks}
+    assert tasks["worker:0"].state == "FAILED" and "boom from worker:0" in tasks["worker:0"].diagnostics
+    assert tasks["worker:0"].exit_code == 1, st.to_dict()["tasks"]
+    assert tasks["chief:0"].state == "KILLED", st.to_dict()["tasks"]   # stopped by the shutdown, not failed
+    assert_clean(yarn, st.app_id, tag=name)
+
+
+def test_preflight_refuses_what_cannot_run_with_exit_2_and_submits_nothing(yarn, dataset, tmp_path):
+    """An unknown model module, memory above the cluster's maximum allocation and an unknown queue: exit 2 before
+    anything is uploaded or submitted, each problem named (with the limit)."""
+    name = unique("refused")
+    max_mb = int(yarn.conf.get("yarn.scheduler.maximum-allocation-mb", "8192"))
+    doc = job_doc(dataset, name, model="tfyarn_no_such_module:model")
+    doc["roles"]["worker"]["memory"] = f"{max_mb // 1024 + 48} GiB"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(doc))
+    proc = tfyarn("submit", str(bad), "--yarn")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "tfyarn_no_such_module" in proc.stderr and "roles.worker" in proc.stderr, proc.stderr
+    assert str(max_mb) in proc.stderr, proc.stderr                 # the limit it is above
+    assert "nothing was uploaded or submitted" in proc.stderr
+    queue = tmp_path / "queue.yaml"
+    queue.write_text(yaml.safe_dump(job_doc(dataset, name, queue="no-such-queue")))
+    proc = tfyarn("submit", str(queue), "--yarn")
+    assert proc.returncode == 2 and "no-such-queue" in proc.stderr, proc.stdout + proc.stderr
+    assert _apps(yarn, name) == [], "a refused spec submitted an application"

@@ -1,0 +1,199 @@
+"""Helpers of the cluster suite (``pytest -m yarn``): real YARN + HDFS named by ``HADOOP_CONF_DIR``.
+
+Why these shapes: the suite must stay within ~20 minutes on 2 cores, so one small synthetic data set is written once
+per session, models are tiny, jobs run the node's Python (``environment.python`` = this interpreter: the
+NodeManagers run on this machine) except where packing is what is tested, and every app carries this session's tag so
+that a test asserts on its own apps and processes only (other people's jobs may share the cluster).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Callable
+
+import psutil
+import pytest
+
+from launch_helpers import app_processes  # containers export TFYARN_APP_ID too
+from tfyarn.backends.yarn import records
+from tfyarn.spec import load_spec_dict
+
+ROOT = Path(__file__).resolve().parents[2]
+FAULT_JOBS = ROOT / "tests" / "functional" / "faults" / "jobs"
+FEATURES = {"label": {"dtype": "float32"}, "user_id": {"dtype": "int64"}, "item_id": {"dtype": "int64"}}
+#: Upper bound for one job on a loaded 2-core box (TF import in several containers at once is the slow part).
+JOB_S = float(os.environ.get("TFYARN_TEST_YARN_TIMEOUT", "300"))
+
+needs_yarn = [pytest.mark.yarn, pytest.mark.skipif(
+    not os.environ.get("HADOOP_CONF_DIR"),
+    reason="needs a live YARN cluster: set HADOOP_CONF_DIR (scripts/hadoop-cluster start prints it)")]
+
+
+#: On every app the suite submits (one per pytest process): a test asserts on its own apps only.
+SESSION_TAG = f"tfyarn-test-{uuid.uuid4().hex[:10]}"
+
+
+def write_dataset(url: str) -> str:
+    """The suites' skewed recommender data under ``url`` (4 files, the largest 3x the smallest); returns its glob.
+    HDFS for the YARN suite, a local directory for the contract suite's local half: the same records."""
+    from tfyarn.data.synth import write_synthetic
+    write_synthetic(url, kind="recommender", files=4, records=4000, skew=3, seed=1, users=100, items=100)
+    return url.rstrip("/") + "/*.tfrecord"
+
+
+def unique(name: str) -> str:
+    return f"{name}-{time.time_ns() % 10**12:012d}"
+
+
+def job_doc(data: str, name: str, *, mode: str = "ps", sync: bool = True, ps: int = 1, workers: int = 1,
+            epochs: int = 2, batch: int = 100, ckpt: str | None = None, every_steps: int | None = None,
+            memory: str = "1 GiB", **over: Any) -> dict:
+    """A small recommender job on ``data`` (a glob) run by this very Python on the nodes; ``over`` replaces keys."""
+    roles: dict[str, Any] = {"chief": {"instances": 1, "memory": memory},
+                             "worker": {"instances": workers, "memory": memory}}
+    if mode == "ps":
+        roles = {"ps": {"instances": ps, "memory": memory}, **roles}
+    doc: dict[str, Any] = {
+        "name": name, "model": "tfyarn.models.recommender:model", "mode": mode, "sync": sync,
+        "params": {"num_users": 100, "num_items": 100, "dim": 8, "learning_rate": 0.2},
+        "data": {"train": [data], "features": FEATURES, "batch_size": batch, "epochs": epochs},
+        "roles": roles, "environment": {"python": sys.executable},
+        "timeouts": {"rendezvous": 180, "stall": 180, "step": 120, "shutdown": 30, "allocation": 180},
+        "tags": [SESSION_TAG, name],
+    }
+    if ckpt:
+        doc["checkpoint"] = {"dir": ckpt, "every_steps": every_steps, "every_secs": None if every_steps else 600,
+                             "keep": 3}
+    doc.update(over)
+    return doc
+
+
+def job(*a: Any, **kw: Any):
+    return load_spec_dict(job_doc(*a, **kw))
+
+
+def planned_steps(spec) -> list[int]:
+    """Steps per worker of each epoch, as every worker's planner computes them (reads the manifest from HDFS)."""
+    from tfyarn.data import build_manifest, plan
+    m = build_manifest(spec.data.train)
+    return [plan(m, spec.num_training_workers, e, spec.data.shuffle_seed, spec.data.batch_size).steps
+            for e in range(spec.data.epochs)]
+
+
+# ---------------------------------------------------------------------------------------------- task processes
+def task_process(backend, app_id: str, task: str, timeout: float = 60.0) -> psutil.Process:
+    """The Python process of ``task`` (``role:index``): the container whose skein id the app's task map gives it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        live = backend._live(app_id, records.saved_spec(app_id)) or {}
+        ids = [cid for cid, t in (live.get("taskmap") or {}).items() if t == task]
+        for p in app_processes(app_id):
+            try:
+                env = p.environ()
+                if env.get("SKEIN_CONTAINER_ID") in ids and "tfyarn.runtime" in " ".join(p.cmdline()):
+                    return p
+            except psutil.Error:
+                continue
+        assert time.monotonic() < deadline, f"no live process for {task} of {app_id} within {timeout:g}s"
+        time.sleep(0.5)
+
+
+def wait_no_processes(app_id: str, timeout: float = 60.0) -> list[psutil.Process]:
+    """[] once no process of ``app_id`` is left (the NodeManager cleans a container up within seconds)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = app_processes(app_id)
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.5)
+
+
+def assert_clean(backend, *app_ids: str, tag: str | None = None) -> None:
+    """Nothing of these apps is left: no process on this machine, no app of theirs (or with ``tag``) still active."""
+    for app_id in app_ids:
+        left = wait_no_processes(app_id)
+        assert left == [], f"{app_id} left processes: {[(p.pid, p.cmdline()[:4]) for p in left]}"
+        assert backend.status(app_id).state.is_terminal, f"{app_id} still active"
+    if tag:
+        active = [a.app_id for a in backend.list() if tag in a.tags]
+        assert active == [], f"apps tagged {tag} still active: {active}"
+
+
+def wait_until(pred: Callable[[], Any], timeout: float, what: str, poll: float = 1.0) -> Any:
+    """``pred()``'s first truthy value; fails naming ``what`` after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v:
+            return v
+        assert time.monotonic() < deadline, f"timed out after {timeout:g}s waiting for {what}"
+        time.sleep(poll)
+
+
+def wait_for_step(backend, app_id: str, task: str, step: int, timeout: float = JOB_S) -> int:
+    """Wait until ``task`` reports local step >= ``step`` (from the app's KV); fails if the app ends first."""
+    def reached():
+        st = backend.status(app_id)
+        now = int((st.progress.get("per_task") or {}).get(task) or 0)
+        assert not st.state.is_terminal, f"{app_id} ended ({st.state.value}: {st.diagnostics}) before {task} " \
+                                          f"step {step}"
+        return now if now >= step else 0
+    return wait_until(reached, timeout, f"{task} of {app_id} to reach step {step}", poll=0.5)
+
+
+# --------------------------------------------------------------------------------------------------------- CLI
+def tfyarn(*args: str, timeout: float = 120, env: dict | None = None) -> subprocess.CompletedProcess:
+    """The CLI as a user runs it (a new process: its own skein driver, unless a global one runs)."""
+    return subprocess.run([sys.executable, "-m", "tfyarn.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def read_json(url: str) -> Any:
+    import fsspec
+    with fsspec.open(url, "rt") as f:
+        return json.load(f)
+
+
+def hdfs_exists(url: str) -> bool:
+    import fsspec
+    fs, path = fsspec.core.url_to_fs(url)
+    return fs.exists(path)
+
+
+def watch_end(backend, app_id: str, timeout: float = JOB_S) -> Callable[[], Any]:
+    """The end record (KV ``control/end``, :mod:`tfyarn.contracts.job_end`) its ender puts before
+    shutting the app down, caught live: the KV dies with the app. A thread waits for the key on the
+    running app's own client (taken out of the backend's cache: the backend's kill or status reads
+    do not close it). Call the result after the end: the :class:`JobEnd`, or an assertion error."""
+    import threading
+
+    from tfyarn.contracts.job_end import JobEnd
+    from tfyarn.contracts.kv_keys import END_KEY
+    from tfyarn.runtime.kv_yarn import SkeinKV
+
+    app = wait_until(lambda: backend._app_client(app_id), timeout,
+                     f"the application master of {app_id}", poll=0.5)
+    backend._apps.pop(app_id, None)
+    got: list[Any] = []
+
+    def run() -> None:
+        try:
+            got.append(SkeinKV(app.kv).wait(END_KEY, timeout, f"{app_id}'s end record"))
+        except Exception as exc:  # noqa: BLE001 - reported by the caller's assertion
+            got.append(exc)
+
+    t = threading.Thread(target=run, name="test-watch-end", daemon=True)
+    t.start()
+
+    def result() -> JobEnd:
+        t.join(timeout)
+        assert got and isinstance(got[0], str), f"no end record of {app_id}: {got}"
+        end = JobEnd.from_json(got[0])
+        assert end is not None, got[0]
+        return end
+    return result
