@@ -2,13 +2,16 @@
 
 Importing ``tfyarn`` is cheap and imports no TensorFlow; see :mod:`tfyarn.api` for the Python API.
 """
+
 __version__ = "0.1.0"
 
 
-def progress(step: int, loss: float | None = None, examples: int = 0, epoch: int = 0,
-             global_step: int | None = None) -> None:
+def progress(
+    step: int, loss: float | None = None, examples: int = 0, epoch: int = 0, global_step: int | None = None
+) -> None:
     """From your own training program (``entrypoint:``): this task's step (and loss, examples in it, epoch) for
     status, the run history and the stall watchdog. Outside a tfyarn task it does nothing, so the program runs
     unchanged anywhere. Imports no TensorFlow."""
     from tfyarn.runtime.entrypoint import report_progress
+
     report_progress(step, loss=loss, examples=examples, epoch=epoch, global_step=global_step)

@@ -5,6 +5,7 @@ Python 3.12. setuptools' shim would provide it, but importing setuptools costs ~
 to YARN, so :func:`skein` gives skein a stand-in ``distutils.version`` for its import. Backends call it when they
 need skein, so ``import tfyarn`` stays cheap.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -38,8 +39,8 @@ def skein() -> ModuleType:
         return importlib.import_module("skein")
     pkg, ver = ModuleType("distutils"), ModuleType("distutils.version")
     pkg.__path__ = []
-    ver.LooseVersion = _LooseVersion                   # type: ignore[attr-defined]
-    pkg.version = ver                                  # type: ignore[attr-defined]
+    ver.LooseVersion = _LooseVersion  # type: ignore[attr-defined]
+    pkg.version = ver  # type: ignore[attr-defined]
     sys.modules["distutils"], sys.modules["distutils.version"] = pkg, ver
     try:
         return importlib.import_module("skein")

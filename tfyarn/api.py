@@ -8,6 +8,7 @@
 Backends are chosen by name (``local`` / ``yarn``) or, for an existing app, by its id (``local-…`` vs
 ``application_…``). With no name, YARN is used when a cluster is configured (``HADOOP_CONF_DIR``), else local.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,9 +23,28 @@ from tfyarn.contracts.status import AppState, AppStatus
 from tfyarn.errors import AppNotFound, TfyarnError
 from tfyarn.spec import JobSpec, load_spec
 
-__all__ = ["AppState", "AppStatus", "BACKENDS", "check_files", "dryrun", "export", "get_backend", "index_data", "kill",
-           "list_apps", "load", "logs", "pack", "report", "report_location", "run", "status", "submit", "wait",
-           "write_synthetic"]
+__all__ = [
+    "AppState",
+    "AppStatus",
+    "BACKENDS",
+    "check_files",
+    "dryrun",
+    "export",
+    "get_backend",
+    "index_data",
+    "kill",
+    "list_apps",
+    "load",
+    "logs",
+    "pack",
+    "report",
+    "report_location",
+    "run",
+    "status",
+    "submit",
+    "wait",
+    "write_synthetic",
+]
 
 BACKENDS = tuple(registry.KNOWN)
 
@@ -56,9 +76,14 @@ def dryrun(spec: JobSpec, backend: str | None = None) -> Request:
         return b.dryrun(spec)
 
 
-def run(spec: JobSpec, backend: str | None = None, echo: Callable[[str, str], None] | None = None,
-        on_update: Callable[[AppStatus], None] | None = None, timeout: float | None = None,
-        detach_report: bool = False) -> AppStatus:
+def run(
+    spec: JobSpec,
+    backend: str | None = None,
+    echo: Callable[[str, str], None] | None = None,
+    on_update: Callable[[AppStatus], None] | None = None,
+    timeout: float | None = None,
+    detach_report: bool = False,
+) -> AppStatus:
     """Run a job to its end. Local: in the foreground (Ctrl-C stops every task). YARN: submit and follow, with
     the spec's job attempts (``retry.max_attempts``) as new applications; ``detach_report``: the run report is
     written by a detached process after this returns (the CLI's exit does not wait for it)."""
@@ -78,8 +103,12 @@ def status(app_id: str) -> AppStatus:
         return b.status(app_id)
 
 
-def wait(app_id: str, timeout: float | None = None,
-         on_update: Callable[[AppStatus], None] | None = None, detach_report: bool = False) -> AppStatus:
+def wait(
+    app_id: str,
+    timeout: float | None = None,
+    on_update: Callable[[AppStatus], None] | None = None,
+    detach_report: bool = False,
+) -> AppStatus:
     with backend_for_app(app_id) as b:
         b.detached_report = detach_report
         return b.wait(app_id, timeout=timeout, on_update=on_update)
@@ -109,8 +138,9 @@ def report_location(st: AppStatus, build: bool = True) -> str | None:
         return b.report_location(st, build)
 
 
-def report(app_id: str | None = None, source: str | None = None,
-           to: str | Path | None = None) -> tuple[dict[str, Any], str | None]:
+def report(
+    app_id: str | None = None, source: str | None = None, to: str | Path | None = None
+) -> tuple[dict[str, Any], str | None]:
     """The report of an app and where its PNG is (a local path or a URL).
 
     ``source``: a directory URL holding ``report.json``; without it, where the backend of ``app_id`` finds its report
@@ -122,6 +152,7 @@ def report(app_id: str | None = None, source: str | None = None,
     import fsspec
 
     from tfyarn.report import REPORT_JSON, REPORT_PNG, copy_report
+
     where = _report_dir(app_id, source)
     try:
         with fsspec.open(f"{where}/{REPORT_JSON}", "rt") as f:
@@ -152,6 +183,7 @@ def report_page(app_id: str | None = None, source: str | None = None, host: str 
 
     from tfyarn.report import HISTORY_FILE, load_task_history, merge_points
     from tfyarn.web import StatusPage
+
     rep, _ = report(app_id, source)
     where = _report_dir(app_id, source)
     followed = []
@@ -162,10 +194,19 @@ def report_page(app_id: str | None = None, source: str | None = None, host: str 
         pass
     recorded = load_task_history(rep["checkpoint_dir"], rep["app_id"]) if rep.get("checkpoint_dir") else []
     points = merge_points(followed, recorded)
-    doc = rep.get("status") or {          # a report written before it kept the final status
-        "schema": "tfyarn.status/1", "app_id": rep.get("app_id"), "name": rep.get("name"), "state": rep.get("state"),
-        "exit_code": rep.get("exit_code"), "diagnostics": rep.get("diagnostics", ""), "tasks": [], "progress": {},
-        "started": rep.get("started"), "finished": rep.get("finished"), "summary": rep.get("summary")}
+    doc = rep.get("status") or {  # a report written before it kept the final status
+        "schema": "tfyarn.status/1",
+        "app_id": rep.get("app_id"),
+        "name": rep.get("name"),
+        "state": rep.get("state"),
+        "exit_code": rep.get("exit_code"),
+        "diagnostics": rep.get("diagnostics", ""),
+        "tasks": [],
+        "progress": {},
+        "started": rep.get("started"),
+        "finished": rep.get("finished"),
+        "summary": rep.get("summary"),
+    }
     return StatusPage(lambda: doc, lambda: points, host=host, port=port).start()
 
 
@@ -173,6 +214,7 @@ def check_files(spec: JobSpec, backend: str | None = None) -> None:
     """What run/submit check before starting (data globs, first records, writable dirs, init_from, and — when the
     tasks run this Python: locally, or a packed env on YARN — the model's module and the roles' packages)."""
     from tfyarn.preflight import run_file_checks
+
     run_file_checks(spec, task_env=(backend or default_backend_name()) == "local" or spec.environment.source == "pack")
 
 
@@ -180,16 +222,23 @@ def pack(spec: JobSpec, staging_dir: str | None = None, progress: Callable[[str,
     """Pack the spec's environment and stage it for YARN now (the cache submit uses); 0 bytes when already staged.
     Returns the :class:`tfyarn.packaging.EnvRef`."""
     from tfyarn.backends.yarn.backend import pack as pack_env
+
     return pack_env(spec, staging_dir, progress=progress)
 
 
-def index_data(urls: list[str], compression: str = "auto", on_corrupt: str = "fail", cache_dir: str | None = None,
-               staging_dir: str | None = None) -> tuple[Any, str, dict[str, int], str | None]:
+def index_data(
+    urls: list[str],
+    compression: str = "auto",
+    on_corrupt: str = "fail",
+    cache_dir: str | None = None,
+    staging_dir: str | None = None,
+) -> tuple[Any, str, dict[str, int], str | None]:
     """Index TFRecord files ahead of the jobs that read them: (the manifest, its summary for people, what it took —
     files_indexed, bytes_read, cache_hits —, the cache dir of read-only data). HDFS/viewfs data with no
     ``cache_dir``: the YARN staging dir's ``index/`` (what YARN jobs read)."""
     from tfyarn.data import build_manifest, summarize
     from tfyarn.data.manifest import STATS
+
     if cache_dir is None and any(u.split(":", 1)[0] in ("hdfs", "viewfs") for u in urls):
         with get_backend("yarn", staging_dir=staging_dir) as b:
             cache_dir = b.index_cache_dir()
@@ -202,6 +251,7 @@ def index_data(urls: list[str], compression: str = "auto", on_corrupt: str = "fa
 def write_synthetic(out_dir: str, **options: Any) -> list[str]:
     """A synthetic, learnable TFRecord data set (:func:`tfyarn.data.synth.write_synthetic`)."""
     from tfyarn.data import write_synthetic as write
+
     return write(out_dir, **options)
 
 
@@ -215,13 +265,14 @@ def driver_status() -> dict[str, Any]:
     with address, pids, login, which commands use it (pids), when it stops; ``skein_global``: a user's own ``skein
     driver start`` (used first), or None."""
     from tfyarn.backends.yarn import driver
-    return {"drivers": [driver.describe(r) for r in driver.records()],
-            "skein_global": driver.skein_global()}
+
+    return {"drivers": [driver.describe(r) for r in driver.records()], "skein_global": driver.skein_global()}
 
 
 def driver_stop() -> list[dict]:
     """Stop tfyarn's shared skein drivers now (a user's own ``skein driver start`` is left running)."""
     from tfyarn.backends.yarn import driver
+
     return [r.__dict__ for r in driver.stop_all()]
 
 
@@ -232,27 +283,32 @@ def export(spec: JobSpec, checkpoint: str | None = None, to: str | None = None) 
     "seconds", "downloaded"}``; :class:`ExportError` when there is nothing to export."""
     import importlib.util
     from tfyarn.errors import ExportError
+
     if importlib.util.find_spec("tensorflow") is None:
-        raise ExportError("export builds the model with TensorFlow, which is not installed here "
-                          "(pip install 'tfyarn[tf-cpu]', or run it where the job's environment is)")
+        raise ExportError(
+            "export builds the model with TensorFlow, which is not installed here "
+            "(pip install 'tfyarn[tf-cpu]', or run it where the job's environment is)"
+        )
     from tfyarn.runtime.warm_imports import keep_matplotlib_out_of_keras
     from tfyarn.train.checkpoint import CheckpointMismatch, CheckpointStore
     from tfyarn.train.export import export_checkpoint
-    keep_matplotlib_out_of_keras()          # TF imports Keras, which would import matplotlib: nothing is drawn here
+
+    keep_matplotlib_out_of_keras()  # TF imports Keras, which would import matplotlib: nothing is drawn here
     entry = None
-    if spec.checkpoint.dir:                 # (without one, export_checkpoint says so)
+    if spec.checkpoint.dir:  # (without one, export_checkpoint says so)
         store = CheckpointStore(spec.checkpoint.dir, keep=spec.checkpoint.keep)
-        idx = store.index()                 # read once: the named or the latest entry, and the list for messages
+        idx = store.index()  # read once: the named or the latest entry, and the list for messages
         entries = idx.get("checkpoints", [])
         if not entries:
             raise ExportError(f"export: no committed checkpoint in {store.url}")
         name = checkpoint or idx.get("latest")
         entry = next((e for e in reversed(entries) if e["name"] == name), None)
         if entry is None:
-            raise ExportError(f"export: no checkpoint {name!r} in {store.url} (committed: "
-                              f"{', '.join(e['name'] for e in entries)})")
+            raise ExportError(
+                f"export: no checkpoint {name!r} in {store.url} (committed: {', '.join(e['name'] for e in entries)})"
+            )
     if to and "://" not in to:
-        to = str(Path(to).resolve())        # a path given here is relative to the caller's cwd, not the spec's dir
+        to = str(Path(to).resolve())  # a path given here is relative to the caller's cwd, not the spec's dir
     try:
         return export_checkpoint(spec, entry, to=to)
     except (CheckpointMismatch, OSError) as exc:

@@ -3,6 +3,7 @@
 Exit codes (stable, for schedulers): 0 succeeded, 1 failed, 2 invalid spec or usage (nothing started), 3 killed,
 4 timed out.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,15 +21,22 @@ from tfyarn.interrupts import Interrupted
 
 log = logging.getLogger("tfyarn")
 
-_set_option = click.option("--set", "overrides", multiple=True, metavar="KEY.PATH=VALUE",
-                           help="Override a spec value (YAML-parsed), e.g. --set roles.worker.instances=4. Repeatable.")
+_set_option = click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="KEY.PATH=VALUE",
+    help="Override a spec value (YAML-parsed), e.g. --set roles.worker.instances=4. Repeatable.",
+)
 
 
 def _backend_option(f: Callable) -> Callable:
-    f = click.option("--local", "backend", flag_value="local",
-                     help="Run on this machine (default without a cluster).")(f)
-    f = click.option("--yarn", "backend", flag_value="yarn",
-                     help="Run on YARN (default when HADOOP_CONF_DIR is set).")(f)
+    f = click.option("--local", "backend", flag_value="local", help="Run on this machine (default without a cluster).")(
+        f
+    )
+    f = click.option("--yarn", "backend", flag_value="yarn", help="Run on YARN (default when HADOOP_CONF_DIR is set).")(
+        f
+    )
     return f
 
 
@@ -39,8 +47,11 @@ VERBOSE_LOGGERS = ("tfyarn", "skein")
 
 def _setup_logging(verbose: int, quiet: bool) -> None:
     level = logging.WARNING if quiet else (logging.DEBUG if verbose else logging.INFO)
-    logging.basicConfig(level=logging.DEBUG if verbose >= 2 else logging.WARNING, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if verbose >= 2 else logging.WARNING,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     for name in VERBOSE_LOGGERS:
         logging.getLogger(name).setLevel(level)
 
@@ -52,6 +63,7 @@ def _fail(exc: TfyarnError) -> None:
 
 def _load(spec_path: str, overrides: tuple[str, ...]):
     from tfyarn.api import load
+
     try:
         return load(spec_path, overrides)
     except SpecError as exc:
@@ -76,15 +88,16 @@ class _Group(click.Group):
             sys.exit(2)
         except KeyboardInterrupt:
             sys.exit(130)
-        except Interrupted as exc:   # `run --yarn` stopped before its first submit returned (e.g. packing the env)
+        except Interrupted as exc:  # `run --yarn` stopped before its first submit returned (e.g. packing the env)
             click.echo(f"{exc}: stopped before anything was submitted", err=True)
             sys.exit(exc.exit_code)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="tfyarn")
-@click.option("-v", "--verbose", count=True,
-              help="More logging: -v tfyarn's (and skein's) debug detail, -vv every library's too.")
+@click.option(
+    "-v", "--verbose", count=True, help="More logging: -v tfyarn's (and skein's) debug detail, -vv every library's too."
+)
 @click.option("-q", "--quiet", is_flag=True, help="Only warnings, errors and the final result.")
 @click.pass_context
 def cli(ctx: click.Context, verbose: int, quiet: bool) -> None:
@@ -97,50 +110,62 @@ def cli(ctx: click.Context, verbose: int, quiet: bool) -> None:
 @cli.command()
 @click.argument("spec_path", metavar="SPEC")
 @_set_option
-@click.option("--check-files", is_flag=True,
-              help="Also check what run/submit check before starting: every data glob matches, the first records "
-                   "fit data.features, checkpoint.dir and export.dir are writable (a probe file is written and "
-                   "removed), checkpoint.init_from holds a checkpoint, and (when the tasks run this Python) the "
-                   "model's module and the roles' packages are installed.")
+@click.option(
+    "--check-files",
+    is_flag=True,
+    help="Also check what run/submit check before starting: every data glob matches, the first records "
+    "fit data.features, checkpoint.dir and export.dir are writable (a probe file is written and "
+    "removed), checkpoint.init_from holds a checkpoint, and (when the tasks run this Python) the "
+    "model's module and the roles' packages are installed.",
+)
 @_backend_option
 def validate(spec_path: str, overrides: tuple[str, ...], check_files: bool, backend: str | None) -> None:
     """Check a spec and print what it would run (exit 2 and every problem if invalid)."""
     spec = _load(spec_path, overrides)
     if check_files:
         from tfyarn import api
+
         api.check_files(spec, backend)
     roles = ", ".join(f"{r}x{spec.instances(r)}" for r in spec.roles if spec.instances(r))
-    click.echo(f"{spec_path}: ok — job {spec.name!r}, mode {spec.mode}{' sync' if spec.sync else ''}, {roles}, "
-               f"{spec.data.epochs} epochs, global batch {spec.global_batch_size} "
-               f"({spec.data.batch_size} per worker x {spec.num_training_workers})"
-               + (f"; exports a SavedModel to {spec.export.dir}" if spec.export else ""))
+    click.echo(
+        f"{spec_path}: ok — job {spec.name!r}, mode {spec.mode}{' sync' if spec.sync else ''}, {roles}, "
+        f"{spec.data.epochs} epochs, global batch {spec.global_batch_size} "
+        f"({spec.data.batch_size} per worker x {spec.num_training_workers})"
+        + (f"; exports a SavedModel to {spec.export.dir}" if spec.export else "")
+    )
 
 
 @cli.command()
 def schema() -> None:
     """Print the JSON Schema of job specs (for editors: yaml-language-server)."""
     from tfyarn.spec import json_schema
+
     click.echo(json.dumps(json_schema(), indent=2))
 
 
 @cli.command("export")
 @click.argument("spec_path", metavar="SPEC")
 @_set_option
-@click.option("--checkpoint", default=None, metavar="NAME",
-              help="A committed checkpoint of checkpoint.dir, e.g. ckpt-120 (default: the latest).")
+@click.option(
+    "--checkpoint",
+    default=None,
+    metavar="NAME",
+    help="A committed checkpoint of checkpoint.dir, e.g. ckpt-120 (default: the latest).",
+)
 @click.option("--to", default=None, metavar="URL", help="Where the numbered version goes (default: export.dir).")
 @click.option("--output", type=click.Choice(["text", "json"]), default="text")
-def export_(spec_path: str, overrides: tuple[str, ...], checkpoint: str | None, to: str | None,
-            output: str) -> None:
+def export_(spec_path: str, overrides: tuple[str, ...], checkpoint: str | None, to: str | None, output: str) -> None:
     """Export a checkpoint as a SavedModel (TF Serving layout: URL/<global step>/); needs TensorFlow here."""
     from tfyarn import api
+
     spec = _load(spec_path, overrides)
     out = api.export(spec, checkpoint=checkpoint, to=to)
     if output == "json":
         click.echo(json.dumps(out))
     else:
-        click.echo(f"exported {out['checkpoint']} as SavedModel version {out['version']}: {out['url']} "
-                   f"({out['seconds']:.1f}s)")
+        click.echo(
+            f"exported {out['checkpoint']} as SavedModel version {out['version']}: {out['url']} ({out['seconds']:.1f}s)"
+        )
 
 
 # ------------------------------------------------------------------------------------------------------------ run
@@ -154,13 +179,15 @@ def run(ctx: click.Context, spec_path: str, overrides: tuple[str, ...], backend:
     """Run a job to its end and print a summary; the exit code is the job's outcome."""
     from tfyarn import api
     from tfyarn.display import progress_view
+
     spec = _load(spec_path, overrides)
     quiet = ctx.obj["quiet"]
     view = None if quiet else progress_view()
     try:
         # task lines go through the view: on a TTY they must print above the live table, not through it
-        st = api.run(spec, backend=backend, echo=view.echo if view else None, on_update=view,
-                     detach_report=True)   # YARN: the report's plot and uploads are not on the exit path
+        st = api.run(
+            spec, backend=backend, echo=view.echo if view else None, on_update=view, detach_report=True
+        )  # YARN: the report's plot and uploads are not on the exit path
     finally:
         if view:
             view.close()
@@ -169,11 +196,12 @@ def run(ctx: click.Context, spec_path: str, overrides: tuple[str, ...], backend:
 
 def _print_final(st, output: str) -> None:
     from tfyarn.display import summary_text
+
     if output == "json":
         click.echo(json.dumps(st.to_dict(), indent=1))
     else:
         click.echo(summary_text(st))
-    if st.finished:     # the last phase of the job's timeline (-v; the others are in the run report)
+    if st.finished:  # the last phase of the job's timeline (-v; the others are in the run report)
         logging.getLogger("tfyarn.cli").debug("exiting %.2fs after %s ended", time.time() - st.finished, st.app_id)
     _exit(int(st.state.exit_code))
 
@@ -203,12 +231,20 @@ def _exit(code: int) -> None:
 @click.option("--wait", "wait_", is_flag=True, help="Follow progress until the job ends; exit with its outcome.")
 @click.option("--output", type=click.Choice(["text", "json"]), default="text")
 @click.pass_context
-def submit(ctx: click.Context, spec_path: str, overrides: tuple[str, ...], backend: str | None, dry_run: bool,
-           wait_: bool, output: str) -> None:
+def submit(
+    ctx: click.Context,
+    spec_path: str,
+    overrides: tuple[str, ...],
+    backend: str | None,
+    dry_run: bool,
+    wait_: bool,
+    output: str,
+) -> None:
     """Submit a job and print its app id (does not wait unless --wait; a stop signal then ends the wait, not the
     job: use `tfyarn run` to tie the job to this process). With --output json stdout holds exactly one JSON
     document: {"app_id"} (with --dry-run {"dry_run"}), or with --wait the final status."""
     from tfyarn import api
+
     spec = _load(spec_path, overrides)
     if dry_run:
         text = str(api.dryrun(spec, backend))
@@ -233,6 +269,7 @@ def status(app_id: str, output: str) -> None:
     """Status of an app. Exit code: its outcome if finished (0/1/3/4), else 0."""
     from tfyarn import api
     from tfyarn.display import status_text
+
     st = api.status(app_id)
     if output == "json":
         click.echo(json.dumps(st.to_dict(), indent=1))
@@ -258,6 +295,7 @@ def _wait_and_exit(app_id: str, timeout: float | None, output: str, quiet: bool)
     from tfyarn.display import progress_view
     from tfyarn.errors import WaitTimeout
     from tfyarn.interrupts import interruptible
+
     view = None if quiet else progress_view()
     try:
         with interruptible():
@@ -267,11 +305,14 @@ def _wait_and_exit(app_id: str, timeout: float | None, output: str, quiet: bool)
                 if view:
                     view.close()
     except Interrupted as exc:
-        click.echo(f"stopped waiting ({exc.signame}); {app_id} is still running: `tfyarn wait {app_id}` follows "
-                   f"it, `tfyarn kill {app_id}` stops it", err=True)
+        click.echo(
+            f"stopped waiting ({exc.signame}); {app_id} is still running: `tfyarn wait {app_id}` follows "
+            f"it, `tfyarn kill {app_id}` stops it",
+            err=True,
+        )
         sys.exit(exc.exit_code)
     except WaitTimeout as exc:
-        if output == "json":          # a scheduler parsing stdout still gets the app's state (running)
+        if output == "json":  # a scheduler parsing stdout still gets the app's state (running)
             click.echo(json.dumps(api.status(app_id).to_dict(), indent=1))
         _fail(exc)
     _print_final(st, output)
@@ -284,6 +325,7 @@ def _wait_and_exit(app_id: str, timeout: float | None, output: str, quiet: bool)
 def logs(app_id: str, task: str | None, follow: bool) -> None:
     """Print the logs of an app's tasks."""
     from tfyarn import api
+
     for line in api.logs(app_id, task=task, follow=follow):
         click.echo(line)
 
@@ -294,6 +336,7 @@ def kill(app_id: str) -> None:
     """Kill an app and every one of its tasks (an app that has already ended is left as it is; exit 0 either way)."""
     from tfyarn import api
     from tfyarn.api import AppState
+
     st = api.status(app_id)
     if not st.state.is_terminal:
         st = api.kill(app_id)
@@ -305,17 +348,27 @@ def kill(app_id: str) -> None:
 
 @cli.command("list")
 @_backend_option
-@click.option("--tag", "tags", multiple=True, metavar="TAG",
-              help="Only apps carrying this tag (case-insensitive, as YARN stores them). Repeatable: all must match.")
+@click.option(
+    "--tag",
+    "tags",
+    multiple=True,
+    metavar="TAG",
+    help="Only apps carrying this tag (case-insensitive, as YARN stores them). Repeatable: all must match.",
+)
 @click.option("--running", is_flag=True, help="Only apps that have not ended.")
-@click.option("--output", type=click.Choice(["text", "json", "ids"]), default="text",
-              help="ids: one app id a line (for scripts).")
+@click.option(
+    "--output", type=click.Choice(["text", "json", "ids"]), default="text", help="ids: one app id a line (for scripts)."
+)
 def list_(backend: str | None, tags: tuple[str, ...], running: bool, output: str) -> None:
     """List tfyarn apps (e.g. a scheduler's retry finding the app of an earlier try: --running --tag ...)."""
     from tfyarn import api
+
     want = {t.lower() for t in tags}
-    apps = [a for a in api.list_apps(backend)
-            if want <= {t.lower() for t in a.tags} and not (running and a.state.is_terminal)]
+    apps = [
+        a
+        for a in api.list_apps(backend)
+        if want <= {t.lower() for t in a.tags} and not (running and a.state.is_terminal)
+    ]
     if output == "json":
         click.echo(json.dumps([a.to_dict() for a in apps], indent=1))
     elif output == "ids":
@@ -328,15 +381,20 @@ def list_(backend: str | None, tags: tuple[str, ...], running: bool, output: str
 
 @cli.command()
 @click.argument("app_id", required=False)
-@click.option("--from", "source", metavar="URL",
-              help="Directory holding report.json, e.g. a YARN job's checkpoint dir (hdfs://...).")
+@click.option(
+    "--from",
+    "source",
+    metavar="URL",
+    help="Directory holding report.json, e.g. a YARN job's checkpoint dir (hdfs://...).",
+)
 @click.option("--to", "dest", metavar="DIR", help="Copy report.json and report.png into this local directory.")
 @click.option("--output", type=click.Choice(["text", "json"]), default="text")
 @click.option("--serve", is_flag=True, help="Serve the job's page from the report (until Ctrl-C).")
 @click.option("--port", type=int, default=0, help="--serve: the port (default: any free one).")
 @click.option("--host", default="127.0.0.1", help="--serve: the address to listen on.")
-def report(app_id: str | None, source: str | None, dest: str | None, output: str, serve: bool, port: int,
-           host: str) -> None:
+def report(
+    app_id: str | None, source: str | None, dest: str | None, output: str, serve: bool, port: int, host: str
+) -> None:
     """The run report of an app: loss and examples/s over time per worker (report.json + report.png).
 
     Local apps: from the app dir (built now if the run has none yet). YARN apps: this machine's copy, else the one
@@ -345,6 +403,7 @@ def report(app_id: str | None, source: str | None, dest: str | None, output: str
     """
     from tfyarn import api
     from tfyarn.display import report_text
+
     if not app_id and not source:
         raise click.UsageError("give an APP_ID or --from URL (a directory holding report.json)")
     if serve:
@@ -363,16 +422,20 @@ def report(app_id: str | None, source: str | None, dest: str | None, output: str
 @cli.command()
 @click.argument("spec_path", metavar="SPEC")
 @_set_option
-@click.option("--staging-dir", default=None, metavar="URL",
-              help="Where packed envs are cached (default $TFYARN_STAGING_DIR or hdfs:///user/<you>/.tfyarn).")
+@click.option(
+    "--staging-dir",
+    default=None,
+    metavar="URL",
+    help="Where packed envs are cached (default $TFYARN_STAGING_DIR or hdfs:///user/<you>/.tfyarn).",
+)
 def pack(spec_path: str, overrides: tuple[str, ...], staging_dir: str | None) -> None:
     """Pack the spec's Python environment and stage it for YARN (cached by content hash: unchanged = 0 bytes)."""
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
 
     from tfyarn import api
+
     spec = _load(spec_path, overrides)
-    with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), transient=True,
-                  console=None) as bar:
+    with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), transient=True, console=None) as bar:
         tasks: dict[str, Any] = {}
 
         def progress(stage: str, done: int, total: int | None) -> None:
@@ -396,29 +459,38 @@ def driver() -> None:
 def driver_status(output: str) -> None:
     """Show the shared driver(s): address, pids, login, which commands use it, when it stops."""
     from tfyarn.api import driver_status as status_
+
     doc = status_()
     docs, own = doc["drivers"], doc["skein_global"]
     if output == "json":
         click.echo(json.dumps(doc, indent=2))
         return
     if own:
-        click.echo(f"skein global driver (`skein driver start`, used first): {own['address']} pid {own['pid']}"
-                   f"{'' if own['alive'] else ' (not running: stale ~/.skein/driver)'}")
+        click.echo(
+            f"skein global driver (`skein driver start`, used first): {own['address']} pid {own['pid']}"
+            f"{'' if own['alive'] else ' (not running: stale ~/.skein/driver)'}"
+        )
     if not docs:
         click.echo("no tfyarn shared driver running (the next command that needs one starts it)")
     for d in docs:
         who = d["principal"] or d["user"]
-        use = (f"in use by pid {', '.join(map(str, d['used_by']))}" if d["used_by"] else
-               f"idle {d['idle_for_s']:.0f}s, stops in {d['stops_in_s']:.0f}s")
-        click.echo(f"{d['address']} jvm pid {d['jvm_pid']} (keeper {d['keeper_pid']}) as {who}, "
-                   f"{d['hadoop_conf_dir'] or 'no HADOOP_CONF_DIR'}: "
-                   f"{use if d['alive'] else 'not running (stale record)'}; log {d['log']}")
+        use = (
+            f"in use by pid {', '.join(map(str, d['used_by']))}"
+            if d["used_by"]
+            else f"idle {d['idle_for_s']:.0f}s, stops in {d['stops_in_s']:.0f}s"
+        )
+        click.echo(
+            f"{d['address']} jvm pid {d['jvm_pid']} (keeper {d['keeper_pid']}) as {who}, "
+            f"{d['hadoop_conf_dir'] or 'no HADOOP_CONF_DIR'}: "
+            f"{use if d['alive'] else 'not running (stale record)'}; log {d['log']}"
+        )
 
 
 @driver.command("stop")
 def driver_stop() -> None:
     """Stop tfyarn's shared driver(s) now (a `skein driver start` driver is left running)."""
     from tfyarn.api import driver_stop as stop_
+
     stopped = stop_()
     for d in stopped:
         click.echo(f"stopped the shared driver at {d['address']} (jvm pid {d['jvm_pid']})")
@@ -433,31 +505,52 @@ def data() -> None:
 
 @data.command("index")
 @click.argument("urls", nargs=-1)
-@click.option("--spec", "spec_path", default=None, metavar="SPEC",
-              help="Index the spec's data.train (and data.eval) with its compression and on_corrupt, into the cache "
-                   "its jobs read.")
+@click.option(
+    "--spec",
+    "spec_path",
+    default=None,
+    metavar="SPEC",
+    help="Index the spec's data.train (and data.eval) with its compression and on_corrupt, into the cache "
+    "its jobs read.",
+)
 @_set_option
-@click.option("--compression", type=click.Choice(["auto", "none", "gzip", "parquet", "orc"]), default=None,
-              help="[default: auto, or the spec's]; parquet/orc: tables without a .parquet/.orc extension")
+@click.option(
+    "--compression",
+    type=click.Choice(["auto", "none", "gzip", "parquet", "orc"]),
+    default=None,
+    help="[default: auto, or the spec's]; parquet/orc: tables without a .parquet/.orc extension",
+)
 @click.option("--on-corrupt", type=click.Choice(["fail", "skip"]), default=None, help="[default: fail, or the spec's]")
-@click.option("--cache-dir", default=None, metavar="URL",
-              help="Where indexes of read-only data go. Default: the spec's data.index_cache; else, for hdfs:// or "
-                   "viewfs:// data, <YARN staging dir>/index (what YARN jobs read); else this machine's cache.")
+@click.option(
+    "--cache-dir",
+    default=None,
+    metavar="URL",
+    help="Where indexes of read-only data go. Default: the spec's data.index_cache; else, for hdfs:// or "
+    "viewfs:// data, <YARN staging dir>/index (what YARN jobs read); else this machine's cache.",
+)
 @click.option("--staging-dir", default=None, metavar="URL", help="The YARN staging dir (default as for submit).")
-def data_index(urls: tuple[str, ...], spec_path: str | None, overrides: tuple[str, ...], compression: str | None,
-               on_corrupt: str | None, cache_dir: str | None, staging_dir: str | None) -> None:
+def data_index(
+    urls: tuple[str, ...],
+    spec_path: str | None,
+    overrides: tuple[str, ...],
+    compression: str | None,
+    on_corrupt: str | None,
+    cache_dir: str | None,
+    staging_dir: str | None,
+) -> None:
     """Index TFRecord files once, ahead of the jobs that read them, and print a summary.
 
     Each file's index is cached beside it, or where its directory is not writable in the cache dir; the whole
     manifest is cached too, so a job over the same files reads no data before its first step."""
     from tfyarn import api
+
     sections: list[tuple[str, list[str]]] = []
     if spec_path:
         spec = _load(spec_path, overrides)
         sections = [("data.train", list(spec.data.train))]
         if spec.data.eval:
             sections.append(("data.eval", list(spec.data.eval)))
-        fmt = spec.data.format                 # a table format goes where TFRecord's compression goes
+        fmt = spec.data.format  # a table format goes where TFRecord's compression goes
         compression = compression or (fmt if fmt in ("parquet", "orc") else spec.data.compression)
         on_corrupt = on_corrupt or spec.data.on_corrupt
         cache_dir = cache_dir or spec.data.index_cache
@@ -467,14 +560,17 @@ def data_index(urls: tuple[str, ...], spec_path: str | None, overrides: tuple[st
         raise click.UsageError("name the data (URLs or globs) or a --spec")
     for name, us in sections:
         t0 = time.monotonic()
-        _, summary, took, cache_dir = api.index_data(us, compression or "auto", on_corrupt or "fail", cache_dir,
-                                                     staging_dir)
+        _, summary, took, cache_dir = api.index_data(
+            us, compression or "auto", on_corrupt or "fail", cache_dir, staging_dir
+        )
         if name:
             click.echo(f"{name}:")
         click.echo(summary)
-        click.echo(f"indexed {took['files_indexed']} files ({took['bytes_read']:,} bytes read), {took['cache_hits']}"
-                   f" indexes already cached, in {time.monotonic() - t0:.1f}s; cache dir for read-only data: "
-                   f"{cache_dir or 'this machine'}")
+        click.echo(
+            f"indexed {took['files_indexed']} files ({took['bytes_read']:,} bytes read), {took['cache_hits']}"
+            f" indexes already cached, in {time.monotonic() - t0:.1f}s; cache dir for read-only data: "
+            f"{cache_dir or 'this machine'}"
+        )
 
 
 @data.command("synth")
@@ -488,8 +584,10 @@ def data_index(urls: tuple[str, ...], spec_path: str | None, overrides: tuple[st
 def data_synth(out_dir: str, kind: str, files: int, records: int, skew: float, seed: int, overwrite: bool) -> None:
     """Write a synthetic, learnable TFRecord data set with deliberately uneven file sizes."""
     from tfyarn import api
-    paths = api.write_synthetic(out_dir, kind=kind, files=files, records=records, skew=skew, seed=seed,
-                            overwrite=overwrite)
+
+    paths = api.write_synthetic(
+        out_dir, kind=kind, files=files, records=records, skew=skew, seed=seed, overwrite=overwrite
+    )
     click.echo(f"wrote {len(paths)} files under {out_dir}")
 
 

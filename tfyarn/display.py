@@ -4,6 +4,7 @@
 on a terminal (:class:`LiveView`), and elsewhere (cron, CI, Airflow logs) one timestamped line at most every
 ``every`` seconds plus one at each state change (:class:`LineView`), so scheduler logs stay bounded.
 """
+
 from __future__ import annotations
 
 import sys
@@ -15,8 +16,14 @@ from tfyarn.job_progress import memory_warnings
 
 #: Seconds between two plain progress lines when nothing changed state (non-TTY).
 LINE_EVERY_S = 10.0
-_STATE_STYLE = {"RUNNING": "green", "SUCCEEDED": "bold green", "FAILED": "bold red", "KILLED": "yellow",
-                "TIMED_OUT": "bold red", "PENDING": "dim"}
+_STATE_STYLE = {
+    "RUNNING": "green",
+    "SUCCEEDED": "bold green",
+    "FAILED": "bold red",
+    "KILLED": "yellow",
+    "TIMED_OUT": "bold red",
+    "PENDING": "dim",
+}
 
 
 def _fmt_eta(s: float | None) -> str:
@@ -54,18 +61,20 @@ _EVAL_META = ("checkpoint", "global_step", "epoch", "batches", "examples", "time
 def _eval_text(ev: dict, brief: bool = False) -> str:
     """``loss 0.7221 · accuracy 0.5250 (ckpt-120, global step 120, 1,000 examples)``; brief: the metrics and the
     step."""
-    metrics = " · ".join(f"{k} {v:.4f}" for k, v in ev.items()
-                         if k not in _EVAL_META and isinstance(v, (int, float)))
+    metrics = " · ".join(f"{k} {v:.4f}" for k, v in ev.items() if k not in _EVAL_META and isinstance(v, (int, float)))
     if brief:
         return f"{metrics} @ step {ev.get('global_step')}"
-    return (f"{metrics} ({ev.get('checkpoint')}, global step {ev.get('global_step')}, "
-            f"{int(ev.get('examples') or 0):,} examples)")
+    return (
+        f"{metrics} ({ev.get('checkpoint')}, global step {ev.get('global_step')}, "
+        f"{int(ev.get('examples') or 0):,} examples)"
+    )
 
 
 # ------------------------------------------------------------------------------------------------ rich rendering
 def tasks_table(st: AppStatus) -> Any:
     """A rich Table: one row per task (role, index, state, host, restarts, local step, exit code)."""
     from rich.table import Table
+
     per_task = (st.progress or {}).get("per_task") or {}
     table = Table(box=None, pad_edge=False, header_style="bold", expand=False)
     for col in ("role", "#", "state", "host", "restarts", "step", "exit"):
@@ -73,8 +82,15 @@ def tasks_table(st: AppStatus) -> Any:
     for t in st.tasks:
         role, _, index = t.task.partition(":")
         step = per_task.get(t.task)
-        table.add_row(role, index, f"[{_STATE_STYLE.get(t.state, '')}]{t.state}[/]", t.host or "-", str(t.restarts),
-                      "-" if step is None else str(step), "" if t.exit_code is None else str(t.exit_code))
+        table.add_row(
+            role,
+            index,
+            f"[{_STATE_STYLE.get(t.state, '')}]{t.state}[/]",
+            t.host or "-",
+            str(t.restarts),
+            "-" if step is None else str(step),
+            "" if t.exit_code is None else str(t.exit_code),
+        )
     return table
 
 
@@ -82,10 +98,15 @@ def progress_line(st: AppStatus, width: int = 30) -> Any:
     """The progress bar with its figures: global step / total (%), examples/s, ETA, loss, epoch."""
     from rich.progress_bar import ProgressBar
     from rich.table import Table
+
     p = st.progress or {}
     step, total = p.get("global_step") or 0, p.get("total_steps")
-    bar = ProgressBar(total=float(total) if total else None, completed=float(min(step, total or step)), width=width,
-                      animation_time=0.0 if st.state.is_terminal else None)
+    bar = ProgressBar(
+        total=float(total) if total else None,
+        completed=float(min(step, total or step)),
+        width=width,
+        animation_time=0.0 if st.state.is_terminal else None,
+    )
     figures = [f"step {step}/{total} ({100.0 * step / total:.0f}%)" if total else f"step {step}"]
     figures.append(f"{p['examples_per_sec']:,.0f} ex/s" if p.get("examples_per_sec") else "- ex/s")
     figures.append(f"ETA {_fmt_eta(p.get('eta_s'))}")
@@ -102,6 +123,7 @@ def render_status(st: AppStatus) -> Any:
     TensorBoard URL while one is served)."""
     from rich.console import Group
     from rich.text import Text
+
     parts = [Text(f"{st.name} ({st.app_id})", style="bold"), tasks_table(st), progress_line(st)]
     url = tensorboard_url(st)
     if url:
@@ -127,8 +149,11 @@ def status_text(st: AppStatus) -> str:
     if not st.state.is_terminal:
         lines += [f"  memory: {w}" for w in memory_warnings(st.tasks)]
     for t in st.tasks:
-        lines.append(f"  {t.task:<14} {t.state:<10} host={t.host or '-'} restarts={t.restarts}"
-                     + (f" exit={t.exit_code}" if t.exit_code is not None else "") + _resources_text(t))
+        lines.append(
+            f"  {t.task:<14} {t.state:<10} host={t.host or '-'} restarts={t.restarts}"
+            + (f" exit={t.exit_code}" if t.exit_code is not None else "")
+            + _resources_text(t)
+        )
     return "\n".join(lines)
 
 
@@ -147,8 +172,13 @@ class LineView:
     """Plain timestamped lines at a bounded rate: a line every ``every`` s if the text changed, and at once when the
     job's or a task's state changes. ``clock`` is injectable so tests check the rate without sleeping."""
 
-    def __init__(self, out: TextIO | Any, every: float = LINE_EVERY_S, clock: Callable[[], float] = time.monotonic,
-                 stamp: Callable[[], str] | None = None):
+    def __init__(
+        self,
+        out: TextIO | Any,
+        every: float = LINE_EVERY_S,
+        clock: Callable[[], float] = time.monotonic,
+        stamp: Callable[[], str] | None = None,
+    ):
         self.out, self.every, self.clock = out, every, clock
         self.stamp = stamp or (lambda: time.strftime("%Y-%m-%dT%H:%M:%S%z"))
         self._last = -float("inf")
@@ -186,9 +216,16 @@ class LiveView:
     def __init__(self, console: Any = None, out: TextIO | None = None):
         from rich.console import Console
         from rich.live import Live
+
         self.console = console or Console(file=out or sys.stderr, force_terminal=True)
-        self._live = Live(console=self.console, refresh_per_second=4, transient=False, redirect_stdout=True,
-                          redirect_stderr=True, auto_refresh=True)
+        self._live = Live(
+            console=self.console,
+            refresh_per_second=4,
+            transient=False,
+            redirect_stdout=True,
+            redirect_stderr=True,
+            auto_refresh=True,
+        )
         self._started = False
 
     def __call__(self, st: AppStatus) -> None:
@@ -200,6 +237,7 @@ class LiveView:
     def echo(self, task: str, line: str) -> None:
         """A task's output line, above the live display (thread-safe: rich serialises console output)."""
         from rich.text import Text
+
         self.console.print(Text(f"{task:>13} | {line}"), soft_wrap=True)
 
     def close(self) -> None:
@@ -208,8 +246,9 @@ class LiveView:
             self._started = False
 
 
-def progress_view(out: TextIO | None = None, every: float = LINE_EVERY_S,
-                  live: bool | None = None) -> LiveView | LineView:
+def progress_view(
+    out: TextIO | None = None, every: float = LINE_EVERY_S, live: bool | None = None
+) -> LiveView | LineView:
     """The ``on_update`` (and ``echo``) of ``run`` / ``wait``: the live view on a TTY, else plain timestamped lines
     every ``every`` seconds."""
     out = out or sys.stderr
@@ -228,8 +267,11 @@ def _skipped_lines(s: dict[str, Any], shown: int = 5) -> list[str]:
     n = s["skipped_records"]
     by = " ".join(f"{t}={k}" for t, k in sorted((s.get("skipped_by_task") or {}).items()))
     where = list(s.get("skipped_at") or ())
-    lines = [f"  data: {n:,} corrupt record{'s' if n != 1 else ''} skipped (on_corrupt: skip)"
-             + (f": {by}" if by else "") + "; each is named in its task's log"]
+    lines = [
+        f"  data: {n:,} corrupt record{'s' if n != 1 else ''} skipped (on_corrupt: skip)"
+        + (f": {by}" if by else "")
+        + "; each is named in its task's log"
+    ]
     lines += [f"    {w}" for w in where[:shown]]
     if len(where) > shown:
         lines.append(f"    ... {len(where) - shown} more in the summary's skipped_at")
@@ -244,9 +286,11 @@ def summary_text(st: AppStatus) -> str:
         lines.append(f"  diagnosis: {st.diagnostics}")
     s = st.summary or {}
     if s:
-        head = [f"global step {s.get('global_step')}" + (f"/{s['total_steps']}" if s.get("total_steps") else ""),
-                f"{s.get('epochs')} epochs", f"mode {s.get('mode')}{' sync' if s.get('sync') else ''}"
-                                             f"{' (custom train)' if s.get('custom') else ''}"]
+        head = [
+            f"global step {s.get('global_step')}" + (f"/{s['total_steps']}" if s.get("total_steps") else ""),
+            f"{s.get('epochs')} epochs",
+            f"mode {s.get('mode')}{' sync' if s.get('sync') else ''}{' (custom train)' if s.get('custom') else ''}",
+        ]
         if s.get("global_batch_size"):
             head.append(f"global batch {s['global_batch_size']}")
         lines.append("  " + " · ".join(head))
@@ -262,8 +306,10 @@ def summary_text(st: AppStatus) -> str:
             lines.append(f"  loss: first {first:.4f} -> last {last:.4f} ({word} {abs(change):.1f}%)")
         if s.get("resumed_from"):
             nothing_ran = first is None and s.get("total_steps") and s.get("global_step") == s.get("total_steps")
-            lines.append(f"  resumed from {s['resumed_from']}"
-                         + (" — training had already finished: no step ran" if nothing_ran else ""))
+            lines.append(
+                f"  resumed from {s['resumed_from']}"
+                + (" — training had already finished: no step ran" if nothing_ran else "")
+            )
         if s.get("warm_started_from"):
             lines.append(f"  warm start: model variables from {s['warm_started_from']}")
         if s.get("skipped_records"):
@@ -277,12 +323,16 @@ def summary_text(st: AppStatus) -> str:
     for t in st.tasks:
         role = t.task.split(":")[0]
         if t.peak_rss_mib and t.memory_mib and t.peak_rss_mib > t.memory_mib and st.backend == "local":
-            lines.append(f"  memory: {t.task} peaked at {t.peak_rss_mib:,} MiB resident, over roles.{role}.memory "
-                         f"({t.memory_mib:,} MiB): on YARN its container would be killed")
+            lines.append(
+                f"  memory: {t.task} peaked at {t.peak_rss_mib:,} MiB resident, over roles.{role}.memory "
+                f"({t.memory_mib:,} MiB): on YARN its container would be killed"
+            )
         elif t.peak_rss_mib and t.memory_mib and t.peak_rss_mib >= 0.9 * t.memory_mib:
-            lines.append(f"  memory: {t.task} peaked at {t.peak_rss_mib:,} MiB resident, "
-                         f"{100 * t.peak_rss_mib / t.memory_mib:.0f}% of roles.{role}.memory ({t.memory_mib:,} MiB): "
-                         f"YARN kills a container above it")
+            lines.append(
+                f"  memory: {t.task} peaked at {t.peak_rss_mib:,} MiB resident, "
+                f"{100 * t.peak_rss_mib / t.memory_mib:.0f}% of roles.{role}.memory ({t.memory_mib:,} MiB): "
+                f"YARN kills a container above it"
+            )
     failed = [t for t in st.tasks if t.state == "FAILED"]
     for t in failed:
         lines.append(f"  {t.task} failed (exit {t.exit_code}); log: {t.log}")
@@ -297,12 +347,18 @@ def report_text(report: dict[str, Any], png: str | None) -> str:
         lines.append(f"  diagnosis: {report['diagnostics']}")
     lines.append(f"  plot: {png or '(none: matplotlib missing or no progress)'}")
     for task, s in (report.get("tasks") or {}).items():
-        loss = (f"loss {s['first_loss']:.4f} -> {s['last_loss']:.4f}"
-                if s.get("first_loss") is not None and s.get("last_loss") is not None else "loss -")
-        rate = (f"examples/s mean {s['mean_examples_per_sec']:,.0f} max {s['max_examples_per_sec']:,.0f}"
-                if s.get("mean_examples_per_sec") is not None else "examples/s -")
+        loss = (
+            f"loss {s['first_loss']:.4f} -> {s['last_loss']:.4f}"
+            if s.get("first_loss") is not None and s.get("last_loss") is not None
+            else "loss -"
+        )
+        rate = (
+            f"examples/s mean {s['mean_examples_per_sec']:,.0f} max {s['max_examples_per_sec']:,.0f}"
+            if s.get("mean_examples_per_sec") is not None
+            else "examples/s -"
+        )
         lines.append(f"  {task:<12} step {s.get('last_step')}  {loss}  {rate}  ({s.get('points')} points)")
-    for t in (report.get("status") or {}).get("tasks") or []:      # each task's resource use (issue 32)
+    for t in (report.get("status") or {}).get("tasks") or []:  # each task's resource use (issue 32)
         if t.get("peak_rss_mib") is not None:
             mem = f" of {t['memory_mib']:,}" if t.get("memory_mib") else ""
             cpu = f", last CPU {t['cpu_percent']:.0f}%" if t.get("cpu_percent") is not None else ""

@@ -9,6 +9,7 @@ Messages are JSON objects:
 * server → client: ``{"id": n, "pid": …}`` or ``{"id": n, "error": "…"}``;
 * server → client: ``{"exit": pid, "returncode": rc}`` when a task ended (Popen's convention: ``-N`` for signal N).
 """
+
 from __future__ import annotations
 
 import json

@@ -1,5 +1,6 @@
 """Small fsspec helpers shared by everything that commits files to a job's directories (checkpoints, summaries,
 event files): the same rules on a local disk and on HDFS."""
+
 from __future__ import annotations
 
 import time

@@ -75,9 +75,7 @@ class HdfsUnavailable(OSError):
     ):
         where = f"{path} at byte {offset:,}" if offset is not None else path
         self.path, self.offset, self.cause = path, offset, one_line(cause)
-        super().__init__(
-            f"HDFS unavailable: {what} {where} failed for {tried_s:.0f}s: {self.cause}"
-        )
+        super().__init__(f"HDFS unavailable: {what} {where} failed for {tried_s:.0f}s: {self.cause}")
 
 
 def retry_window() -> float:
@@ -147,9 +145,7 @@ def retry(
                 raise
             if spent + pause > window:
                 raise HdfsUnavailable(what, path, exc, tried_s=spent) from exc
-            log.warning(
-                "%s %s failed (%s); retry %d in %.1fs", what, path, one_line(exc), tries, pause
-            )
+            log.warning("%s %s failed (%s); retry %d in %.1fs", what, path, one_line(exc), tries, pause)
             sleep(pause)
             pause = min(pause * 2, 8.0)
 
@@ -190,9 +186,7 @@ class ReopeningReader(io.RawIOBase):
         return self._pos
 
     def _reopened(self) -> Any:
-        with contextlib.suppress(
-            Exception
-        ):  # the broken stream's close may fail too: it is replaced anyway
+        with contextlib.suppress(Exception):  # the broken stream's close may fail too: it is replaced anyway
             self._f.close()
 
         def again() -> Any:
@@ -217,9 +211,7 @@ class ReopeningReader(io.RawIOBase):
                 if not is_transient(exc):
                     raise
                 if spent + pause > window:
-                    raise HdfsUnavailable(
-                        "read", self.path, exc, offset=self._pos, tried_s=spent
-                    ) from exc
+                    raise HdfsUnavailable("read", self.path, exc, offset=self._pos, tried_s=spent) from exc
                 if first is None:
                     first = exc
                     log.warning(

@@ -8,6 +8,7 @@ and viewfs mount tables from ``$HADOOP_CONF_DIR`` itself and logs in with Kerber
 This module adds the other Hadoop settings tfyarn reads (defaultFS, the ResourceManager, scheduler limits), qualified
 ``hdfs:///path`` URLs, and keytab hygiene (a keytab is a password: never logged or shipped, refused world-readable).
 """
+
 from __future__ import annotations
 
 import logging
@@ -27,8 +28,11 @@ CONF_FILES = ("core-site.xml", "hdfs-site.xml", "yarn-site.xml", "capacity-sched
 
 def hadoop_conf_dir(explicit: str | os.PathLike | None = None) -> Path | None:
     """The Hadoop client config directory: ``explicit``, ``$HADOOP_CONF_DIR``, or ``$HADOOP_HOME/etc/hadoop``."""
-    for cand in (explicit, os.environ.get("HADOOP_CONF_DIR"),
-                 os.environ.get("HADOOP_HOME") and os.path.join(os.environ["HADOOP_HOME"], "etc", "hadoop")):
+    for cand in (
+        explicit,
+        os.environ.get("HADOOP_CONF_DIR"),
+        os.environ.get("HADOOP_HOME") and os.path.join(os.environ["HADOOP_HOME"], "etc", "hadoop"),
+    ):
         if cand and Path(cand).is_dir():
             return Path(cand)
     return None
@@ -129,12 +133,16 @@ _KEYTAB_CLASSES: dict[type, type] = {}
 def _keytab_class(base: Any) -> type:
     """``base`` whose client logs in with :data:`_login`'s keytab (its own instance cache: never a ticket-cache one)."""
     if base not in _KEYTAB_CLASSES:
+
         def __init__(self: Any, host: str | None = None, port: int | None = None, *args: Any, **opts: Any) -> None:
             from hdfs_native import Client
+
             base.__init__(self, host, port, *args, **opts)
             url = f"{self.protocol}://{host or ''}{f':{port}' if host and port else ''}"
-            self.client = Client(url, dict(opts) or None, kerberos_principal=_login.principal,
-                                 kerberos_keytab=_login.keytab)
+            self.client = Client(
+                url, dict(opts) or None, kerberos_principal=_login.principal, kerberos_keytab=_login.keytab
+            )
+
         _KEYTAB_CLASSES[base] = type(f"Keytab{base.__name__}", (base,), {"__init__": __init__})
     return _KEYTAB_CLASSES[base]
 
@@ -149,11 +157,14 @@ def check_keytab(path: str | os.PathLike) -> None:
     if not stat.S_ISREG(st.st_mode):
         raise PreflightError(f"kerberos.keytab: {p.name} is not a regular file")
     if st.st_mode & stat.S_IROTH:
-        raise PreflightError(f"kerberos.keytab: {p.name} is world-readable (mode {stat.S_IMODE(st.st_mode):o}); "
-                             f"run chmod 600 on it — tfyarn refuses to use or ship a world-readable keytab")
+        raise PreflightError(
+            f"kerberos.keytab: {p.name} is world-readable (mode {stat.S_IMODE(st.st_mode):o}); "
+            f"run chmod 600 on it — tfyarn refuses to use or ship a world-readable keytab"
+        )
 
 
 # ---------------------------------------------------------------------------------------------------------- fsspec
+
 
 def get_fs(url: str, conf: dict[str, str] | None = None) -> tuple[Any, str]:
     """(fsspec filesystem, path inside it) for ``url``; ``hdfs://``/``viewfs://`` through hdfs-native, logged in as

@@ -6,6 +6,7 @@ its YARN application running, unowned. Inside :func:`interruptible` each of them
 main thread is, so the caller decides: ``run`` kills the application it started, ``wait`` stops waiting and says how
 to follow or kill the app it did not start.
 """
+
 from __future__ import annotations
 
 import signal
@@ -51,6 +52,7 @@ def _handlers(handler: Any) -> Iterator[None]:
 def interruptible() -> Iterator[None]:
     """Raise :class:`Interrupted` on SIGINT/SIGTERM/SIGHUP inside the block (main thread only), and turn a
     KeyboardInterrupt raised there (an earlier default SIGINT handler) into ``Interrupted("SIGINT")`` too."""
+
     def handler(signum: int, _frame: object) -> None:
         raise Interrupted(signal.Signals(signum).name)
 

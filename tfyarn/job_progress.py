@@ -6,6 +6,7 @@ and only the global step's own rate is right in both. A single status read (``tf
 fresh process) has no samples yet: it uses the global-step rate the training tasks measured themselves
 (``global_steps_per_sec`` in their records; the median, so one stopped task does not skew it).
 """
+
 from __future__ import annotations
 
 import json
@@ -35,8 +36,9 @@ class GlobalStepRate:
         return (g1 - g0) / (t1 - t0) if t1 - t0 >= self.min_span_s and g1 > g0 else None
 
 
-def aggregate_progress(items: dict[str, str], total_steps: int | None, training_tasks: list[str],
-                       rate: GlobalStepRate | None = None) -> dict:
+def aggregate_progress(
+    items: dict[str, str], total_steps: int | None, training_tasks: list[str], rate: GlobalStepRate | None = None
+) -> dict:
     """The furthest global step, summed examples/s, mean loss; ETA when ``rate`` follows the job over time."""
     recs = {}
     for key, raw in items.items():
@@ -50,18 +52,20 @@ def aggregate_progress(items: dict[str, str], total_steps: int | None, training_
     gstep = max((r.get("global_step") or r.get("step") or 0) for r in recs.values())
     eps = sum(r.get("examples_per_sec") or 0.0 for r in train)
     losses = [r["loss"] for r in train if r.get("loss") is not None]
-    out = {"global_step": gstep, "examples_per_sec": round(eps, 1),
-           "loss": round(sum(losses) / len(losses), 6) if losses else None,
-           "epoch": max((r.get("epoch") or 0) for r in train) if train else None,
-           "per_task": {t: r.get("step") for t, r in recs.items()}}
+    out = {
+        "global_step": gstep,
+        "examples_per_sec": round(eps, 1),
+        "loss": round(sum(losses) / len(losses), 6) if losses else None,
+        "epoch": max((r.get("epoch") or 0) for r in train) if train else None,
+        "per_task": {t: r.get("step") for t, r in recs.items()},
+    }
     steps_per_s = rate.add(gstep) if rate is not None else None
     measured = [float(r["global_steps_per_sec"]) for r in train if r.get("global_steps_per_sec")]
-    if not steps_per_s and measured:    # the tasks' own global-step rates: the median, against one stopped task
+    if not steps_per_s and measured:  # the tasks' own global-step rates: the median, against one stopped task
         steps_per_s = statistics.median(measured)
     if total_steps:
         out["total_steps"] = total_steps
-        out["eta_s"] = (round((total_steps - gstep) / steps_per_s, 1)
-                        if steps_per_s and gstep < total_steps else None)
+        out["eta_s"] = round((total_steps - gstep) / steps_per_s, 1) if steps_per_s and gstep < total_steps else None
     return out
 
 
@@ -74,13 +78,13 @@ def side_roles(get: Callable[[str], str | None]) -> dict[str, Any]:
         out["tensorboard_url"] = url
     page = get(PAGE_URL_KEY)
     if page:
-        out["page_url"] = page             # the job's page (tfyarn.web)
+        out["page_url"] = page  # the job's page (tfyarn.web)
     raw = get(EVAL_KEY)
     if raw:
         try:
             out["eval"] = json.loads(raw)
         except ValueError:
-            pass            # a torn value cannot happen with KV puts; a foreign one is not worth failing status
+            pass  # a torn value cannot happen with KV puts; a foreign one is not worth failing status
     return out
 
 
@@ -105,7 +109,7 @@ def apply_resources(tasks: Iterable[Any], items: Mapping[str, str]) -> None:
     for key, raw in items.items():
         if key.startswith(RESOURCES_PREFIX):
             try:
-                recs[key[len(RESOURCES_PREFIX):]] = json.loads(raw)
+                recs[key[len(RESOURCES_PREFIX) :]] = json.loads(raw)
             except ValueError:
                 continue
     for t in tasks:
@@ -125,6 +129,8 @@ def memory_warnings(tasks: Iterable[Any], share: float = 0.9) -> list[str]:
     for t in tasks:
         rss = t.rss_mib if t.rss_mib is not None else t.peak_rss_mib
         if rss and t.memory_mib and rss >= share * t.memory_mib:
-            out.append(f"{t.task} uses {rss:,} MiB of resident memory, {100 * rss / t.memory_mib:.0f}% of its "
-                       f"container's {t.memory_mib:,} MiB (roles.{t.task.split(':')[0]}.memory)")
+            out.append(
+                f"{t.task} uses {rss:,} MiB of resident memory, {100 * rss / t.memory_mib:.0f}% of its "
+                f"container's {t.memory_mib:,} MiB (roles.{t.task.split(':')[0]}.memory)"
+            )
     return out

@@ -7,6 +7,7 @@ so every way it can fail is one clear line and exit 2 before anything is packed,
 use the delegation tokens skein obtains at submit, renewed by the ResourceManager up to their maximum lifetime
 (``dfs.namenode.delegation.token.max-lifetime``, 7 days by default: the longest job on a Kerberized cluster).
 """
+
 from __future__ import annotations
 
 import os
@@ -48,30 +49,31 @@ def short_name(principal: str) -> str:
 
 # ---------------------------------------------------------------------------------------------------------- keytab
 
+
 def keytab_principals(path: str | os.PathLike) -> list[str]:
     """The principals a keytab holds (``name/inst@REALM``), read from the MIT keytab format (version 0x502/0x501);
     only names are read, never keys. Raises ``ValueError`` on a file that is not a keytab."""
     data = Path(path).read_bytes()
     if len(data) < 2 or data[0] != 5 or data[1] not in (1, 2):
         raise ValueError("not a Kerberos keytab (bad version header)")
-    big = data[1] == 2                     # 0x501 stores numbers in host order; every writer today is 0x502
+    big = data[1] == 2  # 0x501 stores numbers in host order; every writer today is 0x502
     i16, i32 = (">h", ">i") if big else ("<h", "<i")
     pos, out = 2, []
     while pos + 4 <= len(data):
         (size,) = struct.unpack_from(i32, data, pos)
         pos += 4
-        if size <= 0:                      # a hole left by a deleted entry
+        if size <= 0:  # a hole left by a deleted entry
             pos += -size
             continue
-        entry, pos = data[pos:pos + size], pos + size
+        entry, pos = data[pos : pos + size], pos + size
         (n,) = struct.unpack_from(i16, entry, 0)
         if data[1] == 1:
-            n -= 1                         # 0x501 counts the realm among the components
+            n -= 1  # 0x501 counts the realm among the components
         off = 2
         parts = []
-        for _ in range(n + 1):             # realm, then the components
+        for _ in range(n + 1):  # realm, then the components
             (ln,) = struct.unpack_from(i16, entry, off)
-            parts.append(entry[off + 2:off + 2 + ln].decode("utf-8", "replace"))
+            parts.append(entry[off + 2 : off + 2 + ln].decode("utf-8", "replace"))
             off += 2 + ln
         name = "/".join(parts[1:]) + "@" + parts[0]
         if name not in out:
@@ -89,11 +91,14 @@ def check_keytab_principal(krb: Kerberos) -> None:
         raise PreflightError(f"kerberos.keytab: {name} is not a readable keytab ({exc})") from None
     want = krb.principal
     if not any(h == want or ("@" not in want and h.split("@")[0] == want) for h in held):
-        raise PreflightError(f"kerberos.principal: {want} is not in the keytab {name} (it holds "
-                             f"{', '.join(held) or 'no principal'}): wrong principal or wrong keytab")
+        raise PreflightError(
+            f"kerberos.principal: {want} is not in the keytab {name} (it holds "
+            f"{', '.join(held) or 'no principal'}): wrong principal or wrong keytab"
+        )
 
 
 # ----------------------------------------------------------------------------------------------------------- login
+
 
 def _gss_text(exc: BaseException) -> str:
     """The readable part of hdfs-native's ``GSSAPIError(GssMajorCodes {…}, code, "text")``."""
@@ -140,15 +145,19 @@ def check(krb: Kerberos | None, conf: dict[str, str]) -> None:
     if "Cannot contact any KDC" in text or "Cannot find KDC" in text:
         raise PreflightError(f"Kerberos: cannot reach the KDC ({text}); check the realm's kdc entries in {krb5}")
     if isinstance(exc, TimeoutError):
-        raise PreflightError(f"Kerberos: logging in {who} to {fs} got {text}: is the KDC ({krb5}) or the "
-                             f"NameNode down?")
+        raise PreflightError(
+            f"Kerberos: logging in {who} to {fs} got {text}: is the KDC ({krb5}) or the NameNode down?"
+        )
     if "GSSAPIError" not in str(exc):
-        return                             # not a login problem: preflight's own checks say what it is
-    if krb is None and ("No Kerberos credentials" in text or "No credentials cache" in text
-                        or "not found" in text.lower()):
-        raise PreflightError("the cluster is Kerberized (hadoop.security.authentication=kerberos) but there is no "
-                             "Kerberos ticket and the spec has no kerberos section: run kinit, or add "
-                             "kerberos: {principal, keytab} to the spec")
+        return  # not a login problem: preflight's own checks say what it is
+    if krb is None and (
+        "No Kerberos credentials" in text or "No credentials cache" in text or "not found" in text.lower()
+    ):
+        raise PreflightError(
+            "the cluster is Kerberized (hadoop.security.authentication=kerberos) but there is no "
+            "Kerberos ticket and the spec has no kerberos section: run kinit, or add "
+            "kerberos: {principal, keytab} to the spec"
+        )
     if krb is None and "expired" in text.lower():
         raise PreflightError(f"Kerberos: the ticket in the cache has expired ({text}): run kinit again")
     raise PreflightError(f"Kerberos: logging in {who} failed: {text}")
@@ -169,6 +178,7 @@ def login(krb: Kerberos | None, conf: dict[str, str]) -> Kerberos | None:
     hdfs.set_login(krb)
     # the same login for SPNEGO to the web endpoints
     from tfyarn import webauth
+
     webauth.set_login(krb)
     return krb
 
@@ -182,8 +192,10 @@ def proxy_refusal(exc: BaseException, user: str | None) -> PreflightError | None
     if not user or "not allowed to impersonate" not in text:
         return None
     line = next((ln.strip() for ln in text.splitlines() if "not allowed to impersonate" in ln), text)
-    return PreflightError(f"user: {user!r}: the cluster refuses this proxy user ({line}; its core-site "
-                          "hadoop.proxyuser.<submitter>.users/groups/hosts decide); nothing was submitted")
+    return PreflightError(
+        f"user: {user!r}: the cluster refuses this proxy user ({line}; its core-site "
+        "hadoop.proxyuser.<submitter>.users/groups/hosts decide); nothing was submitted"
+    )
 
 
 def driver_options(krb: Kerberos | None) -> dict[str, Any]:

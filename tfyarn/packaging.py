@@ -9,6 +9,7 @@ Sources (``spec.environment``): ``archive:`` (prebuilt, used as is), ``python:``
 ``pack:`` ``auto`` | ``conda`` | ``venv`` (conda-pack / venv-pack of the gateway's env; ``none``: ``python3`` from the
 node's PATH). A venv does not contain its interpreter: the nodes need the same base Python at the same path.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -38,8 +39,26 @@ ENV_DIR = "env"
 #: Distributions (normalized names) never part of the env hash: tfyarn is shipped separately.
 EXCLUDED_DISTS = frozenset({"tfyarn"})
 #: Directories never hashed in editable source trees (caches, VCS data, nested environments, build output).
-SKIP_DIRS = frozenset({".git", ".hg", ".svn", "__pycache__", ".venv", "venv", "env", ".tox", ".nox", "node_modules",
-                       "build", "dist", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".ipynb_checkpoints"})
+SKIP_DIRS = frozenset(
+    {
+        ".git",
+        ".hg",
+        ".svn",
+        "__pycache__",
+        ".venv",
+        "venv",
+        "env",
+        ".tox",
+        ".nox",
+        "node_modules",
+        "build",
+        "dist",
+        ".mypy_cache",
+        ".pytest_cache",
+        ".ruff_cache",
+        ".ipynb_checkpoints",
+    }
+)
 SKIP_SUFFIXES = (".pyc", ".pyo", ".egg-info")
 HASH_FORMAT = 1
 
@@ -52,19 +71,21 @@ class PackagingError(TfyarnError):
 class EnvRef:
     """What the container script needs to find Python (``python``: the command *inside the container*), and what
     ``ensure_env`` did to get there."""
-    source: str                      # pack | archive | python | none
+
+    source: str  # pack | archive | python | none
     python: str
-    archive_url: str | None = None   # localized by YARN as ./env (pack, archive)
-    env_hash: str | None = None      # pack only
-    kind: str | None = None          # venv | conda (pack only)
+    archive_url: str | None = None  # localized by YARN as ./env (pack, archive)
+    env_hash: str | None = None  # pack only
+    kind: str | None = None  # venv | conda (pack only)
     uploaded_bytes: int = 0
-    cached: bool = False             # the staging dir already had this archive
+    cached: bool = False  # the staging dir already had this archive
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
 # ---------------------------------------------------------------------------------------------------------- hashing
+
 
 def detect_env_kind(prefix: str | os.PathLike | None = None) -> str:
     """``conda`` when ``prefix`` is a conda env (``conda-meta/``), ``venv`` when it has ``pyvenv.cfg``."""
@@ -73,14 +94,17 @@ def detect_env_kind(prefix: str | os.PathLike | None = None) -> str:
         return "conda"
     if (p / "pyvenv.cfg").is_file():
         return "venv"
-    raise PackagingError(f"{p} is neither a conda environment nor a virtualenv: run tfyarn from one, or set "
-                         f"environment.archive (a prebuilt tar.gz) or environment.python (a python on every node)")
+    raise PackagingError(
+        f"{p} is neither a conda environment nor a virtualenv: run tfyarn from one, or set "
+        f"environment.archive (a prebuilt tar.gz) or environment.python (a python on every node)"
+    )
 
 
 def site_packages(prefix: str | os.PathLike) -> list[Path]:
     p = Path(prefix)
-    return sorted(d for d in p.glob("lib/python3*/site-packages") if d.is_dir()) + \
-        sorted(d for d in p.glob("Lib/site-packages") if d.is_dir())
+    return sorted(d for d in p.glob("lib/python3*/site-packages") if d.is_dir()) + sorted(
+        d for d in p.glob("Lib/site-packages") if d.is_dir()
+    )
 
 
 @dataclass(frozen=True)
@@ -100,11 +124,11 @@ def installed_distributions(prefix: str | os.PathLike | None = None) -> list[Dis
         if not name:
             continue
         editable = None
-        with suppress(ValueError):   # an unreadable direct_url.json: not an editable install
+        with suppress(ValueError):  # an unreadable direct_url.json: not an editable install
             du = json.loads(dist.read_text("direct_url.json") or "{}")
             if du.get("dir_info", {}).get("editable") and du.get("url", "").startswith("file://"):
-                editable = du["url"][len("file://"):]
-        key = re.sub(r"[-_.]+", "-", name).lower()   # the normalized name (PEP 503)
+                editable = du["url"][len("file://") :]
+        key = re.sub(r"[-_.]+", "-", name).lower()  # the normalized name (PEP 503)
         seen.setdefault(key, Distribution(key, dist.version or "", editable))
     return [seen[k] for k in sorted(seen)]
 
@@ -116,8 +140,9 @@ def hash_tree(root: str | os.PathLike, max_files: int = 50_000) -> str:
     h = hashlib.sha256()
     n = 0
     for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames
-                             if d not in SKIP_DIRS and not d.endswith(SKIP_SUFFIXES) and not d.startswith("."))
+        dirnames[:] = sorted(
+            d for d in dirnames if d not in SKIP_DIRS and not d.endswith(SKIP_SUFFIXES) and not d.startswith(".")
+        )
         for fn in sorted(filenames):
             if fn.endswith(SKIP_SUFFIXES):
                 continue
@@ -126,8 +151,10 @@ def hash_tree(root: str | os.PathLike, max_files: int = 50_000) -> str:
                 continue
             n += 1
             if n > max_files:
-                raise PackagingError(f"editable source {root} has more than {max_files} files; "
-                                     f"install it non-editable or move data out of it")
+                raise PackagingError(
+                    f"editable source {root} has more than {max_files} files; "
+                    f"install it non-editable or move data out of it"
+                )
             h.update(fp.relative_to(root).as_posix().encode() + b"\0")
             with open(fp, "rb") as f:
                 for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -156,8 +183,9 @@ class Fingerprint:
     document: dict[str, Any] = field(repr=False)
 
 
-def env_fingerprint(prefix: str | os.PathLike | None = None, kind: str | None = None,
-                    installed: list[Distribution] | None = None) -> Fingerprint:
+def env_fingerprint(
+    prefix: str | os.PathLike | None = None, kind: str | None = None, installed: list[Distribution] | None = None
+) -> Fingerprint:
     """The content hash naming the packed archive of ``prefix`` (stable across runs; changes with what matters).
     ``installed``: its :func:`installed_distributions`, when the caller has them already."""
     p = Path(prefix or sys.prefix).resolve()
@@ -169,13 +197,20 @@ def env_fingerprint(prefix: str | os.PathLike | None = None, kind: str | None = 
         dists.append([d.name, d.version])
         if d.editable_path and Path(d.editable_path).is_dir():
             local[d.name] = hash_tree(d.editable_path)
-    doc = {"format": HASH_FORMAT, "kind": kind, "python": _python_tag(p, kind),
-           "platform": f"{sys.platform}-{platform.machine()}", "distributions": dists, "editable": local}
+    doc = {
+        "format": HASH_FORMAT,
+        "kind": kind,
+        "python": _python_tag(p, kind),
+        "platform": f"{sys.platform}-{platform.machine()}",
+        "distributions": dists,
+        "editable": local,
+    }
     digest = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
     return Fingerprint(digest, kind, str(p), doc)
 
 
 # ------------------------------------------------------------------------------------------------------------ packing
+
 
 def pack_level() -> int:
     """gzip level of packed envs (``TFYARN_PACK_LEVEL``, default 1): level 4 made a TF venv's archive ~10% smaller
@@ -198,16 +233,23 @@ def _pack_venv(venv_pack: Any, prefix: str | os.PathLike, tmp: Path, gzipped: bo
     try:
         from venv_pack.core import Packer
         from venv_pack.formats import archive
+
         env = venv_pack.Env(str(prefix))
         files, context = env.files, env._context
     except (ImportError, AttributeError) as exc:
         log.debug("venv-pack internals unknown (%s): packing with venv_pack.pack", exc)
-        venv_pack.pack(prefix=str(prefix), output=str(tmp), format="tar.gz" if gzipped else "tar", force=True,
-                       compress_level=pack_level())
+        venv_pack.pack(
+            prefix=str(prefix),
+            output=str(tmp),
+            format="tar.gz" if gzipped else "tar",
+            force=True,
+            compress_level=pack_level(),
+        )
         return
     from contextlib import nullcontext
 
     from tfyarn.pgzip import ParallelGzipWriter
+
     with open(tmp, "wb") as raw:
         out = ParallelGzipWriter(raw, level=pack_level()) if gzipped else nullcontext(raw)
         with out as sink, archive(sink, "tar", compress_level=0) as arc:
@@ -217,8 +259,7 @@ def _pack_venv(venv_pack: Any, prefix: str | os.PathLike, tmp: Path, gzipped: bo
             packer.finish()
 
 
-def pack_env(prefix: str | os.PathLike, kind: str, output: str | os.PathLike,
-             progress: Progress | None = None) -> Path:
+def pack_env(prefix: str | os.PathLike, kind: str, output: str | os.PathLike, progress: Progress | None = None) -> Path:
     """Pack ``prefix`` into ``output`` (``.tar.gz``, or a plain tar for any other name) with conda-pack or
     venv-pack; atomic (temp file, then rename)."""
     out = Path(output)
@@ -234,8 +275,15 @@ def pack_env(prefix: str | os.PathLike, kind: str, output: str | os.PathLike,
                 import conda_pack
             except ImportError:
                 raise PackagingError("pack: conda needs conda-pack (pip install 'tfyarn[pack]')") from None
-            conda_pack.pack(prefix=str(prefix), output=str(tmp), format="tar.gz" if gzipped else "tar",
-                            ignore_editable_packages=True, n_threads=-1, force=True, compress_level=pack_level())
+            conda_pack.pack(
+                prefix=str(prefix),
+                output=str(tmp),
+                format="tar.gz" if gzipped else "tar",
+                ignore_editable_packages=True,
+                n_threads=-1,
+                force=True,
+                compress_level=pack_level(),
+            )
         elif kind == "venv":
             try:
                 import venv_pack
@@ -244,8 +292,10 @@ def pack_env(prefix: str | os.PathLike, kind: str, output: str | os.PathLike,
             try:
                 _pack_venv(venv_pack, prefix, tmp, gzipped)
             except venv_pack.VenvPackException as exc:
-                raise PackagingError(f"venv-pack refused {prefix}: {exc}. Put that code in the job's `code:` dir "
-                                     f"or install it non-editable") from None
+                raise PackagingError(
+                    f"venv-pack refused {prefix}: {exc}. Put that code in the job's `code:` dir "
+                    f"or install it non-editable"
+                ) from None
         else:
             raise PackagingError(f"unknown environment kind {kind!r} (conda or venv)")
         os.replace(tmp, out)
@@ -265,9 +315,11 @@ def check_not_editable(prefix: str | os.PathLike, installed: list[Distribution])
     editable = [d for d in installed if d.editable_path and d.name not in EXCLUDED_DISTS]
     if editable:
         names = ", ".join(f"{d.name} ({d.editable_path})" for d in editable)
-        raise PackagingError(f"the environment to pack ({prefix}) has editable installs whose code would not be "
-                             f"shipped: {names}. Install them normally (`pip install <dir>`, not `-e`), move their "
-                             f"code to the job's `code:` directory, or uninstall them if the job does not use them")
+        raise PackagingError(
+            f"the environment to pack ({prefix}) has editable installs whose code would not be "
+            f"shipped: {names}. Install them normally (`pip install <dir>`, not `-e`), move their "
+            f"code to the job's `code:` directory, or uninstall them if the job does not use them"
+        )
 
 
 def _commit_once(fs: Any, tmp: str, path: str) -> None:
@@ -279,7 +331,7 @@ def _commit_once(fs: Any, tmp: str, path: str) -> None:
         fs.rm(tmp)
         return
     try:
-        fs.mv(tmp, path)                # hdfs-native refuses an existing destination: the race below
+        fs.mv(tmp, path)  # hdfs-native refuses an existing destination: the race below
     except FileExistsError:
         fs.rm(tmp)
 
@@ -301,16 +353,24 @@ def upload(local: str | os.PathLike, fs: Any, path: str, progress: Progress | No
                     progress("upload", done, total)
         _commit_once(fs, tmp, path)
     except BaseException:
-        with suppress(Exception):   # best effort cleanup, the original error matters
+        with suppress(Exception):  # best effort cleanup, the original error matters
             if fs.exists(tmp):
                 fs.rm(tmp)
         raise
     return done
 
 
-def ensure_env(spec: Any, staging_dir: str, progress: Progress | None = None, *, prefix: str | None = None,
-               fs: Any = None, local_cache: str | os.PathLike | None = None, dry_run: bool = False,
-               conf: dict[str, str] | None = None) -> EnvRef:
+def ensure_env(
+    spec: Any,
+    staging_dir: str,
+    progress: Progress | None = None,
+    *,
+    prefix: str | None = None,
+    fs: Any = None,
+    local_cache: str | os.PathLike | None = None,
+    dry_run: bool = False,
+    conf: dict[str, str] | None = None,
+) -> EnvRef:
     """Make the job's environment available to YARN (archives in ``<staging_dir>/envs/``, through ``fs``, default
     the URL's); return how the containers find their Python. ``dry_run``: name the archive (hashing only), nothing
     packed or uploaded."""
@@ -324,7 +384,7 @@ def ensure_env(spec: Any, staging_dir: str, progress: Progress | None = None, *,
         return EnvRef("none", "python3")
     pfx = prefix or sys.prefix
     kind = detect_env_kind(pfx) if mode == "auto" else mode
-    installed = installed_distributions(pfx)            # read once: the check and the hash both need them
+    installed = installed_distributions(pfx)  # read once: the check and the hash both need them
     check_not_editable(pfx, installed)
     if progress:
         progress("hash", 0, None)
@@ -339,8 +399,15 @@ def ensure_env(spec: Any, staging_dir: str, progress: Progress | None = None, *,
     return stage_env(ref, progress, prefix=pfx, fs=fs, local_cache=local_cache, conf=conf)
 
 
-def stage_env(ref: EnvRef, progress: Progress | None = None, *, prefix: str | None = None, fs: Any = None,
-              local_cache: str | os.PathLike | None = None, conf: dict[str, str] | None = None) -> EnvRef:
+def stage_env(
+    ref: EnvRef,
+    progress: Progress | None = None,
+    *,
+    prefix: str | None = None,
+    fs: Any = None,
+    local_cache: str | os.PathLike | None = None,
+    conf: dict[str, str] | None = None,
+) -> EnvRef:
     """Make the archive a dry-run ``ref`` names exist (pack ``prefix`` into the local cache, upload it); a ``ref``
     that ships no archive of ours is returned as it is. The submit of a dry-run request: what it named is staged."""
     if ref.source != "pack" or ref.archive_url is None or ref.kind is None or ref.env_hash is None:

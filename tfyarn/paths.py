@@ -6,6 +6,7 @@ driver's record, lock, leases and log (``$TFYARN_DRIVER_DIR`` instead when set: 
 ``$TFYARN_CACHE_DIR`` (default ``~/.cache/tfyarn``): ``envs/`` packed environments, ``ship/`` the other files a YARN
 submit uploads, ``index/`` data indexes. Read at each call: tests and users switch them with the environment.
 """
+
 from __future__ import annotations
 
 import os

@@ -4,6 +4,7 @@ zlib releases the GIL, so chunks compressed on a thread pool use every core (ven
 1.7 GB TensorFlow venv on 2 cores). Each chunk is its own gzip member, written in order: a multi-member gzip (RFC
 1952) is one stream to ``gzip -d``, to the NodeManager's ``tar`` and to Java's ``GZIPInputStream``.
 """
+
 from __future__ import annotations
 
 import collections
@@ -17,7 +18,7 @@ CHUNK = 8 << 20
 
 
 def _member(data: bytes, level: int) -> bytes:
-    c = zlib.compressobj(level, zlib.DEFLATED, 31)          # wbits 31: a gzip member (header + CRC + size)
+    c = zlib.compressobj(level, zlib.DEFLATED, 31)  # wbits 31: a gzip member (header + CRC + size)
     return c.compress(data) + c.flush()
 
 
@@ -42,8 +43,8 @@ class ParallelGzipWriter:
         self._buf += data
         self._pos += len(data)
         while len(self._buf) >= self.chunk:
-            self._submit(bytes(self._buf[:self.chunk]))
-            del self._buf[:self.chunk]
+            self._submit(bytes(self._buf[: self.chunk]))
+            del self._buf[: self.chunk]
         return len(data)
 
     def tell(self) -> int:
@@ -67,7 +68,7 @@ class ParallelGzipWriter:
             return
         try:
             if self._buf or self._pos == 0:
-                self._submit(bytes(self._buf))   # an empty stream is still one valid (empty) gzip member
+                self._submit(bytes(self._buf))  # an empty stream is still one valid (empty) gzip member
                 self._buf.clear()
             while self._pending:
                 self._drain_one()

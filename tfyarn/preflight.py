@@ -10,6 +10,7 @@ Every problem found is reported at once, like spec errors:
 The cluster is behind :class:`ClusterInfo` (two methods) so the rules are tested without a ResourceManager;
 :class:`SkeinClusterInfo` asks a live one. File checks go through fsspec (``hdfs://`` via hdfs-native).
 """
+
 from __future__ import annotations
 
 import logging
@@ -33,9 +34,9 @@ GetFs = Callable[..., tuple[Any, str]]
 class QueueInfo:
     name: str
     state: str = "RUNNING"
-    max_memory_mib: int | None = None      # None: unknown (not checked)
+    max_memory_mib: int | None = None  # None: unknown (not checked)
     max_vcores: int | None = None
-    node_labels: tuple[str, ...] | None = None   # accessible labels; None: unknown; ('*',): any
+    node_labels: tuple[str, ...] | None = None  # accessible labels; None: unknown; ('*',): any
 
 
 class ClusterInfo(Protocol):
@@ -52,24 +53,26 @@ class ClusterInfo(Protocol):
 @dataclass(frozen=True)
 class _Listed:
     """One ``data.train``/``data.eval`` URL, listed once for every data check."""
+
     section: str
     index: int
     url: str
     fs: Any = None
     files: tuple[str, ...] = ()
     error: str | None = None
-    info: dict[str, dict[str, Any]] = field(default_factory=dict, compare=False)   # fsspec info of each file
+    info: dict[str, dict[str, Any]] = field(default_factory=dict, compare=False)  # fsspec info of each file
 
 
 def list_data(spec: JobSpec, get_fs: GetFs = hdfs.get_fs) -> list[_Listed]:
     """Every data URL's files (sorted), or why it could not be listed: one listing per URL (an RPC each on HDFS)."""
     from tfyarn.data.manifest import data_files
+
     out = []
     for section, urls in (("data.train", spec.data.train), ("data.eval", spec.data.eval)):
         for i, url in enumerate(urls):
             try:
                 fs, path = get_fs(url)
-                hits = data_files(fs, path)   # as the tasks list them: side files (.x, _SUCCESS, *.crc) left out
+                hits = data_files(fs, path)  # as the tasks list them: side files (.x, _SUCCESS, *.crc) left out
             except Exception as exc:  # noqa: BLE001 - any filesystem error is a reportable problem here
                 out.append(_Listed(section, i, url, error=f"{type(exc).__name__}: {exc}"))
                 continue
@@ -101,38 +104,41 @@ def check_data_schema(spec: JobSpec, get_fs: GetFs = hdfs.get_fs, listed: list[_
     from tfyarn.data.manifest import side_file_hint
     from tfyarn.data.parse import decode_example, diagnose, schema
     from tfyarn.data.tfrecord import first_record
+
     fields = schema(spec.data.features)
     problems = []
     for d in listed if listed is not None else list_data(spec, get_fs):
         found: list[str] = []
         for hit in d.files[:SAMPLE_FILES]:
             name = d.fs.unstrip_protocol(hit)
-            if _table_problem(name, spec, fields, found):      # Parquet / ORC: columns from the footer
+            if _table_problem(name, spec, fields, found):  # Parquet / ORC: columns from the footer
                 continue
             try:
                 with d.fs.open(hit, "rb") as f:
                     payload = first_record(f, name, spec.data.compression)
             except DataError as exc:
-                named = d.files == (d.fs._strip_protocol(d.url),)   # the URL is this file
+                named = d.files == (d.fs._strip_protocol(d.url),)  # the URL is this file
                 found.append(str(exc) + ("" if named else side_file_hint(name, exc)))
                 continue
             except Exception as exc:  # noqa: BLE001 - a filesystem error here is not this check's finding
                 log.debug("preflight: sampling %s failed: %s", name, exc)
                 continue
             if payload is None:
-                continue                      # an empty file: nothing to check
+                continue  # an empty file: nothing to check
             bad = diagnose(payload, fields)
             if bad is not None:
                 try:
                     has = ", ".join(repr(k) for k in sorted(decode_example(payload))) or "none"
                 except Exception:  # noqa: BLE001 - not an Example at all: diagnose said so
                     has = None
-                found.append(f"{name} record 0 does not fit data.features: {bad[1]}"
-                             + (f" (the record has: {has})" if has else ""))
+                found.append(
+                    f"{name} record 0 does not fit data.features: {bad[1]}"
+                    + (f" (the record has: {has})" if has else "")
+                )
             elif spec.data.on_corrupt == "skip":
                 found = []
-                break                         # one sample fits: the data set is the one described
-        problems += [f"{d.section}[{d.index}]: {p}" for p in found[:1]]     # the first is enough to act on
+                break  # one sample fits: the data set is the one described
+        problems += [f"{d.section}[{d.index}]: {p}" for p in found[:1]]  # the first is enough to act on
     return problems
 
 
@@ -141,6 +147,7 @@ def _table_problem(name: str, spec: JobSpec, fields: tuple, found: list[str]) ->
     ``found``); True when the file is a table (checked, or not checkable here: no pyarrow on this host)."""
     from tfyarn.data import table
     from tfyarn.data.errors import DataError
+
     fmt = table.file_format(name, spec.data.format)
     if fmt not in table.TABLE_FORMATS:
         return False
@@ -148,7 +155,7 @@ def _table_problem(name: str, spec: JobSpec, fields: tuple, found: list[str]) ->
         table.check_columns(name, table.index_table(name, 0, "", fmt)[2], fields)
     except DataError as exc:
         if "needs pyarrow" in str(exc):
-            log.debug("preflight: %s", exc)            # the tasks check it (they need pyarrow anyway)
+            log.debug("preflight: %s", exc)  # the tasks check it (they need pyarrow anyway)
         else:
             found.append(str(exc))
     except Exception as exc:  # noqa: BLE001 - a filesystem error here is not this check's finding
@@ -172,19 +179,24 @@ def check_enough_records(spec: JobSpec, listed: list[_Listed]) -> list[str]:
     from tfyarn.data.errors import DataError
     from tfyarn.data.manifest import cached_or_indexed
     from tfyarn.data.table import file_format
+
     train = [d for d in listed if d.section == "data.train"]
     if not train or any(d.error is not None or not d.files for d in train):
-        return []                                         # check_data reports these
+        return []  # check_data reports these
     files = _train_files(listed)
     need, data = spec.global_batch_size, spec.data
     from tfyarn.data.table import read_option
-    opts: dict[str, Any] = {"compression": read_option(data.compression, data.format),
-                            "on_corrupt": data.on_corrupt, "cache_dir": _index_cache(spec)}
+
+    opts: dict[str, Any] = {
+        "compression": read_option(data.compression, data.format),
+        "on_corrupt": data.on_corrupt,
+        "cache_dir": _index_cache(spec),
+    }
     count, uncounted = 0, []
     try:
         for i, (url, (size, mtime)) in enumerate(sorted(files.items())):
             if i == COUNT_MAX_FILES:
-                return []                                 # too many files to count here
+                return []  # too many files to count here
             fi = cached_or_indexed(url, size, mtime, read=False, **opts)
             if fi is None:
                 uncounted.append((size, url, mtime))
@@ -194,9 +206,9 @@ def check_enough_records(spec: JobSpec, listed: list[_Listed]) -> list[str]:
                 return []
         budget = COUNT_BUDGET_BYTES
         for size, url, mtime in sorted(uncounted):
-            cost = size if file_format(url, data.format) == "tfrecord" else min(size, 1 << 16)   # tables: footer
+            cost = size if file_format(url, data.format) == "tfrecord" else min(size, 1 << 16)  # tables: footer
             if cost > budget:
-                return []                                 # not cheap to know
+                return []  # not cheap to know
             budget -= cost
             indexed = cached_or_indexed(url, size, mtime, **opts)
             count += indexed.records if indexed is not None else 0
@@ -207,8 +219,10 @@ def check_enough_records(spec: JobSpec, listed: list[_Listed]) -> list[str]:
         return []
     n, b = spec.num_training_workers, data.batch_size
     fix = f"lower data.batch_size to at most {count // n} or give more data" if count >= n else "give more data"
-    return [f"data.train: {count} records are fewer than one global batch ({n} training tasks x data.batch_size "
-            f"{b} = {need}): no step can be planned; {fix}"]
+    return [
+        f"data.train: {count} records are fewer than one global batch ({n} training tasks x data.batch_size "
+        f"{b} = {need}): no step can be planned; {fix}"
+    ]
 
 
 #: Files whose cached index :func:`index_notes` looks for (one small read each); beyond, it estimates from a sample.
@@ -218,9 +232,14 @@ INDEX_PROBE_FILES = 200
 def _train_files(listed: list[_Listed]) -> dict[str, tuple[int, str]]:
     """Every non-empty file ``data.train`` lists: URL → (size, mtime)."""
     from tfyarn.data.manifest import mtime_of
-    return {d.fs.unstrip_protocol(p): (int(d.info[p]["size"]), mtime_of(d.info[p]))
-            for d in listed if d.section == "data.train" and d.error is None
-            for p in d.files if int(d.info.get(p, {}).get("size") or 0) > 0}
+
+    return {
+        d.fs.unstrip_protocol(p): (int(d.info[p]["size"]), mtime_of(d.info[p]))
+        for d in listed
+        if d.section == "data.train" and d.error is None
+        for p in d.files
+        if int(d.info.get(p, {}).get("size") or 0) > 0
+    }
 
 
 def _index_cache(spec: JobSpec) -> str | None:
@@ -237,6 +256,7 @@ def index_notes(spec: JobSpec, listed: list[_Listed]) -> list[str]:
     from concurrent.futures import ThreadPoolExecutor
 
     from tfyarn.data.manifest import DEFAULT_STRIDE, Listing, cached_or_indexed, load_manifest
+
     files = _train_files(listed)
     if not files:
         return []
@@ -248,9 +268,20 @@ def index_notes(spec: JobSpec, listed: list[_Listed]) -> list[str]:
         step = max(1, len(listing.files) // INDEX_PROBE_FILES)
         sample = listing.files[::step]
         with ThreadPoolExecutor(8, thread_name_prefix="tfyarn-preflight") as ex:
-            hits = list(ex.map(lambda f: cached_or_indexed(f[0], f[1], f[2], compression=data.compression,
-                                                           cache_dir=cache, on_corrupt=data.on_corrupt,
-                                                           read=False), sample))
+            hits = list(
+                ex.map(
+                    lambda f: cached_or_indexed(
+                        f[0],
+                        f[1],
+                        f[2],
+                        compression=data.compression,
+                        cache_dir=cache,
+                        on_corrupt=data.on_corrupt,
+                        read=False,
+                    ),
+                    sample,
+                )
+            )
     except Exception as exc:  # noqa: BLE001 - a note, never a reason to refuse the job
         log.debug("preflight: cannot tell how much data is indexed: %s", exc)
         return []
@@ -262,10 +293,12 @@ def index_notes(spec: JobSpec, listed: list[_Listed]) -> list[str]:
     if sampled:
         missing = missing * total / max(1, sum(f[1] for f in sample))
     n = spec.num_training_workers
-    return [f"data.train: {'~' if sampled else ''}{_mb(missing)} of {_mb(total)} ({len(listing.files)} files) not "
-            f"indexed yet{f' (from {len(sample)} files sampled)' if sampled else ''}: the {n} training tasks read "
-            f"~{_mb(missing / n)} each to index it before their first step, once (then cached in "
-            f"{cache or 'this machine'}); `tfyarn data index` does it ahead of time"]
+    return [
+        f"data.train: {'~' if sampled else ''}{_mb(missing)} of {_mb(total)} ({len(listing.files)} files) not "
+        f"indexed yet{f' (from {len(sample)} files sampled)' if sampled else ''}: the {n} training tasks read "
+        f"~{_mb(missing / n)} each to index it before their first step, once (then cached in "
+        f"{cache or 'this machine'}); `tfyarn data index` does it ahead of time"
+    ]
 
 
 def check_output_dirs(spec: JobSpec, get_fs: GetFs = hdfs.get_fs) -> list[str]:
@@ -288,8 +321,9 @@ def check_output_dirs(spec: JobSpec, get_fs: GetFs = hdfs.get_fs) -> list[str]:
     return problems
 
 
-def check_resources(spec: JobSpec, cluster: ClusterInfo, master_memory_mib: int = 512,
-                    master_vcores: int = 1) -> list[str]:
+def check_resources(
+    spec: JobSpec, cluster: ClusterInfo, master_memory_mib: int = 512, master_vcores: int = 1
+) -> list[str]:
     problems = []
     q = cluster.queue(spec.queue)
     if q is None:
@@ -297,21 +331,25 @@ def check_resources(spec: JobSpec, cluster: ClusterInfo, master_memory_mib: int 
     if q.state.upper() != "RUNNING":
         problems.append(f"queue: {spec.queue!r} is {q.state}, not RUNNING (it accepts no applications)")
     cmem, cvc = cluster.max_allocation()
-    asks = [(f"roles.{name}", r.memory_mib, r.vcores, r.node_label) for name, r in spec.roles.items()
-            if r.instances > 0]
+    asks = [
+        (f"roles.{name}", r.memory_mib, r.vcores, r.node_label) for name, r in spec.roles.items() if r.instances > 0
+    ]
     asks.append(("application master", master_memory_mib, master_vcores, None))
     for where, mem, vc, label in asks:
         sep = "." if where.startswith("roles.") else " "
         for limit, scope in ((q.max_memory_mib, f"queue {spec.queue!r}"), (cmem, "the cluster")):
             if limit is not None and mem > limit:
-                problems.append(f"{where}{sep}memory: {mem} MiB exceeds the maximum container size of {scope} "
-                                f"({limit} MiB)")
+                problems.append(
+                    f"{where}{sep}memory: {mem} MiB exceeds the maximum container size of {scope} ({limit} MiB)"
+                )
         for limit, scope in ((q.max_vcores, f"queue {spec.queue!r}"), (cvc, "the cluster")):
             if limit is not None and vc > limit:
                 problems.append(f"{where}{sep}vcores: {vc} exceeds the maximum of {scope} ({limit})")
         if label and q.node_labels is not None and "*" not in q.node_labels and label not in q.node_labels:
-            problems.append(f"{where}.node_label: {label!r} is not accessible from queue {spec.queue!r} "
-                            f"(accessible: {', '.join(q.node_labels) or 'none'})")
+            problems.append(
+                f"{where}.node_label: {label!r} is not accessible from queue {spec.queue!r} "
+                f"(accessible: {', '.join(q.node_labels) or 'none'})"
+            )
     return problems
 
 
@@ -331,16 +369,19 @@ def check_warm_start(spec: JobSpec) -> list[str]:
     if not spec.checkpoint.init_from:
         return []
     from tfyarn.train.checkpoint import CheckpointStore
+
     try:
         if spec.checkpoint.dir and CheckpointStore(spec.checkpoint.dir).latest() is not None:
-            return []                  # the job resumes from its own checkpoint: init_from is not read
+            return []  # the job resumes from its own checkpoint: init_from is not read
         src = CheckpointStore(spec.checkpoint.init_from)
         latest = src.latest()
     except Exception as exc:  # noqa: BLE001 - any filesystem error is a reportable problem here
         return [f"checkpoint.init_from: cannot read {spec.checkpoint.init_from}: {type(exc).__name__}: {exc}"]
     if latest is None:
-        return [f"checkpoint.init_from: no committed checkpoint in {src.url} (a tfyarn job's checkpoint.dir, "
-                f"holding tfyarn-checkpoint.json)"]
+        return [
+            f"checkpoint.init_from: no committed checkpoint in {src.url} (a tfyarn job's checkpoint.dir, "
+            f"holding tfyarn-checkpoint.json)"
+        ]
     if not latest.get("model_variables"):
         return [f"checkpoint.init_from: {latest['name']} in {src.url} does not list its model variables"]
     return []
@@ -348,6 +389,7 @@ def check_warm_start(spec: JobSpec) -> list[str]:
 
 def _installed(module: str) -> bool:
     from tfyarn.runtime.warm_imports import find_module
+
     return find_module(module, sys.path) is not None
 
 
@@ -356,27 +398,34 @@ def check_task_env(spec: JobSpec) -> list[str]:
     where the tasks run this env). Found without importing anything: the gateway may have no TensorFlow, and the
     job's code must not run here."""
     from tfyarn.runtime.warm_imports import find_module
+
     problems = []
     target = spec.entrypoint_parts()[0] if spec.entrypoint else spec.model
     path = ([spec.code] if spec.code else []) + sys.path
-    if target.endswith(".py"):           # an entrypoint script: in code: (or a path of its own)
+    if target.endswith(".py"):  # an entrypoint script: in code: (or a path of its own)
         script = Path(spec.code or spec.base_dir or ".") / target
         if not script.is_file():
-            problems.append(f"entrypoint: {target} not found in {spec.code or 'the spec directory'} (set 'code:' to "
-                            f"the directory holding it)")
+            problems.append(
+                f"entrypoint: {target} not found in {spec.code or 'the spec directory'} (set 'code:' to "
+                f"the directory holding it)"
+            )
         target = ""
     module = target.partition(":")[0]
     if module and find_module(module, path) is None:
         where = f"the code dir {spec.code} or " if spec.code else ""
         key = "entrypoint" if spec.entrypoint else "model"
-        problems.append(f"{key}: module {module!r} not found in {where}the Python environment the tasks run "
-                        f"(a typo? its package not installed? set 'code:' to the directory holding it)")
+        problems.append(
+            f"{key}: module {module!r} not found in {where}the Python environment the tasks run "
+            f"(a typo? its package not installed? set 'code:' to the directory holding it)"
+        )
     elif module and not spec.entrypoint:
         problems += check_keras_model(spec)
     if spec.instances("tensorboard") and not _installed("tensorboard"):
-        problems.append("roles.tensorboard: the 'tensorboard' package is not installed in the Python environment the "
-                        "tasks run (it is no longer installed with TensorFlow): pip install 'tfyarn[tensorboard]' (or "
-                        "tensorboard), or remove roles.tensorboard")
+        problems.append(
+            "roles.tensorboard: the 'tensorboard' package is not installed in the Python environment the "
+            "tasks run (it is no longer installed with TensorFlow): pip install 'tfyarn[tensorboard]' (or "
+            "tensorboard), or remove roles.tensorboard"
+        )
     return problems
 
 
@@ -389,15 +438,21 @@ def check_keras_model(spec: JobSpec, timeout: float = 300.0) -> list[str]:
     import tempfile
 
     from tfyarn.runtime.warm_imports import code_uses_keras
+
     if not code_uses_keras(spec.model.partition(":")[0], spec.code):
         return []
     with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
         f.write(spec.to_json())
         f.flush()
         try:
-            proc = subprocess.run([sys.executable, "-m", "tfyarn.train.keras_check", f.name], check=False,
-                                  capture_output=True, text=True, timeout=timeout,
-                                  env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+            proc = subprocess.run(
+                [sys.executable, "-m", "tfyarn.train.keras_check", f.name],
+                check=False,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+            )
         except subprocess.TimeoutExpired:
             return [f"model: checking the Keras model {spec.model} took over {timeout:g}s"]
     if proc.returncode == 2:
@@ -418,30 +473,49 @@ def runs_this_python(spec: JobSpec) -> bool:
     if env.source != "python" or not env.python:
         return False
     import os
+
     theirs, ours = os.path.abspath(env.python), os.path.abspath(sys.executable)
     # a venv's python is a symlink to its base interpreter: compare the bin dir itself, then the executable
-    return (os.path.realpath(os.path.dirname(theirs)) == os.path.realpath(os.path.dirname(ours))
-            and os.path.realpath(theirs) == os.path.realpath(ours))
+    return os.path.realpath(os.path.dirname(theirs)) == os.path.realpath(os.path.dirname(ours)) and os.path.realpath(
+        theirs
+    ) == os.path.realpath(ours)
 
 
 def local_path_warnings(spec: JobSpec) -> list[str]:
     """Paths on the gateway's own disk: YARN containers on other hosts cannot read them (fine on a shared mount)."""
     urls = [("data.train", u) for u in spec.data.train] + [("data.eval", u) for u in spec.data.eval]
-    urls += [(where, u) for where, u in (("checkpoint.dir", spec.checkpoint.dir),
-                                         ("export.dir", spec.export.dir if spec.export else None)) if u]
-    return [f"{where}: {u} is a local path; YARN containers on other hosts cannot see it unless it is a shared mount"
-            for where, u in urls if "://" not in u or u.startswith("file://")]
+    urls += [
+        (where, u)
+        for where, u in (
+            ("checkpoint.dir", spec.checkpoint.dir),
+            ("export.dir", spec.export.dir if spec.export else None),
+        )
+        if u
+    ]
+    return [
+        f"{where}: {u} is a local path; YARN containers on other hosts cannot see it unless it is a shared mount"
+        for where, u in urls
+        if "://" not in u or u.startswith("file://")
+    ]
 
 
-def run_preflight(spec: JobSpec, cluster: ClusterInfo | None = None, get_fs: GetFs = hdfs.get_fs, *,
-                  master_memory_mib: int = 512, master_vcores: int = 1, check_files: bool = True) -> list[str]:
+def run_preflight(
+    spec: JobSpec,
+    cluster: ClusterInfo | None = None,
+    get_fs: GetFs = hdfs.get_fs,
+    *,
+    master_memory_mib: int = 512,
+    master_vcores: int = 1,
+    check_files: bool = True,
+) -> list[str]:
     """Run every check (``cluster=None``: no queue/resource checks); raise :class:`PreflightError` listing all
     problems, else return warnings (may be empty)."""
     problems = check_kerberos(spec)
     # issue 31: can the containers' account (LinuxContainerExecutor) run the tasks' Python?
     from tfyarn import task_python
+
     problems += task_python.check(spec, hdfs.load_hadoop_conf())
-    if runs_this_python(spec):   # the gateway's env is what the containers will run
+    if runs_this_python(spec):  # the gateway's env is what the containers will run
         problems += check_task_env(spec)
     if cluster is not None:
         problems += check_resources(spec, cluster, master_memory_mib, master_vcores)
@@ -450,7 +524,7 @@ def run_preflight(spec: JobSpec, cluster: ClusterInfo | None = None, get_fs: Get
         problems += _file_checks(spec, get_fs, listed)
     _raise(problems, "nothing was uploaded or submitted")
     warnings = local_path_warnings(spec)
-    for w in warnings + (index_notes(spec, listed) if check_files else []):   # notes are said, not returned
+    for w in warnings + (index_notes(spec, listed) if check_files else []):  # notes are said, not returned
         log.warning("preflight: %s", w)
     return warnings
 
@@ -459,9 +533,12 @@ def run_file_checks(spec: JobSpec, get_fs: GetFs = hdfs.get_fs, task_env: bool =
     """``tfyarn validate --check-files``: the data, checkpoint-dir and warm-start checks (no cluster to ask);
     ``task_env``: also the model module and the roles' packages, when the tasks would run this Python."""
     from tfyarn import kerberos
-    kerberos.login(kerberos.resolved(spec), hdfs.load_hadoop_conf())   # a keytab-only gateway lists with it
-    _raise(_file_checks(spec, get_fs, list_data(spec, get_fs)) + (check_task_env(spec) if task_env else []),
-           "validate --check-files: nothing was started")
+
+    kerberos.login(kerberos.resolved(spec), hdfs.load_hadoop_conf())  # a keytab-only gateway lists with it
+    _raise(
+        _file_checks(spec, get_fs, list_data(spec, get_fs)) + (check_task_env(spec) if task_env else []),
+        "validate --check-files: nothing was started",
+    )
 
 
 def local_resource_warnings(spec: JobSpec) -> list[str]:
@@ -471,8 +548,10 @@ def local_resource_warnings(spec: JobSpec) -> list[str]:
     if not asked:
         return []
     roles = ", ".join(f"roles.{r}.gpus: {n}" for r, n in asked.items())
-    return [f"{roles}: not enforced by the local backend — its tasks see every GPU of this machine (with none, "
-            f"TensorFlow runs them on the CPU); on YARN each container gets its own"]
+    return [
+        f"{roles}: not enforced by the local backend — its tasks see every GPU of this machine (with none, "
+        f"TensorFlow runs them on the CPU); on YARN each container gets its own"
+    ]
 
 
 def run_local_preflight(spec: JobSpec, get_fs: GetFs = hdfs.get_fs, count_records: bool = False) -> None:
@@ -487,15 +566,21 @@ def run_local_preflight(spec: JobSpec, get_fs: GetFs = hdfs.get_fs, count_record
 
 def _file_checks(spec: JobSpec, get_fs: GetFs, listed: list[_Listed], count_records: bool = True) -> list[str]:
     """The checks of the data and the output directories, every caller's (records counted unless told not to)."""
-    return (check_data(spec, get_fs, listed) + check_data_schema(spec, get_fs, listed)
-            + (check_enough_records(spec, listed) if count_records else [])
-            + check_output_dirs(spec, get_fs) + check_warm_start(spec))
+    return (
+        check_data(spec, get_fs, listed)
+        + check_data_schema(spec, get_fs, listed)
+        + (check_enough_records(spec, listed) if count_records else [])
+        + check_output_dirs(spec, get_fs)
+        + check_warm_start(spec)
+    )
 
 
 def _raise(problems: list[str], consequence: str) -> None:
     if problems:
         n = len(problems)
-        err = PreflightError(f"{n} problem{'s' if n != 1 else ''} found before starting the job ({consequence}):\n"
-                             + "\n".join(f"  - {p}" for p in problems))
+        err = PreflightError(
+            f"{n} problem{'s' if n != 1 else ''} found before starting the job ({consequence}):\n"
+            + "\n".join(f"  - {p}" for p in problems)
+        )
         err.problems = problems  # type: ignore[attr-defined]
         raise err

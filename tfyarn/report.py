@@ -8,6 +8,7 @@ in for tasks that recorded none. :func:`write_run_report` writes ``report.json``
 ``report.png`` into the app dir and ``checkpoint.dir``. matplotlib is optional (extra ``report``): without it there
 is no PNG.
 """
+
 from __future__ import annotations
 
 import json
@@ -80,6 +81,7 @@ def load_task_history(url: str, app_id: str) -> list[dict[str, Any]]:
     import fsspec
 
     from tfyarn.train.history import TASK_HISTORY_DIR  # the writer owns the layout
+
     fs, root = fsspec.core.url_to_fs(url.rstrip("/"))
     d = f"{root.rstrip('/')}/{TASK_HISTORY_DIR}/{app_id}"
     try:
@@ -88,7 +90,7 @@ def load_task_history(url: str, app_id: str) -> list[dict[str, Any]]:
         return []
     points = []
     for path in names:
-        segment = path.rsplit("/", 1)[-1][:-len(".jsonl")]
+        segment = path.rsplit("/", 1)[-1][: -len(".jsonl")]
         with fs.open(path, "rb") as f:
             text = f.read().decode("utf-8", "replace")
         for line in text.splitlines():
@@ -112,8 +114,12 @@ def merge_points(followed: list[dict[str, Any]], recorded: list[dict[str, Any]])
 
     def earlier_process(p: dict[str, Any]) -> bool:
         f = first[p["task"]]
-        return p["time"] < f["time"] and "restart" in p and (p.get("attempt"), p["restart"]) != (
-            f.get("attempt"), f.get("restart"))
+        return (
+            p["time"] < f["time"]
+            and "restart" in p
+            and (p.get("attempt"), p["restart"]) != (f.get("attempt"), f.get("restart"))
+        )
+
     kept = [p for p in followed if p["task"] not in first or earlier_process(p)]
     return sorted(kept + recorded, key=lambda p: p["time"]) if recorded else kept
 
@@ -142,8 +148,15 @@ def restarts(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for before, seg in zip(segs, segs[1:]):
             first = seg[0]
             kind = "attempt" if first.get("attempt") != before[-1].get("attempt") else "restart"
-            out.append({"task": task, "time": first["time"], "step": first.get("step"),
-                        "attempt": first.get("attempt"), "kind": kind})
+            out.append(
+                {
+                    "task": task,
+                    "time": first["time"],
+                    "step": first.get("step"),
+                    "attempt": first.get("attempt"),
+                    "kind": kind,
+                }
+            )
     return sorted(out, key=lambda r: r["time"])
 
 
@@ -165,25 +178,41 @@ def _task_stats(points: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     for task, pts in sorted(_by_task(points).items()):
         losses = [p["loss"] for p in pts if p.get("loss") is not None]
         rates = [p["examples_per_sec"] for p in _rate_points(pts)]
-        out[task] = {"points": len(pts), "last_step": max((p.get("step") or 0) for p in pts),
-                     "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None,
-                     "mean_examples_per_sec": round(sum(rates) / len(rates), 1) if rates else None,
-                     "max_examples_per_sec": max(rates) if rates else None,
-                     "first_time": pts[0]["time"], "last_time": pts[-1]["time"]}
+        out[task] = {
+            "points": len(pts),
+            "last_step": max((p.get("step") or 0) for p in pts),
+            "first_loss": losses[0] if losses else None,
+            "last_loss": losses[-1] if losses else None,
+            "mean_examples_per_sec": round(sum(rates) / len(rates), 1) if rates else None,
+            "max_examples_per_sec": max(rates) if rates else None,
+            "first_time": pts[0]["time"],
+            "last_time": pts[-1]["time"],
+        }
     return out
 
 
 def build_report(status: dict[str, Any], points: list[dict[str, Any]]) -> dict[str, Any]:
     """The ``tfyarn.report/1`` document from a status dict (``AppStatus.to_dict()``) and history points."""
     started, finished = status.get("started"), status.get("finished")
-    return {"schema": SCHEMA, "app_id": status.get("app_id"), "name": status.get("name"),
-            "state": status.get("state"), "exit_code": status.get("exit_code"),
-            "diagnostics": status.get("diagnostics", ""), "started": started, "finished": finished,
-            "duration_s": round(finished - started, 3) if started and finished else None,
-            "summary": status.get("summary"), "tasks": _task_stats(points), "restarts": restarts(points),
-            "history": HISTORY_FILE, "plot": None, "phases": status.get("phases"),
-            # the final tfyarn.status/1 document (tasks with their resources): the job's page after the end
-            "status": {k: v for k, v in status.items() if k != "phases"}}
+    return {
+        "schema": SCHEMA,
+        "app_id": status.get("app_id"),
+        "name": status.get("name"),
+        "state": status.get("state"),
+        "exit_code": status.get("exit_code"),
+        "diagnostics": status.get("diagnostics", ""),
+        "started": started,
+        "finished": finished,
+        "duration_s": round(finished - started, 3) if started and finished else None,
+        "summary": status.get("summary"),
+        "tasks": _task_stats(points),
+        "restarts": restarts(points),
+        "history": HISTORY_FILE,
+        "plot": None,
+        "phases": status.get("phases"),
+        # the final tfyarn.status/1 document (tasks with their resources): the job's page after the end
+        "status": {k: v for k, v in status.items() if k != "phases"},
+    }
 
 
 def preload_plotting() -> None:
@@ -212,23 +241,30 @@ def history_figure(points: list[dict[str, Any]], title: str, t0: float | None = 
     ax_loss, ax_rate = fig.subplots(2, 1, sharex=True)
     by_task = _by_task(points)
     for i, (task, pts) in enumerate(sorted(by_task.items())):
-        colour = f"C{i % 10}"                         # matplotlib's default cycle: one colour per task
+        colour = f"C{i % 10}"  # matplotlib's default cycle: one colour per task
         labelled: set[Any] = set()
         for seg in _segments(pts):
             lp = [(p["time"] - t0, p["loss"]) for p in seg if p.get("loss") is not None]
             rp = [(p["time"] - t0, p["examples_per_sec"]) for p in seg[1:] if p.get("examples_per_sec") is not None]
             for ax, xy in ((ax_loss, lp), (ax_rate, rp)):
                 if xy:
-                    ax.plot(*zip(*xy), marker=".", linewidth=1.2, color=colour,
-                            label=None if ax in labelled else task)
+                    ax.plot(*zip(*xy), marker=".", linewidth=1.2, color=colour, label=None if ax in labelled else task)
                     labelled.add(ax)
     for r in restarts(points):
         colour = f"C{sorted(by_task).index(r['task']) % 10}"
         text = f"{r['task']} {'restart' if r['kind'] == 'restart' else 'attempt ' + str(r.get('attempt'))}"
         for ax in (ax_loss, ax_rate):
             ax.axvline(r["time"] - t0, color=colour, linestyle="--", linewidth=1.0, alpha=0.8)
-        ax_loss.annotate(text, (r["time"] - t0, 1.0), xycoords=("data", "axes fraction"), rotation=90,
-                         va="top", ha="right", fontsize="small", color=colour)
+        ax_loss.annotate(
+            text,
+            (r["time"] - t0, 1.0),
+            xycoords=("data", "axes fraction"),
+            rotation=90,
+            va="top",
+            ha="right",
+            fontsize="small",
+            color=colour,
+        )
     ax_loss.set_ylabel("loss")
     ax_loss.set_title(title)
     ax_rate.set_ylabel("examples/s")
@@ -249,6 +285,7 @@ def _upload(local: Path, url: str) -> None:
 
 def _upload_once(local: Path, url: str) -> None:
     import fsspec
+
     fs, root = fsspec.core.url_to_fs(url.rstrip("/"))
     fs.makedirs(root, exist_ok=True)
     tmp = f"{root}/.tmp-{local.name}"
@@ -256,8 +293,13 @@ def _upload_once(local: Path, url: str) -> None:
     replace(fs, tmp, f"{root}/{local.name}")
 
 
-def write_run_report(app_dir: Path, status: dict[str, Any], points: list[dict[str, Any]],
-                     checkpoint_url: str | None = None, history_from: str | None = None) -> dict[str, Any]:
+def write_run_report(
+    app_dir: Path,
+    status: dict[str, Any],
+    points: list[dict[str, Any]],
+    checkpoint_url: str | None = None,
+    history_from: str | None = None,
+) -> dict[str, Any]:
     """Write ``report.json`` + ``report.png`` into ``app_dir`` and copy both to ``checkpoint_url`` (when set).
 
     ``points`` are the follower's samples; ``history_from`` (the checkpoint dir) adds the points the training tasks
@@ -267,7 +309,7 @@ def write_run_report(app_dir: Path, status: dict[str, Any], points: list[dict[st
     if history_from:
         try:
             recorded = load_task_history(history_from, str(status.get("app_id")))
-        except OSError as exc:           # the report still has the follower's samples
+        except OSError as exc:  # the report still has the follower's samples
             log.warning("could not read the tasks' progress history under %s: %s", history_from, exc)
     points = merge_points(points, recorded)
     report = build_report(status, points)
@@ -293,6 +335,7 @@ def report_at(url: str, app_id: str) -> str | None:
     """``<url>/report.json`` when it is there and is ``app_id``'s (a checkpoint dir holds the report of the last run
     that trained into it), else None."""
     import fsspec
+
     fs, root = fsspec.core.url_to_fs(url.rstrip("/"))
     try:
         with fs.open(f"{root.rstrip('/')}/{REPORT_JSON}") as f:
@@ -310,6 +353,7 @@ def copy_report(report: dict[str, Any], png: str | None, dest: Path) -> list[Pat
     out[0].write_text(json.dumps(report, indent=1, sort_keys=True))
     if png:
         import fsspec
+
         with fsspec.open(png, "rb") as src:
             (dest / REPORT_PNG).write_bytes(src.read())
         out.append(dest / REPORT_PNG)

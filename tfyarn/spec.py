@@ -6,6 +6,7 @@ at once, each with its YAML path, so a user fixes a spec in one round trip (:cla
 
 This module imports no TensorFlow: validating and submitting happen on gateway nodes.
 """
+
 from __future__ import annotations
 
 import json
@@ -17,8 +18,19 @@ from pathlib import Path
 from typing import Annotated, Any, Iterator, Literal, Union, get_args, get_origin
 
 import yaml
-from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt, StringConstraints,
-                      ValidationError, ValidationInfo, field_validator, model_validator)
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    StringConstraints,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from tfyarn.errors import SpecError
 
@@ -28,15 +40,40 @@ from tfyarn.errors import SpecError
 _SIZE_PATTERN = r"^\s*(\d+(?:\.\d+)?)\s*([KkMmGgTt][Ii]?[Bb]?)?\s*$"
 _SIZE_RE = re.compile(_SIZE_PATTERN)
 _SIZE_UNITS_MIB = {
-    "": 1, "m": 1, "mi": 1, "mib": 1, "mb": 1e6 / 2**20,
-    "g": 1024, "gi": 1024, "gib": 1024, "gb": 1e9 / 2**20,
-    "t": 1024**2, "ti": 1024**2, "tib": 1024**2, "tb": 1e12 / 2**20,
-    "k": 1 / 1024, "ki": 1 / 1024, "kib": 1 / 1024, "kb": 1e3 / 2**20,
+    "": 1,
+    "m": 1,
+    "mi": 1,
+    "mib": 1,
+    "mb": 1e6 / 2**20,
+    "g": 1024,
+    "gi": 1024,
+    "gib": 1024,
+    "gb": 1e9 / 2**20,
+    "t": 1024**2,
+    "ti": 1024**2,
+    "tib": 1024**2,
+    "tb": 1e12 / 2**20,
+    "k": 1 / 1024,
+    "ki": 1 / 1024,
+    "kib": 1 / 1024,
+    "kb": 1e3 / 2**20,
 }
 _DURATION_PATTERN = r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|sec|secs|m|min|mins|h|hr|hrs|d)?\s*$"
 _DURATION_RE = re.compile(_DURATION_PATTERN)
-_DURATION_S = {"": 1, "ms": 1e-3, "s": 1, "sec": 1, "secs": 1, "m": 60, "min": 60, "mins": 60,
-               "h": 3600, "hr": 3600, "hrs": 3600, "d": 86400}
+_DURATION_S = {
+    "": 1,
+    "ms": 1e-3,
+    "s": 1,
+    "sec": 1,
+    "secs": 1,
+    "m": 60,
+    "min": 60,
+    "mins": 60,
+    "h": 3600,
+    "hr": 3600,
+    "hrs": 3600,
+    "d": 86400,
+}
 
 
 def _quantity(value: Any, what: str, regex: re.Pattern[str], units: dict[str, float], examples: str) -> float:
@@ -88,6 +125,7 @@ class _Model(BaseModel):
 
 # ------------------------------------------------------------------------------------------------------------- sections
 
+
 class PackMode(str, Enum):
     auto = "auto"
     conda = "conda"
@@ -97,6 +135,7 @@ class PackMode(str, Enum):
 
 class Environment(_Model):
     """Where the Python that runs each container comes from (exactly one source wins: archive > python > pack)."""
+
     pack: PackMode = PackMode.auto
     archive: str | None = Field(None, description="Prebuilt packed env (tar.gz) URL, e.g. hdfs:///envs/tf.tar.gz")
     python: str | None = Field(None, description="A python already installed on every node, e.g. /opt/py311/bin/python")
@@ -122,13 +161,20 @@ DType = Literal["float32", "float64", "int64", "int32", "string", "bytes"]
 class Feature(_Model):
     """One feature: fixed-length (``shape: [k, ...]``), or variable-length (``shape: [null]``: a tf.SparseTensor
     [B, max length in the batch] as TF's VarLenFeature gives, or with ``pad_to: N`` a dense [B, N] tensor)."""
+
     dtype: DType
     shape: tuple[Union[StrictInt, None], ...] = ()
-    pad_to: StrictInt | None = Field(None, gt=0, description="variable-length only: a dense [B, pad_to] tensor, "
-                                                              "longer lists truncated, shorter padded with default")
+    pad_to: StrictInt | None = Field(
+        None,
+        gt=0,
+        description="variable-length only: a dense [B, pad_to] tensor, "
+        "longer lists truncated, shorter padded with default",
+    )
     default: Union[StrictBool, StrictInt, float, str, None] = Field(
-        None, description="fills a fixed feature a record lacks (without it that is an error); the padding value "
-                          "of pad_to (default 0 / empty string)")
+        None,
+        description="fills a fixed feature a record lacks (without it that is an error); the padding value "
+        "of pad_to (default 0 / empty string)",
+    )
 
     @field_validator("shape")
     @classmethod
@@ -142,8 +188,9 @@ class Feature(_Model):
     @model_validator(mode="after")
     def _pad_to_varlen(self) -> "Feature":
         if self.pad_to is not None and not self.varlen:
-            raise ValueError(f"pad_to is for variable-length features (shape: [null]); this one has shape "
-                             f"{list(self.shape)}")
+            raise ValueError(
+                f"pad_to is for variable-length features (shape: [null]); this one has shape {list(self.shape)}"
+            )
         if self.default is not None:
             text = self.dtype in ("string", "bytes")
             if text != isinstance(self.default, str) or isinstance(self.default, bool):
@@ -173,15 +220,23 @@ class Data(_Model):
     epochs: StrictInt = Field(1, gt=0)
     shuffle_seed: StrictInt = 0
     shuffle_buffer: StrictInt = Field(0, ge=0, description="records; seeded shuffle inside a worker's share, 0 = off")
-    prefetch: StrictInt = Field(4, gt=0, description="ready batches buffered per worker beyond one parse group "
-                                                     "(~16k records): memory = (prefetch + group) x batch")
+    prefetch: StrictInt = Field(
+        4,
+        gt=0,
+        description="ready batches buffered per worker beyond one parse group "
+        "(~16k records): memory = (prefetch + group) x batch",
+    )
     compression: Literal["auto", "none", "gzip"] = "auto"
     format: Literal["auto", "tfrecord", "parquet", "orc"] = Field(
-        "auto", description="auto: by file extension (.parquet/.pq, .orc, anything else TFRecord)")
+        "auto", description="auto: by file extension (.parquet/.pq, .orc, anything else TFRecord)"
+    )
     on_corrupt: Literal["fail", "skip"] = "fail"
-    index_cache: str | None = Field(None, description="where file indexes are cached when the data's directory is "
-                                                      "not writable, on a filesystem every task sees (default: "
-                                                      "<staging dir>/index on YARN, this machine's cache locally)")
+    index_cache: str | None = Field(
+        None,
+        description="where file indexes are cached when the data's directory is "
+        "not writable, on a filesystem every task sees (default: "
+        "<staging dir>/index on YARN, this machine's cache locally)",
+    )
 
     @field_validator("train", "eval", mode="before", json_schema_input_type=Union[str, list[str]])
     @classmethod
@@ -213,23 +268,29 @@ class Checkpoint(_Model):
     every_secs: Duration | None = Field(600.0, description="duration, e.g. '10m'")
     keep: StrictInt = Field(3, gt=0)
     init_from: str | None = Field(
-        None, description="warm start: another job's checkpoint dir (fsspec URL); when dir has no checkpoint yet, "
-                          "the model's variables start from init_from's latest one (global step 0, fresh optimizer)")
+        None,
+        description="warm start: another job's checkpoint dir (fsspec URL); when dir has no checkpoint yet, "
+        "the model's variables start from init_from's latest one (global step 0, fresh optimizer)",
+    )
 
 
 class Export(_Model):
     """A SavedModel of the final checkpoint at the end of a successful run (TF Serving layout: ``<dir>/<step>/``)."""
-    dir: str = Field(..., description="fsspec URL; each export is a numbered version dir (the global step), "
-                                      "written under a temporary name then renamed")
+
+    dir: str = Field(
+        ...,
+        description="fsspec URL; each export is a numbered version dir (the global step), "
+        "written under a temporary name then renamed",
+    )
     keep: StrictInt = Field(3, gt=0, description="newest versions kept under dir")
 
 
 class Tracking(_Model):
     """Experiment tracking (optional extra ``tracking``: mlflow-skinny in the tasks' environment): the chief logs the
     job as an MLflow run (params, per-step loss and examples/s, eval metrics, the summary and the run report)."""
+
     mlflow: str = Field(..., description="MLflow tracking URI: http://host:5000, file:///dir, databricks, ...")
-    experiment: str | None = Field(None, description="experiment name (created when missing; default: the job's "
-                                                     "name)")
+    experiment: str | None = Field(None, description="experiment name (created when missing; default: the job's name)")
 
 
 #: What ``data`` holds when an entrypoint job has none (never validated: an empty ``train`` means "no data").
@@ -254,8 +315,10 @@ class Role(_Model):
     env: dict[str, str] = Field(default_factory=dict)
     max_restarts: StrictInt = Field(0, ge=0, description="times one task of this role is restarted in place")
     restart: Literal["never", "on_failure", "exit_code"] = Field(
-        "on_failure", description="which failures restart a task (up to max_restarts): any non-zero exit, or "
-                                  "exit_code: only 128-255 (killed by a signal, OOM), as Kubeflow's TFJob")
+        "on_failure",
+        description="which failures restart a task (up to max_restarts): any non-zero exit, or "
+        "exit_code: only 128-255 (killed by a signal, OOM), as Kubeflow's TFJob",
+    )
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
     @field_validator("env", mode="before", json_schema_input_type=dict[str, Union[str, int, float, bool]])
@@ -269,29 +332,35 @@ class Role(_Model):
 
 class Timeouts(_Model):
     """Every wait in tfyarn is bounded by one of these (seconds; strings like '2m' accepted)."""
+
     rendezvous: Duration = 300.0
     stall: Duration = 600.0
     shutdown: Duration = 60.0
     step: Duration = 300.0
     active_deadline: Duration | None = Field(None, description="the whole job (all attempts); none by default")
     allocation: Duration = Field(600.0, description="YARN: containers must be allocated within this")
-    node_lost: Duration = Field(15.0, description="YARN: a task silent this long while its node's NodeManager does "
-                                                  "not answer is lost with its node (YARN's own expiry: 10 min)")
+    node_lost: Duration = Field(
+        15.0,
+        description="YARN: a task silent this long while its node's NodeManager does "
+        "not answer is lost with its node (YARN's own expiry: 10 min)",
+    )
 
 
 class Retry(_Model):
     """Job-level attempts: on a failure no task restart can fix (a ps or the chief died, a collective broke), every
     task is stopped and the job starts again from the latest checkpoint, up to ``max_attempts`` in all."""
+
     max_attempts: StrictInt = Field(1, ge=1)
     backoff: Duration = Field(10.0, description="wait before the next attempt")
 
 
 class Kerberos(_Model):
     """The gateway's Kerberos login (tfyarn.kerberos); the keytab stays on the gateway: tasks use delegation tokens."""
+
     principal: str
     keytab: str
 
-    def __repr__(self) -> str:   # a keytab is a password: its path stays out of logs and tracebacks too
+    def __repr__(self) -> str:  # a keytab is a password: its path stays out of logs and tracebacks too
         return f"Kerberos(principal={self.principal!r}, keytab=<hidden>)"
 
     __str__ = __repr__
@@ -323,26 +392,37 @@ class JobSpec(_Model):
     environment: Environment = Field(default_factory=Environment)
     code: str | None = Field(None, description="directory shipped with the job and put on sys.path")
     entrypoint: str | None = Field(
-        None, description="your own training program instead of model: 'train.py --flag x' (a script in code:, "
-                          "with its arguments) or 'module:function'; runs on every chief and worker with TF_CONFIG "
-                          "set (docs/models.md)")
-    model: str = Field("", description="module:callable returning a tfyarn model, a compiled Keras model, or a "
-                                       "custom train(ctx); required unless entrypoint is given")
+        None,
+        description="your own training program instead of model: 'train.py --flag x' (a script in code:, "
+        "with its arguments) or 'module:function'; runs on every chief and worker with TF_CONFIG "
+        "set (docs/models.md)",
+    )
+    model: str = Field(
+        "",
+        description="module:callable returning a tfyarn model, a compiled Keras model, or a "
+        "custom train(ctx); required unless entrypoint is given",
+    )
     params: dict[str, Any] = Field(default_factory=dict, description="keyword arguments passed to the model callable")
     mode: Literal["ps", "allreduce"] = "ps"
     sync: StrictBool = False
-    data: Data = Field(default_factory=lambda: _NO_DATA, validate_default=False,
-                       description="required with model:, optional with entrypoint:")
+    data: Data = Field(
+        default_factory=lambda: _NO_DATA,
+        validate_default=False,
+        description="required with model:, optional with entrypoint:",
+    )
     checkpoint: Checkpoint = Field(default_factory=Checkpoint)
     export: Export | None = Field(None, description="export the final model as a SavedModel (needs checkpoint.dir)")
     roles: dict[RoleName, Role] = Field(default_factory=lambda: _one_worker())
     timeouts: Timeouts = Field(default_factory=Timeouts)
     retry: Retry = Field(default_factory=Retry)
     success_policy: Literal["all_workers", "chief"] = Field(
-        "all_workers", description="the job succeeds when every training task finished, or as soon as the chief did")
+        "all_workers", description="the job succeeds when every training task finished, or as soon as the chief did"
+    )
     fail_on_nan_loss: StrictBool = Field(
-        True, description="a NaN or infinite loss ends the task (and the job) at that step, before it checkpoints: "
-                          "training diverged, and every later step and checkpoint would be wasted")
+        True,
+        description="a NaN or infinite loss ends the task (and the job) at that step, before it checkpoints: "
+        "training diverged, and every later step and checkpoint would be wasted",
+    )
     kerberos: Kerberos | None = None
     acls: Acls = Field(default_factory=Acls)
     tracking: Tracking | None = Field(None, description="log the job as an MLflow run (tracking: {mlflow: URI})")
@@ -352,7 +432,7 @@ class JobSpec(_Model):
     @field_validator("model")
     @classmethod
     def _model_ref(cls, v: str, info: ValidationInfo) -> str:
-        if not v and not info.data.get("entrypoint"):   # checked here, so it is listed with every other problem
+        if not v and not info.data.get("entrypoint"):  # checked here, so it is listed with every other problem
             raise ValueError("required")
         if v and not _MODEL_REF_RE.match(v):
             raise ValueError(f"{v!r} is not 'module:callable' (e.g. tfyarn.models.recommender:model)")
@@ -366,6 +446,7 @@ class JobSpec(_Model):
     def entrypoint_parts(self) -> tuple[str, list[str]]:
         """``entrypoint`` → (a script path or 'module:function', its arguments), split as a shell would."""
         import shlex
+
         parts = shlex.split(self.entrypoint or "")
         return (parts[0], parts[1:]) if parts else ("", [])
 
@@ -405,23 +486,31 @@ class JobSpec(_Model):
             problems.append("checkpoint.dir: evaluator and tensorboard follow the checkpoint dir, set one")
         c = self.checkpoint
         if c.init_from and c.dir and c.init_from.rstrip("/") == c.dir.rstrip("/"):
-            problems.append("checkpoint.init_from: is checkpoint.dir itself (a job resumes from its own dir anyway); "
-                            "name another job's checkpoint dir")
+            problems.append(
+                "checkpoint.init_from: is checkpoint.dir itself (a job resumes from its own dir anyway); "
+                "name another job's checkpoint dir"
+            )
         if self.export and not self.checkpoint.dir:
             problems.append("export.dir: the model is exported from the final checkpoint: set checkpoint.dir too")
         for role in ("ps", "chief"):
             r = self.roles.get(role)
             if r and r.max_restarts:
-                problems.append(f"roles.{role}.max_restarts: a restarted {role} cannot rejoin a running job "
-                                f"(the ps holds the variables, the chief the session); use retry.max_attempts")
+                problems.append(
+                    f"roles.{role}.max_restarts: a restarted {role} cannot rejoin a running job "
+                    f"(the ps holds the variables, the chief the session); use retry.max_attempts"
+                )
         w = self.roles.get("worker")
         if self.mode == "allreduce" and w and w.max_restarts:
-            problems.append("roles.worker.max_restarts: allreduce cannot replace one worker in a running "
-                            "collective; use retry.max_attempts")
+            problems.append(
+                "roles.worker.max_restarts: allreduce cannot replace one worker in a running "
+                "collective; use retry.max_attempts"
+            )
         if self.mode == "ps" and self.sync and w and w.max_restarts:
-            problems.append("roles.worker.max_restarts: sync ps mode cannot rejoin a restarted worker into a lockstep "
-                            "round safely (its dead process may have pushed gradients for a round still open); "
-                            "use retry.max_attempts")
+            problems.append(
+                "roles.worker.max_restarts: sync ps mode cannot rejoin a restarted worker into a lockstep "
+                "round safely (its dead process may have pushed gradients for a round still open); "
+                "use retry.max_attempts"
+            )
         if problems:
             raise ValueError("\n".join(problems))  # one line per problem, split again in _problems
         return self
@@ -456,6 +545,7 @@ class JobSpec(_Model):
 
 # ------------------------------------------------------------------------------------------------------------- loading
 
+
 def _format_loc(loc: tuple[Any, ...]) -> str:
     parts = [str(p) for p in loc if not (isinstance(p, str) and p.startswith(("function-", "literal[")))]
     return ".".join(parts) or "(top level)"
@@ -483,7 +573,8 @@ def _keys_at(loc: tuple[Any, ...]) -> list[str]:
             if not parts:
                 return [f.alias or name for name, f in tp.model_fields.items() if not f.exclude]
             field = tp.model_fields.get(parts[0]) or next(
-                (f for f in tp.model_fields.values() if f.alias == parts[0]), None)
+                (f for f in tp.model_fields.values() if f.alias == parts[0]), None
+            )
             if field is None:
                 return []
             tp, parts = field.annotation, parts[1:]
@@ -493,15 +584,16 @@ def _keys_at(loc: tuple[Any, ...]) -> list[str]:
         if origin is dict and args and not parts and get_origin(args[0]) is Literal:
             return [str(a) for a in get_args(args[0])]
         if origin in (dict, list) and parts:
-            tp, parts = args[-1], parts[1:]                  # a mapping's key or a list's index
+            tp, parts = args[-1], parts[1:]  # a mapping's key or a list's index
         elif args and origin not in (dict, list, Literal):
-            tp = args[0]                                     # X | None
+            tp = args[0]  # X | None
         else:
             return []
 
 
 def _unknown_key(loc: tuple[Any, ...]) -> str:
     import difflib
+
     known = _keys_at(loc[:-1])
     close = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
     if close:
@@ -529,8 +621,11 @@ def _problems(exc: ValidationError, doc: Any) -> list[str]:
             continue
         msg = msg.removeprefix("Value error, ")
         found, value = _lookup(doc, loc)
-        if etype == "value_error" and (msg.endswith("is not a size (examples: '2 GiB', '512 MiB', 2048)")
-                                       or "is not a duration" in msg or "must be positive" in msg):
+        if etype == "value_error" and (
+            msg.endswith("is not a size (examples: '2 GiB', '512 MiB', 2048)")
+            or "is not a duration" in msg
+            or "must be positive" in msg
+        ):
             out.append(f"{path}: {msg}")
         elif etype == "value_error" and path == "(top level)":
             out.extend(m.strip() for m in msg.split("\n"))
@@ -545,6 +640,7 @@ class _SpecLoader(yaml.SafeLoader):
     """PyYAML's SafeLoader, except that a key given twice in one mapping is an error (YAML keeps the last value
     silently: ``epochs: 3`` … ``epochs: 5`` trains 5). Every duplicate is reported at once, with its path and lines;
     a key next to a merge key (``<<: *base``) overrides the merged one, as YAML intends."""
+
     #: Path of the document's root: a ``--set`` value sits at its key's path.
     root: tuple[Any, ...] = ()
 
@@ -555,7 +651,7 @@ class _SpecLoader(yaml.SafeLoader):
         return super().construct_document(node)
 
     def _duplicates(self, node: yaml.Node, path: tuple[Any, ...], seen: set[int]) -> Iterator[str]:
-        if id(node) in seen:                                     # an alias: its node was checked where it was anchored
+        if id(node) in seen:  # an alias: its node was checked where it was anchored
             return
         seen.add(id(node))
         if isinstance(node, yaml.SequenceNode):
@@ -627,7 +723,7 @@ def load_spec_dict(doc: Any, overrides: tuple[str, ...] | list[str] = (), base_d
         try:
             _apply_override(doc, o)
         except SpecError as exc:
-            problems += exc.problems     # reported with the spec's own problems, every one at once
+            problems += exc.problems  # reported with the spec's own problems, every one at once
     try:
         spec = JobSpec.model_validate(doc)
     except ValidationError as exc:
@@ -641,12 +737,14 @@ def _resolve_paths(spec: JobSpec, base_dir: str) -> JobSpec:
     """Every local path of the spec made absolute once, at load: relative to the spec file (``base_dir``; a spec
     given as a dict: the caller's cwd), so every module and every task (whatever its working directory) reads the
     same absolute paths and none resolves them again."""
+
     def res(path: str) -> str:
         return path if "://" in path or Path(path).is_absolute() else str((Path(base_dir) / path).resolve())
 
-    data = spec.data.model_copy(update={"train": [res(u) for u in spec.data.train],
-                                        "eval": [res(u) for u in spec.data.eval]}
-                                | ({"index_cache": res(spec.data.index_cache)} if spec.data.index_cache else {}))
+    data = spec.data.model_copy(
+        update={"train": [res(u) for u in spec.data.train], "eval": [res(u) for u in spec.data.eval]}
+        | ({"index_cache": res(spec.data.index_cache)} if spec.data.index_cache else {})
+    )
     ck = {k: res(v) for k in ("dir", "init_from") if (v := getattr(spec.checkpoint, k))}
     update: dict[str, Any] = {"base_dir": base_dir, "data": data, "checkpoint": spec.checkpoint.model_copy(update=ck)}
     if spec.export:

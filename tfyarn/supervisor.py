@@ -14,6 +14,7 @@ rules also run inside a YARN application. One :class:`Supervisor` per job, acros
     diagnosis = sup.final_diagnosis(diagnosis)   # the earlier attempts' diagnoses folded in
     st = settle(st)                    # RUNNING/PENDING tasks of an ended app → what they became
 """
+
 from __future__ import annotations
 
 import logging
@@ -43,6 +44,7 @@ STALL_CHECK_S = 1.0
 class Verdict:
     """The supervisor ends the job: the state it ends in, why (one line for the user), and which rule said so
     (``deadline`` | ``allocation`` | ``stall``): a backend may add what only it knows (YARN: the queue's state)."""
+
     state: AppState
     diagnosis: str
     reason: str
@@ -54,13 +56,20 @@ class Supervisor:
     ``timeouts.active_deadline``; ``history_path``: where progress points are appended (the run report's curves);
     ``ack_wait_s``: how long a stall's diagnosis waits for the tasks' stack dumps."""
 
-    def __init__(self, spec: JobSpec | None, started: float | None = None, timeout: float | None = None,
-                 history_path: Path | None = None, clock: Callable[[], float] = time.time, ack_wait_s: float = 3.0):
+    def __init__(
+        self,
+        spec: JobSpec | None,
+        started: float | None = None,
+        timeout: float | None = None,
+        history_path: Path | None = None,
+        clock: Callable[[], float] = time.time,
+        ack_wait_s: float = 3.0,
+    ):
         self.spec, self.timeout, self.clock, self.ack_wait_s = spec, timeout, clock, ack_wait_s
         self.started = clock() if started is None else started
         self.attempt = 0
-        self.earlier: list[str] = []          # why each earlier attempt failed
-        self.budget: AttemptBudget | None = None   # attempts counted apart: the job's own and the cluster's
+        self.earlier: list[str] = []  # why each earlier attempt failed
+        self.budget: AttemptBudget | None = None  # attempts counted apart: the job's own and the cluster's
         self.rate = GlobalStepRate()
         self.history = ProgressHistory(history_path)
         self.summary: dict[str, Any] | None = None
@@ -78,8 +87,14 @@ class Supervisor:
     def deadline(self) -> tuple[float, str] | None:
         """The earlier of ``timeouts.active_deadline`` and the caller's ``timeout`` (seconds from the start), with
         what set it; None without either."""
-        limits = [(d, w) for d, w in ((self.job.timeouts.active_deadline, "timeouts.active_deadline"),
-                                      (self.timeout, "the caller's timeout")) if d is not None]
+        limits = [
+            (d, w)
+            for d, w in (
+                (self.job.timeouts.active_deadline, "timeouts.active_deadline"),
+                (self.timeout, "the caller's timeout"),
+            )
+            if d is not None
+        ]
         return min(limits) if limits else None
 
     def time_left(self) -> float | None:
@@ -109,9 +124,16 @@ class Supervisor:
             every: Mapping[str, int | None] | list[str] = dict(pids)
         else:
             watched, every = list(training), self.job.tasks()
-        self._watch = StallWatchdog(kv, watched, t.stall, all_tasks=every, signal_pids=pids is not None,
-                                    startup_s=t.rendezvous + t.stall, clock=self.clock,
-                                    ack_wait_s=self.ack_wait_s)
+        self._watch = StallWatchdog(
+            kv,
+            watched,
+            t.stall,
+            all_tasks=every,
+            signal_pids=pids is not None,
+            startup_s=t.rendezvous + t.stall,
+            clock=self.clock,
+            ack_wait_s=self.ack_wait_s,
+        )
 
     def task_restarted(self, task: str, pid: int | None) -> None:
         """A task was restarted in place (local): its new process is the one to signal and inspect."""
@@ -135,15 +157,26 @@ class Supervisor:
         if self.budget is None:
             self.budget = AttemptBudget(retry.max_attempts)
         # an attempt the cluster ended (preempted, a lost node: contracts.triage) uses a budget of its own
-        if (state not in (AppState.FAILED, AppState.TIMED_OUT) or stopped
-                or (left is not None and left <= retry.backoff) or not self.budget.next(diagnosis)):
+        if (
+            state not in (AppState.FAILED, AppState.TIMED_OUT)
+            or stopped
+            or (left is not None and left <= retry.backoff)
+            or not self.budget.next(diagnosis)
+        ):
             return False
         self.earlier.append(f"{label}: {diagnosis}" if label else diagnosis)
         self.attempt += 1
         cause = self.budget.causes[-1]
         free = f" [{cause.words}: not counted in retry.max_attempts]" if cause and cause.free else ""
-        log.warning("attempt %d/%d failed (%s)%s; starting attempt %d from the latest checkpoint in %gs",
-                    self.attempt, retry.max_attempts, diagnosis, free, self.attempt + 1, retry.backoff)
+        log.warning(
+            "attempt %d/%d failed (%s)%s; starting attempt %d from the latest checkpoint in %gs",
+            self.attempt,
+            retry.max_attempts,
+            diagnosis,
+            free,
+            self.attempt + 1,
+            retry.backoff,
+        )
         return True
 
     def backoff(self, stop: threading.Event | None = None) -> bool:
@@ -154,8 +187,10 @@ class Supervisor:
         """``diagnosis`` with the earlier attempts' diagnoses after it (none: unchanged)."""
         if not self.earlier:
             return diagnosis
-        notes = [f"{self.attempt + 1} attempts in {self.clock() - self.started:.0f}s in all",
-                 *([self.budget.note()] if self.budget is not None and self.budget.note() else [])]
+        notes = [
+            f"{self.attempt + 1} attempts in {self.clock() - self.started:.0f}s in all",
+            *([self.budget.note()] if self.budget is not None and self.budget.note() else []),
+        ]
         return (diagnosis + "\nearlier attempts: " + "; ".join(self.earlier) + f" ({', '.join(notes)})").strip()
 
     # ------------------------------------------------------------------------------------------------- checks
@@ -167,14 +202,18 @@ class Supervisor:
         now = self.clock()
         d = self.deadline()
         if d is not None and now - self.started > d[0]:
-            return Verdict(AppState.TIMED_OUT, f"active deadline of {d[0]:g}s exceeded ({d[1]}); stopped every task",
-                           "deadline")
+            return Verdict(
+                AppState.TIMED_OUT, f"active deadline of {d[0]:g}s exceeded ({d[1]}); stopped every task", "deadline"
+            )
         if raw is not None:
             v = self._allocation(raw, now)
             if v is not None:
                 return v
-        if self._watch is not None and (raw is None or raw.state is AppState.RUNNING) \
-                and now - self._stall_checked >= STALL_CHECK_S:
+        if (
+            self._watch is not None
+            and (raw is None or raw.state is AppState.RUNNING)
+            and now - self._stall_checked >= STALL_CHECK_S
+        ):
             self._stall_checked = now
             try:
                 report = self._watch.poll(now)
@@ -198,8 +237,11 @@ class Supervisor:
         limit = self.job.timeouts.allocation
         if now - self._pending_since <= limit:
             return None
-        return Verdict(AppState.TIMED_OUT, f"containers not allocated within {limit:g}s (timeouts.allocation): "
-                                           f"{', '.join(pending)} still pending", "allocation")
+        return Verdict(
+            AppState.TIMED_OUT,
+            f"containers not allocated within {limit:g}s (timeouts.allocation): {', '.join(pending)} still pending",
+            "allocation",
+        )
 
     # ------------------------------------------------------------------------------------------------- progress
     def progress(self, kv: Any) -> dict[str, Any]:
@@ -212,8 +254,10 @@ class Supervisor:
         total = store.get(TOTAL_STEPS_KEY)
         sides = side_roles(store.get)
         training = self.spec.training_tasks if self.spec is not None else []
-        out = aggregate_progress(items, int(total) if total and str(total).isdigit() else None, training,
-                                 self.rate) | sides
+        out = (
+            aggregate_progress(items, int(total) if total and str(total).isdigit() else None, training, self.rate)
+            | sides
+        )
         summary = summary_with_eval(store.get(SUMMARY_KEY), sides)
         if summary is not None:
             self.summary = summary
@@ -232,7 +276,7 @@ def settle(st: AppStatus, note: str = "") -> AppStatus:
     codes = exit_codes_in(st.diagnostics)
     for t in st.tasks:
         if t.task in codes and t.state != "SUCCEEDED":
-            t.state = "FAILED"            # the snapshot may say KILLED: the shutdown it caused killed its container
+            t.state = "FAILED"  # the snapshot may say KILLED: the shutdown it caused killed its container
             t.exit_code = codes[t.task] if t.exit_code is None else t.exit_code
         elif t.state in ("RUNNING", "PENDING"):
             t.state = "SUCCEEDED" if st.state is AppState.SUCCEEDED else "KILLED"
@@ -260,8 +304,13 @@ def select_tasks(names: Iterable[str], task: str | None, app_id: str) -> list[st
 
 
 # ----------------------------------------------------------------------------------------------------- report
-def write_report(out_dir: Path, st: AppStatus, points: list[dict[str, Any]], checkpoint_url: str | None,
-                 extra: Mapping[str, Any] | None = None) -> Path | None:
+def write_report(
+    out_dir: Path,
+    st: AppStatus,
+    points: list[dict[str, Any]],
+    checkpoint_url: str | None,
+    extra: Mapping[str, Any] | None = None,
+) -> Path | None:
     """The run report of an ended job in ``out_dir`` and next to its checkpoints; returns the report.json (None:
     nothing to report, or it failed: a warning). A run that failed before its first step keeps its report in
     ``out_dir`` only: beside the checkpoints it would replace the report of the run that wrote them. Never changes
@@ -272,10 +321,16 @@ def write_report(out_dir: Path, st: AppStatus, points: list[dict[str, Any]], che
         trained = st.state is AppState.SUCCEEDED or any((p.get("step") or 0) > 0 for p in points)
         out_dir = Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
-        write_run_report(out_dir, st.to_dict() | dict(extra or {}), points, checkpoint_url if trained else None,
-                         history_from=checkpoint_url)
-        if (st.summary or {}).get("mlflow"):       # tracking.mlflow: the report and the outcome into the run
+        write_run_report(
+            out_dir,
+            st.to_dict() | dict(extra or {}),
+            points,
+            checkpoint_url if trained else None,
+            history_from=checkpoint_url,
+        )
+        if (st.summary or {}).get("mlflow"):  # tracking.mlflow: the report and the outcome into the run
             from tfyarn.train.tracking import log_report
+
             log_report(st.to_dict(), out_dir)
         return out_dir / REPORT_JSON
     except Exception:
@@ -283,8 +338,9 @@ def write_report(out_dir: Path, st: AppStatus, points: list[dict[str, Any]], che
         return None
 
 
-def training_end_note(progress: Mapping[str, Any], summary: Mapping[str, Any] | None,
-                      checkpoint_url: str | None) -> str:
+def training_end_note(
+    progress: Mapping[str, Any], summary: Mapping[str, Any] | None, checkpoint_url: str | None
+) -> str:
     """``"; training had completed (global step N/N): ..."`` when the job's progress reached its planned total (or
     the chief wrote the summary), else ``""``: a job stopped from outside after training says so, and whether the
     final checkpoint and the summary were written, so the user knows whether to run it again."""
@@ -296,19 +352,25 @@ def training_end_note(progress: Mapping[str, Any], summary: Mapping[str, Any] | 
     step = f"global step {gs}/{total}" if total else f"global step {gs}"
     if summary is not None:
         ckpt = summary.get("last_checkpoint")
-        written = f"the final checkpoint ({ckpt}) and the summary were written" if ckpt else \
-            "the summary was written" + ("" if checkpoint_url else " (no checkpoint.dir)")
+        written = (
+            f"the final checkpoint ({ckpt}) and the summary were written"
+            if ckpt
+            else "the summary was written" + ("" if checkpoint_url else " (no checkpoint.dir)")
+        )
         return f"; training had completed ({step}): {written}"
     if not checkpoint_url:
         return f"; training had completed ({step}): the summary was not written (no checkpoint.dir)"
     try:
         from tfyarn.train.checkpoint import CheckpointStore
+
         latest = CheckpointStore(checkpoint_url).latest()
     except Exception as exc:  # noqa: BLE001 - a note on the diagnosis must not fail the caller
         return f"; training had completed ({step}): the summary was not written; {checkpoint_url}: {exc}"
     if latest is not None and total and int(latest.get("global_step", -1)) >= total:
-        return f"; training had completed ({step}): the final checkpoint ({latest['name']}) was written, the summary " \
-               f"was not"
+        return (
+            f"; training had completed ({step}): the final checkpoint ({latest['name']}) was written, the summary "
+            f"was not"
+        )
     had = f"the latest is {latest['name']}, global step {latest.get('global_step')}" if latest else "none was committed"
     return f"; training had completed ({step}): the final checkpoint was not written ({had}), nor the summary"
 

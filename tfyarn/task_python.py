@@ -6,6 +6,7 @@ to its base interpreter: when that lies where the account cannot read it (a pyen
 container dies before the task starts and YARN reports only "Invalid argument number" (the launch script's
 ``find -L`` fails under ``set -e``). ``environment.python`` naming such an interpreter fails the same way.
 """
+
 from __future__ import annotations
 
 import os
@@ -16,8 +17,10 @@ from pathlib import Path
 
 from tfyarn.spec import JobSpec
 
-FIX = ("use a relocatable env (conda-pack, as environment.archive), environment.python naming an interpreter "
-       "the nodes' users can run, or a base Python readable by others (chmod o+rx on the path)")
+FIX = (
+    "use a relocatable env (conda-pack, as environment.archive), environment.python naming an interpreter "
+    "the nodes' users can run, or a base Python readable by others (chmod o+rx on the path)"
+)
 
 
 def _can(st: os.stat_result, user: str | None, bits: int) -> bool:
@@ -42,7 +45,7 @@ def blocker(path: str | os.PathLike, user: str | None = None, execute: bool = Tr
         try:
             st = p.stat()
         except OSError:
-            return None                    # not on this machine: nothing to say
+            return None  # not on this machine: nothing to say
         if stat.S_ISDIR(st.st_mode):
             need = stat.S_IXUSR
         else:
@@ -73,16 +76,20 @@ def check(spec: JobSpec, conf: dict[str, str]) -> list[str]:
     who = f"the account {user!r}" if user else "other users"
     if env.source == "python" and env.python:
         what, path = "environment.python", env.python
-    elif env.source == "pack" and sys.prefix != sys.base_prefix:     # a venv: its bin/python is a link
+    elif env.source == "pack" and sys.prefix != sys.base_prefix:  # a venv: its bin/python is a link
         what, path = "the packed venv's bin/python", sys.executable
     else:
         return []
     where = blocker(path, user)
     if where is None and what.startswith("the packed"):
-        where = blocker(Path(sys.base_prefix) / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}",
-                        user, execute=False)      # the base's standard library, which the link leads to
+        where = blocker(
+            Path(sys.base_prefix) / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}", user, execute=False
+        )  # the base's standard library, which the link leads to
     if where is None:
         return []
-    return [(f"environment: {what} is {os.path.realpath(path)}, which {who} cannot read ({where}): on a "
-             f"Kerberized cluster containers run as the submitting user's account; {FIX}")]
-
+    return [
+        (
+            f"environment: {what} is {os.path.realpath(path)}, which {who} cannot read ({where}): on a "
+            f"Kerberized cluster containers run as the submitting user's account; {FIX}"
+        )
+    ]

@@ -7,6 +7,7 @@ through requests-gssapi (the ``kerberos`` extra: it builds python-gssapi against
 non-secure gateway should not need). No JVM. The ``hadoop.auth`` cookie the server sets is kept per host, so a
 ``logs -f`` poll costs one Kerberos handshake per host, not one per request.
 """
+
 from __future__ import annotations
 
 import io
@@ -21,7 +22,7 @@ from typing import Any
 #: The login SPNEGO uses: an object with ``principal`` and ``keytab``; None: the ticket cache.
 _login: Any = None
 _lock = threading.Lock()
-_sessions: dict[str, Any] = {}       # host:port -> a requests.Session that authenticates (cookie kept)
+_sessions: dict[str, Any] = {}  # host:port -> a requests.Session that authenticates (cookie kept)
 _creds: dict[tuple[str, str], Any] = {}
 
 INSTALL_HINT = "pip install 'tfyarn[kerberos]' (requests-gssapi; it builds python-gssapi: apt-get install libkrb5-dev)"
@@ -84,19 +85,25 @@ def _credentials(login: Any) -> Any:
     else None (requests-gssapi then uses the default ticket cache)."""
     if login is None:
         import gssapi
+
         try:
-            _ = gssapi.Credentials(usage="initiate").lifetime   # fails now, not as a bare 401 later
+            _ = gssapi.Credentials(usage="initiate").lifetime  # fails now, not as a bare 401 later
         except gssapi.exceptions.GSSError as exc:
-            raise SpnegoUnavailable("the web endpoint asks for Kerberos (SPNEGO) and there is no Kerberos ticket "
-                                    f"({exc.gen_message()}): run kinit, or give the spec a kerberos: section "
-                                    "(or TFYARN_KERBEROS_PRINCIPAL/_KEYTAB)") from None
+            raise SpnegoUnavailable(
+                "the web endpoint asks for Kerberos (SPNEGO) and there is no Kerberos ticket "
+                f"({exc.gen_message()}): run kinit, or give the spec a kerberos: section "
+                "(or TFYARN_KERBEROS_PRINCIPAL/_KEYTAB)"
+            ) from None
         return None
     key = (login.principal, login.keytab)
     if key not in _creds:
         import gssapi
+
         name = gssapi.Name(login.principal, gssapi.NameType.kerberos_principal)
-        store: dict[bytes | str, bytes | str] = {"client_keytab": login.keytab,
-                                                 "ccache": f"MEMORY:tfyarn-webauth-{id(key)}"}
+        store: dict[bytes | str, bytes | str] = {
+            "client_keytab": login.keytab,
+            "ccache": f"MEMORY:tfyarn-webauth-{id(key)}",
+        }
         _creds[key] = gssapi.Credentials(name=name, usage="initiate", store=store)
     return _creds[key]
 
@@ -110,30 +117,33 @@ def _session(host: str) -> Any:
             import requests
             from requests_gssapi import OPTIONAL, HTTPSPNEGOAuth
         except ImportError as exc:
-            raise SpnegoUnavailable(f"http://{host} asks for Kerberos (SPNEGO) and {exc.name} is not "
-                                    f"installed: {INSTALL_HINT}") from None
+            raise SpnegoUnavailable(
+                f"http://{host} asks for Kerberos (SPNEGO) and {exc.name} is not installed: {INSTALL_HINT}"
+            ) from None
         try:
             creds = _credentials(_login)
         except SpnegoUnavailable:
             raise
         except gssapi.exceptions.GSSError as exc:
             who = f"the keytab of {_login.principal}" if _login else "the ticket cache"
-            raise SpnegoUnavailable(f"SPNEGO to {host}: no Kerberos credentials from {who}: "
-                                    f"{exc.gen_message()}") from None
+            raise SpnegoUnavailable(
+                f"SPNEGO to {host}: no Kerberos credentials from {who}: {exc.gen_message()}"
+            ) from None
         target = gssapi.Name(f"HTTP@{_service_host(host)}", gssapi.NameType.hostbased_service)
         s = requests.Session()
-        s.auth = HTTPSPNEGOAuth(creds=creds, target_name=target, opportunistic_auth=True,
-                                mutual_authentication=OPTIONAL)
+        s.auth = HTTPSPNEGOAuth(
+            creds=creds, target_name=target, opportunistic_auth=True, mutual_authentication=OPTIONAL
+        )
         _sessions[host] = s
         return s
 
 
 def _spnego_open(req: urllib.request.Request, host: str, timeout: float) -> Any:
     import requests
+
     s = _session(host)
     try:
-        r = s.request(req.get_method(), req.full_url, data=req.data, headers=dict(req.header_items()),
-                      timeout=timeout)
+        r = s.request(req.get_method(), req.full_url, data=req.data, headers=dict(req.header_items()), timeout=timeout)
     except requests.RequestException as exc:
         raise SpnegoUnavailable(f"SPNEGO to {host}: {exc}") from None
     headers = Message()
@@ -142,8 +152,7 @@ def _spnego_open(req: urllib.request.Request, host: str, timeout: float) -> Any:
     if r.status_code >= 400:
         if r.status_code == 401:
             _sessions.pop(host, None)
-        raise urllib.error.HTTPError(req.full_url, r.status_code, r.reason or "", headers,
-                                     io.BytesIO(r.content))
+        raise urllib.error.HTTPError(req.full_url, r.status_code, r.reason or "", headers, io.BytesIO(r.content))
     return _Response(r.content, r.status_code, headers, req.full_url)
 
 

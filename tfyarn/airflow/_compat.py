@@ -1,4 +1,5 @@
 """Airflow 3 (``airflow.sdk``) first, Airflow 2.x names as a fallback — imported only by the operator and trigger."""
+
 from __future__ import annotations
 
 try:  # Airflow 3

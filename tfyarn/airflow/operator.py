@@ -12,6 +12,7 @@ What it guarantees:
 ``deferrable=True`` waits in :class:`tfyarn.airflow.trigger.TfyarnTrigger` (no worker slot held while a long job
 trains); the triggerer then needs tfyarn and, for the local backend, the same ``TFYARN_HOME``.
 """
+
 from __future__ import annotations
 
 import json
@@ -30,9 +31,19 @@ class TfyarnOperator(BaseOperator):
     template_fields: Sequence[str] = ("spec", "overrides", "backend")
     ui_color = "#f4c96b"
 
-    def __init__(self, *, spec: str, overrides: Sequence[str] = (), backend: str | None = None,
-                 on_existing: str = "adopt", deferrable: bool = False, poll_interval: float = 5.0,
-                 log_interval: float = 30.0, wait_timeout: float | None = None, **kwargs: Any):
+    def __init__(
+        self,
+        *,
+        spec: str,
+        overrides: Sequence[str] = (),
+        backend: str | None = None,
+        on_existing: str = "adopt",
+        deferrable: bool = False,
+        poll_interval: float = 5.0,
+        log_interval: float = 30.0,
+        wait_timeout: float | None = None,
+        **kwargs: Any,
+    ):
         super().__init__(**kwargs)
         if on_existing not in ON_EXISTING:
             raise ValueError(f"on_existing must be one of {ON_EXISTING}, not {on_existing!r}")
@@ -55,14 +66,22 @@ class TfyarnOperator(BaseOperator):
         ti.xcom_push(key="app_id", value=app_id)
         if self.deferrable:
             from tfyarn.airflow.trigger import TfyarnTrigger
-            self.defer(trigger=TfyarnTrigger(app_id=app_id, poll_interval=self.poll_interval,
-                                             log_interval=self.log_interval, timeout=self.wait_timeout),
-                       method_name="execute_complete")
+
+            self.defer(
+                trigger=TfyarnTrigger(
+                    app_id=app_id,
+                    poll_interval=self.poll_interval,
+                    log_interval=self.log_interval,
+                    timeout=self.wait_timeout,
+                ),
+                method_name="execute_complete",
+            )
         return self._finish(self._wait(app_id), context)
 
     def execute_complete(self, context: Any, event: dict[str, Any] | None = None) -> Any:
         """Resumed after the trigger fired: read the final status and finish like the polling path."""
         from tfyarn import api
+
         event = event or {}
         app_id = event.get("app_id") or context["ti"].xcom_pull(task_ids=self.task_id, key="app_id")
         self._app_id = app_id
@@ -81,6 +100,7 @@ class TfyarnOperator(BaseOperator):
     # ------------------------------------------------------------------------------------------------ steps
     def _find_running(self, tags: list[str]) -> str | None:
         from tfyarn import api
+
         running = [a for a in api.list_apps(self.backend) if not a.state.is_terminal and matches(a.tags, tags)]
         if not running:
             return None
@@ -88,8 +108,11 @@ class TfyarnOperator(BaseOperator):
             app = running[-1]
             for other in running[:-1]:
                 self._kill(other.app_id, f"a newer app {app.app_id} of the same task instance is adopted")
-            self.log.info("adopting tfyarn app %s (%s), still running from an earlier try of this task instance",
-                          app.app_id, app.state.value)
+            self.log.info(
+                "adopting tfyarn app %s (%s), still running from an earlier try of this task instance",
+                app.app_id,
+                app.state.value,
+            )
             return app.app_id
         for app in running:
             self._kill(app.app_id, "on_existing='kill': an earlier try's app is still running")
@@ -97,6 +120,7 @@ class TfyarnOperator(BaseOperator):
 
     def _submit(self, tags: list[str]) -> str:
         from tfyarn import api
+
         spec = api.load(self.spec, self.overrides)
         all_tags = merge_tags(spec.tags, tags)
         spec = api.load(self.spec, [*self.overrides, f"tags={json.dumps(all_tags)}"])
@@ -107,16 +131,22 @@ class TfyarnOperator(BaseOperator):
     def _wait(self, app_id: str) -> Any:
         from tfyarn import api
         from tfyarn.errors import WaitTimeout
+
         try:
             with api.backend_for_app(app_id) as backend:  # a private skein driver is stopped afterwards
-                return backend.wait(app_id, timeout=self.wait_timeout, poll=self.poll_interval,
-                                    on_update=progress_logger(self.log, self.log_interval))
+                return backend.wait(
+                    app_id,
+                    timeout=self.wait_timeout,
+                    poll=self.poll_interval,
+                    on_update=progress_logger(self.log, self.log_interval),
+                )
         except WaitTimeout as exc:
             self._kill(app_id, "wait_timeout ran out")
             raise AirflowException(str(exc)) from None
 
     def _kill(self, app_id: str, why: str) -> None:
         from tfyarn import api
+
         self.log.warning("killing tfyarn app %s: %s", app_id, why)
         try:
             api.kill(app_id)
@@ -128,17 +158,22 @@ class TfyarnOperator(BaseOperator):
         ti.xcom_push(key="summary", value=st.summary)
         if st.state.value != "SUCCEEDED":
             lines = [f"tfyarn app {st.app_id} {st.state.value}: {st.diagnostics or '(no diagnosis)'}"]
-            lines += [f"  {t.task} {t.state} (exit {t.exit_code}); log: {t.log}" for t in st.tasks
-                      if t.state in ("FAILED",)]
+            lines += [
+                f"  {t.task} {t.state} (exit {t.exit_code}); log: {t.log}" for t in st.tasks if t.state in ("FAILED",)
+            ]
             raise AirflowException("\n".join(lines))
         self.log.info("tfyarn app %s SUCCEEDED; summary: %s", st.app_id, json.dumps(st.summary, sort_keys=True))
         from tfyarn import api
+
         try:
-            report = api.report_location(st)   # written now if the wait was deferred
+            report = api.report_location(st)  # written now if the wait was deferred
         except Exception:
             self.log.warning("no run report for tfyarn app %s", st.app_id, exc_info=True)
             report = None
-        return {"app_id": st.app_id, "state": st.state.value, "exit_code": int(st.state.exit_code),
-                "summary": st.summary, "report": report}
-
-
+        return {
+            "app_id": st.app_id,
+            "state": st.state.value,
+            "exit_code": int(st.state.exit_code),
+            "summary": st.summary,
+            "report": report,
+        }

@@ -1,4 +1,5 @@
 """Progress of a tfyarn app as lines in an Airflow task log, at a bounded rate (shared by operator and trigger)."""
+
 from __future__ import annotations
 
 from typing import Any, Callable

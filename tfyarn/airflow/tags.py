@@ -5,6 +5,7 @@ detached): the operator tags every app with its dag id, task id (+ map index) an
 instead of starting a duplicate job writing to the same checkpoints. Tags are normalised as YARN stores them: lower
 case, at most 100 characters (a long one cut and suffixed with a hash of the whole, keeping it unique).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -19,14 +20,17 @@ def normalise_tag(tag: str) -> str:
     if len(t) <= MAX_TAG:
         return t
     digest = hashlib.sha1(t.encode()).hexdigest()[:12]
-    return f"{t[:MAX_TAG - 13]}~{digest}"
+    return f"{t[: MAX_TAG - 13]}~{digest}"
 
 
 def airflow_tags(dag_id: str, task_id: str, run_id: str, map_index: int | None = None) -> list[str]:
     """The tags identifying one task instance (all its tries share them)."""
     task = task_id if map_index is None or map_index < 0 else f"{task_id}[{map_index}]"
-    return [normalise_tag(f"airflow-dag={dag_id}"), normalise_tag(f"airflow-task={task}"),
-            normalise_tag(f"airflow-run={run_id}")]
+    return [
+        normalise_tag(f"airflow-dag={dag_id}"),
+        normalise_tag(f"airflow-task={task}"),
+        normalise_tag(f"airflow-run={run_id}"),
+    ]
 
 
 def matches(app_tags: Iterable[str], wanted: Iterable[str]) -> bool:

@@ -4,6 +4,7 @@ Runs in the triggerer's event loop, so every tfyarn call (file reads locally, HT
 goes through ``asyncio.to_thread`` and never blocks other triggers. Fires one event: ``{"status": "done", ...}``
 when the app reaches a terminal state, ``"timeout"`` when ``timeout`` runs out, ``"error"`` when the app cannot be read.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -14,8 +15,9 @@ from tfyarn.airflow.progress_log import progress_logger
 
 
 class TfyarnTrigger(BaseTrigger):
-    def __init__(self, app_id: str, poll_interval: float = 5.0, log_interval: float = 30.0,
-                 timeout: float | None = None):
+    def __init__(
+        self, app_id: str, poll_interval: float = 5.0, log_interval: float = 30.0, timeout: float | None = None
+    ):
         super().__init__()
         self.app_id = app_id
         self.poll_interval = poll_interval
@@ -23,15 +25,22 @@ class TfyarnTrigger(BaseTrigger):
         self.timeout = timeout
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return ("tfyarn.airflow.trigger.TfyarnTrigger",
-                {"app_id": self.app_id, "poll_interval": self.poll_interval, "log_interval": self.log_interval,
-                 "timeout": self.timeout})
+        return (
+            "tfyarn.airflow.trigger.TfyarnTrigger",
+            {
+                "app_id": self.app_id,
+                "poll_interval": self.poll_interval,
+                "log_interval": self.log_interval,
+                "timeout": self.timeout,
+            },
+        )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         """Follow the app as ``tfyarn wait`` does (``Backend.follow``: on YARN the job's deadline, allocation timeout
         and stall watch are enforced from here too), with this trigger's own ``timeout`` (``WaitClock``)."""
         from tfyarn import api
         from tfyarn.contracts.status import WaitClock
+
         show = progress_logger(self.log, self.log_interval)
         clock = WaitClock(self.timeout, f"tfyarn app {self.app_id}")
         try:
@@ -60,11 +69,17 @@ class TfyarnTrigger(BaseTrigger):
             await asyncio.to_thread(backend.close)
 
     def _error(self, exc: Exception) -> TriggerEvent:
-        return TriggerEvent({"status": "error", "app_id": self.app_id,
-                             "message": f"cannot read the status of tfyarn app {self.app_id}: {exc}"})
+        return TriggerEvent(
+            {
+                "status": "error",
+                "app_id": self.app_id,
+                "message": f"cannot read the status of tfyarn app {self.app_id}: {exc}",
+            }
+        )
 
     async def on_kill(self) -> None:
         """A user killed the deferred task (mark failed / clear): kill the app too (Airflow 3.3+ calls this)."""
         from tfyarn import api
+
         self.log.warning("killing tfyarn app %s: the deferred Airflow task was killed", self.app_id)
         await asyncio.to_thread(api.kill, self.app_id)

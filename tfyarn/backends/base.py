@@ -4,6 +4,7 @@ Modelled on torchx's Scheduler: ``dryrun`` builds the :class:`Request` without s
 ``schedule`` starts exactly that request, and ``submit`` is the two in one. Every backend returns the same
 :class:`AppStatus`, so the CLI, the Airflow operator and users' scripts work the same against any.
 """
+
 from __future__ import annotations
 
 import time
@@ -23,8 +24,9 @@ __all__ = ["AppState", "AppStatus", "Backend", "Echo", "Request", "TaskStatus", 
 @dataclass
 class Request:
     """What a submit would start (each backend's subclass says how); ``str()``: what ``submit --dry-run`` prints."""
+
     spec: JobSpec
-    attempt: int = 0                # job attempt (0-based): TFYARN_ATTEMPT of the tasks
+    attempt: int = 0  # job attempt (0-based): TFYARN_ATTEMPT of the tasks
 
 
 class Backend(ABC):
@@ -46,8 +48,13 @@ class Backend(ABC):
         return self.schedule(self.dryrun(spec))
 
     @abstractmethod
-    def run(self, spec: JobSpec, echo: Echo | None = None, on_update: Callable[[AppStatus], None] | None = None,
-            timeout: float | None = None) -> AppStatus:
+    def run(
+        self,
+        spec: JobSpec,
+        echo: Echo | None = None,
+        on_update: Callable[[AppStatus], None] | None = None,
+        timeout: float | None = None,
+    ) -> AppStatus:
         """Run the job to its end with its job attempts; ``echo`` sees task log lines, ``on_update`` each status;
         ``timeout`` (seconds) ends it as TIMED_OUT."""
 
@@ -87,8 +94,13 @@ class Backend(ABC):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def wait(self, app_id: str, timeout: float | None = None, poll: float = 1.0,
-             on_update: Callable[[AppStatus], None] | None = None) -> AppStatus:
+    def wait(
+        self,
+        app_id: str,
+        timeout: float | None = None,
+        poll: float = 1.0,
+        on_update: Callable[[AppStatus], None] | None = None,
+    ) -> AppStatus:
         """Poll until the app ends; ``on_update`` sees each status (progress display). Bounded by ``timeout``."""
         return self._wait_with(self.follow(app_id), app_id, timeout, poll, on_update)
 
@@ -97,8 +109,14 @@ class Backend(ABC):
         supervised by their follower (YARN) judges each status there. Local: the launcher supervises its job."""
         return lambda: self.status(app_id)
 
-    def _wait_with(self, step: Callable[[], AppStatus], app_id: str, timeout: float | None, poll: float,
-                   on_update: Callable[[AppStatus], None] | None) -> AppStatus:
+    def _wait_with(
+        self,
+        step: Callable[[], AppStatus],
+        app_id: str,
+        timeout: float | None,
+        poll: float,
+        on_update: Callable[[AppStatus], None] | None,
+    ) -> AppStatus:
         clock = WaitClock(timeout, f"{self.name} app {app_id}")
         while True:
             st = step()

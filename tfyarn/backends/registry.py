@@ -3,6 +3,7 @@
 
 App ids say which backend owns them (``local-…``, ``application_…``): :func:`backend_for_app`.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -13,20 +14,24 @@ from tfyarn.errors import AppNotFound, ExitCode, TfyarnError
 
 
 class Known(NamedTuple):
-    cls: str            # "package.module.Class"
-    app_prefix: str     # the ids of this backend's apps start with it
-    install: str        # what to do when importing it fails for a missing module
+    cls: str  # "package.module.Class"
+    app_prefix: str  # the ids of this backend's apps start with it
+    install: str  # what to do when importing it fails for a missing module
 
 
 KNOWN: dict[str, Known] = {
     "local": Known("tfyarn.backends.local.backend.LocalBackend", "local-", "reinstall tfyarn (pip install tfyarn)"),
-    "yarn": Known("tfyarn.backends.yarn.backend.YarnBackend", "application_",
-                  "pip install skein setuptools (tfyarn's dependencies; setuptools gives skein distutils on 3.12+)"),
+    "yarn": Known(
+        "tfyarn.backends.yarn.backend.YarnBackend",
+        "application_",
+        "pip install skein setuptools (tfyarn's dependencies; setuptools gives skein distutils on 3.12+)",
+    ),
 }
 
 
 class BackendUnavailable(TfyarnError):
     """An unknown backend name, or one whose dependencies are not installed here: a usage problem (exit 2)."""
+
     exit_code = ExitCode.INVALID
 
 
@@ -40,8 +45,9 @@ def backend_class(name: str) -> type[Backend]:
     except ModuleNotFoundError as exc:
         if exc.name and exc.name.split(".")[0] == "tfyarn":
             raise
-        raise BackendUnavailable(f"the {name} backend needs the module {exc.name!r}, which is not installed here: "
-                                 f"{known.install}") from exc
+        raise BackendUnavailable(
+            f"the {name} backend needs the module {exc.name!r}, which is not installed here: {known.install}"
+        ) from exc
 
 
 def get_backend(name: str, **options: Any) -> Backend:

@@ -97,9 +97,7 @@ def decide(
     allocation, stall: TIMED_OUT). ``exits``: the tasks' ``exit/`` records, whose codes the record
     keeps."""
     if by.split(":", 1)[0] not in ENDERS:
-        raise ValueError(
-            f"unknown ender {by!r}: one of {', '.join(ENDERS)} (a task's adds ':<task>')"
-        )
+        raise ValueError(f"unknown ender {by!r}: one of {', '.join(ENDERS)} (a task's adds ':<task>')")
     codes = {t: int(r["code"]) for t, r in (exits or {}).items() if r.get("code") is not None}
     if stopped is not None:
         state, reason = "KILLED", stopped

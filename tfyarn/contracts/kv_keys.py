@@ -6,6 +6,7 @@ imports its key from here, so a renamed key cannot leave one side behind; :data:
 docs/ARCHITECTURE.md's "KV key layout" shows (tests/unit/contracts/test_kv_keys.py holds the two
 together, and finds key literals written anywhere else in tfyarn).
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -36,20 +37,20 @@ INDEX_PREFIX = "index/"
 RESOURCES_PREFIX = "resources/"
 
 # ------------------------------------------------------------------------------------------------ job-wide keys
-DONE_KEY = "control/done"                      # chief: training finished; ps/evaluator/tensorboard exit cleanly
-ABORT_KEY = "control/abort"                    # launcher/anyone: stop now, value = reason
-STEPS_ALIGNED_KEY = "control/steps_aligned"    # ps chief: step counters consistent; workers may step
-DUMP_REQUEST_KEY = "control/dump_stacks"       # a new request id: every task dumps its stacks once
-ALL_DONE_KEY = "control/all_done"              # JSON {time, by}: every task reported done (put by the last one)
-FOLLOWER_KEY = "control/follower"              # wall time of a follower's last poll
-SUPERVISOR_KEY = "control/supervisor"          # wall time of the in-app supervisor's last round
-END_KEY = "control/end"                        # JSON: how the app ends (contracts.job_end)
-SUMMARY_KEY = "summary"                        # chief: final run summary JSON
-TOTAL_STEPS_KEY = "plan/total_steps"           # chief: global step target (for progress bars)
+DONE_KEY = "control/done"  # chief: training finished; ps/evaluator/tensorboard exit cleanly
+ABORT_KEY = "control/abort"  # launcher/anyone: stop now, value = reason
+STEPS_ALIGNED_KEY = "control/steps_aligned"  # ps chief: step counters consistent; workers may step
+DUMP_REQUEST_KEY = "control/dump_stacks"  # a new request id: every task dumps its stacks once
+ALL_DONE_KEY = "control/all_done"  # JSON {time, by}: every task reported done (put by the last one)
+FOLLOWER_KEY = "control/follower"  # wall time of a follower's last poll
+SUPERVISOR_KEY = "control/supervisor"  # wall time of the in-app supervisor's last round
+END_KEY = "control/end"  # JSON: how the app ends (contracts.job_end)
+SUMMARY_KEY = "summary"  # chief: final run summary JSON
+TOTAL_STEPS_KEY = "plan/total_steps"  # chief: global step target (for progress bars)
 TENSORBOARD_URL_KEY = "tensorboard/url"
-PAGE_URL_KEY = "page/url"                      # the job's page (tfyarn.web): its URL
-EVAL_KEY = "eval/latest"                       # evaluator: JSON of its newest evaluation (checkpoint, step, metrics)
-SPEC_KEY = "spec"                              # the job's spec JSON as shipped (no ``kerberos``)
+PAGE_URL_KEY = "page/url"  # the job's page (tfyarn.web): its URL
+EVAL_KEY = "eval/latest"  # evaluator: JSON of its newest evaluation (checkpoint, step, metrics)
+SPEC_KEY = "spec"  # the job's spec JSON as shipped (no ``kerberos``)
 
 
 def addr_key(task: str) -> str:
@@ -87,65 +88,128 @@ def index_namespace(attempt: int, name: str) -> str:
 
 
 class KvKey(NamedTuple):
-    pattern: str        # as docs/ARCHITECTURE.md writes it
+    pattern: str  # as docs/ARCHITECTURE.md writes it
     value: str
-    writers: str        # modules (tfyarn.<…>) or roles that put it
+    writers: str  # modules (tfyarn.<…>) or roles that put it
     readers: str
 
 
 #: The protocol, one row per key (docs/ARCHITECTURE.md's table shows the patterns in this order).
 KEYS: tuple[KvKey, ...] = (
-    KvKey("addr/<task>", "host:port of the task's TF server", "runtime.rendezvous (again after an in-place restart)",
-          "runtime.rendezvous of every peer; backends.local.launcher clears it on a restart"),
-    KvKey("progress/<task>", "JSON {step, global_step, epoch, examples_per_sec, steps_per_sec, global_steps_per_sec, "
-          "loss, time, attempt, restart, done}", "train.progress (trainers, ≤ 1/s)",
-          "supervisor, job_progress, runtime.watchdog, backends.yarn.states (status snapshots)"),
-    KvKey("failure/<task>", "one-line diagnosis", "runtime.main (before a non-zero exit), train.strategy",
-          "backends.yarn.states, backends.local.launcher, runtime.app_end, data.shared_index"),
-    KvKey("exit/<task>", "JSON {code, died_at, container, skein_container, failure}", "runtime.exit_report (YARN "
-          "container script); runtime.main deletes it when the task restarts",
-          "backends.yarn.states, data.shared_index"),
-    KvKey("phase/<task>", "JSON {start, main, imported, done}", "runtime.app_end",
-          "backends.yarn.states (snapshots), backends.yarn.phases (run report)"),
-    KvKey("stacks/<task>", "the last dump request id the task answered", "runtime.watchdog (each task)",
-          "runtime.watchdog (the stall watch)"),
-    KvKey("rejoin/<task>/<restart>", "JSON lost in-flight steps/records", "train.ps.loop (a restarted worker)",
-          "train.ps.loop (the chief's summary)"),
+    KvKey(
+        "addr/<task>",
+        "host:port of the task's TF server",
+        "runtime.rendezvous (again after an in-place restart)",
+        "runtime.rendezvous of every peer; backends.local.launcher clears it on a restart",
+    ),
+    KvKey(
+        "progress/<task>",
+        "JSON {step, global_step, epoch, examples_per_sec, steps_per_sec, global_steps_per_sec, "
+        "loss, time, attempt, restart, done}",
+        "train.progress (trainers, ≤ 1/s)",
+        "supervisor, job_progress, runtime.watchdog, backends.yarn.states (status snapshots)",
+    ),
+    KvKey(
+        "failure/<task>",
+        "one-line diagnosis",
+        "runtime.main (before a non-zero exit), train.strategy",
+        "backends.yarn.states, backends.local.launcher, runtime.app_end, data.shared_index",
+    ),
+    KvKey(
+        "exit/<task>",
+        "JSON {code, died_at, container, skein_container, failure}",
+        "runtime.exit_report (YARN container script); runtime.main deletes it when the task restarts",
+        "backends.yarn.states, data.shared_index",
+    ),
+    KvKey(
+        "phase/<task>",
+        "JSON {start, main, imported, done}",
+        "runtime.app_end",
+        "backends.yarn.states (snapshots), backends.yarn.phases (run report)",
+    ),
+    KvKey(
+        "stacks/<task>",
+        "the last dump request id the task answered",
+        "runtime.watchdog (each task)",
+        "runtime.watchdog (the stall watch)",
+    ),
+    KvKey(
+        "rejoin/<task>/<restart>",
+        "JSON lost in-flight steps/records",
+        "train.ps.loop (a restarted worker)",
+        "train.ps.loop (the chief's summary)",
+    ),
     KvKey("slot/<role>:<i>", "claiming container id (owned)", "runtime.kv_yarn", "runtime.kv_yarn"),
-    KvKey("slot-done/<role>:<i>", "1: the task finished its role", "runtime.kv_yarn",
-          "runtime.kv_yarn, runtime.app_end"),
-    KvKey("taskmap/<container>", "role:index", "runtime.kv_yarn",
-          "backends.yarn.states, backends.yarn (logs), runtime.exit_report"),
-    KvKey("resources/<task>", "JSON {cpu_percent, rss_mib, peak_rss_mib, memory_mib, time}",
-          "runtime.resources (every task, every 2 s)",
-          "job_progress (status: backends.local.launcher, backends.yarn.states)"),
-    KvKey("index/<attempt>/<name>/…", "probe/<rank>, assign, part/<rank>, manifest, beat/<rank>",
-          "data.shared_index", "data.shared_index"),
-    KvKey("control/done", "set when training finished", "train (the chief); backends.local.launcher",
-          "train (ps, evaluator), train.tensorboard, backends.local.launcher, runtime.watchdog"),
-    KvKey("control/abort", "reason", "backends.local.launcher",
-          "train (ps server, loop, evaluator, strategy)"),
+    KvKey(
+        "slot-done/<role>:<i>", "1: the task finished its role", "runtime.kv_yarn", "runtime.kv_yarn, runtime.app_end"
+    ),
+    KvKey(
+        "taskmap/<container>",
+        "role:index",
+        "runtime.kv_yarn",
+        "backends.yarn.states, backends.yarn (logs), runtime.exit_report",
+    ),
+    KvKey(
+        "resources/<task>",
+        "JSON {cpu_percent, rss_mib, peak_rss_mib, memory_mib, time}",
+        "runtime.resources (every task, every 2 s)",
+        "job_progress (status: backends.local.launcher, backends.yarn.states)",
+    ),
+    KvKey(
+        "index/<attempt>/<name>/…",
+        "probe/<rank>, assign, part/<rank>, manifest, beat/<rank>",
+        "data.shared_index",
+        "data.shared_index",
+    ),
+    KvKey(
+        "control/done",
+        "set when training finished",
+        "train (the chief); backends.local.launcher",
+        "train (ps, evaluator), train.tensorboard, backends.local.launcher, runtime.watchdog",
+    ),
+    KvKey("control/abort", "reason", "backends.local.launcher", "train (ps server, loop, evaluator, strategy)"),
     KvKey("control/steps_aligned", "set once step counters agree", "train.ps (the chief)", "train.ps (workers)"),
-    KvKey("control/dump_stacks", "request id", "runtime.watchdog (the stall watch), an operator",
-          "runtime.watchdog (each task)"),
-    KvKey("control/all_done", "JSON {time, by}", "runtime.app_end (the last task done)",
-          "backends.yarn (the follower), backends.yarn.supervise"),
-    KvKey("control/follower", "wall time of the follower's last poll", "backends.yarn (the follower)",
-          "runtime.app_end, backends.yarn.supervise"),
-    KvKey("control/supervisor", "wall time of the in-app supervisor's last round", "backends.yarn.supervise",
-          "runtime.app_end, backends.yarn (the follower)"),
-    KvKey("control/end",
-          "JSON {state, reason, exit_codes, by, time}: how the app ends, put before its shutdown",
-          "the ender, through contracts.job_end: runtime.app_end (the last task), "
-          "runtime.exit_report (a failed task), backends.yarn.supervise, "
-          "backends.yarn.end (the follower)",
-          "backends.yarn.states (snapshots: status, the follower's record, "
-          "the supervisor's staging-dir record)"),
+    KvKey(
+        "control/dump_stacks",
+        "request id",
+        "runtime.watchdog (the stall watch), an operator",
+        "runtime.watchdog (each task)",
+    ),
+    KvKey(
+        "control/all_done",
+        "JSON {time, by}",
+        "runtime.app_end (the last task done)",
+        "backends.yarn (the follower), backends.yarn.supervise",
+    ),
+    KvKey(
+        "control/follower",
+        "wall time of the follower's last poll",
+        "backends.yarn (the follower)",
+        "runtime.app_end, backends.yarn.supervise",
+    ),
+    KvKey(
+        "control/supervisor",
+        "wall time of the in-app supervisor's last round",
+        "backends.yarn.supervise",
+        "runtime.app_end, backends.yarn (the follower)",
+    ),
+    KvKey(
+        "control/end",
+        "JSON {state, reason, exit_codes, by, time}: how the app ends, put before its shutdown",
+        "the ender, through contracts.job_end: runtime.app_end (the last task), "
+        "runtime.exit_report (a failed task), backends.yarn.supervise, "
+        "backends.yarn.end (the follower)",
+        "backends.yarn.states (snapshots: status, the follower's record, the supervisor's staging-dir record)",
+    ),
     KvKey("summary", "final run summary JSON", "train (the chief)", "supervisor, backends.yarn.states"),
     KvKey("plan/total_steps", "global step target", "train (the chief)", "train (workers), supervisor"),
     KvKey("eval/latest", "latest evaluation metrics", "train.evaluator", "job_progress"),
     KvKey("tensorboard/url", "URL", "train.tensorboard", "job_progress"),
     KvKey("page/url", "URL of the job's page", "backends.local.launcher, backends.yarn.page", "job_progress"),
-    KvKey("spec", "the job's spec JSON (as shipped, no kerberos)", "backends.yarn.supervise",
-          "backends.yarn (status/wait on a machine that did not submit the app)"),
+    KvKey(
+        "spec",
+        "the job's spec JSON (as shipped, no kerberos)",
+        "backends.yarn.supervise",
+        "backends.yarn (status/wait on a machine that did not submit the app)",
+    ),
 )

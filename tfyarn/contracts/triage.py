@@ -126,11 +126,7 @@ def classify(
     YARN's word comes first (a preempted container's Python sees only SIGTERM), then the task's own
     record, then the exit code: 1-127 the code's own exit (user), a signal or 128-255 killed from
     outside (infrastructure), as Kubeflow's ``ExitCode`` restart policy reads it."""
-    if (
-        exit_status == PREEMPTED
-        or exit_status == KILLED_BY_RESOURCEMANAGER
-        and "preempt" in diagnostics.lower()
-    ):
+    if exit_status == PREEMPTED or exit_status == KILLED_BY_RESOURCEMANAGER and "preempt" in diagnostics.lower():
         return Triage(INFRA, "preempted", "preempted by the scheduler")
     if exit_status in (KILLED_EXCEEDED_PMEM, KILLED_EXCEEDED_VMEM):
         return Triage(INFRA, "memory", "killed by the NodeManager for memory")
@@ -146,9 +142,7 @@ def classify(
         return Triage(
             INFRA,
             "preempted" if exit_status == KILLED_BY_RESOURCEMANAGER else "node_lost",
-            "killed by the ResourceManager"
-            if exit_status == KILLED_BY_RESOURCEMANAGER
-            else "released by YARN",
+            "killed by the ResourceManager" if exit_status == KILLED_BY_RESOURCEMANAGER else "released by YARN",
         )
     if failure.strip():
         kind = failure.split(":", 1)[0].strip()
@@ -182,9 +176,7 @@ def describe(task: str, t: Triage, step: int | None = None, detail: str = "") ->
     return f"{task} {t.words}{at}" + (f" ({detail})" if detail else "")
 
 
-_TASK_PART = re.compile(
-    r"^[\w.-]+:[\w?]+(?::\s*|\s+(?=\w))(?:exit code (-?\d+)(?:\s*\([^)]*\))?:?\s*)?"
-)
+_TASK_PART = re.compile(r"^[\w.-]+:[\w?]+(?::\s*|\s+(?=\w))(?:exit code (-?\d+)(?:\s*\([^)]*\))?:?\s*)?")
 
 
 def attempt_cause(diagnosis: str) -> Triage | None:
@@ -193,9 +185,7 @@ def attempt_cause(diagnosis: str) -> Triage | None:
     a chief's ValueError in one attempt count). None for an empty diagnosis."""
     causes = []
     for p in (p.strip() for p in re.split(r";\s|\n", diagnosis or "")):
-        m = _TASK_PART.match(
-            p
-        )  # "chief:0: exit code 1: ValueError: x" (runtime.exit_report.describe)
+        m = _TASK_PART.match(p)  # "chief:0: exit code 1: ValueError: x" (runtime.exit_report.describe)
         if m:
             text = p[m.end() :]
             causes.append(
@@ -244,10 +234,7 @@ class AttemptBudget:
     def note(self) -> str:
         """``2 attempts ended by the cluster (not counted in retry.max_attempts)``, or empty."""
         return (
-            (
-                f"{self.free} attempt{'s' * (self.free != 1)} ended by the cluster (not counted in "
-                f"retry.max_attempts)"
-            )
+            (f"{self.free} attempt{'s' * (self.free != 1)} ended by the cluster (not counted in retry.max_attempts)")
             if self.free
             else ""
         )

@@ -4,6 +4,7 @@ Why: synthetic data and test fixtures are written on gateways and in tests that 
 is tiny: Example{1: Features{1: map<string, Feature>}} and Feature is one of bytes_list(1), float_list(2),
 int64_list(3), each a repeated field 1 (numbers packed, as TF writes them).
 """
+
 from __future__ import annotations
 
 from typing import Any, Iterable
@@ -13,7 +14,7 @@ import numpy as np
 
 def _varint(n: int) -> bytes:
     if n < 0:
-        n += 1 << 64   # int64 two's complement, as protobuf encodes negative int64
+        n += 1 << 64  # int64 two's complement, as protobuf encodes negative int64
     out = bytearray()
     while True:
         b = n & 0x7F
@@ -63,6 +64,6 @@ def encode_feature(values: Any, kind: str | None = None) -> bytes:
 def encode_example(features: dict[str, Any], kinds: dict[str, str] | None = None) -> bytes:
     """Serialize a ``tf.train.Example`` from ``{name: value(s)}`` (keys written sorted, as TF does)."""
     kinds = kinds or {}
-    return _field(1, b"".join(entry(name.encode(), encode_feature(features[name], kinds.get(name)))
-                              for name in sorted(features)))
-
+    return _field(
+        1, b"".join(entry(name.encode(), encode_feature(features[name], kinds.get(name))) for name in sorted(features))
+    )

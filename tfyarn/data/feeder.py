@@ -27,6 +27,7 @@ records each), the parsed arrays of ``prefetch`` batches plus two groups, one re
 Every wait is bounded: the consumer waits at most ``timeout`` seconds for a batch and the error names the worker,
 epoch, step and what each thread was doing; producers wait on full queues in short polls that notice ``close()``.
 """
+
 from __future__ import annotations
 
 import logging
@@ -52,7 +53,7 @@ from tfyarn.errors import WaitTimeout
 
 log = logging.getLogger(__name__)
 
-_POLL = 0.1          # seconds between checks of the stop flag while a producer waits on a full/empty queue
+_POLL = 0.1  # seconds between checks of the stop flag while a producer waits on a full/empty queue
 _RAW_DEPTH = 2
 _MAX_ERRORS_KEPT = 100
 
@@ -80,26 +81,28 @@ class _Run:
         # `prefetch`, a 1 ms step found the queue empty once per group: waits of 1-15 ms)
         self.ready: queue.Queue = queue.Queue(maxsize=feeder.prefetch + feeder.group // feeder.batch_size)
         self.seen_bad: set[tuple[str | None, int | None]] = set()
-        self.deficit = 0                     # records the parser rejected; the reader reads that many more
+        self.deficit = 0  # records the parser rejected; the reader reads that many more
         self.deficit_lock = threading.Lock()
-        self.parser_finished = threading.Event()   # every batch parsed: the reader reads nothing more
-        self.rows_parsed = 0                 # rows the parser accepted (before a resume's replayed rows are dropped)
-        self.rows_rejected = 0               # records it rejected (on_corrupt: skip)
+        self.parser_finished = threading.Event()  # every batch parsed: the reader reads nothing more
+        self.rows_parsed = 0  # rows the parser accepted (before a resume's replayed rows are dropped)
+        self.rows_rejected = 0  # records it rejected (on_corrupt: skip)
         self.first_rejected: DataError | None = None
         self.reader_state = self.parser_state = "starting"
-        self.wait_s = 0.0                    # consumer time blocked on the ready queue after the first batch
+        self.wait_s = 0.0  # consumer time blocked on the ready queue after the first batch
         self.waits_over_1ms = 0
         self.max_wait_s = 0.0
-        self.records_read = 0                # framed by the reader (for the memory-bound test and stats)
-        self.records_from_framer = 0         # of which framed in the framing process (the rest in the reader thread)
+        self.records_read = 0  # framed by the reader (for the memory-bound test and stats)
+        self.records_from_framer = 0  # of which framed in the framing process (the rest in the reader thread)
         #: seconds each thread spent blocked on a queue: a reader that waits a lot means parsing is the bottleneck,
         #: a parser that waits a lot means reading is, both waiting means the consumer is (the healthy case).
         self.blocked_s = {"reader": 0.0, "parser": 0.0}
         self.threads: list[threading.Thread] = []
         if self.target > 0:
             tag = f"tfyarn-feeder-r{feeder.rank}-e{epoch}"
-            self.threads = [threading.Thread(target=self._guard, args=(fn, name), name=f"{tag}-{name}", daemon=True)
-                            for fn, name in ((self._read, "reader"), (self._parse, "parser"))]
+            self.threads = [
+                threading.Thread(target=self._guard, args=(fn, name), name=f"{tag}-{name}", daemon=True)
+                for fn, name in ((self._read, "reader"), (self._parse, "parser"))
+            ]
             for t in self.threads:
                 t.start()
 
@@ -153,12 +156,12 @@ class _Run:
         # rejected), so the reader replays the whole share and the parser drops the first start_step x B good rows.
         skip_front = 0 if self.replay else self.start_step * B
         need = (self.plan.steps if self.replay else self.target) * B
-        G = f.group                                            # records per parse call (a multiple of B)
+        G = f.group  # records per parse call (a multiple of B)
         rng = random.Random(f"{f.seed}|{self.epoch}|{f.rank}|shuffle")
         sbuf: list[tuple[bytes, str, int, int]] = []
         pay: list[bytes] = []
-        meta: list[tuple[str, np.ndarray, np.ndarray]] = []   # segments: (path, record indexes, byte offsets)
-        emitted = 0      # records handed to the parser
+        meta: list[tuple[str, np.ndarray, np.ndarray]] = []  # segments: (path, record indexes, byte offsets)
+        emitted = 0  # records handed to the parser
 
         def remaining() -> int:
             with self.deficit_lock:
@@ -174,8 +177,8 @@ class _Run:
                 if rem <= 0:
                     return i
                 take = min(G - len(pay), rem, n - i)
-                pay.extend(pays[i:i + take])
-                meta.append((path, recs[i:i + take], offs[i:i + take]))
+                pay.extend(pays[i : i + take])
+                meta.append((path, recs[i : i + take], offs[i : i + take]))
                 i += take
                 if len(pay) == G or remaining() <= 0:
                     self._put(self.raw, ("batch", pay, meta))
@@ -193,8 +196,13 @@ class _Run:
             while True:
                 if passes:
                     self.reader_state = "re-reading the share to replace skipped records"
-                    log.info("worker %d epoch %d: %d records still needed after skips; re-reading the share "
-                             "(pass %d)", f.rank, self.epoch, remaining(), passes + 1)
+                    log.info(
+                        "worker %d epoch %d: %d records still needed after skips; re-reading the share (pass %d)",
+                        f.rank,
+                        self.epoch,
+                        remaining(),
+                        passes + 1,
+                    )
                 ranges = _advance(share, skip_front) if passes == 0 else list(share)
                 good = 0
                 with closing(self._chunks(ranges)) as chunks:  # closing early cancels the framing process's work
@@ -226,13 +234,15 @@ class _Run:
                     yield [p], path, np.array([r]), np.array([o])
                 passes += 1
                 if good == 0:
-                    raise DataError(f"worker {f.rank}, epoch {self.epoch}: no readable record in this worker's share "
-                                    f"({len(share)} ranges, first {share[0].path if share else '-'}); "
-                                    f"{f.skipped} records skipped as corrupt")
+                    raise DataError(
+                        f"worker {f.rank}, epoch {self.epoch}: no readable record in this worker's share "
+                        f"({len(share)} ranges, first {share[0].path if share else '-'}); "
+                        f"{f.skipped} records skipped as corrupt"
+                    )
 
         # Only ``skip`` makes the parser ask for more records after the reader has emitted all it needed.
         more_may_be_wanted = f.on_corrupt == "skip"
-        pending = None                     # the part of an item that was not needed (yet)
+        pending = None  # the part of an item that was not needed (yet)
         with closing(stream()) as records:
             while True:
                 while remaining() > 0:
@@ -243,7 +253,7 @@ class _Run:
                         p_, path_, r_, o_ = item
                         pending = (p_[taken:], path_, r_[taken:], o_[taken:])
                 if not more_may_be_wanted or self.parser_finished.is_set():
-                    records.close()        # let the framing process go: nothing more will be read this epoch
+                    records.close()  # let the framing process go: nothing more will be read this epoch
                 # Park (polling, noticing close) until the parser finishes or reports rejected records.
                 self.reader_state = "done, waiting for the parser"
                 while remaining() <= 0:
@@ -268,8 +278,9 @@ class _Run:
             if framer is not None and (f.framing_strict or framer.ready()):
                 for index, chunk in framer.chunks(jobs[k:], self._check_stop):
                     rr = ranges[k + index]
-                    self.reader_state = (f"reading {rr.path} records {rr.start}..{rr.stop} "
-                                         f"(framing process {framer.pid})")
+                    self.reader_state = (
+                        f"reading {rr.path} records {rr.start}..{rr.stop} (framing process {framer.pid})"
+                    )
                     self.records_from_framer += len(chunk.payloads)
                     yield rr, chunk
                 return
@@ -284,7 +295,7 @@ class _Run:
         parse = f.parser_factory(f.fields)
         carry: dict[str, np.ndarray] | None = None
         produced = 0
-        drop = self.start_step * B if self.replay else 0     # replayed rows before the resume point
+        drop = self.start_step * B if self.replay else 0  # replayed rows before the resume point
         while produced < self.target:
             self.parser_state = f"waiting for records (batch {produced} of {self.target})"
             item = self._get(self.raw)
@@ -309,7 +320,7 @@ class _Run:
                 carry = None
             start = 0
             while n - start >= B and produced < self.target:
-                batch = out if (start == 0 and n == B) else {k: v[start:start + B] for k, v in out.items()}
+                batch = out if (start == 0 and n == B) else {k: v[start : start + B] for k, v in out.items()}
                 batch = {k: ragged.finish(v) for k, v in batch.items()}
                 self._put(self.ready, ("batch", batch))
                 produced += 1
@@ -318,7 +329,7 @@ class _Run:
                 carry = {k: v[start:] for k, v in out.items()}
         self.parser_state = "finished"
         with self.deficit_lock:
-            self.deficit = -(1 << 60)   # the reader sees nothing wanted and parks until stop
+            self.deficit = -(1 << 60)  # the reader sees nothing wanted and parks until stop
         self.parser_finished.set()
 
     def _salvage(self, parse: Callable, payloads: list[bytes], meta: list, tf_msg: str) -> dict[str, np.ndarray]:
@@ -332,15 +343,20 @@ class _Run:
                 good.append(p)
                 continue
             feature, what = problem
-            err = DataError(f"{path}: record {rec} at byte offset {off}: {what}", path=path, offset=off, record=rec,
-                            feature=feature)
+            err = DataError(
+                f"{path}: record {rec} at byte offset {off}: {what}", path=path, offset=off, record=rec, feature=feature
+            )
             if f.on_corrupt != "skip":
                 raise err
             bad.append(err)
         if not bad:
             path, rec, off = meta[0]
-            raise DataError(f"{path}: batch starting at record {rec} (byte offset {off}) does not parse: {tf_msg}",
-                            path=path, offset=off, record=rec)
+            raise DataError(
+                f"{path}: batch starting at record {rec} (byte offset {off}) does not parse: {tf_msg}",
+                path=path,
+                offset=off,
+                record=rec,
+            )
         f._record_skips(bad, self)
         with self.deficit_lock:
             self.deficit += len(bad)
@@ -351,17 +367,27 @@ class _Run:
             # a whole share's worth rejected and not one row parsed: re-reading it again would loop until the
             # consumer's timeout, with a message about waiting instead of the data
             first = self.first_rejected
-            raise DataError(f"worker {f.rank}, epoch {self.epoch}: no record of this worker's share fits the schema "
-                            f"({self.rows_rejected} rejected, on_corrupt: skip); the first: {first}",
-                            path=first.path, offset=first.offset, record=first.record, feature=first.feature)
+            raise DataError(
+                f"worker {f.rank}, epoch {self.epoch}: no record of this worker's share fits the schema "
+                f"({self.rows_rejected} rejected, on_corrupt: skip); the first: {first}",
+                path=first.path,
+                offset=first.offset,
+                record=first.record,
+                feature=first.feature,
+            )
         if not good:
             return {fl.name: fl.empty() for fl in f.fields}
         try:
             return parse(good)
         except parse_mod.BatchParseError as exc:
             path, rec, off = meta[0]
-            raise DataError(f"{path}: batch starting at record {rec} (byte offset {off}) does not parse even "
-                            f"without the records diagnosed as bad: {exc}", path=path, offset=off, record=rec) from None
+            raise DataError(
+                f"{path}: batch starting at record {rec} (byte offset {off}) does not parse even "
+                f"without the records diagnosed as bad: {exc}",
+                path=path,
+                offset=off,
+                record=rec,
+            ) from None
 
     # ----------------------------------------------------------------------------------------------------- consumer
     def __iter__(self) -> "_Run":
@@ -381,9 +407,11 @@ class _Run:
                 if self.stop.is_set():
                     raise DataError(f"worker {self.f.rank} epoch {self.epoch}: the feeder was closed") from None
                 if time.monotonic() >= deadline:
-                    msg = (f"feeder (worker {self.f.rank}, epoch {self.epoch}): no batch ready within "
-                           f"{self.f.timeout:g}s at step {self.start_step + self.yielded} of {self.plan.steps} "
-                           f"(reader: {self.reader_state}; parser: {self.parser_state})")
+                    msg = (
+                        f"feeder (worker {self.f.rank}, epoch {self.epoch}): no batch ready within "
+                        f"{self.f.timeout:g}s at step {self.start_step + self.yielded} of {self.plan.steps} "
+                        f"(reader: {self.reader_state}; parser: {self.parser_state})"
+                    )
                     self.close()
                     raise WaitTimeout(msg) from None
         waited = time.monotonic() - t0
@@ -409,8 +437,11 @@ class _Run:
                 continue
             t.join(timeout=max(0.0, deadline - time.monotonic()))
             if t.is_alive():
-                log.warning("feeder thread %s did not stop within 5s (blocked in a read?); it is a daemon and "
-                            "will exit after its current operation", t.name)
+                log.warning(
+                    "feeder thread %s did not stop within 5s (blocked in a read?); it is a daemon and "
+                    "will exit after its current operation",
+                    t.name,
+                )
         self.f._finished(self)
 
 
@@ -420,8 +451,9 @@ def _check_tables(manifest: Manifest, fields: tuple) -> bool:
     if not formats & set(TABLE_FORMATS):
         return False
     if len(formats) > 1:
-        raise NoDataError(f"one data set mixes file formats ({', '.join(sorted(formats))}); give each format its "
-                          f"own job, or convert")
+        raise NoDataError(
+            f"one data set mixes file formats ({', '.join(sorted(formats))}); give each format its own job, or convert"
+        )
     for fi in manifest.files:
         check_columns(fi.path, fi.columns, fields)
     return True
@@ -458,8 +490,12 @@ def skip_report(feeders: list[Any], manifest: Any) -> dict[str, Any]:
     without skip counts or manifest counts as none)."""
     holes = [describe_hole(fi, a, b) for fi in getattr(manifest, "files", ()) for a, b in fi.holes]
     errors = [str(e) for f in feeders for e in getattr(f, "skipped_errors", ())]
-    return {"skipped_records": sum(getattr(f, "skipped", 0) for f in feeders), "skipped_at": errors[:SKIPS_REPORTED],
-            "damaged": holes[:SKIPS_REPORTED], "damaged_count": len(holes)}
+    return {
+        "skipped_records": sum(getattr(f, "skipped", 0) for f in feeders),
+        "skipped_at": errors[:SKIPS_REPORTED],
+        "damaged": holes[:SKIPS_REPORTED],
+        "damaged_count": len(holes),
+    }
 
 
 class Feeder:
@@ -471,12 +507,26 @@ class Feeder:
     ``fields -> (list[bytes] -> dict)``, called once per epoch in the parser thread (:func:`parse.default_parser`).
     """
 
-    def __init__(self, manifest: Manifest, features: Mapping[str, Any], batch_size: int, rank: int,
-                 num_workers: int, seed: int = 0, shuffle_buffer: int = 0, prefetch: int = 4,
-                 on_corrupt: str = "fail", *, check_crc: bool = True, timeout: float = 300.0,
-                 block_bytes: int = DEFAULT_BLOCK, parse_group: int = 16384, frame_records: int | None = None,
-                 parser: Callable[[tuple], Callable[[list[bytes]], dict[str, np.ndarray]]] | None = None,
-                 framing: str | None = None):
+    def __init__(
+        self,
+        manifest: Manifest,
+        features: Mapping[str, Any],
+        batch_size: int,
+        rank: int,
+        num_workers: int,
+        seed: int = 0,
+        shuffle_buffer: int = 0,
+        prefetch: int = 4,
+        on_corrupt: str = "fail",
+        *,
+        check_crc: bool = True,
+        timeout: float = 300.0,
+        block_bytes: int = DEFAULT_BLOCK,
+        parse_group: int = 16384,
+        frame_records: int | None = None,
+        parser: Callable[[tuple], Callable[[list[bytes]], dict[str, np.ndarray]]] | None = None,
+        framing: str | None = None,
+    ):
         if not 0 <= rank < num_workers:
             raise ValueError(f"rank {rank} is not in 0..{num_workers - 1}")
         framing = framing or os.environ.get("TFYARN_FRAMING", "auto")
@@ -508,14 +558,18 @@ class Feeder:
         shared = all(protocol_shared(fi.path) for fi in manifest.files)
         if framing == "process" and not shared:
             raise ValueError("framing='process' cannot read memory:// files (they exist only in this process)")
-        self.framing = ("process" if not self.tables and (framing == "process" or (
-            framing == "auto" and shared and native.records is None)) else "thread")
+        self.framing = (
+            "process"
+            if not self.tables and (framing == "process" or (framing == "auto" and shared and native.records is None))
+            else "thread"
+        )
         #: ``framing="process"`` asked for explicitly: wait for the process to start instead of framing here until
         #: it is up (``auto``), so every record goes through it (tests, benchmarks).
         self.framing_strict = framing == "process"
         native.warn_if_missing()
-        self.frame_opts = dict(check_crc=check_crc, on_corrupt=on_corrupt, block_bytes=block_bytes,
-                               max_records=self.frame_records)
+        self.frame_opts = dict(
+            check_crc=check_crc, on_corrupt=on_corrupt, block_bytes=block_bytes, max_records=self.frame_records
+        )
         self.framer = Framer(self.frame_opts) if self.framing == "process" else None
         self.skipped = 0
         self.skipped_errors: list[DataError] = []
@@ -525,8 +579,10 @@ class Feeder:
         self._active: _Run | None = None
         self._last: _Run | None = None
         if manifest.total_records < num_workers * batch_size:
-            raise NoDataError(f"{manifest.total_records} records are fewer than one global batch "
-                              f"({num_workers} workers x batch {batch_size}): no step can be planned")
+            raise NoDataError(
+                f"{manifest.total_records} records are fewer than one global batch "
+                f"({num_workers} workers x batch {batch_size}): no step can be planned"
+            )
 
     def plan(self, epoch: int) -> EpochPlan:
         p = self._plans.get(epoch)
@@ -556,7 +612,7 @@ class Feeder:
             for e in errors:
                 log.warning("skipped corrupt record: %s", e)
             room = _MAX_ERRORS_KEPT - len(self.skipped_errors)
-            self.skipped_errors.extend(errors[:max(0, room)])
+            self.skipped_errors.extend(errors[: max(0, room)])
 
     def skip_report(self) -> dict[str, Any]:
         """What a training task publishes with its final progress: the records it skipped as corrupt and where, and
@@ -572,15 +628,18 @@ class Feeder:
         """Skipped records; for the current (or last) epoch: how long the consumer waited on the feeder after the
         first batch, and how long the reader and parser threads waited on each other (which stage limits)."""
         run = self._active or self._last
-        return {"skipped": self.skipped, "skipped_examples": [str(e) for e in self.skipped_errors[:10]],
-                "consumer_wait_s": run.wait_s if run else 0.0,
-                "waits_over_1ms": run.waits_over_1ms if run else 0,
-                "max_wait_s": run.max_wait_s if run else 0.0,
-                "records_read": run.records_read if run else 0,
-                "records_from_framing_process": run.records_from_framer if run else 0,
-                "reader_blocked_s": run.blocked_s["reader"] if run else 0.0,
-                "parser_blocked_s": run.blocked_s["parser"] if run else 0.0,
-                "native_loops": native.records is not None}
+        return {
+            "skipped": self.skipped,
+            "skipped_examples": [str(e) for e in self.skipped_errors[:10]],
+            "consumer_wait_s": run.wait_s if run else 0.0,
+            "waits_over_1ms": run.waits_over_1ms if run else 0,
+            "max_wait_s": run.max_wait_s if run else 0.0,
+            "records_read": run.records_read if run else 0,
+            "records_from_framing_process": run.records_from_framer if run else 0,
+            "reader_blocked_s": run.blocked_s["reader"] if run else 0.0,
+            "parser_blocked_s": run.blocked_s["parser"] if run else 0.0,
+            "native_loops": native.records is not None,
+        }
 
     def prestart(self) -> None:
         """Start the framing process now (non-blocking; no-op when framing in a thread) instead of once the first
@@ -594,7 +653,7 @@ class Feeder:
         first step by ~1 s on 2 cores, and ``Popen`` (~1.3 ms of Python) stays off the training thread."""
         framer = self.framer
         if framer is None or self.framing_strict or framer.running():  # (strict: the reader starts it and waits;
-            return                                                      # not ready(): it reads the reader's socket)
+            return  # not ready(): it reads the reader's socket)
         with self._lock:
             if self._starter is not None and self._starter.is_alive():
                 return
@@ -607,7 +666,7 @@ class Feeder:
             self._active.close()
         starter = self._starter
         if starter is not None:
-            starter.join(timeout=30.0)   # Popen of an interpreter: milliseconds (bounded all the same)
+            starter.join(timeout=30.0)  # Popen of an interpreter: milliseconds (bounded all the same)
         if self.framer is not None:
             self.framer.close()
 

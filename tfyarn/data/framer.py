@@ -20,6 +20,7 @@ Backpressure is the socket buffer: the child blocks in ``send`` while the parent
 plus one read block (``block_bytes``) are held in the child. It exits on ``exit``, on EOF (the parent is gone) or when
 its parent process changes.
 """
+
 from __future__ import annotations
 
 import io
@@ -52,13 +53,16 @@ _POLL_S = 0.1
 _SOCKET_BUFFER = 4 << 20
 #: The child's command (``-c``, not ``-m tfyarn.data.framer``: ``-m`` would import this module twice, once through
 #: the ``tfyarn.data`` package and once as ``__main__``).
-_CHILD = ("import sys; sys.path.append(sys.argv[3]); from tfyarn.data.framer import child_main; "
-          "sys.exit(child_main(int(sys.argv[1]), int(sys.argv[2])))")
+_CHILD = (
+    "import sys; sys.path.append(sys.argv[3]); from tfyarn.data.framer import child_main; "
+    "sys.exit(child_main(int(sys.argv[1]), int(sys.argv[2])))"
+)
 
 
 @dataclass(frozen=True)
 class FrameJob:
     """One record range of one file, with a known record boundary at or before ``start`` (manifest index)."""
+
     path: str
     start: int
     stop: int
@@ -69,8 +73,16 @@ class FrameJob:
 
     def chunks(self, opts: Mapping[str, Any]) -> Iterator[Chunk]:
         """The range's records framed by :func:`tfrecord.iter_chunks` with the feeder's ``opts``."""
-        return iter_chunks(self.path, self.start, self.stop, offset=self.offset, first_record=self.first, gz=self.gz,
-                           holes=self.holes, **opts)
+        return iter_chunks(
+            self.path,
+            self.start,
+            self.stop,
+            offset=self.offset,
+            first_record=self.first,
+            gz=self.gz,
+            holes=self.holes,
+            **opts,
+        )
 
 
 def _send(conn: Connection, msg: tuple) -> None:
@@ -109,6 +121,7 @@ def protocol_shared(path: str) -> bool:
     """
     from fsspec.core import split_protocol
     from fsspec.registry import known_implementations
+
     protocol = split_protocol(path)[0] or "file"
     return protocol != "memory" and protocol in known_implementations
 
@@ -119,11 +132,11 @@ class Framer:
     """
 
     def __init__(self, opts: Mapping[str, Any]):
-        self.opts = opts                   # iter_chunks' framing options
+        self.opts = opts  # iter_chunks' framing options
         self._proc: subprocess.Popen | None = None
         self._conn: Connection | None = None
         self._job = 0
-        self._ready = False                # the current child sent "ready" (its imports are done)
+        self._ready = False  # the current child sent "ready" (its imports are done)
         self._lock = threading.Lock()
         self._finalizer: weakref.finalize | None = None
 
@@ -174,7 +187,7 @@ class Framer:
             conn = self._conn
             assert conn is not None
             try:
-                if conn.poll(0):                 # before any job, the only message a child sends is "ready"
+                if conn.poll(0):  # before any job, the only message a child sends is "ready"
                     self._ready = _recv(conn)[0] == "ready"
             except (EOFError, OSError):
                 return False
@@ -186,8 +199,12 @@ class Framer:
         # in PYTHONPATH, which would place a site-packages dir ahead of the standard library)
         root = str(Path(__file__).resolve().parents[2])
         try:
-            proc = subprocess.Popen([sys.executable, "-c", _CHILD, str(child_sock.fileno()), str(os.getpid()), root],
-                                    pass_fds=(child_sock.fileno(),), stdin=subprocess.DEVNULL, close_fds=True)
+            proc = subprocess.Popen(
+                [sys.executable, "-c", _CHILD, str(child_sock.fileno()), str(os.getpid()), root],
+                pass_fds=(child_sock.fileno(),),
+                stdin=subprocess.DEVNULL,
+                close_fds=True,
+            )
         finally:
             child_sock.close()
         conn = Connection(parent_sock.detach())
@@ -224,7 +241,7 @@ class Framer:
                     ended = True
                     raise msg[2]
         finally:
-            if not ended and self._conn is conn:      # (not after the child died: nothing left to cancel)
+            if not ended and self._conn is conn:  # (not after the child died: nothing left to cancel)
                 self._cancel(conn, job)
 
     def _alive(self) -> bool:
@@ -244,12 +261,14 @@ class Framer:
             code = None
             if self._proc is not None:
                 try:
-                    code = self._proc.wait(timeout=1.0)   # EOF can be seen just before the exit is reapable
+                    code = self._proc.wait(timeout=1.0)  # EOF can be seen just before the exit is reapable
                 except subprocess.TimeoutExpired:
                     pass
             self.close()
-            raise FramerDied(f"the record framing process (tfyarn.data.framer) ended unexpectedly, exit code {code} "
-                             f"(killed? out of memory? its output is in this task's log)")
+            raise FramerDied(
+                f"the record framing process (tfyarn.data.framer) ended unexpectedly, exit code {code} "
+                f"(killed? out of memory? its output is in this task's log)"
+            )
 
     def _cancel(self, conn: Connection, job: int) -> None:
         """Stop the child's work on ``job`` and read its stream to the end, so the next job starts clean."""
@@ -263,8 +282,9 @@ class Framer:
                         return
         except (EOFError, OSError):
             pass
-        log.warning("the record framing process did not stop within %gs (blocked in a read?); restarting it",
-                    CANCEL_TIMEOUT_S)
+        log.warning(
+            "the record framing process did not stop within %gs (blocked in a read?); restarting it", CANCEL_TIMEOUT_S
+        )
         self.close()
 
     def close(self) -> None:
@@ -274,7 +294,7 @@ class Framer:
 
     def _forget(self) -> None:
         if self._finalizer is not None:
-            self._finalizer()              # asks the child to exit, kills it after 2 s, reaps it, closes the socket
+            self._finalizer()  # asks the child to exit, kills it after 2 s, reaps it, closes the socket
         self._proc = self._conn = self._finalizer = None
         self._ready = False
 
@@ -293,6 +313,7 @@ def _shutdown(proc: subprocess.Popen, conn: Connection) -> None:
 
 
 # ------------------------------------------------------------------------------------------------------------ child
+
 
 class _Cancelled(Exception):
     pass
@@ -326,7 +347,7 @@ def child_main(fd: int, parent_pid: int) -> int:
     conn = Connection(fd)
     try:
         _send(conn, ("ready",))
-    except OSError:                        # the parent closed before we were up (its feeder finished without us)
+    except OSError:  # the parent closed before we were up (its feeder finished without us)
         return 0
     while True:
         try:
@@ -339,7 +360,7 @@ def child_main(fd: int, parent_pid: int) -> int:
         if msg[0] == "exit":
             return 0
         if msg[0] != "frame":
-            continue                       # a cancel that arrived after its job had ended
+            continue  # a cancel that arrived after its job had ended
         _, job, jobs, opts = msg
         try:
             _frame(conn, job, jobs, opts)
@@ -352,4 +373,4 @@ def child_main(fd: int, parent_pid: int) -> int:
             try:
                 _send(conn, ("error", job, _picklable(exc)))
             except OSError:
-                return 0                   # nobody left to report to
+                return 0  # nobody left to report to

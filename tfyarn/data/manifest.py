@@ -16,6 +16,7 @@ mtime + stride + compression: a rewritten file is re-indexed, never mis-split. T
 
 Files are sorted: the plan depends on their order, and every worker must compute the same plan.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -72,6 +73,7 @@ _GLOB_CHARS = set("*?[")
 @dataclass(frozen=True)
 class FileInfo:
     """One TFRecord file. ``offsets[j]`` is the byte offset (decompressed, for GZIP) of record ``j * stride``."""
+
     path: str
     size: int
     mtime: str
@@ -79,8 +81,8 @@ class FileInfo:
     gz: bool
     stride: int
     offsets: tuple[int, ...]
-    data_bytes: int = 0          # decompressed TFRecord bytes (== size unless gz)
-    holes: tuple[tuple[int, int], ...] = ()   # damaged byte ranges skipped (on_corrupt="skip"): (start, resume)
+    data_bytes: int = 0  # decompressed TFRecord bytes (== size unless gz)
+    holes: tuple[tuple[int, int], ...] = ()  # damaged byte ranges skipped (on_corrupt="skip"): (start, resume)
     #: "tfrecord", or a table ("parquet", "orc": ``records`` are rows, ``offsets`` the first row of each row group
     #: or stripe, ``columns`` the (name, arrow type) pairs of its schema; see :mod:`tfyarn.data.table`)
     format: str = "tfrecord"
@@ -127,9 +129,14 @@ class Manifest:
 
 def fileinfo(doc: dict[str, Any]) -> FileInfo:
     """A :class:`FileInfo` from its JSON form (``asdict``)."""
-    return FileInfo(**{**doc, "offsets": tuple(doc["offsets"]),                        # type: ignore[arg-type]
-                       "holes": tuple(tuple(h) for h in doc.get("holes", ())),
-                       "columns": tuple(tuple(c) for c in doc.get("columns", ()))})
+    return FileInfo(
+        **{
+            **doc,
+            "offsets": tuple(doc["offsets"]),  # type: ignore[arg-type]
+            "holes": tuple(tuple(h) for h in doc.get("holes", ())),
+            "columns": tuple(tuple(c) for c in doc.get("columns", ())),
+        }
+    )
 
 
 def report_warnings(warnings: Iterable[str], loud: bool) -> None:
@@ -140,6 +147,7 @@ def report_warnings(warnings: Iterable[str], loud: bool) -> None:
 
 
 # ------------------------------------------------------------------------------------------------------- file listing
+
 
 def mtime_of(info: dict[str, Any]) -> str:
     """The modification time as a stable string (filesystems differ in key and type; some return a datetime from
@@ -176,8 +184,10 @@ def side_file_hint(url: str, error: Exception) -> str:
     name = url.rstrip("/").rsplit("/", 1)[-1]
     if "not a TFRecord file" not in str(error) or "tfrecord" in name.lower():
         return ""
-    return (f" — {name!r} was listed as data: directories and globs leave out names starting with '_' or '.' and "
-            f"*.crc (as Hadoop does); name only the data files (a glob such as DIR/part-*), or move or rename it")
+    return (
+        f" — {name!r} was listed as data: directories and globs leave out names starting with '_' or '.' and "
+        f"*.crc (as Hadoop does); name only the data files (a glob such as DIR/part-*), or move or rename it"
+    )
 
 
 def _glob_root(pattern: str) -> str:
@@ -203,7 +213,7 @@ def data_files(fs: Any, path: str) -> dict[str, dict[str, Any]]:
         listing, root = fs.find(path, detail=True), path.rstrip("/")
     found = {}
     for p, info in listing.items():
-        rel = p[len(root) + 1:] if root and p.startswith(root + "/") else p.rstrip("/").rsplit("/", 1)[-1]
+        rel = p[len(root) + 1 :] if root and p.startswith(root + "/") else p.rstrip("/").rsplit("/", 1)[-1]
         if info.get("type") == "file" and not hidden(rel):
             found[p] = info
     return found
@@ -222,6 +232,7 @@ def _why_no_data(fs: Any, path: str) -> str:
 
 
 # ------------------------------------------------------------------------------------------------------------- caching
+
 
 def _beside(url: str) -> str:
     head, _, name = url.rpartition("/")
@@ -271,8 +282,9 @@ def _cache_key(url: str, size: int, mtime: str, stride: int, compression: str) -
     return hashlib.sha1(f"{url}|{size}|{mtime}|{stride}|{compression}".encode()).hexdigest()
 
 
-def _load_cached(url: str, size: int, mtime: str, stride: int, compression: str,
-                 cache_dir: str | None, on_corrupt: str = "fail") -> FileInfo | None:
+def _load_cached(
+    url: str, size: int, mtime: str, stride: int, compression: str, cache_dir: str | None, on_corrupt: str = "fail"
+) -> FileInfo | None:
     if segments.segmented(url):
         docs = [_segments(cache_dir).get(_cache_key(url, size, mtime, stride, compression))]
     else:
@@ -285,14 +297,20 @@ def _load_cached(url: str, size: int, mtime: str, stride: int, compression: str,
                 docs.append(None)
     for doc in docs:
         doc = dict(doc) if isinstance(doc, dict) else None
-        if (isinstance(doc, dict) and doc.get("version") == INDEX_VERSION and doc.get("path") == url
-                and doc.get("size") == size and doc.get("mtime") == mtime and doc.get("asked_stride") == stride
-                and doc.get("compression") == compression):
+        if (
+            isinstance(doc, dict)
+            and doc.get("version") == INDEX_VERSION
+            and doc.get("path") == url
+            and doc.get("size") == size
+            and doc.get("mtime") == mtime
+            and doc.get("asked_stride") == stride
+            and doc.get("compression") == compression
+        ):
             for k in ("version", "compression", "asked_stride"):
                 doc.pop(k)
             fi = fileinfo(doc)
             if fi.holes and on_corrupt != "skip":
-                return None          # indexed leniently before; now damage must fail: re-index to raise
+                return None  # indexed leniently before; now damage must fail: re-index to raise
             return fi
     return None
 
@@ -304,7 +322,7 @@ _UNWRITABLE: set[str] = set()
 
 def _store(info: FileInfo, compression: str, cache_dir: str | None, stride: int) -> None:
     doc = {"version": INDEX_VERSION, "compression": compression, "asked_stride": stride, **asdict(info)}
-    if segments.segmented(info.path):      # a shared filesystem: into this run's segment (few files per run)
+    if segments.segmented(info.path):  # a shared filesystem: into this run's segment (few files per run)
         _segments(cache_dir).add(_cache_key(info.path, info.size, info.mtime, stride, compression), doc)
         return
     text = json.dumps(doc)
@@ -321,14 +339,26 @@ def _store(info: FileInfo, compression: str, cache_dir: str | None, stride: int)
     try:
         write_text(entry, text)
     except Exception as exc:  # noqa: BLE001 - an unwritable cache costs the next run a re-index, nothing more
-        log.warning("cannot cache the index of %s in %s (%s); it will be rebuilt next time", info.path,
-                    entry.rsplit("/", 1)[0], exc)
+        log.warning(
+            "cannot cache the index of %s in %s (%s); it will be rebuilt next time",
+            info.path,
+            entry.rsplit("/", 1)[0],
+            exc,
+        )
 
 
 # ------------------------------------------------------------------------------------------------------------ indexing
 
-def index_file(url: str, size: int, mtime: str, compression: str = "auto", stride: int = DEFAULT_STRIDE,
-               block_bytes: int = tfrecord.DEFAULT_BLOCK, on_corrupt: str = "fail") -> FileInfo:
+
+def index_file(
+    url: str,
+    size: int,
+    mtime: str,
+    compression: str = "auto",
+    stride: int = DEFAULT_STRIDE,
+    block_bytes: int = tfrecord.DEFAULT_BLOCK,
+    on_corrupt: str = "fail",
+) -> FileInfo:
     """Read one file once: count records, note every ``stride``-th boundary, check every length CRC (framing). Data
     CRCs are checked when records are read for training, not here: indexing must stay I/O bound.
 
@@ -346,17 +376,17 @@ def index_file(url: str, size: int, mtime: str, compression: str = "auto", strid
     with open_read(url) as raw:
         head = raw.read(tfrecord.HEADER)
     STATS.add(bytes_read=len(head))
-    gz = tfrecord.detect_gzip(url, compression, head)      # a wrong data.compression fails here, naming the file
+    gz = tfrecord.detect_gzip(url, compression, head)  # a wrong data.compression fails here, naming the file
     offsets: list[int] = []
     holes: list[tuple[int, int]] = []
-    rec = base = pos = 0       # records counted; file offset of buf[0]; position in buf
+    rec = base = pos = 0  # records counted; file offset of buf[0]; position in buf
     buf, eof = b"", False
     skip = on_corrupt == "skip"
     with tfrecord.open_records(url, gz) as f:
         while True:
             if not eof:
                 block = f.read(block_bytes)
-                STATS.add(bytes_read=len(block))                # decompressed bytes for gz: what was processed
+                STATS.add(bytes_read=len(block))  # decompressed bytes for gz: what was processed
                 if block:
                     base += pos
                     buf = buf[pos:] + block if pos < len(buf) else block
@@ -373,23 +403,28 @@ def index_file(url: str, size: int, mtime: str, compression: str = "auto", strid
                 first = (-rec) % stride
                 offsets.extend((offs[first::stride] + base).tolist())
                 rec += len(offs)
-                while len(offsets) > MAX_OFFSETS:               # bounded size per file: keep every other one
+                while len(offsets) > MAX_OFFSETS:  # bounded size per file: keep every other one
                     offsets, stride = offsets[::2], stride * 2
                 pos = fr.end if bad_at is None else bad_at
             if bad_at is None and len(buf) - pos >= tfrecord.HEADER and not tfrecord.header_ok(buf, pos):
-                bad_at = pos                                    # a bad length: do not buffer to EOF
+                bad_at = pos  # a bad length: do not buffer to EOF
             if bad_at is not None:
                 if not skip:
                     tfrecord._raise_bad_header(url, base + bad_at, rec)
                 resync = tfrecord.find_resync(buf, bad_at + 1)
                 if resync is None and not eof:
                     pos = bad_at
-                    continue                                    # look further (the buffer grows until found)
+                    continue  # look further (the buffer grows until found)
                 end = resync if resync is not None else len(buf)
                 holes.append((base + bad_at, base + end))
-                log.debug("%s: bytes %d..%d skipped (damaged record header at record %d); %s", url, base + bad_at,
-                            base + end, rec, "resumed at the next valid record" if resync is not None else
-                            "no valid record after it")
+                log.debug(
+                    "%s: bytes %d..%d skipped (damaged record header at record %d); %s",
+                    url,
+                    base + bad_at,
+                    base + end,
+                    rec,
+                    "resumed at the next valid record" if resync is not None else "no valid record after it",
+                )
                 pos = end
                 continue
             if eof:
@@ -403,9 +438,19 @@ def index_file(url: str, size: int, mtime: str, compression: str = "auto", strid
     return FileInfo(url, size, mtime, rec, gz, stride, tuple(offsets), base + pos, tuple(holes))
 
 
-def cached_or_indexed(url: str, size: int, mtime: str, compression: str = "auto", cache_dir: str | None = None, *,
-                      stride: int = DEFAULT_STRIDE, use_cache: bool = True, on_corrupt: str = "fail",
-                      listed: bool = False, read: bool = True) -> FileInfo | None:
+def cached_or_indexed(
+    url: str,
+    size: int,
+    mtime: str,
+    compression: str = "auto",
+    cache_dir: str | None = None,
+    *,
+    stride: int = DEFAULT_STRIDE,
+    use_cache: bool = True,
+    on_corrupt: str = "fail",
+    listed: bool = False,
+    read: bool = True,
+) -> FileInfo | None:
     """One file's index: the cached one when it still fits the file, else read now (and cached for the next reader).
 
     ``listed``: found by a listing or a glob, so an error about a file that is not TFRecord says how to leave such a
@@ -425,8 +470,9 @@ def cached_or_indexed(url: str, size: int, mtime: str, compression: str = "auto"
         hint = side_file_hint(url, exc) if listed else ""
         if not hint:
             raise
-        raise type(exc)(f"{exc}{hint}", path=exc.path, offset=exc.offset, record=exc.record,
-                        feature=exc.feature) from None
+        raise type(exc)(
+            f"{exc}{hint}", path=exc.path, offset=exc.offset, record=exc.record, feature=exc.feature
+        ) from None
     STATS.add(files_indexed=1)
     log.debug("%s: %d records (indexed in %.2fs)", url, fi.records, time.monotonic() - t0)
     if use_cache:
@@ -436,8 +482,11 @@ def cached_or_indexed(url: str, size: int, mtime: str, compression: str = "auto"
 
 def describe_hole(fi: FileInfo, start: int, end: int) -> str:
     """Where a damaged byte range of ``fi`` is, for people: the file, the offsets, and whether it ran to the end."""
-    what = ("to the end of the file: a truncated or damaged last record" if end >= fi.data_bytes
-            else "damaged framing; reading resumed at the next valid record")
+    what = (
+        "to the end of the file: a truncated or damaged last record"
+        if end >= fi.data_bytes
+        else "damaged framing; reading resumed at the next valid record"
+    )
     return f"{fi.path}: bytes {start}..{end} skipped ({what})"
 
 
@@ -445,6 +494,7 @@ def describe_hole(fi: FileInfo, start: int, end: int) -> str:
 class Listing:
     """What the data URLs name now: the non-empty data files as (URL, size, mtime), sorted, and what the listing
     found to warn about (empty files). Every task lists for itself; :meth:`digest` says whether two are the same."""
+
     files: tuple[tuple[str, int, str], ...]
     warnings: tuple[str, ...]
     named: frozenset[str]
@@ -519,23 +569,33 @@ def store_manifest(cache_dir: str | None, digest: str, manifest: Manifest) -> st
         return None
 
 
-def index_files(listing: Listing, which: Iterable[int], compression: str = "auto", cache_dir: str | None = None,
-                *, stride: int = DEFAULT_STRIDE, parallel: int = 8, use_cache: bool = True,
-                on_corrupt: str = "fail", timeout: float = 3600.0, read: bool = True) -> dict[int, FileInfo]:
+def index_files(
+    listing: Listing,
+    which: Iterable[int],
+    compression: str = "auto",
+    cache_dir: str | None = None,
+    *,
+    stride: int = DEFAULT_STRIDE,
+    parallel: int = 8,
+    use_cache: bool = True,
+    on_corrupt: str = "fail",
+    timeout: float = 3600.0,
+    read: bool = True,
+) -> dict[int, FileInfo]:
     """The indexes of ``listing.files[i]`` for ``i`` in ``which``, in parallel: cached ones, else read (and cached).
     ``read=False``: only the cached ones (a cheap probe). Bounded by ``timeout`` (the error names files not done)."""
     ids = list(which)
     if not ids:
         return {}
-    shared = [_segments(cache_dir)] if use_cache and any(
-        segments.segmented(listing.files[i][0]) for i in ids) else []
-    for store in shared:                                # new indexes: one segment at the end (not one file each)
+    shared = [_segments(cache_dir)] if use_cache and any(segments.segmented(listing.files[i][0]) for i in ids) else []
+    for store in shared:  # new indexes: one segment at the end (not one file each)
         store.refresh()
         with store.lock:
             store.batches += 1
     try:
-        return _index_files(listing, ids, compression, cache_dir, stride, parallel, use_cache, on_corrupt, timeout,
-                            read)
+        return _index_files(
+            listing, ids, compression, cache_dir, stride, parallel, use_cache, on_corrupt, timeout, read
+        )
     finally:
         for store in shared:
             with store.lock:
@@ -543,29 +603,51 @@ def index_files(listing: Listing, which: Iterable[int], compression: str = "auto
             store.flush()
 
 
-def _index_files(listing: Listing, ids: list[int], compression: str, cache_dir: str | None, stride: int,
-                 parallel: int, use_cache: bool, on_corrupt: str, timeout: float, read: bool) -> dict[int, FileInfo]:
+def _index_files(
+    listing: Listing,
+    ids: list[int],
+    compression: str,
+    cache_dir: str | None,
+    stride: int,
+    parallel: int,
+    use_cache: bool,
+    on_corrupt: str,
+    timeout: float,
+    read: bool,
+) -> dict[int, FileInfo]:
     def one(i: int) -> FileInfo | None:
         url, size, mtime = listing.files[i]
-        return cached_or_indexed(url, size, mtime, compression, cache_dir, stride=stride, use_cache=use_cache,
-                                 on_corrupt=on_corrupt, listed=url not in listing.named, read=read)
+        return cached_or_indexed(
+            url,
+            size,
+            mtime,
+            compression,
+            cache_dir,
+            stride=stride,
+            use_cache=use_cache,
+            on_corrupt=on_corrupt,
+            listed=url not in listing.named,
+            read=read,
+        )
 
     ex = ThreadPoolExecutor(max_workers=max(1, min(parallel, len(ids))), thread_name_prefix="tfyarn-index")
     try:
         futures = [ex.submit(one, i) for i in ids]
         done, pending = wait(futures, timeout=timeout, return_when=FIRST_EXCEPTION)
         for fut in done:
-            fut.result()                                # raises the first failure
+            fut.result()  # raises the first failure
         if pending:
             late = [listing.files[i][0] for i, fut in zip(ids, futures) if fut in pending]
-            raise WaitTimeout(f"indexing {len(ids)} files: {len(late)} not finished within {timeout:g}s "
-                              f"(e.g. {', '.join(late[:3])}); index them once with `tfyarn data index` or raise "
-                              f"the timeout")
+            raise WaitTimeout(
+                f"indexing {len(ids)} files: {len(late)} not finished within {timeout:g}s "
+                f"(e.g. {', '.join(late[:3])}); index them once with `tfyarn data index` or raise "
+                f"the timeout"
+            )
         out = {i: fut.result() for i, fut in zip(ids, futures)}
     except BaseException:
-        ex.shutdown(wait=False, cancel_futures=True)    # do not wait for a hung read: the error says what hung
+        ex.shutdown(wait=False, cancel_futures=True)  # do not wait for a hung read: the error says what hung
         raise
-    ex.shutdown(wait=True)                              # all done: the threads exit at once, none is left behind
+    ex.shutdown(wait=True)  # all done: the threads exit at once, none is left behind
     return {i: fi for i, fi in out.items() if fi is not None}
 
 
@@ -580,15 +662,28 @@ def assemble(listing: Listing, files: Iterable[FileInfo], loud: bool = True) -> 
         if fi.records == 0:
             warnings.append(f"{fi.path}: no records")
     report_warnings(warnings, loud)
-    log.info("manifest: %d files, %d records, %d bytes", len(files), sum(f.records for f in files),
-             sum(f.size for f in files))
+    log.info(
+        "manifest: %d files, %d records, %d bytes",
+        len(files),
+        sum(f.records for f in files),
+        sum(f.size for f in files),
+    )
     return Manifest(files, tuple(warnings))
 
 
-def build_manifest(urls: list[str] | str, compression: str = "auto", cache_dir: str | None = None, *,
-                   stride: int = DEFAULT_STRIDE, parallel: int = 8, use_cache: bool = True,
-                   on_corrupt: str = "fail", timeout: float = 3600.0, log_warnings: bool = True,
-                   whole: bool = False) -> Manifest:
+def build_manifest(
+    urls: list[str] | str,
+    compression: str = "auto",
+    cache_dir: str | None = None,
+    *,
+    stride: int = DEFAULT_STRIDE,
+    parallel: int = 8,
+    use_cache: bool = True,
+    on_corrupt: str = "fail",
+    timeout: float = 3600.0,
+    log_warnings: bool = True,
+    whole: bool = False,
+) -> Manifest:
     """Expand ``urls`` (fsspec URLs, globs, directories, as :func:`list_data`) and index every file, in parallel,
     using cached indexes.
 
@@ -606,12 +701,22 @@ def build_manifest(urls: list[str] | str, compression: str = "auto", cache_dir: 
         hit = load_manifest(cache_dir, digest)
         if hit is not None:
             STATS.add(cache_hits=len(hit.files))
-            log.debug("%d files: the whole manifest from the cache (%s)", len(hit.files),
-                      manifest_entry(cache_dir, digest))
+            log.debug(
+                "%d files: the whole manifest from the cache (%s)", len(hit.files), manifest_entry(cache_dir, digest)
+            )
             report_warnings(hit.warnings, log_warnings)
             return hit
-    got = index_files(listing, range(len(listing.files)), compression, cache_dir, stride=stride, parallel=parallel,
-                      use_cache=use_cache, on_corrupt=on_corrupt, timeout=timeout)
+    got = index_files(
+        listing,
+        range(len(listing.files)),
+        compression,
+        cache_dir,
+        stride=stride,
+        parallel=parallel,
+        use_cache=use_cache,
+        on_corrupt=on_corrupt,
+        timeout=timeout,
+    )
     manifest = assemble(listing, (got[i] for i in range(len(listing.files))), log_warnings)
     if whole and use_cache:
         store_manifest(cache_dir, digest, manifest)
@@ -622,13 +727,16 @@ def summarize(manifest: Manifest) -> str:
     """Human-readable summary for ``tfyarn data index GLOB``: totals, per-file spread (skew), warnings."""
     files = manifest.files
     counts = [f.records for f in files]
-    lines = [f"{len(files)} files, {manifest.total_records:,} records, {manifest.total_bytes:,} bytes"
-             f"{' (' + str(sum(f.gz for f in files)) + ' gzip)' if any(f.gz for f in files) else ''}"]
+    lines = [
+        f"{len(files)} files, {manifest.total_records:,} records, {manifest.total_bytes:,} bytes"
+        f"{' (' + str(sum(f.gz for f in files)) + ' gzip)' if any(f.gz for f in files) else ''}"
+    ]
     if counts:
         lo, hi = min(counts), max(counts)
         skew = f"{hi / lo:.1f}x" if lo else "inf (a file has no records)"
-        lines.append(f"records per file: min {lo:,}  median {statistics.median(counts):,.0f}  max {hi:,}  "
-                     f"(max/min {skew})")
+        lines.append(
+            f"records per file: min {lo:,}  median {statistics.median(counts):,.0f}  max {hi:,}  (max/min {skew})"
+        )
     shown = files if len(files) <= 20 else files[:10] + files[-10:]
     width = max((len(f.path) for f in shown), default=4)
     lines.append(f"{'file':<{width}}  {'records':>12}  {'bytes':>14}")

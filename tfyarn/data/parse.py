@@ -6,6 +6,7 @@ The C parser of :mod:`native` (numeric features) hands any group it does not tak
 (TF imported lazily in the feeder's parser thread: gateways have no TF); both release the GIL. When a batch fails, a
 tiny pure-Python Example decoder says which record and which feature is wrong (TF's message names neither).
 """
+
 from __future__ import annotations
 
 import logging
@@ -20,19 +21,24 @@ from tfyarn.data.ragged import Ragged
 log = logging.getLogger(__name__)
 
 #: spec dtype → (Example list kind, numpy dtype of the result)
-_KINDS = {"float32": ("float_list", np.float32), "float64": ("float_list", np.float64),
-          "int64": ("int64_list", np.int64), "int32": ("int64_list", np.int32),
-          "string": ("bytes_list", object), "bytes": ("bytes_list", object)}
+_KINDS = {
+    "float32": ("float_list", np.float32),
+    "float64": ("float_list", np.float64),
+    "int64": ("int64_list", np.int64),
+    "int32": ("int64_list", np.int32),
+    "string": ("bytes_list", object),
+    "bytes": ("bytes_list", object),
+}
 
 
 @dataclass(frozen=True)
 class Field:
     name: str
     dtype: str
-    shape: tuple[int, ...]          # () for a variable-length feature
+    shape: tuple[int, ...]  # () for a variable-length feature
     varlen: bool = False
     pad_to: int | None = None
-    default: Any = None             # fixed: fills a missing feature (None: required); varlen: pad_to's padding
+    default: Any = None  # fixed: fills a missing feature (None: required); varlen: pad_to's padding
 
     @property
     def size(self) -> int:
@@ -86,6 +92,7 @@ def finalize(fields: tuple[Field, ...], out: dict[str, Any]) -> dict[str, Any]:
 
 # ------------------------------------------------------------------------------------------- pure-Python diagnostics
 
+
 class _Malformed(Exception):
     pass
 
@@ -120,14 +127,14 @@ def _fields(buf: bytes) -> list[tuple[int, int, Any]]:
         if wt == 0:
             val, pos = _varint(buf, pos)
         elif wt == 1:
-            val, pos = buf[pos:pos + 8], pos + 8
+            val, pos = buf[pos : pos + 8], pos + 8
         elif wt == 2:
             n, pos = _varint(buf, pos)
             if pos + n > len(buf):
                 raise _Malformed("truncated length-delimited field")
-            val, pos = buf[pos:pos + n], pos + n
+            val, pos = buf[pos : pos + n], pos + n
         elif wt == 5:
-            val, pos = buf[pos:pos + 4], pos + 4
+            val, pos = buf[pos : pos + 4], pos + 4
         else:
             raise _Malformed(f"wire type {wt}")
         if pos > len(buf) or num == 0:
@@ -189,12 +196,14 @@ def diagnose(payload: bytes, fields: tuple[Field, ...]) -> tuple[str | None, str
             what = "variable-length feature" if f.varlen else "feature"
             return f.name, f"{what} {f.name!r} has the wrong dtype: {kind}, expected {f.kind} (dtype {f.dtype})"
         if not f.varlen and len(values) != f.size:
-            return f.name, (f"feature {f.name!r} has the wrong shape: {len(values)} values, expected {f.size} "
-                            f"(shape {f.shape})")
+            return f.name, (
+                f"feature {f.name!r} has the wrong shape: {len(values)} values, expected {f.size} (shape {f.shape})"
+            )
     return None
 
 
 # ------------------------------------------------------------------------------------------------------ TF fast path
+
 
 class BatchParseError(Exception):
     """A batch did not parse; the feeder then diagnoses record by record."""
@@ -216,13 +225,21 @@ def tf_parser(fields: tuple[Field, ...]) -> Callable[[list[bytes]], dict[str, An
 
     def default(f: Field) -> Any:
         if f.default is None:
-            return tf.zeros([0], tf_types[f.kind])              # empty default = required
+            return tf.zeros([0], tf_types[f.kind])  # empty default = required
         return tf.fill(list(f.shape), tf.constant(f.default, tf_types[f.kind]))
 
-    args = dict(names=[], sparse_keys=[], dense_keys=[f.name for f in dense], ragged_keys=[f.name for f in ragged],
-                dense_defaults=[default(f) for f in dense],
-                num_sparse=0, sparse_types=[], ragged_value_types=[tf_types[f.kind] for f in ragged],
-                ragged_split_types=[tf.int64] * len(ragged), dense_shapes=[list(f.shape) for f in dense])
+    args = dict(
+        names=[],
+        sparse_keys=[],
+        dense_keys=[f.name for f in dense],
+        ragged_keys=[f.name for f in ragged],
+        dense_defaults=[default(f) for f in dense],
+        num_sparse=0,
+        sparse_types=[],
+        ragged_value_types=[tf_types[f.kind] for f in ragged],
+        ragged_split_types=[tf.int64] * len(ragged),
+        dense_shapes=[list(f.shape) for f in dense],
+    )
 
     def to_np(f: Field, t: Any) -> np.ndarray:
         a = t.numpy()
@@ -285,11 +302,12 @@ def python_parser(fields: tuple[Field, ...]) -> Callable[[list[bytes]], dict[str
 #: groups in a row the C parser may hand back before it is no longer tried (a layout it does not take would
 #: otherwise be walked twice forever)
 NATIVE_GIVE_UP = 3
-_NUMERIC_KIND = {"float32": 0, "float64": 0, "int64": 1, "int32": 1}     # _records.c: 0 float_list, 1 int64_list
+_NUMERIC_KIND = {"float32": 0, "float64": 0, "int64": 1, "int32": 1}  # _records.c: 0 float_list, 1 int64_list
 
 
-def native_parser(fields: tuple[Field, ...], fallback: Callable[[list[bytes]], dict[str, Any]]
-                  ) -> Callable[[list[bytes]], dict[str, Any]]:
+def native_parser(
+    fields: tuple[Field, ...], fallback: Callable[[list[bytes]], dict[str, Any]]
+) -> Callable[[list[bytes]], dict[str, Any]]:
     """The C Example parser (``_records.parse_dense``, or ``parse_mixed`` when a feature is variable-length or has a
     default), with ``fallback`` parsing any group it does not accept.
 
@@ -299,12 +317,15 @@ def native_parser(fields: tuple[Field, ...], fallback: Callable[[list[bytes]], d
     group ``fallback`` (TF) parses it and reports errors, so results never differ between the two.
     """
     from tfyarn.data import native
+
     lib = native.records
     assert lib is not None
     modes = [2 if f.varlen else 1 if f.default is not None else 0 for f in fields]
     mixed = any(modes)
-    specs = tuple((f.name.encode("utf-8"), _NUMERIC_KIND[f.dtype], f.size) + ((m,) if mixed else ())
-                  for f, m in zip(fields, modes))
+    specs = tuple(
+        (f.name.encode("utf-8"), _NUMERIC_KIND[f.dtype], f.size) + ((m,) if mixed else ())
+        for f, m in zip(fields, modes)
+    )
     raw_types = [np.float32 if _NUMERIC_KIND[f.dtype] == 0 else np.int64 for f in fields]
     handed_back = 0
 
@@ -325,12 +346,15 @@ def native_parser(fields: tuple[Field, ...], fallback: Callable[[list[bytes]], d
         if res >= 0:
             handed_back += 1
             if handed_back == NATIVE_GIVE_UP:
-                log.info("the C Example parser could not take %d groups in a row (an encoding it does not know?); "
-                         "using the general parser from now on", NATIVE_GIVE_UP)
+                log.info(
+                    "the C Example parser could not take %d groups in a row (an encoding it does not know?); "
+                    "using the general parser from now on",
+                    NATIVE_GIVE_UP,
+                )
             return fallback(payloads)
         handed_back = 0
         out: dict[str, Any] = {}
-        with np.errstate(invalid="ignore"):     # float32 -> float64 of a signalling NaN sets the FP invalid flag
+        with np.errstate(invalid="ignore"):  # float32 -> float64 of a signalling NaN sets the FP invalid flag
             for i, (f, a, t) in enumerate(zip(fields, outs, raw_types)):
                 want = f.np_dtype
                 if modes[i] == 2:
@@ -349,6 +373,7 @@ def default_parser(fields: tuple[Field, ...]) -> Callable[[list[bytes]], dict[st
     """The feeder's parser: the C parser (:func:`native_parser`) when built and the schema is numeric, in front of
     :func:`general_parser` (built on first use: a process the C parser serves never imports TF for it)."""
     from tfyarn.data import native
+
     if native.records is None or not all(f.dtype in _NUMERIC_KIND and (f.size > 0 or f.varlen) for f in fields):
         return general_parser(fields)
     general: list[Callable[[list[bytes]], dict[str, np.ndarray]]] = []
@@ -357,12 +382,14 @@ def default_parser(fields: tuple[Field, ...]) -> Callable[[list[bytes]], dict[st
         if not general:
             general.append(general_parser(fields))
         return general[0](payloads)
+
     return native_parser(fields, fallback)
 
 
 def general_parser(fields: tuple[Field, ...]) -> Callable[[list[bytes]], dict[str, np.ndarray]]:
     """Any schema, any valid encoding: TensorFlow's parser (training hosts have TF), else the pure-Python one."""
     import importlib.util
+
     if importlib.util.find_spec("tensorflow") is not None:
         return tf_parser(fields)
     return python_parser(fields)

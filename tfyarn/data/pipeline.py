@@ -1,4 +1,5 @@
 """Batches across epochs with no gap at the boundaries (the next epoch is read while this one is consumed)."""
+
 from __future__ import annotations
 
 import threading
@@ -53,11 +54,12 @@ class EpochPipeline:
                 opened.set_result(self.feeders[epoch % 2].epoch(epoch))
             except BaseException as exc:  # noqa: BLE001 - re-raised in the training thread by _opened
                 opened.set_exception(exc)
+
         threading.Thread(target=open_, name=f"tfyarn-open-epoch-{epoch}", daemon=True).start()
         return opened
 
     def _opened(self, opener: Future | None, epoch: int) -> Any:
-        if opener is None:                     # the epoch had no batch (nothing to overlap with): open it now
+        if opener is None:  # the epoch had no batch (nothing to overlap with): open it now
             return self.feeders[epoch % 2].epoch(epoch)
         if not wait([opener], timeout=60.0).done:
             raise WaitTimeout(f"timed out after 60s waiting for the feeder to open epoch {epoch}")

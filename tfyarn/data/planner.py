@@ -21,6 +21,7 @@ How (a pure function of manifest, num_workers, epoch, seed, batch_size):
 Nothing depends on the previous epoch, so the worker count may change between epochs and a restarted job recomputes
 the plan from the epoch number alone.
 """
+
 from __future__ import annotations
 
 import logging
@@ -35,6 +36,7 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True, order=True)
 class RecordRange:
     """Records ``[start, stop)`` of one file."""
+
     path: str
     start: int
     stop: int
@@ -48,9 +50,9 @@ class EpochPlan:
     epoch: int
     num_workers: int
     batch_size: int
-    steps: int                                       # identical for every worker
-    shares: tuple[tuple[RecordRange, ...], ...]      # shares[worker]: exactly steps * batch_size records
-    dropped: int                                     # records not read by anyone this epoch (< workers x batch)
+    steps: int  # identical for every worker
+    shares: tuple[tuple[RecordRange, ...], ...]  # shares[worker]: exactly steps * batch_size records
+    dropped: int  # records not read by anyone this epoch (< workers x batch)
     dropped_ranges: tuple[RecordRange, ...] = ()
 
 
@@ -84,18 +86,30 @@ def _slice(files: Sequence[tuple[str, int]], starts: Sequence[int], lo: int, hi:
 def plan(manifest: Any, num_workers: int, epoch: int, seed: int, batch_size: int) -> EpochPlan:
     """The epoch's plan. ``manifest`` is a :class:`Manifest` (or any sequence of (path, records) pairs)."""
     if num_workers <= 0 or batch_size <= 0 or epoch < 0:
-        raise ValueError(f"plan needs num_workers > 0, batch_size > 0, epoch >= 0 "
-                         f"(got {num_workers}, {batch_size}, {epoch})")
+        raise ValueError(
+            f"plan needs num_workers > 0, batch_size > 0, epoch >= 0 (got {num_workers}, {batch_size}, {epoch})"
+        )
     files = [(p, n) for p, n in _counts(manifest) if n > 0]
     total = sum(n for _, n in files)
     steps = total // (num_workers * batch_size) if total else 0
     per_worker = steps * batch_size
     dropped = total - num_workers * per_worker
     if steps == 0:
-        log.warning("plan: %d records are fewer than one global batch (%d workers x %d); 0 steps",
-                    total, num_workers, batch_size)
-        return EpochPlan(epoch, num_workers, batch_size, 0, tuple(() for _ in range(num_workers)), total,
-                         tuple(RecordRange(p, 0, n) for p, n in files))
+        log.warning(
+            "plan: %d records are fewer than one global batch (%d workers x %d); 0 steps",
+            total,
+            num_workers,
+            batch_size,
+        )
+        return EpochPlan(
+            epoch,
+            num_workers,
+            batch_size,
+            0,
+            tuple(() for _ in range(num_workers)),
+            total,
+            tuple(RecordRange(p, 0, n) for p, n in files),
+        )
     starts, acc = [], 0
     for _, n in files:
         starts.append(acc)
@@ -118,12 +132,12 @@ def plan(manifest: Any, num_workers: int, epoch: int, seed: int, batch_size: int
     cur = next(it, None)
     for _ in range(num_workers):
         need = per_worker
-        share: list[list[Any]] = []              # [path, start, stop], made RecordRanges once complete
+        share: list[list[Any]] = []  # [path, start, stop], made RecordRanges once complete
         while need:
             assert cur is not None, "planner invariant: kept records == workers x per_worker"
             path, start, stop = cur
             take = min(need, stop - start)
-            if share and share[-1][0] == path and share[-1][2] == start:   # contiguous: one range
+            if share and share[-1][0] == path and share[-1][2] == start:  # contiguous: one range
                 share[-1][2] = start + take
             else:
                 share.append([path, start, start + take])

@@ -88,9 +88,7 @@ class Ragged:
     def dense(self, width: int, default: Any) -> np.ndarray:
         """[rows, width]: each row truncated to ``width`` values or padded with ``default``."""
         vals = self.flat()
-        out = np.full(
-            (len(self), width), default, dtype=vals.dtype if vals.dtype != object else object
-        )
+        out = np.full((len(self), width), default, dtype=vals.dtype if vals.dtype != object else object)
         lengths = np.minimum(self.lengths, width)
         rows = np.repeat(np.arange(len(self)), lengths)
         starts = np.repeat(self.splits[:-1], lengths)

@@ -44,9 +44,7 @@ def segmented(url: str) -> bool:
 class SegmentStore:
     """The segments of one cache dir, as this process knows them (thread-safe)."""
 
-    def __init__(
-        self, cache_dir: str, write: Callable[[str, str], None], read: Callable[[str], str | None]
-    ):
+    def __init__(self, cache_dir: str, write: Callable[[str, str], None], read: Callable[[str], str | None]):
         self.dir = f"{cache_dir.rstrip('/')}/segments"
         self._write, self._read = write, read
         self.entries: dict[str, dict[str, Any]] = {}
@@ -90,11 +88,7 @@ class SegmentStore:
         with self.lock:
             self.entries[key] = doc
             self.pending[key] = doc
-            due = (
-                self.batches == 0
-                or len(self.pending) >= FLUSH_EVERY
-                or time.monotonic() - self.last_flush > FLUSH_S
-            )
+            due = self.batches == 0 or len(self.pending) >= FLUSH_EVERY or time.monotonic() - self.last_flush > FLUSH_S
         if due:
             self.flush()
 
@@ -141,9 +135,7 @@ _STORES: dict[str, SegmentStore] = {}
 _STORES_LOCK = threading.Lock()
 
 
-def store_for(
-    cache_dir: str, write: Callable[[str, str], None], read: Callable[[str], str | None]
-) -> SegmentStore:
+def store_for(cache_dir: str, write: Callable[[str, str], None], read: Callable[[str], str | None]) -> SegmentStore:
     with _STORES_LOCK:
         s = _STORES.get(cache_dir)
         if s is None:

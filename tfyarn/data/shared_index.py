@@ -25,6 +25,7 @@ up when ``failure/<task>`` or ``exit/<task>`` appears, or its ticks (or, while i
 it (a dead chief ends the attempt anyway; the next starts with the indexes cached so far). Every wait is also bounded
 by ``timeout`` overall.
 """
+
 from __future__ import annotations
 
 import heapq
@@ -58,8 +59,16 @@ class IndexAborted(DataError):
 class Exchange:
     """This job attempt's keys and files for one manifest (``name``: ``train``), as seen by task ``rank``."""
 
-    def __init__(self, kv: Any, tasks: list[str], rank: int, app_id: str, attempt: int, cache_dir: str | None,
-                 name: str = "train"):
+    def __init__(
+        self,
+        kv: Any,
+        tasks: list[str],
+        rank: int,
+        app_id: str,
+        attempt: int,
+        cache_dir: str | None,
+        name: str = "train",
+    ):
         self.kv, self.tasks, self.rank = kv, tasks, rank
         self.ns = index_namespace(attempt, name)
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in f"{app_id}-{attempt}-{name}")
@@ -118,8 +127,10 @@ class Heartbeat:
 
     def beat(self) -> None:
         self._tick += 1
-        self.ex.kv.put(self.ex.key("beat", self.ex.rank), json.dumps(
-            {"tick": self._tick, "bytes": mf.STATS.snapshot()["bytes_read"], "waiting": self.waiting}))
+        self.ex.kv.put(
+            self.ex.key("beat", self.ex.rank),
+            json.dumps({"tick": self._tick, "bytes": mf.STATS.snapshot()["bytes_read"], "waiting": self.waiting}),
+        )
 
     def _run(self) -> None:
         while not self._stop.wait(self.period):
@@ -183,17 +194,30 @@ def liveness_snapshot(ex: Exchange) -> dict[str, str]:
     return out
 
 
-def shared_manifest(urls: list[str] | str, *, kv: Any, tasks: list[str], rank: int, app_id: str, attempt: int = 0,
-                    compression: str = "auto", on_corrupt: str = "fail", cache_dir: str | None = None,
-                    stride: int = mf.DEFAULT_STRIDE, stall: float = 600.0, timeout: float = 3600.0) -> mf.Manifest:
+def shared_manifest(
+    urls: list[str] | str,
+    *,
+    kv: Any,
+    tasks: list[str],
+    rank: int,
+    app_id: str,
+    attempt: int = 0,
+    compression: str = "auto",
+    on_corrupt: str = "fail",
+    cache_dir: str | None = None,
+    stride: int = mf.DEFAULT_STRIDE,
+    stall: float = 600.0,
+    timeout: float = 3600.0,
+) -> mf.Manifest:
     """The manifest of ``urls``, built together by the tasks ``tasks`` (this one is ``tasks[rank]``): identical on
     every task, each having read ~1/N of the bytes not indexed yet (see the module docstring). Only the leader logs
     the manifest's warnings as warnings."""
     t0 = time.monotonic()
     before = mf.STATS.snapshot()
     if len(tasks) <= 1:
-        m = mf.build_manifest(urls, compression, cache_dir, stride=stride, on_corrupt=on_corrupt, timeout=timeout,
-                              whole=True)
+        m = mf.build_manifest(
+            urls, compression, cache_dir, stride=stride, on_corrupt=on_corrupt, timeout=timeout, whole=True
+        )
     else:
         ex = Exchange(kv, tasks, rank, app_id, attempt, cache_dir)
         opts = dict(compression=compression, stride=stride, on_corrupt=on_corrupt)
@@ -202,19 +226,34 @@ def shared_manifest(urls: list[str] | str, *, kv: Any, tasks: list[str], rank: i
         with Heartbeat(ex, max(BEAT_S, len(tasks) / 100)) as hb:
             m = _Run(ex, listing, cache_dir, opts, stall, timeout, hb).go()
     cost = {k: v - before[k] for k, v in mf.STATS.snapshot().items()}
-    log.info("%s: manifest of %d files ready in %.2fs; this task read %d data bytes indexing %d files, used %d "
-             "cached indexes", tasks[rank] if tasks else "task", len(m.files), time.monotonic() - t0,
-             cost["bytes_read"], cost["files_indexed"], cost["cache_hits"])
+    log.info(
+        "%s: manifest of %d files ready in %.2fs; this task read %d data bytes indexing %d files, used %d "
+        "cached indexes",
+        tasks[rank] if tasks else "task",
+        len(m.files),
+        time.monotonic() - t0,
+        cost["bytes_read"],
+        cost["files_indexed"],
+        cost["cache_hits"],
+    )
     return m
 
 
 class _Run:
     """One task's pass through the protocol (leader or not)."""
 
-    def __init__(self, ex: Exchange, listing: mf.Listing, cache_dir: str | None, opts: dict[str, Any],
-                 stall: float, timeout: float, hb: Heartbeat):
+    def __init__(
+        self,
+        ex: Exchange,
+        listing: mf.Listing,
+        cache_dir: str | None,
+        opts: dict[str, Any],
+        stall: float,
+        timeout: float,
+        hb: Heartbeat,
+    ):
         self.ex, self.listing, self.cache_dir, self.opts, self.stall = ex, listing, cache_dir, opts, stall
-        self.hb = hb                             # says whether this task is waiting (a waiter reads no data)
+        self.hb = hb  # says whether this task is waiting (a waiter reads no data)
         self.loud = ex.rank == 0
         self.deadline = time.monotonic() + timeout
         self.timeout = timeout
@@ -224,9 +263,16 @@ class _Run:
     # -- pieces --------------------------------------------------------------------------------------------------
     def index(self, ids: list[int], read: bool = True) -> dict[int, mf.FileInfo]:
         left = max(1.0, self.deadline - time.monotonic())
-        return mf.index_files(self.listing, ids, self.opts["compression"], self.cache_dir,
-                              stride=self.opts["stride"], on_corrupt=self.opts["on_corrupt"], timeout=left,
-                              read=read)
+        return mf.index_files(
+            self.listing,
+            ids,
+            self.opts["compression"],
+            self.cache_dir,
+            stride=self.opts["stride"],
+            on_corrupt=self.opts["on_corrupt"],
+            timeout=left,
+            read=read,
+        )
 
     def stripe(self, rank: int) -> list[int]:
         return list(range(rank, len(self.listing.files), self.n))
@@ -235,8 +281,11 @@ class _Run:
         """What ``rank``'s stripe has cached and what it lacks (cache reads only, no data)."""
         ids = self.stripe(rank)
         cached = self.index(ids, read=False)
-        return {"digest": self.digest, "cached": {str(i): asdict(fi) for i, fi in cached.items()},
-                "missing": [i for i in ids if i not in cached]}
+        return {
+            "digest": self.digest,
+            "cached": {str(i): asdict(fi) for i, fi in cached.items()},
+            "missing": [i for i in ids if i not in cached],
+        }
 
     def work(self, ids: list[int]) -> dict[str, Any]:
         try:
@@ -254,19 +303,20 @@ class _Run:
         return m
 
     def other_files(self, who: str) -> IndexAborted:
-        return IndexAborted(f"{who} listed other files than {self.ex.tasks[0]} (the data changed while the job "
-                            f"started?): every task must plan from the same files; start it again")
+        return IndexAborted(
+            f"{who} listed other files than {self.ex.tasks[0]} (the data changed while the job "
+            f"started?): every task must plan from the same files; start it again"
+        )
 
     # -- the protocol ----------------------------------------------------------------------------------------------
     def go(self) -> mf.Manifest:
         ex = self.ex
         published = ex.get("manifest")
-        if published is not None:                      # a restarted task: the manifest is out already
+        if published is not None:  # a restarted task: the manifest is out already
             return self.manifest_from(published)
         hit = mf.load_manifest(self.cache_dir, self.digest)
         if ex.kv.get(ex.key("probe", ex.rank)) is None:
-            ex.put("probe", {"digest": self.digest, "whole": True} if hit is not None else self.probe(ex.rank),
-                   ex.rank)
+            ex.put("probe", {"digest": self.digest, "whole": True} if hit is not None else self.probe(ex.rank), ex.rank)
         if hit is not None:
             mf.report_warnings(hit.warnings, self.loud)
         if ex.rank == 0:
@@ -275,7 +325,7 @@ class _Run:
 
     def follow(self) -> mf.Manifest:
         ex = self.ex
-        got = self.wait_leader(("manifest", "assign"))   # a late task takes the manifest, never a stale hand-out
+        got = self.wait_leader(("manifest", "assign"))  # a late task takes the manifest, never a stale hand-out
         if got[0] == "assign":
             mine = got[1].get(str(ex.rank), [])
             if ex.kv.get(ex.key("part", ex.rank)) is None:
@@ -297,11 +347,15 @@ class _Run:
                         return kind, v
                 why = watch.dead()
                 if why is not None:
-                    raise WaitTimeout(f"{ex.tasks[ex.rank]} waiting for {ex.tasks[0]} to publish the shared data "
-                                      f"index ({'/'.join(kinds)}): {why}")
+                    raise WaitTimeout(
+                        f"{ex.tasks[ex.rank]} waiting for {ex.tasks[0]} to publish the shared data "
+                        f"index ({'/'.join(kinds)}): {why}"
+                    )
                 if time.monotonic() > self.deadline:
-                    raise WaitTimeout(f"timed out after {self.timeout:g}s waiting for {ex.tasks[0]} to publish the "
-                                      f"shared data index ({'/'.join(kinds)})")
+                    raise WaitTimeout(
+                        f"timed out after {self.timeout:g}s waiting for {ex.tasks[0]} to publish the "
+                        f"shared data index ({'/'.join(kinds)})"
+                    )
                 time.sleep(delay)
                 delay = min(delay * 1.5, 1.0)
         finally:
@@ -318,7 +372,7 @@ class _Run:
         try:
             while True:
                 for key, raw in ex.kv.items(prefix).items():
-                    r = int(key[len(prefix):])
+                    r = int(key[len(prefix) :])
                     if r not in out and 0 <= r < self.n:
                         out[r] = ex.value(raw)
                 missing = [r for r in range(self.n) if r not in out]
@@ -334,8 +388,9 @@ class _Run:
                         self.hb.waiting = True
                 if time.monotonic() > self.deadline:
                     late = ", ".join(ex.tasks[r] for r in range(self.n) if r not in out)
-                    raise WaitTimeout(f"timed out after {self.timeout:g}s waiting for the shared data index "
-                                      f"({kind}) of {late}")
+                    raise WaitTimeout(
+                        f"timed out after {self.timeout:g}s waiting for the shared data index ({kind}) of {late}"
+                    )
                 if len(out) < self.n:
                     time.sleep(delay)
                     delay = min(delay * 1.5, 1.0)
@@ -344,7 +399,7 @@ class _Run:
 
     def lead(self, hit: mf.Manifest | None) -> mf.Manifest:
         ex = self.ex
-        if hit is not None:                          # cached whole: publish it, nobody has anything to index
+        if hit is not None:  # cached whole: publish it, nobody has anything to index
             self.publish(hit, cached=True)
             return hit
         try:
@@ -352,8 +407,9 @@ class _Run:
             bad = [ex.tasks[r] for r, p in probes.items() if p["digest"] != self.digest]
             if bad:
                 raise self.other_files(", ".join(bad))
-            hit = mf.load_manifest(self.cache_dir, self.digest) if any(p.get("whole") for p in probes.values()) \
-                else None                            # another task found it cached meanwhile
+            hit = (
+                mf.load_manifest(self.cache_dir, self.digest) if any(p.get("whole") for p in probes.values()) else None
+            )  # another task found it cached meanwhile
             if hit is None:
                 probes = {r: (self.probe(r) if p.get("whole") else p) for r, p in probes.items()}
                 hit = self.build(probes)
@@ -367,11 +423,14 @@ class _Run:
     def publish(self, m: mf.Manifest, cached: bool) -> None:
         """``manifest``: the cache entry's URL when it is large and cached, else the manifest itself."""
         ex = self.ex
-        url = mf.manifest_entry(self.cache_dir, self.digest) if cached else \
-            mf.store_manifest(self.cache_dir, self.digest, m)
+        url = (
+            mf.manifest_entry(self.cache_dir, self.digest)
+            if cached
+            else mf.store_manifest(self.cache_dir, self.digest, m)
+        )
         doc = {"digest": self.digest, **m.to_doc()}
         if url is not None and len(json.dumps(doc, separators=(",", ":"))) > ex.inline_max:
-            ex.kv.put(ex.key("manifest"), json.dumps({"file": url}))     # the cache entry is the manifest
+            ex.kv.put(ex.key("manifest"), json.dumps({"file": url}))  # the cache entry is the manifest
         else:
             ex.put("manifest", doc)
 
@@ -382,7 +441,7 @@ class _Run:
         for p in probes.values():
             infos.update((int(i), mf.fileinfo(d)) for i, d in p["cached"].items())
             missing += p["missing"]
-        assign = ex.get("assign")                    # a restarted leader keeps the plan the others follow
+        assign = ex.get("assign")  # a restarted leader keeps the plan the others follow
         if assign is None:
             assign = plan_work(missing, [self.listing.files[i][1] for i in range(len(self.listing.files))], self.n)
             ex.put("assign", assign)
@@ -395,7 +454,7 @@ class _Run:
         for p in parts.values():
             infos.update((int(i), mf.fileinfo(d)) for i, d in p["files"].items())
         lost = [i for i in range(len(self.listing.files)) if i not in infos]
-        if lost:                                     # cannot happen unless a task published less than assigned
+        if lost:  # cannot happen unless a task published less than assigned
             infos.update(self.index(lost))
         return mf.assemble(self.listing, (infos[i] for i in range(len(self.listing.files))), self.loud)
 

@@ -7,6 +7,7 @@ Why learnable: a demo whose loss does not go down proves nothing. ``recommender`
 user·item dot product (a dot-product embedding model can learn it); ``logreg`` labels are a noisy linear threshold
 of ``x`` (a logistic regression can learn it).
 """
+
 from __future__ import annotations
 
 import logging
@@ -24,8 +25,11 @@ from tfyarn.errors import ExitCode, TfyarnError
 log = logging.getLogger(__name__)
 
 SCHEMAS = {
-    "recommender": {"label": {"dtype": "float32", "shape": ()}, "user_id": {"dtype": "int64", "shape": ()},
-                    "item_id": {"dtype": "int64", "shape": ()}},
+    "recommender": {
+        "label": {"dtype": "float32", "shape": ()},
+        "user_id": {"dtype": "int64", "shape": ()},
+        "item_id": {"dtype": "int64", "shape": ()},
+    },
     "logreg": {"label": {"dtype": "float32", "shape": ()}, "x": {"dtype": "float32", "shape": (16,)}},
 }
 
@@ -38,6 +42,7 @@ _OURS = re.compile(r"\.?part-\d{5}\.tfrecord(\.gz)?(\.tfyidx\.json)?")
 class SynthError(ValueError, TfyarnError):
     """Bad arguments to :func:`write_synthetic`, or an output directory that already holds data. A ValueError (a
     bad argument) and a usage error for the CLI (exit 2): nothing was written."""
+
     exit_code = ExitCode.INVALID
 
 
@@ -49,8 +54,9 @@ def _check_arguments(kind: str, files: int, records: int, compression: str, **po
         if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value <= 0:
             raise SynthError(f"{name} must be a positive integer, not {value!r}")
     if records < files:
-        raise SynthError(f"records must be >= files (every file gets at least one record): got records={records}, "
-                         f"files={files}")
+        raise SynthError(
+            f"records must be >= files (every file gets at least one record): got records={records}, files={files}"
+        )
     if compression not in ("none", "gzip"):
         raise SynthError(f"compression must be none or gzip, not {compression!r}")
 
@@ -65,16 +71,21 @@ def _clear(fs: Any, root: str, url_dir: str, overwrite: bool) -> None:
     if not fs.isdir(root):
         return
     prefix = root.rstrip("/") + "/"
-    existing = sorted(p[len(prefix):] if p.startswith(prefix) else p for p in data_files(fs, root))
+    existing = sorted(p[len(prefix) :] if p.startswith(prefix) else p for p in data_files(fs, root))
     if not existing:
         return
     others = [n for n in existing if "/" in n or not _OURS.fullmatch(n)]
     if not overwrite or others:
         shown = others or existing
         what = ", ".join(shown[:3]) + (f" and {len(shown) - 3} more" if len(shown) > 3 else "")
-        raise SynthError(f"{url_dir}: the directory already holds data ({what}); choose an empty directory"
-                         + (" (overwrite=True replaces only part-NNNNN.tfrecord files written by synth)" if overwrite
-                            else " or pass overwrite=True (tfyarn data synth --overwrite) to replace it"))
+        raise SynthError(
+            f"{url_dir}: the directory already holds data ({what}); choose an empty directory"
+            + (
+                " (overwrite=True replaces only part-NNNNN.tfrecord files written by synth)"
+                if overwrite
+                else " or pass overwrite=True (tfyarn data synth --overwrite) to replace it"
+            )
+        )
     doomed = [p for p in fs.ls(root, detail=False) if _OURS.fullmatch(p.rstrip("/").rsplit("/", 1)[-1])]
     fs.rm(doomed)
     log.info("overwrite: removed %d files under %s", len(doomed), url_dir)
@@ -95,9 +106,20 @@ def _int_feature(v: int) -> bytes:
     return _field(3, _field(1, _varint(v)))
 
 
-def write_synthetic(url_dir: str, kind: str = "recommender", *, files: int = 16, records: int = 100_000,
-                    skew: float = 10.0, seed: int = 0, compression: str = "none", users: int = 1000,
-                    items: int = 1000, dim: int = 8, overwrite: bool = False) -> list[str]:
+def write_synthetic(
+    url_dir: str,
+    kind: str = "recommender",
+    *,
+    files: int = 16,
+    records: int = 100_000,
+    skew: float = 10.0,
+    seed: int = 0,
+    compression: str = "none",
+    users: int = 1000,
+    items: int = 1000,
+    dim: int = 8,
+    overwrite: bool = False,
+) -> list[str]:
     """Write ``records`` Examples in ``files`` shards ``part-NNNNN.tfrecord[.gz]`` under ``url_dir``.
 
     kind: ``recommender`` (label float32 (), user_id int64 (), item_id int64 ()) or ``logreg`` (label float32 (),
@@ -133,17 +155,29 @@ def write_synthetic(url_dir: str, kind: str = "recommender", *, files: int = 16,
                 it = rng.integers(0, items, n)
                 label = ((U[u] * V[it]).sum(axis=1) + bu[u] + bi[it] > 0).astype("<f4")
                 raw = label.tobytes()
-                labs = [raw[4 * k:4 * k + 4] for k in range(n)]
+                labs = [raw[4 * k : 4 * k + 4] for k in range(n)]
                 for uu, ii, lab in zip(u.tolist(), it.tolist(), labs):
-                    wr.write(_field(1, entry(b"item_id", _int_feature(ii)) + entry(b"label", float_feature(lab))
-                                    + entry(b"user_id", _int_feature(uu))))
+                    wr.write(
+                        _field(
+                            1,
+                            entry(b"item_id", _int_feature(ii))
+                            + entry(b"label", float_feature(lab))
+                            + entry(b"user_id", _int_feature(uu)),
+                        )
+                    )
             else:
                 x = rng.normal(size=(n, 16)).astype("<f4")
                 label = ((x @ w + rng.normal(scale=0.5, size=n)) > 0).astype("<f4")
                 for k in range(n):
-                    wr.write(_field(1, entry(b"label", float_feature(label[k:k + 1].tobytes()))
-                                    + entry(b"x", float_feature(x[k].tobytes()))))
+                    wr.write(
+                        _field(
+                            1,
+                            entry(b"label", float_feature(label[k : k + 1].tobytes()))
+                            + entry(b"x", float_feature(x[k].tobytes())),
+                        )
+                    )
         urls.append(url)
-    log.info("wrote %d %s records in %d files under %s (sizes %d..%d)", records, kind, files, url_dir,
-             min(sizes), max(sizes))
+    log.info(
+        "wrote %d %s records in %d files under %s (sizes %d..%d)", records, kind, files, url_dir, min(sizes), max(sizes)
+    )
     return urls

@@ -170,9 +170,7 @@ def _orc_footer_stripe_rows(f: Any, size: int) -> list[int] | None:
                 n = _varint(chunk, 0)[0] if codec == 2 else _zstd_content_size(chunk)
                 if n is None:
                     return None
-                out += pa.Codec("snappy" if codec == 2 else "zstd").decompress(
-                    chunk, n, asbytes=True
-                )
+                out += pa.Codec("snappy" if codec == 2 else "zstd").decompress(chunk, n, asbytes=True)
             else:
                 return None
         raw = bytes(out)
@@ -212,16 +210,13 @@ def _orc_stripe_rows(of: Any, url: str, f: Any = None, size: int = 0) -> list[in
         if counts is not None and len(counts) == of.nstripes and sum(counts) == of.nrows:
             return counts
         log.info(
-            "%s: ORC stripe rows counted by reading each stripe's first column (codec not decoded "
-            "here)",
+            "%s: ORC stripe rows counted by reading each stripe's first column (codec not decoded here)",
             url,
         )
     first = of.schema[0].name
     counts = [int(of.read_stripe(i, columns=[first]).num_rows) for i in range(of.nstripes)]
     if sum(counts) != of.nrows:
-        raise DataError(
-            f"{url}: the ORC stripes hold {sum(counts)} rows, the footer says {of.nrows}", path=url
-        )
+        raise DataError(f"{url}: the ORC stripes hold {sum(counts)} rows, the footer says {of.nrows}", path=url)
     return counts
 
 
@@ -247,10 +242,7 @@ def _fits(arrow_type: Any, f: Any) -> bool:
         return False
     if f.dtype in ("string", "bytes"):
         return (
-            pa.types.is_string(t)
-            or pa.types.is_large_string(t)
-            or pa.types.is_binary(t)
-            or pa.types.is_large_binary(t)
+            pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t)
         )
     if _NUMERIC[f.dtype] == "floating":
         return pa.types.is_floating(t)
@@ -283,16 +275,11 @@ def check_columns(
     for f in fields:
         if f.name not in types:
             raise SchemaError(
-                f"{path}: no column {f.name!r} for feature {f.name!r} (columns: "
-                f"{', '.join(types) or 'none'})",
+                f"{path}: no column {f.name!r} for feature {f.name!r} (columns: {', '.join(types) or 'none'})",
                 path=path,
                 feature=f.name,
             )
-        t = (
-            arrow_schema.field(f.name).type
-            if arrow_schema is not None
-            else _parse_type(types[f.name])
-        )
+        t = arrow_schema.field(f.name).type if arrow_schema is not None else _parse_type(types[f.name])
         if t is None:
             continue
         if not _fits(t, f):
@@ -375,9 +362,7 @@ def read_rows(
             while g < len(starts) and bounds[g] < hi:
                 first = bounds[g]
                 if fmt == "parquet":
-                    reader = pf.iter_batches(
-                        batch_size=chunk, row_groups=[g], columns=columns, use_threads=THREADS
-                    )
+                    reader = pf.iter_batches(batch_size=chunk, row_groups=[g], columns=columns, use_threads=THREADS)
                 else:
                     stripe = pf.read_stripe(g, columns=columns)
                     reader = (stripe.slice(i, chunk) for i in range(0, stripe.num_rows, chunk))
@@ -424,9 +409,7 @@ def _values(arr: Any, f: Any) -> np.ndarray:
     if f.dtype == "string":
         return np.array(arr.to_pylist(), dtype=object)
     if f.dtype == "bytes":
-        return np.array(
-            [v if isinstance(v, bytes) else v.encode() for v in arr.to_pylist()], dtype=object
-        )
+        return np.array([v if isinstance(v, bytes) else v.encode() for v in arr.to_pylist()], dtype=object)
     return arr.to_numpy(zero_copy_only=False).astype(f.np_dtype, copy=False)
 
 
@@ -441,29 +424,19 @@ def to_columns(batch: Any, fields: tuple[Any, ...]) -> dict[str, Any]:
     n = batch.num_rows
     for f in fields:
         arr = _plain(batch.column(f.name))
-        listed = (
-            pa.types.is_list(arr.type)
-            or pa.types.is_large_list(arr.type)
-            or pa.types.is_fixed_size_list(arr.type)
-        )
+        listed = pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type) or pa.types.is_fixed_size_list(arr.type)
         if not listed:
             if arr.null_count:
                 if f.default is None:
-                    raise NullRows(
-                        f.name, np.flatnonzero(arr.is_null().to_numpy(zero_copy_only=False))
-                    )
+                    raise NullRows(f.name, np.flatnonzero(arr.is_null().to_numpy(zero_copy_only=False)))
                 arr = arr.fill_null(pa.scalar(f.default, arr.type))
             out[f.name] = _values(arr, f).reshape((n,) + f.shape)
             continue
-        lengths = (
-            pc.list_value_length(arr).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
-        )
+        lengths = pc.list_value_length(arr).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
         values = _plain(pc.list_flatten(arr))
         if values.null_count:
             row_of = np.repeat(np.arange(n), lengths)
-            raise NullRows(
-                f.name, np.unique(row_of[values.is_null().to_numpy(zero_copy_only=False)])
-            )
+            raise NullRows(f.name, np.unique(row_of[values.is_null().to_numpy(zero_copy_only=False)]))
         ragged = Ragged.from_lengths(_values(values, f), lengths)
         if f.varlen:
             out[f.name] = ragged.dense(f.pad_to, f.pad_value) if f.pad_to is not None else ragged

@@ -55,9 +55,7 @@ def make_run_class(base: type, _advance: Callable) -> type:
             G = f.group
             columns = [fl.name for fl in f.fields]
             parts: list[Any] = []
-            meta: list[
-                tuple[str, int, int, int]
-            ] = []  # (path, row group, first row, rows) per part
+            meta: list[tuple[str, int, int, int]] = []  # (path, row group, first row, rows) per part
             state = {"emitted": 0, "held": 0}
 
             def remaining() -> int:
@@ -120,9 +118,7 @@ def make_run_class(base: type, _advance: Callable) -> type:
                     continue  # rows were skipped: read the share again for more
                 park()
 
-        def _salvage(
-            self, parse: Callable, batches: list[Any], meta: list, msg: str
-        ) -> dict[str, Any]:
+        def _salvage(self, parse: Callable, batches: list[Any], meta: list, msg: str) -> dict[str, Any]:
             """A group has nulls: fail naming file, row group, row and column, or drop those rows
             (skip)."""
             f = self.f
@@ -152,9 +148,7 @@ def make_run_class(base: type, _advance: Callable) -> type:
                         for r in orig[exc.rows].tolist():
                             bad.append(
                                 DataError(
-                                    f"{path}: row group {g}, row {first + r}: column "
-                                    f"{exc.column!r} "
-                                    f"is null",
+                                    f"{path}: row group {g}, row {first + r}: column {exc.column!r} is null",
                                     path=path,
                                     record=first + r,
                                     feature=exc.column,

@@ -16,6 +16,7 @@ Two ways to read the share:
 The runtime binds the job's data and this task's rank (:func:`bind`) before the program starts; TF is imported only
 when a dataset is made.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -27,9 +28,9 @@ from tfyarn.data.errors import NoDataError
 
 @dataclass
 class _Binding:
-    data: Any                          # the spec's Data section (resolved URLs)
-    rank: int                          # this task's share (-1: none)
-    num_workers: int                   # shares of each epoch
+    data: Any  # the spec's Data section (resolved URLs)
+    rank: int  # this task's share (-1: none)
+    num_workers: int  # shares of each epoch
     cache_dir: str | None
     manifest: Any = None
 
@@ -46,8 +47,10 @@ def bind(data: Any, rank: int, num_workers: int, cache_dir: str | None = None) -
 
 def _bound() -> _Binding:
     if _BOUND is None:
-        raise RuntimeError("tfyarn.data.train_dataset()/steps_per_epoch() work inside a task of a tfyarn job with "
-                           "'entrypoint:' (the runtime tells them the job's data and this worker's share)")
+        raise RuntimeError(
+            "tfyarn.data.train_dataset()/steps_per_epoch() work inside a task of a tfyarn job with "
+            "'entrypoint:' (the runtime tells them the job's data and this worker's share)"
+        )
     if not _BOUND.data.train:
         raise NoDataError("this job's spec has no data.train: add a data: section to use tfyarn's data share")
     return _BOUND
@@ -57,14 +60,17 @@ def _manifest(b: _Binding) -> Any:
     """The manifest of ``data.train`` (indexes cached, so a second task or run reads no data to build it)."""
     if b.manifest is None:
         from tfyarn.data.manifest import build_manifest
+
         d = b.data
-        b.manifest = build_manifest(list(d.train), compression=d.compression, on_corrupt=d.on_corrupt,
-                                    cache_dir=b.cache_dir, whole=True)
+        b.manifest = build_manifest(
+            list(d.train), compression=d.compression, on_corrupt=d.on_corrupt, cache_dir=b.cache_dir, whole=True
+        )
     return b.manifest
 
 
 def _plan(b: _Binding, epoch: int) -> Any:
     from tfyarn.data.planner import plan
+
     return plan(_manifest(b), b.num_workers, epoch, b.data.shuffle_seed, b.data.batch_size)
 
 
@@ -97,24 +103,29 @@ def train_dataset(epoch: int | None = None, worker: int | None = None) -> Any:
         ds = _tf_pipeline(b, plan_steps, int(worker))
     else:
         if b.rank < 0:
-            raise RuntimeError("this task has no share of data.train (in mode ps the shares are the workers': build "
-                               "the dataset in a ParameterServerStrategy dataset_fn with "
-                               "worker=input_context.input_pipeline_id)")
+            raise RuntimeError(
+                "this task has no share of data.train (in mode ps the shares are the workers': build "
+                "the dataset in a ParameterServerStrategy dataset_fn with "
+                "worker=input_context.input_pipeline_id)"
+            )
         ds = _feeder_pipeline(b, plan_steps)
     import tensorflow as tf
-    opts = tf.data.Options()       # already this worker's share: a strategy must not shard it again
+
+    opts = tf.data.Options()  # already this worker's share: a strategy must not shard it again
     opts.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
     return ds.apply(tf.data.experimental.assert_cardinality(sum(n for _, n in plan_steps))).with_options(opts)
 
 
 def _signature(b: _Binding) -> dict[str, Any]:
     import tensorflow as tf
+
     d = b.data
     return {n: tf.TensorSpec((d.batch_size, *f.shape), _tf_dtype(f.dtype), name=n) for n, f in d.features.items()}
 
 
 def _tf_dtype(name: str) -> Any:
     import tensorflow as tf
+
     return tf.string if name == "bytes" else tf.as_dtype(name)
 
 
@@ -124,6 +135,7 @@ def _split(label: str | None) -> Callable[[dict[str, Any]], Any]:
             return batch
         feats = {k: v for k, v in batch.items() if k != label}
         return feats, batch[label]
+
     return split
 
 
@@ -131,11 +143,21 @@ def _feeder_pipeline(b: _Binding, plan_steps: list[tuple[int, int]]) -> Any:
     import tensorflow as tf
 
     from tfyarn.data.feeder import Feeder
+
     d = b.data
 
     def batches() -> Any:
-        feeder = Feeder(_manifest(b), dict(d.features), d.batch_size, b.rank, b.num_workers, seed=d.shuffle_seed,
-                        shuffle_buffer=d.shuffle_buffer, prefetch=d.prefetch, on_corrupt=d.on_corrupt)
+        feeder = Feeder(
+            _manifest(b),
+            dict(d.features),
+            d.batch_size,
+            b.rank,
+            b.num_workers,
+            seed=d.shuffle_seed,
+            shuffle_buffer=d.shuffle_buffer,
+            prefetch=d.prefetch,
+            on_corrupt=d.on_corrupt,
+        )
         with feeder:
             for e, n in plan_steps:
                 for i, batch in enumerate(feeder.epoch(e)):
@@ -150,11 +172,16 @@ def _feeder_pipeline(b: _Binding, plan_steps: list[tuple[int, int]]) -> Any:
 def _tf_pipeline(b: _Binding, plan_steps: list[tuple[int, int]], worker: int) -> Any:
     """TFRecord record ranges of ``worker``'s share, batched and parsed by TF ops only."""
     import tensorflow as tf
+
     d = b.data
     if not 0 <= worker < b.num_workers:
         raise ValueError(f"worker={worker}: the job has {b.num_workers} training workers")
-    spec = {n: tf.io.FixedLenFeature(f.shape, tf.int64 if "int" in f.dtype else
-                                     tf.float32 if "float" in f.dtype else tf.string) for n, f in d.features.items()}
+    spec = {
+        n: tf.io.FixedLenFeature(
+            f.shape, tf.int64 if "int" in f.dtype else tf.float32 if "float" in f.dtype else tf.string
+        )
+        for n, f in d.features.items()
+    }
     dtypes = {n: _tf_dtype(f.dtype) for n, f in d.features.items()}
 
     def parse(serialized: Any) -> Any:

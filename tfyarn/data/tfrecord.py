@@ -6,6 +6,7 @@ the reader reads large blocks (HDFS round trips are expensive) and checks every 
 :mod:`native`, else numpy and google-crc32c). A failed check names the file, the byte offset of the record (in the
 decompressed stream for GZIP files) and its record index, so a user can find it with ``dd``/``xxd``.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -28,8 +29,8 @@ _crc_value = _crc32c.value
 _U64 = struct.Struct("<Q")
 _U32 = struct.Struct("<I")
 _MASK_DELTA = 0xA282EAD8
-HEADER = 12   # u64 length + u32 crc
-FOOTER = 4    # u32 crc
+HEADER = 12  # u64 length + u32 crc
+FOOTER = 4  # u32 crc
 DEFAULT_BLOCK = 8 << 20
 
 
@@ -47,7 +48,7 @@ def _mask_np(crc: np.ndarray) -> np.ndarray:
 def _crc_table() -> np.ndarray:
     table = np.arange(256, dtype=np.uint32)
     for _ in range(8):
-        table = np.where(table & 1, (table >> 1) ^ np.uint32(0x82F63B78), table >> 1)   # CRC32C, reflected
+        table = np.where(table & 1, (table >> 1) ^ np.uint32(0x82F63B78), table >> 1)  # CRC32C, reflected
     return table
 
 
@@ -90,17 +91,28 @@ def detect_gzip(path: str, compression: str, head: bytes) -> bool:
     """
     gz = is_gzip(path, compression, head)
     if not head:
-        return gz                                   # empty: nothing to decompress, nothing to contradict
+        return gz  # empty: nothing to decompress, nothing to contradict
     magic = head[:2] == GZIP_MAGIC
     if gz and not magic:
-        why = ("data.compression is gzip" if compression == "gzip" else
-               "its name ends in .gz (data.compression: auto); set data.compression: none to read it uncompressed")
-        raise DataError(f"{path}: not gzip-compressed (it does not start with the gzip magic bytes 1f 8b) although "
-                        f"{why}", path=path, offset=0, record=0)
+        why = (
+            "data.compression is gzip"
+            if compression == "gzip"
+            else "its name ends in .gz (data.compression: auto); set data.compression: none to read it uncompressed"
+        )
+        raise DataError(
+            f"{path}: not gzip-compressed (it does not start with the gzip magic bytes 1f 8b) although {why}",
+            path=path,
+            offset=0,
+            record=0,
+        )
     if not gz and magic and not (len(head) >= HEADER and header_ok(head, 0)):
-        raise DataError(f"{path}: looks gzip-compressed (it starts with the gzip magic bytes 1f 8b) but "
-                        f"data.compression is {compression}: set data.compression: gzip", path=path, offset=0,
-                        record=0)
+        raise DataError(
+            f"{path}: looks gzip-compressed (it starts with the gzip magic bytes 1f 8b) but "
+            f"data.compression is {compression}: set data.compression: gzip",
+            path=path,
+            offset=0,
+            record=0,
+        )
     return gz
 
 
@@ -112,7 +124,7 @@ class _Gunzip(gzip.GzipFile):
         super().__init__(fileobj=fileobj, mode="rb")
         self._path = path
         if own:
-            self.myfileobj = fileobj     # closed with this stream (GzipFile leaves a passed-in file open)
+            self.myfileobj = fileobj  # closed with this stream (GzipFile leaves a passed-in file open)
 
     def _failed(self, exc: Exception) -> DataError:
         return DataError(f"{self._path}: cannot decompress (gzip): {type(exc).__name__}: {exc}", path=self._path)
@@ -132,7 +144,7 @@ class _Gunzip(gzip.GzipFile):
 
 def open_records(path: str, gz: bool) -> IO[bytes]:
     """A binary stream of TFRecord bytes (decompressed when ``gz``). The caller closes it."""
-    f = open_read(path)          # HDFS: a DataNode fault reopens the file at the same offset (tfyarn.fsretry)
+    f = open_read(path)  # HDFS: a DataNode fault reopens the file at the same offset (tfyarn.fsretry)
     return _Gunzip(f, path, own=True) if gz else f  # type: ignore[return-value]
 
 
@@ -164,11 +176,13 @@ def first_record(f: IO[bytes], path: str, compression: str = "auto", limit: int 
 
 # ------------------------------------------------------------------------------------------------------------ framing
 
+
 @dataclass
 class Framed:
     """Records framed in one block: ``offsets[i]`` is the byte position of record i's header inside ``buf``."""
+
     offsets: np.ndarray  # int64
-    end: int          # position in buf just after the last complete record
+    end: int  # position in buf just after the last complete record
 
     def lengths(self) -> np.ndarray:
         """Payload lengths, in bulk (cheaper than collecting them in the loop): each record ends where the next
@@ -205,7 +219,7 @@ def scan(buf: bytes, pos: int, limit: int) -> Framed:
 
 def header_ok(buf: bytes, pos: int) -> bool:
     """Length-CRC check of the one header a scan stopped at (is it really a long record, or garbage?)."""
-    return masked_crc(buf[pos:pos + 8]) == _U32.unpack_from(buf, pos + 8)[0]
+    return masked_crc(buf[pos : pos + 8]) == _U32.unpack_from(buf, pos + 8)[0]
 
 
 def check_headers(arr: np.ndarray, offsets: np.ndarray) -> int:
@@ -222,8 +236,9 @@ def check_headers(arr: np.ndarray, offsets: np.ndarray) -> int:
     return int(bad[0]) if len(bad) else -1
 
 
-def payloads_and_check(buf: bytes, arr: np.ndarray, offsets: np.ndarray, lengths: np.ndarray,
-                       check: bool = True) -> tuple[list[bytes], np.ndarray]:
+def payloads_and_check(
+    buf: bytes, arr: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, check: bool = True
+) -> tuple[list[bytes], np.ndarray]:
     """The record payloads (bytes) and the indexes of those whose data CRC is wrong (empty when all are good).
 
     C when built (one pass: slice + CRC per record), else slices and google-crc32c mapped over them."""
@@ -244,12 +259,14 @@ def payloads_and_check(buf: bytes, arr: np.ndarray, offsets: np.ndarray, lengths
 
 # ------------------------------------------------------------------------------------------------------------ reading
 
+
 @dataclass
 class Chunk:
     """Consecutive good records of one file: ``payloads[i]`` is record ``first + i`` unless listed in ``skipped``."""
+
     payloads: list[bytes]
     first: int
-    offsets: np.ndarray          # byte offset of each record in the (decompressed) file
+    offsets: np.ndarray  # byte offset of each record in the (decompressed) file
     skipped: list[DataError] = field(default_factory=list)
 
 
@@ -257,9 +274,20 @@ def _describe(path: str, offset: int, record: int) -> str:
     return f"{path}: record {record} at byte offset {offset}"
 
 
-def iter_chunks(path: str, start: int, stop: int, *, offset: int = 0, first_record: int = 0, gz: bool = False,
-                check_crc: bool = True, on_corrupt: str = "fail", block_bytes: int = DEFAULT_BLOCK,
-                max_records: int = 1 << 16, holes: Mapping[int, int] | None = None) -> Iterator[Chunk]:
+def iter_chunks(
+    path: str,
+    start: int,
+    stop: int,
+    *,
+    offset: int = 0,
+    first_record: int = 0,
+    gz: bool = False,
+    check_crc: bool = True,
+    on_corrupt: str = "fail",
+    block_bytes: int = DEFAULT_BLOCK,
+    max_records: int = 1 << 16,
+    holes: Mapping[int, int] | None = None,
+) -> Iterator[Chunk]:
     """Yield records ``[start, stop)`` of one TFRecord file in chunks of at most ``max_records``.
 
     ``offset``/``first_record`` is a known record boundary at or before ``start`` (the manifest's sparse index);
@@ -276,8 +304,8 @@ def iter_chunks(path: str, start: int, stop: int, *, offset: int = 0, first_reco
         if offset:
             f.seek(offset)
         buf = b""
-        base = offset           # file offset of buf[0]
-        rec = first_record      # record index of the record at buf[pos]
+        base = offset  # file offset of buf[0]
+        rec = first_record  # record index of the record at buf[pos]
         pos = 0
         eof = False
         while rec < stop:
@@ -290,9 +318,13 @@ def iter_chunks(path: str, start: int, stop: int, *, offset: int = 0, first_reco
                     buf = buf[pos:] + block if pos < len(buf) else block
                     pos = 0
             if eof and pos >= len(buf):
-                raise DataError(f"{_describe(path, base + pos, rec)}: file ends after {rec} records but the manifest "
-                                f"says it has at least {stop} (file changed since it was indexed? rebuild the index)",
-                                path=path, offset=base + pos, record=rec)
+                raise DataError(
+                    f"{_describe(path, base + pos, rec)}: file ends after {rec} records but the manifest "
+                    f"says it has at least {stop} (file changed since it was indexed? rebuild the index)",
+                    path=path,
+                    offset=base + pos,
+                    record=rec,
+                )
             arr = np.frombuffer(buf, dtype=np.uint8)
             progressed = False
             jump = None
@@ -317,12 +349,12 @@ def iter_chunks(path: str, start: int, stop: int, *, offset: int = 0, first_reco
                     at = base + int(fr.offsets[bad_h])
                     if at not in holes:
                         _raise_bad_header(path, at, rec + bad_h)
-                    jump = holes[at]                     # known damage: keep the records before it, then jump
+                    jump = holes[at]  # known damage: keep the records before it, then jump
                     n, offs, end = bad_h, offs[:bad_h], int(fr.offsets[bad_h])
                     fr = Framed(fr.offsets[:bad_h], end)
-                if n and rec < start:    # framing only: records before the range
+                if n and rec < start:  # framing only: records before the range
                     take = min(n, start - rec)
-                    if take < n:         # (only when a jump cut a scan that was meant to stop at start)
+                    if take < n:  # (only when a jump cut a scan that was meant to stop at start)
                         end = int(fr.offsets[take])
                     rec += take
                     pos = end
@@ -332,8 +364,12 @@ def iter_chunks(path: str, start: int, stop: int, *, offset: int = 0, first_reco
                     skipped: list[DataError] = []
                     for i in bad.tolist():
                         at = base + int(fr.offsets[i])
-                        err = DataError(f"{_describe(path, at, rec + i)}: corrupted data (data CRC mismatch)",
-                                        path=path, offset=at, record=rec + i)
+                        err = DataError(
+                            f"{_describe(path, at, rec + i)}: corrupted data (data CRC mismatch)",
+                            path=path,
+                            offset=at,
+                            record=rec + i,
+                        )
                         if on_corrupt != "skip":
                             raise err
                         skipped.append(err)
@@ -366,15 +402,15 @@ def find_resync(buf: bytes, start: int, window: int = 1 << 20) -> int | None:
     lo = start
     while lo + HEADER + FOOTER <= len(buf):
         hi = min(len(buf) - (HEADER + FOOTER) + 1, lo + window)
-        span = arr[lo:hi + 11]
-        rows = np.lib.stride_tricks.sliding_window_view(span, 8)[:hi - lo]
-        stored = np.lib.stride_tricks.sliding_window_view(span[8:], 4)[:hi - lo].astype(np.uint32)
+        span = arr[lo : hi + 11]
+        rows = np.lib.stride_tricks.sliding_window_view(span, 8)[: hi - lo]
+        stored = np.lib.stride_tricks.sliding_window_view(span[8:], 4)[: hi - lo].astype(np.uint32)
         stored = stored[:, 0] | stored[:, 1] << 8 | stored[:, 2] << 16 | stored[:, 3] << 24
         for c in np.flatnonzero(_mask_np(crc32c_rows(rows)) == stored).tolist():
             p = lo + c
             (length,) = _U64.unpack_from(buf, p)
             e = p + HEADER + length
-            if e + FOOTER <= len(buf) and masked_crc(buf[p + HEADER:e]) == _U32.unpack_from(buf, e)[0]:
+            if e + FOOTER <= len(buf) and masked_crc(buf[p + HEADER : e]) == _U32.unpack_from(buf, e)[0]:
                 return p
         lo = hi
     return None
@@ -382,24 +418,38 @@ def find_resync(buf: bytes, start: int, window: int = 1 << 20) -> int | None:
 
 def _raise_bad_header(path: str, offset: int, rec: int) -> None:
     if offset == 0 and rec == 0:
-        raise DataError(f"{path}: not a TFRecord file (the first record header, at byte offset 0, fails its length "
-                        f"CRC check)", path=path, offset=0, record=0)
-    raise DataError(f"{_describe(path, offset, rec)}: corrupted record header (length CRC mismatch)",
-                    path=path, offset=offset, record=rec)
+        raise DataError(
+            f"{path}: not a TFRecord file (the first record header, at byte offset 0, fails its length CRC check)",
+            path=path,
+            offset=0,
+            record=0,
+        )
+    raise DataError(
+        f"{_describe(path, offset, rec)}: corrupted record header (length CRC mismatch)",
+        path=path,
+        offset=offset,
+        record=rec,
+    )
 
 
 def _raise_incomplete(path: str, buf: bytes, pos: int, base: int, rec: int) -> None:
     left = len(buf) - pos
     if rec == 0 and base + pos == 0 and left < HEADER:
-        raise DataError(f"{path}: not a TFRecord file ({left} bytes, shorter than one record header)",
-                        path=path, offset=0, record=0)
+        raise DataError(
+            f"{path}: not a TFRecord file ({left} bytes, shorter than one record header)", path=path, offset=0, record=0
+        )
     if left >= HEADER and not header_ok(buf, pos):
         _raise_bad_header(path, base + pos, rec)
-    raise DataError(f"{_describe(path, base + pos, rec)}: truncated file ({left} trailing bytes are not a complete "
-                    f"record)", path=path, offset=base + pos, record=rec)
+    raise DataError(
+        f"{_describe(path, base + pos, rec)}: truncated file ({left} trailing bytes are not a complete record)",
+        path=path,
+        offset=base + pos,
+        record=rec,
+    )
 
 
 # ------------------------------------------------------------------------------------------------------------ writing
+
 
 def encode_record(data: bytes) -> bytes:
     header = _U64.pack(len(data))

@@ -4,6 +4,7 @@ brings to ``model:`` — Embedding + Dense + a custom layer, compiled with a los
 Same data schema as :mod:`tfyarn.models.recommender` (``label``, ``user_id``, ``item_id``). ``kind`` picks the
 Keras style: ``functional`` (inputs named after the features), ``subclassed`` (takes the feature dict).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -12,8 +13,10 @@ from typing import Any
 def _keras(flavour: str) -> Any:
     if flavour == "tf_keras":
         import tf_keras
+
         return tf_keras
     import keras
+
     return keras
 
 
@@ -22,8 +25,16 @@ def _optimizer(keras: Any, name: str, lr: float) -> Any:
     return getattr(keras.optimizers, name)(learning_rate=lr, **extra)
 
 
-def model(num_users: int = 1000, num_items: int = 1000, dim: int = 16, hidden: int = 16, learning_rate: float = 0.01,
-          optimizer: str = "Adam", kind: str = "functional", keras: str = "keras") -> Any:
+def model(
+    num_users: int = 1000,
+    num_items: int = 1000,
+    dim: int = 16,
+    hidden: int = 16,
+    learning_rate: float = 0.01,
+    optimizer: str = "Adam",
+    kind: str = "functional",
+    keras: str = "keras",
+) -> Any:
     """``model: tfyarn.models.keras_recommender:model``; params as the signature (``optimizer``: a Keras optimizer
     class name; ``keras``: ``keras`` or ``tf_keras``)."""
     K = _keras(keras)
@@ -49,18 +60,22 @@ def model(num_users: int = 1000, num_items: int = 1000, dim: int = 16, hidden: i
         x = K.layers.Concatenate()([user_emb(users(u)), item_emb(items(i))])
         net = K.Model({"user_id": u, "item_id": i}, head(mlp(x)), name="keras_recommender")
     elif kind == "subclassed":
+
         class Recommender(K.Model):  # type: ignore[name-defined]
             def __init__(self, **kw: Any):
                 super().__init__(**kw)
-                self.parts = [users, items, user_emb, item_emb, mlp, head]      # tracked: their weights are ours
+                self.parts = [users, items, user_emb, item_emb, mlp, head]  # tracked: their weights are ours
 
             def call(self, features: Any, training: bool = False) -> Any:
-                x = K.layers.concatenate([user_emb(users(features["user_id"])),
-                                          item_emb(items(features["item_id"]))])
+                x = K.layers.concatenate([user_emb(users(features["user_id"])), item_emb(items(features["item_id"]))])
                 return head(mlp(x))
+
         net = Recommender(name="keras_recommender")
     else:
         raise ValueError(f"kind: {kind!r} is not 'functional' or 'subclassed'")
-    net.compile(optimizer=_optimizer(K, optimizer, learning_rate),
-                loss=K.losses.BinaryCrossentropy(from_logits=True), metrics=["accuracy"])
+    net.compile(
+        optimizer=_optimizer(K, optimizer, learning_rate),
+        loss=K.losses.BinaryCrossentropy(from_logits=True),
+        metrics=["accuracy"],
+    )
     return net

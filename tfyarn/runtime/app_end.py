@@ -9,6 +9,7 @@ in-app supervisor (:data:`SUPERVISOR_KEY` fresh: it writes the run report first)
 task. A job with a failure record or a task that never reports done ends as skein decides, from the containers'
 exits.
 """
+
 from __future__ import annotations
 
 import json
@@ -17,8 +18,14 @@ import time
 from typing import Any, Callable, Iterable
 
 from tfyarn.contracts import job_end
-from tfyarn.contracts.kv_keys import (ALL_DONE_KEY, FAILURE_PREFIX, FOLLOWER_KEY, PHASE_PREFIX,
-                                      SLOT_DONE_PREFIX, SUPERVISOR_KEY)
+from tfyarn.contracts.kv_keys import (
+    ALL_DONE_KEY,
+    FAILURE_PREFIX,
+    FOLLOWER_KEY,
+    PHASE_PREFIX,
+    SLOT_DONE_PREFIX,
+    SUPERVISOR_KEY,
+)
 from tfyarn.runtime.kv import KV, KVUnavailable
 
 log = logging.getLogger(__name__)
@@ -57,9 +64,15 @@ def follower_alive(kv: KV, now: float, key: str = FOLLOWER_KEY) -> bool:
         return False
 
 
-def finish_if_last(kv: KV, tasks: list[str], task: str, shutdown: Callable[[], Any],
-                   grace_s: float = FOLLOWER_GRACE_S, poll_s: float = 0.1,
-                   supervisor_grace_s: float = SUPERVISOR_GRACE_S) -> bool:
+def finish_if_last(
+    kv: KV,
+    tasks: list[str],
+    task: str,
+    shutdown: Callable[[], Any],
+    grace_s: float = FOLLOWER_GRACE_S,
+    poll_s: float = 0.1,
+    supervisor_grace_s: float = SUPERVISOR_GRACE_S,
+) -> bool:
     """Called by each task after its ``slot-done``: when every task is done, end the application now (see the
     module docstring). Returns True when this task found the job done. Never raises (the task has succeeded)."""
     try:
@@ -68,21 +81,18 @@ def finish_if_last(kv: KV, tasks: list[str], task: str, shutdown: Callable[[], A
         now = time.time()
         kv.put(ALL_DONE_KEY, json.dumps({"time": round(now, 3), "by": task}))
         by = f"{job_end.TASK}:{task}"
-        other = job_end.leave_to(by, follower_alive(kv, now, SUPERVISOR_KEY),
-                                 follower_alive(kv, now))
+        other = job_end.leave_to(by, follower_alive(kv, now, SUPERVISOR_KEY), follower_alive(kv, now))
         if other is not None:
             wait_s = supervisor_grace_s if other == job_end.SUPERVISOR else grace_s
             deadline = time.monotonic() + wait_s
-            while time.monotonic() < deadline:      # the supervisor/follower shuts it down: the AM stops answering
+            while time.monotonic() < deadline:  # the supervisor/follower shuts it down: the AM stops answering
                 time.sleep(poll_s)
                 kv.get(ALL_DONE_KEY)
-            log.info("%s: the %s did not end the application within %gs; ending it",
-                     task, other, wait_s)
+            log.info("%s: the %s did not end the application within %gs; ending it", task, other, wait_s)
         log.info("%s: every task is done: shutting the application down", task)
-        job_end.end_job(kv, job_end.decide(by, done=True), lambda _status, _diag: shutdown(),
-                        DONE_DIAGNOSTICS)
+        job_end.end_job(kv, job_end.decide(by, done=True), lambda _status, _diag: shutdown(), DONE_DIAGNOSTICS)
     except KVUnavailable:
-        return True                                  # the application master has gone: it ended
+        return True  # the application master has gone: it ended
     except Exception as exc:  # noqa: BLE001 - skein ends the app anyway once the containers exit
         log.warning("%s: could not end the application early (%s); YARN ends it as the containers exit", task, exc)
     return True
@@ -90,7 +100,10 @@ def finish_if_last(kv: KV, tasks: list[str], task: str, shutdown: Callable[[], A
 
 def finish_yarn_task(kv: KV, spec: Any, task: str) -> bool:
     """:func:`finish_if_last` with this container's skein application client."""
+
     def shutdown() -> None:
         from tfyarn._skein import skein
+
         skein().ApplicationClient.from_current().shutdown("SUCCEEDED", DONE_DIAGNOSTICS)
+
     return finish_if_last(kv, spec.tasks(), task, shutdown)

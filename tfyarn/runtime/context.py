@@ -3,6 +3,7 @@
 Built by :mod:`tfyarn.runtime.main` after rendezvous; handed to :func:`tfyarn.train.run_task` (and to a user's
 custom ``train(ctx)``). Deliberately plain data plus the KV handle: no TensorFlow import here.
 """
+
 from __future__ import annotations
 
 import json
@@ -11,9 +12,20 @@ from pathlib import Path
 from typing import Any
 
 # The KV key layout is tfyarn.contracts.kv_keys; re-exported here for the task code that reads it from its context.
-from tfyarn.contracts.kv_keys import (ABORT_KEY, DONE_KEY, EVAL_KEY, FAILURE_PREFIX, PROGRESS_PREFIX,  # noqa: F401
-                                      STEPS_ALIGNED_KEY, SUMMARY_KEY, TENSORBOARD_URL_KEY, TOTAL_STEPS_KEY, addr_key,
-                                      failure_key, progress_key)
+from tfyarn.contracts.kv_keys import (  # noqa: F401 - re-exports
+    ABORT_KEY,
+    DONE_KEY,
+    EVAL_KEY,
+    FAILURE_PREFIX,
+    PROGRESS_PREFIX,
+    STEPS_ALIGNED_KEY,
+    SUMMARY_KEY,
+    TENSORBOARD_URL_KEY,
+    TOTAL_STEPS_KEY,
+    addr_key,
+    failure_key,
+    progress_key,
+)
 from tfyarn.runtime.kv import KV
 from tfyarn.spec import JobSpec
 
@@ -21,12 +33,12 @@ from tfyarn.spec import JobSpec
 @dataclass(frozen=True)
 class TaskContext:
     spec: JobSpec
-    role: str                       # chief | worker | ps | evaluator | tensorboard
+    role: str  # chief | worker | ps | evaluator | tensorboard
     index: int
     kv: KV
     cluster: dict[str, list[str]] = field(default_factory=dict)  # TF cluster spec: role → ['host:port', ...]
     host: str = "127.0.0.1"
-    port: int | None = None         # the port reserved for this task's TF server (cluster roles only)
+    port: int | None = None  # the port reserved for this task's TF server (cluster roles only)
     workdir: Path = Path(".")
     app_id: str = "local"
     attempt: int = 0

@@ -14,6 +14,7 @@ tfyarn job has: rendezvous, restarts and attempts, logs, status, exit codes, the
 
 ps tasks run tfyarn's own parameter server (:func:`tfyarn.train.ps.serve`), which exits on ``control/done``.
 """
+
 from __future__ import annotations
 
 import json
@@ -31,12 +32,13 @@ from tfyarn.runtime.context import DONE_KEY, TaskContext, progress_key
 
 log = logging.getLogger("tfyarn.entrypoint")
 
-_REPORTER: Any = None        # this task's ProgressReporter, once the program runs
+_REPORTER: Any = None  # this task's ProgressReporter, once the program runs
 _HEARTBEAT: _LogHeartbeat | None = None
 
 
-def report_progress(step: int, loss: float | None = None, examples: int = 0, epoch: int = 0,
-                    global_step: int | None = None) -> None:
+def report_progress(
+    step: int, loss: float | None = None, examples: int = 0, epoch: int = 0, global_step: int | None = None
+) -> None:
     """What ``tfyarn.progress`` does inside a task (outside one it is a no-op): the first call stops the log
     heartbeat, every call publishes like tfyarn's own loops (a NaN loss fails the task when fail_on_nan_loss)."""
     if _REPORTER is None:
@@ -110,8 +112,10 @@ class _LogHeartbeat(threading.Thread):
             if now != last:
                 last, self.beats = now, self.beats + 1
                 try:
-                    self.ctx.kv.put(progress_key(self.ctx.task_id), json.dumps(
-                        {"step": self.beats, "heartbeat": "log", "time": time.time()}))
+                    self.ctx.kv.put(
+                        progress_key(self.ctx.task_id),
+                        json.dumps({"step": self.beats, "heartbeat": "log", "time": time.time()}),
+                    )
                 except Exception as exc:  # noqa: BLE001 - progress is advisory
                     log.debug("heartbeat not published: %s", exc)
 
@@ -123,10 +127,11 @@ class _LogHeartbeat(threading.Thread):
 
 def _end_when_done(ctx: TaskContext, finish: Callable[[], None] | None, poll: float = 0.5) -> None:
     """A worker's program still running after ``control/done`` (a PSS worker serving) is ended: exit 0."""
+
     def watch() -> None:
         while ctx.kv.get(DONE_KEY) is None:
             time.sleep(poll)
-        time.sleep(2 * poll)             # a program ending by itself right now does so
+        time.sleep(2 * poll)  # a program ending by itself right now does so
         log.info("%s: training is done (%s); ending this worker's program, still running", ctx.task_id, DONE_KEY)
         try:
             if finish is not None:
@@ -134,6 +139,7 @@ def _end_when_done(ctx: TaskContext, finish: Callable[[], None] | None, poll: fl
         finally:
             logging.shutdown()
             os._exit(0)
+
     threading.Thread(target=watch, name="tfyarn-end-when-done", daemon=True).start()
 
 
@@ -151,6 +157,7 @@ def _program(ctx: TaskContext) -> tuple[str, Callable[[], Any]]:
         sys.argv = [str(path), *args]
         return str(path), lambda: runpy.run_path(str(path), run_name="__main__")
     from tfyarn.train.model import resolve_ref
+
     fn = resolve_ref(target, code_dir)
     sys.argv = [target, *args]
     return target, fn
@@ -166,7 +173,7 @@ def run(ctx: TaskContext, finish: Callable[[], None] | None = None) -> dict[str,
 
     spec = ctx.spec
     cache = index_cache(spec) if spec.has_data else None
-    if spec.mode == "ps":      # ParameterServerStrategy: the workers read (a dataset_fn per worker), the chief drives
+    if spec.mode == "ps":  # ParameterServerStrategy: the workers read (a dataset_fn per worker), the chief drives
         bind(spec.data, ctx.index if ctx.role == "worker" else -1, max(1, spec.instances("worker")), cache)
     else:
         bind(spec.data, ctx.data_rank, ctx.num_data_workers, cache)
@@ -176,8 +183,9 @@ def run(ctx: TaskContext, finish: Callable[[], None] | None = None) -> dict[str,
     if not ctx.is_chief:
         _end_when_done(ctx, finish)
     what, program = _program(ctx)
-    log.info("%s: running %s %s (TF_CONFIG set: %s)", ctx.task_id, what, " ".join(sys.argv[1:]),
-             "TF_CONFIG" in os.environ)
+    log.info(
+        "%s: running %s %s (TF_CONFIG set: %s)", ctx.task_id, what, " ".join(sys.argv[1:]), "TF_CONFIG" in os.environ
+    )
     t0 = time.monotonic()
     try:
         program()
@@ -187,13 +195,27 @@ def run(ctx: TaskContext, finish: Callable[[], None] | None = None) -> dict[str,
     finally:
         _HEARTBEAT.stop()
     mine = _REPORTER.final()
-    log.info("%s: %s returned after %.1fs (%d steps reported)", ctx.task_id, what, time.monotonic() - t0,
-             mine.get("steps") or 0)
+    log.info(
+        "%s: %s returned after %.1fs (%d steps reported)",
+        ctx.task_id,
+        what,
+        time.monotonic() - t0,
+        mine.get("steps") or 0,
+    )
     if ctx.is_chief:
-        summary = run_summary(ctx, global_step=_REPORTER.global_step, total_steps=None, steps_per_worker=None,
-                              examples_per_sec=mine["examples_per_sec"], first_loss=mine["first_loss"],
-                              last_loss=mine["last_loss"], train_s=mine["elapsed_s"], custom=True,
-                              entrypoint=spec.entrypoint, elapsed_s=round(time.monotonic() - t0, 3))
+        summary = run_summary(
+            ctx,
+            global_step=_REPORTER.global_step,
+            total_steps=None,
+            steps_per_worker=None,
+            examples_per_sec=mine["examples_per_sec"],
+            first_loss=mine["first_loss"],
+            last_loss=mine["last_loss"],
+            train_s=mine["elapsed_s"],
+            custom=True,
+            entrypoint=spec.entrypoint,
+            elapsed_s=round(time.monotonic() - t0, 3),
+        )
         write_summary(ctx, summary)
         ctx.kv.put(DONE_KEY, "1")
     return mine

@@ -8,6 +8,7 @@ shutdown whose diagnosis names every task that ended badly, the first to die fir
 SIGKILL)``), so the ResourceManager's report says it. Never raises and is bounded (:data:`REPORT_TIMEOUT_S`): the
 container's exit code stays the task's.
 """
+
 from __future__ import annotations
 
 import json
@@ -49,8 +50,13 @@ def exit_codes_in(diagnostics: str) -> dict[str, int]:
 
 
 def exit_record(code: int, died_at: float, failure: str | None) -> dict[str, Any]:
-    return {"code": code, "died_at": died_at, "container": os.environ.get("CONTAINER_ID"),
-            "skein_container": os.environ.get("SKEIN_CONTAINER_ID"), "failure": failure}
+    return {
+        "code": code,
+        "died_at": died_at,
+        "container": os.environ.get("CONTAINER_ID"),
+        "skein_container": os.environ.get("SKEIN_CONTAINER_ID"),
+        "failure": failure,
+    }
 
 
 def diagnosis(records: dict[str, dict[str, Any]]) -> str:
@@ -65,13 +71,17 @@ def ends_the_app(app: Any, role: str) -> bool:
     spec cannot be read), used only by earlier failures that triage does not call free: a container that YARN
     preempted or lost with its node used none of it."""
     from tfyarn.contracts.triage import classify
+
     svc = app.get_specification().services.get(role)
     if svc is None or svc.allow_failures or svc.max_restarts == -1:
         return False
     budget = _spec_budget(role)
     budget = svc.max_restarts if budget is None else min(budget, svc.max_restarts)
-    failed = [c for c in app.get_containers(services=[role], states=["FAILED"])
-              if not classify(diagnostics=getattr(c, "exit_message", "") or "").free]
+    failed = [
+        c
+        for c in app.get_containers(services=[role], states=["FAILED"])
+        if not classify(diagnostics=getattr(c, "exit_message", "") or "").free
+    ]
     return len(failed) >= budget
 
 
@@ -96,6 +106,7 @@ def policy_refuses(role: str, code: int, failure: str | None) -> bool:
     1-127 that triage puts on the user's code)? skein restarts on any failure, so the app must end here: then
     ``restart: exit_code`` means the same on YARN as locally (tfyarn.contracts.triage.restarts)."""
     from tfyarn.contracts.triage import classify, restarts
+
     policy = (_spec_role(role) or {}).get("restart", "on_failure")
     return policy == "exit_code" and not restarts(policy, code, classify(exit_code=code, failure=failure or ""))
 
@@ -109,16 +120,17 @@ def report(app: Any, code: int, died_at: float, settle_s: float = SETTLE_S) -> s
 
     cid = os.environ.get("SKEIN_CONTAINER_ID", "")
     kv = SkeinKV(app.kv)
-    task = kv.get(f"{TASKMAP_PREFIX}{cid}") or cid or "?"   # no index claimed yet: the skein container id
+    task = kv.get(f"{TASKMAP_PREFIX}{cid}") or cid or "?"  # no index claimed yet: the skein container id
     put_json(kv, exit_key(task), exit_record(code, died_at, kv.get(failure_key(task))))
     role = os.environ.get("TFYARN_ROLE") or parse_container_id(cid)[0]
     if ends_the_app(app, role) or policy_refuses(role, code, kv.get(failure_key(task))):
         time.sleep(settle_s)
-        records = {k[len(EXIT_PREFIX):]: json.loads(v) for k, v in kv.items(EXIT_PREFIX).items()}
+        records = {k[len(EXIT_PREFIX) :]: json.loads(v) for k, v in kv.items(EXIT_PREFIX).items()}
         # a task that wrote its failure but whose process has not ended yet is named too (after the dead ones)
         for key, text in kv.items(FAILURE_PREFIX).items():
             records.setdefault(key.split("/", 1)[1], {"code": None, "died_at": time.time(), "failure": text})
-        from tfyarn.contracts import job_end     # the end recorded in the KV, then the shutdown
+        from tfyarn.contracts import job_end  # the end recorded in the KV, then the shutdown
+
         diag = diagnosis(records)
         end = job_end.decide(f"{job_end.FAILED_TASK}:{task}", failure=diag, exits=records)
         job_end.end_job(kv, end, app.shutdown, diag)
@@ -133,13 +145,18 @@ def main(argv: list[str] | None = None) -> int:
     except (IndexError, ValueError):
         died_at = time.time()
     who = os.environ.get("SKEIN_CONTAINER_ID", "?")
-    print(f"[tfyarn] {os.environ.get('TFYARN_ROLE', '?')} task (container {who} = "
-          f"{os.environ.get('CONTAINER_ID', '?')}) ended with {exit_text(code)}", file=sys.stderr, flush=True)
+    print(
+        f"[tfyarn] {os.environ.get('TFYARN_ROLE', '?')} task (container {who} = "
+        f"{os.environ.get('CONTAINER_ID', '?')}) ended with {exit_text(code)}",
+        file=sys.stderr,
+        flush=True,
+    )
     outcome: list[str] = []
 
     def run() -> None:
         try:
             from tfyarn._skein import skein
+
             outcome.append(report(skein().ApplicationClient.from_current(), code, died_at))
         except Exception as exc:  # noqa: BLE001 - a report must never change how the container ends
             outcome.append(f"! {type(exc).__name__}: {exc}")
@@ -148,8 +165,10 @@ def main(argv: list[str] | None = None) -> int:
     t.start()
     t.join(REPORT_TIMEOUT_S)
     if not outcome:
-        print(f"[tfyarn] could not report the exit within {REPORT_TIMEOUT_S:g}s (application master unreachable)",
-              file=sys.stderr)
+        print(
+            f"[tfyarn] could not report the exit within {REPORT_TIMEOUT_S:g}s (application master unreachable)",
+            file=sys.stderr,
+        )
     elif outcome[0].startswith("! "):
         print(f"[tfyarn] could not report the exit: {outcome[0][2:]}", file=sys.stderr)
     return 0

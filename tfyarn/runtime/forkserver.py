@@ -9,6 +9,7 @@ what a forked task does not share with a spawned one: docs/ARCHITECTURE.md; the 
 ``TF_CPP_MIN_LOG_LEVEL``, at import). Single-threaded on purpose: ``fork()`` copies only the calling thread, and a lock
 another thread held at that moment would stay locked forever in the child.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -25,14 +26,26 @@ from typing import Any, NoReturn
 
 from tfyarn.forkserver_protocol import FD_ENV, MessageTooLarge, recv
 from tfyarn.forkserver_protocol import send as _send
+
 #: Modules every task imports; importing them here is what makes a forked task start warm.
-PRELOAD = ("tfyarn.runtime.main", "tfyarn.runtime.rendezvous", "tfyarn.train", "tfyarn.train.helpers",
-           "tfyarn.train.ps", "tfyarn.train.allreduce", "tfyarn.train.checkpoint", "tfyarn.data")
+PRELOAD = (
+    "tfyarn.runtime.main",
+    "tfyarn.runtime.rendezvous",
+    "tfyarn.train",
+    "tfyarn.train.helpers",
+    "tfyarn.train.ps",
+    "tfyarn.train.allreduce",
+    "tfyarn.train.checkpoint",
+    "tfyarn.data",
+)
 POLL_S = 0.05  # how often the loop reaps children and checks its parent (exit statuses arrive within this)
 
 # Signal dispositions of a freshly started interpreter (before any import can change them): a task gets these back.
-_STARTUP_SIGNALS = {s: signal.getsignal(s) for s in signal.valid_signals()
-                    if s not in (signal.SIGKILL, signal.SIGSTOP) and signal.getsignal(s) is not None}
+_STARTUP_SIGNALS = {
+    s: signal.getsignal(s)
+    for s in signal.valid_signals()
+    if s not in (signal.SIGKILL, signal.SIGSTOP) and signal.getsignal(s) is not None
+}
 
 #: Handlers TensorFlow gave its logger at import because the root logger had none (``tf_logging.get_logger``). A
 #: spawned task configures logging before it imports TF, which then adds none: a forked task drops them, or every TF
@@ -43,8 +56,10 @@ _IMPORT_HANDLERS: list[logging.Handler] = []
 def _log(msg: str) -> None:
     """A line in forkserver.log (its stdout), timestamped like the tasks' log lines."""
     now = time.time()
-    print(f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(now))},{int(now % 1 * 1000):03d} forkserver: {msg}",
-          flush=True)
+    print(
+        f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(now))},{int(now % 1 * 1000):03d} forkserver: {msg}",
+        flush=True,
+    )
 
 
 def preload() -> None:
@@ -52,6 +67,7 @@ def preload() -> None:
     :mod:`tfyarn.runtime.warm_imports`) and the tfyarn modules tasks import. Logging is left unconfigured: a task's
     ``logging.basicConfig`` would be a no-op if the root logger already had handlers."""
     from tfyarn.runtime import warm_imports
+
     tf_logger = logging.getLogger("tensorflow")
     before = list(tf_logger.handlers)
     if warm_imports.import_tensorflow():
@@ -63,8 +79,10 @@ def preload() -> None:
             keras = False
         if keras:
             warm_imports.import_keras()
-        _log(f"model module {module!r} {'uses' if keras else 'does not use'} Keras: "
-             f"{'imported' if keras else 'not imported'}")
+        _log(
+            f"model module {module!r} {'uses' if keras else 'does not use'} Keras: "
+            f"{'imported' if keras else 'not imported'}"
+        )
     for name in PRELOAD:
         importlib.import_module(name)
     _IMPORT_HANDLERS[:] = [h for h in tf_logger.handlers if h not in before]
@@ -102,13 +120,15 @@ def _become_task(req: dict, out_fd: int, server_pid: int) -> None:
     if "numpy" in sys.modules:  # `random` reseeds itself after fork; numpy's global RNG would repeat the server's
         sys.modules["numpy"].random.seed()
     from tfyarn.runtime.main import prctl
-    prctl(15, _task_name(req["env"]).encode()[:15])   # PR_SET_NAME: `comm` names the task (its cmdline is ours)
+
+    prctl(15, _task_name(req["env"]).encode()[:15])  # PR_SET_NAME: `comm` names the task (its cmdline is ours)
 
 
 def _finalize() -> None:
     """What the interpreter does at exit before a spawned task's process ends: join non-daemon threads, run atexit."""
     import atexit
     import threading
+
     threading._shutdown()  # type: ignore[attr-defined]  # what Py_FinalizeEx calls
     atexit._run_exitfuncs()
 
@@ -120,6 +140,7 @@ def _run_child(sock: socket.socket, req: dict, out_fd: int, server_pid: int) -> 
         sock.close()
         _become_task(req, out_fd, server_pid)
         from tfyarn.runtime.main import main
+
         code = int(main())
         try:
             _finalize()
@@ -133,7 +154,7 @@ def _run_child(sock: socket.socket, req: dict, out_fd: int, server_pid: int) -> 
         code = 1
     finally:
         for stream in (sys.stdout, sys.stderr):
-            with suppress(BaseException):   # nothing may keep the child from exiting
+            with suppress(BaseException):  # nothing may keep the child from exiting
                 stream.flush()
         os._exit(code)
 
@@ -198,6 +219,7 @@ def main() -> int:
     sock = socket.socket(fileno=int(os.environ.pop(FD_ENV)))
     parent_pid = int(os.environ["TFYARN_PARENT_PID"])
     from tfyarn.runtime.main import set_parent_death_signal  # part of the preload anyway
+
     set_parent_death_signal()
     if os.getppid() != parent_pid:
         return 3

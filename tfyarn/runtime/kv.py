@@ -7,6 +7,7 @@ Unlike skein's ``kv.wait``, every wait here has a timeout and its error names th
 
 Values are ``str``; structured values are JSON (:func:`put_json`).
 """
+
 from __future__ import annotations
 
 import json
@@ -79,6 +80,7 @@ class MemoryKV(KV):
 
     def __init__(self, items: dict[str, str] | None = None) -> None:
         import threading
+
         self._d: dict[str, str] = dict(items or {})
         self._lock = threading.Lock()
 
@@ -107,8 +109,9 @@ class HttpKV(KV):
         self.url = url.rstrip("/")
         self.request_timeout = request_timeout
 
-    def _req(self, method: str, path: str, body: bytes | None = None,
-             timeout: float | None = None) -> tuple[int, bytes]:
+    def _req(
+        self, method: str, path: str, body: bytes | None = None, timeout: float | None = None
+    ) -> tuple[int, bytes]:
         req = urllib.request.Request(self.url + path, data=body, method=method)
         try:
             with urllib.request.urlopen(req, timeout=timeout or self.request_timeout) as resp:

@@ -6,6 +6,7 @@ Also the task index: skein names containers ``<service>_<n>`` and gives a *resta
 container claims a free ``slot/<role>:<i>`` owned by it (:func:`claim_task_index`); skein deletes owned keys when
 their container exits, so a replacement finds exactly the dead task's slot.
 """
+
 from __future__ import annotations
 
 import logging
@@ -82,8 +83,9 @@ class SkeinKV(KV):
             except skein().exceptions.ApplicationError as exc:
                 if attempt + 1 == PUT_TRIES:
                     raise
-                log.warning("put %s failed in the application master (%s: %s); putting it again", key,
-                            type(exc).__name__, exc)
+                log.warning(
+                    "put %s failed in the application master (%s: %s); putting it again", key, type(exc).__name__, exc
+                )
                 time.sleep(0.2 * (attempt + 1))
 
     def delete(self, key: str) -> None:
@@ -120,13 +122,14 @@ class SkeinKV(KV):
                             found[k] = v
                     continue
                 except ConnectionError as exc:
-                    raise KVUnavailable(f"skein application master unreachable while waiting for "
-                                        f"{what or 'keys'}: {exc}") from None
+                    raise KVUnavailable(
+                        f"skein application master unreachable while waiting for {what or 'keys'}: {exc}"
+                    ) from None
                 if ev.key in keys and ev.result is not None and ev.result.value is not None:
                     found[ev.key] = ev.result.value.decode()
             return {k: found[k] for k in keys}
         finally:
-            with suppress(Exception):   # the AM may be gone; the wait's outcome matters, not the cleanup
+            with suppress(Exception):  # the AM may be gone; the wait's outcome matters, not the cleanup
                 eq.unsubscribe_all()
 
     def claim(self, key: str, value: str, owner: str | None = None, also: Mapping[str, str] | None = None) -> bool:
@@ -142,6 +145,7 @@ class SkeinKV(KV):
 
 
 # ------------------------------------------------------------------------------------------------------ task index
+
 
 def parse_container_id(container_id: str) -> tuple[str, int]:
     """``'worker_3'`` → ``('worker', 3)`` (skein's ``SKEIN_CONTAINER_ID`` = ``<service>_<instance>``)."""
@@ -173,19 +177,28 @@ def claim_task_index(kv: SkeinKV, role: str, instances: int, container_id: str, 
                 continue
             # the task map in the same transaction: every container that ever held the slot is counted by
             # restarts_before, even one that died right after its claim
-            if kv.claim(slot_key(role, i), container_id, owner=container_id,
-                        also={f"{TASKMAP_PREFIX}{container_id}": f"{role}:{i}"}):
+            if kv.claim(
+                slot_key(role, i),
+                container_id,
+                owner=container_id,
+                also={f"{TASKMAP_PREFIX}{container_id}": f"{role}:{i}"},
+            ):
                 return i
         held = kv.items(f"{SLOT_PREFIX}{role}:")
-        finished = sorted(k[len(SLOT_DONE_PREFIX):] for k in done)
-        if finished and all(slot_key(role, i) in held or f"{SLOT_DONE_PREFIX}{role}:{i}" in done
-                            for i in range(instances)):
-            raise NoTaskLeft(f"container {container_id}: every {role} task is running or finished "
-                             f"(finished: {', '.join(finished)}); it replaces one killed after it had finished")
+        finished = sorted(k[len(SLOT_DONE_PREFIX) :] for k in done)
+        if finished and all(
+            slot_key(role, i) in held or f"{SLOT_DONE_PREFIX}{role}:{i}" in done for i in range(instances)
+        ):
+            raise NoTaskLeft(
+                f"container {container_id}: every {role} task is running or finished "
+                f"(finished: {', '.join(finished)}); it replaces one killed after it had finished"
+            )
         if time.monotonic() >= deadline:
-            raise WaitTimeout(f"timed out after {timeout:g}s waiting for a free {role} slot for container "
-                              f"{container_id}: all {instances} held ({', '.join(f'{k}={v}' for k, v in held.items())})"
-                              + (f" or finished ({', '.join(finished)})" if finished else ""))
+            raise WaitTimeout(
+                f"timed out after {timeout:g}s waiting for a free {role} slot for container "
+                f"{container_id}: all {instances} held ({', '.join(f'{k}={v}' for k, v in held.items())})"
+                + (f" or finished ({', '.join(finished)})" if finished else "")
+            )
         time.sleep(delay)
         delay = min(delay * 2, 1.0)
 
@@ -195,11 +208,9 @@ def restarts_before(kv: KV, task: str, container_id: str) -> int:
 
     The local launcher counts a task's restarts and passes ``TFYARN_RESTART``; skein only starts a new container, so
     the count comes from the task map (one entry per container that claimed a slot; never deleted)."""
-    return sum(1 for k, v in kv.items(TASKMAP_PREFIX).items()
-               if v == task and k[len(TASKMAP_PREFIX):] != container_id)
+    return sum(1 for k, v in kv.items(TASKMAP_PREFIX).items() if v == task and k[len(TASKMAP_PREFIX) :] != container_id)
 
 
 def mark_slot_done(kv: KV, task: str) -> None:
     """``task`` (``role:index``) finished its role: no replacement container may claim its slot afterwards."""
     kv.put(f"{SLOT_DONE_PREFIX}{task}", "1")
-

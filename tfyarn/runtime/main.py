@@ -4,6 +4,7 @@ Identity comes from the environment the backend sets (see docs/ARCHITECTURE.md),
 local process and as a YARN container. On failure the task writes a one-line diagnosis to ``failure/<task>`` in the KV
 (the launcher / application status shows it) and exits non-zero: 4 for a timeout, 1 otherwise.
 """
+
 from __future__ import annotations
 
 import faulthandler
@@ -24,7 +25,7 @@ from tfyarn.runtime.watchdog import install_stack_dumps
 from tfyarn.spec import load_spec_json
 
 log = logging.getLogger("tfyarn.runtime")
-_T0 = time.time()   # when this task's Python started running tfyarn (its imports before this are Python's own)
+_T0 = time.time()  # when this task's Python started running tfyarn (its imports before this are Python's own)
 
 
 def _task_label() -> str:
@@ -36,7 +37,7 @@ def _configure_logging(task: str) -> None:
     level = os.environ.get("TFYARN_LOG_LEVEL", "INFO").upper()
     fmt = f"%(asctime)s %(levelname)s [{task}] %(name)s: %(message)s"
     root = logging.getLogger()
-    if root.handlers:                  # again, once the index is known: every later line names the real task
+    if root.handlers:  # again, once the index is known: every later line names the real task
         for h in root.handlers:
             h.setFormatter(logging.Formatter(fmt))
         return
@@ -56,6 +57,7 @@ def _identity(kv: KV, instances_of) -> tuple[str, int]:
     if not container:
         raise RuntimeError("neither TFYARN_INDEX nor SKEIN_CONTAINER_ID is set: cannot tell which task this is")
     from tfyarn.runtime.kv_yarn import claim_task_index
+
     return role, claim_task_index(kv, role, instances_of(role), container)  # type: ignore[arg-type]
 
 
@@ -65,6 +67,7 @@ def make_kv() -> KV:
     if url:
         return HttpKV(url)
     from tfyarn.runtime.kv_yarn import SkeinKV  # only inside YARN containers
+
     return SkeinKV.from_current()
 
 
@@ -72,6 +75,7 @@ def prctl(option: int, arg: int | bytes) -> None:
     """Linux's prctl(2); a no-op elsewhere."""
     if sys.platform.startswith("linux"):
         import ctypes
+
         with suppress(OSError):
             ctypes.CDLL("libc.so.6", use_errno=True).prctl(option, arg, 0, 0, 0)
 
@@ -80,7 +84,7 @@ def set_parent_death_signal() -> None:
     """Ask Linux to SIGKILL this process when its parent dies (PR_SET_PDEATHSIG). Not inherited by a forked child:
     each link of the chain (launcher → forkserver → task) sets it for itself, then checks ``os.getppid()`` (the
     parent may have died before the call)."""
-    prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG
+    prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def _die_with_parent() -> None:
@@ -120,21 +124,32 @@ def build_context(kv: KV) -> TaskContext:
         _configure_logging(_task_label())
         from tfyarn.contracts.kv_keys import exit_key
         from tfyarn.runtime.kv_yarn import restarts_before
+
         restarts = restarts_before(kv, _task_label(), os.environ.get("SKEIN_CONTAINER_ID", ""))
-        os.environ["TFYARN_RESTART"] = str(restarts)   # what the local launcher sets: the rejoin reads it
+        os.environ["TFYARN_RESTART"] = str(restarts)  # what the local launcher sets: the rejoin reads it
         if restarts:
             log.info("%s: restart %d (container %s)", _task_label(), restarts, os.environ.get("SKEIN_CONTAINER_ID"))
-            kv.delete(exit_key(_task_label()))   # how the previous container ended is history now
+            kv.delete(exit_key(_task_label()))  # how the previous container ended is history now
     install_stack_dumps(kv, _task_label())  # the stall watchdog asks for stacks by SIGUSR1 or through the KV
     from tfyarn.runtime.resources import start_publisher
+
     memory = spec.roles[role].memory_mib  # type: ignore[index]
-    start_publisher(kv, _task_label(), memory)   # CPU % and RSS: status, the page (YARN too)
-    kv.delete(failure_key(_task_label()))   # a restarted task's earlier failure is history (YARN deletes nothing)
+    start_publisher(kv, _task_label(), memory)  # CPU % and RSS: status, the page (YARN too)
+    kv.delete(failure_key(_task_label()))  # a restarted task's earlier failure is history (YARN deletes nothing)
     host = task_host()
     cluster, port = rendezvous(spec, role, index, kv, host)
-    ctx = TaskContext(spec=spec, role=role, index=index, kv=kv, cluster=cluster, host=host, port=port,
-                      workdir=Path.cwd(), app_id=os.environ.get("TFYARN_APP_ID", "local"),
-                      attempt=int(os.environ.get("TFYARN_ATTEMPT", "0")))
+    ctx = TaskContext(
+        spec=spec,
+        role=role,
+        index=index,
+        kv=kv,
+        cluster=cluster,
+        host=host,
+        port=port,
+        workdir=Path.cwd(),
+        app_id=os.environ.get("TFYARN_APP_ID", "local"),
+        attempt=int(os.environ.get("TFYARN_ATTEMPT", "0")),
+    )
     if cluster:
         os.environ["TF_CONFIG"] = ctx.tf_config_json()
     return ctx
@@ -145,23 +160,29 @@ def run_role(ctx: TaskContext, phase_kv: KV | None = None) -> None:
     (``phase/<task>``: where a job's start-up time goes, for status and scripts/bench_yarn.py)."""
     if phase_kv is not None:
         from tfyarn.runtime.app_end import record_phase
+
         start = os.environ.get("TFYARN_CONTAINER_START", "")
-        record_phase(phase_kv, ctx.task_id, start=float(start) if start.replace(".", "", 1).isdigit() else _T0,
-                     main=_T0)
+        record_phase(
+            phase_kv, ctx.task_id, start=float(start) if start.replace(".", "", 1).isdigit() else _T0, main=_T0
+        )
     if ctx.role == "tensorboard":
         from tfyarn.train.tensorboard import run
+
         run(ctx)
     else:
         from tfyarn.runtime.warm_imports import import_tensorflow
+
         import_tensorflow()  # without its eager import of Keras (~0.9 s); a model that uses Keras imports it itself
         if phase_kv is not None:
             record_phase(phase_kv, ctx.task_id, imported=time.time())
-        if ctx.spec.entrypoint and ctx.role in ("chief", "worker"):   # the user's own program (entrypoint:)
+        if ctx.spec.entrypoint and ctx.role in ("chief", "worker"):  # the user's own program (entrypoint:)
             from tfyarn.runtime.entrypoint import run as run_entrypoint
+
             kv = phase_kv
             run_entrypoint(ctx, finish=(lambda: _yarn_task_done(kv, ctx)) if kv is not None else None)
             return
         from tfyarn.train import run_task
+
         run_task(ctx)
 
 
@@ -169,13 +190,14 @@ def _yarn_task_done(kv: KV, ctx: TaskContext) -> None:
     """On YARN, after a task succeeded: its phase, its slot kept taken, and the app ended if it was the last."""
     from tfyarn.runtime.app_end import finish_yarn_task, record_phase
     from tfyarn.runtime.kv_yarn import mark_slot_done
+
     record_phase(kv, ctx.task_id, done=time.time())
     try:
         mark_slot_done(kv, ctx.task_id)
-    except KVUnavailable as exc:          # the AM may be shutting down (the job is over): nothing to guard
+    except KVUnavailable as exc:  # the AM may be shutting down (the job is over): nothing to guard
         log.info("%s: could not mark its slot done: %s", ctx.task_id, exc)
     else:
-        finish_yarn_task(kv, ctx.spec, ctx.task_id)   # the last task done ends the app at once
+        finish_yarn_task(kv, ctx.spec, ctx.task_id)  # the last task done ends the app at once
 
 
 def _is_tf_deadline(exc: BaseException) -> bool:
@@ -201,10 +223,10 @@ def main() -> int:
         started = time.monotonic()
         run_role(ctx, kv if on_yarn else None)
         log.info("%s finished in %.1fs", ctx.task_id, time.monotonic() - started)
-        if on_yarn:   # skein frees this task's slot as it exits; keep it taken
+        if on_yarn:  # skein frees this task's slot as it exits; keep it taken
             _yarn_task_done(kv, ctx)
         return ExitCode.SUCCEEDED
-    except NoTaskLeft as exc:        # YARN: the replacement of a task killed after it had finished
+    except NoTaskLeft as exc:  # YARN: the replacement of a task killed after it had finished
         log.info("nothing to do: %s", exc)
         return ExitCode.SUCCEEDED
     except WaitTimeout as exc:
@@ -214,7 +236,7 @@ def main() -> int:
     except KeyboardInterrupt:
         return ExitCode.KILLED
     except BaseException as exc:
-        task = _task_label()           # (the index may have been claimed since the start)
+        task = _task_label()  # (the index may have been claimed since the start)
         log.exception("task %s failed", task)
         message = f"{type(exc).__name__}: {exc}"
         if _is_tf_deadline(exc):

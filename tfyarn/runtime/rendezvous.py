@@ -2,6 +2,7 @@
 peers', bounded by ``timeouts.rendezvous`` with an error naming the tasks that never showed up (instead of hanging
 like a bare gRPC connect). Evaluator and tensorboard are outside the TF cluster: they publish nothing.
 """
+
 from __future__ import annotations
 
 import logging
@@ -35,7 +36,7 @@ def _ephemeral_low() -> int:
     try:
         return int(_EPHEMERAL.read_text().split()[0])
     except (OSError, ValueError, IndexError):
-        return 32768                                    # Linux's default; other systems: the same idea
+        return 32768  # Linux's default; other systems: the same idea
 
 
 def _bind_all(port: int) -> int | None:
@@ -54,7 +55,7 @@ def reserve_port(tries: int = 64) -> int:
     made small by staying out of the range outgoing connections draw from."""
     top = _ephemeral_low() - 1
     if top - PORT_FLOOR >= 1000:
-        pick = random.SystemRandom()                    # forked tasks share the parent's `random` state
+        pick = random.SystemRandom()  # forked tasks share the parent's `random` state
         for _ in range(tries):
             port = _bind_all(pick.randint(PORT_FLOOR, top))
             if port is not None:
@@ -71,8 +72,11 @@ def cluster_tasks(spec: JobSpec) -> list[str]:
 
 def build_cluster(spec: JobSpec, addrs: dict[str, str]) -> dict[str, list[str]]:
     """TF cluster spec from published addresses; roles with no instances are left out (TF rejects empty jobs)."""
-    return {role: [addrs[addr_key(f"{role}:{i}")] for i in range(spec.instances(role))]
-            for role in CLUSTER_ROLES if spec.instances(role)}
+    return {
+        role: [addrs[addr_key(f"{role}:{i}")] for i in range(spec.instances(role))]
+        for role in CLUSTER_ROLES
+        if spec.instances(role)
+    }
 
 
 def rendezvous(spec: JobSpec, role: str, index: int, kv: KV, host: str) -> tuple[dict[str, list[str]], int | None]:
@@ -83,13 +87,22 @@ def rendezvous(spec: JobSpec, role: str, index: int, kv: KV, host: str) -> tuple
     me = f"{role}:{index}"
     kv.put(addr_key(me), f"{host}:{port}")
     tasks = cluster_tasks(spec)
-    log.info("published %s at %s:%d; waiting for %d peers (timeout %gs)", me, host, port, len(tasks) - 1,
-             spec.timeouts.rendezvous)
+    log.info(
+        "published %s at %s:%d; waiting for %d peers (timeout %gs)",
+        me,
+        host,
+        port,
+        len(tasks) - 1,
+        spec.timeouts.rendezvous,
+    )
     try:
-        addrs = kv.wait_all([addr_key(t) for t in tasks], spec.timeouts.rendezvous,
-                            what="peers to publish their addresses")
+        addrs = kv.wait_all(
+            [addr_key(t) for t in tasks], spec.timeouts.rendezvous, what="peers to publish their addresses"
+        )
     except WaitTimeout:
         missing = [t for t in tasks if kv.get(addr_key(t)) is None]
-        raise WaitTimeout(f"rendezvous timed out after {spec.timeouts.rendezvous:g}s: "
-                          f"{', '.join(missing)} never started (no address published)") from None
+        raise WaitTimeout(
+            f"rendezvous timed out after {spec.timeouts.rendezvous:g}s: "
+            f"{', '.join(missing)} never started (no address published)"
+        ) from None
     return build_cluster(spec, addrs), port

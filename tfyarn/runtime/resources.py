@@ -67,9 +67,7 @@ class TreeMeter:
             todo += _children(pid)
         procs = []
         for pid in pids:
-            p = self._procs.get(pid) or (
-                self.root if pid == self.root.pid else self.psutil.Process(pid)
-            )
+            p = self._procs.get(pid) or (self.root if pid == self.root.pid else self.psutil.Process(pid))
             procs.append(p)
         self._procs = {p.pid: p for p in procs}
         return procs
@@ -79,11 +77,7 @@ class TreeMeter:
         for p in self._tree():
             try:
                 t = p.cpu_times()
-                cpu += (
-                    t.user
-                    + t.system
-                    + (t.children_user + t.children_system if p is self.root else 0.0)
-                )
+                cpu += t.user + t.system + (t.children_user + t.children_system if p is self.root else 0.0)
                 rss += p.memory_info().rss
             except self.psutil.Error:  # ended between the listing and the read
                 continue
@@ -121,8 +115,7 @@ class ResourcePublisher:
         if self.memory_mib and not self._warned and rec["rss_mib"] >= MEMORY_WARN * self.memory_mib:
             self._warned = True
             log.warning(
-                "%s uses %d MiB of resident memory, %.0f%% of its container's %d MiB: "
-                "YARN kills it above 100%%",
+                "%s uses %d MiB of resident memory, %.0f%% of its container's %d MiB: YARN kills it above 100%%",
                 self.task,
                 rec["rss_mib"],
                 100 * rec["rss_mib"] / self.memory_mib,

@@ -9,6 +9,7 @@ import-time side effects stay out of the process every task is forked from) and 
 to it (:func:`code_uses_keras`: ``import keras``/``tf_keras``, ``from tensorflow import keras``, ``<x>.keras``);
 code that reaches Keras another way (``importlib``, ``getattr``) still works, importing it on first use.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -44,11 +45,17 @@ class _NoPlotsForKeras(importlib.abc.MetaPathFinder):
             return None
         frame: FrameType | None = sys._getframe(1)
         while frame is not None and frame.f_code.co_filename.startswith("<frozen importlib"):
-            frame = frame.f_back                                       # the import machinery: find the importer
-        if frame is not None and frame.f_code.co_name == "<module>" and \
-                str(frame.f_globals.get("__name__", "")).startswith(("keras.", "tf_keras.")):
-            raise ModuleNotFoundError(f"matplotlib is not imported for {frame.f_globals['__name__']} in a tfyarn "
-                                      f"task (nothing is plotted there)", name=name)
+            frame = frame.f_back  # the import machinery: find the importer
+        if (
+            frame is not None
+            and frame.f_code.co_name == "<module>"
+            and str(frame.f_globals.get("__name__", "")).startswith(("keras.", "tf_keras."))
+        ):
+            raise ModuleNotFoundError(
+                f"matplotlib is not imported for {frame.f_globals['__name__']} in a tfyarn "
+                f"task (nothing is plotted there)",
+                name=name,
+            )
         return None
 
 
@@ -91,8 +98,11 @@ def import_keras() -> None:
 
 #: ``import a.b, c as d`` / ``from .a import (b, c)``: what a module imports (a text scan, not a parse: parsing and
 #: walking the syntax trees of a job's modules took ~0.3 s, on the path from launch to the first step).
-_IMPORT_RE = re.compile(rb"^[ \t]*(?:import[ \t]+([\w. \t,]+)"
-                        rb"|from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n#;]+))", re.MULTILINE)
+_IMPORT_RE = re.compile(
+    rb"^[ \t]*(?:import[ \t]+([\w. \t,]+)"
+    rb"|from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n#;]+))",
+    re.MULTILINE,
+)
 #: A reference to Keras: ``import keras``, ``from tf_keras import …``, ``from tensorflow import keras``,
 #: ``tf.keras.layers``. A mention in a comment or string counts too (it only means Keras is imported ahead of use).
 _KERAS_RE = re.compile(rb"\b(?:tf_keras|import[ \t]+keras|from[ \t]+keras)\b|\.keras\b|import[^\n]*\bkeras\b")
@@ -105,7 +115,7 @@ def find_module(name: str, path: list[str]) -> importlib.machinery.ModuleSpec | 
     spec = None
     parts = name.split(".")
     for i in range(len(parts)):
-        spec = importlib.machinery.PathFinder.find_spec(".".join(parts[:i + 1]), search)
+        spec = importlib.machinery.PathFinder.find_spec(".".join(parts[: i + 1]), search)
         if spec is None and i == 0:
             spec = importlib.util.find_spec(parts[0])
         if spec is None:
@@ -129,7 +139,7 @@ def _imported_names(source: bytes, module: str, is_package: bool) -> set[str]:
         if base_s.startswith("."):
             try:
                 base_s = importlib.util.resolve_name(base_s, package)
-            except ImportError:           # above the top-level package: not a module of the job's code
+            except ImportError:  # above the top-level package: not a module of the job's code
                 continue
         if not base_s:
             continue
@@ -147,8 +157,9 @@ def code_uses_keras(module: str, code_dir: str | None = None) -> bool:
     path = ([code_dir] if code_dir else []) + [p for p in sys.path if p != code_dir]
     own_tops = {module.split(".")[0]}
     if code_dir and os.path.isdir(code_dir):
-        own_tops |= {Path(n).stem for n in os.listdir(code_dir) if n.endswith(".py") or
-                     os.path.isdir(os.path.join(code_dir, n))}
+        own_tops |= {
+            Path(n).stem for n in os.listdir(code_dir) if n.endswith(".py") or os.path.isdir(os.path.join(code_dir, n))
+        }
     files: dict[str, Path | None] = {}
 
     def file_of(name: str) -> Path | None:
@@ -189,6 +200,7 @@ def model_module(spec_file: str | None) -> str | None:
     if not spec_file:
         return None
     import json
+
     try:
         ref = json.loads(Path(spec_file).read_text()).get("model") or ""
     except (OSError, ValueError, AttributeError):

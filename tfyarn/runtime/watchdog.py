@@ -6,6 +6,7 @@ collective on a frozen peer, a feeder thread dead, a chief stuck uploading) beco
 * In the supervisor, :class:`StallWatchdog`: when no training task's step advanced for ``stall_s``, it asks every
   task for its stacks and reports which stopped, which did not answer and which processes are stopped or dead.
 """
+
 from __future__ import annotations
 
 import faulthandler
@@ -31,6 +32,7 @@ DUMP_SIGNAL = signal.SIGUSR1
 
 
 # ----------------------------------------------------------------------------------------------------- in every task
+
 
 def dump_stacks(reason: str, file=None) -> None:
     """Write every thread's Python stack to ``file`` (default stderr = the task's log), with a header saying why.
@@ -62,7 +64,7 @@ class _DumpRequestWatcher(threading.Thread):
         super().__init__(name="tfyarn-stack-dump", daemon=True)
         self.kv, self.task, self.poll_s = kv, task, poll_s
         self.stop_event = threading.Event()
-        self.seen = self._current()     # a request older than this task is not for it
+        self.seen = self._current()  # a request older than this task is not for it
 
     def _current(self) -> str | None:
         try:
@@ -115,28 +117,31 @@ def uninstall_stack_dumps() -> None:
 
 # ------------------------------------------------------------------------------------------------------ the watchdog
 
+
 @dataclass
 class TaskState:
     """What the watchdog knows about one task's progress."""
+
     task: str
-    step: int | None = None          # last step seen (None: never reported)
-    changed_at: float = 0.0          # when (watchdog clock) the step last changed
+    step: int | None = None  # last step seen (None: never reported)
+    changed_at: float = 0.0  # when (watchdog clock) the step last changed
     pid: int | None = None
-    finished: bool = False           # its final progress record says done
+    finished: bool = False  # its final progress record says done
 
 
 @dataclass
 class StallReport:
     """Why the job is being failed: which tasks stopped, which did not answer, which processes are frozen/dead."""
+
     stalled_for: float
     tasks: dict[str, TaskState]
     stall_s: float
     now: float
-    no_ack: list[str] = field(default_factory=list)          # tasks that did not answer the stack-dump request
-    process_states: dict[str, str] = field(default_factory=dict)   # task → 'stopped' / 'dead' / 'running' ...
+    no_ack: list[str] = field(default_factory=list)  # tasks that did not answer the stack-dump request
+    process_states: dict[str, str] = field(default_factory=dict)  # task → 'stopped' / 'dead' / 'running' ...
     dumps_requested: bool = False
-    after_done: bool = False                                 # training finished, these tasks did not
-    startup: bool = False                                    # no step yet: stall_s is the start-up allowance
+    after_done: bool = False  # training finished, these tasks did not
+    startup: bool = False  # no step yet: stall_s is the start-up allowance
 
     @property
     def stopped_tasks(self) -> list[str]:
@@ -171,23 +176,32 @@ class StallReport:
             if t in self.no_ack:
                 extra.append("did not answer the stack-dump request")
             return f"{t} {where}" + (f" ({', '.join(extra)})" if extra else "")
+
         if self.after_done:
-            lines = [f"training finished (control/done) but these tasks neither finished nor advanced for "
-                     f"{self.stalled_for:.0f}s (timeouts.stall = {self.stall_s:g}s): "
-                     + "; ".join(one(t, self.tasks[t]) for t in self.stopped_tasks)]
+            lines = [
+                f"training finished (control/done) but these tasks neither finished nor advanced for "
+                f"{self.stalled_for:.0f}s (timeouts.stall = {self.stall_s:g}s): "
+                + "; ".join(one(t, self.tasks[t]) for t in self.stopped_tasks)
+            ]
         elif self.tasks and all(s.finished for s in self.tasks.values()):
             # every step ran; what is left before control/done is the chief's final checkpoint, export and summary
-            lines = [f"every training task ran all its steps, but the chief did not finish its final checkpoint, "
-                     f"export and summary within {self.stalled_for:.0f}s (timeouts.stall = {self.stall_s:g}s): "
-                     f"a large model on a slow filesystem needs a larger timeouts.stall, else see the chief's log"]
+            lines = [
+                f"every training task ran all its steps, but the chief did not finish its final checkpoint, "
+                f"export and summary within {self.stalled_for:.0f}s (timeouts.stall = {self.stall_s:g}s): "
+                f"a large model on a slow filesystem needs a larger timeouts.stall, else see the chief's log"
+            ]
         elif self.startup:
-            lines = [f"training did not start: no task reported a first step within {self.stalled_for:.0f}s "
-                     f"(timeouts.rendezvous + timeouts.stall = {self.stall_s:g}s): "
-                     + "; ".join(one(t, self.tasks[t]) for t in self.stopped_tasks)]
+            lines = [
+                f"training did not start: no task reported a first step within {self.stalled_for:.0f}s "
+                f"(timeouts.rendezvous + timeouts.stall = {self.stall_s:g}s): "
+                + "; ".join(one(t, self.tasks[t]) for t in self.stopped_tasks)
+            ]
         else:
-            lines = [f"training stalled: no task's step advanced for {self.stalled_for:.0f}s "
-                     f"(timeouts.stall = {self.stall_s:g}s); stopped advancing: "
-                     + "; ".join(one(t, self.tasks[t]) for t in self.stopped_tasks)]
+            lines = [
+                f"training stalled: no task's step advanced for {self.stalled_for:.0f}s "
+                f"(timeouts.stall = {self.stall_s:g}s); stopped advancing: "
+                + "; ".join(one(t, self.tasks[t]) for t in self.stopped_tasks)
+            ]
         if self.suspects:
             lines.append(f"likely cause: {', '.join(self.suspects)}")
         if self.dumps_requested:
@@ -212,6 +226,7 @@ def _progress(value: str | None) -> tuple[int | None, bool]:
 def process_state(pid: int) -> str:
     """'running', 'stopped', 'zombie' or 'dead'."""
     import psutil
+
     try:
         st = psutil.Process(pid).status()
     except psutil.NoSuchProcess:
@@ -228,11 +243,19 @@ class StallWatchdog:
     (:class:`tfyarn.supervisor.Supervisor`) calls :meth:`poll` from its loop.
     """
 
-    def __init__(self, kv: KV, tasks: Iterable[str] | Mapping[str, int | None], stall_s: float,
-                 on_stall: Callable[[StallReport], None] | None = None, *,
-                 all_tasks: Mapping[str, int | None] | Iterable[str] | None = None,
-                 startup_s: float | None = None, ack_wait_s: float = 3.0, signal_pids: bool = True,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        kv: KV,
+        tasks: Iterable[str] | Mapping[str, int | None],
+        stall_s: float,
+        on_stall: Callable[[StallReport], None] | None = None,
+        *,
+        all_tasks: Mapping[str, int | None] | Iterable[str] | None = None,
+        startup_s: float | None = None,
+        ack_wait_s: float = 3.0,
+        signal_pids: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         pids = dict(tasks) if isinstance(tasks, Mapping) else {t: None for t in tasks}
         if not pids:
             raise ValueError("StallWatchdog needs at least one training task to watch")
@@ -243,7 +266,7 @@ class StallWatchdog:
         self.all_tasks: dict[str, int | None] = {**at, **{t: p for t, p in pids.items() if p or t not in at}}
         self.states = {t: TaskState(t, pid=p or self.all_tasks.get(t)) for t, p in pids.items()}
         self.started_at: float | None = None
-        self.done_at: float | None = None      # when control/done was first seen
+        self.done_at: float | None = None  # when control/done was first seen
         self.last_progress: float | None = None
         self.report: StallReport | None = None
 
@@ -289,9 +312,10 @@ class StallWatchdog:
             stuck = {t: s for t, s in self.states.items() if not s.finished and since[t] >= self.stall_s}
             if not stuck:
                 return None
-            return StallReport(stalled_for=min(since[t] for t in stuck), tasks=stuck,
-                               stall_s=self.stall_s, now=now, after_done=True)
-        startup = self.last_progress is None     # no step yet: the start-up allowance counts from the first check
+            return StallReport(
+                stalled_for=min(since[t] for t in stuck), tasks=stuck, stall_s=self.stall_s, now=now, after_done=True
+            )
+        startup = self.last_progress is None  # no step yet: the start-up allowance counts from the first check
         stalled_for = now - (self.started_at if startup else self.last_progress)  # type: ignore[operator]
         limit = self.startup_s if startup else self.stall_s
         if stalled_for < limit:

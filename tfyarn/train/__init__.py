@@ -1,5 +1,6 @@
 """Training inside a task: the model API and :func:`run_task`, the role dispatch the runtime calls
 (docs/ARCHITECTURE.md, "Role dispatch"). TF is imported lazily: the gateway imports the model API too."""
+
 from __future__ import annotations
 
 import logging
@@ -20,11 +21,13 @@ def run_task(ctx: Any) -> Any:
     role = ctx.role
     if role == "evaluator":
         from tfyarn.train import evaluator
+
         return evaluator.run(ctx)
     if role == "ps":
         if spec.mode != "ps":
             raise ValueError(f"{ctx.task_id}: a ps task in mode {spec.mode!r} (only mode 'ps' has parameter servers)")
         from tfyarn.train import ps
+
         return ps.serve(ctx)
     if role not in ("chief", "worker"):
         raise ValueError(f"{ctx.task_id}: run_task does not handle role {role!r}")
@@ -36,12 +39,17 @@ def run_task(ctx: Any) -> Any:
         target = load(spec.model, spec.params, code_dir, data=spec.data)
     if is_custom_train(target):
         if spec.export is not None:
-            raise ValueError(f"export: {spec.model} is a custom train function; tfyarn cannot know which model it "
-                             f"trained. Remove export from the spec and save a SavedModel in the function")
+            raise ValueError(
+                f"export: {spec.model} is a custom train function; tfyarn cannot know which model it "
+                f"trained. Remove export from the spec and save a SavedModel in the function"
+            )
         from tfyarn.train import helpers
+
         return helpers.run_custom(ctx, target)
     if spec.mode == "ps":
         from tfyarn.train import ps
+
         return ps.train(ctx, target)
     from tfyarn.train import allreduce
+
     return allreduce.run(ctx)

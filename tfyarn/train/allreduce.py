@@ -13,6 +13,7 @@ Why it is built this way (each point a failure of the seeds or a measured TF 2.2
 * **Only the chief checkpoints** (saving mirrored variables needs no collective), writes the summary and sets
   ``control/done``; every worker resumes from the latest checkpoint, whose global step gives the plan position.
 """
+
 from __future__ import annotations
 
 import logging
@@ -26,8 +27,13 @@ from tfyarn.runtime.watchdog import install_stack_dumps
 from tfyarn.data.pipeline import EpochPipeline
 from tfyarn.train import helpers
 from tfyarn.train.strategy import check_abort, start_strategy
-from tfyarn.train.checkpoint import (PeriodicCheckpoints, check_model_fits, local_dir_for, restore_model_variables,
-                                     warm_start_source)
+from tfyarn.train.checkpoint import (
+    PeriodicCheckpoints,
+    check_model_fits,
+    local_dir_for,
+    restore_model_variables,
+    warm_start_source,
+)
 from tfyarn.train.model import build_model, input_signature, is_custom_train, load, split_features
 
 log = logging.getLogger("tfyarn.train.allreduce")
@@ -43,6 +49,7 @@ def model_variable_keys(n: int) -> list[str]:
 def train_state(model: Any, optimizer: Any, global_step: Any) -> Any:
     """The object graph that is checkpointed: model variables by creation index, optimizer slots, global step."""
     import tensorflow as tf
+
     model_vars = tf.train.Checkpoint(**{f"var_{i}": v for i, v in enumerate(model.variables)})
     return tf.train.Checkpoint(model=model_vars, optimizer=optimizer, global_step=global_step)
 
@@ -59,19 +66,32 @@ def densify_if_small(grad: Any, var: Any, global_batch: int, workers: int) -> An
     Rule: dense when the table is at most max(1 MiB, 4 x the rows all workers gather per step).
     """
     import tensorflow as tf
+
     if not isinstance(grad, tf.IndexedSlices) or not var.shape.is_fully_defined():
         return grad
     row_bytes = var.dtype.size * max(1, var.shape[1:].num_elements() or 1)
     dense_bytes = row_bytes * int(var.shape[0])
     if dense_bytes <= max(DENSE_GRAD_MIN_BYTES, 4 * global_batch * row_bytes):
-        log.info("gradient of %s (%d bytes) all-reduced dense (cheaper than gathering %d sparse rows x %d workers)",
-                 var.name, dense_bytes, global_batch // max(1, workers), workers)
+        log.info(
+            "gradient of %s (%d bytes) all-reduced dense (cheaper than gathering %d sparse rows x %d workers)",
+            var.name,
+            dense_bytes,
+            global_batch // max(1, workers),
+            workers,
+        )
         return tf.convert_to_tensor(grad)
     return grad
 
 
-def make_step(strategy: Any, model: Any, optimizer: Any, global_step: Any, signature: dict[str, Any],
-              label: str | None, global_batch: int) -> "FedStep":
+def make_step(
+    strategy: Any,
+    model: Any,
+    optimizer: Any,
+    global_step: Any,
+    signature: dict[str, Any],
+    label: str | None,
+    global_batch: int,
+) -> "FedStep":
     """The fed training step: ``step(batch) -> this worker's mean loss`` (a scalar tensor).
 
     Gradients of the loss averaged over the global batch; the optimizer's ``apply_gradients`` in replica context
@@ -79,11 +99,12 @@ def make_step(strategy: Any, model: Any, optimizer: Any, global_step: Any, signa
     over the global batch.
     """
     import tensorflow as tf
+
     if label is None:
         raise ValueError("allreduce mode trains on a label: set data.label (or name a feature 'label')")
 
     workers = max(1, global_batch // max(1, int(next(iter(signature.values())).shape[0])))
-    keras_vars = getattr(model, "keras_trainable", None)   # a Keras model's optimizer takes its Keras variables
+    keras_vars = getattr(model, "keras_trainable", None)  # a Keras model's optimizer takes its Keras variables
 
     def replica_step(batch):
         features, labels = split_features(batch, label)
@@ -95,7 +116,7 @@ def make_step(strategy: Any, model: Any, optimizer: Any, global_step: Any, signa
         grads = [densify_if_small(g, v, global_batch, workers) for g, v in zip(grads, model.trainable_variables)]
         if keras_vars is None:
             optimizer.apply_gradients(zip(grads, model.trainable_variables), global_step=global_step)
-        else:                                       # a Keras optimizer all-reduces in apply_gradients too
+        else:  # a Keras optimizer all-reduces in apply_gradients too
             optimizer.apply_gradients(zip(grads, keras_vars))
             global_step.assign_add(1)
         return tf.reduce_mean(per_example)
@@ -118,16 +139,18 @@ class FedStep:
 
     def __init__(self, function: Any, signature: dict[str, Any]):
         import tensorflow as tf
+
         self.function = function
-        self.concrete = function.get_concrete_function()      # the one trace (creates optimizer slots)
+        self.concrete = function.get_concrete_function()  # the one trace (creates optimizer slots)
         self.dtypes = {k: spec.dtype for k, spec in signature.items()}
         self._tf = tf
         from tfyarn.train.inputs import to_tensors
+
         self.signature, self._to_tensors = signature, to_tensors
         self.sparse = any(isinstance(s, tf.SparseTensorSpec) for s in signature.values())
 
     def __call__(self, batch: dict[str, Any]) -> Any:
-        if self.sparse:                       # a variable-length feature: tf.SparseTensor (tfyarn.train.inputs)
+        if self.sparse:  # a variable-length feature: tf.SparseTensor (tfyarn.train.inputs)
             return self.concrete(self._to_tensors(batch, self.signature))
         conv = self._tf.convert_to_tensor
         return self.concrete({k: conv(batch[k], dtype=d) for k, d in self.dtypes.items()})
@@ -139,16 +162,24 @@ class FedStep:
 def build(ctx: TaskContext, strategy: Any) -> tuple[Any, Any, Any, Any]:
     """Model, optimizer and global step created under the strategy (mirrored, initial values from the chief)."""
     import tensorflow as tf
+
     spec = ctx.spec
-    with strategy.scope():                  # a Keras factory creates its variables when called: mirrored here
+    with strategy.scope():  # a Keras factory creates its variables when called: mirrored here
         model = load(spec.model, spec.params, spec.code or None, data=spec.data)
         if is_custom_train(model):
-            raise ValueError(f"model: {spec.model} returned a custom train function; in allreduce mode decorate "
-                             f"{spec.model} itself with @tfyarn.train.custom_train")
+            raise ValueError(
+                f"model: {spec.model} returned a custom train function; in allreduce mode decorate "
+                f"{spec.model} itself with @tfyarn.train.custom_train"
+            )
         build_model(model)
         optimizer = model.optimizer()
-        global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step",
-                                  aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+        global_step = tf.Variable(
+            0,
+            dtype=tf.int64,
+            trainable=False,
+            name="global_step",
+            aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
+        )
     return model, optimizer, global_step, train_state(model, optimizer, global_step)
 
 
@@ -158,11 +189,16 @@ def agree_on_total(ctx: TaskContext, total: int) -> None:
     if ctx.is_chief:
         ctx.kv.put(TOTAL_STEPS_KEY, str(total))
         return
-    chief_total = int(ctx.kv.wait(TOTAL_STEPS_KEY, ctx.spec.timeouts.rendezvous,
-                                  what=f"the chief's planned step total ({TOTAL_STEPS_KEY})"))
+    chief_total = int(
+        ctx.kv.wait(
+            TOTAL_STEPS_KEY, ctx.spec.timeouts.rendezvous, what=f"the chief's planned step total ({TOTAL_STEPS_KEY})"
+        )
+    )
     if chief_total != total:
-        raise RuntimeError(f"{ctx.task_id} planned {total} steps but the chief planned {chief_total}: the workers "
-                           f"see different training data (check data.train is the same for every task)")
+        raise RuntimeError(
+            f"{ctx.task_id} planned {total} steps but the chief planned {chief_total}: the workers "
+            f"see different training data (check data.train is the same for every task)"
+        )
 
 
 class Checkpointer(PeriodicCheckpoints):
@@ -184,9 +220,15 @@ class Checkpointer(PeriodicCheckpoints):
             return None
         prefix = self.state.write(str(self.local / f"ckpt-{global_step}"))
         epoch, in_epoch = helpers.position(global_step, self.steps)
-        meta = {"format": CHECKPOINT_FORMAT, "mode": "allreduce", "epoch": epoch, "step_in_epoch": in_epoch,
-                "worker_steps": worker_steps, "model_variables": model_variable_keys(self.n_model_vars),
-                "num_workers": self.ctx.num_data_workers}
+        meta = {
+            "format": CHECKPOINT_FORMAT,
+            "mode": "allreduce",
+            "epoch": epoch,
+            "step_in_epoch": in_epoch,
+            "worker_steps": worker_steps,
+            "model_variables": model_variable_keys(self.n_model_vars),
+            "num_workers": self.ctx.num_data_workers,
+        }
         return self.commit(prefix, global_step, meta, final)
 
     def model_variables(self) -> list[Any]:
@@ -199,11 +241,14 @@ class Checkpointer(PeriodicCheckpoints):
         if entry is None:
             return None
         if entry.get("format") != CHECKPOINT_FORMAT:
-            raise ValueError(f"checkpoint {entry['name']} in {self.store.url} has format {entry.get('format')!r}; "
-                             f"allreduce mode resumes only from its own ({CHECKPOINT_FORMAT!r}) checkpoints")
+            raise ValueError(
+                f"checkpoint {entry['name']} in {self.store.url} has format {entry.get('format')!r}; "
+                f"allreduce mode resumes only from its own ({CHECKPOINT_FORMAT!r}) checkpoints"
+            )
         prefix = self.store.download(entry, self.local / "restore")
-        check_model_fits(prefix, self.model_variables(), entry.get("model_variables") or [],
-                         f"{entry['name']} in {self.store.url}")
+        check_model_fits(
+            prefix, self.model_variables(), entry.get("model_variables") or [], f"{entry['name']} in {self.store.url}"
+        )
         self.state.read(prefix).expect_partial()
         self.last_step = int(entry["global_step"])
         log.info("%s resumed from %s (global step %d)", self.ctx.task_id, entry["name"], self.last_step)
@@ -216,8 +261,9 @@ class Checkpointer(PeriodicCheckpoints):
         if src is None:
             return None
         prefix, entry, keys = src
-        restore_model_variables(self.model_variables(), prefix, keys,
-                                f"{entry['name']} in {entry['url']} (checkpoint.init_from)")
+        restore_model_variables(
+            self.model_variables(), prefix, keys, f"{entry['name']} in {entry['url']} (checkpoint.init_from)"
+        )
         return f"{entry['url']}/{entry['name']}"
 
 
@@ -236,16 +282,28 @@ def collective_failure(ctx: TaskContext, exc: BaseException, step: int) -> str |
         return None
     text = str(exc)
     peers = sorted({f"{j}:{i}" for j, i in _TF_TASK_RE.findall(text)} - {ctx.task_id})
-    first = next((ln.strip() for ln in text.splitlines() if "unhealthy" in ln or "timed out" in ln.lower()
-                  or "deadline" in ln.lower()), text.strip().splitlines()[0] if text.strip() else kind)
+    first = next(
+        (
+            ln.strip()
+            for ln in text.splitlines()
+            if "unhealthy" in ln or "timed out" in ln.lower() or "deadline" in ln.lower()
+        ),
+        text.strip().splitlines()[0] if text.strip() else kind,
+    )
     if kind == "DeadlineExceededError":
-        why = (f"a collective of step {step} did not complete within timeouts.step = {ctx.spec.timeouts.step:g}s "
-               f"(a peer is frozen, blocked or far slower)")
+        why = (
+            f"a collective of step {step} did not complete within timeouts.step = {ctx.spec.timeouts.step:g}s "
+            f"(a peer is frozen, blocked or far slower)"
+        )
     else:
         why = f"step {step} failed because a peer is unreachable or stopped heartbeating (frozen or dead)"
-    msg = f"{ctx.task_id}: {why}" + (f"; peers named by TF: {', '.join(peers)}" if peers else "") + \
-          f". TF said: {kind}: {first[:300]}"
+    msg = (
+        f"{ctx.task_id}: {why}"
+        + (f"; peers named by TF: {', '.join(peers)}" if peers else "")
+        + f". TF said: {kind}: {first[:300]}"
+    )
     from tfyarn.runtime.watchdog import dump_stacks
+
     dump_stacks(msg)
     log.error("%s", msg)
     return msg
@@ -254,24 +312,41 @@ def collective_failure(ctx: TaskContext, exc: BaseException, step: int) -> str |
 def run(ctx: TaskContext) -> dict[str, Any]:
     """Train this task's share in allreduce mode; the chief also checkpoints, summarises and sets control/done."""
     from tfyarn.train.progress import ProgressReporter
+
     spec = ctx.spec
     install_stack_dumps(ctx.kv, ctx.task_id)
     if ctx.data_rank < 0:
         raise ValueError(f"{ctx.task_id} is not a training task ({', '.join(ctx.training_tasks)})")
     workers, batch = ctx.num_data_workers, spec.data.batch_size
     global_batch = batch * workers
-    log.info("%s: allreduce over %d training workers, per-worker batch %d x %d workers = global batch %d "
-             "(the loss is averaged over the global batch)", ctx.task_id, workers, batch, workers, global_batch)
+    log.info(
+        "%s: allreduce over %d training workers, per-worker batch %d x %d workers = global batch %d "
+        "(the loss is averaged over the global batch)",
+        ctx.task_id,
+        workers,
+        batch,
+        workers,
+        global_batch,
+    )
 
     strategy = start_strategy(ctx)
     if strategy.num_replicas_in_sync != workers:
-        raise RuntimeError(f"{ctx.task_id}: the strategy has {strategy.num_replicas_in_sync} replicas, the spec has "
-                           f"{workers} training workers (one CPU replica per worker expected)")
+        raise RuntimeError(
+            f"{ctx.task_id}: the strategy has {strategy.num_replicas_in_sync} replicas, the spec has "
+            f"{workers} training workers (one CPU replica per worker expected)"
+        )
     model, optimizer, global_step, state = build(ctx, strategy)
-    step_fn = make_step(strategy, model, optimizer, global_step, input_signature(spec.data.features, batch),
-                        spec.data.label, global_batch)
+    step_fn = make_step(
+        strategy,
+        model,
+        optimizer,
+        global_step,
+        input_signature(spec.data.features, batch),
+        spec.data.label,
+        global_batch,
+    )
 
-    manifest = helpers.train_manifest(ctx)           # built (or read from its cache) once for both feeders
+    manifest = helpers.train_manifest(ctx)  # built (or read from its cache) once for both feeders
     feeder = EpochPipeline(lambda: helpers.make_feeder(ctx, manifest), spec.data.epochs)
     with feeder:
         steps = helpers.epoch_steps(feeder, spec.data.epochs)
@@ -282,21 +357,43 @@ def run(ctx: TaskContext) -> dict[str, Any]:
         warm = ckpt.warm_start() if entry is None else None
         start = int(global_step.numpy())
         epoch0, in_epoch0 = helpers.position(start, steps)
-        log.info("%s: plan %s steps per epoch, %d in total; starting at global step %d (epoch %d, step %d)%s",
-                 ctx.task_id, steps, total, start, epoch0, in_epoch0, f" from {entry['name']}" if entry else "")
+        log.info(
+            "%s: plan %s steps per epoch, %d in total; starting at global step %d (epoch %d, step %d)%s",
+            ctx.task_id,
+            steps,
+            total,
+            start,
+            epoch0,
+            in_epoch0,
+            f" from {entry['name']}" if entry else "",
+        )
         progress = ProgressReporter.for_task(ctx)
         progress.extra.update({"mode": "allreduce", "global_batch": global_batch})
         ran, boundary_waits = _loop(ctx, feeder, step_fn, steps, epoch0, in_epoch0, start, progress, ckpt)
     # every worker runs every global step, so its steps over all attempts are the global step's (as ps mode counts
     # them); this attempt's are kept apart (its examples/s)
     mine = {"worker_steps": start + ran, "steps_this_attempt": ran}
-    progress.extra.update(mine, **feeder.skip_report())   # skipped records and damaged ranges, with file and offset
+    progress.extra.update(mine, **feeder.skip_report())  # skipped records and damaged ranges, with file and offset
     gstep = int(global_step.numpy())
-    figures = progress.final() | mine | {
-        "global_step": gstep, "planned_total": total, "traces": int(step_fn.experimental_get_tracing_count()),
-        "max_epoch_boundary_wait_s": round(max(boundary_waits, default=0.0), 4)}
-    log.info("%s: ran %d steps (global step %d of %d planned), %.0f examples/s, step traced %d time(s)",
-             ctx.task_id, ran, gstep, total, figures["examples_per_sec"], figures["traces"])
+    figures = (
+        progress.final()
+        | mine
+        | {
+            "global_step": gstep,
+            "planned_total": total,
+            "traces": int(step_fn.experimental_get_tracing_count()),
+            "max_epoch_boundary_wait_s": round(max(boundary_waits, default=0.0), 4),
+        }
+    )
+    log.info(
+        "%s: ran %d steps (global step %d of %d planned), %.0f examples/s, step traced %d time(s)",
+        ctx.task_id,
+        ran,
+        gstep,
+        total,
+        figures["examples_per_sec"],
+        figures["traces"],
+    )
     if gstep != total:
         raise RuntimeError(f"{ctx.task_id}: finished at global step {gstep}, planned {total}")
     if ctx.is_chief:
@@ -304,8 +401,17 @@ def run(ctx: TaskContext) -> dict[str, Any]:
     return figures
 
 
-def _loop(ctx: TaskContext, feeder: Any, step_fn: Any, steps: list[int], epoch0: int, in_epoch0: int,
-          gstep: int, progress: Any, ckpt: Checkpointer) -> tuple[int, list[float]]:
+def _loop(
+    ctx: TaskContext,
+    feeder: Any,
+    step_fn: Any,
+    steps: list[int],
+    epoch0: int,
+    in_epoch0: int,
+    gstep: int,
+    progress: Any,
+    ckpt: Checkpointer,
+) -> tuple[int, list[float]]:
     """Run the planned steps from (epoch0, in_epoch0). Returns (steps run here, epoch-boundary waits in s).
 
     The epoch-boundary wait is the time from the end of an epoch's last step to the first batch of the next one
@@ -325,12 +431,12 @@ def _loop(ctx: TaskContext, feeder: Any, step_fn: Any, steps: list[int], epoch0:
             if diagnosis is None:
                 raise
             # a collective past timeouts.step is a timeout (exit 4); a peer gone or not heartbeating is a failure
-            raise (WaitTimeout if type(exc).__name__ == "DeadlineExceededError" else RuntimeError)(diagnosis) \
-                from exc
+            raise (WaitTimeout if type(exc).__name__ == "DeadlineExceededError" else RuntimeError)(diagnosis) from exc
         ran += 1
         gstep += 1
-        progress.report(step=gstep, epoch=epoch, loss=float(loss), examples=len(next(iter(batch.values()))),
-                        global_step=gstep)
+        progress.report(
+            step=gstep, epoch=epoch, loss=float(loss), examples=len(next(iter(batch.values()))), global_step=gstep
+        )
         if ckpt.due(gstep):
             ckpt.save(gstep, gstep)
         now = time.monotonic()
@@ -341,25 +447,49 @@ def _loop(ctx: TaskContext, feeder: Any, step_fn: Any, steps: list[int], epoch0:
     return ran, waits
 
 
-def _finish(ctx: TaskContext, ckpt: Checkpointer, figures: dict[str, Any], global_batch: int, steps: list[int],
-            resumed_from: dict[str, Any] | None, warm_started_from: str | None = None) -> None:
+def _finish(
+    ctx: TaskContext,
+    ckpt: Checkpointer,
+    figures: dict[str, Any],
+    global_batch: int,
+    steps: list[int],
+    resumed_from: dict[str, Any] | None,
+    warm_started_from: str | None = None,
+) -> None:
     """Chief: final checkpoint, wait (bounded) for every worker's final figures, summary, then control/done."""
     from tfyarn.train.export import export_at_end
     from tfyarn.train.progress import run_summary, skip_counts, wait_for_final_progress, write_summary
+
     entry = ckpt.save(figures["global_step"], figures["worker_steps"], final=True)
     exported = export_at_end(ctx, ckpt.committed)
     per_task = wait_for_final_progress(ctx, ctx.spec.timeouts.shutdown)
     train_s = figures["elapsed_s"]
     summary = run_summary(
-        ctx, global_step=figures["global_step"], total_steps=sum(steps),
+        ctx,
+        global_step=figures["global_step"],
+        total_steps=sum(steps),
         steps_per_worker={t: p.get("worker_steps") for t, p in per_task.items()},
         examples_per_sec=round(figures["steps_this_attempt"] * global_batch / train_s, 1) if train_s else 0.0,
-        first_loss=figures["first_loss"], last_loss=figures["last_loss"], train_s=train_s,
+        first_loss=figures["first_loss"],
+        last_loss=figures["last_loss"],
+        train_s=train_s,
         last_checkpoint=(entry or ckpt.store.latest() or {}).get("name") if ckpt.store else None,
-        resumed_from=(resumed_from or {}).get("name"), warm_started_from=warm_started_from,
-        steps_per_epoch=steps, chief=figures, export=exported, **skip_counts(per_task),
-        tasks={t: {"step": p.get("step"), "worker_steps": p.get("worker_steps"),
-                   "examples_per_sec": p.get("examples_per_sec"), "loss": p.get("loss")} for t, p in per_task.items()})
+        resumed_from=(resumed_from or {}).get("name"),
+        warm_started_from=warm_started_from,
+        steps_per_epoch=steps,
+        chief=figures,
+        export=exported,
+        **skip_counts(per_task),
+        tasks={
+            t: {
+                "step": p.get("step"),
+                "worker_steps": p.get("worker_steps"),
+                "examples_per_sec": p.get("examples_per_sec"),
+                "loss": p.get("loss"),
+            }
+            for t, p in per_task.items()
+        },
+    )
     write_summary(ctx, summary)
     ctx.kv.put(DONE_KEY, "1")
     log.info("%s: training done at global step %d; control/done set", ctx.task_id, figures["global_step"])

@@ -14,6 +14,7 @@ Layout under the URL::
 ``"tf2-object"``: allreduce), ``model_variables`` (checkpoint keys of ``model.variables`` in creation order, which
 :func:`restore_model_variables` loads into any model), ``worker_steps`` and ``epoch``.
 """
+
 from __future__ import annotations
 
 import json
@@ -39,6 +40,7 @@ class CheckpointStore:
 
     def __init__(self, url: str, keep: int = 3):
         import fsspec
+
         self.url = url.rstrip("/")
         self.keep = max(1, int(keep))
         self.fs, root = fsspec.core.url_to_fs(self.url)
@@ -56,7 +58,8 @@ class CheckpointStore:
         def read() -> dict[str, Any]:
             with self.fs.open(p, "r") as f:
                 return json.load(f)
-        return retry_vanished(read)        # being replaced right now (a filesystem without an overwriting rename)
+
+        return retry_vanished(read)  # being replaced right now (a filesystem without an overwriting rename)
 
     def latest(self) -> dict[str, Any] | None:
         """The newest committed checkpoint's entry (name, global_step, time, meta...), or None."""
@@ -93,15 +96,16 @@ class CheckpointStore:
         entry = {"name": name, "global_step": int(global_step), "time": time.time(), **(meta or {})}
         idx = self.index()
         ckpts = [c for c in idx.get("checkpoints", []) if c["name"] != name] + [entry]
-        removed, ckpts = ckpts[:-self.keep], ckpts[-self.keep:]
+        removed, ckpts = ckpts[: -self.keep], ckpts[-self.keep :]
         index_tmp = self._p(f".tmp-{tag}-{INDEX}")
         with self.fs.open(index_tmp, "wb") as f:
             f.write(json.dumps({"latest": name, "checkpoints": ckpts}, indent=1).encode())
         replace(self.fs, index_tmp, self._p(INDEX))
-        for pattern in [f"{old['name']}.*" for old in removed] + [".tmp-*"]:   # pruned, and debris of crashed uploads
+        for pattern in [f"{old['name']}.*" for old in removed] + [".tmp-*"]:  # pruned, and debris of crashed uploads
             self._remove(pattern)
-        log.info("checkpoint %s (global step %d) uploaded to %s in %.2fs", name, global_step, self.url,
-                 time.monotonic() - t0)
+        log.info(
+            "checkpoint %s (global step %d) uploaded to %s in %.2fs", name, global_step, self.url, time.monotonic() - t0
+        )
         return entry
 
     def _remove(self, pattern: str) -> None:
@@ -169,6 +173,7 @@ class BackgroundUpload:
                 self._committed(self.store.upload(prefix, global_step, meta), prefix)
             except BaseException as exc:  # noqa: BLE001 - handed to the step loop, which fails the task with it
                 self._error = exc
+
         self._thread = threading.Thread(target=run, name=f"tfyarn-checkpoint-upload-{global_step}", daemon=True)
         self._thread.start()
         return None
@@ -187,8 +192,11 @@ class BackgroundUpload:
         while t is not None and t.is_alive():
             t.join(log_every_s)
             if t.is_alive():
-                log.info("still waiting for the upload of %s (%.0fs) before the final checkpoint", t.name,
-                         time.monotonic() - t0)
+                log.info(
+                    "still waiting for the upload of %s (%.0fs) before the final checkpoint",
+                    t.name,
+                    time.monotonic() - t0,
+                )
         self.check()
 
 
@@ -282,16 +290,19 @@ def check_fits(prefix: str, expected: dict[str, list[int]], what: str, labels: d
         raise CheckpointMismatch(
             f"checkpoint {what} does not fit this job's model: {problems[0]}{more}. It was written by another model "
             f"or other params: point checkpoint.dir at a new directory to train afresh, or run the model and params it "
-            f"was written by")
+            f"was written by"
+        )
 
 
 def check_model_fits(prefix: str, variables: list[Any], keys: list[str], what: str) -> None:
     """:func:`check_fits` for a model's ``variables`` (creation order) stored under an index entry's
     ``model_variables`` keys, named in messages by the variables' own names."""
     if len(keys) != len(variables):
-        raise CheckpointMismatch(f"checkpoint {what} does not fit this job's model: it has {len(keys)} model "
-                                 f"variables, the model built {len(variables)}. It was written by another model: "
-                                 f"point checkpoint.dir at a new directory to train afresh")
+        raise CheckpointMismatch(
+            f"checkpoint {what} does not fit this job's model: it has {len(keys)} model "
+            f"variables, the model built {len(variables)}. It was written by another model: "
+            f"point checkpoint.dir at a new directory to train afresh"
+        )
     pairs = list(zip(keys, variables))
     check_fits(prefix, {k: v.shape.as_list() for k, v in pairs}, what, {k: v.name.split(":")[0] for k, v in pairs})
 
@@ -308,8 +319,9 @@ def restore_model_variables(variables: list[Any], prefix: str, keys: list[str], 
         var.assign(reader.get_tensor(key))
 
 
-def download_model_checkpoint(store: CheckpointStore, scratch: str | Path, purpose: str,
-                              entry: dict[str, Any] | None = None) -> tuple[str, dict[str, Any], list[str]]:
+def download_model_checkpoint(
+    store: CheckpointStore, scratch: str | Path, purpose: str, entry: dict[str, Any] | None = None
+) -> tuple[str, dict[str, Any], list[str]]:
     """``entry`` (default: the latest committed checkpoint of ``store``) downloaded into ``scratch``: (local prefix,
     entry, checkpoint keys of the model's variables in creation order). Errors start with ``purpose``."""
     entry = entry or store.latest()

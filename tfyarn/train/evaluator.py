@@ -9,6 +9,7 @@
 * Metrics go to ``<checkpoint dir>/eval/metrics.jsonl`` (one JSON object per evaluated checkpoint), to TF event files in
   ``<checkpoint dir>/eval/`` (TensorBoard's "eval" run) and to the KV under ``eval/latest``.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -20,8 +21,7 @@ from typing import Any
 
 from tfyarn.runtime.context import ABORT_KEY, DONE_KEY, EVAL_KEY, FAILURE_PREFIX, TaskContext
 from tfyarn.runtime.watchdog import install_stack_dumps
-from tfyarn.train.checkpoint import (CheckpointStore, download_model_checkpoint, local_dir_for,
-                                     restore_model_variables)
+from tfyarn.train.checkpoint import CheckpointStore, download_model_checkpoint, local_dir_for, restore_model_variables
 from tfyarn.train.events import EventWriter, upload_file
 from tfyarn.train.model import build_model, input_signature, load, split_features
 
@@ -42,11 +42,12 @@ def training_ended_badly(ctx: TaskContext) -> str | None:
     reason = ctx.kv.get(ABORT_KEY)
     if reason is not None:
         return f"job aborted: {reason}"
-    failures = {k[len(FAILURE_PREFIX):]: v for k, v in ctx.kv.items(FAILURE_PREFIX).items()}
+    failures = {k[len(FAILURE_PREFIX) :]: v for k, v in ctx.kv.items(FAILURE_PREFIX).items()}
     # a task that will be restarted in place (its role's max_restarts) has not ended training; nor has this task's
     # own record from before its restart (on YARN nothing deletes either)
-    fatal = {t: v for t, v in failures.items()
-             if t.split(":", 1)[0] not in SIDE_ROLES and not _restartable(ctx.spec, t)}
+    fatal = {
+        t: v for t, v in failures.items() if t.split(":", 1)[0] not in SIDE_ROLES and not _restartable(ctx.spec, t)
+    }
     if fatal:
         return "training failed: " + "; ".join(f"{t}: {v}" for t, v in sorted(fatal.items()))
     return None
@@ -62,20 +63,37 @@ def make_eval_feeder(ctx: TaskContext) -> Any:
     from tfyarn.data import Feeder, build_manifest
     from tfyarn.data.table import read_option
     from tfyarn.train.helpers import index_cache
+
     d = ctx.spec.data
-    manifest = build_manifest(list(d.eval), compression=read_option(d.compression, d.format),
-                              on_corrupt=d.on_corrupt, cache_dir=index_cache(ctx.spec), whole=True)
-    return Feeder(manifest, dict(d.features), d.batch_size, 0, 1, seed=d.shuffle_seed, shuffle_buffer=0,
-                  prefetch=d.prefetch, on_corrupt=d.on_corrupt)
+    manifest = build_manifest(
+        list(d.eval),
+        compression=read_option(d.compression, d.format),
+        on_corrupt=d.on_corrupt,
+        cache_dir=index_cache(ctx.spec),
+        whole=True,
+    )
+    return Feeder(
+        manifest,
+        dict(d.features),
+        d.batch_size,
+        0,
+        1,
+        seed=d.shuffle_seed,
+        shuffle_buffer=0,
+        prefetch=d.prefetch,
+        on_corrupt=d.on_corrupt,
+    )
 
 
 def make_eval_step(model: Any, features: dict[str, Any], batch_size: int, label: str | None) -> Any:
     """``step(batch) -> {metric: batch mean}``, traced once (fixed input signature)."""
     import tensorflow as tf
+
     if label is None:
         raise ValueError("the evaluator needs a label: set data.label (or name a feature 'label')")
 
     from tfyarn.train.inputs import to_tensors
+
     signature = input_signature(features, batch_size)
 
     @tf.function(input_signature=[signature])
@@ -83,7 +101,7 @@ def make_eval_step(model: Any, features: dict[str, Any], batch_size: int, label:
         feats, labels = split_features(batch, label)
         return model.metrics(labels, model(feats, training=False))
 
-    return lambda batch: step(to_tensors(batch, signature))   # (a variable-length feature: a SparseTensor)
+    return lambda batch: step(to_tensors(batch, signature))  # (a variable-length feature: a SparseTensor)
 
 
 def evaluate(step: Any, feeder: Any) -> tuple[dict[str, float], int]:
@@ -104,12 +122,13 @@ class MetricsLog:
 
     def __init__(self, url: str, local_dir: Path):
         import fsspec
+
         self.fs, root = fsspec.core.url_to_fs(url.rstrip("/"))
         self.remote = f"{root.rstrip('/')}/eval/metrics.jsonl"
         self.local = Path(local_dir) / "metrics.jsonl"
         self.local.parent.mkdir(parents=True, exist_ok=True)
         self.local.write_text("")
-        if self.fs.exists(self.remote):       # a restarted job: keep the earlier attempts' lines
+        if self.fs.exists(self.remote):  # a restarted job: keep the earlier attempts' lines
             self.fs.get_file(self.remote, str(self.local))
 
     def append(self, record: dict[str, Any]) -> None:
@@ -121,6 +140,7 @@ class MetricsLog:
 def run(ctx: TaskContext) -> list[dict[str, Any]]:
     """Evaluate checkpoints as they appear until ``control/done`` (then the final one) or ``control/abort``."""
     import tensorflow as tf
+
     install_stack_dumps(ctx.kv, ctx.task_id)
     spec = ctx.spec
     if not spec.checkpoint.dir or not spec.data.eval:
@@ -139,21 +159,25 @@ def run(ctx: TaskContext) -> list[dict[str, Any]]:
     log.info("evaluator: following %s, evaluating on %s", url, ", ".join(spec.data.eval))
     with contextlib.closing(events), feeder:
         while True:
-            done = ctx.kv.get(DONE_KEY) is not None       # read before the index: the final one is then listed
+            done = ctx.kv.get(DONE_KEY) is not None  # read before the index: the final one is then listed
             entry = store.latest()
             if entry is not None and entry["name"] != last:
                 try:
-                    results.append(_evaluate_entry(ctx, store, entry, model, step, feeder, scratch, events,
-                                                   metrics_log))
+                    results.append(
+                        _evaluate_entry(ctx, store, entry, model, step, feeder, scratch, events, metrics_log)
+                    )
                 except (FileNotFoundError, tf.errors.NotFoundError) as exc:
                     if any(c["name"] == entry["name"] for c in store.index().get("checkpoints", [])):
-                        raise          # not a pruned checkpoint: eval data gone, an upload failing... say so
+                        raise  # not a pruned checkpoint: eval data gone, an upload failing... say so
                     # pruned (checkpoint.keep) while we downloaded it: a newer one is in the index
-                    log.info("checkpoint %s disappeared before it was evaluated (%s); reading the index again",
-                             entry["name"], exc)
+                    log.info(
+                        "checkpoint %s disappeared before it was evaluated (%s); reading the index again",
+                        entry["name"],
+                        exc,
+                    )
                     continue
                 last = entry["name"]
-                continue                                   # a newer one may have landed meanwhile
+                continue  # a newer one may have landed meanwhile
             if done:
                 break
             reason = training_ended_badly(ctx)
@@ -167,23 +191,45 @@ def run(ctx: TaskContext) -> list[dict[str, Any]]:
     return results
 
 
-def _evaluate_entry(ctx: TaskContext, store: Any, entry: dict[str, Any], model: Any, step: Any, feeder: Any,
-                    scratch: Path, events: Any, metrics_log: MetricsLog) -> dict[str, Any]:
+def _evaluate_entry(
+    ctx: TaskContext,
+    store: Any,
+    entry: dict[str, Any],
+    model: Any,
+    step: Any,
+    feeder: Any,
+    scratch: Path,
+    events: Any,
+    metrics_log: MetricsLog,
+) -> dict[str, Any]:
     t0 = time.monotonic()
     local = scratch / "restore" / entry["name"]
     prefix, entry, keys = download_model_checkpoint(store, local, "evaluator", entry)
     restore_model_variables(model.variables, prefix, keys, f"{entry['name']} in {store.url}")
     metrics, batches = evaluate(step, feeder)
     gstep = int(entry["global_step"])
-    record = {"checkpoint": entry["name"], "global_step": gstep, "epoch": entry.get("epoch"), "batches": batches,
-              "examples": batches * ctx.spec.data.batch_size, "time": time.time(),
-              "eval_seconds": round(time.monotonic() - t0, 3), **{k: round(v, 6) for k, v in metrics.items()}}
+    record = {
+        "checkpoint": entry["name"],
+        "global_step": gstep,
+        "epoch": entry.get("epoch"),
+        "batches": batches,
+        "examples": batches * ctx.spec.data.batch_size,
+        "time": time.time(),
+        "eval_seconds": round(time.monotonic() - t0, 3),
+        **{k: round(v, 6) for k, v in metrics.items()},
+    }
     metrics_log.append(record)
     events.scalars(gstep, metrics)
     events.sync()
     ctx.kv.put(EVAL_KEY, json.dumps(record, separators=(",", ":")))
     for p in local.glob("*"):
         p.unlink(missing_ok=True)
-    log.info("evaluated %s (global step %d) on %d examples in %.2fs: %s", entry["name"], gstep, record["examples"],
-             record["eval_seconds"], ", ".join(f"{k}={v:.4f}" for k, v in metrics.items()))
+    log.info(
+        "evaluated %s (global step %d) on %d examples in %.2fs: %s",
+        entry["name"],
+        gstep,
+        record["examples"],
+        record["eval_seconds"],
+        ", ".join(f"{k}={v:.4f}" for k, v in metrics.items()),
+    )
     return record

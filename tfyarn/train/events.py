@@ -4,6 +4,7 @@ Why: TF 2.21 cannot write ``hdfs://`` (tensorflow-io does not load), so event fi
 whole under a temporary name, then renamed: the TensorBoard role never sees a torn file. Layout:
 ``<checkpoint dir>/<run>/events.out.tfevents...``, ``run`` = ``train`` (the chief's history) or ``eval``.
 """
+
 from __future__ import annotations
 
 import logging
@@ -40,14 +41,23 @@ def scalar_event(step: int, values: Mapping[str, float], wall_time: float | None
     ``tf.summary.scalar`` writes: a float tensor with the plugin's metadata), built from TF's protos alone."""
     from tensorflow.core.framework import summary_pb2, tensor_pb2, types_pb2
     from tensorflow.core.util import event_pb2
-    meta = summary_pb2.SummaryMetadata(plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"),
-                                       data_class=summary_pb2.DATA_CLASS_SCALAR)
-    summary = summary_pb2.Summary(value=[
-        summary_pb2.Summary.Value(tag=name, metadata=meta,
-                                  tensor=tensor_pb2.TensorProto(dtype=types_pb2.DT_FLOAT, float_val=[float(v)]))
-        for name, v in values.items() if v is not None])
-    return event_pb2.Event(wall_time=time.time() if wall_time is None else wall_time, step=int(step),
-                           summary=summary).SerializeToString()
+
+    meta = summary_pb2.SummaryMetadata(
+        plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"),
+        data_class=summary_pb2.DATA_CLASS_SCALAR,
+    )
+    summary = summary_pb2.Summary(
+        value=[
+            summary_pb2.Summary.Value(
+                tag=name, metadata=meta, tensor=tensor_pb2.TensorProto(dtype=types_pb2.DT_FLOAT, float_val=[float(v)])
+            )
+            for name, v in values.items()
+            if v is not None
+        ]
+    )
+    return event_pb2.Event(
+        wall_time=time.time() if wall_time is None else wall_time, step=int(step), summary=summary
+    ).SerializeToString()
 
 
 class EventWriter:
@@ -62,10 +72,12 @@ class EventWriter:
     def __init__(self, url: str | None, run: str, local_dir: Path):
         self.local = Path(local_dir) / run
         self.local.mkdir(parents=True, exist_ok=True)
-        self.path = self.local / (f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}."
-                                  f"{os.getpid()}.{uuid.uuid4().hex[:6]}.v2")
+        self.path = self.local / (
+            f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}.{os.getpid()}.{uuid.uuid4().hex[:6]}.v2"
+        )
         self._lock = threading.Lock()
         from tensorflow.core.util import event_pb2
+
         version = event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2")
         self._file = open(self.path, "ab")
         self._file.write(encode_record(version.SerializeToString()))
@@ -73,6 +85,7 @@ class EventWriter:
         self.fs = self.remote = None
         if url:
             import fsspec
+
             self.fs, root = fsspec.core.url_to_fs(url.rstrip("/"))
             self.remote = f"{root.rstrip('/')}/{run}"
         self._sizes: dict[str, int] = {}

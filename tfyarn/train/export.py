@@ -10,6 +10,7 @@
   ``.tmp-<id>-<version>/``, renamed to ``<version>`` once complete, so a model server watching ``export.dir`` never
   loads a half-written version. The newest ``export.keep`` versions are kept.
 """
+
 from __future__ import annotations
 
 import logging
@@ -29,11 +30,11 @@ def serving_module(model: Any, features: dict[str, Any], label: str | None) -> t
     import tensorflow as tf
     from tfyarn.train.inputs import from_serving, serving_signature
 
-    inputs = serving_signature(features, label)       # a sparse feature: <name>_indices, _values, _dense_shape
+    inputs = serving_signature(features, label)  # a sparse feature: <name>_indices, _values, _dense_shape
     if not inputs:
         raise ValueError("export: the model has no input features (data.features holds only the label)")
     module = tf.Module()
-    module.model_variables = list(model.variables)     # tracked: saved with the module
+    module.model_variables = list(model.variables)  # tracked: saved with the module
 
     @tf.function(input_signature=[inputs])
     def serve(feats):
@@ -65,6 +66,7 @@ class ExportStore:
 
     def __init__(self, url: str, keep: int = 3):
         import fsspec
+
         self.url = url.rstrip("/")
         self.keep = max(1, int(keep))
         self.fs, root = fsspec.core.url_to_fs(self.url)
@@ -87,23 +89,28 @@ class ExportStore:
                 self.fs.makedirs(dst.rsplit("/", 1)[0], exist_ok=True)
                 self.fs.put_file(str(f), dst)
         except BaseException:
-            try:                              # a failed upload leaves no half version behind (on HDFS: its blocks)
+            try:  # a failed upload leaves no half version behind (on HDFS: its blocks)
                 if self.fs.exists(tmp):
                     self.fs.rm(tmp, recursive=True)
             except Exception as exc:  # noqa: BLE001 - the upload's own error is the one to report
                 log.warning("could not remove the partial export %s: %s", tmp, exc)
             raise
-        if self.fs.exists(final):             # a re-export of the same step: the new copy wins
+        if self.fs.exists(final):  # a re-export of the same step: the new copy wins
             self.fs.rm(final, recursive=True)
         self.fs.mv(tmp, final, recursive=True)
-        for old in self.versions()[:-self.keep]:
-            if old != version:                # an older checkpoint re-exported on purpose is not pruned at once
+        for old in self.versions()[: -self.keep]:
+            if old != version:  # an older checkpoint re-exported on purpose is not pruned at once
                 self.fs.rm(f"{self.root}/{old}", recursive=True)
         return f"{self.url}/{version}"
 
 
-def export_checkpoint(spec: Any, entry: dict[str, Any] | None = None, scratch: str | Path | None = None,
-                      to: str | None = None, local_prefix: str | None = None) -> dict[str, Any]:
+def export_checkpoint(
+    spec: Any,
+    entry: dict[str, Any] | None = None,
+    scratch: str | Path | None = None,
+    to: str | None = None,
+    local_prefix: str | None = None,
+) -> dict[str, Any]:
     """Export a committed checkpoint of ``checkpoint.dir`` (``entry``; default the latest) to ``to`` (default
     ``export.dir``). Returns ``{"url", "version", "checkpoint", "seconds", "downloaded"}``.
 
@@ -130,10 +137,21 @@ def export_checkpoint(spec: Any, entry: dict[str, Any] | None = None, scratch: s
         keep = spec.export.keep if spec.export else 3
         url = ExportStore(dest, keep=keep).upload(saved, int(entry["global_step"]))
     secs = time.monotonic() - t0
-    log.info("exported %s (global step %d) as a SavedModel to %s in %.2fs (%s)", entry["name"],
-             entry["global_step"], url, secs, "from the local copy" if local else "downloaded")
-    return {"url": url, "version": int(entry["global_step"]), "checkpoint": entry["name"], "seconds": round(secs, 3),
-            "downloaded": not local}
+    log.info(
+        "exported %s (global step %d) as a SavedModel to %s in %.2fs (%s)",
+        entry["name"],
+        entry["global_step"],
+        url,
+        secs,
+        "from the local copy" if local else "downloaded",
+    )
+    return {
+        "url": url,
+        "version": int(entry["global_step"]),
+        "checkpoint": entry["name"],
+        "seconds": round(secs, 3),
+        "downloaded": not local,
+    }
 
 
 def export_at_end(ctx: Any, committed: tuple[dict[str, Any], str] | None = None) -> dict[str, Any] | None:
@@ -143,14 +161,18 @@ def export_at_end(ctx: Any, committed: tuple[dict[str, Any], str] | None = None)
     if ctx.spec.export is None:
         return None
     from concurrent.futures import ThreadPoolExecutor
+
     entry, local_prefix = committed or (None, None)
     try:
         # in a thread of its own: the ps chief finishes inside its finalized training graph, and a SavedModel needs
         # eager execution; TF's default graph is per thread, so a fresh thread is eager whatever the caller's graph
         with ThreadPoolExecutor(1, thread_name_prefix="tfyarn-export") as pool:
-            return pool.submit(export_checkpoint, ctx.spec, entry, scratch=ctx.workdir,
-                               local_prefix=local_prefix).result()
+            return pool.submit(
+                export_checkpoint, ctx.spec, entry, scratch=ctx.workdir, local_prefix=local_prefix
+            ).result()
     except Exception as exc:
-        raise RuntimeError(f"{ctx.task_id}: training finished and its final checkpoint is committed, but the export "
-                           f"to {ctx.spec.export.dir} failed: {type(exc).__name__}: {exc} "
-                           f"(retry with: tfyarn export SPEC)") from exc
+        raise RuntimeError(
+            f"{ctx.task_id}: training finished and its final checkpoint is committed, but the export "
+            f"to {ctx.spec.export.dir} failed: {type(exc).__name__}: {exc} "
+            f"(retry with: tfyarn export SPEC)"
+        ) from exc

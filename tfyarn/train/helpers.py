@@ -1,5 +1,6 @@
 """What both built-in loops and a user's ``@custom_train`` function share: this task's feeder, progress, checkpoints
 (kept apart from the loops so the escape hatch gets exactly their plumbing, not a second, drifting copy)."""
+
 from __future__ import annotations
 
 import logging
@@ -26,13 +27,22 @@ def train_manifest(ctx: Any) -> Any:
     is judged by ``timeouts.stall``)."""
     from tfyarn.data.shared_index import shared_manifest
     from tfyarn.data.table import read_option
+
     d = ctx.spec.data
     urls = list(d.train)
-    return shared_manifest(urls, kv=ctx.kv, tasks=list(ctx.training_tasks), rank=ctx.data_rank, app_id=ctx.app_id,
-                           attempt=ctx.attempt, compression=read_option(d.compression, d.format),
-                           on_corrupt=d.on_corrupt,
-                           cache_dir=index_cache(ctx.spec), stall=ctx.spec.timeouts.stall,
-                           timeout=max(3600.0, ctx.spec.timeouts.stall))
+    return shared_manifest(
+        urls,
+        kv=ctx.kv,
+        tasks=list(ctx.training_tasks),
+        rank=ctx.data_rank,
+        app_id=ctx.app_id,
+        attempt=ctx.attempt,
+        compression=read_option(d.compression, d.format),
+        on_corrupt=d.on_corrupt,
+        cache_dir=index_cache(ctx.spec),
+        stall=ctx.spec.timeouts.stall,
+        timeout=max(3600.0, ctx.spec.timeouts.stall),
+    )
 
 
 def make_feeder(ctx: Any, manifest: Any = None) -> Any:
@@ -44,8 +54,17 @@ def make_feeder(ctx: Any, manifest: Any = None) -> Any:
     if ctx.data_rank < 0:
         raise ValueError(f"{ctx.task_id} is not a training task; it has no share of the data")
     manifest = manifest if manifest is not None else train_manifest(ctx)
-    return Feeder(manifest, d.features, d.batch_size, ctx.data_rank, ctx.num_data_workers, seed=d.shuffle_seed,
-                  shuffle_buffer=d.shuffle_buffer, prefetch=d.prefetch, on_corrupt=d.on_corrupt)
+    return Feeder(
+        manifest,
+        d.features,
+        d.batch_size,
+        ctx.data_rank,
+        ctx.num_data_workers,
+        seed=d.shuffle_seed,
+        shuffle_buffer=d.shuffle_buffer,
+        prefetch=d.prefetch,
+        on_corrupt=d.on_corrupt,
+    )
 
 
 def epoch_steps(feeder: Any, epochs: int) -> list[int]:
@@ -69,6 +88,7 @@ def position(done_steps: int, steps: list[int]) -> tuple[int, int]:
 @dataclass
 class Helpers:
     """Handed to a ``@custom_train`` function as its second argument (see :mod:`tfyarn.train.model`)."""
+
     ctx: Any
     params: dict[str, Any]
     progress: ProgressReporter
@@ -81,6 +101,7 @@ class Helpers:
         """A MultiWorkerMirroredStrategy set up as allreduce mode's (:func:`tfyarn.train.strategy.start_strategy`).
         Call it once, on every training task, before other TF work (TF's rule for this strategy)."""
         from tfyarn.train.strategy import start_strategy
+
         return start_strategy(self.ctx)
 
     def checkpoint_store(self) -> Any:
@@ -89,6 +110,7 @@ class Helpers:
         if not ck.dir:
             return None
         from tfyarn.train.checkpoint import CheckpointStore
+
         return CheckpointStore(ck.dir, keep=ck.keep)
 
     def upload_checkpoint(self, local_prefix: str, global_step: int, meta: dict[str, Any] | None = None) -> Any:
@@ -121,8 +143,10 @@ def jsonable(values: dict[str, Any], what: str) -> dict[str, Any]:
         try:
             out[key] = json.loads(json.dumps(value, default=numpy_value))
         except (TypeError, ValueError):
-            raise TypeError(f"{what}: {key!r} is a {type(value).__name__}, which the run summary (JSON) cannot hold; "
-                            f"return numbers, strings, lists or dicts") from None
+            raise TypeError(
+                f"{what}: {key!r} is a {type(value).__name__}, which the run summary (JSON) cannot hold; "
+                f"return numbers, strings, lists or dicts"
+            ) from None
     return out
 
 
@@ -135,10 +159,18 @@ def run_custom(ctx: Any, fn: Callable) -> Any:
     result = fn(ctx, helpers)
     mine = progress.final()
     if ctx.is_chief:
-        summary = run_summary(ctx, global_step=progress.global_step, total_steps=None, steps_per_worker=None,
-                              examples_per_sec=mine["examples_per_sec"], first_loss=mine["first_loss"],
-                              last_loss=mine["last_loss"], train_s=mine["elapsed_s"], custom=True,
-                              elapsed_s=round(time.monotonic() - t0, 3))
+        summary = run_summary(
+            ctx,
+            global_step=progress.global_step,
+            total_steps=None,
+            steps_per_worker=None,
+            examples_per_sec=mine["examples_per_sec"],
+            first_loss=mine["first_loss"],
+            last_loss=mine["last_loss"],
+            train_s=mine["elapsed_s"],
+            custom=True,
+            elapsed_s=round(time.monotonic() - t0, 3),
+        )
         if isinstance(result, dict):
             summary.update(jsonable(result, "the custom train function's result"))
         summary.update(jsonable(helpers.summary_extra, "helpers.summary_extra"))

@@ -10,6 +10,7 @@ a background thread, so the training loop never waits on the filesystem. Layout 
 
 The chief also writes its points as TensorBoard scalars (run ``train``), uploaded with the history.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -23,7 +24,7 @@ from typing import Any
 
 log = logging.getLogger("tfyarn.train.history")
 
-TASK_HISTORY_DIR = "history"          # under the checkpoint dir; tfyarn.report reads it too
+TASK_HISTORY_DIR = "history"  # under the checkpoint dir; tfyarn.report reads it too
 
 #: Shortest time between two points (also the shortest window a point's rate is computed over).
 MIN_INTERVAL_S = 0.25
@@ -42,8 +43,7 @@ _open_lock = threading.Lock()
 class TaskHistory:
     """Points of one task process: :meth:`due` / :meth:`add` from the training loop (cheap), uploads elsewhere."""
 
-    def __init__(self, url: str | None, app_id: str, task: str, attempt: int, local_dir: Path,
-                 events: bool = False):
+    def __init__(self, url: str | None, app_id: str, task: str, attempt: int, local_dir: Path, events: bool = False):
         self.task, self.attempt = task, attempt
         self.start = time.monotonic()
         self.name = f"{task.replace(':', '-')}.a{attempt}.{int(time.time() * 1000)}.jsonl"
@@ -53,15 +53,17 @@ class TaskHistory:
         self.fs = self.remote = None
         if url:
             import fsspec
+
             self.fs, root = fsspec.core.url_to_fs(url.rstrip("/"))
             self.remote = f"{root.rstrip('/')}/{TASK_HISTORY_DIR}/{app_id}/{self.name}"
         self.events = None
         if events:
             from tfyarn.train.events import EventWriter
+
             self.events = EventWriter(url, "train", Path(local_dir) / "events")
         self.points = 0
-        self.sink: Any = None                 # also gets each batch of points (tfyarn.train.tracking: MLflow)
-        self._next = 0.0                      # monotonic time the next point is due
+        self.sink: Any = None  # also gets each batch of points (tfyarn.train.tracking: MLflow)
+        self._next = 0.0  # monotonic time the next point is due
         self._pending: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -78,8 +80,9 @@ class TaskHistory:
         The chief also writes the ``train`` TensorBoard run."""
         ckpt = ctx.spec.checkpoint.dir
         url = ckpt or None
-        return cls(url, ctx.app_id, ctx.task_id, ctx.attempt, Path(ctx.workdir) / "history",
-                   events=bool(ctx.is_chief and url))
+        return cls(
+            url, ctx.app_id, ctx.task_id, ctx.attempt, Path(ctx.workdir) / "history", events=bool(ctx.is_chief and url)
+        )
 
     def due(self, now: float) -> bool:
         return now >= self._next and not self._closed
@@ -120,6 +123,7 @@ class TaskHistory:
         size = self.local.stat().st_size
         if size != self._uploaded_size:
             from tfyarn.train.events import upload_file
+
             upload_file(self.fs, self.local, self.remote)
             self._uploaded_size = size
         if self.events is not None:
@@ -156,12 +160,17 @@ class TaskHistory:
                     self.events.close()
             except Exception as exc:  # noqa: BLE001 - see _run
                 log.warning("%s: could not upload the progress history to %s: %s", self.task, self.remote, exc)
+
         last = threading.Thread(target=final, name=f"tfyarn-history-close-{self.task}", daemon=True)
         last.start()
         last.join(timeout)
         if last.is_alive():
-            log.warning("%s: the last upload of the progress history to %s did not finish within %gs; left behind",
-                        self.task, self.remote, timeout)
+            log.warning(
+                "%s: the last upload of the progress history to %s did not finish within %gs; left behind",
+                self.task,
+                self.remote,
+                timeout,
+            )
 
 
 @atexit.register

@@ -117,9 +117,7 @@ def serving_signature(features: dict[str, Any], exclude: str | None) -> dict[str
     return out
 
 
-def from_serving(
-    flat: dict[str, Any], features: dict[str, Any], exclude: str | None
-) -> dict[str, Any]:
+def from_serving(flat: dict[str, Any], features: dict[str, Any], exclude: str | None) -> dict[str, Any]:
     """The model's inputs from the serving function's flat inputs."""
     import tensorflow as tf
 
@@ -127,9 +125,5 @@ def from_serving(
     for name, f in features.items():
         if name == exclude:
             continue
-        out[name] = (
-            tf.SparseTensor(*(flat[f"{name}_{p}"] for p in SPARSE_PARTS))
-            if is_sparse(f)
-            else flat[name]
-        )
+        out[name] = tf.SparseTensor(*(flat[f"{name}_{p}"] for p in SPARSE_PARTS)) if is_sparse(f) else flat[name]
     return out

@@ -3,6 +3,7 @@ starts (exit 2 with the problems, one per line, if any): compiled; every input n
 metrics usable; in ps mode an optimizer with a ``tf.compat.v1.train`` twin. Run in a child process by the gateway
 (:func:`tfyarn.preflight.check_keras_model`) only when the model's code uses Keras and the tasks run this Python:
 the gateway itself never imports TensorFlow."""
+
 from __future__ import annotations
 
 import sys
@@ -16,6 +17,7 @@ def problems(spec_json: str) -> list[str]:
     from tfyarn.train.keras_model import KerasModel, ModelSpecError
     from tfyarn.train.keras_optim import UnsupportedOptimizer, v1_equivalent
     from tfyarn.train.model import build_model, load
+
     spec = load_spec_json(spec_json)
     model = load(spec.model, spec.params, spec.code or None, data=spec.data)
     if not isinstance(model, KerasModel):

@@ -19,6 +19,7 @@ loss, timeouts) and takes from the model what it declares:
   the checkpoint). Keras optimizers do not update in a TF1 graph, so ps mode uses the ``tf.compat.v1.train``
   equivalent with the same hyperparameters (:mod:`tfyarn.train.keras_optim`).
 """
+
 from __future__ import annotations
 
 import sys
@@ -50,7 +51,7 @@ def _fresh_names(flavour: str, fn: Callable[[], Any]) -> Any:
         return fn()
     try:
         from keras.src.backend.common import global_state
-    except ImportError:          # a Keras without that module: names may differ between builds
+    except ImportError:  # a Keras without that module: names may differ between builds
         return fn()
     old = global_state.get_global_attribute("object_name_uids")
     global_state.set_global_attribute("object_name_uids", None)
@@ -63,14 +64,17 @@ def _fresh_names(flavour: str, fn: Callable[[], Any]) -> Any:
 def _as_tf_variable(w: Any) -> Any:
     """A Keras weight → its ``tf.Variable`` (Keras 3 wraps one in ``.value``; tf_keras weights are tf.Variables)."""
     import tensorflow as tf
+
     return w if isinstance(w, tf.Variable) else w.value
 
 
 def _keras_module(flavour: str) -> Any:
     if flavour == "tf_keras":
         import tf_keras
+
         return tf_keras
     import keras
+
     return keras
 
 
@@ -79,8 +83,14 @@ class KerasModel:
     this one). ``factory()`` returns a compiled Keras model; ``first`` is one it
     already returned (used for the first build when it was made in the same graph context, else discarded)."""
 
-    def __init__(self, factory: Callable[[], Any], first: Any, features: dict[str, Any] | None = None,
-                 label: str | None = None, ref: str = "model"):
+    def __init__(
+        self,
+        factory: Callable[[], Any],
+        first: Any,
+        features: dict[str, Any] | None = None,
+        label: str | None = None,
+        ref: str = "model",
+    ):
         self.factory, self.ref = factory, ref
         self.flavour = keras_flavour(first) or "keras"
         self._pending: Any = first
@@ -94,6 +104,7 @@ class KerasModel:
         self._opt_config: tuple[str, dict[str, Any]] | None = None
         if self._pending_graph is None and getattr(first, "optimizer", None) is not None:
             from tfyarn.train.keras_optim import optimizer_config
+
             self._opt_config = optimizer_config(first.optimizer)
 
     # -- the contract ------------------------------------------------------------------------------------------------
@@ -109,7 +120,7 @@ class KerasModel:
         self.keras = km
         self._check_compiled()
         if not km.weights or not getattr(km, "built", True):
-            km(self._example_inputs(), training=False)       # an unbuilt Sequential or subclassed model
+            km(self._example_inputs(), training=False)  # an unbuilt Sequential or subclassed model
         self._check_inputs()
         self.keras_trainable = list(km.trainable_weights)
         self._loss_fn = self._resolve_loss()
@@ -134,6 +145,7 @@ class KerasModel:
 
     def loss(self, labels: Any, predictions: Any) -> Any:
         import tensorflow as tf
+
         y, p = self._align(labels, predictions, sparse=self._sparse(self._loss_name))
         assert self._loss_fn is not None
         per = self._loss_fn(y, p)
@@ -143,6 +155,7 @@ class KerasModel:
 
     def metrics(self, labels: Any, predictions: Any) -> dict[str, Any]:
         import tensorflow as tf
+
         out = {"loss": tf.reduce_mean(self.loss(labels, predictions))}
         for name, fn in self._metric_fns.items():
             y, p = self._align(labels, predictions, sparse=self._sparse(name) or self._sparse(fn.__name__))
@@ -155,6 +168,7 @@ class KerasModel:
         import tensorflow as tf
 
         from tfyarn.train.keras_optim import v1_equivalent
+
         opt = self.keras.optimizer
         if tf.executing_eagerly():
             opt.build(self.keras_trainable)
@@ -169,6 +183,7 @@ class KerasModel:
             from concurrent.futures import ThreadPoolExecutor
 
             from tfyarn.train.keras_optim import optimizer_config
+
             with ThreadPoolExecutor(1, thread_name_prefix="tfyarn-keras-config") as pool:
                 self._opt_config = pool.submit(lambda: optimizer_config(self.factory().optimizer)).result()
         return self._opt_config
@@ -177,12 +192,15 @@ class KerasModel:
     def _check_compiled(self) -> None:
         km = self.keras
         if getattr(km, "optimizer", None) is None or getattr(km, "loss", None) is None:
-            raise ModelSpecError(f"{self.ref} returned an uncompiled Keras model: call model.compile(optimizer=..., "
-                                 f"loss=..., metrics=[...]) in it (tfyarn trains with what is compiled)")
+            raise ModelSpecError(
+                f"{self.ref} returned an uncompiled Keras model: call model.compile(optimizer=..., "
+                f"loss=..., metrics=[...]) in it (tfyarn trains with what is compiled)"
+            )
 
     def _input_names(self) -> Any:
         """The model's input structure with each Keras input replaced by its name, or None (no declared inputs)."""
         import tensorflow as tf
+
         try:
             struct = self.keras.input
         except (AttributeError, ValueError):
@@ -196,35 +214,46 @@ class KerasModel:
 
     def _check_inputs(self) -> None:
         import tensorflow as tf
+
         names = self._input_names()
         if names is None or not self.features:
             return
         missing = [n for n in tf.nest.flatten(names) if n not in self.features or n == self.label]
         if missing:
-            raise ModelSpecError(f"{self.ref}: model input(s) {', '.join(map(repr, missing))} match no feature of "
-                                 f"data.features ({', '.join(self._feature_names())}); name each keras.Input after "
-                                 f"the feature that feeds it")
+            raise ModelSpecError(
+                f"{self.ref}: model input(s) {', '.join(map(repr, missing))} match no feature of "
+                f"data.features ({', '.join(self._feature_names())}); name each keras.Input after "
+                f"the feature that feeds it"
+            )
 
     def _inputs(self, features: dict[str, Any]) -> Any:
         import tensorflow as tf
+
         names = self._input_names()
         if names is not None:
             return tf.nest.map_structure(lambda n: features[n], names)
         if type(self.keras).__name__ == "Sequential":
             if len(features) != 1:
-                raise ModelSpecError(f"{self.ref}: a Sequential model without a keras.Input takes one feature, the "
-                                     f"spec has {len(features)} ({', '.join(features)}); start it with "
-                                     f"keras.Input(shape=..., name=<feature>) or use a functional model")
+                raise ModelSpecError(
+                    f"{self.ref}: a Sequential model without a keras.Input takes one feature, the "
+                    f"spec has {len(features)} ({', '.join(features)}); start it with "
+                    f"keras.Input(shape=..., name=<feature>) or use a functional model"
+                )
             return next(iter(features.values()))
         return dict(features)
 
     def _example_inputs(self) -> Any:
         import tensorflow as tf
-        feats = {n: tf.zeros((1, *f.shape), tf.string if f.dtype == "bytes" else tf.as_dtype(f.dtype))
-                 for n, f in self.features.items() if n != self.label}
+
+        feats = {
+            n: tf.zeros((1, *f.shape), tf.string if f.dtype == "bytes" else tf.as_dtype(f.dtype))
+            for n, f in self.features.items()
+            if n != self.label
+        }
         if not feats:
-            raise ModelSpecError(f"{self.ref}: the Keras model is not built and tfyarn does not know the spec's "
-                                 f"features to build it on")
+            raise ModelSpecError(
+                f"{self.ref}: the Keras model is not built and tfyarn does not know the spec's features to build it on"
+            )
         return self._inputs(feats)
 
     @property
@@ -233,15 +262,23 @@ class KerasModel:
         if isinstance(cfg, dict):
             return dict(cfg)
         # tf_keras in a TF1 graph keeps no compile config: its loss and the metrics it was given
-        metrics = (getattr(getattr(self.keras, "compiled_metrics", None), "_user_metrics", None)
-                   or getattr(self.keras, "_compile_metrics", None) or [])     # (its v1 graph-mode model)
+        metrics = (
+            getattr(getattr(self.keras, "compiled_metrics", None), "_user_metrics", None)
+            or getattr(self.keras, "_compile_metrics", None)
+            or []
+        )  # (its v1 graph-mode model)
         return {"loss": self.keras.loss, "metrics": metrics}
 
     @property
     def _loss_name(self) -> str:
         loss = self._compiled.get("loss")
-        return loss if isinstance(loss, str) else type(loss).__name__ if not callable(loss) or hasattr(
-            loss, "get_config") else getattr(loss, "__name__", "loss")
+        return (
+            loss
+            if isinstance(loss, str)
+            else type(loss).__name__
+            if not callable(loss) or hasattr(loss, "get_config")
+            else getattr(loss, "__name__", "loss")
+        )
 
     @staticmethod
     def _sparse(name: str) -> bool:
@@ -251,11 +288,13 @@ class KerasModel:
         keras = _keras_module(self.flavour)
         loss = self._compiled.get("loss")
         if isinstance(loss, (dict, list, tuple)):
-            raise ModelSpecError(f"{self.ref}: compiled with {type(loss).__name__} of losses (several outputs); "
-                                 f"tfyarn trains one output with one loss")
+            raise ModelSpecError(
+                f"{self.ref}: compiled with {type(loss).__name__} of losses (several outputs); "
+                f"tfyarn trains one output with one loss"
+            )
         if isinstance(loss, str):
             loss = keras.losses.get(loss)
-        if loss is not None and hasattr(loss, "call") and hasattr(loss, "get_config"):   # a Loss: unreduced call
+        if loss is not None and hasattr(loss, "call") and hasattr(loss, "get_config"):  # a Loss: unreduced call
             return loss.call
         if callable(loss):
             return loss
@@ -274,10 +313,12 @@ class KerasModel:
             obj = keras.metrics.get(m) if isinstance(m, str) else m
             fn = getattr(obj, "_fn", None) or (obj if callable(obj) and not hasattr(obj, "update_state") else None)
             if fn is None:
-                raise ModelSpecError(f"{self.ref}: metric {name!r} keeps state across batches ({type(obj).__name__});"
-                                     f" tfyarn reports batch means of per-example metrics (accuracy, "
-                                     f"binary_accuracy, mae, mse, ...): compute {name} in the evaluator's data or "
-                                     f"with an entrypoint script")
+                raise ModelSpecError(
+                    f"{self.ref}: metric {name!r} keeps state across batches ({type(obj).__name__});"
+                    f" tfyarn reports batch means of per-example metrics (accuracy, "
+                    f"binary_accuracy, mae, mse, ...): compute {name} in the evaluator's data or "
+                    f"with an entrypoint script"
+                )
             out[str(name)] = _with_kwargs(fn, dict(getattr(obj, "_fn_kwargs", {}) or {}))
         return out
 
@@ -296,9 +337,15 @@ class KerasModel:
         """Labels (B,) against predictions (B, 1) get a last axis, as Keras does; a non-sparse loss gets labels in
         the predictions' dtype."""
         import tensorflow as tf
+
         y, p = labels, predictions
-        if (not sparse and p.shape.rank is not None and y.shape.rank is not None
-                and p.shape.rank == y.shape.rank + 1 and p.shape[-1] == 1):
+        if (
+            not sparse
+            and p.shape.rank is not None
+            and y.shape.rank is not None
+            and p.shape.rank == y.shape.rank + 1
+            and p.shape[-1] == 1
+        ):
             y = tf.expand_dims(y, -1)
         if not sparse and y.dtype != p.dtype:
             y = tf.cast(y, p.dtype)
@@ -312,6 +359,7 @@ def _with_kwargs(fn: Callable, kwargs: dict[str, Any]) -> Callable:
 
     def bound(y: Any, p: Any) -> Any:
         return fn(y, p, **kwargs)
+
     bound.__name__ = getattr(fn, "__name__", "metric")
     return bound
 
@@ -321,10 +369,12 @@ def _current_graph() -> Any:
     if "tensorflow" not in sys.modules:
         return None
     import tensorflow as tf
+
     return None if tf.executing_eagerly() else tf.compat.v1.get_default_graph()
 
 
 def wrap(factory: Callable[[], Any], first: Any, data: Any, ref: str) -> KerasModel:
     """``first`` (what ``factory()`` returned) as a tfyarn model bound to the spec's ``data`` (features, label)."""
-    return KerasModel(factory, first, dict(data.features) if data is not None else None,
-                      data.label if data is not None else None, ref)
+    return KerasModel(
+        factory, first, dict(data.features) if data is not None else None, data.label if data is not None else None, ref
+    )

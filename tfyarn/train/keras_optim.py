@@ -5,15 +5,20 @@ Why: ps mode is a TF1 graph, and Keras optimizers (Keras 3 and tf_keras's non-le
 the ps, with their slots placed beside each variable. What cannot be mapped faithfully is refused at build, before
 any step, naming what is supported (:data:`SUPPORTED`).
 """
+
 from __future__ import annotations
 
 import numbers
 from typing import Any
 
 #: Keras optimizer class → what ps mode runs for it.
-SUPPORTED = {"SGD": "GradientDescentOptimizer / MomentumOptimizer (momentum, nesterov)",
-             "Adagrad": "AdagradOptimizer", "Adam": "AdamOptimizer", "RMSprop": "RMSPropOptimizer",
-             "Ftrl": "FtrlOptimizer"}
+SUPPORTED = {
+    "SGD": "GradientDescentOptimizer / MomentumOptimizer (momentum, nesterov)",
+    "Adagrad": "AdagradOptimizer",
+    "Adam": "AdamOptimizer",
+    "RMSprop": "RMSPropOptimizer",
+    "Ftrl": "FtrlOptimizer",
+}
 
 #: Options with no v1 counterpart: set, they are refused (a silent difference would train another model).
 _UNMAPPED = ("weight_decay", "clipnorm", "clipvalue", "global_clipnorm", "use_ema", "amsgrad", "loss_scale_factor")
@@ -35,8 +40,9 @@ def optimizer_config(opt: Any) -> tuple[str, dict[str, Any]]:
 def _config(cfg: dict[str, Any]) -> dict[str, Any]:
     lr = cfg.get("learning_rate")
     if not isinstance(lr, numbers.Real):
-        raise UnsupportedOptimizer(f"learning_rate {lr!r}: ps mode takes a constant learning rate (a schedule "
-                                   f"has no v1 equivalent here)")
+        raise UnsupportedOptimizer(
+            f"learning_rate {lr!r}: ps mode takes a constant learning rate (a schedule has no v1 equivalent here)"
+        )
     for key in _UNMAPPED:
         if cfg.get(key) not in (None, False, 0, 0.0):
             raise UnsupportedOptimizer(f"option {key}={cfg[key]!r} has no tf.compat.v1.train equivalent")
@@ -47,6 +53,7 @@ def v1_equivalent(name: str, config: dict[str, Any], ref: str = "model") -> Any:
     """The v1 optimizer doing what Keras optimizer ``name`` with ``config`` (:func:`optimizer_config`) would;
     :class:`UnsupportedOptimizer` otherwise."""
     import tensorflow as tf
+
     v1 = tf.compat.v1.train
     try:
         if name not in SUPPORTED:
@@ -60,19 +67,31 @@ def v1_equivalent(name: str, config: dict[str, Any], ref: str = "model") -> Any:
         if name == "Adagrad":
             return v1.AdagradOptimizer(lr, initial_accumulator_value=float(c.get("initial_accumulator_value", 0.1)))
         if name == "Adam":
-            return v1.AdamOptimizer(lr, beta1=float(c.get("beta_1", 0.9)), beta2=float(c.get("beta_2", 0.999)),
-                                    epsilon=float(c.get("epsilon", 1e-7)))
+            return v1.AdamOptimizer(
+                lr,
+                beta1=float(c.get("beta_1", 0.9)),
+                beta2=float(c.get("beta_2", 0.999)),
+                epsilon=float(c.get("epsilon", 1e-7)),
+            )
         if name == "RMSprop":
-            return v1.RMSPropOptimizer(lr, decay=float(c.get("rho", 0.9)), momentum=float(c.get("momentum", 0.0)),
-                                       epsilon=float(c.get("epsilon", 1e-7)), centered=bool(c.get("centered")))
+            return v1.RMSPropOptimizer(
+                lr,
+                decay=float(c.get("rho", 0.9)),
+                momentum=float(c.get("momentum", 0.0)),
+                epsilon=float(c.get("epsilon", 1e-7)),
+                centered=bool(c.get("centered")),
+            )
         return v1.FtrlOptimizer(
-            lr, learning_rate_power=float(c.get("learning_rate_power", -0.5)),
+            lr,
+            learning_rate_power=float(c.get("learning_rate_power", -0.5)),
             initial_accumulator_value=float(c.get("initial_accumulator_value", 0.1)),
             l1_regularization_strength=float(c.get("l1_regularization_strength", 0.0)),
             l2_regularization_strength=float(c.get("l2_regularization_strength", 0.0)),
             l2_shrinkage_regularization_strength=float(c.get("l2_shrinkage_regularization_strength", 0.0)),
-            beta=float(c.get("beta", 0.0)))
+            beta=float(c.get("beta", 0.0)),
+        )
     except UnsupportedOptimizer as exc:
-        raise UnsupportedOptimizer(f"{ref}: the compiled optimizer cannot run in ps mode: {exc}. Supported in ps "
-                                   f"mode: {supported_text()}; or use mode: allreduce (the Keras optimizer itself)"
-                                   ) from None
+        raise UnsupportedOptimizer(
+            f"{ref}: the compiled optimizer cannot run in ps mode: {exc}. Supported in ps "
+            f"mode: {supported_text()}; or use mode: allreduce (the Keras optimizer itself)"
+        ) from None

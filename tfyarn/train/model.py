@@ -20,6 +20,7 @@ sets ``control/done``. README's "Writing a model" has a complete example of each
 
 Nothing here imports TensorFlow at module import: the gateway may import model modules to validate a spec.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -51,11 +52,13 @@ class Model:
     def optimizer(self) -> Any:
         """A tf.compat.v1.train optimizer (works in graph mode and under strategies)."""
         import tensorflow as tf
+
         return tf.compat.v1.train.AdagradOptimizer(0.1)
 
     def metrics(self, labels: Any, predictions: Any) -> dict[str, Any]:
         """Scalar metrics of one batch (batch means) for logs and the evaluator. Default: the mean loss."""
         import tensorflow as tf
+
         return {"loss": tf.reduce_mean(self.loss(labels, predictions))}
 
 
@@ -84,8 +87,9 @@ def resolve_ref(ref: str, code_dir: str | None = None) -> Any:
         raise AttributeError(f"model {ref!r}: module {mod_name!r} has no attribute {attr!r}") from None
 
 
-def load(ref: str, params: dict[str, Any] | None = None, code_dir: str | None = None,
-         data: Any = None) -> Model | Callable:
+def load(
+    ref: str, params: dict[str, Any] | None = None, code_dir: str | None = None, data: Any = None
+) -> Model | Callable:
     """Resolve the spec's ``model``: a custom train function as is, else what it returns when called with ``params``
     (anything with build/__call__/loss passes: duck typing). A compiled Keras model is wrapped
     (:mod:`tfyarn.train.keras_model`, bound to the spec's ``data``: features and label). Call it where the model's
@@ -105,8 +109,10 @@ def load(ref: str, params: dict[str, Any] | None = None, code_dir: str | None = 
         return keras_model.wrap(lambda: target(**(params or {})), model, data, ref)
     missing = [m for m in ("build", "loss") if not callable(getattr(model, m, None))]
     if missing or not callable(model):
-        raise TypeError(f"model {ref!r} returned {type(model).__name__}, not a tfyarn.train.Model "
-                        f"(missing: {', '.join(missing) or '__call__'})")
+        raise TypeError(
+            f"model {ref!r} returned {type(model).__name__}, not a tfyarn.train.Model "
+            f"(missing: {', '.join(missing) or '__call__'})"
+        )
     return model
 
 
@@ -114,6 +120,7 @@ def build_model(model: Model) -> Model:
     """Call ``model.build()`` (inside the placement scope) recording the variables it creates, in graph mode and
     under a strategy alike. A build that creates none fails here, before any step runs."""
     import tensorflow as tf
+
     created: list = []
 
     def record(next_creator, **kwargs):
@@ -122,15 +129,16 @@ def build_model(model: Model) -> Model:
 
     with tf.variable_creator_scope(record):
         model.build()
-    own = getattr(model, "tfyarn_variables", None)     # a Keras model: its weights, not compile's or the optimizer's
+    own = getattr(model, "tfyarn_variables", None)  # a Keras model: its weights, not compile's or the optimizer's
     if callable(own):
         created = list(own())
     if not created:
         raise ValueError(f"{type(model).__name__}.build() created no tf.Variable")
     model.variables = created
-    own_trainable = getattr(model, "tfyarn_trainable_variables", None)   # in the optimizer's order
-    model.trainable_variables = (list(own_trainable()) if callable(own_trainable)
-                                 else [v for v in created if getattr(v, "trainable", True)])
+    own_trainable = getattr(model, "tfyarn_trainable_variables", None)  # in the optimizer's order
+    model.trainable_variables = (
+        list(own_trainable()) if callable(own_trainable) else [v for v in created if getattr(v, "trainable", True)]
+    )
     return model
 
 
@@ -143,12 +151,20 @@ def split_features(batch: dict[str, Any], label: str | None) -> tuple[dict[str, 
 def tf_dtype(name: str) -> Any:
     """Spec dtype name → tf.DType (``bytes`` and ``string`` are both tf.string)."""
     import tensorflow as tf
-    return {"float32": tf.float32, "float64": tf.float64, "int64": tf.int64, "int32": tf.int32,
-            "string": tf.string, "bytes": tf.string}[name]
+
+    return {
+        "float32": tf.float32,
+        "float64": tf.float64,
+        "int64": tf.int64,
+        "int32": tf.int32,
+        "string": tf.string,
+        "bytes": tf.string,
+    }[name]
 
 
 def input_signature(features: dict[str, Any], batch_size: int | None, exclude: str | None = None) -> dict[str, Any]:
     """One TensorSpec per spec feature (but ``exclude``), leading dim ``batch_size``: a fixed signature is traced
     once for the run. A variable-length feature: a SparseTensorSpec (``tfyarn.train.inputs``)."""
     from tfyarn.train.inputs import spec_of
+
     return {name: spec_of(f, batch_size, name) for name, f in features.items() if name != exclude}

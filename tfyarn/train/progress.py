@@ -4,6 +4,7 @@ Why bounded: a step can take 5 ms; one HTTP PUT per step would cost more than th
 training task publishes ``progress/<task>`` at most every ``interval`` seconds (and once more at the end, ``force``),
 which the launcher turns into a progress line and the stall watchdog into "is anyone moving".
 """
+
 from __future__ import annotations
 
 import json
@@ -35,17 +36,26 @@ class ProgressReporter:
     A KV that is briefly unreachable does not fail training (progress is advisory); it is logged once.
     """
 
-    def __init__(self, kv: KV, task: str, interval: float = 1.0, log_every: float = 10.0,
-                 fail_on_nan_loss: bool = True, history: Any = None, attempt: int = 0, restart: int = 0):
+    def __init__(
+        self,
+        kv: KV,
+        task: str,
+        interval: float = 1.0,
+        log_every: float = 10.0,
+        fail_on_nan_loss: bool = True,
+        history: Any = None,
+        attempt: int = 0,
+        restart: int = 0,
+    ):
         self.kv, self.task, self.interval, self.log_every = kv, task, interval, log_every
         self.fail_on_nan_loss = fail_on_nan_loss
-        self.history = history            # a tfyarn.train.history.TaskHistory: this task's own points
+        self.history = history  # a tfyarn.train.history.TaskHistory: this task's own points
         self.attempt, self.restart = attempt, restart
         self.step = self.global_step = self.epoch = self.examples = 0
         self.first_loss: float | None = None
         self.last_loss: float | None = None
         self._last_pub = self._rate = self._step_rate = 0.0
-        self._gs_rate: float | None = None     # global steps per second (the job's, as this task sees it)
+        self._gs_rate: float | None = None  # global steps per second (the job's, as this task sees it)
         self._hist_step = -1
         self._kv_warned = False
         self.extra: dict[str, Any] = {}
@@ -59,20 +69,34 @@ class ProgressReporter:
         (:mod:`tfyarn.train.history`, next to the checkpoints; the chief's also feeds TensorBoard)."""
         from tfyarn.train.history import TaskHistory, restart_number
         from tfyarn.train.tracking import attach
+
         history = TaskHistory.for_task(ctx)
-        attach(ctx, history)                 # tracking.mlflow: the chief's points also go to its MLflow run
-        return cls(ctx.kv, ctx.task_id, fail_on_nan_loss=ctx.spec.fail_on_nan_loss, history=history,
-                   attempt=ctx.attempt, restart=restart_number())
+        attach(ctx, history)  # tracking.mlflow: the chief's points also go to its MLflow run
+        return cls(
+            ctx.kv,
+            ctx.task_id,
+            fail_on_nan_loss=ctx.spec.fail_on_nan_loss,
+            history=history,
+            attempt=ctx.attempt,
+            restart=restart_number(),
+        )
 
     def begin(self) -> None:
         """Restart the clock (call right before the first step, so start-up is not counted in examples/s)."""
         self.start = self._win_t = self._win_gs_t = self._last_log = self._hist_t = time.monotonic()
         self._win_ex = self._win_steps = self._hist_ex = 0
-        self._win_gs: int | None = None        # global step at the start of its rate window (and its time)
-        self._hist_gs: int | None = None       # the history point's own window
+        self._win_gs: int | None = None  # global step at the start of its rate window (and its time)
+        self._hist_gs: int | None = None  # the history point's own window
 
-    def report(self, step: int, epoch: int, loss: float | None = None, examples: int = 0,
-               global_step: int | None = None, force: bool = False) -> None:
+    def report(
+        self,
+        step: int,
+        epoch: int,
+        loss: float | None = None,
+        examples: int = 0,
+        global_step: int | None = None,
+        force: bool = False,
+    ) -> None:
         self.step, self.epoch = step, epoch
         self.global_step = step if global_step is None else int(global_step)
         self.examples += examples
@@ -80,21 +104,22 @@ class ProgressReporter:
         if loss is not None:
             loss = float(loss)
             if self.fail_on_nan_loss and not math.isfinite(loss):
-                self.publish()       # the position reached, for status
+                self.publish()  # the position reached, for status
                 raise NonFiniteLoss(
                     f"{self.task}: loss is {loss} at step {step} (global step {self.global_step}, epoch {epoch}; last "
                     f"finite loss {_fmt(self.last_loss)}): training diverged. Lower the learning rate or look for "
-                    f"NaN/inf in the data; fail_on_nan_loss: false trains on regardless")
+                    f"NaN/inf in the data; fail_on_nan_loss: false trains on regardless"
+                )
             if self.first_loss is None:
                 self.first_loss = loss
             self.last_loss = loss
         now = time.monotonic()
-        self._last_step_at = time.time()      # wall clock: the job's phase times (status, bench_yarn) compare hosts
+        self._last_step_at = time.time()  # wall clock: the job's phase times (status, bench_yarn) compare hosts
         if self._first_step_at is None:
             self._first_step_at = self.extra["first_step_at"] = round(self._last_step_at, 3)
         self._win_steps += 1
         self._hist_ex += examples
-        if self._win_gs is None:              # the window of the global step starts at a known global step
+        if self._win_gs is None:  # the window of the global step starts at a known global step
             self._win_gs, self._win_gs_t = self.global_step, now
         if self._hist_gs is None:
             self._hist_gs = self.global_step
@@ -114,8 +139,15 @@ class ProgressReporter:
             self.history.add(self._history_point(now), now)
         if now - self._last_log >= self.log_every:
             self._last_log = now
-            log.info("%s step %d (global %d) epoch %d loss %s %.0f examples/s", self.task, self.step,
-                     self.global_step, self.epoch, _fmt(self.last_loss), self._rate)
+            log.info(
+                "%s step %d (global %d) epoch %d loss %s %.0f examples/s",
+                self.task,
+                self.step,
+                self.global_step,
+                self.epoch,
+                _fmt(self.last_loss),
+                self._rate,
+            )
 
     @property
     def elapsed(self) -> float:
@@ -130,8 +162,16 @@ class ProgressReporter:
     def _history_point(self, now: float) -> dict[str, Any]:
         """A point of this task's own history; its rates are over the time since the previous point (none for the
         first one, whose window is the instant between begin() and step 1)."""
-        point = {"task": self.task, "time": time.time(), "step": self.step, "global_step": self.global_step,
-                 "epoch": self.epoch, "loss": self.last_loss, "attempt": self.attempt, "restart": self.restart}
+        point = {
+            "task": self.task,
+            "time": time.time(),
+            "step": self.step,
+            "global_step": self.global_step,
+            "epoch": self.epoch,
+            "loss": self.last_loss,
+            "attempt": self.attempt,
+            "restart": self.restart,
+        }
         span = now - self._hist_t
         if self.history.points and span >= MIN_RATE_WINDOW_S:
             point["examples_per_sec"] = round(self._hist_ex / span, 1)
@@ -142,11 +182,19 @@ class ProgressReporter:
     def snapshot(self) -> dict[str, Any]:
         """The ``progress/<task>`` record. ``global_steps_per_sec`` is how fast the job's global step moved over
         the last window as this task saw it: a single status read (``tfyarn status`` on YARN) has an ETA from it."""
-        return {"step": self.step, "global_step": self.global_step, "epoch": self.epoch,
-                "examples_per_sec": round(self._rate, 1), "steps_per_sec": round(self._step_rate, 3),
-                "global_steps_per_sec": None if self._gs_rate is None else round(self._gs_rate, 3),
-                "loss": self.last_loss, "time": time.time(), "attempt": self.attempt, "restart": self.restart,
-                **self.extra}
+        return {
+            "step": self.step,
+            "global_step": self.global_step,
+            "epoch": self.epoch,
+            "examples_per_sec": round(self._rate, 1),
+            "steps_per_sec": round(self._step_rate, 3),
+            "global_steps_per_sec": None if self._gs_rate is None else round(self._gs_rate, 3),
+            "loss": self.last_loss,
+            "time": time.time(),
+            "attempt": self.attempt,
+            "restart": self.restart,
+            **self.extra,
+        }
 
     def publish(self) -> None:
         try:
@@ -164,11 +212,17 @@ class ProgressReporter:
         self._rate = self.examples_per_sec
         self.publish()
         if self.history is not None:
-            if self.history.points and self.step != self._hist_step:   # the steps since the last point
+            if self.history.points and self.step != self._hist_step:  # the steps since the last point
                 self.history.add(self._history_point(time.monotonic()))
             self.history.close()
-        return {"steps": self.step, "examples": self.examples, "examples_per_sec": round(self.examples_per_sec, 1),
-                "first_loss": self.first_loss, "last_loss": self.last_loss, "elapsed_s": round(self.elapsed, 3)}
+        return {
+            "steps": self.step,
+            "examples": self.examples,
+            "examples_per_sec": round(self.examples_per_sec, 1),
+            "first_loss": self.first_loss,
+            "last_loss": self.last_loss,
+            "elapsed_s": round(self.elapsed, 3),
+        }
 
 
 def _fmt(x: float | None) -> str:
@@ -195,8 +249,11 @@ def wait_for_final_progress(ctx: Any, timeout: float) -> dict[str, dict[str, Any
         if not missing:
             return per_task
         if time.monotonic() >= deadline:
-            log.warning("summary written without the final figures of %s (timed out after %gs waiting for them)",
-                        ", ".join(missing), timeout)
+            log.warning(
+                "summary written without the final figures of %s (timed out after %gs waiting for them)",
+                ", ".join(missing),
+                timeout,
+            )
             return per_task
         time.sleep(0.1)
 
@@ -211,26 +268,52 @@ def skip_counts(per_task: dict[str, dict[str, Any]]) -> dict[str, Any]:
     damaged = max((int(p.get("damaged_count") or 0) for p in per_task.values()), default=0)
     ranges = max((list(p.get("damaged") or ()) for p in per_task.values()), key=len, default=[])
     records = [w for t in sorted(per_task) for w in per_task[t].get("skipped_at") or ()]
-    return {"skipped_records": sum(by_task.values()) + damaged,
-            "skipped_by_task": {t: n for t, n in by_task.items() if n},
-            "skipped_at": list(dict.fromkeys(ranges + records))[:20]}
+    return {
+        "skipped_records": sum(by_task.values()) + damaged,
+        "skipped_by_task": {t: n for t, n in by_task.items() if n},
+        "skipped_at": list(dict.fromkeys(ranges + records))[:20],
+    }
 
 
-def run_summary(ctx: Any, *, global_step: int, total_steps: int | None, steps_per_worker: dict[str, Any] | None,
-                examples_per_sec: float | None, first_loss: float | None, last_loss: float | None,
-                train_s: float | None, last_checkpoint: str | None = None, resumed_from: str | None = None,
-                **extra: Any) -> dict[str, Any]:
+def run_summary(
+    ctx: Any,
+    *,
+    global_step: int,
+    total_steps: int | None,
+    steps_per_worker: dict[str, Any] | None,
+    examples_per_sec: float | None,
+    first_loss: float | None,
+    last_loss: float | None,
+    train_s: float | None,
+    last_checkpoint: str | None = None,
+    resumed_from: str | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
     """The run summary with the keys every mode writes (README, "The run summary"), then the mode's ``extra`` keys:
     one builder, so a scheduler, ``tfyarn status`` and the end-of-run text read the same names whatever the mode."""
     spec = ctx.spec
     ckpt = spec.checkpoint.dir
-    return {"mode": spec.mode, "sync": spec.sync, "epochs": spec.data.epochs,
-            "global_step": global_step, "total_steps": total_steps, "steps_per_worker": steps_per_worker,
-            "examples_per_sec": examples_per_sec, "first_loss": first_loss, "last_loss": last_loss,
-            "batch_size": spec.data.batch_size, "global_batch_size": spec.global_batch_size,
-            "num_workers": ctx.num_data_workers, "train_s": train_s,
-            "checkpoint_dir": ckpt or None, "last_checkpoint": last_checkpoint,
-            "resumed_from": resumed_from, "app_id": ctx.app_id, "attempt": ctx.attempt, **extra}
+    return {
+        "mode": spec.mode,
+        "sync": spec.sync,
+        "epochs": spec.data.epochs,
+        "global_step": global_step,
+        "total_steps": total_steps,
+        "steps_per_worker": steps_per_worker,
+        "examples_per_sec": examples_per_sec,
+        "first_loss": first_loss,
+        "last_loss": last_loss,
+        "batch_size": spec.data.batch_size,
+        "global_batch_size": spec.global_batch_size,
+        "num_workers": ctx.num_data_workers,
+        "train_s": train_s,
+        "checkpoint_dir": ckpt or None,
+        "last_checkpoint": last_checkpoint,
+        "resumed_from": resumed_from,
+        "app_id": ctx.app_id,
+        "attempt": ctx.attempt,
+        **extra,
+    }
 
 
 def write_summary(ctx: Any, summary: dict[str, Any]) -> str:
@@ -239,7 +322,8 @@ def write_summary(ctx: Any, summary: dict[str, Any]) -> str:
     import fsspec
 
     from tfyarn.train.tracking import with_run
-    summary = with_run(ctx, summary)        # tracking.mlflow: the run named in the summary, the summary logged
+
+    summary = with_run(ctx, summary)  # tracking.mlflow: the run named in the summary, the summary logged
     ckpt = ctx.spec.checkpoint.dir
     url = ckpt.rstrip("/") + "/summary.json" if ckpt else str(Path(ctx.workdir) / "summary.json")
     text = json.dumps(summary, indent=1, sort_keys=True)
@@ -250,7 +334,7 @@ def write_summary(ctx: Any, summary: dict[str, Any]) -> str:
     tmp = f"{parent}/.summary.json.tmp-{ctx.attempt}" if parent else f".summary.json.tmp-{ctx.attempt}"
     with fs.open(tmp, "w") as f:
         f.write(text)
-    replace(fs, tmp, path)          # a summary of an earlier run of this spec may be there (HDFS refuses a plain mv)
+    replace(fs, tmp, path)  # a summary of an earlier run of this spec may be there (HDFS refuses a plain mv)
     ctx.kv.put(SUMMARY_KEY, json.dumps(summary, separators=(",", ":")))
     log.info("summary written to %s", url)
     return url

@@ -1,5 +1,6 @@
 """Starting allreduce's MultiWorkerMirroredStrategy, bounded, with SIGTERM still ending the task: what allreduce mode
 and a custom loop's ``helpers.strategy()`` share (a module of its own: the allreduce loop imports the helpers)."""
+
 from __future__ import annotations
 
 import faulthandler
@@ -23,8 +24,9 @@ def make_strategy(step_timeout_s: float) -> Any:
     (``signal.getsignal`` still reports the old one), so the old disposition is set again unconditionally.
     """
     import tensorflow as tf
+
     opts = tf.distribute.experimental.CommunicationOptions(timeout_seconds=float(step_timeout_s))
-    main = threading.current_thread() is threading.main_thread()   # signal.signal works only there
+    main = threading.current_thread() is threading.main_thread()  # signal.signal works only there
     before = signal.getsignal(signal.SIGTERM) if main else None
     strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=opts)
     if main:
@@ -49,6 +51,7 @@ class _Bounded:
 
     def _fire(self) -> None:
         from tfyarn.runtime.watchdog import dump_stacks
+
         msg = f"{self.ctx.task_id}: timed out after {self.timeout:g}s waiting for {self.what}"
         log.error("%s", msg)
         dump_stacks(msg)
@@ -58,9 +61,14 @@ class _Bounded:
             os._exit(int(WaitTimeout.exit_code))
 
     def __enter__(self) -> "_Bounded":
-        log.info("%s: waiting up to %gs for %s (then: stacks in this log and the task fails; if the wait holds the "
-                 "GIL, faulthandler's 'Timeout' dump and exit %gs later)", self.ctx.task_id, self.timeout, self.what,
-                 GIL_FREE_BACKSTOP_S)
+        log.info(
+            "%s: waiting up to %gs for %s (then: stacks in this log and the task fails; if the wait holds the "
+            "GIL, faulthandler's 'Timeout' dump and exit %gs later)",
+            self.ctx.task_id,
+            self.timeout,
+            self.what,
+            GIL_FREE_BACKSTOP_S,
+        )
         self.timer.start()
         faulthandler.dump_traceback_later(self.timeout + GIL_FREE_BACKSTOP_S, exit=True)
         return self

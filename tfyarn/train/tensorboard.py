@@ -5,6 +5,7 @@ tf-yarn's TensorBoard task silently showed nothing. Here the event files under `
 ``eval/``) are copied through fsspec to a local directory every few seconds, and TensorBoard serves that directory.
 Without the ``tensorboard`` package (no longer installed with TF) the role fails at once, naming it.
 """
+
 from __future__ import annotations
 
 import logging
@@ -31,6 +32,7 @@ class EventMirror:
 
     def __init__(self, url: str, local: Path):
         import fsspec
+
         self.fs, root = fsspec.core.url_to_fs(url.rstrip("/"))
         self.root = root.rstrip("/")
         self.local = Path(local)
@@ -47,14 +49,14 @@ class EventMirror:
             if "tfevents" not in name or name.startswith(".tmp-"):
                 continue
             size = int(info.get("size") or 0)
-            rel = path[len(self.root):].lstrip("/")
+            rel = path[len(self.root) :].lstrip("/")
             if self._sizes.get(rel) == size:
                 continue
             dst = self.local / rel
             dst.parent.mkdir(parents=True, exist_ok=True)
             tmp = dst.with_name(f".{dst.name}.part")
             self.fs.get_file(path, str(tmp))
-            os.replace(tmp, dst)          # TensorBoard never reads a half-copied file
+            os.replace(tmp, dst)  # TensorBoard never reads a half-copied file
             self._sizes[rel] = size
             n += 1
         return n
@@ -68,19 +70,21 @@ def run(ctx: TaskContext, max_wait_s: float | None = None) -> str:
     except ImportError:
         raise MissingTensorBoard(
             "the tensorboard role needs the 'tensorboard' package in the job's Python environment (it is no longer "
-            "installed with TensorFlow): pip install tensorboard, or remove roles.tensorboard from the spec") from None
+            "installed with TensorFlow): pip install tensorboard, or remove roles.tensorboard from the spec"
+        ) from None
     if not ctx.spec.checkpoint.dir:
         raise ValueError("the tensorboard role needs checkpoint.dir (it serves the event files written there)")
     url = ctx.spec.checkpoint.dir
     mirror = EventMirror(url, Path(ctx.workdir) / "tensorboard-logs")
     mirror.sync()
-    for noisy in ("tensorboard", "werkzeug"):            # per-request INFO lines would drown the task's log
+    for noisy in ("tensorboard", "werkzeug"):  # per-request INFO lines would drown the task's log
         logging.getLogger(noisy).setLevel(logging.WARNING)
     tb = program.TensorBoard()
     bind = "127.0.0.1" if ctx.host in ("127.0.0.1", "localhost") else "0.0.0.0"
-    tb.configure(argv=[None, "--logdir", str(mirror.local), "--host", bind, "--port", "0",
-                       "--reload_interval", str(int(SYNC_S))])
-    served = tb.launch()                                  # e.g. http://0.0.0.0:6006/ — rewrite with our address
+    tb.configure(
+        argv=[None, "--logdir", str(mirror.local), "--host", bind, "--port", "0", "--reload_interval", str(int(SYNC_S))]
+    )
+    served = tb.launch()  # e.g. http://0.0.0.0:6006/ — rewrite with our address
     port = served.rstrip("/").rsplit(":", 1)[1]
     public = f"http://{ctx.host}:{port}/"
     ctx.kv.put(TENSORBOARD_URL_KEY, public)
@@ -89,7 +93,7 @@ def run(ctx: TaskContext, max_wait_s: float | None = None) -> str:
     while True:
         try:
             mirror.sync()
-        except OSError as exc:                            # a transient filesystem error must not end the role
+        except OSError as exc:  # a transient filesystem error must not end the role
             log.warning("event file sync from %s failed: %s", url, exc)
         done = ctx.kv.get(DONE_KEY) is not None
         reason = "training done" if done else training_ended_badly(ctx)

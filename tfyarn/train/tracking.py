@@ -78,8 +78,7 @@ class MlflowRun:
         exp_id = exp.experiment_id if exp is not None else client.create_experiment(name)
         run = client.create_run(
             exp_id,
-            run_name=f"{ctx.spec.name} {ctx.app_id}"
-            + (f" attempt {ctx.attempt + 1}" if ctx.attempt else ""),
+            run_name=f"{ctx.spec.name} {ctx.app_id}" + (f" attempt {ctx.attempt + 1}" if ctx.attempt else ""),
             tags={
                 "tfyarn.app_id": ctx.app_id,
                 "tfyarn.attempt": str(ctx.attempt),
@@ -89,9 +88,7 @@ class MlflowRun:
         )
         from mlflow.entities import Param
 
-        client.log_batch(
-            run.info.run_id, params=[Param(k, v) for k, v in spec_params(ctx.spec).items()]
-        )
+        client.log_batch(run.info.run_id, params=[Param(k, v) for k, v in spec_params(ctx.spec).items()])
         log.info("MLflow run %s in experiment %r (%s)", run.info.run_id, name, t.mlflow)
         return cls(t.mlflow, run.info.run_id, exp_id)
 
@@ -203,9 +200,7 @@ def log_report(status: dict[str, Any], report_dir: Path) -> bool:
             client.log_batch(run_id, metrics=metrics)
         for f in sorted(Path(report_dir).glob("report.*")):
             client.log_artifact(run_id, str(f), "report")
-        ended = {"SUCCEEDED": "FINISHED", "KILLED": "KILLED"}.get(
-            str(status.get("state")), "FAILED"
-        )
+        ended = {"SUCCEEDED": "FINISHED", "KILLED": "KILLED"}.get(str(status.get("state")), "FAILED")
         client.set_terminated(run_id, ended)
         return True
     except Exception as exc:  # noqa: BLE001 - advisory: the job's outcome stands

@@ -53,9 +53,7 @@ class _Handler(BaseHTTPRequestHandler):
                 task = (query.get("task") or [""])[0]
                 text = page.log(task) if page.log is not None and task else None
                 if text is None:
-                    self._send(
-                        404, f"no log of {task!r} here\n".encode(), "text/plain; charset=utf-8"
-                    )
+                    self._send(404, f"no log of {task!r} here\n".encode(), "text/plain; charset=utf-8")
                 else:
                     self._send(200, text.encode(errors="replace"), "text/plain; charset=utf-8")
             else:
@@ -67,9 +65,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(500, f"{type(exc).__name__}: {exc}\n".encode(), "text/plain; charset=utf-8")
 
     def _json(self, doc: Any) -> None:
-        self._send(
-            200, json.dumps(doc, default=str, separators=(",", ":")).encode(), "application/json"
-        )
+        self._send(200, json.dumps(doc, default=str, separators=(",", ":")).encode(), "application/json")
 
     def _send(self, code: int, body: bytes, ctype: str) -> None:
         self.send_response(code)

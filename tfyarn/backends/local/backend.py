@@ -8,6 +8,7 @@ prevent only show up between processes. Layout of one app (``$TFYARN_HOME/apps/<
     launcher.pid         pid of the launcher process (``kill`` signals it)
     tasks/<role>_<i>/    each task's working directory and ``task.log``
 """
+
 from __future__ import annotations
 
 import json
@@ -53,15 +54,18 @@ def _pid_alive(pid: int) -> bool:
 @dataclass
 class LocalPlan(Request):
     """A local submit: one process per task on this machine, started by a launcher process under ``apps``."""
+
     apps: Path = Path()
     python: str = sys.executable
-    tasks: dict[str, dict[str, str]] = field(default_factory=dict)   # task → the environment its role adds
+    tasks: dict[str, dict[str, str]] = field(default_factory=dict)  # task → the environment its role adds
 
     def __str__(self) -> str:
         s = self.spec
-        lines = [f"local app for job {s.name!r}: {len(self.tasks)} processes on 127.0.0.1 (app dir under {self.apps})",
-                 f"  mode={s.mode} sync={s.sync} global batch={s.global_batch_size} "
-                 f"({s.data.batch_size} per worker x {s.num_training_workers} training tasks)"]
+        lines = [
+            f"local app for job {s.name!r}: {len(self.tasks)} processes on 127.0.0.1 (app dir under {self.apps})",
+            f"  mode={s.mode} sync={s.sync} global batch={s.global_batch_size} "
+            f"({s.data.batch_size} per worker x {s.num_training_workers} training tasks)",
+        ]
         for task, env in self.tasks.items():
             extra = " ".join(f"{k}={v}" for k, v in env.items())
             lines.append(f"  {task:<14} {self.python} -m tfyarn.runtime {extra}".rstrip())
@@ -70,6 +74,7 @@ class LocalPlan(Request):
 
 class LocalBackend(Backend):
     """Runs jobs on this machine. ``run`` follows in the foreground; ``submit`` detaches a launcher process."""
+
     name = "local"
 
     def app_dir(self, app_id: str) -> Path:
@@ -82,13 +87,17 @@ class LocalBackend(Backend):
         tasks = {t: {**spec.roles[t.split(":")[0]].env} for t in spec.tasks()}  # type: ignore[index]
         return LocalPlan(spec, attempt, paths.apps_dir(), sys.executable, tasks)
 
-    def run(self, spec: JobSpec, echo: Echo | None = None, on_update: Callable[[AppStatus], None] | None = None,
-            timeout: float | None = None) -> AppStatus:
+    def run(
+        self,
+        spec: JobSpec,
+        echo: Echo | None = None,
+        on_update: Callable[[AppStatus], None] | None = None,
+        timeout: float | None = None,
+    ) -> AppStatus:
         """Run in the foreground to the end; ``timeout`` (seconds) stops the job as TIMED_OUT, like YARN's."""
         run_local_preflight(spec, count_records=True)
         app_id = new_app_id()
-        launcher = Launcher(spec, paths.apps_dir() / app_id, app_id, echo=echo, on_update=on_update,
-                            timeout=timeout)
+        launcher = Launcher(spec, paths.apps_dir() / app_id, app_id, echo=echo, on_update=on_update, timeout=timeout)
 
         def stop(_app: str, exc: BaseException) -> AppStatus:
             return launcher.stop_now(str(exc) or type(exc).__name__)
@@ -107,13 +116,18 @@ class LocalBackend(Backend):
         d = request.apps / app_id
         d.mkdir(parents=True)
         (d / "spec.json").write_text(spec.to_json())
-        pending = AppStatus(app_id, "local", spec.name, AppState.PENDING, started=time.time(), tracking_url=str(d),
-                            tags=list(spec.tags))
+        pending = AppStatus(
+            app_id, "local", spec.name, AppState.PENDING, started=time.time(), tracking_url=str(d), tags=list(spec.tags)
+        )
         write_atomic(d / "status.json", json.dumps(pending.to_dict(), indent=1))
         with open(d / "launcher.log", "ab") as out:
-            proc = subprocess.Popen([request.python, "-m", "tfyarn.backends.local.backend", str(d), app_id],
-                                    stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
+            proc = subprocess.Popen(
+                [request.python, "-m", "tfyarn.backends.local.backend", str(d), app_id],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         write_atomic(d / "launcher.pid", str(proc.pid))
         return app_id
 
@@ -196,6 +210,7 @@ class LocalBackend(Backend):
 def _user() -> str:
     try:
         import getpass
+
         return getpass.getuser()
     except (KeyError, OSError):
         return str(os.getuid())

@@ -5,6 +5,7 @@ A forked task is the server's child, not ours: the server reaps it and sends its
 here hands to the matching :class:`ForkedProcess`. If the server dies, its tasks die too (PR_SET_PDEATHSIG); every
 unfinished one is SIGKILLed by process group to be sure and completes with -9. Thread-safe.
 """
+
 from __future__ import annotations
 
 import logging
@@ -82,7 +83,7 @@ class ForkServer:
         self._reader: threading.Thread | None = None
         self._lock = threading.Lock()
         self._ready = threading.Event()
-        self._error = ""                      # why the server is not usable (set once it is not)
+        self._error = ""  # why the server is not usable (set once it is not)
         self._next_id = 0
         self._pending: dict[int, _Request] = {}
         self._procs: dict[int, ForkedProcess] = {}
@@ -98,10 +99,16 @@ class ForkServer:
         try:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             with open(self.log_path, "ab") as logf:
-                self.proc = subprocess.Popen([self.python, "-m", "tfyarn.runtime.forkserver"], env=env,
-                                             cwd=self.cwd, stdin=subprocess.DEVNULL, stdout=logf,
-                                             stderr=subprocess.STDOUT, pass_fds=(theirs.fileno(),),
-                                             start_new_session=True)
+                self.proc = subprocess.Popen(
+                    [self.python, "-m", "tfyarn.runtime.forkserver"],
+                    env=env,
+                    cwd=self.cwd,
+                    stdin=subprocess.DEVNULL,
+                    stdout=logf,
+                    stderr=subprocess.STDOUT,
+                    pass_fds=(theirs.fileno(),),
+                    start_new_session=True,
+                )
         except BaseException:
             ours.close()
             raise
@@ -120,11 +127,14 @@ class ForkServer:
             if abort is not None and abort.is_set():
                 raise ForkServerError(f"stopped while waiting for the {self.describe()} to import TensorFlow")
             if time.monotonic() > deadline:
-                raise ForkServerError(f"the {self.describe()} was not ready (importing TensorFlow and tfyarn's task "
-                                      f"modules) within {timeout:g}s; its log ends with:\n{log_tail(self.log_path)}")
+                raise ForkServerError(
+                    f"the {self.describe()} was not ready (importing TensorFlow and tfyarn's task "
+                    f"modules) within {timeout:g}s; its log ends with:\n{log_tail(self.log_path)}"
+                )
         if self._error:
-            raise ForkServerError(f"the {self.describe()} failed: {self._error}; its log ends with:\n"
-                                  f"{log_tail(self.log_path)}")
+            raise ForkServerError(
+                f"the {self.describe()} failed: {self._error}; its log ends with:\n{log_tail(self.log_path)}"
+            )
 
     @property
     def usable(self) -> bool:
@@ -160,8 +170,9 @@ class ForkServer:
                 if self._pending.pop(rid, None) is not None:
                     os.close(read_fd)
                     self._error = self._error or f"did not answer start request {rid} within {SPAWN_TIMEOUT_S:g}s"
-                    raise ForkServerError(f"the {self.describe()} did not answer start request {rid} within "
-                                          f"{SPAWN_TIMEOUT_S:g}s")
+                    raise ForkServerError(
+                        f"the {self.describe()} did not answer start request {rid} within {SPAWN_TIMEOUT_S:g}s"
+                    )
         if req.proc is None:
             raise ForkServerError(f"the {self.describe()} could not start the task: {req.error}")
         return req.proc

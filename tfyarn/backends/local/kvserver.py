@@ -7,6 +7,7 @@ Protocol (what :class:`tfyarn.runtime.kv.HttpKV` speaks):
   GET    /kv?prefix=<p>       200 JSON {key: value}
   GET    /wait?key=a&key=b&timeout=<s>   200 JSON of the keys present when all are, or when the timeout ends
 """
+
 from __future__ import annotations
 
 import json
@@ -100,6 +101,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 class KVServer(ThreadingHTTPServer):
     """``with KVServer() as s: s.url`` — serves in a daemon thread on an ephemeral loopback port."""
+
     daemon_threads = True
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0):
@@ -113,8 +115,9 @@ class KVServer(ThreadingHTTPServer):
         return f"http://{host!s}:{port}"
 
     def start(self) -> "KVServer":
-        self._thread = threading.Thread(target=self.serve_forever, name="tfyarn-kv", daemon=True,
-                                        kwargs={"poll_interval": 0.2})
+        self._thread = threading.Thread(
+            target=self.serve_forever, name="tfyarn-kv", daemon=True, kwargs={"poll_interval": 0.2}
+        )
         self._thread.start()
         return self
 

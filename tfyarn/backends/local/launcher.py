@@ -9,6 +9,7 @@ Tasks are forked from a fork server that imported TensorFlow once (the tasks of 
 it at once on the same cores), or, when it is disabled, not possible, or failed, started with ``subprocess.Popen``;
 both look the same here (:class:`tfyarn.backends.local.forkserver.ForkedProcess`).
 """
+
 from __future__ import annotations
 
 import json
@@ -51,8 +52,28 @@ FORKSERVER_ENV = "TFYARN_FORKSERVER"
 #: (the interpreter, linker, allocator, locale, TF/XLA/CUDA, BLAS/OpenMP thread pools, gRPC, Keras's HOME, and the
 #: fork server switch itself): a forked task inherits what the server read, so a role whose ``env`` sets one of these
 #: is started as a new process. Not TMPDIR: a forked task clears ``tempfile``'s cached directory.
-STARTUP_ENV_PREFIXES = ("PYTHON", "LD_", "MALLOC", "TCMALLOC", "LC_", "LANG", "TZ", "TF_", "XLA_", "CUDA", "NVIDIA",
-                        "OMP_", "MKL", "KMP_", "OPENBLAS", "GOTO", "GRPC_", "KERAS", "HOME", FORKSERVER_ENV)
+STARTUP_ENV_PREFIXES = (
+    "PYTHON",
+    "LD_",
+    "MALLOC",
+    "TCMALLOC",
+    "LC_",
+    "LANG",
+    "TZ",
+    "TF_",
+    "XLA_",
+    "CUDA",
+    "NVIDIA",
+    "OMP_",
+    "MKL",
+    "KMP_",
+    "OPENBLAS",
+    "GOTO",
+    "GRPC_",
+    "KERAS",
+    "HOME",
+    FORKSERVER_ENV,
+)
 #: Last lines of each task's output kept for its diagnosis: enough to hold a faulthandler dump of a few threads.
 TAIL_LINES = 200
 #: The first line of a dump Python writes from C: a faulthandler timeout (allreduce's GIL-free bound) or a fatal
@@ -104,7 +125,7 @@ class _Task:
     restarts: int = 0
     diagnostics: str = ""
     tail: deque[str] = field(default_factory=lambda: deque(maxlen=TAIL_LINES))
-    peak_rss: int = 0                # bytes, task + its children (framing processes), highest sample
+    peak_rss: int = 0  # bytes, task + its children (framing processes), highest sample
 
     @property
     def role(self) -> str:
@@ -118,9 +139,17 @@ class _Task:
 class Launcher:
     """Runs one app to its end in this process. Thread-safe :meth:`stop` (signal handlers, kill requests)."""
 
-    def __init__(self, spec: JobSpec, app_dir: Path, app_id: str, echo: Echo | None = None,
-                 on_update: Callable[[AppStatus], None] | None = None, python: str = sys.executable,
-                 forkserver: bool | None = None, timeout: float | None = None):
+    def __init__(
+        self,
+        spec: JobSpec,
+        app_dir: Path,
+        app_id: str,
+        echo: Echo | None = None,
+        on_update: Callable[[AppStatus], None] | None = None,
+        python: str = sys.executable,
+        forkserver: bool | None = None,
+        timeout: float | None = None,
+    ):
         """``forkserver``: fork tasks from a warm fork server (default: unless ``TFYARN_FORKSERVER=0``).
         ``timeout``: seconds after which the job is stopped as TIMED_OUT (as ``timeouts.active_deadline``)."""
         self.spec, self.app_dir, self.app_id = spec, app_dir, app_id
@@ -138,16 +167,15 @@ class Launcher:
         self._progress: dict = {}
         self._memory_sampled = 0.0
         self.kv: KVServer | None = None
-        self._sidecar_failures: list[str] = []    # SIDECAR_ROLES tasks that failed for good (the job went on)
-        self.supervisor = Supervisor(spec, started=self._started, timeout=timeout,
-                                     history_path=app_dir / HISTORY_FILE)
+        self._sidecar_failures: list[str] = []  # SIDECAR_ROLES tasks that failed for good (the job went on)
+        self.supervisor = Supervisor(spec, started=self._started, timeout=timeout, history_path=app_dir / HISTORY_FILE)
         if forkserver is None:
             forkserver = os.environ.get(FORKSERVER_ENV, "1").strip() not in ("0", "false", "no", "off")
         self._want_forkserver = forkserver
         self._forkserver: ForkServer | None = None
         self._fork_roles: set[str] = set()  # roles whose tasks are forked (the others are started as processes)
-        self._forkserver_checked = False     # waited for it to be ready (once, before the first task starts)
-        self._forkserver_lost = False        # it became unusable mid-job (said once)
+        self._forkserver_checked = False  # waited for it to be ready (once, before the first task starts)
+        self._forkserver_lost = False  # it became unusable mid-job (said once)
         self.page: StatusPage | None = None  # the job's page (tfyarn.web), while the launcher runs
 
     # ------------------------------------------------------------------------------------------------- control
@@ -190,8 +218,15 @@ class Launcher:
         """A task's environment; with neither a role's env nor task vars, what every task of the app shares (the
         fork server's). That has ``TFYARN_APP_ID``: a forked task's ``/proc/<pid>/environ`` is the server's, and the
         app's processes are still told by it."""
-        env = {**os.environ, **TASK_ENV_DEFAULTS, **role_env, "TFYARN_SPEC_FILE": str(self.app_dir / "spec.json"),
-               "TFYARN_APP_ID": self.app_id, "TFYARN_PARENT_PID": str(os.getpid()), "TFYARN_HOST": "127.0.0.1"}
+        env = {
+            **os.environ,
+            **TASK_ENV_DEFAULTS,
+            **role_env,
+            "TFYARN_SPEC_FILE": str(self.app_dir / "spec.json"),
+            "TFYARN_APP_ID": self.app_id,
+            "TFYARN_PARENT_PID": str(os.getpid()),
+            "TFYARN_HOST": "127.0.0.1",
+        }
         if self.spec.code:
             env["TFYARN_CODE_DIR"] = str(Path(self.spec.code).resolve())
         env.update(task_vars)
@@ -203,9 +238,16 @@ class Launcher:
         killed task leaves there (autograph's modules are deleted only at a clean exit) does not pile up in /tmp."""
         role, index = task.name.split(":")
         role_env = self.spec.roles[role].env  # type: ignore[index]
-        return self._env({"TMPDIR": str(task.dir / "tmp"), **role_env}, {
-            "TFYARN_ROLE": role, "TFYARN_INDEX": index, "TFYARN_KV_URL": kv_url,
-            "TFYARN_ATTEMPT": str(self.supervisor.attempt), "TFYARN_RESTART": str(task.restarts)})
+        return self._env(
+            {"TMPDIR": str(task.dir / "tmp"), **role_env},
+            {
+                "TFYARN_ROLE": role,
+                "TFYARN_INDEX": index,
+                "TFYARN_KV_URL": kv_url,
+                "TFYARN_ATTEMPT": str(self.supervisor.attempt),
+                "TFYARN_RESTART": str(task.restarts),
+            },
+        )
 
     # ------------------------------------------------------------------------------------------------- fork server
     def _start_forkserver(self) -> None:
@@ -213,8 +255,9 @@ class Launcher:
         Linux (fork after importing TF is only known to be safe there) and for roles whose ``env`` sets a start-up
         variable (:data:`STARTUP_ENV_PREFIXES`), tasks are started as new processes."""
         if not self._want_forkserver:
-            log.info("starting tasks as new processes: the forkserver is disabled (%s=0 or forkserver=False)",
-                     FORKSERVER_ENV)
+            log.info(
+                "starting tasks as new processes: the forkserver is disabled (%s=0 or forkserver=False)", FORKSERVER_ENV
+            )
             return
         if not sys.platform.startswith("linux"):
             log.info("starting tasks as new processes: the forkserver is only used on Linux")
@@ -224,8 +267,12 @@ class Launcher:
             role_env = self.spec.roles[role].env  # type: ignore[index]
             changed = sorted(k for k, v in role_env.items() if k.startswith(STARTUP_ENV_PREFIXES) and base.get(k) != v)
             if changed:
-                log.info("starting %s tasks as new processes, not from the forkserver: their env sets %s, read when "
-                         "the interpreter or TensorFlow starts", role, ", ".join(changed))
+                log.info(
+                    "starting %s tasks as new processes, not from the forkserver: their env sets %s, read when "
+                    "the interpreter or TensorFlow starts",
+                    role,
+                    ", ".join(changed),
+                )
             else:
                 self._fork_roles.add(role)
         if not self._fork_roles:
@@ -265,7 +312,7 @@ class Launcher:
     def _start(self, task: _Task, kv_url: str) -> None:
         task.dir.mkdir(parents=True, exist_ok=True)
         env = self._task_env(task, kv_url)
-        (task.dir / "tmp").mkdir(exist_ok=True)     # the default TMPDIR (a role's own is the user's to create)
+        (task.dir / "tmp").mkdir(exist_ok=True)  # the default TMPDIR (a role's own is the user's to create)
         task.proc = None
         fs = self._forker(task.role)
         if fs is not None:
@@ -275,9 +322,15 @@ class Launcher:
                 log.warning("starting %s as a new process: %s", task.name, exc)
         if task.proc is None:
             # Own session: a terminal's Ctrl-C reaches only the launcher, which then stops tasks in order.
-            task.proc = subprocess.Popen([self.python, "-m", "tfyarn.runtime"], cwd=task.dir, env=env,
-                                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                         start_new_session=True)
+            task.proc = subprocess.Popen(
+                [self.python, "-m", "tfyarn.runtime"],
+                cwd=task.dir,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         task.state = "RUNNING"
         task.reader = threading.Thread(target=self._pump, args=(task,), name=f"log-{task.name}", daemon=True)
         task.reader.start()
@@ -336,17 +389,37 @@ class Launcher:
 
     # ------------------------------------------------------------------------------------------------- status
     def status(self) -> AppStatus:
-        tasks = [TaskStatus(task=t.name, state=t.state, host="127.0.0.1", restarts=t.restarts,
-                            exit_code=t.exit_code, diagnostics=t.diagnostics, log=str(t.log_path),
-                            memory_mib=self.spec.roles[t.role].memory_mib,  # type: ignore[index]
-                            peak_rss_mib=t.peak_rss >> 20 if t.peak_rss else None)
-                 for t in self.tasks.values()]
-        if self.kv is not None:        # what each task publishes of itself: CPU %, current RSS
+        tasks = [
+            TaskStatus(
+                task=t.name,
+                state=t.state,
+                host="127.0.0.1",
+                restarts=t.restarts,
+                exit_code=t.exit_code,
+                diagnostics=t.diagnostics,
+                log=str(t.log_path),
+                memory_mib=self.spec.roles[t.role].memory_mib,  # type: ignore[index]
+                peak_rss_mib=t.peak_rss >> 20 if t.peak_rss else None,
+            )
+            for t in self.tasks.values()
+        ]
+        if self.kv is not None:  # what each task publishes of itself: CPU %, current RSS
             apply_resources(tasks, self.kv.store.items(RESOURCES_PREFIX))
-        return AppStatus(app_id=self.app_id, backend="local", name=self.spec.name, state=self._state,
-                         diagnostics=self._diag, tasks=tasks, progress=self._progress, started=self._started,
-                         finished=self._finished, tracking_url=str(self.app_dir),
-                         summary=self.supervisor.summary, tags=list(self.spec.tags), attempt=self.supervisor.attempt)
+        return AppStatus(
+            app_id=self.app_id,
+            backend="local",
+            name=self.spec.name,
+            state=self._state,
+            diagnostics=self._diag,
+            tasks=tasks,
+            progress=self._progress,
+            started=self._started,
+            finished=self._finished,
+            tracking_url=str(self.app_dir),
+            summary=self.supervisor.summary,
+            tags=list(self.spec.tags),
+            attempt=self.supervisor.attempt,
+        )
 
     def _sample_memory(self) -> None:
         """Each running task's resident memory with its children, as YARN measures a container; a task crossing its
@@ -363,8 +436,14 @@ class Launcher:
             t = running[pid]
             limit = self.spec.roles[t.role].memory_mib << 20  # type: ignore[index]
             if total > limit >= t.peak_rss:
-                log.warning("%s uses %d MiB of resident memory, more than roles.%s.memory (%d MiB): on YARN its "
-                            "container would be killed", t.name, total >> 20, t.role, limit >> 20)
+                log.warning(
+                    "%s uses %d MiB of resident memory, more than roles.%s.memory (%d MiB): on YARN its "
+                    "container would be killed",
+                    t.name,
+                    total >> 20,
+                    t.role,
+                    limit >> 20,
+                )
             t.peak_rss = max(t.peak_rss, total)
 
     def _refresh(self) -> None:
@@ -397,9 +476,10 @@ class Launcher:
                 finally:
                     self._stop_tasks(list(self.tasks.values()), STOP_GRACE_S)
                     self._close_forkserver()  # after the tasks: its tasks would die with it
-                    if self._state is AppState.KILLED:   # read after every task has stopped
-                        self._diag += training_end_note(self.supervisor.progress(kv.store), self.supervisor.summary,
-                                                        checkpoint_url(self.spec))
+                    if self._state is AppState.KILLED:  # read after every task has stopped
+                        self._diag += training_end_note(
+                            self.supervisor.progress(kv.store), self.supervisor.summary, checkpoint_url(self.spec)
+                        )
                     self._diag = self.supervisor.final_diagnosis(self._diag)
                     self._finished = time.time()
                     self._write_report()  # before the final status.json: whoever sees the outcome finds the report
@@ -416,9 +496,12 @@ class Launcher:
         if not page_enabled():
             return
         try:
-            self.page = StatusPage(lambda: self.status().to_dict(), lambda: self.supervisor.history.points,
-                                   log=lambda task: file_tail(str(self.tasks[task].log_path)) if task in self.tasks
-                                   else None, port=int(os.environ.get("TFYARN_PAGE_PORT") or 0)).start()
+            self.page = StatusPage(
+                lambda: self.status().to_dict(),
+                lambda: self.supervisor.history.points,
+                log=lambda task: file_tail(str(self.tasks[task].log_path)) if task in self.tasks else None,
+                port=int(os.environ.get("TFYARN_PAGE_PORT") or 0),
+            ).start()
         except (OSError, ValueError) as exc:
             log.warning("no page for %s: %s", self.app_id, exc)
             return
@@ -476,13 +559,21 @@ class Launcher:
         assert self.kv is not None
         role = self.spec.roles[task.role]  # type: ignore[index]
         task.restarts += 1
-        log.warning("%s exited with code %s (%s); restarting it (%d/%d)", task.name, task.exit_code,
-                    task.diagnostics, task.restarts, role.max_restarts)
+        log.warning(
+            "%s exited with code %s (%s); restarting it (%d/%d)",
+            task.name,
+            task.exit_code,
+            task.diagnostics,
+            task.restarts,
+            role.max_restarts,
+        )
         for key in (addr_key(task.name), failure_key(task.name)):
             self.kv.store.delete(key)  # it publishes a new address; the old diagnosis is history
         with open(task.log_path, "ab") as f:
-            f.write(f"==== tfyarn: restart {task.restarts}/{role.max_restarts} after exit code {task.exit_code} "
-                    f"====\n".encode())
+            f.write(
+                f"==== tfyarn: restart {task.restarts}/{role.max_restarts} after exit code {task.exit_code} "
+                f"====\n".encode()
+            )
         self._start(task, self.kv.url)
         self.supervisor.task_restarted(task.name, task.proc.pid)  # type: ignore[union-attr]
 
@@ -495,7 +586,7 @@ class Launcher:
             if self._stop.is_set():
                 self._end(self._stop_state, self._stop_reason)
                 return
-            verdict = self.supervisor.check()    # the active deadline, the stall watch
+            verdict = self.supervisor.check()  # the active deadline, the stall watch
             if verdict is not None:
                 self._end(verdict.state, verdict.diagnosis)
                 return
@@ -522,14 +613,18 @@ class Launcher:
                     self._restart(t)
                     continue
                 if t.role in SIDECAR_ROLES:
-                    log.warning("%s failed (exit %s: %s); training goes on without it", t.name, t.exit_code,
-                                t.diagnostics)
-                    self._sidecar_failures.append(f"{t.name} failed (exit {t.exit_code}), training went on: "
-                                                  f"{t.diagnostics}")
+                    log.warning(
+                        "%s failed (exit %s: %s); training goes on without it", t.name, t.exit_code, t.diagnostics
+                    )
+                    self._sidecar_failures.append(
+                        f"{t.name} failed (exit {t.exit_code}), training went on: {t.diagnostics}"
+                    )
                     continue
                 timed_out = t.exit_code == ExitCode.TIMED_OUT
-                self._end(AppState.TIMED_OUT if timed_out else AppState.FAILED,
-                          f"{t.name} exited with code {t.exit_code}: {t.diagnostics}")
+                self._end(
+                    AppState.TIMED_OUT if timed_out else AppState.FAILED,
+                    f"{t.name} exited with code {t.exit_code}: {t.diagnostics}",
+                )
                 return
             if self._training_done(training):
                 store.put(DONE_KEY, "1")  # a chief that died mid-shutdown must not leave ps waiting
@@ -541,10 +636,16 @@ class Launcher:
                     shutdown_deadline = time.monotonic() + self.spec.timeouts.shutdown
                 elif time.monotonic() > shutdown_deadline:
                     names = ", ".join(t.name for t in rest)
-                    log.warning("%s still running %gs after training finished; stopping them", names,
-                                self.spec.timeouts.shutdown)
-                    self._end(AppState.SUCCEEDED, f"stopped {names}: still running {self.spec.timeouts.shutdown:g}s "
-                                                  f"after training finished (timeouts.shutdown)")
+                    log.warning(
+                        "%s still running %gs after training finished; stopping them",
+                        names,
+                        self.spec.timeouts.shutdown,
+                    )
+                    self._end(
+                        AppState.SUCCEEDED,
+                        f"stopped {names}: still running {self.spec.timeouts.shutdown:g}s "
+                        f"after training finished (timeouts.shutdown)",
+                    )
                     return
             now = time.monotonic()
             if now - last_refresh >= 0.5:

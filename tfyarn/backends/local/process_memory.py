@@ -1,5 +1,6 @@
 """Resident memory of process trees, as YARN's NodeManager measures a container: a local task with its children
 (the framing processes its feeders start)."""
+
 from __future__ import annotations
 
 from typing import Iterable
@@ -15,7 +16,7 @@ def tree_rss(roots: Iterable[int]) -> dict[int, int]:
     rss: dict[int, int] = {}
     for p in psutil.process_iter(["ppid", "memory_info"]):
         info = p.info
-        if info.get("memory_info") is None:      # gone, or not ours to read
+        if info.get("memory_info") is None:  # gone, or not ours to read
             continue
         rss[p.pid] = info["memory_info"].rss
         kids.setdefault(info["ppid"], []).append(p.pid)

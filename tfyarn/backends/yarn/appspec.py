@@ -11,6 +11,7 @@ Files every service gets: ``env/`` (the packed environment, visibility PRIVATE: 
 job's ``code:`` dir) and ``tfyarn-spec.json`` (without ``kerberos:``). No keytab is shipped: on a Kerberized cluster
 the tasks use the delegation tokens skein gets at submit (:mod:`tfyarn.kerberos`).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -48,6 +49,7 @@ LOG_HEADER = "[tfyarn] container"
 @dataclass(frozen=True)
 class Shipped:
     """Where the files a job ships are (local paths are uploaded by skein into its per-app staging dir)."""
+
     env: EnvRef
     spec_file: str
     tfyarn_src: str | None = None
@@ -63,7 +65,7 @@ def container_script(env: EnvRef, *, code: bool, own_tmpdir: bool = True, superv
     py = env.python
     lines = [
         "set -eu",
-        'export TFYARN_CONTAINER_START="$(date +%s.%N)"',   # phase/<task>.start: when YARN started the container
+        'export TFYARN_CONTAINER_START="$(date +%s.%N)"',  # phase/<task>.start: when YARN started the container
         f'echo "{LOG_HEADER} ${{SKEIN_CONTAINER_ID:-?}} yarn=${{CONTAINER_ID:-?}} host=$(hostname)" >&2',
         'export TFYARN_APP_ID="${SKEIN_APPLICATION_ID:-}"',
         f'export TFYARN_SPEC_FILE="$PWD/{SPEC_FILE}"',
@@ -120,9 +122,17 @@ def rejoins(spec: JobSpec, role: str) -> bool:
     return role in ("evaluator", *SIDECAR_ROLES) or (role == "worker" and spec.mode == "ps" and not spec.sync)
 
 
-def build_application_spec(spec: JobSpec, shipped: Shipped, *, master_memory_mib: int = 512,
-                           master_vcores: int = 1, file_systems: Iterable[str] = (), attempt: int = 0,
-                           supervise: bool = True, staging_dir: str | None = None) -> Any:
+def build_application_spec(
+    spec: JobSpec,
+    shipped: Shipped,
+    *,
+    master_memory_mib: int = 512,
+    master_vcores: int = 1,
+    file_systems: Iterable[str] = (),
+    attempt: int = 0,
+    supervise: bool = True,
+    staging_dir: str | None = None,
+) -> Any:
     """A validated ``skein.ApplicationSpec`` for ``spec``; pure (no cluster, no upload). ``supervise`` adds the
     in-app supervisor's service; ``staging_dir`` is where it records the app for other machines
     (:func:`tfyarn.backends.yarn.supervise.record_url`)."""
@@ -138,35 +148,56 @@ def build_application_spec(spec: JobSpec, shipped: Shipped, *, master_memory_mib
         env.update({"TFYARN_ROLE": role, "TFYARN_ATTEMPT": str(attempt)})
         services[role] = sk.Service(
             resources=sk.Resources(memory=r.memory_mib, vcores=r.vcores, gpus=r.gpus),
-            script=scripts["TMPDIR" not in r.env], instances=r.instances, files=dict(files), env=env,
+            script=scripts["TMPDIR" not in r.env],
+            instances=r.instances,
+            files=dict(files),
+            env=env,
             # skein counts restarts per service (all instances share one budget), tfyarn's spec per task:
             # max_restarts x instances, enforced by the container's exit report (runtime/exit_report.py), which
             # counts only the failures triage puts on the task. A role that can rejoin gets FREE_RESTARTS more
             # per task from skein: a preempted container or a lost node's is replaced without using the budget.
             max_restarts=(r.max_restarts + (FREE_RESTARTS if rejoins(spec, role) else 0)) * r.instances
-            if r.restart != "never" else 0,
+            if r.restart != "never"
+            else 0,
             allow_failures=role in SIDECAR_ROLES,
-            node_label=r.node_label or "")
+            node_label=r.node_label or "",
+        )
     if supervise:
         env = {"TFYARN_ATTEMPT": str(attempt), **({"TFYARN_STAGING_DIR": staging_dir} if staging_dir else {})}
         services[SUPERVISOR_SERVICE] = sk.Service(
             resources=sk.Resources(memory=SUPERVISOR_MEMORY_MIB, vcores=1),
-            script=container_script(shipped.env, code=False, supervisor=True), instances=1,
-            files={k: f for k, f in files.items() if k != CODE_DIR}, env=env, max_restarts=0,
-            allow_failures=True)              # a supervisor that dies leaves the job running (followers still watch)
-    acls = sk.ACLs(enable=spec.acls.enable, view_users=list(spec.acls.view_users),
-                   view_groups=list(spec.acls.view_groups), modify_users=list(spec.acls.modify_users),
-                   modify_groups=list(spec.acls.modify_groups), ui_users=list(spec.acls.ui_users))
+            script=container_script(shipped.env, code=False, supervisor=True),
+            instances=1,
+            files={k: f for k, f in files.items() if k != CODE_DIR},
+            env=env,
+            max_restarts=0,
+            allow_failures=True,
+        )  # a supervisor that dies leaves the job running (followers still watch)
+    acls = sk.ACLs(
+        enable=spec.acls.enable,
+        view_users=list(spec.acls.view_users),
+        view_groups=list(spec.acls.view_groups),
+        modify_users=list(spec.acls.modify_users),
+        modify_groups=list(spec.acls.modify_groups),
+        ui_users=list(spec.acls.ui_users),
+    )
     # YARN lower-cases tags and takes at most 100 characters
     tags = {t.strip().lower()[:100] for t in (TFYARN_TAG, f"tfyarn-name:{spec.name}", *spec.tags) if t.strip()}
     tags |= ({f"{ATTEMPT_TAG}{attempt}"} if attempt else set()) | ({SUPERVISED_TAG} if supervise else set())
     return sk.ApplicationSpec(
-        name=spec.name, queue=spec.queue, user=spec.user or "", tags=tags,
-        services=services, acls=acls, file_systems=list(file_systems),
-        master=sk.Master(resources=sk.Resources(memory=master_memory_mib, vcores=master_vcores), env=MASTER_ENV))
+        name=spec.name,
+        queue=spec.queue,
+        user=spec.user or "",
+        tags=tags,
+        services=services,
+        acls=acls,
+        file_systems=list(file_systems),
+        master=sk.Master(resources=sk.Resources(memory=master_memory_mib, vcores=master_vcores), env=MASTER_ENV),
+    )
 
 
 # ----------------------------------------------------------------------------------------------------- shipped files
+
 
 def _zip(root: Path, dest_dir: str | os.PathLike, name: str, write: bool, arc_prefix: str = "") -> str:
     """``dest_dir/<name>-<hash of root>.zip``, content-addressed (reused when unchanged; ``write=False`` only names
@@ -202,6 +233,7 @@ def build_code_zip(code_dir: str | os.PathLike, dest_dir: str | os.PathLike, wri
 def build_tfyarn_zip(dest_dir: str | os.PathLike, write: bool = True) -> str:
     """This tfyarn package, zipped with ``tfyarn/…`` at the archive root (:func:`_zip`)."""
     import tfyarn
+
     return _zip(Path(tfyarn.__file__).resolve().parent, dest_dir, "tfyarn", write, arc_prefix="tfyarn/")
 
 

@@ -15,6 +15,7 @@ parts below it —
 This machine's and the staging dir's records of an app are :mod:`.records`; the supervisor inside every application
 is :mod:`.supervise`; tfyarn's shared skein driver is :mod:`.driver`.
 """
+
 from __future__ import annotations
 
 from tfyarn import packaging
@@ -33,11 +34,16 @@ class YarnBackend(Follower):
     (``callback(stage, done, total)`` while packing/uploading the env); ``client``/``cluster`` (an injected skein
     Client / preflight ClusterInfo); ``log_poll_s``/``aggregation_wait_s`` (logs); ``detached_report``: the run report
     of a followed job is written by a detached process (its plot and HDFS uploads took ~3 s on the CLI's exit path)."""
+
     name = "yarn"
 
 
-def pack(spec: JobSpec, staging_dir: str | None = None, progress: packaging.Progress | None = None,
-         hadoop_conf_dir: str | None = None) -> packaging.EnvRef:
+def pack(
+    spec: JobSpec,
+    staging_dir: str | None = None,
+    progress: packaging.Progress | None = None,
+    hadoop_conf_dir: str | None = None,
+) -> packaging.EnvRef:
     """``tfyarn pack``: stage the spec's environment now (same cache as submit); 0 bytes when already staged."""
     b = YarnBackend(staging_dir=staging_dir, hadoop_conf_dir=hadoop_conf_dir, progress=progress)
     b.login(spec)

@@ -19,8 +19,7 @@ EVENT_CAUSES = ("preempted", "node_lost", "memory")
 
 
 def container_cause(c: Any) -> Triage | None:
-    """The cluster's cause of an ended skein container (None: it ended by itself, or is not ended).
-    """
+    """The cluster's cause of an ended skein container (None: it ended by itself, or is not ended)."""
     msg = getattr(c, "exit_message", "") or ""
     if str(c.state) not in ("FAILED", "KILLED") or not msg:
         return None
@@ -59,8 +58,5 @@ def rm_events(rep: Any, events: dict[str, list[str]] | None) -> dict[str, list[s
     n = int(getattr(rep, "preempted", 0) or 0)
     if n and not any("preempted" in e for said in out.values() for e in said):
         q = getattr(rep, "queue", "")
-        out["yarn"] = [
-            f"{n} container{'s' * (n != 1)} preempted by the scheduler"
-            + (f" (queue {q})" if q else "")
-        ]
+        out["yarn"] = [f"{n} container{'s' * (n != 1)} preempted by the scheduler" + (f" (queue {q})" if q else "")]
     return out

@@ -1,6 +1,7 @@
 """What preflight's resource checks ask of a YARN cluster (:class:`tfyarn.preflight.ClusterInfo`): its queues and
 its largest container, from the RM's scheduler REST API, else through a skein client and the client's config.
 """
+
 from __future__ import annotations
 
 import json
@@ -52,6 +53,7 @@ class SkeinClusterInfo:
                 if hit:
                     return hit
             return None
+
         s = self._scheduler()
         return walk(s) if s else None
 
@@ -59,7 +61,7 @@ class SkeinClusterInfo:
         rq = self._rest_queue(name) or {}
         ma = rq.get("maximumAllocation") or {}
         mem, vc = _int(ma.get("memory")), _int(ma.get("vCores"))
-        if rq.get("state"):   # the RM's REST answer is enough: the skein driver may still be starting
+        if rq.get("state"):  # the RM's REST answer is enough: the skein driver may still be starting
             return QueueInfo(name, str(rq["state"]), mem, vc, tuple(rq.get("nodeLabels") or ()) or None)
         try:
             q = self.client.get_queue(name)
@@ -77,5 +79,7 @@ class SkeinClusterInfo:
 
     def max_allocation(self) -> tuple[int | None, int | None]:
         ma = self._scheduler().get("maximumAllocation") or {}
-        return (_int(ma.get("memory")) or _int(self.conf.get("yarn.scheduler.maximum-allocation-mb", 8192)),
-                _int(ma.get("vCores")) or _int(self.conf.get("yarn.scheduler.maximum-allocation-vcores", 4)))
+        return (
+            _int(ma.get("memory")) or _int(self.conf.get("yarn.scheduler.maximum-allocation-mb", 8192)),
+            _int(ma.get("vCores")) or _int(self.conf.get("yarn.scheduler.maximum-allocation-vcores", 4)),
+        )

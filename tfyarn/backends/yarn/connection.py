@@ -10,6 +10,7 @@ The first floor of :class:`~tfyarn.backends.yarn.backend.YarnBackend`: each part
 reports, the app's end) is a subclass that uses the parts below it, one job per file (skein's own split of
 ``Client`` from ``ApplicationClient``).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -36,10 +37,21 @@ log = logging.getLogger(__name__)
 class YarnConnection(Backend):
     """The cluster connection every part of the YARN backend shares (options: see ``YarnBackend``)."""
 
-    def __init__(self, staging_dir: str | None = None, hadoop_conf_dir: str | None = None, driver: str = "auto",
-                 master_memory_mib: int = 512, master_vcores: int = 1, preflight: bool = True,
-                 progress: packaging.Progress | None = None, client: Any = None, cluster: Any = None,
-                 log_poll_s: float = 1.0, aggregation_wait_s: float = 30.0, detached_report: bool = False):
+    def __init__(
+        self,
+        staging_dir: str | None = None,
+        hadoop_conf_dir: str | None = None,
+        driver: str = "auto",
+        master_memory_mib: int = 512,
+        master_vcores: int = 1,
+        preflight: bool = True,
+        progress: packaging.Progress | None = None,
+        client: Any = None,
+        cluster: Any = None,
+        log_poll_s: float = 1.0,
+        aggregation_wait_s: float = 30.0,
+        detached_report: bool = False,
+    ):
         if driver not in ("auto", "global", "private"):
             raise ValueError(f"driver must be auto, global or private, not {driver!r}")
         self._staging_opt = staging_dir
@@ -54,18 +66,18 @@ class YarnConnection(Backend):
         self.detached_report = detached_report
         self._client = client
         self._owns_client = False
-        self._rest: Any = None             # rest.RmRest, False when the REST API cannot be used
-        self._injected = client is not None   # a test's fake client answers everything itself
+        self._rest: Any = None  # rest.RmRest, False when the REST API cannot be used
+        self._injected = client is not None  # a test's fake client answers everything itself
         self._run_started: float | None = None  # wall time run() began (the first phase of the job's timeline)
-        self._driver_thread: threading.Thread | None = None   # start_driver(): the JVM starting in the background
+        self._driver_thread: threading.Thread | None = None  # start_driver(): the JVM starting in the background
         self._driver_error: BaseException | None = None
-        self._lease: Any = None            # skein_driver.Lease on tfyarn's shared driver, released by close()
+        self._lease: Any = None  # skein_driver.Lease on tfyarn's shared driver, released by close()
         self._cluster = cluster
         self._apps: dict[str, Any] = {}
         # per app: the job's rules while this process follows it (attempts, deadline, stall, progress, ETA)
         self._sups: dict[str, Supervisor] = {}
         self._no_record: set[str] = set()  # apps whose in-app supervisor record was looked for (_recover)
-        self._krb: Any = None              # the Kerberos login (tfyarn.kerberos) once self.login() has run
+        self._krb: Any = None  # the Kerberos login (tfyarn.kerberos) once self.login() has run
         self._logged_in = False
 
     @functools.cached_property
@@ -75,16 +87,22 @@ class YarnConnection(Backend):
     @property
     def user(self) -> str:
         # with a keytab, the cluster knows us by its principal, not by this machine's account
-        return (os.environ.get("HADOOP_USER_NAME") or (self._krb and kerberos.short_name(self._krb.principal))
-                or getpass.getuser())
+        return (
+            os.environ.get("HADOOP_USER_NAME")
+            or (self._krb and kerberos.short_name(self._krb.principal))
+            or getpass.getuser()
+        )
 
     def login(self, spec: JobSpec | None = None, app_id: str | None = None) -> Any:
         """Check and install this command's Kerberos login once (:func:`tfyarn.kerberos.login`, one-line exit 2):
         the spec's, else the spec this machine submitted ``app_id`` with, else ``TFYARN_KERBEROS_*``; None = the
         ticket cache, or no Kerberos."""
         if not self._logged_in:
-            krb = (kerberos.resolved(spec) or (kerberos.resolved(records.saved_spec(app_id)) if app_id else None)
-                   or kerberos.from_env())
+            krb = (
+                kerberos.resolved(spec)
+                or (kerberos.resolved(records.saved_spec(app_id)) if app_id else None)
+                or kerberos.from_env()
+            )
             self._krb = kerberos.login(krb, self.conf)
             self._logged_in = True
         return self._krb
@@ -119,8 +137,10 @@ class YarnConnection(Backend):
             return
         t.join(skein_driver.START_TIMEOUT_S)
         if t.is_alive():
-            raise YarnUnavailable(f"timed out after {skein_driver.START_TIMEOUT_S:g}s waiting for the skein driver "
-                                  f"(JVM) to start; check `yarn classpath` and java on this machine")
+            raise YarnUnavailable(
+                f"timed out after {skein_driver.START_TIMEOUT_S:g}s waiting for the skein driver "
+                f"(JVM) to start; check `yarn classpath` and java on this machine"
+            )
         self._driver_thread = None
         err, self._driver_error = self._driver_error, None
         if err is not None:
@@ -140,7 +160,7 @@ class YarnConnection(Backend):
                 log.debug("using the running global skein driver")
                 return self._client
             except (sk.exceptions.DriverNotRunningError, sk.exceptions.ConnectionError) as exc:
-                if not isinstance(exc, sk.exceptions.DriverNotRunningError):   # (a subclass of ConnectionError)
+                if not isinstance(exc, sk.exceptions.DriverNotRunningError):  # (a subclass of ConnectionError)
                     # ~/.skein/driver names a driver that is gone (a reboot, an OOM): forget it, as `skein driver
                     # stop --force` would, instead of failing every command
                     log.warning("the global skein driver recorded in ~/.skein does not answer (%s); not using it", exc)
@@ -158,15 +178,18 @@ class YarnConnection(Backend):
         try:
             self._client = sk.Client(log=False, **kw)
         except (OSError, sk.exceptions.DriverError) as exc:
-            raise YarnUnavailable(f"cannot reach YARN: the skein driver did not start ({type(exc).__name__}: "
-                                  f"{exc}); check HADOOP_CONF_DIR, `yarn` and java on PATH, or use --local") from None
+            raise YarnUnavailable(
+                f"cannot reach YARN: the skein driver did not start ({type(exc).__name__}: "
+                f"{exc}); check HADOOP_CONF_DIR, `yarn` and java on PATH, or use --local"
+            ) from None
         self._owns_client = True
         return self._client
 
     def _driver_identity(self, kw: dict[str, Any]) -> dict[str, Any]:
         """Who the shared driver must be logged in as: the keytab's principal, else the ticket cache's."""
-        principal = (self._krb.principal if self._krb else
-                     skein_driver.cache_principal() if kerberos.secure(self.conf) else None)
+        principal = (
+            self._krb.principal if self._krb else skein_driver.cache_principal() if kerberos.secure(self.conf) else None
+        )
         return skein_driver.identity(self.user, principal, self.hadoop_conf_dir, kw)
 
     def _release_driver(self) -> None:
@@ -192,8 +215,10 @@ class YarnConnection(Backend):
         """Fail with a usage error, before skein tries to start a JVM, on a machine with no Hadoop at all."""
         if self.hadoop_conf_dir or os.environ.get("HADOOP_CONF_DIR") or shutil.which("yarn"):
             return
-        raise YarnUnavailable("YARN is not configured on this machine: set HADOOP_CONF_DIR to the cluster's "
-                              "configuration directory (with `yarn` on PATH), or run with --local")
+        raise YarnUnavailable(
+            "YARN is not configured on this machine: set HADOOP_CONF_DIR to the cluster's "
+            "configuration directory (with `yarn` on PATH), or run with --local"
+        )
 
     def close(self) -> None:
         """Close application connections; stop the skein driver if this backend started a private one (waiting for
@@ -228,7 +253,7 @@ class YarnConnection(Backend):
                 return rm.report(app_id)
             except rest.RestUnavailable as exc:
                 log.debug("RM REST report of %s: %s; asking the skein driver", app_id, exc)
-        sk = skein()     # only here: importing skein (grpc, its protobufs) is ~0.3 CPU s of a REST-only command
+        sk = skein()  # only here: importing skein (grpc, its protobufs) is ~0.3 CPU s of a REST-only command
         try:
             return self.client().application_report(app_id)
         except (sk.exceptions.ApplicationError, ValueError) as exc:
@@ -240,7 +265,7 @@ class YarnConnection(Backend):
             sk = skein()
             rep = self._app_report(app_id) if self._rm() else None
             try:
-                if isinstance(rep, rest.AppReport):   # straight to the AM's address: no driver needed
+                if isinstance(rep, rest.AppReport):  # straight to the AM's address: no driver needed
                     if rep.state != "RUNNING" or not rep.am_address:
                         return None
                     app = sk.ApplicationClient(rep.am_address, app_id, security=sk.Security.from_default())

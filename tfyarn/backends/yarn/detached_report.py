@@ -4,6 +4,7 @@ Why a process of its own: the CLI that followed the job exits as soon as the app
 plot and its HDFS uploads (~3 s on a loaded gateway) are done here, detached from it
 (:meth:`YarnBackend._report_at_end`), from what the follower saved in ``$TFYARN_HOME/yarn/<app>.json``.
 """
+
 from __future__ import annotations
 
 import logging
@@ -12,6 +13,7 @@ import sys
 
 def main(argv: list[str] | None = None) -> int:
     from tfyarn.backends.yarn.backend import YarnBackend
+
     args = sys.argv[1:] if argv is None else argv
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     with YarnBackend() as b:

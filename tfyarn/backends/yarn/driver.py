@@ -14,6 +14,7 @@ reuse: the keeper never stops a driver with a live lease); ``<key>.used``, where
 key covers the YARN user, the Kerberos login, the Hadoop configuration and the JVM options: a driver logged in as
 someone else, or talking to another cluster, is never reused.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -41,7 +42,7 @@ from tfyarn.errors import YarnUnavailable
 log = logging.getLogger(__name__)
 
 IDLE_ENV = "TFYARN_DRIVER_IDLE"
-DIR_ENV = "TFYARN_DRIVER_DIR"      # read by tfyarn.paths.driver_dir
+DIR_ENV = "TFYARN_DRIVER_DIR"  # read by tfyarn.paths.driver_dir
 DEFAULT_IDLE_S = 900.0
 #: Bound on a driver start (the JVM + ``yarn classpath``: 5-15 s on a loaded gateway) and on the lock's wait.
 START_TIMEOUT_S = 120.0
@@ -63,9 +64,14 @@ def idle_seconds() -> float:
 def identity(user: str, principal: str | None, hadoop_conf_dir: str | None, kw: dict[str, Any]) -> dict[str, Any]:
     """What a reused driver must match: who it logged in as, which cluster, which JVM options."""
     conf = hadoop_conf_dir or os.environ.get("HADOOP_CONF_DIR") or ""
-    return {"user": user, "principal": principal or "", "hadoop_conf_dir": os.path.realpath(conf) if conf else "",
-            "java_options": list(kw.get("java_options") or []), "keytab": kw.get("keytab") or "",
-            "ccache": "" if kw.get("keytab") else os.environ.get("KRB5CCNAME", "")}
+    return {
+        "user": user,
+        "principal": principal or "",
+        "hadoop_conf_dir": os.path.realpath(conf) if conf else "",
+        "java_options": list(kw.get("java_options") or []),
+        "keytab": kw.get("keytab") or "",
+        "ccache": "" if kw.get("keytab") else os.environ.get("KRB5CCNAME", ""),
+    }
 
 
 def key_of(ident: dict[str, Any]) -> str:
@@ -86,6 +92,7 @@ def cache_principal() -> str | None:
 
 # ---------------------------------------------------------------------------------------------------- processes
 
+
 def _start_time(pid: int) -> str | None:
     """A process's start time (clock ticks since boot), None if it is gone: a pid and this identify one process."""
     try:
@@ -101,7 +108,7 @@ def _start_time(pid: int) -> str | None:
             pass
         return "?"
     fields = stat.rsplit(")", 1)[1].split()
-    return None if fields[0] in ("Z", "X") else fields[19]     # a zombie has ended (its parent has not reaped it)
+    return None if fields[0] in ("Z", "X") else fields[19]  # a zombie has ended (its parent has not reaped it)
 
 
 def _alive(pid: int | None, started: str | None = None) -> bool:
@@ -114,6 +121,7 @@ def _alive(pid: int | None, started: str | None = None) -> bool:
 @dataclass
 class Record:
     """One shared driver, as its keeper wrote it."""
+
     key: str
     address: str
     jvm_pid: int
@@ -138,7 +146,7 @@ class _Files:
         self.lock = directory / f"{key}.lock"
         self.leases = directory / f"{key}.leases"
         self.used = directory / f"{key}.used"
-        self.log = directory / f"{key}.log"          # the keeper's
+        self.log = directory / f"{key}.log"  # the keeper's
         self.jvm_log = directory / f"{key}.jvm.log"  # the driver's (skein truncates it at each start)
 
     def read(self) -> Record | None:
@@ -173,8 +181,10 @@ class _Files:
                     if exc.errno not in (errno.EAGAIN, errno.EACCES):
                         raise
                 if time.monotonic() > deadline:
-                    raise YarnUnavailable(f"timed out after {timeout:g}s waiting for {self.lock} (another tfyarn "
-                                          f"command starting the shared skein driver?)")
+                    raise YarnUnavailable(
+                        f"timed out after {timeout:g}s waiting for {self.lock} (another tfyarn "
+                        f"command starting the shared skein driver?)"
+                    )
                 time.sleep(0.1)
             yield
         finally:
@@ -230,28 +240,37 @@ class Lease:
             self._files.mark_used()
         self._path = None
         with contextlib.suppress(Exception):
-            self.client.close()      # the channel only: the JVM is the keeper's
+            self.client.close()  # the channel only: the JVM is the keeper's
 
 
 def acquire(ident: dict[str, Any], kw: dict[str, Any], env: dict[str, str] | None = None) -> Lease:
     """A lease on the shared driver of ``ident``: the running one if it answers, else a new keeper + JVM (waited
     for, bounded by :data:`START_TIMEOUT_S`). ``kw``: skein driver options (keytab, principal, java_options)."""
     from tfyarn._skein import skein
+
     sk = skein()
     files = _Files(paths.driver_dir(), key_of(ident))
     with files.locked():
         rec = files.read()
         if rec is not None and rec.alive and not answers(rec.address):
-            log.warning("the shared skein driver at %s (pid %d) does not answer within %gs: replacing it",
-                        rec.address, rec.jvm_pid, PING_TIMEOUT_S)
+            log.warning(
+                "the shared skein driver at %s (pid %d) does not answer within %gs: replacing it",
+                rec.address,
+                rec.jvm_pid,
+                PING_TIMEOUT_S,
+            )
         elif rec is not None and rec.alive:
             try:
                 client = sk.Client(address=rec.address)
                 log.debug("using tfyarn's shared skein driver at %s (pid %d)", rec.address, rec.jvm_pid)
                 return Lease(client, files, rec)
             except sk.exceptions.ConnectionError as exc:
-                log.warning("the shared skein driver at %s (pid %d) does not answer (%s): replacing it",
-                            rec.address, rec.jvm_pid, exc)
+                log.warning(
+                    "the shared skein driver at %s (pid %d) does not answer (%s): replacing it",
+                    rec.address,
+                    rec.jvm_pid,
+                    exc,
+                )
         if rec is not None:
             _kill(rec)
             files.remove_record(rec.keeper_pid)
@@ -263,9 +282,11 @@ def answers(address: str, timeout: float = PING_TIMEOUT_S) -> bool:
     """The driver at ``address`` answers a ping within ``timeout`` (skein's own Client pings with no bound: a hung
     JVM would hang every command that reuses it)."""
     from tfyarn._skein import skein
+
     sk = skein()
     from skein import proto
     from skein.core import secure_channel
+
     channel = secure_channel(address, sk.Security.from_default())
     try:
         proto.DriverStub(channel).ping(proto.Empty(), timeout=timeout)
@@ -279,13 +300,23 @@ def answers(address: str, timeout: float = PING_TIMEOUT_S) -> bool:
 
 def _start_keeper(files: _Files, ident: dict[str, Any], kw: dict[str, Any], env: dict[str, str] | None) -> Record:
     idle = idle_seconds()
-    log.info("starting tfyarn's shared skein driver (JVM); later commands reuse it, it stops after %gs unused "
-             "(%s; `tfyarn driver stop` stops it now)", idle, IDLE_ENV)
+    log.info(
+        "starting tfyarn's shared skein driver (JVM); later commands reuse it, it stops after %gs unused "
+        "(%s; `tfyarn driver stop` stops it now)",
+        idle,
+        IDLE_ENV,
+    )
     args = json.dumps({"dir": str(files.dir), "key": files.key, "ident": ident, "kw": kw, "idle": idle})
     with open(files.log, "ab") as logf:
-        proc = subprocess.Popen([sys.executable, "-m", "tfyarn.backends.yarn.driver_keeper", "keep", args],
-                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=logf,
-                                env=env, start_new_session=True, close_fds=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tfyarn.backends.yarn.driver_keeper", "keep", args],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=logf,
+            env=env,
+            start_new_session=True,
+            close_fds=True,
+        )
     assert proc.stdout is not None
     deadline = time.monotonic() + START_TIMEOUT_S
     line = b""
@@ -303,11 +334,16 @@ def _start_keeper(files: _Files, ident: dict[str, Any], kw: dict[str, Any], env:
             proc.terminate()
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(10)
-        why = ("timed out after %gs" % START_TIMEOUT_S) if proc.returncode is None or proc.returncode < 0 else \
-            f"exit code {proc.returncode}"
-        raise YarnUnavailable(f"cannot reach YARN: the shared skein driver did not start ({why}; {_tail(files.log)}; "
-                              f"{_tail(files.jvm_log)})"
-                              f"; check HADOOP_CONF_DIR, `yarn` and java on PATH, or use --local")
+        why = (
+            ("timed out after %gs" % START_TIMEOUT_S)
+            if proc.returncode is None or proc.returncode < 0
+            else f"exit code {proc.returncode}"
+        )
+        raise YarnUnavailable(
+            f"cannot reach YARN: the shared skein driver did not start ({why}; {_tail(files.log)}; "
+            f"{_tail(files.jvm_log)})"
+            f"; check HADOOP_CONF_DIR, `yarn` and java on PATH, or use --local"
+        )
     # the keeper outlives this command on purpose (its own session); a long-lived caller reaps it when it exits
     threading.Thread(target=proc.wait, name="tfyarn-driver-keeper-reaper", daemon=True).start()
     return rec
@@ -324,7 +360,7 @@ def _tail(path: Path, n: int = 3) -> str:
 def _is_driver(pid: int) -> bool:
     """The pid is a skein driver JVM (a recorded pid may have been reused by any process since)."""
     if not os.path.isdir("/proc/self"):
-        return True                          # no /proc to ask (not Linux): trust the record
+        return True  # no /proc to ask (not Linux): trust the record
     try:
         return b"com.anaconda.skein.Driver" in Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
@@ -347,6 +383,7 @@ def _kill(rec: Record, grace: float = 10.0) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- status and stop
+
 
 def records(directory: Path | None = None) -> list[Record]:
     d = directory or paths.driver_dir()
@@ -374,8 +411,13 @@ def describe(rec: Record) -> dict[str, Any]:
     files = _Files(Path(rec.log).parent, rec.key)
     leases = files.live_leases() if rec.alive else []
     idle_for = max(0.0, time.time() - files.last_used())
-    return {**rec.__dict__, "alive": rec.alive, "used_by": leases, "idle_for_s": round(idle_for, 1),
-            "stops_in_s": None if leases else round(max(0.0, rec.idle_s - idle_for), 1)}
+    return {
+        **rec.__dict__,
+        "alive": rec.alive,
+        "used_by": leases,
+        "idle_for_s": round(idle_for, 1),
+        "stops_in_s": None if leases else round(max(0.0, rec.idle_s - idle_for), 1),
+    }
 
 
 def stop_all(directory: Path | None = None) -> list[Record]:

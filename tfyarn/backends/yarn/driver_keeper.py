@@ -4,6 +4,7 @@ Started by :func:`tfyarn.backends.yarn.driver.acquire` in a session of its own: 
 code (stdin a pipe: the JVM exits when the keeper dies, even by SIGKILL), records its address and stops it once no
 command has used it for the idle time (see :mod:`tfyarn.backends.yarn.driver` for the files it shares with them).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -36,15 +37,28 @@ def keep(args: dict[str, Any]) -> int:
     proc = None
     try:
         from tfyarn._skein import skein
+
         sk = skein()
         from skein.core import _start_driver  # skein's own start: security, `yarn classpath`, callback port
+
         address, proc = _start_driver(security=sk.Security.from_default(), log=str(files.jvm_log), **args["kw"])
         ident = args["ident"]
         me = os.getpid()
-        files.write(Record(key=files.key, address=address, jvm_pid=proc.pid, keeper_pid=me,
-                           keeper_started=_start_time(me) or "", user=ident["user"], principal=ident["principal"],
-                           hadoop_conf_dir=ident["hadoop_conf_dir"], idle_s=idle, started=time.time(),
-                           log=str(files.log)))
+        files.write(
+            Record(
+                key=files.key,
+                address=address,
+                jvm_pid=proc.pid,
+                keeper_pid=me,
+                keeper_started=_start_time(me) or "",
+                user=ident["user"],
+                principal=ident["principal"],
+                hadoop_conf_dir=ident["hadoop_conf_dir"],
+                idle_s=idle,
+                started=time.time(),
+                log=str(files.log),
+            )
+        )
         files.mark_used()
         sys.stdout.write(f"ready {address}\n")
         sys.stdout.flush()
@@ -54,7 +68,7 @@ def keep(args: dict[str, Any]) -> int:
             time.sleep(poll)
             if files.live_leases() or time.time() - files.last_used() < idle:
                 continue
-            with files.locked():              # no command takes it while we decide
+            with files.locked():  # no command takes it while we decide
                 if not files.live_leases() and time.time() - files.last_used() >= idle:
                     files.remove_record(me)
                     print(f"{time.strftime('%F %T')} idle for {idle:g}s: stopping the driver", file=sys.stderr)
@@ -67,7 +81,7 @@ def keep(args: dict[str, Any]) -> int:
         files.remove_record(os.getpid())
         if proc is not None and proc.poll() is None:
             with contextlib.suppress(OSError):
-                proc.stdin.close()        # skein's driver exits when its stdin closes
+                proc.stdin.close()  # skein's driver exits when its stdin closes
             try:
                 proc.wait(15)
             except subprocess.TimeoutExpired:

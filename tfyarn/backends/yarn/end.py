@@ -3,6 +3,7 @@
 :class:`tfyarn.supervisor.Supervisor` (deadline, allocation, stall), shut down SUCCEEDED once every task is done
 (the tasks leave that to a live follower), killed when ``run`` is stopped.
 """
+
 from __future__ import annotations
 
 import logging
@@ -29,9 +30,14 @@ log = logging.getLogger(__name__)
 class Follower(Reporter):
     """The part of the YARN backend that follows a job to its end and ends the app when that is tfyarn's to do."""
 
-    def run(self, spec: JobSpec, echo: Callable[[str, str], None] | None = None,
-            on_update: Callable[[AppStatus], None] | None = None, timeout: float | None = None,
-            poll: float = 2.0) -> AppStatus:
+    def run(
+        self,
+        spec: JobSpec,
+        echo: Callable[[str, str], None] | None = None,
+        on_update: Callable[[AppStatus], None] | None = None,
+        timeout: float | None = None,
+        poll: float = 2.0,
+    ) -> AppStatus:
         """Submit and follow to the end, with the spec's job attempts (:class:`tfyarn.supervisor.Supervisor`, as a
         local run): a FAILED or TIMED_OUT application is submitted again (``TFYARN_ATTEMPT=n``, resuming from the
         latest checkpoint) after ``retry.backoff``, up to ``retry.max_attempts`` applications in all, within
@@ -59,30 +65,45 @@ class Follower(Reporter):
         own is left as it is."""
         st = self.status(app_id)
         if st.state.is_terminal:
-            return st                       # it had ended on its own just before: its outcome stands
+            return st  # it had ended on its own just before: its outcome stands
         why = str(exc) if isinstance(exc, Interrupted) else f"{type(exc).__name__}: {exc}"
         log.warning("%s: killing %s", why, app_id)
-        self._end_with(app_id, job_end.decide(job_end.FOLLOWER, stopped=f"{why}: killed {app_id}"),
-                       lambda _status, _diag: self.kill(app_id))
+        self._end_with(
+            app_id,
+            job_end.decide(job_end.FOLLOWER, stopped=f"{why}: killed {app_id}"),
+            lambda _status, _diag: self.kill(app_id),
+        )
         last, st = st, self.status(app_id)
-        st.state = AppState.KILLED          # YARN reports the kill asynchronously; it was asked for, and accepted
+        st.state = AppState.KILLED  # YARN reports the kill asynchronously; it was asked for, and accepted
         st.diagnostics = f"{why}: killed {app_id}" + training_end_note(
-            st.progress or last.progress or {}, st.summary or last.summary, checkpoint_url(records.saved_spec(app_id)))
+            st.progress or last.progress or {}, st.summary or last.summary, checkpoint_url(records.saved_spec(app_id))
+        )
         return st
 
-    def wait(self, app_id: str, timeout: float | None = None, poll: float = 1.0,
-             on_update: Callable[[AppStatus], None] | None = None) -> AppStatus:
+    def wait(
+        self,
+        app_id: str,
+        timeout: float | None = None,
+        poll: float = 1.0,
+        on_update: Callable[[AppStatus], None] | None = None,
+    ) -> AppStatus:
         """Poll every ``poll`` s (one RM call + one AM call): returns within ~``poll`` s of the app's end, with the
         job's rules enforced meanwhile (:meth:`follow`). ``timeout`` bounds this wait only (:class:`WaitTimeout`;
         the app runs on)."""
         return self._follow_to_end(app_id, None, timeout, poll, on_update)
 
-    def _follow_to_end(self, app_id: str, sup: Supervisor | None, timeout: float | None, poll: float,
-                  on_update: Callable[[AppStatus], None] | None) -> AppStatus:
+    def _follow_to_end(
+        self,
+        app_id: str,
+        sup: Supervisor | None,
+        timeout: float | None,
+        poll: float,
+        on_update: Callable[[AppStatus], None] | None,
+    ) -> AppStatus:
         threading.Thread(target=preload_plotting, name="tfyarn-preload-matplotlib", daemon=True).start()
         st = self._wait_with(self.follow(app_id, sup), app_id, timeout, poll, on_update)
         log.debug("%s phases: %s", app_id, phases.text(self.phases(app_id, st)))
-        self._report_at_end(st)            # after a kill for a stall too: where it stalled is what its report shows
+        self._report_at_end(st)  # after a kill for a stall too: where it stalled is what its report shows
         return st
 
     def follow(self, app_id: str, sup: Supervisor | None = None) -> Callable[[], AppStatus]:
@@ -92,14 +113,17 @@ class Follower(Reporter):
         why. While the app's own supervisor (:mod:`~tfyarn.backends.yarn.supervise`) is alive, the stall watch
         is its; the follower keeps the deadline and allocation checks and ends the app once every task is done."""
         if sup is None:
-            spec = records.saved_spec(app_id, self._recover(app_id, running=True))   # submitted elsewhere: the app's
+            spec = records.saved_spec(app_id, self._recover(app_id, running=True))  # submitted elsewhere: the app's
             if spec is not None:
-                sup = Supervisor(spec, started=records.load(app_id).get("submitted") or time.time(),
-                                 history_path=paths.yarn_report_dir(app_id) / HISTORY_FILE)
+                sup = Supervisor(
+                    spec,
+                    started=records.load(app_id).get("submitted") or time.time(),
+                    history_path=paths.yarn_report_dir(app_id) / HISTORY_FILE,
+                )
         if sup is not None:
             paths.yarn_report_dir(app_id).mkdir(parents=True, exist_ok=True)
-            self._sups[app_id] = sup       # status reads feed its progress rate and history
-            sup.begin_attempt()            # its stall watch starts once the app's KV answers
+            self._sups[app_id] = sup  # status reads feed its progress rate and history
+            sup.begin_attempt()  # its stall watch starts once the app's KV answers
 
         def step() -> AppStatus:
             st = self.status(app_id)
@@ -110,7 +134,7 @@ class Follower(Reporter):
                 return st
             if st.state is AppState.RUNNING:
                 if self._supervised(app_id):
-                    sup.end_attempt()      # the app's own supervisor watches for stalls (supervise)
+                    sup.end_attempt()  # the app's own supervisor watches for stalls (supervise)
                 elif (app := self._app_client(app_id)) is not None:
                     sup.watch(SkeinKV(app.kv))
             verdict = sup.check(st)
@@ -123,8 +147,7 @@ class Follower(Reporter):
         queue = sup.spec.queue if sup.spec is not None else None
         diag = verdict.diagnosis + (self._queue_state(queue) if verdict.reason == "allocation" else "")
         log.error("%s: %s; killing it", app_id, diag)
-        self._end_with(app_id, job_end.decide(job_end.FOLLOWER, verdict=diag),
-                       lambda _status, _diag: self.kill(app_id))
+        self._end_with(app_id, job_end.decide(job_end.FOLLOWER, verdict=diag), lambda _status, _diag: self.kill(app_id))
         st = self.status(app_id)
         st.state, st.diagnostics = verdict.state, diag
         records.save(app_id, final=st.to_dict())
@@ -136,22 +159,30 @@ class Follower(Reporter):
             return ""
         try:
             q = self.client().get_queue(queue)
-            return (f"; queue {queue!r} is {q.state} at {q.percent_used:.0f}% of its capacity "
-                    f"(capacity {q.capacity:g}%, max {q.max_capacity:g}%)")
+            return (
+                f"; queue {queue!r} is {q.state} at {q.percent_used:.0f}% of its capacity "
+                f"(capacity {q.capacity:g}%, max {q.max_capacity:g}%)"
+            )
         except Exception as exc:  # noqa: BLE001 - the diagnosis must not fail on a missing queue report
             return f"; queue {queue!r}: no report ({exc})"
 
     def _supervised(self, app_id: str) -> bool:
         """The app's in-app supervisor is alive (:mod:`tfyarn.backends.yarn.supervise`): the stall watch is its,
         not this follower's."""
-        return bool(self._on_am(app_id, "supervisor heartbeat", lambda app: app_end.follower_alive(
-            SkeinKV(app.kv), time.time(), app_end.SUPERVISOR_KEY)))
+        return bool(
+            self._on_am(
+                app_id,
+                "supervisor heartbeat",
+                lambda app: app_end.follower_alive(SkeinKV(app.kv), time.time(), app_end.SUPERVISOR_KEY),
+            )
+        )
 
     def _heartbeat(self, app_id: str) -> None:
         """Tell the tasks a follower is alive: the last task done then leaves the shutdown to us (runtime.app_end),
         so the KV's last records (every task's done and phase times) are read before the AM goes."""
-        self._on_am(app_id, "follower heartbeat",
-                    lambda app: app.kv.put(app_end.FOLLOWER_KEY, f"{time.time():.3f}".encode()))
+        self._on_am(
+            app_id, "follower heartbeat", lambda app: app.kv.put(app_end.FOLLOWER_KEY, f"{time.time():.3f}".encode())
+        )
 
     def _between_polls(self, app_id: str, poll: float, check_s: float = 0.2) -> None:
         """Sleep ``poll`` s, looking every ``check_s`` s for the tasks' ``control/all_done`` (one cheap KV read): once
@@ -182,13 +213,12 @@ class Follower(Reporter):
         read: list[AppStatus] = []
 
         def shutdown(status: str, diagnostics: str) -> None:
-            read.append(self.status(app_id))     # after the end record: the saved snapshot has it
+            read.append(self.status(app_id))  # after the end record: the saved snapshot has it
             log.debug("every task of %s is done: shutting it down", app_id)
             app.shutdown(status, diagnostics)
 
         try:
-            self._end_with(app_id, job_end.decide(job_end.FOLLOWER, done=True), shutdown,
-                           app_end.DONE_DIAGNOSTICS)
+            self._end_with(app_id, job_end.decide(job_end.FOLLOWER, done=True), shutdown, app_end.DONE_DIAGNOSTICS)
         except Exception as exc:  # noqa: BLE001 - the supervisor or the last task shuts it down when we cannot
             log.debug("shutdown of %s: %s", app_id, exc)
         st = read[0] if read else self.status(app_id)
@@ -198,8 +228,9 @@ class Follower(Reporter):
             time.sleep(0.05)
             st = self.status(app_id)
 
-    def _end_with(self, app_id: str, end: job_end.JobEnd, shutdown: Callable[[str, str], Any],
-                  diagnostics: str | None = None) -> None:
+    def _end_with(
+        self, app_id: str, end: job_end.JobEnd, shutdown: Callable[[str, str], Any], diagnostics: str | None = None
+    ) -> None:
         """End ``app_id`` by :func:`~tfyarn.contracts.job_end.end_job`: ``end`` recorded in its KV
         when its application master answers (an app not running yet or any more has no KV: it is
         just ended), then ``shutdown``."""
@@ -215,5 +246,4 @@ class _AmKV:
         self.backend, self.app_id = backend, app_id
 
     def put(self, key: str, value: str) -> None:
-        self.backend._on_am(self.app_id, f"KV {key}",
-                            lambda app: app.kv.put(key, value.encode()))
+        self.backend._on_am(self.app_id, f"KV {key}", lambda app: app.kv.put(key, value.encode()))

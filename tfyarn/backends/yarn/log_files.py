@@ -6,6 +6,7 @@ Running containers' logs come from the NodeManager web API; a finished app's are
 they are plain TFile (:func:`parse_tfile_logs`), else from ``yarn logs -applicationId``. Each task container's log
 starts with :data:`tfyarn.backends.yarn.appspec.LOG_HEADER`, which maps a container id back to ``worker:1``.
 """
+
 from __future__ import annotations
 
 import json
@@ -30,13 +31,14 @@ _HEADER_RE = re.compile(r"\[tfyarn\] container (\S+)_(\d+) yarn=(\S+)")
 #: A task's log link (``TaskStatus.log``): ``host:port/node/containerlogs/<container id>/<user>``.
 _NM_LOG_RE = re.compile(r"^(?:https?://)?([^/]+)/node/containerlogs/(container_[0-9_e]+)")
 #: Files YARN writes around a container that are not the task's output (shown only when asked for all files).
-HOUSEKEEPING_FILES = frozenset({"directory.info", "launch_container.sh", "prelaunch.err", "prelaunch.out",
-                                "container-localizer-syslog"})
+HOUSEKEEPING_FILES = frozenset(
+    {"directory.info", "launch_container.sh", "prelaunch.err", "prelaunch.out", "container-localizer-syslog"}
+)
 
 
 @dataclass
 class ContainerLog:
-    container_id: str                          # YARN container id
+    container_id: str  # YARN container id
     files: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -52,6 +54,7 @@ class ContainerLog:
 
 
 # ------------------------------------------------------------------------------------------- aggregated log layout
+
 
 def bucket(app_id: str) -> str:
     """Hadoop 3.3's bucket dir for ``app_id``: sequence number mod 10000, 4 digits (``…_0012`` → ``0012``)."""
@@ -72,7 +75,7 @@ def aggregated_log_dirs(app_id: str, user: str, conf: dict[str, str]) -> list[st
         suffix = conf.get(f"yarn.log-aggregation.{fmt}.remote-app-log-dir-suffix") or f"{nm_suffix}-{fmt.lower()}"
         out.append(f"{froot}/{user}/bucket-{suffix}/{bucket(app_id)}/{app_id}")
         out.append(f"{froot}/{user}/{suffix}/{app_id}")
-    out.append(f"{root}/{user}/{nm_suffix}/{app_id}")          # Hadoop 2.x / 3.0–3.2
+    out.append(f"{root}/{user}/{nm_suffix}/{app_id}")  # Hadoop 2.x / 3.0–3.2
     return list(dict.fromkeys(hdfs.qualify(d, conf) for d in out))
 
 
@@ -87,7 +90,7 @@ def parse_tfile_logs(data: bytes) -> dict[str, dict[str, str]] | None:
     marks: list[tuple[int, str, Any]] = []
     for m in _CONTAINER_RE.finditer(data):
         s = m.start()
-        if s >= 2 and int.from_bytes(data[s - 2:s], "big") == len(m.group(0)):
+        if s >= 2 and int.from_bytes(data[s - 2 : s], "big") == len(m.group(0)):
             marks.append((s - 2, "key", m))
     for m in _ENTRY_RE.finditer(data):
         if m.group(1)[0] == len(m.group(2)) and m.group(3)[0] == len(m.group(4)):
@@ -109,15 +112,16 @@ def parse_tfile_logs(data: bytes) -> dict[str, dict[str, str]] | None:
         start = m.end()
         if start + length > len(data):
             length = len(data) - start
-        text = data[start:start + length].decode("utf-8", "replace")
+        text = data[start : start + length].decode("utf-8", "replace")
         files = out.setdefault(current, {})
         files[name] = files.get(name, "") + text
         consumed = start + length
     return out or None
 
 
-def read_aggregated_logs(app_id: str, user: str, conf: dict[str, str],
-                         get_fs: Callable[..., tuple[Any, str]] = hdfs.get_fs) -> list[ContainerLog] | None:
+def read_aggregated_logs(
+    app_id: str, user: str, conf: dict[str, str], get_fs: Callable[..., tuple[Any, str]] = hdfs.get_fs
+) -> list[ContainerLog] | None:
     """Parsed aggregated logs of a finished app from the first candidate dir that exists; None if unreadable."""
     for d in aggregated_log_dirs(app_id, user, conf):
         try:
@@ -125,8 +129,9 @@ def read_aggregated_logs(app_id: str, user: str, conf: dict[str, str],
             if not fs.exists(path):
                 continue
             # a NodeManager uploads to <node>.tmp and renames it when complete: a .tmp file is not the whole log yet
-            entries = [e for e in fs.ls(path, detail=True)
-                       if e.get("type") == "file" and not e["name"].endswith(".tmp")]
+            entries = [
+                e for e in fs.ls(path, detail=True) if e.get("type") == "file" and not e["name"].endswith(".tmp")
+            ]
         except (OSError, ValueError, RuntimeError) as exc:
             log.debug("cannot list %s: %s", d, exc)
             continue
@@ -150,12 +155,15 @@ def read_aggregated_logs(app_id: str, user: str, conf: dict[str, str],
 
 # ------------------------------------------------------------------------------------------------- `yarn logs` CLI
 
+
 def yarn_logs_cli(app_id: str, container_id: str | None = None, timeout: float = 120.0) -> str:
     """Output of ``yarn logs -applicationId`` (bounded by ``timeout``); raises if the CLI is missing or fails."""
     exe = shutil.which("yarn")
     if not exe:
-        raise FileNotFoundError("the `yarn` command is not on PATH (needed to read aggregated logs that are "
-                                "compressed or not in TFile format)")
+        raise FileNotFoundError(
+            "the `yarn` command is not on PATH (needed to read aggregated logs that are "
+            "compressed or not in TFile format)"
+        )
     cmd = [exe, "logs", "-applicationId", app_id]
     if container_id:
         cmd += ["-containerId", container_id]
@@ -164,8 +172,9 @@ def yarn_logs_cli(app_id: str, container_id: str | None = None, timeout: float =
     except subprocess.TimeoutExpired:
         raise TimeoutError(f"timed out after {timeout:g}s waiting for `yarn logs -applicationId {app_id}`") from None
     if res.returncode != 0 and not res.stdout.strip():
-        raise RuntimeError(f"`yarn logs -applicationId {app_id}` failed ({res.returncode}): "
-                           f"{res.stderr.strip()[-500:]}")
+        raise RuntimeError(
+            f"`yarn logs -applicationId {app_id}` failed ({res.returncode}): {res.stderr.strip()[-500:]}"
+        )
     return res.stdout
 
 
@@ -178,15 +187,15 @@ def parse_yarn_logs_output(text: str) -> list[ContainerLog]:
     out: dict[str, ContainerLog] = {}
     starts = list(_CLI_CONTAINER_RE.finditer(text))
     for i, m in enumerate(starts):
-        block = text[m.end(): starts[i + 1].start() if i + 1 < len(starts) else len(text)]
+        block = text[m.end() : starts[i + 1].start() if i + 1 < len(starts) else len(text)]
         cl = out.setdefault(m.group(1), ContainerLog(m.group(1)))
         for lt in _CLI_LOGTYPE_RE.finditer(block):
             name = lt.group(1)
-            rest = block[lt.end():]
+            rest = block[lt.end() :]
             c = rest.find("LogContents:\n")
             if c < 0:
                 continue
-            body = rest[c + len("LogContents:\n"):]
+            body = rest[c + len("LogContents:\n") :]
             end = body.find(f"End of LogType:{name}")
             cl.files[name] = body[:end] if end >= 0 else body
     return list(out.values())
@@ -194,9 +203,10 @@ def parse_yarn_logs_output(text: str) -> list[ContainerLog]:
 
 # -------------------------------------------------------------------------------------------- NodeManager web API
 
+
 def _http_get(url: str, timeout: float, accept: str = "*/*") -> bytes:
     req = urllib.request.Request(url, headers={"Accept": accept})
-    with webauth.urlopen(req, timeout=timeout) as resp:     # SPNEGO when the NodeManager asks for it
+    with webauth.urlopen(req, timeout=timeout) as resp:  # SPNEGO when the NodeManager asks for it
         return resp.read()
 
 
@@ -204,8 +214,12 @@ def _nm_base(nm_http_address: str) -> str:
     return nm_http_address if "://" in nm_http_address else f"http://{nm_http_address}"
 
 
-def nm_log_sizes(nm_http_address: str, container_id: str, timeout: float = 10.0,
-                 http_get: Callable[[str, float, str], bytes] = _http_get) -> dict[str, int | None]:
+def nm_log_sizes(
+    nm_http_address: str,
+    container_id: str,
+    timeout: float = 10.0,
+    http_get: Callable[[str, float, str], bytes] = _http_get,
+) -> dict[str, int | None]:
     """Names and sizes in bytes (None if not said) of a live container's log files, from its NodeManager
     (Hadoop 2.8+/3.x JSON shapes)."""
     url = f"{_nm_base(nm_http_address)}/ws/v1/node/containers/{container_id}/logs"
@@ -238,19 +252,24 @@ def parse_nm_log_reply(raw: bytes, name: str) -> tuple[bytes, int | None]:
     if not raw.startswith(b"Container: ") or at < 0:
         return raw, None
     m = _LOG_LENGTH_RE.search(raw, 0, at)
-    body = raw[at + len(marker):]
+    body = raw[at + len(marker) :]
     end = body.rfind(b"End of LogType:" + name.encode())
     return (body[:end] if end >= 0 else body), (int(m.group(1)) if m else None)
 
 
-def nm_read_log_bytes(nm_http_address: str, container_id: str, name: str, offset: int = 0,
-                      size: int | None = None, timeout: float = 10.0,
-                      http_get: Callable[[str, float, str], bytes] = _http_get) -> tuple[bytes, int]:
+def nm_read_log_bytes(
+    nm_http_address: str,
+    container_id: str,
+    name: str,
+    offset: int = 0,
+    size: int | None = None,
+    timeout: float = 10.0,
+    http_get: Callable[[str, float, str], bytes] = _http_get,
+) -> tuple[bytes, int]:
     """(bytes, where they start in the file): the file from about ``offset`` on. With ``offset`` and the listed
     ``size`` it asks only for the tail (the NodeManager's ``size=-N``: the last N bytes); when the file grew past
     ``size`` in between, so that tail starts after ``offset``, it reads the whole file instead."""
-    url = (f"{_nm_base(nm_http_address)}/ws/v1/node/containerlogs/{container_id}/"
-           f"{urllib.parse.quote(name)}")
+    url = f"{_nm_base(nm_http_address)}/ws/v1/node/containerlogs/{container_id}/{urllib.parse.quote(name)}"
     if offset > 0 and size is not None and size > offset:
         body, total = parse_nm_log_reply(http_get(f"{url}?size=-{size - offset}", timeout, "text/plain"), name)
         if total is not None and total - len(body) <= offset:
@@ -259,8 +278,12 @@ def nm_read_log_bytes(nm_http_address: str, container_id: str, name: str, offset
     return body, 0
 
 
-def nm_container_log(nm_http_address: str, container_id: str, timeout: float = 10.0,
-                     http_get: Callable[[str, float, str], bytes] = _http_get) -> ContainerLog:
+def nm_container_log(
+    nm_http_address: str,
+    container_id: str,
+    timeout: float = 10.0,
+    http_get: Callable[[str, float, str], bytes] = _http_get,
+) -> ContainerLog:
     """All log files of a live container; raises ``OSError``/``urllib.error.URLError`` when the NM can't serve."""
     cl = ContainerLog(container_id)
     for name in nm_log_sizes(nm_http_address, container_id, timeout, http_get):
@@ -286,9 +309,14 @@ def nm_finished_logs(tasks: Iterable[dict]) -> list[tuple[str, ContainerLog]]:
         addr, cid = where.groups()
         try:
             cl = nm_container_log(addr, cid)
-        except (OSError, ValueError) as exc:      # urllib's errors are OSErrors
-            cl = ContainerLog(cid, files={"tfyarn": f"[tfyarn] logs unavailable: the NodeManager {addr} did not "
-                                                    f"serve {cid} ({exc}); log aggregation is off"})
+        except (OSError, ValueError) as exc:  # urllib's errors are OSErrors
+            cl = ContainerLog(
+                cid,
+                files={
+                    "tfyarn": f"[tfyarn] logs unavailable: the NodeManager {addr} did not "
+                    f"serve {cid} ({exc}); log aggregation is off"
+                },
+            )
         out.append((t["task"], cl))
     return out
 
@@ -313,7 +341,7 @@ class LogTail:
         seen = self.offsets.get(key, 0)
         if start > seen:
             raise ValueError(f"{container_id}/{name}: bytes from {start} leave a gap after {seen}")
-        new = data[seen - start:]
+        new = data[seen - start :]
         if not new:
             return []
         self.offsets[key] = seen + len(new)
@@ -332,6 +360,7 @@ class LogTail:
 
 # ---------------------------------------------------------------------------------------------------- formatting
 
+
 def select_files(cl: ContainerLog | Iterable[str], all_files: bool = False) -> list[str]:
     """The files worth showing, task output first (``*.log``, stdout, stderr), YARN housekeeping only on request."""
     files = cl.files if isinstance(cl, ContainerLog) else cl
@@ -345,4 +374,3 @@ def lines_of(cl: ContainerLog, all_files: bool = False, label: str | None = None
     for name in select_files(cl, all_files):
         for line in cl.files[name].splitlines():
             yield f"{task} | {line}"
-

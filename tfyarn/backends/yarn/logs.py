@@ -2,6 +2,7 @@
 from the aggregated logs once it has ended, every line once. Reading the files themselves (the NodeManager's web
 API, Hadoop's aggregated log layouts) is :mod:`~tfyarn.backends.yarn.log_files`.
 """
+
 from __future__ import annotations
 
 import logging
@@ -22,14 +23,20 @@ log = logging.getLogger(__name__)
 class LogReader(StatusReader):
     """The logs part of the YARN backend."""
 
-    def logs(self, app_id: str, task: str | None = None, follow: bool = False,
-             all_files: bool = False, follow_timeout: float | None = None) -> Iterator[str]:
+    def logs(
+        self,
+        app_id: str,
+        task: str | None = None,
+        follow: bool = False,
+        all_files: bool = False,
+        follow_timeout: float | None = None,
+    ) -> Iterator[str]:
         """``<task> | <line>`` for one task (``worker:1``), one role (``worker``) or all; ``follow`` streams new lines
         of running containers until the app ends (or ``follow_timeout`` s)."""
         rep = self._app_report(app_id)
         spec = records.saved_spec(app_id)
         if task is not None and spec is not None and not task.startswith("container_"):
-            select_tasks(spec.tasks(), task, app_id)     # an unknown task: AppNotFound naming the app's tasks
+            select_tasks(spec.tasks(), task, app_id)  # an unknown task: AppNotFound naming the app's tasks
         user = rep.user or self.user
         if str(rep.state) not in rest.TERMINAL:
             yield from self._tail_live(app_id, task, user, follow, all_files, follow_timeout)
@@ -39,11 +46,14 @@ class LogReader(StatusReader):
 
     def _live_containers(self, app_id: str, task: str | None) -> list[tuple[str, Any]]:
         """(task label, skein container) of the running app's containers that have a log on a NodeManager."""
-        got = self._on_am(app_id, "containers and task map", lambda app: (
-            app.get_containers(states=ALL_CONTAINER_STATES), app.kv.get_prefix(TASKMAP_PREFIX)))
+        got = self._on_am(
+            app_id,
+            "containers and task map",
+            lambda app: (app.get_containers(states=ALL_CONTAINER_STATES), app.kv.get_prefix(TASKMAP_PREFIX)),
+        )
         if got is None:
             return []
-        taskmap = {k[len(TASKMAP_PREFIX):]: v.decode() for k, v in got[1].items()}
+        taskmap = {k[len(TASKMAP_PREFIX) :]: v.decode() for k, v in got[1].items()}
         out = []
         for c in got[0]:
             label = taskmap.get(f"{c.service_name}_{c.instance}") or f"{c.service_name}:{c.instance}"
@@ -51,8 +61,7 @@ class LogReader(StatusReader):
                 out.append((label, c))
         return out
 
-    def _read_live(self, app_id: str, label: str, c: Any, tail: log_files.LogTail,
-                   all_files: bool) -> Iterator[str]:
+    def _read_live(self, app_id: str, label: str, c: Any, tail: log_files.LogTail, all_files: bool) -> Iterator[str]:
         """New complete lines of one live container's files (NodeManager web API; ``yarn logs`` if it fails)."""
         cid, nm = c.yarn_container_id, c.yarn_node_http_address
         try:
@@ -79,19 +88,24 @@ class LogReader(StatusReader):
     def _finished_logs(self, app_id: str, task: str | None, user: str) -> list[tuple[str, log_files.ContainerLog]]:
         snap = records.load(app_id).get("snapshot") or {}
         taskmap = snap.get("taskmap") or {}
-        if log_files.aggregation_disabled(self.conf):   # nothing to wait for: the logs stay on the NodeManagers
+        if log_files.aggregation_disabled(self.conf):  # nothing to wait for: the logs stay on the NodeManagers
             found = log_files.nm_finished_logs(snap.get("tasks") or [])
             if not found:
-                raise AppNotFound(f"no logs of {app_id}: log aggregation is off on this cluster and this machine has "
-                                  f"no status of it naming its containers")
+                raise AppNotFound(
+                    f"no logs of {app_id}: log aggregation is off on this cluster and this machine has "
+                    f"no status of it naming its containers"
+                )
             return [(t, cl) for t, cl in found if _shows(task, t, cl.container_id)]
         deadline = time.monotonic() + self.aggregation_wait_s
         ran = {t["task"] for t in snap.get("tasks") or [] if t.get("state") != "PENDING"}
         while True:
             logs = log_files.read_aggregated_logs(app_id, user, self.conf)
-            if logs and ran - {taskmap.get(cl.task.replace(":", "_"), cl.task) for cl in logs} and \
-                    time.monotonic() < deadline:    # one NodeManager uploaded, another not yet: every task that ran
-                time.sleep(2.0)                     # has a log to come (after the deadline: what is there)
+            if (
+                logs
+                and ran - {taskmap.get(cl.task.replace(":", "_"), cl.task) for cl in logs}
+                and time.monotonic() < deadline
+            ):  # one NodeManager uploaded, another not yet: every task that ran
+                time.sleep(2.0)  # has a log to come (after the deadline: what is there)
                 continue
             if logs:
                 break
@@ -103,14 +117,17 @@ class LogReader(StatusReader):
                 break
             if time.monotonic() >= deadline:
                 dirs = ", ".join(log_files.aggregated_log_dirs(app_id, user, self.conf))
-                raise WaitTimeout(f"timed out after {self.aggregation_wait_s:g}s waiting for the aggregated logs of "
-                                  f"{app_id} (looked in {dirs}; is yarn.log-aggregation-enable true?)")
+                raise WaitTimeout(
+                    f"timed out after {self.aggregation_wait_s:g}s waiting for the aggregated logs of "
+                    f"{app_id} (looked in {dirs}; is yarn.log-aggregation-enable true?)"
+                )
             time.sleep(2.0)
         labelled = [(taskmap.get(cl.task.replace(":", "_"), cl.task), cl) for cl in logs]
         return [(label, cl) for label, cl in labelled if _shows(task, label, cl.container_id)]
 
-    def _tail_live(self, app_id: str, task: str | None, user: str, follow: bool, all_files: bool,
-                follow_timeout: float | None) -> Iterator[str]:
+    def _tail_live(
+        self, app_id: str, task: str | None, user: str, follow: bool, all_files: bool, follow_timeout: float | None
+    ) -> Iterator[str]:
         """Lines of the running app's containers; with ``follow`` new ones every ``log_poll_s`` until the app ends,
         then what its containers wrote after the last poll (from the aggregated logs), so every line comes once."""
         tail = log_files.LogTail()
@@ -131,8 +148,9 @@ class LogReader(StatusReader):
         for cid, _name, text in tail.flush():
             yield f"{labels.get(cid, cid)} | {text}"
 
-    def _tail_after_end(self, app_id: str, task: str | None, user: str, tail: log_files.LogTail,
-                     labels: dict[str, str], all_files: bool) -> Iterator[str]:
+    def _tail_after_end(
+        self, app_id: str, task: str | None, user: str, tail: log_files.LogTail, labels: dict[str, str], all_files: bool
+    ) -> Iterator[str]:
         """After the end: the lines written since the last poll, from the aggregated logs once they hold every
         container followed (bounded by ``aggregation_wait_s``; a warning, not an error, when they cannot be read)."""
         deadline = time.monotonic() + self.aggregation_wait_s
@@ -147,8 +165,12 @@ class LogReader(StatusReader):
                 break
             time.sleep(2.0)
         if missing:
-            log.warning("the last lines of %s may be missing: no aggregated logs of %s after %gs", app_id,
-                        ", ".join(sorted(missing)), self.aggregation_wait_s)
+            log.warning(
+                "the last lines of %s may be missing: no aggregated logs of %s after %gs",
+                app_id,
+                ", ".join(sorted(missing)),
+                self.aggregation_wait_s,
+            )
         for label, cl in finished:
             if cl.container_id in labels or task_matches(task, label, cl.container_id):
                 yield from _new_lines(tail, labels.get(cl.container_id, label), cl, all_files)

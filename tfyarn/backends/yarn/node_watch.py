@@ -43,13 +43,9 @@ class NodeWatch:
         clock: Callable[[], float] = time.time,
     ):
         self.bound_s, self.prober, self.clock = bound_s, prober, clock
-        self._down_since: dict[
-            str, float
-        ] = {}  # NodeManager address → first failed probe (wall time)
+        self._down_since: dict[str, float] = {}  # NodeManager address → first failed probe (wall time)
 
-    def check(
-        self, containers: list[Any], taskmap: dict[str, str], last_heard: dict[str, float]
-    ) -> str | None:
+    def check(self, containers: list[Any], taskmap: dict[str, str], last_heard: dict[str, float]) -> str | None:
         """``containers``: skein's (RUNNING ones are looked at); ``taskmap``: skein id → task;
         ``last_heard``: task → wall time of its newest progress record (or its start). None while
         every node answers."""
@@ -57,9 +53,7 @@ class NodeWatch:
         nodes: dict[str, list[str]] = {}
         for c in containers:
             if str(c.state) == "RUNNING" and c.yarn_node_http_address:
-                task = taskmap.get(
-                    f"{c.service_name}_{c.instance}", f"{c.service_name}:{c.instance}"
-                )
+                task = taskmap.get(f"{c.service_name}_{c.instance}", f"{c.service_name}:{c.instance}")
                 nodes.setdefault(c.yarn_node_http_address, []).append(task)
         for addr in list(self._down_since):
             if addr not in nodes:

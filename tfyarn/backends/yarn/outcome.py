@@ -40,6 +40,4 @@ def from_record(
     if end.by.startswith(job_end.FOLLOWER):
         return state, end.reason  # the follower's own words (its verdict, the stop)
     snap = snapshot or {}
-    return state, failure_diagnosis(
-        end.reason, snap.get("failures") or {}, snap.get("exits") or {}, events
-    )
+    return state, failure_diagnosis(end.reason, snap.get("failures") or {}, snap.get("exits") or {}, events)

@@ -92,9 +92,7 @@ def serve(sup: Any) -> StatusPage | None:
     try:
         url = add_page(sup.app.ui, page.url.rstrip("/"))
     except Exception as exc:  # noqa: BLE001 - skein's UI refused it: the direct URL still works
-        log.warning(
-            "the page of %s is not in skein's web UI (%s): it is at %s", sup.app_id, exc, url
-        )
+        log.warning("the page of %s is not in skein's web UI (%s): it is at %s", sup.app_id, exc, url)
     sup.kv.put(PAGE_URL_KEY, url)
     log.info("page of %s: %s (served at %s)", sup.app_id, url, page.url)
     return page

@@ -5,6 +5,7 @@ a floor (N TensorFlow imports at once on 2 cores). Three wall clocks: the gatewa
 ResourceManager (the app's start, the AM launch, the end) and the tasks (``phase/<task>``, their first and last
 step, ``control/all_done``).
 """
+
 from __future__ import annotations
 
 import json
@@ -31,10 +32,11 @@ def task_phases(kv: dict[str, str], progress: dict[str, str]) -> dict[str, Any]:
     """The phase records in an app's KV (``phase/<task>``, ``control/all_done``) and each training task's first and
     last step times (its ``progress/<task>``): what the follower keeps in its snapshot."""
     from tfyarn.contracts.kv_keys import ALL_DONE_KEY, PHASE_PREFIX
+
     tasks: dict[str, dict[str, float]] = {}
     for key, raw in kv.items():
         if key.startswith(PHASE_PREFIX):
-            tasks.setdefault(key[len(PHASE_PREFIX):], {}).update(_json(raw))
+            tasks.setdefault(key[len(PHASE_PREFIX) :], {}).update(_json(raw))
     for key, raw in progress.items():
         rec = _json(raw)
         for f in ("first_step_at", "last_step_at"):
@@ -68,24 +70,33 @@ def marks(gateway: dict[str, Any], rm: dict[str, Any], recorded: dict[str, Any])
     tasks = recorded.get("tasks") or {}
     done = recorded.get("all_done") or _agg(tasks, "done", max)
     return {
-        "run_started": gateway.get("run_started"), "env_ready": gateway.get("env_ready"),
+        "run_started": gateway.get("run_started"),
+        "env_ready": gateway.get("env_ready"),
         "submit_call": gateway.get("submit_call"),
         "submitted": rm.get("started") or gateway.get("submitted"),
         "am_launched": rm.get("launched"),
-        "containers_started": _agg(tasks, "start", max), "python_started": _agg(tasks, "main", max),
-        "imported": _agg(tasks, "imported", max), "first_step": _agg(tasks, "first_step_at", min),
-        "last_step": _agg(tasks, "last_step_at", max), "all_done": done,
-        "app_end": rm.get("finished"), "cli_exit": gateway.get("cli_exit"),
+        "containers_started": _agg(tasks, "start", max),
+        "python_started": _agg(tasks, "main", max),
+        "imported": _agg(tasks, "imported", max),
+        "first_step": _agg(tasks, "first_step_at", min),
+        "last_step": _agg(tasks, "last_step_at", max),
+        "all_done": done,
+        "app_end": rm.get("finished"),
+        "cli_exit": gateway.get("cli_exit"),
     }
 
 
 #: (name, from, to) of the totals :func:`durations` adds.
-TOTALS = (("start → app end", "run_started", "app_end"), ("start → exit", "run_started", "cli_exit"),
-          ("submit → app end", "submitted", "app_end"))
+TOTALS = (
+    ("start → app end", "run_started", "app_end"),
+    ("start → exit", "run_started", "cli_exit"),
+    ("submit → app end", "submitted", "app_end"),
+)
 
 
 def durations(m: dict[str, float | None]) -> dict[str, float | None]:
     """Seconds of each phase of :data:`PHASES`, then of the :data:`TOTALS` (None when either end is unknown)."""
+
     def span(a: str, b: str) -> float | None:
         start, end = m.get(a), m.get(b)
         return round(end - start, 3) if start is not None and end is not None else None

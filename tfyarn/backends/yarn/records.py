@@ -6,6 +6,7 @@ running app is saved here (with the spec at submit), so ``status`` of a finished
 progress, summary and failure diagnoses; another machine finds the spec and the last snapshot in the staging dir.
 Light imports only: the in-app supervisor (no TF, a small container) writes the staging-dir record.
 """
+
 from __future__ import annotations
 
 import json
@@ -51,18 +52,21 @@ def saved_spec(app_id: str, saved: dict[str, Any] | None = None) -> JobSpec | No
 # ------------------------------------------------------------------------------------ the staging dir's record
 def record_url(staging_dir: str, app_id: str) -> str:
     from tfyarn import hdfs
+
     return hdfs.join(staging_dir, RECORD_DIR, f"{app_id}.json")
 
 
 def report_url(staging_dir: str, app_id: str) -> str:
     """Where the supervisor puts the app's run report (any job: one without a checkpoint dir has it only here)."""
     from tfyarn import hdfs
+
     return hdfs.join(staging_dir, RECORD_DIR, app_id)
 
 
 def read_record(staging_dir: str, app_id: str) -> dict[str, Any]:
     """The record the app's supervisor wrote ({} when there is none: an app without one, or another staging dir)."""
     import fsspec
+
     try:
         with fsspec.open(record_url(staging_dir, app_id), "rt") as f:
             d = json.load(f)
@@ -76,6 +80,7 @@ def write_record(staging_dir: str, app_id: str, record: dict[str, Any]) -> None:
     import fsspec
 
     from tfyarn.fsio import replace
+
     url = record_url(staging_dir, app_id)
     fs, path = fsspec.core.url_to_fs(url)
     fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
@@ -89,10 +94,12 @@ def publish_report(staging_dir: str, app_id: str, report_dir: Path, ckpt: str | 
     """Copy a written run report into the staging dir's ``apps/<app>/`` unless one of this app is next to the
     checkpoints (where readers look first). Never raises: a report is a convenience."""
     from tfyarn.report import report_at
+
     try:
         if ckpt and report_at(ckpt, app_id):
             return
         import fsspec
+
         fs, root = fsspec.core.url_to_fs(report_url(staging_dir, app_id))
         fs.makedirs(root, exist_ok=True)
         for f in sorted(Path(report_dir).glob("report.*")):

@@ -2,6 +2,7 @@
 the staging dir), written by whoever followed the job to its end (now, or by a detached process), or copied from
 the in-app supervisor's, which saw the whole run. Never changes a job's outcome.
 """
+
 from __future__ import annotations
 
 import json
@@ -54,8 +55,10 @@ class Reporter(LogReader):
         mine = paths.yarn_report_dir(app_id) / REPORT_JSON
         where = str(mine) if mine.exists() else self.report_location(self.status(app_id))
         if where is None:
-            raise TfyarnError(f"no report of {app_id}: it has not ended, or ended before any task recorded "
-                              f"progress (a report elsewhere: pass --from <the URL of its dir>)")
+            raise TfyarnError(
+                f"no report of {app_id}: it has not ended, or ended before any task recorded "
+                f"progress (a report elsewhere: pass --from <the URL of its dir>)"
+            )
         return where
 
     def _report_at_end(self, st: AppStatus) -> None:
@@ -66,11 +69,17 @@ class Reporter(LogReader):
             return
         import subprocess
         import sys
+
         d = paths.yarn_report_dir(st.app_id)
         d.mkdir(parents=True, exist_ok=True)
         with open(d / "report.log", "ab") as out:
-            subprocess.Popen([sys.executable, "-m", "tfyarn.backends.yarn.detached_report", st.app_id],
-                             stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True)
+            subprocess.Popen(
+                [sys.executable, "-m", "tfyarn.backends.yarn.detached_report", st.app_id],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=out,
+                start_new_session=True,
+            )
         log.debug("run report of %s: written by a detached process (log %s)", st.app_id, d / "report.log")
 
     def write_report(self, st: AppStatus) -> Path | None:
@@ -97,14 +106,13 @@ class Reporter(LogReader):
         staging dir (unless next to the checkpoints), the last snapshot (tasks, progress) and final status in the
         app's record."""
         rec = records.read_record(self.staging_dir, st.app_id)
-        if not rec:                          # an app without a supervisor, or another staging dir
+        if not rec:  # an app without a supervisor, or another staging dir
             return
         records.publish_report(self.staging_dir, st.app_id, report_dir, ckpt)
-        if not rec.get("final"):         # the supervisor wrote its record at the start only: the end is ours
+        if not rec.get("final"):  # the supervisor wrote its record at the start only: the end is ours
             snap = records.load(st.app_id).get("snapshot") or rec.get("snapshot")
             try:
-                records.write_record(self.staging_dir, st.app_id, rec | {"final": st.to_dict(),
-                                                                                 "snapshot": snap})
+                records.write_record(self.staging_dir, st.app_id, rec | {"final": st.to_dict(), "snapshot": snap})
             except Exception as exc:  # noqa: BLE001 - a record is a convenience for other machines
                 log.warning("could not write the final record of %s: %s", st.app_id, exc)
 

@@ -5,6 +5,7 @@ milliseconds. Used when the RM's web endpoints take simple (pseudo) authenticati
 driver otherwise (SPNEGO, a refusal, an RM that does not answer). A running skein AM is then reached at its own
 address (``amRPCAddress``) with skein's TLS credentials: no driver either.
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -38,7 +39,6 @@ def _ms(v: Any) -> _dt.datetime | None:
     return _dt.datetime.fromtimestamp(ms / 1000.0, tz=_dt.timezone.utc) if ms > 0 else None
 
 
-
 def rm_webapp_urls(conf: dict[str, str]) -> list[str]:
     """ResourceManager web addresses from yarn-site.xml, HA-aware (``yarn.resourcemanager.ha.rm-ids``)."""
     https = conf.get("yarn.http.policy", "HTTP_ONLY") == "HTTPS_ONLY"
@@ -50,9 +50,11 @@ def rm_webapp_urls(conf: dict[str, str]) -> list[str]:
         addrs = [conf.get(key) or (conf.get("yarn.resourcemanager.hostname", "") + (":8090" if https else ":8088"))]
     return [f"{scheme}://{a}" for a in addrs if a and not a.startswith(":")]
 
+
 @dataclass
 class AppReport:
     """The fields of skein's ``ApplicationReport`` that tfyarn reads, from the RM's JSON."""
+
     id: str
     name: str
     user: str
@@ -63,21 +65,31 @@ class AppReport:
     finish_time: _dt.datetime | None
     tracking_url: str
     tags: set[str] = field(default_factory=set)
-    am_address: str = ""          # host:port of the application master's RPC (skein's gRPC) server
+    am_address: str = ""  # host:port of the application master's RPC (skein's gRPC) server
     launch_time: _dt.datetime | None = None
     queue: str = ""
-    preempted: int = 0            # containers the scheduler preempted (the RM keeps it after the app's end)
+    preempted: int = 0  # containers the scheduler preempted (the RM keeps it after the app's end)
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "AppReport":
         tags = {t for t in (d.get("applicationTags") or "").split(",") if t}
         am = d.get("amRPCAddress") or ""
-        return cls(id=d["id"], name=d.get("name", ""), user=d.get("user", ""), state=d.get("state", ""),
-                   final_status=d.get("finalStatus", ""), diagnostics=d.get("diagnostics") or "",
-                   start_time=_ms(d.get("startedTime")), finish_time=_ms(d.get("finishedTime")),
-                   tracking_url=d.get("trackingUrl") or "", tags=tags,
-                   am_address="" if am.startswith("N/A") else am, launch_time=_ms(d.get("launchTime")),
-                   queue=d.get("queue") or "", preempted=int(d.get("numNonAMContainerPreempted") or 0))
+        return cls(
+            id=d["id"],
+            name=d.get("name", ""),
+            user=d.get("user", ""),
+            state=d.get("state", ""),
+            final_status=d.get("finalStatus", ""),
+            diagnostics=d.get("diagnostics") or "",
+            start_time=_ms(d.get("startedTime")),
+            finish_time=_ms(d.get("finishedTime")),
+            tracking_url=d.get("trackingUrl") or "",
+            tags=tags,
+            am_address="" if am.startswith("N/A") else am,
+            launch_time=_ms(d.get("launchTime")),
+            queue=d.get("queue") or "",
+            preempted=int(d.get("numNonAMContainerPreempted") or 0),
+        )
 
 
 class RmRest:
@@ -87,30 +99,37 @@ class RmRest:
         self.bases = rm_webapp_urls(conf)
         self.user = user
         self.timeout = timeout
-        simple = conf.get("hadoop.http.authentication.type", "simple").strip().lower() == "simple"   # user.name
+        simple = conf.get("hadoop.http.authentication.type", "simple").strip().lower() == "simple"  # user.name
         if not self.bases:
             raise RestUnavailable("no ResourceManager web address in the client config")
-        if not simple and not webauth.available():   # else SPNEGO with this process's Kerberos login
+        if not simple and not webauth.available():  # else SPNEGO with this process's Kerberos login
             raise RestUnavailable(f"the ResourceManager's web API needs Kerberos (SPNEGO): {webauth.INSTALL_HINT}")
 
-    def _call(self, method: str, path: str, query: dict[str, Any] | None = None,
-              body: dict[str, Any] | None = None) -> Any:
+    def _call(
+        self, method: str, path: str, query: dict[str, Any] | None = None, body: dict[str, Any] | None = None
+    ) -> Any:
         q = {"user.name": self.user, **(query or {})}
         data = json.dumps(body).encode() if body is not None else None
         errors = []
         for base in self.bases:
             url = f"{base}/ws/v1/cluster/{path}?{urllib.parse.urlencode(q)}"
-            req = urllib.request.Request(url, data=data, method=method,
-                                         headers={"Accept": "application/json", "Content-Type": "application/json"})
+            req = urllib.request.Request(
+                url,
+                data=data,
+                method=method,
+                headers={"Accept": "application/json", "Content-Type": "application/json"},
+            )
             try:
                 with webauth.urlopen(req, timeout=self.timeout) as r:
                     return json.loads(r.read() or b"null")
             except urllib.error.HTTPError as exc:
                 if exc.code == 404:
-                    raise AppNotFound(f"no YARN application: {path.split('/')[1] if '/' in path else path} "
-                                      f"(ResourceManager at {base})") from None
+                    raise AppNotFound(
+                        f"no YARN application: {path.split('/')[1] if '/' in path else path} "
+                        f"(ResourceManager at {base})"
+                    ) from None
                 errors.append(f"{base}: HTTP {exc.code} {exc.reason}")
-            except (OSError, ValueError) as exc:   # URLError, timeouts, a standby RM's HTML page
+            except (OSError, ValueError) as exc:  # URLError, timeouts, a standby RM's HTML page
                 errors.append(f"{base}: {exc}")
         raise RestUnavailable("; ".join(errors))
 
@@ -137,6 +156,8 @@ class RmRest:
             if rep.state in TERMINAL:
                 return rep
             if time.monotonic() >= deadline:
-                raise WaitTimeout(f"timed out after {timeout:g}s waiting for {app_id} to be KILLED "
-                                  f"(the ResourceManager still says {rep.state})")
+                raise WaitTimeout(
+                    f"timed out after {timeout:g}s waiting for {app_id} to be KILLED "
+                    f"(the ResourceManager still says {rep.state})"
+                )
             time.sleep(poll)

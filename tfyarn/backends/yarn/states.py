@@ -1,5 +1,6 @@
 """YARN's view of an application (states, containers) mapped to tfyarn's: :class:`AppState`, one
 :class:`TaskStatus` per task. Pure functions of what skein returns, so they are tested without a cluster."""
+
 from __future__ import annotations
 
 import re
@@ -16,8 +17,9 @@ ACTIVE_APP_STATES = ("SUBMITTED", "ACCEPTED", "RUNNING")
 ALL_APP_STATES = ("NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED", "RUNNING", "FINISHED", "FAILED", "KILLED")
 
 
-def app_state(yarn_state: Any, final_status: Any, diagnostics: str = "",
-              task_states: list[str] | None = None) -> AppState:
+def app_state(
+    yarn_state: Any, final_status: Any, diagnostics: str = "", task_states: list[str] | None = None
+) -> AppState:
     """tfyarn's AppState from YARN's (state, final status), e.g. (FINISHED, SUCCEEDED) → SUCCEEDED.
 
     A running app is PENDING until all of its tasks' containers run (YARN calls it RUNNING as soon as the AM runs).
@@ -27,8 +29,9 @@ def app_state(yarn_state: Any, final_status: Any, diagnostics: str = "",
     if st in ("NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED"):
         return AppState.PENDING
     if st == "RUNNING":
-        if task_states is not None and (not task_states or any(s in ("WAITING", "REQUESTED", "PENDING")
-                                                                for s in task_states)):
+        if task_states is not None and (
+            not task_states or any(s in ("WAITING", "REQUESTED", "PENDING") for s in task_states)
+        ):
             return AppState.PENDING
         return AppState.RUNNING
     if st == "KILLED" or (st == "FINISHED" and fs == "KILLED"):
@@ -42,9 +45,10 @@ def app_state(yarn_state: Any, final_status: Any, diagnostics: str = "",
 def attempt_of(tags: Any) -> int:
     """The job attempt an application runs (its ``tfyarn-attempt:<n>`` tag; none: the first, 0)."""
     from tfyarn.backends.yarn.appspec import ATTEMPT_TAG
+
     for t in tags or ():
-        if t.startswith(ATTEMPT_TAG) and t[len(ATTEMPT_TAG):].isdigit():
-            return int(t[len(ATTEMPT_TAG):])
+        if t.startswith(ATTEMPT_TAG) and t[len(ATTEMPT_TAG) :].isdigit():
+            return int(t[len(ATTEMPT_TAG) :])
     return 0
 
 
@@ -56,9 +60,19 @@ def timestamp(dt: Any) -> float | None:
 def app_status(rep: Any, state: AppState, diagnostics: str, **more: Any) -> AppStatus:
     """The status of the application of ``rep`` (skein's ``ApplicationReport`` or :class:`rest.AppReport`)."""
     finished = timestamp(rep.finish_time) if state.is_terminal else None
-    return AppStatus(app_id=rep.id, backend="yarn", name=rep.name, state=state, diagnostics=diagnostics,
-                     started=timestamp(rep.start_time), finished=finished, tracking_url=rep.tracking_url or None,
-                     tags=sorted(rep.tags or ()), attempt=attempt_of(rep.tags), **more)
+    return AppStatus(
+        app_id=rep.id,
+        backend="yarn",
+        name=rep.name,
+        state=state,
+        diagnostics=diagnostics,
+        started=timestamp(rep.start_time),
+        finished=finished,
+        tracking_url=rep.tracking_url or None,
+        tags=sorted(rep.tags or ()),
+        attempt=attempt_of(rep.tags),
+        **more,
+    )
 
 
 def _host(nm_http_address: str) -> str | None:
@@ -91,15 +105,19 @@ def _by_task(containers: list[Any], taskmap: dict[str, str], spec: JobSpec | Non
             continue
         by_task.setdefault(task or f"{c.service_name}:{c.instance}", []).append(c)
     for c in sorted(unclaimed, key=lambda c: c.instance):
-        ended = sorted((timestamp(max(cs, key=_start_order).finish_time) or 0, t) for t, cs in by_task.items()
-                       if t.split(":")[0] == c.service_name and str(max(cs, key=_start_order).state) in _ENDED)
+        ended = sorted(
+            (timestamp(max(cs, key=_start_order).finish_time) or 0, t)
+            for t, cs in by_task.items()
+            if t.split(":")[0] == c.service_name and str(max(cs, key=_start_order).state) in _ENDED
+        )
         if ended:
             by_task[ended[0][1]].append(c)
     return by_task
 
 
-def snapshot(containers: list[Any], kv: dict[str, str], spec: JobSpec | None,
-             progress: dict[str, Any]) -> dict[str, Any]:
+def snapshot(
+    containers: list[Any], kv: dict[str, str], spec: JobSpec | None, progress: dict[str, Any]
+) -> dict[str, Any]:
     """What a status read keeps of a running app (tasks, progress, summary, failures, phases …), from its containers
     and its whole KV: the follower's saved snapshot and the in-app supervisor's record have this one shape.
     ``progress``: the caller's :meth:`tfyarn.supervisor.Supervisor.progress` of ``kv``."""
@@ -108,27 +126,40 @@ def snapshot(containers: list[Any], kv: dict[str, str], spec: JobSpec | None,
     from tfyarn.job_progress import side_roles, summary_with_eval
     from tfyarn.backends.yarn import phases
 
-    taskmap = {k[len(TASKMAP_PREFIX):]: v for k, v in kv.items() if k.startswith(TASKMAP_PREFIX)}
-    failures = {k[len(FAILURE_PREFIX):]: v for k, v in kv.items() if k.startswith(FAILURE_PREFIX)}
-    exits = {k[len(EXIT_PREFIX):]: json.loads(v) for k, v in kv.items() if k.startswith(EXIT_PREFIX)}
+    taskmap = {k[len(TASKMAP_PREFIX) :]: v for k, v in kv.items() if k.startswith(TASKMAP_PREFIX)}
+    failures = {k[len(FAILURE_PREFIX) :]: v for k, v in kv.items() if k.startswith(FAILURE_PREFIX)}
+    exits = {k[len(EXIT_PREFIX) :]: json.loads(v) for k, v in kv.items() if k.startswith(EXIT_PREFIX)}
     tasks = tasks_from_containers(containers, taskmap, spec, failures, exits)
     from tfyarn.job_progress import apply_resources
-    apply_resources(tasks, kv)              # CPU % and RSS each task publishes of itself (issue 32)
+
+    apply_resources(tasks, kv)  # CPU % and RSS each task publishes of itself (issue 32)
     from tfyarn.backends.yarn.appspec import SUPERVISOR_SERVICE
     from tfyarn.backends.yarn.cluster_events import task_events
+
     events = task_events(_by_task([c for c in containers if c.service_name != SUPERVISOR_SERVICE], taskmap, spec))
     progress_items = {k: v for k, v in kv.items() if k.startswith(PROGRESS_PREFIX)}
     sides = side_roles(kv.get)
-    return {"tasks": [t.__dict__ for t in tasks], "progress": progress,
-            "summary": summary_with_eval(kv.get(SUMMARY_KEY), sides),
-            "failures": failures, "exits": exits, "taskmap": taskmap, "events": events,
-            "end": kv.get(END_KEY),
-            "phases": phases.task_phases(kv, progress_items),
-            "containers": {f"{c.service_name}_{c.instance}": c.yarn_container_id for c in containers}}
+    return {
+        "tasks": [t.__dict__ for t in tasks],
+        "progress": progress,
+        "summary": summary_with_eval(kv.get(SUMMARY_KEY), sides),
+        "failures": failures,
+        "exits": exits,
+        "taskmap": taskmap,
+        "events": events,
+        "end": kv.get(END_KEY),
+        "phases": phases.task_phases(kv, progress_items),
+        "containers": {f"{c.service_name}_{c.instance}": c.yarn_container_id for c in containers},
+    }
 
 
-def tasks_from_containers(containers: list[Any], taskmap: dict[str, str], spec: JobSpec | None,
-                          failures: dict[str, str], exits: dict[str, dict[str, Any]]) -> list[TaskStatus]:
+def tasks_from_containers(
+    containers: list[Any],
+    taskmap: dict[str, str],
+    spec: JobSpec | None,
+    failures: dict[str, str],
+    exits: dict[str, dict[str, Any]],
+) -> list[TaskStatus]:
     """One TaskStatus per task (``role:index``) from skein containers: the newest container holding each task;
     ``restarts`` = how many earlier containers held it. Tasks with no container yet are PENDING.
 
@@ -137,7 +168,7 @@ def tasks_from_containers(containers: list[Any], taskmap: dict[str, str], spec: 
     from tfyarn.backends.yarn.appspec import SUPERVISOR_SERVICE
     from tfyarn.runtime.exit_report import exit_text
 
-    by_task = _by_task([c for c in containers if c.service_name != SUPERVISOR_SERVICE], taskmap, spec)   # no task
+    by_task = _by_task([c for c in containers if c.service_name != SUPERVISOR_SERVICE], taskmap, spec)  # no task
     out = []
     order = spec.tasks() if spec is not None else []
     names = order + sorted(t for t in by_task if t not in order)
@@ -153,7 +184,7 @@ def tasks_from_containers(containers: list[Any], taskmap: dict[str, str], spec: 
         state = "PENDING" if state in ("WAITING", "REQUESTED") else state
         ex = exits.get(task) or {}
         if ex.get("container") != c.yarn_container_id:
-            ex = {}                            # how an earlier container of this task ended
+            ex = {}  # how an earlier container of this task ended
         if ex and state in ("RUNNING", "KILLED"):
             # its process died (exit/ records only non-zero exits): RUNNING = the application master has not heard
             # yet; KILLED = its container script was still reporting when the app's shutdown, which that report
@@ -168,18 +199,31 @@ def tasks_from_containers(containers: list[Any], taskmap: dict[str, str], spec: 
         if state in _ENDED and not diag:
             diag = exit_text(ex["code"]) if ex else c.exit_message
         cause = container_cause(c) if not ex else None
-        if cause is not None:                   # YARN took it (contracts.triage): said in words, its text after
+        if cause is not None:  # YARN took it (contracts.triage): said in words, its text after
             diag = f"{cause.words} (YARN: {c.exit_message})"
         elif state == "PENDING" and len(cs) > 1 and (prev := container_cause(cs[-2])) is not None:
             diag = f"replacing its container {prev.words} ({cs[-2].yarn_container_id})"
-        out.append(TaskStatus(task=task, state=state, host=_host(c.yarn_node_http_address), restarts=len(cs) - 1,
-                              exit_code=code, diagnostics=diag, log=c.yarn_container_logs or None,
-                              memory_mib=memory))
+        out.append(
+            TaskStatus(
+                task=task,
+                state=state,
+                host=_host(c.yarn_node_http_address),
+                restarts=len(cs) - 1,
+                exit_code=code,
+                diagnostics=diag,
+                log=c.yarn_container_logs or None,
+                memory_mib=memory,
+            )
+        )
     return out
 
 
-def failure_diagnosis(app_diagnostics: str, failures: dict[str, str], exits: dict[str, dict[str, Any]],
-                      events: dict[str, list[str]] | None = None) -> str:
+def failure_diagnosis(
+    app_diagnostics: str,
+    failures: dict[str, str],
+    exits: dict[str, dict[str, Any]],
+    events: dict[str, list[str]] | None = None,
+) -> str:
     """The application's diagnosis with every task that ended badly named in it, root cause first: each task's exit
     code and its own failure record (the ``failure/`` and ``exit/`` keys the follower saw), before YARN's text,
     skipping tasks that text already names (the container script's shutdown writes the same parts). ``events``:
@@ -188,8 +232,10 @@ def failure_diagnosis(app_diagnostics: str, failures: dict[str, str], exits: dic
     from tfyarn.runtime.exit_report import diagnosis
 
     diag = (app_diagnostics or "").strip()
-    records = {t: {"code": r.get("code"), "died_at": r.get("died_at"), "failure": failures.get(t) or r.get("failure")}
-               for t, r in exits.items()}
+    records = {
+        t: {"code": r.get("code"), "died_at": r.get("died_at"), "failure": failures.get(t) or r.get("failure")}
+        for t, r in exits.items()
+    }
     for t, text in failures.items():
         records.setdefault(t, {"code": None, "died_at": float("inf"), "failure": text})
     new = {t: r for t, r in records.items() if f"{t}: " not in diag}

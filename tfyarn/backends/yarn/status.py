@@ -6,6 +6,7 @@ record (:mod:`~tfyarn.backends.yarn.records`); an ended app's comes from that re
 in-app supervisor left in the staging dir. The mapping of YARN's states is pure and lives in
 :mod:`~tfyarn.backends.yarn.states`.
 """
+
 from __future__ import annotations
 
 import json
@@ -14,8 +15,17 @@ from typing import Any
 
 from tfyarn import hdfs, paths
 from tfyarn.backends.yarn import appspec, outcome, records, rest
-from tfyarn.backends.yarn.states import (ACTIVE_APP_STATES, ALL_APP_STATES, ALL_CONTAINER_STATES, app_state,
-                                         app_status, attempt_of, failure_diagnosis, snapshot, timestamp)
+from tfyarn.backends.yarn.states import (
+    ACTIVE_APP_STATES,
+    ALL_APP_STATES,
+    ALL_CONTAINER_STATES,
+    app_state,
+    app_status,
+    attempt_of,
+    failure_diagnosis,
+    snapshot,
+    timestamp,
+)
 from tfyarn.backends.yarn.submit import Submitter
 from tfyarn.contracts.kv_keys import SPEC_KEY
 from tfyarn.contracts.status import AppState, AppStatus, TaskStatus
@@ -42,7 +52,7 @@ class StatusReader(Submitter):
         text = running and self._on_am(app_id, "spec in the KV", lambda app: app.kv.get(SPEC_KEY))
         found: dict[str, Any] = {"spec": text.decode()} if text else {}
         if not found and not running and appspec.SUPERVISED_TAG in (tags or ()) and app_id not in self._no_record:
-            self._no_record.add(app_id)               # read once: an app with no supervisor has none
+            self._no_record.add(app_id)  # read once: an app with no supervisor has none
             rec = records.read_record(self.staging_dir, app_id)
             found = {k: rec[k] for k in ("spec", "snapshot") if rec.get(k) and not saved.get(k)}
         if found:
@@ -62,40 +72,51 @@ class StatusReader(Submitter):
         diag = failure_diagnosis(rep.diagnostics, snap.get("failures") or {}, snap.get("exits") or {}, events)
         state = app_state(rep.state, rep.final_status, diag, task_states)
         if state is AppState.TIMED_OUT:
-            diag = without_timeout_mark(diag)      # the in-app supervisor's marker: the state says it now
+            diag = without_timeout_mark(diag)  # the in-app supervisor's marker: the state says it now
         if state is AppState.SUCCEEDED and diag.strip().endswith(app_end.DONE_DIAGNOSTICS):
             # ended early by tfyarn (runtime.app_end): nothing to diagnose but what YARN did (cluster_events)
-            diag = diag.strip()[:-len(app_end.DONE_DIAGNOSTICS)].strip()
+            diag = diag.strip()[: -len(app_end.DONE_DIAGNOSTICS)].strip()
         # the ender's record read first (the text above: apps without one)
         recorded = outcome.from_record(rep.state, rep.final_status, snap, events)
         if recorded is not None:
             state, recorded_diag = recorded
-            if state is not AppState.SUCCEEDED:    # a success keeps only what YARN did (cluster_events, above)
+            if state is not AppState.SUCCEEDED:  # a success keeps only what YARN did (cluster_events, above)
                 diag = recorded_diag
         final = saved.get("final") or {}
         if state is AppState.KILLED and final.get("state") == AppState.TIMED_OUT.value:
             state, diag = AppState.TIMED_OUT, final.get("diagnostics", diag)  # tfyarn killed it for a deadline
         if state in (AppState.FAILED, AppState.TIMED_OUT) and spec is not None and not saved.get("run_started"):
             from tfyarn.backends.yarn.supervise import no_more_attempts_note
-            note = no_more_attempts_note(spec, attempt_of(rep.tags))      # a bare submit: nobody resubmits
+
+            note = no_more_attempts_note(spec, attempt_of(rep.tags))  # a bare submit: nobody resubmits
             diag = f"{diag}\n{note}".strip() if note else diag
         summary = snap.get("summary") or final.get("summary")
         if summary is None and state.is_terminal:
             summary = self._summary_from_checkpoints(app_id, spec)
-        st = settle(app_status(rep, state, diag, tasks=[TaskStatus(**t) for t in snap.get("tasks", [])],
-                               progress=snap.get("progress") or {}, summary=summary))
-        launched = timestamp(getattr(rep, "launch_time", None))   # the RM's REST report has it, skein's not
+        st = settle(
+            app_status(
+                rep,
+                state,
+                diag,
+                tasks=[TaskStatus(**t) for t in snap.get("tasks", [])],
+                progress=snap.get("progress") or {},
+                summary=summary,
+            )
+        )
+        launched = timestamp(getattr(rep, "launch_time", None))  # the RM's REST report has it, skein's not
         if live is not None:
-            records.save(app_id, name=rep.name, snapshot=live,
-                             **({"am_launched": launched} if launched else {}))
+            records.save(app_id, name=rep.name, snapshot=live, **({"am_launched": launched} if launched else {}))
         if state.is_terminal and not saved.get("final"):
             records.save(app_id, name=rep.name, final=st.to_dict())
         return st
 
     def _live(self, app_id: str, spec: JobSpec | None) -> dict[str, Any] | None:
         """Tasks, progress, summary and failures from the running application master; None if unreachable."""
-        got = self._on_am(app_id, "containers and KV",
-                          lambda app: (app.get_containers(states=ALL_CONTAINER_STATES), app.kv.get_range()))
+        got = self._on_am(
+            app_id,
+            "containers and KV",
+            lambda app: (app.get_containers(states=ALL_CONTAINER_STATES), app.kv.get_range()),
+        )
         if got is None:
             return None
         kv = {k: v.decode("utf-8", "replace") for k, v in got[1].items()}
@@ -117,6 +138,7 @@ class StatusReader(Submitter):
         if spec is None or not spec.checkpoint.dir:
             return None
         import fsspec
+
         url = hdfs.join(spec.checkpoint.dir, "summary.json")
         try:
             with fsspec.open(url, "rt") as f:
@@ -139,13 +161,16 @@ class StatusReader(Submitter):
                 log.debug("RM REST list: %s; asking the skein driver", exc)
         if reps is None:
             reps = self.client().get_applications(states=states)
-        out = [app_status(r, app_state(r.state, r.final_status, r.diagnostics), r.diagnostics or "")
-               for r in reps if appspec.TFYARN_TAG in {t.lower() for t in r.tags}]
+        out = [
+            app_status(r, app_state(r.state, r.final_status, r.diagnostics), r.diagnostics or "")
+            for r in reps
+            if appspec.TFYARN_TAG in {t.lower() for t in r.tags}
+        ]
         return sorted(out, key=lambda s: s.started or 0)
 
     def kill(self, app_id: str) -> None:
         """Kill ``app_id``; through the RM's REST API (no JVM) this returns once the RM says KILLED (or ended)."""
-        rep = self._app_report(app_id)     # AppNotFound for an unknown id, before asking YARN to kill
+        rep = self._app_report(app_id)  # AppNotFound for an unknown id, before asking YARN to kill
         rm = self._rm() if isinstance(rep, rest.AppReport) else None
         try:
             if rm is None:

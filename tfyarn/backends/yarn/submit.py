@@ -4,6 +4,7 @@
 Why a part of its own: what a submit needs (packaging, preflight, the shipped files) is nothing that following,
 status or logs need.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -26,19 +27,25 @@ log = logging.getLogger(__name__)
 @dataclasses.dataclass
 class YarnRequest(Request):
     """A YARN submit: the skein ApplicationSpec and the files it ships (:meth:`YarnBackend.dryrun`)."""
-    app: Any = None                         # skein.ApplicationSpec
+
+    app: Any = None  # skein.ApplicationSpec
     shipped: appspec.Shipped | None = None
 
     def __str__(self) -> str:
         """The skein YAML (``skein.ApplicationSpec.from_yaml`` loads it), then what submit ships and stages."""
         assert self.shipped is not None
         env = self.shipped.env
-        staged = {"pack": f"this Python's {env.kind} packed to {env.archive_url} (packed and uploaded at submit "
-                          f"unless already there)", "archive": f"the archive {env.archive_url}",
-                  "python": f"the nodes' {env.python}", "none": "the nodes' python3"}[env.source]
+        staged = {
+            "pack": f"this Python's {env.kind} packed to {env.archive_url} (packed and uploaded at submit "
+            f"unless already there)",
+            "archive": f"the archive {env.archive_url}",
+            "python": f"the nodes' {env.python}",
+            "none": "the nodes' python3",
+        }[env.source]
         files = [self.shipped.spec_file, self.shipped.tfyarn_src, self.shipped.code]
-        return "\n".join([appspec.to_yaml(self.app).rstrip(), f"# environment: {staged}",
-                          *(f"# ships: {f}" for f in files if f)])
+        return "\n".join(
+            [appspec.to_yaml(self.app).rstrip(), f"# environment: {staged}", *(f"# ships: {f}" for f in files if f)]
+        )
 
 
 class SubmittedThenInterrupted(Interrupted):
@@ -67,23 +74,39 @@ class Submitter(YarnConnection):
         """The skein ApplicationSpec for ``spec`` and the files it ships. Nothing is packed, uploaded or written: the
         env archive's URL and the shipped files' paths are content hashes, made to exist by :meth:`schedule`."""
         self.login(spec)
-        submitted, spec = spec, self.with_index_cache(spec)   # the spec saved and shown is the one given
+        submitted, spec = spec, self.with_index_cache(spec)  # the spec saved and shown is the one given
         env = packaging.ensure_env(spec, self.staging_dir, self.progress, dry_run=True, conf=self.conf)
         shipped = self._ship(submitted, env, write=False)
         # every filesystem a task reads or writes: each needs a delegation token on a secure cluster
-        urls = [*spec.data.train, *spec.data.eval, spec.checkpoint.dir, spec.checkpoint.init_from,
-                spec.export.dir if spec.export else None, self.staging_dir]
+        urls = [
+            *spec.data.train,
+            *spec.data.eval,
+            spec.checkpoint.dir,
+            spec.checkpoint.init_from,
+            spec.export.dir if spec.export else None,
+            self.staging_dir,
+        ]
         fss = hdfs.filesystems_for_tokens([u for u in urls if u], self.conf)
-        app = appspec.build_application_spec(spec, shipped, master_memory_mib=self.master_memory_mib,
-                                               master_vcores=self.master_vcores, file_systems=fss, attempt=attempt,
-                                               staging_dir=self.staging_dir)
+        app = appspec.build_application_spec(
+            spec,
+            shipped,
+            master_memory_mib=self.master_memory_mib,
+            master_vcores=self.master_vcores,
+            file_systems=fss,
+            attempt=attempt,
+            staging_dir=self.staging_dir,
+        )
         return YarnRequest(submitted, attempt, app, shipped)
 
     def _ship(self, spec: JobSpec, env: packaging.EnvRef, write: bool) -> appspec.Shipped:
         spec, local = self.with_index_cache(spec), paths.cache_dir() / "ship"
         code = appspec.build_code_zip(spec.code, local, write=write) if spec.code else None
-        return appspec.Shipped(env=env, spec_file=appspec.write_spec_file(spec, local, write=write),
-                                 tfyarn_src=appspec.build_tfyarn_zip(local, write=write), code=code)
+        return appspec.Shipped(
+            env=env,
+            spec_file=appspec.write_spec_file(spec, local, write=write),
+            tfyarn_src=appspec.build_tfyarn_zip(local, write=write),
+            code=code,
+        )
 
     def with_index_cache(self, spec: JobSpec) -> JobSpec:
         """``spec`` with ``data.index_cache`` set, when unset, to ``<staging dir>/index``: the tasks' cluster-wide
@@ -98,12 +121,13 @@ class Submitter(YarnConnection):
         from tfyarn.backends.yarn.cluster_info import SkeinClusterInfo
 
         self.login(spec)
-        spec = self.with_index_cache(spec)     # staging dir: the user may be the keytab's
+        spec = self.with_index_cache(spec)  # staging dir: the user may be the keytab's
         cluster = self._cluster
-        if cluster is None:   # the client only when the RM's REST API cannot say: the driver may still be starting
+        if cluster is None:  # the client only when the RM's REST API cannot say: the driver may still be starting
             cluster = SkeinClusterInfo(_LazyClient(lambda: self.client(spec)), self.conf)
-        return preflight.run_preflight(spec, cluster, master_memory_mib=self.master_memory_mib,
-                                       master_vcores=self.master_vcores)
+        return preflight.run_preflight(
+            spec, cluster, master_memory_mib=self.master_memory_mib, master_vcores=self.master_vcores
+        )
 
     def schedule(self, request: Request) -> str:
         """Preflight, stage the environment (0 bytes when cached) and the shipped files the request names, submit its
@@ -112,7 +136,7 @@ class Submitter(YarnConnection):
         assert isinstance(request, YarnRequest) and request.shipped is not None, f"not a YARN request: {request!r}"
         spec, attempt, app = request.spec, request.attempt, request.app
         if not self._injected:
-            self._require_hadoop()          # a usage error before anything starts, not a driver thread's
+            self._require_hadoop()  # a usage error before anything starts, not a driver thread's
         self.start_driver(spec)
         if self.preflight and attempt == 0:
             self.run_preflight(spec)
@@ -120,10 +144,10 @@ class Submitter(YarnConnection):
         if self._ship(spec, env, write=True) != dataclasses.replace(request.shipped, env=env):
             raise TfyarnError("the job's code, spec or tfyarn changed since its dry run: dry-run it again")
         env_ready = time.time()
-        client = self.client(spec)          # the driver started in the background: waited for here
+        client = self.client(spec)  # the driver started in the background: waited for here
         t0 = time.monotonic()
         submit_call = time.time()
-        with deferring_stop_signals() as stopped:   # a stop until app_id is known must not leave an app nobody knows of
+        with deferring_stop_signals() as stopped:  # a stop until app_id is known must not leave an app nobody knows of
             try:
                 app_id = client.submit(app)
             except skein().exceptions.DriverError as exc:
@@ -131,11 +155,24 @@ class Submitter(YarnConnection):
                 if refused is None:
                     raise
                 raise refused from None
-            log.info("submitted %s as %s (%.1fs; env %s, %d bytes uploaded)", spec.name, app_id,
-                     time.monotonic() - t0, "cached" if env.cached else env.source, env.uploaded_bytes)
-            records.save(app_id, name=spec.name, spec=spec.to_json(), submitted=time.time(),
-                             env=env.to_dict(), submit_call=submit_call, run_started=self._run_started,
-                             env_ready=env_ready)
+            log.info(
+                "submitted %s as %s (%.1fs; env %s, %d bytes uploaded)",
+                spec.name,
+                app_id,
+                time.monotonic() - t0,
+                "cached" if env.cached else env.source,
+                env.uploaded_bytes,
+            )
+            records.save(
+                app_id,
+                name=spec.name,
+                spec=spec.to_json(),
+                submitted=time.time(),
+                env=env.to_dict(),
+                submit_call=submit_call,
+                run_started=self._run_started,
+                env_ready=env_ready,
+            )
         if stopped:
             raise SubmittedThenInterrupted(stopped[0], app_id)
         return app_id

@@ -12,6 +12,7 @@ it; the job's end is the follower's while one is alive.
 **What it cannot do**: start another job attempt: that is a new YARN application, submitted from a gateway by
 ``tfyarn run``; a bare ``submit``'s failed app says so (:func:`no_more_attempts_note`).
 """
+
 from __future__ import annotations
 
 import logging
@@ -47,8 +48,10 @@ def no_more_attempts_note(spec: JobSpec, attempt: int) -> str:
     """What a failed app of a job with attempts left says: nobody in the app can submit the next one."""
     if attempt + 1 >= spec.retry.max_attempts:
         return ""
-    return (f"attempt {attempt + 1} of {spec.retry.max_attempts} (retry.max_attempts): a new attempt is a new YARN "
-            f"application, submitted only by a gateway that follows the job (`tfyarn run`); none was")
+    return (
+        f"attempt {attempt + 1} of {spec.retry.max_attempts} (retry.max_attempts): a new attempt is a new YARN "
+        f"application, submitted only by a gateway that follows the job (`tfyarn run`); none was"
+    )
 
 
 class InAppSupervisor:
@@ -57,21 +60,33 @@ class InAppSupervisor:
     ``app`` is a ``skein.ApplicationClient`` (``get_containers``, ``shutdown``); ``kv`` the tfyarn KV over its store;
     ``started`` the app's start (epoch s). ``staging_dir`` None: no HDFS record."""
 
-    def __init__(self, spec: JobSpec, app: Any, kv: KV, app_id: str, started: float, attempt: int = 0,
-                 staging_dir: str | None = None, clock: Callable[[], float] = time.time,
-                 report_dir: Path | None = None, ack_wait_s: float = 3.0):
+    def __init__(
+        self,
+        spec: JobSpec,
+        app: Any,
+        kv: KV,
+        app_id: str,
+        started: float,
+        attempt: int = 0,
+        staging_dir: str | None = None,
+        clock: Callable[[], float] = time.time,
+        report_dir: Path | None = None,
+        ack_wait_s: float = 3.0,
+    ):
         self.spec, self.app, self.kv, self.app_id, self.started = spec, app, kv, app_id, started
         self.attempt, self.staging_dir, self.clock = attempt, staging_dir, clock
         self.report_dir = report_dir or Path(tempfile.mkdtemp(prefix="tfyarn-report-"))
-        self.sup = Supervisor(spec, started=started, clock=clock, history_path=self.report_dir / HISTORY_FILE,
-                              ack_wait_s=ack_wait_s)
-        self.sup.begin_attempt(kv)          # no pids: the tasks are asked for their stacks through the KV
+        self.sup = Supervisor(
+            spec, started=started, clock=clock, history_path=self.report_dir / HISTORY_FILE, ack_wait_s=ack_wait_s
+        )
+        self.sup.begin_attempt(kv)  # no pids: the tasks are asked for their stacks through the KV
         self.snap: dict[str, Any] = {}
-        self.outcome: tuple[str, str] | None = None    # (YARN final status, diagnosis) it ended the app with
-        self._done_seen: float | None = None            # when it first saw every task done (monotonic)
+        self.outcome: tuple[str, str] | None = None  # (YARN final status, diagnosis) it ended the app with
+        self._done_seen: float | None = None  # when it first saw every task done (monotonic)
         from tfyarn.backends.yarn.page import MemoryWatch
+
         self.memory_watch = MemoryWatch()
-        self.nodes = NodeWatch(spec.timeouts.node_lost)   # a lost node noticed in seconds, not at YARN's expiry
+        self.nodes = NodeWatch(spec.timeouts.node_lost)  # a lost node noticed in seconds, not at YARN's expiry
 
     # -- the record other machines read ------------------------------------------------------------------------------
     def publish(self) -> None:
@@ -83,9 +98,18 @@ class InAppSupervisor:
         if not self.staging_dir:
             return
         try:
-            write_record(self.staging_dir, self.app_id, {"app_id": self.app_id, "name": self.spec.name,
-                                                         "spec": self.spec.to_json(), "started": self.started,
-                                                         "snapshot": self.snap, "final": final})
+            write_record(
+                self.staging_dir,
+                self.app_id,
+                {
+                    "app_id": self.app_id,
+                    "name": self.spec.name,
+                    "spec": self.spec.to_json(),
+                    "started": self.started,
+                    "snapshot": self.snap,
+                    "final": final,
+                },
+            )
         except Exception as exc:  # noqa: BLE001 - a record is a convenience for other machines
             log.warning("could not write the app record to %s: %s", self.staging_dir, exc)
 
@@ -97,8 +121,13 @@ class InAppSupervisor:
             if t.state == "SUCCEEDED":
                 self.sup.task_ended(t.task)
         pending = any(t.state == "PENDING" for t in tasks)
-        raw = AppStatus(app_id=self.app_id, backend="yarn", name=self.spec.name, tasks=tasks,
-                        state=AppState.PENDING if pending else AppState.RUNNING)
+        raw = AppStatus(
+            app_id=self.app_id,
+            backend="yarn",
+            name=self.spec.name,
+            tasks=tasks,
+            state=AppState.PENDING if pending else AppState.RUNNING,
+        )
         v = self.sup.check(raw)
         return None if v is None else timeout_message(v.diagnosis)
 
@@ -109,14 +138,14 @@ class InAppSupervisor:
         kv = self.kv.items()
         containers = self.app.get_containers(states=ALL_CONTAINER_STATES)
         snap = self.snap = snapshot(containers, kv, self.spec, progress=self.sup.progress(kv))
-        self.memory_watch(snap["tasks"])     # 90 % of a container's memory: warned (issue 32)
+        self.memory_watch(snap["tasks"])  # 90 % of a container's memory: warned (issue 32)
         if app_end.ALL_DONE_KEY in kv:
             if self._follower_ends_it():
                 return False
             self.finish("SUCCEEDED", app_end.DONE_DIAGNOSTICS)
             return True
         lost = self.nodes.check(containers, snap.get("taskmap") or {}, last_heard(kv))
-        if lost is not None:            # the attempt ends now, before a peer's error says something else
+        if lost is not None:  # the attempt ends now, before a peer's error says something else
             log.error("%s: %s; ending it", self.app_id, lost)
             self.finish("FAILED", lost, AppState.FAILED)
             return True
@@ -134,41 +163,64 @@ class InAppSupervisor:
         now = time.monotonic()
         self._done_seen = self._done_seen or now
         follower = app_end.follower_alive(self.kv, time.time())
-        return (now - self._done_seen < app_end.FOLLOWER_GRACE_S + POLL_S
-                and job_end.leave_to(job_end.SUPERVISOR, True, follower) == job_end.FOLLOWER)
+        return (
+            now - self._done_seen < app_end.FOLLOWER_GRACE_S + POLL_S
+            and job_end.leave_to(job_end.SUPERVISOR, True, follower) == job_end.FOLLOWER
+        )
 
     def finish(self, final_status: str, diagnosis: str, state: AppState | None = None) -> None:
         """The run report and the record (at once, two threads), then the app's end: the shutdown ends this
         container, so they come first — the job's end waits for them (~0.5-1 s)."""
         import threading
+
         t0 = time.monotonic()
         state = state or (AppState.SUCCEEDED if final_status == "SUCCEEDED" else AppState.TIMED_OUT)
-        end = job_end.decide(job_end.SUPERVISOR, done=state is AppState.SUCCEEDED,
-                             failure=diagnosis if state is AppState.FAILED else None,
-                             verdict=diagnosis, exits=self.snap.get("exits"))
-        self.snap["end"] = end.to_json()     # in the staging-dir record: readers after the end
+        end = job_end.decide(
+            job_end.SUPERVISOR,
+            done=state is AppState.SUCCEEDED,
+            failure=diagnosis if state is AppState.FAILED else None,
+            verdict=diagnosis,
+            exits=self.snap.get("exits"),
+        )
+        self.snap["end"] = end.to_json()  # in the staging-dir record: readers after the end
         st = self.status(state, "" if state is AppState.SUCCEEDED else diagnosis)
         record = threading.Thread(target=self._record, args=(st.to_dict(),), name="tfyarn-record", daemon=True)
         record.start()
         self.write_report(st)
         record.join(30.0)
-        log.info("%s: report and record written in %.2fs; ending the application %s", self.app_id,
-                 time.monotonic() - t0, final_status)
+        log.info(
+            "%s: report and record written in %.2fs; ending the application %s",
+            self.app_id,
+            time.monotonic() - t0,
+            final_status,
+        )
         self.outcome = (final_status, diagnosis)
         job_end.end_job(self.kv, end, self.app.shutdown, diagnosis)
 
     def status(self, state: AppState, diagnosis: str) -> AppStatus:
         tasks = [TaskStatus(**t) for t in self.snap.get("tasks", [])]
-        return settle(AppStatus(app_id=self.app_id, backend="yarn", name=self.spec.name, state=state,
-                                diagnostics=diagnosis, tasks=tasks, progress=self.snap.get("progress") or {},
-                                started=self.started, finished=time.time(), attempt=self.attempt,
-                                summary=self.snap.get("summary") or self.sup.summary))
+        return settle(
+            AppStatus(
+                app_id=self.app_id,
+                backend="yarn",
+                name=self.spec.name,
+                state=state,
+                diagnostics=diagnosis,
+                tasks=tasks,
+                progress=self.snap.get("progress") or {},
+                started=self.started,
+                finished=time.time(),
+                attempt=self.attempt,
+                summary=self.snap.get("summary") or self.sup.summary,
+            )
+        )
 
     def write_report(self, st: AppStatus) -> None:
         """report.json (+ PNG when matplotlib imports) next to the checkpoints (:func:`tfyarn.supervisor.write_report`:
         not there when training never ran), else under the staging dir's ``apps/<app>/`` (readers look next to the
         checkpoints first; the app's end waits for these uploads). Never raises."""
         from tfyarn.backends.yarn import phases
+
         rm = {"started": self.started, "finished": st.finished}
         extra = {"phases": phases.durations(phases.marks({}, rm, self.snap.get("phases") or {}))}
         ckpt = checkpoint_url(self.spec)
@@ -180,6 +232,7 @@ class InAppSupervisor:
         """Rounds every ``poll`` s, looking for ``control/all_done`` every ``check_s`` s between them, until the
         supervisor's work is over or the application master is gone."""
         from tfyarn.runtime.kv import KVUnavailable
+
         while True:
             try:
                 if self.round():
@@ -200,6 +253,7 @@ def app_started(app_id: str) -> float | None:
     try:
         from tfyarn import hdfs
         from tfyarn.backends.yarn.rest import RmRest
+
         rep = RmRest(hdfs.load_hadoop_conf(None), os.environ.get("USER") or "").report(app_id)
         return rep.start_time.timestamp() if rep.start_time is not None else None
     except Exception as exc:  # noqa: BLE001 - (a secure RM, no Hadoop conf in the container)
@@ -211,7 +265,7 @@ def main() -> int:
     """Supervise the application this container belongs to; always 0 (see the module docstring)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     t0 = time.time()
-    os.nice(10)       # its imports and matplotlib preload must not delay the tasks' TF imports on a shared node
+    os.nice(10)  # its imports and matplotlib preload must not delay the tasks' TF imports on a shared node
     try:
         import threading
 
@@ -219,18 +273,32 @@ def main() -> int:
         from tfyarn.report import preload_plotting
         from tfyarn.runtime.kv_yarn import SkeinKV
         from tfyarn.spec import load_spec_json
+
         spec = load_spec_json(Path(os.environ["TFYARN_SPEC_FILE"]).read_text())
         app = skein().ApplicationClient.from_current()
         app_id = os.environ.get("TFYARN_APP_ID") or os.environ["SKEIN_APPLICATION_ID"]
-        sup = InAppSupervisor(spec, app, SkeinKV(app.kv), app_id, app_started(app_id) or t0,
-                              attempt=int(os.environ.get("TFYARN_ATTEMPT") or 0),
-                              staging_dir=os.environ.get("TFYARN_STAGING_DIR"))
+        sup = InAppSupervisor(
+            spec,
+            app,
+            SkeinKV(app.kv),
+            app_id,
+            app_started(app_id) or t0,
+            attempt=int(os.environ.get("TFYARN_ATTEMPT") or 0),
+            staging_dir=os.environ.get("TFYARN_STAGING_DIR"),
+        )
         threading.Thread(target=preload_plotting, name="tfyarn-preload-matplotlib", daemon=True).start()
         sup.publish()
         from tfyarn.backends.yarn import page as job_page
-        page = job_page.serve(sup)          # the job's page, under skein's web UI (issue 32)
-        log.info("supervising %s (%s): stall %gs, deadline %s, allocation %s", app_id, spec.name,
-                 spec.timeouts.stall, spec.timeouts.active_deadline, spec.timeouts.allocation)
+
+        page = job_page.serve(sup)  # the job's page, under skein's web UI (issue 32)
+        log.info(
+            "supervising %s (%s): stall %gs, deadline %s, allocation %s",
+            app_id,
+            spec.name,
+            spec.timeouts.stall,
+            spec.timeouts.active_deadline,
+            spec.timeouts.allocation,
+        )
         sup.run()
         if page is not None:
             page.close()

@@ -20,6 +20,7 @@ Why each piece is the way it is (the seeds' failures and NOTES.md's measurements
 Modules, in the order a task uses them: :mod:`.server`, :mod:`.placement`, :mod:`.graph`, :mod:`.session`,
 :mod:`.checkpointer`, :mod:`.loop`.
 """
+
 from __future__ import annotations
 
 from tfyarn.train.ps.loop import train

@@ -1,13 +1,13 @@
 """The ps chief's checkpoints: when one is due, saving (never a non-finite one), the counters that make a resume
 exact, and finding what to restore."""
+
 from __future__ import annotations
 
 import logging
 from typing import Any
 
 from tfyarn.train import helpers
-from tfyarn.train.checkpoint import (PeriodicCheckpoints, check_fits, check_model_fits, local_dir_for,
-                                     warm_start_source)
+from tfyarn.train.checkpoint import PeriodicCheckpoints, check_fits, check_model_fits, local_dir_for, warm_start_source
 from tfyarn.train.progress import NonFiniteLoss
 from tfyarn.train.ps.graph import TrainGraph
 
@@ -21,8 +21,8 @@ class Checkpointer(PeriodicCheckpoints):
         super().__init__(ctx.spec, chief=True)
         self.ctx, self.tg, self.steps = ctx, tg, steps
         self.local = local_dir_for(ctx.workdir, "save") if self.store else None
-        self.resumed_from: str | None = None   # the checkpoint the chief restored, for the summary
-        self.warm_started_from: str | None = None   # checkpoint.init_from's checkpoint, for the summary
+        self.resumed_from: str | None = None  # the checkpoint the chief restored, for the summary
+        self.warm_started_from: str | None = None  # checkpoint.init_from's checkpoint, for the summary
 
     def restore_prefix(self) -> str | None:
         """Download the latest checkpoint (if any) for the chief to restore from."""
@@ -31,8 +31,11 @@ class Checkpointer(PeriodicCheckpoints):
             return None
         prefix = self.store.download(entry, local_dir_for(self.ctx.workdir, "restore"))
         import tensorflow as tf
-        expected = {v.op.name: v.shape.as_list()        # the Saver's list: every global variable of the graph
-                    for v in self.tg.graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES)}
+
+        expected = {
+            v.op.name: v.shape.as_list()  # the Saver's list: every global variable of the graph
+            for v in self.tg.graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES)
+        }
         check_fits(prefix, expected, f"{entry['name']} in {self.store.url}")
         log.info("%s: resuming from %s (global step %d)", self.ctx.task_id, entry["name"], entry["global_step"])
         self.resumed_from = entry["name"]
@@ -53,11 +56,13 @@ class Checkpointer(PeriodicCheckpoints):
 
         def init_fn(sess: Any) -> None:
             import tensorflow as tf
+
             reader = tf.train.load_checkpoint(prefix)
             for key, var in zip(keys, self.tg.model_vars):
                 # the variable's initializer fed with the value: no new op in the finalized graph (Variable.load)
                 sess.run(var.initializer, feed_dict={var.initializer.inputs[1]: reader.get_tensor(key)})
             log.info("%s: model variables initialised from %s", self.ctx.task_id, what)
+
         return init_fn
 
     def save(self, sess: Any, final: bool = False) -> dict[str, Any] | None:
@@ -70,25 +75,35 @@ class Checkpointer(PeriodicCheckpoints):
         gs = int(gs)
         if gs == self.last_step:
             return None
-        prefix = self.tg.saver.save(sess, str(self.local / "ckpt"), global_step=gs, write_meta_graph=False,
-                                    write_state=False)
+        prefix = self.tg.saver.save(
+            sess, str(self.local / "ckpt"), global_step=gs, write_meta_graph=False, write_state=False
+        )
         # Async: another worker's diverged update may have reached the ps after this task's last (finite) loss. A NaN
         # never leaves a variable once in it (every later update keeps it), so variables finite *after* the save
         # were finite during it; otherwise the files are not committed and the last committed checkpoint stays good.
         if self.ctx.spec.fail_on_nan_loss and not sess.run(self.tg.all_finite):
-            raise NonFiniteLoss(f"{self.ctx.task_id}: the model's variables hold NaN/inf after the checkpoint at "
-                                f"global step {gs} was written (a worker's update diverged): not committed, the "
-                                f"latest committed checkpoint is the last good one")
+            raise NonFiniteLoss(
+                f"{self.ctx.task_id}: the model's variables hold NaN/inf after the checkpoint at "
+                f"global step {gs} was written (a worker's update diverged): not committed, the "
+                f"latest committed checkpoint is the last good one"
+            )
         # Async workers keep stepping while the Saver reads the ps: the counters in the files can be a step or two
         # past what was read above. The index must describe what was saved, so read them back from the files.
         gs, ws = self._saved_counters(prefix)
         ws = [gs] * len(ws) if self.ctx.spec.sync else [int(x) for x in ws]
-        meta = {"format": "v1-saver", "model_variables": self.tg.model_var_keys, "worker_steps": ws,
-                "epoch": helpers.position(min(ws), self.steps)[0], "mode": "ps", "sync": self.ctx.spec.sync}
+        meta = {
+            "format": "v1-saver",
+            "model_variables": self.tg.model_var_keys,
+            "worker_steps": ws,
+            "epoch": helpers.position(min(ws), self.steps)[0],
+            "mode": "ps",
+            "sync": self.ctx.spec.sync,
+        }
         return self.commit(prefix, gs, meta, final)
 
     def _saved_counters(self, prefix: str) -> tuple[int, list[int]]:
         import tensorflow as tf
+
         reader = tf.compat.v1.train.NewCheckpointReader(prefix)
         gs = int(reader.get_tensor(self.tg.global_step.op.name))
         ws = [int(x) for x in reader.get_tensor(self.tg.worker_steps.op.name)]

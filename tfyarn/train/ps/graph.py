@@ -1,5 +1,6 @@
 """The between-graph replica a chief or worker builds: placeholders, the model on the ps (by size), the train op in
 async or lockstep-sync form, the per-worker step counters that make resume and rejoin exact, init/ready ops, Saver."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -9,25 +10,26 @@ from tfyarn.train.inputs import placeholders as input_placeholders
 from tfyarn.train.model import build_model, split_features
 from tfyarn.train.ps.placement import SizeBalancer, plan_placement, variable_sizes
 
+
 @dataclass
 class TrainGraph:
     graph: Any
     placeholders: dict[str, Any]
-    feeds: dict[str, list[Any]]          # the placeholders fed per feature (inputs.placeholders)
+    feeds: dict[str, list[Any]]  # the placeholders fed per feature (inputs.placeholders)
     loss: Any
-    train_op: Any              # runs one local step; its value is the global step after it
+    train_op: Any  # runs one local step; its value is the global step after it
     global_step: Any
     worker_steps: Any
     worker_started: Any
-    reset_started: Any         # this worker's started := counted (after reading what was in flight)
+    reset_started: Any  # this worker's started := counted (after reading what was in flight)
     init_op: Any
     local_init_op: Any
     ready_op: Any
     saver: Any
     model_var_keys: list[str]
-    model_vars: list            # the model's variables, creation order (a warm start loads them by this order)
+    model_vars: list  # the model's variables, creation order (a warm start loads them by this order)
     align_steps: Any
-    all_finite: Any            # every trainable variable free of NaN/inf (checked after a checkpoint is written)
+    all_finite: Any  # every trainable variable free of NaN/inf (checked after a checkpoint is written)
     sync: "LockstepSync | None" = None
     placement: dict[str, int] = field(default_factory=dict)
 
@@ -41,16 +43,23 @@ class LockstepSync:
     every accumulator (their mean), applies them, increments the global step and enqueues one token per worker.
     """
 
-    def __init__(self, opt: Any, grads_and_vars: list, num_workers: int, rank: int, global_step: Any,
-                 worker_device: str):
+    def __init__(
+        self, opt: Any, grads_and_vars: list, num_workers: int, rank: int, global_step: Any, worker_device: str
+    ):
         import tensorflow as tf
+
         self.n = num_workers
         with tf.compat.v1.device(global_step.device):
-            start = tf.identity(global_step.read_value())   # a tensor, not a callable: no colocation with the var
+            start = tf.identity(global_step.read_value())  # a tensor, not a callable: no colocation with the var
         with tf.compat.v1.device(worker_device):
             self.local_step = tf.compat.v1.Variable(
-                initial_value=start, trainable=False, name="tfyarn_local_step",
-                collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES], use_resource=True, dtype=tf.int64)
+                initial_value=start,
+                trainable=False,
+                name="tfyarn_local_step",
+                collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES],
+                use_resource=True,
+                dtype=tf.int64,
+            )
         pushes, takes = [], []
         for g, v in grads_and_vars:
             with tf.compat.v1.device(v.device):
@@ -64,12 +73,19 @@ class LockstepSync:
                     pushes.append(acc.apply_grad(g, local_step=self.local_step))
                     takes.append((acc.take_grad(self.n), v))
         with tf.compat.v1.device(global_step.device):
-            self.queues = [tf.queue.FIFOQueue(self.n + 2, [tf.int64], shapes=[()],
-                                              shared_name=f"tfyarn_sync_token_{w}", name=f"tfyarn_sync_token_{w}")
-                           for w in range(num_workers)]
+            self.queues = [
+                tf.queue.FIFOQueue(
+                    self.n + 2,
+                    [tf.int64],
+                    shapes=[()],
+                    shared_name=f"tfyarn_sync_token_{w}",
+                    name=f"tfyarn_sync_token_{w}",
+                )
+                for w in range(num_workers)
+            ]
         with tf.control_dependencies(pushes):
             token = self.queues[rank].dequeue()
-        self.step_op = self.local_step.assign(token)   # value: the global step this round produced
+        self.step_op = self.local_step.assign(token)  # value: the global step this round produced
         self.apply_op = opt.apply_gradients(takes, global_step=global_step)
         with tf.control_dependencies([self.apply_op]):
             gs = tf.identity(global_step.read_value())
@@ -79,6 +95,7 @@ class LockstepSync:
 def build_graph(ctx: Any, model: Any) -> TrainGraph:
     """The between-graph replica for this task (every task builds the same variables, so names agree)."""
     import tensorflow as tf
+
     spec = ctx.spec
     num_ps = len(ctx.cluster["ps"])
     # (one ps: everything goes to it; skip building the model a second time just to size its variables)
@@ -88,28 +105,33 @@ def build_graph(ctx: Any, model: Any) -> TrainGraph:
     graph = tf.Graph()
     with graph.as_default():
         setter = tf.compat.v1.train.replica_device_setter(
-            ps_tasks=num_ps, worker_device=worker_device, cluster=tf.train.ClusterSpec(ctx.cluster),
-            ps_strategy=balancer)
+            ps_tasks=num_ps,
+            worker_device=worker_device,
+            cluster=tf.train.ClusterSpec(ctx.cluster),
+            ps_strategy=balancer,
+        )
         with tf.compat.v1.device(setter):
             build_model(model)
             global_step = tf.compat.v1.train.get_or_create_global_step()
             with tf.compat.v1.device(global_step.device):  # with the global step: counted in the ps's partition
-                worker_steps = tf.Variable(tf.zeros([ctx.num_data_workers], tf.int64), trainable=False,
-                                           name="tfyarn_worker_steps")
-                worker_started = tf.Variable(tf.zeros([ctx.num_data_workers], tf.int64), trainable=False,
-                                             name="tfyarn_worker_started")
+                worker_steps = tf.Variable(
+                    tf.zeros([ctx.num_data_workers], tf.int64), trainable=False, name="tfyarn_worker_steps"
+                )
+                worker_started = tf.Variable(
+                    tf.zeros([ctx.num_data_workers], tf.int64), trainable=False, name="tfyarn_worker_started"
+                )
                 rank = tf.constant([ctx.data_rank])
                 # no input from this worker: runs as soon as the ps partition of a step starts
                 started = worker_started.scatter_add(tf.IndexedSlices(tf.constant([1], tf.int64), rank))
                 reset_started = worker_started.scatter_update(
-                    tf.IndexedSlices(tf.gather(worker_steps.read_value(), rank), rank))
-            placeholders, feeds = input_placeholders(spec.data.features)    # (sparse: 3 placeholders each)
+                    tf.IndexedSlices(tf.gather(worker_steps.read_value(), rank), rank)
+                )
+            placeholders, feeds = input_placeholders(spec.data.features)  # (sparse: 3 placeholders each)
             feats, labels = split_features(placeholders, spec.data.label)
             predictions = model(feats, training=True)
             loss = tf.reduce_mean(model.loss(labels, predictions), name="loss")
             opt = model.optimizer()
-            gvs = [(g, v) for g, v in opt.compute_gradients(loss, var_list=model.trainable_variables)
-                   if g is not None]
+            gvs = [(g, v) for g, v in opt.compute_gradients(loss, var_list=model.trainable_variables) if g is not None]
             if not gvs:
                 raise ValueError(f"{type(model).__name__}: the loss depends on no trainable variable")
             sync = None
@@ -121,7 +143,7 @@ def build_graph(ctx: Any, model: Any) -> TrainGraph:
                 apply = opt.apply_gradients(gvs, global_step=global_step)
                 with tf.control_dependencies([apply]):
                     step_value = tf.identity(global_step.read_value())
-                counted_after = apply   # on the ps, right after the update: no round trip to this worker between
+                counted_after = apply  # on the ps, right after the update: no round trip to this worker between
             with tf.control_dependencies([counted_after, started]), tf.compat.v1.device(global_step.device):
                 count = worker_steps.scatter_add(tf.IndexedSlices(tf.constant([1], tf.int64), rank))
             with tf.control_dependencies([count, step_value]):
@@ -137,21 +159,36 @@ def build_graph(ctx: Any, model: Any) -> TrainGraph:
                     align_steps = global_step.assign(tf.reduce_sum(worker_steps.read_value()))
         with tf.compat.v1.device(worker_device):
             init_op = tf.compat.v1.global_variables_initializer()
-            local_init_op = tf.group(tf.compat.v1.local_variables_initializer(),
-                                     tf.compat.v1.tables_initializer())
+            local_init_op = tf.group(tf.compat.v1.local_variables_initializer(), tf.compat.v1.tables_initializer())
             ready_op = tf.compat.v1.report_uninitialized_variables(tf.compat.v1.global_variables())
-            saver = tf.compat.v1.train.Saver(tf.compat.v1.global_variables(), sharded=False, max_to_keep=2,
-                                             save_relative_paths=True)
+            saver = tf.compat.v1.train.Saver(
+                tf.compat.v1.global_variables(), sharded=False, max_to_keep=2, save_relative_paths=True
+            )
         finite = []
-        for v in model.trainable_variables:          # each check runs where its variable lives: one bool travels
+        for v in model.trainable_variables:  # each check runs where its variable lives: one bool travels
             with tf.compat.v1.device(v.device):
                 finite.append(tf.reduce_all(tf.math.is_finite(v.read_value())))
         with tf.compat.v1.device(worker_device):
             all_finite = tf.reduce_all(tf.stack(finite))
     graph.finalize()
-    return TrainGraph(graph=graph, placeholders=placeholders, loss=loss, train_op=train_op, global_step=global_step,
-                      feeds=feeds,
-                      worker_steps=worker_steps, worker_started=worker_started, reset_started=reset_started,
-                      init_op=init_op, local_init_op=local_init_op, ready_op=ready_op, saver=saver,
-                      model_var_keys=[v.op.name for v in model.variables], model_vars=list(model.variables),
-                      align_steps=align_steps, all_finite=all_finite, sync=sync, placement=dict(balancer.placed))
+    return TrainGraph(
+        graph=graph,
+        placeholders=placeholders,
+        loss=loss,
+        train_op=train_op,
+        global_step=global_step,
+        feeds=feeds,
+        worker_steps=worker_steps,
+        worker_started=worker_started,
+        reset_started=reset_started,
+        init_op=init_op,
+        local_init_op=local_init_op,
+        ready_op=ready_op,
+        saver=saver,
+        model_var_keys=[v.op.name for v in model.variables],
+        model_vars=list(model.variables),
+        align_steps=align_steps,
+        all_finite=all_finite,
+        sync=sync,
+        placement=dict(balancer.placed),
+    )

@@ -1,5 +1,6 @@
 """The chief's and workers' step loop in ps mode: aligned start, rejoin after a restart, fed steps to the global step
 target, the chief's wait for every worker's share, final checkpoint and summary, then ``control/done``."""
+
 from __future__ import annotations
 
 import json
@@ -17,8 +18,14 @@ from tfyarn.train import helpers
 from tfyarn.train.export import export_at_end
 from tfyarn.train.history import restart_number
 from tfyarn.train.inputs import feed_values
-from tfyarn.train.progress import (ProgressReporter, publish_total_steps, run_summary, skip_counts,
-                                   wait_for_final_progress, write_summary)
+from tfyarn.train.progress import (
+    ProgressReporter,
+    publish_total_steps,
+    run_summary,
+    skip_counts,
+    wait_for_final_progress,
+    write_summary,
+)
 from tfyarn.train.ps.checkpointer import Checkpointer
 from tfyarn.train.ps.graph import TrainGraph, build_graph
 from tfyarn.train.ps.server import start_server
@@ -48,10 +55,11 @@ class _Aggregator(threading.Thread):
 def train(ctx: Any, model: Any) -> dict[str, Any] | None:
     """A chief or worker task in ps mode. Returns the summary on the chief, this task's figures otherwise."""
     import tensorflow as tf
+
     spec = ctx.spec
     t_start = time.monotonic()
     # two feeders alternating epochs: the next epoch is read while this one trains (no cold start at a boundary)
-    manifest = helpers.train_manifest(ctx)           # built (or read from its cache) once for both feeders
+    manifest = helpers.train_manifest(ctx)  # built (or read from its cache) once for both feeders
     feeder = EpochPipeline(lambda: helpers.make_feeder(ctx, manifest), spec.data.epochs)
     with feeder:
         steps = helpers.epoch_steps(feeder, spec.data.epochs)
@@ -59,9 +67,16 @@ def train(ctx: Any, model: Any) -> dict[str, Any] | None:
         target = per_worker if spec.sync else per_worker * ctx.num_data_workers
         if ctx.is_chief:
             publish_total_steps(ctx.kv, target)
-        log.info("%s: ps mode, %s, %d epochs x %s steps per worker, global step target %d, batch %d per worker "
-                 "(global %d)", ctx.task_id, "sync" if spec.sync else "async", spec.data.epochs, steps, target,
-                 spec.data.batch_size, spec.global_batch_size)
+        log.info(
+            "%s: ps mode, %s, %d epochs x %s steps per worker, global step target %d, batch %d per worker (global %d)",
+            ctx.task_id,
+            "sync" if spec.sync else "async",
+            spec.data.epochs,
+            steps,
+            target,
+            spec.data.batch_size,
+            spec.global_batch_size,
+        )
         server = start_server(ctx)
         tg = build_graph(ctx, model)
         if ctx.is_chief:
@@ -74,8 +89,7 @@ def train(ctx: Any, model: Any) -> dict[str, Any] | None:
                 warm = ckpt.warm_start_fn() if ckpt and restore is None else None
                 sess = open_session(ctx, tg, server, restore, warm)
                 if sess is None:
-                    log.warning("%s: training already finished (%s is set); nothing to rejoin", ctx.task_id,
-                                DONE_KEY)
+                    log.warning("%s: training already finished (%s is set); nothing to rejoin", ctx.task_id, DONE_KEY)
                     return {"steps": 0, "already_finished": True}
                 try:
                     return _run(ctx, tg, sess, feeder, steps, target, ckpt, t_start)
@@ -87,8 +101,12 @@ def train(ctx: Any, model: Any) -> dict[str, Any] | None:
                 # The ps left because training finished while this worker was starting: a re-run of a finished job
                 # (the chief restores the final checkpoint and is done at once) or a restart at the very end. The
                 # chief sets done only once every worker's counter is complete, so nothing is left for this one.
-                log.warning("%s: training finished while this worker was starting (%s is set, the ps have exited); "
-                            "nothing left to run", ctx.task_id, DONE_KEY)
+                log.warning(
+                    "%s: training finished while this worker was starting (%s is set, the ps have exited); "
+                    "nothing left to run",
+                    ctx.task_id,
+                    DONE_KEY,
+                )
                 return {"steps": 0, "already_finished": True}
 
 
@@ -99,11 +117,14 @@ def _wait_for_aligned_steps(ctx: Any, poll: float = 0.05) -> None:
     deadline = time.monotonic() + ctx.spec.timeouts.rendezvous
     while ctx.kv.get(STEPS_ALIGNED_KEY) is None and ctx.kv.get(DONE_KEY) is None:
         if ctx.kv.get(ABORT_KEY) is not None:
-            raise RuntimeError(f"{ctx.task_id}: job aborted while waiting for the chief to start: "
-                               f"{ctx.kv.get(ABORT_KEY)}")
+            raise RuntimeError(
+                f"{ctx.task_id}: job aborted while waiting for the chief to start: {ctx.kv.get(ABORT_KEY)}"
+            )
         if time.monotonic() > deadline:
-            raise WaitTimeout(f"{ctx.task_id}: timed out after {ctx.spec.timeouts.rendezvous:g}s waiting for the "
-                              f"chief to start its training loop ({STEPS_ALIGNED_KEY})")
+            raise WaitTimeout(
+                f"{ctx.task_id}: timed out after {ctx.spec.timeouts.rendezvous:g}s waiting for the "
+                f"chief to start its training loop ({STEPS_ALIGNED_KEY})"
+            )
         time.sleep(poll)
 
 
@@ -122,23 +143,45 @@ def _rejoin(ctx: Any, tg: TrainGraph, sess: Any, steps: list[int]) -> int:
     """
     restart = restart_number()
     if restart and ctx.spec.sync:
-        raise RuntimeError(f"{ctx.task_id}: a restarted worker cannot rejoin a sync (lockstep) ps job; "
-                           f"use retry.max_attempts (a job attempt from the latest checkpoint)")
+        raise RuntimeError(
+            f"{ctx.task_id}: a restarted worker cannot rejoin a sync (lockstep) ps job; "
+            f"use retry.max_attempts (a job attempt from the latest checkpoint)"
+        )
     started, counted = (int(x[ctx.data_rank]) for x in sess.run([tg.worker_started, tg.worker_steps]))
     sess.run(tg.reset_started)
     if not restart:
         return 0
     lost = max(0, started - counted)
     epoch, step = helpers.position(counted, steps)
-    record = {"restart": restart, "resume_at": counted, "epoch": epoch, "step": step, "lost_steps": lost,
-              "lost_records": lost * ctx.spec.data.batch_size}
+    record = {
+        "restart": restart,
+        "resume_at": counted,
+        "epoch": epoch,
+        "step": step,
+        "lost_steps": lost,
+        "lost_records": lost * ctx.spec.data.batch_size,
+    }
     if lost:
-        log.warning("%s: restart %d rejoins; its previous process died with %d step(s) in flight (epoch %d step %d, "
-                    "%d records): that run is lost, the step runs again from the worker's counter %d", ctx.task_id,
-                    restart, lost, epoch, step, record["lost_records"], counted)
+        log.warning(
+            "%s: restart %d rejoins; its previous process died with %d step(s) in flight (epoch %d step %d, "
+            "%d records): that run is lost, the step runs again from the worker's counter %d",
+            ctx.task_id,
+            restart,
+            lost,
+            epoch,
+            step,
+            record["lost_records"],
+            counted,
+        )
     else:
-        log.warning("%s: restart %d rejoins at epoch %d step %d (counter %d); no step was in flight", ctx.task_id,
-                    restart, epoch, step, counted)
+        log.warning(
+            "%s: restart %d rejoins at epoch %d step %d (counter %d); no step was in flight",
+            ctx.task_id,
+            restart,
+            epoch,
+            step,
+            counted,
+        )
     put_json(ctx.kv, rejoin_key(ctx.task_id, restart), record)
     return lost
 
@@ -153,8 +196,16 @@ def _rejoins(kv: Any, tasks: list[str]) -> dict[str, Any]:
     return out
 
 
-def _run(ctx: Any, tg: TrainGraph, sess: Any, feeder: Any, steps: list[int], target: int,
-         ckpt: Checkpointer | None, t_start: float) -> dict[str, Any] | None:
+def _run(
+    ctx: Any,
+    tg: TrainGraph,
+    sess: Any,
+    feeder: Any,
+    steps: list[int],
+    target: int,
+    ckpt: Checkpointer | None,
+    t_start: float,
+) -> dict[str, Any] | None:
     spec = ctx.spec
     if ctx.is_chief:
         if spec.sync or (ckpt is not None and ckpt.resumed_from):
@@ -193,19 +244,34 @@ def _run(ctx: Any, tg: TrainGraph, sess: Any, feeder: Any, steps: list[int], tar
             log.info("%s: first step %.2fs after start, loss %.4f", ctx.task_id, t_first - t_start, loss)
         if spec.sync and gs != local:
             raise RuntimeError(f"{ctx.task_id}: sync lockstep broken: local step {local} but global step {gs}")
-        progress.report(step=local, epoch=e, loss=loss, global_step=gs,
-                        examples=len(batch[label]) if label else spec.data.batch_size)
+        progress.report(
+            step=local,
+            epoch=e,
+            loss=loss,
+            global_step=gs,
+            examples=len(batch[label]) if label else spec.data.batch_size,
+        )
         if aggregator is not None and aggregator.error is not None:
             raise RuntimeError(f"sync aggregation failed: {aggregator.error}") from aggregator.error
         if ckpt and ckpt.due(gs):
             ckpt.save(sess)
         if spec.sync and gs >= target:
             break
-    progress.extra.update(feeder.skip_report())   # skipped records and damaged ranges, with file and offset
-    mine = progress.final() | {"start_worker_steps": [int(x) for x in ws0], "lost_steps": lost,
-                               "train_start": progress.start}
-    log.info("%s: finished %d local steps (global step %d), %.0f examples/s, loss %s -> %s", ctx.task_id,
-             mine["steps"], gs, mine["examples_per_sec"], mine["first_loss"], mine["last_loss"])
+    progress.extra.update(feeder.skip_report())  # skipped records and damaged ranges, with file and offset
+    mine = progress.final() | {
+        "start_worker_steps": [int(x) for x in ws0],
+        "lost_steps": lost,
+        "train_start": progress.start,
+    }
+    log.info(
+        "%s: finished %d local steps (global step %d), %.0f examples/s, loss %s -> %s",
+        ctx.task_id,
+        mine["steps"],
+        gs,
+        mine["examples_per_sec"],
+        mine["first_loss"],
+        mine["last_loss"],
+    )
     if not ctx.is_chief:
         return mine
     if aggregator is not None:
@@ -216,8 +282,7 @@ def _run(ctx: Any, tg: TrainGraph, sess: Any, feeder: Any, steps: list[int], tar
     return _finish(ctx, tg, sess, ckpt, mine, worker_steps, target, t_start)
 
 
-def _wait_for_workers(ctx: Any, tg: TrainGraph, sess: Any, steps: list[int],
-                      ckpt: Checkpointer | None) -> list[int]:
+def _wait_for_workers(ctx: Any, tg: TrainGraph, sess: Any, steps: list[int], ckpt: Checkpointer | None) -> list[int]:
     """Chief: wait until every worker has run its share (async workers finish at their own pace). Bounded: fails
     when no worker step happened for ``timeouts.step`` (a stopped worker, named in the error)."""
     want = sum(steps)
@@ -230,8 +295,10 @@ def _wait_for_workers(ctx: Any, tg: TrainGraph, sess: Any, steps: list[int],
             last, last_change = ws, time.monotonic()
         elif time.monotonic() - last_change > ctx.spec.timeouts.step:
             behind = {t: n for t, n in zip(ctx.training_tasks, ws) if n < want}
-            raise WaitTimeout(f"waited {ctx.spec.timeouts.step:g}s (timeouts.step) for workers to finish their "
-                               f"{want} steps; no progress from: {behind}")
+            raise WaitTimeout(
+                f"waited {ctx.spec.timeouts.step:g}s (timeouts.step) for workers to finish their "
+                f"{want} steps; no progress from: {behind}"
+            )
         if ckpt:
             gs = int(sess.run(tg.global_step))
             if ckpt.due(gs):
@@ -239,33 +306,61 @@ def _wait_for_workers(ctx: Any, tg: TrainGraph, sess: Any, steps: list[int],
         time.sleep(0.1)
 
 
-def _finish(ctx: Any, tg: TrainGraph, sess: Any, ckpt: Checkpointer | None, mine: dict[str, Any],
-            worker_steps: list[int], target: int, t_start: float) -> dict[str, Any]:
+def _finish(
+    ctx: Any,
+    tg: TrainGraph,
+    sess: Any,
+    ckpt: Checkpointer | None,
+    mine: dict[str, Any],
+    worker_steps: list[int],
+    target: int,
+    t_start: float,
+) -> dict[str, Any]:
     """Chief: final checkpoint, summary (file + KV), then ``control/done`` so the ps tasks exit."""
     spec = ctx.spec
     gs = int(sess.run(tg.global_step))
-    train_s = time.monotonic() - mine["train_start"]   # before the final checkpoint and the wait for final records
+    train_s = time.monotonic() - mine["train_start"]  # before the final checkpoint and the wait for final records
     entry = ckpt.save(sess, final=True) if ckpt else None
     elapsed = time.monotonic() - t_start
     progress = wait_for_final_progress(ctx, spec.timeouts.shutdown)
     trained = (sum(worker_steps) - sum(mine["start_worker_steps"])) * spec.data.batch_size
-    latest = entry or (ckpt.store.latest() if ckpt and ckpt.store else None)   # None: saved at this step already
+    latest = entry or (ckpt.store.latest() if ckpt and ckpt.store else None)  # None: saved at this step already
     exported = export_at_end(ctx, ckpt.committed if ckpt else None)
     summary = run_summary(
-        ctx, global_step=gs, total_steps=target, steps_per_worker=dict(zip(ctx.training_tasks, worker_steps)),
+        ctx,
+        global_step=gs,
+        total_steps=target,
+        steps_per_worker=dict(zip(ctx.training_tasks, worker_steps)),
         examples_per_sec=round(trained / train_s, 1) if train_s > 0 else 0.0,
-        first_loss=mine["first_loss"], last_loss=mine["last_loss"], train_s=round(train_s, 3),
-        last_checkpoint=(latest or {}).get("name"), resumed_from=ckpt.resumed_from if ckpt else None,
+        first_loss=mine["first_loss"],
+        last_loss=mine["last_loss"],
+        train_s=round(train_s, 3),
+        last_checkpoint=(latest or {}).get("name"),
+        resumed_from=ckpt.resumed_from if ckpt else None,
         warm_started_from=ckpt.warm_started_from if ckpt else None,
         loss_by_worker={t: p.get("loss") for t, p in progress.items()} | {ctx.task_id: mine["last_loss"]},
-        elapsed_s=round(elapsed, 3), num_ps=len(ctx.cluster.get("ps", [])), export=exported, **skip_counts(progress),
-        **_rejoins(ctx.kv, ctx.training_tasks))
-    log.info("training done: global step %d/%d, steps per worker %s, %.0f examples/s, loss %s -> %s, %.1fs",
-             gs, target, summary["steps_per_worker"], summary["examples_per_sec"], summary["first_loss"],
-             summary["last_loss"], elapsed)
+        elapsed_s=round(elapsed, 3),
+        num_ps=len(ctx.cluster.get("ps", [])),
+        export=exported,
+        **skip_counts(progress),
+        **_rejoins(ctx.kv, ctx.training_tasks),
+    )
+    log.info(
+        "training done: global step %d/%d, steps per worker %s, %.0f examples/s, loss %s -> %s, %.1fs",
+        gs,
+        target,
+        summary["steps_per_worker"],
+        summary["examples_per_sec"],
+        summary["first_loss"],
+        summary["last_loss"],
+        elapsed,
+    )
     if any(summary["rejoins"].values()):
-        log.warning("workers restarted and rejoined: %s; in-flight steps lost (run again): %s",
-                    summary["rejoins"], summary["lost_steps"])
+        log.warning(
+            "workers restarted and rejoined: %s; in-flight steps lost (run again): %s",
+            summary["rejoins"],
+            summary["lost_steps"],
+        )
     summary["summary_url"] = write_summary(ctx, summary)
     ctx.kv.put(DONE_KEY, "1")
     return summary

@@ -1,5 +1,6 @@
 """Variables to ps tasks by size (largest first, to the least-loaded ps), not round-robin: round-robin can put two
 big embeddings on one ps and make every worker wait on it (seed 001's fast-worker problem)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -11,6 +12,7 @@ _VAR_OPS = ("VarHandleOp", "VariableV2", "Variable", "AutoReloadVariable")
 
 def _op_bytes(op: Any) -> int:
     import tensorflow as tf
+
     try:
         n = tf.TensorShape(op.get_attr("shape")).num_elements()
         size = tf.as_dtype(op.get_attr("dtype")).size
@@ -64,6 +66,7 @@ class SizeBalancer:
 def variable_sizes(model_factory: Any) -> dict[str, int]:
     """Build the model in a scratch graph: op name → bytes of each variable it creates (no session, no devices)."""
     import tensorflow as tf
+
     g = tf.Graph()
     with g.as_default():
         build_model(model_factory)
