@@ -35,6 +35,8 @@ from tfyarn.train.checkpoint import (
     warm_start_source,
 )
 from tfyarn.train.model import build_model, input_signature, is_custom_train, load, split_features
+from tfyarn.train.progress import fmt_metrics
+from tfyarn.train.step_metrics import metric_names, pack, step_metrics, unpack
 
 log = logging.getLogger("tfyarn.train.allreduce")
 
@@ -92,7 +94,8 @@ def make_step(
     label: str | None,
     global_batch: int,
 ) -> "FedStep":
-    """The fed training step: ``step(batch) -> this worker's mean loss`` (a scalar tensor).
+    """The fed training step: ``step(batch) -> this worker's mean loss`` (a scalar tensor), or with the model's
+    compiled metrics ``[loss, *metrics]`` (:mod:`tfyarn.train.step_metrics`: same predictions, one read).
 
     Gradients of the loss averaged over the global batch; the optimizer's ``apply_gradients`` in replica context
     (v1, or a Keras model's Keras optimizer) all-reduces them (SUM) across workers, so the update equals one step
@@ -119,14 +122,14 @@ def make_step(
         else:  # a Keras optimizer all-reduces in apply_gradients too
             optimizer.apply_gradients(zip(grads, keras_vars))
             global_step.assign_add(1)
-        return tf.reduce_mean(per_example)
+        return pack(tf.reduce_mean(per_example), step_metrics(model, labels, predictions))
 
     @tf.function(input_signature=[signature])
     def step(batch):
         local_loss = strategy.run(replica_step, args=(batch,))
         return strategy.experimental_local_results(local_loss)[0]
 
-    return FedStep(step, signature)
+    return FedStep(step, signature, metric_names(model))
 
 
 class FedStep:
@@ -137,10 +140,10 @@ class FedStep:
     concrete function skips that, which is what keeps the fed step within a few percent of an in-graph one.
     """
 
-    def __init__(self, function: Any, signature: dict[str, Any]):
+    def __init__(self, function: Any, signature: dict[str, Any], metric_names: list[str] | None = None):
         import tensorflow as tf
 
-        self.function = function
+        self.function, self.metric_names = function, list(metric_names or [])
         self.concrete = function.get_concrete_function()  # the one trace (creates optimizer slots)
         self.dtypes = {k: spec.dtype for k, spec in signature.items()}
         self._tf = tf
@@ -386,12 +389,14 @@ def run(ctx: TaskContext) -> dict[str, Any]:
         }
     )
     log.info(
-        "%s: ran %d steps (global step %d of %d planned), %.0f examples/s, step traced %d time(s)",
+        "%s: ran %d steps (global step %d of %d planned), %.0f examples/s, last loss %s%s, step traced %d time(s)",
         ctx.task_id,
         ran,
         gstep,
         total,
         figures["examples_per_sec"],
+        figures["last_loss"],
+        fmt_metrics(figures.get("metrics")),
         figures["traces"],
     )
     if gstep != total:
@@ -425,7 +430,7 @@ def _loop(
             waits.append(time.monotonic() - t_end_prev)
             prev_epoch = epoch
         try:
-            loss = step_fn(batch)
+            out = step_fn(batch)
         except Exception as exc:
             diagnosis = collective_failure(ctx, exc, gstep + 1)
             if diagnosis is None:
@@ -434,9 +439,9 @@ def _loop(
             raise (WaitTimeout if type(exc).__name__ == "DeadlineExceededError" else RuntimeError)(diagnosis) from exc
         ran += 1
         gstep += 1
-        progress.report(
-            step=gstep, epoch=epoch, loss=float(loss), examples=len(next(iter(batch.values()))), global_step=gstep
-        )
+        loss, metrics = unpack(out, getattr(step_fn, "metric_names", []))
+        n = len(next(iter(batch.values())))
+        progress.report(step=gstep, epoch=epoch, loss=loss, examples=n, global_step=gstep, metrics=metrics)
         if ckpt.due(gstep):
             ckpt.save(gstep, gstep)
         now = time.monotonic()
@@ -472,6 +477,7 @@ def _finish(
         examples_per_sec=round(figures["steps_this_attempt"] * global_batch / train_s, 1) if train_s else 0.0,
         first_loss=figures["first_loss"],
         last_loss=figures["last_loss"],
+        metrics=figures.get("metrics"),
         train_s=train_s,
         last_checkpoint=(entry or ckpt.store.latest() or {}).get("name") if ckpt.store else None,
         resumed_from=(resumed_from or {}).get("name"),

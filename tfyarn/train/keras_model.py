@@ -14,7 +14,8 @@ loss, timeouts) and takes from the model what it declares:
   single non-label feature; a subclassed model the dict of every feature but the label.
 * **Loss**: the compiled loss, per example (tfyarn divides by the global batch). **Metrics**: the compiled ones
   whose value is a per-example function (``accuracy``, ``mae``, ``binary_accuracy``... and their Metric classes),
-  as batch means for logs, the evaluator and the summary.
+  as batch means for the evaluator and, computed in the training step from its own predictions and fetched with
+  its loss, for the chief's log lines and the run summary's ``metrics``.
 * **Optimizer**: allreduce mode uses the compiled Keras optimizer itself (built in the strategy scope, its slots in
   the checkpoint). Keras optimizers do not update in a TF1 graph, so ps mode uses the ``tf.compat.v1.train``
   equivalent with the same hyperparameters (:mod:`tfyarn.train.keras_optim`).
@@ -156,7 +157,19 @@ class KerasModel:
     def metrics(self, labels: Any, predictions: Any) -> dict[str, Any]:
         import tensorflow as tf
 
-        out = {"loss": tf.reduce_mean(self.loss(labels, predictions))}
+        return {"loss": tf.reduce_mean(self.loss(labels, predictions)), **self.train_metrics(labels, predictions)}
+
+    @property
+    def metric_names(self) -> list[str]:
+        """The compiled metrics' names, in the order :meth:`train_metrics` returns them (known after build)."""
+        return list(self._metric_fns)
+
+    def train_metrics(self, labels: Any, predictions: Any) -> dict[str, Any]:
+        """The compiled metrics as float32 batch means, without the loss: the training step computes them from its
+        own predictions (:mod:`tfyarn.train.step_metrics`)."""
+        import tensorflow as tf
+
+        out = {}
         for name, fn in self._metric_fns.items():
             y, p = self._align(labels, predictions, sparse=self._sparse(name) or self._sparse(fn.__name__))
             out[name] = tf.reduce_mean(tf.cast(fn(y, p), tf.float32))

@@ -54,6 +54,7 @@ class ProgressReporter:
         self.step = self.global_step = self.epoch = self.examples = 0
         self.first_loss: float | None = None
         self.last_loss: float | None = None
+        self.last_metrics: dict[str, float] = {}  # a compiled Keras model's metrics, on the last step's batch
         self._last_pub = self._rate = self._step_rate = 0.0
         self._gs_rate: float | None = None  # global steps per second (the job's, as this task sees it)
         self._hist_step = -1
@@ -96,8 +97,11 @@ class ProgressReporter:
         examples: int = 0,
         global_step: int | None = None,
         force: bool = False,
+        metrics: dict[str, float] | None = None,
     ) -> None:
         self.step, self.epoch = step, epoch
+        if metrics:
+            self.last_metrics = metrics
         self.global_step = step if global_step is None else int(global_step)
         self.examples += examples
         self._win_ex += examples
@@ -140,12 +144,13 @@ class ProgressReporter:
         if now - self._last_log >= self.log_every:
             self._last_log = now
             log.info(
-                "%s step %d (global %d) epoch %d loss %s %.0f examples/s",
+                "%s step %d (global %d) epoch %d loss %s%s %.0f examples/s",
                 self.task,
                 self.step,
                 self.global_step,
                 self.epoch,
                 _fmt(self.last_loss),
+                fmt_metrics(self.last_metrics, sep=" "),
                 self._rate,
             )
 
@@ -190,6 +195,7 @@ class ProgressReporter:
             "steps_per_sec": round(self._step_rate, 3),
             "global_steps_per_sec": None if self._gs_rate is None else round(self._gs_rate, 3),
             "loss": self.last_loss,
+            **({"metrics": self.last_metrics} if self.last_metrics else {}),
             "time": time.time(),
             "attempt": self.attempt,
             "restart": self.restart,
@@ -221,12 +227,20 @@ class ProgressReporter:
             "examples_per_sec": round(self.examples_per_sec, 1),
             "first_loss": self.first_loss,
             "last_loss": self.last_loss,
+            "metrics": dict(self.last_metrics),
             "elapsed_s": round(self.elapsed, 3),
         }
 
 
 def _fmt(x: float | None) -> str:
     return "-" if x is None else f"{x:.4f}"
+
+
+def fmt_metrics(metrics: dict[str, float] | None, sep: str = ", ") -> str:
+    """``metrics`` for a log line after the loss: ``", accuracy 0.8125"`` (``""`` without any)."""
+    if not metrics:
+        return ""
+    return sep + " ".join(f"{name} {_fmt(value)}" for name, value in metrics.items())
 
 
 def publish_total_steps(kv: KV, total: int) -> None:
@@ -285,11 +299,13 @@ def run_summary(
     first_loss: float | None,
     last_loss: float | None,
     train_s: float | None,
+    metrics: dict[str, float] | None = None,
     last_checkpoint: str | None = None,
     resumed_from: str | None = None,
     **extra: Any,
 ) -> dict[str, Any]:
-    """The run summary with the keys every mode writes (README, "The run summary"), then the mode's ``extra`` keys:
+    """The run summary with the keys every mode writes (README, "The run summary"; ``metrics``: the chief's compiled
+    metrics on its last batch, empty for a plain model), then the mode's ``extra`` keys:
     one builder, so a scheduler, ``tfyarn status`` and the end-of-run text read the same names whatever the mode."""
     spec = ctx.spec
     ckpt = spec.checkpoint.dir
@@ -303,6 +319,7 @@ def run_summary(
         "examples_per_sec": examples_per_sec,
         "first_loss": first_loss,
         "last_loss": last_loss,
+        "metrics": dict(metrics or {}),
         "batch_size": spec.data.batch_size,
         "global_batch_size": spec.global_batch_size,
         "num_workers": ctx.num_data_workers,

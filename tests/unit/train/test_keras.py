@@ -7,6 +7,7 @@ optimizer and ``metrics=["accuracy"]``.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -135,11 +136,58 @@ def test_compiled_loss_is_per_example_and_metrics_are_the_compiled_ones():
     assert sorted(metrics) == ["accuracy", "loss"] and 0 <= float(metrics["accuracy"]) <= 1
 
 
-def _run(spec, workdir: Path, timeout: float = 200) -> dict:
+def test_step_metrics_come_from_the_steps_predictions_packed_with_the_loss_and_a_plain_model_has_none(caplog):
+    """The training step's compiled metrics (tfyarn.train.step_metrics): Keras's own value on the same
+    predictions, one vector with the loss; the progress log line, record and final figures carry them."""
+    import keras
+    import tensorflow as tf
+
+    from tfyarn.runtime.kv import MemoryKV
+    from tfyarn.train.model import Model, build_model
+    from tfyarn.train.progress import ProgressReporter
+    from tfyarn.train.step_metrics import metric_names, pack, step_metrics, unpack
+    model = build_model(_load(_spec()))
+    feats = {"user_id": tf.constant([1, 2, 3, 9], tf.int64), "item_id": tf.constant([4, 5, 6, 9], tf.int64)}
+    labels = tf.constant([1.0, 0.0, 1.0, 0.0])
+    pred = model(feats, training=True)
+    assert metric_names(model) == ["accuracy"]
+    values = step_metrics(model, labels, pred)
+    loss, metrics = unpack(pack(tf.reduce_mean(model.loss(labels, pred)), values), metric_names(model))
+    want = keras.metrics.BinaryAccuracy()(tf.expand_dims(labels, -1), pred)   # Keras's own, same predictions
+    assert metrics == {"accuracy": pytest.approx(float(want))}
+    assert loss == pytest.approx(float(tf.reduce_mean(model.loss(labels, pred))))
+
+    class Plain(Model):
+        def build(self):
+            self.w = tf.Variable(1.0)
+
+        def __call__(self, features, training):
+            return self.w * tf.cast(features["x"], tf.float32)
+
+        def loss(self, labels, predictions):
+            return tf.square(labels - predictions)
+    plain = build_model(Plain())
+    assert metric_names(plain) == [] and step_metrics(plain, labels, plain({"x": labels}, True)) == {}
+    assert unpack(pack(tf.constant(0.5), {}), []) == (0.5, None)
+
+    kv = MemoryKV()
+    rep = ProgressReporter(kv, "chief:0", log_every=0.0)
+    with caplog.at_level("INFO", logger="tfyarn.train.progress"):
+        rep.report(step=1, epoch=0, loss=loss, examples=4, metrics=metrics)
+    assert f"accuracy {metrics['accuracy']:.4f}" in caplog.text
+    assert rep.snapshot()["metrics"] == metrics and rep.final()["metrics"] == metrics
+    bare = ProgressReporter(kv, "worker:0")
+    bare.report(step=1, epoch=0, loss=0.5, examples=4)
+    assert "metrics" not in bare.snapshot() and bare.final()["metrics"] == {}
+
+
+def _run(spec, workdir: Path, timeout: float = 200, logs: dict | None = None) -> dict:
     with LocalCluster(spec, workdir) as c:
         c.start()
         codes = c.wait(timeout=timeout)
         assert codes == {t: 0 for t in c.procs}, "\n".join(f"--- {t}\n{c.log(t)[-4000:]}" for t in c.procs)
+        if logs is not None:
+            logs.update({t: c.log(t) for t in c.procs})
     return json.loads((Path(spec.checkpoint.dir.removeprefix("file://")) / "summary.json").read_text())
 
 
@@ -174,8 +222,12 @@ def test_keras_model_trains_in_allreduce_with_keras_optimizer_evaluator_export_a
             "export": {"dir": str(tmp_path / "models")}}
     spec = _spec(mode="allreduce", **over, roles={"chief": {"instances": 1}, "worker": {"instances": 1},
                                                   "evaluator": {"instances": 1}})
-    first = _run(spec, tmp_path / "run1")
+    logs: dict = {}
+    first = _run(spec, tmp_path / "run1", logs=logs)
     assert first["global_step"] == first["total_steps"] == 5 and first["mode"] == "allreduce"
+    # the compiled metric, from the training step itself: in the chief's log and in the summary
+    assert list(first["metrics"]) == ["accuracy"] and 0 <= first["metrics"]["accuracy"] <= 1
+    assert re.search(r"ran 5 steps .*last loss \S+, accuracy \d\.\d{4}", logs["chief:0"]), logs["chief:0"][-3000:]
     assert first["last_loss"] < first["first_loss"] * 1.05
     keys = [k for k, _ in __import__("tensorflow").train.list_variables(str(ckpt / "ckpt-5"))]
     assert any(k.startswith("optimizer/") and "_variables" in k for k in keys), keys   # Adam's slots checkpointed
@@ -196,8 +248,11 @@ def test_keras_model_trains_in_sync_ps_mode_with_the_v1_twin_export_and_warm_sta
     params = {**SMALL, "optimizer": "SGD", "learning_rate": 0.2}
     spec = _spec(mode="ps", sync=True, data=data, params=params, export={"dir": str(tmp_path / "models")},
                  checkpoint={"dir": str(tmp_path / "ckpt"), "every_steps": 2, "every_secs": None})
-    first = _run(spec, tmp_path / "run1")
+    logs: dict = {}
+    first = _run(spec, tmp_path / "run1", logs=logs)
     assert first["global_step"] == first["total_steps"] == 5 and first["num_ps"] == 2
+    assert list(first["metrics"]) == ["accuracy"] and 0 <= first["metrics"]["accuracy"] <= 1
+    assert re.search(r"training done: .*loss \S+ -> \S+, accuracy \d\.\d{4}", logs["chief:0"]), logs["chief:0"][-3000:]
     assert first["last_loss"] < first["first_loss"]
     _check_export(spec, tmp_path / "models" / "5")
     # warm start: a new job (own checkpoint dir) starts its model from the first job's final checkpoint

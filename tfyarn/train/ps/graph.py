@@ -9,6 +9,7 @@ from typing import Any
 from tfyarn.train.inputs import placeholders as input_placeholders
 from tfyarn.train.model import build_model, split_features
 from tfyarn.train.ps.placement import SizeBalancer, plan_placement, variable_sizes
+from tfyarn.train.step_metrics import step_metrics
 
 
 @dataclass
@@ -32,6 +33,7 @@ class TrainGraph:
     all_finite: Any  # every trainable variable free of NaN/inf (checked after a checkpoint is written)
     sync: "LockstepSync | None" = None
     placement: dict[str, int] = field(default_factory=dict)
+    metrics: dict[str, Any] = field(default_factory=dict)  # compiled metrics of the step's batch, fetched with loss
 
 
 class LockstepSync:
@@ -130,6 +132,7 @@ def build_graph(ctx: Any, model: Any) -> TrainGraph:
             feats, labels = split_features(placeholders, spec.data.label)
             predictions = model(feats, training=True)
             loss = tf.reduce_mean(model.loss(labels, predictions), name="loss")
+            metrics = step_metrics(model, labels, predictions)  # the same predictions: no second forward pass
             opt = model.optimizer()
             gvs = [(g, v) for g, v in opt.compute_gradients(loss, var_list=model.trainable_variables) if g is not None]
             if not gvs:
@@ -191,4 +194,5 @@ def build_graph(ctx: Any, model: Any) -> TrainGraph:
         all_finite=all_finite,
         sync=sync,
         placement=dict(balancer.placed),
+        metrics=metrics,
     )

@@ -20,6 +20,7 @@ from tfyarn.train.history import restart_number
 from tfyarn.train.inputs import feed_values
 from tfyarn.train.progress import (
     ProgressReporter,
+    fmt_metrics,
     publish_total_steps,
     run_summary,
     skip_counts,
@@ -225,7 +226,8 @@ def _run(
     if ckpt:
         ckpt.last_step = gs0
     names = list(tg.placeholders)
-    step_fn = sess.make_callable([tg.train_op, tg.loss], feed_list=[p for n in names for p in tg.feeds[n]])
+    fetches = [tg.train_op, tg.loss, *tg.metrics.values()]  # the compiled metrics ride on the step's own run
+    step_fn = sess.make_callable(fetches, feed_list=[p for n in names for p in tg.feeds[n]])
     aggregator = None
     if spec.sync and ctx.is_chief:
         aggregator = _Aggregator(sess, tg, target, gs0)
@@ -236,7 +238,7 @@ def _run(
     progress.begin()
     t_first = None
     for e, batch in feeder.run(epoch, start):
-        gs, loss = step_fn(*feed_values(batch, names, tg.feeds))
+        gs, loss, *values = step_fn(*feed_values(batch, names, tg.feeds))
         gs = int(gs)
         local += 1
         if t_first is None:
@@ -250,6 +252,7 @@ def _run(
             loss=loss,
             global_step=gs,
             examples=len(batch[label]) if label else spec.data.batch_size,
+            metrics=dict(zip(tg.metrics, map(float, values))) if values else None,
         )
         if aggregator is not None and aggregator.error is not None:
             raise RuntimeError(f"sync aggregation failed: {aggregator.error}") from aggregator.error
@@ -264,13 +267,14 @@ def _run(
         "train_start": progress.start,
     }
     log.info(
-        "%s: finished %d local steps (global step %d), %.0f examples/s, loss %s -> %s",
+        "%s: finished %d local steps (global step %d), %.0f examples/s, loss %s -> %s%s",
         ctx.task_id,
         mine["steps"],
         gs,
         mine["examples_per_sec"],
         mine["first_loss"],
         mine["last_loss"],
+        fmt_metrics(mine.get("metrics")),
     )
     if not ctx.is_chief:
         return mine
@@ -334,6 +338,7 @@ def _finish(
         examples_per_sec=round(trained / train_s, 1) if train_s > 0 else 0.0,
         first_loss=mine["first_loss"],
         last_loss=mine["last_loss"],
+        metrics=mine.get("metrics"),
         train_s=round(train_s, 3),
         last_checkpoint=(latest or {}).get("name"),
         resumed_from=ckpt.resumed_from if ckpt else None,
@@ -346,13 +351,14 @@ def _finish(
         **_rejoins(ctx.kv, ctx.training_tasks),
     )
     log.info(
-        "training done: global step %d/%d, steps per worker %s, %.0f examples/s, loss %s -> %s, %.1fs",
+        "training done: global step %d/%d, steps per worker %s, %.0f examples/s, loss %s -> %s%s, %.1fs",
         gs,
         target,
         summary["steps_per_worker"],
         summary["examples_per_sec"],
         summary["first_loss"],
         summary["last_loss"],
+        fmt_metrics(summary["metrics"]),
         elapsed,
     )
     if any(summary["rejoins"].values()):
