@@ -100,3 +100,38 @@ def test_keras_model_with_a_history_feature_trains_and_serves_it_sparse(tmp_path
     p, q = got["predictions"].numpy().reshape(-1), none["predictions"].numpy().reshape(-1)
     assert p.shape == (2,) and np.isfinite(p).all()
     assert p[1] == pytest.approx(q[1]) and p[0] != pytest.approx(q[0])   # the history reaches the served model
+
+
+def test_an_unbuilt_keras_model_is_built_on_a_sparse_history_and_a_padded_one():
+    """A subclassed model is built on example inputs: an empty SparseTensor for ``shape: [null]``, zeros
+    [1, pad_to] for a padded feature."""
+    import keras
+    import tensorflow as tf
+
+    from tfyarn.train.keras_model import wrap
+    from tfyarn.train.model import build_model
+    seen = {}
+
+    class Net(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.head = keras.layers.Dense(1)
+
+        def call(self, f):
+            seen.update({k: type(v).__name__ for k, v in f.items()})
+            bag = tf.cast(tf.sparse.reduce_sum(f["hist"], 1, keepdims=True), tf.float32)
+            return self.head(tf.concat([bag, tf.cast(f["padded"], tf.float32)], 1))
+
+    def factory():
+        m = Net()
+        m.compile(optimizer="adam", loss="mse")
+        return m
+
+    spec = load_spec_dict({"name": "u", "model": "m:f", "mode": "allreduce", "roles": {"worker": {"instances": 1}},
+                           "data": {"train": ["x"], "batch_size": 4, "features": {
+                               "hist": {"dtype": "int64", "shape": [None]},
+                               "padded": {"dtype": "int64", "shape": [None], "pad_to": 3},
+                               "label": {"dtype": "float32"}}}})
+    model = build_model(wrap(factory, factory(), spec.data, "m:f"))
+    assert seen == {"hist": "SparseTensor", "padded": "EagerTensor"}, seen
+    assert [tuple(v.shape) for v in model.variables] == [(4, 1), (1,)]
