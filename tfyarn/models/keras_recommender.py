@@ -96,7 +96,7 @@ def _history_bag(K: Any, emb: Any, size: int) -> Any:
     history: zeros), as TF embedding code does for a VarLenFeature."""
     import tensorflow as tf
 
-    class HistoryBag(K.layers.Layer):  # type: ignore[name-defined]
+    class HistoryBag(K.layers.Layer):
         def call(self, hist: Any) -> Any:
             ids = tf.SparseTensor(hist.indices, tf.math.floormod(hist.values, size), hist.dense_shape)
             return tf.nn.safe_embedding_lookup_sparse(tf.convert_to_tensor(emb.embeddings), ids, combiner="mean")
