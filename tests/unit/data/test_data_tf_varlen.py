@@ -40,9 +40,12 @@ def _write(directory, sizes):
         path = directory / f"part-{n}.tfrecord"
         with TFRecordWriter(str(path)) as w:
             for _ in range(size):
-                rec = {"rid": np.int64(rid), "label": np.float32(rid % 2),
-                       "hist": rng.integers(0, 1000, int(rng.integers(0, 6))).astype(np.int64),
-                       "tags": rng.normal(size=int(rng.integers(0, 6))).astype(np.float32)}
+                rec = {
+                    "rid": np.int64(rid),
+                    "label": np.float32(rid % 2),
+                    "hist": rng.integers(0, 1000, int(rng.integers(0, 6))).astype(np.int64),
+                    "tags": rng.normal(size=int(rng.integers(0, 6))).astype(np.float32),
+                }
                 if rid % 3:
                     rec["k"] = np.int64(rid)
                 payloads[rid] = encode_example(rec, KINDS)
@@ -62,13 +65,18 @@ def test_train_dataset_gives_a_sparse_tensor_and_padded_dense_equal_to_parse_exa
     from tfyarn.data.tf_dataset import bind
 
     files, payloads = _write(tmp_path / "data", [130, 70])
-    spec = load_spec_dict({"name": "v", "entrypoint": "t.py", "mode": "allreduce",
-                           "roles": {"chief": {"instances": 1}, "worker": {"instances": 1}},
-                           "data": {"train": files, "features": FEATURES, "batch_size": 32, "epochs": 2,
-                                    "shuffle_buffer": 50}})
+    spec = load_spec_dict(
+        {
+            "name": "v",
+            "entrypoint": "t.py",
+            "mode": "allreduce",
+            "roles": {"chief": {"instances": 1}, "worker": {"instances": 1}},
+            "data": {"train": files, "features": FEATURES, "batch_size": 32, "epochs": 2, "shuffle_buffer": 50},
+        }
+    )
     bind(spec.data, 1, 2)
     steps = tfyarn.data.steps_per_epoch()
-    assert steps == 3                                     # 200 records, 2 workers, batches of 32
+    assert steps == 3  # 200 records, 2 workers, batches of 32
     fed, by_tf = tfyarn.data.train_dataset(), tfyarn.data.train_dataset(worker=1)
     for ds in (fed, by_tf):
         feats, label = ds.element_spec
@@ -90,5 +98,5 @@ def test_train_dataset_gives_a_sparse_tensor_and_padded_dense_equal_to_parse_exa
             np.testing.assert_array_equal(feats["k"].numpy(), want["k"].numpy())
             np.testing.assert_array_equal(label.numpy(), want["label"].numpy())
         assert n == 2 * steps, (which, n)
-    assert seen["fed"] == seen["by_tf"] and len(seen["fed"]) > 32   # the same share by either reader
-    assert any(r % 3 == 0 for r in seen["fed"])          # records without k (their k: the default) were read
+    assert seen["fed"] == seen["by_tf"] and len(seen["fed"]) > 32  # the same share by either reader
+    assert any(r % 3 == 0 for r in seen["fed"])  # records without k (their k: the default) were read
