@@ -117,10 +117,32 @@ def train_dataset(epoch: int | None = None, worker: int | None = None) -> Any:
 
 
 def _signature(b: _Binding) -> dict[str, Any]:
+    """The batch's TypeSpecs: a variable-length feature is a SparseTensorSpec [B, None] (dense [B, N] with
+    ``pad_to``), as tfyarn's own loops give it (``tfyarn.train.inputs``, a floor above this one)."""
     import tensorflow as tf
 
-    d = b.data
-    return {n: tf.TensorSpec((d.batch_size, *f.shape), _tf_dtype(f.dtype), name=n) for n, f in d.features.items()}
+    d, out = b.data, {}
+    for n, f in d.features.items():
+        if f.varlen and f.pad_to is None:
+            out[n] = tf.SparseTensorSpec([d.batch_size, None], _tf_dtype(f.dtype))
+        else:
+            out[n] = tf.TensorSpec((d.batch_size, *_dims(f)), _tf_dtype(f.dtype), name=n)
+    return out
+
+
+def _dims(f: Any) -> tuple[int, ...]:
+    """A dense feature's dimensions after the batch (a padded variable-length one: ``(pad_to,)``)."""
+    return (f.pad_to,) if f.varlen else tuple(f.shape)
+
+
+def _tf_values(batch: dict[str, Any]) -> dict[str, Any]:
+    """A feeder batch for ``from_generator``: a variable-length column's SparseValue as TF's
+    SparseTensorValue (what a SparseTensorSpec element is fed as)."""
+    import tensorflow as tf
+
+    from tfyarn.data.ragged import SparseValue
+
+    return {k: tf.compat.v1.SparseTensorValue(*v) if isinstance(v, SparseValue) else v for k, v in batch.items()}
 
 
 def _tf_dtype(name: str) -> Any:
@@ -163,7 +185,7 @@ def _feeder_pipeline(b: _Binding, plan_steps: list[tuple[int, int]]) -> Any:
                 for i, batch in enumerate(feeder.epoch(e)):
                     if i >= n:
                         break
-                    yield batch
+                    yield _tf_values(batch)
 
     ds = tf.data.Dataset.from_generator(batches, output_signature=_signature(b))
     return ds.map(_split(d.label)).prefetch(2)
@@ -176,17 +198,22 @@ def _tf_pipeline(b: _Binding, plan_steps: list[tuple[int, int]], worker: int) ->
     d = b.data
     if not 0 <= worker < b.num_workers:
         raise ValueError(f"worker={worker}: the job has {b.num_workers} training workers")
-    spec = {
-        n: tf.io.FixedLenFeature(
-            f.shape, tf.int64 if "int" in f.dtype else tf.float32 if "float" in f.dtype else tf.string
-        )
-        for n, f in d.features.items()
-    }
+    spec = {n: _parse_spec(f) for n, f in d.features.items()}
     dtypes = {n: _tf_dtype(f.dtype) for n, f in d.features.items()}
 
     def parse(serialized: Any) -> Any:
         parsed = tf.io.parse_example(serialized, spec)
-        return {n: tf.cast(v, dtypes[n]) if v.dtype != dtypes[n] else v for n, v in parsed.items()}
+        out = {}
+        for n, v in parsed.items():
+            f = d.features[n]
+            if f.varlen and f.pad_to is not None:  # dense [B, pad_to]: truncated, padded with default
+                v = _pad(v, d.batch_size, f.pad_to, _default(f))
+            if isinstance(v, tf.SparseTensor):  # [B, None] as the feeder's pipeline declares it
+                out[n] = tf.SparseTensor(v.indices, tf.cast(v.values, dtypes[n]), v.dense_shape)
+                out[n].set_shape([d.batch_size, None])
+            else:
+                out[n] = tf.cast(v, dtypes[n]) if v.dtype != dtypes[n] else v
+        return out
 
     parts = []
     for e, n in plan_steps:
@@ -202,3 +229,37 @@ def _tf_pipeline(b: _Binding, plan_steps: list[tuple[int, int]], worker: int) ->
     for p in parts[1:]:
         ds = ds.concatenate(p)
     return ds.map(parse).map(_split(d.label)).prefetch(2)
+
+
+def _wire(f: Any) -> Any:
+    """The Example list a feature is stored in (int64, float or bytes)."""
+    import tensorflow as tf
+
+    return tf.int64 if "int" in f.dtype else tf.float32 if "float" in f.dtype else tf.string
+
+
+def _default(f: Any) -> Any:
+    """The spec's ``default`` (a padded list's filler: 0 or the empty string when not given)."""
+    return f.default if f.default is not None else ("" if _wire(f).name == "string" else 0)
+
+
+def _parse_spec(f: Any) -> Any:
+    """TF's parse spec of a feature: a VarLenFeature for a variable-length list, else fixed (with the spec's
+    ``default`` for a record that lacks it)."""
+    import tensorflow as tf
+
+    if f.varlen:
+        return tf.io.VarLenFeature(_wire(f))
+    if f.default is None:
+        return tf.io.FixedLenFeature(f.shape, _wire(f))
+    value = f.default if f.shape == () else [f.default] * int(f.size)
+    return tf.io.FixedLenFeature(f.shape, _wire(f), default_value=value)
+
+
+def _pad(sp: Any, batch: int, width: int, default: Any) -> Any:
+    """A SparseTensor [batch, any] → dense [batch, width]: rows truncated or padded with ``default``."""
+    import tensorflow as tf
+
+    dense = tf.sparse.to_dense(sp, default_value=tf.constant(default, sp.dtype))[:, :width]
+    padding = tf.fill([tf.shape(dense)[0], width - tf.shape(dense)[1]], tf.constant(default, sp.dtype))
+    return tf.ensure_shape(tf.concat([dense, padding], 1), [batch, width])

@@ -3,6 +3,9 @@ brings to ``model:`` — Embedding + Dense + a custom layer, compiled with a los
 
 Same data schema as :mod:`tfyarn.models.recommender` (``label``, ``user_id``, ``item_id``). ``kind`` picks the
 Keras style: ``functional`` (inputs named after the features), ``subclassed`` (takes the feature dict).
+``history: hist`` (functional only) adds a variable-length feature of item ids (``shape: [null]``) as a sparse Keras
+input, ``keras.Input(shape=(None,), sparse=True, dtype="int64", name="hist")``, fed a ``tf.SparseTensor``: the
+mean of its item embeddings (``tf.nn.safe_embedding_lookup_sparse``) is added to the item's.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ def model(
     optimizer: str = "Adam",
     kind: str = "functional",
     keras: str = "keras",
+    history: str | None = None,
 ) -> Any:
     """``model: tfyarn.models.keras_recommender:model``; params as the signature (``optimizer``: a Keras optimizer
     class name; ``keras``: ``keras`` or ``tf_keras``)."""
@@ -54,11 +58,17 @@ def model(
     mlp = K.layers.Dense(hidden, activation="relu", name="hidden")
     head = K.layers.Dense(1, name="logit")
     users, items = ModuloIds(num_users, name="user_rows"), ModuloIds(num_items, name="item_rows")
+    if history is not None and kind != "functional":
+        raise ValueError("history: only with kind: functional")
     if kind == "functional":
         u = K.Input(shape=(), dtype="int64", name="user_id")
         i = K.Input(shape=(), dtype="int64", name="item_id")
-        x = K.layers.Concatenate()([user_emb(users(u)), item_emb(items(i))])
-        net = K.Model({"user_id": u, "item_id": i}, head(mlp(x)), name="keras_recommender")
+        inputs, item = {"user_id": u, "item_id": i}, item_emb(items(i))
+        if history is not None:
+            inputs[history] = K.Input(shape=(None,), sparse=True, dtype="int64", name=history)
+            item = K.layers.Add()([item, _history_bag(K, item_emb, num_items)(inputs[history])])
+        x = K.layers.Concatenate()([user_emb(users(u)), item])
+        net = K.Model(inputs, head(mlp(x)), name="keras_recommender")
     elif kind == "subclassed":
 
         class Recommender(K.Model):  # type: ignore[name-defined]
@@ -79,3 +89,16 @@ def model(
         metrics=["accuracy"],
     )
     return net
+
+
+def _history_bag(K: Any, emb: Any, size: int) -> Any:
+    """A layer: a SparseTensor of item ids [B, any] → the mean of their rows of ``emb`` [B, dim] (an empty
+    history: zeros), as TF embedding code does for a VarLenFeature."""
+    import tensorflow as tf
+
+    class HistoryBag(K.layers.Layer):
+        def call(self, hist: Any) -> Any:
+            ids = tf.SparseTensor(hist.indices, tf.math.floormod(hist.values, size), hist.dense_shape)
+            return tf.nn.safe_embedding_lookup_sparse(tf.convert_to_tensor(emb.embeddings), ids, combiner="mean")
+
+    return HistoryBag(name="history_bag")

@@ -258,8 +258,12 @@ class KerasModel:
     def _example_inputs(self) -> Any:
         import tensorflow as tf
 
-        feats = {
-            n: tf.zeros((1, *f.shape), tf.string if f.dtype == "bytes" else tf.as_dtype(f.dtype))
+        from tfyarn.train.inputs import dims, is_sparse, tf_dtype
+
+        feats = {  # a variable-length feature: an empty SparseTensor [1, 1] (dense [1, pad_to] with pad_to)
+            n: tf.SparseTensor(tf.zeros([0, 2], tf.int64), tf.zeros([0], tf_dtype(f.dtype)), [1, 1])
+            if is_sparse(f)
+            else tf.zeros((1, *dims(f)), tf_dtype(f.dtype))
             for n, f in self.features.items()
             if n != self.label
         }
