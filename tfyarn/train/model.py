@@ -148,20 +148,6 @@ def split_features(batch: dict[str, Any], label: str | None) -> tuple[dict[str, 
     return feats, (batch[label] if label is not None else None)
 
 
-def tf_dtype(name: str) -> Any:
-    """Spec dtype name → tf.DType (``bytes`` and ``string`` are both tf.string)."""
-    import tensorflow as tf
-
-    return {
-        "float32": tf.float32,
-        "float64": tf.float64,
-        "int64": tf.int64,
-        "int32": tf.int32,
-        "string": tf.string,
-        "bytes": tf.string,
-    }[name]
-
-
 def input_signature(features: dict[str, Any], batch_size: int | None, exclude: str | None = None) -> dict[str, Any]:
     """One TensorSpec per spec feature (but ``exclude``), leading dim ``batch_size``: a fixed signature is traced
     once for the run. A variable-length feature: a SparseTensorSpec (``tfyarn.train.inputs``)."""
