@@ -54,6 +54,8 @@ def dom(url: str, budget_ms: int = 3000, timeout: float = 60) -> str:
 
 
 def screenshot(url: str, path: Path, budget_ms: int = 3000, timeout: float = 60) -> Path:
+    """A PNG of the page at ``path`` (its directory made: chromium does not make it)."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     proc = _run([f"--virtual-time-budget={budget_ms}", f"--screenshot={path}", url], timeout)
     assert proc.returncode == 0 and Path(path).stat().st_size > 0, (
         f"no screenshot of {url}: {proc.stderr[-2000:]}"

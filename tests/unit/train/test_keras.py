@@ -245,7 +245,7 @@ def test_keras_model_trains_in_allreduce_with_keras_optimizer_evaluator_export_a
 def test_keras_model_trains_in_sync_ps_mode_with_the_v1_twin_export_and_warm_start(tmp_path):
     train = write_recommender_files(tmp_path / "train", [1200, 800])
     data = {"train": train, "features": RECOMMENDER_FEATURES, "batch_size": 200, "epochs": 1}
-    params = {**SMALL, "optimizer": "SGD", "learning_rate": 0.2}
+    params = {**SMALL, "optimizer": "SGD", "learning_rate": 1.0}
     spec = _spec(mode="ps", sync=True, data=data, params=params, export={"dir": str(tmp_path / "models")},
                  checkpoint={"dir": str(tmp_path / "ckpt"), "every_steps": 2, "every_secs": None})
     logs: dict = {}
