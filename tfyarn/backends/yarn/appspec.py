@@ -116,6 +116,12 @@ def _files(shipped: Shipped) -> dict[str, Any]:
 MASTER_ENV = {"JDK_JAVA_OPTIONS": "--add-opens=java.base/java.util=ALL-UNNAMED"}
 
 
+def free_restarts(spec: JobSpec, role: str) -> bool:
+    """Does skein get triage.FREE_RESTARTS more for this role? A role that can rejoin and whose failures end the
+    app once the spec's budget is spent (so not a side role, whose failures are allowed)."""
+    return rejoins(spec, role) and role not in SIDECAR_ROLES
+
+
 def rejoins(spec: JobSpec, role: str) -> bool:
     """Can a replacement of this role's task join the running job (spec.py allows it ``max_restarts``)? Async ps
     workers and the side roles; not a ps, the chief, a sync ps or allreduce worker (those need a new attempt)."""
@@ -156,7 +162,9 @@ def build_application_spec(
             # max_restarts x instances, enforced by the container's exit report (runtime/exit_report.py), which
             # counts only the failures triage puts on the task. A role that can rejoin gets FREE_RESTARTS more
             # per task from skein: a preempted container or a lost node's is replaced without using the budget.
-            max_restarts=(r.max_restarts + (FREE_RESTARTS if rejoins(spec, role) else 0)) * r.instances
+            # Not a side role (allow_failures): its failures never end the app, so no exit report could hold
+            # a failing one (a tensorboard that cannot start) to the spec's budget.
+            max_restarts=(r.max_restarts + (FREE_RESTARTS * free_restarts(spec, role))) * r.instances
             if r.restart != "never"
             else 0,
             allow_failures=role in SIDECAR_ROLES,

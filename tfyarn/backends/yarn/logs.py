@@ -177,9 +177,10 @@ class LogReader(StatusReader):
 
 
 def _shows(task: str | None, label: str, container_id: str) -> bool:
-    """``task`` selects the log of ``label``; the in-app supervisor's only when asked for by name (it is no task)."""
+    """``task`` selects the log of ``label``; the in-app supervisor's and the application master's only when asked
+    for by name (they are no tasks; the master's JVM notes its JDK_JAVA_OPTIONS on stderr)."""
     if task is None:
-        return label.split(":")[0] != appspec.SUPERVISOR_SERVICE
+        return label.split(":")[0] not in (appspec.SUPERVISOR_SERVICE, "master")
     return task_matches(task, label, container_id)
 
 
