@@ -225,10 +225,13 @@ def preload_plotting() -> None:
         pass
 
 
-def history_figure(points: list[dict[str, Any]], title: str, t0: float | None = None) -> Any:
+def history_figure(
+    points: list[dict[str, Any]], title: str, t0: float | None = None, tasks: list[dict[str, Any]] | None = None
+) -> Any:
     """The report's figure (None without matplotlib): loss and examples/s over seconds since ``t0``, one colour per
     task, each task process its own line, a dashed mark where a task started again. Tick labels are plain:
-    matplotlib's automatic offset turned a short job's axis into "+1.467e1"."""
+    matplotlib's automatic offset turned a short job's axis into "+1.467e1". ``tasks`` (the final status's) adds a
+    panel of each task's memory (peak RSS against its container's) and CPU: how close each came to YARN's limit."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
@@ -236,9 +239,16 @@ def history_figure(points: list[dict[str, Any]], title: str, t0: float | None = 
         log.warning("matplotlib is not installed (pip install 'tfyarn[report]'): no plot in the run report")
         return None
     t0 = t0 if t0 is not None else min((p["time"] for p in points), default=0.0)
-    fig = Figure(figsize=(10, 7), dpi=100, layout="constrained")
+    used = [t for t in tasks or [] if (t.get("peak_rss_mib") or t.get("rss_mib")) is not None]
+    fig = Figure(figsize=(10, 7 + 0.35 * len(used) + (1 if used else 0)), dpi=100, layout="constrained")
     FigureCanvasAgg(fig)
-    ax_loss, ax_rate = fig.subplots(2, 1, sharex=True)
+    if used:
+        grid = fig.add_gridspec(3, 1, height_ratios=[3.5, 3.5, 1 + 0.35 * len(used)])
+        ax_loss = fig.add_subplot(grid[0])
+        ax_rate = fig.add_subplot(grid[1], sharex=ax_loss)
+        _resource_panel(fig.add_subplot(grid[2]), used)
+    else:
+        ax_loss, ax_rate = fig.subplots(2, 1, sharex=True)
     by_task = _by_task(points)
     for i, (task, pts) in enumerate(sorted(by_task.items())):
         colour = f"C{i % 10}"  # matplotlib's default cycle: one colour per task
@@ -279,6 +289,28 @@ def history_figure(points: list[dict[str, Any]], title: str, t0: float | None = 
     return fig
 
 
+def _resource_panel(ax: Any, tasks: list[dict[str, Any]]) -> None:
+    """One bar per task: its peak resident memory (the process tree's) against its container's memory, with its
+    last CPU %; a task at 90 % of its memory or more in red (YARN kills a container over its limit)."""
+    names = [t["task"] for t in tasks]
+    peaks = [float(t.get("peak_rss_mib") or t.get("rss_mib") or 0) for t in tasks]
+    limits = [t.get("memory_mib") for t in tasks]
+    colours = ["C3" if lim and p >= 0.9 * lim else "C0" for p, lim in zip(peaks, limits)]
+    ys = range(len(tasks))
+    ax.barh(ys, peaks, color=colours, height=0.6)
+    for y, p, lim, t in zip(ys, peaks, limits, tasks):
+        if lim:
+            ax.plot([lim, lim], [y - 0.4, y + 0.4], color="black", linewidth=1.5)
+        cpu = t.get("cpu_percent")
+        text = f"{p:,.0f}" + (f" / {lim:,} MiB" if lim else " MiB") + (f" · CPU {cpu:.0f} %" if cpu is not None else "")
+        ax.annotate(text, (p, y), xytext=(4, 0), textcoords="offset points", va="center", fontsize="small")
+    ax.set_yticks(list(ys), names)
+    ax.invert_yaxis()
+    ax.set_xlabel("peak resident memory, MiB (black: the container's memory)")
+    ax.set_xlim(0, max([*peaks, *(lim or 0 for lim in limits)]) * 1.35 or 1)
+    ax.grid(True, axis="x", alpha=0.3)
+
+
 def _upload(local: Path, url: str) -> None:
     retry(lambda: _upload_once(local, url), "report upload to", url)
 
@@ -315,7 +347,7 @@ def write_run_report(
     report = build_report(status, points)
     report["recorded_by_tasks"] = sorted({p["task"] for p in recorded})
     title = f"{status.get('name')} ({status.get('app_id')}) {status.get('state')}"
-    fig = history_figure(points, title, t0=status.get("started"))
+    fig = history_figure(points, title, t0=status.get("started"), tasks=status.get("tasks"))
     if fig is not None:
         fig.savefig(str(app_dir / REPORT_PNG))
         report["plot"] = REPORT_PNG

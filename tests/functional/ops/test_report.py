@@ -52,7 +52,7 @@ def test_report_next_to_checkpoints_and_in_app_dir(finished_run):
     app_dir = tmp / "home" / "apps" / st.app_id
     for d in (app_dir, tmp / "ckpt"):
         assert (d / "report.json").exists() and (d / "report.png").exists() and (d / "progress.jsonl").exists(), d
-        assert _png_size(d / "report.png") == (1000, 700)
+        assert _png_size(d / "report.png") == (1000, 870)  # 700 + the memory panel: 100 + 35 per task (2)
     rep = json.loads((tmp / "ckpt" / "report.json").read_text())
     assert rep["schema"] == "tfyarn.report/1" and rep["state"] == "SUCCEEDED" and rep["plot"] == "report.png"
     assert set(rep["tasks"]) == {"chief:0", "worker:0"}
@@ -88,7 +88,7 @@ def test_cli_report_prints_fetches_and_copies(finished_run, tmp_path):
                                         "--output", "json"), capture_output=True, text=True, env=env, timeout=60)
     assert fetched.returncode == 0, fetched.stderr
     assert json.loads(fetched.stdout)["app_id"] == st.app_id
-    assert _png_size(tmp_path / "got" / "report.png") == (1000, 700)
+    assert _png_size(tmp_path / "got" / "report.png") == (1000, 870)
 
     missing = subprocess.run(tfyarn_cmd("report", "application_1_0001"), capture_output=True, text=True, env=env,
                              timeout=60)
@@ -245,3 +245,24 @@ def test_a_process_killed_before_its_first_upload_keeps_its_samples_and_its_rest
     assert [p["time"] for p in merged if p["task"] == "worker:0"] == [1.0, 3.0, 10.0, 11.0, 12.0, 13.0]
     assert [p["time"] for p in merged if p["task"] == "chief:0"] == [1.0, 2.0, 3.0, 4.0]   # its sample dropped
     assert [(r["task"], r["time"], r["kind"]) for r in restarts(merged)] == [("worker:0", 10.0, "restart")]
+
+
+def test_report_has_a_memory_panel_per_task_when_the_status_has_their_memory():
+    """Issue 32: the run report shows each task's peak RSS against its container's memory and its CPU; one at 90 %
+    or more is drawn in red (YARN would kill it past its limit)."""
+    from tfyarn.report import history_figure
+
+    pts = [{"task": "chief:0", "time": 10.0 + i, "step": i, "loss": 1.0 / (i + 1)} for i in range(5)]
+    tasks = [{"task": "chief:0", "peak_rss_mib": 1900, "memory_mib": 2048, "cpu_percent": 95.0},
+             {"task": "worker:0", "peak_rss_mib": 600, "memory_mib": 2048, "cpu_percent": 40.0},
+             {"task": "ps:0", "peak_rss_mib": None, "memory_mib": 1024}]          # never reported: no bar
+    fig = history_figure(pts, "t", t0=10.0, tasks=tasks)
+    fig.canvas.draw()
+    panel = fig.axes[2]
+    assert [t.get_text() for t in panel.get_yticklabels()] == ["chief:0", "worker:0"]
+    bars = panel.patches
+    assert [b.get_width() for b in bars] == [1900.0, 600.0]
+    assert bars[0].get_facecolor() != bars[1].get_facecolor()      # chief at 93 %: the warning colour
+    texts = [t.get_text() for t in panel.texts]
+    assert texts == ["1,900 / 2,048 MiB · CPU 95 %", "600 / 2,048 MiB · CPU 40 %"], texts
+    assert len(history_figure(pts, "t", t0=10.0).axes) == 2                       # no tasks: no panel
