@@ -169,7 +169,7 @@ def run(ctx: TaskContext, finish: Callable[[], None] | None = None) -> dict[str,
     global _REPORTER, _HEARTBEAT
     from tfyarn.data.tf_dataset import bind
     from tfyarn.train.helpers import index_cache
-    from tfyarn.train.progress import ProgressReporter, run_summary, write_summary
+    from tfyarn.train.progress import ProgressReporter, loop_summary, write_summary
 
     spec = ctx.spec
     cache = index_cache(spec) if spec.has_data else None
@@ -203,19 +203,7 @@ def run(ctx: TaskContext, finish: Callable[[], None] | None = None) -> dict[str,
         mine.get("steps") or 0,
     )
     if ctx.is_chief:
-        summary = run_summary(
-            ctx,
-            global_step=_REPORTER.global_step,
-            total_steps=None,
-            steps_per_worker=None,
-            examples_per_sec=mine["examples_per_sec"],
-            first_loss=mine["first_loss"],
-            last_loss=mine["last_loss"],
-            train_s=mine["elapsed_s"],
-            custom=True,
-            entrypoint=spec.entrypoint,
-            elapsed_s=round(time.monotonic() - t0, 3),
-        )
+        summary = loop_summary(ctx, _REPORTER.global_step, mine, t0, entrypoint=spec.entrypoint)
         write_summary(ctx, summary)
         ctx.kv.put(DONE_KEY, "1")
     return mine

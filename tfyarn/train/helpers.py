@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from tfyarn.runtime.context import DONE_KEY
-from tfyarn.train.progress import ProgressReporter, run_summary, write_summary
+from tfyarn.train.progress import ProgressReporter, loop_summary, write_summary
 
 log = logging.getLogger("tfyarn.train")
 
@@ -159,18 +159,7 @@ def run_custom(ctx: Any, fn: Callable) -> Any:
     result = fn(ctx, helpers)
     mine = progress.final()
     if ctx.is_chief:
-        summary = run_summary(
-            ctx,
-            global_step=progress.global_step,
-            total_steps=None,
-            steps_per_worker=None,
-            examples_per_sec=mine["examples_per_sec"],
-            first_loss=mine["first_loss"],
-            last_loss=mine["last_loss"],
-            train_s=mine["elapsed_s"],
-            custom=True,
-            elapsed_s=round(time.monotonic() - t0, 3),
-        )
+        summary = loop_summary(ctx, progress.global_step, mine, t0)
         if isinstance(result, dict):
             summary.update(jsonable(result, "the custom train function's result"))
         summary.update(jsonable(helpers.summary_extra, "helpers.summary_extra"))

@@ -333,6 +333,24 @@ def run_summary(
     }
 
 
+def loop_summary(ctx: Any, global_step: int, mine: dict[str, Any], t0: float, **extra: Any) -> dict[str, Any]:
+    """The summary of a loop tfyarn did not plan (a ``@custom_train`` function, the user's own program): no planned
+    total or per-worker steps, only what its reporter's :meth:`ProgressReporter.final` (``mine``) saw since ``t0``."""
+    return run_summary(
+        ctx,
+        global_step=global_step,
+        total_steps=None,
+        steps_per_worker=None,
+        examples_per_sec=mine["examples_per_sec"],
+        first_loss=mine["first_loss"],
+        last_loss=mine["last_loss"],
+        train_s=mine["elapsed_s"],
+        custom=True,
+        elapsed_s=round(time.monotonic() - t0, 3),
+        **extra,
+    )
+
+
 def write_summary(ctx: Any, summary: dict[str, Any]) -> str:
     """Write the summary JSON next to the checkpoints, else in the task's workdir (fsspec: temp name then rename), and
     put it in the KV ``summary``; returns its URL."""
