@@ -39,7 +39,7 @@ def skein() -> ModuleType:
         return importlib.import_module("skein")
     pkg, ver = ModuleType("distutils"), ModuleType("distutils.version")
     pkg.__path__ = []
-    vars(ver).update(LooseVersion=_LooseVersion)  # (typeshed's ModuleType declares no other attributes)
+    vars(ver).update(LooseVersion=_LooseVersion)  # (typeshed's ModuleType takes no new attributes)
     vars(pkg).update(version=ver)
     sys.modules["distutils"], sys.modules["distutils.version"] = pkg, ver
     try:

@@ -50,8 +50,8 @@ class SpecError(TfyarnError):
 
 
 class PreflightError(TfyarnError):
-    """The cluster or the data cannot run this spec (checked before anything is uploaded). ``problems``: one line
-    each when preflight's checks found several (empty for a single problem in the message)."""
+    """The cluster or the data cannot run this spec (checked before anything is uploaded).
+    ``problems``: one line each when preflight's checks found several (else empty)."""
 
     exit_code = ExitCode.INVALID
 

@@ -517,8 +517,9 @@ class JobSpec(_Model):
 
     # -- derived facts used by every backend and the runtime ---------------------------------------------------------
     def role(self, name: str) -> Role:
-        """The :class:`Role` ``name``, looked up by a plain string (the role part of a task id; ``roles`` is keyed by
-        :data:`RoleName`). KeyError when the spec has no such role, as ``roles[name]``."""
+        """The :class:`Role` ``name``, looked up by a plain string (the role part of a task id;
+        ``roles`` is keyed by :data:`RoleName`). KeyError when the spec has none, as
+        ``roles[name]``."""
         for key in ROLE_ORDER:
             if key == name:
                 return self.roles[key]

@@ -125,8 +125,8 @@ class _Gunzip(gzip.GzipFile):
         super().__init__(fileobj=fileobj, mode="rb")
         self._path = path
         if own:
-            # closed with this stream (GzipFile leaves a passed-in file open); typeshed says FileIO, gzip only
-            # calls its close()
+            # closed with this stream (GzipFile leaves a passed-in file open); typeshed says
+            # FileIO, gzip only calls its close()
             self.myfileobj = cast(FileIO, fileobj)
 
     def _failed(self, exc: Exception) -> DataError:
@@ -148,7 +148,7 @@ class _Gunzip(gzip.GzipFile):
 def open_records(path: str, gz: bool) -> IO[bytes]:
     """A binary stream of TFRecord bytes (decompressed when ``gz``). The caller closes it."""
     f = open_read(path)  # HDFS: a DataNode fault reopens the file at the same offset (tfyarn.fsretry)
-    return cast("IO[bytes]", _Gunzip(f, path, own=True)) if gz else f  # (typeshed: GzipFile is no IO)
+    return cast("IO[bytes]", _Gunzip(f, path, own=True)) if gz else f  # (GzipFile: no IO)
 
 
 def first_record(f: IO[bytes], path: str, compression: str = "auto", limit: int = 64 << 20) -> bytes | None:
@@ -364,7 +364,7 @@ def iter_chunks(
                 elif n:
                     lens = fr.lengths()
                     good, bad = payloads_and_check(buf, arr, offs, lens, check_crc)
-                    payloads = cast("list[bytes | None]", good)  # None marks a skipped record (below)
+                    payloads = cast("list[bytes | None]", good)  # None: skipped (below)
                     skipped: list[DataError] = []
                     for i in bad.tolist():
                         at = base + int(fr.offsets[i])

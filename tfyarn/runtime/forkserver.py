@@ -129,7 +129,7 @@ def _finalize() -> None:
     import atexit
     import threading
 
-    vars(threading)["_shutdown"]()  # what Py_FinalizeEx calls (private: typeshed does not declare it)
+    vars(threading)["_shutdown"]()  # what Py_FinalizeEx calls (private: not in typeshed)
     atexit._run_exitfuncs()
 
 

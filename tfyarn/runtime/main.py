@@ -59,8 +59,8 @@ def _identity(kv: KV, instances_of: Callable[[str], int]) -> tuple[str, int]:
         raise RuntimeError("neither TFYARN_INDEX nor SKEIN_CONTAINER_ID is set: cannot tell which task this is")
     from tfyarn.runtime.kv_yarn import SkeinKV, claim_task_index
 
-    if not isinstance(kv, SkeinKV):  # only skein's KV can claim a slot (a YARN container's: make_kv)
-        raise RuntimeError(f"TFYARN_INDEX is not set and the KV is {type(kv).__name__}: cannot claim a task index")
+    if not isinstance(kv, SkeinKV):  # only skein's KV claims slots (a YARN container's: make_kv)
+        raise RuntimeError(f"no TFYARN_INDEX, and a {type(kv).__name__} cannot claim a task index")
     return role, claim_task_index(kv, role, instances_of(role), container)
 
 

@@ -76,7 +76,8 @@ def import_tensorflow() -> bool:
     if importlib.util.find_spec("tensorflow") is None:
         return False
     blocked = [name for name in KERAS_EAGER_IMPORTS if name not in sys.modules]
-    modules = cast("dict[str, ModuleType | None]", sys.modules)  # None blocks an import (typeshed's type omits it)
+    # None blocks an import (typeshed's type for sys.modules leaves it out)
+    modules = cast("dict[str, ModuleType | None]", sys.modules)
     for name in blocked:
         modules[name] = None
     try:

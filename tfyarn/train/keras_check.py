@@ -19,7 +19,7 @@ def problems(spec_json: str) -> list[str]:
     from tfyarn.train.model import build_model, load
 
     spec = load_spec_json(spec_json)
-    model: object = load(spec.model, spec.params, spec.code or None, data=spec.data)  # checked: a KerasModel?
+    model: object = load(spec.model, spec.params, spec.code or None, data=spec.data)
     if not isinstance(model, KerasModel):
         return []
     try:

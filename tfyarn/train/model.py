@@ -66,7 +66,7 @@ class Model:
 
 
 class CustomTrain(Protocol):
-    """A function marked by :func:`custom_train`: ``fn(ctx, helpers)`` runs instead of tfyarn's loop."""
+    """A function marked by :func:`custom_train`: ``fn(ctx, helpers)`` runs instead of the loop."""
 
     __tfyarn_custom_train__: bool
 
@@ -74,7 +74,7 @@ class CustomTrain(Protocol):
 
 
 class _Buildable(Protocol):
-    """What :func:`build_model` needs: a :class:`Model`, or an object duck-typed like one (the Keras adapter)."""
+    """What :func:`build_model` needs: a :class:`Model`, or one duck-typed (the Keras adapter)."""
 
     variables: list[Any]
     trainable_variables: list[Any]
@@ -140,11 +140,11 @@ def load(
 
 
 def load_model(spec: Any) -> Model:
-    """The spec's model (:func:`load`) where the model itself is needed (the evaluator, an export): a custom train
-    function has none tfyarn could build, so it is refused here, by name."""
+    """The spec's model (:func:`load`) where the model itself is needed (the evaluator, an export):
+    a custom train function has none tfyarn could build, so it is refused here, by name."""
     model = load(spec.model, spec.params, spec.code or None, data=spec.data)
     if is_custom_train(model):
-        raise TypeError(f"model {spec.model!r} is a custom train function: it has no model for tfyarn to build")
+        raise TypeError(f"model {spec.model!r} is a custom train function: no model to build")
     return model
 
 
