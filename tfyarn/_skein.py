@@ -39,8 +39,8 @@ def skein() -> ModuleType:
         return importlib.import_module("skein")
     pkg, ver = ModuleType("distutils"), ModuleType("distutils.version")
     pkg.__path__ = []
-    ver.LooseVersion = _LooseVersion  # type: ignore[attr-defined]
-    pkg.version = ver  # type: ignore[attr-defined]
+    vars(ver).update(LooseVersion=_LooseVersion)  # (typeshed's ModuleType takes no new attributes)
+    vars(pkg).update(version=ver)
     sys.modules["distutils"], sys.modules["distutils.version"] = pkg, ver
     try:
         return importlib.import_module("skein")

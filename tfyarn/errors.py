@@ -50,9 +50,14 @@ class SpecError(TfyarnError):
 
 
 class PreflightError(TfyarnError):
-    """The cluster or the data cannot run this spec (checked before anything is uploaded)."""
+    """The cluster or the data cannot run this spec (checked before anything is uploaded).
+    ``problems``: one line each when preflight's checks found several (else empty)."""
 
     exit_code = ExitCode.INVALID
+
+    def __init__(self, message: str, problems: list[str] | None = None):
+        super().__init__(message)
+        self.problems = list(problems or [])
 
 
 class WaitTimeout(TfyarnError):

@@ -578,9 +578,8 @@ def _file_checks(spec: JobSpec, get_fs: GetFs, listed: list[_Listed], count_reco
 def _raise(problems: list[str], consequence: str) -> None:
     if problems:
         n = len(problems)
-        err = PreflightError(
+        raise PreflightError(
             f"{n} problem{'s' if n != 1 else ''} found before starting the job ({consequence}):\n"
-            + "\n".join(f"  - {p}" for p in problems)
+            + "\n".join(f"  - {p}" for p in problems),
+            problems,
         )
-        err.problems = problems  # type: ignore[attr-defined]
-        raise err

@@ -208,7 +208,7 @@ class Feature(_Model):
         """Values per record (a variable-length feature: ``pad_to``, else 0 = unknown)."""
         if self.varlen:
             return self.pad_to or 0
-        return math.prod(self.shape)  # type: ignore[arg-type]
+        return math.prod(d for d in self.shape if d is not None)  # (fixed: no None, see _positive)
 
 
 class Data(_Model):
@@ -298,7 +298,7 @@ _NO_DATA = Data.model_construct(train=[], features={}, batch_size=1)
 
 
 RoleName = Literal["chief", "worker", "ps", "evaluator", "tensorboard"]
-ROLE_ORDER: tuple[str, ...] = ("chief", "worker", "ps", "evaluator", "tensorboard")
+ROLE_ORDER: tuple[RoleName, ...] = ("chief", "worker", "ps", "evaluator", "tensorboard")
 #: Roles that appear in TF_CONFIG's cluster; evaluator and tensorboard stand outside it.
 CLUSTER_ROLES: tuple[str, ...] = ("chief", "worker", "ps")
 #: Roles whose failure (after their restarts) does not fail the job, on either backend: a dead TensorBoard must not
@@ -516,9 +516,17 @@ class JobSpec(_Model):
         return self
 
     # -- derived facts used by every backend and the runtime ---------------------------------------------------------
+    def role(self, name: str) -> Role:
+        """The :class:`Role` ``name``, looked up by a plain string (the role part of a task id;
+        ``roles`` is keyed by :data:`RoleName`). KeyError when the spec has none, as
+        ``roles[name]``."""
+        for key in ROLE_ORDER:
+            if key == name:
+                return self.roles[key]
+        raise KeyError(name)
+
     def instances(self, role: str) -> int:
-        r = self.roles.get(role)  # type: ignore[call-overload]
-        return r.instances if r else 0
+        return self.role(role).instances if role in self.roles else 0
 
     @property
     def training_tasks(self) -> list[str]:

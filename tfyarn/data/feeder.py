@@ -37,7 +37,7 @@ import random
 import threading
 import time
 from contextlib import closing
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Generator, Iterator, Mapping, cast
 
 import numpy as np
 
@@ -186,7 +186,7 @@ class _Run:
                     pay, meta = [], []
             return n
 
-        def stream() -> Iterator[tuple[list[bytes], str, np.ndarray, np.ndarray]]:
+        def stream() -> Generator[tuple[list[bytes], str, np.ndarray, np.ndarray], None, None]:
             """The records to emit, in order: the share (after ``skip_front``), then — only while more are wanted,
             to replace records rejected as corrupt — the share again from its start, as often as needed. Lazy: what
             is emitted is a prefix of this one sequence however late the parser's rejections arrive, so a resumed
@@ -208,14 +208,16 @@ class _Run:
                 with closing(self._chunks(ranges)) as chunks:  # closing early cancels the framing process's work
                     for rr, chunk in chunks:
                         self._check_stop()
-                        pays, offs = chunk.payloads, chunk.offsets
-                        self.records_read += len(pays)
-                        recs = np.arange(chunk.first, chunk.first + len(pays))
+                        got, offs = chunk.payloads, chunk.offsets
+                        self.records_read += len(got)
+                        recs = np.arange(chunk.first, chunk.first + len(got))
                         if chunk.skipped:
                             f._record_skips(chunk.skipped, self)
-                            keep = np.array([p is not None for p in pays])
-                            pays = [p for p in pays if p is not None]
+                            keep = np.array([p is not None for p in got])
+                            pays = [p for p in got if p is not None]
                             recs, offs = recs[keep], offs[keep]
+                        else:
+                            pays = cast("list[bytes]", got)  # (None marks only a skipped record)
                         good += len(pays)
                         if not shuffle:
                             yield pays, rr.path, recs, offs
@@ -262,7 +264,7 @@ class _Run:
                         records.close()
                     time.sleep(_POLL / 4)
 
-    def _chunks(self, ranges: list[RecordRange]) -> Iterator[tuple[RecordRange, Chunk]]:
+    def _chunks(self, ranges: list[RecordRange]) -> Generator[tuple[RecordRange, Chunk], None, None]:
         """The framed records of ``ranges`` in order: from the framing process (:mod:`framer`) once it is up, framed
         in this thread before that (range by range: nothing ever waits for the process to start), and always in this
         thread when the files are not reachable from another process (``memory://``) or ``framing="thread"``."""

@@ -132,7 +132,7 @@ def fileinfo(doc: dict[str, Any]) -> FileInfo:
     return FileInfo(
         **{
             **doc,
-            "offsets": tuple(doc["offsets"]),  # type: ignore[arg-type]
+            "offsets": tuple(doc["offsets"]),
             "holes": tuple(tuple(h) for h in doc.get("holes", ())),
             "columns": tuple(tuple(c) for c in doc.get("columns", ())),
         }

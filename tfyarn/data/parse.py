@@ -120,10 +120,12 @@ def _int64(x: int) -> int:
 
 def _fields(buf: bytes) -> list[tuple[int, int, Any]]:
     """Top-level (field number, wire type, value) of a protobuf message; LEN values are bytes."""
-    out, pos = [], 0
+    out: list[tuple[int, int, Any]] = []
+    pos = 0
     while pos < len(buf):
         tag, pos = _varint(buf, pos)
         num, wt = tag >> 3, tag & 7
+        val: int | bytes
         if wt == 0:
             val, pos = _varint(buf, pos)
         elif wt == 1:
@@ -158,7 +160,8 @@ def decode_example(payload: bytes) -> dict[str, tuple[str, list[Any]]]:
                     key = v
                 elif enum_ == 2:
                     value = v
-            kind, values = "empty", []
+            kind = "empty"
+            values: list[Any] = []
             for knum, _, lst in _fields(value):
                 kind = {1: "bytes_list", 2: "float_list", 3: "int64_list"}.get(knum, "unknown")
                 for vnum, wt, v in _fields(lst):

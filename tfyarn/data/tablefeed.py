@@ -46,7 +46,9 @@ def make_run_class(base: type, _advance: Callable) -> type:
     """The table run as a subclass of the feeder's ``_Run`` and its ``_advance`` (passed in:
     feeder.py imports this module, not the other way round)."""
 
-    class TableRun(base):  # type: ignore[misc, valid-type]
+    class TableRun(base):
+        first_rejected: DataError | None  # (``_Run``'s, which this module does not import)
+
         def _read(self) -> None:
             f, B = self.f, self.f.batch_size
             share = self.plan.shares[f.rank]

@@ -14,8 +14,9 @@ import struct
 import zlib
 from contextlib import nullcontext
 from dataclasses import dataclass, field
+from io import FileIO
 from itertools import repeat
-from typing import IO, Iterator, Mapping
+from typing import IO, Iterator, Mapping, cast
 
 import fsspec
 import numpy as np
@@ -124,7 +125,9 @@ class _Gunzip(gzip.GzipFile):
         super().__init__(fileobj=fileobj, mode="rb")
         self._path = path
         if own:
-            self.myfileobj = fileobj  # closed with this stream (GzipFile leaves a passed-in file open)
+            # closed with this stream (GzipFile leaves a passed-in file open); typeshed says
+            # FileIO, gzip only calls its close()
+            self.myfileobj = cast(FileIO, fileobj)
 
     def _failed(self, exc: Exception) -> DataError:
         return DataError(f"{self._path}: cannot decompress (gzip): {type(exc).__name__}: {exc}", path=self._path)
@@ -145,7 +148,7 @@ class _Gunzip(gzip.GzipFile):
 def open_records(path: str, gz: bool) -> IO[bytes]:
     """A binary stream of TFRecord bytes (decompressed when ``gz``). The caller closes it."""
     f = open_read(path)  # HDFS: a DataNode fault reopens the file at the same offset (tfyarn.fsretry)
-    return _Gunzip(f, path, own=True) if gz else f  # type: ignore[return-value]
+    return cast("IO[bytes]", _Gunzip(f, path, own=True)) if gz else f  # (GzipFile: no IO)
 
 
 def first_record(f: IO[bytes], path: str, compression: str = "auto", limit: int = 64 << 20) -> bytes | None:
@@ -264,7 +267,7 @@ def payloads_and_check(
 class Chunk:
     """Consecutive good records of one file: ``payloads[i]`` is record ``first + i`` unless listed in ``skipped``."""
 
-    payloads: list[bytes]
+    payloads: list[bytes | None]  # None where a record was skipped
     first: int
     offsets: np.ndarray  # byte offset of each record in the (decompressed) file
     skipped: list[DataError] = field(default_factory=list)
@@ -360,7 +363,8 @@ def iter_chunks(
                     pos = end
                 elif n:
                     lens = fr.lengths()
-                    payloads, bad = payloads_and_check(buf, arr, offs, lens, check_crc)
+                    good, bad = payloads_and_check(buf, arr, offs, lens, check_crc)
+                    payloads = cast("list[bytes | None]", good)  # None: skipped (below)
                     skipped: list[DataError] = []
                     for i in bad.tolist():
                         at = base + int(fr.offsets[i])
@@ -373,7 +377,7 @@ def iter_chunks(
                         if on_corrupt != "skip":
                             raise err
                         skipped.append(err)
-                        payloads[i] = None  # type: ignore[call-overload]
+                        payloads[i] = None
                     chunk = Chunk(payloads, rec, offs + base, skipped)
                     rec += n
                     pos = end
@@ -404,8 +408,8 @@ def find_resync(buf: bytes, start: int, window: int = 1 << 20) -> int | None:
         hi = min(len(buf) - (HEADER + FOOTER) + 1, lo + window)
         span = arr[lo : hi + 11]
         rows = np.lib.stride_tricks.sliding_window_view(span, 8)[: hi - lo]
-        stored = np.lib.stride_tricks.sliding_window_view(span[8:], 4)[: hi - lo].astype(np.uint32)
-        stored = stored[:, 0] | stored[:, 1] << 8 | stored[:, 2] << 16 | stored[:, 3] << 24
+        b = np.lib.stride_tricks.sliding_window_view(span[8:], 4)[: hi - lo].astype(np.uint32)
+        stored = b[:, 0] | b[:, 1] << 8 | b[:, 2] << 16 | b[:, 3] << 24
         for c in np.flatnonzero(_mask_np(crc32c_rows(rows)) == stored).tolist():
             p = lo + c
             (length,) = _U64.unpack_from(buf, p)

@@ -42,8 +42,9 @@ def model(
     """``model: tfyarn.models.keras_recommender:model``; params as the signature (``optimizer``: a Keras optimizer
     class name; ``keras``: ``keras`` or ``tf_keras``)."""
     K = _keras(keras)
+    layer_base: Any = K.layers.Layer  # (a base class from a module chosen at run time)
 
-    class ModuloIds(K.layers.Layer):  # type: ignore[name-defined]
+    class ModuloIds(layer_base):
         """The custom layer: any id space → table rows (ids modulo the table size)."""
 
         def __init__(self, size: int, **kw: Any):
@@ -70,8 +71,9 @@ def model(
         x = K.layers.Concatenate()([user_emb(users(u)), item])
         net = K.Model(inputs, head(mlp(x)), name="keras_recommender")
     elif kind == "subclassed":
+        model_base: Any = K.Model
 
-        class Recommender(K.Model):  # type: ignore[name-defined]
+        class Recommender(model_base):
             def __init__(self, **kw: Any):
                 super().__init__(**kw)
                 self.parts = [users, items, user_emb, item_emb, mlp, head]  # tracked: their weights are ours

@@ -129,7 +129,7 @@ def _finalize() -> None:
     import atexit
     import threading
 
-    threading._shutdown()  # type: ignore[attr-defined]  # what Py_FinalizeEx calls
+    vars(threading)["_shutdown"]()  # what Py_FinalizeEx calls (private: not in typeshed)
     atexit._run_exitfuncs()
 
 

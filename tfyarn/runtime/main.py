@@ -16,6 +16,7 @@ import threading
 import time
 from contextlib import suppress
 from pathlib import Path
+from typing import Callable
 
 from tfyarn.errors import ExitCode, WaitTimeout, timeout_message
 from tfyarn.runtime.context import TaskContext, failure_key
@@ -44,7 +45,7 @@ def _configure_logging(task: str) -> None:
     logging.basicConfig(level=level, stream=sys.stderr, format=fmt)
 
 
-def _identity(kv: KV, instances_of) -> tuple[str, int]:
+def _identity(kv: KV, instances_of: Callable[[str], int]) -> tuple[str, int]:
     """This task's role and index. Locally both are in the environment; on YARN the index is claimed through the
     KV (``kv_yarn.claim_task_index``), because skein numbers a restarted container anew (worker_0 → worker_3)."""
     role = os.environ.get("TFYARN_ROLE")
@@ -56,9 +57,11 @@ def _identity(kv: KV, instances_of) -> tuple[str, int]:
     container = os.environ.get("SKEIN_CONTAINER_ID")
     if not container:
         raise RuntimeError("neither TFYARN_INDEX nor SKEIN_CONTAINER_ID is set: cannot tell which task this is")
-    from tfyarn.runtime.kv_yarn import claim_task_index
+    from tfyarn.runtime.kv_yarn import SkeinKV, claim_task_index
 
-    return role, claim_task_index(kv, role, instances_of(role), container)  # type: ignore[arg-type]
+    if not isinstance(kv, SkeinKV):  # only skein's KV claims slots (a YARN container's: make_kv)
+        raise RuntimeError(f"no TFYARN_INDEX, and a {type(kv).__name__} cannot claim a task index")
+    return role, claim_task_index(kv, role, instances_of(role), container)
 
 
 def make_kv() -> KV:
@@ -133,7 +136,7 @@ def build_context(kv: KV) -> TaskContext:
     install_stack_dumps(kv, _task_label())  # the stall watchdog asks for stacks by SIGUSR1 or through the KV
     from tfyarn.runtime.resources import start_publisher
 
-    memory = spec.roles[role].memory_mib  # type: ignore[index]
+    memory = spec.role(role).memory_mib
     start_publisher(kv, _task_label(), memory)  # CPU % and RSS: status, the page (YARN too)
     kv.delete(failure_key(_task_label()))  # a restarted task's earlier failure is history (YARN deletes nothing)
     host = task_host()

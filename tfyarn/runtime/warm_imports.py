@@ -21,8 +21,8 @@ import os
 import re
 import sys
 from pathlib import Path
-from types import FrameType
-from typing import Any
+from types import FrameType, ModuleType
+from typing import Any, cast
 
 log = logging.getLogger(__name__)
 
@@ -76,8 +76,10 @@ def import_tensorflow() -> bool:
     if importlib.util.find_spec("tensorflow") is None:
         return False
     blocked = [name for name in KERAS_EAGER_IMPORTS if name not in sys.modules]
+    # None blocks an import (typeshed's type for sys.modules leaves it out)
+    modules = cast("dict[str, ModuleType | None]", sys.modules)
     for name in blocked:
-        sys.modules[name] = None  # type: ignore[assignment]
+        modules[name] = None
     try:
         importlib.import_module("tensorflow")
     finally:

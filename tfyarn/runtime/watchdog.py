@@ -316,7 +316,9 @@ class StallWatchdog:
                 stalled_for=min(since[t] for t in stuck), tasks=stuck, stall_s=self.stall_s, now=now, after_done=True
             )
         startup = self.last_progress is None  # no step yet: the start-up allowance counts from the first check
-        stalled_for = now - (self.started_at if startup else self.last_progress)  # type: ignore[operator]
+        origin = self.started_at if self.last_progress is None else self.last_progress
+        assert origin is not None  # observe() above set started_at
+        stalled_for = now - origin
         limit = self.startup_s if startup else self.stall_s
         if stalled_for < limit:
             return None

@@ -240,7 +240,9 @@ class Checkpointer(PeriodicCheckpoints):
 
     def restore_latest(self) -> dict[str, Any] | None:
         """Every worker restores the newest committed checkpoint (same values everywhere); None if there is none."""
-        entry = self.store.latest() if self.store else None
+        if self.store is None:
+            return None
+        entry = self.store.latest()
         if entry is None:
             return None
         if entry.get("format") != CHECKPOINT_FORMAT:

@@ -23,7 +23,7 @@ from tfyarn.runtime.context import ABORT_KEY, DONE_KEY, EVAL_KEY, FAILURE_PREFIX
 from tfyarn.runtime.watchdog import install_stack_dumps
 from tfyarn.train.checkpoint import CheckpointStore, download_model_checkpoint, local_dir_for, restore_model_variables
 from tfyarn.train.events import EventWriter, upload_file
-from tfyarn.train.model import build_model, input_signature, load, split_features
+from tfyarn.train.model import build_model, input_signature, load_model, split_features
 
 log = logging.getLogger("tfyarn.train.evaluator")
 
@@ -147,7 +147,7 @@ def run(ctx: TaskContext) -> list[dict[str, Any]]:
         raise ValueError("the evaluator needs checkpoint.dir and data.eval")
     url = spec.checkpoint.dir
     store = CheckpointStore(url, keep=spec.checkpoint.keep)
-    model = load(spec.model, spec.params, spec.code or None, data=spec.data)
+    model = load_model(spec)
     build_model(model)
     step = make_eval_step(model, dict(spec.data.features), spec.data.batch_size, spec.data.label)
     scratch = local_dir_for(ctx.workdir, "evaluator")

@@ -22,6 +22,9 @@ from tfyarn.fsretry import retry
 
 log = logging.getLogger("tfyarn.train.events")
 
+#: Scalars by name; a None value is left out (a point that lacks that figure).
+Scalars = Mapping[str, float | None]
+
 
 def upload_file(fs: Any, local: Path, remote: str) -> None:
     """Copy ``local`` to ``remote`` under a temporary name, then rename over the old copy (retried: fsretry)."""
@@ -36,7 +39,7 @@ def _upload_file(fs: Any, local: Path, remote: str) -> None:
     replace(fs, tmp, remote)
 
 
-def scalar_event(step: int, values: Mapping[str, float], wall_time: float | None = None) -> bytes:
+def scalar_event(step: int, values: Scalars, wall_time: float | None = None) -> bytes:
     """One serialized ``Event`` holding ``values`` as scalars in TensorBoard's "scalars" plugin format (what
     ``tf.summary.scalar`` writes: a float tensor with the plugin's metadata), built from TF's protos alone."""
     from tensorflow.core.framework import summary_pb2, tensor_pb2, types_pb2
@@ -90,7 +93,7 @@ class EventWriter:
             self.remote = f"{root.rstrip('/')}/{run}"
         self._sizes: dict[str, int] = {}
 
-    def scalars(self, step: int, values: Mapping[str, float], wall_time: float | None = None) -> None:
+    def scalars(self, step: int, values: Scalars, wall_time: float | None = None) -> None:
         record = encode_record(scalar_event(step, values, wall_time))
         with self._lock:
             if self._file.closed:

@@ -49,9 +49,9 @@ def write_saved_model(spec: Any, prefix: str, keys: list[str], local_dir: Path, 
     """Build the spec's model eagerly, restore it from the local checkpoint ``prefix`` and write a SavedModel."""
     import tensorflow as tf
     from tfyarn.train.checkpoint import restore_model_variables
-    from tfyarn.train.model import build_model, load
+    from tfyarn.train.model import build_model, load_model
 
-    model = load(spec.model, spec.params, spec.code or None, data=spec.data)
+    model = load_model(spec)
     build_model(model)
     restore_model_variables(model.variables, prefix, keys, what)
     module, fn = serving_module(model, dict(spec.data.features), spec.data.label)
@@ -129,7 +129,7 @@ def export_checkpoint(
     store = CheckpointStore(spec.checkpoint.dir, keep=spec.checkpoint.keep)
     with tempfile.TemporaryDirectory(prefix="tfyarn-export-", dir=scratch) as tmp:
         local = bool(entry and local_prefix and entry.get("model_variables") and has_checkpoint_files(local_prefix))
-        if local:
+        if local and entry is not None:
             prefix, keys = str(local_prefix), list(entry["model_variables"])
         else:
             prefix, entry, keys = download_model_checkpoint(store, Path(tmp) / "ckpt", "export", entry)

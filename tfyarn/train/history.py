@@ -50,7 +50,8 @@ class TaskHistory:
         self.local = Path(local_dir) / self.name
         self.local.parent.mkdir(parents=True, exist_ok=True)
         self.local.write_text("")
-        self.fs = self.remote = None
+        self.fs: Any = None
+        self.remote: str | None = None
         if url:
             import fsspec
 
@@ -118,7 +119,7 @@ class TaskHistory:
     def flush(self) -> None:
         """Write what is queued and upload the file (and the chief's event file) when it changed."""
         self._write_pending()
-        if self.fs is None:
+        if self.fs is None or self.remote is None:  # (both set, or neither)
             return
         size = self.local.stat().st_size
         if size != self._uploaded_size:

@@ -19,12 +19,12 @@ def problems(spec_json: str) -> list[str]:
     from tfyarn.train.model import build_model, load
 
     spec = load_spec_json(spec_json)
-    model = load(spec.model, spec.params, spec.code or None, data=spec.data)
+    model: object = load(spec.model, spec.params, spec.code or None, data=spec.data)
     if not isinstance(model, KerasModel):
         return []
     try:
         with tf.Graph().as_default():
-            build_model(model)  # type: ignore[arg-type]  # duck-typed Model
+            build_model(model)
         if spec.mode == "ps":
             v1_equivalent(*model.ps_optimizer_config(), spec.model)
     except (ModelSpecError, UnsupportedOptimizer) as exc:

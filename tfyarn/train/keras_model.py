@@ -84,6 +84,9 @@ class KerasModel:
     this one). ``factory()`` returns a compiled Keras model; ``first`` is one it
     already returned (used for the first build when it was made in the same graph context, else discarded)."""
 
+    variables: list[Any]  # set by build_model, as on a Model
+    trainable_variables: list[Any]
+
     def __init__(
         self,
         factory: Callable[[], Any],

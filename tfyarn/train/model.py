@@ -25,7 +25,10 @@ from __future__ import annotations
 
 import importlib
 import sys
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeIs
 
 _CUSTOM_ATTR = "__tfyarn_custom_train__"
 
@@ -62,13 +65,33 @@ class Model:
         return {"loss": tf.reduce_mean(self.loss(labels, predictions))}
 
 
+class CustomTrain(Protocol):
+    """A function marked by :func:`custom_train`: ``fn(ctx, helpers)`` runs instead of the loop."""
+
+    __tfyarn_custom_train__: bool
+
+    def __call__(self, ctx: Any, helpers: Any) -> Any: ...
+
+
+class _Buildable(Protocol):
+    """What :func:`build_model` needs: a :class:`Model`, or one duck-typed (the Keras adapter)."""
+
+    variables: list[Any]
+    trainable_variables: list[Any]
+
+    def build(self) -> None: ...
+
+
+_M = TypeVar("_M", bound=_Buildable)
+
+
 def custom_train(fn: Callable) -> Callable:
     """Mark ``fn(ctx, helpers)`` as a custom training loop (the escape hatch; see the module docstring)."""
     setattr(fn, _CUSTOM_ATTR, True)
     return fn
 
 
-def is_custom_train(obj: Any) -> bool:
+def is_custom_train(obj: Any) -> TypeIs[CustomTrain]:
     return bool(getattr(obj, _CUSTOM_ATTR, False))
 
 
@@ -89,7 +112,7 @@ def resolve_ref(ref: str, code_dir: str | None = None) -> Any:
 
 def load(
     ref: str, params: dict[str, Any] | None = None, code_dir: str | None = None, data: Any = None
-) -> Model | Callable:
+) -> Model | CustomTrain:
     """Resolve the spec's ``model``: a custom train function as is, else what it returns when called with ``params``
     (anything with build/__call__/loss passes: duck typing). A compiled Keras model is wrapped
     (:mod:`tfyarn.train.keras_model`, bound to the spec's ``data``: features and label). Call it where the model's
@@ -116,7 +139,16 @@ def load(
     return model
 
 
-def build_model(model: Model) -> Model:
+def load_model(spec: Any) -> Model:
+    """The spec's model (:func:`load`) where the model itself is needed (the evaluator, an export):
+    a custom train function has none tfyarn could build, so it is refused here, by name."""
+    model = load(spec.model, spec.params, spec.code or None, data=spec.data)
+    if is_custom_train(model):
+        raise TypeError(f"model {spec.model!r} is a custom train function: no model to build")
+    return model
+
+
+def build_model(model: _M) -> _M:
     """Call ``model.build()`` (inside the placement scope) recording the variables it creates, in graph mode and
     under a strategy alike. A build that creates none fails here, before any step runs."""
     import tensorflow as tf

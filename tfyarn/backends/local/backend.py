@@ -84,7 +84,7 @@ class LocalBackend(Backend):
         return d
 
     def dryrun(self, spec: JobSpec, attempt: int = 0) -> LocalPlan:
-        tasks = {t: {**spec.roles[t.split(":")[0]].env} for t in spec.tasks()}  # type: ignore[index]
+        tasks = {t: {**spec.role(t.split(":")[0]).env} for t in spec.tasks()}
         return LocalPlan(spec, attempt, paths.apps_dir(), sys.executable, tasks)
 
     def run(

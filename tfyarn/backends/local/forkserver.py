@@ -60,7 +60,7 @@ class ForkedProcess:
 
     def wait(self, timeout: float | None = None) -> int:
         if not self._done.wait(timeout):
-            raise subprocess.TimeoutExpired(self.args, timeout)  # type: ignore[arg-type]
+            raise subprocess.TimeoutExpired(self.args, timeout or 0.0)  # (None waits: never here)
         assert self.returncode is not None
         return self.returncode
 

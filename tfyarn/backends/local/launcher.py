@@ -237,7 +237,7 @@ class Launcher:
         """The task's environment. ``TMPDIR`` is the task's own ``tmp/`` (unless its role's ``env`` sets one): what a
         killed task leaves there (autograph's modules are deleted only at a clean exit) does not pile up in /tmp."""
         role, index = task.name.split(":")
-        role_env = self.spec.roles[role].env  # type: ignore[index]
+        role_env = self.spec.role(role).env
         return self._env(
             {"TMPDIR": str(task.dir / "tmp"), **role_env},
             {
@@ -264,7 +264,7 @@ class Launcher:
             return
         base = self._env({}, {})
         for role in sorted({t.role for t in self.tasks.values()}):
-            role_env = self.spec.roles[role].env  # type: ignore[index]
+            role_env = self.spec.role(role).env
             changed = sorted(k for k, v in role_env.items() if k.startswith(STARTUP_ENV_PREFIXES) and base.get(k) != v)
             if changed:
                 log.info(
@@ -362,20 +362,20 @@ class Launcher:
 
     def _stop_tasks(self, tasks: list[_Task], grace: float) -> None:
         """SIGTERM each task's process group, SIGKILL what is left after ``grace`` seconds; reap everything."""
-        live = [t for t in tasks if t.proc and t.proc.poll() is None]
-        for t in live:
+        live = [(t, t.proc) for t in tasks if t.proc is not None and t.proc.poll() is None]
+        for t, _ in live:
             self._signal(t, signal.SIGTERM)
         deadline = time.monotonic() + grace
-        for t in live:
+        for _, proc in live:
             try:
-                t.proc.wait(timeout=max(0.0, deadline - time.monotonic()))  # type: ignore[union-attr]
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 pass
-        for t in live:
+        for t, proc in live:
             self._signal(t, signal.SIGKILL)
-            t.proc.wait()  # type: ignore[union-attr]
+            proc.wait()
             if t.state == "RUNNING":  # exit 0: it had finished its work as the stop came (an evaluator seeing the
-                t.exit_code = t.proc.returncode  # type: ignore[union-attr]  # abort), not ended by the signal
+                t.exit_code = proc.returncode  # abort), not ended by the signal
                 t.state = "SUCCEEDED" if t.exit_code == 0 else "KILLED"
         for t in tasks:
             if t.state == "RUNNING" and t.proc is not None and t.proc.poll() is not None:
@@ -398,7 +398,7 @@ class Launcher:
                 exit_code=t.exit_code,
                 diagnostics=t.diagnostics,
                 log=str(t.log_path),
-                memory_mib=self.spec.roles[t.role].memory_mib,  # type: ignore[index]
+                memory_mib=self.spec.role(t.role).memory_mib,
                 peak_rss_mib=t.peak_rss >> 20 if t.peak_rss else None,
             )
             for t in self.tasks.values()
@@ -434,7 +434,7 @@ class Launcher:
             return
         for pid, total in tree_rss(running).items():
             t = running[pid]
-            limit = self.spec.roles[t.role].memory_mib << 20  # type: ignore[index]
+            limit = self.spec.role(t.role).memory_mib << 20
             if total > limit >= t.peak_rss:
                 log.warning(
                     "%s uses %d MiB of resident memory, more than roles.%s.memory (%d MiB): on YARN its "
@@ -548,7 +548,7 @@ class Launcher:
 
     def _restartable(self, task: _Task) -> bool:
         """May this failed task be restarted in place? (Role policy, its budget, and the job not stopping.)"""
-        role = self.spec.roles[task.role]  # type: ignore[index]
+        role = self.spec.role(task.role)
         code = task.exit_code if task.exit_code is not None else 1
         code = 128 - code if code < 0 else code  # killed by signal N → 128+N, as a shell reports it
         if role.restart == "never" or task.restarts >= role.max_restarts or self._stop.is_set():
@@ -557,7 +557,7 @@ class Launcher:
 
     def _restart(self, task: _Task) -> None:
         assert self.kv is not None
-        role = self.spec.roles[task.role]  # type: ignore[index]
+        role = self.spec.role(task.role)
         task.restarts += 1
         log.warning(
             "%s exited with code %s (%s); restarting it (%d/%d)",
@@ -575,7 +575,7 @@ class Launcher:
                 f"====\n".encode()
             )
         self._start(task, self.kv.url)
-        self.supervisor.task_restarted(task.name, task.proc.pid)  # type: ignore[union-attr]
+        self.supervisor.task_restarted(task.name, task.proc.pid if task.proc is not None else None)
 
     def _follow(self, training: set[str]) -> None:
         assert self.kv is not None

@@ -145,9 +145,9 @@ def build_application_spec(
     sk = skein()
     files = _files(shipped)
     scripts = {own: container_script(shipped.env, code=bool(shipped.code), own_tmpdir=own) for own in (True, False)}
-    services = {}
+    services: dict[str, Any] = {}
     for role in ROLE_ORDER:
-        r = spec.roles.get(role)  # type: ignore[call-overload]
+        r = spec.roles.get(role)
         if r is None or r.instances == 0:
             continue
         env = dict(r.env)

@@ -26,7 +26,9 @@ class Checkpointer(PeriodicCheckpoints):
 
     def restore_prefix(self) -> str | None:
         """Download the latest checkpoint (if any) for the chief to restore from."""
-        entry = self.store.latest() if self.store else None
+        if self.store is None:
+            return None
+        entry = self.store.latest()
         if entry is None:
             return None
         prefix = self.store.download(entry, local_dir_for(self.ctx.workdir, "restore"))
@@ -67,7 +69,7 @@ class Checkpointer(PeriodicCheckpoints):
 
     def save(self, sess: Any, final: bool = False) -> dict[str, Any] | None:
         """Write a checkpoint of the current step: see :meth:`PeriodicCheckpoints.commit`."""
-        if self.uploads is None:
+        if self.uploads is None or self.local is None:  # (both set with a checkpoint dir)
             return None
         if final:
             self.uploads.wait()

@@ -45,8 +45,10 @@ class _Aggregator(threading.Thread):
 
     def run(self) -> None:
         try:
+            sync = self.tg.sync
+            assert sync is not None  # the chief starts this thread in sync mode only
             while self.gs < self.target:
-                self.sess.run(self.tg.sync.aggregate)
+                self.sess.run(sync.aggregate)
                 self.gs += 1
         except BaseException as exc:  # noqa: BLE001 - reported by the main loop
             self.error = exc
