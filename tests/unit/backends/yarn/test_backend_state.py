@@ -367,7 +367,7 @@ def test_run_stopped_after_its_application_ended_reports_that_outcome(tmp_path, 
     b = YarnBackend(client=rm, preflight=False, staging_dir=str(tmp_path / "s"))
     from tfyarn.interrupts import Interrupted
     b.submit(spec)
-    st = b._kill_interrupted("application_1700000000000_0001", Interrupted("SIGTERM"))
+    st = b.end("application_1700000000000_0001", Interrupted("SIGTERM"))
     assert st.state is AppState.SUCCEEDED and rm.killed == []
 
 
@@ -636,7 +636,7 @@ def test_run_stopped_after_training_completed_says_so_in_its_diagnosis(monkeypat
     kv.put("plan/total_steps", "40")
     for t in ("chief:0", "worker:0", "worker:1", "worker:2"):
         put_json(kv, f"progress/{t}", {"step": 10, "global_step": 40, "loss": 0.5})
-    st = b._kill_interrupted(APP, Interrupted("SIGTERM"))   # the chief has not written its summary yet
+    st = b.end(APP, Interrupted("SIGTERM"))   # the chief has not written its summary yet
     assert rm.killed == [APP] and st.state is AppState.KILLED
     assert st.diagnostics == (f"interrupted by SIGTERM: killed {APP}; training had completed (global step 40/40): "
                               "the summary was not written (no checkpoint.dir)")
@@ -645,13 +645,13 @@ def test_run_stopped_after_training_completed_says_so_in_its_diagnosis(monkeypat
     for t in ("chief:0", "worker:0", "worker:1", "worker:2"):
         put_json(kv, f"progress/{t}", {"step": 2, "global_step": 8, "loss": 0.5})
     records.save(APP, final=None)
-    st = b._kill_interrupted(APP, Interrupted("SIGINT"))
+    st = b.end(APP, Interrupted("SIGINT"))
     assert st.diagnostics == f"interrupted by SIGINT: killed {APP}"
 
 
 def test_an_error_while_following_kills_the_application_and_propagates(tmp_path, monkeypatch):
     """Not only a stop: any exception out of `run` (here the caller's own update hook) kills the
-    application it started (backends/owned.py), recording why, and the error reaches the caller."""
+    application it started (runner/owned.py), recording why, and the error reaches the caller."""
     monkeypatch.setenv("TFYARN_HOME", str(tmp_path / "home"))
     spec = make_spec(environment={"python": "/opt/py/bin/python"})
     rm = KillableRM([("RUNNING", "UNDEFINED", "")])
