@@ -595,6 +595,36 @@ def test_the_diagnosis_the_container_gave_the_application_names_the_tasks_withou
     assert tasks["ps:0"].state == "KILLED"
 
 
+def test_an_app_ended_with_nobody_reading_its_kv_is_judged_by_the_record_in_its_diagnostics(monkeypatch, tmp_path):
+    """A bare submit whose task ended the app: its KV (control/end) is gone, no snapshot holds the record; the line
+    the ender appended to YARN's diagnostics (contracts.job_end.with_record) gives the state, the diagnosis and the
+    tasks' exit codes exactly — its text names no code for a regex to find — and is not shown to people."""
+    from tfyarn.contracts import job_end
+    from tfyarn.runtime import app_end
+    cs = [container("ps", 0, "RUNNING"), container("chief", 0, "RUNNING"), container("worker", 0, "RUNNING"),
+          container("worker", 1, "RUNNING"), container("worker", 2, "RUNNING")]
+    b, rm, app, kv = _app_with_workers(monkeypatch, tmp_path, cs)
+    b.status(APP)                                              # the last poll saw no failure and no record
+    end = job_end.decide("failed-task:chief:0", failure="chief:0 died; worker:2 lost it",
+                         exits={"chief:0": {"code": 137}, "worker:2": {"code": 1}})
+    rm.reports[APP] = report("FINISHED", "FAILED", job_end.with_record("Failure in service chief", end))
+    b._apps.clear()
+    st = YarnBackend(client=rm, preflight=False).status(APP)   # another process, after the end
+    assert st.state is AppState.FAILED and st.diagnostics == "chief:0 died; worker:2 lost it"
+    tasks = {t.task: t for t in st.tasks}
+    assert (tasks["chief:0"].state, tasks["chief:0"].exit_code) == ("FAILED", 137)
+    assert (tasks["worker:2"].state, tasks["worker:2"].exit_code) == ("FAILED", 1)
+    assert [t for t in tasks if tasks[t].state == "KILLED"] == ["ps:0", "worker:0", "worker:1"]
+    done = job_end.with_record(app_end.DONE_DIAGNOSTICS, job_end.decide("task:worker:1", done=True))
+    rm.reports[APP] = report("FINISHED", "SUCCEEDED", done)
+    st = YarnBackend(client=rm, preflight=False).status(APP)
+    assert st.state is AppState.SUCCEEDED and st.diagnostics == "", st.diagnostics
+    assert {t.state for t in st.tasks} == {"SUCCEEDED"}
+    rm.reports[APP] = report("KILLED", "KILLED", job_end.with_record("Application killed by user.", end))
+    st = YarnBackend(client=rm, preflight=False).status(APP)   # killed from outside after the record: YARN's word
+    assert st.state is AppState.KILLED and "tfyarn-end" not in st.diagnostics, st.diagnostics
+
+
 def test_a_task_that_raised_is_failed_with_its_code_though_the_shutdown_it_asked_for_killed_its_container(
         monkeypatch, tmp_path):
     """worker:0 raised; its container script reported exit 1 and shut the app down, which killed that very container
