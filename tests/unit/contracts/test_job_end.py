@@ -105,11 +105,12 @@ def test_the_last_task_records_its_end_before_shutting_down():
     kv = MemoryKV({"slot-done/chief:0": "1", "slot-done/worker:0": "1"})
     seen = []
     assert app_end.finish_if_last(
-        kv, ["chief:0", "worker:0"], "worker:0", lambda: seen.append(kv.get(END_KEY))
+        kv, ["chief:0", "worker:0"], "worker:0", lambda diag: seen.append((kv.get(END_KEY), diag))
     )
-    [rec] = seen
+    [(rec, diag)] = seen
     end = job_end.JobEnd.from_json(rec)
     assert end is not None and (end.state, end.by) == ("SUCCEEDED", "task:worker:0")
+    assert job_end.from_diagnostics(diag) == (end, app_end.DONE_DIAGNOSTICS)
 
 
 def test_status_reads_the_record_first_and_only_when_yarn_agrees():

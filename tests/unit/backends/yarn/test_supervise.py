@@ -116,7 +116,7 @@ def test_every_task_done_writes_the_report_then_ends_the_app(tmp_path):
     for t in ("chief:0", "worker:0"):
         mark_slot_done(kv, t)
     # the last task leaves the end to a live supervisor (after its report), not to itself
-    assert app_end.finish_if_last(kv, ["chief:0", "worker:0"], "worker:0", lambda: app.shutdowns.append("task"),
+    assert app_end.finish_if_last(kv, ["chief:0", "worker:0"], "worker:0", lambda _diag: app.shutdowns.append("task"),
                                   supervisor_grace_s=0.3, poll_s=0.05) is True
     assert app.shutdowns == ["task"]                         # nobody ended it within the grace: the task did
     app.shutdowns.clear()
