@@ -65,7 +65,7 @@ def _ended(yarn, app_id):
                       f"{app_id} to end", poll=1.0)
 
 
-def test_a_killed_supervisor_does_not_fail_the_job(yarn, apps):
+def test_a_killed_supervisor_does_not_fail_the_job(yarn, apps, tmp_path):
     """First: this job ends ~30 s after its tasks start, the others wait for their supervisor."""
     app_id, _ = apps["nosup"]
 
@@ -91,6 +91,10 @@ def test_a_killed_supervisor_does_not_fail_the_job(yarn, apps):
     st = yarn.status(app_id)
     assert st.state.value == "SUCCEEDED" and SUPERVISOR_SERVICE not in " ".join(t.task for t in st.tasks)
     assert st.diagnostics == "", st.to_dict()
+    # from a machine with no record of it at all (its killed supervisor's staging-dir record holds no end)
+    r = tfyarn("status", app_id, "--output", "json", env={"TFYARN_HOME": str(tmp_path / "elsewhere")})
+    d = json.loads(r.stdout)
+    assert r.returncode == 0 and (d["state"], d["diagnostics"]) == ("SUCCEEDED", ""), r.stdout + r.stderr[-2000:]
     assert wait_no_processes(app_id) == []
 
 
