@@ -17,6 +17,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from tfyarn import runner
 from tfyarn.backends import registry
 from tfyarn.backends.base import Backend, Request
 from tfyarn.contracts.status import AppState, AppStatus
@@ -89,7 +90,7 @@ def run(
     written by a detached process after this returns (the CLI's exit does not wait for it)."""
     with get_backend(backend) as b:
         b.detached_report = detach_report
-        return b.run(spec, echo=echo, on_update=on_update, timeout=timeout)
+        return runner.run(b, spec, echo=echo, on_update=on_update, timeout=timeout)
 
 
 def submit(spec: JobSpec, backend: str | None = None) -> str:
@@ -111,7 +112,7 @@ def wait(
 ) -> AppStatus:
     with backend_for_app(app_id) as b:
         b.detached_report = detach_report
-        return b.wait(app_id, timeout=timeout, on_update=on_update)
+        return runner.wait(b, app_id, timeout=timeout, on_update=on_update)
 
 
 def logs(app_id: str, task: str | None = None, follow: bool = False) -> Iterator[str]:

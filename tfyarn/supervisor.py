@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
+from tfyarn.contracts.job_end import JobEnd
 from tfyarn.contracts.status import AppState, AppStatus
 from tfyarn.job_progress import GlobalStepRate, aggregate_progress, side_roles, summary_with_eval
 from tfyarn.errors import AppNotFound
@@ -265,15 +266,16 @@ class Supervisor:
 
 
 # ----------------------------------------------------------------------------------------------------- settling
-def settle(st: AppStatus, note: str = "") -> AppStatus:
-    """The tasks of an ended app as they ended (the last snapshot may predate the end): a task the diagnosis gives
-    an exit code (``worker:1: exit code 137``) FAILED with it; a RUNNING or PENDING one SUCCEEDED (exit 0) when the
+def settle(st: AppStatus, note: str = "", end: JobEnd | None = None) -> AppStatus:
+    """The tasks of an ended app as they ended (the last snapshot may predate the end): a task the app's end
+    record (``end``: :mod:`tfyarn.contracts.job_end`) gives an exit code — without a record, the diagnosis
+    (``worker:1: exit code 137``) — FAILED with it; a RUNNING or PENDING one SUCCEEDED (exit 0) when the
     app succeeded, else KILLED (with ``note`` as its diagnosis when it has none). A running app is unchanged."""
     from tfyarn.runtime.exit_report import exit_codes_in
 
     if not st.state.is_terminal:
         return st
-    codes = exit_codes_in(st.diagnostics)
+    codes = dict(end.exit_codes) if end is not None else exit_codes_in(st.diagnostics)
     for t in st.tasks:
         if t.task in codes and t.state != "SUCCEEDED":
             t.state = "FAILED"  # the snapshot may say KILLED: the shutdown it caused killed its container

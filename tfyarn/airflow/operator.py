@@ -129,12 +129,13 @@ class TfyarnOperator(BaseOperator):
         return app_id
 
     def _wait(self, app_id: str) -> Any:
-        from tfyarn import api
+        from tfyarn import api, runner
         from tfyarn.errors import WaitTimeout
 
         try:
             with api.backend_for_app(app_id) as backend:  # a private skein driver is stopped afterwards
-                return backend.wait(
+                return runner.wait(
+                    backend,
                     app_id,
                     timeout=self.wait_timeout,
                     poll=self.poll_interval,

@@ -1,8 +1,16 @@
 """The backend interface: turn a spec into running tasks, then describe, follow, and stop them.
 
-Modelled on torchx's Scheduler: ``dryrun`` builds the :class:`Request` without starting or uploading anything,
-``schedule`` starts exactly that request, and ``submit`` is the two in one. Every backend returns the same
+Modelled on torchx's Scheduler: the verbs are ``dryrun`` (the :class:`Request`, nothing started or
+uploaded), ``schedule`` (exactly that request), ``submit`` (the two in one), ``status``, ``logs``,
+``kill``, ``list`` and ``end`` (the end of an app a stopped run owns). Every backend returns the same
 :class:`AppStatus`, so the CLI, the Airflow operator and users' scripts work the same against any.
+
+A run to the end — attempts, deadlines, following, the report's moment — is the runner's
+(:mod:`tfyarn.runner`, torchx's Runner), once for every backend; what is truly a backend's own
+stays behind four documented hooks: ``attempts`` (how one attempt runs: YARN schedules an app and
+follows it, local's launcher supervises its processes), ``follow`` (one judged status read), ``pause``
+(between reads) and ``followed`` (an app followed to its end). ``run``/``wait`` here are the runner
+on this backend.
 """
 
 from __future__ import annotations
@@ -12,9 +20,12 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Callable, Iterator, TypeVar
 
+from tfyarn import runner
 from tfyarn.contracts.status import AppState, AppStatus, Echo, TaskStatus, WaitClock
-from tfyarn.errors import TfyarnError, WaitTimeout
+from tfyarn.errors import TfyarnError
+from tfyarn.runner import Attempts, ScheduledAttempts
 from tfyarn.spec import JobSpec
+from tfyarn.supervisor import Supervisor
 
 B = TypeVar("B", bound="Backend")
 
@@ -46,17 +57,6 @@ class Backend(ABC):
     def submit(self, spec: JobSpec) -> str:
         """Start the job (``schedule(dryrun(spec))``); return its app id without waiting for it to finish."""
         return self.schedule(self.dryrun(spec))
-
-    @abstractmethod
-    def run(
-        self,
-        spec: JobSpec,
-        echo: Echo | None = None,
-        on_update: Callable[[AppStatus], None] | None = None,
-        timeout: float | None = None,
-    ) -> AppStatus:
-        """Run the job to its end with its job attempts; ``echo`` sees task log lines, ``on_update`` each status;
-        ``timeout`` (seconds) ends it as TIMED_OUT."""
 
     @abstractmethod
     def status(self, app_id: str) -> AppStatus: ...
@@ -94,6 +94,56 @@ class Backend(ABC):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    # ------------------------------------------------------------------------------------- the end of an app
+    def end(self, app_id: str, exc: BaseException) -> AppStatus:
+        """End ``app_id`` because the run that started it was stopped (``exc``: why) or failed: the
+        runner never leaves an app running (:func:`tfyarn.runner.never_left_running`). An app that had
+        ended on its own stays as it ended. Default: a kill, then its status."""
+        st = self.status(app_id)
+        if not st.state.is_terminal:
+            self.kill(app_id)
+            st = self.status(app_id)
+        return st
+
+    # ------------------------------------------------------------------------------------- the runner's hooks
+    def attempts(
+        self,
+        spec: JobSpec,
+        sup: Supervisor,
+        echo: Echo | None = None,
+        on_update: Callable[[AppStatus], None] | None = None,
+        poll: float = 2.0,
+    ) -> Attempts:
+        """How this backend runs the attempts of ``spec`` for :func:`tfyarn.runner.run` (``sup``: the
+        run's rules). Default: each attempt an app of its own, scheduled and followed through the
+        verbs (:class:`tfyarn.runner.ScheduledAttempts`)."""
+        return ScheduledAttempts(self, spec, sup, on_update, poll)
+
+    def follow(self, app_id: str, sup: Supervisor | None = None) -> Callable[[], AppStatus]:
+        """One status read per call for a follower (the runner, the Airflow trigger); a backend whose
+        apps are supervised by their follower (YARN) judges each status by ``sup`` (else its own)."""
+        return lambda: self.status(app_id)
+
+    def pause(self, app_id: str, seconds: float) -> None:
+        """Between two status reads of a follower (YARN watches for the job's end meanwhile)."""
+        time.sleep(seconds)
+
+    def followed(self, st: AppStatus) -> None:  # noqa: B027 - a hook: most backends keep nothing
+        """An app this process followed (a run's attempt, a wait) has ended: what the backend keeps of
+        it (YARN: the run report). Default: nothing (local: the launcher wrote it)."""
+
+    # ------------------------------------------------------------------------------------- the runner, here
+    def run(
+        self,
+        spec: JobSpec,
+        echo: Echo | None = None,
+        on_update: Callable[[AppStatus], None] | None = None,
+        timeout: float | None = None,
+        poll: float = 2.0,
+    ) -> AppStatus:
+        """:func:`tfyarn.runner.run` on this backend (the job to its end with its attempts)."""
+        return runner.run(self, spec, echo, on_update, timeout, poll)
+
     def wait(
         self,
         app_id: str,
@@ -101,34 +151,5 @@ class Backend(ABC):
         poll: float = 1.0,
         on_update: Callable[[AppStatus], None] | None = None,
     ) -> AppStatus:
-        """Poll until the app ends; ``on_update`` sees each status (progress display). Bounded by ``timeout``."""
-        return self._wait_with(self.follow(app_id), app_id, timeout, poll, on_update)
-
-    def follow(self, app_id: str) -> Callable[[], AppStatus]:
-        """One status read per call for a follower (``wait``, the Airflow trigger); a backend whose jobs are
-        supervised by their follower (YARN) judges each status there. Local: the launcher supervises its job."""
-        return lambda: self.status(app_id)
-
-    def _wait_with(
-        self,
-        step: Callable[[], AppStatus],
-        app_id: str,
-        timeout: float | None,
-        poll: float,
-        on_update: Callable[[AppStatus], None] | None,
-    ) -> AppStatus:
-        clock = WaitClock(timeout, f"{self.name} app {app_id}")
-        while True:
-            st = step()
-            if on_update:
-                on_update(st)
-            if st.state.is_terminal:
-                return st
-            expired = clock.expired(st.state)
-            if expired:
-                raise WaitTimeout(expired)
-            self._between_polls(app_id, poll)
-
-    def _between_polls(self, app_id: str, poll: float) -> None:
-        """Sleep between two status reads of :meth:`wait` (YARN watches for the job's end meanwhile)."""
-        time.sleep(poll)
+        """:func:`tfyarn.runner.wait` on this backend (follow ``app_id`` to its end)."""
+        return runner.wait(self, app_id, timeout, poll, on_update)

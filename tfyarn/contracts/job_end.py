@@ -121,11 +121,45 @@ def decide(
 def end_job(kv: _KV, end: JobEnd, shutdown: Callable[[str, str], Any], diagnostics: str) -> JobEnd:
     """Write ``end`` to KV :data:`END_KEY`, then ``shutdown(final status, diagnostics)`` — the one
     way every ender ends a YARN app. The record is put first (one KV call, no wait): once the app is
-    down its KV is gone. ``diagnostics``: what YARN's report says (kept as before the record, for
-    readers that do not know it)."""
+    down its KV is gone; so the diagnostics YARN keeps carry it too, as their last line
+    (:func:`with_record`): an app that nobody read the KV of before its end (a bare ``submit``
+    whose last task ended it) still has its record for ``status``."""
     kv.put(END_KEY, end.to_json())
-    shutdown(end.final_status, diagnostics)
+    shutdown(end.final_status, with_record(diagnostics, end))
     return end
+
+
+#: The prefix of the diagnostics line that holds the end record (:func:`with_record`).
+DIAGNOSTICS_MARK = "tfyarn-end: "
+#: The longest reason the diagnostics line keeps (the KV's record keeps it whole): the line stays
+#: far below the ResourceManager's bound on an attempt's diagnostics
+#: (``yarn.app.attempt.diagnostics.limit.kc``, 64 KB by default), which keeps their end.
+REASON_MAX = 1000
+
+
+def with_record(diagnostics: str, end: JobEnd) -> str:
+    """``diagnostics`` with ``end`` as one JSON line after them (``tfyarn-end: {...}``; a longer
+    reason cut to :data:`REASON_MAX` there). Last: when YARN cuts long diagnostics, it keeps the
+    end of them."""
+    short = end
+    if len(end.reason) > REASON_MAX:
+        short = JobEnd(end.state, end.reason[: REASON_MAX - 1] + "…", end.by, end.exit_codes, end.time)
+    return f"{diagnostics.rstrip()}\n{DIAGNOSTICS_MARK}{short.to_json()}".lstrip("\n")
+
+
+def from_diagnostics(text: str | None) -> tuple[JobEnd | None, str]:
+    """The end record in an ended app's diagnostics (:func:`with_record`), and the diagnostics
+    without its line (for people); (None, text) when they hold none or one this version cannot
+    read."""
+    text = text or ""
+    head, sep, line = text.rpartition(DIAGNOSTICS_MARK)
+    if not sep or (head and not head.endswith("\n")):
+        return None, text
+    record, _, rest = line.partition("\n")
+    end = JobEnd.from_json(record)
+    if end is None:
+        return None, text
+    return end, (head + rest).strip()
 
 
 def leave_to(by: str, supervisor_alive: bool, follower_alive: bool) -> str | None:

@@ -68,13 +68,14 @@ def finish_if_last(
     kv: KV,
     tasks: list[str],
     task: str,
-    shutdown: Callable[[], Any],
+    shutdown: Callable[[str], Any],
     grace_s: float = FOLLOWER_GRACE_S,
     poll_s: float = 0.1,
     supervisor_grace_s: float = SUPERVISOR_GRACE_S,
 ) -> bool:
     """Called by each task after its ``slot-done``: when every task is done, end the application now (see the
-    module docstring). Returns True when this task found the job done. Never raises (the task has succeeded)."""
+    module docstring): ``shutdown(diagnostics)``, whose diagnostics carry the end record (the KV that holds it
+    dies with the app). Returns True when this task found the job done. Never raises (the task has succeeded)."""
     try:
         if not all_done(kv, tasks):
             return False
@@ -90,7 +91,7 @@ def finish_if_last(
                 kv.get(ALL_DONE_KEY)
             log.info("%s: the %s did not end the application within %gs; ending it", task, other, wait_s)
         log.info("%s: every task is done: shutting the application down", task)
-        job_end.end_job(kv, job_end.decide(by, done=True), lambda _status, _diag: shutdown(), DONE_DIAGNOSTICS)
+        job_end.end_job(kv, job_end.decide(by, done=True), lambda _status, diag: shutdown(diag), DONE_DIAGNOSTICS)
     except KVUnavailable:
         return True  # the application master has gone: it ended
     except Exception as exc:  # noqa: BLE001 - skein ends the app anyway once the containers exit
@@ -101,9 +102,9 @@ def finish_if_last(
 def finish_yarn_task(kv: KV, spec: Any, task: str) -> bool:
     """:func:`finish_if_last` with this container's skein application client."""
 
-    def shutdown() -> None:
+    def shutdown(diagnostics: str) -> None:
         from tfyarn._skein import skein
 
-        skein().ApplicationClient.from_current().shutdown("SUCCEEDED", DONE_DIAGNOSTICS)
+        skein().ApplicationClient.from_current().shutdown("SUCCEEDED", diagnostics)
 
     return finish_if_last(kv, spec.tasks(), task, shutdown)

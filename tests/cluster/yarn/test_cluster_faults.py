@@ -16,6 +16,7 @@ from clusterutil import (FAULT_JOBS, JOB_S, ROOT, assert_clean, job_doc, needs_y
                          tfyarn, unique, wait_for_step, wait_until, watch_end)
 from tfyarn import hdfs
 from tfyarn.backends.base import AppState
+from tfyarn.contracts import job_end
 from tfyarn.spec import load_spec_dict
 
 pytestmark = needs_yarn
@@ -108,6 +109,8 @@ def test_a_task_raising_in_its_container_fails_the_app_with_its_exception(yarn, 
     assert end.exit_codes["worker:0"] == 1, end
     assert "RuntimeError: boom from worker:0" in end.reason, end
     assert "RuntimeError: boom from worker:0" in st.diagnostics, st.diagnostics
+    said, _ = job_end.from_diagnostics(yarn._app_report(st.app_id).diagnostics)   # the same record, after the KV
+    assert said == end and job_end.DIAGNOSTICS_MARK not in st.diagnostics, st.diagnostics
     tasks = {t.task: t for t in st.tasks}
     assert tasks["worker:0"].state == "FAILED" and "boom from worker:0" in tasks["worker:0"].diagnostics
     assert tasks["worker:0"].exit_code == 1, st.to_dict()["tasks"]

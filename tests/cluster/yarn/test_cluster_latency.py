@@ -19,6 +19,7 @@ import yaml
 from clusterutil import JOB_S, ROOT, job, job_doc, needs_yarn, tfyarn, unique, wait_until
 from tfyarn.backends.yarn import records
 from tfyarn.backends.yarn.rest import RmRest
+from tfyarn.contracts import job_end
 from tfyarn.runtime.app_end import DONE_DIAGNOSTICS
 
 pytestmark = [*needs_yarn, pytest.mark.timeout(3 * JOB_S)]
@@ -36,7 +37,9 @@ def test_a_followed_job_is_ended_by_tfyarn_once_every_task_is_done(yarn, dataset
     st = yarn.run(spec, timeout=JOB_S)
     assert st.state.value == "SUCCEEDED" and st.diagnostics == "", st.diagnostics
     rep = _rm(yarn).report(st.app_id)
-    assert rep.final_status == "SUCCEEDED" and rep.diagnostics == DONE_DIAGNOSTICS   # tfyarn ended it, not skein
+    said, people = job_end.from_diagnostics(rep.diagnostics)     # the end record rides in YARN's diagnostics
+    assert rep.final_status == "SUCCEEDED" and people == DONE_DIAGNOSTICS   # tfyarn ended it, not skein
+    assert (said.state, said.by) == ("SUCCEEDED", "follower"), rep.diagnostics
     end = records.load(st.app_id)["snapshot"]["end"]   # the follower's: recorded, then read
     assert '"by":"follower"' in end and '"state":"SUCCEEDED"' in end, end
     recorded = records.load(st.app_id)["snapshot"]["phases"]
@@ -53,7 +56,9 @@ def test_a_job_nobody_follows_is_ended_by_its_last_task(yarn, dataset):
     rm = _rm(yarn)          # RM polls only: no follower heartbeat, no KV read
     rep = wait_until(lambda: (r := rm.report(app_id)).state in ("FINISHED", "FAILED", "KILLED") and r, JOB_S,
                      f"{app_id} to end", poll=1.0)
-    assert rep.final_status == "SUCCEEDED" and rep.diagnostics == DONE_DIAGNOSTICS, rep.diagnostics
+    said, people = job_end.from_diagnostics(rep.diagnostics)
+    assert rep.final_status == "SUCCEEDED" and people == DONE_DIAGNOSTICS, rep.diagnostics
+    assert said.state == "SUCCEEDED" and said.by.split(":")[0] in ("supervisor", "task"), rep.diagnostics
 
 
 def test_status_list_logs_and_kill_need_no_jvm(yarn, dataset, tmp_path):

@@ -19,6 +19,7 @@ from clusterutil import (JOB_S, ROOT, app_processes, job_doc, needs_yarn, task_p
 from tfyarn.backends.yarn import records
 from tfyarn.backends.yarn.rest import RmRest
 from tfyarn.backends.yarn.appspec import SUPERVISOR_SERVICE
+from tfyarn.contracts import job_end
 from tfyarn.report import report_at
 from tfyarn.runtime.app_end import DONE_DIAGNOSTICS
 from tfyarn.spec import load_spec_dict
@@ -64,7 +65,7 @@ def _ended(yarn, app_id):
                       f"{app_id} to end", poll=1.0)
 
 
-def test_a_killed_supervisor_does_not_fail_the_job(yarn, apps):
+def test_a_killed_supervisor_does_not_fail_the_job(yarn, apps, tmp_path):
     """First: this job ends ~30 s after its tasks start, the others wait for their supervisor."""
     app_id, _ = apps["nosup"]
 
@@ -84,8 +85,16 @@ def test_a_killed_supervisor_does_not_fail_the_job(yarn, apps):
     # no supervisor, no follower: the last task done ended it, recording so first (job_end)
     rec = end()
     assert (rec.state, rec.by.split(":")[0], rec.exit_codes) == ("SUCCEEDED", "task", {}), rec
+    # the KV is gone and nobody read it: YARN's final diagnostics carry the same record, for status
+    said, people = job_end.from_diagnostics(rep.diagnostics)
+    assert said == rec and people == DONE_DIAGNOSTICS, rep.diagnostics
     st = yarn.status(app_id)
     assert st.state.value == "SUCCEEDED" and SUPERVISOR_SERVICE not in " ".join(t.task for t in st.tasks)
+    assert st.diagnostics == "", st.to_dict()
+    # from a machine with no record of it at all (its killed supervisor's staging-dir record holds no end)
+    r = tfyarn("status", app_id, "--output", "json", env={"TFYARN_HOME": str(tmp_path / "elsewhere")})
+    d = json.loads(r.stdout)
+    assert r.returncode == 0 and (d["state"], d["diagnostics"]) == ("SUCCEEDED", ""), r.stdout + r.stderr[-2000:]
     assert wait_no_processes(app_id) == []
 
 
@@ -135,7 +144,7 @@ def test_other_machines_recover_the_spec_and_the_supervisor_writes_the_report(ya
     assert [t["task"] for t in d["tasks"]] == tasks, d["tasks"]          # the supervisor is no task
     # the run report next to the checkpoints, by the supervisor: nobody else has followed this job (yet)
     rep = _ended(yarn, app_id)
-    assert rep.diagnostics == DONE_DIAGNOSTICS, rep.diagnostics      # tfyarn ended it
+    assert job_end.from_diagnostics(rep.diagnostics)[1] == DONE_DIAGNOSTICS, rep.diagnostics  # tfyarn ended it
     end = records.read_record(yarn.staging_dir, app_id)["snapshot"]["end"]   # its supervisor's
     assert '"by":"supervisor"' in end and '"state":"SUCCEEDED"' in end, end
     ckpt = doc["checkpoint"]["dir"]
@@ -156,7 +165,7 @@ def test_other_machines_recover_the_spec_and_the_supervisor_writes_the_report(ya
 def test_the_report_of_a_job_without_checkpoints_is_in_the_staging_dir_for_any_machine(yarn, apps, tmp_path):
     """No checkpoint dir: the supervisor's report (phases included) still reaches a machine that never followed."""
     app_id, _ = apps["nockpt"]
-    assert _ended(yarn, app_id).diagnostics == DONE_DIAGNOSTICS
+    assert job_end.from_diagnostics(_ended(yarn, app_id).diagnostics)[1] == DONE_DIAGNOSTICS
     r = tfyarn("report", app_id, "--output", "json", env={"TFYARN_HOME": str(tmp_path / "other")})
     assert r.returncode == 0, r.stdout + r.stderr[-3000:]
     rep = json.loads(r.stdout)

@@ -67,7 +67,28 @@ def test_end_job_writes_the_record_before_the_shutdown():
     job_end.end_job(
         kv, end, lambda status, diag: seen.append((status, diag, kv.get(END_KEY))), "timed out: x"
     )
-    assert seen == [("FAILED", "timed out: x", end.to_json())]
+    assert seen == [("FAILED", job_end.with_record("timed out: x", end), end.to_json())]
+
+
+def test_the_record_rides_as_the_last_line_of_the_diagnostics_and_is_read_back_exactly():
+    """After the end the KV is gone: the diagnostics YARN keeps carry the record (one JSON line,
+    last: a ResourceManager cutting long diagnostics keeps their end), read exactly, the rest left
+    for people; a long reason is cut there (the KV's record keeps it whole)."""
+    end = job_end.decide("failed-task:ps:0", failure="ps:0: exit code 137\n" + "x" * 5000,
+                         exits={"ps:0": {"code": 137}, "worker:0": {"code": None}}, now=5.0)
+    text = job_end.with_record("ps:0: exit code 137 (killed by SIGKILL)", end)
+    last = text.splitlines()[-1]
+    assert last.startswith(job_end.DIAGNOSTICS_MARK) and len(last) < 2 * job_end.REASON_MAX
+    cut = "Diagnostic messages truncated, showing last 65536 chars:\n" + text[-len(last) - 20:]
+    for diag in (text, cut, text + "\nFailing this attempt."):
+        got, rest = job_end.from_diagnostics(diag)
+        assert (got.state, got.by, got.exit_codes, got.time) == ("FAILED", "failed-task:ps:0", {"ps:0": 137}, 5.0)
+        assert len(got.reason) == job_end.REASON_MAX and job_end.DIAGNOSTICS_MARK not in rest
+    assert job_end.from_diagnostics(text)[1] == "ps:0: exit code 137 (killed by SIGKILL)"
+    done = job_end.with_record(app_end.DONE_DIAGNOSTICS, job_end.decide("task:chief:0", done=True))
+    assert job_end.from_diagnostics(done)[1] == app_end.DONE_DIAGNOSTICS
+    for none in ("", "worker:0: exit code 1", "tfyarn-end: {not json", "say tfyarn-end: {}"):
+        assert job_end.from_diagnostics(none) == (None, none)
 
 
 def test_who_leaves_the_end_to_whom():
@@ -84,11 +105,12 @@ def test_the_last_task_records_its_end_before_shutting_down():
     kv = MemoryKV({"slot-done/chief:0": "1", "slot-done/worker:0": "1"})
     seen = []
     assert app_end.finish_if_last(
-        kv, ["chief:0", "worker:0"], "worker:0", lambda: seen.append(kv.get(END_KEY))
+        kv, ["chief:0", "worker:0"], "worker:0", lambda diag: seen.append((kv.get(END_KEY), diag))
     )
-    [rec] = seen
+    [(rec, diag)] = seen
     end = job_end.JobEnd.from_json(rec)
     assert end is not None and (end.state, end.by) == ("SUCCEEDED", "task:worker:0")
+    assert job_end.from_diagnostics(diag) == (end, app_end.DONE_DIAGNOSTICS)
 
 
 def test_status_reads_the_record_first_and_only_when_yarn_agrees():

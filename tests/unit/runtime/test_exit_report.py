@@ -7,6 +7,7 @@ import pytest
 import skein
 
 from fake_am import FakeAM
+from tfyarn.contracts import job_end
 from tfyarn.runtime import exit_report
 from tfyarn.runtime.exit_report import describe, diagnosis, exit_codes_in, exit_text
 
@@ -28,6 +29,11 @@ class FakeAppClient:
 
     def shutdown(self, status="SUCCEEDED", diagnostics=None):
         self.shutdowns.append((status, diagnostics))
+
+
+def people(shutdowns):
+    """The shutdowns' diagnostics without the end record's line (contracts.job_end.with_record)."""
+    return [(status, job_end.from_diagnostics(diag)[1]) for status, diag in shutdowns]
 
 
 def app_spec(max_restarts=0, allow_failures=False):
@@ -69,8 +75,10 @@ def test_a_killed_ps_shuts_the_app_down_naming_it_first(container_env):
     rec = json.loads(app.kv.get("exit/ps:0"))
     assert rec["code"] == 137 and rec["died_at"] == 10.0 and rec["skein_container"] == "ps_0"
     assert rec["failure"] is None                      # a SIGKILLed process writes nothing of its own
-    assert app.shutdowns == [("FAILED", "ps:0: exit code 137 (killed by SIGKILL); "
+    assert people(app.shutdowns) == [("FAILED", "ps:0: exit code 137 (killed by SIGKILL); "
                                         "chief:0: exit code 1: UnavailableError: Socket closed (ps:0)")]
+    end, _ = job_end.from_diagnostics(app.shutdowns[0][1])  # the record outlives the KV, in YARN's diagnostics
+    assert (end.state, end.by, end.exit_codes) == ("FAILED", "failed-task:ps:0", {"ps:0": 137, "chief:0": 1})
 
 
 def test_a_worker_with_restarts_left_or_a_side_role_does_not_end_the_app(container_env):
@@ -81,7 +89,7 @@ def test_a_worker_with_restarts_left_or_a_side_role_does_not_end_the_app(contain
     assert app.shutdowns == [] and json.loads(app.kv.get("exit/worker:1"))["code"] == 137
     app.failed.append(("worker", 1))                   # the budget (2 restarts for the service) is now used
     assert exit_report.report(app, 137, died_at=2.0, settle_s=0) == "worker:1"
-    assert app.shutdowns == [("FAILED", "worker:1: exit code 137 (killed by SIGKILL)")]
+    assert people(app.shutdowns) == [("FAILED", "worker:1: exit code 137 (killed by SIGKILL)")]
     side = FakeAppClient(app_spec())
     container_env("tensorboard_0", "tensorboard")
     exit_report.report(side, 1, died_at=1.0, settle_s=0)
@@ -104,7 +112,7 @@ def test_restart_exit_code_on_yarn_ends_the_app_at_the_codes_own_exit(container_
     assert app.shutdowns == []
     app.kv.put("failure/worker:0", b"KeyError: 'label'")
     exit_report.report(app, 1, died_at=3.0, settle_s=0)                          # the user's code: the end
-    assert app.shutdowns == [("FAILED", "worker:0: exit code 1: KeyError: 'label'")]
+    assert people(app.shutdowns) == [("FAILED", "worker:0: exit code 1: KeyError: 'label'")]
     spec.write_text(json.dumps({"roles": {"worker": {"instances": 2, "max_restarts": 3, "restart": "on_failure"}}}))
     app.shutdowns.clear()
     exit_report.report(app, 1, died_at=4.0, settle_s=0)

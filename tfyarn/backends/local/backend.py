@@ -25,16 +25,15 @@ from typing import Callable, Iterator
 
 import psutil
 
-from tfyarn import paths
+from tfyarn import paths, runner
 from tfyarn.backends.base import Backend, Request
-from tfyarn.backends.owned import never_left_running
 from tfyarn.contracts.status import AppState, AppStatus, Echo
 from tfyarn.backends.local.launcher import KILL_REQUEST, Launcher, write_atomic
 from tfyarn.errors import AppNotFound
 from tfyarn.preflight import run_local_preflight
 from tfyarn.report import HISTORY_FILE, REPORT_JSON, ProgressHistory, write_run_report
 from tfyarn.spec import JobSpec, load_spec_json
-from tfyarn.supervisor import select_tasks, settle
+from tfyarn.supervisor import Supervisor, select_tasks, settle
 
 __all__ = ["LocalBackend", "Launcher", "new_app_id"]
 
@@ -73,9 +72,13 @@ class LocalPlan(Request):
 
 
 class LocalBackend(Backend):
-    """Runs jobs on this machine. ``run`` follows in the foreground; ``submit`` detaches a launcher process."""
+    """Runs jobs on this machine. ``run`` (the runner) runs the launcher in the foreground; ``submit``
+    detaches a launcher process, which runs the job through the runner too."""
 
     name = "local"
+
+    def __init__(self) -> None:
+        self._detached: tuple[Path, str] | None = None  # (app dir, app id) in a submit's launcher
 
     def app_dir(self, app_id: str) -> Path:
         d = paths.apps_dir() / app_id
@@ -87,25 +90,23 @@ class LocalBackend(Backend):
         tasks = {t: {**spec.role(t.split(":")[0]).env} for t in spec.tasks()}
         return LocalPlan(spec, attempt, paths.apps_dir(), sys.executable, tasks)
 
-    def run(
+    def attempts(
         self,
         spec: JobSpec,
+        sup: Supervisor,
         echo: Echo | None = None,
         on_update: Callable[[AppStatus], None] | None = None,
-        timeout: float | None = None,
-    ) -> AppStatus:
-        """Run in the foreground to the end; ``timeout`` (seconds) stops the job as TIMED_OUT, like YARN's."""
-        run_local_preflight(spec, count_records=True)
-        app_id = new_app_id()
-        launcher = Launcher(spec, paths.apps_dir() / app_id, app_id, echo=echo, on_update=on_update, timeout=timeout)
-
-        def stop(_app: str, exc: BaseException) -> AppStatus:
-            return launcher.stop_now(str(exc) or type(exc).__name__)
-
-        with never_left_running(stop) as owned:
-            owned.own(app_id)
-            st = launcher.run()
-        return owned.stopped or st
+        poll: float = 2.0,
+    ) -> Launcher:
+        """The launcher of a new app (after the local preflight), in this process: every attempt a
+        round of that one app, its processes supervised by the launcher (``echo``: their lines)."""
+        if self._detached is not None:  # the launcher process of a submit: its app exists
+            app_dir, app_id = self._detached
+        else:
+            run_local_preflight(spec, count_records=True)
+            app_id = new_app_id()
+            app_dir = paths.apps_dir() / app_id
+        return Launcher(spec, app_dir, app_id, echo=echo, on_update=on_update, supervisor=sup)
 
     def schedule(self, request: Request) -> str:
         """Start the plan's launcher as a detached process (it outlives this one) and return the app id."""
@@ -182,7 +183,7 @@ class LocalBackend(Backend):
             # says who asked, for the final diagnosis (a SIGTERM alone could come from anyone)
             write_atomic(d / KILL_REQUEST, f"killed by `tfyarn kill` (user {_user()}, pid {os.getpid()})")
             os.kill(pid, signal.SIGTERM)
-        self.wait(app_id, timeout=timeout, poll=0.2)
+        runner.wait(self, app_id, timeout=timeout, poll=0.2)
 
     def report_location(self, st: AppStatus, build: bool = True) -> str | None:
         """The app dir's report.json (written by the launcher at the end)."""
@@ -221,7 +222,9 @@ def _launch_detached(app_dir: str, app_id: str) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     d = Path(app_dir)
     spec = load_spec_json((d / "spec.json").read_text())
-    st = Launcher(spec, d, app_id, echo=lambda task, line: print(f"{task:>13} | {line}", flush=True)).run()
+    backend = LocalBackend()
+    backend._detached = (d, app_id)
+    st = runner.run(backend, spec, echo=lambda task, line: print(f"{task:>13} | {line}", flush=True))
     return int(st.state.exit_code)
 
 

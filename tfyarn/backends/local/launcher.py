@@ -2,8 +2,10 @@
 
 It runs the KV service, starts one process per task running ``tfyarn.runtime.main`` (exactly what a YARN container
 runs), restarts tasks as their roles allow, and stops every task on the first unrecoverable failure, on Ctrl-C /
-SIGTERM, or on a kill request: no task outlives it. What decides about the job (attempts, deadline, stall watch,
-progress, report) is :class:`tfyarn.supervisor.Supervisor`, shared with the YARN backend.
+SIGTERM, or on a kill request: no task outlives it. It is the local backend's hook for the runner
+(:class:`tfyarn.runner.Attempts`): the runner's loop starts each attempt as a round of this one app. What decides
+about the job (attempts, deadline, stall watch, progress) is :class:`tfyarn.supervisor.Supervisor`, shared with the
+YARN backend.
 
 Tasks are forked from a fork server that imported TensorFlow once (the tasks of a local job would otherwise all import
 it at once on the same cores), or, when it is disabled, not possible, or failed, started with ``subprocess.Popen``;
@@ -32,7 +34,7 @@ from tfyarn.backends.local.forkserver import ForkedProcess, ForkServer, ForkServ
 from tfyarn.backends.local.kvserver import KVServer
 from tfyarn.backends.local.process_memory import tree_rss
 from tfyarn.errors import ExitCode
-from tfyarn.report import HISTORY_FILE
+from tfyarn.report import HISTORY_FILE, ProgressHistory
 from tfyarn.contracts.kv_keys import ABORT_KEY, DONE_KEY, PAGE_URL_KEY, RESOURCES_PREFIX, addr_key, failure_key
 from tfyarn.spec import SIDECAR_ROLES, JobSpec
 from tfyarn.supervisor import Supervisor, checkpoint_url, training_end_note, write_report
@@ -149,9 +151,12 @@ class Launcher:
         python: str = sys.executable,
         forkserver: bool | None = None,
         timeout: float | None = None,
+        supervisor: Supervisor | None = None,
     ):
         """``forkserver``: fork tasks from a warm fork server (default: unless ``TFYARN_FORKSERVER=0``).
-        ``timeout``: seconds after which the job is stopped as TIMED_OUT (as ``timeouts.active_deadline``)."""
+        ``supervisor``: the run's (:func:`tfyarn.runner.run`; its progress points go to this app's dir);
+        without one, a supervisor of its own with ``timeout``: seconds after which the job is stopped
+        as TIMED_OUT (as ``timeouts.active_deadline``)."""
         self.spec, self.app_dir, self.app_id = spec, app_dir, app_id
         self.echo = echo
         self.on_update = on_update
@@ -167,8 +172,13 @@ class Launcher:
         self._progress: dict = {}
         self._memory_sampled = 0.0
         self.kv: KVServer | None = None
+        self._kv_service: KVServer | None = None
         self._sidecar_failures: list[str] = []  # SIDECAR_ROLES tasks that failed for good (the job went on)
-        self.supervisor = Supervisor(spec, started=self._started, timeout=timeout, history_path=app_dir / HISTORY_FILE)
+        if supervisor is None:
+            supervisor = Supervisor(spec, started=self._started, timeout=timeout)
+        supervisor.history = ProgressHistory(app_dir / HISTORY_FILE)  # the run report's curves
+        self.supervisor = supervisor
+        self._between = False  # an attempt failed and the next one has not started (a stop ends the job)
         if forkserver is None:
             forkserver = os.environ.get(FORKSERVER_ENV, "1").strip() not in ("0", "false", "no", "off")
         self._want_forkserver = forkserver
@@ -189,7 +199,11 @@ class Launcher:
         never left running): every task stopped, the state KILLED unless it had ended; its status."""
         self.stop(reason, AppState.KILLED)
         self._stop_tasks(list(self.tasks.values()), STOP_GRACE_S)
-        if not self._state.is_terminal:
+        if self._between:  # a stop during the backoff: the job ends as the stop says, with its note
+            self._between = False
+            self._end(self._stop_state, self._stop_reason)
+            self._diag += self._killed_note()
+        elif not self._state.is_terminal:
             self._end(AppState.KILLED, reason)
         st = self.status()
         write_atomic(self.app_dir / "status.json", json.dumps(st.to_dict(), indent=1))
@@ -455,40 +469,82 @@ class Launcher:
         if self.on_update:
             self.on_update(st)
 
-    # ------------------------------------------------------------------------------------------------- main loop
-    def run(self) -> AppStatus:
-        """Start every task and follow them to the end, with restarts and job attempts as the spec allows; returns
-        the final status (also written to status.json)."""
+    # ------------------------------------------------------------------------- the runner's hook: attempts
+    # (tfyarn.runner.Attempts) — one app, its attempts rounds of it; the loop over them is the runner's
+    app_per_attempt = False
+
+    @property
+    def stop_event(self) -> threading.Event:
+        """Set by this launcher's signal handlers and kill requests: no further attempt starts."""
+        return self._stop
+
+    def __enter__(self) -> Launcher:
+        """The app's dir, the fork server, the KV service and the page, for every attempt."""
         self._install_signal_handlers()
         self.app_dir.mkdir(parents=True, exist_ok=True)
         (self.app_dir / "spec.json").write_text(self.spec.to_json())
         write_atomic(self.app_dir / "launcher.pid", str(os.getpid()))
         self._start_forkserver()
         try:
-            with KVServer() as kv:
-                self.kv = kv
-                self._start_page()
-                try:
-                    while True:
-                        self._run_attempt(kv)
-                        if not self._next_attempt(kv):
-                            break
-                finally:
-                    self._stop_tasks(list(self.tasks.values()), STOP_GRACE_S)
-                    self._close_forkserver()  # after the tasks: its tasks would die with it
-                    if self._state is AppState.KILLED:  # read after every task has stopped
-                        self._diag += training_end_note(
-                            self.supervisor.progress(kv.store), self.supervisor.summary, checkpoint_url(self.spec)
-                        )
-                    self._diag = self.supervisor.final_diagnosis(self._diag)
-                    self._finished = time.time()
-                    self._write_report()  # before the final status.json: whoever sees the outcome finds the report
-                    self._refresh()
-        finally:
-            self._close_forkserver()  # KVServer failed to start
-            if self.page is not None:
-                self.page.close()
+            self.kv = self._kv_service = KVServer().start()
+            self._start_page()
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._close_forkserver()
+        if self.page is not None:
+            self.page.close()
+        if self._kv_service is not None:  # (self.kv stays: the final status reads its records)
+            self._kv_service.stop()
+            self._kv_service = None
+
+    def start(self, attempt: int) -> str:
+        """Attempt ``attempt`` (the supervisor's count): a later one starts the whole job again from
+        its latest checkpoint, the KV cleared (it rendezvous afresh). Its tasks start in :meth:`to_end`."""
+        self._between = False
+        if attempt > 0:
+            assert self.kv is not None
+            self.kv.store.clear()
+            self._publish_page()
+            self._sidecar_failures = []
+            for t in self.tasks.values():
+                t.state, t.exit_code, t.diagnostics, t.restarts = "PENDING", None, "", 0
+        return self.app_id
+
+    def to_end(self, app_id: str) -> AppStatus:
+        """Start every task and follow them to this attempt's end, restarting them as their roles
+        allow; every task is stopped when it returns."""
+        assert self.kv is not None
+        self._run_attempt(self.kv)
+        if self._state is AppState.KILLED:  # read after every task has stopped
+            self._diag += self._killed_note()
+        self._between = self._state in (AppState.FAILED, AppState.TIMED_OUT)
         return self.status()
+
+    def end(self, app_id: str, exc: BaseException) -> AppStatus:
+        """The run stopped or failed (or was stopped between attempts): :meth:`stop_now`."""
+        return self.stop_now(str(exc) or type(exc).__name__)
+
+    def finish(self, st: AppStatus) -> AppStatus:
+        """After the last attempt, ``st`` with the runner's final diagnosis: the run report, then the
+        final status.json (whoever sees the outcome finds the report)."""
+        self._between = False
+        self._stop_tasks(list(self.tasks.values()), STOP_GRACE_S)
+        self._close_forkserver()  # after the tasks: its tasks would die with it
+        self._diag = st.diagnostics
+        self._finished = time.time()
+        self._write_report()
+        self._refresh()
+        return self.status()
+
+    def _killed_note(self) -> str:
+        """What a KILLED job adds: whether training had completed (and what was written)."""
+        assert self.kv is not None
+        progress = self.supervisor.progress(self.kv.store)
+        return training_end_note(progress, self.supervisor.summary, checkpoint_url(self.spec))
 
     def _start_page(self) -> None:
         """The job's page on 127.0.0.1 (``TFYARN_PAGE=0``: none; ``TFYARN_PAGE_PORT``: its port), its URL logged
@@ -530,21 +586,6 @@ class Launcher:
         finally:
             self.supervisor.end_attempt()
             self._stop_tasks(list(self.tasks.values()), STOP_GRACE_S)
-
-    def _next_attempt(self, kv: KVServer) -> bool:
-        """After a failed attempt: start the whole job again (from its latest checkpoint) if the supervisor says so,
-        after its backoff (interruptible). The KV is cleared: the new attempt rendezvous afresh."""
-        if not self.supervisor.next_attempt(self._state, self._diag, stopped=self._stop.is_set()):
-            return False
-        if not self.supervisor.backoff(self._stop):  # Ctrl-C during the backoff stops here
-            self._end(self._stop_state, self._stop_reason)
-            return False
-        kv.store.clear()
-        self._publish_page()
-        self._sidecar_failures = []
-        for t in self.tasks.values():
-            t.state, t.exit_code, t.diagnostics, t.restarts = "PENDING", None, "", 0
-        return True
 
     def _restartable(self, task: _Task) -> bool:
         """May this failed task be restarted in place? (Role policy, its budget, and the job not stopping.)"""

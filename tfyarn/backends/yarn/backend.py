@@ -9,7 +9,7 @@ parts below it —
 :mod:`.status`                status, list, kill (YARN's states mapped by :mod:`.states`)
 :mod:`.logs`                  logs by task, live or aggregated (files read by :mod:`.log_files`)
 :mod:`.reports`               the run report and the job's timeline (:mod:`.phases`)
-:mod:`.end`                   run, wait, follow and the app's end
+:mod:`.end`                   the runner's hooks (attempts, follow, pause, followed) and the app's end
 ============================  ==========================================================================
 
 This machine's and the staging dir's records of an app are :mod:`.records`; the supervisor inside every application

@@ -76,6 +76,7 @@ class YarnConnection(Backend):
         self._apps: dict[str, Any] = {}
         # per app: the job's rules while this process follows it (attempts, deadline, stall, progress, ETA)
         self._sups: dict[str, Supervisor] = {}
+        self._preloading = False  # follow(): matplotlib being imported for the run report
         self._no_record: set[str] = set()  # apps whose in-app supervisor record was looked for (_recover)
         self._krb: Any = None  # the Kerberos login (tfyarn.kerberos) once self.login() has run
         self._logged_in = False

@@ -1,7 +1,9 @@
-"""Following a YARN job to its end: ``run`` (submit, follow, the job's attempts as new applications), ``wait`` and
-``follow`` (one supervised status read per call), and the end of the app: killed for a verdict of
-:class:`tfyarn.supervisor.Supervisor` (deadline, allocation, stall), shut down SUCCEEDED once every task is done
-(the tasks leave that to a live follower), killed when ``run`` is stopped.
+"""The YARN backend's hooks for the runner (:mod:`tfyarn.runner`) and the end of its apps:
+``attempts`` (each attempt a new application), ``follow`` (one supervised status read per call),
+``pause`` (the tasks' all-done watched between reads), ``followed`` (the run report), and the end of
+the app: killed for a verdict of :class:`tfyarn.supervisor.Supervisor` (deadline, allocation, stall),
+shut down SUCCEEDED once every task is done (the tasks leave that to a live follower), killed when
+``run`` is stopped (``end``). The attempt loop and the poll loop are the runner's.
 """
 
 from __future__ import annotations
@@ -14,10 +16,10 @@ from typing import Any, Callable
 from tfyarn import paths
 from tfyarn.backends.yarn import phases, records
 from tfyarn.backends.yarn.reports import Reporter
-from tfyarn.backends.owned import never_left_running
 from tfyarn.contracts import job_end
 from tfyarn.contracts.status import AppState, AppStatus
 from tfyarn.interrupts import Interrupted
+from tfyarn.runner import ScheduledAttempts
 from tfyarn.report import HISTORY_FILE, preload_plotting
 from tfyarn.runtime import app_end
 from tfyarn.runtime.kv_yarn import SkeinKV
@@ -30,39 +32,23 @@ log = logging.getLogger(__name__)
 class Follower(Reporter):
     """The part of the YARN backend that follows a job to its end and ends the app when that is tfyarn's to do."""
 
-    def run(
+    def attempts(
         self,
         spec: JobSpec,
+        sup: Supervisor,
         echo: Callable[[str, str], None] | None = None,
         on_update: Callable[[AppStatus], None] | None = None,
-        timeout: float | None = None,
         poll: float = 2.0,
-    ) -> AppStatus:
-        """Submit and follow to the end, with the spec's job attempts (:class:`tfyarn.supervisor.Supervisor`, as a
-        local run): a FAILED or TIMED_OUT application is submitted again (``TFYARN_ATTEMPT=n``, resuming from the
-        latest checkpoint) after ``retry.backoff``, up to ``retry.max_attempts`` applications in all, within
-        ``timeouts.active_deadline`` and ``timeout`` (the earlier; the application running then is killed, TIMED_OUT).
-        """
+    ) -> ScheduledAttempts:
+        """Each attempt a new application (``TFYARN_ATTEMPT=n``), followed here under ``sup``; after
+        its submit a one-shot command's private driver is let go (:meth:`_release_driver`)."""
         self._run_started = time.time()
-        sup = Supervisor(spec, started=self._run_started, timeout=timeout)
-        with never_left_running(self._kill_interrupted) as owned:
-            while True:
-                app_id = owned.own(self.schedule(self.dryrun(spec, attempt=sup.attempt)))
-                self._release_driver()
-                st = self._follow_to_end(app_id, sup, None, poll, on_update)
-                st.attempt = sup.attempt
-                if not sup.next_attempt(st.state, st.diagnostics, label=app_id):
-                    break
-                sup.backoff()
-        if owned.stopped is not None:
-            st = owned.stopped
-        st.diagnostics = sup.final_diagnosis(st.diagnostics)
-        return st
+        return _YarnAttempts(self, spec, sup, on_update, poll)
 
-    def _kill_interrupted(self, app_id: str, exc: BaseException) -> AppStatus:
+    def end(self, app_id: str, exc: BaseException) -> AppStatus:
         """``run`` was stopped (Ctrl-C, a scheduler's SIGTERM) or failed: the application it started
-        must not outlive it (:func:`~tfyarn.backends.owned.never_left_running`). One that ended on its
-        own is left as it is."""
+        must not outlive it (:func:`~tfyarn.runner.never_left_running`): killed, its end recorded
+        (the follower's). One that ended on its own is left as it is."""
         st = self.status(app_id)
         if st.state.is_terminal:
             return st  # it had ended on its own just before: its outcome stands
@@ -80,31 +66,11 @@ class Follower(Reporter):
         )
         return st
 
-    def wait(
-        self,
-        app_id: str,
-        timeout: float | None = None,
-        poll: float = 1.0,
-        on_update: Callable[[AppStatus], None] | None = None,
-    ) -> AppStatus:
-        """Poll every ``poll`` s (one RM call + one AM call): returns within ~``poll`` s of the app's end, with the
-        job's rules enforced meanwhile (:meth:`follow`). ``timeout`` bounds this wait only (:class:`WaitTimeout`;
-        the app runs on)."""
-        return self._follow_to_end(app_id, None, timeout, poll, on_update)
-
-    def _follow_to_end(
-        self,
-        app_id: str,
-        sup: Supervisor | None,
-        timeout: float | None,
-        poll: float,
-        on_update: Callable[[AppStatus], None] | None,
-    ) -> AppStatus:
-        threading.Thread(target=preload_plotting, name="tfyarn-preload-matplotlib", daemon=True).start()
-        st = self._wait_with(self.follow(app_id, sup), app_id, timeout, poll, on_update)
-        log.debug("%s phases: %s", app_id, phases.text(self.phases(app_id, st)))
-        self._report_at_end(st)  # after a kill for a stall too: where it stalled is what its report shows
-        return st
+    def followed(self, st: AppStatus) -> None:
+        """An app this process followed has ended: its timeline logged, its run report written (now,
+        or by a detached process: ``detached_report``)."""
+        log.debug("%s phases: %s", st.app_id, phases.text(self.phases(st.app_id, st)))
+        self._report_at_end(st)
 
     def follow(self, app_id: str, sup: Supervisor | None = None) -> Callable[[], AppStatus]:
         """One supervised status read of ``app_id`` per call (``wait``, ``run``, the Airflow trigger), judged by
@@ -112,6 +78,9 @@ class Follower(Reporter):
         when the spec is unknown): a verdict (deadline, allocation, stall) kills the app, which ends TIMED_OUT saying
         why. While the app's own supervisor (:mod:`~tfyarn.backends.yarn.supervise`) is alive, the stall watch
         is its; the follower keeps the deadline and allocation checks and ends the app once every task is done."""
+        if not self._preloading:  # the run report's plot, at the end: matplotlib imported meanwhile
+            self._preloading = True
+            threading.Thread(target=preload_plotting, name="tfyarn-preload-matplotlib", daemon=True).start()
         if sup is None:
             spec = records.saved_spec(app_id, self._recover(app_id, running=True))  # submitted elsewhere: the app's
             if spec is not None:
@@ -147,7 +116,11 @@ class Follower(Reporter):
         queue = sup.spec.queue if sup.spec is not None else None
         diag = verdict.diagnosis + (self._queue_state(queue) if verdict.reason == "allocation" else "")
         log.error("%s: %s; killing it", app_id, diag)
-        self._end_with(app_id, job_end.decide(job_end.FOLLOWER, verdict=diag), lambda _status, _diag: self.kill(app_id))
+        self._end_with(
+            app_id,
+            job_end.decide(job_end.FOLLOWER, verdict=diag),
+            lambda _status, _diag: self.kill(app_id),
+        )
         st = self.status(app_id)
         st.state, st.diagnostics = verdict.state, diag
         records.save(app_id, final=st.to_dict())
@@ -184,11 +157,12 @@ class Follower(Reporter):
             app_id, "follower heartbeat", lambda app: app.kv.put(app_end.FOLLOWER_KEY, f"{time.time():.3f}".encode())
         )
 
-    def _between_polls(self, app_id: str, poll: float, check_s: float = 0.2) -> None:
-        """Sleep ``poll`` s, looking every ``check_s`` s for the tasks' ``control/all_done`` (one cheap KV read): once
-        it is there, read the status one last time and shut the application down SUCCEEDED, then wait for the RM to
-        say so (tens of ms), so ``wait`` returns within a fraction of a second of the last task's end."""
-        end = time.monotonic() + poll
+    def pause(self, app_id: str, seconds: float, check_s: float = 0.2) -> None:
+        """Between two status reads: sleep ``seconds``, looking every ``check_s`` s for the tasks'
+        ``control/all_done`` (one cheap KV read): once it is there, read the status one last time and
+        shut the application down SUCCEEDED, then wait for the RM to say so (tens of ms), so a follower
+        returns within a fraction of a second of the last task's end."""
+        end = time.monotonic() + seconds
         app = self._app_client(app_id)
         while True:
             left = end - time.monotonic()
@@ -247,3 +221,14 @@ class _AmKV:
 
     def put(self, key: str, value: str) -> None:
         self.backend._on_am(self.app_id, f"KV {key}", lambda app: app.kv.put(key, value.encode()))
+
+
+class _YarnAttempts(ScheduledAttempts):
+    """:class:`~tfyarn.runner.ScheduledAttempts` with the driver let go after each submit."""
+
+    backend: Follower
+
+    def start(self, attempt: int) -> str:
+        app_id = super().start(attempt)
+        self.backend._release_driver()
+        return app_id

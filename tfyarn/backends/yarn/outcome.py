@@ -19,16 +19,24 @@ from tfyarn.contracts.status import AppState
 _ENDED = ("FINISHED", "FAILED", "KILLED")
 
 
+def ended_by(snapshot: Mapping[str, Any] | None, in_diagnostics: job_end.JobEnd | None) -> job_end.JobEnd | None:
+    """The app's end record: the KV's (in the snapshot), else its diagnostics' line."""
+    return job_end.recorded(snapshot) or in_diagnostics
+
+
 def from_record(
     yarn_state: Any,
     final_status: Any,
     snapshot: Mapping[str, Any] | None,
     events: dict[str, list[str]] | None = None,
+    in_diagnostics: job_end.JobEnd | None = None,
 ) -> tuple[AppState, str] | None:
-    """(state, diagnosis) of an ended app from the record in ``snapshot``; None while it runs, when
-    it has no record, or when YARN ended it otherwise (a kill from outside after the record, a
-    failed shutdown). ``events``: containers YARN took (cluster_events), said first in a failure."""
-    end = job_end.recorded(snapshot)
+    """(state, diagnosis) of an ended app from the record in ``snapshot``, else the one its final
+    diagnostics carried (``in_diagnostics``: :func:`~tfyarn.contracts.job_end.from_diagnostics`);
+    None while it runs, when it has no record, or when YARN ended it otherwise (a kill from outside
+    after the record, a failed shutdown). ``events``: containers YARN took (cluster_events), said
+    first in a failure."""
+    end = ended_by(snapshot, in_diagnostics)
     if end is None or str(yarn_state).upper() not in _ENDED:
         return None
     fs = str(final_status).upper()

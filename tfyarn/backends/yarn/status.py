@@ -27,6 +27,7 @@ from tfyarn.backends.yarn.states import (
     timestamp,
 )
 from tfyarn.backends.yarn.submit import Submitter
+from tfyarn.contracts import job_end
 from tfyarn.contracts.kv_keys import SPEC_KEY
 from tfyarn.contracts.status import AppState, AppStatus, TaskStatus
 from tfyarn.errors import without_timeout_mark
@@ -63,13 +64,15 @@ class StatusReader(Submitter):
 
     def status(self, app_id: str) -> AppStatus:
         rep = self._app_report(app_id)
+        # the end record an ender left in the final diagnostics (contracts.job_end), read apart
+        diag_end, rm_diag = job_end.from_diagnostics(rep.diagnostics)
         saved = self._recover(app_id, running=str(rep.state) == "RUNNING", tags=rep.tags)
         spec = records.saved_spec(app_id, saved)
         live = self._live(app_id, spec) if str(rep.state) == "RUNNING" else None
         snap = live or saved.get("snapshot") or {}
         task_states = [t["state"] for t in snap.get("tasks", [])] if live else None
         events = rm_events(rep, snap.get("events")) if str(rep.state) != "RUNNING" else None
-        diag = failure_diagnosis(rep.diagnostics, snap.get("failures") or {}, snap.get("exits") or {}, events)
+        diag = failure_diagnosis(rm_diag, snap.get("failures") or {}, snap.get("exits") or {}, events)
         state = app_state(rep.state, rep.final_status, diag, task_states)
         if state is AppState.TIMED_OUT:
             diag = without_timeout_mark(diag)  # the in-app supervisor's marker: the state says it now
@@ -77,7 +80,7 @@ class StatusReader(Submitter):
             # ended early by tfyarn (runtime.app_end): nothing to diagnose but what YARN did (cluster_events)
             diag = diag.strip()[: -len(app_end.DONE_DIAGNOSTICS)].strip()
         # the ender's record read first (the text above: apps without one)
-        recorded = outcome.from_record(rep.state, rep.final_status, snap, events)
+        recorded = outcome.from_record(rep.state, rep.final_status, snap, events, diag_end)
         if recorded is not None:
             state, recorded_diag = recorded
             if state is not AppState.SUCCEEDED:  # a success keeps only what YARN did (cluster_events, above)
@@ -101,7 +104,8 @@ class StatusReader(Submitter):
                 tasks=[TaskStatus(**t) for t in snap.get("tasks", [])],
                 progress=snap.get("progress") or {},
                 summary=summary,
-            )
+            ),
+            end=outcome.ended_by(snap, diag_end) if recorded is not None else None,
         )
         launched = timestamp(getattr(rep, "launch_time", None))  # the RM's REST report has it, skein's not
         if live is not None:
@@ -161,11 +165,11 @@ class StatusReader(Submitter):
                 log.debug("RM REST list: %s; asking the skein driver", exc)
         if reps is None:
             reps = self.client().get_applications(states=states)
-        out = [
-            app_status(r, app_state(r.state, r.final_status, r.diagnostics), r.diagnostics or "")
-            for r in reps
-            if appspec.TFYARN_TAG in {t.lower() for t in r.tags}
-        ]
+        out = []
+        for r in reps:
+            if appspec.TFYARN_TAG in {t.lower() for t in r.tags}:
+                diag = job_end.from_diagnostics(r.diagnostics)[1]  # the end record's line: not for people
+                out.append(app_status(r, app_state(r.state, r.final_status, diag), diag))
         return sorted(out, key=lambda s: s.started or 0)
 
     def kill(self, app_id: str) -> None:

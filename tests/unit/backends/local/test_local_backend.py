@@ -281,7 +281,7 @@ def test_a_failed_tensorboard_does_not_fail_the_training_as_on_yarn(tmp_path, mo
 
 
 def test_an_error_in_the_run_stops_every_task_and_propagates(tmp_path):
-    """The local run path never leaves its tasks running either (backends/owned.py): an exception
+    """The local run path never leaves its tasks running either (runner/owned.py): an exception
     out of the caller's update hook stops every task of the app, then reaches the caller."""
     spec = load_spec_dict(small_spec(tmp_path, model="custom_jobs:run_long"))
     seen = []

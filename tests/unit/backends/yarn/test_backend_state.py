@@ -367,7 +367,7 @@ def test_run_stopped_after_its_application_ended_reports_that_outcome(tmp_path, 
     b = YarnBackend(client=rm, preflight=False, staging_dir=str(tmp_path / "s"))
     from tfyarn.interrupts import Interrupted
     b.submit(spec)
-    st = b._kill_interrupted("application_1700000000000_0001", Interrupted("SIGTERM"))
+    st = b.end("application_1700000000000_0001", Interrupted("SIGTERM"))
     assert st.state is AppState.SUCCEEDED and rm.killed == []
 
 
@@ -595,6 +595,36 @@ def test_the_diagnosis_the_container_gave_the_application_names_the_tasks_withou
     assert tasks["ps:0"].state == "KILLED"
 
 
+def test_an_app_ended_with_nobody_reading_its_kv_is_judged_by_the_record_in_its_diagnostics(monkeypatch, tmp_path):
+    """A bare submit whose task ended the app: its KV (control/end) is gone, no snapshot holds the record; the line
+    the ender appended to YARN's diagnostics (contracts.job_end.with_record) gives the state, the diagnosis and the
+    tasks' exit codes exactly — its text names no code for a regex to find — and is not shown to people."""
+    from tfyarn.contracts import job_end
+    from tfyarn.runtime import app_end
+    cs = [container("ps", 0, "RUNNING"), container("chief", 0, "RUNNING"), container("worker", 0, "RUNNING"),
+          container("worker", 1, "RUNNING"), container("worker", 2, "RUNNING")]
+    b, rm, app, kv = _app_with_workers(monkeypatch, tmp_path, cs)
+    b.status(APP)                                              # the last poll saw no failure and no record
+    end = job_end.decide("failed-task:chief:0", failure="chief:0 died; worker:2 lost it",
+                         exits={"chief:0": {"code": 137}, "worker:2": {"code": 1}})
+    rm.reports[APP] = report("FINISHED", "FAILED", job_end.with_record("Failure in service chief", end))
+    b._apps.clear()
+    st = YarnBackend(client=rm, preflight=False).status(APP)   # another process, after the end
+    assert st.state is AppState.FAILED and st.diagnostics == "chief:0 died; worker:2 lost it"
+    tasks = {t.task: t for t in st.tasks}
+    assert (tasks["chief:0"].state, tasks["chief:0"].exit_code) == ("FAILED", 137)
+    assert (tasks["worker:2"].state, tasks["worker:2"].exit_code) == ("FAILED", 1)
+    assert [t for t in tasks if tasks[t].state == "KILLED"] == ["ps:0", "worker:0", "worker:1"]
+    done = job_end.with_record(app_end.DONE_DIAGNOSTICS, job_end.decide("task:worker:1", done=True))
+    rm.reports[APP] = report("FINISHED", "SUCCEEDED", done)
+    st = YarnBackend(client=rm, preflight=False).status(APP)
+    assert st.state is AppState.SUCCEEDED and st.diagnostics == "", st.diagnostics
+    assert {t.state for t in st.tasks} == {"SUCCEEDED"}
+    rm.reports[APP] = report("KILLED", "KILLED", job_end.with_record("Application killed by user.", end))
+    st = YarnBackend(client=rm, preflight=False).status(APP)   # killed from outside after the record: YARN's word
+    assert st.state is AppState.KILLED and "tfyarn-end" not in st.diagnostics, st.diagnostics
+
+
 def test_a_task_that_raised_is_failed_with_its_code_though_the_shutdown_it_asked_for_killed_its_container(
         monkeypatch, tmp_path):
     """worker:0 raised; its container script reported exit 1 and shut the app down, which killed that very container
@@ -636,7 +666,7 @@ def test_run_stopped_after_training_completed_says_so_in_its_diagnosis(monkeypat
     kv.put("plan/total_steps", "40")
     for t in ("chief:0", "worker:0", "worker:1", "worker:2"):
         put_json(kv, f"progress/{t}", {"step": 10, "global_step": 40, "loss": 0.5})
-    st = b._kill_interrupted(APP, Interrupted("SIGTERM"))   # the chief has not written its summary yet
+    st = b.end(APP, Interrupted("SIGTERM"))   # the chief has not written its summary yet
     assert rm.killed == [APP] and st.state is AppState.KILLED
     assert st.diagnostics == (f"interrupted by SIGTERM: killed {APP}; training had completed (global step 40/40): "
                               "the summary was not written (no checkpoint.dir)")
@@ -645,13 +675,13 @@ def test_run_stopped_after_training_completed_says_so_in_its_diagnosis(monkeypat
     for t in ("chief:0", "worker:0", "worker:1", "worker:2"):
         put_json(kv, f"progress/{t}", {"step": 2, "global_step": 8, "loss": 0.5})
     records.save(APP, final=None)
-    st = b._kill_interrupted(APP, Interrupted("SIGINT"))
+    st = b.end(APP, Interrupted("SIGINT"))
     assert st.diagnostics == f"interrupted by SIGINT: killed {APP}"
 
 
 def test_an_error_while_following_kills_the_application_and_propagates(tmp_path, monkeypatch):
     """Not only a stop: any exception out of `run` (here the caller's own update hook) kills the
-    application it started (backends/owned.py), recording why, and the error reaches the caller."""
+    application it started (runner/owned.py), recording why, and the error reaches the caller."""
     monkeypatch.setenv("TFYARN_HOME", str(tmp_path / "home"))
     spec = make_spec(environment={"python": "/opt/py/bin/python"})
     rm = KillableRM([("RUNNING", "UNDEFINED", "")])

@@ -14,6 +14,7 @@ import pytest
 from tfyarn.backends.yarn import phases
 from tfyarn.backends.yarn.backend import YarnBackend
 from tfyarn.backends.yarn.rest import AppReport, RestUnavailable, RmRest
+from tfyarn.contracts import job_end
 from tfyarn.errors import AppNotFound
 from tfyarn.runtime import app_end
 from tfyarn.runtime.kv import KVUnavailable, MemoryKV
@@ -55,9 +56,11 @@ def test_phases_unknown_where_nothing_was_recorded():
 class Shutdowns:
     def __init__(self):
         self.calls = 0
+        self.diagnostics = []
 
-    def __call__(self):
+    def __call__(self, diagnostics):
         self.calls += 1
+        self.diagnostics.append(diagnostics)
 
 
 def _done(kv, tasks):
@@ -77,6 +80,8 @@ def test_last_task_shuts_the_app_down_when_nobody_follows():
     _done(kv, TASKS)
     assert app_end.finish_if_last(kv, TASKS, "worker:0", down, grace_s=5.0) is True
     assert down.calls == 1
+    end, people = job_end.from_diagnostics(down.diagnostics[0])    # its record outlives the KV in YARN's report
+    assert (end.state, end.by, people) == ("SUCCEEDED", "task:worker:0", app_end.DONE_DIAGNOSTICS)
     assert json.loads(kv.get(app_end.ALL_DONE_KEY))["by"] == "worker:0"
 
 

@@ -14,12 +14,18 @@ from tfyarn.backends.base import AppState
 from tfyarn.backends.yarn.appspec import SUPERVISOR_SERVICE
 from tfyarn.backends.yarn.states import app_state
 from tfyarn.backends.yarn.supervise import InAppSupervisor, no_more_attempts_note
+from tfyarn.contracts import job_end
 from tfyarn.runtime import app_end
 from tfyarn.runtime.kv import MemoryKV
 from tfyarn.runtime.kv_yarn import mark_slot_done
 
 APP = "application_1700000000000_0042"
 ROLES = {"chief": {"instances": 1}, "worker": {"instances": 1}}
+
+
+def people(shutdowns):
+    """The shutdowns' diagnostics without the end record's line (contracts.job_end.with_record)."""
+    return [(status, job_end.from_diagnostics(diag)[1]) for status, diag in shutdowns]
 
 
 def container(service, instance, state):
@@ -110,12 +116,12 @@ def test_every_task_done_writes_the_report_then_ends_the_app(tmp_path):
     for t in ("chief:0", "worker:0"):
         mark_slot_done(kv, t)
     # the last task leaves the end to a live supervisor (after its report), not to itself
-    assert app_end.finish_if_last(kv, ["chief:0", "worker:0"], "worker:0", lambda: app.shutdowns.append("task"),
+    assert app_end.finish_if_last(kv, ["chief:0", "worker:0"], "worker:0", lambda _diag: app.shutdowns.append("task"),
                                   supervisor_grace_s=0.3, poll_s=0.05) is True
     assert app.shutdowns == ["task"]                         # nobody ended it within the grace: the task did
     app.shutdowns.clear()
     assert sup.round() is True
-    assert app.shutdowns == [("SUCCEEDED", app_end.DONE_DIAGNOSTICS)]
+    assert people(app.shutdowns) == [("SUCCEEDED", app_end.DONE_DIAGNOSTICS)]
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["state"] == "SUCCEEDED" and report["app_id"] == APP and "chief:0" in report["tasks"]
 
@@ -132,7 +138,7 @@ def test_a_live_follower_ends_the_app_itself_and_the_supervisor_only_after_its_g
     kv.put(app_end.FOLLOWER_KEY, f"{time.time():.3f}")
     assert sup.round() is False and app.shutdowns == [] and not (tmp_path / "report.json").exists()
     time.sleep(0.4)                                          # the follower never came: past its grace
-    assert sup.round() is True and app.shutdowns == [("SUCCEEDED", app_end.DONE_DIAGNOSTICS)]
+    assert sup.round() is True and people(app.shutdowns) == [("SUCCEEDED", app_end.DONE_DIAGNOSTICS)]
     assert json.loads((tmp_path / "report.json").read_text())["state"] == "SUCCEEDED"
 
 

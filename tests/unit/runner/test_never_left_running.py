@@ -1,4 +1,4 @@
-"""Never leave an app running (tfyarn/backends/owned.py): whatever leaves a run's block before its
+"""Never leave an app running (tfyarn/runner/owned.py): whatever leaves a run's block before its
 app ended ends the app, once, with stop signals ignored meanwhile; a stop is answered with the app's
 status, an error propagates."""
 
@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from tfyarn.backends.owned import never_left_running
+from tfyarn.runner.owned import never_left_running
 from tfyarn.backends.yarn.submit import SubmittedThenInterrupted
 from tfyarn.contracts.status import AppState, AppStatus
 from tfyarn.interrupts import Interrupted

@@ -1,0 +1,75 @@
+"""The runner (tfyarn/runner): one attempt loop and one poll loop for every backend, which keeps only the scheduler's
+verbs and documented hooks. Attempts run on the real local backend (real processes, a custom job that fails its
+first attempt); YARN's side of the same loop is tests/unit/backends/yarn/test_backend_state.py's ``run`` tests."""
+import logging
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from launch_helpers import small_spec, wait_no_processes
+from tfyarn import runner
+from tfyarn.backends import registry
+from tfyarn.backends.base import AppState, Backend
+from tfyarn.backends.local.backend import LocalBackend
+from tfyarn.spec import load_spec_dict
+
+pytestmark = pytest.mark.timeout(180)
+VERBS = {"dryrun", "schedule", "status", "logs", "kill"}
+
+
+@pytest.mark.parametrize("name", list(registry.KNOWN))
+def test_a_backend_is_its_verbs_and_hooks_and_runs_through_the_one_runner(name):
+    """No backend has an attempt loop or a poll loop of its own: run/wait are the runner's, on every backend."""
+    cls = registry.backend_class(name)
+    assert Backend.__abstractmethods__ == VERBS
+    assert cls.run is Backend.run and cls.wait is Backend.wait, cls
+    assert all(callable(getattr(cls, hook)) for hook in ("attempts", "follow", "pause", "followed", "end"))
+
+
+def _spec(tmp_path, backoff: str):
+    roles = {"ps": {"instances": 1}, "chief": {"instances": 1}, "worker": {"instances": 1}}
+    return load_spec_dict(small_spec(tmp_path, model="custom_jobs:count", mode="ps", roles=roles,
+                                     params={"steps": 10, "chief_fails_first_attempt": True},
+                                     retry={"max_attempts": 2, "backoff": backoff}))
+
+
+def test_a_failed_attempt_is_followed_by_the_next_one_named_in_the_final_diagnosis(tmp_path):
+    seen = []
+    st = runner.run(LocalBackend(), _spec(tmp_path, "0.2s"), on_update=lambda s: seen.append(s.attempt))
+    assert st.state is AppState.SUCCEEDED and st.attempt == 1, st.diagnostics
+    assert 0 in seen and 1 in seen                                      # both attempts were followed
+    assert "earlier attempts: chief lost on attempt 0" in st.diagnostics or \
+        "earlier attempts: chief:0 exited with code 1" in st.diagnostics, st.diagnostics
+    assert "2 attempts in" in st.diagnostics, st.diagnostics
+    assert wait_no_processes(st.app_id, 10) == []
+
+
+class _StopOnBackoff(logging.Handler):
+    """SIGTERM to this process once the supervisor says the next attempt waits for its backoff."""
+
+    def emit(self, record):
+        if "starting attempt 2" in record.getMessage():
+            threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGTERM)).start()
+
+
+def test_a_stop_during_the_backoff_ends_the_run_killed_at_once(tmp_path):
+    """The backoff (60 s here) waits on the backend's stop: a SIGTERM then ends the run KILLED, saying so, with the
+    earlier attempt in the diagnosis — no second attempt starts, no task is left."""
+    handler = _StopOnBackoff()
+    logging.getLogger("tfyarn.supervisor").addHandler(handler)
+    try:
+        t0 = time.monotonic()
+        st = runner.run(LocalBackend(), _spec(tmp_path, "60s"))
+        took = time.monotonic() - t0
+    finally:
+        logging.getLogger("tfyarn.supervisor").removeHandler(handler)
+    assert st.state is AppState.KILLED, st.diagnostics
+    assert st.diagnostics.startswith("interrupted by SIGTERM"), st.diagnostics
+    assert "earlier attempts:" in st.diagnostics, st.diagnostics
+    assert took < 60, took                                              # not after the backoff
+    assert not [t.task for t in st.tasks if t.state in ("RUNNING", "PENDING")], st.to_dict()
+    assert LocalBackend().status(st.app_id).state is AppState.KILLED    # its status.json says so too
+    assert wait_no_processes(st.app_id, 10) == []
