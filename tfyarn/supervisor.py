@@ -161,8 +161,10 @@ class Supervisor:
             state not in (AppState.FAILED, AppState.TIMED_OUT)
             or stopped
             or (left is not None and left <= retry.backoff)
-            or not self.budget.next(diagnosis)
+            or not self.budget.next(diagnosis, state.value)
         ):
+            if self.budget.refused is not None:  # the user's code failed: contracts.triage.should_retry
+                log.error("attempt %d failed (%s): %s", self.attempt + 1, diagnosis, self.budget.refused.reason)
             return False
         self.earlier.append(f"{label}: {diagnosis}" if label else diagnosis)
         self.attempt += 1
@@ -185,6 +187,9 @@ class Supervisor:
 
     def final_diagnosis(self, diagnosis: str) -> str:
         """``diagnosis`` with the earlier attempts' diagnoses after it (none: unchanged)."""
+        refused = self.budget.refused if self.budget is not None else None
+        if refused is not None and refused.reason not in diagnosis:
+            diagnosis = f"{diagnosis}\n{refused.reason}".strip()
         if not self.earlier:
             return diagnosis
         notes = [

@@ -189,3 +189,21 @@ def test_attempts_the_cluster_ended_do_not_use_up_max_attempts():
     assert b.next(pre)  # ...but the cluster's still get their own budget
     b.free = FREE_ATTEMPTS
     assert not b.next(pre)  # the separate bound: no endless loop
+
+
+def test_the_user_code_is_not_retried_the_cluster_is():
+    from tfyarn.contracts.triage import AttemptBudget, should_retry
+
+    user = should_retry("chief:0 exited with code 1: ValueError: bad shape")   # the local launcher's words
+    assert not user and user.cause.cause == "exception" and "not retried" in user.reason
+    assert not should_retry("chief:0: exit code 1: NonFiniteLoss: chief:0: loss is nan at step 7")
+    assert not should_retry("worker:0: exit code 1: DataError: hdfs://nn/d/part-3: not a TFRecord file")
+    # killed from outside, whatever it printed last: retried
+    assert should_retry("chief:0 exited with code -9: INFO:tensorflow:global_step/sec: 12")
+    assert should_retry("chief:0: exit code 137 (killed by SIGKILL)")
+    assert should_retry("worker:1: preempted by the scheduler")
+    assert should_retry("")                                          # unknown: retried, within the budget
+    assert should_retry("chief:0 exited with code 1: ValueError: x", state="TIMED_OUT")
+    b = AttemptBudget(max_attempts=3)
+    assert not b.next("chief:0: exit code 1: ValueError: x") and b.counted == 1
+    assert b.refused is not None and b.refused.cause.words == "raised ValueError"
