@@ -26,6 +26,7 @@ from tfyarn.runtime.context import DONE_KEY, TOTAL_STEPS_KEY, TaskContext
 from tfyarn.runtime.watchdog import install_stack_dumps
 from tfyarn.data.pipeline import EpochPipeline
 from tfyarn.train import helpers
+from tfyarn.train.stop_notice import chief_notice
 from tfyarn.train.strategy import check_abort, start_strategy
 from tfyarn.train.checkpoint import (
     PeriodicCheckpoints,
@@ -423,6 +424,7 @@ def _loop(
     being ready — the place where the seeds froze — measured so the benchmark can show it stays below a step.
     """
     ran, waits, last_abort_check = 0, [], time.monotonic()
+    notice = chief_notice(ctx, ckpt.uploads is not None)  # SIGTERM: save now (train.stop_notice)
     progress.begin()
     prev_epoch, t_end_prev = epoch0, time.monotonic()
     for epoch, batch in feeder.run(epoch0, in_epoch0):
@@ -442,6 +444,8 @@ def _loop(
         loss, metrics = unpack(out, getattr(step_fn, "metric_names", []))
         n = len(next(iter(batch.values())))
         progress.report(step=gstep, epoch=epoch, loss=loss, examples=n, global_step=gstep, metrics=metrics)
+        if notice is not None and notice.pending:
+            notice.save_and_exit(lambda g=gstep: ckpt.save(g, g, final=True), gstep)
         if ckpt.due(gstep):
             ckpt.save(gstep, gstep)
         now = time.monotonic()
