@@ -76,6 +76,8 @@ class Supervisor:
         self._watch: StallWatchdog | None = None
         self._stall_checked = 0.0
         self._pending_since: float | None = None
+        self._last_step: int | None = None  # the global step last seen in this attempt's progress
+        self.redone: list[dict[str, int]] = []  # per ended attempt: the step reached, the one resumed at
 
     @property
     def job(self) -> JobSpec:
@@ -167,6 +169,7 @@ class Supervisor:
                 log.error("attempt %d failed (%s): %s", self.attempt + 1, diagnosis, self.budget.refused.reason)
             return False
         self.earlier.append(f"{label}: {diagnosis}" if label else diagnosis)
+        self._count_redone()
         self.attempt += 1
         cause = self.budget.causes[-1]
         free = f" [{cause.words}: not counted in retry.max_attempts]" if cause and cause.free else ""
@@ -180,6 +183,45 @@ class Supervisor:
             retry.backoff,
         )
         return True
+
+    def _count_redone(self) -> None:
+        """The attempt that just ended reached ``_last_step``; the next one resumes at the latest
+        checkpoint's step: the steps in between are done again."""
+        reached = self._last_step or 0
+        resumes = 0
+        url = checkpoint_url(self.spec)
+        if url:
+            try:
+                from tfyarn.train.checkpoint import CheckpointStore
+
+                latest = CheckpointStore(url).latest()
+                resumes = int(latest.get("global_step") or 0) if latest else 0
+            except Exception as exc:  # noqa: BLE001 - a figure of the summary must not stop the attempt
+                log.debug("latest checkpoint of %s: %s", url, exc)
+        self.redone.append({"attempt": self.attempt, "reached": reached, "resumes_at": resumes,
+                            "lost_steps": max(0, reached - resumes)})
+        self._last_step = None
+
+    def totals(self) -> dict[str, Any]:
+        """Every attempt's figures for the summary: how many, the wall time from the first one's
+        start, the global steps done again (``lost_steps``, each attempt's steps past the checkpoint
+        the next one resumed from)."""
+        return {
+            "attempts": self.attempt + 1,
+            "wall_s": round(self.clock() - self.started, 1),
+            "lost_steps": sum(r["lost_steps"] for r in self.redone),
+            "by_attempt": list(self.redone),
+        }
+
+    def fold_totals(self, st: AppStatus) -> AppStatus:
+        """``st`` (the last attempt's) counting every attempt: started at the first one's start, its
+        summary with :meth:`totals` under ``attempts``. Unchanged after one attempt."""
+        if not self.redone:
+            return st
+        st.started = min(st.started or self.started, self.started)
+        if st.summary is not None:
+            st.summary = {**st.summary, "attempts": self.totals()}
+        return st
 
     def backoff(self, stop: threading.Event | None = None) -> bool:
         """Wait ``retry.backoff`` before the next attempt; False when ``stop`` was set meanwhile (Ctrl-C, a kill)."""
@@ -265,7 +307,9 @@ class Supervisor:
         )
         summary = summary_with_eval(store.get(SUMMARY_KEY), sides)
         if summary is not None:
-            self.summary = summary
+            self.summary = summary | ({"attempts": self.totals()} if self.redone else {})
+        if isinstance(out.get("global_step"), int):
+            self._last_step = out["global_step"]
         return out
 
 

@@ -47,6 +47,11 @@ def test_ps_or_chief_killed_the_job_resumes_from_the_checkpoint(tmp_path, victim
     resumed = int(m.group(2))
     # lost work <= the checkpoint interval (+ the worker's steps between two of the chief's, + progress lag)
     assert seen - EVERY - 4 <= resumed < total, (seen, resumed)
+    totals = st.summary["attempts"]     # the work attempt 1 did past the checkpoint: done again
+    first = totals["by_attempt"][0]
+    assert totals["attempts"] == 2 and first["resumes_at"] == resumed and first["reached"] >= seen, totals
+    # (reached: the last progress seen, a report interval behind: async ps may even checkpoint past it)
+    assert totals["lost_steps"] == max(0, first["reached"] - resumed), totals
     # the resumed position is each worker's own counter from the checkpoint, in the planned epochs
     m2 = re.search(r"chief:0: resuming at epoch (\d+) step (\d+) \(global step (\d+)\)", chief_log)
     assert m2 and int(m2.group(3)) == resumed
@@ -93,5 +98,10 @@ def test_a_sigtermed_chief_checkpoints_at_once_and_the_next_attempt_resumes_from
     assert float(saved.group(3)) < 5.0, saved.group(0)     # the local launcher's SIGKILL would come at 5 s
     launcher_log = (backend.app_dir(app_id) / "launcher.log").read_text()
     assert re.search(r"attempt 1/2 failed \((chief|worker):0 exited with code", launcher_log), launcher_log[-3000:]
+    # totals over both attempts: nothing redone (attempt 1 reached at most the saved step), the wall time of both
+    totals = st.summary["attempts"]
+    assert totals["attempts"] == 2 and totals["by_attempt"][0]["resumes_at"] == at, totals
+    assert totals["lost_steps"] == 0 and seen <= totals["by_attempt"][0]["reached"] <= at, totals
+    assert totals["wall_s"] >= st.summary["elapsed_s"], (totals, st.summary["elapsed_s"])
     print(f"SIGTERM at global step >= {seen}: saved at {at} in {saved.group(3)}s; resumed there ({mode})")
     assert wait_no_processes(app_id, 10) == []

@@ -12,7 +12,7 @@ import time
 from typing import Any, Callable
 
 from tfyarn import paths
-from tfyarn.backends.yarn import phases, records
+from tfyarn.backends.yarn import phases, records, skein_staging
 from tfyarn.backends.yarn.reports import Reporter
 from tfyarn.backends.owned import never_left_running
 from tfyarn.contracts import job_end
@@ -51,13 +51,14 @@ class Follower(Reporter):
                 self._release_driver()
                 st = self._follow_to_end(app_id, sup, None, poll, on_update)
                 st.attempt = sup.attempt
+                skein_staging.remove_after(self, app_id)  # an AM killed leaves it (issue 30)
                 if not sup.next_attempt(st.state, st.diagnostics, label=app_id):
                     break
                 sup.backoff()
         if owned.stopped is not None:
             st = owned.stopped
         st.diagnostics = sup.final_diagnosis(st.diagnostics)
-        return st
+        return sup.fold_totals(st)  # wall time and work redone over every attempt
 
     def _kill_interrupted(self, app_id: str, exc: BaseException) -> AppStatus:
         """``run`` was stopped (Ctrl-C, a scheduler's SIGTERM) or failed: the application it started
