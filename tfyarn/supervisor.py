@@ -202,15 +202,23 @@ class Supervisor:
                             "lost_steps": max(0, reached - resumes)})
         self._last_step = None
 
-    def totals(self) -> dict[str, Any]:
+    def totals(self, summary: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Every attempt's figures for the summary: how many, the wall time from the first one's
         start, the global steps done again (``lost_steps``, each attempt's steps past the checkpoint
-        the next one resumed from)."""
+        the next one resumed from). The last attempt's ``summary`` names the checkpoint it really
+        resumed from: an ended attempt's tasks may still commit one after its end was seen (an AM
+        killed: YARN stops its containers seconds later)."""
+        redone = [dict(r) for r in self.redone]
+        resumed = str((summary or {}).get("resumed_from") or "")
+        if redone and resumed.rsplit("-", 1)[-1].isdigit():
+            last = redone[-1]
+            last["resumes_at"] = int(resumed.rsplit("-", 1)[-1])
+            last["lost_steps"] = max(0, last["reached"] - last["resumes_at"])
         return {
             "attempts": self.attempt + 1,
             "wall_s": round(self.clock() - self.started, 1),
-            "lost_steps": sum(r["lost_steps"] for r in self.redone),
-            "by_attempt": list(self.redone),
+            "lost_steps": sum(r["lost_steps"] for r in redone),
+            "by_attempt": redone,
         }
 
     def fold_totals(self, st: AppStatus) -> AppStatus:
@@ -220,7 +228,7 @@ class Supervisor:
             return st
         st.started = min(st.started or self.started, self.started)
         if st.summary is not None:
-            st.summary = {**st.summary, "attempts": self.totals()}
+            st.summary = {**st.summary, "attempts": self.totals(st.summary)}
         return st
 
     def backoff(self, stop: threading.Event | None = None) -> bool:
@@ -307,7 +315,7 @@ class Supervisor:
         )
         summary = summary_with_eval(store.get(SUMMARY_KEY), sides)
         if summary is not None:
-            self.summary = summary | ({"attempts": self.totals()} if self.redone else {})
+            self.summary = summary | ({"attempts": self.totals(summary)} if self.redone else {})
         if isinstance(out.get("global_step"), int):
             self._last_step = out["global_step"]
         return out
