@@ -37,7 +37,7 @@ FREE_ATTEMPTS = 10
 @dataclass(frozen=True)
 class Triage:
     """``cls``: :data:`INFRA` or :data:`USER`; ``cause``: a short key (``preempted``, ``node_lost``,
-    ``memory``, ``hdfs``, ``token``, ``peer_lost``, ``signal``, ``nan_loss``, ``bad_input``,
+    ``memory``, ``hdfs``, ``token``, ``peer_lost``, ``am_lost``, ``signal``, ``nan_loss``, ``bad_input``,
     ``exception``, ``exit``); ``words``: what happened, for status and the summary ("preempted by
     the scheduler")."""
 
@@ -94,6 +94,12 @@ _TEXT_RULES: tuple[tuple[str, str, str, re.Pattern[str]], ...] = tuple(
                 r"HdfsUnavailable|HDFS unavailable|All DataNodes failed|"
                 r"Failed to complete file in time|BlocksNotFound|DataTransferError"
             ),
+        ),
+        (
+            INFRA,
+            "am_lost",
+            "its ApplicationMaster died",
+            r"AM Container for appattempt\S* exited",  # YARN's words for a killed/lost skein AM
         ),
         (USER, "nan_loss", "its loss became NaN/inf", r"^NonFiniteLoss\b|training diverged"),
         (USER, "bad_input", "bad input data", r"^(DataError|NoDataError)\b"),

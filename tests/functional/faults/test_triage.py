@@ -119,6 +119,15 @@ CASES = [
     ),
     ({"exit_code": 1, "failure": "ZeroDivisionError: division by zero"}, USER, "exception", False),
     ({"exit_code": 3}, USER, "exit", False),
+    (
+        {
+            "diagnostics": "Application application_1_0009 failed 1 times (global limit =2; local limit is =1) "
+                           "due to AM Container for appattempt_1_0009_000001 exited with  exitCode: 137"
+        },
+        INFRA,
+        "am_lost",
+        False,
+    ),
     ({"exit_code": 137}, INFRA, "signal", False),
     ({"exit_code": -9}, INFRA, "signal", False),
 ]
