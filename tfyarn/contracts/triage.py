@@ -97,6 +97,12 @@ _TEXT_RULES: tuple[tuple[str, str, str, re.Pattern[str]], ...] = tuple(
         ),
         (
             INFRA,
+            "peer_lost",
+            "lost a peer (another task died)",
+            r"failed because a peer is unreachable",  # train.allreduce.collective_failure's words
+        ),
+        (
+            INFRA,
             "am_lost",
             "its ApplicationMaster died",
             r"AM Container for appattempt\S* exited",  # YARN's words for a killed/lost skein AM

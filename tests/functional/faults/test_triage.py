@@ -98,6 +98,16 @@ CASES = [
     (
         {
             "exit_code": 1,
+            "failure": "RuntimeError: worker:0: step 40 failed because a peer is unreachable or stopped "
+                       "heartbeating (frozen or dead); peers named by TF: chief:0. TF said: UnavailableError: x",
+        },
+        INFRA,
+        "peer_lost",
+        True,
+    ),  # allreduce's words for a peer gone (the chief preempted): not the user's code
+    (
+        {
+            "exit_code": 1,
             "failure": "NonFiniteLoss: worker:0: loss is nan at step 7 (global step 9, epoch 0; "
                        "last finite"
             " loss 0.69): training diverged.",
