@@ -37,7 +37,7 @@ FREE_ATTEMPTS = 10
 @dataclass(frozen=True)
 class Triage:
     """``cls``: :data:`INFRA` or :data:`USER`; ``cause``: a short key (``preempted``, ``node_lost``,
-    ``memory``, ``hdfs``, ``token``, ``peer_lost``, ``am_lost``, ``signal``, ``nan_loss``, ``bad_input``,
+    ``memory``, ``hdfs``, ``token``, ``peer_lost``, ``io``, ``am_lost``, ``signal``, ``nan_loss``, ``bad_input``,
     ``exception``, ``exit``); ``words``: what happened, for status and the summary ("preempted by
     the scheduler")."""
 
@@ -100,6 +100,15 @@ _TEXT_RULES: tuple[tuple[str, str, str, re.Pattern[str]], ...] = tuple(
             "peer_lost",
             "lost a peer (another task died)",
             r"failed because a peer is unreachable",  # train.allreduce.collective_failure's words
+        ),
+        (
+            INFRA,
+            "io",
+            "lost its connection or disk",
+            (
+                r"^(ConnectionError|ConnectionRefusedError|ConnectionResetError|BrokenPipeError|"
+                r"TimeoutError|KVUnavailable)\b|No space left on device"
+            ),
         ),
         (
             INFRA,

@@ -138,6 +138,9 @@ CASES = [
         "am_lost",
         False,
     ),
+    ({"exit_code": 1, "failure": "KVUnavailable: the job's KV at 10.0.0.5:4242 does not answer"}, INFRA, "io",
+     False),
+    ({"exit_code": 1, "failure": "OSError: [Errno 28] No space left on device: '/data/ckpt'"}, INFRA, "io", False),
     ({"exit_code": 137}, INFRA, "signal", False),
     ({"exit_code": -9}, INFRA, "signal", False),
 ]
