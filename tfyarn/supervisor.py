@@ -77,7 +77,8 @@ class Supervisor:
         self._stall_checked = 0.0
         self._pending_since: float | None = None
         self._last_step: int | None = None  # the global step last seen in this attempt's progress
-        self.redone: list[dict[str, int]] = []  # per ended attempt: the step reached, the one resumed at
+        # per ended attempt: the step it reached, the one the next resumed at
+        self.redone: list[dict[str, int]] = []
 
     @property
     def job(self) -> JobSpec:
@@ -165,8 +166,9 @@ class Supervisor:
             or (left is not None and left <= retry.backoff)
             or not self.budget.next(diagnosis, state.value)
         ):
-            if self.budget.refused is not None:  # the user's code failed: contracts.triage.should_retry
-                log.error("attempt %d failed (%s): %s", self.attempt + 1, diagnosis, self.budget.refused.reason)
+            refused = self.budget.refused  # the user's code failed: contracts.triage.should_retry
+            if refused is not None:
+                log.error("attempt %d failed (%s): %s", self.attempt + 1, diagnosis, refused.reason)
             return False
         self.earlier.append(f"{label}: {diagnosis}" if label else diagnosis)
         self._count_redone()
@@ -196,7 +198,7 @@ class Supervisor:
 
                 latest = CheckpointStore(url).latest()
                 resumes = int(latest.get("global_step") or 0) if latest else 0
-            except Exception as exc:  # noqa: BLE001 - a figure of the summary must not stop the attempt
+            except Exception as exc:  # noqa: BLE001 - a summary figure must not stop the attempt
                 log.debug("latest checkpoint of %s: %s", url, exc)
         self.redone.append({"attempt": self.attempt, "reached": reached, "resumes_at": resumes,
                             "lost_steps": max(0, reached - resumes)})

@@ -37,7 +37,8 @@ FREE_ATTEMPTS = 10
 @dataclass(frozen=True)
 class Triage:
     """``cls``: :data:`INFRA` or :data:`USER`; ``cause``: a short key (``preempted``, ``node_lost``,
-    ``memory``, ``hdfs``, ``token``, ``peer_lost``, ``io``, ``am_lost``, ``signal``, ``nan_loss``, ``bad_input``,
+    ``memory``, ``hdfs``, ``token``, ``peer_lost``, ``io``, ``am_lost``, ``signal``, ``nan_loss``,
+    ``bad_input``,
     ``exception``, ``exit``); ``words``: what happened, for status and the summary ("preempted by
     the scheduler")."""
 
@@ -170,7 +171,8 @@ def classify(
         sig = -exit_code if exit_code < 0 else exit_code - 128
         return Triage(INFRA, "signal", f"killed by signal {sig}")
     kind = failure.split(":", 1)[0].strip()
-    if ":" in failure and kind.replace(".", "_").isidentifier():  # "ValueError: ...": what it raised
+    # "ValueError: ...": what it raised
+    if ":" in failure and kind.replace(".", "_").isidentifier():
         return Triage(USER, "exception", f"raised {kind.rsplit('.', 1)[-1]}")
     if exit_code:
         return Triage(USER, "exit", f"exited with code {exit_code}")

@@ -74,9 +74,10 @@ class StopNotice:
         t0 = time.monotonic()
         try:
             entry = save()
-        except BaseException as exc:  # noqa: BLE001 - the task ends anyway; say why nothing was saved
+        except BaseException as exc:  # noqa: BLE001 - it ends anyway: say why nothing was saved
             log.warning(
-                "%s: SIGTERM (a preemption or a stop) at global step %d: no checkpoint saved (%s: %s)",
+                "%s: SIGTERM (a preemption or a stop) at global step %d: no checkpoint saved "
+                "(%s: %s)",
                 self.task_id,
                 global_step,
                 type(exc).__name__,
@@ -89,7 +90,8 @@ class StopNotice:
                 "(saved in %.2fs); exiting",
                 self.task_id,
                 global_step,
-                f"checkpoint {what} committed" if what else "this step's checkpoint was already saved",
+                (f"checkpoint {what} committed" if what
+                 else "this step's checkpoint was already saved"),
                 time.monotonic() - self.received,
                 time.monotonic() - t0,
             )

@@ -259,7 +259,9 @@ def _run(
         if aggregator is not None and aggregator.error is not None:
             raise RuntimeError(f"sync aggregation failed: {aggregator.error}") from aggregator.error
         if notice is not None and notice.pending:
-            notice.save_and_exit(lambda: ckpt.save(sess, final=True), gs)  # type: ignore[union-attr]
+            notice.save_and_exit(
+                lambda c=ckpt: c.save(sess, final=True), gs  # type: ignore[union-attr]
+            )
         if ckpt and ckpt.due(gs):
             ckpt.save(sess)
         if spec.sync and gs >= target:
@@ -291,7 +293,12 @@ def _run(
 
 
 def _wait_for_workers(
-    ctx: Any, tg: TrainGraph, sess: Any, steps: list[int], ckpt: Checkpointer | None, notice: StopNotice | None = None
+    ctx: Any,
+    tg: TrainGraph,
+    sess: Any,
+    steps: list[int],
+    ckpt: Checkpointer | None,
+    notice: StopNotice | None = None,
 ) -> list[int]:
     """Chief: wait until every worker has run its share (async workers finish at their own pace). Bounded: fails
     when no worker step happened for ``timeouts.step`` (a stopped worker, named in the error)."""
