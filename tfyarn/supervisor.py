@@ -79,6 +79,7 @@ class Supervisor:
         self._last_step: int | None = None  # the global step last seen in this attempt's progress
         # per ended attempt: the step it reached, the one the next resumed at
         self.redone: list[dict[str, int]] = []
+        self._ckpt_steps: dict[str, int | None] = {}
 
     @property
     def job(self) -> JobSpec:
@@ -186,6 +187,24 @@ class Supervisor:
         )
         return True
 
+    def _checkpoint_step(self, name: str) -> int | None:
+        """The global step of the committed checkpoint ``name`` (its index entry; async ps names a
+        checkpoint by the step read before the save, its entry holds the step saved), else None."""
+        url = checkpoint_url(self.spec)
+        if not name or not url:
+            return None
+        if name not in self._ckpt_steps:
+            try:
+                from tfyarn.train.checkpoint import CheckpointStore
+
+                entries = CheckpointStore(url).index().get("checkpoints", [])
+                found = [int(e["global_step"]) for e in entries if e.get("name") == name]
+            except Exception as exc:  # noqa: BLE001 - a summary figure must not fail the job
+                log.debug("checkpoint index of %s: %s", url, exc)
+                found = []
+            self._ckpt_steps[name] = found[0] if found else None
+        return self._ckpt_steps[name]
+
     def _count_redone(self) -> None:
         """The attempt that just ended reached ``_last_step``; the next one resumes at the latest
         checkpoint's step: the steps in between are done again."""
@@ -211,11 +230,11 @@ class Supervisor:
         resumed from: an ended attempt's tasks may still commit one after its end was seen (an AM
         killed: YARN stops its containers seconds later)."""
         redone = [dict(r) for r in self.redone]
-        resumed = str((summary or {}).get("resumed_from") or "")
-        if redone and resumed.rsplit("-", 1)[-1].isdigit():
+        step = self._checkpoint_step(str((summary or {}).get("resumed_from") or ""))
+        if redone and step is not None:
             last = redone[-1]
-            last["resumes_at"] = int(resumed.rsplit("-", 1)[-1])
-            last["lost_steps"] = max(0, last["reached"] - last["resumes_at"])
+            last["resumes_at"] = step
+            last["lost_steps"] = max(0, last["reached"] - step)
         return {
             "attempts": self.attempt + 1,
             "wall_s": round(self.clock() - self.started, 1),

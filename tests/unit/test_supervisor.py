@@ -215,12 +215,19 @@ def test_wait_clock_names_what_it_waited_for():
     assert WaitClock(None, "x", clock=clock).expired(AppState.PENDING) is None
 
 
-def test_totals_count_every_attempt_its_wall_time_and_the_steps_done_again():
-    """Attempt 1 reached global step 40 and the job resumed from ckpt-30 (the next attempt's summary says which):
-    10 steps done again; the final status starts at the first attempt and its summary says so."""
+def test_totals_count_every_attempt_its_wall_time_and_the_steps_done_again(tmp_path):
+    """Attempt 1 reached global step 40 and the job resumed from ckpt-30 (the next attempt's summary names it; its
+    index entry says global step 30): 10 steps done again; the final status starts at the first attempt and its
+    summary says so."""
+    from tfyarn.train.checkpoint import CheckpointStore
+    for ext in ("index", "data-00000-of-00001"):
+        (tmp_path / f"ckpt-30.{ext}").write_bytes(b"x")
+    ckpt = f"file://{tmp_path}/ckpt"
+    CheckpointStore(ckpt).upload(str(tmp_path / "ckpt-30"), 30)
     clock = Clock()
     kv = MemoryKV()
-    sup = Supervisor(_spec(retry={"max_attempts": 3, "backoff": 1}), started=clock.t, clock=clock)
+    sup = Supervisor(_spec(retry={"max_attempts": 3, "backoff": 1}, checkpoint={"dir": ckpt}), started=clock.t,
+                     clock=clock)
     _progress(kv, "chief:0", 40, global_step=40)
     assert sup.progress(kv)["global_step"] == 40
     clock.t += 60

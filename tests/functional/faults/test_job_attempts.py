@@ -102,6 +102,6 @@ def test_a_sigtermed_chief_checkpoints_at_once_and_the_next_attempt_resumes_from
     totals = st.summary["attempts"]
     assert totals["attempts"] == 2 and totals["by_attempt"][0]["resumes_at"] == at, totals
     assert totals["lost_steps"] == 0 and seen <= totals["by_attempt"][0]["reached"] <= at, totals
-    assert totals["wall_s"] >= st.summary["elapsed_s"], (totals, st.summary["elapsed_s"])
+    assert totals["wall_s"] >= st.summary.get("elapsed_s", 0), (totals, st.summary)
     print(f"SIGTERM at global step >= {seen}: saved at {at} in {saved.group(3)}s; resumed there ({mode})")
     assert wait_no_processes(app_id, 10) == []
