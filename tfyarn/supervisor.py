@@ -230,7 +230,10 @@ class Supervisor:
         resumed from: an ended attempt's tasks may still commit one after its end was seen (an AM
         killed: YARN stops its containers seconds later)."""
         redone = [dict(r) for r in self.redone]
-        step = self._checkpoint_step(str((summary or {}).get("resumed_from") or ""))
+        s = summary or {}
+        step = s.get("resumed_step")  # ps and allreduce say it; else its index entry while it is kept
+        if not isinstance(step, int):
+            step = self._checkpoint_step(str(s.get("resumed_from") or ""))
         if redone and step is not None:
             last = redone[-1]
             last["resumes_at"] = step

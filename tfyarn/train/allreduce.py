@@ -485,6 +485,7 @@ def _finish(
         train_s=train_s,
         last_checkpoint=(entry or ckpt.store.latest() or {}).get("name") if ckpt.store else None,
         resumed_from=(resumed_from or {}).get("name"),
+        resumed_step=(resumed_from or {}).get("global_step"),
         warm_started_from=warm_started_from,
         steps_per_epoch=steps,
         chief=figures,

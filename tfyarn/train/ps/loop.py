@@ -357,6 +357,7 @@ def _finish(
         train_s=round(train_s, 3),
         last_checkpoint=(latest or {}).get("name"),
         resumed_from=ckpt.resumed_from if ckpt else None,
+        resumed_step=ckpt.resumed_step if ckpt else None,
         warm_started_from=ckpt.warm_started_from if ckpt else None,
         loss_by_worker={t: p.get("loss") for t, p in progress.items()} | {ctx.task_id: mine["last_loss"]},
         elapsed_s=round(elapsed, 3),
