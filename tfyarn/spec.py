@@ -347,8 +347,10 @@ class Timeouts(_Model):
 
 
 class Retry(_Model):
-    """Job-level attempts: on a failure no task restart can fix (a ps or the chief died, a collective broke), every
-    task is stopped and the job starts again from the latest checkpoint, up to ``max_attempts`` in all."""
+    """Job-level attempts: on a failure no task restart can fix (a ps or the chief died, a
+    collective broke), every task is stopped and the job starts again from the latest checkpoint,
+    up to ``max_attempts`` in all. A failure of the job's own code (an exception, a NaN loss, bad
+    input) is not retried: it would fail the same way again."""
 
     max_attempts: StrictInt = Field(1, ge=1)
     backoff: Duration = Field(10.0, description="wait before the next attempt")

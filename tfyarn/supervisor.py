@@ -77,6 +77,10 @@ class Supervisor:
         self._watch: StallWatchdog | None = None
         self._stall_checked = 0.0
         self._pending_since: float | None = None
+        self._last_step: int | None = None  # the global step last seen in this attempt's progress
+        # per ended attempt: the step it reached, the one the next resumed at
+        self.redone: list[dict[str, int]] = []
+        self._ckpt_steps: dict[str, int | None] = {}
 
     @property
     def job(self) -> JobSpec:
@@ -162,10 +166,14 @@ class Supervisor:
             state not in (AppState.FAILED, AppState.TIMED_OUT)
             or stopped
             or (left is not None and left <= retry.backoff)
-            or not self.budget.next(diagnosis)
+            or not self.budget.next(diagnosis, state.value)
         ):
+            refused = self.budget.refused  # the user's code failed: contracts.triage.should_retry
+            if refused is not None:
+                log.error("attempt %d failed (%s): %s", self.attempt + 1, diagnosis, refused.reason)
             return False
         self.earlier.append(f"{label}: {diagnosis}" if label else diagnosis)
+        self._count_redone()
         self.attempt += 1
         cause = self.budget.causes[-1]
         free = f" [{cause.words}: not counted in retry.max_attempts]" if cause and cause.free else ""
@@ -180,12 +188,89 @@ class Supervisor:
         )
         return True
 
+    def _checkpoint_step(self, name: str) -> int | None:
+        """The global step of the committed checkpoint ``name`` (its index entry; async ps names a
+        checkpoint by the step read before the save, its entry holds the step saved), else None."""
+        url = checkpoint_url(self.spec)
+        if not name or not url:
+            return None
+        if name not in self._ckpt_steps:
+            try:
+                from tfyarn.train.checkpoint import CheckpointStore
+
+                entries = CheckpointStore(url).index().get("checkpoints", [])
+                found = [int(e["global_step"]) for e in entries if e.get("name") == name]
+            except Exception as exc:  # noqa: BLE001 - a summary figure must not fail the job
+                log.debug("checkpoint index of %s: %s", url, exc)
+                found = []
+            self._ckpt_steps[name] = found[0] if found else None
+        return self._ckpt_steps[name]
+
+    def _count_redone(self) -> None:
+        """The attempt that just ended reached ``_last_step``; the next one resumes at the latest
+        checkpoint's step: the steps in between are done again."""
+        reached = self._last_step or 0
+        resumes = 0
+        url = checkpoint_url(self.spec)
+        if url:
+            try:
+                from tfyarn.train.checkpoint import CheckpointStore
+
+                latest = CheckpointStore(url).latest()
+                resumes = int(latest.get("global_step") or 0) if latest else 0
+            except Exception as exc:  # noqa: BLE001 - a summary figure must not stop the attempt
+                log.debug("latest checkpoint of %s: %s", url, exc)
+        self.redone.append(
+            {
+                "attempt": self.attempt,
+                "reached": reached,
+                "resumes_at": resumes,
+                "lost_steps": max(0, reached - resumes),
+            }
+        )
+        self._last_step = None
+
+    def totals(self, summary: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Every attempt's figures for the summary: how many, the wall time from the first one's
+        start, the global steps done again (``lost_steps``, each attempt's steps past the checkpoint
+        the next one resumed from). The last attempt's ``summary`` names the checkpoint it really
+        resumed from: an ended attempt's tasks may still commit one after its end was seen (an AM
+        killed: YARN stops its containers seconds later)."""
+        redone = [dict(r) for r in self.redone]
+        s = summary or {}
+        step = s.get("resumed_step")  # ps and allreduce say it; else its index entry while it is kept
+        if not isinstance(step, int):
+            step = self._checkpoint_step(str(s.get("resumed_from") or ""))
+        if redone and step is not None:
+            last = redone[-1]
+            last["resumes_at"] = step
+            last["lost_steps"] = max(0, last["reached"] - step)
+        return {
+            "attempts": self.attempt + 1,
+            "wall_s": round(self.clock() - self.started, 1),
+            "lost_steps": sum(r["lost_steps"] for r in redone),
+            "by_attempt": redone,
+        }
+
+    def fold_totals(self, st: AppStatus) -> AppStatus:
+        """``st`` (the last attempt's) counting every attempt: started at the first one's start, its
+        summary with :meth:`totals` under ``attempts``. Unchanged after one attempt."""
+        if not self.redone:
+            return st
+        st.started = min(st.started or self.started, self.started)
+        if st.summary is not None:
+            st.summary = {**st.summary, "attempts": self.totals(st.summary)}
+        return st
+
     def backoff(self, stop: threading.Event | None = None) -> bool:
         """Wait ``retry.backoff`` before the next attempt; False when ``stop`` was set meanwhile (Ctrl-C, a kill)."""
         return not (stop or threading.Event()).wait(self.job.retry.backoff)
 
     def final_diagnosis(self, diagnosis: str) -> str:
         """``diagnosis`` with the earlier attempts' diagnoses after it (none: unchanged)."""
+        refused = self.budget.refused if self.budget is not None else None
+        if refused is not None and refused.reason not in diagnosis:
+            diagnosis = f"{diagnosis}\n{refused.reason}".strip()
         if not self.earlier:
             return diagnosis
         notes = [
@@ -261,7 +346,9 @@ class Supervisor:
         )
         summary = summary_with_eval(store.get(SUMMARY_KEY), sides)
         if summary is not None:
-            self.summary = summary
+            self.summary = summary | ({"attempts": self.totals(summary)} if self.redone else {})
+        if isinstance(out.get("global_step"), int):
+            self._last_step = out["global_step"]
         return out
 
 

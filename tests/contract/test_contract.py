@@ -143,12 +143,14 @@ EVERY = 5   # checkpoint every 5 global steps
 
 
 def test_a_failed_attempt_is_followed_by_one_resuming_from_the_checkpoint(backend):
-    """``retry.max_attempts: 2``: the chief's step raises at step 13 of attempt 0 (after checkpoints at 5 and 10);
-    attempt 1 restores the latest checkpoint and trains to the planned global step. Through ``submit`` + ``wait``:
-    the job is supervised however it was submitted."""
+    """``retry.max_attempts: 2``: the chief is SIGKILLed at step 13 of attempt 0 (after checkpoints at 5 and 10), as
+    when its container or node is lost (the cluster's fault: retried); attempt 1 restores the latest checkpoint and
+    trains to the planned global step. Through ``submit`` + ``wait``: the job is supervised however it was
+    submitted."""
     name = backend.new_name("attempts")
     spec = backend.spec(name, epochs=2, delay=0.05, every_steps=EVERY, retry={"max_attempts": 2, "backoff": "1s"},
-                        params={"fail_task": "chief:0", "fail_at_step": 13, "fail_attempts": 1})
+                        params={"fail_task": "chief:0", "fail_at_step": 13, "fail_attempts": 1,
+                                "fail_how": "kill"})
     total = sum(planned_steps(spec))
     app_id = api.submit(spec, backend.name)
     st = api.wait(app_id, timeout=2 * JOB_S)
@@ -165,3 +167,21 @@ def test_a_failed_attempt_is_followed_by_one_resuming_from_the_checkpoint(backen
     doc = json.loads(shown.stdout)
     assert (shown.returncode, doc["state"], doc["attempt"]) == (0, "SUCCEEDED", 1), shown.stdout + shown.stderr
     backend.assert_clean(app_id, st.app_id, tag=name)
+
+
+def test_the_user_code_failing_stops_the_job_at_once_whatever_attempts_are_left(backend):
+    """``retry.max_attempts: 3`` and the chief's step raises (the user's model): the same error on every try, so the
+    job ends FAILED after ONE attempt with that error (contracts.triage.should_retry), through ``run``, the path
+    that starts attempts on both backends."""
+    name = backend.new_name("usercode")
+    spec = backend.spec(name, epochs=2, delay=0.05, every_steps=EVERY, retry={"max_attempts": 3, "backoff": "1s"},
+                        params={"fail_task": "chief:0", "fail_at_step": 4})
+    st = api.run(spec, backend.name, timeout=JOB_S)
+    assert st.state is AppState.FAILED and st.state.exit_code == 1, st.diagnostics
+    assert st.attempt == 0, (st.attempt, st.diagnostics)
+    assert re.match(r"chief:0\b", st.diagnostics), st.diagnostics                 # its own error, the task first
+    assert "not retried: the job's own code failed" in st.diagnostics, st.diagnostics
+    assert "earlier attempts" not in st.diagnostics, st.diagnostics
+    chief = "\n".join(api.logs(st.app_id, task="chief:0"))
+    assert "RuntimeError: the model's step 4 failed on purpose" in chief, chief[-3000:]
+    backend.assert_clean(st.app_id, tag=name)

@@ -68,11 +68,21 @@ def test_chief_failure_retries_the_whole_job_as_a_new_attempt(tmp_path):
 
 
 def test_attempts_are_bounded(tmp_path):
-    spec = load_spec_dict(small_spec(tmp_path, model="custom_jobs:fail_on_worker",
-                                     retry={"max_attempts": 2, "backoff": "0.2s"}))
+    spec = spec_with(tmp_path, {"steps": 10, "chief_lost_attempts": 5}, retry={"max_attempts": 2, "backoff": "0.2s"})
     st = LocalBackend().run(spec)
-    assert st.state is AppState.FAILED and st.attempt == 1
-    assert "boom from worker:0" in st.diagnostics
+    assert st.state is AppState.FAILED and st.attempt == 1, st.diagnostics
+    assert st.diagnostics.startswith("chief:0 exited with code -9"), st.diagnostics
+    assert "earlier attempts" in st.diagnostics, st.diagnostics
+
+
+def test_the_users_error_is_not_retried_whatever_attempts_are_left(tmp_path):
+    """The user's code raising fails the same way on every try: the job ends after one attempt, with its error."""
+    spec = load_spec_dict(small_spec(tmp_path, model="custom_jobs:fail_on_worker",
+                                     retry={"max_attempts": 3, "backoff": "0.2s"}))
+    st = LocalBackend().run(spec)
+    assert st.state is AppState.FAILED and st.attempt == 0, st.diagnostics
+    assert st.diagnostics.startswith("worker:0 exited with code 1: RuntimeError: boom from worker:0"), st.diagnostics
+    assert "not retried: the job's own code failed (raised RuntimeError)" in st.diagnostics, st.diagnostics
 
 
 def test_the_api_callers_timeout_stops_a_local_run_as_yarns_does(tmp_path):

@@ -213,3 +213,35 @@ def test_wait_clock_names_what_it_waited_for():
     assert w.expired(AppState.RUNNING) == \
         "timed out after 10s waiting for yarn app app_1 to finish (last state RUNNING)"
     assert WaitClock(None, "x", clock=clock).expired(AppState.PENDING) is None
+
+
+def test_totals_count_every_attempt_its_wall_time_and_the_steps_done_again(tmp_path):
+    """Attempt 1 reached global step 40 and the job resumed from ckpt-30 (the next attempt's summary names it; its
+    index entry says global step 30): 10 steps done again; the final status starts at the first attempt and its
+    summary says so."""
+    from tfyarn.train.checkpoint import CheckpointStore
+    for ext in ("index", "data-00000-of-00001"):
+        (tmp_path / f"ckpt-30.{ext}").write_bytes(b"x")
+    ckpt = f"file://{tmp_path}/ckpt"
+    CheckpointStore(ckpt).upload(str(tmp_path / "ckpt-30"), 30)
+    clock = Clock()
+    kv = MemoryKV()
+    sup = Supervisor(_spec(retry={"max_attempts": 3, "backoff": 1}, checkpoint={"dir": ckpt}), started=clock.t,
+                     clock=clock)
+    _progress(kv, "chief:0", 40, global_step=40)
+    assert sup.progress(kv)["global_step"] == 40
+    clock.t += 60
+    assert sup.next_attempt(AppState.FAILED, "chief:0: exit code 137 (killed by SIGKILL)")
+    clock.t += 40
+    kv.put(SUMMARY_KEY, json.dumps({"global_step": 90, "total_steps": 90, "resumed_from": "ckpt-30"}))
+    sup.progress(kv)
+    totals = sup.summary["attempts"]
+    assert totals == {"attempts": 2, "wall_s": 100.0, "lost_steps": 10,
+                      "by_attempt": [{"attempt": 0, "reached": 40, "resumes_at": 30, "lost_steps": 10}]}
+    st = AppStatus("app-2", "yarn", "sup", AppState.SUCCEEDED, started=clock.t - 30, summary={"resumed_from": "ckpt-30"})
+    assert sup.fold_totals(st).started == 1000.0 and st.summary["attempts"]["lost_steps"] == 10
+    # the summary's own resumed_step wins (the index keeps only the newest checkpoints)
+    st.summary = {"resumed_from": "ckpt-pruned", "resumed_step": 33}
+    assert sup.fold_totals(st).summary["attempts"]["by_attempt"][0]["resumes_at"] == 33
+    one = Supervisor(_spec(), started=clock.t, clock=clock)
+    assert one.fold_totals(AppStatus("a", "yarn", "sup", AppState.SUCCEEDED, started=5.0)).started == 5.0

@@ -37,7 +37,8 @@ FREE_ATTEMPTS = 10
 @dataclass(frozen=True)
 class Triage:
     """``cls``: :data:`INFRA` or :data:`USER`; ``cause``: a short key (``preempted``, ``node_lost``,
-    ``memory``, ``hdfs``, ``token``, ``peer_lost``, ``signal``, ``nan_loss``, ``bad_input``,
+    ``memory``, ``hdfs``, ``token``, ``peer_lost``, ``io``, ``am_lost``, ``signal``, ``nan_loss``,
+    ``bad_input``,
     ``exception``, ``exit``); ``words``: what happened, for status and the summary ("preempted by
     the scheduler")."""
 
@@ -95,6 +96,27 @@ _TEXT_RULES: tuple[tuple[str, str, str, re.Pattern[str]], ...] = tuple(
                 r"Failed to complete file in time|BlocksNotFound|DataTransferError"
             ),
         ),
+        (
+            INFRA,
+            "peer_lost",
+            "lost a peer (another task died)",
+            r"failed because a peer is unreachable",  # train.allreduce.collective_failure's words
+        ),
+        (
+            INFRA,
+            "io",
+            "lost its connection or disk",
+            (
+                r"^(ConnectionError|ConnectionRefusedError|ConnectionResetError|BrokenPipeError|"
+                r"TimeoutError|KVUnavailable)\b|No space left on device"
+            ),
+        ),
+        (
+            INFRA,
+            "am_lost",
+            "its ApplicationMaster died",
+            r"AM Container for appattempt\S* exited",  # YARN's words for a killed/lost skein AM
+        ),
         (USER, "nan_loss", "its loss became NaN/inf", r"^NonFiniteLoss\b|training diverged"),
         (USER, "bad_input", "bad input data", r"^(DataError|NoDataError)\b"),
         (
@@ -144,12 +166,14 @@ def classify(
             "preempted" if exit_status == KILLED_BY_RESOURCEMANAGER else "node_lost",
             "killed by the ResourceManager" if exit_status == KILLED_BY_RESOURCEMANAGER else "released by YARN",
         )
-    if failure.strip():
-        kind = failure.split(":", 1)[0].strip()
-        return Triage(USER, "exception", f"raised {kind}" if kind.isidentifier() else "failed")
     if exit_code is not None and (exit_code < 0 or exit_code >= 128):
+        # killed from outside: whatever it printed last is not why (a Python exception exits 1)
         sig = -exit_code if exit_code < 0 else exit_code - 128
         return Triage(INFRA, "signal", f"killed by signal {sig}")
+    kind = failure.split(":", 1)[0].strip()
+    # "ValueError: ...": what it raised
+    if ":" in failure and kind.replace(".", "_").isidentifier():
+        return Triage(USER, "exception", f"raised {kind.rsplit('.', 1)[-1]}")
     if exit_code:
         return Triage(USER, "exit", f"exited with code {exit_code}")
     return Triage(INFRA, "signal", "ended without an exit code")
@@ -176,7 +200,12 @@ def describe(task: str, t: Triage, step: int | None = None, detail: str = "") ->
     return f"{task} {t.words}{at}" + (f" ({detail})" if detail else "")
 
 
-_TASK_PART = re.compile(r"^[\w.-]+:[\w?]+(?::\s*|\s+(?=\w))(?:exit code (-?\d+)(?:\s*\([^)]*\))?:?\s*)?")
+# "chief:0: exit code 1: ValueError: x" (YARN, runtime.exit_report.describe) or
+# "chief:0 exited with code -9: ..." (the local launcher)
+_TASK_PART = re.compile(
+    r"^[\w.-]+:[\w?]+(?::\s*|\s+(?=\w))"
+    r"(?:(?:exit code|exited with code) (-?\d+)(?:\s*\([^)]*\))?:?\s*)?"
+)
 
 
 def attempt_cause(diagnosis: str) -> Triage | None:
@@ -185,7 +214,7 @@ def attempt_cause(diagnosis: str) -> Triage | None:
     a chief's ValueError in one attempt count). None for an empty diagnosis."""
     causes = []
     for p in (p.strip() for p in re.split(r";\s|\n", diagnosis or "")):
-        m = _TASK_PART.match(p)  # "chief:0: exit code 1: ValueError: x" (runtime.exit_report.describe)
+        m = _TASK_PART.match(p)
         if m:
             text = p[m.end() :]
             causes.append(
@@ -206,6 +235,38 @@ def attempt_cause(diagnosis: str) -> Triage | None:
     return causes[0]
 
 
+@dataclass(frozen=True)
+class RetryDecision:
+    """May a failed job attempt be followed by another, and why (one line for the log and the
+    diagnosis). True-ish when it may."""
+
+    retry: bool
+    reason: str
+    cause: Triage | None = None
+
+    def __bool__(self) -> bool:
+        return self.retry
+
+
+def should_retry(diagnosis: str, state: str = "FAILED") -> RetryDecision:
+    """The retry decision of issue 30, apart from any budget: an attempt that FAILED because of the
+    user's code (an exception in the model or script, a NaN loss, a bad input file: the same on
+    every try) is not retried — the job stops at once with its own error; anything else (the
+    cluster's doing, an unknown cause, a timeout) may be, within the budgets
+    (:class:`AttemptBudget`). One small pure function so that whichever loop runs the attempts
+    calls it."""
+    cause = attempt_cause(diagnosis)
+    if state == "FAILED" and cause is not None and cause.cls == USER:
+        return RetryDecision(
+            False,
+            f"not retried: the job's own code failed ({cause.words}), which fails the same way on "
+            f"every attempt; retry.max_attempts retries only the cluster's faults",
+            cause,
+        )
+    why = cause.words if cause is not None else "cause unknown"
+    return RetryDecision(True, f"retried: {why} ({cause.cls if cause else 'not the user code'})", cause)
+
+
 class AttemptBudget:
     """Job attempts, two budgets: ``retry.max_attempts`` for failures of the job's own,
     :data:`FREE_ATTEMPTS` more for attempts the cluster ended (preemption, a lost node, a peer lost
@@ -215,11 +276,17 @@ class AttemptBudget:
         self.max_attempts, self.free_max = max_attempts, free_max
         self.counted, self.free = 1, 0  # the first attempt counts
         self.causes: list[Triage | None] = []
+        self.refused: RetryDecision | None = None  # set when the user's code ended the job
 
-    def next(self, diagnosis: str) -> bool:
+    def next(self, diagnosis: str, state: str = "FAILED") -> bool:
         """After an attempt failed with ``diagnosis``: may another one start? Counts it in its
-        budget if so."""
-        cause = attempt_cause(diagnosis)
+        budget if so. Never after the user's code failed (:func:`should_retry`; then
+        :attr:`refused` says why)."""
+        decision = should_retry(diagnosis, state)
+        if not decision:
+            self.refused = decision
+            return False
+        cause = decision.cause
         if cause is not None and cause.free:
             if self.free >= self.free_max:
                 return False

@@ -140,7 +140,7 @@ def run(
                     st = job.end(app_id, RuntimeError("stopped during the backoff"))
                     break
             st.diagnostics = sup.final_diagnosis(st.diagnostics)
-            return job.finish(st)
+            return job.finish(sup.fold_totals(st))  # wall time and work redone over every attempt
     assert owned.stopped is not None  # (a stop: never_left_running ended the app)
     st = owned.stopped
     st.diagnostics = sup.final_diagnosis(st.diagnostics)

@@ -16,6 +16,7 @@ Why it is built this way (each point a failure of the seeds or a measured TF 2.2
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import time
@@ -26,6 +27,7 @@ from tfyarn.runtime.context import DONE_KEY, TOTAL_STEPS_KEY, TaskContext
 from tfyarn.runtime.watchdog import install_stack_dumps
 from tfyarn.data.pipeline import EpochPipeline
 from tfyarn.train import helpers
+from tfyarn.train.stop_notice import chief_notice
 from tfyarn.train.strategy import check_abort, start_strategy
 from tfyarn.train.checkpoint import (
     PeriodicCheckpoints,
@@ -425,6 +427,7 @@ def _loop(
     being ready — the place where the seeds froze — measured so the benchmark can show it stays below a step.
     """
     ran, waits, last_abort_check = 0, [], time.monotonic()
+    notice = chief_notice(ctx, ckpt.uploads is not None)  # SIGTERM: save now (train.stop_notice)
     progress.begin()
     prev_epoch, t_end_prev = epoch0, time.monotonic()
     for epoch, batch in feeder.run(epoch0, in_epoch0):
@@ -444,6 +447,8 @@ def _loop(
         loss, metrics = unpack(out, getattr(step_fn, "metric_names", []))
         n = len(next(iter(batch.values())))
         progress.report(step=gstep, epoch=epoch, loss=loss, examples=n, global_step=gstep, metrics=metrics)
+        if notice is not None and notice.pending:
+            notice.save_and_exit(functools.partial(ckpt.save, gstep, gstep, final=True), gstep)
         if ckpt.due(gstep):
             ckpt.save(gstep, gstep)
         now = time.monotonic()
@@ -483,6 +488,7 @@ def _finish(
         train_s=train_s,
         last_checkpoint=(entry or ckpt.store.latest() or {}).get("name") if ckpt.store else None,
         resumed_from=(resumed_from or {}).get("name"),
+        resumed_step=(resumed_from or {}).get("global_step"),
         warm_started_from=warm_started_from,
         steps_per_epoch=steps,
         chief=figures,

@@ -5,10 +5,12 @@ stall watchdog) is a scenario of the contract suite (tests/contract), on both ba
 Task processes are found on this machine by the app id their container exports (the NodeManagers run here) and the
 task map the runtime writes to the app's KV (skein renumbers restarted containers)."""
 import json
+import re
 import signal
 import subprocess
 import sys
 
+import psutil
 import pytest
 import yaml
 
@@ -29,17 +31,33 @@ def _apps(yarn, name: str, active_only: bool = False) -> list[str]:
     return [a.app_id for a in yarn.list(all_states=not active_only) if name in a.tags]
 
 
+def _am_process(app_id: str) -> psutil.Process:
+    """The JVM of ``app_id``'s skein ApplicationMaster (its container's working dir names the app)."""
+    def find():
+        for p in psutil.process_iter(["cmdline"]):
+            try:
+                if "com.anaconda.skein.ApplicationMaster" in " ".join(p.info["cmdline"] or []) and \
+                        app_id in p.cwd():
+                    return p
+            except psutil.Error:
+                continue
+        return None
+    return wait_until(find, 60, f"the ApplicationMaster JVM of {app_id}", poll=0.5)
+
+
 @pytest.mark.timeout(6 * JOB_S)
 def test_sigkilled_worker_chief_and_ps_each_start_a_job_attempt_from_the_hdfs_checkpoint(
         yarn, dataset, hdfs_root, tmp_path):
     """Sync ps: a lost worker, chief or ps cannot rejoin an open lockstep round, so each kill -9 fails the application
     and ``tfyarn run`` submits the next attempt, which resumes from the latest checkpoint on HDFS. One run, three
-    kills (attempts 0, 1, 2), attempt 3 trains to the planned global step. Each failed app says, from any process,
-    its attempt (its YARN tag) and which task died how (exit code 137 first in its diagnosis, kept by YARN too)."""
+    kills (attempts 0, 1, 2), then the skein ApplicationMaster's JVM killed (attempt 3: skein asks YARN for one AM
+    attempt, so the app fails), attempt 4 trains to the planned global step. Each failed app says, from any process,
+    its attempt (its YARN tag) and which task died how (exit code 137 first in its diagnosis, kept by YARN too); the
+    summary counts every attempt; no ended attempt leaves skein's staging dir on HDFS."""
     name = unique("attempts")
-    doc = job_doc(dataset, name, epochs=5, ckpt=hdfs.join(hdfs_root, name, "ckpt"), every_steps=EVERY,
+    doc = job_doc(dataset, name, epochs=6, ckpt=hdfs.join(hdfs_root, name, "ckpt"), every_steps=EVERY,
                   model="fault_models:slow_recommender", code=str(FAULT_JOBS),
-                  retry={"max_attempts": 4, "backoff": "1s"})
+                  retry={"max_attempts": 5, "backoff": "1s"})
     doc["params"]["step_delay_s"] = 0.25
     spec = load_spec_dict(doc)
     total = sum(planned_steps(spec))
@@ -49,7 +67,7 @@ def test_sigkilled_worker_chief_and_ps_each_start_a_job_attempt_from_the_hdfs_ch
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     killed = []     # (app id, victim, global step seen just before the kill)
     try:
-        for victim in ("worker:0", "chief:0", "ps:0"):
+        for victim in ("worker:0", "chief:0", "ps:0", "am"):
             app_id = wait_until(lambda: [a for a in _apps(yarn, name, active_only=True) if a not in
                                          {k[0] for k in killed}], JOB_S, f"attempt {len(killed)} of {name}")[0]
             running = yarn.status(app_id)     # this backend did not submit it: the attempt is the app's own tag
@@ -58,7 +76,7 @@ def test_sigkilled_worker_chief_and_ps_each_start_a_job_attempt_from_the_hdfs_ch
             # past a checkpoint of this attempt (the first progress of a resumed attempt may still be unpublished)
             wait_for_step(yarn, app_id, "chief:0", max(start, killed[-1][2] if killed else 0) + 2 * EVERY)
             seen = int(yarn.status(app_id).progress.get("global_step") or 0)
-            task_process(yarn, app_id, victim).send_signal(signal.SIGKILL)
+            (_am_process(app_id) if victim == "am" else task_process(yarn, app_id, victim)).send_signal(signal.SIGKILL)
             killed.append((app_id, victim, seen))
             assert seen < total - 10, f"the job was nearly done before the {victim} kill: raise epochs"
         out, err = run.communicate(timeout=3 * JOB_S)
@@ -68,17 +86,30 @@ def test_sigkilled_worker_chief_and_ps_each_start_a_job_attempt_from_the_hdfs_ch
             run.communicate()
     assert run.returncode == 0, err[-4000:]
     st = json.loads(out)
-    assert st["state"] == "SUCCEEDED" and st["attempt"] == 3, st
+    assert st["state"] == "SUCCEEDED" and st["attempt"] == 4, st
     s = st["summary"]
     assert s["global_step"] == s["total_steps"] == total
     assert s["steps_per_worker"] == {"chief:0": total, "worker:0": total}
     # attempt 3 resumed from a checkpoint taken after the last kill's previous one: lost work <= one interval + lag
     resumed = int(s["resumed_from"].rsplit("-", 1)[1])
     assert killed[-1][2] - EVERY - 10 <= resumed < total, (killed, s["resumed_from"])
+    totals = s["attempts"]          # every attempt counted: its wall time, the steps done again after each kill
+    assert totals["attempts"] == 5 and len(totals["by_attempt"]) == 4, totals
+    assert totals["wall_s"] >= s["elapsed_s"] and totals["lost_steps"] >= 0, (totals, s["elapsed_s"])
+    assert totals["by_attempt"][-1]["resumes_at"] == s["resumed_step"] and s["resumed_step"] >= resumed, totals
     apps = _apps(yarn, name)
-    assert apps[:3] == [k[0] for k in killed] and len(apps) == 4, (apps, killed)
+    assert apps[:4] == [k[0] for k in killed] and len(apps) == 5, (apps, killed)
+    home = hdfs.qualify(f"/user/{yarn.user}/.skein")
+    fs, _ = hdfs.get_fs(home)
+    left = [a for a in apps if fs.exists(hdfs.get_fs(f"{home}/{a}")[1])]
+    assert left == [], f"skein staging dirs left on HDFS: {left}"
     for attempt, (app_id, victim, _) in enumerate(killed):
         assert app_id in st["diagnostics"], "earlier attempts are listed in the final diagnosis"
+        if victim == "am":       # YARN's own words; no task died
+            d = json.loads(tfyarn("status", app_id, "--output", "json").stdout)
+            assert (d["state"], d["attempt"]) == ("FAILED", attempt), d
+            print(f"AM kill: {app_id}: {d['diagnostics'][:300]}")
+            continue
         # which task died and how, named first, from another process after the end, and by YARN itself
         r = tfyarn("status", app_id, "--output", "json")
         d = json.loads(r.stdout)
@@ -87,7 +118,7 @@ def test_sigkilled_worker_chief_and_ps_each_start_a_job_attempt_from_the_hdfs_ch
         assert (tasks[victim]["state"], tasks[victim]["exit_code"]) == ("FAILED", 137), (victim, tasks)
         assert d["diagnostics"].startswith(f"{victim}: exit code 137 (killed by SIGKILL)"), (victim, d)
         assert f"{victim}: exit code 137 (killed by SIGKILL)" in yarn._app_report(app_id).diagnostics
-    text = tfyarn("status", killed[-1][0])
+    text = tfyarn("status", killed[2][0])      # the ps kill
     assert "ps:0" in text.stdout and "137" in text.stdout, text.stdout
     assert_clean(yarn, *apps, tag=name)
 
@@ -137,3 +168,57 @@ def test_preflight_refuses_what_cannot_run_with_exit_2_and_submits_nothing(yarn,
     proc = tfyarn("submit", str(queue), "--yarn")
     assert proc.returncode == 2 and "no-such-queue" in proc.stderr, proc.stdout + proc.stderr
     assert _apps(yarn, name) == [], "a refused spec submitted an application"
+
+
+def _sigkill_delay_ms() -> int:
+    """The cluster's NodeManager delay from SIGTERM to SIGKILL (YARN's default 250 ms; none known: 250)."""
+    try:
+        from tfyarn.hdfs import load_hadoop_conf
+        return int(load_hadoop_conf().get("yarn.nodemanager.sleep-delay-before-sigkill.ms", "250"))
+    except Exception:  # noqa: BLE001 - no cluster config: the test is skipped anyway
+        return 250
+
+
+@pytest.mark.timeout(4 * JOB_S)
+@pytest.mark.skipif(_sigkill_delay_ms() < 2000,
+                    reason="needs yarn.nodemanager.sleep-delay-before-sigkill.ms >= 2000 (YARN's default: 250)")
+def test_a_chief_stopped_by_its_nodemanager_checkpoints_before_the_sigkill(yarn, dataset, hdfs_root, tmp_path):
+    """The NodeManager stops a container as it does a preempted one: SIGTERM, then SIGKILL after
+    sleep-delay-before-sigkill.ms. The chief (checkpoints every 1000 steps: never but this one) saves at once on the
+    SIGTERM; the next attempt resumes from the step it was at."""
+    name = unique("sigterm")
+    doc = job_doc(dataset, name, epochs=6, ckpt=hdfs.join(hdfs_root, name, "ckpt"), every_steps=1000,
+                  model="fault_models:slow_recommender", code=str(FAULT_JOBS),
+                  retry={"max_attempts": 2, "backoff": "1s"})
+    doc["params"]["step_delay_s"] = 0.25
+    spec = load_spec_dict(doc)
+    total = sum(planned_steps(spec))
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    run = subprocess.Popen([sys.executable, "-m", "tfyarn.cli", "run", str(path), "--yarn", "--output", "json"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        app_id = wait_until(lambda: _apps(yarn, name, active_only=True), JOB_S, f"attempt 0 of {name}")[0]
+        wait_for_step(yarn, app_id, "chief:0", 20)
+        seen = int(yarn.status(app_id).progress.get("global_step") or 0)
+        chief = task_process(yarn, app_id, "chief:0")
+        container = chief.environ()["SKEIN_CONTAINER_ID"]
+        yarn.client().connect(app_id).kill_container(container)    # the AM asks the NM to stop it
+        out, err = run.communicate(timeout=3 * JOB_S)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.communicate()
+    assert run.returncode == 0, err[-4000:]
+    st = json.loads(out)
+    assert st["state"] == "SUCCEEDED" and st["attempt"] == 1, st
+    s = st["summary"]
+    assert s["global_step"] == s["total_steps"] == total, s
+    logs = "\n".join(yarn.logs(app_id, task="chief:0"))
+    saved = re.search(r"SIGTERM \(a preemption or a stop\) at global step (\d+): checkpoint (ckpt-\d+) committed "
+                      r"([\d.]+)s after the signal", logs)
+    assert saved, logs[-3000:]
+    assert s["resumed_from"] == saved.group(2) and seen <= int(saved.group(1)) < total, (s, seen, saved.group(0))
+    print(f"NM stop of the chief at global step >= {seen}: saved {saved.group(2)} {saved.group(3)}s after SIGTERM; "
+          f"lost steps {s['attempts']['lost_steps']}")
+    assert_clean(yarn, *_apps(yarn, name), tag=name)

@@ -98,6 +98,16 @@ CASES = [
     (
         {
             "exit_code": 1,
+            "failure": "RuntimeError: worker:0: step 40 failed because a peer is unreachable or stopped "
+                       "heartbeating (frozen or dead); peers named by TF: chief:0. TF said: UnavailableError: x",
+        },
+        INFRA,
+        "peer_lost",
+        True,
+    ),  # allreduce's words for a peer gone (the chief preempted): not the user's code
+    (
+        {
+            "exit_code": 1,
             "failure": "NonFiniteLoss: worker:0: loss is nan at step 7 (global step 9, epoch 0; "
                        "last finite"
             " loss 0.69): training diverged.",
@@ -119,6 +129,18 @@ CASES = [
     ),
     ({"exit_code": 1, "failure": "ZeroDivisionError: division by zero"}, USER, "exception", False),
     ({"exit_code": 3}, USER, "exit", False),
+    (
+        {
+            "diagnostics": "Application application_1_0009 failed 1 times (global limit =2; local limit is =1) "
+                           "due to AM Container for appattempt_1_0009_000001 exited with  exitCode: 137"
+        },
+        INFRA,
+        "am_lost",
+        False,
+    ),
+    ({"exit_code": 1, "failure": "KVUnavailable: the job's KV at 10.0.0.5:4242 does not answer"}, INFRA, "io",
+     False),
+    ({"exit_code": 1, "failure": "OSError: [Errno 28] No space left on device: '/data/ckpt'"}, INFRA, "io", False),
     ({"exit_code": 137}, INFRA, "signal", False),
     ({"exit_code": -9}, INFRA, "signal", False),
 ]
@@ -189,3 +211,21 @@ def test_attempts_the_cluster_ended_do_not_use_up_max_attempts():
     assert b.next(pre)  # ...but the cluster's still get their own budget
     b.free = FREE_ATTEMPTS
     assert not b.next(pre)  # the separate bound: no endless loop
+
+
+def test_the_user_code_is_not_retried_the_cluster_is():
+    from tfyarn.contracts.triage import AttemptBudget, should_retry
+
+    user = should_retry("chief:0 exited with code 1: ValueError: bad shape")   # the local launcher's words
+    assert not user and user.cause.cause == "exception" and "not retried" in user.reason
+    assert not should_retry("chief:0: exit code 1: NonFiniteLoss: chief:0: loss is nan at step 7")
+    assert not should_retry("worker:0: exit code 1: DataError: hdfs://nn/d/part-3: not a TFRecord file")
+    # killed from outside, whatever it printed last: retried
+    assert should_retry("chief:0 exited with code -9: INFO:tensorflow:global_step/sec: 12")
+    assert should_retry("chief:0: exit code 137 (killed by SIGKILL)")
+    assert should_retry("worker:1: preempted by the scheduler")
+    assert should_retry("")                                          # unknown: retried, within the budget
+    assert should_retry("chief:0 exited with code 1: ValueError: x", state="TIMED_OUT")
+    b = AttemptBudget(max_attempts=3)
+    assert not b.next("chief:0: exit code 1: ValueError: x") and b.counted == 1
+    assert b.refused is not None and b.refused.cause.words == "raised ValueError"

@@ -67,11 +67,15 @@ def lockstep(ctx, helpers):
 
 @tfyarn.train.custom_train
 def count(ctx, helpers):
-    """Run params['steps'] steps of 0.05 s; the chief fails once on the first job attempt if params say so."""
+    """Run params['steps'] steps of 0.05 s. The chief is lost (SIGKILLs itself, as when its container or node is
+    lost) on the job attempts below params['chief_lost_attempts'] (``chief_fails_first_attempt``: 1)."""
+    import signal
+
     steps = int(helpers.params.get("steps", 40))
-    if helpers.params.get("chief_fails_first_attempt") and ctx.task_id == "chief:0" and ctx.attempt == 0:
+    lost = int(helpers.params.get("chief_lost_attempts", 1 if helpers.params.get("chief_fails_first_attempt") else 0))
+    if ctx.task_id == "chief:0" and ctx.attempt < lost:
         time.sleep(0.5)
-        raise RuntimeError("chief lost on attempt 0")
+        os.kill(os.getpid(), signal.SIGKILL)
     exit_code = helpers.params.get("worker_exit_code")
     for step in range(1, steps + 1):
         if exit_code is not None and ctx.task_id == "worker:0" and step == 5 and os.environ["TFYARN_RESTART"] == "0":

@@ -14,7 +14,7 @@ import time
 from typing import Any, Callable
 
 from tfyarn import paths
-from tfyarn.backends.yarn import phases, records
+from tfyarn.backends.yarn import phases, records, skein_staging
 from tfyarn.backends.yarn.reports import Reporter
 from tfyarn.contracts import job_end
 from tfyarn.contracts.status import AppState, AppStatus
@@ -232,3 +232,8 @@ class _YarnAttempts(ScheduledAttempts):
         app_id = super().start(attempt)
         self.backend._release_driver()
         return app_id
+
+    def to_end(self, app_id: str) -> AppStatus:
+        st = super().to_end(app_id)
+        skein_staging.remove_after(self.backend, app_id)  # an AM killed leaves it (issue 30)
+        return st

@@ -91,8 +91,9 @@ class StatusReader(Submitter):
         if state in (AppState.FAILED, AppState.TIMED_OUT) and spec is not None and not saved.get("run_started"):
             from tfyarn.backends.yarn.supervise import no_more_attempts_note
 
-            note = no_more_attempts_note(spec, attempt_of(rep.tags))  # a bare submit: nobody resubmits
-            diag = f"{diag}\n{note}".strip() if note else diag
+            # a bare submit: nobody resubmits
+            note = no_more_attempts_note(spec, attempt_of(rep.tags), diag)
+            diag = f"{diag}\n{note}".strip() if note and note not in diag else diag
         summary = snap.get("summary") or final.get("summary")
         if summary is None and state.is_terminal:
             summary = self._summary_from_checkpoints(app_id, spec)

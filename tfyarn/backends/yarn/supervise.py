@@ -44,10 +44,16 @@ DONE_CHECK_S = 0.2
 _ENDED = ("SUCCEEDED", "FAILED", "KILLED")
 
 
-def no_more_attempts_note(spec: JobSpec, attempt: int) -> str:
-    """What a failed app of a job with attempts left says: nobody in the app can submit the next one."""
+def no_more_attempts_note(spec: JobSpec, attempt: int, diagnosis: str = "") -> str:
+    """What a failed app of a job with attempts left says: nobody in the app can submit the next one
+    (or, when the user's code failed, that no attempt would: contracts.triage.should_retry)."""
     if attempt + 1 >= spec.retry.max_attempts:
         return ""
+    from tfyarn.contracts.triage import should_retry
+
+    decision = should_retry(diagnosis)
+    if not decision:
+        return decision.reason
     return (
         f"attempt {attempt + 1} of {spec.retry.max_attempts} (retry.max_attempts): a new attempt is a new YARN "
         f"application, submitted only by a gateway that follows the job (`tfyarn run`); none was"

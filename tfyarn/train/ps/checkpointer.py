@@ -22,6 +22,7 @@ class Checkpointer(PeriodicCheckpoints):
         self.ctx, self.tg, self.steps = ctx, tg, steps
         self.local = local_dir_for(ctx.workdir, "save") if self.store else None
         self.resumed_from: str | None = None  # the checkpoint the chief restored, for the summary
+        self.resumed_step: int | None = None  # its global step (the name's may be older in async mode)
         self.warm_started_from: str | None = None  # checkpoint.init_from's checkpoint, for the summary
 
     def restore_prefix(self) -> str | None:
@@ -41,6 +42,7 @@ class Checkpointer(PeriodicCheckpoints):
         check_fits(prefix, expected, f"{entry['name']} in {self.store.url}")
         log.info("%s: resuming from %s (global step %d)", self.ctx.task_id, entry["name"], entry["global_step"])
         self.resumed_from = entry["name"]
+        self.resumed_step = int(entry["global_step"])
         return prefix
 
     def warm_start_fn(self) -> Any:

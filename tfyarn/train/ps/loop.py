@@ -4,6 +4,7 @@ target, the chief's wait for every worker's share, final checkpoint and summary,
 from __future__ import annotations
 
 import json
+import functools
 import logging
 import threading
 import time
@@ -31,6 +32,7 @@ from tfyarn.train.ps.checkpointer import Checkpointer
 from tfyarn.train.ps.graph import TrainGraph, build_graph
 from tfyarn.train.ps.server import start_server
 from tfyarn.train.ps.session import open_session
+from tfyarn.train.stop_notice import StopNotice, chief_notice
 
 log = logging.getLogger("tfyarn.train.ps")
 
@@ -239,6 +241,7 @@ def _run(
     label = spec.data.label
     progress.begin()
     t_first = None
+    notice = chief_notice(ctx, ckpt is not None and ckpt.uploads is not None)  # SIGTERM: save now
     for e, batch in feeder.run(epoch, start):
         gs, loss, *values = step_fn(*feed_values(batch, names, tg.feeds))
         gs = int(gs)
@@ -258,6 +261,8 @@ def _run(
         )
         if aggregator is not None and aggregator.error is not None:
             raise RuntimeError(f"sync aggregation failed: {aggregator.error}") from aggregator.error
+        if notice is not None and notice.pending and ckpt is not None:  # a notice only with a ckpt
+            notice.save_and_exit(functools.partial(ckpt.save, sess, final=True), gs)
         if ckpt and ckpt.due(gs):
             ckpt.save(sess)
         if spec.sync and gs >= target:
@@ -284,11 +289,18 @@ def _run(
         aggregator.join(timeout=spec.timeouts.step)
         if aggregator.is_alive():
             raise WaitTimeout(f"sync aggregator still running {spec.timeouts.step:g}s after the last step")
-    worker_steps = _wait_for_workers(ctx, tg, sess, steps, ckpt)
+    worker_steps = _wait_for_workers(ctx, tg, sess, steps, ckpt, notice)
     return _finish(ctx, tg, sess, ckpt, mine, worker_steps, target, t_start)
 
 
-def _wait_for_workers(ctx: Any, tg: TrainGraph, sess: Any, steps: list[int], ckpt: Checkpointer | None) -> list[int]:
+def _wait_for_workers(
+    ctx: Any,
+    tg: TrainGraph,
+    sess: Any,
+    steps: list[int],
+    ckpt: Checkpointer | None,
+    notice: StopNotice | None = None,
+) -> list[int]:
     """Chief: wait until every worker has run its share (async workers finish at their own pace). Bounded: fails
     when no worker step happened for ``timeouts.step`` (a stopped worker, named in the error)."""
     want = sum(steps)
@@ -307,6 +319,8 @@ def _wait_for_workers(ctx: Any, tg: TrainGraph, sess: Any, steps: list[int], ckp
             )
         if ckpt:
             gs = int(sess.run(tg.global_step))
+            if notice is not None and notice.pending:
+                notice.save_and_exit(lambda: ckpt.save(sess, final=True), gs)
             if ckpt.due(gs):
                 ckpt.save(sess)
         time.sleep(0.1)
@@ -344,6 +358,7 @@ def _finish(
         train_s=round(train_s, 3),
         last_checkpoint=(latest or {}).get("name"),
         resumed_from=ckpt.resumed_from if ckpt else None,
+        resumed_step=ckpt.resumed_step if ckpt else None,
         warm_started_from=ckpt.warm_started_from if ckpt else None,
         loss_by_worker={t: p.get("loss") for t, p in progress.items()} | {ctx.task_id: mine["last_loss"]},
         elapsed_s=round(elapsed, 3),

@@ -3,10 +3,12 @@
 ``slow_recommender``: the built-in recommender with a fixed sleep inside every training step (a ``numpy_function``
 on the training task's own device), so a short job still has enough wall time for a kill to land mid-epoch at a
 chosen step. ``fail_task`` / ``fail_at_step`` / ``fail_attempts``: that task's step raises at that step (of its own
-count in this process) on job attempts below ``fail_attempts`` (a user's model failing mid-run; tests/contract).
+count in this process) on job attempts below ``fail_attempts`` (a user's model failing mid-run; tests/contract);
+``fail_how: kill``: the task SIGKILLs itself there instead, as when its container or node is lost (infrastructure).
 Nothing else differs from ``tfyarn.models.recommender``.
 """
 import os
+import signal
 import time
 
 from tfyarn.models.recommender import Recommender
@@ -14,8 +16,9 @@ from tfyarn.models.recommender import Recommender
 
 class SlowRecommender(Recommender):
     def __init__(self, step_delay_s: float = 0.05, fail_task: str = "", fail_at_step: int = 0,
-                 fail_attempts: int = 1000, **params):
+                 fail_attempts: int = 1000, fail_how: str = "raise", **params):
         super().__init__(**params)
+        self.fail_how = fail_how
         self.step_delay_s = float(step_delay_s)
         me = f"{os.environ.get('TFYARN_ROLE')}:{os.environ.get('TFYARN_INDEX')}"
         attempt = int(os.environ.get("TFYARN_ATTEMPT", "0"))
@@ -32,6 +35,8 @@ class SlowRecommender(Recommender):
 
         def sleep():
             self.steps += 1
+            if self.steps == self.fail_at_step and self.fail_how == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
             if self.steps == self.fail_at_step:
                 raise RuntimeError(f"the model's step {self.steps} failed on purpose")
             time.sleep(self.step_delay_s)

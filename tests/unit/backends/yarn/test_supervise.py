@@ -151,6 +151,9 @@ def test_a_bare_submits_failure_says_that_no_attempt_follows():
     spec = make_spec(roles=ROLES, mode="allreduce", retry={"max_attempts": 2})
     assert "`tfyarn run`" in no_more_attempts_note(spec, 0) and "attempt 1 of 2" in no_more_attempts_note(spec, 0)
     assert no_more_attempts_note(spec, 1) == ""
+    # the user's code failed: no attempt would follow anyway, and that is what it says
+    user = no_more_attempts_note(spec, 0, "chief:0: exit code 1: ValueError: bad shape")
+    assert user.startswith("not retried: the job's own code failed (raised ValueError)"), user
 
 
 def test_the_service_imports_no_tensorflow_and_a_crash_exits_0(tmp_path):
