@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import json
+import re
 import statistics
 import subprocess
 import sys
@@ -372,6 +373,9 @@ def write_section(text: str, path: Path) -> None:
     if SECTION in doc:
         head, rest = doc.split(SECTION, 1)
         nxt = rest.find("\n## ")
+        notes = re.search(r"<!-- notes:keras .*?<!-- /notes:keras -->", rest[:nxt] if nxt >= 0 else rest, re.S)
+        if notes:  # the hand-written reading stays under the new figures
+            text = text.rstrip("\n") + "\n\n" + notes.group(0) + "\n"
         doc = head + text.rstrip("\n") + ("\n" + rest[nxt:] if nxt >= 0 else "\n")
     else:
         doc = doc.rstrip("\n") + "\n\n" + text
