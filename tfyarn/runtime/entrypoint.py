@@ -169,7 +169,7 @@ def run(ctx: TaskContext, finish: Callable[[], None] | None = None) -> dict[str,
     global _REPORTER, _HEARTBEAT
     from tfyarn.data.tf_dataset import bind
     from tfyarn.train.helpers import index_cache
-    from tfyarn.train.progress import ProgressReporter, loop_summary, write_summary
+    from tfyarn.train.progress import ProgressReporter, loop_summary, wait_for_final_progress, write_summary
 
     spec = ctx.spec
     cache = index_cache(spec) if spec.has_data else None
@@ -202,7 +202,8 @@ def run(ctx: TaskContext, finish: Callable[[], None] | None = None) -> dict[str,
         time.monotonic() - t0,
         mine.get("steps") or 0,
     )
-    if ctx.is_chief:
+    if ctx.is_chief:  # the summary and status see every reporting task's last step (MWMS workers end with it)
+        wait_for_final_progress(ctx, min(spec.timeouts.shutdown, 30.0), reporting_only=True)
         summary = loop_summary(ctx, _REPORTER.global_step, mine, t0, entrypoint=spec.entrypoint)
         write_summary(ctx, summary)
         ctx.kv.put(DONE_KEY, "1")

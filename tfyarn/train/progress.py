@@ -247,9 +247,10 @@ def publish_total_steps(kv: KV, total: int) -> None:
     kv.put(TOTAL_STEPS_KEY, str(int(total)))
 
 
-def wait_for_final_progress(ctx: Any, timeout: float) -> dict[str, dict[str, Any]]:
+def wait_for_final_progress(ctx: Any, timeout: float, reporting_only: bool = False) -> dict[str, dict[str, Any]]:
     """Chief, before ``control/done``: every training task's progress, once each other one has published its final
-    record (``done``), or after ``timeout`` (logged, naming the missing ones).
+    record (``done``), or after ``timeout`` (logged, naming the missing ones). ``reporting_only`` (the user's own
+    program): wait only for the tasks that reported a step (a ParameterServerStrategy worker never does).
 
     Why wait: ``control/done`` lets the ps exit. A worker still starting (a re-run of a finished job: the chief
     restores the last checkpoint and is done at once) would then wait forever on a session to a ps that left.
@@ -259,7 +260,8 @@ def wait_for_final_progress(ctx: Any, timeout: float) -> dict[str, dict[str, Any
     while True:
         raw = {t: ctx.kv.get(progress_key(t)) for t in ctx.training_tasks}
         per_task = {t: json.loads(v) for t, v in raw.items() if v is not None}
-        missing = [t for t in others if not per_task.get(t, {}).get("done")]
+        waited = [t for t in others if not reporting_only or per_task.get(t, {}).get("step")]
+        missing = [t for t in waited if not per_task.get(t, {}).get("done")]
         if not missing:
             return per_task
         if time.monotonic() >= deadline:
