@@ -3,7 +3,11 @@
 * a compiled Keras 3 model (Embedding + Dense + a custom layer, Adam) as ``model:``, allreduce, HDFS data,
   checkpoints and the SavedModel export on HDFS;
 * ``entrypoint:`` docs/models.md's tf_keras MultiWorkerMirroredStrategy ``fit`` script shipped in ``code:``, reading
-  its equal-steps share of HDFS data through ``tfyarn.data.train_dataset()``.
+  its equal-steps share of HDFS data through ``tfyarn.data.train_dataset()``;
+* its tf_keras ParameterServerStrategy ``fit`` script (``mode: ps``), each worker's ``dataset_fn``
+  reading its share with ``train_dataset(worker=...)``, a pure-TF pipeline: TF reads no
+  ``hdfs://``, so the data is a local directory, the shared filesystem of this one-host cluster;
+* its Keras 3 MultiWorkerMirroredStrategy custom-loop script, on HDFS data.
 """
 import pytest
 from clusterutil import (
@@ -14,6 +18,7 @@ from clusterutil import (
     needs_yarn,
     planned_steps,
     unique,
+    write_dataset,
 )
 from keras_helpers import doc_examples, require_tf_keras
 
@@ -57,4 +62,48 @@ def test_an_entrypoint_tf_keras_fit_script_trains_on_its_hdfs_share_on_yarn(yarn
     s = st.summary
     assert s["entrypoint"] == "mwms_fit.py --epochs 2" and s["global_step"] == 2 * per_epoch, s
     assert st.progress.get("per_task") == {"chief:0": 2 * per_epoch, "worker:0": 2 * per_epoch}, st.progress
+    assert_clean(yarn, st.app_id, tag=spec.name)
+
+
+def _script_job(dataset, tmp_path, script: str, **over):
+    """A job running docs/models.md's ``script`` (shipped in ``code:``) on ``dataset``, 2 epochs."""
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / script).write_text(doc_examples()[script])
+    name = unique(script.split(".")[0].replace("_", "-"))
+    doc = job_doc(dataset, name, epochs=2, code=str(code), entrypoint=script, **over)
+    del doc["model"], doc["params"]
+    return load_spec_dict(doc)
+
+
+def test_an_entrypoint_tf_keras_pss_fit_script_trains_on_its_workers_shares_on_yarn(yarn, tmp_path):
+    require_tf_keras()
+    data = write_dataset(str(tmp_path / "data"))  # local: the workers' dataset_fn is TF ops only
+    spec = _script_job(data, tmp_path, "pss_fit.py", mode="ps", sync=False)
+    assert {r: spec.roles[r].instances for r in ("ps", "chief", "worker")} == dict.fromkeys(
+        ("ps", "chief", "worker"), 1)
+    st = yarn.run(spec, timeout=JOB_S)
+    assert st.state is AppState.SUCCEEDED, st.diagnostics
+    from tfyarn.data import build_manifest, plan
+
+    m = build_manifest(spec.data.train)  # the shares are the PSS workers' (1), the chief coordinates
+    per_epoch = min(plan(m, 1, e, spec.data.shuffle_seed, spec.data.batch_size).steps for e in (0, 1))
+    planned = 2 * per_epoch  # the script: 2 epochs x steps_per_epoch() x 1 worker
+    s = st.summary
+    assert s["entrypoint"] == "pss_fit.py" and s["custom"] is True, s
+    assert s["global_step"] == planned and s["last_loss"] is not None, s  # reported at the end
+    assert st.progress.get("per_task", {}).get("chief:0") == planned, st.progress
+    assert_clean(yarn, st.app_id, tag=spec.name)
+
+
+def test_an_entrypoint_keras3_custom_loop_script_trains_on_its_hdfs_share_on_yarn(yarn, dataset,
+                                                                                  tmp_path):
+    spec = _script_job(dataset, tmp_path, "custom_loop.py", mode="allreduce")
+    st = yarn.run(spec, timeout=JOB_S)
+    assert st.state is AppState.SUCCEEDED, st.diagnostics
+    planned = 2 * min(planned_steps(spec))  # train_dataset(): 2 epochs x steps_per_epoch()
+    s = st.summary
+    assert s["entrypoint"] == "custom_loop.py" and s["global_step"] == planned, s
+    assert s["first_loss"] is not None and s["last_loss"] is not None, s
+    assert st.progress.get("per_task") == {"chief:0": planned, "worker:0": planned}, st.progress
     assert_clean(yarn, st.app_id, tag=spec.name)

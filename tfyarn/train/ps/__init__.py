@@ -17,8 +17,11 @@ Why each piece is the way it is (the seeds' failures and NOTES.md's measurements
   step begins tells a step that was in flight at the kill, which is run again and reported (:func:`.loop._rejoin`).
   The session carries the current ``cluster_def``, so the ps reach the restarted worker at its new address.
 
-Modules, in the order a task uses them: :mod:`.server`, :mod:`.placement`, :mod:`.graph`, :mod:`.session`,
-:mod:`.checkpointer`, :mod:`.loop`.
+* **Few RPCs per step** (:mod:`.packing`, async): each tensor crossing between a worker and a ps is a gRPC call,
+  the bulk of a small model's step, so each ps's gradients travel packed in two tensors.
+
+Modules, in the order a task uses them: :mod:`.server`, :mod:`.placement`, :mod:`.graph` (with :mod:`.packing`),
+:mod:`.session`, :mod:`.checkpointer`, :mod:`.loop`.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ from typing import Any
 
 from tfyarn.train.inputs import placeholders as input_placeholders
 from tfyarn.train.model import build_model, split_features
+from tfyarn.train.ps.packing import pack_gradients
 from tfyarn.train.ps.placement import SizeBalancer, plan_placement, variable_sizes
 from tfyarn.train.step_metrics import step_metrics
 
@@ -143,12 +144,14 @@ def build_graph(ctx: Any, model: Any) -> TrainGraph:
                 step_value = sync.step_op
                 counted_after = step_value
             else:
-                apply = opt.apply_gradients(gvs, global_step=global_step)
-                with tf.control_dependencies([apply]):
-                    step_value = tf.identity(global_step.read_value())
+                # each gradient part crossing to a ps is an RPC: packed, 2 per ps (packing.py)
+                apply = opt.apply_gradients(pack_gradients(gvs, worker_device), global_step=global_step)
                 counted_after = apply  # on the ps, right after the update: no round trip to this worker between
             with tf.control_dependencies([counted_after, started]), tf.compat.v1.device(global_step.device):
                 count = worker_steps.scatter_add(tf.IndexedSlices(tf.constant([1], tf.int64), rank))
+            if not spec.sync:  # the global step read after the count, on its ps: one tensor back, one RPC
+                with tf.control_dependencies([count]), tf.compat.v1.device(global_step.device):
+                    step_value = tf.identity(global_step.read_value())
             with tf.control_dependencies([count, step_value]):
                 train_op = tf.identity(step_value, name="train_step")
             # Resume: a checkpoint is read while steps run, so it may catch the global step and the worker counters
