@@ -82,7 +82,7 @@ def test_an_entrypoint_tf_keras_pss_fit_script_trains_on_its_workers_shares_on_y
     spec = _script_job(data, tmp_path, "pss_fit.py", mode="ps", sync=False)
     assert {r: spec.roles[r].instances for r in ("ps", "chief", "worker")} == dict.fromkeys(
         ("ps", "chief", "worker"), 1)
-    st = yarn.run(spec, timeout=JOB_S)
+    st = runner.run(yarn, spec, timeout=JOB_S)
     assert st.state is AppState.SUCCEEDED, st.diagnostics
     from tfyarn.data import build_manifest, plan
 
@@ -99,7 +99,7 @@ def test_an_entrypoint_tf_keras_pss_fit_script_trains_on_its_workers_shares_on_y
 def test_an_entrypoint_keras3_custom_loop_script_trains_on_its_hdfs_share_on_yarn(yarn, dataset,
                                                                                   tmp_path):
     spec = _script_job(dataset, tmp_path, "custom_loop.py", mode="allreduce")
-    st = yarn.run(spec, timeout=JOB_S)
+    st = runner.run(yarn, spec, timeout=JOB_S)
     assert st.state is AppState.SUCCEEDED, st.diagnostics
     planned = 2 * min(planned_steps(spec))  # train_dataset(): 2 epochs x steps_per_epoch()
     s = st.summary
