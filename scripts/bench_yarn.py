@@ -205,6 +205,7 @@ def supervisor_ab(doc: dict, env: dict, pairs: int) -> list[str]:
     """The in-app supervisor's cost: the same job submitted with and without its service, alternating (same load
     for both), through ``dryrun`` → drop the service → ``schedule`` and followed by ``wait`` as ``run`` does.
     Figures from the ResourceManager: submit (app start) → app finished."""
+    from tfyarn import runner
     from tfyarn.backends.yarn.backend import YarnBackend
     from tfyarn.backends.yarn.rest import RmRest
     from tfyarn.backends.yarn.appspec import SUPERVISED_TAG, SUPERVISOR_SERVICE
@@ -221,7 +222,7 @@ def supervisor_ab(doc: dict, env: dict, pairs: int) -> list[str]:
                     del req.app.services[SUPERVISOR_SERVICE]
                     req.app.tags = set(req.app.tags) - {SUPERVISED_TAG}
                 app_id = b.schedule(req)
-                st = b.wait(app_id, timeout=600)
+                st = runner.wait(b, app_id, timeout=600)
                 rep = rm.report(app_id)
                 dt = (rep.finish_time - rep.start_time).total_seconds()
                 times[kind].append(dt)

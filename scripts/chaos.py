@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "faults")]
 
 from faultutil import fault_spec, planned_steps, task_process, task_step  # noqa: E402
+from tfyarn import runner  # noqa: E402
 from tfyarn.backends.base import AppState  # noqa: E402
 from tfyarn.backends.local.backend import LocalBackend  # noqa: E402
 
@@ -86,7 +87,7 @@ def trial(i: int, fault: str, rng: random.Random, work: Path) -> dict:
                 backend.status(app_id).attempt >= 1 and task_step(backend, app_id, "chief:0") > 0),
                 150, "the next attempt's first step")
         recovery = time.monotonic() - t_kill
-        st = backend.wait(app_id, timeout=240, poll=0.2)
+        st = runner.wait(backend, app_id, timeout=240, poll=0.2)
     except Exception as exc:  # noqa: BLE001 - a trial that breaks is a failed trial, with the reason
         try:
             backend.kill(app_id, timeout=30)

@@ -8,6 +8,7 @@ import yaml
 from click.testing import CliRunner
 
 from launch_helpers import ROOT, small_spec
+from tfyarn import api
 from tfyarn.cli import cli
 
 
@@ -321,5 +322,5 @@ def test_a_stop_signal_ends_the_wait_not_the_submitted_job(tmp_path):
     finally:
         sub.kill()
         backend.kill(app_id)
-    assert backend.wait(app_id, timeout=60).state is AppState.KILLED
+    assert api.wait(app_id, timeout=60).state is AppState.KILLED
     assert wait_no_processes(app_id, 15) == []

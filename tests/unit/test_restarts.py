@@ -6,6 +6,7 @@ import time
 import pytest
 
 from launch_helpers import small_spec, task_processes, wait_no_processes
+from tfyarn import api, runner
 from tfyarn.backends.base import AppState
 from tfyarn.backends.local.backend import LocalBackend
 from tfyarn.spec import load_spec_dict
@@ -33,7 +34,7 @@ def test_sigkilled_worker_is_restarted_and_the_job_completes(tmp_path):
         time.sleep(0.1)
     assert worker is not None
     worker.send_signal(signal.SIGKILL)
-    st = backend.wait(app_id, timeout=90, poll=0.2)
+    st = runner.wait(backend, app_id, timeout=90, poll=0.2)
     assert st.state is AppState.SUCCEEDED, st.diagnostics
     tasks = {t.task: t for t in st.tasks}
     assert tasks["worker:0"].restarts == 1 and tasks["chief:0"].restarts == 0
@@ -45,7 +46,7 @@ def test_sigkilled_worker_is_restarted_and_the_job_completes(tmp_path):
 def test_exit_code_policy_does_not_restart_a_permanent_error(tmp_path):
     spec = spec_with(tmp_path, {"steps": 200, "worker_exit_code": 3},
                      worker={"max_restarts": 2, "restart": "exit_code"})
-    st = LocalBackend().run(spec)
+    st = api.run(spec, backend="local")
     assert st.state is AppState.FAILED
     assert st.diagnostics.startswith("worker:0 exited with code 3")
     assert {t.task: t.restarts for t in st.tasks}["worker:0"] == 0
@@ -54,7 +55,7 @@ def test_exit_code_policy_does_not_restart_a_permanent_error(tmp_path):
 def test_exit_code_policy_restarts_a_retryable_exit(tmp_path):
     spec = spec_with(tmp_path, {"steps": 30, "worker_exit_code": 137},
                      worker={"max_restarts": 1, "restart": "exit_code"})
-    st = LocalBackend().run(spec)
+    st = api.run(spec, backend="local")
     assert st.state is AppState.SUCCEEDED, st.diagnostics
     assert {t.task: t.restarts for t in st.tasks}["worker:0"] == 1
 
@@ -62,14 +63,14 @@ def test_exit_code_policy_restarts_a_retryable_exit(tmp_path):
 def test_chief_failure_retries_the_whole_job_as_a_new_attempt(tmp_path):
     spec = spec_with(tmp_path, {"steps": 10, "chief_fails_first_attempt": True},
                      retry={"max_attempts": 2, "backoff": "0.5s"})
-    st = LocalBackend().run(spec)
+    st = api.run(spec, backend="local")
     assert st.state is AppState.SUCCEEDED, st.diagnostics
     assert st.attempt == 1
 
 
 def test_attempts_are_bounded(tmp_path):
     spec = spec_with(tmp_path, {"steps": 10, "chief_lost_attempts": 5}, retry={"max_attempts": 2, "backoff": "0.2s"})
-    st = LocalBackend().run(spec)
+    st = api.run(spec, backend="local")
     assert st.state is AppState.FAILED and st.attempt == 1, st.diagnostics
     assert st.diagnostics.startswith("chief:0 exited with code -9"), st.diagnostics
     assert "earlier attempts" in st.diagnostics, st.diagnostics
@@ -79,7 +80,7 @@ def test_the_users_error_is_not_retried_whatever_attempts_are_left(tmp_path):
     """The user's code raising fails the same way on every try: the job ends after one attempt, with its error."""
     spec = load_spec_dict(small_spec(tmp_path, model="custom_jobs:fail_on_worker",
                                      retry={"max_attempts": 3, "backoff": "0.2s"}))
-    st = LocalBackend().run(spec)
+    st = api.run(spec, backend="local")
     assert st.state is AppState.FAILED and st.attempt == 0, st.diagnostics
     assert st.diagnostics.startswith("worker:0 exited with code 1: RuntimeError: boom from worker:0"), st.diagnostics
     assert "not retried: the job's own code failed (raised RuntimeError)" in st.diagnostics, st.diagnostics

@@ -9,8 +9,9 @@ A run to the end — attempts, deadlines, following, the report's moment — is 
 (:mod:`tfyarn.runner`, torchx's Runner), once for every backend; what is truly a backend's own
 stays behind four documented hooks: ``attempts`` (how one attempt runs: YARN schedules an app and
 follows it, local's launcher supervises its processes), ``follow`` (one judged status read), ``pause``
-(between reads) and ``followed`` (an app followed to its end). ``run``/``wait`` here are the runner
-on this backend.
+(between reads) and ``followed`` (an app followed to its end). A backend does not run jobs: callers
+run one through the runner (``runner.run(backend, spec)``, ``runner.wait(backend, app_id)``, or
+:mod:`tfyarn.api`), which takes the backend.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Callable, Iterator, TypeVar
 
-from tfyarn import runner
 from tfyarn.contracts.status import AppState, AppStatus, Echo, TaskStatus, WaitClock
 from tfyarn.errors import TfyarnError
 from tfyarn.runner import Attempts, ScheduledAttempts
@@ -42,8 +42,8 @@ class Request:
 
 class Backend(ABC):
     name: str = "?"
-    #: write a followed job's run report from a detached process after ``run``/``wait`` return, so the caller's exit
-    #: does not wait for a plot and uploads (a backend whose jobs write their own report ignores it)
+    #: write a followed job's run report from a detached process after the runner's ``run``/``wait`` return, so the
+    #: caller's exit does not wait for a plot and uploads (a backend whose jobs write their own report ignores it)
     detached_report: bool = False
 
     @abstractmethod
@@ -131,25 +131,3 @@ class Backend(ABC):
     def followed(self, st: AppStatus) -> None:  # noqa: B027 - a hook: most backends keep nothing
         """An app this process followed (a run's attempt, a wait) has ended: what the backend keeps of
         it (YARN: the run report). Default: nothing (local: the launcher wrote it)."""
-
-    # ------------------------------------------------------------------------------------- the runner, here
-    def run(
-        self,
-        spec: JobSpec,
-        echo: Echo | None = None,
-        on_update: Callable[[AppStatus], None] | None = None,
-        timeout: float | None = None,
-        poll: float = 2.0,
-    ) -> AppStatus:
-        """:func:`tfyarn.runner.run` on this backend (the job to its end with its attempts)."""
-        return runner.run(self, spec, echo, on_update, timeout, poll)
-
-    def wait(
-        self,
-        app_id: str,
-        timeout: float | None = None,
-        poll: float = 1.0,
-        on_update: Callable[[AppStatus], None] | None = None,
-    ) -> AppStatus:
-        """:func:`tfyarn.runner.wait` on this backend (follow ``app_id`` to its end)."""
-        return runner.wait(self, app_id, timeout, poll, on_update)

@@ -16,7 +16,7 @@ import yaml
 
 from clusterutil import (FAULT_JOBS, JOB_S, ROOT, assert_clean, job_doc, needs_yarn, planned_steps, task_process,
                          tfyarn, unique, wait_for_step, wait_until, watch_end)
-from tfyarn import hdfs
+from tfyarn import hdfs, runner
 from tfyarn.backends.base import AppState
 from tfyarn.contracts import job_end
 from tfyarn.spec import load_spec_dict
@@ -133,7 +133,7 @@ def test_a_task_raising_in_its_container_fails_the_app_with_its_exception(yarn, 
     def watch(st):       # the failed task's end record, caught live (the KV dies with the app)
         if st.state is AppState.RUNNING and "end" not in watched:
             watched["end"] = watch_end(yarn, st.app_id)
-    st = yarn.run(spec, timeout=JOB_S, on_update=watch)
+    st = runner.run(yarn, spec, timeout=JOB_S, on_update=watch)
     assert st.state is AppState.FAILED and st.state.exit_code == 1, st.diagnostics
     end = watched["end"]()
     assert (end.state, end.by) == ("FAILED", "failed-task:worker:0"), end

@@ -19,6 +19,7 @@ import pytest
 
 from clusterutil import (FAULT_JOBS, JOB_S, assert_clean, job_doc, needs_yarn, planned_steps, task_process, unique,
                          wait_for_step, wait_until)
+from tfyarn import runner
 from tfyarn.backends.base import AppState
 from tfyarn.spec import load_spec_dict
 
@@ -90,7 +91,7 @@ def test_tasks_land_on_two_hosts_and_a_killed_worker_rejoins_from_the_other_host
     def watch(st):
         seen_tasks.update(t.task for t in st.tasks)
         restarting.extend(t.state for t in st.tasks if t.task == "worker:1" and t.restarts == 1)
-    st = yarn.wait(app_id, timeout=JOB_S, poll=0.5, on_update=watch)
+    st = runner.wait(yarn, app_id, timeout=JOB_S, poll=0.5, on_update=watch)
     assert st.state is AppState.SUCCEEDED, st.diagnostics
     # worker:1 restarting is itself (restarts 1), never a task past the role's instances (skein's worker_2)
     assert seen_tasks == {"ps:0", "chief:0", "worker:0", "worker:1"}, seen_tasks

@@ -22,7 +22,7 @@ import fsspec
 import pytest
 
 from clusterutil import JOB_S, job, needs_yarn, unique, wait_until
-from tfyarn import hdfs
+from tfyarn import hdfs, runner
 from tfyarn.backends.base import AppState
 
 pytestmark = [*needs_yarn, pytest.mark.timeout(4 * JOB_S)]
@@ -110,7 +110,7 @@ def run_job(yarn, data_url: str, caplog) -> tuple[object, list[str], dict[str, i
     caplog.clear()
     before = STATS.snapshot()
     with caplog.at_level(logging.WARNING, logger="tfyarn.preflight"):
-        st = yarn.run(spec, timeout=JOB_S)
+        st = runner.run(yarn, spec, timeout=JOB_S)
     gateway = {k: v - before[k] for k, v in STATS.snapshot().items()}
     notes = [r.getMessage() for r in caplog.records if "not indexed yet" in r.getMessage()]
     assert st.state is AppState.SUCCEEDED, st.diagnostics

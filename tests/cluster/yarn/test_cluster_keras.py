@@ -22,7 +22,7 @@ from clusterutil import (
 )
 from keras_helpers import doc_examples, require_tf_keras
 
-from tfyarn import hdfs
+from tfyarn import hdfs, runner
 from tfyarn.backends.base import AppState
 from tfyarn.spec import load_spec_dict
 
@@ -36,7 +36,7 @@ def test_a_compiled_keras_model_trains_in_allreduce_on_yarn_with_hdfs_checkpoint
                   model="tfyarn.models.keras_recommender:model", export={"dir": hdfs.join(hdfs_root, name, "m")})
     doc["params"] = {"num_users": 100, "num_items": 100, "dim": 8, "hidden": 8, "learning_rate": 0.05}
     spec = load_spec_dict(doc)
-    st = yarn.run(spec, timeout=JOB_S)
+    st = runner.run(yarn, spec, timeout=JOB_S)
     assert st.state is AppState.SUCCEEDED, st.diagnostics
     total = sum(planned_steps(spec))
     s = st.summary
@@ -56,7 +56,7 @@ def test_an_entrypoint_tf_keras_fit_script_trains_on_its_hdfs_share_on_yarn(yarn
     doc = job_doc(dataset, name, mode="allreduce", epochs=2, code=str(code), entrypoint="mwms_fit.py --epochs 2")
     del doc["model"], doc["params"]
     spec = load_spec_dict(doc)
-    st = yarn.run(spec, timeout=JOB_S)
+    st = runner.run(yarn, spec, timeout=JOB_S)
     assert st.state is AppState.SUCCEEDED, st.diagnostics
     per_epoch = min(planned_steps(spec))
     s = st.summary
@@ -82,7 +82,7 @@ def test_an_entrypoint_tf_keras_pss_fit_script_trains_on_its_workers_shares_on_y
     spec = _script_job(data, tmp_path, "pss_fit.py", mode="ps", sync=False)
     assert {r: spec.roles[r].instances for r in ("ps", "chief", "worker")} == dict.fromkeys(
         ("ps", "chief", "worker"), 1)
-    st = yarn.run(spec, timeout=JOB_S)
+    st = runner.run(yarn, spec, timeout=JOB_S)
     assert st.state is AppState.SUCCEEDED, st.diagnostics
     from tfyarn.data import build_manifest, plan
 
@@ -99,7 +99,7 @@ def test_an_entrypoint_tf_keras_pss_fit_script_trains_on_its_workers_shares_on_y
 def test_an_entrypoint_keras3_custom_loop_script_trains_on_its_hdfs_share_on_yarn(yarn, dataset,
                                                                                   tmp_path):
     spec = _script_job(dataset, tmp_path, "custom_loop.py", mode="allreduce")
-    st = yarn.run(spec, timeout=JOB_S)
+    st = runner.run(yarn, spec, timeout=JOB_S)
     assert st.state is AppState.SUCCEEDED, st.diagnostics
     planned = 2 * min(planned_steps(spec))  # train_dataset(): 2 epochs x steps_per_epoch()
     s = st.summary

@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from clusterutil import JOB_S, ROOT, job, job_doc, needs_yarn, tfyarn, unique, wait_until
+from tfyarn import runner
 from tfyarn.backends.yarn import records
 from tfyarn.backends.yarn.rest import RmRest
 from tfyarn.contracts import job_end
@@ -34,7 +35,7 @@ def _rm(yarn):
 
 def test_a_followed_job_is_ended_by_tfyarn_once_every_task_is_done(yarn, dataset, hdfs_root):
     spec = job(dataset, unique("end-followed"), epochs=1, ckpt=f"{hdfs_root}/end-followed/ckpt")
-    st = yarn.run(spec, timeout=JOB_S)
+    st = runner.run(yarn, spec, timeout=JOB_S)
     assert st.state.value == "SUCCEEDED" and st.diagnostics == "", st.diagnostics
     rep = _rm(yarn).report(st.app_id)
     said, people = job_end.from_diagnostics(rep.diagnostics)     # the end record rides in YARN's diagnostics

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from clusterutil import JOB_S, ROOT, job_doc, needs_yarn, tfyarn, unique, wait_until
+from tfyarn import runner
 from tfyarn.backends.yarn.rest import RmRest
 from tfyarn.spec import load_spec_dict
 
@@ -124,7 +125,7 @@ def test_the_page_at_the_tracking_url_while_running_and_after(yarn, dataset, hdf
         assert set(page["tasks"][0]) == set(cli["tasks"][0])
     finally:
         stop.touch()
-    final = yarn.wait(app_id, timeout=JOB_S)
+    final = runner.wait(yarn, app_id, timeout=JOB_S)
     assert final.state.value == "SUCCEEDED", final.diagnostics
     assert all(t.peak_rss_mib for t in final.tasks), final.tasks
 

@@ -7,7 +7,7 @@ ships it first on PYTHONPATH), so this tests the tree that submits.
 import pytest
 
 from clusterutil import JOB_S, assert_clean, job_doc, needs_yarn, planned_steps, unique
-from tfyarn import hdfs
+from tfyarn import hdfs, runner
 from tfyarn.backends.base import AppState
 from tfyarn.spec import load_spec_dict
 
@@ -47,7 +47,7 @@ def test_history_from_parquet_on_hdfs_trains_equal_steps(yarn, parquet_data, mod
     spec = load_spec_dict(doc)
     steps = planned_steps(spec)
     assert steps == [sum(SIZES) // (2 * 100)] * 2
-    st = yarn.run(spec, timeout=JOB_S)
+    st = runner.run(yarn, spec, timeout=JOB_S)
     assert st.state is AppState.SUCCEEDED and st.state.exit_code == 0, st.diagnostics
     s = st.summary
     assert s["global_step"] == s["total_steps"] == sum(steps)

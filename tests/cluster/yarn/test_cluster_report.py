@@ -24,7 +24,7 @@ import yaml
 
 from clusterutil import (FAULT_JOBS, JOB_S, assert_clean, hdfs_exists, job_doc, needs_yarn,
                          read_json, task_process, tfyarn, unique, wait_for_step, wait_until)
-from tfyarn import hdfs
+from tfyarn import hdfs, runner
 from tfyarn.backends.base import AppState
 from tfyarn.spec import load_spec_dict
 
@@ -76,7 +76,7 @@ def failing_tensorboard_job(yarn, dataset, hdfs_root):
     # a fresh process reads the status once, as a user's `tfyarn status` does: it has an ETA while running
     proc = tfyarn("status", app_id, "--output", "json")
     seen["status_json"] = json.loads(proc.stdout) if proc.returncode == 0 else proc.stderr
-    st = yarn.wait(app_id, timeout=JOB_S)
+    st = runner.wait(yarn, app_id, timeout=JOB_S)
     return spec, st, seen
 
 
@@ -198,7 +198,7 @@ def test_text_status_shows_the_tensorboard_url_which_serves_training_loss(yarn, 
         return len(seen["loss"]) >= 2
 
     wait_until(train_loss_served, JOB_S, f"training loss served by TensorBoard at {url}", poll=2.0)
-    st = yarn.wait(app_id, timeout=JOB_S)
+    st = runner.wait(yarn, app_id, timeout=JOB_S)
     assert st.state is AppState.SUCCEEDED, st.diagnostics
     assert all(step > 0 and value > 0 for _, step, value in seen["loss"]), seen["loss"][:5]
     assert_clean(yarn, app_id, tag=name)

@@ -14,6 +14,7 @@ import time
 import pytest
 
 from clusterutil import JOB_S, assert_clean, job, needs_yarn, unique
+from tfyarn import runner
 from tfyarn.backends.base import AppState
 
 pytestmark = [*needs_yarn, pytest.mark.timeout(2 * JOB_S)]
@@ -64,7 +65,7 @@ def test_logs_follow_streams_every_line_once_and_ends_with_the_app(yarn, dataset
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
     try:
-        st = yarn.wait(app_id, timeout=JOB_S)
+        st = runner.wait(yarn, app_id, timeout=JOB_S)
         assert st.state is AppState.SUCCEEDED, st.diagnostics
         rc = proc.wait(timeout=90)                              # the aggregated-log wait is bounded by 30 s
         ended = time.time()

@@ -13,7 +13,7 @@ import pytest
 
 from clusterutil import (FAULT_JOBS, JOB_S, assert_clean, hdfs_exists, job, job_doc, needs_yarn, planned_steps,
                          read_json, unique, wait_until)
-from tfyarn import hdfs
+from tfyarn import hdfs, runner
 from tfyarn.backends.base import AppState
 from tfyarn.spec import load_spec_dict
 
@@ -27,7 +27,7 @@ def sync_job(yarn, dataset, hdfs_root):
     ckpt = hdfs.join(hdfs_root, name, "ckpt")
     spec = job(dataset, name, ps=2, epochs=2, ckpt=ckpt, every_steps=10,
                export={"dir": hdfs.join(hdfs_root, name, "models")})
-    st = yarn.run(spec, timeout=JOB_S)
+    st = runner.run(yarn, spec, timeout=JOB_S)
     return spec, st
 
 
@@ -94,7 +94,7 @@ def test_async_ps_warm_started_from_hdfs_with_evaluator_and_live_tensorboard(
     wait_until(tensorboard_answers, JOB_S, f"the TensorBoard URL of {app_id} in its status", poll=1.0)
     assert seen["code"] == 200 and "tensorboard" in seen["body"].lower(), seen
     assert seen["still_running"], "the TensorBoard URL answered only after training ended"
-    st = yarn.wait(app_id, timeout=JOB_S)
+    st = runner.wait(yarn, app_id, timeout=JOB_S)
     assert st.state is AppState.SUCCEEDED, st.diagnostics
     s = st.summary
     per_worker = sum(steps)
@@ -121,7 +121,7 @@ def test_allreduce_trains_the_planned_steps_on_every_worker(yarn, dataset):
     spec = job(dataset, name, mode="allreduce", epochs=2)
     steps = planned_steps(spec)
     t0 = time.monotonic()
-    st = yarn.run(spec, timeout=JOB_S)
+    st = runner.run(yarn, spec, timeout=JOB_S)
     assert st.state is AppState.SUCCEEDED and st.state.exit_code == 0, st.diagnostics
     s = st.summary
     assert s["mode"] == "allreduce" and s["num_workers"] == 2

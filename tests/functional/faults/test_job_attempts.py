@@ -11,6 +11,7 @@ import pytest
 
 from faultutil import fault_spec, planned_steps, task_process, wait_for_step
 from launch_helpers import wait_no_processes
+from tfyarn import runner
 from tfyarn.backends.base import AppState
 from tfyarn.backends.local.backend import LocalBackend
 from tfyarn.spec import load_spec_dict
@@ -32,7 +33,7 @@ def test_ps_or_chief_killed_the_job_resumes_from_the_checkpoint(tmp_path, victim
     wait_for_step(backend, app_id, "chief:0", steps[0] + 3, timeout=90)   # into epoch 1: checkpoints exist
     seen = int(backend.status(app_id).progress.get("global_step") or 0)
     task_process(app_id, victim).send_signal(signal.SIGKILL)
-    st = backend.wait(app_id, timeout=180, poll=0.2)
+    st = runner.wait(backend, app_id, timeout=180, poll=0.2)
     assert st.state is AppState.SUCCEEDED, st.diagnostics
     assert st.attempt == 1
     assert st.summary["global_step"] == st.summary["total_steps"] == total
@@ -81,7 +82,7 @@ def test_a_sigtermed_chief_checkpoints_at_once_and_the_next_attempt_resumes_from
     wait_for_step(backend, app_id, "chief:0", steps[0] + 3, timeout=120)
     seen = int(backend.status(app_id).progress.get("global_step") or 0)
     task_process(app_id, "chief:0").send_signal(signal.SIGTERM)
-    st = backend.wait(app_id, timeout=180, poll=0.2)
+    st = runner.wait(backend, app_id, timeout=180, poll=0.2)
     assert st.state is AppState.SUCCEEDED, st.diagnostics
     assert st.attempt == 1, st.diagnostics
     assert st.summary["global_step"] == st.summary["total_steps"] == total, st.summary

@@ -7,6 +7,7 @@ import pytest
 
 from faultutil import JOBS
 from launch_helpers import small_spec
+from tfyarn import api
 from tfyarn.backends.base import AppState
 from tfyarn.backends.local.backend import LocalBackend
 from tfyarn.spec import load_spec_dict
@@ -22,7 +23,7 @@ def test_keytab_never_in_logs_kv_env_status_or_summary(tmp_path):
     spec = load_spec_dict(small_spec(tmp_path, model="fault_models:dump_kv_and_env", code=str(JOBS),
                                      kerberos={"principal": "svc@EXAMPLE.COM", "keytab": str(kt)}))
     backend = LocalBackend()
-    st = backend.run(spec)
+    st = api.run(spec, backend="local")
     assert st.state is AppState.SUCCEEDED, st.diagnostics
     seen = st.summary
     assert seen["kv"] and seen["env"]["TFYARN_ROLE"] == "chief"     # the dump really happened

@@ -6,8 +6,8 @@ import pytest
 
 from faultutil import JOBS
 from launch_helpers import small_spec, wait_no_processes
+from tfyarn import api
 from tfyarn.backends.base import AppState
-from tfyarn.backends.local.backend import LocalBackend
 from tfyarn.spec import load_spec_dict
 
 
@@ -16,7 +16,7 @@ def test_task_still_running_after_training_is_stopped_at_the_shutdown_timeout(tm
     spec = load_spec_dict(small_spec(tmp_path, model="fault_models:chief_quick_worker_forever", code=str(JOBS),
                                      success_policy="chief", timeouts={"rendezvous": 60, "shutdown": "3s"}))
     t0 = time.monotonic()
-    st = LocalBackend().run(spec)
+    st = api.run(spec, backend="local")
     assert st.state is AppState.SUCCEEDED, st.diagnostics
     assert st.diagnostics == "stopped worker:0: still running 3s after training finished (timeouts.shutdown)"
     assert st.summary["global_step"] == 3

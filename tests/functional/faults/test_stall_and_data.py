@@ -10,6 +10,7 @@ import pytest
 
 from faultutil import JOBS, corrupt_record, fault_spec, planned_steps, write_data
 from launch_helpers import wait_no_processes
+from tfyarn import api
 from tfyarn.backends.base import AppState
 from tfyarn.backends.local.backend import LocalBackend
 
@@ -34,7 +35,7 @@ def assert_clean_success_at_planned_step(st, steps: list[int]) -> None:
 def test_corrupt_record_mid_epoch_fails_the_job_naming_file_record_and_offset(tmp_path):
     spec, path, index, offset = _corrupt_spec(tmp_path, "fail")
     total = 2 * sum(planned_steps(spec))
-    st = LocalBackend().run(spec)
+    st = api.run(spec, backend="local")
     assert st.state is AppState.FAILED, st.diagnostics
     expected = (rf"^(chief|worker):0 exited with code 1: DataError: \S*{re.escape(path)}: record {index} at byte "
                 rf"offset {offset}: corrupted data \(data CRC mismatch\)")
@@ -48,7 +49,7 @@ def test_corrupt_record_mid_epoch_is_skipped_and_the_job_reaches_the_planned_ste
     spec, path, index, offset = _corrupt_spec(tmp_path, "skip")
     steps = planned_steps(spec)
     backend = LocalBackend()
-    st = backend.run(spec)
+    st = api.run(spec, backend="local")
     assert_clean_success_at_planned_step(st, steps)
     assert st.summary["steps_per_worker"] == {"chief:0": sum(steps), "worker:0": sum(steps)}
     logs = "\n".join(backend.logs(st.app_id))
@@ -76,7 +77,7 @@ def test_slow_reader_is_slow_but_correct(tmp_path):
     spec = spec.model_copy(update={"roles": {**spec.roles, "chief": spec.roles["chief"].model_copy(
         update={"env": env})}})
     steps = planned_steps(spec)
-    st = LocalBackend().run(spec)
+    st = api.run(spec, backend="local")
     assert_clean_success_at_planned_step(st, steps)
     assert wait_no_processes(st.app_id, 10) == []
 
@@ -96,7 +97,7 @@ def test_checkpoint_uploads_slower_than_the_step_timeout_do_not_stop_sync_traini
         r: spec.roles[r].model_copy(update={"env": env}) for r in spec.roles}})
     steps = planned_steps(spec)
     backend = LocalBackend()
-    st = backend.run(spec)
+    st = api.run(spec, backend="local")
     assert st.state is AppState.SUCCEEDED and st.diagnostics == "", st.diagnostics
     total = sum(steps)                                  # sync: one global step per aggregated step of both workers
     assert st.summary["global_step"] == st.summary["total_steps"] == total, st.summary

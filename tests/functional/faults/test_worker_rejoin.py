@@ -11,6 +11,7 @@ import pytest
 
 from faultutil import fault_spec, planned_steps, task_process, wait_for_step
 from launch_helpers import wait_no_processes
+from tfyarn import runner
 from tfyarn.backends.base import AppState
 from tfyarn.backends.local.backend import LocalBackend
 
@@ -27,7 +28,7 @@ def test_async_worker_killed_mid_epoch_rejoins_and_the_job_reaches_the_planned_s
     wait_for_step(backend, app_id, "worker:0", kill_at, timeout=90)
     old = task_process(app_id, "worker:0")
     old.send_signal(signal.SIGKILL)
-    st = backend.wait(app_id, timeout=150, poll=0.2)
+    st = runner.wait(backend, app_id, timeout=150, poll=0.2)
     assert st.state is AppState.SUCCEEDED, st.diagnostics
     tasks = {t.task: t for t in st.tasks}
     assert tasks["worker:0"].restarts == 1

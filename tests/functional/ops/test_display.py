@@ -8,8 +8,8 @@ import pytest
 from rich.console import Console
 
 from opsutil import job_spec
+from tfyarn import api
 from tfyarn.backends.base import AppState, AppStatus, TaskStatus
-from tfyarn.backends.local.backend import LocalBackend
 from tfyarn.display import LineView, LiveView, progress_text, progress_view, render_status, summary_text
 from tfyarn.spec import load_spec_dict
 
@@ -94,7 +94,7 @@ def test_plain_lines_on_a_real_run(tmp_path):
     buf = io.StringIO()
     view = progress_view(out=buf, every=1.0)
     spec = load_spec_dict(job_spec(tmp_path, params={"steps": 60, "dt": 0.05}))
-    st = LocalBackend().run(spec, echo=view.echo, on_update=view)
+    st = api.run(spec, backend="local", echo=view.echo, on_update=view)
     view.close()
     assert st.state is AppState.SUCCEEDED
     lines = buf.getvalue().splitlines()

@@ -6,8 +6,8 @@ import subprocess
 import pytest
 
 from opsutil import job_spec, tfyarn_cmd
+from tfyarn import api
 from tfyarn.backends.base import AppState
-from tfyarn.backends.local.backend import LocalBackend
 from tfyarn.report import ProgressHistory
 from tfyarn.spec import load_spec_dict
 
@@ -37,7 +37,7 @@ def finished_run(tmp_path_factory):
     try:
         spec = load_spec_dict(job_spec(tmp, params={"steps": 80, "dt": 0.05},
                                        checkpoint={"dir": str(tmp / "ckpt")}))
-        st = LocalBackend().run(spec)
+        st = api.run(spec, backend="local")
         yield st, tmp
     finally:
         if old is None:

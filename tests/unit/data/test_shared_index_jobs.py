@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from launch_helpers import JOBS
+from tfyarn import api
 from tfyarn.backends.base import AppState
-from tfyarn.backends.local.backend import LocalBackend
 from tfyarn.data import build_manifest
 from tfyarn.spec import load_spec_dict
 
@@ -45,7 +45,7 @@ def records(out: Path, attempt: int) -> dict:
 
 def test_a_worker_killed_while_indexing_is_restarted_and_reuses_what_it_cached(tmp_path, data_dir):
     spec, out = job(tmp_path, data_dir, "worker:0")
-    st = LocalBackend().run(spec, timeout=240)
+    st = api.run(spec, backend="local", timeout=240)
     assert st.state is AppState.SUCCEEDED, st.diagnostics
     assert {t.task: t.restarts for t in st.tasks}["worker:0"] == 1
     got = records(out, 0)
@@ -59,7 +59,7 @@ def test_a_worker_killed_while_indexing_is_restarted_and_reuses_what_it_cached(t
 
 def test_a_chief_killed_while_indexing_ends_the_attempt_and_the_next_reuses_the_indexes(tmp_path, data_dir):
     spec, out = job(tmp_path, data_dir, "chief:0", retry={"max_attempts": 2, "backoff": 1})
-    st = LocalBackend().run(spec, timeout=240)
+    st = api.run(spec, backend="local", timeout=240)
     assert st.state is AppState.SUCCEEDED, st.diagnostics
     assert st.attempt == 1
     got = records(out, 1)

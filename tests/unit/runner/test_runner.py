@@ -1,6 +1,7 @@
 """The runner (tfyarn/runner): one attempt loop and one poll loop for every backend, which keeps only the scheduler's
-verbs and documented hooks. Attempts run on the real local backend (real processes, a custom job that fails its
-first attempt); YARN's side of the same loop is tests/unit/backends/yarn/test_backend_state.py's ``run`` tests."""
+verbs and documented hooks (no run/wait: callers hand the backend to the runner). Attempts run on the real local
+backend (real processes, a custom job that fails its first attempt); YARN's side of the same loop is
+tests/unit/backends/yarn/test_backend_state.py's ``run`` tests."""
 import logging
 import os
 import signal
@@ -22,11 +23,14 @@ VERBS = {"dryrun", "schedule", "status", "logs", "kill"}
 
 @pytest.mark.parametrize("name", list(registry.KNOWN))
 def test_a_backend_is_its_verbs_and_hooks_and_runs_through_the_one_runner(name):
-    """No backend has an attempt loop or a poll loop of its own: run/wait are the runner's, on every backend."""
+    """No backend has an attempt loop or a poll loop of its own, nor a run/wait: the runner takes the backend
+    (torchx's Runner over its Scheduler), so a job runs only through ``runner.run``/``runner.wait``."""
     cls = registry.backend_class(name)
     assert Backend.__abstractmethods__ == VERBS
-    assert cls.run is Backend.run and cls.wait is Backend.wait, cls
-    assert all(callable(getattr(cls, hook)) for hook in ("attempts", "follow", "pause", "followed", "end"))
+    for cl in (Backend, cls):
+        assert not hasattr(cl, "run") and not hasattr(cl, "wait"), [k for k in ("run", "wait") if hasattr(cl, k)]
+    assert all(callable(getattr(cls, verb)) for verb in (*VERBS, "submit", "list", "end"))
+    assert all(callable(getattr(cls, hook)) for hook in ("attempts", "follow", "pause", "followed"))
 
 
 def _spec(tmp_path, backoff: str):

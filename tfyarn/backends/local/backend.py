@@ -72,7 +72,7 @@ class LocalPlan(Request):
 
 
 class LocalBackend(Backend):
-    """Runs jobs on this machine. ``run`` (the runner) runs the launcher in the foreground; ``submit``
+    """Runs jobs on this machine. ``runner.run`` runs the launcher in the foreground; ``submit``
     detaches a launcher process, which runs the job through the runner too."""
 
     name = "local"

@@ -3,7 +3,7 @@
 ``pause`` (the tasks' all-done watched between reads), ``followed`` (the run report), and the end of
 the app: killed for a verdict of :class:`tfyarn.supervisor.Supervisor` (deadline, allocation, stall),
 shut down SUCCEEDED once every task is done (the tasks leave that to a live follower), killed when
-``run`` is stopped (``end``). The attempt loop and the poll loop are the runner's.
+``runner.run`` is stopped (``end``). The attempt loop and the poll loop are the runner's.
 """
 
 from __future__ import annotations

@@ -129,7 +129,7 @@ class StatusReader(Submitter):
 
     def _supervisor(self, app_id: str, spec: JobSpec | None) -> Supervisor:
         """This process's supervisor of ``app_id``: its progress rate (the ETA) and progress points (the run report)
-        across status reads. ``run`` and ``wait`` install theirs; a bare ``status`` gets one here."""
+        across status reads. The runner's ``run`` and ``wait`` install theirs; a bare ``status`` gets one here."""
         sup = self._sups.get(app_id)
         if sup is None:
             d = paths.yarn_report_dir(app_id)

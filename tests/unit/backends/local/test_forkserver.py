@@ -14,6 +14,7 @@ import pytest
 
 from launch_helpers import (app_processes, forkserver_process, small_spec, task_processes, wait_for_step,
                             wait_for_tasks, wait_no_processes)
+from tfyarn import api, runner
 from tfyarn.backends.base import AppState
 from tfyarn.backends.local.forkserver import ForkServer, ForkServerError
 from tfyarn.backends.local.backend import LocalBackend
@@ -62,7 +63,7 @@ def test_forked_tasks_have_their_own_env_cwd_session_and_output(tmp_path):
     spec = probe_spec(tmp_path, {"lines": 3, "exit_hooks": True, "tf_log": True},
                       worker_env={"PROBE_ONLY_WORKER": "yes", "TMPDIR": str(tmp_path / "worker-tmp")})
     echoed = []
-    st = LocalBackend().run(spec, echo=lambda task, line: echoed.append((task, line)))
+    st = api.run(spec, backend="local", echo=lambda task, line: echoed.append((task, line)))
     assert st.state is AppState.SUCCEEDED, st.diagnostics
     server = server_pid(st.app_id)
     assert not psutil.pid_exists(server), "the forkserver outlived its launcher's run()"
@@ -96,7 +97,7 @@ def test_forked_tasks_have_their_own_env_cwd_session_and_output(tmp_path):
 
 def test_a_model_that_uses_keras_gets_it_preloaded_and_can_use_it(tmp_path):
     spec = load_spec_dict(small_spec(tmp_path, model="keras_jobs:dense"))
-    st = LocalBackend().run(spec)
+    st = api.run(spec, backend="local")
     assert st.state is AppState.SUCCEEDED, st.diagnostics
     assert "model module 'keras_jobs' uses Keras: imported" in server_log(st.app_id)
     for task in TASKS:
@@ -143,7 +144,7 @@ def test_keras_in_a_task_leaves_matplotlib_out_and_v_is_tfyarns_detail_not_every
 
 def test_exit_code_is_reported(tmp_path):
     spec = load_spec_dict(small_spec(tmp_path, model="custom_jobs:count", params={"steps": 200, "worker_exit_code": 3}))
-    st = LocalBackend().run(spec)
+    st = api.run(spec, backend="local")
     assert st.state is AppState.FAILED
     assert st.diagnostics.startswith("worker:0 exited with code 3"), st.diagnostics
     assert {t.task: t.exit_code for t in st.tasks}["worker:0"] == 3
@@ -185,7 +186,7 @@ def test_stopping_a_forked_task_ends_its_process_group(tmp_path):
 
 
 def test_what_a_task_left_running_when_it_ended_is_killed_with_its_process_group(tmp_path):
-    st = LocalBackend().run(probe_spec(tmp_path, {"child": True}))  # each task starts `sleep 300`, then returns
+    st = api.run(probe_spec(tmp_path, {"child": True}), backend="local")  # each task starts `sleep 300`, then returns
     assert st.state is AppState.SUCCEEDED, st.diagnostics
     assert wait_no_processes(st.app_id, 10) == []
 
@@ -198,7 +199,7 @@ def test_dead_forkserver_ends_its_tasks_and_the_job(tmp_path):
     server = forkserver_process(app_id)
     assert server is not None, "no forkserver process found"
     server.kill()
-    st = backend.wait(app_id, timeout=60, poll=0.2)
+    st = runner.wait(backend, app_id, timeout=60, poll=0.2)
     assert st.state is AppState.FAILED and "exited with code -9" in st.diagnostics, st.diagnostics
     assert wait_no_processes(app_id, 10) == []
 
@@ -218,7 +219,7 @@ def test_sigkilled_launcher_takes_the_forkserver_and_its_tasks_with_it(tmp_path)
 
 def test_a_role_env_setting_a_startup_variable_starts_that_role_as_processes(tmp_path, caplog):
     caplog.set_level(logging.INFO, logger="tfyarn.backends.local.launcher")
-    st = LocalBackend().run(probe_spec(tmp_path, worker_env={"OMP_NUM_THREADS": "1"}))
+    st = api.run(probe_spec(tmp_path, worker_env={"OMP_NUM_THREADS": "1"}), backend="local")
     assert st.state is AppState.SUCCEEDED, st.diagnostics
     assert probe(st.app_id, "chief:0")["ppid"] == server_pid(st.app_id)
     worker = probe(st.app_id, "worker:0")
@@ -230,7 +231,7 @@ def test_a_role_env_setting_a_startup_variable_starts_that_role_as_processes(tmp
 def test_disabled_forkserver_starts_every_task_as_a_process(tmp_path, monkeypatch, caplog):
     monkeypatch.setenv("TFYARN_FORKSERVER", "0")
     caplog.set_level(logging.INFO, logger="tfyarn.backends.local.launcher")
-    st = LocalBackend().run(probe_spec(tmp_path))
+    st = api.run(probe_spec(tmp_path), backend="local")
     assert st.state is AppState.SUCCEEDED, st.diagnostics
     infos = {task: probe(st.app_id, task) for task in TASKS}
     assert {task: info["ppid"] for task, info in infos.items()} == {task: os.getpid() for task in TASKS}
@@ -256,7 +257,7 @@ def test_forkserver_that_cannot_start_falls_back_to_processes(tmp_path, monkeypa
     monkeypatch.setenv("PYTHONPATH", _site_hook(tmp_path, "print('forkserver broken by the test', flush=True)\n"
                                                           "os._exit(7)"))
     caplog.set_level(logging.INFO, logger="tfyarn.backends.local.launcher")
-    st = LocalBackend().run(probe_spec(tmp_path))
+    st = api.run(probe_spec(tmp_path), backend="local")
     assert st.state is AppState.SUCCEEDED, st.diagnostics
     assert {task: probe(st.app_id, task)["ppid"] for task in TASKS} == {task: os.getpid() for task in TASKS}
     warning = next(r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)

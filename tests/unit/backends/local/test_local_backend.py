@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from launch_helpers import small_spec, task_processes, wait_for_step, wait_for_tasks, wait_no_processes
-from tfyarn import api
+from tfyarn import api, runner
 from tfyarn.backends.base import AppState
 from tfyarn.backends.local.backend import LocalBackend
 from tfyarn.spec import load_spec_dict
@@ -22,7 +22,7 @@ def test_first_failure_stops_every_task_with_its_diagnosis(tmp_path):
     spec = load_spec_dict(small_spec(tmp_path, model="custom_jobs:fail_on_worker"))
     lines = []
     t0 = time.monotonic()
-    st = LocalBackend().run(spec, echo=lambda task, line: lines.append((task, line)))
+    st = api.run(spec, backend="local", echo=lambda task, line: lines.append((task, line)))
     assert time.monotonic() - t0 < 60  # the chief would sleep 300 s if it were not stopped
     assert st.state is AppState.FAILED
     assert st.diagnostics.startswith("worker:0 exited with code 1: RuntimeError: boom from worker:0")
@@ -42,7 +42,7 @@ def test_a_step_past_its_timeout_ends_the_job_timed_out_exit_4(tmp_path, job, di
     job with exit code 4, like every other bounded wait; the task's failure message says "timed out", which is all
     a YARN follower sees of it (tests/unit/backends/yarn/test_backend_state.py maps such a message to TIMED_OUT)."""
     spec = load_spec_dict(small_spec(tmp_path, model=f"custom_jobs:{job}"))
-    st = LocalBackend().run(spec)
+    st = api.run(spec, backend="local")
     assert st.state is AppState.TIMED_OUT and st.state.exit_code == 4, st.diagnostics
     assert st.diagnostics.startswith(f"worker:0 exited with code 4: {diagnosis}"), st.diagnostics
     assert wait_no_processes(st.app_id, 5) == []
@@ -61,7 +61,7 @@ def test_task_that_never_starts_times_out_naming_it(tmp_path):
                                             "worker": {"instances": 2, "env": {"PYTHONPATH": str(hang)}}},
                                      timeouts={"rendezvous": 4, "shutdown": 5}))
     t0 = time.monotonic()
-    st = LocalBackend().run(spec)
+    st = api.run(spec, backend="local")
     assert st.state is AppState.TIMED_OUT
     assert "rendezvous timed out after 4s: worker:1 never started (no address published)" in st.diagnostics
     assert time.monotonic() - t0 < 40
@@ -197,7 +197,7 @@ def test_frozen_worker_fails_the_job_after_the_stall_timeout_with_stacks_in_logs
     worker = task_processes(app_id)["worker:0"]
     frozen_at = time.monotonic()
     worker.suspend()  # SIGSTOP
-    st = backend.wait(app_id, timeout=60, poll=0.2)
+    st = runner.wait(backend, app_id, timeout=60, poll=0.2)
     took = time.monotonic() - frozen_at
     assert st.state is AppState.TIMED_OUT, st.diagnostics
     # not before the stall timeout; the upper bound only tells "the watchdog ended it" from "the wait's 60 s ran
@@ -273,7 +273,7 @@ def test_a_failed_tensorboard_does_not_fail_the_training_as_on_yarn(tmp_path, mo
                                      roles={"chief": {"instances": 1}, "worker": {"instances": 1},
                                             "tensorboard": {"instances": 1}},
                                      checkpoint={"dir": str(tmp_path / "ck")}))
-    st = LocalBackend().run(spec)
+    st = api.run(spec, backend="local")
     assert st.state is AppState.SUCCEEDED, st.diagnostics
     assert st.diagnostics.startswith("tensorboard:0 failed (exit 1), training went on: "), st.diagnostics
     states = {t.task: t.state for t in st.tasks}
@@ -291,7 +291,7 @@ def test_an_error_in_the_run_stops_every_task_and_propagates(tmp_path):
         if st.progress.get("global_step", 0) > 1:
             raise RuntimeError("display broke")
     with pytest.raises(RuntimeError, match="display broke"):
-        LocalBackend().run(spec, on_update=broken)
+        api.run(spec, backend="local", on_update=broken)
     assert seen and wait_no_processes(seen[-1], 10) == []
     saved = json.loads((LocalBackend().app_dir(seen[-1]) / "status.json").read_text())
     assert saved["state"] == "KILLED", saved

@@ -17,6 +17,7 @@ from skein.model import ApplicationReport, Container, ResourceUsageReport
 
 from yarnutil import StaticClusterInfo, make_spec
 from fake_am import FakeAM
+from tfyarn import runner
 from tfyarn.backends.yarn import records
 from tfyarn.backends.base import AppState
 from tfyarn.backends.yarn.backend import YarnBackend
@@ -241,6 +242,11 @@ def test_submit_runs_preflight_first_and_saves_the_spec(tmp_path, monkeypatch):
     assert records.load(APP)["spec"] == spec.to_json()
 
 
+def _backend(rm, staging):
+    """A YarnBackend on the fake RM that submits (no preflight), staging under ``staging``."""
+    return YarnBackend(client=rm, preflight=False, staging_dir=str(staging))
+
+
 class SequenceRM(FakeRM):
     """Each submit is a new application; each ends in the next of ``outcomes`` (YARN state, final status, diag)."""
 
@@ -260,7 +266,7 @@ def test_run_submits_a_new_attempt_after_a_failure_and_stops_on_success(tmp_path
     monkeypatch.setenv("TFYARN_HOME", str(tmp_path / "home"))
     spec = make_spec(environment={"python": "/opt/py/bin/python"}, retry={"max_attempts": 3, "backoff": 0.1})
     rm = SequenceRM([("FINISHED", "FAILED", "Failure in service ps: ps:0 lost"), ("FINISHED", "SUCCEEDED", "")])
-    st = YarnBackend(client=rm, preflight=False, staging_dir=str(tmp_path / "staging")).run(spec, poll=0.01)
+    st = runner.run(_backend(rm, tmp_path / "staging"), spec, poll=0.01)
     assert st.state is AppState.SUCCEEDED and st.attempt == 1
     assert [a.services["chief"].env["TFYARN_ATTEMPT"] for a in rm.submitted] == ["0", "1"]
     assert "earlier attempts: application_1700000000000_0001: Failure in service ps: ps:0 lost" in st.diagnostics
@@ -274,10 +280,10 @@ def test_run_attempts_are_bounded_and_a_kill_is_not_retried(tmp_path, monkeypatc
     monkeypatch.setenv("TFYARN_HOME", str(tmp_path / "home"))
     spec = make_spec(environment={"python": "/opt/py/bin/python"}, retry={"max_attempts": 2, "backoff": 0.1})
     failing = SequenceRM([("FINISHED", "FAILED", "boom 1"), ("FINISHED", "FAILED", "boom 2")])
-    st = YarnBackend(client=failing, preflight=False, staging_dir=str(tmp_path / "s")).run(spec, poll=0.01)
+    st = runner.run(_backend(failing, tmp_path / "s"), spec, poll=0.01)
     assert st.state is AppState.FAILED and st.attempt == 1 and len(failing.submitted) == 2
     killed = SequenceRM([("KILLED", "KILLED", "Application killed by user")])
-    st = YarnBackend(client=killed, preflight=False, staging_dir=str(tmp_path / "s")).run(spec, poll=0.01)
+    st = runner.run(_backend(killed, tmp_path / "s"), spec, poll=0.01)
     assert st.state is AppState.KILLED and len(killed.submitted) == 1
 
 
@@ -303,7 +309,7 @@ def test_run_stopped_by_a_signal_kills_the_application_it_started(tmp_path, monk
             threading.Timer(0.1, os.kill, (os.getpid(), sig)).start()
             return super().submit(spec)
     rm = StoppedOnceSubmitted([("RUNNING", "UNDEFINED", "")])
-    st = YarnBackend(client=rm, preflight=False, staging_dir=str(tmp_path / "s")).run(spec, poll=0.01)
+    st = runner.run(_backend(rm, tmp_path / "s"), spec, poll=0.01)
     assert rm.killed == ["application_1700000000000_0001"] and len(rm.submitted) == 1   # killed, not retried
     assert st.state is AppState.KILLED and st.state.exit_code == ExitCode.KILLED
     assert st.diagnostics == f"interrupted by {signame}: killed application_1700000000000_0001"
@@ -322,7 +328,7 @@ def test_a_stop_during_the_submit_call_kills_the_application_it_created(tmp_path
             time.sleep(0.2)
             return super().submit(spec)
     rm = SignalDuringSubmit([("RUNNING", "UNDEFINED", "")])
-    st = YarnBackend(client=rm, preflight=False, staging_dir=str(tmp_path / "s")).run(spec, poll=0.01)
+    st = runner.run(_backend(rm, tmp_path / "s"), spec, poll=0.01)
     assert rm.killed == ["application_1700000000000_0001"] and len(rm.submitted) == 1
     assert st.state is AppState.KILLED
     assert st.diagnostics == "interrupted by SIGTERM: killed application_1700000000000_0001"
@@ -381,7 +387,7 @@ def test_unallocated_containers_time_out_with_the_queue_state(monkeypatch, tmp_p
     b = YarnBackend(client=rm, preflight=False)
     records.save(APP, name=spec.name, spec=spec.to_json())
     t0 = time.monotonic()
-    st = b.wait(APP, timeout=30, poll=0.05)
+    st = runner.wait(b, APP, timeout=30, poll=0.05)
     assert time.monotonic() - t0 < 10
     assert st.state is AppState.TIMED_OUT and st.state.exit_code == ExitCode.TIMED_OUT
     assert st.diagnostics == ("containers not allocated within 0.3s (timeouts.allocation): worker:1, worker:2 "
@@ -400,7 +406,7 @@ def test_a_followed_job_gets_a_run_report(running, tmp_path):
                                       "time": 2.0})
     b.status(APP)
     rm.reports[APP] = report("FINISHED", "SUCCEEDED")
-    st = b.wait(APP, timeout=10, poll=0.01)
+    st = runner.wait(b, APP, timeout=10, poll=0.01)
     assert st.state is AppState.SUCCEEDED
     rep, png = api.report(APP)
     assert rep["app_id"] == APP and rep["state"] == "SUCCEEDED"
@@ -426,7 +432,7 @@ def test_a_followed_job_whose_training_stops_is_killed_timed_out_naming_the_task
     for t in spec.training_tasks:
         put_json(kv, f"progress/{t}", {"step": 3, "global_step": 3, "time": 1.0})
     t0 = time.monotonic()
-    st = b.wait(APP, timeout=30, poll=0.05)
+    st = runner.wait(b, APP, timeout=30, poll=0.05)
     took = time.monotonic() - t0
     assert st.state is AppState.TIMED_OUT and st.state.exit_code == ExitCode.TIMED_OUT, st.diagnostics
     assert st.diagnostics.startswith("training stalled: no task's step advanced for") and \
@@ -450,7 +456,7 @@ def test_a_followed_job_that_advances_is_not_a_stall(monkeypatch, tmp_path):
     t = threading.Thread(target=train, daemon=True)
     t.start()
     try:
-        st = b.wait(APP, timeout=30, poll=0.05)
+        st = runner.wait(b, APP, timeout=30, poll=0.05)
     finally:
         stop.set()
         t.join(5)
@@ -689,6 +695,5 @@ def test_an_error_while_following_kills_the_application_and_propagates(tmp_path,
     def broken(st):
         raise RuntimeError("display broke")
     with pytest.raises(RuntimeError, match="display broke"):
-        YarnBackend(client=rm, preflight=False, staging_dir=str(tmp_path / "s")).run(
-            spec, poll=0.01, on_update=broken)
+        runner.run(_backend(rm, tmp_path / "s"), spec, poll=0.01, on_update=broken)
     assert rm.killed == ["application_1700000000000_0001"] and len(rm.submitted) == 1
