@@ -77,3 +77,29 @@ def test_a_stop_during_the_backoff_ends_the_run_killed_at_once(tmp_path):
     assert not [t.task for t in st.tasks if t.state in ("RUNNING", "PENDING")], st.to_dict()
     assert LocalBackend().status(st.app_id).state is AppState.KILLED    # its status.json says so too
     assert wait_no_processes(st.app_id, 10) == []
+
+
+class _Stopped(Exception):
+    pass
+
+
+def test_a_run_ended_by_an_error_in_its_follower_still_leaves_its_run_report(tmp_path):
+    """An error while following (here: the caller's on_update) ends the app (never left running) and still writes
+    its report.json before the final status.json, as the last attempt's end does."""
+    from tfyarn import paths
+
+    def fail_once_training(st):
+        if ((st.progress or {}).get("global_step") or 0) >= 3:     # the report has points to show
+            raise _Stopped("the caller's progress display failed")
+
+    roles = {"ps": {"instances": 1}, "chief": {"instances": 1}, "worker": {"instances": 1}}
+    spec = load_spec_dict(small_spec(tmp_path, model="custom_jobs:count", mode="ps", roles=roles,
+                                     params={"steps": 400}))
+    with pytest.raises(_Stopped):
+        runner.run(LocalBackend(), spec, on_update=fail_once_training, poll=0.2)
+    apps = sorted(paths.apps_dir().iterdir())
+    assert len(apps) == 1, apps
+    st = LocalBackend().status(apps[0].name)
+    assert st.state is AppState.KILLED, st.diagnostics
+    assert (apps[0] / "report.json").is_file(), sorted(p.name for p in apps[0].iterdir())
+    assert wait_no_processes(st.app_id, 10) == []

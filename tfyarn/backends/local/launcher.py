@@ -205,6 +205,11 @@ class Launcher:
             self._diag += self._killed_note()
         elif not self._state.is_terminal:
             self._end(AppState.KILLED, reason)
+        self._finished = self._finished or time.time()
+        try:  # the report before the final status.json, as after a last attempt
+            self._write_report()
+        except Exception as exc:  # noqa: BLE001 - a report never changes how the job ended
+            log.warning("no run report for %s: %s", self.app_id, exc)
         st = self.status()
         write_atomic(self.app_dir / "status.json", json.dumps(st.to_dict(), indent=1))
         return st
