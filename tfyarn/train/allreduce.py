@@ -437,6 +437,8 @@ def _loop(
         try:
             out = step_fn(batch)
         except Exception as exc:
+            if notice is not None and notice.pending:  # its peers were stopped too: the stop ends it, not them
+                notice.save_and_exit(functools.partial(ckpt.save, gstep, gstep, final=True), gstep)
             diagnosis = collective_failure(ctx, exc, gstep + 1)
             if diagnosis is None:
                 raise

@@ -219,7 +219,8 @@ def test_killed_job_resumes_at_the_checkpointed_epoch_and_step(tmp_path):
         assert codes == {t: -signal.SIGTERM for t in c.procs}, codes  # put the default back
         chief_log = c.log("chief:0")
     resumed = _latest_step(ckpt)
-    # the chief checkpoints at once on the SIGTERM (train.stop_notice), mid-epoch, not at a multiple of 7
+    # the chief checkpoints at once on the SIGTERM (train.stop_notice), mid-epoch, not at a multiple of 7; when its
+    # peer's SIGTERM broke its step first, the step it had completed ("already saved" when it was a periodic one)
     assert 7 <= resumed < 200, resumed
     assert re.search(rf"SIGTERM \(a preemption or a stop\) at global step {resumed}\b", chief_log), chief_log[-2000:]
     epoch, in_epoch = position(resumed, [5] * 40)

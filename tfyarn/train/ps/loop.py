@@ -243,7 +243,12 @@ def _run(
     t_first = None
     notice = chief_notice(ctx, ckpt is not None and ckpt.uploads is not None)  # SIGTERM: save now
     for e, batch in feeder.run(epoch, start):
-        gs, loss, *values = step_fn(*feed_values(batch, names, tg.feeds))
+        try:
+            gs, loss, *values = step_fn(*feed_values(batch, names, tg.feeds))
+        except Exception:
+            if notice is not None and notice.pending and ckpt is not None:  # its peers were stopped too:
+                notice.save_and_exit(functools.partial(ckpt.save, sess, final=True), gs)  # the stop ends it
+            raise
         gs = int(gs)
         local += 1
         if t_first is None:
