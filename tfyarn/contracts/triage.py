@@ -37,7 +37,7 @@ FREE_ATTEMPTS = 10
 @dataclass(frozen=True)
 class Triage:
     """``cls``: :data:`INFRA` or :data:`USER`; ``cause``: a short key (``preempted``, ``node_lost``,
-    ``memory``, ``hdfs``, ``token``, ``peer_lost``, ``io``, ``am_lost``, ``signal``, ``nan_loss``,
+    ``memory``, ``hdfs``, ``token``, ``peer_lost``, ``io``, ``am_lost``, ``timeout``, ``signal``, ``nan_loss``,
     ``bad_input``,
     ``exception``, ``exit``); ``words``: what happened, for status and the summary ("preempted by
     the scheduler")."""
@@ -116,6 +116,13 @@ _TEXT_RULES: tuple[tuple[str, str, str, re.Pattern[str]], ...] = tuple(
             "am_lost",
             "its ApplicationMaster died",
             r"AM Container for appattempt\S* exited",  # YARN's words for a killed/lost skein AM
+        ),
+        (
+            INFRA,
+            "timeout",
+            "timed out waiting on its peers (timeouts.step)",
+            # a step or collective past timeouts.step (tfyarn's exit 4): a peer gone or stuck, not the code
+            r"^(DeadlineExceededError|WaitTimeout)\b|collective .*timed out",
         ),
         (USER, "nan_loss", "its loss became NaN/inf", r"^NonFiniteLoss\b|training diverged"),
         (USER, "bad_input", "bad input data", r"^(DataError|NoDataError)\b"),

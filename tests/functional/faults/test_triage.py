@@ -224,6 +224,9 @@ def test_the_user_code_is_not_retried_the_cluster_is():
     assert should_retry("chief:0 exited with code -9: INFO:tensorflow:global_step/sec: 12")
     assert should_retry("chief:0: exit code 137 (killed by SIGKILL)")
     assert should_retry("worker:1: preempted by the scheduler")
+    # a step past timeouts.step (exit 4) once its chief was stopped (seen on YARN): its peers, not its code
+    timed = should_retry("worker:0: exit code 4: DeadlineExceededError: Graph execution error:\n\nOperation timed out.")
+    assert timed and timed.cause.cause == "timeout" and not timed.cause.free, timed
     assert should_retry("")                                          # unknown: retried, within the budget
     assert should_retry("chief:0 exited with code 1: ValueError: x", state="TIMED_OUT")
     b = AttemptBudget(max_attempts=3)
