@@ -191,6 +191,7 @@ def test_a_chief_stopped_by_its_nodemanager_checkpoints_before_the_sigkill(yarn,
                   model="fault_models:slow_recommender", code=str(FAULT_JOBS),
                   retry={"max_attempts": 2, "backoff": "1s"})
     doc["params"]["step_delay_s"] = 0.25
+    doc["timeouts"]["step"] = 30  # the sync worker left without its chief ends the attempt this soon (not 120 s)
     spec = load_spec_dict(doc)
     total = sum(planned_steps(spec))
     path = tmp_path / "job.yaml"
