@@ -10,6 +10,7 @@ an app this process followed to its end: YARN's run report).
 
 from __future__ import annotations
 
+import time
 from typing import Callable, Protocol
 
 from tfyarn.contracts.status import AppStatus, WaitClock
@@ -40,8 +41,6 @@ def poll_to_end(
     """Call ``step`` until the status it returns has ended; ``on_update`` sees each status.
     :class:`WaitTimeout` (naming ``what``) after ``timeout`` s; ``pause(poll)`` between two reads
     (default: a sleep)."""
-    import time
-
     clock = WaitClock(timeout, what)
     while True:
         st = step()
