@@ -153,6 +153,33 @@ def tfyarn(*args: str, timeout: float = 120, env: dict | None = None) -> subproc
                           timeout=timeout, env={**os.environ, **(env or {})})
 
 
+class CliRun:
+    """``tfyarn run JOB --yarn --output json`` of a job doc in the background, as a gateway a test acts beside (kills
+    a task, the AM, a NodeManager); killed on the way out of the ``with`` unless it has ended."""
+
+    def __init__(self, doc: dict, tmp_path: Path):
+        import yaml
+
+        path = tmp_path / "job.yaml"
+        path.write_text(yaml.safe_dump(doc))
+        self.proc = subprocess.Popen([sys.executable, "-m", "tfyarn.cli", "run", str(path), "--yarn", "--output",
+                                      "json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def __enter__(self) -> CliRun:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.communicate()
+
+    def status(self, timeout: float) -> dict:
+        """The final status it printed, once it exited 0 within ``timeout`` s (its stderr's tail otherwise)."""
+        out, err = self.proc.communicate(timeout=timeout)
+        assert self.proc.returncode == 0, err[-4000:]
+        return json.loads(out)
+
+
 def read_json(url: str) -> Any:
     import fsspec
     with fsspec.open(url, "rt") as f:

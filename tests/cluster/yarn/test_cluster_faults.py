@@ -7,15 +7,13 @@ task map the runtime writes to the app's KV (skein renumbers restarted container
 import json
 import re
 import signal
-import subprocess
-import sys
 
 import psutil
 import pytest
 import yaml
 
-from clusterutil import (FAULT_JOBS, JOB_S, ROOT, assert_clean, job_doc, needs_yarn, planned_steps, task_process,
-                         tfyarn, unique, wait_for_step, wait_until, watch_end)
+from clusterutil import (FAULT_JOBS, JOB_S, ROOT, CliRun, assert_clean, job_doc, needs_yarn, planned_steps,
+                         task_process, tfyarn, unique, wait_for_step, wait_until, watch_end)
 from tfyarn import hdfs, runner
 from tfyarn.backends.base import AppState
 from tfyarn.contracts import job_end
@@ -61,12 +59,8 @@ def test_sigkilled_worker_chief_and_ps_each_start_a_job_attempt_from_the_hdfs_ch
     doc["params"]["step_delay_s"] = 0.25
     spec = load_spec_dict(doc)
     total = sum(planned_steps(spec))
-    path = tmp_path / "job.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    run = subprocess.Popen([sys.executable, "-m", "tfyarn.cli", "run", str(path), "--yarn", "--output", "json"],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     killed = []     # (app id, victim, global step seen just before the kill)
-    try:
+    with CliRun(doc, tmp_path) as run:
         for victim in ("worker:0", "chief:0", "ps:0", "am"):
             app_id = wait_until(lambda: [a for a in _apps(yarn, name, active_only=True) if a not in
                                          {k[0] for k in killed}], JOB_S, f"attempt {len(killed)} of {name}")[0]
@@ -79,13 +73,7 @@ def test_sigkilled_worker_chief_and_ps_each_start_a_job_attempt_from_the_hdfs_ch
             (_am_process(app_id) if victim == "am" else task_process(yarn, app_id, victim)).send_signal(signal.SIGKILL)
             killed.append((app_id, victim, seen))
             assert seen < total - 10, f"the job was nearly done before the {victim} kill: raise epochs"
-        out, err = run.communicate(timeout=3 * JOB_S)
-    finally:
-        if run.poll() is None:
-            run.kill()
-            run.communicate()
-    assert run.returncode == 0, err[-4000:]
-    st = json.loads(out)
+        st = run.status(3 * JOB_S)
     assert st["state"] == "SUCCEEDED" and st["attempt"] == 4, st
     s = st["summary"]
     assert s["global_step"] == s["total_steps"] == total
@@ -194,24 +182,14 @@ def test_a_chief_stopped_by_its_nodemanager_checkpoints_before_the_sigkill(yarn,
     doc["timeouts"]["step"] = 30  # the sync worker left without its chief ends the attempt this soon (not 120 s)
     spec = load_spec_dict(doc)
     total = sum(planned_steps(spec))
-    path = tmp_path / "job.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    run = subprocess.Popen([sys.executable, "-m", "tfyarn.cli", "run", str(path), "--yarn", "--output", "json"],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
+    with CliRun(doc, tmp_path) as run:
         app_id = wait_until(lambda: _apps(yarn, name, active_only=True), JOB_S, f"attempt 0 of {name}")[0]
         wait_for_step(yarn, app_id, "chief:0", 20)
         seen = int(yarn.status(app_id).progress.get("global_step") or 0)
         chief = task_process(yarn, app_id, "chief:0")
         container = chief.environ()["SKEIN_CONTAINER_ID"]
         yarn.client().connect(app_id).kill_container(container)    # the AM asks the NM to stop it
-        out, err = run.communicate(timeout=3 * JOB_S)
-    finally:
-        if run.poll() is None:
-            run.kill()
-            run.communicate()
-    assert run.returncode == 0, err[-4000:]
-    st = json.loads(out)
+        st = run.status(3 * JOB_S)
     assert st["state"] == "SUCCEEDED" and st["attempt"] == 1, st
     s = st["summary"]
     assert s["global_step"] == s["total_steps"] == total, s
