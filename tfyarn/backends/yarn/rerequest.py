@@ -128,12 +128,12 @@ class Rerequest:
 
     def _rest(self) -> Any:
         if self.rest is None:
-            import os
+            import getpass
 
             from tfyarn import hdfs
             from tfyarn.backends.yarn.rest import RmRest
 
-            self.rest = RmRest(hdfs.load_hadoop_conf(None), os.environ.get("USER") or "")
+            self.rest = RmRest(hdfs.load_hadoop_conf(None), getpass.getuser())  # "": HTTP 500
         return self.rest
 
     def waiting(self, containers: list[Any], taskmap: dict[str, str]) -> list[Waiting]:
