@@ -125,6 +125,7 @@ class Rerequest:
         self.done: list[str] = []  # what it did, one line each (the log's text)
         self._seen: dict[str, float] = {}  # skein id → when first seen REQUESTED
         self._short_since: float | None = None
+        self._errors = 0
 
     def _rest(self) -> Any:
         if self.rest is None:
@@ -156,7 +157,9 @@ class Rerequest:
         try:
             return self._check(containers, taskmap)
         except Exception as exc:  # noqa: BLE001 - a watch must never end the supervisor
-            log.warning("%s: could not check the container requests: %s", self.app_id, exc)
+            self._errors += 1  # said once, then every 60th round: an RM it cannot read stays so
+            level = logging.WARNING if self._errors % 60 == 1 else logging.DEBUG
+            log.log(level, "%s: could not check the container requests: %s", self.app_id, exc)
             return []
 
     def _check(self, containers: list[Any], taskmap: dict[str, str]) -> list[str]:
