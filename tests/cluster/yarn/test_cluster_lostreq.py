@@ -1,4 +1,4 @@
-"""skein's lost container request (issue 30) on the real cluster, and the in-app supervisor asking again.
+"""skein's lost container request (issue 30) on the real cluster; the in-app supervisor asks again.
 
 skein 0.8.2's application master restarts its request priorities at the *lowest* pending one + 1
 (YARN's ``Priority`` sorts in reverse): with two requests of a service pending, the next gets the
@@ -36,7 +36,9 @@ PS_MIB = 128
 
 
 def _states(app) -> dict[str, str]:
-    return {c.id: str(c.state) for c in app.get_containers(states=["REQUESTED", "RUNNING", "KILLED"])}
+    return {
+        c.id: str(c.state) for c in app.get_containers(states=["REQUESTED", "RUNNING", "KILLED"])
+    }
 
 
 def _asks(rm: RmRest, app_id: str) -> dict[int, int]:
@@ -80,20 +82,36 @@ def test_skein_loses_a_request_and_the_supervisor_requests_it_again(yarn):
     app_id = yarn.client().submit(spec)
     try:
         app = yarn.client().connect(app_id)
-        wait_until(lambda: _states(app) == {"ps_0": "RUNNING", "worker_0": "RUNNING"}, 120, "ps_0, worker_0 running")
+        wait_until(
+            lambda: _states(app) == {"ps_0": "RUNNING", "worker_0": "RUNNING"},
+            120,
+            "ps_0, worker_0 running",
+        )
         app.scale("worker", 3)  # worker_1, worker_2: priorities p, p+1, no room on the node
         app.scale("ps", 2)  # its allocation makes skein renumber from the lowest pending: p + 1
         wait_until(lambda: _states(app).get("ps_1") == "RUNNING", 60, "ps_1 running")
         assert app.add_container("worker").id == "worker_3"  # gets p + 1 too
-        asks = wait_until(lambda: (a := _asks(rm, app_id)) and max(a.values()) == 2 and a, 30, "2 asks at one priority")
-        assert sorted(asks.values()) == [1, 2], asks  # three instances REQUESTED, two share a priority
+        asks = wait_until(
+            lambda: (a := _asks(rm, app_id)) and max(a.values()) == 2 and a,
+            30,
+            "2 asks at one priority",
+        )
+        assert sorted(asks.values()) == [1, 2], (
+            asks
+        )  # three instances REQUESTED, two share a priority
 
         # room for one worker at a time: each kill lets the RM allocate the next ask
         app.kill_container("worker_0")
         wait_until(lambda: _states(app).get("worker_1") == "RUNNING", 60, "worker_1 running")
         app.kill_container("worker_1")
-        wait_until(lambda: _states(app).get("worker_3") == "RUNNING", 60, "worker_3 running (the shared priority)")
-        app.kill_container("worker_3")  # the RM allocates the shared priority's second ask: skein releases it
+        wait_until(
+            lambda: _states(app).get("worker_3") == "RUNNING",
+            60,
+            "worker_3 running (the shared priority)",
+        )
+        app.kill_container(
+            "worker_3"
+        )  # the RM allocates the shared priority's second ask: skein releases it
         wait_until(
             lambda: not _asks(rm, app_id) and _node(rm, host)["availMemoryMB"] >= worker_mib,
             60,
@@ -101,17 +119,26 @@ def test_skein_loses_a_request_and_the_supervisor_requests_it_again(yarn):
         )
         time.sleep(6)  # > skein's 5 s idle heartbeat: anything allocated would have reached it
         assert _states(app)["worker_2"] == "REQUESTED", _states(app)
-        assert not _asks(rm, app_id) and _node(rm, host)["availMemoryMB"] >= worker_mib  # lost, with room
+        assert (
+            not _asks(rm, app_id) and _node(rm, host)["availMemoryMB"] >= worker_mib
+        )  # lost, with room
 
         # the in-app supervisor's rounds (as in the app's own container) ask for it again
         job = load_spec_dict(
             {
                 "name": name,
                 "model": "tfyarn.models.recommender:model",
-                "data": {"train": ["hdfs:///none"], "features": {"label": {"dtype": "float32"}}, "batch_size": 8},
+                "data": {
+                    "train": ["hdfs:///none"],
+                    "features": {"label": {"dtype": "float32"}},
+                    "batch_size": 8,
+                },
                 "mode": "ps",
                 "sync": False,
-                "roles": {"ps": {"instances": 1, "memory": PS_MIB}, "worker": {"instances": 1, "memory": worker_mib}},
+                "roles": {
+                    "ps": {"instances": 1, "memory": PS_MIB},
+                    "worker": {"instances": 1, "memory": worker_mib},
+                },
                 "timeouts": {"rerequest": 2},
             }
         )
@@ -127,7 +154,12 @@ def test_skein_loses_a_request_and_the_supervisor_requests_it_again(yarn):
         [line] = sup.requests.done
         states = _states(app)
         assert states["worker_2"] == "KILLED" and states["worker_4"] == "RUNNING", states
-        assert "worker_2 REQUESTED" in line and "requested worker_4 (re-request 1 of 3)" in line, line
-        assert sup.outcome is None and took < 30, (sup.outcome, took)  # bound 2 s + 5 s settle + 6 s confirm
+        assert "worker_2 REQUESTED" in line and "requested worker_4 (re-request 1 of 3)" in line, (
+            line
+        )
+        assert sup.outcome is None and took < 30, (
+            sup.outcome,
+            took,
+        )  # bound 2 s + 5 s settle + 6 s confirm
     finally:
         yarn.client().connect(app_id, wait=False).shutdown()

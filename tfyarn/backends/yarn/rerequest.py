@@ -39,7 +39,7 @@ MAX_PER_TASK = 3
 
 @dataclass(frozen=True)
 class Waiting:
-    """A REQUESTED task container: skein id (``worker_3``), the task it is for, how long it waited."""
+    """A REQUESTED task container: skein id (``worker_3``), its task, how long it waited (s)."""
 
     cid: str
     task: str
@@ -76,7 +76,8 @@ def rm_view(rest: Any, app_id: str, queue: str, memory_mib: int, vcores: int) ->
     app = (rest.get(f"apps/{app_id}") or {}).get("app") or {}
     asks = app.get("resourceRequests")
     if asks:
-        pending = sum(int(r.get("numContainers") or 0) for r in asks if r.get("resourceName") == "*")
+        anywhere = [r for r in asks if r.get("resourceName") == "*"]
+        pending = sum(int(r.get("numContainers") or 0) for r in anywhere)
         return RmView(pending, False)
     nodes = ((rest.get("nodes") or {}).get("nodes") or {}).get("node") or []
     fits = any(
@@ -95,7 +96,8 @@ def _queue_room(rest: Any, name: str) -> float:
         if q.get("queueName") == name:
             return q
         kids = (q.get("queues") or {}).get("queue") or []
-        return next((h for k in (kids if isinstance(kids, list) else [kids]) if (h := walk(k))), None)
+        kids = kids if isinstance(kids, list) else [kids]
+        return next((hit for k in kids if (hit := walk(k))), None)
 
     sched = ((rest.get("scheduler") or {}).get("scheduler") or {}).get("schedulerInfo") or {}
     q = walk(sched) or {}
@@ -109,7 +111,8 @@ class Rerequest:
     """One attempt's watch of its REQUESTED containers; :meth:`check` each supervisor round.
 
     ``app``: skein's ``ApplicationClient`` (``kill_container``, ``add_container``); ``rest``: a
-    :class:`~tfyarn.backends.yarn.rest.RmRest` or None (made on first need; unreachable: no action)."""
+    :class:`~tfyarn.backends.yarn.rest.RmRest` or None (made on first need; unreadable: no action).
+    """
 
     def __init__(
         self,
@@ -144,9 +147,8 @@ class Rerequest:
 
         now = self.clock()
         tasks = [c for c in containers if c.service_name != SUPERVISOR_SERVICE]
-        owner = {
-            f"{c.service_name}_{c.instance}": t for t, cs in _by_task(tasks, taskmap, self.spec).items() for c in cs
-        }
+        by_task = _by_task(tasks, taskmap, self.spec)
+        owner = {f"{c.service_name}_{c.instance}": t for t, cs in by_task.items() for c in cs}
         ids = [f"{c.service_name}_{c.instance}" for c in tasks if str(c.state) == "REQUESTED"]
         self._seen = {cid: self._seen.get(cid, now) for cid in ids}
         return [Waiting(cid, owner.get(cid, cid), now - self._seen[cid]) for cid in ids]
@@ -179,7 +181,7 @@ class Rerequest:
             return []
         self._short_since = None
         why = (
-            f"the ResourceManager has {rm.pending} pending for the app's {len(waiting)} requested"
+            f"the ResourceManager holds {rm.pending} of its {len(waiting)} requested containers"
             if rm.pending is not None
             else "the ResourceManager has no request pending while the cluster has room"
         )
