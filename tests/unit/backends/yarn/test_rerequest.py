@@ -291,3 +291,18 @@ def test_the_in_app_supervisors_round_re_requests_it(tmp_path, monkeypatch):
         clock.t += 10
     assert app.killed == ["worker_1"] and app.added == ["worker_2"]
     assert [t["state"] for t in sup.snap["tasks"]] == ["RUNNING", "RUNNING", "PENDING"]
+
+
+def test_with_asks_listed_the_shortfall_picks_the_longest_waiting():
+    w, app, clock = _watch({"ps_0": "RUNNING", "worker_0": "KILLED", "worker_1": "KILLED",
+                            "worker_2": "REQUESTED"}, Rest(asks={3: 1}, free_mib=(0,)))
+    w.check(app.get_containers(), {})
+    clock.t += 20
+    app.states["worker_3"] = "REQUESTED"  # a second replacement, the one the RM still holds
+    w.check(app.get_containers(), {})
+    clock.t += 10
+    assert w.check(app.get_containers(), {}) == []  # worker_2 past the bound, 1 short: confirm
+    clock.t += CONFIRM_S
+    [line] = w.check(app.get_containers(), {})
+    assert app.killed == ["worker_2"] and app.added == ["worker_4"]
+    assert "the ResourceManager holds 1 of its 2 requested containers" in line, line
