@@ -35,6 +35,7 @@ from tfyarn.runtime.kv import KV
 from tfyarn.spec import JobSpec
 from tfyarn.supervisor import Supervisor, checkpoint_url, settle, write_report
 from tfyarn.backends.yarn.node_watch import NodeWatch, last_heard
+from tfyarn.backends.yarn.rerequest import Rerequest
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +94,7 @@ class InAppSupervisor:
 
         self.memory_watch = MemoryWatch()
         self.nodes = NodeWatch(spec.timeouts.node_lost)  # a lost node noticed in seconds, not at YARN's expiry
+        self.requests = Rerequest(spec, app, app_id, clock=clock)  # skein's lost requests, asked again
 
     # -- the record other machines read ------------------------------------------------------------------------------
     def publish(self) -> None:
@@ -150,6 +152,7 @@ class InAppSupervisor:
                 return False
             self.finish("SUCCEEDED", app_end.DONE_DIAGNOSTICS)
             return True
+        self.requests.check(containers, snap.get("taskmap") or {})
         lost = self.nodes.check(containers, snap.get("taskmap") or {}, last_heard(kv))
         if lost is not None:  # the attempt ends now, before a peer's error says something else
             log.error("%s: %s; ending it", self.app_id, lost)
