@@ -325,9 +325,16 @@ def _wait_and_exit(app_id: str, timeout: float | None, output: str, quiet: bool)
 def logs(app_id: str, task: str | None, follow: bool) -> None:
     """Print the logs of an app's tasks."""
     from tfyarn import api
+    from tfyarn.interrupts import interruptible
 
-    for line in api.logs(app_id, task=task, follow=follow):
-        click.echo(line)
+    # A stop signal ends the printing with 128 + its number (130 for Ctrl-C), also where SIGINT was inherited
+    # as ignored (a job started in the background by a non-interactive shell) or SIGTERM would kill on the spot.
+    try:
+        with interruptible():
+            for line in api.logs(app_id, task=task, follow=follow):
+                click.echo(line)
+    except Interrupted as exc:
+        sys.exit(exc.exit_code)
 
 
 @cli.command()

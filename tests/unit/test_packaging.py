@@ -50,6 +50,14 @@ def test_detect_kind(tmp_path, small_venv):
         packaging.detect_env_kind(tmp_path)
 
 
+def _extract_all(tf: tarfile.TarFile, dest) -> None:
+    """As YARN unpacks an archive (links kept); ``filter=`` exists from Python 3.11.4 on (3.11.2 is Debian 12's)."""
+    if hasattr(tarfile, "fully_trusted_filter"):
+        tf.extractall(dest, filter="fully_trusted")
+    else:
+        tf.extractall(dest)
+
+
 def test_pack_real_venv_and_run_python_from_unpacked_archive(small_venv, tmp_path):
     calls = []
     out = packaging.pack_env(small_venv, "venv", tmp_path / "env.tar.gz", lambda *a: calls.append(a))
@@ -57,7 +65,7 @@ def test_pack_real_venv_and_run_python_from_unpacked_archive(small_venv, tmp_pat
     dest = tmp_path / "container" / "env"          # where YARN unpacks the archive
     dest.mkdir(parents=True)
     with tarfile.open(out) as tf:
-        tf.extractall(dest, filter="fully_trusted")
+        _extract_all(tf, dest)
     res = subprocess.run([str(dest / "bin" / "python"), "-c", "import sys; print(sys.prefix)"],
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
@@ -74,7 +82,7 @@ def test_pack_level_0_is_a_plain_tar_named_so_yarn_unpacks_it_without_gzip(small
     assert local.read_bytes()[:2] != b"\x1f\x8b"                 # no gzip header: a plain tar
     with tarfile.open(local, "r:") as tf:                     # "r:" refuses anything compressed
         dest = tmp_path / "container" / "env"
-        tf.extractall(dest, filter="fully_trusted")
+        _extract_all(tf, dest)
     res = subprocess.run([str(dest / "bin" / "python"), "-c", "import sys; print(sys.prefix)"],
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 0 and res.stdout.strip() == str(dest), res.stderr
