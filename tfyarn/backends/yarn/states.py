@@ -150,7 +150,29 @@ def snapshot(
         "end": kv.get(END_KEY),
         "phases": phases.task_phases(kv, progress_items),
         "containers": {f"{c.service_name}_{c.instance}": c.yarn_container_id for c in containers},
+        **in_app_attempts(kv),
     }
+
+
+def in_app_attempts(kv: dict[str, str]) -> dict[str, Any]:
+    """The in-app attempt running (``attempt``: ``control/attempt``'s number) and the ended ones
+    (``attempts``: their ``attempts/<n>`` records, in order), when the in-app supervisor ran any."""
+    import json
+
+    from tfyarn.contracts.in_app import parse_attempt
+    from tfyarn.contracts.kv_keys import ATTEMPT_KEY, ATTEMPTS_PREFIX
+
+    rec = parse_attempt(kv.get(ATTEMPT_KEY))
+    if rec is None:
+        return {}
+    ended = []
+    for k, v in kv.items():
+        if k.startswith(ATTEMPTS_PREFIX):
+            try:
+                ended.append(json.loads(v))
+            except ValueError:
+                continue
+    return {"attempt": rec["attempt"], "attempts": sorted(ended, key=lambda r: r.get("attempt") or 0)}
 
 
 def tasks_from_containers(
