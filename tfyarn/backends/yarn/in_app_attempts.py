@@ -79,6 +79,7 @@ def wait_gone(
     timeout: float = GONE_TIMEOUT_S,
     gone: Callable[[str, str], bool] = nm_container_gone,
     poll: float = 0.5,
+    beat: Callable[[], None] = lambda: None,
 ) -> list[str]:
     """Wait (bounded) until the NodeManagers have stopped these killed containers; the YARN ids of those
     still running at the timeout (logged, naming them: they may still write to the KV)."""
@@ -88,6 +89,7 @@ def wait_gone(
         left = {cid: nm for cid, nm in left.items() if nm and not gone(nm, cid)}
         if not left or time.monotonic() >= deadline:
             break
+        beat()
         time.sleep(poll)
     if left:
         log.error(
@@ -153,15 +155,17 @@ def restart(
     redone: dict[str, Any],
     backoff: Callable[[], bool],
     gone: Callable[[str, str], bool] | None = None,
+    beat: Callable[[], None] = lambda: None,
 ) -> bool:
     """End in-app attempt ``attempt - 1`` (failed with ``diagnosis``, started at ``started``) and start
     ``attempt``: its containers killed and waited for, ``control/attempt`` bumped (a late exit report of
     an old container sees it is not the running attempt's), its keys cleared, its end recorded, the
-    backoff, every task container started again. False when the backoff was cut short (nothing started)."""
+    backoff, every task container started again. False when the backoff was cut short (nothing started).
+    ``beat``: the supervisor's heartbeat, kept fresh while it waits (a task or follower sees it alive)."""
     services = task_services(spec)
     t0 = time.monotonic()
     killed = kill_attempt(app, services)
-    wait_gone(killed, gone=gone or nm_container_gone)
+    wait_gone(killed, gone=gone or nm_container_gone, beat=beat)
     first = next_first(app, services)
     kv.put(ATTEMPT_KEY, json.dumps({"attempt": attempt, "first": first, "time": round(time.time(), 3)}))
     cleared = in_app.clear_attempt(list(kv.items()), kv.delete)

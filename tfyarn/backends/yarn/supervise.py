@@ -52,8 +52,8 @@ _ENDED = ("SUCCEEDED", "FAILED", "KILLED")
 
 
 def no_more_attempts_note(spec: JobSpec, attempt: int, diagnosis: str = "") -> str:
-    """What a failed app of a job with attempts left says: nobody in the app can submit the next one
-    (or, when the user's code failed, that no attempt would: contracts.triage.should_retry)."""
+    """What a failed app of a job with attempts left says: its supervisor did not run the next one in it and
+    nobody submitted one (or, when the user's code failed, that no attempt would: contracts.triage.should_retry)."""
     if attempt + 1 >= spec.retry.max_attempts:
         return ""
     from tfyarn.contracts.triage import should_retry
@@ -62,8 +62,9 @@ def no_more_attempts_note(spec: JobSpec, attempt: int, diagnosis: str = "") -> s
     if not decision:
         return decision.reason
     return (
-        f"attempt {attempt + 1} of {spec.retry.max_attempts} (retry.max_attempts): a new attempt is a new YARN "
-        f"application, submitted only by a gateway that follows the job (`tfyarn run`); none was"
+        f"attempt {attempt + 1} of {spec.retry.max_attempts} (retry.max_attempts): the app's in-app supervisor "
+        f"could not start it (it or the application master was gone), and a new YARN application is submitted "
+        f"only by a gateway that follows the job (`tfyarn run`); none was"
     )
 
 
@@ -151,7 +152,7 @@ class InAppSupervisor:
     def round(self) -> bool:
         """One look at the app: heartbeat, read, checks. True when the supervisor's work is over (app ended by it,
         or every task's container ended: skein ends the app from their exits once this one exits too)."""
-        self.kv.put(app_end.SUPERVISOR_KEY, f"{time.time():.3f}")
+        self._beat()
         kv = self.kv.items()
         containers = self.app.get_containers(states=ALL_CONTAINER_STATES)
         snap = self.snap = snapshot(containers, kv, self.spec, progress=self.sup.progress(kv))
@@ -225,14 +226,26 @@ class InAppSupervisor:
             diagnosis,
             self.attempt_started,
             self.sup.redone[-1],
-            backoff=lambda: self.sup.backoff(),
+            backoff=self._backoff,
             gone=self.container_gone,
+            beat=self._beat,
         )
         self.attempt_started = time.time()
         self.sup.begin_attempt(self.kv)
         self.nodes = NodeWatch(self.spec.timeouts.node_lost)
         self._done_seen = None
         return not ok
+
+    def _beat(self) -> None:
+        self.kv.put(app_end.SUPERVISOR_KEY, f"{time.time():.3f}")
+
+    def _backoff(self) -> bool:
+        """``retry.backoff`` before the next in-app attempt, the heartbeat kept fresh meanwhile."""
+        end = time.monotonic() + self.spec.retry.backoff
+        while (left := end - time.monotonic()) > 0:
+            self._beat()
+            time.sleep(min(POLL_S, left))
+        return True
 
     def _follower_ends_it(self) -> bool:
         """True while a live follower (``tfyarn run``/``wait``) still has time to end the app itself: it reads the KV
