@@ -203,3 +203,24 @@ def fold(st: Any, snap: dict[str, Any], spec: JobSpec | None) -> Any:
     sup.attempt = st.attempt
     sup.redone = [{k: int(r.get(k) or 0) for k in ("attempt", "reached", "resumes_at", "lost_steps")} for r in ended]
     return sup.fold_totals(st)
+
+
+def absorb(sup: Any, snap: dict[str, Any], label: str) -> None:
+    """A run's supervisor (``tfyarn run``: :class:`tfyarn.supervisor.Supervisor`) takes in the attempts the app
+    ``label`` ran itself (its snapshot's ``attempts``): numbered on from them, each counted in the budget, its
+    diagnosis kept for the final one and its redone steps in the totals — as if the run had started them."""
+    from tfyarn.contracts.triage import AttemptBudget
+
+    ended = snap.get("attempts") or []
+    n = snap.get("attempt")
+    if isinstance(n, int):
+        sup.attempt = max(sup.attempt, n)
+    if not ended or sup.spec is None:
+        return
+    if sup.budget is None:
+        sup.budget = AttemptBudget(sup.spec.retry.max_attempts)
+    for r in ended:
+        diag = str(r.get("diagnosis") or "")
+        sup.budget.next(diag)
+        sup.earlier.append(f"{label} attempt {r.get('attempt')}: {diag}")
+        sup.redone.append({k: int(r.get(k) or 0) for k in ("attempt", "reached", "resumes_at", "lost_steps")})
