@@ -243,6 +243,8 @@ def test_a_failure_handed_over_ends_the_attempt_and_starts_every_task_again_in_t
     assert sup.attempt == 1 and "attempt" not in sup.snap     # (read before the restart: the first attempt)
     sup.round()
     assert sup.snap["attempt"] == 1 and [r["attempt"] for r in sup.snap["attempts"]] == [0]
+    # the new attempt's containers replace no failed one: no restart (the runtime's restarts_before agrees)
+    assert {t["task"]: t["restarts"] for t in sup.snap["tasks"]} == {"chief:0": 0, "worker:0": 0}, sup.snap["tasks"]
     # a second retryable failure: retry.max_attempts 2 is used up, so the app ends FAILED, naming both attempts
     kv.put("control/attempt_end", json.dumps({"diagnosis": "chief:0: exit code 137 (killed by SIGKILL)"}))
     assert sup.round() is True
