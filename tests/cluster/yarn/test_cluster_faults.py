@@ -86,7 +86,7 @@ def test_sigkilled_worker_chief_and_ps_each_start_a_job_attempt_from_the_hdfs_ch
     resumed = int(s["resumed_from"].rsplit("-", 1)[1])
     assert killed[-1][2] - EVERY - 10 <= resumed < total, (killed, s["resumed_from"])
     totals = s["attempts"]          # every attempt counted: its wall time, the steps done again after the AM kill
-    assert totals["attempts"] == 5 and totals["by_attempt"], totals
+    assert totals["attempts"] == 5 and len(totals["by_attempt"]) == 4, totals     # the app's 3 and the AM kill's
     assert totals["wall_s"] >= s["elapsed_s"] and totals["lost_steps"] >= 0, (totals, s["elapsed_s"])
     assert totals["by_attempt"][-1]["resumes_at"] == s["resumed_step"] and s["resumed_step"] >= resumed, totals
     apps = _apps(yarn, name)
@@ -95,7 +95,9 @@ def test_sigkilled_worker_chief_and_ps_each_start_a_job_attempt_from_the_hdfs_ch
     fs, _ = hdfs.get_fs(home)
     left = [a for a in apps if fs.exists(hdfs.get_fs(f"{home}/{a}")[1])]
     assert left == [], f"skein staging dirs left on HDFS: {left}"
-    assert app_id in st["diagnostics"], "the failed application is listed in the final diagnosis"
+    for attempt, victim in enumerate(("worker:0", "chief:0", "ps:0")):  # every earlier attempt, in the final one
+        assert f"{app_id} attempt {attempt}: {victim}: exit code 137" in st["diagnostics"], st["diagnostics"]
+    assert f"{app_id}: " in st["diagnostics"], "the failed application is listed in the final diagnosis"
     d = json.loads(tfyarn("status", app_id, "--output", "json").stdout)
     assert (d["state"], d["attempt"]) == ("FAILED", 3), d          # its last in-app attempt, from another process
     print(f"AM kill: {app_id}: {d['diagnostics'][:300]}")
