@@ -305,14 +305,22 @@ def run_job(spec, work: Path, forkserver: bool | None = None) -> dict:
 
     ``forkserver``: the Launcher's switch (None: its default, on unless TFYARN_FORKSERVER=0)."""
     from tfyarn.backends.local.launcher import Launcher
+    from tfyarn.runner import run
     work.mkdir(parents=True, exist_ok=True)
-    launcher = Launcher(spec, work / "app", f"local-bench-{work.name}", forkserver=forkserver)
+    launchers: list[Launcher] = []
+
+    class OneLauncher:  # the local backend's `attempts` hook, minus its preflight: the launcher in this process
+        def attempts(self, spec, sup, echo=None, on_update=None, poll=2.0) -> Launcher:
+            launchers.append(Launcher(spec, work / "app", f"local-bench-{work.name}", forkserver=forkserver,
+                                      supervisor=sup))
+            return launchers[-1]
+
     first: dict[str, float] = {}
     stop = threading.Event()
 
     def watch() -> None:
         while not stop.is_set():
-            kv = launcher.kv
+            kv = launchers[-1].kv if launchers else None
             if kv is not None:
                 for key, val in kv.store.items("progress/").items():
                     task = key.split("/", 1)[1]
@@ -323,7 +331,7 @@ def run_job(spec, work: Path, forkserver: bool | None = None) -> dict:
     th = threading.Thread(target=watch, daemon=True)
     t0 = time.time()
     th.start()
-    status = launcher.run()
+    status = run(OneLauncher(), spec)
     stop.set()
     th.join()
     out = {"state": str(getattr(status.state, "value", status.state)), "wall_s": time.time() - t0,

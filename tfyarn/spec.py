@@ -344,6 +344,11 @@ class Timeouts(_Model):
         description="YARN: a task silent this long while its node's NodeManager does "
         "not answer is lost with its node (YARN's own expiry: 10 min)",
     )
+    rerequest: Duration = Field(
+        30.0,
+        description="YARN: a task's container REQUESTED this long while the ResourceManager holds "
+        "no request for it (skein lost it) is requested again, at most 3 times per task",
+    )
 
 
 class Retry(_Model):

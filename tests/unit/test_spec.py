@@ -176,7 +176,7 @@ def test_unknown_keys_name_the_closest_known_key_or_list_the_known_ones():
         "data.batch_szie: unknown key (did you mean 'batch_size'?)",
         "roles.worker.memroy: unknown key (did you mean 'memory'?)",
         "timeouts.zzz: unknown key (typo? known here: rendezvous, stall, shutdown, step, active_deadline, "
-        "allocation, node_lost)",
+        "allocation, node_lost, rerequest)",
         "chekpoint: unknown key (did you mean 'checkpoint'?)",
     ]
 

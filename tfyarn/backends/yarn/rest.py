@@ -133,6 +133,10 @@ class RmRest:
                 errors.append(f"{base}: {exc}")
         raise RestUnavailable("; ".join(errors))
 
+    def get(self, path: str) -> Any:
+        """GET ``/ws/v1/cluster/<path>`` (JSON), e.g. ``nodes`` or ``apps/<id>``."""
+        return self._call("GET", path)
+
     def report(self, app_id: str) -> AppReport:
         d = self._call("GET", f"apps/{app_id}")
         if not d or "app" not in d:

@@ -42,6 +42,7 @@ from tfyarn.runtime.kv import KV
 from tfyarn.spec import JobSpec
 from tfyarn.supervisor import Supervisor, checkpoint_url, settle, write_report
 from tfyarn.backends.yarn.node_watch import NodeWatch, last_heard
+from tfyarn.backends.yarn.rerequest import Rerequest
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +106,7 @@ class InAppSupervisor:
 
         self.memory_watch = MemoryWatch()
         self.nodes = NodeWatch(spec.timeouts.node_lost)  # a lost node noticed in seconds, not at YARN's expiry
+        self.requests = Rerequest(spec, app, app_id, clock=clock)  # skein's lost requests, asked again
 
     # -- the record other machines read ------------------------------------------------------------------------------
     def publish(self) -> None:
@@ -165,6 +167,7 @@ class InAppSupervisor:
         ended = self.attempt_ended(kv, containers)
         if ended is not None:
             return self.attempt_failed(ended)
+        self.requests.check(containers, snap.get("taskmap") or {})
         lost = self.nodes.check(containers, snap.get("taskmap") or {}, last_heard(kv))
         if lost is not None:  # the attempt ends now, before a peer's error says something else
             log.error("%s: %s; ending the attempt", self.app_id, lost)
@@ -233,6 +236,7 @@ class InAppSupervisor:
         self.attempt_started = time.time()
         self.sup.begin_attempt(self.kv)
         self.nodes = NodeWatch(self.spec.timeouts.node_lost)
+        self.requests = Rerequest(self.spec, self.app, self.app_id, clock=self.clock)
         self._done_seen = None
         return not ok
 
