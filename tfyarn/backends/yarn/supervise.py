@@ -64,8 +64,9 @@ def no_more_attempts_note(spec: JobSpec, attempt: int, diagnosis: str = "") -> s
         return decision.reason
     return (
         f"attempt {attempt + 1} of {spec.retry.max_attempts} (retry.max_attempts): the app's in-app supervisor "
-        f"could not start it (it or the application master was gone), and a new YARN application is submitted "
-        f"only by a gateway that follows the job (`tfyarn run`); none was"
+        f"runs further attempts after a task's failure only (not after a timeout, nor once it or the application "
+        f"master is gone), and a new YARN application is submitted only by a gateway that follows the job "
+        f"(`tfyarn run`); none was"
     )
 
 
