@@ -33,7 +33,7 @@ from tfyarn.contracts.status import AppState, AppStatus, TaskStatus
 from tfyarn.backends.yarn.states import ALL_CONTAINER_STATES, snapshot
 from tfyarn.backends.yarn.records import publish_report, read_record, record_url, report_url, write_record  # noqa: F401
 from tfyarn.contracts import job_end
-from tfyarn.contracts.in_app import parse_attempt
+from tfyarn.contracts.in_app import handover_record, parse_attempt
 from tfyarn.contracts.kv_keys import ATTEMPT_END_KEY, ATTEMPT_KEY, END_KEY, SPEC_KEY
 from tfyarn.errors import timeout_message
 from tfyarn.report import HISTORY_FILE
@@ -222,6 +222,9 @@ class InAppSupervisor:
             self.finish("FAILED", self.sup.final_diagnosis(diagnosis), AppState.FAILED)
             return True
         self.attempt = self.sup.attempt
+        if self.kv.get(ATTEMPT_END_KEY) is None:  # (a lost node, a container dead without its report)
+            # the containers about to be killed must not report their ends as the attempt's, nor end the app
+            self.kv.put(ATTEMPT_END_KEY, handover_record("supervisor", diagnosis, time.time()))
         ok = restart(
             self.app,
             self.kv,
