@@ -6,10 +6,7 @@ from contractutil import Harness
 
 #: Where a backend still disagrees with the contract: (test name, backend) -> the disagreement. Such a parameter is a
 #: strict xfail, so the day the backends agree the suite says so (an XPASS fails) and the entry must go.
-DISAGREEMENTS: dict[tuple[str, str], str] = {
-    ("test_a_failed_attempt_is_followed_by_one_resuming_from_the_checkpoint", "yarn"):
-        "a YARN submit does not start the next job attempt (only `run`'s follower does); a local submit does",
-}
+DISAGREEMENTS: dict[tuple[str, str], str] = {}
 
 
 def pytest_collection_modifyitems(items):

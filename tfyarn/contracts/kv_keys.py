@@ -51,6 +51,13 @@ TENSORBOARD_URL_KEY = "tensorboard/url"
 PAGE_URL_KEY = "page/url"  # the job's page (tfyarn.web): its URL
 EVAL_KEY = "eval/latest"  # evaluator: JSON of its newest evaluation (checkpoint, step, metrics)
 SPEC_KEY = "spec"  # the job's spec JSON as shipped (no ``kerberos``)
+#: JSON {attempt, first, time}: the job attempt running in the app now (YARN in-app attempts, contracts.in_app)
+ATTEMPT_KEY = "control/attempt"
+#: JSON {by, diagnosis, time}: a failed task hands its attempt's end to the in-app supervisor (contracts.in_app)
+ATTEMPT_END_KEY = "control/attempt_end"
+#: ``attempts/<n>``: JSON of in-app attempt n's end {attempt, diagnosis, cause, started, ended, wall_s, reached,
+#: resumes_at, lost_steps}; outlives the attempts (status and the summary's totals)
+ATTEMPTS_PREFIX = "attempts/"
 
 
 def addr_key(task: str) -> str:
@@ -80,6 +87,11 @@ def rejoin_key(task: str, restart: int) -> str:
 
 def resources_key(task: str) -> str:
     return RESOURCES_PREFIX + task
+
+
+def attempt_record_key(attempt: int) -> str:
+    """``attempts/<n>``: how in-app attempt ``n`` ended."""
+    return f"{ATTEMPTS_PREFIX}{attempt}"
 
 
 def index_namespace(attempt: int, name: str) -> str:
@@ -206,6 +218,24 @@ KEYS: tuple[KvKey, ...] = (
     KvKey("eval/latest", "latest evaluation metrics", "train.evaluator", "job_progress"),
     KvKey("tensorboard/url", "URL", "train.tensorboard", "job_progress"),
     KvKey("page/url", "URL of the job's page", "backends.local.launcher, backends.yarn.page", "job_progress"),
+    KvKey(
+        "control/attempt",
+        "JSON {attempt, first, time}: the attempt running now, the first skein instance of each service in it",
+        "backends.yarn.in_app_attempts (the in-app supervisor, before it starts an attempt's containers)",
+        "runtime.main (the task's attempt), runtime.kv_yarn (restarts), runtime.exit_report, backends.yarn.states",
+    ),
+    KvKey(
+        "control/attempt_end",
+        "JSON {by, diagnosis, time}: the attempt's end handed to the in-app supervisor",
+        "runtime.exit_report (a failed task, when the supervisor is alive and may retry)",
+        "backends.yarn.supervise, runtime.exit_report",
+    ),
+    KvKey(
+        "attempts/<n>",
+        "JSON {attempt, diagnosis, cause, started, ended, wall_s, reached, resumes_at, lost_steps}",
+        "backends.yarn.in_app_attempts (the in-app supervisor, each attempt's end)",
+        "backends.yarn.states (status: attempt, totals), runtime.exit_report (the attempt budget)",
+    ),
     KvKey(
         "spec",
         "the job's spec JSON (as shipped, no kerberos)",

@@ -131,6 +131,8 @@ def run(
             while True:
                 app_id = owned.own(job.start(sup.attempt))
                 st = job.to_end(app_id)
+                # an app that ran further attempts itself (YARN's in-app supervisor): the next is numbered after
+                sup.attempt = max(sup.attempt, st.attempt)
                 st.attempt = sup.attempt
                 stopped = job.stop_event is not None and job.stop_event.is_set()
                 label = app_id if job.app_per_attempt else ""

@@ -65,32 +65,47 @@ def diagnosis(records: dict[str, dict[str, Any]]) -> str:
     return "; ".join(describe(t, r.get("code"), r.get("failure")) for t, r in order)
 
 
-def ends_the_app(app: Any, role: str) -> bool:
-    """Whether this failure ends the application: its service may not fail (``allow_failures``) and has no restart
-    left. The budget is the spec's (``max_restarts`` x instances; skein's, larger by triage.FREE_RESTARTS, when the
-    spec cannot be read), used only by earlier failures that triage does not call free: a container that YARN
-    preempted or lost with its node used none of it."""
+def ends_the_app(app: Any, role: str, attempt: dict[str, Any] | None = None) -> bool:
+    """Whether this failure ends the application (or, with an in-app supervisor, the attempt): its role is not a
+    side role (whose failures are allowed) and has no restart left. The budget is the spec's (``max_restarts`` x
+    instances; skein's, larger by triage.FREE_RESTARTS, when the spec cannot be read), used only by earlier failures
+    of this attempt's containers (``attempt``: ``control/attempt``, contracts.in_app) that triage does not call
+    free: a container that YARN preempted or lost with its node used none of it."""
+    from tfyarn.contracts.in_app import in_attempt
     from tfyarn.contracts.triage import classify
+    from tfyarn.spec import SIDECAR_ROLES
 
     svc = app.get_specification().services.get(role)
-    if svc is None or svc.allow_failures or svc.max_restarts == -1:
+    r = _spec_role(role)
+    # skein's allow_failures is set on every task service of a supervised app (the app's end is tfyarn's)
+    sidecar = svc is not None and svc.allow_failures if r is None else role in SIDECAR_ROLES
+    if svc is None or sidecar or svc.max_restarts == -1:
         return False
     budget = _spec_budget(role)
     budget = svc.max_restarts if budget is None else min(budget, svc.max_restarts)
     failed = [
         c
         for c in app.get_containers(services=[role], states=["FAILED"])
-        if not classify(diagnostics=getattr(c, "exit_message", "") or "").free
+        if (attempt is None or in_attempt(f"{c.service_name}_{c.instance}", attempt))
+        and not classify(diagnostics=getattr(c, "exit_message", "") or "").free
     ]
     return len(failed) >= budget
 
 
-def _spec_role(role: str) -> dict[str, Any] | None:
+def _spec() -> dict[str, Any] | None:
+    """The job's spec as shipped (JSON of the task's spec file); None without one."""
     try:
-        roles = json.loads(Path(os.environ["TFYARN_SPEC_FILE"]).read_text()).get("roles") or {}
+        doc = json.loads(Path(os.environ["TFYARN_SPEC_FILE"]).read_text())
     except (KeyError, OSError, ValueError):
         return None
-    return roles.get(role) or {}
+    return doc if isinstance(doc, dict) else None
+
+
+def _spec_role(role: str) -> dict[str, Any] | None:
+    doc = _spec()
+    if doc is None:
+        return None
+    return (doc.get("roles") or {}).get(role) or {}
 
 
 def _spec_budget(role: str) -> int | None:
@@ -113,17 +128,32 @@ def policy_refuses(role: str, code: int, failure: str | None) -> bool:
 
 def report(app: Any, code: int, died_at: float, settle_s: float = SETTLE_S) -> str:
     """Write this container's ``exit/<task>`` record and, when the failure ends the app, shut it down FAILED with
-    the diagnosis. Returns the task label used."""
-    from tfyarn.contracts.kv_keys import EXIT_PREFIX, FAILURE_PREFIX, TASKMAP_PREFIX, exit_key, failure_key
+    the diagnosis — or, when the in-app supervisor may run another attempt, hand the attempt's end to it
+    (:func:`hand_over`). A container of an attempt that is ending or has ended reports nothing (the supervisor
+    killed it, or clears its records). Returns the task label used."""
+    from tfyarn.contracts.in_app import in_attempt, parse_attempt
+    from tfyarn.contracts.kv_keys import (
+        ATTEMPT_END_KEY,
+        ATTEMPT_KEY,
+        EXIT_PREFIX,
+        FAILURE_PREFIX,
+        TASKMAP_PREFIX,
+        exit_key,
+        failure_key,
+    )
     from tfyarn.runtime.kv import put_json
     from tfyarn.runtime.kv_yarn import SkeinKV, parse_container_id
 
     cid = os.environ.get("SKEIN_CONTAINER_ID", "")
     kv = SkeinKV(app.kv)
     task = kv.get(f"{TASKMAP_PREFIX}{cid}") or cid or "?"  # no index claimed yet: the skein container id
+    attempt = parse_attempt(kv.get(ATTEMPT_KEY))
+    if not in_attempt(cid, attempt) or kv.get(ATTEMPT_END_KEY) is not None:
+        print(f"[tfyarn] {task}: its job attempt is over; the in-app supervisor runs the next", file=sys.stderr)
+        return task
     put_json(kv, exit_key(task), exit_record(code, died_at, kv.get(failure_key(task))))
     role = os.environ.get("TFYARN_ROLE") or parse_container_id(cid)[0]
-    if ends_the_app(app, role) or policy_refuses(role, code, kv.get(failure_key(task))):
+    if ends_the_app(app, role, attempt) or policy_refuses(role, code, kv.get(failure_key(task))):
         time.sleep(settle_s)
         records = {k[len(EXIT_PREFIX) :]: json.loads(v) for k, v in kv.items(EXIT_PREFIX).items()}
         # a task that wrote its failure but whose process has not ended yet is named too (after the dead ones)
@@ -132,9 +162,33 @@ def report(app: Any, code: int, died_at: float, settle_s: float = SETTLE_S) -> s
         from tfyarn.contracts import job_end  # the end recorded in the KV, then the shutdown
 
         diag = diagnosis(records)
+        if hand_over(kv, task, diag):
+            return task
         end = job_end.decide(f"{job_end.FAILED_TASK}:{task}", failure=diag, exits=records)
         job_end.end_job(kv, end, app.shutdown, diag)
     return task
+
+
+def hand_over(kv: Any, task: str, diag: str) -> bool:
+    """With a live in-app supervisor, a failure triage retries and an attempt left
+    (:func:`tfyarn.contracts.in_app.hand_over`): put ``control/attempt_end`` for the supervisor, which
+    runs the next attempt in this application, and True. Else False (the app ends FAILED, as ever)."""
+    from tfyarn.contracts import in_app
+    from tfyarn.contracts.kv_keys import ATTEMPT_END_KEY, ATTEMPTS_PREFIX, SUPERVISOR_KEY
+
+    retry = (_spec() or {}).get("retry") or {}
+    decision = in_app.hand_over(
+        diag,
+        int(retry.get("max_attempts") or 1),
+        in_app.ended_diagnoses(kv.items(ATTEMPTS_PREFIX)),
+        in_app.heartbeat_fresh(kv.get(SUPERVISOR_KEY), time.time()),
+    )
+    if not decision:
+        print(f"[tfyarn] {task}: the application ends: {decision.reason}", file=sys.stderr)
+        return False
+    kv.put(ATTEMPT_END_KEY, in_app.handover_record(f"failed-task:{task}", diag, time.time()))
+    print(f"[tfyarn] {task}: the attempt's end handed to the in-app supervisor ({decision.reason})", file=sys.stderr)
+    return True
 
 
 def main(argv: list[str] | None = None) -> int:

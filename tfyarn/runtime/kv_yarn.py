@@ -204,11 +204,22 @@ def claim_task_index(kv: SkeinKV, role: str, instances: int, container_id: str, 
 
 
 def restarts_before(kv: KV, task: str, container_id: str) -> int:
-    """How many containers held ``task`` (``role:index``) before ``container_id``: its restart number on YARN.
+    """How many containers held ``task`` (``role:index``) before ``container_id`` in this job attempt: its restart
+    number on YARN.
 
     The local launcher counts a task's restarts and passes ``TFYARN_RESTART``; skein only starts a new container, so
-    the count comes from the task map (one entry per container that claimed a slot; never deleted)."""
-    return sum(1 for k, v in kv.items(TASKMAP_PREFIX).items() if v == task and k[len(TASKMAP_PREFIX) :] != container_id)
+    the count comes from the task map (one entry per container that claimed a slot; never deleted), of the
+    containers of the attempt running in the app (``control/attempt``, contracts.in_app): a container the in-app
+    supervisor started for a new attempt is no restart."""
+    from tfyarn.contracts.in_app import in_attempt, parse_attempt
+    from tfyarn.contracts.kv_keys import ATTEMPT_KEY
+
+    attempt = parse_attempt(kv.get(ATTEMPT_KEY))
+    return sum(
+        1
+        for k, v in kv.items(TASKMAP_PREFIX).items()
+        if v == task and k[len(TASKMAP_PREFIX) :] != container_id and in_attempt(k[len(TASKMAP_PREFIX) :], attempt)
+    )
 
 
 def mark_slot_done(kv: KV, task: str) -> None:

@@ -115,6 +115,17 @@ def _report_failure(kv: KV | None, task: str, message: str) -> None:
             kv.put(failure_key(task), message[:2000])
 
 
+def _attempt_from_kv(kv: KV) -> None:
+    """On YARN the in-app supervisor runs a job's further attempts in the same application: the attempt is
+    ``control/attempt``'s (contracts.in_app), else the app's own ``TFYARN_ATTEMPT``; set in the env, where the
+    context, the history's file names and the user's code read it."""
+    from tfyarn.contracts.in_app import attempt_number, parse_attempt
+    from tfyarn.contracts.kv_keys import ATTEMPT_KEY
+
+    env = int(os.environ.get("TFYARN_ATTEMPT") or 0)
+    os.environ["TFYARN_ATTEMPT"] = str(attempt_number(parse_attempt(kv.get(ATTEMPT_KEY)), env))
+
+
 def build_context(kv: KV) -> TaskContext:
     from tfyarn.runtime.rendezvous import rendezvous, task_host
 
@@ -128,6 +139,7 @@ def build_context(kv: KV) -> TaskContext:
         from tfyarn.contracts.kv_keys import exit_key
         from tfyarn.runtime.kv_yarn import restarts_before
 
+        _attempt_from_kv(kv)  # an in-app attempt's number (the in-app supervisor's), before anything reads it
         restarts = restarts_before(kv, _task_label(), os.environ.get("SKEIN_CONTAINER_ID", ""))
         os.environ["TFYARN_RESTART"] = str(restarts)  # what the local launcher sets: the rejoin reads it
         if restarts:

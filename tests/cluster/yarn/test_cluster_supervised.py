@@ -117,7 +117,8 @@ def test_a_stalled_bare_submit_is_timed_out_by_its_supervisor_naming_the_task_an
     assert st.state.value == "TIMED_OUT" and st.state.exit_code == 4, st.diagnostics
     assert "worker:0 at step" in st.diagnostics, st.diagnostics
     assert "did not answer the stack-dump request" in st.diagnostics, st.diagnostics
-    # retry.max_attempts = 2, but a new attempt is a new application that only a following gateway submits
+    # retry.max_attempts = 2, but the supervisor runs attempts in the app after task failures only, and a new
+    # application is one that only a following gateway submits
     assert "attempt 1 of 2" in st.diagnostics and "`tfyarn run`" in st.diagnostics, st.diagnostics
     assert [a.app_id for a in yarn.list(all_states=True) if doc["name"] in a.tags] == [app_id]
     assert wait_no_processes(app_id) == []

@@ -152,3 +152,75 @@ def test_main_says_it_in_the_log_and_never_fails(container_env, capsys):
 def test_diagnosis_orders_by_death():
     recs = {"worker:0": {"code": 1, "died_at": 5.0, "failure": "boom"}, "ps:1": {"code": 137, "died_at": 1.0}}
     assert diagnosis(recs) == "ps:1: exit code 137 (killed by SIGKILL); worker:0: exit code 1: boom"
+
+
+# ------------------------------------------------------------------------------------ in-app attempts (issue 30)
+def _job(tmp_path, monkeypatch, max_attempts=2):
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"retry": {"max_attempts": max_attempts},
+                                "roles": {"chief": {"instances": 1}, "worker": {"instances": 2}}}))
+    monkeypatch.setenv("TFYARN_SPEC_FILE", str(spec))
+    app = FakeAppClient(app_spec())
+    app.kv.put("taskmap/chief_0", b"chief:0")
+    return app
+
+
+def _supervisor_alive(app, alive=True):
+    import time
+    app.kv.put("control/supervisor", f"{time.time() - (0 if alive else 60):.3f}".encode())
+
+
+def test_a_retryable_failure_is_handed_to_a_live_supervisor_instead_of_ending_the_app(container_env, tmp_path,
+                                                                                    monkeypatch):
+    """The chief SIGKILLed (the cluster's doing, retried), a live in-app supervisor and an attempt left: no shutdown,
+    the attempt's end with its diagnosis in control/attempt_end for the supervisor (which runs the next attempt)."""
+    app = _job(tmp_path, monkeypatch)
+    _supervisor_alive(app)
+    container_env("chief_0", "chief")
+    assert exit_report.report(app, 137, died_at=1.0, settle_s=0) == "chief:0"
+    assert app.shutdowns == [] and json.loads(app.kv.get("exit/chief:0"))["code"] == 137
+    handed = json.loads(app.kv.get("control/attempt_end"))
+    assert handed["diagnosis"] == "chief:0: exit code 137 (killed by SIGKILL)" and handed["by"] == "failed-task:chief:0"
+    # a peer failing from the same cause meanwhile: the attempt is ending, it reports nothing and ends nothing
+    app.kv.put("taskmap/worker_0", b"worker:0")
+    container_env("worker_0", "worker")
+    exit_report.report(app, 1, died_at=2.0, settle_s=0)
+    assert app.shutdowns == [] and app.kv.get("exit/worker:0") is None
+
+
+@pytest.mark.parametrize("case", ["user code", "budget used", "no supervisor"])
+def test_the_app_ends_failed_at_once_when_no_in_app_attempt_may_follow(container_env, tmp_path, monkeypatch, case):
+    app = _job(tmp_path, monkeypatch)
+    _supervisor_alive(app, alive=case != "no supervisor")
+    if case == "user code":
+        app.kv.put("failure/chief:0", b"ValueError: bad shape")
+    if case == "budget used":                      # attempt 0 ended for a counted cause: 2 of 2 attempts are run
+        app.kv.put("control/attempt", json.dumps({"attempt": 1, "first": {"chief": 0}}).encode())
+        app.kv.put("attempts/0", json.dumps({"attempt": 0, "diagnosis": "chief:0: exit code 137 (killed by "
+                                                                         "SIGKILL)"}).encode())
+    container_env("chief_0", "chief")
+    exit_report.report(app, 1 if case == "user code" else 137, died_at=1.0, settle_s=0)
+    [(status, diag)] = people(app.shutdowns)
+    assert status == "FAILED" and diag.startswith("chief:0: exit code") and app.kv.get("control/attempt_end") is None
+
+
+def test_a_container_of_an_ended_attempt_reports_nothing_and_earlier_attempts_use_no_restart(container_env, tmp_path,
+                                                                                            monkeypatch):
+    """control/attempt names the first skein instance of each service in the running attempt: a container before it
+    (killed by the supervisor) reports nothing; failures of earlier attempts' containers use no restart budget."""
+    from types import SimpleNamespace as C
+    app = _job(tmp_path, monkeypatch)
+    app.kv.put("control/attempt", json.dumps({"attempt": 1, "first": {"chief": 1, "worker": 2}}).encode())
+    container_env("chief_0", "chief")
+    exit_report.report(app, 137, died_at=1.0, settle_s=0)
+    assert app.shutdowns == [] and app.kv.get("exit/chief:0") is None
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"roles": {"worker": {"instances": 2, "max_restarts": 1}}}))
+    earlier = [C(service_name="worker", instance=i, exit_message="Container failed") for i in (0, 1)]
+    app = FakeAppClient(app_spec(max_restarts=2), failed=earlier)
+    app.get_containers = lambda services=None, states=None: list(app.failed)
+    attempt = {"attempt": 1, "first": {"worker": 2}}
+    assert exit_report.ends_the_app(app, "worker", attempt) is False    # 2 failures, both of attempt 0
+    assert exit_report.ends_the_app(app, "worker", None) is True
+    app.failed += [C(service_name="worker", instance=3, exit_message="Container failed")] * 2
+    assert exit_report.ends_the_app(app, "worker", attempt) is True

@@ -167,7 +167,10 @@ def build_application_spec(
             max_restarts=(r.max_restarts + (FREE_RESTARTS * free_restarts(spec, role))) * r.instances
             if r.restart != "never"
             else 0,
-            allow_failures=role in SIDECAR_ROLES,
+            # with the in-app supervisor, skein never fails the app on its own: a task's exit report (or the
+            # supervisor, for a container that died without one) ends the app, or the supervisor runs the job's
+            # next attempt in it (contracts.in_app); skein's "Failure in service" would end that too
+            allow_failures=role in SIDECAR_ROLES or supervise,
             node_label=r.node_label or "",
         )
     if supervise:

@@ -14,7 +14,7 @@ import time
 from typing import Any, Callable
 
 from tfyarn import paths
-from tfyarn.backends.yarn import phases, records, skein_staging
+from tfyarn.backends.yarn import in_app_attempts, phases, records, skein_staging
 from tfyarn.backends.yarn.reports import Reporter
 from tfyarn.contracts import job_end
 from tfyarn.contracts.status import AppState, AppStatus
@@ -236,4 +236,6 @@ class _YarnAttempts(ScheduledAttempts):
     def to_end(self, app_id: str) -> AppStatus:
         st = super().to_end(app_id)
         skein_staging.remove_after(self.backend, app_id)  # an AM killed leaves it (issue 30)
+        # the attempts its in-app supervisor ran: the run's own (numbering, budget, totals, diagnosis)
+        in_app_attempts.absorb(self.sup, records.load(app_id).get("snapshot") or {}, app_id)
         return st

@@ -129,7 +129,10 @@ def snapshot(
     taskmap = {k[len(TASKMAP_PREFIX) :]: v for k, v in kv.items() if k.startswith(TASKMAP_PREFIX)}
     failures = {k[len(FAILURE_PREFIX) :]: v for k, v in kv.items() if k.startswith(FAILURE_PREFIX)}
     exits = {k[len(EXIT_PREFIX) :]: json.loads(v) for k, v in kv.items() if k.startswith(EXIT_PREFIX)}
-    tasks = tasks_from_containers(containers, taskmap, spec, failures, exits)
+    from tfyarn.contracts.in_app import parse_attempt
+    from tfyarn.contracts.kv_keys import ATTEMPT_KEY
+
+    tasks = tasks_from_containers(containers, taskmap, spec, failures, exits, parse_attempt(kv.get(ATTEMPT_KEY)))
     from tfyarn.job_progress import apply_resources
 
     apply_resources(tasks, kv)  # CPU % and RSS each task publishes of itself (issue 32)
@@ -150,7 +153,29 @@ def snapshot(
         "end": kv.get(END_KEY),
         "phases": phases.task_phases(kv, progress_items),
         "containers": {f"{c.service_name}_{c.instance}": c.yarn_container_id for c in containers},
+        **in_app_attempts(kv),
     }
+
+
+def in_app_attempts(kv: dict[str, str]) -> dict[str, Any]:
+    """The in-app attempt running (``attempt``: ``control/attempt``'s number) and the ended ones
+    (``attempts``: their ``attempts/<n>`` records, in order), when the in-app supervisor ran any."""
+    import json
+
+    from tfyarn.contracts.in_app import parse_attempt
+    from tfyarn.contracts.kv_keys import ATTEMPT_KEY, ATTEMPTS_PREFIX
+
+    rec = parse_attempt(kv.get(ATTEMPT_KEY))
+    if rec is None:
+        return {}
+    ended = []
+    for k, v in kv.items():
+        if k.startswith(ATTEMPTS_PREFIX):
+            try:
+                ended.append(json.loads(v))
+            except ValueError:
+                continue
+    return {"attempt": rec["attempt"], "attempts": sorted(ended, key=lambda r: r.get("attempt") or 0)}
 
 
 def tasks_from_containers(
@@ -159,13 +184,16 @@ def tasks_from_containers(
     spec: JobSpec | None,
     failures: dict[str, str],
     exits: dict[str, dict[str, Any]],
+    attempt: dict[str, Any] | None = None,
 ) -> list[TaskStatus]:
     """One TaskStatus per task (``role:index``) from skein containers: the newest container holding each task;
     ``restarts`` = how many earlier containers held it. Tasks with no container yet are PENDING.
 
     ``exits`` (``exit/<task>`` records, :mod:`tfyarn.runtime.exit_report`) give a failed task's exit code and tell
-    a container that died before the application master noticed (FAILED at once, not RUNNING for seconds)."""
+    a container that died before the application master noticed (FAILED at once, not RUNNING for seconds).
+    ``attempt`` (``control/attempt``): restarts count only the running in-app attempt's containers."""
     from tfyarn.backends.yarn.appspec import SUPERVISOR_SERVICE
+    from tfyarn.contracts.in_app import in_attempt
     from tfyarn.runtime.exit_report import exit_text
 
     by_task = _by_task([c for c in containers if c.service_name != SUPERVISOR_SERVICE], taskmap, spec)  # no task
@@ -208,7 +236,7 @@ def tasks_from_containers(
                 task=task,
                 state=state,
                 host=_host(c.yarn_node_http_address),
-                restarts=len(cs) - 1,
+                restarts=sum(1 for x in cs[:-1] if in_attempt(f"{x.service_name}_{x.instance}", attempt)),
                 exit_code=code,
                 diagnostics=diag,
                 log=c.yarn_container_logs or None,

@@ -14,7 +14,7 @@ import logging
 from typing import Any
 
 from tfyarn import hdfs, paths
-from tfyarn.backends.yarn import appspec, outcome, records, rest
+from tfyarn.backends.yarn import appspec, in_app_attempts, outcome, records, rest
 from tfyarn.backends.yarn.states import (
     ACTIVE_APP_STATES,
     ALL_APP_STATES,
@@ -92,7 +92,7 @@ class StatusReader(Submitter):
             from tfyarn.backends.yarn.supervise import no_more_attempts_note
 
             # a bare submit: nobody resubmits
-            note = no_more_attempts_note(spec, attempt_of(rep.tags), diag)
+            note = no_more_attempts_note(spec, max(attempt_of(rep.tags), snap.get("attempt") or 0), diag)
             diag = f"{diag}\n{note}".strip() if note and note not in diag else diag
         summary = snap.get("summary") or final.get("summary")
         if summary is None and state.is_terminal:
@@ -108,6 +108,7 @@ class StatusReader(Submitter):
             ),
             end=outcome.ended_by(snap, diag_end) if recorded is not None else None,
         )
+        st = in_app_attempts.fold(st, snap, spec)  # attempts the in-app supervisor ran: the number, the totals
         launched = timestamp(getattr(rep, "launch_time", None))  # the RM's REST report has it, skein's not
         if live is not None:
             records.save(app_id, name=rep.name, snapshot=live, **({"am_launched": launched} if launched else {}))

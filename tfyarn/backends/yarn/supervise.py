@@ -9,8 +9,14 @@ once every task is done (unless a live follower does it first), and publishes th
 errors are logged and it exits 0. A follower that sees its heartbeat (``control/supervisor``) leaves the stall watch to
 it; the job's end is the follower's while one is alive.
 
-**What it cannot do**: start another job attempt: that is a new YARN application, submitted from a gateway by
-``tfyarn run``; a bare ``submit``'s failed app says so (:func:`no_more_attempts_note`).
+**Attempts**: a task failure that would end the app (its exit report, a container that died without one, a lost node)
+is the attempt's end when triage retries it and the budget allows (:mod:`tfyarn.contracts.in_app`): the supervisor
+kills every task container, clears the attempt's KV keys, records its end and starts every task again in the same
+application (:mod:`.in_app_attempts`; ``control/attempt`` says the attempt), so a bare ``submit`` gets the attempts
+``tfyarn run`` does. **What it cannot do**: outlive its application master: an AM killed or lost ends the app
+FAILED, and only a gateway that follows the job (``tfyarn run``) starts another attempt, as a new YARN application; a
+bare ``submit``'s failed app says so (:func:`no_more_attempts_note`). A supervisor that died leaves the job to the
+tasks' exit reports (no further attempt in the app).
 """
 
 from __future__ import annotations
@@ -27,7 +33,8 @@ from tfyarn.contracts.status import AppState, AppStatus, TaskStatus
 from tfyarn.backends.yarn.states import ALL_CONTAINER_STATES, snapshot
 from tfyarn.backends.yarn.records import publish_report, read_record, record_url, report_url, write_record  # noqa: F401
 from tfyarn.contracts import job_end
-from tfyarn.contracts.kv_keys import SPEC_KEY
+from tfyarn.contracts.in_app import handover_record, parse_attempt
+from tfyarn.contracts.kv_keys import ATTEMPT_END_KEY, ATTEMPT_KEY, END_KEY, SPEC_KEY
 from tfyarn.errors import timeout_message
 from tfyarn.report import HISTORY_FILE
 from tfyarn.runtime import app_end
@@ -46,8 +53,8 @@ _ENDED = ("SUCCEEDED", "FAILED", "KILLED")
 
 
 def no_more_attempts_note(spec: JobSpec, attempt: int, diagnosis: str = "") -> str:
-    """What a failed app of a job with attempts left says: nobody in the app can submit the next one
-    (or, when the user's code failed, that no attempt would: contracts.triage.should_retry)."""
+    """What a failed app of a job with attempts left says: its supervisor did not run the next one in it and
+    nobody submitted one (or, when the user's code failed, that no attempt would: contracts.triage.should_retry)."""
     if attempt + 1 >= spec.retry.max_attempts:
         return ""
     from tfyarn.contracts.triage import should_retry
@@ -56,8 +63,10 @@ def no_more_attempts_note(spec: JobSpec, attempt: int, diagnosis: str = "") -> s
     if not decision:
         return decision.reason
     return (
-        f"attempt {attempt + 1} of {spec.retry.max_attempts} (retry.max_attempts): a new attempt is a new YARN "
-        f"application, submitted only by a gateway that follows the job (`tfyarn run`); none was"
+        f"attempt {attempt + 1} of {spec.retry.max_attempts} (retry.max_attempts): the app's in-app supervisor "
+        f"runs further attempts after a task's failure only (not after a timeout, nor once it or the application "
+        f"master is gone), and a new YARN application is submitted only by a gateway that follows the job "
+        f"(`tfyarn run`); none was"
     )
 
 
@@ -87,6 +96,10 @@ class InAppSupervisor:
             spec, started=started, clock=clock, history_path=self.report_dir / HISTORY_FILE, ack_wait_s=ack_wait_s
         )
         self.sup.begin_attempt(kv)  # no pids: the tasks are asked for their stacks through the KV
+        self.sup.attempt = attempt  # further attempts run in this app (in_app_attempts): numbered on from the app's
+        self.attempt_started = started
+        #: has a NodeManager stopped a killed container (nm address, YARN id)? None: ask it (in_app_attempts)
+        self.container_gone: Callable[[str, str], bool] | None = None
         self.snap: dict[str, Any] = {}
         self.outcome: tuple[str, str] | None = None  # (YARN final status, diagnosis) it ended the app with
         self._done_seen: float | None = None  # when it first saw every task done (monotonic)
@@ -142,7 +155,7 @@ class InAppSupervisor:
     def round(self) -> bool:
         """One look at the app: heartbeat, read, checks. True when the supervisor's work is over (app ended by it,
         or every task's container ended: skein ends the app from their exits once this one exits too)."""
-        self.kv.put(app_end.SUPERVISOR_KEY, f"{time.time():.3f}")
+        self._beat()
         kv = self.kv.items()
         containers = self.app.get_containers(states=ALL_CONTAINER_STATES)
         snap = self.snap = snapshot(containers, kv, self.spec, progress=self.sup.progress(kv))
@@ -152,18 +165,95 @@ class InAppSupervisor:
                 return False
             self.finish("SUCCEEDED", app_end.DONE_DIAGNOSTICS)
             return True
+        ended = self.attempt_ended(kv, containers)
+        if ended is not None:
+            return self.attempt_failed(ended)
         self.requests.check(containers, snap.get("taskmap") or {})
         lost = self.nodes.check(containers, snap.get("taskmap") or {}, last_heard(kv))
         if lost is not None:  # the attempt ends now, before a peer's error says something else
-            log.error("%s: %s; ending it", self.app_id, lost)
-            self.finish("FAILED", lost, AppState.FAILED)
-            return True
+            log.error("%s: %s; ending the attempt", self.app_id, lost)
+            return self.attempt_failed(lost)
         diag = self.verdict(snap)
         if diag is not None:
             log.error("%s: %s; ending it", self.app_id, diag)
             self.finish("FAILED", diag)
             return True
         return bool(snap["tasks"]) and all(x["state"] in _ENDED for x in snap["tasks"])
+
+    # -- in-app attempts ---------------------------------------------------------------------------------------------
+    def attempt_ended(self, kv: dict[str, str], containers: list[Any]) -> str | None:
+        """The running attempt's end, when it has one: the diagnosis a failed task handed over
+        (``control/attempt_end``), or the failure of containers that died without an exit report and that
+        skein did not replace (what skein would have failed the app for: its services here allow failures)."""
+        import json
+
+        from tfyarn.backends.yarn.in_app_attempts import lost_task
+
+        if END_KEY in kv:
+            return None  # the app is ending (a failed task's exit report, a follower): skein ends it next
+        rec = kv.get(ATTEMPT_END_KEY) or self.kv.get(ATTEMPT_END_KEY)
+        if rec is not None:
+            try:
+                return str(json.loads(rec).get("diagnosis") or "") or "a task failed"
+            except ValueError:
+                return "a task failed"
+        lost = lost_task(self.spec, containers, parse_attempt(kv.get(ATTEMPT_KEY)))
+        if not lost or self.kv.get(ATTEMPT_END_KEY) is not None or self.kv.get(END_KEY) is not None:
+            return None  # (an exit report may have spoken since the KV was read: the next round reads it)
+        tasks = {t["task"]: t for t in self.snap.get("tasks", [])}
+        taskmap = self.snap.get("taskmap") or {}
+        parts = []
+        for c in lost:
+            task = taskmap.get(f"{c.service_name}_{c.instance}", f"{c.service_name}:{c.instance}")
+            words = (tasks.get(task) or {}).get("diagnostics") or c.exit_message or "failed"
+            parts.append(f"{task}: {words}")
+        return "; ".join(parts)
+
+    def attempt_failed(self, diagnosis: str) -> bool:
+        """The running attempt failed with ``diagnosis``: the next one starts in this application when
+        :meth:`tfyarn.supervisor.Supervisor.next_attempt` says so (triage, budgets, deadline: the runner's
+        rules), else the app ends FAILED with it. True when the supervisor's work is over."""
+        from tfyarn.backends.yarn.in_app_attempts import restart
+
+        self.sup.progress(self.kv.items())  # the step the attempt reached: the steps redone
+        ended = self.attempt
+        if not self.sup.next_attempt(AppState.FAILED, diagnosis, label=f"attempt {ended}"):
+            log.error("%s: attempt %d failed: %s; ending the application", self.app_id, ended, diagnosis)
+            self.finish("FAILED", self.sup.final_diagnosis(diagnosis), AppState.FAILED)
+            return True
+        self.attempt = self.sup.attempt
+        if self.kv.get(ATTEMPT_END_KEY) is None:  # (a lost node, a container dead without its report)
+            # the containers about to be killed must not report their ends as the attempt's, nor end the app
+            self.kv.put(ATTEMPT_END_KEY, handover_record("supervisor", diagnosis, time.time()))
+        ok = restart(
+            self.app,
+            self.kv,
+            self.spec,
+            self.attempt,
+            diagnosis,
+            self.attempt_started,
+            self.sup.redone[-1],
+            backoff=self._backoff,
+            gone=self.container_gone,
+            beat=self._beat,
+        )
+        self.attempt_started = time.time()
+        self.sup.begin_attempt(self.kv)
+        self.nodes = NodeWatch(self.spec.timeouts.node_lost)
+        self.requests = Rerequest(self.spec, self.app, self.app_id, clock=self.clock)
+        self._done_seen = None
+        return not ok
+
+    def _beat(self) -> None:
+        self.kv.put(app_end.SUPERVISOR_KEY, f"{time.time():.3f}")
+
+    def _backoff(self) -> bool:
+        """``retry.backoff`` before the next in-app attempt, the heartbeat kept fresh meanwhile."""
+        end = time.monotonic() + self.spec.retry.backoff
+        while (left := end - time.monotonic()) > 0:
+            self._beat()
+            time.sleep(min(POLL_S, left))
+        return True
 
     def _follower_ends_it(self) -> bool:
         """True while a live follower (``tfyarn run``/``wait``) still has time to end the app itself: it reads the KV
@@ -208,7 +298,7 @@ class InAppSupervisor:
 
     def status(self, state: AppState, diagnosis: str) -> AppStatus:
         tasks = [TaskStatus(**t) for t in self.snap.get("tasks", [])]
-        return settle(
+        st = settle(
             AppStatus(
                 app_id=self.app_id,
                 backend="yarn",
@@ -223,6 +313,7 @@ class InAppSupervisor:
                 summary=self.snap.get("summary") or self.sup.summary,
             )
         )
+        return self.sup.fold_totals(st)  # wall time and work redone over every attempt
 
     def write_report(self, st: AppStatus) -> None:
         """report.json (+ PNG when matplotlib imports) next to the checkpoints (:func:`tfyarn.supervisor.write_report`:

@@ -12,6 +12,7 @@ from skein.model import Container
 from yarnutil import make_spec
 from tfyarn.backends.base import AppState
 from tfyarn.backends.yarn.appspec import SUPERVISOR_SERVICE
+from tfyarn.backends.yarn.in_app_attempts import ACTIVE
 from tfyarn.backends.yarn.states import app_state
 from tfyarn.backends.yarn.supervise import InAppSupervisor, no_more_attempts_note
 from tfyarn.contracts import job_end
@@ -41,13 +42,26 @@ class App:
     def __init__(self, states):
         self.containers = [container(SUPERVISOR_SERVICE, 0, "RUNNING")]
         self.containers += [container(s, 0, st) for s, st in states.items()]
-        self.shutdowns = []
+        self.shutdowns, self.killed, self.scaled = [], [], []
 
     def get_containers(self, services=None, states=None):
-        return [c for c in self.containers if states is None or str(c.state) in states]
+        return [c for c in self.containers if (states is None or str(c.state) in states)
+                and (services is None or c.service_name in services)]
 
     def shutdown(self, status, diagnostics):
         self.shutdowns.append((status, diagnostics))
+
+    def kill_container(self, id):
+        c = next(c for c in self.containers if c.id == id)
+        c.state = "KILLED"
+        self.killed.append(id)
+
+    def scale(self, service, count):
+        n = max((c.instance for c in self.containers if c.service_name == service), default=-1) + 1
+        active = [c for c in self.containers if c.service_name == service and str(c.state) in ACTIVE]
+        for i in range(count - len(active)):
+            self.containers.append(container(service, n + i, "REQUESTED"))
+        self.scaled.append((service, count))
 
 
 class Clock:
@@ -62,6 +76,7 @@ def supervisor(tmp_path, states, **spec_over):
     spec = make_spec(roles=ROLES, mode="allreduce", **spec_over)
     app, kv, clock = App(states), MemoryKV(), Clock()
     sup = InAppSupervisor(spec, app, kv, APP, started=clock.t, clock=clock, report_dir=tmp_path, ack_wait_s=0.2)
+    sup.container_gone = lambda nm, cid: True               # the NodeManagers stopped what was killed
     sup.publish()
     return sup, app, kv, clock
 
@@ -142,9 +157,15 @@ def test_a_live_follower_ends_the_app_itself_and_the_supervisor_only_after_its_g
     assert json.loads((tmp_path / "report.json").read_text())["state"] == "SUCCEEDED"
 
 
-def test_every_task_container_ended_without_all_done_leaves_the_end_to_skein(tmp_path):
+def test_a_task_that_died_without_its_report_and_no_attempt_left_ends_the_app_failed(tmp_path):
+    """skein's services allow failures in a supervised app (it would fail the app, and the next in-app attempt with
+    it): a container that died without its exit report (a kill of the whole container) and that skein did not
+    replace is the attempt's end, judged by the supervisor; no attempt left: FAILED, naming it."""
     sup, app, kv, clock = supervisor(tmp_path, {"chief": "SUCCEEDED", "worker": "FAILED"})
-    assert sup.round() is True and app.shutdowns == []
+    assert sup.round() is True
+    [(status, diag)] = people(app.shutdowns)
+    assert status == "FAILED" and diag.startswith("worker:0: "), diag
+    assert app.scaled == [] and kv.get("control/attempt") is None
 
 
 def test_a_bare_submits_failure_says_that_no_attempt_follows():
@@ -167,17 +188,84 @@ def test_the_service_imports_no_tensorflow_and_a_crash_exits_0(tmp_path):
 
 def test_a_task_on_a_node_that_stopped_answering_ends_the_attempt_naming_it(tmp_path):
     """issue 30: the NodeManager of worker:0's node refuses (nothing listens there) and worker:0 reports nothing:
-    past ``timeouts.node_lost`` the supervisor ends the attempt FAILED, the lost node first in its diagnosis."""
+    past ``timeouts.node_lost`` the supervisor ends the attempt, the lost node first in its diagnosis; a lost node
+    is the cluster's doing (free of retry.max_attempts), so the next attempt starts in the same app."""
     sup, app, kv, clock = supervisor(tmp_path, {"chief": "RUNNING", "worker": "RUNNING"},
-                                     timeouts={"node_lost": 0.3})
+                                     timeouts={"node_lost": 0.3}, retry={"max_attempts": 1, "backoff": "0.01s"})
     for c in app.containers:
         c.yarn_node_http_address = "127.0.0.1:1" if c.service_name == "worker" else "127.0.0.1:9"
     sup.nodes.prober = lambda addr: addr != "127.0.0.1:1"     # the chief's node answers
     kv.put("progress/chief:0", json.dumps({"step": 3, "time": time.time() + 60}))
     assert sup.round() is False and app.shutdowns == []        # not answering since now: not lost yet
     time.sleep(0.4)
+    assert sup.round() is False and app.shutdowns == []        # the attempt ended; the next one runs
+    [rec] = [json.loads(v) for k, v in kv.items("attempts/").items()]
+    assert rec["diagnosis"].startswith("worker:0 lost with its node 127.0.0.1 (its NodeManager 127.0.0.1:1 has "
+                                       "not answered for"), rec
+    assert "chief:0" not in rec["diagnosis"] and rec["cause"] == "lost with its node"
+    assert json.loads(kv.get("control/attempt"))["attempt"] == 1 and sup.attempt == 1
+
+
+def in_app_job(tmp_path, **retry):
+    """A chief and a worker running attempt 0 of a supervised app, with what its tasks put in the KV."""
+    sup, app, kv, clock = supervisor(tmp_path, {"chief": "RUNNING", "worker": "RUNNING"},
+                                     retry={"max_attempts": 2, "backoff": "0.01s", **retry})
+    for k, v in {"taskmap/chief_0": "chief:0", "taskmap/worker_0": "worker:0", "slot/chief:0": "chief_0",
+                 "slot/worker:0": "worker_0", "addr/chief:0": "h:1", "addr/worker:0": "h:2",
+                 "progress/chief:0": json.dumps({"step": 13, "global_step": 13, "time": time.time()}),
+                 "plan/total_steps": "40", "control/steps_aligned": "1", "index/0/train/manifest": "m",
+                 app_end.FOLLOWER_KEY: f"{time.time():.3f}"}.items():
+        kv.put(k, v)
+    return sup, app, kv, clock
+
+
+def test_a_failure_handed_over_ends_the_attempt_and_starts_every_task_again_in_the_same_app(tmp_path):
+    """issue 30 item 6: the chief's exit report hands the attempt's end over (control/attempt_end): every task
+    container is killed, the attempt's keys go (what outlives attempts stays), its end is recorded, the attempt
+    number is bumped with the first skein instance of each service in it, and every task is started again."""
+    sup, app, kv, clock = in_app_job(tmp_path)
+    assert sup.round() is False
+    kv.put("exit/chief:0", json.dumps({"code": 137, "died_at": 1.0}))
+    kv.put("control/attempt_end", json.dumps({"by": "failed-task:chief:0", "time": 1.0,
+                                              "diagnosis": "chief:0: exit code 137 (killed by SIGKILL)"}))
+    assert sup.round() is False and app.shutdowns == []
+    assert sorted(app.killed) == ["chief_0", "worker_0"]                     # the supervisor's own container lives
+    assert app.scaled == [("chief", 1), ("worker", 1)]
+    assert [c.id for c in app.get_containers(states=ACTIVE)] == [f"{SUPERVISOR_SERVICE}_0", "chief_1", "worker_1"]
+    assert json.loads(kv.get("control/attempt"))["first"] == {"chief": 1, "worker": 1}
+    left = kv.items()
+    for gone in ("exit/", "slot/", "addr/", "progress/", "plan/", "control/steps_aligned", "control/attempt_end"):
+        assert not [k for k in left if k.startswith(gone)], (gone, left)
+    for kept in ("spec", "taskmap/chief_0", "index/0/train/manifest", app_end.SUPERVISOR_KEY, app_end.FOLLOWER_KEY):
+        assert kept in left, kept
+    rec = json.loads(kv.get("attempts/0"))
+    assert rec["attempt"] == 0 and rec["cause"] == "killed by signal 9" and rec["reached"] == 13, rec
+    assert sup.attempt == 1 and "attempt" not in sup.snap     # (read before the restart: the first attempt)
+    sup.round()
+    assert sup.snap["attempt"] == 1 and [r["attempt"] for r in sup.snap["attempts"]] == [0]
+    # the new attempt's containers replace no failed one: no restart (the runtime's restarts_before agrees)
+    assert {t["task"]: t["restarts"] for t in sup.snap["tasks"]} == {"chief:0": 0, "worker:0": 0}, sup.snap["tasks"]
+    # a second retryable failure: retry.max_attempts 2 is used up, so the app ends FAILED, naming both attempts
+    kv.put("control/attempt_end", json.dumps({"diagnosis": "chief:0: exit code 137 (killed by SIGKILL)"}))
     assert sup.round() is True
-    status, diag = app.shutdowns[0]
-    assert status == "FAILED" and diag.startswith("worker:0 lost with its node 127.0.0.1 (its NodeManager "
-                                                  "127.0.0.1:1 has not answered for"), diag
-    assert "chief:0" not in diag
+    [(status, diag)] = people(app.shutdowns)
+    assert status == "FAILED" and diag.startswith("chief:0: exit code 137") and "earlier attempts: attempt 0:" in diag
+
+
+def test_the_user_codes_failure_ends_the_app_at_once_whatever_attempts_are_left(tmp_path):
+    sup, app, kv, clock = in_app_job(tmp_path, max_attempts=5)
+    kv.put("control/attempt_end", json.dumps({"diagnosis": "chief:0: exit code 1: ValueError: bad shape"}))
+    assert sup.round() is True and app.killed == [] and app.scaled == []
+    [(status, diag)] = people(app.shutdowns)
+    assert status == "FAILED" and "not retried: the job's own code failed (raised ValueError)" in diag, diag
+
+
+def test_a_dead_container_skein_replaced_is_no_attempt_end(tmp_path):
+    """An async worker preempted: skein started its replacement (restart budget left): the attempt goes on."""
+    sup, app, kv, clock = in_app_job(tmp_path)
+    app.containers[2].state = "FAILED"
+    app.containers.append(container("worker", 1, "REQUESTED"))
+    assert sup.round() is False and app.killed == [] and kv.get("control/attempt") is None
+    app.containers[-1].state = "FAILED"                               # no replacement this time: the end
+    assert sup.round() is False and sorted(app.killed) == ["chief_0"] and app.scaled == [("chief", 1), ("worker", 1)]
+    assert json.loads(kv.get("control/attempt"))["first"] == {"chief": 1, "worker": 2}

@@ -51,7 +51,8 @@ def test_round_trip_and_fields(spec):
     assert "tfyarn.runtime" not in sup.script.replace(appspec.SUPERVISOR_MODULE, "")
     w = app.services["worker"]
     assert (w.instances, w.resources.memory, w.resources.vcores, w.resources.gpus) == (3, 4096, 4, 1)
-    assert w.node_label == "gpu" and w.max_restarts == (2 + FREE_RESTARTS) * 3 and not w.allow_failures
+    assert w.node_label == "gpu" and w.max_restarts == (2 + FREE_RESTARTS) * 3
+    assert w.allow_failures     # supervised: skein never fails the app itself (the exit report or supervisor ends it)
     # skein restarts per service; tfyarn per task: 3 workers x 2 restarts each share one budget of 6 (held by the
     # exit report), and async ps workers get FREE_RESTARTS more each from skein for preemptions and lost nodes
     assert w.env == {"TF_CPP_MIN_LOG_LEVEL": "2", "TFYARN_ROLE": "worker", "TFYARN_ATTEMPT": "0"}
@@ -73,7 +74,9 @@ def test_sidecar_tensorboard_and_zero_instance_roles():
     app = build_application_spec(s, shipped())
     assert set(app.services) == {"worker", "ps", "tensorboard", appspec.SUPERVISOR_SERVICE}
     assert set(build_application_spec(s, shipped(), supervise=False).services) == {"worker", "ps", "tensorboard"}
-    assert app.services["tensorboard"].allow_failures and not app.services["worker"].allow_failures
+    assert app.services["tensorboard"].allow_failures and app.services["worker"].allow_failures
+    bare = build_application_spec(s, shipped(), supervise=False)     # no supervisor: skein fails the app as ever
+    assert bare.services["tensorboard"].allow_failures and not bare.services["worker"].allow_failures
     # a role whose env sets TMPDIR keeps it; the others get the container's own tmp/
     assert 'export TMPDIR="$PWD/tmp"' in app.services["worker"].script
     assert "TMPDIR" not in app.services["tensorboard"].script
