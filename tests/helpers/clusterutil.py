@@ -180,6 +180,13 @@ class CliRun:
         return json.loads(out)
 
 
+def attempt_record(yarn, app_id: str, attempt: int) -> dict | None:
+    """How in-app attempt ``attempt`` of ``app_id`` ended (KV ``attempts/<n>``, put by its supervisor), or None
+    while it has not ended."""
+    raw = yarn.client().connect(app_id).kv.get(f"attempts/{attempt}")
+    return json.loads(raw.decode()) if raw else None
+
+
 def read_json(url: str) -> Any:
     import fsspec
     with fsspec.open(url, "rt") as f:

@@ -18,7 +18,9 @@ from clusterutil import (
     FAULT_JOBS,
     JOB_S,
     ROOT,
+    CliRun,
     assert_clean,
+    attempt_record,
     job_doc,
     needs_yarn,
     planned_steps,
@@ -185,9 +187,10 @@ def test_a_sync_job_preempted_resumes_from_its_checkpoint_without_using_an_attem
     yarn, dataset, hdfs_root, tmp_path, queues
 ):
     """Sync ps job with ``retry.max_attempts: 1``: a preempted worker cannot rejoin a lockstep
-    round, so skein fails the app; the preemption is said in the attempt's diagnosis (from the RM's
-    count when no snapshot saw it) and uses none of the one attempt: ``tfyarn run`` starts attempt
-    2, which resumes from the latest checkpoint and reaches the planned global step."""
+    round, so the attempt ends; the preemption is said in its record and uses none of the one
+    attempt: the in-app supervisor starts attempt 1 in the same application, which resumes from the
+    latest checkpoint and reaches the planned global step (followed by ``tfyarn run``, which
+    submits nothing more)."""
     name = unique("preempt-sync")
     every = 20
     doc = job_doc(
@@ -208,45 +211,32 @@ def test_a_sync_job_preempted_resumes_from_its_checkpoint_without_using_an_attem
     doc["params"]["step_delay_s"] = 0.2
     spec = load_spec_dict(doc)
     total = sum(planned_steps(spec))
-    path = tmp_path / "job.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    run = subprocess.Popen(
-        [sys.executable, "-m", "tfyarn.cli", "run", str(path), "--yarn", "--output", "json"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
     hog = None
-    try:
-        first = wait_until(
-            lambda: [a.app_id for a in yarn.list() if name in a.tags], JOB_S, f"{name}'s app"
-        )[0]
-        wait_for_step(yarn, first, "chief:0", 2 * every)  # past a checkpoint
-        hog = _hog(yarn, name)
-        ended = wait_until(
-            lambda: yarn.status(first).state.is_terminal and yarn.status(first),
-            180,
-            "the preemption to end attempt 1",
-        )
-        yarn.kill(hog)
-        hog = None
-        out, err = run.communicate(timeout=3 * JOB_S)
-    finally:
-        if hog:
+    with CliRun(doc, tmp_path) as run:
+        try:
+            first = wait_until(
+                lambda: [a.app_id for a in yarn.list() if name in a.tags], JOB_S, f"{name}'s app"
+            )[0]
+            wait_for_step(yarn, first, "chief:0", 2 * every)  # past a checkpoint
+            hog = _hog(yarn, name)
+            ended = wait_until(
+                lambda: attempt_record(yarn, first, 0), 180, "the preemption to end attempt 0"
+            )
             yarn.kill(hog)
-        if run.poll() is None:
-            run.kill()
-    assert ended.state is AppState.FAILED and "preempted by the scheduler" in ended.diagnostics, (
-        ended.diagnostics
-    )
-    assert run.returncode == 0, err[-3000:]
-    apps = [a.app_id for a in yarn.list(all_states=True) if name in a.tags and a.app_id != hog]
-    last = yarn.status(max(apps))
-    assert last.state is AppState.SUCCEEDED and last.attempt == 1, (
-        last.state,
-        last.attempt,
-        last.diagnostics,
-    )
+            hog = None
+        finally:
+            if hog:
+                yarn.kill(hog)
+        final = run.status(3 * JOB_S)
+    assert "preempted by the scheduler" in ended["diagnosis"], ended
+    assert ended["cause"] and "preempt" in ended["cause"], ended
+    assert 0 < ended["resumes_at"] <= ended["reached"], ended  # resumed from a checkpoint
+    apps = [a.app_id for a in yarn.list(all_states=True) if name in a.tags]
+    assert apps == [first], apps  # the attempt ran inside the application: nothing resubmitted
+    assert (final["app_id"], final["state"], final["attempt"]) == (first, "SUCCEEDED", 1), final
+    last = yarn.status(first)
+    assert last.state is AppState.SUCCEEDED and last.attempt == 1, (last.state, last.attempt)
     assert int(last.progress.get("global_step") or 0) == total
-    assert "1 attempt ended by the cluster (not counted in retry.max_attempts)" in out, out[-2000:]
+    totals = final["summary"]["attempts"]  # both attempts counted, the steps redone said
+    assert totals["attempts"] == 2 and len(totals["by_attempt"]) == 1, totals
     assert_clean(yarn, *apps, tag=name)

@@ -2,9 +2,10 @@
 frozen (SIGSTOP: it answers nothing, heartbeats stop, as a dead or cut-off host) and so is the
 worker's container. The in-app supervisor names the loss after ``timeouts.node_lost`` (8 s here),
 well before YARN's own expiry (20 s on scripts/test-yarn's cluster, 10 minutes by default), and ends
-the attempt at once: the diagnosis starts with the lost node, not with a peer's error. The attempt
-is the cluster's doing, so ``retry.max_attempts: 1`` still allows attempt 2, which resumes from the
-checkpoint and reaches the planned global step. The node is thawed right after the attempt ends.
+the attempt at once: its record starts with the lost node, not with a peer's error. The attempt is
+the cluster's doing, so ``retry.max_attempts: 1`` still allows attempt 1, which the supervisor starts
+in the same application; it resumes from the checkpoint and reaches the planned global step. The
+node is thawed right after the attempt ends.
 
 Freezing rather than killing keeps the cluster whole for the tests after it and leaves the
 application master and the in-app supervisor running wherever they are (they are other processes
@@ -13,18 +14,17 @@ than the frozen ones). Only on a cluster of one's own: TFYARN_BREAKABLE_CLUSTER=
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import psutil
 import pytest
-import yaml
 from clusterutil import (
     FAULT_JOBS,
     JOB_S,
+    CliRun,
     assert_clean,
+    attempt_record,
     job_doc,
     needs_yarn,
     planned_steps,
@@ -82,66 +82,54 @@ def test_a_lost_node_ends_the_attempt_in_seconds_naming_it_and_uses_no_attempt(
     doc["params"]["step_delay_s"] = 0.25
     spec = load_spec_dict(doc)
     total = sum(planned_steps(spec)) * spec.num_training_workers
-    path = tmp_path / "job.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    run = subprocess.Popen(
-        [sys.executable, "-m", "tfyarn.cli", "run", str(path), "--yarn", "--output", "json"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
     frozen: list[psutil.Process] = []
-    try:
-        first = wait_until(
-            lambda: [a.app_id for a in yarn.list() if name in a.tags], JOB_S, f"{name}'s app"
-        )[0]
-        wait_for_step(yarn, first, "chief:0", 2 * every)
-        st = yarn.status(first)
-        victim = next(t for t in st.tasks if t.task.startswith("worker:") and t.state == "RUNNING")
-        proc = task_process(yarn, first, victim.task)
-        nm = _nodemanager(victim.host or "")
-        group = [
-            p for p in psutil.process_iter() if p.pid > 1 and _pgid(p.pid) == os.getpgid(proc.pid)
-        ]
-        for p in [nm, *group]:
-            p.suspend()
-            frozen.append(p)
-        t_frozen = time.monotonic()
-        ended = wait_until(
-            lambda: (s := yarn.status(first)).state.is_terminal and s,
-            60,
-            f"attempt 1 to end after {victim.task}'s node froze",
-        )
-        took = time.monotonic() - t_frozen
-    finally:
-        for p in frozen:
-            try:
-                p.resume()
-            except psutil.Error:
-                pass
-    try:
-        _, err = run.communicate(timeout=3 * JOB_S)
-    finally:
-        if run.poll() is None:
-            run.kill()
-    assert ended.state is AppState.FAILED, (ended.state, ended.diagnostics)
-    lost, _, rest = ended.diagnostics.partition(f" lost with its node {victim.host} (")
-    assert rest and victim.task in lost.split(", ") and "\n" not in lost, (
-        ended.diagnostics
-    )  # the root cause first
-    assert "has not answered for" in rest.split("\n")[0], ended.diagnostics
+    with CliRun(doc, tmp_path) as run:
+        try:
+            first = wait_until(
+                lambda: [a.app_id for a in yarn.list() if name in a.tags], JOB_S, f"{name}'s app"
+            )[0]
+            wait_for_step(yarn, first, "chief:0", 2 * every)
+            st = yarn.status(first)
+            victim = next(
+                t for t in st.tasks if t.task.startswith("worker:") and t.state == "RUNNING"
+            )
+            proc = task_process(yarn, first, victim.task)
+            nm = _nodemanager(victim.host or "")
+            group = [
+                p
+                for p in psutil.process_iter()
+                if p.pid > 1 and _pgid(p.pid) == os.getpgid(proc.pid)
+            ]
+            for p in [nm, *group]:
+                p.suspend()
+                frozen.append(p)
+            t_frozen = time.time()
+            ended = wait_until(
+                lambda: attempt_record(yarn, first, 0),
+                60,
+                f"attempt 0 to end after {victim.task}'s node froze",
+            )
+        finally:
+            for p in frozen:
+                try:
+                    p.resume()
+                except psutil.Error:
+                    pass
+        final = run.status(3 * JOB_S)
+    lost, _, rest = ended["diagnosis"].partition(f" lost with its node {victim.host} (")
+    assert rest and victim.task in lost.split(", ") and "\n" not in lost, ended  # the root cause first
+    assert "has not answered for" in rest.split("\n")[0], ended
+    took = ended["ended"] - t_frozen  # noticed, its containers killed, the attempt's keys cleared
     assert took < 20, (
         f"the lost node was noticed {took:.1f}s after it froze: not before YARN's own expiry"
     )
-    assert run.returncode == 0, err[-3000:]
-    apps = sorted(a.app_id for a in yarn.list(all_states=True) if name in a.tags)
-    last = yarn.status(apps[-1])
-    # attempt 2 may itself have been placed on the frozen node before YARN knew: a lost node again,
+    apps = [a.app_id for a in yarn.list(all_states=True) if name in a.tags]
+    assert apps == [first], apps  # the next attempt ran inside the application
+    # attempt 1 may itself have been placed on the frozen node before YARN knew: a lost node again,
     # free again
-    assert last.state is AppState.SUCCEEDED and last.attempt == len(apps) - 1 >= 1, (
-        apps,
-        last.diagnostics,
-    )
+    assert (final["app_id"], final["state"]) == (first, "SUCCEEDED") and final["attempt"] >= 1, final
+    last = yarn.status(first)
+    assert last.state is AppState.SUCCEEDED and last.attempt == final["attempt"], last.attempt
     assert int(last.progress.get("global_step") or 0) == total
     assert_clean(yarn, *apps, tag=name)
 
