@@ -8,13 +8,13 @@ here follows an app while it runs (no ``wait``/``run`` heartbeat): what ends the
 """
 import json
 import signal
-import time
 
 import psutil
 import pytest
 import yaml
 
-from clusterutil import (JOB_S, ROOT, app_processes, job_doc, needs_yarn, task_process, tfyarn, unique,
+from clusterutil import (JOB_S, ROOT, app_processes, attempt_record, job_doc, needs_yarn, task_process, tfyarn,
+                         unique,
                          wait_for_step, wait_no_processes, wait_until, watch_end)
 from tfyarn.backends.yarn import records
 from tfyarn.backends.yarn.rest import RmRest
@@ -44,7 +44,7 @@ def apps(yarn, dataset, hdfs_root, tmp_path_factory):
     docs["deadline"]["timeouts"]["active_deadline"] = 60
     docs["nosup"]["params"] = {"steps": 600}           # 30 s of steps: time to kill its supervisor first
     out = {}
-    # the stalled job as a user submits it: `tfyarn submit`, which then exits (nobody can start a next attempt)
+    # the stalled job as a user submits it: `tfyarn submit`, which then exits (its attempts run in the app)
     path = tmp_path_factory.mktemp("sup") / "stall.yaml"
     path.write_text(yaml.safe_dump(docs["stall"]))
     sub = tfyarn("-q", "submit", str(path), "--yarn")
@@ -98,28 +98,37 @@ def test_a_killed_supervisor_does_not_fail_the_job(yarn, apps, tmp_path):
     assert wait_no_processes(app_id) == []
 
 
-def test_a_stalled_bare_submit_is_timed_out_by_its_supervisor_naming_the_task_and_attempts_nothing(yarn, apps):
+def test_a_stalled_bare_submit_runs_its_next_attempt_in_the_app_and_is_timed_out_when_it_stalls_again(yarn, apps):
+    """retry.max_attempts 2 and nobody following: worker:0 frozen (SIGSTOP) stalls attempt 0, which its supervisor
+    ends and retries in the same application (as `tfyarn run` retries a timeout); worker:0 of attempt 1 frozen too
+    uses the last attempt: the app ends TIMED_OUT, by its supervisor, naming the task and the earlier attempt."""
     app_id, doc = apps["stall"]
-    wait_for_step(yarn, app_id, "worker:0", 3)
-    proc = task_process(yarn, app_id, "worker:0")
-    proc.send_signal(signal.SIGSTOP)
+    frozen = []
     try:
+        for attempt in (0, 1):
+            wait_until(lambda: yarn.status(app_id).attempt == attempt, JOB_S, f"attempt {attempt} of {app_id}")
+            wait_for_step(yarn, app_id, "worker:0", 3)
+            proc = task_process(yarn, app_id, "worker:0")
+            proc.send_signal(signal.SIGSTOP)
+            frozen.append(proc)
+            if attempt == 0:
+                rec = wait_until(lambda: attempt_record(yarn, app_id, 0), JOB_S, f"attempt 0 of {app_id} to end")
+                assert "timeouts.stall" in rec["diagnosis"] and "worker:0 at step" in rec["diagnosis"], rec
         rep = _ended(yarn, app_id)
     finally:
-        try:
-            proc.send_signal(signal.SIGCONT)
-        except psutil.Error:
-            pass
+        for proc in frozen:
+            try:
+                proc.send_signal(signal.SIGCONT)
+            except psutil.Error:
+                pass
     assert "timeouts.stall" in rep.diagnostics and "worker:0" in rep.diagnostics, rep.diagnostics
     end = records.read_record(yarn.staging_dir, app_id)["snapshot"]["end"]   # for any machine
     assert '"by":"supervisor"' in end and '"state":"TIMED_OUT"' in end, end
     st = yarn.status(app_id)
-    assert st.state.value == "TIMED_OUT" and st.state.exit_code == 4, st.diagnostics
+    assert st.state.value == "TIMED_OUT" and st.state.exit_code == 4 and st.attempt == 1, st.diagnostics
     assert "worker:0 at step" in st.diagnostics, st.diagnostics
     assert "did not answer the stack-dump request" in st.diagnostics, st.diagnostics
-    # retry.max_attempts = 2, but the supervisor runs attempts in the app after task failures only, and a new
-    # application is one that only a following gateway submits
-    assert "attempt 1 of 2" in st.diagnostics and "`tfyarn run`" in st.diagnostics, st.diagnostics
+    assert "earlier attempts: attempt 0: timed out" in st.diagnostics, st.diagnostics
     assert [a.app_id for a in yarn.list(all_states=True) if doc["name"] in a.tags] == [app_id]
     assert wait_no_processes(app_id) == []
 

@@ -9,14 +9,16 @@ once every task is done (unless a live follower does it first), and publishes th
 errors are logged and it exits 0. A follower that sees its heartbeat (``control/supervisor``) leaves the stall watch to
 it; the job's end is the follower's while one is alive.
 
-**Attempts**: a task failure that would end the app (its exit report, a container that died without one, a lost node)
-is the attempt's end when triage retries it and the budget allows (:mod:`tfyarn.contracts.in_app`): the supervisor
-kills every task container, clears the attempt's KV keys, records its end and starts every task again in the same
-application (:mod:`.in_app_attempts`; ``control/attempt`` says the attempt), so a bare ``submit`` gets the attempts
-``tfyarn run`` does. **What it cannot do**: outlive its application master: an AM killed or lost ends the app
-FAILED, and only a gateway that follows the job (``tfyarn run``) starts another attempt, as a new YARN application; a
-bare ``submit``'s failed app says so (:func:`no_more_attempts_note`). A supervisor that died leaves the job to the
-tasks' exit reports (no further attempt in the app).
+**Attempts**: a task failure that would end the app (its exit report, a container that died without one, a lost
+node) or a timeout (stall, allocation; never the deadline) is the attempt's end when triage retries it and the budget
+allows (:mod:`tfyarn.contracts.in_app`): the supervisor kills every task container, clears the attempt's KV keys,
+records its end and starts every task again in the same application (:mod:`.in_app_attempts`; ``control/attempt``
+says the attempt), so a bare ``submit`` gets the attempts ``tfyarn run`` does.
+
+**What it cannot do**: outlive its application master: an AM killed or lost ends the app FAILED, and only a gateway
+that follows the job (``tfyarn run``) starts another attempt, as a new YARN application; a bare ``submit``'s failed
+app says so (:func:`no_more_attempts_note`). A supervisor that died leaves the job to the tasks' exit reports (no
+further attempt in the app).
 """
 
 from __future__ import annotations
@@ -174,10 +176,9 @@ class InAppSupervisor:
             log.error("%s: %s; ending the attempt", self.app_id, lost)
             return self.attempt_failed(lost)
         diag = self.verdict(snap)
-        if diag is not None:
-            log.error("%s: %s; ending it", self.app_id, diag)
-            self.finish("FAILED", diag)
-            return True
+        if diag is not None:  # a timeout: retried as `tfyarn run` retries it (never past the deadline)
+            log.error("%s: %s; ending the attempt", self.app_id, diag)
+            return self.attempt_failed(diag, AppState.TIMED_OUT)
         return bool(snap["tasks"]) and all(x["state"] in _ENDED for x in snap["tasks"])
 
     # -- in-app attempts ---------------------------------------------------------------------------------------------
@@ -209,17 +210,21 @@ class InAppSupervisor:
             parts.append(f"{task}: {words}")
         return "; ".join(parts)
 
-    def attempt_failed(self, diagnosis: str) -> bool:
-        """The running attempt failed with ``diagnosis``: the next one starts in this application when
-        :meth:`tfyarn.supervisor.Supervisor.next_attempt` says so (triage, budgets, deadline: the runner's
-        rules), else the app ends FAILED with it. True when the supervisor's work is over."""
+    def attempt_failed(self, diagnosis: str, state: AppState = AppState.FAILED) -> bool:
+        """The running attempt ended ``state`` (FAILED; TIMED_OUT: a verdict) with ``diagnosis``: the next
+        one starts in this application when :meth:`tfyarn.supervisor.Supervisor.next_attempt` says so
+        (triage, budgets, deadline: the runner's rules), else the app ends so with it. True when the
+        supervisor's work is over."""
         from tfyarn.backends.yarn.in_app_attempts import restart
 
         self.sup.progress(self.kv.items())  # the step the attempt reached: the steps redone
         ended = self.attempt
-        if not self.sup.next_attempt(AppState.FAILED, diagnosis, label=f"attempt {ended}"):
-            log.error("%s: attempt %d failed: %s; ending the application", self.app_id, ended, diagnosis)
-            self.finish("FAILED", self.sup.final_diagnosis(diagnosis), AppState.FAILED)
+        if not self.sup.next_attempt(state, diagnosis, label=f"attempt {ended}"):
+            log.error("%s: attempt %d ended: %s; ending the application", self.app_id, ended, diagnosis)
+            if state is AppState.TIMED_OUT:  # YARN: FAILED with the `timed out: …` diagnosis
+                self.finish("FAILED", self.sup.final_diagnosis(diagnosis) if self.sup.earlier else diagnosis)
+            else:
+                self.finish("FAILED", self.sup.final_diagnosis(diagnosis), AppState.FAILED)
             return True
         self.attempt = self.sup.attempt
         if self.kv.get(ATTEMPT_END_KEY) is None:  # (a lost node, a container dead without its report)

@@ -269,3 +269,41 @@ def test_a_dead_container_skein_replaced_is_no_attempt_end(tmp_path):
     app.containers[-1].state = "FAILED"                               # no replacement this time: the end
     assert sup.round() is False and sorted(app.killed) == ["chief_0"] and app.scaled == [("chief", 1), ("worker", 1)]
     assert json.loads(kv.get("control/attempt"))["first"] == {"chief": 1, "worker": 2}
+
+
+def test_a_stall_with_an_attempt_left_runs_the_next_attempt_in_the_app_and_the_deadline_never_does(tmp_path):
+    """A timeout is retried in the app as `tfyarn run` retries it: a stall with retry.max_attempts 2 ends attempt 0
+    (its record names the stalled task) and starts every task again; the second stall uses the last attempt, so the
+    app ends TIMED_OUT naming both. The active deadline is never retried, whatever attempts are left."""
+    sup, app, kv, clock = supervisor(tmp_path, {"chief": "RUNNING", "worker": "RUNNING"},
+                                     timeouts={"stall": 60, "rendezvous": 60},
+                                     retry={"max_attempts": 2, "backoff": "0.01s"})
+    kv.put("progress/chief:0", json.dumps({"step": 5}))
+    kv.put("progress/worker:0", json.dumps({"step": 5}))
+    assert sup.round() is False
+    clock.t += 61
+    assert sup.round() is False and app.shutdowns == []
+    assert sorted(app.killed) == ["chief_0", "worker_0"] and app.scaled == [("chief", 1), ("worker", 1)]
+    rec = json.loads(kv.get("attempts/0"))
+    assert "timeouts.stall" in rec["diagnosis"] and "worker:0 at step 5" in rec["diagnosis"], rec
+    for c in app.get_containers(states=["REQUESTED"]):   # the new attempt's containers start
+        c.state = "RUNNING"
+    kv.put("progress/chief:0", json.dumps({"step": 2}))
+    kv.put("progress/worker:0", json.dumps({"step": 2}))
+    rounds = 0
+    while not sup.round():        # the new attempt's stall watch starts afresh (its start-up grace first)
+        clock.t += 30
+        rounds += 1
+        assert rounds < 20, "the second attempt's stall was never seen"
+    [(status, diag)] = people(app.shutdowns)
+    assert status == "FAILED" and "timeouts.stall" in diag and "earlier attempts: attempt 0:" in diag, diag
+    assert app_state("FINISHED", "FAILED", diag) is AppState.TIMED_OUT
+
+    sup, app, kv, clock = supervisor(tmp_path / "deadline", {"chief": "RUNNING", "worker": "RUNNING"},
+                                     timeouts={"active_deadline": 60, "stall": 600},
+                                     retry={"max_attempts": 3, "backoff": "0.01s"})
+    assert sup.round() is False
+    clock.t += 61
+    assert sup.round() is True and app.killed == [] and app.scaled == []
+    [(status, diag)] = people(app.shutdowns)
+    assert status == "FAILED" and "timeouts.active_deadline" in diag and "earlier attempts" not in diag, diag
