@@ -12,8 +12,8 @@ import psutil
 import pytest
 import yaml
 
-from clusterutil import (FAULT_JOBS, JOB_S, ROOT, CliRun, assert_clean, job_doc, needs_yarn, planned_steps,
-                         task_process, tfyarn, unique, wait_for_step, wait_until, watch_end)
+from clusterutil import (FAULT_JOBS, JOB_S, ROOT, CliRun, assert_clean, attempt_record, job_doc, needs_yarn,
+                         planned_steps, task_process, tfyarn, unique, wait_for_step, wait_until, watch_end)
 from tfyarn import hdfs, runner
 from tfyarn.backends.base import AppState
 from tfyarn.contracts import job_end
@@ -68,7 +68,7 @@ def test_sigkilled_worker_chief_and_ps_each_start_a_job_attempt_from_the_hdfs_ch
             running = wait_until(lambda: (s := yarn.status(app_id)).attempt == attempt and s, JOB_S,
                                  f"in-app attempt {attempt} of {app_id}")
             if attempt:     # how the attempt before ended, recorded in the app: the task killed, first
-                rec = json.loads(yarn.client().connect(app_id).kv.get(f"attempts/{attempt - 1}").decode())
+                rec = wait_until(lambda: attempt_record(yarn, app_id, attempt - 1), 30, f"attempts/{attempt - 1}")
                 assert rec["diagnosis"].startswith(f"{killed[-1][1]}: exit code 137 (killed by SIGKILL)"), rec
             start = int(running.progress.get("per_task", {}).get("chief:0") or 0)
             # past a checkpoint of this attempt (the first progress of a resumed attempt may still be unpublished)

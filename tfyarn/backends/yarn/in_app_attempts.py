@@ -167,10 +167,11 @@ def restart(
     killed = kill_attempt(app, services)
     wait_gone(killed, gone=gone or nm_container_gone, beat=beat)
     first = next_first(app, services)
+    now = time.time()
+    # the record first: whoever sees the new attempt number can read how the one before ended
+    kv.put(attempt_record_key(attempt - 1), attempt_record(attempt - 1, diagnosis, started, now, redone))
     kv.put(ATTEMPT_KEY, json.dumps({"attempt": attempt, "first": first, "time": round(time.time(), 3)}))
     cleared = in_app.clear_attempt(list(kv.items()), kv.delete)
-    now = time.time()
-    kv.put(attempt_record_key(attempt - 1), attempt_record(attempt - 1, diagnosis, started, now, redone))
     log.info(
         "attempt %d ended: %d containers killed and gone, %d keys cleared in %.1fs",
         attempt - 1,
