@@ -66,8 +66,9 @@ def no_more_attempts_note(spec: JobSpec, attempt: int, diagnosis: str = "") -> s
         return decision.reason
     return (
         f"attempt {attempt + 1} of {spec.retry.max_attempts} (retry.max_attempts): the app's in-app supervisor "
-        f"runs further attempts after a task's failure only (not after a timeout, nor once it or the application "
-        f"master is gone), and a new YARN application is submitted only by a gateway that follows the job "
+        f"runs further attempts after a task's failure, a stall or an allocation timeout (not past the deadline, "
+        f"nor once it or the application master is gone), and a new YARN application is submitted only by a "
+        f"gateway that follows the job "
         f"(`tfyarn run`); none was"
     )
 
