@@ -26,6 +26,7 @@ from tfyarn.contracts.kv_keys import (
     SLOT_DONE_PREFIX,
     SUPERVISOR_KEY,
 )
+from tfyarn.contracts.in_app import heartbeat_fresh
 from tfyarn.runtime.kv import KV, KVUnavailable
 
 log = logging.getLogger(__name__)
@@ -57,11 +58,8 @@ def all_done(kv: KV, tasks: Iterable[str]) -> bool:
 
 
 def follower_alive(kv: KV, now: float, key: str = FOLLOWER_KEY) -> bool:
-    v = kv.get(key)
-    try:
-        return v is not None and now - float(v) <= FOLLOWER_FRESH_S
-    except ValueError:
-        return False
+    """Is the heartbeat at ``key`` (a follower's by default) at most :data:`FOLLOWER_FRESH_S` old?"""
+    return heartbeat_fresh(kv.get(key), now, FOLLOWER_FRESH_S)
 
 
 def finish_if_last(
