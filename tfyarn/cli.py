@@ -194,6 +194,49 @@ def run(ctx: click.Context, spec_path: str, overrides: tuple[str, ...], backend:
     _print_final(st, output)
 
 
+@cli.command()
+@click.argument("spec_path", metavar="SPEC")
+@_set_option
+@_backend_option
+@click.option("--overwrite", is_flag=True, help="Replace predict.output when it holds anything (else refused).")
+@click.option("--submit", "submit_", is_flag=True, help="Submit, print the app id and return (then status, wait ...).")
+@click.option("--output", type=click.Choice(["text", "json"]), default="text", help="Final status format.")
+@click.pass_context
+def predict(
+    ctx: click.Context,
+    spec_path: str,
+    overrides: tuple[str, ...],
+    backend: str | None,
+    overwrite: bool,
+    submit_: bool,
+    output: str,
+) -> None:
+    """Score predict.input with the trained model (docs/predict.md): workers only, every row written once; the
+    exit code is the job's outcome, as for run."""
+    from tfyarn import api
+    from tfyarn.display import progress_view
+
+    spec = _load(spec_path, overrides + ("job=predict",))
+    if submit_:
+        app_id = api.submit(api.predict_job(spec, overwrite), backend)
+        click.echo(json.dumps({"app_id": app_id}, indent=1) if output == "json" else app_id)
+        return
+    view = None if ctx.obj["quiet"] else progress_view()
+    try:
+        st = api.predict(
+            spec,
+            backend=backend,
+            overwrite=overwrite,
+            echo=view.echo if view else None,
+            on_update=view,
+            detach_report=True,
+        )
+    finally:
+        if view:
+            view.close()
+    _print_final(st, output)
+
+
 def _print_final(st, output: str) -> None:
     from tfyarn.display import summary_text
 

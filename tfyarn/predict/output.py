@@ -66,8 +66,8 @@ class OutputDir:
                     out[int(name[:-5])] = json.loads(f.read())
         return out
 
-    def put_json(self, path: str, doc: dict[str, Any]) -> None:
-        tmp = self.tmp_path(path.rsplit("/", 1)[-1])
+    def put_json(self, path: str, doc: dict[str, Any], tmp_dir: str = TMP) -> None:
+        tmp = f"{self.root}/{tmp_dir}/{path.rsplit('/', 1)[-1]}.{uuid.uuid4().hex[:12]}"
         self.fs.makedirs(tmp.rsplit("/", 1)[0], exist_ok=True)
         with self.fs.open(tmp, "wb") as f:
             f.write(json.dumps(doc, indent=1).encode())
@@ -100,7 +100,7 @@ class OutputDir:
             "output": self.url,
             "format": self.fmt,
         }
-        self.put_json(f"{self.root}/{SUCCESS}", doc)
+        self.put_json(f"{self.root}/{SUCCESS}", doc, tmp_dir="_tfyarn")  # not in TMP, which a peer may remove now
         try:
             self.fs.rm(f"{self.root}/{TMP}", recursive=True)
         except (FileNotFoundError, OSError):  # another finisher removed it first
@@ -108,12 +108,12 @@ class OutputDir:
         return doc
 
 
-def check_output(url: str, overwrite: bool) -> str | None:
+def check_output(url: str, overwrite: bool, get_fs: Callable[[str], tuple[Any, str]] | None = None) -> str | None:
     """Before a run: a problem when ``url`` holds anything and ``overwrite`` is off; with ``overwrite`` it is
-    removed. None when the run may write there."""
+    removed. None when the run may write there. ``get_fs``: url → (fsspec filesystem, path) (the gateway's login)."""
     import fsspec
 
-    fs, root = fsspec.core.url_to_fs(url)
+    fs, root = (get_fs or fsspec.core.url_to_fs)(url)
     if not fs.exists(root):
         return None
     if not fs.isdir(root):

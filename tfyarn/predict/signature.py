@@ -146,15 +146,15 @@ def mismatches(features: Mapping[str, Any], inputs: Mapping[str, TensorInfo]) ->
     return out
 
 
-def resolve_latest(url: str) -> str:
+def resolve_latest(url: str, get_fs: Any = None) -> str:
     """``<dir>/latest`` → ``<dir>/<the newest numbered version>`` (TF Serving's layout, as tfyarn exports); any
-    other URL as it is."""
+    other URL as it is. ``get_fs``: url → (fsspec filesystem, path) (the gateway's login)."""
     if url.rstrip("/").rsplit("/", 1)[-1] != "latest":
         return url
     import fsspec
 
     root = url.rstrip("/").rsplit("/", 1)[0]
-    fs, path = fsspec.core.url_to_fs(root)
+    fs, path = (get_fs or fsspec.core.url_to_fs)(root)
     names = [p.rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(path, detail=False)] if fs.exists(path) else []
     versions = sorted(int(n) for n in names if n.isdigit())
     if not versions:
