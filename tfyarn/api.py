@@ -118,6 +118,10 @@ def predict_job(spec: JobSpec, overwrite: bool = False) -> JobSpec:
         spec = load_spec_dict(doc | {"job": "predict"}, base_dir=base_dir)
     p = spec.predict
     assert p is not None  # (validated: job predict needs the section)
+    if spec.kerberos is not None:  # the output and the model are read with the gateway's login, as submit's are
+        from tfyarn import kerberos
+
+        kerberos.login(kerberos.resolved(spec), hdfs.load_hadoop_conf())
     if p.saved_model:
         try:
             fixed = resolve_latest(p.saved_model, hdfs.get_fs)

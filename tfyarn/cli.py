@@ -127,6 +127,13 @@ def validate(spec_path: str, overrides: tuple[str, ...], check_files: bool, back
 
         api.check_files(spec, backend)
     roles = ", ".join(f"{r}x{spec.instances(r)}" for r in spec.roles if spec.instances(r))
+    if spec.job == "predict" and spec.predict:
+        p = spec.predict
+        click.echo(
+            f"{spec_path}: ok — predict job {spec.name!r}, {roles}: {p.saved_model or p.checkpoint} over "
+            f"{', '.join(p.input)} into {p.output} ({p.output_format}, batch {p.batch_size})"
+        )
+        return
     click.echo(
         f"{spec_path}: ok — job {spec.name!r}, mode {spec.mode}{' sync' if spec.sync else ''}, {roles}, "
         f"{spec.data.epochs} epochs, global batch {spec.global_batch_size} "

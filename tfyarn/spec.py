@@ -325,9 +325,10 @@ class Predict(_Model):
     )
     index_cache: str | None = Field(None, description="where input indexes are cached (as data.index_cache)")
 
-    @field_validator("input", mode="before")
+    @field_validator("input", mode="before", json_schema_input_type=Union[str, list[str]])
     @classmethod
     def _listify(cls, v: Any) -> Any:
+        """One URL or glob needs no list around it."""
         return [v] if isinstance(v, str) else v
 
     @field_validator("input")
@@ -507,6 +508,8 @@ class JobSpec(_Model):
         predict = info.data.get("predict")
         scores_saved_model = info.data.get("job") == "predict" and predict is not None and predict.saved_model
         if not v and not info.data.get("entrypoint") and not scores_saved_model:
+            if predict is not None and predict.saved_model:
+                raise ValueError("required to train (to score predict.saved_model: job: predict, or tfyarn predict)")
             raise ValueError("required")  # checked here, so it is listed with every other problem
         if v and not _MODEL_REF_RE.match(v):
             raise ValueError(f"{v!r} is not 'module:callable' (e.g. tfyarn.models.recommender:model)")
