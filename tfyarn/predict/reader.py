@@ -113,10 +113,13 @@ class PartReader:
 
     # ---------------------------------------------------------------------------------------------------- TFRecord
     def _record_groups(self, part: Part, stats: PartStats) -> Iterator[tuple[dict[str, Any], Any]]:
+        """Groups of ~``group`` parsed records. No per-record Python: payload lists are taken a chunk at a time and
+        where each record came from is kept per chunk (path, first record, offsets), expanded only to name a record
+        that does not parse."""
         import pyarrow as pa
 
         pays: list[bytes] = []
-        meta: list[tuple[str, int, int]] = []
+        meta: list[tuple[str, np.ndarray, np.ndarray]] = []  # (path, record numbers, byte offsets) per segment
         for rr in part.ranges:
             fi = self.files[rr.path]
             off, first = fi.boundary(rr.start)
@@ -130,26 +133,35 @@ class PartReader:
                 gz=fi.gz,
                 on_corrupt=self.on_corrupt,
                 holes=dict(fi.holes) or None,
+                max_records=8192,
             ):
-                stats.skip(chunk.skipped)
-                for i, p in enumerate(chunk.payloads):
-                    if p is None:
-                        continue
-                    pays.append(p)
-                    meta.append((rr.path, chunk.first + i, int(chunk.offsets[i])))
+                got: list[Any] = chunk.payloads
+                recs = np.arange(chunk.first, chunk.first + len(got))
+                offs = np.asarray(chunk.offsets)
+                if chunk.skipped:
+                    stats.skip(chunk.skipped)
+                    keep = np.array([x is not None for x in got])
+                    got, recs, offs = [x for x in got if x is not None], recs[keep], offs[keep]
+                i = 0
+                while i < len(got):
+                    take = min(self.group - len(pays), len(got) - i)
+                    pays.extend(got[i : i + take])
+                    meta.append((rr.path, recs[i : i + take], offs[i : i + take]))
+                    i += take
                     if len(pays) == self.group:
                         yield self._parsed(pays, meta, stats, pa)
                         pays, meta = [], []
         if pays:
             yield self._parsed(pays, meta, stats, pa)
 
-    def _parsed(self, pays: list[bytes], meta: list[tuple[str, int, int]], stats: PartStats, pa: Any) -> Any:
+    def _parsed(self, pays: list[bytes], meta: list[tuple[str, Any, Any]], stats: PartStats, pa: Any) -> Any:
         assert self._parse is not None
         try:
             feats = self._parse(pays)
         except parse_mod.BatchParseError:
+            where = [(path, int(r), int(o)) for path, recs, offs in meta for r, o in zip(recs, offs)]
             good, bad = [], []
-            for p, (path, rec, off) in zip(pays, meta):
+            for p, (path, rec, off) in zip(pays, where):
                 problem = parse_mod.diagnose(p, self.fields)
                 if problem is None:
                     good.append(p)
