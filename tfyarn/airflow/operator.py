@@ -126,9 +126,10 @@ class TfyarnOperator(BaseOperator):
     def _submit(self, tags: list[str]) -> str:
         from tfyarn import api
 
-        spec = api.load(self.spec, self.overrides)
+        overrides = [*self.overrides, "job=predict"] if self.predict else list(self.overrides)
+        spec = api.load(self.spec, overrides)
         all_tags = merge_tags(spec.tags, tags)
-        spec = api.load(self.spec, [*self.overrides, f"tags={json.dumps(all_tags)}"])
+        spec = api.load(self.spec, [*overrides, f"tags={json.dumps(all_tags)}"])
         if self.predict:
             spec = api.predict_job(spec, self.overwrite)
         app_id = api.submit(spec, self.backend)
