@@ -68,7 +68,7 @@ def list_data(spec: JobSpec, get_fs: GetFs = hdfs.get_fs) -> list[_Listed]:
     from tfyarn.data.manifest import data_files
 
     out = []
-    sections = (("data.train", spec.data.train), ("data.eval", spec.data.eval))
+    sections: tuple[tuple[str, list[str]], ...] = (("data.train", spec.data.train), ("data.eval", spec.data.eval))
     if spec.job == "predict":  # a predict job reads predict.input only (check_predict)
         sections = (("predict.input", spec.predict.input if spec.predict else []),)
     for section, urls in sections:
