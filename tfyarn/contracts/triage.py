@@ -150,7 +150,7 @@ def classify(
     """Classify one ended task. ``exit_status``: YARN's container exit status (None locally);
     ``diagnostics``: YARN's or skein's container diagnostics; ``exit_code``: the task process's exit
     code (negative: the signal, as Popen); ``failure``: the task's own failure record (``Type:
-    message``, runtime/main.py).
+    message``, task/main.py).
 
     YARN's word comes first (a preempted container's Python sees only SIGTERM), then the task's own
     record, then the exit code: 1-127 the code's own exit (user), a signal or 128-255 killed from
@@ -207,7 +207,7 @@ def describe(task: str, t: Triage, step: int | None = None, detail: str = "") ->
     return f"{task} {t.words}{at}" + (f" ({detail})" if detail else "")
 
 
-# "chief:0: exit code 1: ValueError: x" (YARN, runtime.exit_report.describe) or
+# "chief:0: exit code 1: ValueError: x" (YARN, task.yarn.exit_report.describe) or
 # "chief:0 exited with code -9: ..." (the local launcher)
 _TASK_PART = re.compile(
     r"^[\w.-]+:[\w?]+(?::\s*|\s+(?=\w))"
