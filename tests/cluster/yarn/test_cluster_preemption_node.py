@@ -35,7 +35,7 @@ from clusterutil import (  # noqa: F401 - cpu_hog: a fixture
     wait_until,
 )
 
-from tfyarn import hdfs
+from tfyarn.cluster import hdfs
 from tfyarn.backends.base import AppState
 from tfyarn.spec import load_spec_dict
 

@@ -39,8 +39,8 @@ from tfyarn.contracts.in_app import handover_record, parse_attempt
 from tfyarn.contracts.kv_keys import ATTEMPT_END_KEY, ATTEMPT_KEY, END_KEY, SPEC_KEY
 from tfyarn.errors import timeout_message
 from tfyarn.report import HISTORY_FILE
-from tfyarn.runtime import app_end
-from tfyarn.runtime.kv import KV
+from tfyarn.task.yarn import app_end
+from tfyarn.tasklib.kv import KV
 from tfyarn.spec import JobSpec
 from tfyarn.supervisor import Supervisor, checkpoint_url, settle, write_report
 from tfyarn.backends.yarn.node_watch import NodeWatch, last_heard
@@ -337,7 +337,7 @@ class InAppSupervisor:
     def run(self, poll: float = POLL_S, check_s: float = DONE_CHECK_S) -> None:
         """Rounds every ``poll`` s, looking for ``control/all_done`` every ``check_s`` s between them, until the
         supervisor's work is over or the application master is gone."""
-        from tfyarn.runtime.kv import KVUnavailable
+        from tfyarn.tasklib.kv import KVUnavailable
 
         while True:
             try:
@@ -374,7 +374,7 @@ def app_started(app_id: str) -> float | None:
     """The app's start (epoch s) from the ResourceManager (the active deadline counts from there); None when the RM
     cannot say (then the supervisor's own start, seconds later, is used)."""
     try:
-        from tfyarn import hdfs
+        from tfyarn.cluster import hdfs
         from tfyarn.backends.yarn.rest import RmRest
 
         rep = RmRest(hdfs.load_hadoop_conf(None), os.environ.get("USER") or "").report(app_id)
@@ -392,9 +392,9 @@ def main() -> int:
     try:
         import threading
 
-        from tfyarn._skein import skein
+        from tfyarn.cluster._skein import skein
         from tfyarn.report import preload_plotting
-        from tfyarn.runtime.kv_yarn import SkeinKV
+        from tfyarn.task.yarn.kv_yarn import SkeinKV
         from tfyarn.spec import load_spec_json
 
         spec = load_spec_json(Path(os.environ["TFYARN_SPEC_FILE"]).read_text())
