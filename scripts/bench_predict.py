@@ -113,8 +113,8 @@ def tfyarn_worker(model: str, data: str, out: str, batch: int, workdir: Path) ->
     import shutil
 
     from tfyarn.predict.job import run
-    from tfyarn.runtime.context import TaskContext
-    from tfyarn.runtime.kv import MemoryKV
+    from tfyarn.tasklib.context import TaskContext
+    from tfyarn.tasklib.kv import MemoryKV
     from tfyarn.spec import load_spec_dict
 
     shutil.rmtree(out, ignore_errors=True)

@@ -7,7 +7,7 @@ Layout (names starting with ``_`` are hidden to Hadoop, Spark, Hive and pyarrow'
     <output>/_tfyarn/tmp/...           parts and records being written (removed when the run is complete)
     <output>/_SUCCESS                  JSON totals, written once every part has its record
 
-A part is written under a temporary name and renamed into place when complete (:func:`tfyarn.fsio.replace`: one
+A part is written under a temporary name and renamed into place when complete (:func:`tfyarn.common.fsio.replace`: one
 atomic rename on HDFS), then its record the same way. A part without a record is unfinished: a retried task
 writes it again from the start (a rename over a part whose record was lost rewrites identical rows), so at the end
 every planned part exists once and rows out = rows in - rows skipped.
@@ -23,7 +23,7 @@ import time
 import uuid
 from typing import Any, Callable
 
-from tfyarn.fsio import replace
+from tfyarn.common.fsio import replace
 
 log = logging.getLogger("tfyarn.predict.output")
 

@@ -14,7 +14,8 @@ import pytest
 
 from clusterutil import SESSION_TAG, JOB_S, assert_clean, job, needs_yarn, task_process, unique
 from predictutil import INPUTS, reference_predictions, table
-from tfyarn import api, hdfs, runner
+from tfyarn import api, runner
+from tfyarn.cluster import hdfs
 from tfyarn.backends.base import AppState
 from tfyarn.spec import load_spec_dict
 
