@@ -28,7 +28,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tfyarn.data.tf_dataset import bind
 from tfyarn.tasklib.context import DONE_KEY, TaskContext, progress_key
+from tfyarn.train.helpers import index_cache
+from tfyarn.train.model import resolve_ref
+from tfyarn.train.progress import ProgressReporter, loop_summary, wait_for_final_progress, write_summary
 
 log = logging.getLogger("tfyarn.entrypoint")
 
@@ -156,7 +160,6 @@ def _program(ctx: TaskContext) -> tuple[str, Callable[[], Any]]:
             raise FileNotFoundError(f"entrypoint: {path} not found (is it in code: {code_dir}?)")
         sys.argv = [str(path), *args]
         return str(path), lambda: runpy.run_path(str(path), run_name="__main__")
-    from tfyarn.train.model import resolve_ref
 
     fn = resolve_ref(target, code_dir)
     sys.argv = [target, *args]
@@ -167,9 +170,6 @@ def run(ctx: TaskContext, finish: Callable[[], None] | None = None) -> dict[str,
     """Run the program on this chief or worker (``finish``: what the runtime does after a task succeeded, for a
     worker ended at ``control/done``). The chief then writes the summary and sets ``control/done``."""
     global _REPORTER, _HEARTBEAT
-    from tfyarn.data.tf_dataset import bind
-    from tfyarn.train.helpers import index_cache
-    from tfyarn.train.progress import ProgressReporter, loop_summary, wait_for_final_progress, write_summary
 
     spec = ctx.spec
     cache = index_cache(spec) if spec.has_data else None

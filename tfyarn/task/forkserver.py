@@ -12,6 +12,7 @@ another thread held at that moment would stay locked forever in the child.
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import logging
 import os
@@ -19,6 +20,7 @@ import select
 import signal
 import socket
 import sys
+import threading
 import time
 import traceback
 from contextlib import suppress
@@ -26,6 +28,8 @@ from typing import Any, NoReturn
 
 from tfyarn.common.forkserver_protocol import FD_ENV, MessageTooLarge, recv
 from tfyarn.common.forkserver_protocol import send as _send
+from tfyarn.task import warm_imports
+from tfyarn.task.main import prctl, set_parent_death_signal
 
 #: Modules every task imports; importing them here is what makes a forked task start warm.
 PRELOAD = (
@@ -66,7 +70,6 @@ def preload() -> None:
     """Import TensorFlow (when installed; Keras only if the job's model code uses it, see
     :mod:`tfyarn.task.warm_imports`) and the tfyarn modules tasks import. Logging is left unconfigured: a task's
     ``logging.basicConfig`` would be a no-op if the root logger already had handlers."""
-    from tfyarn.task import warm_imports
 
     tf_logger = logging.getLogger("tensorflow")
     before = list(tf_logger.handlers)
@@ -119,15 +122,12 @@ def _become_task(req: dict, out_fd: int, server_pid: int) -> None:
         logging.getLogger("tensorflow").removeHandler(handler)
     if "numpy" in sys.modules:  # `random` reseeds itself after fork; numpy's global RNG would repeat the server's
         sys.modules["numpy"].random.seed()
-    from tfyarn.task.main import prctl
 
     prctl(15, _task_name(req["env"]).encode()[:15])  # PR_SET_NAME: `comm` names the task (its cmdline is ours)
 
 
 def _finalize() -> None:
     """What the interpreter does at exit before a spawned task's process ends: join non-daemon threads, run atexit."""
-    import atexit
-    import threading
 
     vars(threading)["_shutdown"]()  # what Py_FinalizeEx calls (private: not in typeshed)
     atexit._run_exitfuncs()
@@ -139,7 +139,7 @@ def _run_child(sock: socket.socket, req: dict, out_fd: int, server_pid: int) -> 
     try:
         sock.close()
         _become_task(req, out_fd, server_pid)
-        from tfyarn.task.main import main
+        from tfyarn.task.main import main  # noqa: PLC0415 - in the forked child: the server stays small
 
         code = int(main())
         try:
@@ -218,7 +218,6 @@ def serve(sock: socket.socket, parent_pid: int) -> int:
 def main() -> int:
     sock = socket.socket(fileno=int(os.environ.pop(FD_ENV)))
     parent_pid = int(os.environ["TFYARN_PARENT_PID"])
-    from tfyarn.task.main import set_parent_death_signal  # part of the preload anyway
 
     set_parent_death_signal()
     if os.getppid() != parent_pid:

@@ -7,6 +7,7 @@ local process and as a YARN container. On failure the task writes a one-line dia
 
 from __future__ import annotations
 
+import ctypes
 import faulthandler
 import logging
 import os
@@ -19,12 +20,19 @@ from pathlib import Path
 from typing import Callable
 
 from tfyarn.contracts import startup
+from tfyarn.contracts.in_app import attempt_number, parse_attempt
+from tfyarn.contracts.kv_keys import ATTEMPT_KEY, exit_key
+from tfyarn.contracts.triage import tf_failure_text
 from tfyarn.errors import ExitCode, WaitTimeout, timeout_message
+from tfyarn.spec import load_spec_json
+from tfyarn.task.rendezvous import rendezvous, task_host
+from tfyarn.task.resources import start_publisher
+from tfyarn.task.yarn.app_end import finish_yarn_task, record_phase
+from tfyarn.task.warm_imports import import_tensorflow
+from tfyarn.task.yarn.kv_yarn import NoTaskLeft, SkeinKV, claim_task_index, mark_slot_done, restarts_before
 from tfyarn.tasklib.context import TaskContext, failure_key
 from tfyarn.tasklib.kv import KV, HttpKV, KVUnavailable
-from tfyarn.task.yarn.kv_yarn import NoTaskLeft
 from tfyarn.tasklib.watchdog import install_stack_dumps
-from tfyarn.spec import load_spec_json
 
 log = logging.getLogger("tfyarn.task")
 _T0 = time.time()  # when this task's Python started running tfyarn (its imports before this are Python's own)
@@ -58,7 +66,6 @@ def _identity(kv: KV, instances_of: Callable[[str], int]) -> tuple[str, int]:
     container = os.environ.get("SKEIN_CONTAINER_ID")
     if not container:
         raise RuntimeError("neither TFYARN_INDEX nor SKEIN_CONTAINER_ID is set: cannot tell which task this is")
-    from tfyarn.task.yarn.kv_yarn import SkeinKV, claim_task_index
 
     if not isinstance(kv, SkeinKV):  # only skein's KV claims slots (a YARN container's: make_kv)
         raise RuntimeError(f"no TFYARN_INDEX, and a {type(kv).__name__} cannot claim a task index")
@@ -82,7 +89,6 @@ def make_kv() -> KV:
     """The KV that ``TFYARN_KV`` names: the YARN application's skein KV or the launcher's HTTP KV."""
     if kv_scheme() == "http":
         return HttpKV(os.environ["TFYARN_KV"])
-    from tfyarn.task.yarn.kv_yarn import SkeinKV  # only inside YARN containers
 
     return SkeinKV.from_current()
 
@@ -90,8 +96,6 @@ def make_kv() -> KV:
 def prctl(option: int, arg: int | bytes) -> None:
     """Linux's prctl(2); a no-op elsewhere."""
     if sys.platform.startswith("linux"):
-        import ctypes
-
         with suppress(OSError):
             ctypes.CDLL("libc.so.6", use_errno=True).prctl(option, arg, 0, 0, 0)
 
@@ -132,15 +136,12 @@ def _attempt_from_kv(kv: KV) -> None:
     """On YARN the in-app supervisor runs a job's further attempts in the same application: the attempt is
     ``control/attempt``'s (contracts.in_app), else the app's own ``TFYARN_ATTEMPT``; set in the env, where the
     context, the history's file names and the user's code read it."""
-    from tfyarn.contracts.in_app import attempt_number, parse_attempt
-    from tfyarn.contracts.kv_keys import ATTEMPT_KEY
 
     env = int(os.environ.get("TFYARN_ATTEMPT") or 0)
     os.environ["TFYARN_ATTEMPT"] = str(attempt_number(parse_attempt(kv.get(ATTEMPT_KEY)), env))
 
 
 def build_context(kv: KV) -> TaskContext:
-    from tfyarn.task.rendezvous import rendezvous, task_host
 
     spec = load_spec_json(Path(os.environ["TFYARN_SPEC_FILE"]).read_text())
     role, index = _identity(kv, spec.instances)
@@ -149,9 +150,6 @@ def build_context(kv: KV) -> TaskContext:
         # watchdog's stack-dump requests and its log lines carry its name (they said worker:? and collided)
         os.environ["TFYARN_INDEX"] = str(index)
         _configure_logging(_task_label())
-        from tfyarn.contracts.kv_keys import exit_key
-        from tfyarn.task.yarn.kv_yarn import restarts_before
-
         _attempt_from_kv(kv)  # an in-app attempt's number (the in-app supervisor's), before anything reads it
         restarts = restarts_before(kv, _task_label(), os.environ.get("SKEIN_CONTAINER_ID", ""))
         os.environ["TFYARN_RESTART"] = str(restarts)  # what the local launcher sets: the rejoin reads it
@@ -159,7 +157,6 @@ def build_context(kv: KV) -> TaskContext:
             log.info("%s: restart %d (container %s)", _task_label(), restarts, os.environ.get("SKEIN_CONTAINER_ID"))
             kv.delete(exit_key(_task_label()))  # how the previous container ended is history now
     install_stack_dumps(kv, _task_label())  # the stall watchdog asks for stacks by SIGUSR1 or through the KV
-    from tfyarn.task.resources import start_publisher
 
     memory = spec.role(role).memory_mib
     start_publisher(kv, _task_label(), memory)  # CPU % and RSS: status, the page (YARN too)
@@ -187,42 +184,36 @@ def run_role(ctx: TaskContext, phase_kv: KV | None = None) -> None:
     """Hand over to the role's code; with ``phase_kv`` (YARN) the task's start and import times are recorded
     (``phase/<task>``: where a job's start-up time goes, for status and scripts/bench_yarn.py)."""
     if phase_kv is not None:
-        from tfyarn.task.yarn.app_end import record_phase
-
         start = os.environ.get("TFYARN_CONTAINER_START", "")
         record_phase(
             phase_kv, ctx.task_id, start=float(start) if start.replace(".", "", 1).isdigit() else _T0, main=_T0
         )
     if ctx.role == "tensorboard":
-        from tfyarn.train.tensorboard import run
+        from tfyarn.train.tensorboard import run  # noqa: PLC0415 - a task loads its role's code only
 
         run(ctx)
     else:
-        from tfyarn.task.warm_imports import import_tensorflow
-
         import_tensorflow()  # without its eager import of Keras (~0.9 s); a model that uses Keras imports it itself
         if phase_kv is not None:
             record_phase(phase_kv, ctx.task_id, imported=time.time())
         if ctx.spec.entrypoint and ctx.role in ("chief", "worker"):  # the user's own program (entrypoint:)
-            from tfyarn.task.entrypoint import run as run_entrypoint
+            from tfyarn.task.entrypoint import run as run_entrypoint  # noqa: PLC0415 - as above
 
             kv = phase_kv
             run_entrypoint(ctx, finish=(lambda: _yarn_task_done(kv, ctx)) if kv is not None else None)
             return
         if ctx.spec.job == "predict":  # batch scoring: workers only (docs/predict.md)
-            from tfyarn.predict import run as run_predict
+            from tfyarn.predict import run as run_predict  # noqa: PLC0415 - as above
 
             run_predict(ctx)
             return
-        from tfyarn.train import run_task
+        from tfyarn.train import run_task  # noqa: PLC0415 - as above
 
         run_task(ctx)
 
 
 def _yarn_task_done(kv: KV, ctx: TaskContext) -> None:
     """On YARN, after a task succeeded: its phase, its slot kept taken, and the app ended if it was the last."""
-    from tfyarn.task.yarn.app_end import finish_yarn_task, record_phase
-    from tfyarn.task.yarn.kv_yarn import mark_slot_done
 
     record_phase(kv, ctx.task_id, done=time.time())
     try:
@@ -245,7 +236,6 @@ def _failure_text(exc: BaseException) -> str:
     kind = type(exc).__name__
     if not type(exc).__module__.startswith("tensorflow"):
         return f"{kind}: {exc}"
-    from tfyarn.contracts.triage import tf_failure_text
 
     node = getattr(exc, "node_def", None)
     op = getattr(exc, "op", None)

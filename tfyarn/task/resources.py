@@ -18,6 +18,8 @@ import threading
 import time
 from typing import Any
 
+import psutil
+
 from tfyarn.contracts.kv_keys import resources_key
 from tfyarn.tasklib.kv import KV, KVUnavailable
 
@@ -39,8 +41,6 @@ def _children(pid: int) -> list[int]:
                 out += [int(c) for c in f.read().split()]
         return out
     except OSError:
-        import psutil
-
         try:
             return [c.pid for c in psutil.Process(pid).children()]
         except psutil.Error:
@@ -51,7 +51,6 @@ class TreeMeter:
     """CPU % (since the previous sample) and resident bytes of a process and its descendants."""
 
     def __init__(self, pid: int | None = None, clock=time.monotonic):
-        import psutil
 
         self.psutil, self.clock = psutil, clock
         self.root = psutil.Process(pid or os.getpid())

@@ -16,6 +16,7 @@ import importlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import json
 import logging
 import os
 import re
@@ -201,7 +202,6 @@ def model_module(spec_file: str | None) -> str | None:
     """The module part of the job's ``model: module:callable``, read from the resolved spec file (None if unknown)."""
     if not spec_file:
         return None
-    import json
 
     try:
         ref = json.loads(Path(spec_file).read_text()).get("model") or ""

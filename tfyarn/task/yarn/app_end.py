@@ -17,7 +17,9 @@ import logging
 import time
 from typing import Any, Callable, Iterable
 
+from tfyarn.cluster._skein import skein
 from tfyarn.contracts import job_end
+from tfyarn.contracts.in_app import heartbeat_fresh
 from tfyarn.contracts.kv_keys import (
     ALL_DONE_KEY,
     FAILURE_PREFIX,
@@ -26,7 +28,6 @@ from tfyarn.contracts.kv_keys import (
     SLOT_DONE_PREFIX,
     SUPERVISOR_KEY,
 )
-from tfyarn.contracts.in_app import heartbeat_fresh
 from tfyarn.tasklib.kv import KV, KVUnavailable
 
 log = logging.getLogger(__name__)
@@ -101,7 +102,6 @@ def finish_yarn_task(kv: KV, spec: Any, task: str) -> bool:
     """:func:`finish_if_last` with this container's skein application client."""
 
     def shutdown(diagnostics: str) -> None:
-        from tfyarn.cluster._skein import skein
 
         skein().ApplicationClient.from_current().shutdown("SUCCEEDED", diagnostics)
 

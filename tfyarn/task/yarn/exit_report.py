@@ -21,6 +21,27 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tfyarn.cluster._skein import skein
+from tfyarn.contracts import in_app, job_end
+from tfyarn.contracts.in_app import in_attempt, parse_attempt
+from tfyarn.contracts.kv_keys import (
+    ATTEMPT_END_KEY,
+    ATTEMPT_KEY,
+    ATTEMPTS_PREFIX,
+    CAUSE_PREFIX,
+    EXIT_PREFIX,
+    FAILURE_PREFIX,
+    SUPERVISOR_KEY,
+    TASKMAP_PREFIX,
+    cause_key,
+    exit_key,
+    failure_key,
+)
+from tfyarn.contracts.triage import FREE_RESTARTS, classify, restarts
+from tfyarn.spec import SIDECAR_ROLES
+from tfyarn.task.yarn.kv_yarn import SkeinKV, parse_container_id
+from tfyarn.tasklib.kv import put_json
+
 REPORT_TIMEOUT_S = 30.0
 #: The report's own exit code when it could not report (the container script then runs contracts.startup's check).
 NOT_REPORTED = 3
@@ -76,9 +97,6 @@ def ends_the_app(
     of this attempt's containers (``attempt``: ``control/attempt``, contracts.in_app) that triage does not call
     free: a container that YARN preempted or lost with its node, or whose report found the cluster's fault
     (``free_ids``: :func:`free_restart`'s), used none of it."""
-    from tfyarn.contracts.in_app import in_attempt
-    from tfyarn.contracts.triage import classify
-    from tfyarn.spec import SIDECAR_ROLES
 
     svc = app.get_specification().services.get(role)
     r = _spec_role(role)
@@ -129,8 +147,6 @@ def free_restart(
     in place that uses none of ``max_restarts``? Only for a role that can rejoin (:func:`_rejoins`), while the
     role's ``retry.cluster_faults`` x instances last (this attempt's containers YARN took or whose report found
     the cluster's fault). ``(used before, bound)`` when it is, else None."""
-    from tfyarn.contracts.in_app import in_attempt
-    from tfyarn.contracts.triage import FREE_RESTARTS, classify
 
     doc = _spec()
     if not t.free or doc is None or not _rejoins(doc, role):
@@ -176,7 +192,6 @@ def policy_refuses(role: str, code: int, failure: str | None) -> bool:
     """Does the role's ``restart`` policy refuse a restart of this failure (``exit_code``: the code's own exit
     1-127 that triage puts on the user's code)? skein restarts on any failure, so the app must end here: then
     ``restart: exit_code`` means the same on YARN as locally (tfyarn.contracts.triage.restarts)."""
-    from tfyarn.contracts.triage import classify, restarts
 
     policy = (_spec_role(role) or {}).get("restart", "on_failure")
     return policy == "exit_code" and not restarts(policy, code, classify(exit_code=code, failure=failure or ""))
@@ -187,21 +202,6 @@ def report(app: Any, code: int, died_at: float, settle_s: float = SETTLE_S) -> s
     the diagnosis — or, when the in-app supervisor may run another attempt, hand the attempt's end to it
     (:func:`hand_over`). A container of an attempt that is ending or has ended reports nothing (the supervisor
     killed it, or clears its records). Returns the task label used."""
-    from tfyarn.contracts.in_app import in_attempt, parse_attempt
-    from tfyarn.contracts.kv_keys import (
-        ATTEMPT_END_KEY,
-        ATTEMPT_KEY,
-        CAUSE_PREFIX,
-        EXIT_PREFIX,
-        FAILURE_PREFIX,
-        TASKMAP_PREFIX,
-        cause_key,
-        exit_key,
-        failure_key,
-    )
-    from tfyarn.contracts.triage import classify
-    from tfyarn.tasklib.kv import put_json
-    from tfyarn.task.yarn.kv_yarn import SkeinKV, parse_container_id
 
     cid = os.environ.get("SKEIN_CONTAINER_ID", "")
     kv = SkeinKV(app.kv)
@@ -234,7 +234,6 @@ def report(app: Any, code: int, died_at: float, settle_s: float = SETTLE_S) -> s
         # a task that wrote its failure but whose process has not ended yet is named too (after the dead ones)
         for key, text in kv.items(FAILURE_PREFIX).items():
             records.setdefault(key.split("/", 1)[1], {"code": None, "died_at": time.time(), "failure": text})
-        from tfyarn.contracts import job_end  # the end recorded in the KV, then the shutdown
 
         diag = diagnosis(records)
         if hand_over(kv, task, diag):
@@ -248,8 +247,6 @@ def hand_over(kv: Any, task: str, diag: str) -> bool:
     """With a live in-app supervisor, a failure triage retries and an attempt left
     (:func:`tfyarn.contracts.in_app.hand_over`): put ``control/attempt_end`` for the supervisor, which
     runs the next attempt in this application, and True. Else False (the app ends FAILED, as ever)."""
-    from tfyarn.contracts import in_app
-    from tfyarn.contracts.kv_keys import ATTEMPT_END_KEY, ATTEMPTS_PREFIX, SUPERVISOR_KEY
 
     retry = (_spec() or {}).get("retry") or {}
     decision = in_app.hand_over(
@@ -285,8 +282,6 @@ def main(argv: list[str] | None = None) -> int:
 
     def run() -> None:
         try:
-            from tfyarn.cluster._skein import skein
-
             outcome.append(report(skein().ApplicationClient.from_current(), code, died_at))
         except Exception as exc:  # noqa: BLE001 - a report must never change how the container ends
             outcome.append(f"! {type(exc).__name__}: {exc}")

@@ -16,7 +16,9 @@ import time
 from contextlib import suppress
 from typing import Any, Iterable, Mapping
 
-from tfyarn.contracts.kv_keys import SLOT_DONE_PREFIX, SLOT_PREFIX, TASKMAP_PREFIX
+from tfyarn.cluster._skein import skein
+from tfyarn.contracts.in_app import in_attempt, parse_attempt
+from tfyarn.contracts.kv_keys import ATTEMPT_KEY, SLOT_DONE_PREFIX, SLOT_PREFIX, TASKMAP_PREFIX
 from tfyarn.errors import WaitTimeout
 from tfyarn.tasklib.kv import KV, KVUnavailable, wait_timeout
 
@@ -49,7 +51,6 @@ class SkeinKV(KV):
     @classmethod
     def from_current(cls) -> "SkeinKV":
         """The KV of the application this container belongs to (``skein.ApplicationClient.from_current()``)."""
-        from tfyarn.cluster._skein import skein
 
         sk = skein()
         try:
@@ -74,7 +75,6 @@ class SkeinKV(KV):
         created on a range holding the key (two threads write the watcher's gRPC stream: IllegalStateException
         'sendHeaders has already been called', a bare ``ApplicationError`` here; seen failing a ps's rendezvous).
         The value is stored by then but that watcher's event is lost; a put is idempotent and notifies again."""
-        from tfyarn.cluster._skein import skein
 
         for attempt in range(PUT_TRIES):
             try:
@@ -135,7 +135,6 @@ class SkeinKV(KV):
     def claim(self, key: str, value: str, owner: str | None = None, also: Mapping[str, str] | None = None) -> bool:
         """Atomically create ``key`` if absent; with ``owner`` (a container id) skein deletes it when that exits.
         ``also``: keys put in the same transaction (only if the claim succeeds)."""
-        from tfyarn.cluster._skein import skein
 
         skv = skein().kv
         op = skv.put(key, value=str(value).encode(), owner=owner) if owner else skv.put(key, value=str(value).encode())
@@ -211,8 +210,6 @@ def restarts_before(kv: KV, task: str, container_id: str) -> int:
     the count comes from the task map (one entry per container that claimed a slot; never deleted), of the
     containers of the attempt running in the app (``control/attempt``, contracts.in_app): a container the in-app
     supervisor started for a new attempt is no restart."""
-    from tfyarn.contracts.in_app import in_attempt, parse_attempt
-    from tfyarn.contracts.kv_keys import ATTEMPT_KEY
 
     attempt = parse_attempt(kv.get(ATTEMPT_KEY))
     return sum(
