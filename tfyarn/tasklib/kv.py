@@ -11,6 +11,7 @@ Values are ``str``; structured values are JSON (:func:`put_json`).
 from __future__ import annotations
 
 import json
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -79,7 +80,6 @@ class MemoryKV(KV):
     """In-process KV (tests, a single-task run, a snapshot of another KV's ``items``)."""
 
     def __init__(self, items: dict[str, str] | None = None) -> None:
-        import threading
 
         self._d: dict[str, str] = dict(items or {})
         self._lock = threading.Lock()

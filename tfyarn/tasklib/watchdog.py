@@ -21,8 +21,16 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping
 
-from tfyarn.contracts.kv_keys import DONE_KEY, DUMP_REQUEST_KEY, PROGRESS_PREFIX, STACKS_PREFIX, progress_key
-from tfyarn.contracts.kv_keys import stacks_ack_key
+import psutil
+
+from tfyarn.contracts.kv_keys import (
+    DONE_KEY,
+    DUMP_REQUEST_KEY,
+    PROGRESS_PREFIX,
+    STACKS_PREFIX,
+    progress_key,
+    stacks_ack_key,
+)
 from tfyarn.tasklib.kv import KV
 
 log = logging.getLogger(__name__)
@@ -225,7 +233,6 @@ def _progress(value: str | None) -> tuple[int | None, bool]:
 
 def process_state(pid: int) -> str:
     """'running', 'stopped', 'zombie' or 'dead'."""
-    import psutil
 
     try:
         st = psutil.Process(pid).status()
