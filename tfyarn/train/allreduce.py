@@ -22,13 +22,11 @@ import re
 import time
 from typing import Any
 
+from tfyarn.data.pipeline import EpochPipeline
 from tfyarn.errors import WaitTimeout
 from tfyarn.tasklib.context import DONE_KEY, TOTAL_STEPS_KEY, TaskContext
-from tfyarn.tasklib.watchdog import install_stack_dumps
-from tfyarn.data.pipeline import EpochPipeline
+from tfyarn.tasklib.watchdog import dump_stacks, install_stack_dumps
 from tfyarn.train import helpers
-from tfyarn.train.stop_notice import chief_notice
-from tfyarn.train.strategy import check_abort, start_strategy
 from tfyarn.train.checkpoint import (
     PeriodicCheckpoints,
     check_model_fits,
@@ -36,9 +34,20 @@ from tfyarn.train.checkpoint import (
     restore_model_variables,
     warm_start_source,
 )
+from tfyarn.train.export import export_at_end
+from tfyarn.train.inputs import to_tensors
 from tfyarn.train.model import build_model, input_signature, is_custom_train, load, split_features
-from tfyarn.train.progress import fmt_metrics
+from tfyarn.train.progress import (
+    ProgressReporter,
+    fmt_metrics,
+    run_summary,
+    skip_counts,
+    wait_for_final_progress,
+    write_summary,
+)
 from tfyarn.train.step_metrics import metric_names, pack, step_metrics, unpack
+from tfyarn.train.stop_notice import chief_notice
+from tfyarn.train.strategy import check_abort, start_strategy
 
 log = logging.getLogger("tfyarn.train.allreduce")
 
@@ -149,7 +158,6 @@ class FedStep:
         self.concrete = function.get_concrete_function()  # the one trace (creates optimizer slots)
         self.dtypes = {k: spec.dtype for k, spec in signature.items()}
         self._tf = tf
-        from tfyarn.train.inputs import to_tensors
 
         self.signature, self._to_tensors = signature, to_tensors
         self.sparse = any(isinstance(s, tf.SparseTensorSpec) for s in signature.values())
@@ -309,7 +317,6 @@ def collective_failure(ctx: TaskContext, exc: BaseException, step: int) -> str |
         + (f"; peers named by TF: {', '.join(peers)}" if peers else "")
         + f". TF said: {kind}: {first[:300]}"
     )
-    from tfyarn.tasklib.watchdog import dump_stacks
 
     dump_stacks(msg)
     log.error("%s", msg)
@@ -318,7 +325,6 @@ def collective_failure(ctx: TaskContext, exc: BaseException, step: int) -> str |
 
 def run(ctx: TaskContext) -> dict[str, Any]:
     """Train this task's share in allreduce mode; the chief also checkpoints, summarises and sets control/done."""
-    from tfyarn.train.progress import ProgressReporter
 
     spec = ctx.spec
     install_stack_dumps(ctx.kv, ctx.task_id)
@@ -471,8 +477,6 @@ def _finish(
     warm_started_from: str | None = None,
 ) -> None:
     """Chief: final checkpoint, wait (bounded) for every worker's final figures, summary, then control/done."""
-    from tfyarn.train.export import export_at_end
-    from tfyarn.train.progress import run_summary, skip_counts, wait_for_final_progress, write_summary
 
     entry = ckpt.save(figures["global_step"], figures["worker_steps"], final=True)
     exported = export_at_end(ctx, ckpt.committed)

@@ -19,10 +19,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tfyarn.data import Feeder, build_manifest
+from tfyarn.data.table import read_option
 from tfyarn.tasklib.context import ABORT_KEY, DONE_KEY, EVAL_KEY, FAILURE_PREFIX, TaskContext
 from tfyarn.tasklib.watchdog import install_stack_dumps
 from tfyarn.train.checkpoint import CheckpointStore, download_model_checkpoint, local_dir_for, restore_model_variables
 from tfyarn.train.events import EventWriter, upload_file
+from tfyarn.train.helpers import index_cache
+from tfyarn.train.inputs import to_tensors
 from tfyarn.train.model import build_model, input_signature, load_model, split_features
 
 log = logging.getLogger("tfyarn.train.evaluator")
@@ -60,9 +64,6 @@ def _restartable(spec: Any, task: str) -> bool:
 
 def make_eval_feeder(ctx: TaskContext) -> Any:
     """One reader over the whole eval set (rank 0 of 1): full batches of ``data.batch_size``, same order every time."""
-    from tfyarn.data import Feeder, build_manifest
-    from tfyarn.data.table import read_option
-    from tfyarn.train.helpers import index_cache
 
     d = ctx.spec.data
     manifest = build_manifest(
@@ -91,8 +92,6 @@ def make_eval_step(model: Any, features: dict[str, Any], batch_size: int, label:
 
     if label is None:
         raise ValueError("the evaluator needs a label: set data.label (or name a feature 'label')")
-
-    from tfyarn.train.inputs import to_tensors
 
     signature = input_signature(features, batch_size)
 

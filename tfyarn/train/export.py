@@ -15,10 +15,22 @@ from __future__ import annotations
 
 import logging
 import shutil
+import tempfile
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+from tfyarn.errors import ExportError
+from tfyarn.train.checkpoint import (
+    CheckpointStore,
+    download_model_checkpoint,
+    has_checkpoint_files,
+    restore_model_variables,
+)
+from tfyarn.train.inputs import from_serving, serving_signature
+from tfyarn.train.model import build_model, load_model
 
 log = logging.getLogger("tfyarn.train.export")
 
@@ -28,7 +40,6 @@ SIGNATURE = "serving_default"
 def serving_module(model: Any, features: dict[str, Any], label: str | None) -> tuple[Any, Any]:
     """A ``tf.Module`` tracking the built ``model``'s variables, and its serving function (a concrete function)."""
     import tensorflow as tf
-    from tfyarn.train.inputs import from_serving, serving_signature
 
     inputs = serving_signature(features, label)  # a sparse feature: <name>_indices, _values, _dense_shape
     if not inputs:
@@ -48,8 +59,6 @@ def serving_module(model: Any, features: dict[str, Any], label: str | None) -> t
 def write_saved_model(spec: Any, prefix: str, keys: list[str], local_dir: Path, what: str) -> Path:
     """Build the spec's model eagerly, restore it from the local checkpoint ``prefix`` and write a SavedModel."""
     import tensorflow as tf
-    from tfyarn.train.checkpoint import restore_model_variables
-    from tfyarn.train.model import build_model, load_model
 
     model = load_model(spec)
     build_model(model)
@@ -116,9 +125,6 @@ def export_checkpoint(
 
     ``local_prefix``: the chief's local copy of ``entry``, read (when its files are still there) instead of
     downloading the checkpoint again, the largest part of an export on HDFS."""
-    import tempfile
-    from tfyarn.errors import ExportError
-    from tfyarn.train.checkpoint import CheckpointStore, download_model_checkpoint, has_checkpoint_files
 
     if not spec.checkpoint.dir:
         raise ExportError("export: the spec has no checkpoint.dir to export from")
@@ -160,7 +166,6 @@ def export_at_end(ctx: Any, committed: tuple[dict[str, Any], str] | None = None)
     failed export fails the task (a pipeline's next step expects the model); ``tfyarn export SPEC`` can redo it."""
     if ctx.spec.export is None:
         return None
-    from concurrent.futures import ThreadPoolExecutor
 
     entry, local_prefix = committed or (None, None)
     try:

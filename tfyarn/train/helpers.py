@@ -3,13 +3,21 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import numpy as np
+
+from tfyarn.data import Feeder
+from tfyarn.data.shared_index import shared_manifest
+from tfyarn.data.table import read_option
 from tfyarn.tasklib.context import DONE_KEY
+from tfyarn.train.checkpoint import CheckpointStore
 from tfyarn.train.progress import ProgressReporter, loop_summary, write_summary
+from tfyarn.train.strategy import start_strategy
 
 log = logging.getLogger("tfyarn.train")
 
@@ -25,8 +33,6 @@ def train_manifest(ctx: Any) -> Any:
     """The manifest of ``data.train``, built together by the training tasks: each indexes ~1/N of the files not
     indexed yet and every one ends with the identical manifest (:mod:`tfyarn.data.shared_index`; a task's silence
     is judged by ``timeouts.stall``)."""
-    from tfyarn.data.shared_index import shared_manifest
-    from tfyarn.data.table import read_option
 
     d = ctx.spec.data
     urls = list(d.train)
@@ -48,7 +54,6 @@ def train_manifest(ctx: Any) -> Any:
 def make_feeder(ctx: Any, manifest: Any = None) -> Any:
     """This task's share of ``data.train`` as ready numpy batches (``tfyarn.data.Feeder``, rank = ``ctx.data_rank``);
     ``manifest``: :func:`train_manifest`'s, when the task already has it (else built here)."""
-    from tfyarn.data import Feeder
 
     d = ctx.spec.data
     if ctx.data_rank < 0:
@@ -100,7 +105,6 @@ class Helpers:
     def strategy(self) -> Any:
         """A MultiWorkerMirroredStrategy set up as allreduce mode's (:func:`tfyarn.train.strategy.start_strategy`).
         Call it once, on every training task, before other TF work (TF's rule for this strategy)."""
-        from tfyarn.train.strategy import start_strategy
 
         return start_strategy(self.ctx)
 
@@ -109,7 +113,6 @@ class Helpers:
         ck = self.ctx.spec.checkpoint
         if not ck.dir:
             return None
-        from tfyarn.train.checkpoint import CheckpointStore
 
         return CheckpointStore(ck.dir, keep=ck.keep)
 
@@ -129,9 +132,6 @@ def jsonable(values: dict[str, Any], what: str) -> dict[str, Any]:
     """``values`` made JSON-serializable for the summary: numpy scalars and arrays (what a training loop naturally
     returns) become Python numbers and lists. Anything else JSON cannot hold fails here, naming the key — not later,
     in the summary writer, after training, with a bare TypeError."""
-    import json
-
-    import numpy as np
 
     def numpy_value(v: Any) -> Any:
         if isinstance(v, (np.generic, np.ndarray)):

@@ -22,6 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tfyarn.train.events import EventWriter, upload_file
+
 log = logging.getLogger("tfyarn.train.history")
 
 TASK_HISTORY_DIR = "history"  # under the checkpoint dir; tfyarn.report reads it too
@@ -59,8 +61,6 @@ class TaskHistory:
             self.remote = f"{root.rstrip('/')}/{TASK_HISTORY_DIR}/{app_id}/{self.name}"
         self.events = None
         if events:
-            from tfyarn.train.events import EventWriter
-
             self.events = EventWriter(url, "train", Path(local_dir) / "events")
         self.points = 0
         self.sink: Any = None  # also gets each batch of points (tfyarn.train.tracking: MLflow)
@@ -123,8 +123,6 @@ class TaskHistory:
             return
         size = self.local.stat().st_size
         if size != self._uploaded_size:
-            from tfyarn.train.events import upload_file
-
             upload_file(self.fs, self.local, self.remote)
             self._uploaded_size = size
         if self.events is not None:

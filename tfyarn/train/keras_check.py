@@ -9,14 +9,14 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from tfyarn.spec import load_spec_json
+from tfyarn.train.keras_model import KerasModel, ModelSpecError
+from tfyarn.train.keras_optim import UnsupportedOptimizer, v1_equivalent
+from tfyarn.train.model import build_model, load
+
 
 def problems(spec_json: str) -> list[str]:
     import tensorflow as tf
-
-    from tfyarn.spec import load_spec_json
-    from tfyarn.train.keras_model import KerasModel, ModelSpecError
-    from tfyarn.train.keras_optim import UnsupportedOptimizer, v1_equivalent
-    from tfyarn.train.model import build_model, load
 
     spec = load_spec_json(spec_json)
     model: object = load(spec.model, spec.params, spec.code or None, data=spec.data)

@@ -25,7 +25,11 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+
+from tfyarn.train.inputs import dims, is_sparse, tf_dtype
+from tfyarn.train.keras_optim import optimizer_config, v1_equivalent
 
 
 def keras_flavour(obj: Any) -> str | None:
@@ -107,8 +111,6 @@ class KerasModel:
         self._metric_fns: dict[str, Callable] = {}
         self._opt_config: tuple[str, dict[str, Any]] | None = None
         if self._pending_graph is None and getattr(first, "optimizer", None) is not None:
-            from tfyarn.train.keras_optim import optimizer_config
-
             self._opt_config = optimizer_config(first.optimizer)
 
     # -- the contract ------------------------------------------------------------------------------------------------
@@ -183,8 +185,6 @@ class KerasModel:
         ps (a TF1 graph): its ``tf.compat.v1.train`` equivalent."""
         import tensorflow as tf
 
-        from tfyarn.train.keras_optim import v1_equivalent
-
         opt = self.keras.optimizer
         if tf.executing_eagerly():
             opt.build(self.keras_trainable)
@@ -196,10 +196,6 @@ class KerasModel:
         """The compiled optimizer's class and config, read eagerly: from the model :func:`load` made, or else from
         one made in a thread of its own (TF's default graph is per thread: a new thread is eager)."""
         if self._opt_config is None:
-            from concurrent.futures import ThreadPoolExecutor
-
-            from tfyarn.train.keras_optim import optimizer_config
-
             with ThreadPoolExecutor(1, thread_name_prefix="tfyarn-keras-config") as pool:
                 self._opt_config = pool.submit(lambda: optimizer_config(self.factory().optimizer)).result()
         return self._opt_config
@@ -260,8 +256,6 @@ class KerasModel:
 
     def _example_inputs(self) -> Any:
         import tensorflow as tf
-
-        from tfyarn.train.inputs import dims, is_sparse, tf_dtype
 
         feats = {  # a variable-length feature: an empty SparseTensor [1, 1] (dense [1, pad_to] with pad_to)
             n: tf.SparseTensor(tf.zeros([0, 2], tf.int64), tf.zeros([0], tf_dtype(f.dtype)), [1, 1])

@@ -27,6 +27,8 @@ import importlib
 import sys
 from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar
 
+from tfyarn.train.inputs import spec_of
+
 if TYPE_CHECKING:
     from typing_extensions import TypeIs
 
@@ -183,6 +185,5 @@ def split_features(batch: dict[str, Any], label: str | None) -> tuple[dict[str, 
 def input_signature(features: dict[str, Any], batch_size: int | None, exclude: str | None = None) -> dict[str, Any]:
     """One TensorSpec per spec feature (but ``exclude``), leading dim ``batch_size``: a fixed signature is traced
     once for the run. A variable-length feature: a SparseTensorSpec (``tfyarn.train.inputs``)."""
-    from tfyarn.train.inputs import spec_of
 
     return {name: spec_of(f, batch_size, name) for name, f in features.items() if name != exclude}

@@ -17,6 +17,8 @@ from typing import Any
 from tfyarn.common.fsio import replace
 from tfyarn.tasklib.context import SUMMARY_KEY, TOTAL_STEPS_KEY, progress_key
 from tfyarn.tasklib.kv import KV, KVUnavailable, put_json
+from tfyarn.train.history import TaskHistory, restart_number
+from tfyarn.train.tracking import attach, with_run
 
 log = logging.getLogger("tfyarn.train.progress")
 
@@ -68,8 +70,6 @@ class ProgressReporter:
     def for_task(cls, ctx: Any) -> "ProgressReporter":
         """The reporter of a training task: ``fail_on_nan_loss`` from the spec, and the task's own progress history
         (:mod:`tfyarn.train.history`, next to the checkpoints; the chief's also feeds TensorBoard)."""
-        from tfyarn.train.history import TaskHistory, restart_number
-        from tfyarn.train.tracking import attach
 
         history = TaskHistory.for_task(ctx)
         attach(ctx, history)  # tracking.mlflow: the chief's points also go to its MLflow run
@@ -357,8 +357,6 @@ def write_summary(ctx: Any, summary: dict[str, Any]) -> str:
     """Write the summary JSON next to the checkpoints, else in the task's workdir (fsspec: temp name then rename), and
     put it in the KV ``summary``; returns its URL."""
     import fsspec
-
-    from tfyarn.train.tracking import with_run
 
     summary = with_run(ctx, summary)  # tracking.mlflow: the run named in the summary, the summary logged
     ckpt = ctx.spec.checkpoint.dir
