@@ -9,6 +9,7 @@ tiny pure-Python Example decoder says which record and which feature is wrong (T
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import math
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from tfyarn.data import native
 from tfyarn.data.ragged import Ragged
 
 log = logging.getLogger(__name__)
@@ -319,7 +321,6 @@ def native_parser(
     records in TF's own layout without ambiguity (every required feature once, of its kind and size); for any other
     group ``fallback`` (TF) parses it and reports errors, so results never differ between the two.
     """
-    from tfyarn.data import native
 
     lib = native.records
     assert lib is not None
@@ -375,7 +376,6 @@ def native_parser(
 def default_parser(fields: tuple[Field, ...]) -> Callable[[list[bytes]], dict[str, np.ndarray]]:
     """The feeder's parser: the C parser (:func:`native_parser`) when built and the schema is numeric, in front of
     :func:`general_parser` (built on first use: a process the C parser serves never imports TF for it)."""
-    from tfyarn.data import native
 
     if native.records is None or not all(f.dtype in _NUMERIC_KIND and (f.size > 0 or f.varlen) for f in fields):
         return general_parser(fields)
@@ -391,7 +391,6 @@ def default_parser(fields: tuple[Field, ...]) -> Callable[[list[bytes]], dict[st
 
 def general_parser(fields: tuple[Field, ...]) -> Callable[[list[bytes]], dict[str, np.ndarray]]:
     """Any schema, any valid encoding: TensorFlow's parser (training hosts have TF), else the pure-Python one."""
-    import importlib.util
 
     if importlib.util.find_spec("tensorflow") is not None:
         return tf_parser(fields)

@@ -13,6 +13,8 @@ from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
+from tfyarn.data import native
+
 
 class SparseValue(NamedTuple):
     """A batch of a variable-length feature: TF's SparseTensorValue layout (``indices`` [nnz, 2]
@@ -67,7 +69,6 @@ class Ragged:
     def sparse(self) -> SparseValue:
         """As TF's VarLenFeature: indices (row, position), values, dense_shape [rows, longest
         row]. The indices in one C pass when the extension is built (``_records.sparse_indices``)."""
-        from tfyarn.data import native
 
         lengths = self.lengths
         n, nnz = len(lengths), int(self.splits[-1] - self.splits[0])

@@ -36,7 +36,7 @@ import time
 from dataclasses import asdict
 from typing import Any, Callable
 
-import fsspec
+import fsspec  # noqa: TID253 - the data path reads through fsspec
 
 from tfyarn.data import manifest as mf
 from tfyarn.data.errors import DataError

@@ -14,7 +14,7 @@ import logging
 import re
 from typing import Any
 
-import fsspec
+import fsspec  # noqa: TID253 - the data path writes through fsspec
 import numpy as np
 
 from tfyarn.data.example import _field, _varint, entry, float_feature

@@ -17,11 +17,13 @@ VarLenFeature); a null in any other column is filled with the feature's ``defaul
 from __future__ import annotations
 
 import logging
+import zlib
 from typing import Any, Iterator
 
 import numpy as np
 
 from tfyarn.data.errors import DataError
+from tfyarn.data.parse import _fields, _varint
 from tfyarn.data.ragged import Ragged
 from tfyarn.errors import ExitCode
 
@@ -140,8 +142,6 @@ def _orc_footer_stripe_rows(f: Any, size: int) -> list[int] | None:
     file tail is ``footer, postscript, 1 byte postscript length``; the footer is protobuf, in
     compression chunks (3-byte header: length << 1 | original). None when the codec is not one
     decoded here (then stripes are counted by reading)."""
-    import zlib
-    from tfyarn.data.parse import _fields, _varint
 
     tail_len = min(size, 1 << 16)
     f.seek(size - tail_len)

@@ -24,6 +24,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from tfyarn.data.errors import NoDataError
+from tfyarn.data.feeder import Feeder
+from tfyarn.data.manifest import build_manifest
+from tfyarn.data.planner import plan
+from tfyarn.data.ragged import SparseValue
 
 
 @dataclass
@@ -59,8 +63,6 @@ def _bound() -> _Binding:
 def _manifest(b: _Binding) -> Any:
     """The manifest of ``data.train`` (indexes cached, so a second task or run reads no data to build it)."""
     if b.manifest is None:
-        from tfyarn.data.manifest import build_manifest
-
         d = b.data
         b.manifest = build_manifest(
             list(d.train), compression=d.compression, on_corrupt=d.on_corrupt, cache_dir=b.cache_dir, whole=True
@@ -69,7 +71,6 @@ def _manifest(b: _Binding) -> Any:
 
 
 def _plan(b: _Binding, epoch: int) -> Any:
-    from tfyarn.data.planner import plan
 
     return plan(_manifest(b), b.num_workers, epoch, b.data.shuffle_seed, b.data.batch_size)
 
@@ -140,8 +141,6 @@ def _tf_values(batch: dict[str, Any]) -> dict[str, Any]:
     SparseTensorValue (what a SparseTensorSpec element is fed as)."""
     import tensorflow as tf
 
-    from tfyarn.data.ragged import SparseValue
-
     return {k: tf.compat.v1.SparseTensorValue(*v) if isinstance(v, SparseValue) else v for k, v in batch.items()}
 
 
@@ -163,8 +162,6 @@ def _split(label: str | None) -> Callable[[dict[str, Any]], Any]:
 
 def _feeder_pipeline(b: _Binding, plan_steps: list[tuple[int, int]]) -> Any:
     import tensorflow as tf
-
-    from tfyarn.data.feeder import Feeder
 
     d = b.data
 
