@@ -18,15 +18,18 @@ import time
 from typing import Any
 
 from tfyarn.contracts.kv_keys import SUMMARY_KEY
+from tfyarn.data import build_manifest
+from tfyarn.data.planner import scoring_plan
+from tfyarn.data.table import read_option
+from tfyarn.predict.model import BatchModel, fetch_saved_model
 from tfyarn.predict.output import OutputDir, PartWriter
 from tfyarn.predict.reader import PartReader, PartStats
+from tfyarn.train.progress import ProgressReporter
 
 log = logging.getLogger("tfyarn.predict")
 
 
 def manifest_of(spec: Any) -> Any:
-    from tfyarn.data import build_manifest
-    from tfyarn.data.table import read_option
 
     p = spec.predict
     return build_manifest(
@@ -84,9 +87,6 @@ class _Reader:
 
 def run(ctx: Any) -> dict[str, Any]:
     """Score this task's parts; returns its figures (and the run's totals when it wrote ``_SUCCESS``)."""
-    from tfyarn.data.planner import scoring_plan
-    from tfyarn.predict.model import BatchModel, fetch_saved_model
-    from tfyarn.train.progress import ProgressReporter
 
     spec, p = ctx.spec, ctx.spec.predict
     t0 = time.monotonic()

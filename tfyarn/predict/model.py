@@ -17,6 +17,8 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from tfyarn.predict.signature import TensorInfo, mismatches, resolve_latest
+from tfyarn.spec import Data
+from tfyarn.train.export import export_checkpoint
 
 log = logging.getLogger("tfyarn.predict.model")
 
@@ -38,8 +40,6 @@ def fetch_saved_model(spec: Any, workdir: Path) -> tuple[Path, str]:
             target.parent.mkdir(parents=True, exist_ok=True)
             fs.get_file(path, str(target))
         return dest, url
-    from tfyarn.spec import Data
-    from tfyarn.train.export import export_checkpoint
 
     data = (
         spec.data

@@ -23,7 +23,12 @@ import time
 import uuid
 from typing import Any, Callable
 
+import numpy as np
+
 from tfyarn.common.fsio import replace
+from tfyarn.data.example import encode_example
+from tfyarn.data.tfrecord import encode_record
+from tfyarn.predict.reader import to_arrow
 
 log = logging.getLogger("tfyarn.predict.output")
 
@@ -201,8 +206,6 @@ def assemble(kept: Any, predictions: dict[str, Any]) -> Any:
     """The output rows: the kept columns, then the model's outputs (a name in both is an error)."""
     import pyarrow as pa
 
-    from tfyarn.predict.reader import to_arrow
-
     cols = dict(zip(kept.column_names, kept.columns)) if kept is not None else {}
     for name, values in predictions.items():
         if name in cols:
@@ -232,8 +235,6 @@ class _OpenPart:
                 self.writer = pq.ParquetWriter(self.f, table.schema)
             self.writer.write_table(table.cast(self.schema) if table.schema != self.schema else table)
             return
-        from tfyarn.data.example import encode_example
-        from tfyarn.data.tfrecord import encode_record
 
         cols = {name: table.column(name).to_numpy(zero_copy_only=False) for name in table.column_names}
         buf = bytearray()
@@ -265,7 +266,6 @@ class _OpenPart:
 
 
 def _value(v: Any) -> Any:
-    import numpy as np
 
     if isinstance(v, np.ndarray):
         return v
