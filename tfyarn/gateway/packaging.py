@@ -13,6 +13,7 @@ node's PATH). A venv does not contain its interpreter: the nodes need the same b
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata as md
 import json
 import logging
 import os
@@ -21,13 +22,15 @@ import re
 import sys
 import time
 import uuid
-from contextlib import suppress
+from contextlib import nullcontext, suppress
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
+from tfyarn.cluster import hdfs
 from tfyarn.common import paths
 from tfyarn.errors import TfyarnError
+from tfyarn.gateway.pgzip import ParallelGzipWriter
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +119,6 @@ class Distribution:
 
 def installed_distributions(prefix: str | os.PathLike | None = None) -> list[Distribution]:
     """Every distribution installed in ``prefix`` (default: this interpreter's env), sorted by normalized name."""
-    import importlib.metadata as md
 
     seen: dict[str, Distribution] = {}
     for dist in md.distributions(path=[str(p) for p in site_packages(prefix or sys.prefix)]):
@@ -246,9 +248,6 @@ def _pack_venv(venv_pack: Any, prefix: str | os.PathLike, tmp: Path, gzipped: bo
             compress_level=pack_level(),
         )
         return
-    from contextlib import nullcontext
-
-    from tfyarn.gateway.pgzip import ParallelGzipWriter
 
     with open(tmp, "wb") as raw:
         out = ParallelGzipWriter(raw, level=pack_level()) if gzipped else nullcontext(raw)
@@ -389,7 +388,6 @@ def ensure_env(
     if progress:
         progress("hash", 0, None)
     fp = env_fingerprint(pfx, kind, installed=installed)
-    from tfyarn.cluster import hdfs
 
     staging = hdfs.qualify(staging_dir, conf) if conf is not None else staging_dir
     url = hdfs.join(staging, "envs", f"env-{fp.kind}-{fp.env_hash[:24]}{archive_suffix()}")
@@ -413,7 +411,6 @@ def stage_env(
     if ref.source != "pack" or ref.archive_url is None or ref.kind is None or ref.env_hash is None:
         return ref
     url = ref.archive_url
-    from tfyarn.cluster import hdfs
 
     if fs is None:
         fs, path = hdfs.get_fs(url, conf=conf)

@@ -15,15 +15,36 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
 import sys
+import tempfile
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
-from tfyarn.cluster import hdfs
+from tfyarn.cluster import hdfs, kerberos
+from tfyarn.data import table
+from tfyarn.data.errors import DataError
+from tfyarn.data.manifest import (
+    DEFAULT_STRIDE,
+    Listing,
+    cached_or_indexed,
+    data_files,
+    load_manifest,
+    mtime_of,
+    side_file_hint,
+)
+from tfyarn.data.parse import decode_example, diagnose, schema
+from tfyarn.data.table import file_format, read_option
+from tfyarn.data.tfrecord import first_record
 from tfyarn.errors import PreflightError
+from tfyarn.gateway import task_python
+from tfyarn.predict.signature import mismatches, parse_signatures, resolve_latest
 from tfyarn.spec import JobSpec
+from tfyarn.task.warm_imports import code_uses_keras, find_module
+from tfyarn.train.checkpoint import CheckpointStore
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +86,6 @@ class _Listed:
 
 def list_data(spec: JobSpec, get_fs: GetFs = hdfs.get_fs) -> list[_Listed]:
     """Every data URL's files (sorted), or why it could not be listed: one listing per URL (an RPC each on HDFS)."""
-    from tfyarn.data.manifest import data_files
 
     out = []
     sections: tuple[tuple[str, list[str]], ...] = (("data.train", spec.data.train), ("data.eval", spec.data.eval))
@@ -103,10 +123,6 @@ def check_data_schema(spec: JobSpec, get_fs: GetFs = hdfs.get_fs, listed: list[_
     data set otherwise fails a task at its first batch, after allocation and TF's import. With ``on_corrupt: skip``
     one bad sample is not a problem (the record may be one to skip); every sample of a URL not fitting is.
     """
-    from tfyarn.data.errors import DataError
-    from tfyarn.data.manifest import side_file_hint
-    from tfyarn.data.parse import decode_example, diagnose, schema
-    from tfyarn.data.tfrecord import first_record
 
     fields = schema(spec.data.features)
     problems = []
@@ -148,8 +164,6 @@ def check_data_schema(spec: JobSpec, get_fs: GetFs = hdfs.get_fs, listed: list[_
 def _table_problem(name: str, spec: JobSpec, fields: tuple, found: list[str]) -> bool:
     """For a Parquet / ORC file: its columns checked against the features from its footer (a problem appended to
     ``found``); True when the file is a table (checked, or not checkable here: no pyarrow on this host)."""
-    from tfyarn.data import table
-    from tfyarn.data.errors import DataError
 
     fmt = table.file_format(name, spec.data.format)
     if fmt not in table.TABLE_FORMATS:
@@ -179,16 +193,12 @@ def check_enough_records(spec: JobSpec, listed: list[_Listed]) -> list[str]:
     and every training task fails at start. Counted from the cached indexes, then by indexing the smallest files
     within :data:`COUNT_BUDGET_BYTES`; data that cannot be counted that cheaply, or not indexed (damaged data is the
     tasks' to report, with file and offset), passes."""
-    from tfyarn.data.errors import DataError
-    from tfyarn.data.manifest import cached_or_indexed
-    from tfyarn.data.table import file_format
 
     train = [d for d in listed if d.section == "data.train"]
     if not train or any(d.error is not None or not d.files for d in train):
         return []  # check_data reports these
     files = _train_files(listed)
     need, data = spec.global_batch_size, spec.data
-    from tfyarn.data.table import read_option
 
     opts: dict[str, Any] = {
         "compression": read_option(data.compression, data.format),
@@ -234,7 +244,6 @@ INDEX_PROBE_FILES = 200
 
 def _train_files(listed: list[_Listed]) -> dict[str, tuple[int, str]]:
     """Every non-empty file ``data.train`` lists: URL → (size, mtime)."""
-    from tfyarn.data.manifest import mtime_of
 
     return {
         d.fs.unstrip_protocol(p): (int(d.info[p]["size"]), mtime_of(d.info[p]))
@@ -256,9 +265,6 @@ def _mb(n: float) -> str:
 def index_notes(spec: JobSpec, listed: list[_Listed]) -> list[str]:
     """How much of ``data.train`` is not indexed yet: what the training tasks will read (1/N each) before their first
     step — once, the indexes are then cached. Nothing when the whole manifest is cached (one read)."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from tfyarn.data.manifest import DEFAULT_STRIDE, Listing, cached_or_indexed, load_manifest
 
     files = _train_files(listed)
     if not files:
@@ -371,7 +377,6 @@ def check_warm_start(spec: JobSpec) -> list[str]:
     one listing its model variables (two small reads here, instead of every task failing after TF's import)."""
     if not spec.checkpoint.init_from:
         return []
-    from tfyarn.train.checkpoint import CheckpointStore
 
     try:
         if spec.checkpoint.dir and CheckpointStore(spec.checkpoint.dir).latest() is not None:
@@ -391,7 +396,6 @@ def check_warm_start(spec: JobSpec) -> list[str]:
 
 
 def _installed(module: str) -> bool:
-    from tfyarn.task.warm_imports import find_module
 
     return find_module(module, sys.path) is not None
 
@@ -400,7 +404,6 @@ def check_task_env(spec: JobSpec) -> list[str]:
     """The model's module and the packages the roles need, in this Python plus the spec's ``code:`` dir (call it only
     where the tasks run this env). Found without importing anything: the gateway may have no TensorFlow, and the
     job's code must not run here."""
-    from tfyarn.task.warm_imports import find_module
 
     problems = []
     target = spec.entrypoint_parts()[0] if spec.entrypoint else spec.model
@@ -437,10 +440,6 @@ def check_keras_model(spec: JobSpec, timeout: float = 300.0) -> list[str]:
     compiled, inputs named after features, in ps mode an optimizer with a v1 twin), so that a model tfyarn cannot
     train fails here (exit 2) instead of in every task. The gateway imports no TensorFlow; a job without Keras pays
     nothing."""
-    import subprocess
-    import tempfile
-
-    from tfyarn.task.warm_imports import code_uses_keras
 
     if not code_uses_keras(spec.model.partition(":")[0], spec.code):
         return []
@@ -475,7 +474,6 @@ def runs_this_python(spec: JobSpec) -> bool:
         return True
     if env.source != "python" or not env.python:
         return False
-    import os
 
     theirs, ours = os.path.abspath(env.python), os.path.abspath(sys.executable)
     # a venv's python is a symlink to its base interpreter: compare the bin dir itself, then the executable
@@ -515,7 +513,6 @@ def run_preflight(
     problems, else return warnings (may be empty)."""
     problems = check_kerberos(spec)
     # issue 31: can the containers' account (LinuxContainerExecutor) run the tasks' Python?
-    from tfyarn.gateway import task_python
 
     problems += task_python.check(spec, hdfs.load_hadoop_conf())
     if runs_this_python(spec):  # the gateway's env is what the containers will run
@@ -535,7 +532,6 @@ def run_preflight(
 def run_file_checks(spec: JobSpec, get_fs: GetFs = hdfs.get_fs, task_env: bool = False) -> None:
     """``tfyarn validate --check-files``: the data, checkpoint-dir and warm-start checks (no cluster to ask);
     ``task_env``: also the model module and the roles' packages, when the tasks would run this Python."""
-    from tfyarn.cluster import kerberos
 
     kerberos.login(kerberos.resolved(spec), hdfs.load_hadoop_conf())  # a keytab-only gateway lists with it
     _raise(
@@ -572,7 +568,6 @@ def check_predict(spec: JobSpec, get_fs: GetFs = hdfs.get_fs) -> list[str]:
     read from its ``saved_model.pb`` here (protobuf, no TensorFlow: :mod:`tfyarn.predict.signature`); one line per
     mismatch, naming both sides. A ``predict.checkpoint`` model is served on the features themselves (as ``tfyarn
     export`` does): nothing to compare before the task builds it."""
-    from tfyarn.predict.signature import mismatches, parse_signatures, resolve_latest
 
     p = spec.predict
     if p is None or not p.saved_model:
