@@ -17,7 +17,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from tfyarn.cluster import hdfs
+from tfyarn.cluster import hdfs, webauth
 from tfyarn.errors import PreflightError
 from tfyarn.spec import JobSpec, Kerberos
 
@@ -177,7 +177,6 @@ def login(krb: Kerberos | None, conf: dict[str, str]) -> Kerberos | None:
         _CHECKED.add(key)
     hdfs.set_login(krb)
     # the same login for SPNEGO to the web endpoints
-    from tfyarn.cluster import webauth
 
     webauth.set_login(krb)
     return krb
