@@ -9,6 +9,6 @@ except ImportError:  # Airflow 2.x
     from airflow.exceptions import AirflowException
     from airflow.models import BaseOperator
 
-from airflow.triggers.base import BaseTrigger, TriggerEvent
+from airflow.triggers.base import BaseTrigger, TriggerEvent  # noqa: TID253 - this module is the Airflow import
 
 __all__ = ["AirflowException", "BaseOperator", "BaseTrigger", "TriggerEvent"]

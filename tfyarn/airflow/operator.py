@@ -18,9 +18,12 @@ from __future__ import annotations
 import json
 from typing import Any, Sequence
 
+from tfyarn import api, runner
 from tfyarn.airflow._compat import AirflowException, BaseOperator
 from tfyarn.airflow.progress_log import progress_logger
 from tfyarn.airflow.tags import airflow_tags, matches, merge_tags
+from tfyarn.airflow.trigger import TfyarnTrigger
+from tfyarn.errors import WaitTimeout
 
 ON_EXISTING = ("adopt", "kill")
 
@@ -70,8 +73,6 @@ class TfyarnOperator(BaseOperator):
         self._app_id = app_id
         ti.xcom_push(key="app_id", value=app_id)
         if self.deferrable:
-            from tfyarn.airflow.trigger import TfyarnTrigger
-
             self.defer(
                 trigger=TfyarnTrigger(
                     app_id=app_id,
@@ -85,7 +86,6 @@ class TfyarnOperator(BaseOperator):
 
     def execute_complete(self, context: Any, event: dict[str, Any] | None = None) -> Any:
         """Resumed after the trigger fired: read the final status and finish like the polling path."""
-        from tfyarn import api
 
         event = event or {}
         app_id = event.get("app_id") or context["ti"].xcom_pull(task_ids=self.task_id, key="app_id")
@@ -104,7 +104,6 @@ class TfyarnOperator(BaseOperator):
 
     # ------------------------------------------------------------------------------------------------ steps
     def _find_running(self, tags: list[str]) -> str | None:
-        from tfyarn import api
 
         running = [a for a in api.list_apps(self.backend) if not a.state.is_terminal and matches(a.tags, tags)]
         if not running:
@@ -124,7 +123,6 @@ class TfyarnOperator(BaseOperator):
         return None
 
     def _submit(self, tags: list[str]) -> str:
-        from tfyarn import api
 
         overrides = [*self.overrides, "job=predict"] if self.predict else list(self.overrides)
         spec = api.load(self.spec, overrides)
@@ -137,8 +135,6 @@ class TfyarnOperator(BaseOperator):
         return app_id
 
     def _wait(self, app_id: str) -> Any:
-        from tfyarn import api, runner
-        from tfyarn.errors import WaitTimeout
 
         try:
             with api.backend_for_app(app_id) as backend:  # a private skein driver is stopped afterwards
@@ -154,7 +150,6 @@ class TfyarnOperator(BaseOperator):
             raise AirflowException(str(exc)) from None
 
     def _kill(self, app_id: str, why: str) -> None:
-        from tfyarn import api
 
         self.log.warning("killing tfyarn app %s: %s", app_id, why)
         try:
@@ -172,7 +167,6 @@ class TfyarnOperator(BaseOperator):
             ]
             raise AirflowException("\n".join(lines))
         self.log.info("tfyarn app %s SUCCEEDED; summary: %s", st.app_id, json.dumps(st.summary, sort_keys=True))
-        from tfyarn import api
 
         try:
             report = api.report_location(st)  # written now if the wait was deferred

@@ -10,8 +10,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any, AsyncIterator
 
+from tfyarn import api
 from tfyarn.airflow._compat import BaseTrigger, TriggerEvent
 from tfyarn.airflow.progress_log import progress_logger
+from tfyarn.contracts.status import WaitClock
 
 
 class TfyarnTrigger(BaseTrigger):
@@ -38,8 +40,6 @@ class TfyarnTrigger(BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         """Follow the app as ``tfyarn wait`` does (``Backend.follow``: on YARN the job's deadline, allocation timeout
         and stall watch are enforced from here too), with this trigger's own ``timeout`` (``WaitClock``)."""
-        from tfyarn import api
-        from tfyarn.contracts.status import WaitClock
 
         show = progress_logger(self.log, self.log_interval)
         clock = WaitClock(self.timeout, f"tfyarn app {self.app_id}")
@@ -79,7 +79,6 @@ class TfyarnTrigger(BaseTrigger):
 
     async def on_kill(self) -> None:
         """A user killed the deferred task (mark failed / clear): kill the app too (Airflow 3.3+ calls this)."""
-        from tfyarn import api
 
         self.log.warning("killing tfyarn app %s: the deferred Airflow task was killed", self.app_id)
         await asyncio.to_thread(api.kill, self.app_id)
