@@ -9,10 +9,12 @@ This module imports no TensorFlow: validating and submitting happen on gateway n
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 import os
 import re
+import shlex
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, Iterator, Literal, Union, get_args, get_origin
@@ -530,7 +532,6 @@ class JobSpec(_Model):
 
     def entrypoint_parts(self) -> tuple[str, list[str]]:
         """``entrypoint`` → (a script path or 'module:function', its arguments), split as a shell would."""
-        import shlex
 
         parts = shlex.split(self.entrypoint or "")
         return (parts[0], parts[1:]) if parts else ("", [])
@@ -713,7 +714,6 @@ def _keys_at(loc: tuple[Any, ...]) -> list[str]:
 
 
 def _unknown_key(loc: tuple[Any, ...]) -> str:
-    import difflib
 
     known = _keys_at(loc[:-1])
     close = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
