@@ -210,9 +210,9 @@ def watch_end(backend, app_id: str, timeout: float = JOB_S) -> Callable[[], Any]
     from tfyarn.contracts.kv_keys import END_KEY
     from tfyarn.runtime.kv_yarn import SkeinKV
 
-    app = wait_until(lambda: backend._app_client(app_id), timeout,
+    app = wait_until(lambda: backend.conn.app_client(app_id), timeout,
                      f"the application master of {app_id}", poll=0.5)
-    backend._apps.pop(app_id, None)
+    backend.conn._apps.pop(app_id, None)
     got: list[Any] = []
 
     def run() -> None:

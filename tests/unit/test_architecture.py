@@ -1,10 +1,10 @@
 """docs/ARCHITECTURE.md's module tree is the code's: every file and folder it names exists, and every module of the
-gateway's packages (tfyarn's top level, contracts/, backends/, runtime/) is in it."""
+gateway's packages (tfyarn's top level, contracts/, runner/, backends/, runtime/) is in it."""
 import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-COMPLETE = ("", "contracts", "backends", "runtime")    # folders whose every module the tree lists (recursively below)
+COMPLETE = ("", "contracts", "runner", "backends", "runtime")    # folders whose every module the tree lists (recursively below)
 
 
 def tree_entries() -> list[str]:
@@ -29,6 +29,7 @@ def tree_entries() -> list[str]:
 def test_the_tree_is_read():
     entries = tree_entries()
     assert "backends/yarn/connection.py" in entries and "contracts/kv_keys.py" in entries and "api.py" in entries
+    assert "runner/yarn_app/supervise.py" in entries
 
 
 def test_every_entry_of_the_tree_exists():
