@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from tfyarn.contracts.status import AppState, AppStatus
-from tfyarn.fsio import replace
-from tfyarn.fsretry import retry
+from tfyarn.common.fsio import replace
+from tfyarn.common.fsretry import retry
 
 log = logging.getLogger(__name__)
 

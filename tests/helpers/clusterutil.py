@@ -95,7 +95,7 @@ def task_process(backend, app_id: str, task: str, timeout: float = 60.0) -> psut
         for p in app_processes(app_id):
             try:
                 env = p.environ()
-                if env.get("SKEIN_CONTAINER_ID") in ids and "tfyarn.runtime" in " ".join(p.cmdline()):
+                if env.get("SKEIN_CONTAINER_ID") in ids and "tfyarn.task" in " ".join(p.cmdline()):
                     return p
             except psutil.Error:
                 continue
@@ -208,7 +208,7 @@ def watch_end(backend, app_id: str, timeout: float = JOB_S) -> Callable[[], Any]
 
     from tfyarn.contracts.job_end import JobEnd
     from tfyarn.contracts.kv_keys import END_KEY
-    from tfyarn.runtime.kv_yarn import SkeinKV
+    from tfyarn.task.yarn.kv_yarn import SkeinKV
 
     app = wait_until(lambda: backend.conn.app_client(app_id), timeout,
                      f"the application master of {app_id}", poll=0.5)

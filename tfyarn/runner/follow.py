@@ -25,7 +25,7 @@ from tfyarn.contracts.status import AppState, AppStatus, WaitClock
 from tfyarn.errors import WaitTimeout
 from tfyarn.report import preload_plotting
 from tfyarn.runner.supervisor import Supervisor, Verdict
-from tfyarn.runtime.app_end import follower_alive
+from tfyarn.task.yarn.app_end import follower_alive
 
 log = logging.getLogger(__name__)
 _preloading = threading.Event()  # matplotlib imported once per process, meanwhile, for the report at the end

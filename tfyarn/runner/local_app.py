@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from tfyarn import paths
+from tfyarn.common import paths
 from tfyarn.backends.local.backend import new_app_id
 from tfyarn.backends.local.kvserver import KVServer
 from tfyarn.backends.local.processes import (
@@ -39,7 +39,7 @@ from tfyarn.contracts.progress import apply_resources
 from tfyarn.contracts.status import AppState, AppStatus, Echo
 from tfyarn.contracts.triage import classify, restarts
 from tfyarn.errors import ExitCode
-from tfyarn.preflight import run_local_preflight
+from tfyarn.gateway.preflight import run_local_preflight
 from tfyarn.report import HISTORY_FILE, ProgressHistory, checkpoint_url, write_report
 from tfyarn.runner.attempts import run_attempts
 from tfyarn.runner.supervisor import Supervisor, training_end_note

@@ -27,7 +27,7 @@ from typing import Any, Callable, Mapping
 from tfyarn.contracts.progress import GlobalStepRate, attempt_totals, read_progress
 from tfyarn.contracts.status import AppState, AppStatus
 from tfyarn.report import ProgressHistory, checkpoint_step, checkpoint_url
-from tfyarn.runtime.watchdog import StallWatchdog
+from tfyarn.tasklib.watchdog import StallWatchdog
 from tfyarn.spec import JobSpec
 from tfyarn.contracts.triage import AttemptBudget
 
@@ -156,7 +156,7 @@ class Supervisor:
         retry = self.job.retry
         left = self.time_left()
         if self.budget is None:
-            self.budget = AttemptBudget(retry.max_attempts)
+            self.budget = AttemptBudget(retry.max_attempts, retry.cluster_faults)
         # an attempt the cluster ended (preempted, a lost node: contracts.triage) uses a budget of its own
         if (
             state not in (AppState.FAILED, AppState.TIMED_OUT)

@@ -27,8 +27,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from tfyarn.fsio import replace, retry_vanished
-from tfyarn.fsretry import retry
+from tfyarn.common.fsio import replace, retry_vanished
+from tfyarn.common.fsretry import retry
 
 log = logging.getLogger("tfyarn.train.checkpoint")
 
@@ -73,7 +73,7 @@ class CheckpointStore:
         """Upload the files of the TF checkpoint ``local_prefix`` (``.../ckpt-120``), commit it in the index, prune.
 
         Returns the committed index entry. Files go up as ``.tmp-<id>-<file>`` and are renamed once all are up.
-        A file-system fault retries the whole upload (tfyarn.fsretry), then fails it with one line.
+        A file-system fault retries the whole upload (tfyarn.common.fsretry), then fails it with one line.
         """
         return retry(lambda: self._upload(local_prefix, global_step, meta), "checkpoint upload to", self.url)
 

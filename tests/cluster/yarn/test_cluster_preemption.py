@@ -29,7 +29,7 @@ from clusterutil import (
     wait_until,
 )
 
-from tfyarn import hdfs
+from tfyarn.cluster import hdfs
 from tfyarn.backends.base import AppState
 from tfyarn.spec import load_spec_dict
 
@@ -50,7 +50,7 @@ WORKER_MIB, HOG_MIB = 6144, 10240
 
 
 def _rm_web() -> str:
-    from tfyarn.hdfs import load_hadoop_conf
+    from tfyarn.cluster.hdfs import load_hadoop_conf
 
     return "http://" + load_hadoop_conf().get(
         "yarn.resourcemanager.webapp.address", "127.0.0.1:8088"
@@ -87,7 +87,7 @@ def queues():
 
 def _hog(yarn, tag: str) -> str:
     """An app in queue b asking for its share: two containers that sleep."""
-    from tfyarn._skein import skein
+    from tfyarn.cluster._skein import skein
 
     sk = skein()
     spec = sk.ApplicationSpec(

@@ -50,12 +50,12 @@ def test_a_datanode_restart_of_30s_is_survived_by_reads_and_checkpoint_uploads(
 ):
     import fsspec
 
-    from tfyarn import hdfs
+    from tfyarn.cluster import hdfs
     from tfyarn.data.tfrecord import TFRecordWriter, iter_chunks
-    from tfyarn.fsretry import HdfsUnavailable, ReopeningReader
+    from tfyarn.common.fsretry import HdfsUnavailable, ReopeningReader
     from tfyarn.train.checkpoint import CheckpointStore
 
-    caplog.set_level(logging.WARNING, logger="tfyarn.fsretry")
+    caplog.set_level(logging.WARNING, logger="tfyarn.common.fsretry")
     url = hdfs.join(hdfs_root, "dn-restart", "big.tfrecord")
     n, payload = 60_000, 300  # ~18 MB: more than a reader buffers ahead
     with TFRecordWriter(url) as w:

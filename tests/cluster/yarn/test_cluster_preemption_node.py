@@ -34,7 +34,7 @@ from clusterutil import (
     wait_until,
 )
 
-from tfyarn import hdfs
+from tfyarn.cluster import hdfs
 from tfyarn.backends.base import AppState
 from tfyarn.spec import load_spec_dict
 

@@ -24,13 +24,13 @@ from typing import Iterator
 
 import psutil
 
-from tfyarn import paths
+from tfyarn.common import paths
 from tfyarn.backends.base import Backend, Request
 from tfyarn.backends.local.processes import KILL_REQUEST, write_atomic
 from tfyarn.backends.tasks import select_tasks, settle
 from tfyarn.contracts.status import AppState, AppStatus, WaitClock
 from tfyarn.errors import AppNotFound, WaitTimeout
-from tfyarn.preflight import run_local_preflight
+from tfyarn.gateway.preflight import run_local_preflight
 from tfyarn.report import HISTORY_FILE, REPORT_JSON, ProgressHistory, write_run_report
 from tfyarn.spec import JobSpec, load_spec_json
 
@@ -68,7 +68,7 @@ class LocalPlan(Request):
         ]
         for task, env in self.tasks.items():
             extra = " ".join(f"{k}={v}" for k, v in env.items())
-            lines.append(f"  {task:<14} {self.python} -m tfyarn.runtime {extra}".rstrip())
+            lines.append(f"  {task:<14} {self.python} -m tfyarn.task {extra}".rstrip())
         return "\n".join(lines)
 
 
@@ -126,7 +126,7 @@ class LocalBackend(Backend):
                 st = AppStatus.from_dict(json.loads((d / "status.json").read_text()))
                 if not st.state.is_terminal:
                     st.state, st.diagnostics = AppState.FAILED, f"launcher process {pid} died"
-                    settle(st, "its launcher died")  # they die with it (runtime.main._die_with_parent)
+                    settle(st, "its launcher died")  # they die with it (task.main._die_with_parent)
         return st
 
     def logs(self, app_id: str, task: str | None = None, follow: bool = False) -> Iterator[str]:

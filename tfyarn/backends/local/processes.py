@@ -1,6 +1,6 @@
 """The processes of a local app's tasks: the local backend's container verbs (spawn, signal, stop, measure).
 
-Every task is an OS process running ``python -m tfyarn.runtime`` (exactly what a YARN container runs), forked from a
+Every task is an OS process running ``python -m tfyarn.task`` (exactly what a YARN container runs), forked from a
 fork server that imported TensorFlow once (the tasks of a local job would otherwise all import it at once on the same
 cores), or, when it is disabled, not possible, or failed, started with ``subprocess.Popen``; both look the same here
 (:class:`tfyarn.backends.local.forkserver.ForkedProcess`). Each task's output goes to its ``task.log`` (and, live, to
@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 TASK_ENV_DEFAULTS = {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1", "TF_ENABLE_ONEDNN_OPTS": "0"}
 #: Seconds a task gets between SIGTERM and SIGKILL when the job is stopped.
 STOP_GRACE_S = 5.0
-#: Set to 0 to start every task as a new process (``python -m tfyarn.runtime``) instead of forking it.
+#: Set to 0 to start every task as a new process (``python -m tfyarn.task``) instead of forking it.
 FORKSERVER_ENV = "TFYARN_FORKSERVER"
 #: Prefixes of environment variables read only when the interpreter, libc, TensorFlow or the libraries it loads start
 #: (the interpreter, linker, allocator, locale, TF/XLA/CUDA, BLAS/OpenMP thread pools, gRPC, Keras's HOME, and the
@@ -197,7 +197,7 @@ class TaskProcesses:
             {
                 "TFYARN_ROLE": role,
                 "TFYARN_INDEX": index,
-                "TFYARN_KV_URL": kv_url,
+                "TFYARN_KV": kv_url,
                 "TFYARN_ATTEMPT": str(attempt),
                 "TFYARN_RESTART": str(task.restarts),
             },
@@ -277,7 +277,7 @@ class TaskProcesses:
         if task.proc is None:
             # Own session: a terminal's Ctrl-C reaches only the launcher, which then stops tasks in order.
             task.proc = subprocess.Popen(
-                [self.python, "-m", "tfyarn.runtime"],
+                [self.python, "-m", "tfyarn.task"],
                 cwd=task.dir,
                 env=env,
                 stdin=subprocess.DEVNULL,

@@ -22,7 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterator
 
-from tfyarn import packaging
+from tfyarn.gateway import packaging
 from tfyarn.backends.base import Backend, Request
 from tfyarn.backends.yarn.connection import YarnConnection
 from tfyarn.backends.yarn.end import Ender

@@ -22,8 +22,8 @@ import shutil
 import threading
 from typing import Any, Callable
 
-from tfyarn import hdfs, kerberos
-from tfyarn._skein import skein
+from tfyarn.cluster import hdfs, kerberos
+from tfyarn.cluster._skein import skein
 from tfyarn.backends.yarn import driver as skein_driver
 from tfyarn.backends.yarn import records, rest
 from tfyarn.errors import AppNotFound, YarnUnavailable
@@ -58,7 +58,7 @@ class YarnConnection:
         self._driver_error: BaseException | None = None
         self._lease: Any = None  # skein_driver.Lease on tfyarn's shared driver, released by close()
         self._apps: dict[str, Any] = {}  # running apps' skein ApplicationClients
-        self._krb: Any = None  # the Kerberos login (tfyarn.kerberos) once self.login() has run
+        self._krb: Any = None  # the Kerberos login (tfyarn.cluster.kerberos) once self.login() has run
         self._logged_in = False
 
     @functools.cached_property
@@ -75,9 +75,9 @@ class YarnConnection:
         )
 
     def login(self, spec: JobSpec | None = None, app_id: str | None = None) -> Any:
-        """Check and install this command's Kerberos login once (:func:`tfyarn.kerberos.login`, one-line exit 2):
-        the spec's, else the spec this machine submitted ``app_id`` with, else ``TFYARN_KERBEROS_*``; None = the
-        ticket cache, or no Kerberos."""
+        """Check and install this command's Kerberos login once (:func:`tfyarn.cluster.kerberos.login`, one-line
+        exit 2): the spec's, else the spec this machine submitted ``app_id`` with, else ``TFYARN_KERBEROS_*``; None =
+        the ticket cache, or no Kerberos."""
         if not self._logged_in:
             krb = (
                 kerberos.resolved(spec)

@@ -16,8 +16,8 @@ from tfyarn.backends.yarn import records, rest
 from tfyarn.backends.yarn.connection import YarnConnection
 from tfyarn.contracts import job_end
 from tfyarn.contracts.status import AppState, AppStatus
-from tfyarn.runtime import app_end
-from tfyarn.runtime.kv_yarn import SkeinKV
+from tfyarn.task.yarn import app_end
+from tfyarn.task.yarn.kv_yarn import SkeinKV
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ import logging
 from pathlib import Path
 from typing import Any, Callable
 
-from tfyarn import paths
+from tfyarn.common import paths
 from tfyarn.backends.yarn import phases, records
 from tfyarn.backends.yarn.connection import YarnConnection
 from tfyarn.contracts.status import AppStatus

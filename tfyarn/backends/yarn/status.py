@@ -14,7 +14,8 @@ import logging
 import time
 from typing import Any
 
-from tfyarn import hdfs, paths
+from tfyarn.cluster import hdfs
+from tfyarn.common import paths
 from tfyarn.backends.tasks import settle
 from tfyarn.backends.yarn import appspec, outcome, records, rest
 from tfyarn.backends.yarn.cluster_events import rm_events
@@ -37,7 +38,7 @@ from tfyarn.contracts.progress import GlobalStepRate, attempt_totals, read_progr
 from tfyarn.contracts.status import AppState, AppStatus, TaskStatus
 from tfyarn.errors import without_timeout_mark
 from tfyarn.report import HISTORY_FILE, ProgressHistory, checkpoint_step, checkpoint_url
-from tfyarn.runtime import app_end
+from tfyarn.task.yarn import app_end
 from tfyarn.spec import JobSpec
 
 log = logging.getLogger(__name__)
@@ -86,7 +87,7 @@ class StatusReader:
         if state is AppState.TIMED_OUT:
             diag = without_timeout_mark(diag)  # the in-app supervisor's marker: the state says it now
         if state is AppState.SUCCEEDED and diag.strip().endswith(app_end.DONE_DIAGNOSTICS):
-            # ended early by tfyarn (runtime.app_end): nothing to diagnose but what YARN did (cluster_events)
+            # ended early by tfyarn (task.yarn.app_end): nothing to diagnose but what YARN did (cluster_events)
             diag = diag.strip()[: -len(app_end.DONE_DIAGNOSTICS)].strip()
         # the ender's record read first (the text above: apps without one)
         recorded = outcome.from_record(rep.state, rep.final_status, snap, events, diag_end)
@@ -112,6 +113,7 @@ class StatusReader:
                 tasks=[TaskStatus(**t) for t in snap.get("tasks", [])],
                 progress=snap.get("progress") or {},
                 summary=summary,
+                causes=snap.get("causes") or [],
             ),
             end=outcome.ended_by(snap, diag_end) if recorded is not None else None,
         )

@@ -43,8 +43,8 @@ from tfyarn.report import HISTORY_FILE, checkpoint_url, write_report
 from tfyarn.runner.supervisor import Supervisor
 from tfyarn.runner.yarn_app.node_watch import NodeWatch, last_heard
 from tfyarn.runner.yarn_app.rerequest import Rerequest
-from tfyarn.runtime import app_end
-from tfyarn.runtime.kv import KV
+from tfyarn.task.yarn import app_end
+from tfyarn.tasklib.kv import KV
 from tfyarn.spec import JobSpec
 
 log = logging.getLogger(__name__)
@@ -319,7 +319,7 @@ class InAppSupervisor:
     def run(self, poll: float = POLL_S, check_s: float = DONE_CHECK_S) -> None:
         """Rounds every ``poll`` s, looking for ``control/all_done`` every ``check_s`` s between them, until the
         supervisor's work is over or the application master is gone."""
-        from tfyarn.runtime.kv import KVUnavailable
+        from tfyarn.tasklib.kv import KVUnavailable
 
         while True:
             try:
@@ -339,7 +339,7 @@ def app_started(app_id: str) -> float | None:
     """The app's start (epoch s) from the ResourceManager (the active deadline counts from there); None when the RM
     cannot say (then the supervisor's own start, seconds later, is used)."""
     try:
-        from tfyarn import hdfs
+        from tfyarn.cluster import hdfs
         from tfyarn.backends.yarn.rest import RmRest
 
         rep = RmRest(hdfs.load_hadoop_conf(None), os.environ.get("USER") or "").report(app_id)
@@ -357,9 +357,9 @@ def main() -> int:
     try:
         import threading
 
-        from tfyarn._skein import skein
+        from tfyarn.cluster._skein import skein
         from tfyarn.report import preload_plotting
-        from tfyarn.runtime.kv_yarn import SkeinKV
+        from tfyarn.task.yarn.kv_yarn import SkeinKV
         from tfyarn.spec import load_spec_json
 
         spec = load_spec_json(Path(os.environ["TFYARN_SPEC_FILE"]).read_text())

@@ -19,7 +19,7 @@ from tfyarn.runner.yarn_app.rerequest import (
 )
 from tfyarn.runner.yarn_app.rerequest import choose, lost_count, rm_view
 from tfyarn.runner.yarn_app.supervise import InAppSupervisor
-from tfyarn.runtime.kv import MemoryKV
+from tfyarn.tasklib.kv import MemoryKV
 from yarnutil import make_spec
 
 APP = "application_1700000000000_0007"

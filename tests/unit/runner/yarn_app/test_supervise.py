@@ -17,9 +17,9 @@ from tfyarn.backends.yarn.states import app_state
 from tfyarn.contracts.in_app import no_more_attempts_note
 from tfyarn.runner.yarn_app.supervise import InAppSupervisor
 from tfyarn.contracts import job_end
-from tfyarn.runtime import app_end
-from tfyarn.runtime.kv import MemoryKV
-from tfyarn.runtime.kv_yarn import mark_slot_done
+from tfyarn.task.yarn import app_end
+from tfyarn.tasklib.kv import MemoryKV
+from tfyarn.task.yarn.kv_yarn import mark_slot_done
 
 APP = "application_1700000000000_0042"
 ROLES = {"chief": {"instances": 1}, "worker": {"instances": 1}}
@@ -179,8 +179,8 @@ def test_a_bare_submits_failure_says_that_no_attempt_follows():
 
 
 def test_the_service_imports_no_tensorflow_and_a_crash_exits_0(tmp_path):
-    code = ("import sys, tfyarn.runner.yarn_app.supervise as m, tfyarn._skein as s; s.skein(); "
-            "import tfyarn.runtime.kv_yarn, tfyarn.runtime.watchdog, tfyarn.report; "
+    code = ("import sys, tfyarn.runner.yarn_app.supervise as m, tfyarn.cluster._skein as s; s.skein(); "
+            "import tfyarn.task.yarn.kv_yarn, tfyarn.tasklib.watchdog, tfyarn.report; "
             "assert 'tensorflow' not in sys.modules, 'tensorflow imported'; sys.exit(m.main())")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TFYARN_SPEC", "SKEIN_"))}
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
