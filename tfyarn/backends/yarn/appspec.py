@@ -38,6 +38,9 @@ SUPERVISOR_SERVICE = "tfyarn-supervisor"
 SUPERVISOR_MODULE = "tfyarn.runner.yarn_app.supervise"
 #: Its container: Python + skein's gRPC client + matplotlib for the report's plot (~150 MB resident measured).
 SUPERVISOR_MEMORY_MIB = 384
+#: skein restarts an in-app supervisor whose container died (killed, preempted, its node lost): every task service
+#: allows failures, so without one a container killed without its exit report would be left to its peers' timeouts
+SUPERVISOR_RESTARTS = 3
 #: On every app that has the supervisor: only those left a record in the staging dir worth reading (an HDFS client
 #: costs ``status`` of an ended app ~1 s of imports).
 SUPERVISED_TAG = "tfyarn-supervised"
@@ -180,9 +183,9 @@ def build_application_spec(
             instances=1,
             files={k: f for k, f in files.items() if k != CODE_DIR},
             env=env,
-            max_restarts=0,
+            max_restarts=SUPERVISOR_RESTARTS,
             allow_failures=True,
-        )  # a supervisor that dies leaves the job running (followers still watch)
+        )  # a supervisor killed is restarted (it takes up the app's attempts); one that fails leaves the job running
     acls = sk.ACLs(
         enable=spec.acls.enable,
         view_users=list(spec.acls.view_users),

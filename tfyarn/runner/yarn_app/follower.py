@@ -9,13 +9,11 @@ the job's rules, which are the runner's; the YARN backend only keeps the app's r
 
 from __future__ import annotations
 
-from typing import Any
 
 from tfyarn.backends.yarn import records, skein_staging
 from tfyarn.contracts.status import AppStatus
-from tfyarn.contracts.triage import AttemptBudget
 from tfyarn.runner.attempts import ScheduledAttempts
-from tfyarn.runner.supervisor import Supervisor
+from tfyarn.runner.yarn_app.attempts import absorb
 
 
 class YarnAttempts(ScheduledAttempts):
@@ -28,22 +26,3 @@ class YarnAttempts(ScheduledAttempts):
         # the attempts its in-app supervisor ran: the run's own (numbering, budget, totals, diagnosis)
         absorb(self.sup, records.load(app_id).get("snapshot") or {}, app_id)
         return st
-
-
-def absorb(sup: Supervisor, snap: dict[str, Any], label: str) -> None:
-    """A run's supervisor (``tfyarn run``) takes in the attempts the app
-    ``label`` ran itself (its snapshot's ``attempts``): numbered on from them, each counted in the budget, its
-    diagnosis kept for the final one and its redone steps in the totals — as if the run had started them."""
-    ended = snap.get("attempts") or []
-    n = snap.get("attempt")
-    if isinstance(n, int):
-        sup.attempt = max(sup.attempt, n)
-    if not ended or sup.spec is None:
-        return
-    if sup.budget is None:
-        sup.budget = AttemptBudget(sup.spec.retry.max_attempts, sup.spec.retry.cluster_faults)
-    for r in ended:
-        diag = str(r.get("diagnosis") or "")
-        sup.budget.next(diag)
-        sup.earlier.append(f"{label} attempt {r.get('attempt')}: {diag}")
-        sup.redone.append({k: int(r.get(k) or 0) for k in ("attempt", "reached", "resumes_at", "lost_steps")})

@@ -335,6 +335,23 @@ class InAppSupervisor:
                 return
 
 
+def resume(sup: InAppSupervisor) -> None:
+    """A supervisor skein restarted (appspec.SUPERVISOR_RESTARTS: the last one's container died) takes up the app's
+    in-app attempts from the KV: the running attempt's number and the ended ones in its budget, as a follower absorbs
+    them. A first supervisor finds none."""
+    from tfyarn.runner.yarn_app.attempts import absorb
+    from tfyarn.backends.yarn.states import in_app_attempts
+
+    rec = in_app_attempts(sup.kv.items())
+    if not rec:
+        return
+    absorb(sup.sup, rec, "this application's")
+    sup.attempt = sup.sup.attempt
+    log.warning(
+        "%s: supervising again from attempt %d (the previous supervisor's container died)", sup.app_id, sup.attempt
+    )
+
+
 def app_started(app_id: str) -> float | None:
     """The app's start (epoch s) from the ResourceManager (the active deadline counts from there); None when the RM
     cannot say (then the supervisor's own start, seconds later, is used)."""
@@ -374,6 +391,7 @@ def main() -> int:
             attempt=int(os.environ.get("TFYARN_ATTEMPT") or 0),
             staging_dir=os.environ.get("TFYARN_STAGING_DIR"),
         )
+        resume(sup)
         threading.Thread(target=preload_plotting, name="tfyarn-preload-matplotlib", daemon=True).start()
         sup.publish()
         from tfyarn.runner.yarn_app import page as job_page

@@ -43,8 +43,9 @@ def test_round_trip_and_fields(spec):
     assert app.master.resources == skein.Resources(memory=1024, vcores=2)
     assert app.acls == skein.ACLs(enable=True, view_users=["bob"], modify_groups=["ml-ops"], ui_users=["*"])
     assert set(app.services) == {"ps", "chief", "worker", appspec.SUPERVISOR_SERVICE}
-    sup = app.services[appspec.SUPERVISOR_SERVICE]      # not a task: small, never restarted, never fails the app
-    assert (sup.instances, sup.resources.vcores, sup.max_restarts, sup.allow_failures) == (1, 1, 0, True)
+    sup = app.services[appspec.SUPERVISOR_SERVICE]      # not a task: small, restarted if killed, never fails the app
+    assert (sup.instances, sup.resources.vcores, sup.max_restarts, sup.allow_failures) == (
+        1, 1, appspec.SUPERVISOR_RESTARTS, True)
     assert sup.resources.memory == appspec.SUPERVISOR_MEMORY_MIB and "TFYARN_ROLE" not in sup.env
     assert set(sup.files) == {"env", "tfyarn_src", "tfyarn-spec.json"}
     assert f"-m {appspec.SUPERVISOR_MODULE} || true\nexit 0\n" in sup.script

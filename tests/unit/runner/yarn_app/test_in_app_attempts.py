@@ -8,7 +8,7 @@ from tfyarn.backends.yarn.status import fold_in_app
 from tfyarn.contracts.status import AppStatus
 from tfyarn.runner.supervisor import Supervisor
 from tfyarn.runner.yarn_app import attempts as in_app_attempts
-from tfyarn.runner.yarn_app.follower import absorb
+from tfyarn.runner.yarn_app.attempts import absorb
 
 ROLES = {"ps": {"instances": 1}, "chief": {"instances": 1}, "worker": {"instances": 1}}
 SNAP = {"attempt": 2, "attempts": [
