@@ -1,15 +1,9 @@
-"""Following one app to its end: the poll loop of ``wait`` and of each attempt of ``run``, and the job's rules
-applied by its follower.
-
-Why here: the runner asks the backend for the app's status, the run's supervisor
-(:class:`~tfyarn.runner.supervisor.Supervisor`) decides, and the runner tells the backend to end the app
-(``backend.end`` with a :class:`~tfyarn.contracts.job_end.JobEnd`): a verdict (deadline, allocation, a stall
-while no in-app supervisor watches) ends it TIMED_OUT saying why. Where the backend offers the running app's
-KV (``backend.kv``: YARN), the follower also says it is alive there (``control/follower``: the last task done
-leaves the app's end to it, :mod:`tfyarn.contracts.job_end`), leaves the stall watch to a live in-app
-supervisor (``control/supervisor``), and between two reads watches for ``control/all_done`` to end the app
-SUCCEEDED within a fraction of a second of the last task's end. At the end the backend keeps the run report
-(``backend.keep_report``).
+"""Following one app to its end (``wait``, each attempt of ``run``): the runner reads the status, the run's
+:class:`~tfyarn.runner.supervisor.Supervisor` decides, the backend ends the app (``backend.end``, a
+:class:`~tfyarn.contracts.job_end.JobEnd`): a verdict ends it TIMED_OUT saying why. Over the running app's KV
+(``backend.kv``: YARN) the follower says it is alive (``control/follower``: the last task leaves the end to it),
+leaves the stall watch to a live in-app supervisor and, between reads, ends the app SUCCEEDED within a fraction of a
+second of ``control/all_done``. Then the backend keeps the run report (``backend.keep_report``).
 """
 
 from __future__ import annotations
@@ -17,8 +11,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Callable, Protocol
+from typing import Any, Callable
 
+from tfyarn.backends.base import Backend
 from tfyarn.contracts import job_end
 from tfyarn.contracts.kv_keys import ALL_DONE_KEY, FOLLOWER_KEY, SUPERVISOR_KEY
 from tfyarn.contracts.status import AppState, AppStatus, WaitClock
@@ -29,22 +24,6 @@ from tfyarn.task.yarn.app_end import follower_alive
 
 log = logging.getLogger(__name__)
 _preloading = threading.Event()  # matplotlib imported once per process, meanwhile, for the report at the end
-
-
-class Followable(Protocol):
-    """What a follower needs of a backend (:class:`tfyarn.backends.base.Backend` has it)."""
-
-    name: str
-
-    def status(self, app_id: str) -> AppStatus: ...
-
-    def end(self, app_id: str, end: job_end.JobEnd) -> AppStatus: ...
-
-    def kv(self, app_id: str) -> Any: ...
-
-    def queue_note(self, queue: str | None) -> str: ...
-
-    def keep_report(self, st: AppStatus) -> None: ...
 
 
 def poll_to_end(
@@ -75,14 +54,13 @@ class Follower:
     """One app followed by this process: :meth:`step` is one judged status read, :meth:`pause` the time
     between two. ``sup`` None: status reads only (the app's rules are applied elsewhere, or unknown)."""
 
-    def __init__(self, backend: Followable, app_id: str, sup: Supervisor | None):
+    def __init__(self, backend: Backend, app_id: str, sup: Supervisor | None):
         self.backend, self.app_id, self.sup = backend, app_id, sup
         if sup is not None:
             sup.begin_attempt()  # its stall watch starts once the app's KV answers
 
     def _on_kv(self, what: str, call: Callable[[Any], Any]) -> Any:
-        """``call(kv)`` on the running app's KV; None when there is none or the call fails (the app may be
-        ending: the next status read says so)."""
+        """``call(kv)`` on the running app's KV; None without one or when it fails (the next read says why)."""
         kv = self.backend.kv(self.app_id)
         if kv is None:
             return None
@@ -119,14 +97,11 @@ class Follower:
         queue = self.sup.spec.queue if self.sup.spec is not None else None
         diag = verdict.diagnosis + (self.backend.queue_note(queue) if verdict.reason == "allocation" else "")
         log.error("%s: %s; killing it", self.app_id, diag)
-        st = self.backend.end(self.app_id, job_end.decide(job_end.FOLLOWER, verdict=diag))
-        st.state, st.diagnostics = verdict.state, diag
-        return st
+        return self.backend.end(self.app_id, job_end.decide(job_end.FOLLOWER, verdict=diag))
 
     def pause(self, seconds: float, check_s: float = 0.2) -> None:
-        """Sleep ``seconds``, looking every ``check_s`` s for the tasks' ``control/all_done`` (one cheap KV read):
-        once it is there, the app is ended SUCCEEDED (the backend reads its KV one last time first), so a
-        follower returns within a fraction of a second of the last task's end."""
+        """Sleep ``seconds``, looking every ``check_s`` s for ``control/all_done`` (one cheap KV read): then the
+        app is ended SUCCEEDED (the backend reads its KV one last time first)."""
         end = time.monotonic() + seconds
         watch = self.backend.kv(self.app_id) is not None
         while True:
@@ -152,7 +127,7 @@ class Follower:
 
 
 def follow_to_end(
-    backend: Followable,
+    backend: Backend,
     app_id: str,
     sup: Supervisor | None = None,
     timeout: float | None = None,
@@ -170,7 +145,7 @@ def follow_to_end(
     return st
 
 
-def supervisor_for(backend: Followable, app_id: str) -> Supervisor | None:
+def supervisor_for(backend: Backend, app_id: str) -> Supervisor | None:
     """The rules a follower applies to an app it did not start (``wait``, the Airflow trigger): a YARN app's — its
     spec (this machine's record, else the app's own, recovered by a status read), the deadline counting from its
     submit; None when the spec is unknown. A local app's launcher applies them itself (None)."""
@@ -188,7 +163,7 @@ def supervisor_for(backend: Followable, app_id: str) -> Supervisor | None:
 
 
 def wait(
-    backend: Followable,
+    backend: Backend,
     app_id: str,
     timeout: float | None = None,
     poll: float = 1.0,

@@ -41,25 +41,7 @@ FORKSERVER_ENV = "TFYARN_FORKSERVER"
 #: fork server switch itself): a forked task inherits what the server read, so a role whose ``env`` sets one of these
 #: is started as a new process. Not TMPDIR: a forked task clears ``tempfile``'s cached directory.
 STARTUP_ENV_PREFIXES = (
-    "PYTHON",
-    "LD_",
-    "MALLOC",
-    "TCMALLOC",
-    "LC_",
-    "LANG",
-    "TZ",
-    "TF_",
-    "XLA_",
-    "CUDA",
-    "NVIDIA",
-    "OMP_",
-    "MKL",
-    "KMP_",
-    "OPENBLAS",
-    "GOTO",
-    "GRPC_",
-    "KERAS",
-    "HOME",
+    *"PYTHON LD_ MALLOC TCMALLOC LC_ LANG TZ TF_ XLA_ CUDA NVIDIA OMP_ MKL KMP_ OPENBLAS GOTO GRPC_ KERAS HOME".split(),
     FORKSERVER_ENV,
 )
 #: Last lines of each task's output kept for its diagnosis: enough to hold a faulthandler dump of a few threads.

@@ -124,18 +124,10 @@ class YarnBackend(Backend):
     def close(self) -> None:
         self.conn.close()
 
-    # ------------------------------------------------------------------------- the connection, for callers
-    @property
-    def conf(self) -> dict[str, str]:
-        return self.conn.conf
-
-    @property
-    def user(self) -> str:
-        return self.conn.user
-
-    @property
-    def staging_dir(self) -> str:
-        return self.conn.staging_dir
+    # the connection's, for callers (pack, scripts, tests)
+    conf = property(lambda self: self.conn.conf)
+    user = property(lambda self: self.conn.user)
+    staging_dir = property(lambda self: self.conn.staging_dir)
 
     def login(self, spec: JobSpec | None = None, app_id: str | None = None) -> Any:
         return self.conn.login(spec, app_id)
