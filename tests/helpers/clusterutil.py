@@ -90,7 +90,7 @@ def task_process(backend, app_id: str, task: str, timeout: float = 60.0) -> psut
     """The Python process of ``task`` (``role:index``): the container whose skein id the app's task map gives it."""
     deadline = time.monotonic() + timeout
     while True:
-        live = backend._live(app_id, records.saved_spec(app_id)) or {}
+        live = backend.reader._live(app_id, records.saved_spec(app_id)) or {}
         ids = [cid for cid, t in (live.get("taskmap") or {}).items() if t == task]
         for p in app_processes(app_id):
             try:
