@@ -66,7 +66,7 @@ class YarnBackend(Backend):
         self.detached_report = detached_report
         self.conn = YarnConnection(staging_dir, hadoop_conf_dir, driver, client, one_shot=detached_report)
         self.submitter = Submitter(self.conn, master_memory_mib, master_vcores, preflight, progress, cluster)
-        self.reader = StatusReader(self.conn)
+        self.reader = StatusReader(self.conn, aggregation_wait_s)
         self.log_reader = LogReader(self.conn, log_poll_s, aggregation_wait_s)
         self.reporter = Reporter(self.conn, self.reader.status, detached_report)
         self.ender = Ender(self.conn, self.reader.status)
