@@ -136,7 +136,8 @@ def follow_to_end(
 ) -> AppStatus:
     """Follow ``app_id`` to its end under ``sup`` (None: the rules :func:`supervisor_for` finds), then
     ``backend.keep_report(st)``."""
-    if not _preloading.is_set():  # the run report's plot, at the end: matplotlib imported meanwhile
+    keeps = type(backend).keep_report is not Backend.keep_report  # it writes the run report at the end
+    if keeps and not _preloading.is_set():  # the report's plot: matplotlib imported meanwhile
         _preloading.set()
         threading.Thread(target=preload_plotting, name="tfyarn-preload-matplotlib", daemon=True).start()
     follower = Follower(backend, app_id, sup if sup is not None else supervisor_for(backend, app_id))
