@@ -153,3 +153,15 @@ def round_robin_steps(counts: Iterable[int], num_workers: int, batch_size: int) 
     for i, n in enumerate(counts):
         per[i % num_workers] += n
     return [r // batch_size for r in per]
+
+
+def advance(share: tuple[RecordRange, ...] | list[RecordRange], n: int) -> list[RecordRange]:
+    """The share without its first ``n`` records (resume mid-epoch by seeking, not by reading)."""
+    out = []
+    for r in share:
+        if n >= len(r):
+            n -= len(r)
+            continue
+        out.append(RecordRange(r.path, r.start + n, r.stop))
+        n = 0
+    return out
