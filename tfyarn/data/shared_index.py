@@ -41,7 +41,7 @@ import fsspec
 from tfyarn.data import index_cache, listing as listing_mod, manifest as mf, sources
 from tfyarn.data.fileindex import DEFAULT_STRIDE, STATS, FileInfo, fileinfo
 from tfyarn.data.errors import DataError
-from tfyarn import paths
+from tfyarn.common import paths
 from tfyarn.contracts.kv_keys import EXIT_PREFIX, FAILURE_PREFIX, exit_key, failure_key, index_namespace
 from tfyarn.errors import WaitTimeout
 
