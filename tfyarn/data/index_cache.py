@@ -20,12 +20,12 @@ from dataclasses import asdict
 
 import fsspec
 
-from tfyarn import paths
+from tfyarn.common import paths
 from tfyarn.data import segments, sources
 from tfyarn.data.errors import DataError
 from tfyarn.data.fileindex import DEFAULT_STRIDE, INDEX_VERSION, STATS, FileInfo, fileinfo
 from tfyarn.data.listing import side_file_hint
-from tfyarn.fsio import replace
+from tfyarn.common.fsio import replace
 
 log = logging.getLogger(__name__)
 

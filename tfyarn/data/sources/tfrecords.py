@@ -26,7 +26,7 @@ from tfyarn.data.framer import FrameJob
 from tfyarn.data.planner import RecordRange, advance
 from tfyarn.data.sources.base import POLL, Parse, Source, concat
 from tfyarn.data.tfrecord import Chunk
-from tfyarn.fsretry import open_read
+from tfyarn.common.fsretry import open_read
 
 log = logging.getLogger(__name__)
 
