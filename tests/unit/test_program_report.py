@@ -11,9 +11,9 @@ from tfyarn.contracts.status import AppState, AppStatus, TaskStatus
 from tfyarn.display import progress_line, progress_text, summary_text
 from tfyarn.job_progress import aggregate_progress
 from tfyarn.report import ProgressHistory, build_report
-from tfyarn.runtime.entrypoint import _Taken, program_summary
-from tfyarn.runtime.kv import MemoryKV
-from tfyarn.runtime.watchdog import _progress
+from tfyarn.task.entrypoint import _Taken, program_summary
+from tfyarn.tasklib.kv import MemoryKV
+from tfyarn.tasklib.watchdog import _progress
 from tfyarn.spec import load_spec_dict
 from tfyarn.train.progress import ProgressReporter, loop_summary
 

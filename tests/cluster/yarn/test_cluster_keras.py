@@ -27,7 +27,8 @@ from clusterutil import (
 )
 from keras_helpers import DIGIT_FEATURES, doc_examples, require_tf_keras, write_digits
 
-from tfyarn import hdfs, runner
+from tfyarn import runner
+from tfyarn.cluster import hdfs
 from tfyarn.backends.base import AppState
 from tfyarn.spec import load_spec_dict
 

@@ -20,7 +20,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
 
-from tfyarn import hdfs, webauth
+from tfyarn.cluster import hdfs, webauth
 
 log = logging.getLogger(__name__)
 
