@@ -64,9 +64,10 @@ def aggregate_progress(
     ]
     losses = [r["loss"] for r in train if r.get("loss") is not None]
     epochs = [r["epoch"] for r in train if r in stepped and r.get("epoch") is not None]
-    out = {
+    eps = round(sum(rates + from_taken), 1) if rates or from_taken else None
+    out: dict[str, Any] = {
         "global_step": gstep,
-        "examples_per_sec": round(sum(rates + from_taken), 1) if rates or from_taken else None,
+        "examples_per_sec": eps,
         "loss": round(sum(losses) / len(losses), 6) if losses else None,
         "epoch": max(epochs) if epochs else None,
         "per_task": {t: r.get("step") if r in stepped else None for t, r in recs.items()},
@@ -75,6 +76,12 @@ def aggregate_progress(
         out["taken"] = {t: v["batches"] for t, v in sorted(taken.items())}
         if from_taken and not rates:
             out["examples_from"] = "train_dataset()"
+    scoring = [r for r in train if r.get("rows_total") is not None]
+    if scoring:  # a predict job (tfyarn.predict): rows scored of the input's, and rows/s (= examples/s)
+        rows, rows_total = sum(r.get("rows") or 0 for r in scoring), sum(r["rows_total"] for r in scoring)
+        out |= {"rows": rows, "rows_total": rows_total, "rows_per_sec": round(eps or 0.0, 1)}
+        out["eta_s"] = round((rows_total - rows) / eps, 1) if eps and rows < rows_total else None
+        return out
     steps_per_s = rate.add(gstep) if rate is not None and gstep is not None else None
     measured = [float(r["global_steps_per_sec"]) for r in train if r.get("global_steps_per_sec")]
     if not steps_per_s and measured:  # the tasks' own global-step rates: the median, against one stopped task

@@ -29,7 +29,7 @@ _CONTAINER_RE = re.compile(rb"container_(?:e\d+_)?\d+_\d+_\d+_\d+")
 _ENTRY_RE = re.compile(rb"\x00([\x01-\xff])([A-Za-z0-9_.\-]{1,255})\x00([\x01-\x14])(\d{1,20})")
 _HEADER_RE = re.compile(r"\[tfyarn\] container (\S+)_(\d+) yarn=(\S+)")
 #: A task's log link (``TaskStatus.log``): ``host:port/node/containerlogs/<container id>/<user>``.
-_NM_LOG_RE = re.compile(r"^(?:https?://)?([^/]+)/node/containerlogs/(container_[0-9_e]+)")
+NM_LOG_RE = _NM_LOG_RE = re.compile(r"^(?:https?://)?([^/]+)/node/containerlogs/(container_[0-9_e]+)")
 #: Files YARN writes around a container that are not the task's output (shown only when asked for all files).
 HOUSEKEEPING_FILES = frozenset(
     {"directory.info", "launch_container.sh", "prelaunch.err", "prelaunch.out", "container-localizer-syslog"}
@@ -212,6 +212,25 @@ def _http_get(url: str, timeout: float, accept: str = "*/*") -> bytes:
 
 def _nm_base(nm_http_address: str) -> str:
     return nm_http_address if "://" in nm_http_address else f"http://{nm_http_address}"
+
+
+def nm_container_state(
+    nm_http_address: str,
+    container_id: str,
+    timeout: float = 2.0,
+    http_get: Callable[[str, float, str], bytes] = _http_get,
+) -> str | None:
+    """The NodeManager's state of ``container_id`` (``RUNNING``, ``KILLING``, ``DONE``…; None: the NodeManager does
+    not know it), read like the logs (SPNEGO when asked). ``HTTPError``/``OSError`` (no NodeManager,
+    :class:`webauth.SpnegoUnavailable`) are the caller's."""
+    url = f"{_nm_base(nm_http_address).rstrip('/')}/ws/v1/node/containers/{container_id}"
+    try:
+        body = http_get(url, timeout, "application/json")
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return None
+        raise
+    return str((json.loads(body).get("container") or {}).get("state") or "").upper()
 
 
 def nm_log_sizes(
