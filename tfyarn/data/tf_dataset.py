@@ -14,7 +14,8 @@ Two ways to read the share:
   a pure-TF pipeline of ``TFRecordDataset`` record ranges + ``tf.io.parse_example`` — paths TF itself can read.
 
 The runtime binds the job's data and this task's rank (:func:`bind`) before the program starts; TF is imported only
-when a dataset is made.
+when a dataset is made. The feeder's pipeline tells the runtime each batch it hands over (``on_batch``): what a
+program that reports nothing itself took from ``train_dataset()`` is still known (the run report's "batches taken").
 """
 
 from __future__ import annotations
@@ -33,16 +34,33 @@ class _Binding:
     num_workers: int  # shares of each epoch
     cache_dir: str | None
     manifest: Any = None
+    on_batch: Callable[[int, int], None] | None = None  # (epoch, examples) of each batch the feeder pipeline yields
 
 
 _BOUND: _Binding | None = None
 
 
-def bind(data: Any, rank: int, num_workers: int, cache_dir: str | None = None) -> None:
+def bind(
+    data: Any,
+    rank: int,
+    num_workers: int,
+    cache_dir: str | None = None,
+    on_batch: Callable[[int, int], None] | None = None,
+) -> None:
     """Called by the runtime in each task of an entrypoint job, before the user's program runs: ``num_workers``
-    shares, this task's is ``rank`` (-1: none; in mode ps the shares are the workers', the chief coordinates)."""
+    shares, this task's is ``rank`` (-1: none; in mode ps the shares are the workers', the chief coordinates);
+    ``on_batch(epoch, examples)`` is called for each batch this task's feeder pipeline yields."""
     global _BOUND
-    _BOUND = _Binding(data, rank, num_workers, cache_dir)
+    _BOUND = _Binding(data, rank, num_workers, cache_dir, on_batch=on_batch)
+
+
+def planned_batches() -> int | None:
+    """Batches :func:`train_dataset` holds for every epoch of ``data.epochs`` (None: no data bound, or its manifest
+    was never built here: this task made no dataset, and the run report must not index the data for it)."""
+    b = _BOUND
+    if b is None or not b.data.train or b.manifest is None:
+        return None
+    return sum(n for _, n in _steps(b, None))
 
 
 def _bound() -> _Binding:
@@ -63,7 +81,12 @@ def _manifest(b: _Binding) -> Any:
 
         d = b.data
         b.manifest = build_manifest(
-            list(d.train), compression=d.compression, on_corrupt=d.on_corrupt, cache_dir=b.cache_dir, whole=True
+            list(d.train),
+            compression=d.compression,
+            format=d.format,
+            on_corrupt=d.on_corrupt,
+            cache_dir=b.cache_dir,
+            whole=True,
         )
     return b.manifest
 
@@ -185,6 +208,8 @@ def _feeder_pipeline(b: _Binding, plan_steps: list[tuple[int, int]]) -> Any:
                 for i, batch in enumerate(feeder.epoch(e)):
                     if i >= n:
                         break
+                    if b.on_batch is not None:
+                        b.on_batch(e, d.batch_size)
                     yield _tf_values(batch)
 
     ds = tf.data.Dataset.from_generator(batches, output_signature=_signature(b))
@@ -198,6 +223,7 @@ def _tf_pipeline(b: _Binding, plan_steps: list[tuple[int, int]], worker: int) ->
     d = b.data
     if not 0 <= worker < b.num_workers:
         raise ValueError(f"worker={worker}: the job has {b.num_workers} training workers")
+    _tf_readable(_manifest(b))
     spec = {n: _parse_spec(f) for n, f in d.features.items()}
     dtypes = {n: _tf_dtype(f.dtype) for n, f in d.features.items()}
 
@@ -229,6 +255,19 @@ def _tf_pipeline(b: _Binding, plan_steps: list[tuple[int, int]], worker: int) ->
     for p in parts[1:]:
         ds = ds.concatenate(p)
     return ds.map(parse).map(_split(d.label)).prefetch(2)
+
+
+def _tf_readable(manifest: Any) -> None:
+    """TF's own ops read only TFRecords on filesystems TF knows: anything else is refused in one line, not handed to
+    ``TFRecordDataset`` (table bytes read as records, or TF 2.21's "scheme 'hdfs' not implemented")."""
+    from tfyarn.data import sources
+
+    source = sources.of_files(manifest.files)
+    if source.name != "tfrecord":
+        raise NoDataError(
+            f"train_dataset(worker=N) reads with TF's TFRecordDataset, which cannot read {source.name} files "
+            f"(data.train: {manifest.files[0].path}, ...)"
+        )
 
 
 def _wire(f: Any) -> Any:

@@ -226,7 +226,7 @@ def test_a_task_publishes_the_global_step_rate_it_sees():
 
 
 def test_a_predict_job_shows_rows_scored_of_total_rows_per_second_and_its_totals():
-    from tfyarn.job_progress import aggregate_progress
+    from tfyarn.contracts.progress import aggregate_progress
     recs = {"progress/worker:0": json.dumps({"step": 3, "rows": 3000, "rows_total": 5000, "examples_per_sec": 1500.0}),
             "progress/worker:1": json.dumps({"step": 5, "rows": 5000, "rows_total": 5000, "examples_per_sec": 500.0})}
     p = aggregate_progress(recs, None, ["worker:0", "worker:1"])
