@@ -38,6 +38,13 @@ def progress_text(st: AppStatus) -> str:
     p = st.progress or {}
     running = sum(1 for t in st.tasks if t.state == "RUNNING")
     parts = [f"{st.state.value.lower()}", f"tasks {running}/{len(st.tasks)} running"]
+    if p.get("rows_total") is not None:  # a predict job
+        parts.append(f"rows {p.get('rows') or 0:,}/{p['rows_total']:,}")
+        if p.get("rows_per_sec"):
+            parts.append(f"{p['rows_per_sec']:,.0f} rows/s")
+        if p.get("eta_s") is not None:
+            parts.append(f"ETA {_fmt_eta(p['eta_s'])}")
+        return " · ".join(parts)
     if p.get("global_step") is not None:
         total = p.get("total_steps")
         parts.append(f"step {p['global_step']}" + (f"/{total}" if total else ""))
@@ -278,6 +285,17 @@ def _skipped_lines(s: dict[str, Any], shown: int = 5) -> list[str]:
     return lines
 
 
+def _predict_lines(s: dict[str, Any]) -> list[str]:
+    """A predict job's summary (its ``_SUCCESS``): rows in and out, skipped, parts, bytes, where."""
+    lines = [
+        f"  rows: {s['rows_in']:,} in, {s['rows_out']:,} out"
+        + (f", {s['skipped']:,} skipped as corrupt (on_corrupt: skip)" if s.get("skipped") else ""),
+        f"  output: {s.get('output')} ({s.get('parts')} {s.get('format')} parts, {s.get('bytes', 0):,} bytes)",
+        f"  model: {s.get('model')} · {s.get('workers')} workers · batch {s.get('batch_size')}",
+    ]
+    return lines + [f"    {w}" for w in (s.get("skipped_at") or [])[:5]]
+
+
 def summary_text(st: AppStatus) -> str:
     """The end-of-run summary: outcome, steps per worker, examples/s, first and last loss."""
     took = f" in {st.finished - st.started:.1f}s" if st.finished and st.started else ""
@@ -285,7 +303,9 @@ def summary_text(st: AppStatus) -> str:
     if st.diagnostics:
         lines.append(f"  diagnosis: {st.diagnostics}")
     s = st.summary or {}
-    if s:
+    if s.get("job") == "predict":
+        lines += _predict_lines(s)
+    elif s:
         head = [
             f"global step {s.get('global_step')}" + (f"/{s['total_steps']}" if s.get("total_steps") else ""),
             f"{s.get('epochs')} epochs",

@@ -59,6 +59,12 @@ def aggregate_progress(
         "epoch": max((r.get("epoch") or 0) for r in train) if train else None,
         "per_task": {t: r.get("step") for t, r in recs.items()},
     }
+    scoring = [r for r in train if r.get("rows_total") is not None]
+    if scoring:  # a predict job (tfyarn.predict): rows scored of the input's, and rows/s (= examples/s)
+        rows, rows_total = sum(r.get("rows") or 0 for r in scoring), sum(r["rows_total"] for r in scoring)
+        out |= {"rows": rows, "rows_total": rows_total, "rows_per_sec": round(eps, 1)}
+        out["eta_s"] = round((rows_total - rows) / eps, 1) if eps and rows < rows_total else None
+        return out
     steps_per_s = rate.add(gstep) if rate is not None else None
     measured = [float(r["global_steps_per_sec"]) for r in train if r.get("global_steps_per_sec")]
     if not steps_per_s and measured:  # the tasks' own global-step rates: the median, against one stopped task

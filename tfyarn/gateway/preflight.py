@@ -68,7 +68,10 @@ def list_data(spec: JobSpec, get_fs: GetFs = hdfs.get_fs) -> list[_Listed]:
     from tfyarn.data.manifest import data_files
 
     out = []
-    for section, urls in (("data.train", spec.data.train), ("data.eval", spec.data.eval)):
+    sections: tuple[tuple[str, list[str]], ...] = (("data.train", spec.data.train), ("data.eval", spec.data.eval))
+    if spec.job == "predict":  # a predict job reads predict.input only (check_predict)
+        sections = (("predict.input", spec.predict.input if spec.predict else []),)
+    for section, urls in sections:
         for i, url in enumerate(urls):
             try:
                 fs, path = get_fs(url)
@@ -564,8 +567,32 @@ def run_local_preflight(spec: JobSpec, get_fs: GetFs = hdfs.get_fs, count_record
         log.warning("preflight: %s", w)
 
 
+def check_predict(spec: JobSpec, get_fs: GetFs = hdfs.get_fs) -> list[str]:
+    """A predict job's model against ``predict.features``, before any container starts: the SavedModel's signature
+    read from its ``saved_model.pb`` here (protobuf, no TensorFlow: :mod:`tfyarn.predict.signature`); one line per
+    mismatch, naming both sides. A ``predict.checkpoint`` model is served on the features themselves (as ``tfyarn
+    export`` does): nothing to compare before the task builds it."""
+    from tfyarn.predict.signature import mismatches, parse_signatures, resolve_latest
+
+    p = spec.predict
+    if p is None or not p.saved_model:
+        return []
+    try:
+        url = resolve_latest(p.saved_model, get_fs)
+        fs, path = get_fs(url)
+        with fs.open(path.rstrip("/") + "/saved_model.pb", "rb") as f:
+            sigs = parse_signatures(f.read())
+    except Exception as exc:  # noqa: BLE001 - any filesystem or parse error is a reportable problem here
+        return [f"predict.saved_model: cannot read {p.saved_model}/saved_model.pb: {type(exc).__name__}: {exc}"]
+    if p.signature not in sigs:
+        return [f"predict.signature: {url} has no signature {p.signature!r} (it has: {', '.join(sorted(sigs))})"]
+    return [f"predict.saved_model: {m} ({url})" for m in mismatches(spec.scoring_features, sigs[p.signature][0])]
+
+
 def _file_checks(spec: JobSpec, get_fs: GetFs, listed: list[_Listed], count_records: bool = True) -> list[str]:
     """The checks of the data and the output directories, every caller's (records counted unless told not to)."""
+    if spec.job == "predict":
+        return check_data(spec, get_fs, listed) + check_predict(spec, get_fs)
     return (
         check_data(spec, get_fs, listed)
         + check_data_schema(spec, get_fs, listed)

@@ -110,13 +110,17 @@ function render(st) {
   $("state").textContent = st.state;
   $("state").className = "state " + st.state;
   $("diag").innerHTML = st.diagnostics ? el("pre", {}, esc(st.diagnostics)) : "";
-  const gs = p.global_step != null ? p.global_step : sum.global_step;
-  const total = p.total_steps || sum.total_steps;
+  const scoring = p.rows_total != null || sum.job === "predict";  // a predict job: rows, not steps
+  const gs = scoring ? (p.rows != null ? p.rows : sum.rows_out)
+    : (p.global_step != null ? p.global_step : sum.global_step);
+  const total = scoring ? (p.rows_total || sum.rows_in) : (p.total_steps || sum.total_steps);
   $("progressfill").style.width = (total ? Math.min(100, 100 * (gs || 0) / total) : 0) + "%";
-  const parts = ["global step " + num(gs) + (total ? " / " + num(total) : "")];
-  if (p.epoch != null) parts.push("epoch " + p.epoch);
+  const parts = [(scoring ? "rows scored " : "global step ") + num(gs) + (total ? " / " + num(total) : "")];
+  if (scoring && p.rows_per_sec != null) parts.push(num(p.rows_per_sec) + " rows/s");
+  if (scoring && sum.parts != null) parts.push(num(sum.parts) + " parts, " + num(sum.bytes) + " bytes");
+  if (p.epoch != null && !scoring) parts.push("epoch " + p.epoch);
   const eps = p.examples_per_sec != null ? p.examples_per_sec : sum.examples_per_sec;
-  if (eps != null) parts.push(num(eps) + " examples/s");
+  if (eps != null && !scoring) parts.push(num(eps) + " examples/s");
   const loss = p.loss != null ? p.loss : sum.last_loss;
   if (loss != null) parts.push("loss " + num(loss, 4));
   if (!ended) parts.push("ETA " + eta(p.eta_s));
