@@ -66,8 +66,9 @@ def test_a_task_that_cannot_import_what_it_needs_fails_the_job_naming_the_module
     why = "cannot start: No module named 'tfyarn_test_absent_module' (python "
     assert st.state is AppState.FAILED and st.state.exit_code == 1, (st.state, st.diagnostics)
     assert why in st.diagnostics.splitlines()[0], st.diagnostics
-    tasks = {t.task: t for t in st.tasks}
-    assert tasks["chief:0"].state == "FAILED" and why in tasks["chief:0"].diagnostics, st.to_dict()["tasks"]
+    tasks = {t.task: t for t in st.tasks}  # the first to die ends the job: the other may be stopped meanwhile
+    assert any(tasks[n].state == "FAILED" and why in tasks[n].diagnostics for n in ("chief:0", "worker:0")), \
+        st.to_dict()["tasks"]
     assert not any(t.state == "SUCCEEDED" for n, t in tasks.items() if n != "ps:0"), st.to_dict()["tasks"]
     shown = backend.cli("status", st.app_id, "--output", "json")
     doc = json.loads(shown.stdout)
