@@ -297,18 +297,22 @@ def index_data(
     on_corrupt: str = "fail",
     cache_dir: str | None = None,
     staging_dir: str | None = None,
+    *,
+    format: str = "auto",
 ) -> tuple[Any, str, dict[str, int], str | None]:
-    """Index TFRecord files ahead of the jobs that read them: (the manifest, its summary for people, what it took —
-    files_indexed, bytes_read, cache_hits —, the cache dir of read-only data). HDFS/viewfs data with no
-    ``cache_dir``: the YARN staging dir's ``index/`` (what YARN jobs read)."""
+    """Index data files (``format``: ``data.format``) ahead of the jobs that read them: (the manifest, its summary
+    for people, what it took — files_indexed, bytes_read, cache_hits —, the cache dir of read-only data). HDFS/viewfs
+    data with no ``cache_dir``: the YARN staging dir's ``index/`` (what YARN jobs read)."""
     from tfyarn.data import build_manifest, summarize
-    from tfyarn.data.manifest import STATS
+    from tfyarn.data.fileindex import STATS
 
     if cache_dir is None and any(u.split(":", 1)[0] in ("hdfs", "viewfs") for u in urls):
         with get_backend("yarn", staging_dir=staging_dir) as b:
             cache_dir = b.index_cache_dir()
     before = STATS.snapshot()
-    m = build_manifest(urls, compression=compression, on_corrupt=on_corrupt, cache_dir=cache_dir, whole=True)
+    m = build_manifest(
+        urls, compression=compression, format=format, on_corrupt=on_corrupt, cache_dir=cache_dir, whole=True
+    )
     got = STATS.snapshot()
     return m, summarize(m), {k: got[k] - before[k] for k in ("files_indexed", "bytes_read", "cache_hits")}, cache_dir
 

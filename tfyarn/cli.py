@@ -607,10 +607,18 @@ def data() -> None:
 )
 @_set_option
 @click.option(
+    "--format",
+    "data_format",
+    type=click.Choice(["auto", "tfrecord", "parquet", "orc"]),
+    default=None,
+    help="[default: auto (by extension), or the spec's data.format]; parquet/orc: tables without a .parquet/.orc "
+    "extension",
+)
+@click.option(
     "--compression",
     type=click.Choice(["auto", "none", "gzip", "parquet", "orc"]),
     default=None,
-    help="[default: auto, or the spec's]; parquet/orc: tables without a .parquet/.orc extension",
+    help="TFRecord's [default: auto, or the spec's] (parquet/orc: the same as --format, kept for old scripts)",
 )
 @click.option("--on-corrupt", type=click.Choice(["fail", "skip"]), default=None, help="[default: fail, or the spec's]")
 @click.option(
@@ -625,12 +633,13 @@ def data_index(
     urls: tuple[str, ...],
     spec_path: str | None,
     overrides: tuple[str, ...],
+    data_format: str | None,
     compression: str | None,
     on_corrupt: str | None,
     cache_dir: str | None,
     staging_dir: str | None,
 ) -> None:
-    """Index TFRecord files once, ahead of the jobs that read them, and print a summary.
+    """Index data files once, ahead of the jobs that read them, and print a summary.
 
     Each file's index is cached beside it, or where its directory is not writable in the cache dir; the whole
     manifest is cached too, so a job over the same files reads no data before its first step."""
@@ -642,10 +651,12 @@ def data_index(
         sections = [("data.train", list(spec.data.train))]
         if spec.data.eval:
             sections.append(("data.eval", list(spec.data.eval)))
-        fmt = spec.data.format  # a table format goes where TFRecord's compression goes
-        compression = compression or (fmt if fmt in ("parquet", "orc") else spec.data.compression)
+        data_format = data_format or spec.data.format
+        compression = compression or spec.data.compression
         on_corrupt = on_corrupt or spec.data.on_corrupt
         cache_dir = cache_dir or spec.data.index_cache
+    if compression in ("parquet", "orc"):  # the old spelling of --format
+        data_format, compression = compression, "auto"
     if urls:
         sections.append(("", list(urls)))
     if not sections:
@@ -653,7 +664,7 @@ def data_index(
     for name, us in sections:
         t0 = time.monotonic()
         _, summary, took, cache_dir = api.index_data(
-            us, compression or "auto", on_corrupt or "fail", cache_dir, staging_dir
+            us, compression or "auto", on_corrupt or "fail", cache_dir, staging_dir, format=data_format or "auto"
         )
         if name:
             click.echo(f"{name}:")
