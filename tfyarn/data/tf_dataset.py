@@ -81,7 +81,12 @@ def _manifest(b: _Binding) -> Any:
 
         d = b.data
         b.manifest = build_manifest(
-            list(d.train), compression=d.compression, on_corrupt=d.on_corrupt, cache_dir=b.cache_dir, whole=True
+            list(d.train),
+            compression=d.compression,
+            format=d.format,
+            on_corrupt=d.on_corrupt,
+            cache_dir=b.cache_dir,
+            whole=True,
         )
     return b.manifest
 
@@ -218,6 +223,7 @@ def _tf_pipeline(b: _Binding, plan_steps: list[tuple[int, int]], worker: int) ->
     d = b.data
     if not 0 <= worker < b.num_workers:
         raise ValueError(f"worker={worker}: the job has {b.num_workers} training workers")
+    _tf_readable(_manifest(b))
     spec = {n: _parse_spec(f) for n, f in d.features.items()}
     dtypes = {n: _tf_dtype(f.dtype) for n, f in d.features.items()}
 
@@ -249,6 +255,19 @@ def _tf_pipeline(b: _Binding, plan_steps: list[tuple[int, int]], worker: int) ->
     for p in parts[1:]:
         ds = ds.concatenate(p)
     return ds.map(parse).map(_split(d.label)).prefetch(2)
+
+
+def _tf_readable(manifest: Any) -> None:
+    """TF's own ops read only TFRecords on filesystems TF knows: anything else is refused in one line, not handed to
+    ``TFRecordDataset`` (table bytes read as records, or TF 2.21's "scheme 'hdfs' not implemented")."""
+    from tfyarn.data import sources
+
+    source = sources.of_files(manifest.files)
+    if source.name != "tfrecord":
+        raise NoDataError(
+            f"train_dataset(worker=N) reads with TF's TFRecordDataset, which cannot read {source.name} files "
+            f"(data.train: {manifest.files[0].path}, ...)"
+        )
 
 
 def _wire(f: Any) -> Any:
