@@ -268,6 +268,21 @@ def check_files(spec: JobSpec, backend: str | None = None) -> None:
     run_file_checks(spec, task_env=(backend or default_backend_name()) == "local" or spec.environment.source == "pack")
 
 
+def probe(spec: JobSpec, timeout: float = 180.0) -> dict[str, Any]:
+    """What the nodes' Python of ``spec``'s environment can import, from one short YARN container (issue 41):
+    ``{python, version, modules: {name: {ok, version | error}}, missing, app_id}`` (``missing``: the first module a
+    task needs that does not import, as a diagnosis says it; None when it can start), or ``{failed, app_id}``."""
+    from tfyarn.backends.yarn.probe import run_probe
+
+    with get_backend("yarn") as b:
+        return run_probe(b, spec, timeout=timeout)
+
+
+def probe_problem(report: dict[str, Any]) -> str | None:
+    """What a probe's report says stops the job (None: its tasks can start)."""
+    return report.get("missing") or report.get("failed")
+
+
 def pack(spec: JobSpec, staging_dir: str | None = None, progress: Callable[[str, int, int | None], None] | None = None):
     """Pack the spec's environment and stage it for YARN now (the cache submit uses); 0 bytes when already staged.
     Returns the :class:`tfyarn.gateway.packaging.EnvRef`."""

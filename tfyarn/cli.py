@@ -16,7 +16,7 @@ from typing import Any, Callable
 import click
 
 from tfyarn import __version__
-from tfyarn.errors import SpecError, TfyarnError
+from tfyarn.errors import ExitCode, SpecError, TfyarnError
 from tfyarn.common.interrupts import Interrupted
 
 log = logging.getLogger("tfyarn")
@@ -118,14 +118,22 @@ def cli(ctx: click.Context, verbose: int, quiet: bool) -> None:
     "removed), checkpoint.init_from holds a checkpoint, and (when the tasks run this Python) the "
     "model's module and the roles' packages are installed.",
 )
+@click.option(
+    "--probe",
+    is_flag=True,
+    help="YARN: start one short container with the job's environment and report what its Python imports "
+    "(tfyarn's dependencies, TensorFlow, pyarrow, tf_keras); exit 2 when a task could not start.",
+)
 @_backend_option
-def validate(spec_path: str, overrides: tuple[str, ...], check_files: bool, backend: str | None) -> None:
+def validate(spec_path: str, overrides: tuple[str, ...], check_files: bool, probe: bool, backend: str | None) -> None:
     """Check a spec and print what it would run (exit 2 and every problem if invalid)."""
     spec = _load(spec_path, overrides)
     if check_files:
         from tfyarn import api
 
         api.check_files(spec, backend)
+    if probe:
+        _probe(spec, backend, show=True)
     roles = ", ".join(f"{r}x{spec.instances(r)}" for r in spec.roles if spec.instances(r))
     if spec.job == "predict" and spec.predict:
         p = spec.predict
@@ -181,13 +189,23 @@ def export_(spec_path: str, overrides: tuple[str, ...], checkpoint: str | None, 
 @_set_option
 @_backend_option
 @click.option("--output", type=click.Choice(["text", "json"]), default="text", help="Final status format.")
+@click.option(
+    "--probe",
+    is_flag=True,
+    help="YARN: first probe the job's environment in one short container (validate --probe); exit 2 without "
+    "starting the job when its tasks could not start.",
+)
 @click.pass_context
-def run(ctx: click.Context, spec_path: str, overrides: tuple[str, ...], backend: str | None, output: str) -> None:
+def run(
+    ctx: click.Context, spec_path: str, overrides: tuple[str, ...], backend: str | None, output: str, probe: bool
+) -> None:
     """Run a job to its end and print a summary; the exit code is the job's outcome."""
     from tfyarn import api
     from tfyarn.display import progress_view
 
     spec = _load(spec_path, overrides)
+    if probe:
+        _probe(spec, backend, show=not ctx.obj["quiet"])
     quiet = ctx.obj["quiet"]
     view = None if quiet else progress_view()
     try:
@@ -199,6 +217,23 @@ def run(ctx: click.Context, spec_path: str, overrides: tuple[str, ...], backend:
         if view:
             view.close()
     _print_final(st, output)
+
+
+def _probe(spec, backend: str | None, show: bool) -> None:
+    """The probe of ``spec``'s environment on YARN, said; exit 2 when its tasks could not start."""
+    from tfyarn import api
+
+    if (backend or api.default_backend_name()) != "yarn":
+        _fail(TfyarnError("--probe starts a YARN container: give --yarn (or set HADOOP_CONF_DIR)"))
+    report = api.probe(spec)
+    if show:
+        click.echo(f"probe {report.get('app_id')}: python {report.get('python', '?')} {report.get('version', '')}")
+        for name, m in (report.get("modules") or {}).items():
+            click.echo(f"  {name:14} {m.get('version') or 'ok' if m.get('ok') else 'missing: ' + str(m.get('error'))}")
+    problem = api.probe_problem(report)
+    if problem:
+        click.echo(f"error: the job's tasks could not start: {problem}", err=True)
+        sys.exit(ExitCode.INVALID)
 
 
 @cli.command()
