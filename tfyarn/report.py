@@ -15,8 +15,9 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
+from tfyarn.contracts.status import AppState, AppStatus
 from tfyarn.common.fsio import replace
 from tfyarn.common.fsretry import retry
 
@@ -54,6 +55,10 @@ class ProgressHistory:
             self._seen[task] = rec if stamp is None else stamp
             point = {"task": task, "time": float(stamp if stamp is not None else (now or time.time()))}
             point.update({k: rec.get(k) for k in POINT_FIELDS if rec.get(k) is not None})
+            if rec.get("reported") is False or rec.get("heartbeat"):  # a program's record: no step of its own
+                point.pop("step", None)
+            if (rec.get("taken") or {}).get("batches"):  # what a program took from train_dataset() by then
+                point["batches_taken"] = rec["taken"]["batches"]
             new.append(point)
         if new:
             self.points.extend(new)
@@ -178,9 +183,14 @@ def _task_stats(points: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     for task, pts in sorted(_by_task(points).items()):
         losses = [p["loss"] for p in pts if p.get("loss") is not None]
         rates = [p["examples_per_sec"] for p in _rate_points(pts)]
+        steps = [p["step"] for p in pts if p.get("step") is not None]
+        taken = [p["batches_taken"] for p in pts if p.get("batches_taken") is not None]
         out[task] = {
             "points": len(pts),
-            "last_step": max((p.get("step") or 0) for p in pts),
+            # None: a user's program that reported no step (not 0); batches_taken: what it took from
+            # train_dataset() (tfyarn counts it whether or not the program reports)
+            "last_step": max(steps) if steps else None,
+            **({"batches_taken": max(taken)} if taken else {}),
             "first_loss": losses[0] if losses else None,
             "last_loss": losses[-1] if losses else None,
             "mean_examples_per_sec": round(sum(rates) / len(rates), 1) if rates else None,
@@ -390,3 +400,58 @@ def copy_report(report: dict[str, Any], png: str | None, dest: Path) -> list[Pat
             (dest / REPORT_PNG).write_bytes(src.read())
         out.append(dest / REPORT_PNG)
     return out
+
+
+def write_report(
+    out_dir: Path,
+    st: AppStatus,
+    points: list[dict[str, Any]],
+    checkpoint_url: str | None,
+    extra: Mapping[str, Any] | None = None,
+) -> Path | None:
+    """The run report of an ended job in ``out_dir`` and next to its checkpoints; returns the report.json (None:
+    nothing to report, or it failed: a warning). A run that failed before its first step keeps its report in
+    ``out_dir`` only: beside the checkpoints it would replace the report of the run that wrote them. Never changes
+    the job's outcome."""
+    try:
+        if not points and not checkpoint_url and not extra:
+            return None
+        trained = st.state is AppState.SUCCEEDED or any((p.get("step") or 0) > 0 for p in points)
+        out_dir = Path(out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        write_run_report(
+            out_dir,
+            st.to_dict() | dict(extra or {}),
+            points,
+            checkpoint_url if trained else None,
+            history_from=checkpoint_url,
+        )
+        if (st.summary or {}).get("mlflow"):  # tracking.mlflow: the report and the outcome into the run
+            from tfyarn.train.tracking import log_report
+
+            log_report(st.to_dict(), out_dir)
+        return out_dir / REPORT_JSON
+    except Exception:
+        log.warning("could not write the run report of %s", st.app_id, exc_info=True)
+        return None
+
+
+def checkpoint_url(spec: Any) -> str | None:
+    """The spec's resolved checkpoint dir (None without a spec or a dir): where the report also goes."""
+    return spec.checkpoint.dir if spec is not None and spec.checkpoint.dir else None
+
+
+def checkpoint_step(url: str | None, name: str) -> int | None:
+    """The global step of the committed checkpoint ``name`` under ``url`` (its index entry; async ps names a
+    checkpoint by the step read before the save, its entry holds the step saved), else None."""
+    if not name or not url:
+        return None
+    try:
+        from tfyarn.train.checkpoint import CheckpointStore
+
+        entries = CheckpointStore(url).index().get("checkpoints", [])
+        found = [int(e["global_step"]) for e in entries if e.get("name") == name]
+    except Exception as exc:  # noqa: BLE001 - a summary figure must not fail the job
+        log.debug("checkpoint index of %s: %s", url, exc)
+        found = []
+    return found[0] if found else None

@@ -8,23 +8,22 @@ ROOT = Path(__file__).resolve().parents[2]
 MAX_LINES = 60
 #: ``path::qualified name`` of the functions over MAX_LINES today (their length then).
 LONG = {
-    "tfyarn/backends/local/launcher.py::Launcher._follow",  # 75
     "tfyarn/backends/yarn/appspec.py::container_script",  # 64
     "tfyarn/backends/yarn/appspec.py::build_application_spec",  # 80
     "tfyarn/backends/yarn/states.py::tasks_from_containers",  # 66
-    "tfyarn/backends/yarn/status.py::StatusReader.status",  # 66
-    "tfyarn/data/feeder.py::_Run._read",  # 116
-    "tfyarn/data/feeder.py::Feeder.__init__",  # 76
-    "tfyarn/data/manifest.py::index_file",  # 86
+    "tfyarn/backends/yarn/status.py::StatusReader.status",  # 64
+    "tfyarn/data/feeder.py::Feeder.__init__",  # 79
     "tfyarn/data/parse.py::native_parser",  # 61
     "tfyarn/data/planner.py::plan",  # 62
+    "tfyarn/data/sources/tables.py::TableSource.read",  # 70
+    "tfyarn/data/sources/tfrecords.py::TFRecordSource.read",  # 116
+    "tfyarn/data/sources/tfrecords.py::index_file",  # 78
     "tfyarn/data/synth.py::write_synthetic",  # 75
-    "tfyarn/data/tablefeed.py::make_run_class",  # 136
-    "tfyarn/data/tablefeed.py::make_run_class.TableRun._read",  # 70
     "tfyarn/data/tfrecord.py::iter_chunks",  # 117
-    "tfyarn/display.py::summary_text",  # 61
+    "tfyarn/display.py::summary_text",  # 74
     "tfyarn/models/keras_recommender.py::model",  # 63
     "tfyarn/report.py::history_figure",  # 62
+    "tfyarn/runner/local_app.py::Launcher._follow",  # 75
     "tfyarn/train/allreduce.py::run",  # 91
     "tfyarn/train/progress.py::ProgressReporter.report",  # 64
     "tfyarn/train/ps/graph.py::build_graph",  # 104

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -25,25 +26,19 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from tfyarn.cluster import hdfs, kerberos
-from tfyarn.data import table
+from tfyarn.data import sources
 from tfyarn.data.errors import DataError
-from tfyarn.data.manifest import (
-    DEFAULT_STRIDE,
-    Listing,
-    cached_or_indexed,
-    data_files,
-    load_manifest,
-    mtime_of,
-    side_file_hint,
-)
+from tfyarn.data.fileindex import DEFAULT_STRIDE
+from tfyarn.data.index_cache import cached_or_indexed
+from tfyarn.data.listing import Listing, data_files, mtime_of, side_file_hint
+from tfyarn.data.manifest import load_manifest
 from tfyarn.data.parse import decode_example, diagnose, schema
-from tfyarn.data.table import file_format, read_option
 from tfyarn.data.tfrecord import first_record
 from tfyarn.errors import PreflightError
 from tfyarn.gateway import task_python
 from tfyarn.predict.signature import mismatches, parse_signatures, resolve_latest
 from tfyarn.spec import JobSpec
-from tfyarn.task.warm_imports import code_uses_keras, find_module
+from tfyarn.task.warm_imports import code_refers, code_uses_keras, find_module
 from tfyarn.train.checkpoint import CheckpointStore
 
 log = logging.getLogger(__name__)
@@ -162,14 +157,12 @@ def check_data_schema(spec: JobSpec, get_fs: GetFs = hdfs.get_fs, listed: list[_
 
 
 def _table_problem(name: str, spec: JobSpec, fields: tuple, found: list[str]) -> bool:
-    """For a Parquet / ORC file: its columns checked against the features from its footer (a problem appended to
-    ``found``); True when the file is a table (checked, or not checkable here: no pyarrow on this host)."""
+    """For a file whose source checks the features without reading records (Parquet / ORC: from the footer), that
+    check (a problem appended to ``found``); True when the source did (or could not here: no pyarrow on this host),
+    False when records must be sampled (TFRecord)."""
 
-    fmt = table.file_format(name, spec.data.format)
-    if fmt not in table.TABLE_FORMATS:
-        return False
     try:
-        table.check_columns(name, table.index_table(name, 0, "", fmt)[2], fields)
+        return sources.for_file(name, spec.data.format).check_file(name, fields)
     except DataError as exc:
         if "needs pyarrow" in str(exc):
             log.debug("preflight: %s", exc)  # the tasks check it (they need pyarrow anyway)
@@ -199,9 +192,9 @@ def check_enough_records(spec: JobSpec, listed: list[_Listed]) -> list[str]:
         return []  # check_data reports these
     files = _train_files(listed)
     need, data = spec.global_batch_size, spec.data
-
     opts: dict[str, Any] = {
-        "compression": read_option(data.compression, data.format),
+        "compression": data.compression,
+        "format": data.format,
         "on_corrupt": data.on_corrupt,
         "cache_dir": _index_cache(spec),
     }
@@ -219,7 +212,8 @@ def check_enough_records(spec: JobSpec, listed: list[_Listed]) -> list[str]:
                 return []
         budget = COUNT_BUDGET_BYTES
         for size, url, mtime in sorted(uncounted):
-            cost = size if file_format(url, data.format) == "tfrecord" else min(size, 1 << 16)  # tables: footer
+            reads_all = sources.for_file(url, data.format).index_reads_data
+            cost = size if reads_all else min(size, 1 << 16)  # (tables: a footer)
             if cost > budget:
                 return []  # not cheap to know
             budget -= cost
@@ -272,7 +266,8 @@ def index_notes(spec: JobSpec, listed: list[_Listed]) -> list[str]:
     data, cache = spec.data, _index_cache(spec)
     listing = Listing(tuple((u, s, m) for u, (s, m) in sorted(files.items())), (), frozenset())
     try:
-        if load_manifest(cache, listing.digest(DEFAULT_STRIDE, data.compression, data.on_corrupt)) is not None:
+        option = sources.cache_option(data.format, data.compression)
+        if load_manifest(cache, listing.digest(DEFAULT_STRIDE, option, data.on_corrupt)) is not None:
             return []
         step = max(1, len(listing.files) // INDEX_PROBE_FILES)
         sample = listing.files[::step]
@@ -284,6 +279,7 @@ def index_notes(spec: JobSpec, listed: list[_Listed]) -> list[str]:
                         f[1],
                         f[2],
                         compression=data.compression,
+                        format=data.format,
                         cache_dir=cache,
                         on_corrupt=data.on_corrupt,
                         read=False,
@@ -426,13 +422,74 @@ def check_task_env(spec: JobSpec) -> list[str]:
         )
     elif module and not spec.entrypoint:
         problems += check_keras_model(spec)
-    if spec.instances("tensorboard") and not _installed("tensorboard"):
-        problems.append(
-            "roles.tensorboard: the 'tensorboard' package is not installed in the Python environment the "
-            "tasks run (it is no longer installed with TensorFlow): pip install 'tfyarn[tensorboard]' (or "
-            "tensorboard), or remove roles.tensorboard"
-        )
+    for package, extra, why in needed_packages(spec):
+        if not _installed(package):
+            problems.append(
+                f"{why}: the '{package}' package is not installed in the Python environment the tasks run"
+                + (" (it is no longer installed with TensorFlow)" if package == "tensorboard" else "")
+                + f": pip install 'tfyarn[{extra}]' (or {package})"
+                + (", or remove roles.tensorboard" if why == "roles.tensorboard" else "")
+            )
     return problems
+
+
+#: Packages a job's code may import that TensorFlow does not bring: (package, tfyarn's extra, what in an
+#: entrypoint program's code refers to it).
+_CODE_PACKAGES = (
+    (
+        "tensorboard",
+        "tensorboard",
+        re.compile(
+            rb"\bTensorBoard\s*\(|\bsummary\.(?:scalar|histogram|image|text|audio)\s*\(|"
+            rb"^[ \t]*(?:import|from)[ \t]+tensorboard\b",
+            re.M,
+        ),
+    ),
+    ("mlflow", "tracking", re.compile(rb"^[ \t]*(?:import|from)[ \t]+mlflow\b", re.M)),
+)
+
+
+def needed_packages(spec: JobSpec) -> list[tuple[str, str, str]]:
+    """What the job's code will import that the env may lack, where the gateway can know it: (package, extra,
+    why). A tensorboard role needs ``tensorboard``; ``tracking: {mlflow: ...}`` needs ``mlflow`` (the chief logs the
+    run); an entrypoint program (its script or module, and the modules of ``code:`` it imports; read, not run)
+    that refers to TensorBoard (``tf.keras.callbacks.TensorBoard``, ``tf.summary.scalar`` ...: a Keras callback
+    fails at its first summary with TBNotInstalledError) or imports mlflow. The evaluator needs neither: tfyarn
+    writes its event files itself."""
+
+    out: list[tuple[str, str, str]] = []
+    if spec.instances("tensorboard"):
+        out.append(("tensorboard", "tensorboard", "roles.tensorboard"))
+    if spec.tracking is not None and spec.tracking.mlflow:
+        out.append(("mlflow", "tracking", "tracking.mlflow"))
+    if spec.entrypoint:
+        target = spec.entrypoint_parts()[0]
+        if target.endswith(".py"):  # a script of code: (a missing one is check_task_env's problem)
+            script = Path(target) if Path(target).is_absolute() else Path(spec.code or spec.base_dir or ".") / target
+            target = str(script) if script.is_file() else ""
+        else:
+            target = target.partition(":")[0]
+        for package, extra, pattern in _CODE_PACKAGES:
+            if not target or any(package == p for p, _, _ in out):
+                continue
+            found = code_refers(target, pattern, spec.code)
+            if found:
+                out.append((package, extra, f"entrypoint: {Path(found).name} uses {package}"))
+    return out
+
+
+def unchecked_packages(spec: JobSpec) -> list[str]:
+    """Warnings for a job whose tasks run a Python the gateway cannot see (``environment.python`` on the nodes, a
+    prebuilt ``environment.archive``): what its code needs is named, not checked."""
+    env = spec.environment
+    if runs_this_python(spec) or env.source not in ("python", "archive"):
+        return []
+    where = f"environment.python {env.python}" if env.source == "python" else f"environment.archive {env.archive}"
+    return [
+        f"{why} needs the '{package}' package: preflight cannot list the packages of {where} (not this Python "
+        f"environment); install 'tfyarn[{extra}]' there"
+        for package, extra, why in needed_packages(spec)
+    ]
 
 
 def check_keras_model(spec: JobSpec, timeout: float = 300.0) -> list[str]:
@@ -523,7 +580,7 @@ def run_preflight(
         listed = list_data(spec, get_fs)
         problems += _file_checks(spec, get_fs, listed)
     _raise(problems, "nothing was uploaded or submitted")
-    warnings = local_path_warnings(spec)
+    warnings = local_path_warnings(spec) + unchecked_packages(spec)
     for w in warnings + (index_notes(spec, listed) if check_files else []):  # notes are said, not returned
         log.warning("preflight: %s", w)
     return warnings

@@ -20,7 +20,6 @@ from typing import Any
 from tfyarn.contracts.kv_keys import SUMMARY_KEY
 from tfyarn.data import build_manifest
 from tfyarn.data.planner import scoring_plan
-from tfyarn.data.table import read_option
 from tfyarn.predict.model import BatchModel, fetch_saved_model
 from tfyarn.predict.output import OutputDir, PartWriter
 from tfyarn.predict.reader import PartReader, PartStats
@@ -34,7 +33,8 @@ def manifest_of(spec: Any) -> Any:
     p = spec.predict
     return build_manifest(
         list(p.input),
-        compression=read_option(p.compression, p.format),
+        compression=p.compression,
+        format=p.format,
         cache_dir=p.index_cache,
         on_corrupt=p.on_corrupt,
         whole=True,

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from tfyarn.data import Feeder, build_manifest
-from tfyarn.data.table import read_option
 from tfyarn.tasklib.context import ABORT_KEY, DONE_KEY, EVAL_KEY, FAILURE_PREFIX, TaskContext
 from tfyarn.tasklib.watchdog import install_stack_dumps
 from tfyarn.train.checkpoint import CheckpointStore, download_model_checkpoint, local_dir_for, restore_model_variables
@@ -68,7 +67,8 @@ def make_eval_feeder(ctx: TaskContext) -> Any:
     d = ctx.spec.data
     manifest = build_manifest(
         list(d.eval),
-        compression=read_option(d.compression, d.format),
+        compression=d.compression,
+        format=d.format,
         on_corrupt=d.on_corrupt,
         cache_dir=index_cache(ctx.spec),
         whole=True,

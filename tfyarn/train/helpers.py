@@ -13,7 +13,6 @@ import numpy as np
 
 from tfyarn.data import Feeder
 from tfyarn.data.shared_index import shared_manifest
-from tfyarn.data.table import read_option
 from tfyarn.tasklib.context import DONE_KEY
 from tfyarn.train.checkpoint import CheckpointStore
 from tfyarn.train.progress import ProgressReporter, loop_summary, write_summary
@@ -43,7 +42,8 @@ def train_manifest(ctx: Any) -> Any:
         rank=ctx.data_rank,
         app_id=ctx.app_id,
         attempt=ctx.attempt,
-        compression=read_option(d.compression, d.format),
+        compression=d.compression,
+        format=d.format,
         on_corrupt=d.on_corrupt,
         cache_dir=index_cache(ctx.spec),
         stall=ctx.spec.timeouts.stall,
