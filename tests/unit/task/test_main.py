@@ -12,7 +12,6 @@ from tfyarn.spec import load_spec_dict
 
 def test_a_yarn_task_reports_under_the_index_it_claimed(tmp_path, monkeypatch):
     import tfyarn.task.main as rt
-    import tfyarn.task.rendezvous as rdv
     from tfyarn.tasklib import watchdog
     spec = load_spec_dict(small_spec(tmp_path))
     spec_file = tmp_path / "spec.json"
@@ -26,7 +25,7 @@ def test_a_yarn_task_reports_under_the_index_it_claimed(tmp_path, monkeypatch):
     def rendezvous(*a, **kw):
         raise RuntimeError("peer never came")
     monkeypatch.setattr(rt, "_identity", identity)
-    monkeypatch.setattr(rdv, "rendezvous", rendezvous)
+    monkeypatch.setattr(rt, "rendezvous", rendezvous)
     monkeypatch.setattr(rt, "_die_with_parent", lambda: None)
     monkeypatch.setattr(logging, "shutdown", lambda: None)
     monkeypatch.setenv("TFYARN_ROLE", "worker")
