@@ -125,6 +125,8 @@ class _Task:
     state: str = "PENDING"
     exit_code: int | None = None
     restarts: int = 0
+    #: of those, the cluster's faults (a peer's or the transport's TF error: contracts.triage), not in max_restarts
+    free_restarts: int = 0
     diagnostics: str = ""
     tail: deque[str] = field(default_factory=lambda: deque(maxlen=TAIL_LINES))
     peak_rss: int = 0  # bytes, task + its children (framing processes), highest sample
@@ -593,13 +595,30 @@ class Launcher:
             self._stop_tasks(list(self.tasks.values()), STOP_GRACE_S)
 
     def _restartable(self, task: _Task) -> bool:
-        """May this failed task be restarted in place? (Role policy, its budget, and the job not stopping.)"""
+        """May this failed task be restarted in place? (Role policy, its budget, and the job not stopping.) A role
+        that can rejoin (async ps workers, the evaluator) is restarted for the cluster's faults (triage: free) up to
+        ``retry.cluster_faults`` more, as on YARN."""
         role = self.spec.role(task.role)
         code = task.exit_code if task.exit_code is not None else 1
         code = 128 - code if code < 0 else code  # killed by signal N → 128+N, as a shell reports it
-        if role.restart == "never" or task.restarts >= role.max_restarts or self._stop.is_set():
+        if role.restart == "never" or self._stop.is_set():
             return False
-        return restarts(role.restart, code, classify(exit_code=code, failure=task.diagnostics or ""))
+        if self._free_restart(task, code):
+            return True
+        if task.restarts - task.free_restarts >= role.max_restarts:
+            return False
+        return restarts(role.restart, code, classify(exit_code=code, failure=task.diagnostics or "", task=task.name))
+
+    def _free_restart(self, task: _Task, code: int) -> bool:
+        """Is this failure the cluster's (a peer's or the transport's TF error) with ``retry.cluster_faults`` left
+        for a task that can rejoin? Counted in :attr:`_Task.free_restarts` when so."""
+        rejoins = task.role == "evaluator" or (task.role == "worker" and self.spec.mode == "ps" and not self.spec.sync)
+        t = classify(exit_code=code, failure=task.diagnostics or "", task=task.name)
+        if not (rejoins and t.free and task.free_restarts < self.spec.retry.cluster_faults):
+            return False
+        task.free_restarts += 1
+        log.warning("%s: the cluster's fault, not counted in max_restarts: %s; rule: %s", task.name, t.words, t.rule)
+        return True
 
     def _restart(self, task: _Task) -> None:
         assert self.kv is not None
