@@ -14,7 +14,7 @@ import urllib.request
 
 import pytest
 import yaml
-from clusterutil import (
+from clusterutil import (  # noqa: F401 - cpu_hog: a fixture
     FAULT_JOBS,
     JOB_S,
     ROOT,
@@ -23,6 +23,7 @@ from clusterutil import (
     assert_causes_named,
     assert_clean,
     attempt_record,
+    cpu_hog,
     job_doc,
     needs_yarn,
     planned_steps,
@@ -132,7 +133,8 @@ def test_async_workers_preempted_come_back_in_place_without_using_the_restart_bu
         name,
         sync=False,
         workers=3,
-        epochs=30,
+        # under the hog the queue-b app's AM and the preemption take a minute or two: a longer job, still mid-run
+        epochs=30 if load is None else 60,
         ckpt=hdfs.join(hdfs_root, name, "ckpt"),
         every_steps=50,
         model="fault_models:slow_recommender",
@@ -171,7 +173,7 @@ def test_async_workers_preempted_come_back_in_place_without_using_the_restart_bu
                 raise AssertionError(f"{app_id} ended before the scheduler preempted a worker ({exc})") from exc
             return [c for c in got if "preempted" in (c.exit_message or "")]
 
-        gone = wait_until(preempted, 120, "the scheduler to preempt a worker of queue a")
+        gone = wait_until(preempted, 120 if load is None else 300, "the scheduler to preempt a worker of queue a")
         st = yarn.status(app_id)
         assert st.state in (AppState.RUNNING, AppState.PENDING), (st.state, st.diagnostics)
         yarn.kill(hog)
