@@ -18,6 +18,7 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Callable
 
+from tfyarn.contracts import startup
 from tfyarn.errors import ExitCode, WaitTimeout, timeout_message
 from tfyarn.tasklib.context import TaskContext, failure_key
 from tfyarn.tasklib.kv import KV, HttpKV, KVUnavailable
@@ -281,6 +282,8 @@ def main() -> int:
         task = _task_label()  # (the index may have been claimed since the start)
         log.exception("task %s failed", task)
         message = _failure_text(exc)
+        if isinstance(exc, ImportError):  # this Python lacks a module the task needs: say which, and which Python
+            message = startup.cannot_start(startup.import_error_text(exc))
         if _is_tf_deadline(exc):
             _report_failure(kv, task, timeout_message(message))
             return ExitCode.TIMED_OUT
