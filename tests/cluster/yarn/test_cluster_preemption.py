@@ -143,7 +143,9 @@ def test_async_workers_preempted_come_back_in_place_without_using_the_restart_bu
         memory="512 MiB",
     )
     doc["roles"]["worker"]["memory"] = f"{WORKER_MIB} MiB"
-    doc["params"]["step_delay_s"] = 0.15
+    # under the hog the job's start takes minutes and training only seconds: slower steps keep it mid-run while
+    # the queue-b app's AM starts and the scheduler preempts (measured: hog launched 66 s before a 0.15 s-step end)
+    doc["params"]["step_delay_s"] = 0.15 if load is None else 0.4
     spec = load_spec_dict(doc)
     total = (
         sum(planned_steps(spec)) * spec.num_training_workers
