@@ -209,6 +209,11 @@ def run_role(ctx: TaskContext, phase_kv: KV | None = None) -> None:
             kv = phase_kv
             run_entrypoint(ctx, finish=(lambda: _yarn_task_done(kv, ctx)) if kv is not None else None)
             return
+        if ctx.spec.job == "predict":  # batch scoring: workers only (docs/predict.md)
+            from tfyarn.predict import run as run_predict
+
+            run_predict(ctx)
+            return
         from tfyarn.train import run_task
 
         run_task(ctx)
