@@ -229,7 +229,8 @@ def test_a_sync_job_preempted_resumes_from_its_checkpoint_without_using_an_attem
         retry={"max_attempts": 1, "backoff": "1s"},
     )
     doc["roles"]["worker"]["memory"] = f"{WORKER_MIB} MiB"
-    doc["params"]["step_delay_s"] = 0.2
+    # under the hog training is seconds after minutes of start-up: slower steps keep it running until the preemption
+    doc["params"]["step_delay_s"] = 0.5
     spec = load_spec_dict(doc)
     total = sum(planned_steps(spec))
     hog = None
