@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from tfyarn.backends.local.launcher import Launcher, _Task
+from tfyarn.backends.local.processes import TaskProcess as _Task
+from tfyarn.runner.local_app import Launcher
 from tfyarn.spec import load_spec_dict
 
 TWICE = ("AbortedError: Graph execution error: From /job:ps/replica:0/task:0: "

@@ -1,15 +1,14 @@
 """The launcher: runs one local app to its end in this process, the local "application master".
 
-It runs the KV service, starts one process per task running ``tfyarn.task.main`` (exactly what a YARN container
-runs), restarts tasks as their roles allow, and stops every task on the first unrecoverable failure, on Ctrl-C /
-SIGTERM, or on a kill request: no task outlives it. It is the local backend's hook for the runner
-(:class:`tfyarn.runner.Attempts`): the runner's loop starts each attempt as a round of this one app. What decides
-about the job (attempts, deadline, stall watch, progress) is :class:`tfyarn.supervisor.Supervisor`, shared with the
-YARN backend.
+It runs the KV service, starts one process per task (the local backend's
+:class:`~tfyarn.backends.local.processes.TaskProcesses`), restarts tasks as their roles allow, and stops every task
+on the first unrecoverable failure, on Ctrl-C / SIGTERM, or on a kill request: no task outlives it. It is the local
+backend's :class:`tfyarn.runner.Attempts` (:data:`tfyarn.runner.attempts.APP_MASTERS`): the runner's loop starts
+each attempt as a round of this one app. What decides about the job (attempts, deadline, stall watch, progress) is
+:class:`tfyarn.runner.supervisor.Supervisor`, shared with YARN's follower and in-app supervisor.
 
-Tasks are forked from a fork server that imported TensorFlow once (the tasks of a local job would otherwise all import
-it at once on the same cores), or, when it is disabled, not possible, or failed, started with ``subprocess.Popen``;
-both look the same here (:class:`tfyarn.backends.local.forkserver.ForkedProcess`).
+``python -m tfyarn.runner.local_app APP_DIR APP_ID``: the detached launcher a local ``submit`` starts
+(:meth:`tfyarn.backends.local.backend.LocalBackend.schedule`), running the app's job through the runner.
 """
 
 from __future__ import annotations
@@ -17,127 +16,38 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import signal
-import subprocess
 import sys
 import threading
 import time
-from collections import deque
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Any, Callable
 
-from tfyarn.contracts.status import AppState, AppStatus, Echo, TaskStatus
-from tfyarn.job_progress import apply_resources
-from tfyarn.backends.local.forkserver import ForkedProcess, ForkServer, ForkServerError, killpg
+from tfyarn.common import paths
+from tfyarn.backends.local.backend import new_app_id
 from tfyarn.backends.local.kvserver import KVServer
-from tfyarn.backends.local.process_memory import tree_rss
-from tfyarn.errors import ExitCode
-from tfyarn.report import HISTORY_FILE, ProgressHistory
+from tfyarn.backends.local.processes import (
+    KILL_REQUEST,
+    STOP_GRACE_S,
+    TaskProcess,
+    TaskProcesses,
+    diagnosis_from_output,
+    write_atomic,
+)
 from tfyarn.contracts.kv_keys import ABORT_KEY, DONE_KEY, PAGE_URL_KEY, RESOURCES_PREFIX, addr_key, failure_key
-from tfyarn.spec import SIDECAR_ROLES, JobSpec
-from tfyarn.supervisor import Supervisor, checkpoint_url, training_end_note, write_report
+from tfyarn.contracts.progress import apply_resources
+from tfyarn.contracts.status import AppState, AppStatus, Echo
+from tfyarn.contracts.triage import classify, restarts
+from tfyarn.errors import ExitCode
+from tfyarn.gateway.preflight import run_local_preflight
+from tfyarn.report import HISTORY_FILE, ProgressHistory, checkpoint_url, write_report
+from tfyarn.runner.attempts import run_attempts
+from tfyarn.runner.supervisor import Supervisor, training_end_note
+from tfyarn.spec import SIDECAR_ROLES, JobSpec, load_spec_json
 from tfyarn.web import page_enabled
 from tfyarn.web.server import StatusPage, file_tail
-from tfyarn.contracts.triage import classify, restarts
 
 log = logging.getLogger(__name__)
-
-#: Environment every local task gets unless its role's ``env`` overrides it (TF's C++ INFO chatter hides real output).
-TASK_ENV_DEFAULTS = {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1", "TF_ENABLE_ONEDNN_OPTS": "0"}
-#: Seconds a task gets between SIGTERM and SIGKILL when the job is stopped.
-STOP_GRACE_S = 5.0
-#: Set to 0 to start every task as a new process (``python -m tfyarn.task``) instead of forking it.
-FORKSERVER_ENV = "TFYARN_FORKSERVER"
-#: Prefixes of environment variables read only when the interpreter, libc, TensorFlow or the libraries it loads start
-#: (the interpreter, linker, allocator, locale, TF/XLA/CUDA, BLAS/OpenMP thread pools, gRPC, Keras's HOME, and the
-#: fork server switch itself): a forked task inherits what the server read, so a role whose ``env`` sets one of these
-#: is started as a new process. Not TMPDIR: a forked task clears ``tempfile``'s cached directory.
-STARTUP_ENV_PREFIXES = (
-    "PYTHON",
-    "LD_",
-    "MALLOC",
-    "TCMALLOC",
-    "LC_",
-    "LANG",
-    "TZ",
-    "TF_",
-    "XLA_",
-    "CUDA",
-    "NVIDIA",
-    "OMP_",
-    "MKL",
-    "KMP_",
-    "OPENBLAS",
-    "GOTO",
-    "GRPC_",
-    "KERAS",
-    "HOME",
-    FORKSERVER_ENV,
-)
-#: Last lines of each task's output kept for its diagnosis: enough to hold a faulthandler dump of a few threads.
-TAIL_LINES = 200
-#: The first line of a dump Python writes from C: a faulthandler timeout (allreduce's GIL-free bound) or a fatal
-#: error (a crash in TF's C++). The lines after it are stack frames, which say nothing on their own.
-_C_DUMP = re.compile(r"^(Timeout \(\d+:\d\d:\d\d(\.\d+)?\)!|Fatal Python error: .*)$")
-_LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (INFO|WARNING|ERROR|CRITICAL) ")
-
-
-def diagnosis_from_output(lines: Iterable[str]) -> str:
-    """Why a task ended, from its last output lines (when it reported no ``failure/<task>`` itself): the last line
-    (a Python exception's message), or, after a dump from C, its header and the last log line before it (what the
-    task was doing, e.g. "waiting up to 300s for MultiWorkerMirroredStrategy start-up")."""
-    kept = [ln for ln in lines if ln.strip()]
-    for i in range(len(kept) - 1, -1, -1):
-        if _C_DUMP.match(kept[i]):
-            before = next((ln for ln in reversed(kept[:i]) if _LOG_LINE.match(ln)), None)
-            return kept[i] + (f" after: {before}" if before else "")
-    if not kept:
-        return "(no output)"
-    m = _LOG_LINE.match(kept[-1])
-    if m and m.group(1) in ("INFO", "WARNING"):
-        # an exit (os._exit, a signal, a C library's exit()) right after ordinary logging: that line is not the
-        # cause, only what the task did last
-        return f"ended without an error message; its last output: {kept[-1]}"
-    return kept[-1]
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """A reader never sees the file empty or half written (``status`` polls status.json and launcher.pid)."""
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
-#: Seconds between two samples of the tasks' resident memory (:meth:`Launcher._sample_memory`).
-MEMORY_SAMPLE_S = 1.0
-#: File ``tfyarn kill`` writes in the app dir before it signals the launcher: the reason the job ends with.
-KILL_REQUEST = "kill.request"
-
-
-@dataclass
-class _Task:
-    name: str
-    dir: Path
-    proc: subprocess.Popen | ForkedProcess | None = None
-    reader: threading.Thread | None = None
-    state: str = "PENDING"
-    exit_code: int | None = None
-    restarts: int = 0
-    #: of those, the cluster's faults (a peer's or the transport's TF error: contracts.triage), not in max_restarts
-    free_restarts: int = 0
-    diagnostics: str = ""
-    tail: deque[str] = field(default_factory=lambda: deque(maxlen=TAIL_LINES))
-    peak_rss: int = 0  # bytes, task + its children (framing processes), highest sample
-
-    @property
-    def role(self) -> str:
-        return self.name.split(":")[0]
-
-    @property
-    def log_path(self) -> Path:
-        return self.dir / "task.log"
 
 
 class Launcher:
@@ -160,11 +70,10 @@ class Launcher:
         without one, a supervisor of its own with ``timeout``: seconds after which the job is stopped
         as TIMED_OUT (as ``timeouts.active_deadline``)."""
         self.spec, self.app_dir, self.app_id = spec, app_dir, app_id
-        self.echo = echo
         self.on_update = on_update
-        self.python = python
-        self.tasks = {name: _Task(name, app_dir / "tasks" / name.replace(":", "_")) for name in spec.tasks()}
         self._stop = threading.Event()
+        self.procs = TaskProcesses(spec, app_dir, app_id, echo, python, forkserver, abort=self._stop)
+        self.tasks = self.procs.tasks
         self._stop_state = AppState.KILLED
         self._stop_reason = ""
         self._state = AppState.PENDING
@@ -172,7 +81,6 @@ class Launcher:
         self._started = time.time()
         self._finished: float | None = None
         self._progress: dict = {}
-        self._memory_sampled = 0.0
         self.kv: KVServer | None = None
         self._kv_service: KVServer | None = None
         self._sidecar_failures: list[str] = []  # SIDECAR_ROLES tasks that failed for good (the job went on)
@@ -181,13 +89,6 @@ class Launcher:
         supervisor.history = ProgressHistory(app_dir / HISTORY_FILE)  # the run report's curves
         self.supervisor = supervisor
         self._between = False  # an attempt failed and the next one has not started (a stop ends the job)
-        if forkserver is None:
-            forkserver = os.environ.get(FORKSERVER_ENV, "1").strip() not in ("0", "false", "no", "off")
-        self._want_forkserver = forkserver
-        self._forkserver: ForkServer | None = None
-        self._fork_roles: set[str] = set()  # roles whose tasks are forked (the others are started as processes)
-        self._forkserver_checked = False  # waited for it to be ready (once, before the first task starts)
-        self._forkserver_lost = False  # it became unusable mid-job (said once)
         self.page: StatusPage | None = None  # the job's page (tfyarn.web), while the launcher runs
 
     # ------------------------------------------------------------------------------------------------- control
@@ -200,7 +101,7 @@ class Launcher:
         """End this app at once from outside its loop (the run following it stopped or failed:
         never left running): every task stopped, the state KILLED unless it had ended; its status."""
         self.stop(reason, AppState.KILLED)
-        self._stop_tasks(list(self.tasks.values()), STOP_GRACE_S)
+        self.procs.stop(list(self.tasks.values()), STOP_GRACE_S)
         if self._between:  # a stop during the backoff: the job ends as the stop says, with its note
             self._between = False
             self._end(self._stop_state, self._stop_reason)
@@ -224,7 +125,7 @@ class Launcher:
             name = signal.Signals(signum).name
             if self._stop.is_set():  # second signal: no more grace
                 for t in self.tasks.values():
-                    self._signal(t, signal.SIGKILL)
+                    self.procs.signal(t, signal.SIGKILL)
             try:
                 reason = (self.app_dir / KILL_REQUEST).read_text().strip() or f"interrupted by {name}"
             except OSError:
@@ -234,196 +135,9 @@ class Launcher:
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, handler)
 
-    # ------------------------------------------------------------------------------------------------- tasks
-    def _env(self, role_env: dict[str, str], task_vars: dict[str, str]) -> dict[str, str]:
-        """A task's environment; with neither a role's env nor task vars, what every task of the app shares (the
-        fork server's). That has ``TFYARN_APP_ID``: a forked task's ``/proc/<pid>/environ`` is the server's, and the
-        app's processes are still told by it."""
-        env = {
-            **os.environ,
-            **TASK_ENV_DEFAULTS,
-            **role_env,
-            "TFYARN_SPEC_FILE": str(self.app_dir / "spec.json"),
-            "TFYARN_APP_ID": self.app_id,
-            "TFYARN_PARENT_PID": str(os.getpid()),
-            "TFYARN_HOST": "127.0.0.1",
-        }
-        if self.spec.code:
-            env["TFYARN_CODE_DIR"] = str(Path(self.spec.code).resolve())
-        env.update(task_vars)
-        env.pop("TF_CONFIG", None)
-        return env
-
-    def _task_env(self, task: _Task, kv_url: str) -> dict[str, str]:
-        """The task's environment. ``TMPDIR`` is the task's own ``tmp/`` (unless its role's ``env`` sets one): what a
-        killed task leaves there (autograph's modules are deleted only at a clean exit) does not pile up in /tmp."""
-        role, index = task.name.split(":")
-        role_env = self.spec.role(role).env
-        return self._env(
-            {"TMPDIR": str(task.dir / "tmp"), **role_env},
-            {
-                "TFYARN_ROLE": role,
-                "TFYARN_INDEX": index,
-                "TFYARN_KV": kv_url,
-                "TFYARN_ATTEMPT": str(self.supervisor.attempt),
-                "TFYARN_RESTART": str(task.restarts),
-            },
-        )
-
-    # ------------------------------------------------------------------------------------------------- fork server
-    def _start_forkserver(self) -> None:
-        """Start the fork server now (its TF import overlaps our own start-up); :meth:`_forker` waits for it. Off
-        Linux (fork after importing TF is only known to be safe there) and for roles whose ``env`` sets a start-up
-        variable (:data:`STARTUP_ENV_PREFIXES`), tasks are started as new processes."""
-        if not self._want_forkserver:
-            log.info(
-                "starting tasks as new processes: the forkserver is disabled (%s=0 or forkserver=False)", FORKSERVER_ENV
-            )
-            return
-        if not sys.platform.startswith("linux"):
-            log.info("starting tasks as new processes: the forkserver is only used on Linux")
-            return
-        base = self._env({}, {})
-        for role in sorted({t.role for t in self.tasks.values()}):
-            role_env = self.spec.role(role).env
-            changed = sorted(k for k, v in role_env.items() if k.startswith(STARTUP_ENV_PREFIXES) and base.get(k) != v)
-            if changed:
-                log.info(
-                    "starting %s tasks as new processes, not from the forkserver: their env sets %s, read when "
-                    "the interpreter or TensorFlow starts",
-                    role,
-                    ", ".join(changed),
-                )
-            else:
-                self._fork_roles.add(role)
-        if not self._fork_roles:
-            return
-        try:
-            self._forkserver = ForkServer(self.python, base, self.app_dir / "forkserver.log", cwd=self.app_dir).start()
-        except OSError as exc:
-            log.warning("starting tasks as new processes: cannot start the forkserver: %s", exc)
-
-    def _forker(self, role: str) -> ForkServer | None:
-        """The fork server for a task of ``role``, once it is ready (waited for the first time, bounded by
-        ``timeouts.rendezvous``); None: start the task as a new process."""
-        fs = self._forkserver
-        if fs is None or role not in self._fork_roles:
-            return None
-        if not self._forkserver_checked:
-            self._forkserver_checked = True
-            try:
-                fs.wait_ready(self.spec.timeouts.rendezvous, abort=self._stop)
-            except ForkServerError as exc:
-                if not self._stop.is_set():
-                    log.warning("starting tasks as new processes from now on: %s", exc)
-                self._close_forkserver()
-                return None
-        if not fs.usable:  # it died mid-job (its tasks died with it): restarts and new attempts start processes
-            if not self._forkserver_lost:
-                self._forkserver_lost = True
-                log.warning("starting tasks as new processes from now on: %s", fs.error)
-            return None
-        return fs
-
-    def _close_forkserver(self) -> None:
-        fs, self._forkserver = self._forkserver, None
-        if fs is not None:
-            fs.close()
-
-    def _start(self, task: _Task, kv_url: str) -> None:
-        task.dir.mkdir(parents=True, exist_ok=True)
-        env = self._task_env(task, kv_url)
-        (task.dir / "tmp").mkdir(exist_ok=True)  # the default TMPDIR (a role's own is the user's to create)
-        task.proc = None
-        fs = self._forker(task.role)
-        if fs is not None:
-            try:
-                task.proc = fs.spawn(env, task.dir)
-            except ForkServerError as exc:  # e.g. fork failed (memory): only this task; the others run on
-                log.warning("starting %s as a new process: %s", task.name, exc)
-        if task.proc is None:
-            # Own session: a terminal's Ctrl-C reaches only the launcher, which then stops tasks in order.
-            task.proc = subprocess.Popen(
-                [self.python, "-m", "tfyarn.task"],
-                cwd=task.dir,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        task.state = "RUNNING"
-        task.reader = threading.Thread(target=self._pump, args=(task,), name=f"log-{task.name}", daemon=True)
-        task.reader.start()
-
-    def _pump(self, task: _Task) -> None:
-        """Copy a task's output to its log file and (live, prefixed with the task) to the launcher's output."""
-        assert task.proc and task.proc.stdout
-        with open(task.log_path, "ab") as logf:
-            for raw in iter(task.proc.stdout.readline, b""):
-                logf.write(raw)
-                logf.flush()
-                line = raw.decode(errors="replace").rstrip("\n")
-                task.tail.append(line)
-                if self.echo:
-                    self.echo(task.name, line)
-
-    @staticmethod
-    def _signal(task: _Task, sig: int) -> None:
-        if task.proc and task.proc.poll() is None:
-            killpg(task.proc.pid, sig)
-
-    @staticmethod
-    def _kill_leftovers(task: _Task) -> None:
-        """After a task ended: SIGKILL what is left of its process group (processes it started and did not end), as
-        YARN's NodeManager does with a finished container's. The group outlives its leader while it has members, so
-        its id is not reused meanwhile."""
-        if task.proc is not None and task.proc.poll() is not None:
-            killpg(task.proc.pid)
-
-    def _stop_tasks(self, tasks: list[_Task], grace: float) -> None:
-        """SIGTERM each task's process group, SIGKILL what is left after ``grace`` seconds; reap everything."""
-        live = [(t, t.proc) for t in tasks if t.proc is not None and t.proc.poll() is None]
-        for t, _ in live:
-            self._signal(t, signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        for _, proc in live:
-            try:
-                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
-        for t, proc in live:
-            self._signal(t, signal.SIGKILL)
-            proc.wait()
-            if t.state == "RUNNING":  # exit 0: it had finished its work as the stop came (an evaluator seeing the
-                t.exit_code = proc.returncode  # abort), not ended by the signal
-                t.state = "SUCCEEDED" if t.exit_code == 0 else "KILLED"
-        for t in tasks:
-            if t.state == "RUNNING" and t.proc is not None and t.proc.poll() is not None:
-                # ended on its own after the follow loop's last look (the job ended meanwhile): its own outcome,
-                # not RUNNING in the final status of an ended app
-                t.exit_code = t.proc.returncode
-                t.state = "SUCCEEDED" if t.exit_code == 0 else "FAILED"
-            self._kill_leftovers(t)  # (tasks that had ended by themselves included)
-            if t.reader:
-                t.reader.join(timeout=2.0)
-
     # ------------------------------------------------------------------------------------------------- status
     def status(self) -> AppStatus:
-        tasks = [
-            TaskStatus(
-                task=t.name,
-                state=t.state,
-                host="127.0.0.1",
-                restarts=t.restarts,
-                exit_code=t.exit_code,
-                diagnostics=t.diagnostics,
-                log=str(t.log_path),
-                memory_mib=self.spec.role(t.role).memory_mib,
-                peak_rss_mib=t.peak_rss >> 20 if t.peak_rss else None,
-            )
-            for t in self.tasks.values()
-        ]
+        tasks = self.procs.statuses()
         if self.kv is not None:  # what each task publishes of itself: CPU %, current RSS
             apply_resources(tasks, self.kv.store.items(RESOURCES_PREFIX))
         return AppStatus(
@@ -442,34 +156,9 @@ class Launcher:
             attempt=self.supervisor.attempt,
         )
 
-    def _sample_memory(self) -> None:
-        """Each running task's resident memory with its children, as YARN measures a container; a task crossing its
-        role's ``memory`` is warned about once (on YARN it would be killed). At most once a second: ~0.6 % of a
-        core."""
-        now = time.monotonic()
-        if now - self._memory_sampled < MEMORY_SAMPLE_S:
-            return
-        self._memory_sampled = now
-        running = {t.proc.pid: t for t in self.tasks.values() if t.state == "RUNNING" and t.proc is not None}
-        if not running:
-            return
-        for pid, total in tree_rss(running).items():
-            t = running[pid]
-            limit = self.spec.role(t.role).memory_mib << 20
-            if total > limit >= t.peak_rss:
-                log.warning(
-                    "%s uses %d MiB of resident memory, more than roles.%s.memory (%d MiB): on YARN its "
-                    "container would be killed",
-                    t.name,
-                    total >> 20,
-                    t.role,
-                    limit >> 20,
-                )
-            t.peak_rss = max(t.peak_rss, total)
-
     def _refresh(self) -> None:
         assert self.kv is not None
-        self._sample_memory()
+        self.procs.sample_memory()
         self._progress = self.supervisor.progress(self.kv.store)
         st = self.status()
         write_atomic(self.app_dir / "status.json", json.dumps(st.to_dict(), indent=1))
@@ -491,7 +180,7 @@ class Launcher:
         self.app_dir.mkdir(parents=True, exist_ok=True)
         (self.app_dir / "spec.json").write_text(self.spec.to_json())
         write_atomic(self.app_dir / "launcher.pid", str(os.getpid()))
-        self._start_forkserver()
+        self.procs.start_forkserver()
         try:
             self.kv = self._kv_service = KVServer().start()
             self._start_page()
@@ -501,7 +190,7 @@ class Launcher:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._close_forkserver()
+        self.procs.close_forkserver()
         if self.page is not None:
             self.page.close()
         if self._kv_service is not None:  # (self.kv stays: the final status reads its records)
@@ -539,8 +228,8 @@ class Launcher:
         """After the last attempt, ``st`` with the runner's final diagnosis: the run report, then the
         final status.json (whoever sees the outcome finds the report)."""
         self._between = False
-        self._stop_tasks(list(self.tasks.values()), STOP_GRACE_S)
-        self._close_forkserver()  # after the tasks: its tasks would die with it
+        self.procs.stop(list(self.tasks.values()), STOP_GRACE_S)
+        self.procs.close_forkserver()  # after the tasks: its tasks would die with it
         self._diag = st.diagnostics
         self._finished = time.time()
         self._write_report()
@@ -584,7 +273,7 @@ class Launcher:
     def _run_attempt(self, kv: KVServer) -> None:
         try:
             for t in self.tasks.values():
-                self._start(t, kv.url)
+                self.procs.start(t, kv.url, self.supervisor.attempt)
             self._state = AppState.RUNNING
             # Start-up (imports, rendezvous, session start) gets timeouts.rendezvous + timeouts.stall before the first
             # step must appear; pids: a stall's diagnosis signals the tasks for their stacks
@@ -592,9 +281,9 @@ class Launcher:
             self._follow(set(self.spec.training_tasks))
         finally:
             self.supervisor.end_attempt()
-            self._stop_tasks(list(self.tasks.values()), STOP_GRACE_S)
+            self.procs.stop(list(self.tasks.values()), STOP_GRACE_S)
 
-    def _restartable(self, task: _Task) -> bool:
+    def _restartable(self, task: TaskProcess) -> bool:
         """May this failed task be restarted in place? (Role policy, its budget, and the job not stopping.) A role
         that can rejoin (async ps workers, the evaluator) is restarted for the cluster's faults (triage: free) up to
         ``retry.cluster_faults`` more, as on YARN."""
@@ -609,9 +298,9 @@ class Launcher:
             return False
         return restarts(role.restart, code, classify(exit_code=code, failure=task.diagnostics or "", task=task.name))
 
-    def _free_restart(self, task: _Task, code: int) -> bool:
+    def _free_restart(self, task: TaskProcess, code: int) -> bool:
         """Is this failure the cluster's (a peer's or the transport's TF error) with ``retry.cluster_faults`` left
-        for a task that can rejoin? Counted in :attr:`_Task.free_restarts` when so."""
+        for a task that can rejoin? Counted in :attr:`TaskProcess.free_restarts` when so."""
         rejoins = task.role == "evaluator" or (task.role == "worker" and self.spec.mode == "ps" and not self.spec.sync)
         t = classify(exit_code=code, failure=task.diagnostics or "", task=task.name)
         if not (rejoins and t.free and task.free_restarts < self.spec.retry.cluster_faults):
@@ -620,7 +309,7 @@ class Launcher:
         log.warning("%s: the cluster's fault, not counted in max_restarts: %s; rule: %s", task.name, t.words, t.rule)
         return True
 
-    def _restart(self, task: _Task) -> None:
+    def _restart(self, task: TaskProcess) -> None:
         assert self.kv is not None
         role = self.spec.role(task.role)
         task.restarts += 1
@@ -639,7 +328,7 @@ class Launcher:
                 f"==== tfyarn: restart {task.restarts}/{role.max_restarts} after exit code {task.exit_code} "
                 f"====\n".encode()
             )
-        self._start(task, self.kv.url)
+        self.procs.start(task, self.kv.url, self.supervisor.attempt)
         self.supervisor.task_restarted(task.name, task.proc.pid if task.proc is not None else None)
 
     def _follow(self, training: set[str]) -> None:
@@ -659,7 +348,7 @@ class Launcher:
                 if t.state != "RUNNING" or t.proc is None or t.proc.poll() is None:
                     continue
                 t.exit_code = t.proc.returncode
-                self._kill_leftovers(t)
+                self.procs.kill_leftovers(t)
                 if t.exit_code == 0:
                     t.state = "SUCCEEDED"
                     self.supervisor.task_ended(t.name)
@@ -730,3 +419,35 @@ class Launcher:
             log.error("job %s: %s", state.value, diagnostics)
             if self.kv is not None:  # before the SIGTERMs: a task that cannot act on one (TF swallowed it in
                 self.kv.store.put(ABORT_KEY, diagnostics)  # allreduce start-up) stops at its next abort check
+
+
+def attempts(
+    backend: Any,
+    spec: JobSpec,
+    sup: Supervisor,
+    echo: Echo | None = None,
+    on_update: Callable[[AppStatus], None] | None = None,
+    poll: float = 2.0,
+) -> Launcher:
+    """The runner's attempts on the local backend: the launcher of a new app (after the local preflight), in
+    this process; every attempt a round of that one app, its processes supervised by the launcher (``echo``:
+    their lines)."""
+    run_local_preflight(spec, count_records=True)
+    app_id = new_app_id()
+    return Launcher(spec, paths.apps_dir() / app_id, app_id, echo=echo, on_update=on_update, supervisor=sup)
+
+
+def main(app_dir: str, app_id: str) -> int:
+    """The detached launcher of a local ``submit``: run the app whose spec.json is in ``app_dir`` through the
+    runner's attempt loop; its exit code is the job's."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    d = Path(app_dir)
+    spec = load_spec_json((d / "spec.json").read_text())
+    sup = Supervisor(spec, started=time.time())
+    echo: Echo = lambda task, line: print(f"{task:>13} | {line}", flush=True)  # noqa: E731
+    st = run_attempts(Launcher(spec, d, app_id, echo=echo, supervisor=sup), sup)
+    return int(st.state.exit_code)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1], sys.argv[2]))
