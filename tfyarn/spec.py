@@ -384,6 +384,13 @@ class Retry(_Model):
 
     max_attempts: StrictInt = Field(1, ge=1)
     backoff: Duration = Field(10.0, description="wait before the next attempt")
+    cluster_faults: StrictInt = Field(
+        10,
+        ge=0,
+        description="the cluster's faults allowed besides max_restarts and max_attempts (a preemption, a lost node, "
+        "a peer's or the transport's error: contracts.triage): in-place restarts per task of a role that can "
+        "rejoin (async ps workers), and job attempts",
+    )
 
 
 class Kerberos(_Model):

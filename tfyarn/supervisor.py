@@ -160,7 +160,7 @@ class Supervisor:
         retry = self.job.retry
         left = self.time_left()
         if self.budget is None:
-            self.budget = AttemptBudget(retry.max_attempts)
+            self.budget = AttemptBudget(retry.max_attempts, retry.cluster_faults)
         # an attempt the cluster ended (preempted, a lost node: contracts.triage) uses a budget of its own
         if (
             state not in (AppState.FAILED, AppState.TIMED_OUT)

@@ -36,7 +36,7 @@ from tfyarn.contracts.kv_keys import (
     TENSORBOARD_URL_KEY,
     TOTAL_STEPS_KEY,
 )
-from tfyarn.contracts.triage import AttemptBudget, RetryDecision, should_retry
+from tfyarn.contracts.triage import FREE_ATTEMPTS, AttemptBudget, RetryDecision, should_retry
 
 #: What one attempt's tasks write and the next must not see: cleared between in-app attempts. Kept: the
 #: spec, the supervisor's and followers' heartbeats, ``taskmap/`` (logs of earlier containers), ``index/``
@@ -128,16 +128,18 @@ def ended_diagnoses(items: Mapping[str, str]) -> list[str]:
     return [d for _, d in sorted(recs)]
 
 
-def budget_after(max_attempts: int, diagnoses: Iterable[str]) -> AttemptBudget:
+def budget_after(max_attempts: int, diagnoses: Iterable[str], free_max: int = FREE_ATTEMPTS) -> AttemptBudget:
     """The attempt budget (:class:`~tfyarn.contracts.triage.AttemptBudget`, the runner's) after the
-    ended attempts with these diagnoses, replayed in order."""
-    budget = AttemptBudget(max_attempts)
+    ended attempts with these diagnoses, replayed in order (``free_max``: ``retry.cluster_faults``)."""
+    budget = AttemptBudget(max_attempts, free_max)
     for d in diagnoses:
         budget.next(d)
     return budget
 
 
-def hand_over(diagnosis: str, max_attempts: int, ended: Iterable[str], supervisor_alive: bool) -> RetryDecision:
+def hand_over(
+    diagnosis: str, max_attempts: int, ended: Iterable[str], supervisor_alive: bool, free_max: int = FREE_ATTEMPTS
+) -> RetryDecision:
     """May a failed task hand its attempt's end to the in-app supervisor (True) instead of ending the
     app FAILED? Only with a live supervisor, when triage retries the failure (never the user's code)
     and the budget has an attempt left. The supervisor decides again (the deadline too)."""
@@ -146,7 +148,7 @@ def hand_over(diagnosis: str, max_attempts: int, ended: Iterable[str], superviso
         return RetryDecision(False, "no in-app supervisor alive", decision.cause)
     if not decision:
         return decision
-    if not budget_after(max_attempts, ended).next(diagnosis):
+    if not budget_after(max_attempts, ended, free_max).next(diagnosis):
         return RetryDecision(False, f"no attempt left (retry.max_attempts {max_attempts})", decision.cause)
     return decision
 

@@ -58,11 +58,18 @@ ATTEMPT_END_KEY = "control/attempt_end"
 #: ``attempts/<n>``: JSON of in-app attempt n's end {attempt, diagnosis, cause, started, ended, wall_s, reached,
 #: resumes_at, lost_steps}; outlives the attempts (status and the summary's totals)
 ATTEMPTS_PREFIX = "attempts/"
+#: ``cause/<task>/<skein container>``: JSON, why that container of the task failed and what followed (a restart in
+#: place, counted or not, or the attempt's end), with the triage rule that decided (runtime.exit_report)
+CAUSE_PREFIX = "cause/"
 
 
 def addr_key(task: str) -> str:
     """``addr/worker:1`` → 'host:port' of that task's TF server."""
     return ADDR_PREFIX + task
+
+
+def cause_key(task: str, container: str) -> str:
+    return f"{CAUSE_PREFIX}{task}/{container}"
 
 
 def progress_key(task: str) -> str:
@@ -235,6 +242,13 @@ KEYS: tuple[KvKey, ...] = (
         "JSON {attempt, diagnosis, cause, started, ended, wall_s, reached, resumes_at, lost_steps}",
         "backends.yarn.in_app_attempts (the in-app supervisor, each attempt's end)",
         "backends.yarn.states (status: attempt, totals), runtime.exit_report (the attempt budget)",
+    ),
+    KvKey(
+        "cause/<task>/<container>",
+        "JSON {task, container, time, free, then, class, cause, words, rule}: why that container failed "
+        "(contracts.triage) and what followed",
+        "runtime.exit_report",
+        "runtime.exit_report (cluster faults used), backends.yarn.states (status `causes`)",
     ),
     KvKey(
         "spec",

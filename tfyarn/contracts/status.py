@@ -68,6 +68,9 @@ class AppStatus:
     summary: dict[str, Any] | None = None  # final run summary, once written
     attempt: int = 0  # job attempt (0-based; retry.max_attempts)
     tags: list[str] = field(default_factory=list)  # the spec's tags (schedulers find their apps by them)
+    # why each task restart or job attempt happened, oldest first: {task, kind (restart|attempt), then, free,
+    # class, cause, words, rule} — rule: which triage rule decided, in words (contracts.triage)
+    causes: list[dict[str, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.state.is_terminal and "eta_s" in self.progress:  # an ended app has no time left, whatever the
@@ -98,6 +101,7 @@ class AppStatus:
             summary=d.get("summary"),
             attempt=d.get("attempt", 0),
             tags=d.get("tags", []),
+            causes=d.get("causes", []),
         )
 
 

@@ -65,12 +65,15 @@ def diagnosis(records: dict[str, dict[str, Any]]) -> str:
     return "; ".join(describe(t, r.get("code"), r.get("failure")) for t, r in order)
 
 
-def ends_the_app(app: Any, role: str, attempt: dict[str, Any] | None = None) -> bool:
+def ends_the_app(
+    app: Any, role: str, attempt: dict[str, Any] | None = None, free_ids: frozenset[str] = frozenset()
+) -> bool:
     """Whether this failure ends the application (or, with an in-app supervisor, the attempt): its role is not a
     side role (whose failures are allowed) and has no restart left. The budget is the spec's (``max_restarts`` x
     instances; skein's, larger by triage.FREE_RESTARTS, when the spec cannot be read), used only by earlier failures
     of this attempt's containers (``attempt``: ``control/attempt``, contracts.in_app) that triage does not call
-    free: a container that YARN preempted or lost with its node used none of it."""
+    free: a container that YARN preempted or lost with its node, or whose report found the cluster's fault
+    (``free_ids``: :func:`free_restart`'s), used none of it."""
     from tfyarn.contracts.in_app import in_attempt
     from tfyarn.contracts.triage import classify
     from tfyarn.spec import SIDECAR_ROLES
@@ -88,8 +91,59 @@ def ends_the_app(app: Any, role: str, attempt: dict[str, Any] | None = None) -> 
         for c in app.get_containers(services=[role], states=["FAILED"])
         if (attempt is None or in_attempt(f"{c.service_name}_{c.instance}", attempt))
         and not classify(diagnostics=getattr(c, "exit_message", "") or "").free
+        and _cid(c) not in free_ids
     ]
     return len(failed) >= budget
+
+
+def _cid(c: Any) -> str:
+    """A skein container's id (``worker_3``)."""
+    return f"{getattr(c, 'service_name', '?')}_{getattr(c, 'instance', '?')}"
+
+
+def _rejoins(doc: dict[str, Any], role: str) -> bool:
+    """backends.yarn.appspec.rejoins from the shipped spec: can a replacement of this role's task join the running
+    job (skein then has ``retry.cluster_faults`` more restarts per task for it)? Async ps workers and evaluators."""
+    return role == "evaluator" or (role == "worker" and doc.get("mode") == "ps" and not doc.get("sync"))
+
+
+def free_containers(causes: dict[str, str]) -> frozenset[str]:
+    """The skein containers (``worker_3``) whose failure these reports found the cluster's fault (``cause/`` items)."""
+    out = set()
+    for v in causes.values():
+        try:
+            rec = json.loads(v)
+        except ValueError:
+            continue
+        if rec.get("free") and rec.get("container"):
+            out.add(str(rec["container"]))
+    return frozenset(out)
+
+
+def free_restart(
+    app: Any, role: str, t: Any, attempt: dict[str, Any] | None, free_ids: frozenset[str]
+) -> tuple[int, int] | None:
+    """Is this failure, the cluster's fault (contracts.triage: a peer's or the transport's error, free), a restart
+    in place that uses none of ``max_restarts``? Only for a role that can rejoin (:func:`_rejoins`), while the
+    role's ``retry.cluster_faults`` x instances last (this attempt's containers YARN took or whose report found
+    the cluster's fault). ``(used before, bound)`` when it is, else None."""
+    from tfyarn.contracts.in_app import in_attempt
+    from tfyarn.contracts.triage import FREE_RESTARTS, classify
+
+    doc = _spec()
+    if not t.free or doc is None or not _rejoins(doc, role):
+        return None
+    r = (doc.get("roles") or {}).get(role) or {}
+    if r.get("restart") == "never":
+        return None
+    bound = int((doc.get("retry") or {}).get("cluster_faults", FREE_RESTARTS)) * int(r.get("instances", 1))
+    used = sum(
+        1
+        for c in app.get_containers(services=[role], states=["FAILED"])
+        if (attempt is None or in_attempt(f"{c.service_name}_{c.instance}", attempt))
+        and (_cid(c) in free_ids or classify(diagnostics=getattr(c, "exit_message", "") or "").free)
+    )
+    return (used, bound) if used < bound else None
 
 
 def _spec() -> dict[str, Any] | None:
@@ -135,12 +189,15 @@ def report(app: Any, code: int, died_at: float, settle_s: float = SETTLE_S) -> s
     from tfyarn.contracts.kv_keys import (
         ATTEMPT_END_KEY,
         ATTEMPT_KEY,
+        CAUSE_PREFIX,
         EXIT_PREFIX,
         FAILURE_PREFIX,
         TASKMAP_PREFIX,
+        cause_key,
         exit_key,
         failure_key,
     )
+    from tfyarn.contracts.triage import classify
     from tfyarn.runtime.kv import put_json
     from tfyarn.runtime.kv_yarn import SkeinKV, parse_container_id
 
@@ -151,9 +208,25 @@ def report(app: Any, code: int, died_at: float, settle_s: float = SETTLE_S) -> s
     if not in_attempt(cid, attempt) or kv.get(ATTEMPT_END_KEY) is not None:
         print(f"[tfyarn] {task}: its job attempt is over; the in-app supervisor runs the next", file=sys.stderr)
         return task
-    put_json(kv, exit_key(task), exit_record(code, died_at, kv.get(failure_key(task))))
+    failure = kv.get(failure_key(task))
+    put_json(kv, exit_key(task), exit_record(code, died_at, failure))
     role = os.environ.get("TFYARN_ROLE") or parse_container_id(cid)[0]
-    if ends_the_app(app, role, attempt) or policy_refuses(role, code, kv.get(failure_key(task))):
+    t = classify(exit_code=code, failure=failure or "", task=task)
+    free_ids = free_containers(kv.items(CAUSE_PREFIX))
+    free = free_restart(app, role, t, attempt, free_ids)
+    record = {"task": task, "container": cid, "time": round(died_at, 3), "free": free is not None, **t.to_dict()}
+    if free is not None:
+        put_json(kv, cause_key(task, cid), {**record, "then": "restarted in place"})
+        print(
+            f"[tfyarn] {task}: restarted in place, not counted in max_restarts (the cluster's fault "
+            f"{free[0] + 1} of retry.cluster_faults {free[1]}): {t.words}; rule: {t.rule}",
+            file=sys.stderr,
+        )
+        return task
+    ends = ends_the_app(app, role, attempt, free_ids) or policy_refuses(role, code, failure)
+    put_json(kv, cause_key(task, cid), {**record, "then": "the attempt's end" if ends else "restarted in place"})
+    print(f"[tfyarn] {task}: {t.cls}: {t.words}; rule: {t.rule}", file=sys.stderr)
+    if ends:
         time.sleep(settle_s)
         records = {k[len(EXIT_PREFIX) :]: json.loads(v) for k, v in kv.items(EXIT_PREFIX).items()}
         # a task that wrote its failure but whose process has not ended yet is named too (after the dead ones)
@@ -182,6 +255,7 @@ def hand_over(kv: Any, task: str, diag: str) -> bool:
         int(retry.get("max_attempts") or 1),
         in_app.ended_diagnoses(kv.items(ATTEMPTS_PREFIX)),
         in_app.heartbeat_fresh(kv.get(SUPERVISOR_KEY), time.time()),
+        int(retry.get("cluster_faults", in_app.FREE_ATTEMPTS)),
     )
     if not decision:
         print(f"[tfyarn] {task}: the application ends: {decision.reason}", file=sys.stderr)

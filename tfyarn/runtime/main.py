@@ -221,6 +221,21 @@ def _is_tf_deadline(exc: BaseException) -> bool:
     return type(exc).__name__ == "DeadlineExceededError" and type(exc).__module__.startswith("tensorflow")
 
 
+def _failure_text(exc: BaseException) -> str:
+    """``Type: message``; for a TF error, the words triage reads (where it came ``From``, the failing op's device)
+    kept within the record's size and on one line (contracts.triage.tf_failure_text); no TF import."""
+    kind = type(exc).__name__
+    if not type(exc).__module__.startswith("tensorflow"):
+        return f"{kind}: {exc}"
+    from tfyarn.contracts.triage import tf_failure_text
+
+    node = getattr(exc, "node_def", None)
+    op = getattr(exc, "op", None)
+    device = getattr(op, "device", "") or getattr(node, "device", "") or None
+    name = getattr(op, "name", "") or getattr(node, "name", "") or None
+    return tf_failure_text(kind, str(getattr(exc, "message", exc)), name, device)
+
+
 def main() -> int:
     task = _task_label()
     _configure_logging(task)
@@ -253,7 +268,7 @@ def main() -> int:
     except BaseException as exc:
         task = _task_label()  # (the index may have been claimed since the start)
         log.exception("task %s failed", task)
-        message = f"{type(exc).__name__}: {exc}"
+        message = _failure_text(exc)
         if _is_tf_deadline(exc):
             _report_failure(kv, task, timeout_message(message))
             return ExitCode.TIMED_OUT

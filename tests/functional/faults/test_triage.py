@@ -91,10 +91,10 @@ CASES = [
     (
         {"exit_code": 1, "failure": "CancelledError: RecvFromRemoteAsync is cancelled"},
         INFRA,
-        "peer_lost",
+        "transport",
         True,
     ),
-    ({"exit_code": 1, "failure": "UnavailableError: Socket closed"}, INFRA, "peer_lost", True),
+    ({"exit_code": 1, "failure": "UnavailableError: Socket closed"}, INFRA, "transport", True),
     (
         {
             "exit_code": 1,

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.timeout(180)
 TOP = {"schema": str, "app_id": str, "backend": str, "name": str, "state": str, "exit_code": (int, type(None)),
        "diagnostics": str, "tasks": list, "progress": dict, "started": (float, type(None)),
        "finished": (float, type(None)), "tracking_url": (str, type(None)), "summary": (dict, type(None)),
-       "tags": list, "attempt": int}
+       "tags": list, "attempt": int, "causes": list}
 OPTIONAL: dict = {}
 TASK = {"task": str, "state": str, "host": (str, type(None)), "restarts": int, "exit_code": (int, type(None)),
         "diagnostics": str, "log": (str, type(None)), "memory_mib": (int, type(None)),

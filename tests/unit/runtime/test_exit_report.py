@@ -224,3 +224,46 @@ def test_a_container_of_an_ended_attempt_reports_nothing_and_earlier_attempts_us
     assert exit_report.ends_the_app(app, "worker", None) is True
     app.failed += [C(service_name="worker", instance=3, exit_message="Container failed")] * 2
     assert exit_report.ends_the_app(app, "worker", attempt) is True
+
+
+def test_an_async_workers_peer_error_restarts_it_in_place_free_of_max_restarts(container_env, tmp_path, monkeypatch,
+                                                                               capsys):
+    """Issue 40: TF's "RunGraph request received twice" from the ps is the cluster's fault: an async ps worker with
+    ``max_restarts: 0`` is restarted in place (skein has ``retry.cluster_faults`` more per task), up to that bound,
+    and each restart's cause and rule are recorded (``cause/<task>/<container>``); the same class raised by the
+    model itself ends the app."""
+    from types import SimpleNamespace as C
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"mode": "ps", "sync": False, "retry": {"cluster_faults": 2},
+                                "roles": {"worker": {"instances": 1, "max_restarts": 0}}}))
+    monkeypatch.setenv("TFYARN_SPEC_FILE", str(spec))
+    app = FakeAppClient(app_spec(max_restarts=2), failed=[])
+    app.get_containers = lambda services=None, states=None: list(app.failed)
+    twice = ("AbortedError: Graph execution error: From /job:ps/replica:0/task:0: "
+             "The same RunGraph (Worker) request was received twice.")
+    for n in (0, 1):
+        app.kv.put(f"taskmap/worker_{n}", b"worker:0")
+        app.kv.put("failure/worker:0", twice.encode())
+        container_env(f"worker_{n}", "worker")
+        exit_report.report(app, 1, died_at=1.0 + n, settle_s=0)
+        assert app.shutdowns == [], n
+        rec = json.loads(app.kv.get(f"cause/worker:0/worker_{n}"))
+        assert rec["free"] and rec["then"] == "restarted in place" and rec["cause"] == "transport"
+        assert "received twice" in rec["rule"]
+        app.failed.append(C(service_name="worker", instance=n, exit_message="Exception from container-launch."))
+    assert "restarted in place, not counted in max_restarts" in capsys.readouterr().err
+    # the bound (retry.cluster_faults 2 x 1 instance) is used: the third ends the app, with its rule said
+    app.kv.put("taskmap/worker_2", b"worker:0")
+    container_env("worker_2", "worker")
+    exit_report.report(app, 1, died_at=3.0, settle_s=0)
+    assert app.shutdowns and app.shutdowns[0][0] == "FAILED"
+    assert json.loads(app.kv.get("cause/worker:0/worker_2"))["then"] == "the attempt's end"
+    # the model's own AbortedError: no restart in place, whatever bound is left
+    fresh = FakeAppClient(app_spec(max_restarts=2), failed=[])
+    fresh.get_containers = lambda services=None, states=None: []
+    fresh.kv.put("taskmap/worker_0", b"worker:0")
+    fresh.kv.put("failure/worker:0", b"AbortedError: model gave up")
+    container_env("worker_0", "worker")
+    exit_report.report(fresh, 1, died_at=1.0, settle_s=0)
+    assert fresh.shutdowns and "AbortedError: model gave up" in fresh.shutdowns[0][1]
+    assert not json.loads(fresh.kv.get("cause/worker:0/worker_0"))["free"]

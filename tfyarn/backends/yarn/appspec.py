@@ -25,7 +25,6 @@ from typing import Any, Iterable
 from tfyarn._skein import skein
 from tfyarn.packaging import ENV_DIR, SKIP_DIRS, SKIP_SUFFIXES, EnvRef, hash_tree
 from tfyarn.spec import ROLE_ORDER, SIDECAR_ROLES, JobSpec
-from tfyarn.contracts.triage import FREE_RESTARTS
 
 #: Every tfyarn application carries this YARN tag (``tfyarn list`` filters on it). YARN lower-cases tags.
 TFYARN_TAG = "tfyarn"
@@ -117,8 +116,8 @@ MASTER_ENV = {"JDK_JAVA_OPTIONS": "--add-opens=java.base/java.util=ALL-UNNAMED"}
 
 
 def free_restarts(spec: JobSpec, role: str) -> bool:
-    """Does skein get triage.FREE_RESTARTS more for this role? A role that can rejoin and whose failures end the
-    app once the spec's budget is spent (so not a side role, whose failures are allowed)."""
+    """Does skein get ``retry.cluster_faults`` more restarts per task for this role? A role that can rejoin and
+    whose failures end the app once the spec's budget is spent (so not a side role, whose failures are allowed)."""
     return rejoins(spec, role) and role not in SIDECAR_ROLES
 
 
@@ -160,11 +159,11 @@ def build_application_spec(
             env=env,
             # skein counts restarts per service (all instances share one budget), tfyarn's spec per task:
             # max_restarts x instances, enforced by the container's exit report (runtime/exit_report.py), which
-            # counts only the failures triage puts on the task. A role that can rejoin gets FREE_RESTARTS more
+            # counts only the failures triage puts on the task. A role that can rejoin gets retry.cluster_faults more
             # per task from skein: a preempted container or a lost node's is replaced without using the budget.
             # Not a side role (allow_failures): its failures never end the app, so no exit report could hold
             # a failing one (a tensorboard that cannot start) to the spec's budget.
-            max_restarts=(r.max_restarts + (FREE_RESTARTS * free_restarts(spec, role))) * r.instances
+            max_restarts=(r.max_restarts + (spec.retry.cluster_faults * free_restarts(spec, role))) * r.instances
             if r.restart != "never"
             else 0,
             # with the in-app supervisor, skein never fails the app on its own: a task's exit report (or the

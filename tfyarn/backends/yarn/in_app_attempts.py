@@ -219,7 +219,7 @@ def absorb(sup: Any, snap: dict[str, Any], label: str) -> None:
     if not ended or sup.spec is None:
         return
     if sup.budget is None:
-        sup.budget = AttemptBudget(sup.spec.retry.max_attempts)
+        sup.budget = AttemptBudget(sup.spec.retry.max_attempts, sup.spec.retry.cluster_faults)
     for r in ended:
         diag = str(r.get("diagnosis") or "")
         sup.budget.next(diag)

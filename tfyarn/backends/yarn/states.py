@@ -153,8 +153,68 @@ def snapshot(
         "end": kv.get(END_KEY),
         "phases": phases.task_phases(kv, progress_items),
         "containers": {f"{c.service_name}_{c.instance}": c.yarn_container_id for c in containers},
+        "causes": restart_causes(containers, kv, taskmap),
         **in_app_attempts(kv),
     }
+
+
+def restart_causes(containers: list[Any], kv: dict[str, str], taskmap: dict[str, str]) -> list[dict[str, Any]]:
+    """Why each task's container failed or was taken and each in-app attempt ended, oldest first, with the triage
+    rule that decided (status ``causes``): the exit reports' ``cause/`` records, the containers YARN took (no report
+    of their own: preempted, a lost node) and the ``attempts/<n>`` records."""
+    import json
+
+    from tfyarn.backends.yarn.cluster_events import container_cause
+    from tfyarn.contracts.kv_keys import ATTEMPTS_PREFIX, CAUSE_PREFIX
+    from tfyarn.contracts.triage import attempt_cause
+
+    out: list[dict[str, Any]] = []
+    reported = set()
+    for k, v in kv.items():
+        if k.startswith(CAUSE_PREFIX):
+            try:
+                rec = json.loads(v)
+            except ValueError:
+                continue
+            reported.add(rec.get("container"))
+            out.append({"kind": "restart", **rec})
+    for c in containers:
+        cid = f"{c.service_name}_{c.instance}"
+        t = container_cause(c)
+        if t is None or cid in reported:
+            continue
+        task = taskmap.get(cid) or cid
+        when = timestamp(getattr(c, "finish_time", None)) or timestamp(c.start_time) or 0.0
+        out.append(
+            {
+                "kind": "restart",
+                "task": task,
+                "container": cid,
+                "time": when,
+                "free": t.free,
+                "then": "replaced by YARN's restart",
+                **t.to_dict(),
+            }
+        )
+    for k, v in kv.items():
+        if k.startswith(ATTEMPTS_PREFIX):
+            try:
+                rec = json.loads(v)
+            except ValueError:
+                continue
+            t = attempt_cause(str(rec.get("diagnosis") or ""))
+            if t is not None:
+                out.append(
+                    {
+                        "kind": "attempt",
+                        "task": f"attempt {rec.get('attempt')}",
+                        "time": rec.get("ended") or 0.0,
+                        "free": t.free,
+                        "then": "the next in-app attempt",
+                        **t.to_dict(),
+                    }
+                )
+    return sorted(out, key=lambda r: r.get("time") or 0.0)
 
 
 def in_app_attempts(kv: dict[str, str]) -> dict[str, Any]:

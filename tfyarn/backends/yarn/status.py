@@ -105,6 +105,7 @@ class StatusReader(Submitter):
                 tasks=[TaskStatus(**t) for t in snap.get("tasks", [])],
                 progress=snap.get("progress") or {},
                 summary=summary,
+                causes=snap.get("causes") or [],
             ),
             end=outcome.ended_by(snap, diag_end) if recorded is not None else None,
         )
