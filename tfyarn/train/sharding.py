@@ -190,11 +190,27 @@ def table(name: str, shape: Any, initializer: Any = None, dtype: Any = "float32"
     with _suspended():
 
         def create(i: int, start: list[int], shard_shape: list[int]) -> Any:
+            shard_init = shard_initializer(init, i)
             return tf.Variable(
-                lambda: init(shard_shape, dtype), name=f"{name}/part_{i}", dtype=dtype, trainable=trainable
+                lambda: shard_init(shard_shape, dtype), name=f"{name}/part_{i}", dtype=dtype, trainable=trainable
             )
 
         return make_sharded(_scoped(name), shape, dtype, n, create)
+
+
+def shard_initializer(init: Any, i: int) -> Any:
+    """``init`` for shard ``i``: a seeded initializer gets seed + i (else every shard of a table, seeded alike and
+    of one shape, would start as the same rows); an unseeded one a fresh instance (Keras 3 fixes a seed per
+    instance). Anything without a config is used as it is."""
+    if i == 0 or not (hasattr(init, "get_config") and hasattr(type(init), "from_config")):
+        return init
+    config = dict(init.get_config())
+    if isinstance(config.get("seed"), int):
+        config["seed"] += i
+    try:
+        return type(init).from_config(config)
+    except (TypeError, ValueError):
+        return init
 
 
 def _scoped(name: str) -> str:
@@ -310,6 +326,7 @@ def keras_tables(keras: Any, policy: Policy | None) -> Iterator[None]:
     """While a Keras model is built in ps mode's graph: an ``Embedding`` whose table the policy splits creates its
     shards instead of one weight (``embeddings_part_<i>``, Keras weights like any other) and looks ids up with
     ``tf.nn.embedding_lookup`` on them (on the shards' ps); its :class:`ShardedVariable` is ``layer.tfyarn_table``.
+    A table kept whole is looked up the same way, on its ps (``layer.tfyarn_table`` is its ``tf.Variable``).
     Why: Keras reads an Embedding's whole table into the step (``ops.take`` of a dense read), shipping it from the
     ps to the worker every step. Any other layer, and every table below ``ps.min_shard_size``, is left as Keras
     makes it."""
@@ -325,12 +342,19 @@ def keras_tables(keras: Any, policy: Policy | None) -> Iterator[None]:
         dtype = getattr(self, "variable_dtype", None) or self.dtype or "float32"
         shape = (int(self.input_dim), int(self.output_dim))
         n = policy.shards(shape, dtype)
-        if n < 2 or getattr(self, "quantization_mode", None) or getattr(self, "lora_rank", None):
+        if getattr(self, "quantization_mode", None) or getattr(self, "lora_rank", None):
             return original(self, input_shape)
+        if n < 2:  # whole, but looked up on its ps too (Keras would read the whole table into the step)
+            original(self, input_shape)
+            w = getattr(self, "_embeddings", None)
+            w = self.embeddings if w is None else w
+            self.tfyarn_table = w if _is_tf_variable(w) else w.value
+            self.call = _sharded_call(self)
+            return None
         weights = [
             self.add_weight(
                 shape=(rows, shape[1]),
-                initializer=self.embeddings_initializer,
+                initializer=shard_initializer(self.embeddings_initializer, i),
                 name=f"embeddings_part_{i}",
                 dtype=dtype,
                 trainable=True,

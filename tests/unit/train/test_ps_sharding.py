@@ -255,6 +255,9 @@ def test_a_checkpoint_of_3_shards_restores_into_2_and_1_and_the_export_serves_th
         prefix = tg3.saver.save(s, str(tmp_path / "ck" / "ckpt"))
         want = _values(s, tg3)
         served_graph = s.run(tg3.predictions, probe)
+    table = want[0]
+    third = len(table) // 3  # shards of one table start as different rows (seed + i), not copies of each other
+    assert not np.allclose(table[:third], table[third : 2 * third])
     keys = dict(tf.train.list_variables(prefix))
     table = tg3.model_var_keys[0]
     assert keys[table] == [5000, 8] and keys[f"{table}/Adagrad"] == [5000, 8]
