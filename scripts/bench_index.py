@@ -158,7 +158,7 @@ def run_case(backend: str, glob: str, total: int, n: int, phase: str, root: str,
 
 def part1(args, results: list) -> None:
     import fsspec
-    from tfyarn import hdfs
+    from tfyarn.cluster import hdfs
     from tfyarn.backends.yarn.backend import YarnBackend
     root = hdfs.join(YarnBackend().staging_dir, "bench-index", f"r{time.time_ns() % 10**10}")
     code = tempfile.mkdtemp(prefix="bench-index-code-")
@@ -183,7 +183,7 @@ def part0(files: int) -> dict:
     """Cold index vs reading the bytes, and files created, on the cluster's HDFS (this process, 8 threads)."""
     import fsspec
     from concurrent.futures import ThreadPoolExecutor
-    from tfyarn import hdfs
+    from tfyarn.cluster import hdfs
     from tfyarn.backends.yarn.backend import YarnBackend
     from tfyarn.data import segments
     from tfyarn.data.manifest import STATS, build_manifest

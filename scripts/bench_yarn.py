@@ -46,7 +46,7 @@ TOTALS = ("start → app end", "start → exit", "submit → app end", "CLI CPU 
 
 def load() -> str:
     la = os.getloadavg()
-    from tfyarn import hdfs
+    from tfyarn.cluster import hdfs
     rm = hdfs.load_hadoop_conf().get("yarn.resourcemanager.webapp.address", "127.0.0.1:8088")
     try:
         with urllib.request.urlopen(f"http://{rm}/ws/v1/cluster/apps?states=RUNNING,ACCEPTED", timeout=5) as r:
@@ -252,7 +252,7 @@ def main() -> None:
     import fsspec
 
     tag = f"tfyarn-bench-{uuid.uuid4().hex[:8]}"
-    from tfyarn import hdfs
+    from tfyarn.cluster import hdfs
     prefix = f"{hdfs.default_fs(hdfs.load_hadoop_conf())}/tmp/{tag}"   # the cluster of HADOOP_CONF_DIR
     work = Path(tempfile.mkdtemp(prefix="tfyarn-bench-"))
     # the benchmark's own shared skein driver (the first run starts it, later ones reuse it), stopped at the end

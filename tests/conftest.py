@@ -88,7 +88,7 @@ def yarn():
 def hdfs_root(yarn):
     """This session's own HDFS directory (removed at the end): data, checkpoints, exports."""
     import fsspec
-    from tfyarn import hdfs
+    from tfyarn.cluster import hdfs
     url = hdfs.join(yarn.staging_dir, "tests", f"s-{time.time_ns()}")
     yield url
     fs, path = fsspec.core.url_to_fs(url)
@@ -100,5 +100,5 @@ def hdfs_root(yarn):
 def dataset(hdfs_root):
     """Skewed recommender data on HDFS, written once per session: 4 files, the largest 3x the smallest."""
     from clusterutil import write_dataset
-    from tfyarn import hdfs
+    from tfyarn.cluster import hdfs
     return write_dataset(hdfs.join(hdfs_root, "data"))

@@ -12,6 +12,6 @@ def progress(
     """From your own training program (``entrypoint:``): this task's step (and loss, examples in it, epoch) for
     status, the run history and the stall watchdog. Outside a tfyarn task it does nothing, so the program runs
     unchanged anywhere. Imports no TensorFlow."""
-    from tfyarn.runtime.entrypoint import report_progress
+    from tfyarn.task.entrypoint import report_progress
 
     report_progress(step, loss=loss, examples=examples, epoch=epoch, global_step=global_step)

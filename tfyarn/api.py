@@ -214,14 +214,14 @@ def report_page(app_id: str | None = None, source: str | None = None, host: str 
 def check_files(spec: JobSpec, backend: str | None = None) -> None:
     """What run/submit check before starting (data globs, first records, writable dirs, init_from, and — when the
     tasks run this Python: locally, or a packed env on YARN — the model's module and the roles' packages)."""
-    from tfyarn.preflight import run_file_checks
+    from tfyarn.gateway.preflight import run_file_checks
 
     run_file_checks(spec, task_env=(backend or default_backend_name()) == "local" or spec.environment.source == "pack")
 
 
 def pack(spec: JobSpec, staging_dir: str | None = None, progress: Callable[[str, int, int | None], None] | None = None):
     """Pack the spec's environment and stage it for YARN now (the cache submit uses); 0 bytes when already staged.
-    Returns the :class:`tfyarn.packaging.EnvRef`."""
+    Returns the :class:`tfyarn.gateway.packaging.EnvRef`."""
     from tfyarn.backends.yarn.backend import pack as pack_env
 
     return pack_env(spec, staging_dir, progress=progress)
@@ -290,7 +290,7 @@ def export(spec: JobSpec, checkpoint: str | None = None, to: str | None = None) 
             "export builds the model with TensorFlow, which is not installed here "
             "(pip install 'tfyarn[tf-cpu]', or run it where the job's environment is)"
         )
-    from tfyarn.runtime.warm_imports import keep_matplotlib_out_of_keras
+    from tfyarn.task.warm_imports import keep_matplotlib_out_of_keras
     from tfyarn.train.checkpoint import CheckpointMismatch, CheckpointStore
     from tfyarn.train.export import export_checkpoint
 

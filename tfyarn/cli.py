@@ -17,7 +17,7 @@ import click
 
 from tfyarn import __version__
 from tfyarn.errors import SpecError, TfyarnError
-from tfyarn.interrupts import Interrupted
+from tfyarn.common.interrupts import Interrupted
 
 log = logging.getLogger("tfyarn")
 
@@ -294,7 +294,7 @@ def _wait_and_exit(app_id: str, timeout: float | None, output: str, quiet: bool)
     from tfyarn import api
     from tfyarn.display import progress_view
     from tfyarn.errors import WaitTimeout
-    from tfyarn.interrupts import interruptible
+    from tfyarn.common.interrupts import interruptible
 
     view = None if quiet else progress_view()
     try:
@@ -325,7 +325,7 @@ def _wait_and_exit(app_id: str, timeout: float | None, output: str, quiet: bool)
 def logs(app_id: str, task: str | None, follow: bool) -> None:
     """Print the logs of an app's tasks."""
     from tfyarn import api
-    from tfyarn.interrupts import interruptible
+    from tfyarn.common.interrupts import interruptible
 
     # A stop signal ends the printing with 128 + its number (130 for Ctrl-C), also where SIGINT was inherited
     # as ignored (a job started in the background by a non-interactive shell) or SIGTERM would kill on the spot.

@@ -102,7 +102,7 @@ def summary_with_eval(raw: str | None, sides: dict[str, Any]) -> dict[str, Any] 
 
 
 def apply_resources(tasks: Iterable[Any], items: Mapping[str, str]) -> None:
-    """Each task's last ``resources/<task>`` record (:mod:`tfyarn.runtime.resources`: what it publishes itself) into
+    """Each task's last ``resources/<task>`` record (:mod:`tfyarn.task.resources`: what it publishes itself) into
     its :class:`TaskStatus`: ``cpu_percent``, ``rss_mib``, and ``peak_rss_mib`` unless a higher one is known (the
     local launcher samples from outside too)."""
     recs = {}

@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tfyarn.fsio import replace
-from tfyarn.fsretry import retry
+from tfyarn.common.fsio import replace
+from tfyarn.common.fsretry import retry
 
 log = logging.getLogger(__name__)
 

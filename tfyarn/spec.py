@@ -394,7 +394,8 @@ class Retry(_Model):
 
 
 class Kerberos(_Model):
-    """The gateway's Kerberos login (tfyarn.kerberos); the keytab stays on the gateway: tasks use delegation tokens."""
+    """The gateway's Kerberos login (tfyarn.cluster.kerberos); the keytab stays on the gateway: tasks use delegation
+    tokens."""
 
     principal: str
     keytab: str

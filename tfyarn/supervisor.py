@@ -30,8 +30,8 @@ from tfyarn.job_progress import GlobalStepRate, aggregate_progress, side_roles, 
 from tfyarn.errors import AppNotFound
 from tfyarn.report import REPORT_JSON, ProgressHistory, write_run_report
 from tfyarn.contracts.kv_keys import PROGRESS_PREFIX, SUMMARY_KEY, TOTAL_STEPS_KEY
-from tfyarn.runtime.kv import MemoryKV
-from tfyarn.runtime.watchdog import StallWatchdog
+from tfyarn.tasklib.kv import MemoryKV
+from tfyarn.tasklib.watchdog import StallWatchdog
 from tfyarn.spec import JobSpec
 from tfyarn.contracts.triage import AttemptBudget
 
@@ -358,7 +358,7 @@ def settle(st: AppStatus, note: str = "", end: JobEnd | None = None) -> AppStatu
     record (``end``: :mod:`tfyarn.contracts.job_end`) gives an exit code — without a record, the diagnosis
     (``worker:1: exit code 137``) — FAILED with it; a RUNNING or PENDING one SUCCEEDED (exit 0) when the
     app succeeded, else KILLED (with ``note`` as its diagnosis when it has none). A running app is unchanged."""
-    from tfyarn.runtime.exit_report import exit_codes_in
+    from tfyarn.task.yarn.exit_report import exit_codes_in
 
     if not st.state.is_terminal:
         return st

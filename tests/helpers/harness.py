@@ -38,11 +38,11 @@ def free_port() -> int:
 class LocalCluster:
     """Start ``spec.tasks()`` (or ``tasks``) as processes running ``target`` (``module:function``) with a context."""
 
-    def __init__(self, spec, workdir: Path, target: str = "tfyarn.runtime.main:run_role",
+    def __init__(self, spec, workdir: Path, target: str = "tfyarn.task.main:run_role",
                  tasks: list[str] | None = None, env: dict[str, str] | None = None,
                  targets: dict[str, str] | None = None):
         from tfyarn.backends.local.kvserver import KVServer
-        from tfyarn.runtime.kv import HttpKV
+        from tfyarn.tasklib.kv import HttpKV
         from tfyarn.spec import CLUSTER_ROLES
         self.spec, self.workdir, self.target = spec, Path(workdir), target
         self.targets = targets or {}
@@ -73,7 +73,7 @@ class LocalCluster:
             role, index = task.split(":")
             env = {**os.environ, **self.env,
                    "TFYARN_SPEC_FILE": str(self.spec_file), "TFYARN_ROLE": role, "TFYARN_INDEX": index,
-                   "TFYARN_KV_URL": self.server.url, "TFYARN_APP_ID": "test", "TFYARN_HARNESS_CLUSTER":
+                   "TFYARN_KV": self.server.url, "TFYARN_APP_ID": "test", "TFYARN_HARNESS_CLUSTER":
                    json.dumps(self.cluster), "TFYARN_HARNESS_TARGET": self.targets.get(task, self.target),
                    "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), self.env.get("PYTHONPATH", ""),
                                                                         os.environ.get("PYTHONPATH", "")) if p)}
@@ -151,8 +151,8 @@ class LocalCluster:
 
 def _task_main() -> int:
     """Inside a task process: build the TaskContext from the env, set TF_CONFIG, call the target."""
-    from tfyarn.runtime.context import TaskContext, failure_key
-    from tfyarn.runtime.kv import HttpKV
+    from tfyarn.tasklib.context import TaskContext, failure_key
+    from tfyarn.tasklib.kv import HttpKV
     from tfyarn.spec import load_spec_json
 
     role, index = os.environ["TFYARN_ROLE"], int(os.environ["TFYARN_INDEX"])
@@ -162,7 +162,7 @@ def _task_main() -> int:
     spec = load_spec_json(Path(os.environ["TFYARN_SPEC_FILE"]).read_text())
     cluster = json.loads(os.environ["TFYARN_HARNESS_CLUSTER"])
     port = int(cluster[role][index].rsplit(":", 1)[1]) if role in cluster else None
-    kv = HttpKV(os.environ["TFYARN_KV_URL"])
+    kv = HttpKV(os.environ["TFYARN_KV"])
     ctx = TaskContext(spec=spec, role=role, index=index, kv=kv, cluster=cluster, port=port, workdir=Path.cwd(),
                       app_id="test")
     if role in cluster:

@@ -45,7 +45,7 @@ def cluster() -> dict[str, str]:
     data = os.environ.get("TFYARN_KRB_DATA")
     if not data:
         pytest.skip("no Kerberized cluster: TFYARN_KRB_DATA is not set (source the env.sh of scripts/kerberos-cluster)")
-    from tfyarn import hdfs
+    from tfyarn.cluster import hdfs
     conf = hdfs.load_hadoop_conf()
     assert conf.get("hadoop.security.authentication") == "kerberos", "HADOOP_CONF_DIR is not the Kerberized cluster"
     os.environ["KRB5CCNAME"] = NO_TICKET
@@ -79,7 +79,7 @@ def krb_env(cluster, skein_home) -> dict[str, str]:
 @pytest.fixture(scope="session")
 def session_root(cluster, alice_keytab):
     """This session's HDFS dir under alice's home (removed at the end), opened with alice's keytab."""
-    from tfyarn import hdfs
+    from tfyarn.cluster import hdfs
     hdfs.set_login(Kerberos(principal=ALICE, keytab=str(alice_keytab)))
     url = f"{cluster['fs']}/user/alice/tfyarn-tests/{SESSION_TAG}"
     yield url
@@ -129,7 +129,7 @@ def rm_json(path: str, keytab: str | Path | None = None) -> Any:
     endpoints refuse plain requests)."""
     import json
 
-    from tfyarn import hdfs, webauth
+    from tfyarn.cluster import hdfs, webauth
     kt = keytab or Path(os.environ["TFYARN_KRB_KEYTABS"]) / "alice.keytab"
     webauth.set_login(Kerberos(principal=ALICE, keytab=str(kt)))
     rm = hdfs.load_hadoop_conf()["yarn.resourcemanager.webapp.address"]

@@ -27,7 +27,7 @@ def task_of(p: psutil.Process, app_id: str) -> str | None:
     """The task (``role:index``) whose process ``p`` is, else None.
 
     By the process's cwd (``<app dir>/tasks/<role>_<index>``) and session (a task leads its own): a task forked from
-    the forkserver shows the server's environment in /proc/<pid>/environ (see ``tfyarn.runtime.forkserver``), so the
+    the forkserver shows the server's environment in /proc/<pid>/environ (see ``tfyarn.task.forkserver``), so the
     environment names the app (every process has TFYARN_APP_ID) but not the task.
     """
     try:
@@ -54,7 +54,7 @@ def forkserver_process(app_id: str) -> psutil.Process | None:
     """The app's live forkserver (its tasks share its command line, but run in their task dirs)."""
     for p in app_processes(app_id):
         try:
-            if "tfyarn.runtime.forkserver" in p.cmdline() and task_of(p, app_id) is None and p.cwd().endswith(app_id):
+            if "tfyarn.task.forkserver" in p.cmdline() and task_of(p, app_id) is None and p.cwd().endswith(app_id):
                 return p
         except psutil.Error:
             continue

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tfyarn.preflight import QueueInfo
+from tfyarn.gateway.preflight import QueueInfo
 from tfyarn.spec import load_spec_dict
 
 

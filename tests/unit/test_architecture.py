@@ -1,10 +1,12 @@
 """docs/ARCHITECTURE.md's module tree is the code's: every file and folder it names exists, and every module of the
-gateway's packages (tfyarn's top level, contracts/, backends/, runtime/) is in it."""
+packages it lists whole (tfyarn's root, contracts/, backends/, gateway/, cluster/, common/, task/, tasklib/) is
+in it."""
 import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-COMPLETE = ("", "contracts", "backends", "runtime")    # folders whose every module the tree lists (recursively below)
+#: folders whose every module the tree lists (recursively below)
+COMPLETE = ("", "contracts", "backends", "gateway", "cluster", "common", "task", "tasklib")
 
 
 def tree_entries() -> list[str]:

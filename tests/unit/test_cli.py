@@ -272,7 +272,7 @@ def test_gateway_commands_import_no_tensorflow():
             f"spec = {str(ROOT / 'specs' / 'ctr-yarn.yaml')!r}\n"
             "assert CliRunner().invoke(cli, ['validate', spec]).exit_code == 0\n"
             "r = CliRunner().invoke(cli, ['submit', spec, '--yarn', '--dry-run'])\n"
-            "assert r.exit_code == 0 and 'tfyarn.runtime' in r.output, r.output\n"
+            "assert r.exit_code == 0 and 'tfyarn.task' in r.output, r.output\n"
             "print(sorted(m for m in ('tensorflow', 'keras', 'matplotlib') if m in sys.modules))\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]

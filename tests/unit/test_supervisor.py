@@ -8,9 +8,9 @@ import pytest
 
 from tfyarn.backends.base import AppState, AppStatus, TaskStatus, WaitClock
 from tfyarn.errors import AppNotFound
-from tfyarn.runtime.context import DONE_KEY, SUMMARY_KEY, TOTAL_STEPS_KEY
-from tfyarn.runtime.kv import MemoryKV
-from tfyarn.runtime.watchdog import DUMP_REQUEST_KEY
+from tfyarn.tasklib.context import DONE_KEY, SUMMARY_KEY, TOTAL_STEPS_KEY
+from tfyarn.tasklib.kv import MemoryKV
+from tfyarn.tasklib.watchdog import DUMP_REQUEST_KEY
 from tfyarn.spec import load_spec_dict
 from tfyarn.supervisor import Supervisor, select_tasks, settle, task_matches, training_end_note
 

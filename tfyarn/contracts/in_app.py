@@ -68,7 +68,7 @@ ATTEMPT_SCOPED_KEYS: tuple[str, ...] = (
 )
 
 
-#: A supervisor whose heartbeat (``control/supervisor``) is this fresh is alive (runtime.app_end's bound too).
+#: A supervisor whose heartbeat (``control/supervisor``) is this fresh is alive (task.yarn.app_end's bound too).
 SUPERVISOR_FRESH_S = 10.0
 
 

@@ -17,7 +17,7 @@ ADDR_PREFIX = "addr/"
 PROGRESS_PREFIX = "progress/"
 #: a one-line diagnosis written by the task before it exits non-zero
 FAILURE_PREFIX = "failure/"
-#: how a task's last process ended (JSON, :func:`tfyarn.runtime.exit_report.exit_record`)
+#: how a task's last process ended (JSON, :func:`tfyarn.task.yarn.exit_report.exit_record`)
 EXIT_PREFIX = "exit/"
 #: JSON of wall times of a task's phases (start, main, imported, done)
 PHASE_PREFIX = "phase/"
@@ -59,7 +59,7 @@ ATTEMPT_END_KEY = "control/attempt_end"
 #: resumes_at, lost_steps}; outlives the attempts (status and the summary's totals)
 ATTEMPTS_PREFIX = "attempts/"
 #: ``cause/<task>/<skein container>``: JSON, why that container of the task failed and what followed (a restart in
-#: place, counted or not, or the attempt's end), with the triage rule that decided (runtime.exit_report)
+#: place, counted or not, or the attempt's end), with the triage rule that decided (task.yarn.exit_report)
 CAUSE_PREFIX = "cause/"
 
 
@@ -118,39 +118,39 @@ KEYS: tuple[KvKey, ...] = (
     KvKey(
         "addr/<task>",
         "host:port of the task's TF server",
-        "runtime.rendezvous (again after an in-place restart)",
-        "runtime.rendezvous of every peer; backends.local.launcher clears it on a restart",
+        "task.rendezvous (again after an in-place restart)",
+        "task.rendezvous of every peer; backends.local.launcher clears it on a restart",
     ),
     KvKey(
         "progress/<task>",
         "JSON {step, global_step, epoch, examples_per_sec, steps_per_sec, global_steps_per_sec, "
         "loss, time, attempt, restart, done}",
         "train.progress (trainers, ≤ 1/s)",
-        "supervisor, job_progress, runtime.watchdog, backends.yarn.states (status snapshots)",
+        "supervisor, job_progress, tasklib.watchdog, backends.yarn.states (status snapshots)",
     ),
     KvKey(
         "failure/<task>",
         "one-line diagnosis",
-        "runtime.main (before a non-zero exit), train.strategy",
-        "backends.yarn.states, backends.local.launcher, runtime.app_end, data.shared_index",
+        "task.main (before a non-zero exit), train.strategy",
+        "backends.yarn.states, backends.local.launcher, task.yarn.app_end, data.shared_index",
     ),
     KvKey(
         "exit/<task>",
         "JSON {code, died_at, container, skein_container, failure}",
-        "runtime.exit_report (YARN container script); runtime.main deletes it when the task restarts",
+        "task.yarn.exit_report (YARN container script); task.main deletes it when the task restarts",
         "backends.yarn.states, data.shared_index",
     ),
     KvKey(
         "phase/<task>",
         "JSON {start, main, imported, done}",
-        "runtime.app_end",
+        "task.yarn.app_end",
         "backends.yarn.states (snapshots), backends.yarn.phases (run report)",
     ),
     KvKey(
         "stacks/<task>",
         "the last dump request id the task answered",
-        "runtime.watchdog (each task)",
-        "runtime.watchdog (the stall watch)",
+        "tasklib.watchdog (each task)",
+        "tasklib.watchdog (the stall watch)",
     ),
     KvKey(
         "rejoin/<task>/<restart>",
@@ -158,20 +158,23 @@ KEYS: tuple[KvKey, ...] = (
         "train.ps.loop (a restarted worker)",
         "train.ps.loop (the chief's summary)",
     ),
-    KvKey("slot/<role>:<i>", "claiming container id (owned)", "runtime.kv_yarn", "runtime.kv_yarn"),
+    KvKey("slot/<role>:<i>", "claiming container id (owned)", "task.yarn.kv_yarn", "task.yarn.kv_yarn"),
     KvKey(
-        "slot-done/<role>:<i>", "1: the task finished its role", "runtime.kv_yarn", "runtime.kv_yarn, runtime.app_end"
+        "slot-done/<role>:<i>",
+        "1: the task finished its role",
+        "task.yarn.kv_yarn",
+        "task.yarn.kv_yarn, task.yarn.app_end",
     ),
     KvKey(
         "taskmap/<container>",
         "role:index",
-        "runtime.kv_yarn",
-        "backends.yarn.states, backends.yarn (logs), runtime.exit_report",
+        "task.yarn.kv_yarn",
+        "backends.yarn.states, backends.yarn (logs), task.yarn.exit_report",
     ),
     KvKey(
         "resources/<task>",
         "JSON {cpu_percent, rss_mib, peak_rss_mib, memory_mib, time}",
-        "runtime.resources (every task, every 2 s)",
+        "task.resources (every task, every 2 s)",
         "job_progress (status: backends.local.launcher, backends.yarn.states)",
     ),
     KvKey(
@@ -184,39 +187,39 @@ KEYS: tuple[KvKey, ...] = (
         "control/done",
         "set when training finished",
         "train (the chief); backends.local.launcher",
-        "train (ps, evaluator), train.tensorboard, backends.local.launcher, runtime.watchdog",
+        "train (ps, evaluator), train.tensorboard, backends.local.launcher, tasklib.watchdog",
     ),
     KvKey("control/abort", "reason", "backends.local.launcher", "train (ps server, loop, evaluator, strategy)"),
     KvKey("control/steps_aligned", "set once step counters agree", "train.ps (the chief)", "train.ps (workers)"),
     KvKey(
         "control/dump_stacks",
         "request id",
-        "runtime.watchdog (the stall watch), an operator",
-        "runtime.watchdog (each task)",
+        "tasklib.watchdog (the stall watch), an operator",
+        "tasklib.watchdog (each task)",
     ),
     KvKey(
         "control/all_done",
         "JSON {time, by}",
-        "runtime.app_end (the last task done)",
+        "task.yarn.app_end (the last task done)",
         "backends.yarn (the follower), backends.yarn.supervise",
     ),
     KvKey(
         "control/follower",
         "wall time of the follower's last poll",
         "backends.yarn (the follower)",
-        "runtime.app_end, backends.yarn.supervise",
+        "task.yarn.app_end, backends.yarn.supervise",
     ),
     KvKey(
         "control/supervisor",
         "wall time of the in-app supervisor's last round",
         "backends.yarn.supervise",
-        "runtime.app_end, backends.yarn (the follower)",
+        "task.yarn.app_end, backends.yarn (the follower)",
     ),
     KvKey(
         "control/end",
         "JSON {state, reason, exit_codes, by, time}: how the app ends, put before its shutdown",
-        "the ender, through contracts.job_end: runtime.app_end (the last task), "
-        "runtime.exit_report (a failed task), backends.yarn.supervise, "
+        "the ender, through contracts.job_end: task.yarn.app_end (the last task), "
+        "task.yarn.exit_report (a failed task), backends.yarn.supervise, "
         "backends.yarn.end (the follower)",
         "backends.yarn.states (snapshots: status, the follower's record, the supervisor's staging-dir record)",
     ),
@@ -229,26 +232,26 @@ KEYS: tuple[KvKey, ...] = (
         "control/attempt",
         "JSON {attempt, first, time}: the attempt running now, the first skein instance of each service in it",
         "backends.yarn.in_app_attempts (the in-app supervisor, before it starts an attempt's containers)",
-        "runtime.main (the task's attempt), runtime.kv_yarn (restarts), runtime.exit_report, backends.yarn.states",
+        "task.main (the task's attempt), task.yarn.kv_yarn (restarts), task.yarn.exit_report, backends.yarn.states",
     ),
     KvKey(
         "control/attempt_end",
         "JSON {by, diagnosis, time}: the attempt's end handed to the in-app supervisor",
-        "runtime.exit_report (a failed task, when the supervisor is alive and may retry)",
-        "backends.yarn.supervise, runtime.exit_report",
+        "task.yarn.exit_report (a failed task, when the supervisor is alive and may retry)",
+        "backends.yarn.supervise, task.yarn.exit_report",
     ),
     KvKey(
         "attempts/<n>",
         "JSON {attempt, diagnosis, cause, started, ended, wall_s, reached, resumes_at, lost_steps}",
         "backends.yarn.in_app_attempts (the in-app supervisor, each attempt's end)",
-        "backends.yarn.states (status: attempt, totals), runtime.exit_report (the attempt budget)",
+        "backends.yarn.states (status: attempt, totals), task.yarn.exit_report (the attempt budget)",
     ),
     KvKey(
         "cause/<task>/<container>",
         "JSON {task, container, time, free, then, class, cause, words, rule}: why that container failed "
         "(contracts.triage) and what followed",
-        "runtime.exit_report",
-        "runtime.exit_report (cluster faults used), backends.yarn.states (status `causes`)",
+        "task.yarn.exit_report",
+        "task.yarn.exit_report (cluster faults used), backends.yarn.states (status `causes`)",
     ),
     KvKey(
         "spec",

@@ -278,7 +278,7 @@ def classify(
     """Classify one ended task. ``exit_status``: YARN's container exit status (None locally);
     ``diagnostics``: YARN's or skein's container diagnostics; ``exit_code``: the task process's exit
     code (negative: the signal, as Popen); ``failure``: the task's own failure record (``Type:
-    message``, runtime/main.py); ``task``: which task it is (``worker:1``: tells a TF error from its own
+    message``, task/main.py); ``task``: which task it is (``worker:1``: tells a TF error from its own
     partition from a peer's, :func:`tf_distributed`).
 
     YARN's word comes first (a preempted container's Python sees only SIGTERM), then the task's own
@@ -348,7 +348,7 @@ def describe(task: str, t: Triage, step: int | None = None, detail: str = "") ->
     return f"{task} {t.words}{at}" + (f" ({detail})" if detail else "")
 
 
-# "chief:0: exit code 1: ValueError: x" (YARN, runtime.exit_report.describe) or
+# "chief:0: exit code 1: ValueError: x" (YARN, task.yarn.exit_report.describe) or
 # "chief:0 exited with code -9: ..." (the local launcher)
 _TASK_PART = re.compile(
     r"^([\w.-]+:[\w?]+)(?::\s*|\s+(?=\w))"

@@ -10,9 +10,9 @@ Why cached: counting records reads every byte once. Data on a shared filesystem 
 its indexes cached as a few segment files per run in the cache dir (:mod:`segments`: one file per data file was
 HDFS's small-files problem); local and ``memory://`` data has its index beside each data file
 (``.<name>.tfyidx.json``, hidden from listings), else, where the data is read-only, in the cache dir (on YARN
-``data.index_cache`` on the cluster's filesystem, locally :func:`tfyarn.paths.index_cache_dir`), keyed by path + size +
-mtime + stride + compression: a rewritten file is re-indexed, never mis-split. The whole manifest is cached there too
-(``manifests/<digest of the listing>.json``), so a job's second run reads one file, not one per data file.
+``data.index_cache`` on the cluster's filesystem, locally :func:`tfyarn.common.paths.index_cache_dir`), keyed by path +
+size + mtime + stride + compression: a rewritten file is re-indexed, never mis-split. The whole manifest is cached there
+too (``manifests/<digest of the listing>.json``), so a job's second run reads one file, not one per data file.
 
 Files are sorted: the plan depends on their order, and every worker must compute the same plan.
 """
@@ -36,9 +36,9 @@ import numpy as np
 from tfyarn.data import segments, table, tfrecord
 from tfyarn.data.errors import DataError, NoDataError
 from tfyarn.errors import WaitTimeout
-from tfyarn import paths
-from tfyarn.fsio import replace
-from tfyarn.fsretry import open_read
+from tfyarn.common import paths
+from tfyarn.common.fsio import replace
+from tfyarn.common.fsretry import open_read
 
 log = logging.getLogger(__name__)
 

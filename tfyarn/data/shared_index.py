@@ -40,7 +40,7 @@ import fsspec
 
 from tfyarn.data import manifest as mf
 from tfyarn.data.errors import DataError
-from tfyarn import paths
+from tfyarn.common import paths
 from tfyarn.contracts.kv_keys import EXIT_PREFIX, FAILURE_PREFIX, exit_key, failure_key, index_namespace
 from tfyarn.errors import WaitTimeout
 

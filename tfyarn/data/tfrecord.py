@@ -24,7 +24,7 @@ from google_crc32c import _crc32c  # the C implementation; importing it fails lo
 
 from tfyarn.data import native
 from tfyarn.data.errors import DataError
-from tfyarn.fsretry import open_read
+from tfyarn.common.fsretry import open_read
 
 _crc_value = _crc32c.value
 _U64 = struct.Struct("<Q")
@@ -147,7 +147,7 @@ class _Gunzip(gzip.GzipFile):
 
 def open_records(path: str, gz: bool) -> IO[bytes]:
     """A binary stream of TFRecord bytes (decompressed when ``gz``). The caller closes it."""
-    f = open_read(path)  # HDFS: a DataNode fault reopens the file at the same offset (tfyarn.fsretry)
+    f = open_read(path)  # HDFS: a DataNode fault reopens the file at the same offset (tfyarn.common.fsretry)
     return cast("IO[bytes]", _Gunzip(f, path, own=True)) if gz else f  # (GzipFile: no IO)
 
 

@@ -6,9 +6,9 @@ running, unowned (dask-yarn's ``submit_and_handle_failures`` in its ``core.py``:
 on any failure). One context manager does it for both backends: the block names the app it started
 (:meth:`Owned.own`); an exception leaving the block has it ended by the backend's ``end(app_id,
 exc)`` with further stop signals ignored, then propagates — except a stop
-(:class:`~tfyarn.interrupts.Interrupted`), which is the run's answer: the block ends and
+(:class:`~tfyarn.common.interrupts.Interrupted`), which is the run's answer: the block ends and
 :attr:`Owned.stopped` holds the app's final status. Stop signals raise
-:class:`~tfyarn.interrupts.Interrupted` inside the block.
+:class:`~tfyarn.common.interrupts.Interrupted` inside the block.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from typing import Callable, Iterator
 
 from tfyarn.contracts.status import AppStatus
-from tfyarn.interrupts import Interrupted, ignoring_stop_signals, interruptible
+from tfyarn.common.interrupts import Interrupted, ignoring_stop_signals, interruptible
 
 log = logging.getLogger(__name__)
 

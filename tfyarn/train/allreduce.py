@@ -23,8 +23,8 @@ import time
 from typing import Any
 
 from tfyarn.errors import WaitTimeout
-from tfyarn.runtime.context import DONE_KEY, TOTAL_STEPS_KEY, TaskContext
-from tfyarn.runtime.watchdog import install_stack_dumps
+from tfyarn.tasklib.context import DONE_KEY, TOTAL_STEPS_KEY, TaskContext
+from tfyarn.tasklib.watchdog import install_stack_dumps
 from tfyarn.data.pipeline import EpochPipeline
 from tfyarn.train import helpers
 from tfyarn.train.stop_notice import chief_notice
@@ -309,7 +309,7 @@ def collective_failure(ctx: TaskContext, exc: BaseException, step: int) -> str |
         + (f"; peers named by TF: {', '.join(peers)}" if peers else "")
         + f". TF said: {kind}: {first[:300]}"
     )
-    from tfyarn.runtime.watchdog import dump_stacks
+    from tfyarn.tasklib.watchdog import dump_stacks
 
     dump_stacks(msg)
     log.error("%s", msg)

@@ -3,6 +3,9 @@
 Why not TF's own writer: TF 2.21 has no hdfs:// filesystem. So TF writes to local disk, and :class:`CheckpointStore`
 uploads the files **under temporary names, then renames** them, and only then rewrites the index (temp + rename):
 a reader that follows the index never sees a half-uploaded checkpoint; a crash leaves ``.tmp-*`` debris, cleaned later.
+Re-uploading a committed name first takes it out of the index (a kill among its renames leaves the older one listed),
+and :meth:`CheckpointStore.latest` reads only a checkpoint whose files are all there at the sizes its entry
+recorded: one that lost a file (a DataNode holding the only replica gone) is skipped, saying so, for the last complete.
 
 Layout under the URL::
 
@@ -27,8 +30,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from tfyarn.fsio import replace, retry_vanished
-from tfyarn.fsretry import retry
+from tfyarn.common.fsio import replace, retry_vanished
+from tfyarn.common.fsretry import retry
 
 log = logging.getLogger("tfyarn.train.checkpoint")
 
@@ -45,6 +48,8 @@ class CheckpointStore:
         self.keep = max(1, int(keep))
         self.fs, root = fsspec.core.url_to_fs(self.url)
         self.root = root.rstrip("/")
+        #: what the last :meth:`latest` skipped, ``"ckpt-120: ckpt-120.index missing"``, newest first
+        self.skipped: list[str] = []
 
     def _p(self, name: str) -> str:
         return f"{self.root}/{name}"
@@ -62,18 +67,48 @@ class CheckpointStore:
         return retry_vanished(read)  # being replaced right now (a filesystem without an overwriting rename)
 
     def latest(self) -> dict[str, Any] | None:
-        """The newest committed checkpoint's entry (name, global_step, time, meta...), or None."""
+        """The newest committed checkpoint whose files are complete (name, global_step, time, meta...), or None.
+
+        Never a partial one: the index's latest first, then the older ones it keeps, each checked against one
+        listing (:func:`incomplete`); the ones skipped are logged and kept in :attr:`skipped`."""
         idx = self.index()
-        for entry in reversed(idx.get("checkpoints", [])):
-            if entry["name"] == idx.get("latest"):
+        ckpts = list(idx.get("checkpoints", []))
+        names = [c["name"] for c in ckpts]
+        if idx.get("latest") not in names:
+            self.skipped = []
+            return None
+        order = list(reversed(ckpts[: names.index(idx["latest"]) + 1]))
+        sizes = self._sizes()
+        self.skipped = []
+        for entry in order:
+            why = incomplete(entry, sizes)
+            if why is None:
+                if self.skipped:
+                    log.warning(
+                        "checkpoint %s in %s is incomplete (%s): using %s, the last complete one",
+                        order[0]["name"],
+                        self.url,
+                        "; ".join(self.skipped),
+                        entry["name"],
+                    )
                 return entry
+            self.skipped.append(f"{entry['name']}: {why}")
+        log.warning("no complete checkpoint in %s (%s): starting afresh", self.url, "; ".join(self.skipped))
         return None
+
+    def _sizes(self) -> dict[str, int]:
+        """Size of each file under the URL, by base name (empty when there is no directory yet)."""
+        try:
+            listing = self.fs.ls(self.root, detail=True)
+        except FileNotFoundError:
+            return {}
+        return {os.path.basename(str(d["name"]).rstrip("/")): int(d.get("size") or 0) for d in listing}
 
     def upload(self, local_prefix: str, global_step: int, meta: dict[str, Any] | None = None) -> dict[str, Any]:
         """Upload the files of the TF checkpoint ``local_prefix`` (``.../ckpt-120``), commit it in the index, prune.
 
         Returns the committed index entry. Files go up as ``.tmp-<id>-<file>`` and are renamed once all are up.
-        A file-system fault retries the whole upload (tfyarn.fsretry), then fails it with one line.
+        A file-system fault retries the whole upload (tfyarn.common.fsretry), then fails it with one line.
         """
         return retry(lambda: self._upload(local_prefix, global_step, meta), "checkpoint upload to", self.url)
 
@@ -91,22 +126,36 @@ class CheckpointStore:
             tmp = self._p(f".tmp-{tag}-{f.name}")
             self.fs.put_file(str(f), tmp)
             staged.append((tmp, self._p(f.name)))
+        idx = self.index()
+        others = [c for c in idx.get("checkpoints", []) if c["name"] != name]
+        if len(others) < len(idx.get("checkpoints", [])):
+            # the same name committed before (a resumed run saving that step again): its files are about to be
+            # replaced one by one, so the index lists the older ones only until the new files are all in place
+            self._write_index(others[-1]["name"] if others else None, others, tag)
         for tmp, final in staged:
             replace(self.fs, tmp, final)
-        entry = {"name": name, "global_step": int(global_step), "time": time.time(), **(meta or {})}
-        idx = self.index()
-        ckpts = [c for c in idx.get("checkpoints", []) if c["name"] != name] + [entry]
+        entry = {
+            "name": name,
+            "global_step": int(global_step),
+            "time": time.time(),
+            **(meta or {}),
+            "files": {f.name: f.stat().st_size for f in files},  # what latest() checks before it trusts them
+        }
+        ckpts = others + [entry]
         removed, ckpts = ckpts[: -self.keep], ckpts[-self.keep :]
-        index_tmp = self._p(f".tmp-{tag}-{INDEX}")
-        with self.fs.open(index_tmp, "wb") as f:
-            f.write(json.dumps({"latest": name, "checkpoints": ckpts}, indent=1).encode())
-        replace(self.fs, index_tmp, self._p(INDEX))
+        self._write_index(name, ckpts, tag)
         for pattern in [f"{old['name']}.*" for old in removed] + [".tmp-*"]:  # pruned, and debris of crashed uploads
             self._remove(pattern)
         log.info(
             "checkpoint %s (global step %d) uploaded to %s in %.2fs", name, global_step, self.url, time.monotonic() - t0
         )
         return entry
+
+    def _write_index(self, latest: str | None, ckpts: list[dict[str, Any]], tag: str) -> None:
+        index_tmp = self._p(f".tmp-{tag}-{INDEX}")
+        with self.fs.open(index_tmp, "wb") as f:
+            f.write(json.dumps({"latest": latest, "checkpoints": ckpts}, indent=1).encode())
+        replace(self.fs, index_tmp, self._p(INDEX))
 
     def _remove(self, pattern: str) -> None:
         for p in self.fs.glob(self._p(pattern)):
@@ -126,6 +175,32 @@ class CheckpointStore:
         for p in paths:
             self.fs.get_file(p, str(local_dir / os.path.basename(p)))
         return str(local_dir / name)
+
+
+def incomplete(entry: dict[str, Any], sizes: dict[str, int]) -> str | None:
+    """Why the checkpoint ``entry`` cannot be restored from the files listed in ``sizes`` (base name -> bytes), or
+    None when it can: a file its entry recorded is missing or of another size; for an entry from before sizes
+    were recorded, its ``.index`` or one of its ``data-0000i-of-0000N`` shards is missing."""
+    name = entry["name"]
+    files = entry.get("files")
+    if isinstance(files, dict) and files:
+        for fname, size in sorted(files.items()):
+            if fname not in sizes:
+                return f"{fname} missing"
+            if sizes[fname] != int(size):
+                return f"{fname} has {sizes[fname]:,} of {int(size):,} bytes"
+        return None
+    if f"{name}.index" not in sizes:
+        return f"{name}.index missing"
+    shards = [f for f in sizes if f.startswith(f"{name}.data-")]
+    if not shards:
+        return f"{name}.data-* missing"
+    try:
+        want = int(shards[0].rsplit("-of-", 1)[1])
+    except (IndexError, ValueError):
+        return None
+    missing = sorted({f"{name}.data-{i:05d}-of-{want:05d}" for i in range(want)} - set(shards))
+    return f"{missing[0]} missing" if missing else None
 
 
 class BackgroundUpload:

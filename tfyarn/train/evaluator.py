@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tfyarn.runtime.context import ABORT_KEY, DONE_KEY, EVAL_KEY, FAILURE_PREFIX, TaskContext
-from tfyarn.runtime.watchdog import install_stack_dumps
+from tfyarn.tasklib.context import ABORT_KEY, DONE_KEY, EVAL_KEY, FAILURE_PREFIX, TaskContext
+from tfyarn.tasklib.watchdog import install_stack_dumps
 from tfyarn.train.checkpoint import CheckpointStore, download_model_checkpoint, local_dir_for, restore_model_variables
 from tfyarn.train.events import EventWriter, upload_file
 from tfyarn.train.model import build_model, input_signature, load_model, split_features

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from tfyarn.data.tfrecord import encode_record
-from tfyarn.fsio import replace
-from tfyarn.fsretry import retry
+from tfyarn.common.fsio import replace
+from tfyarn.common.fsretry import retry
 
 log = logging.getLogger("tfyarn.train.events")
 

@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from tfyarn.runtime.context import DONE_KEY
+from tfyarn.tasklib.context import DONE_KEY
 from tfyarn.train.progress import ProgressReporter, loop_summary, write_summary
 
 log = logging.getLogger("tfyarn.train")

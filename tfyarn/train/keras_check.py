@@ -1,8 +1,8 @@
 """``python -m tfyarn.train.keras_check SPEC_JSON_FILE``: what preflight asks of a Keras model before anything
 starts (exit 2 with the problems, one per line, if any): compiled; every input named after a feature; its loss and
 metrics usable; in ps mode an optimizer with a ``tf.compat.v1.train`` twin. Run in a child process by the gateway
-(:func:`tfyarn.preflight.check_keras_model`) only when the model's code uses Keras and the tasks run this Python:
-the gateway itself never imports TensorFlow."""
+(:func:`tfyarn.gateway.preflight.check_keras_model`) only when the model's code uses Keras and the tasks run this
+Python: the gateway itself never imports TensorFlow."""
 
 from __future__ import annotations
 

@@ -14,9 +14,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tfyarn.fsio import replace
-from tfyarn.runtime.context import SUMMARY_KEY, TOTAL_STEPS_KEY, progress_key
-from tfyarn.runtime.kv import KV, KVUnavailable, put_json
+from tfyarn.common.fsio import replace
+from tfyarn.tasklib.context import SUMMARY_KEY, TOTAL_STEPS_KEY, progress_key
+from tfyarn.tasklib.kv import KV, KVUnavailable, put_json
 
 log = logging.getLogger("tfyarn.train.progress")
 

@@ -11,7 +11,7 @@ import threading
 from typing import Any
 
 from tfyarn.errors import WaitTimeout
-from tfyarn.runtime.context import ABORT_KEY, TaskContext, failure_key
+from tfyarn.tasklib.context import ABORT_KEY, TaskContext, failure_key
 
 log = logging.getLogger("tfyarn.train.allreduce")
 
@@ -50,7 +50,7 @@ class _Bounded:
         self.timer.daemon = True
 
     def _fire(self) -> None:
-        from tfyarn.runtime.watchdog import dump_stacks
+        from tfyarn.tasklib.watchdog import dump_stacks
 
         msg = f"{self.ctx.task_id}: timed out after {self.timeout:g}s waiting for {self.what}"
         log.error("%s", msg)

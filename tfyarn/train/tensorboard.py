@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 
 from tfyarn.errors import WaitTimeout
-from tfyarn.runtime.context import DONE_KEY, TENSORBOARD_URL_KEY, TaskContext
-from tfyarn.runtime.watchdog import install_stack_dumps
+from tfyarn.tasklib.context import DONE_KEY, TENSORBOARD_URL_KEY, TaskContext
+from tfyarn.tasklib.watchdog import install_stack_dumps
 from tfyarn.train.evaluator import training_ended_badly
 
 log = logging.getLogger("tfyarn.train.tensorboard")

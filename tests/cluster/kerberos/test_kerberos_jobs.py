@@ -53,7 +53,7 @@ def aggregated(app_id: str, keytab: Path, user: str = "alice", timeout: float = 
         assert time.monotonic() - t0 < timeout, f"log aggregation of {app_id}: still {state} after {timeout:g}s"
         time.sleep(1)
     assert state == "SUCCEEDED", f"log aggregation of {app_id}: {state}"
-    from tfyarn import hdfs
+    from tfyarn.cluster import hdfs
     from tfyarn.backends.yarn.log_files import aggregated_log_dirs
     out = {}
     for d in aggregated_log_dirs(app_id, user, hdfs.load_hadoop_conf()):
@@ -115,7 +115,7 @@ def test_keytab_only_validate_dry_run_run_and_status(cluster, krb_env, alice_key
     assert container_owners(cluster, st["app_id"]) == {"alice"}     # the LinuxContainerExecutor ran them as alice
     print(f"keytab-only run: {time.monotonic() - t0:.0f}s")
 
-    from tfyarn import hdfs
+    from tfyarn.cluster import hdfs
     fs, path = hdfs.get_fs(ckpt)                # the chief wrote checkpoints through its delegation token
     assert fs.exists(f"{path}/tfyarn-checkpoint.json") and fs.exists(f"{path}/summary.json")
 
@@ -131,7 +131,8 @@ def test_keytab_only_validate_dry_run_run_and_status(cluster, krb_env, alice_key
 
 def test_pack_stages_the_env_with_the_keytab(cluster, alice_keytab, small_venv, session_root, tmp_path):
     """Environment staging and upload through the keytab login (a tiny venv: the TF one is 1.7 GB)."""
-    from tfyarn import hdfs, packaging
+    from tfyarn.cluster import hdfs
+    from tfyarn.gateway import packaging
     spec = load_spec_dict(job_doc("hdfs:///unused/*", unique("krb-pack"), keytab=alice_keytab,
                                   environment={"pack": "venv"}))
     b = yarn_backend(spec)
@@ -221,7 +222,7 @@ def test_keytab_never_in_anything_the_job_wrote(cluster, krb_env, alice_keytab, 
     agg = aggregated(app_id, alice_keytab)
     assert any(b"TFYARN_ROLE" in v or b"tfyarn" in v for v in agg.values()), "the aggregated logs hold no task log"
     blobs.update(agg)
-    from tfyarn import hdfs
+    from tfyarn.cluster import hdfs
     fs, path = hdfs.get_fs(f"{cluster['fs']}/user/alice/.skein/{app_id}")
     staged = fs.find(path) if fs.exists(path) else []
     for p in staged:
@@ -268,7 +269,7 @@ def follow_live(env, app_id: str, prefixes: tuple[str, ...], timeout: float = JO
 
 
 def renew_interval_s() -> float:
-    from tfyarn import hdfs
+    from tfyarn.cluster import hdfs
     return int(hdfs.load_hadoop_conf().get("dfs.namenode.delegation.token.renew-interval", 86400000)) / 1000
 
 

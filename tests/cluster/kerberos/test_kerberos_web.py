@@ -1,5 +1,5 @@
 """The secure cluster's web endpoints (issue 31): SPNEGO on the NameNode, DataNode, ResourceManager and NodeManager;
-tfyarn.webauth authenticates with a keytab and no ticket cache (no JVM), says what is missing in one line otherwise;
+tfyarn.cluster.webauth authenticates with a keytab and no ticket cache (no JVM), says what is missing in one line otherwise;
 preflight's scheduler read goes through it. A packed venv the containers' account cannot run is refused by
 preflight in one line (scripts/kerberos-cluster runs containers as alice/bob: LinuxContainerExecutor)."""
 import json
@@ -21,14 +21,14 @@ ENDPOINTS = {"namenode": "dfs.namenode.http-address", "datanode": "dfs.datanode.
 
 @pytest.fixture
 def webauth_login(cluster, alice_keytab):
-    from tfyarn import webauth
+    from tfyarn.cluster import webauth
     webauth.set_login(Kerberos(principal=ALICE, keytab=str(alice_keytab)))
     yield webauth
     webauth.set_login(None)
 
 
 def test_every_web_endpoint_needs_spnego_and_takes_the_keytab_login(webauth_login):
-    from tfyarn import hdfs
+    from tfyarn.cluster import hdfs
     conf = hdfs.load_hadoop_conf()
     for daemon, key in ENDPOINTS.items():
         url = f"http://{conf[key]}/jmx?qry=java.lang:type=Runtime"
@@ -41,7 +41,7 @@ def test_every_web_endpoint_needs_spnego_and_takes_the_keytab_login(webauth_logi
 
 
 def test_no_ticket_no_keytab_is_one_clear_error(cluster):
-    from tfyarn import hdfs, webauth
+    from tfyarn.cluster import hdfs, webauth
     webauth.set_login(None)
     url = f"http://{hdfs.load_hadoop_conf()['yarn.resourcemanager.webapp.address']}/ws/v1/cluster/info"
     with pytest.raises(webauth.SpnegoUnavailable) as e:
@@ -51,7 +51,7 @@ def test_no_ticket_no_keytab_is_one_clear_error(cluster):
 
 def test_preflight_reads_the_scheduler_with_spnego(webauth_login):
     """The queue's state and maxima from the RM's REST answer alone: no skein client (None) is ever asked."""
-    from tfyarn import hdfs
+    from tfyarn.cluster import hdfs
     from tfyarn.backends.yarn.cluster_info import SkeinClusterInfo
     info = SkeinClusterInfo(client=None, conf=hdfs.load_hadoop_conf())
     q = info.queue("default")
@@ -61,7 +61,7 @@ def test_preflight_reads_the_scheduler_with_spnego(webauth_login):
 
 def test_a_packed_venv_the_containers_cannot_run_is_refused(krb_env, alice_keytab, session_data, tmp_path):
     """This venv's bin/python links into a pyenv under a 0700 /root: alice's containers could not start it."""
-    from tfyarn import task_python
+    from tfyarn.gateway import task_python
     if task_python.blocker(sys.executable, "alice") is None:
         pytest.skip(f"{sys.executable} is runnable by other users here: nothing to refuse")
     doc = job_doc(session_data, unique("krb-pack-lce"), keytab=alice_keytab, environment={"pack": "venv"})

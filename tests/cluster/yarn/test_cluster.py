@@ -19,7 +19,7 @@ import pytest
 
 from clusterutil import JOB_S, ROOT, SESSION_TAG, assert_clean, needs_yarn, planned_steps, task_process, unique, \
     wait_until
-from tfyarn import hdfs
+from tfyarn.cluster import hdfs
 from tfyarn.spec import load_spec
 
 pytestmark = [*needs_yarn, pytest.mark.timeout(3 * JOB_S)]

@@ -14,7 +14,8 @@ import yaml
 
 from clusterutil import (FAULT_JOBS, JOB_S, ROOT, CliRun, assert_clean, attempt_record, job_doc, needs_yarn,
                          planned_steps, task_process, tfyarn, unique, wait_for_step, wait_until, watch_end)
-from tfyarn import hdfs, runner
+from tfyarn import runner
+from tfyarn.cluster import hdfs
 from tfyarn.backends.base import AppState
 from tfyarn.contracts import job_end
 from tfyarn.spec import load_spec_dict
@@ -154,7 +155,7 @@ def test_preflight_refuses_what_cannot_run_with_exit_2_and_submits_nothing(yarn,
 def _sigkill_delay_ms() -> int:
     """The cluster's NodeManager delay from SIGTERM to SIGKILL (YARN's default 250 ms; none known: 250)."""
     try:
-        from tfyarn.hdfs import load_hadoop_conf
+        from tfyarn.cluster.hdfs import load_hadoop_conf
         return int(load_hadoop_conf().get("yarn.nodemanager.sleep-delay-before-sigkill.ms", "250"))
     except Exception:  # noqa: BLE001 - no cluster config: the test is skipped anyway
         return 250

@@ -22,7 +22,8 @@ import fsspec
 import pytest
 
 from clusterutil import JOB_S, job, needs_yarn, unique, wait_until
-from tfyarn import hdfs, runner
+from tfyarn import runner
+from tfyarn.cluster import hdfs
 from tfyarn.backends.base import AppState
 
 pytestmark = [*needs_yarn, pytest.mark.timeout(4 * JOB_S)]
@@ -109,7 +110,7 @@ def run_job(yarn, data_url: str, caplog) -> tuple[object, list[str], dict[str, i
     spec = job(f"{data_url}/*.tfrecord", unique("index"), mode="allreduce", workers=1, epochs=1, batch=100)
     caplog.clear()
     before = STATS.snapshot()
-    with caplog.at_level(logging.WARNING, logger="tfyarn.preflight"):
+    with caplog.at_level(logging.WARNING, logger="tfyarn.gateway.preflight"):
         st = runner.run(yarn, spec, timeout=JOB_S)
     gateway = {k: v - before[k] for k, v in STATS.snapshot().items()}
     notes = [r.getMessage() for r in caplog.records if "not indexed yet" in r.getMessage()]

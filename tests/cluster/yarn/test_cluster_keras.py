@@ -22,7 +22,8 @@ from clusterutil import (
 )
 from keras_helpers import doc_examples, require_tf_keras
 
-from tfyarn import hdfs, runner
+from tfyarn import runner
+from tfyarn.cluster import hdfs
 from tfyarn.backends.base import AppState
 from tfyarn.spec import load_spec_dict
 

@@ -21,7 +21,7 @@ from tfyarn import runner
 from tfyarn.backends.yarn import records
 from tfyarn.backends.yarn.rest import RmRest
 from tfyarn.contracts import job_end
-from tfyarn.runtime.app_end import DONE_DIAGNOSTICS
+from tfyarn.task.yarn.app_end import DONE_DIAGNOSTICS
 
 pytestmark = [*needs_yarn, pytest.mark.timeout(3 * JOB_S)]
 

@@ -20,7 +20,7 @@ import time
 import pytest
 from clusterutil import SESSION_TAG, needs_yarn, unique, wait_until
 
-from tfyarn import hdfs
+from tfyarn.cluster import hdfs
 from tfyarn.backends.yarn.rest import RmRest
 from tfyarn.spec import load_spec_dict
 
@@ -52,9 +52,9 @@ def _node(rm: RmRest, host: str) -> dict:
 
 
 def test_skein_loses_a_request_and_the_supervisor_requests_it_again(yarn):
-    from tfyarn._skein import skein
+    from tfyarn.cluster._skein import skein
     from tfyarn.backends.yarn.supervise import InAppSupervisor
-    from tfyarn.runtime.kv_yarn import SkeinKV
+    from tfyarn.task.yarn.kv_yarn import SkeinKV
 
     sk = skein()
     rm = RmRest(hdfs.load_hadoop_conf(), getpass.getuser())

@@ -19,7 +19,7 @@ import yaml
 
 from airflowutil import migrated_airflow_env
 from clusterutil import JOB_S, ROOT, assert_clean, hdfs_exists, job_doc, needs_yarn, planned_steps, unique
-from tfyarn import hdfs
+from tfyarn.cluster import hdfs
 from tfyarn.backends.base import AppState
 from tfyarn.spec import load_spec_dict
 

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from clusterutil import JOB_S, assert_clean, job_doc, needs_yarn, planned_steps, unique
-from tfyarn import hdfs, runner
+from tfyarn import runner
+from tfyarn.cluster import hdfs
 from tfyarn.backends.base import AppState
 from tfyarn.spec import load_spec_dict
 

@@ -19,6 +19,8 @@ from clusterutil import (
     JOB_S,
     ROOT,
     CliRun,
+    CpuHog,
+    assert_causes_named,
     assert_clean,
     attempt_record,
     job_doc,
@@ -29,7 +31,7 @@ from clusterutil import (
     wait_until,
 )
 
-from tfyarn import hdfs
+from tfyarn.cluster import hdfs
 from tfyarn.backends.base import AppState
 from tfyarn.spec import load_spec_dict
 
@@ -50,7 +52,7 @@ WORKER_MIB, HOG_MIB = 6144, 10240
 
 
 def _rm_web() -> str:
-    from tfyarn.hdfs import load_hadoop_conf
+    from tfyarn.cluster.hdfs import load_hadoop_conf
 
     return "http://" + load_hadoop_conf().get(
         "yarn.resourcemanager.webapp.address", "127.0.0.1:8088"
@@ -87,7 +89,7 @@ def queues():
 
 def _hog(yarn, tag: str) -> str:
     """An app in queue b asking for its share: two containers that sleep."""
-    from tfyarn._skein import skein
+    from tfyarn.cluster._skein import skein
 
     sk = skein()
     spec = sk.ApplicationSpec(
@@ -104,14 +106,26 @@ def _hog(yarn, tag: str) -> str:
     return yarn.client().submit(spec)
 
 
-@pytest.mark.timeout(4 * JOB_S)
+@pytest.fixture(params=["quiet", "cpu-hog"])
+def load(request):
+    """The async preemption test twice: as it is, and with the box's cores saturated (issue 40: at load 30-47 a
+    returning worker's next step got TF's "RunGraph request received twice" from the ps, and the job FAILED)."""
+    if request.param == "quiet":
+        yield None
+        return
+    with CpuHog() as hog:
+        yield hog
+
+
+@pytest.mark.timeout(5 * JOB_S)
 def test_async_workers_preempted_come_back_in_place_without_using_the_restart_budget(
-    yarn, dataset, hdfs_root, tmp_path, queues
+    yarn, dataset, hdfs_root, tmp_path, queues, load
 ):
     """Async ps job in queue a with ``max_restarts: 0``: the scheduler preempts workers for an app
     in queue b; each comes back in place (a new container, same task) once resources return, the
     budget of 0 restarts untouched; the job reaches its planned global step in one attempt and says
-    what happened; nothing is left running."""
+    what happened, the cause of every restart with the triage rule; nothing is left running. Also
+    under a CPU hog (``load``), where TF's transient errors between worker and ps show."""
     name = unique("preempt-async")
     doc = job_doc(
         dataset,
@@ -145,16 +159,17 @@ def test_async_workers_preempted_come_back_in_place_without_using_the_restart_bu
         app_id = wait_until(
             lambda: [a.app_id for a in yarn.list() if name in a.tags], JOB_S, f"{name}'s app"
         )[0]
-        wait_for_step(yarn, app_id, "worker:0", 20)
+        # under the hog the queue-b app's AM starts slowly: asked for sooner, so that it preempts mid-run
+        wait_for_step(yarn, app_id, "worker:0", 20 if load is None else 3)
         hog = _hog(yarn, name)
         app = yarn.client().connect(app_id)
 
         def preempted():
-            return [
-                c
-                for c in app.get_containers(services=["worker"], states=["FAILED"])
-                if "preempted" in (c.exit_message or "")
-            ]
+            try:
+                got = app.get_containers(services=["worker"], states=["FAILED"])
+            except Exception as exc:  # noqa: BLE001 - skein's ConnectionError: the app has ended
+                raise AssertionError(f"{app_id} ended before the scheduler preempted a worker ({exc})") from exc
+            return [c for c in got if "preempted" in (c.exit_message or "")]
 
         gone = wait_until(preempted, 120, "the scheduler to preempt a worker of queue a")
         st = yarn.status(app_id)
@@ -179,18 +194,20 @@ def test_async_workers_preempted_come_back_in_place_without_using_the_restart_bu
     assert "preempted by the scheduler" in final.diagnostics, final.diagnostics  # in words
     # replaced in place despite max_restarts: 0
     assert sum(t.restarts for t in workers.values()) >= len(gone)
+    assert_causes_named(final.causes, sum(t.restarts for t in workers.values()))
+    assert any("preempt" in c["words"] for c in final.causes), final.causes
     assert_clean(yarn, app_id, tag=name)
 
 
-@pytest.mark.timeout(5 * JOB_S)
+@pytest.mark.timeout(6 * JOB_S)
 def test_a_sync_job_preempted_resumes_from_its_checkpoint_without_using_an_attempt(
-    yarn, dataset, hdfs_root, tmp_path, queues
+    yarn, dataset, hdfs_root, tmp_path, queues, cpu_hog
 ):
     """Sync ps job with ``retry.max_attempts: 1``: a preempted worker cannot rejoin a lockstep
     round, so the attempt ends; the preemption is said in its record and uses none of the one
     attempt: the in-app supervisor starts attempt 1 in the same application, which resumes from the
     latest checkpoint and reaches the planned global step (followed by ``tfyarn run``, which
-    submits nothing more)."""
+    submits nothing more). Under a CPU hog (issue 40), one run: the quiet case is the async test's."""
     name = unique("preempt-sync")
     every = 20
     doc = job_doc(
@@ -239,4 +256,6 @@ def test_a_sync_job_preempted_resumes_from_its_checkpoint_without_using_an_attem
     assert int(last.progress.get("global_step") or 0) == total
     totals = final["summary"]["attempts"]  # both attempts counted, the steps redone said
     assert totals["attempts"] == 2 and len(totals["by_attempt"]) == 1, totals
+    assert_causes_named(last.causes, 1)
+    assert any(c["kind"] == "attempt" and c["free"] for c in last.causes), last.causes
     assert_clean(yarn, *apps, tag=name)

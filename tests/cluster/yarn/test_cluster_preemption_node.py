@@ -19,8 +19,9 @@ from pathlib import Path
 
 import psutil
 import pytest
-from clusterutil import (
+from clusterutil import (  # noqa: F401 - cpu_hog: a fixture
     FAULT_JOBS,
+    cpu_hog,
     JOB_S,
     CliRun,
     assert_clean,
@@ -34,7 +35,7 @@ from clusterutil import (
     wait_until,
 )
 
-from tfyarn import hdfs
+from tfyarn.cluster import hdfs
 from tfyarn.backends.base import AppState
 from tfyarn.spec import load_spec_dict
 
@@ -61,7 +62,7 @@ def _nodemanager(host: str) -> psutil.Process:
 
 
 def test_a_lost_node_ends_the_attempt_in_seconds_naming_it_and_uses_no_attempt(
-    yarn, dataset, hdfs_root, tmp_path
+    yarn, dataset, hdfs_root, tmp_path, cpu_hog
 ):
     name = unique("node-lost")
     every = 10
@@ -131,6 +132,7 @@ def test_a_lost_node_ends_the_attempt_in_seconds_naming_it_and_uses_no_attempt(
     last = yarn.status(first)
     assert last.state is AppState.SUCCEEDED and last.attempt == final["attempt"], last.attempt
     assert int(last.progress.get("global_step") or 0) == total
+    assert any(c["kind"] == "attempt" and c["free"] and c["rule"] for c in last.causes), last.causes
     assert_clean(yarn, *apps, tag=name)
 
 

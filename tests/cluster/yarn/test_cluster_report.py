@@ -24,7 +24,8 @@ import yaml
 
 from clusterutil import (FAULT_JOBS, JOB_S, assert_clean, hdfs_exists, job_doc, needs_yarn,
                          read_json, task_process, tfyarn, unique, wait_for_step, wait_until)
-from tfyarn import hdfs, runner
+from tfyarn import runner
+from tfyarn.cluster import hdfs
 from tfyarn.backends.base import AppState
 from tfyarn.spec import load_spec_dict
 

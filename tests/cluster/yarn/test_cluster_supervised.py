@@ -21,7 +21,7 @@ from tfyarn.backends.yarn.rest import RmRest
 from tfyarn.backends.yarn.appspec import SUPERVISOR_SERVICE
 from tfyarn.contracts import job_end
 from tfyarn.report import report_at
-from tfyarn.runtime.app_end import DONE_DIAGNOSTICS
+from tfyarn.task.yarn.app_end import DONE_DIAGNOSTICS
 from tfyarn.spec import load_spec_dict
 
 pytestmark = [*needs_yarn, pytest.mark.timeout(3 * JOB_S)]

@@ -13,7 +13,8 @@ import pytest
 
 from clusterutil import (FAULT_JOBS, JOB_S, assert_clean, hdfs_exists, job, job_doc, needs_yarn, planned_steps,
                          read_json, unique, wait_until)
-from tfyarn import hdfs, runner
+from tfyarn import runner
+from tfyarn.cluster import hdfs
 from tfyarn.backends.base import AppState
 from tfyarn.spec import load_spec_dict
 

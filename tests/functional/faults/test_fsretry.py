@@ -1,4 +1,4 @@
-"""tfyarn.fsretry: hdfs-native's transient faults retried (reads reopen at the same offset),
+"""tfyarn.common.fsretry: hdfs-native's transient faults retried (reads reopen at the same offset),
 permanent ones raised at once, and what is left said in one line. The errors are hdfs-native's own
 texts (captured on the test cluster with its DataNode stopped); the files are fsspec's memory
 filesystem behind a reader that fails a set number of reads. The real DataNode restart is
@@ -12,7 +12,7 @@ import fsspec
 import pytest
 
 from tfyarn.data.tfrecord import TFRecordWriter, iter_chunks
-from tfyarn.fsretry import (
+from tfyarn.common.fsretry import (
     HdfsUnavailable,
     ReopeningReader,
     error_kind,

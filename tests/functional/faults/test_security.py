@@ -38,7 +38,7 @@ def test_keytab_never_in_logs_kv_env_status_or_summary(tmp_path):
 
 
 def test_world_readable_keytab_is_refused_naming_the_fix(tmp_path):
-    from tfyarn import hdfs
+    from tfyarn.cluster import hdfs
     from tfyarn.errors import TfyarnError
     kt = tmp_path / "svc.keytab"
     kt.write_bytes(SECRET)

@@ -213,7 +213,7 @@ def test_eta_from_the_tasks_own_global_step_rate_on_a_single_status_read():
 
 def test_a_task_publishes_the_global_step_rate_it_sees():
     import time
-    from tfyarn.runtime.kv import MemoryKV
+    from tfyarn.tasklib.kv import MemoryKV
     from tfyarn.train.progress import ProgressReporter
     kv = MemoryKV()
     rep = ProgressReporter(kv, "worker:0", interval=0.3)

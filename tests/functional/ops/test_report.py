@@ -143,7 +143,7 @@ def test_a_run_that_failed_before_training_leaves_the_checkpoint_dirs_report_alo
 def _record_segment(url, task, attempt=0, restart=0, seconds=1.2, start_step=0):
     """One task process's own history, recorded as a training task records it (ProgressReporter + TaskHistory)."""
     import time
-    from tfyarn.runtime.kv import MemoryKV
+    from tfyarn.tasklib.kv import MemoryKV
     from tfyarn.train.history import TaskHistory
     from tfyarn.train.progress import ProgressReporter
     h = TaskHistory(url, "app-h", task, attempt, __import__("pathlib").Path(url) / ".." / f"scratch-{task}-{restart}")

@@ -1,5 +1,5 @@
 """A job whose model code uses Keras (through ``tf.keras``): the forkserver must preload Keras for it
-(tfyarn.runtime.warm_imports), and a task must be able to use it. Kept apart from custom_jobs, which must not."""
+(tfyarn.task.warm_imports), and a task must be able to use it. Kept apart from custom_jobs, which must not."""
 import json
 import os
 import sys

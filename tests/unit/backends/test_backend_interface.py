@@ -62,5 +62,5 @@ def test_a_local_dry_run_is_the_process_plan(tmp_path, monkeypatch):
     assert list(plan.tasks) == ["chief:0", "worker:0", "worker:1"] and plan.tasks["worker:1"] == {"A": "1"}
     text = str(plan)
     assert f"3 processes on 127.0.0.1 (app dir under {tmp_path / 'home' / 'apps'})" in text
-    assert f"worker:1       {sys.executable} -m tfyarn.runtime A=1" in text
+    assert f"worker:1       {sys.executable} -m tfyarn.task A=1" in text
     assert not (tmp_path / "home").exists()

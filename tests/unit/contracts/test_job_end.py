@@ -10,8 +10,8 @@ from tfyarn.backends.yarn import outcome
 from tfyarn.contracts import job_end
 from tfyarn.contracts.kv_keys import END_KEY
 from tfyarn.contracts.status import AppState
-from tfyarn.runtime import app_end
-from tfyarn.runtime.kv import MemoryKV
+from tfyarn.task.yarn import app_end
+from tfyarn.tasklib.kv import MemoryKV
 
 
 def test_decide_by_precedence_stop_failure_done_verdict():

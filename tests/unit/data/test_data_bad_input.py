@@ -385,7 +385,7 @@ def test_first_record_checks_compression_as_indexing_does(local):
 
 
 def test_preflight_reports_a_wrong_compression(local):
-    from tfyarn.preflight import check_data_schema
+    from tfyarn.gateway.preflight import check_data_schema
     full = _put(f"{local}/d/part-0", encode_record(example(0)))
     assert check_data_schema(job_spec([f"{local}/d"], ID_SCHEMA, compression="gzip")) == [
         f"data.train[0]: {full}: not gzip-compressed (it does not start with the gzip magic bytes 1f 8b) although "

@@ -200,7 +200,7 @@ def test_data_files_is_the_one_listing_rule(mem):
 def test_preflight_samples_data_not_the_cached_index(local, cache_dir):
     """The user-visible failure (exit 2 from preflight on the second run) through the same listing."""
     from tfyarn.data.synth import SCHEMAS
-    from tfyarn.preflight import check_data_schema
+    from tfyarn.gateway.preflight import check_data_schema
     from tfyarn.data import write_synthetic
     write_synthetic(f"{local}/fresh", files=2, records=20)
     spec = job_spec([f"{local}/fresh"], SCHEMAS["recommender"])

@@ -18,7 +18,7 @@ from tfyarn.data import manifest as mf
 from tfyarn.data.manifest import build_manifest, cached_or_indexed, mtime_of
 from tfyarn.data.shared_index import IndexAborted, Exchange, plan_work, shared_manifest
 from tfyarn.errors import WaitTimeout
-from tfyarn.runtime.kv import MemoryKV
+from tfyarn.tasklib.kv import MemoryKV
 
 TASKS = ["chief:0", "worker:0", "worker:1", "worker:2", "worker:3", "worker:4", "worker:5", "worker:6"]
 
@@ -231,7 +231,7 @@ def test_offsets_per_file_are_bounded(mem):
 
 def test_preflight_says_how_much_is_not_indexed_yet(tmp_path):
     from _datahelpers import job_spec
-    from tfyarn import preflight
+    from tfyarn.gateway import preflight
     glob, urls = long_name_dir(tmp_path, [10, 20, 30, 40])
     cache = str(tmp_path / "cache")
     spec = job_spec([glob], {"rid": {"dtype": "int64"}}, index_cache=cache)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from harness import LocalCluster
-from tfyarn.runtime.context import progress_key
+from tfyarn.tasklib.context import progress_key
 from tfyarn.spec import load_spec_dict
 
 pytestmark = pytest.mark.slow

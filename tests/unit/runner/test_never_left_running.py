@@ -10,7 +10,7 @@ import pytest
 from tfyarn.runner.owned import never_left_running
 from tfyarn.backends.yarn.submit import SubmittedThenInterrupted
 from tfyarn.contracts.status import AppState, AppStatus
-from tfyarn.interrupts import Interrupted
+from tfyarn.common.interrupts import Interrupted
 
 
 class Ender:

@@ -86,7 +86,7 @@ class _Stopped(Exception):
 def test_a_run_ended_by_an_error_in_its_follower_still_leaves_its_run_report(tmp_path):
     """An error while following (here: the caller's on_update) ends the app (never left running) and still writes
     its report.json before the final status.json, as the last attempt's end does."""
-    from tfyarn import paths
+    from tfyarn.common import paths
 
     def fail_once_training(st):
         if ((st.progress or {}).get("global_step") or 0) >= 3:     # the report has points to show

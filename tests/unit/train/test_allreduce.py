@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from harness import RECOMMENDER_FEATURES, LocalCluster, check_export_matches_checkpoint, write_recommender_files
-from tfyarn.runtime.context import DONE_KEY, progress_key
+from tfyarn.tasklib.context import DONE_KEY, progress_key
 from tfyarn.spec import load_spec_dict
 from tfyarn.train.allreduce import model_variable_keys
 from tfyarn.train.helpers import position
@@ -246,8 +246,8 @@ def test_sigstopped_worker_fails_the_job_within_stall_timeout_with_stacks(tmp_pa
     """A frozen worker: TF's coordination-service heartbeat (5-10 s) notices first in allreduce mode; the chief's
     step fails, tfyarn translates TF's '/job:worker/replica:0/task:0' into 'worker:0' and dumps its stacks. The stall
     watchdog runs as the launcher runs it, as the backstop (its own SIGSTOP test is in test_watchdog.py)."""
-    from tfyarn.runtime.context import failure_key
-    from tfyarn.runtime.watchdog import StallWatchdog
+    from tfyarn.tasklib.context import failure_key
+    from tfyarn.tasklib.watchdog import StallWatchdog
     stall_s, margin = 20.0, 10.0
     spec = make_spec(tmp_path, epochs=400, timeouts={"stall": stall_s, "step": 120})
     with LocalCluster(spec, tmp_path / "run") as c:

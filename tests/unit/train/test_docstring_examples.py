@@ -9,8 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tfyarn.runtime.context import DONE_KEY, SUMMARY_KEY, TaskContext
-from tfyarn.runtime.kv import MemoryKV
+from tfyarn.tasklib.context import DONE_KEY, SUMMARY_KEY, TaskContext
+from tfyarn.tasklib.kv import MemoryKV
 from tfyarn.spec import load_spec_dict
 
 

@@ -10,8 +10,8 @@ import time
 import pytest
 
 from harness import RECOMMENDER_FEATURES, write_recommender_files
-from tfyarn.runtime.context import ABORT_KEY, DONE_KEY, TaskContext, failure_key
-from tfyarn.runtime.kv import MemoryKV
+from tfyarn.tasklib.context import ABORT_KEY, DONE_KEY, TaskContext, failure_key
+from tfyarn.tasklib.kv import MemoryKV
 from tfyarn.spec import load_spec_dict
 from tfyarn.train.evaluator import training_ended_badly
 

@@ -145,8 +145,8 @@ def test_versions_are_committed_by_rename_and_pruned(tmp_path):
 
 
 def test_a_failed_export_at_the_end_fails_the_task_naming_the_destination_and_the_retry(tmp_path):
-    from tfyarn.runtime.context import TaskContext
-    from tfyarn.runtime.kv import MemoryKV
+    from tfyarn.tasklib.context import TaskContext
+    from tfyarn.tasklib.kv import MemoryKV
     from tfyarn.train.export import export_at_end
     (tmp_path / "a-file").write_text("")
     spec = make_spec(tmp_path, export={"dir": str(tmp_path / "a-file" / "models")})
@@ -164,8 +164,8 @@ def test_a_failed_export_at_the_end_fails_the_task_naming_the_destination_and_th
 def test_the_end_of_run_export_reads_the_chiefs_local_copy_instead_of_downloading_it(tmp_path):
     """On HDFS, downloading the checkpoint the chief has just uploaded is most of an export's time. With the
     committed entry's local files the export reads those; when they are gone it downloads as the CLI does."""
-    from tfyarn.runtime.context import TaskContext
-    from tfyarn.runtime.kv import MemoryKV
+    from tfyarn.tasklib.context import TaskContext
+    from tfyarn.tasklib.kv import MemoryKV
     from tfyarn.train.checkpoint import remove_checkpoint_files
     from tfyarn.train.export import export_at_end
     spec = make_spec(tmp_path, export={"dir": str(tmp_path / "models")})
@@ -202,8 +202,8 @@ def test_removing_a_local_checkpoint_leaves_its_neighbours(tmp_path):
 
 
 def test_a_custom_train_function_with_export_is_refused_before_it_runs(tmp_path):
-    from tfyarn.runtime.context import TaskContext
-    from tfyarn.runtime.kv import MemoryKV
+    from tfyarn.tasklib.context import TaskContext
+    from tfyarn.tasklib.kv import MemoryKV
     from tfyarn.train import run_task
     jobs = Path(__file__).resolve().parents[2] / "helpers" / "jobs"
     spec = make_spec(tmp_path, model="custom_jobs:quick", code=str(jobs), export={"dir": str(tmp_path / "m")})

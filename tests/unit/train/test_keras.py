@@ -142,7 +142,7 @@ def test_step_metrics_come_from_the_steps_predictions_packed_with_the_loss_and_a
     import keras
     import tensorflow as tf
 
-    from tfyarn.runtime.kv import MemoryKV
+    from tfyarn.tasklib.kv import MemoryKV
     from tfyarn.train.model import Model, build_model
     from tfyarn.train.progress import ProgressReporter
     from tfyarn.train.step_metrics import metric_names, pack, step_metrics, unpack

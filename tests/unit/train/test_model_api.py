@@ -47,8 +47,8 @@ def test_a_custom_train_functions_numpy_results_reach_the_summary_as_numbers(tmp
     """A loop's natural result ({"loss": np.float32, "steps": np.int64}) failed the job after training, in the
     summary writer; anything JSON cannot hold now fails naming the key."""
     import json
-    from tfyarn.runtime.context import TaskContext
-    from tfyarn.runtime.kv import MemoryKV
+    from tfyarn.tasklib.context import TaskContext
+    from tfyarn.tasklib.kv import MemoryKV
     from tfyarn.spec import load_spec_dict
     from tfyarn.train.helpers import run_custom
     spec = load_spec_dict({"name": "c", "model": "x:y", "mode": "allreduce", "roles": {"worker": {"instances": 1}},

@@ -77,8 +77,8 @@ def run_ok(cluster: LocalCluster, timeout: float) -> dict:
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("sync", [False, True])
 def test_no_dataset_or_iterator_op_on_a_ps_and_variables_balanced(tmp_path, sync):
-    from tfyarn.runtime.context import TaskContext
-    from tfyarn.runtime.kv import MemoryKV
+    from tfyarn.tasklib.context import TaskContext
+    from tfyarn.tasklib.kv import MemoryKV
     from tfyarn.train import load
     from tfyarn.train.ps.graph import build_graph
 

@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from tfyarn.runtime.context import ABORT_KEY, DONE_KEY, SUMMARY_KEY, progress_key
-from tfyarn.runtime.kv import KVUnavailable, MemoryKV
+from tfyarn.tasklib.context import ABORT_KEY, DONE_KEY, SUMMARY_KEY, progress_key
+from tfyarn.tasklib.kv import KVUnavailable, MemoryKV
 from tfyarn.train import helpers
 from tfyarn.train.checkpoint import INDEX, CheckpointStore
 from tfyarn.train.ps.placement import plan_placement
@@ -146,7 +146,7 @@ def test_ps_exits_with_error_when_kv_is_gone():
 
 def test_summary_goes_next_to_checkpoints_and_to_kv(tmp_path):
     from tfyarn.spec import load_spec_dict
-    from tfyarn.runtime.context import TaskContext
+    from tfyarn.tasklib.context import TaskContext
     from tfyarn.train.progress import write_summary
     spec = load_spec_dict({"name": "s", "model": "tfyarn.models.logreg:model",
                            "data": {"train": ["x"], "features": {"label": {"dtype": "float32"}}, "batch_size": 1},
@@ -165,7 +165,7 @@ def test_a_worker_steps_only_once_the_chief_has_aligned_the_step_counters(tmp_pa
     import threading
 
     from tfyarn.errors import WaitTimeout
-    from tfyarn.runtime.context import STEPS_ALIGNED_KEY, TaskContext
+    from tfyarn.tasklib.context import STEPS_ALIGNED_KEY, TaskContext
     from tfyarn.spec import load_spec_dict
     from tfyarn.train.ps.loop import _wait_for_aligned_steps
     spec = load_spec_dict({"name": "s", "model": "tfyarn.models.logreg:model", "timeouts": {"rendezvous": 0.5},

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from harness import LocalCluster
-from tfyarn.runtime.context import DONE_KEY, TENSORBOARD_URL_KEY, TaskContext
-from tfyarn.runtime.kv import MemoryKV
+from tfyarn.tasklib.context import DONE_KEY, TENSORBOARD_URL_KEY, TaskContext
+from tfyarn.tasklib.kv import MemoryKV
 from tfyarn.spec import load_spec_dict
 from tfyarn.train.tensorboard import EventMirror, MissingTensorBoard, run
 

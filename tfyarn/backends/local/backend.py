@@ -25,12 +25,13 @@ from typing import Callable, Iterator
 
 import psutil
 
-from tfyarn import paths, runner
+from tfyarn import runner
+from tfyarn.common import paths
 from tfyarn.backends.base import Backend, Request
 from tfyarn.contracts.status import AppState, AppStatus, Echo
 from tfyarn.backends.local.launcher import KILL_REQUEST, Launcher, write_atomic
 from tfyarn.errors import AppNotFound
-from tfyarn.preflight import run_local_preflight
+from tfyarn.gateway.preflight import run_local_preflight
 from tfyarn.report import HISTORY_FILE, REPORT_JSON, ProgressHistory, write_run_report
 from tfyarn.spec import JobSpec, load_spec_json
 from tfyarn.supervisor import Supervisor, select_tasks, settle
@@ -67,7 +68,7 @@ class LocalPlan(Request):
         ]
         for task, env in self.tasks.items():
             extra = " ".join(f"{k}={v}" for k, v in env.items())
-            lines.append(f"  {task:<14} {self.python} -m tfyarn.runtime {extra}".rstrip())
+            lines.append(f"  {task:<14} {self.python} -m tfyarn.task {extra}".rstrip())
         return "\n".join(lines)
 
 
@@ -146,7 +147,7 @@ class LocalBackend(Backend):
                 st = AppStatus.from_dict(json.loads((d / "status.json").read_text()))
                 if not st.state.is_terminal:
                     st.state, st.diagnostics = AppState.FAILED, f"launcher process {pid} died"
-                    settle(st, "its launcher died")  # they die with it (runtime.main._die_with_parent)
+                    settle(st, "its launcher died")  # they die with it (task.main._die_with_parent)
         return st
 
     def logs(self, app_id: str, task: str | None = None, follow: bool = False) -> Iterator[str]:

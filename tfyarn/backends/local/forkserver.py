@@ -1,4 +1,4 @@
-"""Client of the fork server (``tfyarn.runtime.forkserver``): the launcher starts tasks through it, warm.
+"""Client of the fork server (``tfyarn.task.forkserver``): the launcher starts tasks through it, warm.
 
 :meth:`ForkServer.spawn` returns a :class:`ForkedProcess`, which has what the launcher uses of ``subprocess.Popen``.
 A forked task is the server's child, not ours: the server reaps it and sends its exit status, which a reader thread
@@ -19,8 +19,8 @@ from collections import deque
 from pathlib import Path
 from typing import BinaryIO
 
-from tfyarn import forkserver_protocol as protocol
-from tfyarn.forkserver_protocol import FD_ENV
+from tfyarn.common import forkserver_protocol as protocol
+from tfyarn.common.forkserver_protocol import FD_ENV
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ class ForkServer:
 
     def describe(self) -> str:
         pid = self.proc.pid if self.proc else "-"
-        return f"forkserver ({self.python} -m tfyarn.runtime.forkserver, pid {pid}, log {self.log_path})"
+        return f"forkserver ({self.python} -m tfyarn.task.forkserver, pid {pid}, log {self.log_path})"
 
     def start(self) -> ForkServer:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -100,7 +100,7 @@ class ForkServer:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             with open(self.log_path, "ab") as logf:
                 self.proc = subprocess.Popen(
-                    [self.python, "-m", "tfyarn.runtime.forkserver"],
+                    [self.python, "-m", "tfyarn.task.forkserver"],
                     env=env,
                     cwd=self.cwd,
                     stdin=subprocess.DEVNULL,

@@ -1,6 +1,6 @@
 """The KV service the local launcher runs on 127.0.0.1 for rendezvous and progress (stdlib only, no server to install).
 
-Protocol (what :class:`tfyarn.runtime.kv.HttpKV` speaks):
+Protocol (what :class:`tfyarn.tasklib.kv.HttpKV` speaks):
   GET    /kv/<key>            200 value | 404
   PUT    /kv/<key>            204
   DELETE /kv/<key>            204

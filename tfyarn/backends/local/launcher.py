@@ -1,6 +1,6 @@
 """The launcher: runs one local app to its end in this process, the local "application master".
 
-It runs the KV service, starts one process per task running ``tfyarn.runtime.main`` (exactly what a YARN container
+It runs the KV service, starts one process per task running ``tfyarn.task.main`` (exactly what a YARN container
 runs), restarts tasks as their roles allow, and stops every task on the first unrecoverable failure, on Ctrl-C /
 SIGTERM, or on a kill request: no task outlives it. It is the local backend's hook for the runner
 (:class:`tfyarn.runner.Attempts`): the runner's loop starts each attempt as a round of this one app. What decides
@@ -48,7 +48,7 @@ log = logging.getLogger(__name__)
 TASK_ENV_DEFAULTS = {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1", "TF_ENABLE_ONEDNN_OPTS": "0"}
 #: Seconds a task gets between SIGTERM and SIGKILL when the job is stopped.
 STOP_GRACE_S = 5.0
-#: Set to 0 to start every task as a new process (``python -m tfyarn.runtime``) instead of forking it.
+#: Set to 0 to start every task as a new process (``python -m tfyarn.task``) instead of forking it.
 FORKSERVER_ENV = "TFYARN_FORKSERVER"
 #: Prefixes of environment variables read only when the interpreter, libc, TensorFlow or the libraries it loads start
 #: (the interpreter, linker, allocator, locale, TF/XLA/CUDA, BLAS/OpenMP thread pools, gRPC, Keras's HOME, and the
@@ -262,7 +262,7 @@ class Launcher:
             {
                 "TFYARN_ROLE": role,
                 "TFYARN_INDEX": index,
-                "TFYARN_KV_URL": kv_url,
+                "TFYARN_KV": kv_url,
                 "TFYARN_ATTEMPT": str(self.supervisor.attempt),
                 "TFYARN_RESTART": str(task.restarts),
             },
@@ -342,7 +342,7 @@ class Launcher:
         if task.proc is None:
             # Own session: a terminal's Ctrl-C reaches only the launcher, which then stops tasks in order.
             task.proc = subprocess.Popen(
-                [self.python, "-m", "tfyarn.runtime"],
+                [self.python, "-m", "tfyarn.task"],
                 cwd=task.dir,
                 env=env,
                 stdin=subprocess.DEVNULL,

@@ -2,14 +2,14 @@
 
 Pure: the result is a real skein object (``submit --dry-run`` prints its YAML, which
 ``skein.ApplicationSpec.from_yaml`` loads back to an equal object) and nothing touches the cluster. Every container
-runs :func:`container_script` (the task contract of docs/ARCHITECTURE.md, no ``TFYARN_KV_URL``: the runtime uses
+runs :func:`container_script` (the task contract of docs/ARCHITECTURE.md, ``TFYARN_KV=skein:``: the task uses
 skein's KV). The task index is not in the env: skein gives a restarted container a new instance number, so the
-runtime claims its index through the KV (:func:`tfyarn.runtime.kv_yarn.claim_task_index`).
+runtime claims its index through the KV (:func:`tfyarn.task.yarn.kv_yarn.claim_task_index`).
 
 Files every service gets: ``env/`` (the packed environment, visibility PRIVATE: NodeManagers cache it across runs),
 ``tfyarn_src/`` (the gateway's tfyarn, first on PYTHONPATH: the code that submits is what runs), ``code/`` (the
 job's ``code:`` dir) and ``tfyarn-spec.json`` (without ``kerberos:``). No keytab is shipped: on a Kerberized cluster
-the tasks use the delegation tokens skein gets at submit (:mod:`tfyarn.kerberos`).
+the tasks use the delegation tokens skein gets at submit (:mod:`tfyarn.cluster.kerberos`).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from tfyarn._skein import skein
-from tfyarn.packaging import ENV_DIR, SKIP_DIRS, SKIP_SUFFIXES, EnvRef, hash_tree
+from tfyarn.cluster._skein import skein
+from tfyarn.gateway.packaging import ENV_DIR, SKIP_DIRS, SKIP_SUFFIXES, EnvRef, hash_tree
 from tfyarn.spec import ROLE_ORDER, SIDECAR_ROLES, JobSpec
 
 #: Every tfyarn application carries this YARN tag (``tfyarn list`` filters on it). YARN lower-cases tags.
@@ -38,6 +38,9 @@ SUPERVISOR_SERVICE = "tfyarn-supervisor"
 SUPERVISOR_MODULE = "tfyarn.backends.yarn.supervise"
 #: Its container: Python + skein's gRPC client + matplotlib for the report's plot (~150 MB resident measured).
 SUPERVISOR_MEMORY_MIB = 384
+#: skein restarts an in-app supervisor whose container died (killed, preempted, its node lost): every task service
+#: allows failures, so without one a container killed without its exit report would be left to its peers' timeouts
+SUPERVISOR_RESTARTS = 3
 #: On every app that has the supervisor: only those left a record in the staging dir worth reading (an HDFS client
 #: costs ``status`` of an ended app ~1 s of imports).
 SUPERVISED_TAG = "tfyarn-supervised"
@@ -57,7 +60,7 @@ class Shipped:
 
 def container_script(env: EnvRef, *, code: bool, own_tmpdir: bool = True, supervisor: bool = False) -> str:
     """The bash every task container runs: the task contract's environment, then Python, then on a non-zero exit
-    the report of how it ended (:mod:`tfyarn.runtime.exit_report`); the container exits with Python's code.
+    the report of how it ended (:mod:`tfyarn.task.yarn.exit_report`); the container exits with Python's code.
     ``own_tmpdir``: ``TMPDIR`` in the container's dir, deleted with it, so a killed task leaves nothing in the node's
     ``/tmp`` (TF's autograph writes a module per traced function there, deleted only at a clean exit).
     ``supervisor``: the in-app supervisor's container, which always exits 0 (it must never fail the job)."""
@@ -70,7 +73,7 @@ def container_script(env: EnvRef, *, code: bool, own_tmpdir: bool = True, superv
         f'export TFYARN_SPEC_FILE="$PWD/{SPEC_FILE}"',
         f'export PYTHONPATH="$PWD/{SRC_DIR}${{PYTHONPATH:+:$PYTHONPATH}}"',
         "export PYTHONUNBUFFERED=1",
-        "unset TFYARN_KV_URL",
+        "export TFYARN_KV=skein:",  # the task's KV: the app's skein KV (tfyarn.task.main.make_kv)
     ]
     if own_tmpdir:
         lines += ['mkdir -p "$PWD/tmp"', 'export TMPDIR="$PWD/tmp"']
@@ -82,13 +85,13 @@ def container_script(env: EnvRef, *, code: bool, own_tmpdir: bool = True, superv
     if supervisor:
         return "\n".join([*lines, f"{py} -m {SUPERVISOR_MODULE} || true", "exit 0"]) + "\n"
     # Python runs as a child, not exec'd: when it dies (kill -9, the kernel's OOM killer, a crash) this shell says
-    # how, in the log, the app's KV and the app's diagnostics (tfyarn.runtime.exit_report; skein keeps no exit
+    # how, in the log, the app's KV and the app's diagnostics (tfyarn.task.yarn.exit_report; skein keeps no exit
     # status). YARN signals the container's whole process group, so a kill still reaches Python directly.
     lines += [
         "code=0",
-        f"{py} -m tfyarn.runtime || code=$?",
+        f"{py} -m tfyarn.task || code=$?",
         'if [ "$code" -ne 0 ]; then',
-        f'  {py} -m tfyarn.runtime.exit_report "$code" "$(date +%s.%N)" || true',
+        f'  {py} -m tfyarn.task.yarn.exit_report "$code" "$(date +%s.%N)" || true',
         "fi",
         'exit "$code"',
     ]
@@ -158,7 +161,7 @@ def build_application_spec(
             files=dict(files),
             env=env,
             # skein counts restarts per service (all instances share one budget), tfyarn's spec per task:
-            # max_restarts x instances, enforced by the container's exit report (runtime/exit_report.py), which
+            # max_restarts x instances, enforced by the container's exit report (task/yarn/exit_report.py), which
             # counts only the failures triage puts on the task. A role that can rejoin gets retry.cluster_faults more
             # per task from skein: a preempted container or a lost node's is replaced without using the budget.
             # Not a side role (allow_failures): its failures never end the app, so no exit report could hold
@@ -180,9 +183,9 @@ def build_application_spec(
             instances=1,
             files={k: f for k, f in files.items() if k != CODE_DIR},
             env=env,
-            max_restarts=0,
+            max_restarts=SUPERVISOR_RESTARTS,
             allow_failures=True,
-        )  # a supervisor that dies leaves the job running (followers still watch)
+        )  # a supervisor killed is restarted (it takes up the app's attempts); one that fails leaves the job running
     acls = sk.ACLs(
         enable=spec.acls.enable,
         view_users=list(spec.acls.view_users),

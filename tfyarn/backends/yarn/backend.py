@@ -18,7 +18,7 @@ is :mod:`.supervise`; tfyarn's shared skein driver is :mod:`.driver`.
 
 from __future__ import annotations
 
-from tfyarn import packaging
+from tfyarn.gateway import packaging
 from tfyarn.backends.yarn.end import Follower
 from tfyarn.backends.yarn.submit import SubmittedThenInterrupted, YarnRequest
 from tfyarn.spec import JobSpec

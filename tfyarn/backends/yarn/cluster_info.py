@@ -1,5 +1,5 @@
-"""What preflight's resource checks ask of a YARN cluster (:class:`tfyarn.preflight.ClusterInfo`): its queues and
-its largest container, from the RM's scheduler REST API, else through a skein client and the client's config.
+"""What preflight's resource checks ask of a YARN cluster (:class:`tfyarn.gateway.preflight.ClusterInfo`): its queues
+and its largest container, from the RM's scheduler REST API, else through a skein client and the client's config.
 """
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import json
 import logging
 from typing import Any
 
-from tfyarn import hdfs, webauth
+from tfyarn.cluster import hdfs, webauth
 from tfyarn.backends.yarn.rest import rm_webapp_urls
-from tfyarn.preflight import QueueInfo
+from tfyarn.gateway.preflight import QueueInfo
 
 log = logging.getLogger(__name__)
 

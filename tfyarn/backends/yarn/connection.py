@@ -22,8 +22,9 @@ import shutil
 import threading
 from typing import Any, Callable
 
-from tfyarn import hdfs, kerberos, packaging
-from tfyarn._skein import skein
+from tfyarn.cluster import hdfs, kerberos
+from tfyarn.gateway import packaging
+from tfyarn.cluster._skein import skein
 from tfyarn.backends.base import Backend
 from tfyarn.backends.yarn import driver as skein_driver
 from tfyarn.backends.yarn import records, rest
@@ -78,7 +79,7 @@ class YarnConnection(Backend):
         self._sups: dict[str, Supervisor] = {}
         self._preloading = False  # follow(): matplotlib being imported for the run report
         self._no_record: set[str] = set()  # apps whose in-app supervisor record was looked for (_recover)
-        self._krb: Any = None  # the Kerberos login (tfyarn.kerberos) once self.login() has run
+        self._krb: Any = None  # the Kerberos login (tfyarn.cluster.kerberos) once self.login() has run
         self._logged_in = False
 
     @functools.cached_property
@@ -95,9 +96,9 @@ class YarnConnection(Backend):
         )
 
     def login(self, spec: JobSpec | None = None, app_id: str | None = None) -> Any:
-        """Check and install this command's Kerberos login once (:func:`tfyarn.kerberos.login`, one-line exit 2):
-        the spec's, else the spec this machine submitted ``app_id`` with, else ``TFYARN_KERBEROS_*``; None = the
-        ticket cache, or no Kerberos."""
+        """Check and install this command's Kerberos login once (:func:`tfyarn.cluster.kerberos.login`, one-line
+        exit 2): the spec's, else the spec this machine submitted ``app_id`` with, else ``TFYARN_KERBEROS_*``; None =
+        the ticket cache, or no Kerberos."""
         if not self._logged_in:
             krb = (
                 kerberos.resolved(spec)

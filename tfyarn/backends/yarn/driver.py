@@ -7,9 +7,9 @@ tfyarn.backends.yarn.driver_keeper keep …``, its own session) that starts the 
 the JVM exits when the keeper dies, even by SIGKILL), records its address and stops it once unused for
 ``TFYARN_DRIVER_IDLE`` (default 15 min; ``0``: a private driver per command).
 
-Files in :func:`tfyarn.paths.driver_dir`, per identity key: ``<key>.json`` the record; ``<key>.lock``, held while a
-command checks or starts the driver and while the keeper decides to stop it (never two JVMs, never a stop under a
-command that just took it); ``<key>.leases/<pid>``, one per command using it (its start time inside, against pid
+Files in :func:`tfyarn.common.paths.driver_dir`, per identity key: ``<key>.json`` the record; ``<key>.lock``, held
+while a command checks or starts the driver and while the keeper decides to stop it (never two JVMs, never a stop
+under a command that just took it); ``<key>.leases/<pid>``, one per command using it (its start time inside, against pid
 reuse: the keeper never stops a driver with a live lease); ``<key>.used``, where the idle time starts; the logs. The
 key covers the YARN user, the Kerberos login, the Hadoop configuration and the JVM options: a driver logged in as
 someone else, or talking to another cluster, is never reused.
@@ -36,13 +36,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from tfyarn import paths
+from tfyarn.common import paths
 from tfyarn.errors import YarnUnavailable
 
 log = logging.getLogger(__name__)
 
 IDLE_ENV = "TFYARN_DRIVER_IDLE"
-DIR_ENV = "TFYARN_DRIVER_DIR"  # read by tfyarn.paths.driver_dir
+DIR_ENV = "TFYARN_DRIVER_DIR"  # read by tfyarn.common.paths.driver_dir
 DEFAULT_IDLE_S = 900.0
 #: Bound on a driver start (the JVM + ``yarn classpath``: 5-15 s on a loaded gateway) and on the lock's wait.
 START_TIMEOUT_S = 120.0
@@ -246,7 +246,7 @@ class Lease:
 def acquire(ident: dict[str, Any], kw: dict[str, Any], env: dict[str, str] | None = None) -> Lease:
     """A lease on the shared driver of ``ident``: the running one if it answers, else a new keeper + JVM (waited
     for, bounded by :data:`START_TIMEOUT_S`). ``kw``: skein driver options (keytab, principal, java_options)."""
-    from tfyarn._skein import skein
+    from tfyarn.cluster._skein import skein
 
     sk = skein()
     files = _Files(paths.driver_dir(), key_of(ident))
@@ -281,7 +281,7 @@ def acquire(ident: dict[str, Any], kw: dict[str, Any], env: dict[str, str] | Non
 def answers(address: str, timeout: float = PING_TIMEOUT_S) -> bool:
     """The driver at ``address`` answers a ping within ``timeout`` (skein's own Client pings with no bound: a hung
     JVM would hang every command that reuses it)."""
-    from tfyarn._skein import skein
+    from tfyarn.cluster._skein import skein
 
     sk = skein()
     from skein import proto

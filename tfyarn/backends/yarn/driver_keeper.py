@@ -36,7 +36,7 @@ def keep(args: dict[str, Any]) -> int:
     idle = float(args["idle"])
     proc = None
     try:
-        from tfyarn._skein import skein
+        from tfyarn.cluster._skein import skein
 
         sk = skein()
         from skein.core import _start_driver  # skein's own start: security, `yarn classpath`, callback port

@@ -13,16 +13,16 @@ import threading
 import time
 from typing import Any, Callable
 
-from tfyarn import paths
+from tfyarn.common import paths
 from tfyarn.backends.yarn import in_app_attempts, phases, records, skein_staging
 from tfyarn.backends.yarn.reports import Reporter
 from tfyarn.contracts import job_end
 from tfyarn.contracts.status import AppState, AppStatus
-from tfyarn.interrupts import Interrupted
+from tfyarn.common.interrupts import Interrupted
 from tfyarn.runner import ScheduledAttempts
 from tfyarn.report import HISTORY_FILE, preload_plotting
-from tfyarn.runtime import app_end
-from tfyarn.runtime.kv_yarn import SkeinKV
+from tfyarn.task.yarn import app_end
+from tfyarn.task.yarn.kv_yarn import SkeinKV
 from tfyarn.spec import JobSpec
 from tfyarn.supervisor import Supervisor, Verdict, checkpoint_url, training_end_note
 
@@ -151,7 +151,7 @@ class Follower(Reporter):
         )
 
     def _heartbeat(self, app_id: str) -> None:
-        """Tell the tasks a follower is alive: the last task done then leaves the shutdown to us (runtime.app_end),
+        """Tell the tasks a follower is alive: the last task done then leaves the shutdown to us (task.yarn.app_end),
         so the KV's last records (every task's done and phase times) are read before the AM goes."""
         self._on_am(
             app_id, "follower heartbeat", lambda app: app.kv.put(app_end.FOLLOWER_KEY, f"{time.time():.3f}".encode())

@@ -57,21 +57,46 @@ def lost_task(spec: JobSpec, containers: Iterable[Any], attempt: dict[str, Any] 
     return lost
 
 
+#: A NodeManager this process may not ask (a secure web UI and no Kerberos login here: a container has delegation
+#: tokens only) takes a killed container as stopped after this long: past YARN's SIGTERM-to-SIGKILL delay (3 s on
+#: the test clusters, 250 ms by default), instead of GONE_TIMEOUT_S of refused requests
+REFUSED_GRACE_S = 5.0
+_refused: dict[str, float] = {}  # container id -> when its NodeManager first refused this process
+
+
 def nm_container_gone(nm_http_address: str, container_id: str, timeout: float = 2.0) -> bool:
-    """Has the NodeManager stopped ``container_id`` (its REST API: a state past running, unknown, or the
-    NodeManager gone with its node)?"""
-    base = nm_http_address if "://" in nm_http_address else f"http://{nm_http_address}"
-    req = urllib.request.Request(
-        f"{base.rstrip('/')}/ws/v1/node/containers/{container_id}", headers={"Accept": "application/json"}
-    )
+    """Has the NodeManager stopped ``container_id``? Asked as ``tfyarn logs`` asks it (log_files'
+    NodeManager client: SPNEGO when the web UI wants it): a state past running, unknown, or the NodeManager
+    gone with its node. A NodeManager that refuses this process (401/403, no Kerberos credentials) is said
+    once in the log and the container taken as stopped after :data:`REFUSED_GRACE_S`."""
+    from tfyarn.backends.yarn.log_files import nm_container_state
+    from tfyarn.cluster.webauth import SpnegoUnavailable
+
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            state = str((json.load(r).get("container") or {}).get("state") or "").upper()
+        state = nm_container_state(nm_http_address, container_id, timeout)
     except urllib.error.HTTPError as exc:
-        return exc.code == 404
+        if exc.code not in (401, 403):
+            return False
+        return _refused_gone(nm_http_address, container_id, f"HTTP {exc.code}")
+    except SpnegoUnavailable as exc:
+        return _refused_gone(nm_http_address, container_id, str(exc))
     except (OSError, ValueError):
         return True  # no NodeManager to ask: its node is gone, and its containers with it
-    return state not in _NM_ALIVE
+    return state is None or state not in _NM_ALIVE
+
+
+def _refused_gone(nm: str, container_id: str, why: str) -> bool:
+    now = time.monotonic()
+    if container_id not in _refused:
+        _refused[container_id] = now
+        log.warning(
+            "the NodeManager %s refuses this process (%s): %s taken as stopped %gs after its kill",
+            nm,
+            why,
+            container_id,
+            REFUSED_GRACE_S,
+        )
+    return now - _refused[container_id] >= REFUSED_GRACE_S
 
 
 def wait_gone(

@@ -20,7 +20,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
 
-from tfyarn import hdfs, webauth
+from tfyarn.cluster import hdfs, webauth
 
 log = logging.getLogger(__name__)
 
@@ -212,6 +212,25 @@ def _http_get(url: str, timeout: float, accept: str = "*/*") -> bytes:
 
 def _nm_base(nm_http_address: str) -> str:
     return nm_http_address if "://" in nm_http_address else f"http://{nm_http_address}"
+
+
+def nm_container_state(
+    nm_http_address: str,
+    container_id: str,
+    timeout: float = 2.0,
+    http_get: Callable[[str, float, str], bytes] = _http_get,
+) -> str | None:
+    """The NodeManager's state of ``container_id`` (``RUNNING``, ``KILLING``, ``DONE``…; None: the NodeManager does
+    not know it), read like the logs (SPNEGO when asked). ``HTTPError``/``OSError`` (no NodeManager,
+    :class:`webauth.SpnegoUnavailable`) are the caller's."""
+    url = f"{_nm_base(nm_http_address).rstrip('/')}/ws/v1/node/containers/{container_id}"
+    try:
+        body = http_get(url, timeout, "application/json")
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return None
+        raise
+    return str((json.loads(body).get("container") or {}).get("state") or "").upper()
 
 
 def nm_log_sizes(

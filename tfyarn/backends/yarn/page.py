@@ -31,7 +31,7 @@ def rm_report(app_id: str) -> Any:
     """The ResourceManager's report of the app (tracking URL, tags, start), read once; None when it
     cannot say."""
     try:
-        from tfyarn import hdfs
+        from tfyarn.cluster import hdfs
         from tfyarn.backends.yarn.rest import RmRest
 
         return RmRest(hdfs.load_hadoop_conf(None), os.environ.get("USER") or "").report(app_id)

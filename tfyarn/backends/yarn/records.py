@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from tfyarn import paths
+from tfyarn.common import paths
 from tfyarn.spec import JobSpec, load_spec_json
 
 log = logging.getLogger(__name__)
@@ -51,14 +51,14 @@ def saved_spec(app_id: str, saved: dict[str, Any] | None = None) -> JobSpec | No
 
 # ------------------------------------------------------------------------------------ the staging dir's record
 def record_url(staging_dir: str, app_id: str) -> str:
-    from tfyarn import hdfs
+    from tfyarn.cluster import hdfs
 
     return hdfs.join(staging_dir, RECORD_DIR, f"{app_id}.json")
 
 
 def report_url(staging_dir: str, app_id: str) -> str:
     """Where the supervisor puts the app's run report (any job: one without a checkpoint dir has it only here)."""
-    from tfyarn import hdfs
+    from tfyarn.cluster import hdfs
 
     return hdfs.join(staging_dir, RECORD_DIR, app_id)
 
@@ -79,7 +79,7 @@ def read_record(staging_dir: str, app_id: str) -> dict[str, Any]:
 def write_record(staging_dir: str, app_id: str, record: dict[str, Any]) -> None:
     import fsspec
 
-    from tfyarn.fsio import replace
+    from tfyarn.common.fsio import replace
 
     url = record_url(staging_dir, app_id)
     fs, path = fsspec.core.url_to_fs(url)

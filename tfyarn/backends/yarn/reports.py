@@ -10,7 +10,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from tfyarn import paths
+from tfyarn.common import paths
 from tfyarn.backends.yarn import phases, records
 from tfyarn.backends.yarn.logs import LogReader
 from tfyarn.contracts.status import AppStatus

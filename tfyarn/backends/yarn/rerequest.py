@@ -134,7 +134,7 @@ class Rerequest:
         if self.rest is None:
             import getpass
 
-            from tfyarn import hdfs
+            from tfyarn.cluster import hdfs
             from tfyarn.backends.yarn.rest import RmRest
 
             self.rest = RmRest(hdfs.load_hadoop_conf(None), getpass.getuser())  # "": HTTP 500

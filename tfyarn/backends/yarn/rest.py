@@ -18,7 +18,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from tfyarn import webauth
+from tfyarn.cluster import webauth
 from tfyarn.errors import AppNotFound, WaitTimeout
 
 log = logging.getLogger(__name__)

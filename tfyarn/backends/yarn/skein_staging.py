@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from tfyarn import hdfs
+from tfyarn.cluster import hdfs
 
 log = logging.getLogger(__name__)
 

@@ -249,12 +249,12 @@ def tasks_from_containers(
     """One TaskStatus per task (``role:index``) from skein containers: the newest container holding each task;
     ``restarts`` = how many earlier containers held it. Tasks with no container yet are PENDING.
 
-    ``exits`` (``exit/<task>`` records, :mod:`tfyarn.runtime.exit_report`) give a failed task's exit code and tell
+    ``exits`` (``exit/<task>`` records, :mod:`tfyarn.task.yarn.exit_report`) give a failed task's exit code and tell
     a container that died before the application master noticed (FAILED at once, not RUNNING for seconds).
     ``attempt`` (``control/attempt``): restarts count only the running in-app attempt's containers."""
     from tfyarn.backends.yarn.appspec import SUPERVISOR_SERVICE
     from tfyarn.contracts.in_app import in_attempt
-    from tfyarn.runtime.exit_report import exit_text
+    from tfyarn.task.yarn.exit_report import exit_text
 
     by_task = _by_task([c for c in containers if c.service_name != SUPERVISOR_SERVICE], taskmap, spec)  # no task
     out = []
@@ -317,7 +317,7 @@ def failure_diagnosis(
     skipping tasks that text already names (the container script's shutdown writes the same parts). ``events``:
     containers YARN took (preempted, lost node: cluster_events), said first: the root cause a peer's error follows."""
     from tfyarn.backends.yarn.cluster_events import event_parts
-    from tfyarn.runtime.exit_report import diagnosis
+    from tfyarn.task.yarn.exit_report import diagnosis
 
     diag = (app_diagnostics or "").strip()
     records = {

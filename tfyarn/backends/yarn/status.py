@@ -13,7 +13,8 @@ import json
 import logging
 from typing import Any
 
-from tfyarn import hdfs, paths
+from tfyarn.cluster import hdfs
+from tfyarn.common import paths
 from tfyarn.backends.yarn import appspec, in_app_attempts, outcome, records, rest
 from tfyarn.backends.yarn.states import (
     ACTIVE_APP_STATES,
@@ -32,7 +33,7 @@ from tfyarn.contracts.kv_keys import SPEC_KEY
 from tfyarn.contracts.status import AppState, AppStatus, TaskStatus
 from tfyarn.errors import without_timeout_mark
 from tfyarn.report import HISTORY_FILE
-from tfyarn.runtime import app_end
+from tfyarn.task.yarn import app_end
 from tfyarn.spec import JobSpec
 from tfyarn.supervisor import Supervisor, settle
 from tfyarn.backends.yarn.cluster_events import rm_events
@@ -77,7 +78,7 @@ class StatusReader(Submitter):
         if state is AppState.TIMED_OUT:
             diag = without_timeout_mark(diag)  # the in-app supervisor's marker: the state says it now
         if state is AppState.SUCCEEDED and diag.strip().endswith(app_end.DONE_DIAGNOSTICS):
-            # ended early by tfyarn (runtime.app_end): nothing to diagnose but what YARN did (cluster_events)
+            # ended early by tfyarn (task.yarn.app_end): nothing to diagnose but what YARN did (cluster_events)
             diag = diag.strip()[: -len(app_end.DONE_DIAGNOSTICS)].strip()
         # the ender's record read first (the text above: apps without one)
         recorded = outcome.from_record(rep.state, rep.final_status, snap, events, diag_end)

@@ -12,13 +12,15 @@ import logging
 import time
 from typing import Any, Callable
 
-from tfyarn import hdfs, kerberos, packaging, paths
-from tfyarn._skein import skein
+from tfyarn.cluster import hdfs, kerberos
+from tfyarn.common import paths
+from tfyarn.gateway import packaging
+from tfyarn.cluster._skein import skein
 from tfyarn.backends.base import Request
 from tfyarn.backends.yarn import appspec, records
 from tfyarn.backends.yarn.connection import YarnConnection
 from tfyarn.errors import TfyarnError
-from tfyarn.interrupts import Interrupted, deferring_stop_signals
+from tfyarn.common.interrupts import Interrupted, deferring_stop_signals
 from tfyarn.spec import JobSpec
 
 log = logging.getLogger(__name__)
@@ -117,7 +119,7 @@ class Submitter(YarnConnection):
         return spec.model_copy(update={"data": data})
 
     def run_preflight(self, spec: JobSpec) -> list[str]:
-        from tfyarn import preflight
+        from tfyarn.gateway import preflight
         from tfyarn.backends.yarn.cluster_info import SkeinClusterInfo
 
         self.login(spec)

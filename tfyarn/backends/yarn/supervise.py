@@ -39,8 +39,8 @@ from tfyarn.contracts.in_app import handover_record, parse_attempt
 from tfyarn.contracts.kv_keys import ATTEMPT_END_KEY, ATTEMPT_KEY, END_KEY, SPEC_KEY
 from tfyarn.errors import timeout_message
 from tfyarn.report import HISTORY_FILE
-from tfyarn.runtime import app_end
-from tfyarn.runtime.kv import KV
+from tfyarn.task.yarn import app_end
+from tfyarn.tasklib.kv import KV
 from tfyarn.spec import JobSpec
 from tfyarn.supervisor import Supervisor, checkpoint_url, settle, write_report
 from tfyarn.backends.yarn.node_watch import NodeWatch, last_heard
@@ -337,7 +337,7 @@ class InAppSupervisor:
     def run(self, poll: float = POLL_S, check_s: float = DONE_CHECK_S) -> None:
         """Rounds every ``poll`` s, looking for ``control/all_done`` every ``check_s`` s between them, until the
         supervisor's work is over or the application master is gone."""
-        from tfyarn.runtime.kv import KVUnavailable
+        from tfyarn.tasklib.kv import KVUnavailable
 
         while True:
             try:
@@ -353,11 +353,28 @@ class InAppSupervisor:
                 return
 
 
+def resume(sup: InAppSupervisor) -> None:
+    """A supervisor skein restarted (appspec.SUPERVISOR_RESTARTS: the last one's container died) takes up the app's
+    in-app attempts from the KV: the running attempt's number and the ended ones in its budget, as a follower absorbs
+    them. A first supervisor finds none."""
+    from tfyarn.backends.yarn.in_app_attempts import absorb
+    from tfyarn.backends.yarn.states import in_app_attempts
+
+    rec = in_app_attempts(sup.kv.items())
+    if not rec:
+        return
+    absorb(sup.sup, rec, "this application's")
+    sup.attempt = sup.sup.attempt
+    log.warning(
+        "%s: supervising again from attempt %d (the previous supervisor's container died)", sup.app_id, sup.attempt
+    )
+
+
 def app_started(app_id: str) -> float | None:
     """The app's start (epoch s) from the ResourceManager (the active deadline counts from there); None when the RM
     cannot say (then the supervisor's own start, seconds later, is used)."""
     try:
-        from tfyarn import hdfs
+        from tfyarn.cluster import hdfs
         from tfyarn.backends.yarn.rest import RmRest
 
         rep = RmRest(hdfs.load_hadoop_conf(None), os.environ.get("USER") or "").report(app_id)
@@ -375,9 +392,9 @@ def main() -> int:
     try:
         import threading
 
-        from tfyarn._skein import skein
+        from tfyarn.cluster._skein import skein
         from tfyarn.report import preload_plotting
-        from tfyarn.runtime.kv_yarn import SkeinKV
+        from tfyarn.task.yarn.kv_yarn import SkeinKV
         from tfyarn.spec import load_spec_json
 
         spec = load_spec_json(Path(os.environ["TFYARN_SPEC_FILE"]).read_text())
@@ -392,6 +409,7 @@ def main() -> int:
             attempt=int(os.environ.get("TFYARN_ATTEMPT") or 0),
             staging_dir=os.environ.get("TFYARN_STAGING_DIR"),
         )
+        resume(sup)
         threading.Thread(target=preload_plotting, name="tfyarn-preload-matplotlib", daemon=True).start()
         sup.publish()
         from tfyarn.backends.yarn import page as job_page

@@ -13,8 +13,8 @@ from typing import Any
 from tfyarn.contracts.kv_keys import REJOIN_PREFIX, rejoin_key
 from tfyarn.errors import WaitTimeout
 from tfyarn.data.pipeline import EpochPipeline
-from tfyarn.runtime.context import ABORT_KEY, DONE_KEY, STEPS_ALIGNED_KEY
-from tfyarn.runtime.kv import put_json
+from tfyarn.tasklib.context import ABORT_KEY, DONE_KEY, STEPS_ALIGNED_KEY
+from tfyarn.tasklib.kv import put_json
 from tfyarn.train import helpers
 from tfyarn.train.export import export_at_end
 from tfyarn.train.history import restart_number

@@ -7,8 +7,8 @@ import logging
 import time
 from typing import Any
 
-from tfyarn.runtime.context import ABORT_KEY, DONE_KEY
-from tfyarn.runtime.kv import KVUnavailable
+from tfyarn.tasklib.context import ABORT_KEY, DONE_KEY
+from tfyarn.tasklib.kv import KVUnavailable
 
 log = logging.getLogger("tfyarn.train.ps")
 

@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from tfyarn.errors import WaitTimeout
-from tfyarn.runtime.context import DONE_KEY
+from tfyarn.tasklib.context import DONE_KEY
 from tfyarn.train.ps.graph import TrainGraph
 from tfyarn.train.ps.server import session_config
 

@@ -75,7 +75,7 @@ def test_forked_tasks_have_their_own_env_cwd_session_and_output(tmp_path):
         assert f"{env['TFYARN_ROLE']}:{env['TFYARN_INDEX']}" == task
         assert "TFYARN_FORKSERVER_FD" not in env and env["TF_CPP_MIN_LOG_LEVEL"] == "2"
         assert info["cwd"] == str(task_dir) and info["sid"] == info["pid"] and info["stdin"] == "/dev/null"
-        assert info["comm"] == task and info["argv"][0].endswith(os.path.join("tfyarn", "runtime", "__main__.py"))
+        assert info["comm"] == task and info["argv"][0].endswith(os.path.join("tfyarn", "task", "__main__.py"))
         expected = [f"probe {stream} {i} of {task}" for i in range(3) for stream in ("stdout", "stderr")]
         logged = [ln for ln in (task_dir / "task.log").read_text().splitlines() if ln.startswith("probe ")]
         assert logged == expected  # stdout and stderr in one pipe, line by line, in order
@@ -286,8 +286,8 @@ def test_client_reports_exit_codes_and_refuses_to_spawn_once_the_server_died(tmp
     fs = ForkServer(sys.executable, env, tmp_path / "forkserver.log").start()
     try:
         fs.wait_ready(120)
-        # no TFYARN_SPEC_FILE: tfyarn.runtime.main fails at once, exit code 1, and says why on its output
-        proc = fs.spawn({"PATH": os.environ["PATH"], "TFYARN_KV_URL": "http://127.0.0.1:9"}, tmp_path)
+        # no TFYARN_SPEC_FILE: tfyarn.task.main fails at once, exit code 1, and says why on its output
+        proc = fs.spawn({"PATH": os.environ["PATH"], "TFYARN_KV": "http://127.0.0.1:9"}, tmp_path)
         assert proc.wait(timeout=60) == 1 and proc.poll() == 1
         out = proc.stdout.read().decode()
         assert "task ?:? failed" in out and "KeyError: 'TFYARN_SPEC_FILE'" in out, out

@@ -25,9 +25,9 @@ from tfyarn.backends.yarn.states import app_state
 from tfyarn.data.example import encode_example
 from tfyarn.data.tfrecord import encode_record
 from tfyarn.errors import AppNotFound, ExitCode, PreflightError
-from tfyarn.preflight import QueueInfo
-from tfyarn.runtime.kv import put_json
-from tfyarn.runtime.kv_yarn import SkeinKV, claim_task_index
+from tfyarn.gateway.preflight import QueueInfo
+from tfyarn.tasklib.kv import put_json
+from tfyarn.task.yarn.kv_yarn import SkeinKV, claim_task_index
 
 APP = "application_1700000000000_0042"
 T0 = datetime(2026, 1, 1, 12, 0, 0)
@@ -371,7 +371,7 @@ def test_run_stopped_after_its_application_ended_reports_that_outcome(tmp_path, 
     spec = make_spec(environment={"python": "/opt/py/bin/python"})
     rm = SequenceRM([("FINISHED", "SUCCEEDED", "")])
     b = YarnBackend(client=rm, preflight=False, staging_dir=str(tmp_path / "s"))
-    from tfyarn.interrupts import Interrupted
+    from tfyarn.common.interrupts import Interrupted
     b.submit(spec)
     st = b.end("application_1700000000000_0001", Interrupted("SIGTERM"))
     assert st.state is AppState.SUCCEEDED and rm.killed == []
@@ -427,7 +427,7 @@ def _followed_app(monkeypatch, tmp_path, stall: str):
 def test_a_followed_job_whose_training_stops_is_killed_timed_out_naming_the_tasks(monkeypatch, tmp_path):
     """On YARN the follower (run, submit --wait, wait) is the stall watchdog the local launcher is: no training
     task's step advancing for timeouts.stall kills the app, after asking every task for its stacks."""
-    from tfyarn.runtime.watchdog import DUMP_REQUEST_KEY
+    from tfyarn.tasklib.watchdog import DUMP_REQUEST_KEY
     spec, kv, rm, b = _followed_app(monkeypatch, tmp_path, stall="0.5s")
     for t in spec.training_tasks:
         put_json(kv, f"progress/{t}", {"step": 3, "global_step": 3, "time": 1.0})
@@ -530,7 +530,7 @@ def _app_with_workers(monkeypatch, tmp_path, containers):
 def test_a_restarting_worker_is_itself_restarting_never_a_phantom_task(monkeypatch, tmp_path):
     """kill -9 of worker:1 (skein's worker_1): its replacement container worker_3 has not claimed a task yet. The
     status showed `worker:3 PENDING` beside `worker:1 FAILED`; it is worker:1, PENDING, restarts 1."""
-    from tfyarn.runtime.kv_yarn import restarts_before
+    from tfyarn.task.yarn.kv_yarn import restarts_before
     w1 = container("worker", 1, "RUNNING")
     cs = [container("ps", 0, "RUNNING"), container("chief", 0, "RUNNING"), container("worker", 0, "RUNNING"), w1,
           container("worker", 2, "RUNNING")]
@@ -606,7 +606,7 @@ def test_an_app_ended_with_nobody_reading_its_kv_is_judged_by_the_record_in_its_
     the ender appended to YARN's diagnostics (contracts.job_end.with_record) gives the state, the diagnosis and the
     tasks' exit codes exactly — its text names no code for a regex to find — and is not shown to people."""
     from tfyarn.contracts import job_end
-    from tfyarn.runtime import app_end
+    from tfyarn.task.yarn import app_end
     cs = [container("ps", 0, "RUNNING"), container("chief", 0, "RUNNING"), container("worker", 0, "RUNNING"),
           container("worker", 1, "RUNNING"), container("worker", 2, "RUNNING")]
     b, rm, app, kv = _app_with_workers(monkeypatch, tmp_path, cs)
@@ -660,7 +660,7 @@ def test_a_task_that_raised_is_failed_with_its_code_though_the_shutdown_it_asked
 def test_run_stopped_after_training_completed_says_so_in_its_diagnosis(monkeypatch, tmp_path):
     """The local launcher's diagnosis of a job stopped from outside says whether training had completed and what was
     written (supervisor.training_end_note); `run --yarn` said only 'interrupted by SIGTERM: killed …'."""
-    from tfyarn.interrupts import Interrupted
+    from tfyarn.common.interrupts import Interrupted
     cs = [container("ps", 0, "RUNNING"), container("chief", 0, "RUNNING"), container("worker", 0, "RUNNING"),
           container("worker", 1, "RUNNING"), container("worker", 2, "RUNNING")]
     b, rm, app, kv = _app_with_workers(monkeypatch, tmp_path, cs)

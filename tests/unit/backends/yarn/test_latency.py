@@ -16,9 +16,9 @@ from tfyarn.backends.yarn.backend import YarnBackend
 from tfyarn.backends.yarn.rest import AppReport, RestUnavailable, RmRest
 from tfyarn.contracts import job_end
 from tfyarn.errors import AppNotFound
-from tfyarn.runtime import app_end
-from tfyarn.runtime.kv import KVUnavailable, MemoryKV
-from tfyarn.runtime.kv_yarn import mark_slot_done
+from tfyarn.task.yarn import app_end
+from tfyarn.tasklib.kv import KVUnavailable, MemoryKV
+from tfyarn.task.yarn.kv_yarn import mark_slot_done
 
 TASKS = ["ps:0", "chief:0", "worker:0"]
 APP = "application_1795503544962_0011"
@@ -240,9 +240,9 @@ def test_rest_kill_returns_once_killed(rm):
 
 
 def test_rest_with_spnego_only_where_it_can_authenticate_and_not_without_an_rm(monkeypatch):
-    """A Kerberized RM web API (SPNEGO) is used when requests-gssapi is installed (tfyarn.webauth), else the
+    """A Kerberized RM web API (SPNEGO) is used when requests-gssapi is installed (tfyarn.cluster.webauth), else the
     caller falls back to the skein driver, told how to install it (issue 31)."""
-    from tfyarn import webauth
+    from tfyarn.cluster import webauth
     conf = {"hadoop.http.authentication.type": "kerberos", "yarn.resourcemanager.webapp.address": "rm:8088"}
     monkeypatch.setattr(webauth, "available", lambda: False)
     with pytest.raises(RestUnavailable, match=r"needs Kerberos \(SPNEGO\): pip install 'tfyarn\[kerberos\]'"):

@@ -19,7 +19,7 @@ from tfyarn.backends.yarn.rerequest import (
 )
 from tfyarn.backends.yarn.rerequest import choose, lost_count, rm_view
 from tfyarn.backends.yarn.supervise import InAppSupervisor
-from tfyarn.runtime.kv import MemoryKV
+from tfyarn.tasklib.kv import MemoryKV
 from yarnutil import make_spec
 
 APP = "application_1700000000000_0007"

@@ -16,9 +16,9 @@ from tfyarn.backends.yarn.in_app_attempts import ACTIVE
 from tfyarn.backends.yarn.states import app_state
 from tfyarn.backends.yarn.supervise import InAppSupervisor, no_more_attempts_note
 from tfyarn.contracts import job_end
-from tfyarn.runtime import app_end
-from tfyarn.runtime.kv import MemoryKV
-from tfyarn.runtime.kv_yarn import mark_slot_done
+from tfyarn.task.yarn import app_end
+from tfyarn.tasklib.kv import MemoryKV
+from tfyarn.task.yarn.kv_yarn import mark_slot_done
 
 APP = "application_1700000000000_0042"
 ROLES = {"chief": {"instances": 1}, "worker": {"instances": 1}}
@@ -178,8 +178,8 @@ def test_a_bare_submits_failure_says_that_no_attempt_follows():
 
 
 def test_the_service_imports_no_tensorflow_and_a_crash_exits_0(tmp_path):
-    code = ("import sys, tfyarn.backends.yarn.supervise as m, tfyarn._skein as s; s.skein(); "
-            "import tfyarn.runtime.kv_yarn, tfyarn.runtime.watchdog, tfyarn.report; "
+    code = ("import sys, tfyarn.backends.yarn.supervise as m, tfyarn.cluster._skein as s; s.skein(); "
+            "import tfyarn.task.yarn.kv_yarn, tfyarn.tasklib.watchdog, tfyarn.report; "
             "assert 'tensorflow' not in sys.modules, 'tensorflow imported'; sys.exit(m.main())")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TFYARN_SPEC", "SKEIN_"))}
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
@@ -307,3 +307,23 @@ def test_a_stall_with_an_attempt_left_runs_the_next_attempt_in_the_app_and_the_d
     assert sup.round() is True and app.killed == [] and app.scaled == []
     [(status, diag)] = people(app.shutdowns)
     assert status == "FAILED" and "timeouts.active_deadline" in diag and "earlier attempts" not in diag, diag
+
+
+def test_a_restarted_supervisor_takes_up_the_apps_attempts_and_judges_the_container_dead_without_its_report(
+        tmp_path):
+    """Issue 40: every task service allows failures, so a container killed without its exit report is the in-app
+    supervisor's to judge; a supervisor whose own container died is restarted by skein (SUPERVISOR_RESTARTS) and
+    the new one takes up the app's attempts from the KV (their number, their budget), then ends the attempt."""
+    from tfyarn.backends.yarn.appspec import SUPERVISOR_RESTARTS
+    from tfyarn.backends.yarn.supervise import resume
+
+    assert SUPERVISOR_RESTARTS >= 1
+    sup, app, kv, clock = supervisor(tmp_path, {"chief": "SUCCEEDED", "worker": "FAILED"},
+                                     retry={"max_attempts": 2})
+    kv.put("control/attempt", json.dumps({"attempt": 1, "first": {"chief": 0, "worker": 0}, "time": 1.0}))
+    kv.put("attempts/0", json.dumps({"attempt": 0, "diagnosis": "worker:0: exit code 137 (killed by SIGKILL)"}))
+    resume(sup)
+    assert sup.attempt == 1 and sup.sup.attempt == 1 and sup.sup.budget.counted == 2  # attempt 0 used one
+    assert sup.round() is True   # the dead worker's container: no attempt left of retry.max_attempts 2
+    [(status, diag)] = people(app.shutdowns)
+    assert status == "FAILED" and "worker:0" in diag, diag

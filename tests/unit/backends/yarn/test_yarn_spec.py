@@ -15,7 +15,7 @@ from tfyarn.backends.yarn import appspec
 from tfyarn.backends.yarn.backend import YarnBackend
 from tfyarn.errors import TfyarnError
 from tfyarn.backends.yarn.appspec import Shipped, build_application_spec, container_script, write_spec_file
-from tfyarn.packaging import EnvRef
+from tfyarn.gateway.packaging import EnvRef
 from tfyarn.contracts.triage import FREE_RESTARTS
 
 ENV = EnvRef("pack", "./env/bin/python", archive_url="hdfs://nn:8020/user/alice/.tfyarn/envs/env-venv-abc.tar.gz",
@@ -43,12 +43,13 @@ def test_round_trip_and_fields(spec):
     assert app.master.resources == skein.Resources(memory=1024, vcores=2)
     assert app.acls == skein.ACLs(enable=True, view_users=["bob"], modify_groups=["ml-ops"], ui_users=["*"])
     assert set(app.services) == {"ps", "chief", "worker", appspec.SUPERVISOR_SERVICE}
-    sup = app.services[appspec.SUPERVISOR_SERVICE]      # not a task: small, never restarted, never fails the app
-    assert (sup.instances, sup.resources.vcores, sup.max_restarts, sup.allow_failures) == (1, 1, 0, True)
+    sup = app.services[appspec.SUPERVISOR_SERVICE]      # not a task: small, restarted if killed, never fails the app
+    assert (sup.instances, sup.resources.vcores, sup.max_restarts, sup.allow_failures) == (
+        1, 1, appspec.SUPERVISOR_RESTARTS, True)
     assert sup.resources.memory == appspec.SUPERVISOR_MEMORY_MIB and "TFYARN_ROLE" not in sup.env
     assert set(sup.files) == {"env", "tfyarn_src", "tfyarn-spec.json"}
     assert f"-m {appspec.SUPERVISOR_MODULE} || true\nexit 0\n" in sup.script
-    assert "tfyarn.runtime" not in sup.script.replace(appspec.SUPERVISOR_MODULE, "")
+    assert "tfyarn.task" not in sup.script.replace(appspec.SUPERVISOR_MODULE, "")
     w = app.services["worker"]
     assert (w.instances, w.resources.memory, w.resources.vcores, w.resources.gpus) == (3, 4096, 4, 1)
     assert w.node_label == "gpu" and w.max_restarts == (2 + FREE_RESTARTS) * 3
@@ -56,7 +57,7 @@ def test_round_trip_and_fields(spec):
     # skein restarts per service; tfyarn per task: 3 workers x 2 restarts each share one budget of 6 (held by the
     # exit report), and async ps workers get FREE_RESTARTS more each from skein for preemptions and lost nodes
     assert w.env == {"TF_CPP_MIN_LOG_LEVEL": "2", "TFYARN_ROLE": "worker", "TFYARN_ATTEMPT": "0"}
-    assert "TFYARN_KV_URL" not in w.env and "TFYARN_INDEX" not in w.env
+    assert "TFYARN_KV" not in w.env and "TFYARN_INDEX" not in w.env
     assert app.services["chief"].resources == skein.Resources(memory=3072, vcores=2)
     assert app.services["ps"].resources.memory == 1024 and app.services["ps"].node_label == ""
     files = w.files
@@ -85,7 +86,7 @@ def test_sidecar_tensorboard_and_zero_instance_roles():
 
 def test_python_source_ships_no_env_and_kerberos_ships_no_keytab(tmp_path):
     """Tasks read HDFS with delegation tokens: neither the keytab nor its path reaches the app, its YAML or the spec
-    file the tasks read (tfyarn.kerberos)."""
+    file the tasks read (tfyarn.cluster.kerberos)."""
     kt = tmp_path / "me.keytab"
     kt.write_bytes(b"\x05\x02secret")
     kt.chmod(0o600)
@@ -98,7 +99,7 @@ def test_python_source_ships_no_env_and_kerberos_ships_no_keytab(tmp_path):
     text = app.to_yaml() + Path(spec_file).read_text()
     assert "secret" not in text and str(kt) not in text and "me.keytab" not in text
     assert "kinit" not in w.script and not any("KRB" in k for k in w.env)
-    assert "\n'/opt/py 3/bin/python' -m tfyarn.runtime || code=$?\n" in w.script
+    assert "\n'/opt/py 3/bin/python' -m tfyarn.task || code=$?\n" in w.script
 
 
 def test_the_supervisor_container_exits_0_whatever_its_python_does(tmp_path):
@@ -131,18 +132,18 @@ def test_container_script_exports_the_task_contract_and_execs_runtime(tmp_path):
     cdir = _fake_container_dir(tmp_path, script, f'#!/bin/sh\n{{ echo "ARGS $*"; env; }} > {dump}\n')
     env = {"PATH": os.environ["PATH"], "SKEIN_APPLICATION_ID": "application_1_0007",
            "SKEIN_CONTAINER_ID": "worker_2", "CONTAINER_ID": "container_1_0007_01_000004",
-           "TFYARN_ROLE": "worker", "TFYARN_KV_URL": "http://leak", "PYTHONPATH": "/site/extra"}
+           "TFYARN_ROLE": "worker", "TFYARN_KV": "http://leak", "PYTHONPATH": "/site/extra"}
     res = subprocess.run(["bash", "script.sh"], cwd=cdir, env=env, capture_output=True, text=True, timeout=30)
     assert res.returncode == 0, res.stderr
     assert "[tfyarn] container worker_2 yarn=container_1_0007_01_000004" in res.stderr
     out = dump.read_text().splitlines()
     vals = dict(line.split("=", 1) for line in out if "=" in line and not line.startswith("ARGS"))
-    assert out[0] == "ARGS -m tfyarn.runtime"
+    assert out[0] == "ARGS -m tfyarn.task"
     assert vals["TFYARN_APP_ID"] == "application_1_0007"
     assert vals["TFYARN_SPEC_FILE"] == f"{cdir}/tfyarn-spec.json"
     assert vals["TFYARN_CODE_DIR"] == f"{cdir}/code"
     assert vals["PYTHONPATH"] == f"{cdir}/tfyarn_src:/site/extra"
-    assert "TFYARN_KV_URL" not in vals and "TFYARN_INDEX" not in vals
+    assert vals["TFYARN_KV"] == "skein:" and "TFYARN_INDEX" not in vals
     # temporary files in the container's directory (YARN deletes it with the container), created by the script
     assert vals["TMPDIR"] == f"{cdir}/tmp" and (cdir / "tmp").is_dir()
 
@@ -153,7 +154,7 @@ def test_a_task_that_dies_is_reported_and_the_container_keeps_its_exit_code(tmp_
     script = container_script(ENV, code=False)
     calls = tmp_path / "calls.txt"
     fake = (f'#!/bin/bash\necho "$*" >> {calls}\n'
-            'if [ "$2" = tfyarn.runtime ]; then kill -9 $$; fi\n'
+            'if [ "$2" = tfyarn.task ]; then kill -9 $$; fi\n'
             'exit 0\n')
     cdir = _fake_container_dir(tmp_path, script, fake)
     t0 = time.time()
@@ -161,14 +162,14 @@ def test_a_task_that_dies_is_reported_and_the_container_keeps_its_exit_code(tmp_
                          env={"PATH": os.environ["PATH"]})
     assert res.returncode == 137, res.stderr
     first, report = calls.read_text().splitlines()
-    assert first == "-m tfyarn.runtime"
+    assert first == "-m tfyarn.task"
     mod, code, died = report.split()[1:]
-    assert mod == "tfyarn.runtime.exit_report" and code == "137" and t0 - 1 <= float(died) <= time.time()
+    assert mod == "tfyarn.task.yarn.exit_report" and code == "137" and t0 - 1 <= float(died) <= time.time()
     calls.unlink()                                          # a task that succeeds: no report
     cdir2 = _fake_container_dir(tmp_path / "ok", script, f'#!/bin/bash\necho "$*" >> {calls}\n')
     res = subprocess.run(["bash", "script.sh"], cwd=cdir2, capture_output=True, text=True, timeout=30,
                          env={"PATH": os.environ["PATH"]})
-    assert res.returncode == 0 and calls.read_text().splitlines() == ["-m tfyarn.runtime"]
+    assert res.returncode == 0 and calls.read_text().splitlines() == ["-m tfyarn.task"]
 
 
 def test_a_role_that_sets_tmpdir_keeps_it(tmp_path):
@@ -184,7 +185,7 @@ def test_a_role_that_sets_tmpdir_keeps_it(tmp_path):
 def test_shipped_tfyarn_source_is_what_imports(tmp_path):
     """The zip put on PYTHONPATH wins over any tfyarn installed in the env (the gateway's code runs)."""
     cdir = _fake_container_dir(tmp_path, "", "")
-    res = subprocess.run([sys.executable, "-c", "import tfyarn.runtime.kv_yarn as m; print(m.__file__)"],
+    res = subprocess.run([sys.executable, "-c", "import tfyarn.task.yarn.kv_yarn as m; print(m.__file__)"],
                          env={"PYTHONPATH": str(cdir / "tfyarn_src"), "PATH": os.environ["PATH"]},
                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
