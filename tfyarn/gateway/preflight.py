@@ -5,7 +5,8 @@ Every problem found is reported at once, like spec errors:
   ``data.train`` holds one global batch; ``checkpoint.dir``/``export.dir`` writable; ``init_from`` a checkpoint;
 * the queue RUNNING; each role's (and the application master's) memory / vcores within the queue's and the cluster's
   maxima; node labels the queue can use; the Kerberos keytab private (the login itself: :mod:`tfyarn.cluster.kerberos`);
-* the model's module and the roles' packages in the tasks' Python, where that Python is this one.
+* the model's module and the roles' packages in the tasks' Python, where that Python is this one; then (YARN, ps
+  mode) that each ps can hold the variables, split tables' shards and optimizer slots placed on it.
 
 The cluster is behind :class:`ClusterInfo` (two methods) so the rules are tested without a ResourceManager;
 :class:`SkeinClusterInfo` asks a live one. File checks go through fsspec (``hdfs://`` via hdfs-native).
@@ -429,6 +430,42 @@ def check_task_env(spec: JobSpec) -> list[str]:
     return problems
 
 
+def check_ps_memory(spec: JobSpec, timeout: float = 300.0) -> list[str]:
+    """ps mode: the model's graph built in a child process of this Python (``tfyarn.train.ps.memory_check``) to
+    see what each ps would hold (variables, split tables' shards, optimizer slots) against ``roles.ps.memory``: a
+    job whose tables cannot fit is refused here, in one line, not killed by YARN mid-run."""
+    if spec.mode != "ps" or not spec.instances("ps"):
+        return []
+    return _child_check(spec, "tfyarn.train.ps.memory_check", "sizing the ps of", timeout)
+
+
+def _child_check(spec: JobSpec, module: str, what: str, timeout: float) -> list[str]:
+    """Run ``python -m module SPEC_JSON`` (exit 2: its output lines are problems)."""
+    import subprocess
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
+        f.write(spec.to_json())
+        f.flush()
+        try:
+            proc = subprocess.run(
+                [sys.executable, "-m", module, f.name],
+                check=False,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+            )
+        except subprocess.TimeoutExpired:
+            return [f"model: {what} {spec.model} took over {timeout:g}s"]
+    if proc.returncode == 2:
+        return [line for line in proc.stdout.splitlines() if line.strip()]
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        return [f"model: {spec.model} failed when called to check it: {last}"]
+    return []
+
+
 def check_keras_model(spec: JobSpec, timeout: float = 300.0) -> list[str]:
     """A model whose code uses Keras: checked in a child process of this Python (``tfyarn.train.keras_check``:
     compiled, inputs named after features, in ps mode an optimizer with a v1 twin), so that a model tfyarn cannot
@@ -517,6 +554,8 @@ def run_preflight(
     problems += task_python.check(spec, hdfs.load_hadoop_conf())
     if runs_this_python(spec):  # the gateway's env is what the containers will run
         problems += check_task_env(spec)
+        if not problems:  # (YARN only: containers have a memory to exceed; a broken model says so above)
+            problems += check_ps_memory(spec)
     if cluster is not None:
         problems += check_resources(spec, cluster, master_memory_mib, master_vcores)
     if check_files:

@@ -11,8 +11,8 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
-from tfyarn.runtime.context import TaskContext  # noqa: E402
-from tfyarn.runtime.kv import MemoryKV  # noqa: E402
+from tfyarn.tasklib.context import TaskContext  # noqa: E402
+from tfyarn.tasklib.kv import MemoryKV  # noqa: E402
 from tfyarn.spec import load_spec_dict  # noqa: E402
 from tfyarn.train import load, sharding  # noqa: E402
 from tfyarn.train.ps.graph import build_graph  # noqa: E402
@@ -332,3 +332,18 @@ def test_plain_job_on_3_ps_resumes_on_2_and_warm_starts_on_1_values_equal(tmp_pa
     assert s3["warm_started_from"] and s3["resumed_from"] is None
     for x, y in zip(first, _model_values(tmp_path / "ckpt-c")):
         np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
+
+
+def test_preflight_sizing_refuses_tables_one_ps_cannot_hold_in_one_line_and_passes_them_split():
+    """Two 1,600,000 x 64 tables + Adagrad slots (1.6 GB) over 3 ps of 1 GiB: split, ~530 MiB a ps; whole
+    (ps.max_shards: 1), 781 MiB on one ps + TF's own: refused, naming the bytes and the ps memory."""
+    from tfyarn.train.ps import memory_check
+
+    doc = spec_doc(3, min_shard="64 MiB", num_users=1_600_000, num_items=1_600_000, dim=64)
+    doc["roles"]["ps"]["memory"] = "1 GiB"
+    assert memory_check.problems(load_spec_dict(doc).to_json()) == []
+    total, tables = memory_check.ps_loads(load_spec_dict(doc).to_json())
+    assert max(total) < 600 * 2**20 and sum(tables) >= 2 * 1_600_000 * 64 * 4
+    doc["ps"]["max_shards"] = 1
+    (line,) = memory_check.problems(load_spec_dict(doc).to_json())
+    assert "would hold 781 MiB of variables (391 MiB of model variables" in line and "over its 1,024 MiB" in line
