@@ -19,7 +19,9 @@ pull gradients), sampled every 0.2 s, per global step between the chief's progre
 its last record: no start-up, no final checkpoint). Everything that reaches a ps counts: lookups, gradients, the
 step counters, the chief's session calls.
 
-Usage: ``python scripts/bench_embeddings.py [--sizes 10000,1000000,10000000] [--steps 200] [--write]``.
+Usage: ``python scripts/bench_embeddings.py [--sizes 10000,1000000,10000000] [--steps 300] [--write]``;
+``--before-after OLD_TREE [--repeats 2]``: bench_training's small-table ps and allreduce jobs run from a checkout of
+tfyarn before this issue and from this tree, interleaved (examples/s).
 """
 
 from __future__ import annotations
@@ -132,7 +134,7 @@ def job_spec(files: list[str], work: Path, kind: str, rows: int, ps: int, sync: 
         "mode": "ps",
         "sync": sync,
         "data": {"train": files, "features": FEATURES, "batch_size": BATCH, "epochs": 1},
-        "checkpoint": {"dir": f"file://{work / 'ckpt'}", "every_secs": None},
+        # no checkpoint: TF1's Saver gathers every variable on the chief (GBs at 10^7 rows), not what is measured
         "roles": {"ps": {"instances": ps, "memory": mem}, "chief": {"instances": 1, "memory": mem}},
         "timeouts": {"step": 600, "rendezvous": 600},
     }
@@ -173,6 +175,7 @@ def run_one(files: list[str], work: Path, kind: str, rows: int, ps: int, sync: b
             return launchers[-1]
 
     samples: list[tuple[float, int]] = []  # (time, ps bytes)
+    summary: dict[str, Any] = {}
     progress: dict[float, int] = {}  # the chief's progress records: time → global step
     stop = threading.Event()
 
@@ -185,6 +188,9 @@ def run_one(files: list[str], work: Path, kind: str, rows: int, ps: int, sync: b
                     addrs = kv.store.items("addr/ps:")
                     ports = [int(a.rsplit(":", 1)[1]) for a in addrs.values()]
                     pids = ps_pids(ports) if len(ports) == ps else set()
+                got = kv.store.items("summary")
+                if got.get("summary"):
+                    summary.update(json.loads(got["summary"]))
                 rec = kv.store.items("progress/chief:0").get("progress/chief:0")
                 if rec:
                     r = json.loads(rec)
@@ -199,11 +205,10 @@ def run_one(files: list[str], work: Path, kind: str, rows: int, ps: int, sync: b
     status = run(OneLauncher(), spec)
     stop.set()
     th.join()
+    kv = launchers[-1].kv if launchers else None
+    if not summary and kv is not None and kv.store.items("summary").get("summary"):
+        summary.update(json.loads(kv.store.items("summary")["summary"]))
     state = str(getattr(status.state, "value", status.state))
-    try:
-        summary = json.loads((work / "ckpt" / "summary.json").read_text())
-    except OSError:
-        summary = {}
     return {
         "kind": kind,
         "rows": rows,
@@ -236,8 +241,48 @@ def bytes_per_step(samples: list[tuple[float, int]], progress: dict[float, int])
     return {"bytes_per_step": (at(tb) - at(ta)) / (gb - ga), "steps_measured": [ga, gb]}
 
 
+BEFORE_AFTER = """
+import json, sys
+from pathlib import Path
+sys.path.insert(0, {scripts!r})
+from bench_training import job_spec, run_job
+data = json.loads({data!r})
+work = Path({work!r})
+job = run_job(job_spec(data, work, {mode!r}, {workers}, ps={ps}, epochs=2), work)
+print(json.dumps({{"state": job["state"], "eps": (job.get("summary") or {{}}).get("examples_per_sec")}}))
+"""
+
+
+def before_after(old_tree: str, work: Path, repeats: int) -> list[dict[str, Any]]:
+    """bench_training's jobs (the small-table recommender, 1000-row tables, batch 1000, 2 epochs of 200,000
+    records) in ps and allreduce mode, run from ``old_tree`` (tfyarn before this issue) and from this tree,
+    interleaved: examples/s of each from its summary."""
+    from tfyarn.data import write_synthetic
+
+    data = write_synthetic(str(work / "data"), "recommender", files=16, records=200_000, skew=10.0, overwrite=True)
+    out = []
+    for rep in range(repeats):
+        for mode, workers, ps in (("ps", 1, 1), ("ps", 2, 1), ("allreduce", 1, 0), ("allreduce", 2, 0)):
+            for label, tree in (("before", old_tree), ("after", str(REPO))):
+                w = work / f"{label}-{mode}-{workers}-{rep}"
+                code = BEFORE_AFTER.format(
+                    scripts=f"{tree}/scripts", data=json.dumps(data), work=str(w), mode=mode, workers=workers, ps=ps
+                )
+                env = {**os.environ, "PYTHONPATH": tree}
+                proc = subprocess.run(
+                    [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tree, check=False
+                )
+                last = (proc.stdout.strip().splitlines() or ["{}"])[-1]
+                r = {"tree": label, "mode": mode, "workers": workers, "rep": rep, **json.loads(last)}
+                print(json.dumps(r), flush=True)
+                out.append(r)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--before-after", metavar="OLD_TREE", help="compare bench_training's small-table jobs")
+    ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--sizes", default="10000,1000000,10000000")
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--kinds", default="plain,keras")
@@ -247,6 +292,10 @@ def main() -> None:
     ap.add_argument("--write", action="store_true")
     a = ap.parse_args()
     work = Path(a.workdir or tempfile.mkdtemp(prefix="bench-emb-"))
+    if a.before_after:
+        rows_ba = before_after(a.before_after, work, a.repeats)
+        (work / "before_after.json").write_text(json.dumps(rows_ba, indent=1))
+        return
     files = write_data(work / "data", a.steps * BATCH)
     rows = []
     for size in [int(x) for x in a.sizes.split(",")]:

@@ -547,20 +547,26 @@ def run_preflight(
 ) -> list[str]:
     """Run every check (``cluster=None``: no queue/resource checks); raise :class:`PreflightError` listing all
     problems, else return warnings (may be empty)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    # (YARN only: containers have a memory to exceed.) A child process importing TF: it runs beside the rest.
+    sizing = ThreadPoolExecutor(1, thread_name_prefix="tfyarn-ps-sizing")
+    ps_memory = sizing.submit(check_ps_memory, spec) if runs_this_python(spec) else None
+    sizing.shutdown(wait=False)
     problems = check_kerberos(spec)
     # issue 31: can the containers' account (LinuxContainerExecutor) run the tasks' Python?
     from tfyarn.gateway import task_python
 
     problems += task_python.check(spec, hdfs.load_hadoop_conf())
-    if runs_this_python(spec):  # the gateway's env is what the containers will run
-        problems += check_task_env(spec)
-        if not problems:  # (YARN only: containers have a memory to exceed; a broken model says so above)
-            problems += check_ps_memory(spec)
+    env_problems = check_task_env(spec) if runs_this_python(spec) else []  # the env the containers will run
+    problems += env_problems
     if cluster is not None:
         problems += check_resources(spec, cluster, master_memory_mib, master_vcores)
     if check_files:
         listed = list_data(spec, get_fs)
         problems += _file_checks(spec, get_fs, listed)
+    if ps_memory is not None and not env_problems:  # (a model that cannot load has said so above)
+        problems += ps_memory.result()
     _raise(problems, "nothing was uploaded or submitted")
     warnings = local_path_warnings(spec)
     for w in warnings + (index_notes(spec, listed) if check_files else []):  # notes are said, not returned
