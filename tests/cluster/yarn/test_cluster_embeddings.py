@@ -19,7 +19,7 @@ from tfyarn.cluster import hdfs
 from tfyarn.errors import PreflightError
 from tfyarn.spec import load_spec_dict
 
-pytestmark = [*needs_yarn, pytest.mark.timeout(3 * JOB_S)]
+pytestmark = [*needs_yarn, pytest.mark.timeout(4 * JOB_S)]
 
 ROWS = 1_600_000
 
@@ -35,7 +35,7 @@ def test_tables_bigger_than_one_ps_train_over_three_and_one_shard_is_refused_by_
     (line,) = exc.value.problems
     assert line.startswith("roles.ps.memory: ps:") and "over its 1,024 MiB" in line, line
     spec = load_spec_dict(doc)
-    st = runner.run(yarn, spec, timeout=JOB_S)
+    st = runner.run(yarn, spec, timeout=2 * JOB_S)  # (3 x 1 GiB of tables and slots to initialise, on 2 cores)
     assert st.state is AppState.SUCCEEDED, st.diagnostics
     s = st.summary
     assert s["global_step"] == s["total_steps"] == sum(planned_steps(spec)), s
