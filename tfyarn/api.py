@@ -38,6 +38,8 @@ __all__ = [
     "load",
     "logs",
     "pack",
+    "predict",
+    "predict_job",
     "report",
     "report_location",
     "run",
@@ -97,6 +99,53 @@ def submit(spec: JobSpec, backend: str | None = None) -> str:
     """Start the job (its dry-run request, exactly) and return its app id without waiting."""
     with get_backend(backend) as b:
         return b.submit(spec)
+
+
+def predict_job(spec: JobSpec, overwrite: bool = False) -> JobSpec:
+    """``spec`` as the scoring job ``tfyarn predict`` starts (docs/predict.md): ``job: predict`` (workers only),
+    ``predict.saved_model``'s ``<dir>/latest`` fixed to the newest version now (every task and attempt scores with
+    the same model), and the output dir checked once for the whole run: one holding anything is refused (exit 2)
+    unless ``overwrite``, which removes it. Attempts and restarts after this keep what earlier ones committed."""
+    from tfyarn.cluster import hdfs
+    from tfyarn.errors import PreflightError
+    from tfyarn.predict.output import check_output
+    from tfyarn.predict.signature import resolve_latest
+    from tfyarn.spec import load_spec_dict
+
+    if spec.job != "predict":
+        doc = json.loads(spec.to_json())
+        base_dir = doc.pop("base_dir", None)
+        spec = load_spec_dict(doc | {"job": "predict"}, base_dir=base_dir)
+    p = spec.predict
+    assert p is not None  # (validated: job predict needs the section)
+    if spec.kerberos is not None:  # the output and the model are read with the gateway's login, as submit's are
+        from tfyarn.cluster import kerberos
+
+        kerberos.login(kerberos.resolved(spec), hdfs.load_hadoop_conf())
+    if p.saved_model:
+        try:
+            fixed = resolve_latest(p.saved_model, hdfs.get_fs)
+        except OSError as exc:
+            raise PreflightError(f"predict.saved_model: {exc}", [str(exc)]) from None
+        spec = spec.model_copy(update={"predict": p.model_copy(update={"saved_model": fixed})})
+    problem = check_output(p.output, overwrite, hdfs.get_fs)
+    if problem:
+        raise PreflightError(problem, [problem])
+    return spec
+
+
+def predict(
+    spec: JobSpec,
+    backend: str | None = None,
+    overwrite: bool = False,
+    echo: Callable[[str, str], None] | None = None,
+    on_update: Callable[[AppStatus], None] | None = None,
+    timeout: float | None = None,
+    detach_report: bool = False,
+) -> AppStatus:
+    """Score ``spec``'s ``predict.input`` with its model to the end (:func:`predict_job`, then :func:`run`)."""
+    job = predict_job(spec, overwrite)
+    return run(job, backend, echo=echo, on_update=on_update, timeout=timeout, detach_report=detach_report)
 
 
 def status(app_id: str) -> AppStatus:

@@ -127,6 +127,13 @@ def validate(spec_path: str, overrides: tuple[str, ...], check_files: bool, back
 
         api.check_files(spec, backend)
     roles = ", ".join(f"{r}x{spec.instances(r)}" for r in spec.roles if spec.instances(r))
+    if spec.job == "predict" and spec.predict:
+        p = spec.predict
+        click.echo(
+            f"{spec_path}: ok — predict job {spec.name!r}, {roles}: {p.saved_model or p.checkpoint} over "
+            f"{', '.join(p.input)} into {p.output} ({p.output_format}, batch {p.batch_size})"
+        )
+        return
     click.echo(
         f"{spec_path}: ok — job {spec.name!r}, mode {spec.mode}{' sync' if spec.sync else ''}, {roles}, "
         f"{spec.data.epochs} epochs, global batch {spec.global_batch_size} "
@@ -188,6 +195,49 @@ def run(ctx: click.Context, spec_path: str, overrides: tuple[str, ...], backend:
         st = api.run(
             spec, backend=backend, echo=view.echo if view else None, on_update=view, detach_report=True
         )  # YARN: the report's plot and uploads are not on the exit path
+    finally:
+        if view:
+            view.close()
+    _print_final(st, output)
+
+
+@cli.command()
+@click.argument("spec_path", metavar="SPEC")
+@_set_option
+@_backend_option
+@click.option("--overwrite", is_flag=True, help="Replace predict.output when it holds anything (else refused).")
+@click.option("--submit", "submit_", is_flag=True, help="Submit, print the app id and return (then status, wait ...).")
+@click.option("--output", type=click.Choice(["text", "json"]), default="text", help="Final status format.")
+@click.pass_context
+def predict(
+    ctx: click.Context,
+    spec_path: str,
+    overrides: tuple[str, ...],
+    backend: str | None,
+    overwrite: bool,
+    submit_: bool,
+    output: str,
+) -> None:
+    """Score predict.input with the trained model (docs/predict.md): workers only, every row written once; the
+    exit code is the job's outcome, as for run."""
+    from tfyarn import api
+    from tfyarn.display import progress_view
+
+    spec = _load(spec_path, overrides + ("job=predict",))
+    if submit_:
+        app_id = api.submit(api.predict_job(spec, overwrite), backend)
+        click.echo(json.dumps({"app_id": app_id}, indent=1) if output == "json" else app_id)
+        return
+    view = None if ctx.obj["quiet"] else progress_view()
+    try:
+        st = api.predict(
+            spec,
+            backend=backend,
+            overwrite=overwrite,
+            echo=view.echo if view else None,
+            on_update=view,
+            detach_report=True,
+        )
     finally:
         if view:
             view.close()

@@ -38,13 +38,22 @@ def progress_text(st: AppStatus) -> str:
     p = st.progress or {}
     running = sum(1 for t in st.tasks if t.state == "RUNNING")
     parts = [f"{st.state.value.lower()}", f"tasks {running}/{len(st.tasks)} running"]
+    if p.get("rows_total") is not None:  # a predict job
+        parts.append(f"rows {p.get('rows') or 0:,}/{p['rows_total']:,}")
+        if p.get("rows_per_sec"):
+            parts.append(f"{p['rows_per_sec']:,.0f} rows/s")
+        if p.get("eta_s") is not None:
+            parts.append(f"ETA {_fmt_eta(p['eta_s'])}")
+        return " · ".join(parts)
     if p.get("global_step") is not None:
         total = p.get("total_steps")
         parts.append(f"step {p['global_step']}" + (f"/{total}" if total else ""))
+    if p.get("taken"):  # a user's program: what each task took from train_dataset(), reported or not
+        parts.append(f"batches taken from train_dataset() {_per_task(p['taken'])}")
     if p.get("epoch") is not None:
         parts.append(f"epoch {p['epoch']}")
     if p.get("examples_per_sec"):
-        parts.append(f"{p['examples_per_sec']:,.0f} ex/s")
+        parts.append(f"{p['examples_per_sec']:,.0f} ex/s" + (" taken" if p.get("examples_from") else ""))
     if p.get("loss") is not None:
         parts.append(f"loss {p['loss']:.4f}")
     if p.get("eval"):
@@ -56,6 +65,11 @@ def progress_text(st: AppStatus) -> str:
 
 #: Keys of an evaluation record that are not metrics.
 _EVAL_META = ("checkpoint", "global_step", "epoch", "batches", "examples", "time", "eval_seconds")
+
+
+def _per_task(values: dict[str, Any]) -> str:
+    """``chief:0=26 worker:0=26``."""
+    return " ".join(f"{k}={v}" for k, v in values.items())
 
 
 def _eval_text(ev: dict, brief: bool = False) -> str:
@@ -76,6 +90,7 @@ def tasks_table(st: AppStatus) -> Any:
     from rich.table import Table
 
     per_task = (st.progress or {}).get("per_task") or {}
+    taken = (st.progress or {}).get("taken") or {}  # a program's batches from train_dataset(), when no step
     table = Table(box=None, pad_edge=False, header_style="bold", expand=False)
     for col in ("role", "#", "state", "host", "restarts", "step", "exit"):
         table.add_column(col, justify="left" if col in ("role", "state", "host") else "right")
@@ -88,7 +103,7 @@ def tasks_table(st: AppStatus) -> Any:
             f"[{_STATE_STYLE.get(t.state, '')}]{t.state}[/]",
             t.host or "-",
             str(t.restarts),
-            "-" if step is None else str(step),
+            (f"{taken[t.task]} taken" if t.task in taken else "-") if step is None else str(step),
             "" if t.exit_code is None else str(t.exit_code),
         )
     return table
@@ -100,14 +115,18 @@ def progress_line(st: AppStatus, width: int = 30) -> Any:
     from rich.table import Table
 
     p = st.progress or {}
-    step, total = p.get("global_step") or 0, p.get("total_steps")
+    known, total = p.get("global_step"), p.get("total_steps")
+    step = known or 0
     bar = ProgressBar(
         total=float(total) if total else None,
         completed=float(min(step, total or step)),
         width=width,
         animation_time=0.0 if st.state.is_terminal else None,
     )
-    figures = [f"step {step}/{total} ({100.0 * step / total:.0f}%)" if total else f"step {step}"]
+    if known is None:  # a user's program that reports no step: what it took from train_dataset(), if anything
+        figures = [f"batches taken {_per_task(p['taken'])}" if p.get("taken") else "step not reported"]
+    else:
+        figures = [f"step {step}/{total} ({100.0 * step / total:.0f}%)" if total else f"step {step}"]
     figures.append(f"{p['examples_per_sec']:,.0f} ex/s" if p.get("examples_per_sec") else "- ex/s")
     figures.append(f"ETA {_fmt_eta(p.get('eta_s'))}")
     figures.append(f"loss {p['loss']:.4f}" if p.get("loss") is not None else "loss -")
@@ -278,6 +297,17 @@ def _skipped_lines(s: dict[str, Any], shown: int = 5) -> list[str]:
     return lines
 
 
+def _predict_lines(s: dict[str, Any]) -> list[str]:
+    """A predict job's summary (its ``_SUCCESS``): rows in and out, skipped, parts, bytes, where."""
+    lines = [
+        f"  rows: {s['rows_in']:,} in, {s['rows_out']:,} out"
+        + (f", {s['skipped']:,} skipped as corrupt (on_corrupt: skip)" if s.get("skipped") else ""),
+        f"  output: {s.get('output')} ({s.get('parts')} {s.get('format')} parts, {s.get('bytes', 0):,} bytes)",
+        f"  model: {s.get('model')} · {s.get('workers')} workers · batch {s.get('batch_size')}",
+    ]
+    return lines + [f"    {w}" for w in (s.get("skipped_at") or [])[:5]]
+
+
 def summary_text(st: AppStatus) -> str:
     """The end-of-run summary: outcome, steps per worker, examples/s, first and last loss."""
     took = f" in {st.finished - st.started:.1f}s" if st.finished and st.started else ""
@@ -285,25 +315,40 @@ def summary_text(st: AppStatus) -> str:
     if st.diagnostics:
         lines.append(f"  diagnosis: {st.diagnostics}")
     s = st.summary or {}
-    if s:
+    program = "entrypoint" in s  # the user's own program: what it did not report is not known
+    if s.get("job") == "predict":
+        lines += _predict_lines(s)
+    elif s:
+        gs = s.get("global_step")
         head = [
-            f"global step {s.get('global_step')}" + (f"/{s['total_steps']}" if s.get("total_steps") else ""),
-            f"{s.get('epochs')} epochs",
-            f"mode {s.get('mode')}{' sync' if s.get('sync') else ''}{' (custom train)' if s.get('custom') else ''}",
+            f"global step {'not reported' if gs is None else gs}"
+            + (f"/{s['total_steps']}" if s.get("total_steps") else ""),
         ]
+        if s.get("epochs") is not None:
+            head.append(f"{s.get('epochs')} epochs")
+        head.append(
+            f"mode {s.get('mode')}{' sync' if s.get('sync') else ''}{' (custom train)' if s.get('custom') else ''}"
+        )
         if s.get("global_batch_size"):
             head.append(f"global batch {s['global_batch_size']}")
         lines.append("  " + " · ".join(head))
         spw = s.get("steps_per_worker") or {}
         if spw:
             lines.append("  steps per worker: " + " ".join(f"{k}={v}" for k, v in spw.items()))
+        if program:
+            lines += _program_lines(s)
         if s.get("examples_per_sec") is not None:
-            lines.append(f"  examples/s: {s['examples_per_sec']:,.0f}")
+            taken = " (taken from train_dataset())" if s.get("examples_from") else ""
+            lines.append(f"  examples/s{taken}: {s['examples_per_sec']:,.0f}")
+        elif program:
+            lines.append("  examples/s: not reported")
         first, last = s.get("first_loss"), s.get("last_loss")
         if first is not None and last is not None:
             change = (last - first) / abs(first) * 100 if first else 0.0
             word = "down" if last < first else "UP"
             lines.append(f"  loss: first {first:.4f} -> last {last:.4f} ({word} {abs(change):.1f}%)")
+        elif program:
+            lines.append("  loss: not reported (tfyarn.progress(loss=...), or fit's tfyarn.keras.callback())")
         if s.get("resumed_from"):
             nothing_ran = first is None and s.get("total_steps") and s.get("global_step") == s.get("total_steps")
             lines.append(
@@ -339,6 +384,30 @@ def summary_text(st: AppStatus) -> str:
     return "\n".join(lines)
 
 
+def _program_lines(s: dict[str, Any]) -> list[str]:
+    """The user's program (``entrypoint:``): what each task took from ``train_dataset()`` (batches of the planned,
+    examples, epochs) and how long its program ran — known to tfyarn whether or not the program reports."""
+    lines = []
+    taken = s.get("taken") or {}
+    if taken:
+        planned = s.get("planned_batches")
+        each = " ".join(f"{t}={v['batches']}" for t, v in taken.items())
+        extra = [f"of {planned} planned" if planned else "", f"{max(v['epochs'] for v in taken.values())} epochs"]
+        examples = {v["examples"] for v in taken.values()}
+        if len(examples) == 1:
+            extra.append(f"{examples.pop():,} examples each")
+        lines.append(f"  batches taken from train_dataset(): {each} ({', '.join(e for e in extra if e)})")
+    elif s.get("batch_size") is not None:
+        lines.append(
+            "  batches taken from train_dataset(): none (the program read its own data, or in ps mode "
+            "the workers' TF servers did)"
+        )
+    ran = s.get("program_s") or {}
+    if ran:
+        lines.append("  program ran: " + " ".join(f"{t}={v:.1f}s" for t, v in ran.items()))
+    return lines
+
+
 def report_text(report: dict[str, Any], png: str | None) -> str:
     """A few lines for people: outcome, the plot's location, per-task figures."""
     took = f" in {report['duration_s']:.1f}s" if report.get("duration_s") else ""
@@ -357,7 +426,10 @@ def report_text(report: dict[str, Any], png: str | None) -> str:
             if s.get("mean_examples_per_sec") is not None
             else "examples/s -"
         )
-        lines.append(f"  {task:<12} step {s.get('last_step')}  {loss}  {rate}  ({s.get('points')} points)")
+        step = "step not reported" if s.get("last_step") is None else f"step {s['last_step']}"
+        if s.get("batches_taken") is not None:
+            step += f" · {s['batches_taken']} batches taken from train_dataset()"
+        lines.append(f"  {task:<12} {step}  {loss}  {rate}  ({s.get('points')} points)")
     for t in (report.get("status") or {}).get("tasks") or []:  # each task's resource use (issue 32)
         if t.get("peak_rss_mib") is not None:
             mem = f" of {t['memory_mib']:,}" if t.get("memory_mib") else ""

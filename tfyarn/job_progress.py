@@ -39,7 +39,11 @@ class GlobalStepRate:
 def aggregate_progress(
     items: dict[str, str], total_steps: int | None, training_tasks: list[str], rate: GlobalStepRate | None = None
 ) -> dict:
-    """The furthest global step, summed examples/s, mean loss; ETA when ``rate`` follows the job over time."""
+    """The furthest global step, summed examples/s, mean loss; ETA when ``rate`` follows the job over time.
+
+    A user's program that reported no step (``reported: false``, or the log heartbeat's record) has none: the
+    global step, a task's step, examples/s and the epoch are ``None`` ("not reported"), never 0; what it took from
+    ``train_dataset()`` is ``taken`` (batches per task) and its examples/s (``examples_from``)."""
     recs = {}
     for key, raw in items.items():
         try:
@@ -49,23 +53,43 @@ def aggregate_progress(
     if not recs:
         return {"total_steps": total_steps} if total_steps else {}
     train = [recs[t] for t in training_tasks if t in recs]
-    gstep = max((r.get("global_step") or r.get("step") or 0) for r in recs.values())
-    eps = sum(r.get("examples_per_sec") or 0.0 for r in train)
+    stepped = [r for r in recs.values() if r.get("reported") is not False and r.get("heartbeat") is None]
+    gstep = max(((r.get("global_step") or r.get("step") or 0) for r in stepped), default=None)
+    rates = [r["examples_per_sec"] for r in train if r.get("examples_per_sec") is not None]
+    taken = {t: r["taken"] for t, r in recs.items() if (r.get("taken") or {}).get("batches")}
+    from_taken = [
+        r["taken"]["examples_per_sec"]
+        for r in train
+        if r.get("examples_per_sec") is None and (r.get("taken") or {}).get("examples_per_sec")
+    ]
     losses = [r["loss"] for r in train if r.get("loss") is not None]
-    out = {
+    epochs = [r["epoch"] for r in train if r in stepped and r.get("epoch") is not None]
+    eps = round(sum(rates + from_taken), 1) if rates or from_taken else None
+    out: dict[str, Any] = {
         "global_step": gstep,
-        "examples_per_sec": round(eps, 1),
+        "examples_per_sec": eps,
         "loss": round(sum(losses) / len(losses), 6) if losses else None,
-        "epoch": max((r.get("epoch") or 0) for r in train) if train else None,
-        "per_task": {t: r.get("step") for t, r in recs.items()},
+        "epoch": max(epochs) if epochs else None,
+        "per_task": {t: r.get("step") if r in stepped else None for t, r in recs.items()},
     }
-    steps_per_s = rate.add(gstep) if rate is not None else None
+    if taken:  # a user's program: the batches each task took from train_dataset() (reported or not)
+        out["taken"] = {t: v["batches"] for t, v in sorted(taken.items())}
+        if from_taken and not rates:
+            out["examples_from"] = "train_dataset()"
+    scoring = [r for r in train if r.get("rows_total") is not None]
+    if scoring:  # a predict job (tfyarn.predict): rows scored of the input's, and rows/s (= examples/s)
+        rows, rows_total = sum(r.get("rows") or 0 for r in scoring), sum(r["rows_total"] for r in scoring)
+        out |= {"rows": rows, "rows_total": rows_total, "rows_per_sec": round(eps or 0.0, 1)}
+        out["eta_s"] = round((rows_total - rows) / eps, 1) if eps and rows < rows_total else None
+        return out
+    steps_per_s = rate.add(gstep) if rate is not None and gstep is not None else None
     measured = [float(r["global_steps_per_sec"]) for r in train if r.get("global_steps_per_sec")]
     if not steps_per_s and measured:  # the tasks' own global-step rates: the median, against one stopped task
         steps_per_s = statistics.median(measured)
     if total_steps:
         out["total_steps"] = total_steps
-        out["eta_s"] = round((total_steps - gstep) / steps_per_s, 1) if steps_per_s and gstep < total_steps else None
+        ok = steps_per_s and gstep is not None and gstep < total_steps
+        out["eta_s"] = round((total_steps - (gstep or 0)) / (steps_per_s or 1.0), 1) if ok else None
     return out
 
 

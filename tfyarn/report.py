@@ -54,6 +54,10 @@ class ProgressHistory:
             self._seen[task] = rec if stamp is None else stamp
             point = {"task": task, "time": float(stamp if stamp is not None else (now or time.time()))}
             point.update({k: rec.get(k) for k in POINT_FIELDS if rec.get(k) is not None})
+            if rec.get("reported") is False or rec.get("heartbeat"):  # a program's record: no step of its own
+                point.pop("step", None)
+            if (rec.get("taken") or {}).get("batches"):  # what a program took from train_dataset() by then
+                point["batches_taken"] = rec["taken"]["batches"]
             new.append(point)
         if new:
             self.points.extend(new)
@@ -178,9 +182,14 @@ def _task_stats(points: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     for task, pts in sorted(_by_task(points).items()):
         losses = [p["loss"] for p in pts if p.get("loss") is not None]
         rates = [p["examples_per_sec"] for p in _rate_points(pts)]
+        steps = [p["step"] for p in pts if p.get("step") is not None]
+        taken = [p["batches_taken"] for p in pts if p.get("batches_taken") is not None]
         out[task] = {
             "points": len(pts),
-            "last_step": max((p.get("step") or 0) for p in pts),
+            # None: a user's program that reported no step (not 0); batches_taken: what it took from
+            # train_dataset() (tfyarn counts it whether or not the program reports)
+            "last_step": max(steps) if steps else None,
+            **({"batches_taken": max(taken)} if taken else {}),
             "first_loss": losses[0] if losses else None,
             "last_loss": losses[-1] if losses else None,
             "mean_examples_per_sec": round(sum(rates) / len(rates), 1) if rates else None,

@@ -310,6 +310,66 @@ class Ps(_Model):
     )
 
 
+class Predict(_Model):
+    """Batch scoring (``tfyarn predict SPEC``, docs/predict.md): a trained model over a whole table, by workers only,
+    in equal row ranges, each output part written under a temporary name and renamed once complete."""
+
+    saved_model: str | None = Field(
+        None,
+        description="an exported SavedModel dir (hdfs:///models/ctr/1234), or <export dir>/latest: the newest "
+        "numbered version, fixed when the job is submitted",
+    )
+    checkpoint: str | None = Field(
+        None,
+        description="a checkpoint dir instead of saved_model: the spec's model: and params: build the model, "
+        "restored from the dir's latest checkpoint",
+    )
+    signature: str = Field("serving_default", description="the SavedModel's signature to call")
+    input: list[str] = Field(..., description="fsspec URLs, globs or table roots, as data.train")
+    format: Literal["auto", "tfrecord", "parquet", "orc"] = Field(
+        "auto", description="input format; auto: by extension (.parquet, .orc; anything else is TFRecord)"
+    )
+    compression: Literal["auto", "none", "gzip"] = "auto"
+    features: dict[str, Feature] | None = Field(
+        None, description="the model's inputs as read from the input; default: data.features without the label"
+    )
+    output: str = Field(..., description="output dir (fsspec URL); refused when it exists unless --overwrite")
+    output_format: Literal["parquet", "tfrecord"] = "parquet"
+    keep: Union[Literal["all"], list[str]] = Field(
+        default_factory=list,
+        description="input columns written beside the predictions: a list, or all (every column of a table; "
+        "every feature of TFRecords)",
+    )
+    batch_size: StrictInt = Field(1024, gt=0, description="rows per model call (the last batch padded)")
+    part_rows: StrictInt = Field(
+        1_000_000, gt=0, description="rows per output part at most: the unit a retried task rewrites"
+    )
+    prefetch: StrictInt = Field(4, gt=0, description="batches read ahead of the model")
+    on_corrupt: Literal["fail", "skip"] = Field(
+        "fail", description="a corrupt record or a null without default: fail, or skip (counted and listed)"
+    )
+    index_cache: str | None = Field(None, description="where input indexes are cached (as data.index_cache)")
+
+    @field_validator("input", mode="before", json_schema_input_type=Union[str, list[str]])
+    @classmethod
+    def _listify(cls, v: Any) -> Any:
+        """One URL or glob needs no list around it."""
+        return [v] if isinstance(v, str) else v
+
+    @field_validator("input")
+    @classmethod
+    def _nonempty(cls, v: list[str]) -> list[str]:
+        if not v:
+            raise ValueError("at least one URL or glob")
+        return v
+
+    @model_validator(mode="after")
+    def _one_model(self) -> "Predict":
+        if (self.saved_model is None) == (self.checkpoint is None):
+            raise ValueError("give exactly one of saved_model and checkpoint")
+        return self
+
+
 class Tracking(_Model):
     """Experiment tracking (optional extra ``tracking``: mlflow-skinny in the tasks' environment): the chief logs the
     job as an MLflow run (params, per-step loss and examples/s, eval metrics, the summary and the run report)."""
@@ -437,10 +497,16 @@ class JobSpec(_Model):
         "with its arguments) or 'module:function'; runs on every chief and worker with TF_CONFIG "
         "set (docs/models.md)",
     )
+    job: Literal["train", "predict"] = Field(
+        "train",
+        description="what the job does: train, or predict (score predict.input with the model; "
+        "tfyarn predict SPEC sets it)",
+    )
+    predict: Predict | None = Field(None, description="batch scoring with a trained model (docs/predict.md)")
     model: str = Field(
         "",
         description="module:callable returning a tfyarn model, a compiled Keras model, or a "
-        "custom train(ctx); required unless entrypoint is given",
+        "custom train(ctx); required unless entrypoint is given (or a predict job scores a saved_model)",
     )
     params: dict[str, Any] = Field(default_factory=dict, description="keyword arguments passed to the model callable")
     mode: Literal["ps", "allreduce"] = "ps"
@@ -473,8 +539,12 @@ class JobSpec(_Model):
     @field_validator("model")
     @classmethod
     def _model_ref(cls, v: str, info: ValidationInfo) -> str:
-        if not v and not info.data.get("entrypoint"):  # checked here, so it is listed with every other problem
-            raise ValueError("required")
+        predict = info.data.get("predict")
+        scores_saved_model = info.data.get("job") == "predict" and predict is not None and predict.saved_model
+        if not v and not info.data.get("entrypoint") and not scores_saved_model:
+            if predict is not None and predict.saved_model:
+                raise ValueError("required to train (to score predict.saved_model: job: predict, or tfyarn predict)")
+            raise ValueError("required")  # checked here, so it is listed with every other problem
         if v and not _MODEL_REF_RE.match(v):
             raise ValueError(f"{v!r} is not 'module:callable' (e.g. tfyarn.models.recommender:model)")
         return v
@@ -505,14 +575,42 @@ class JobSpec(_Model):
                 problems.append(f"entrypoint: {target!r} is neither a script ('train.py ...') nor 'module:function'")
             if self.export is not None:
                 problems.append("export: an entrypoint job saves its own model (tfyarn cannot know what it trained)")
+        elif self.job == "predict":
+            problems += self._predict_problems()
         elif "data" not in self.model_fields_set:
             problems.append("data: required")
         if problems:
             raise ValueError("\n".join(problems))
         return self
 
+    def _predict_problems(self) -> list[str]:
+        """A predict job: its section, the model's inputs named, and workers to score with."""
+        p = self.predict
+        if p is None:
+            return ["predict: required by job: predict (the model, input and output to score)"]
+        problems = []
+        if not p.features and not ("data" in self.model_fields_set and self.data.features):
+            problems.append("predict.features: required (the model's inputs), or data.features")
+        if p.checkpoint and not self.model:
+            problems.append("model: predict.checkpoint needs the model: that wrote it (and its params:)")
+        if self.instances("worker") < 1:
+            problems.append("roles.worker.instances: a predict job scores with workers, at least 1")
+        keep = p.keep if isinstance(p.keep, list) else []
+        if len(set(keep)) < len(keep):
+            problems.append("predict.keep: a column is named twice")
+        return problems
+
+    @property
+    def scoring_features(self) -> dict[str, Feature]:
+        """A predict job's model inputs: ``predict.features``, else ``data.features`` without the label."""
+        if self.predict is not None and self.predict.features:
+            return dict(self.predict.features)
+        return {k: v for k, v in self.data.features.items() if k != self.data.label}
+
     @model_validator(mode="after")
     def _topology(self) -> "JobSpec":
+        if self.job == "predict":  # workers only: the training roles and their rules do not apply
+            return self
         n = self.instances
         problems = [f"roles.{r}.instances: at most 1 {r}" for r in ("chief", "evaluator", "tensorboard") if n(r) > 1]
         if n("chief") + n("worker") == 0:
@@ -795,6 +893,16 @@ def _resolve_paths(spec: JobSpec, base_dir: str) -> JobSpec:
         | ({"index_cache": res(spec.data.index_cache)} if spec.data.index_cache else {})
     )
     ck = {k: res(v) for k in ("dir", "init_from") if (v := getattr(spec.checkpoint, k))}
+    extra: dict[str, Any] = {}
+    if spec.predict:
+        p = spec.predict
+        extra["predict"] = p.model_copy(
+            update={"input": [res(u) for u in p.input], "output": res(p.output)}
+            | {k: res(v) for k in ("saved_model", "checkpoint", "index_cache") if (v := getattr(p, k))}
+        )
+    if spec.job == "predict":  # workers only (a training spec's ps, chief, evaluator are not started)
+        extra["roles"] = {"worker": spec.roles.get("worker") or Role()}
+        extra["export"] = None
     update: dict[str, Any] = {"base_dir": base_dir, "data": data, "checkpoint": spec.checkpoint.model_copy(update=ck)}
     if spec.export:
         update["export"] = spec.export.model_copy(update={"dir": res(spec.export.dir)})
@@ -802,7 +910,7 @@ def _resolve_paths(spec: JobSpec, base_dir: str) -> JobSpec:
         update["code"] = res(spec.code)
     if spec.kerberos:
         update["kerberos"] = spec.kerberos.model_copy(update={"keytab": res(spec.kerberos.keytab)})
-    return spec.model_copy(update=update)
+    return spec.model_copy(update=update | extra)
 
 
 def load_spec(path: str | Path, overrides: tuple[str, ...] | list[str] = ()) -> JobSpec:

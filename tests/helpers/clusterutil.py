@@ -299,3 +299,33 @@ def cpu_hog():
     """The box's cores saturated by :class:`CpuHog` for the test's duration (stopped whatever happens)."""
     with CpuHog() as hog:
         yield hog
+
+
+# ------------------------------------------------------------------------------------------ a job's Python
+def python_without_tensorflow(dest: Path) -> str:
+    """A real Python with tfyarn's own dependencies (pyproject's ``dependencies``, with theirs) and no TensorFlow:
+    a venv of this interpreter whose site-packages links exactly those distributions' files from this one's (no
+    download, < 1 s). The nodes run it as a job's ``environment.python``; tfyarn itself is shipped."""
+    import re
+    import tomllib
+    import venv
+    from importlib import metadata
+
+    venv.EnvBuilder(with_pip=False, symlinks=True).create(dest)
+    site = next(dest.glob("lib/python*/site-packages"))
+    todo = [re.split(r"[ <>=!;\[(~]", r, maxsplit=1)[0]
+            for r in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]]
+    seen: set[str] = set()
+    while todo:
+        name = todo.pop().lower().replace("_", "-")
+        if name in seen:
+            continue
+        seen.add(name)
+        dist = metadata.distribution(name)
+        todo += [re.split(r"[ <>=!;\[(~]", r, maxsplit=1)[0] for r in dist.requires or () if "extra ==" not in r]
+        for top in {Path(str(f)).parts[0] for f in dist.files or () if not str(f).startswith("..")}:
+            src = Path(str(dist.locate_file(top)))
+            if src.exists() and not (site / top).exists():
+                (site / top).symlink_to(src)
+    assert "tensorflow" not in seen
+    return str(dest / "bin" / "python")

@@ -21,3 +21,33 @@ def require_tf_keras() -> None:
         import tf_keras  # noqa: F401
     else:
         pytest.importorskip("tf_keras")
+
+
+#: The tutorial's MNIST as tfyarn features (docs/models.md, "Multi-worker training with Keras").
+DIGIT_FEATURES = {"image": {"dtype": "float32", "shape": [28, 28]}, "label": {"dtype": "int64"}}
+
+
+def write_digits(url_dir: str, records: int, files: int = 4, seed: int = 0) -> str:
+    """MNIST-like TFRecords (a fixed 28x28 pattern per class, pixel values 0-255, plus noise) under ``url_dir``
+    (any fsspec URL: hdfs:// for the YARN suite), in ``files`` shards of uneven size; returns their glob. No
+    download: CI has no network."""
+    import numpy as np
+
+    from tfyarn.data.example import encode_example
+    from tfyarn.data.tfrecord import TFRecordWriter
+
+    import fsspec
+
+    fs, root = fsspec.core.url_to_fs(url_dir)
+    fs.makedirs(root, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    protos = rng.uniform(0, 255, size=(10, 28, 28))
+    sizes = [records // files + (1 if i < records % files else 0) for i in range(files)]
+    sizes = [n + d for n, d in zip(sizes, [17, -17, 5, -5][:files] + [0] * max(0, files - 4))] if files >= 2 else sizes
+    for i, n in enumerate(sizes):
+        labels = rng.integers(0, 10, n)
+        images = np.clip(protos[labels] * 0.6 + rng.uniform(0, 102, size=(n, 28, 28)), 0, 255).astype("float32")
+        with TFRecordWriter(f"{url_dir.rstrip('/')}/train-{i:03d}.tfrecord") as w:
+            for img, lab in zip(images, labels):
+                w.write(encode_example({"image": img, "label": np.int64(lab)}, {"image": "float", "label": "int64"}))
+    return url_dir.rstrip("/") + "/train-*.tfrecord"

@@ -42,6 +42,8 @@ class TfyarnOperator(BaseOperator):
         poll_interval: float = 5.0,
         log_interval: float = 30.0,
         wait_timeout: float | None = None,
+        predict: bool = False,
+        overwrite: bool = False,
         **kwargs: Any,
     ):
         super().__init__(**kwargs)
@@ -55,6 +57,9 @@ class TfyarnOperator(BaseOperator):
         self.poll_interval = poll_interval
         self.log_interval = log_interval
         self.wait_timeout = wait_timeout
+        #: ``tfyarn predict``: score the spec's predict.input (docs/predict.md); ``overwrite`` replaces an output dir
+        #: an earlier try left (a retry of a failed scoring run is refused without it)
+        self.predict, self.overwrite = predict, overwrite
         self._app_id: str | None = None
 
     # ------------------------------------------------------------------------------------------------ execute
@@ -121,9 +126,12 @@ class TfyarnOperator(BaseOperator):
     def _submit(self, tags: list[str]) -> str:
         from tfyarn import api
 
-        spec = api.load(self.spec, self.overrides)
+        overrides = [*self.overrides, "job=predict"] if self.predict else list(self.overrides)
+        spec = api.load(self.spec, overrides)
         all_tags = merge_tags(spec.tags, tags)
-        spec = api.load(self.spec, [*self.overrides, f"tags={json.dumps(all_tags)}"])
+        spec = api.load(self.spec, [*overrides, f"tags={json.dumps(all_tags)}"])
+        if self.predict:
+            spec = api.predict_job(spec, self.overwrite)
         app_id = api.submit(spec, self.backend)
         self.log.info("submitted tfyarn job %r as %s (tags %s)", spec.name, app_id, ", ".join(all_tags))
         return app_id

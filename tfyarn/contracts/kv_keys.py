@@ -124,8 +124,9 @@ KEYS: tuple[KvKey, ...] = (
     KvKey(
         "progress/<task>",
         "JSON {step, global_step, epoch, examples_per_sec, steps_per_sec, global_steps_per_sec, "
-        "loss, time, attempt, restart, done}",
-        "train.progress (trainers, ≤ 1/s)",
+        "loss, time, attempt, restart, done}; a user's program's also {reported (false: no step of its own), "
+        "taken {batches, examples, epochs, seconds, examples_per_sec}, beat, program_s}",
+        "train.progress (trainers, ≤ 1/s; task.entrypoint's program records through it)",
         "supervisor, job_progress, tasklib.watchdog, backends.yarn.states (status snapshots)",
     ),
     KvKey(

@@ -64,6 +64,8 @@ class Triage:
 _TEXT_RULES: tuple[tuple[str, str, str, re.Pattern[str]], ...] = tuple(
     (cls, cause, words, re.compile(rx, re.IGNORECASE))
     for cls, cause, words, rx in (
+        # its Python lacks a module it needs (contracts.startup): no attempt on the same nodes would start
+        (USER, "cannot_start", "could not start (its Python lacks a module)", r"^cannot start: "),
         (INFRA, "preempted", "preempted by the scheduler", r"preempt"),
         (
             INFRA,

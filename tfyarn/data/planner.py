@@ -153,3 +153,41 @@ def round_robin_steps(counts: Iterable[int], num_workers: int, batch_size: int) 
     for i, n in enumerate(counts):
         per[i % num_workers] += n
     return [r // batch_size for r in per]
+
+
+@dataclass(frozen=True)
+class Part:
+    """One output part of a scoring run: records ``ranges`` (in order, possibly across files), scored by ``worker``.
+    ``index`` numbers the parts in input order over the whole run, so the output's parts read in name order are
+    the input's rows in manifest order."""
+
+    index: int
+    worker: int
+    ranges: tuple[RecordRange, ...]
+
+    @property
+    def rows(self) -> int:
+        return sum(len(r) for r in self.ranges)
+
+
+def scoring_plan(manifest: Any, num_workers: int, part_rows: int) -> tuple[Part, ...]:
+    """Every record once (one epoch, no shuffle, nothing dropped): the records in manifest order cut into
+    ``num_workers`` consecutive shares of equal size (±1 record), each share into parts of at most ``part_rows``.
+
+    A pure function of (manifest, workers, part_rows): a retried task recomputes the same parts and rewrites only
+    those without a committed output."""
+    if num_workers <= 0 or part_rows <= 0:
+        raise ValueError(f"scoring_plan needs num_workers > 0 and part_rows > 0 (got {num_workers}, {part_rows})")
+    files = [(p, n) for p, n in _counts(manifest) if n > 0]
+    total = sum(n for _, n in files)
+    starts, acc = [], 0
+    for _, n in files:
+        starts.append(acc)
+        acc += n
+    parts: list[Part] = []
+    for w in range(num_workers):
+        lo, hi = total * w // num_workers, total * (w + 1) // num_workers
+        for a in range(lo, hi, part_rows):
+            ranges = tuple(RecordRange(*r) for r in _slice(files, starts, a, min(hi, a + part_rows)))
+            parts.append(Part(len(parts), w, ranges))
+    return tuple(parts)

@@ -14,7 +14,8 @@ Two ways to read the share:
   a pure-TF pipeline of ``TFRecordDataset`` record ranges + ``tf.io.parse_example`` — paths TF itself can read.
 
 The runtime binds the job's data and this task's rank (:func:`bind`) before the program starts; TF is imported only
-when a dataset is made.
+when a dataset is made. The feeder's pipeline tells the runtime each batch it hands over (``on_batch``): what a
+program that reports nothing itself took from ``train_dataset()`` is still known (the run report's "batches taken").
 """
 
 from __future__ import annotations
@@ -33,16 +34,33 @@ class _Binding:
     num_workers: int  # shares of each epoch
     cache_dir: str | None
     manifest: Any = None
+    on_batch: Callable[[int, int], None] | None = None  # (epoch, examples) of each batch the feeder pipeline yields
 
 
 _BOUND: _Binding | None = None
 
 
-def bind(data: Any, rank: int, num_workers: int, cache_dir: str | None = None) -> None:
+def bind(
+    data: Any,
+    rank: int,
+    num_workers: int,
+    cache_dir: str | None = None,
+    on_batch: Callable[[int, int], None] | None = None,
+) -> None:
     """Called by the runtime in each task of an entrypoint job, before the user's program runs: ``num_workers``
-    shares, this task's is ``rank`` (-1: none; in mode ps the shares are the workers', the chief coordinates)."""
+    shares, this task's is ``rank`` (-1: none; in mode ps the shares are the workers', the chief coordinates);
+    ``on_batch(epoch, examples)`` is called for each batch this task's feeder pipeline yields."""
     global _BOUND
-    _BOUND = _Binding(data, rank, num_workers, cache_dir)
+    _BOUND = _Binding(data, rank, num_workers, cache_dir, on_batch=on_batch)
+
+
+def planned_batches() -> int | None:
+    """Batches :func:`train_dataset` holds for every epoch of ``data.epochs`` (None: no data bound, or its manifest
+    was never built here: this task made no dataset, and the run report must not index the data for it)."""
+    b = _BOUND
+    if b is None or not b.data.train or b.manifest is None:
+        return None
+    return sum(n for _, n in _steps(b, None))
 
 
 def _bound() -> _Binding:
@@ -185,6 +203,8 @@ def _feeder_pipeline(b: _Binding, plan_steps: list[tuple[int, int]]) -> Any:
                 for i, batch in enumerate(feeder.epoch(e)):
                     if i >= n:
                         break
+                    if b.on_batch is not None:
+                        b.on_batch(e, d.batch_size)
                     yield _tf_values(batch)
 
     ds = tf.data.Dataset.from_generator(batches, output_signature=_signature(b))

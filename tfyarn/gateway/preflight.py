@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 import uuid
 from dataclasses import dataclass, field
@@ -69,7 +70,10 @@ def list_data(spec: JobSpec, get_fs: GetFs = hdfs.get_fs) -> list[_Listed]:
     from tfyarn.data.manifest import data_files
 
     out = []
-    for section, urls in (("data.train", spec.data.train), ("data.eval", spec.data.eval)):
+    sections: tuple[tuple[str, list[str]], ...] = (("data.train", spec.data.train), ("data.eval", spec.data.eval))
+    if spec.job == "predict":  # a predict job reads predict.input only (check_predict)
+        sections = (("predict.input", spec.predict.input if spec.predict else []),)
+    for section, urls in sections:
         for i, url in enumerate(urls):
             try:
                 fs, path = get_fs(url)
@@ -421,12 +425,14 @@ def check_task_env(spec: JobSpec) -> list[str]:
         )
     elif module and not spec.entrypoint:
         problems += check_keras_model(spec)
-    if spec.instances("tensorboard") and not _installed("tensorboard"):
-        problems.append(
-            "roles.tensorboard: the 'tensorboard' package is not installed in the Python environment the "
-            "tasks run (it is no longer installed with TensorFlow): pip install 'tfyarn[tensorboard]' (or "
-            "tensorboard), or remove roles.tensorboard"
-        )
+    for package, extra, why in needed_packages(spec):
+        if not _installed(package):
+            problems.append(
+                f"{why}: the '{package}' package is not installed in the Python environment the tasks run"
+                + (" (it is no longer installed with TensorFlow)" if package == "tensorboard" else "")
+                + f": pip install 'tfyarn[{extra}]' (or {package})"
+                + (", or remove roles.tensorboard" if why == "roles.tensorboard" else "")
+            )
     return problems
 
 
@@ -434,7 +440,7 @@ def check_ps_memory(spec: JobSpec, timeout: float = 300.0) -> list[str]:
     """ps mode: the model's graph built in a child process of this Python (``tfyarn.train.ps.memory_check``) to
     see what each ps would hold (variables, split tables' shards, optimizer slots) against ``roles.ps.memory``: a
     job whose tables cannot fit is refused here, in one line, not killed by YARN mid-run."""
-    if spec.mode != "ps" or not spec.instances("ps"):
+    if spec.mode != "ps" or not spec.instances("ps") or spec.entrypoint or not spec.model:
         return []
     return _child_check(spec, "tfyarn.train.ps.memory_check", "sizing the ps of", timeout)
 
@@ -464,6 +470,66 @@ def _child_check(spec: JobSpec, module: str, what: str, timeout: float) -> list[
         last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
         return [f"model: {spec.model} failed when called to check it: {last}"]
     return []
+
+
+#: Packages a job's code may import that TensorFlow does not bring: (package, tfyarn's extra, what in an
+#: entrypoint program's code refers to it).
+_CODE_PACKAGES = (
+    (
+        "tensorboard",
+        "tensorboard",
+        re.compile(
+            rb"\bTensorBoard\s*\(|\bsummary\.(?:scalar|histogram|image|text|audio)\s*\(|"
+            rb"^[ \t]*(?:import|from)[ \t]+tensorboard\b",
+            re.M,
+        ),
+    ),
+    ("mlflow", "tracking", re.compile(rb"^[ \t]*(?:import|from)[ \t]+mlflow\b", re.M)),
+)
+
+
+def needed_packages(spec: JobSpec) -> list[tuple[str, str, str]]:
+    """What the job's code will import that the env may lack, where the gateway can know it: (package, extra,
+    why). A tensorboard role needs ``tensorboard``; ``tracking: {mlflow: ...}`` needs ``mlflow`` (the chief logs the
+    run); an entrypoint program (its script or module, and the modules of ``code:`` it imports; read, not run)
+    that refers to TensorBoard (``tf.keras.callbacks.TensorBoard``, ``tf.summary.scalar`` ...: a Keras callback
+    fails at its first summary with TBNotInstalledError) or imports mlflow. The evaluator needs neither: tfyarn
+    writes its event files itself."""
+    from tfyarn.task.warm_imports import code_refers
+
+    out: list[tuple[str, str, str]] = []
+    if spec.instances("tensorboard"):
+        out.append(("tensorboard", "tensorboard", "roles.tensorboard"))
+    if spec.tracking is not None and spec.tracking.mlflow:
+        out.append(("mlflow", "tracking", "tracking.mlflow"))
+    if spec.entrypoint:
+        target = spec.entrypoint_parts()[0]
+        if target.endswith(".py"):  # a script of code: (a missing one is check_task_env's problem)
+            script = Path(target) if Path(target).is_absolute() else Path(spec.code or spec.base_dir or ".") / target
+            target = str(script) if script.is_file() else ""
+        else:
+            target = target.partition(":")[0]
+        for package, extra, pattern in _CODE_PACKAGES:
+            if not target or any(package == p for p, _, _ in out):
+                continue
+            found = code_refers(target, pattern, spec.code)
+            if found:
+                out.append((package, extra, f"entrypoint: {Path(found).name} uses {package}"))
+    return out
+
+
+def unchecked_packages(spec: JobSpec) -> list[str]:
+    """Warnings for a job whose tasks run a Python the gateway cannot see (``environment.python`` on the nodes, a
+    prebuilt ``environment.archive``): what its code needs is named, not checked."""
+    env = spec.environment
+    if runs_this_python(spec) or env.source not in ("python", "archive"):
+        return []
+    where = f"environment.python {env.python}" if env.source == "python" else f"environment.archive {env.archive}"
+    return [
+        f"{why} needs the '{package}' package: preflight cannot list the packages of {where} (not this Python "
+        f"environment); install 'tfyarn[{extra}]' there"
+        for package, extra, why in needed_packages(spec)
+    ]
 
 
 def check_keras_model(spec: JobSpec, timeout: float = 300.0) -> list[str]:
@@ -568,7 +634,7 @@ def run_preflight(
     if ps_memory is not None and not env_problems:  # (a model that cannot load has said so above)
         problems += ps_memory.result()
     _raise(problems, "nothing was uploaded or submitted")
-    warnings = local_path_warnings(spec)
+    warnings = local_path_warnings(spec) + unchecked_packages(spec)
     for w in warnings + (index_notes(spec, listed) if check_files else []):  # notes are said, not returned
         log.warning("preflight: %s", w)
     return warnings
@@ -609,8 +675,32 @@ def run_local_preflight(spec: JobSpec, get_fs: GetFs = hdfs.get_fs, count_record
         log.warning("preflight: %s", w)
 
 
+def check_predict(spec: JobSpec, get_fs: GetFs = hdfs.get_fs) -> list[str]:
+    """A predict job's model against ``predict.features``, before any container starts: the SavedModel's signature
+    read from its ``saved_model.pb`` here (protobuf, no TensorFlow: :mod:`tfyarn.predict.signature`); one line per
+    mismatch, naming both sides. A ``predict.checkpoint`` model is served on the features themselves (as ``tfyarn
+    export`` does): nothing to compare before the task builds it."""
+    from tfyarn.predict.signature import mismatches, parse_signatures, resolve_latest
+
+    p = spec.predict
+    if p is None or not p.saved_model:
+        return []
+    try:
+        url = resolve_latest(p.saved_model, get_fs)
+        fs, path = get_fs(url)
+        with fs.open(path.rstrip("/") + "/saved_model.pb", "rb") as f:
+            sigs = parse_signatures(f.read())
+    except Exception as exc:  # noqa: BLE001 - any filesystem or parse error is a reportable problem here
+        return [f"predict.saved_model: cannot read {p.saved_model}/saved_model.pb: {type(exc).__name__}: {exc}"]
+    if p.signature not in sigs:
+        return [f"predict.signature: {url} has no signature {p.signature!r} (it has: {', '.join(sorted(sigs))})"]
+    return [f"predict.saved_model: {m} ({url})" for m in mismatches(spec.scoring_features, sigs[p.signature][0])]
+
+
 def _file_checks(spec: JobSpec, get_fs: GetFs, listed: list[_Listed], count_records: bool = True) -> list[str]:
     """The checks of the data and the output directories, every caller's (records counted unless told not to)."""
+    if spec.job == "predict":
+        return check_data(spec, get_fs, listed) + check_predict(spec, get_fs)
     return (
         check_data(spec, get_fs, listed)
         + check_data_schema(spec, get_fs, listed)

@@ -18,6 +18,7 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Callable
 
+from tfyarn.contracts import startup
 from tfyarn.errors import ExitCode, WaitTimeout, timeout_message
 from tfyarn.tasklib.context import TaskContext, failure_key
 from tfyarn.tasklib.kv import KV, HttpKV, KVUnavailable
@@ -208,6 +209,11 @@ def run_role(ctx: TaskContext, phase_kv: KV | None = None) -> None:
             kv = phase_kv
             run_entrypoint(ctx, finish=(lambda: _yarn_task_done(kv, ctx)) if kv is not None else None)
             return
+        if ctx.spec.job == "predict":  # batch scoring: workers only (docs/predict.md)
+            from tfyarn.predict import run as run_predict
+
+            run_predict(ctx)
+            return
         from tfyarn.train import run_task
 
         run_task(ctx)
@@ -281,6 +287,8 @@ def main() -> int:
         task = _task_label()  # (the index may have been claimed since the start)
         log.exception("task %s failed", task)
         message = _failure_text(exc)
+        if isinstance(exc, ImportError):  # this Python lacks a module the task needs: say which, and which Python
+            message = startup.cannot_start(startup.import_error_text(exc))
         if _is_tf_deadline(exc):
             _report_failure(kv, task, timeout_message(message))
             return ExitCode.TIMED_OUT

@@ -81,7 +81,7 @@ def build_cluster(spec: JobSpec, addrs: dict[str, str]) -> dict[str, list[str]]:
 
 def rendezvous(spec: JobSpec, role: str, index: int, kv: KV, host: str) -> tuple[dict[str, list[str]], int | None]:
     """Publish this task's address (cluster roles) and wait for every cluster task's. Returns (cluster, port)."""
-    if role not in CLUSTER_ROLES:
+    if role not in CLUSTER_ROLES or spec.job == "predict":  # scoring workers never talk to each other
         return {}, None
     port = reserve_port()
     me = f"{role}:{index}"

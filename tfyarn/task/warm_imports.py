@@ -156,13 +156,26 @@ def _imported_names(source: bytes, module: str, is_package: bool) -> set[str]:
 def code_uses_keras(module: str, code_dir: str | None = None) -> bool:
     """Does model module ``module`` (or any module of the job's own code it imports: under the model's top-level
     package or in ``code_dir``, the spec's ``code:``) refer to Keras? Nothing is imported."""
+    return code_refers(module, _KERAS_RE, code_dir) is not None
+
+
+def code_refers(module: str, pattern: re.Pattern[bytes], code_dir: str | None = None) -> str | None:
+    """The first file of the job's own code that matches ``pattern``: module ``module`` (or a script, a path ending
+    in ``.py``) and every module of the job's code it imports (under its top-level package or in ``code_dir``);
+    None when none does. Nothing is imported (preflight: the gateway must not run the job's code)."""
     path = ([code_dir] if code_dir else []) + [p for p in sys.path if p != code_dir]
+    script = Path(module) if module.endswith(".py") else None
+    if script is not None:
+        module = "__main__"
     own_tops = {module.split(".")[0]}
     if code_dir and os.path.isdir(code_dir):
         own_tops |= {
             Path(n).stem for n in os.listdir(code_dir) if n.endswith(".py") or os.path.isdir(os.path.join(code_dir, n))
         }
     files: dict[str, Path | None] = {}
+
+    if script is not None:
+        files[module] = script.resolve()
 
     def file_of(name: str) -> Path | None:
         """The module's source file (None for namespace packages, extension modules, bytecode only)."""
@@ -187,14 +200,14 @@ def code_uses_keras(module: str, code_dir: str | None = None) -> bool:
         except OSError as exc:
             log.debug("not reading %s: %s", file, exc)
             continue
-        if _KERAS_RE.search(source):
-            log.debug("%s (%s) refers to Keras", name, file)
-            return True
+        if pattern.search(source):
+            log.debug("%s (%s) matches %s", name, file, pattern.pattern)
+            return str(file)
         for dep in _imported_names(source, name, file.name == "__init__.py"):
             parts = dep.split(".")
             if parts[0] in own_tops:
                 todo.extend(".".join(parts[:i]) for i in range(1, len(parts) + 1))  # a.b.c runs a/ and a/b/ too
-    return False
+    return None
 
 
 def model_module(spec_file: str | None) -> str | None:

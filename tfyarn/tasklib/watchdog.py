@@ -212,14 +212,15 @@ class StallReport:
 def _progress(value: str | None) -> tuple[int | None, bool]:
     """(step, done) of a ``progress/<task>`` value; (None, False) if absent or unreadable (a bad record is not
     progress). The step is the task's own, else ``global_step``: in async ps mode the global step moves while a
-    frozen worker's own step does not."""
+    frozen worker's own step does not; else ``beat`` (a user's program that reports nothing: its log output and
+    the batches it took, :mod:`tfyarn.task.entrypoint`)."""
     try:
         d = json.loads(value) if value is not None else None
     except ValueError:
         d = None
     if not isinstance(d, dict):
         return None, False
-    step = next((int(d[k]) for k in ("step", "global_step") if isinstance(d.get(k), (int, float))), None)
+    step = next((int(d[k]) for k in ("step", "global_step", "beat") if isinstance(d.get(k), (int, float))), None)
     return step, d.get("done") is True
 
 

@@ -46,8 +46,10 @@ class ProgressReporter:
         history: Any = None,
         attempt: int = 0,
         restart: int = 0,
+        program: bool = False,
     ):
         self.kv, self.task, self.interval, self.log_every = kv, task, interval, log_every
+        self.program = program  # the user's own program (entrypoint): what it never reported is not 0
         self.fail_on_nan_loss = fail_on_nan_loss
         self.history = history  # a tfyarn.train.history.TaskHistory: this task's own points
         self.attempt, self.restart = attempt, restart
@@ -65,9 +67,10 @@ class ProgressReporter:
         self.begin()
 
     @classmethod
-    def for_task(cls, ctx: Any) -> "ProgressReporter":
+    def for_task(cls, ctx: Any, program: bool = False) -> "ProgressReporter":
         """The reporter of a training task: ``fail_on_nan_loss`` from the spec, and the task's own progress history
-        (:mod:`tfyarn.train.history`, next to the checkpoints; the chief's also feeds TensorBoard)."""
+        (:mod:`tfyarn.train.history`, next to the checkpoints; the chief's also feeds TensorBoard). ``program``: the
+        task runs the user's own program (:meth:`snapshot`)."""
         from tfyarn.train.history import TaskHistory, restart_number
         from tfyarn.train.tracking import attach
 
@@ -80,7 +83,13 @@ class ProgressReporter:
             history=history,
             attempt=ctx.attempt,
             restart=restart_number(),
+            program=program,
         )
+
+    @property
+    def reported(self) -> bool:
+        """Has a step been reported (by tfyarn's loop, or the user's program through ``tfyarn.progress``)?"""
+        return self._first_step_at is not None
 
     def begin(self) -> None:
         """Restart the clock (call right before the first step, so start-up is not counted in examples/s)."""
@@ -177,6 +186,9 @@ class ProgressReporter:
             "attempt": self.attempt,
             "restart": self.restart,
         }
+        taken = self.extra.get("taken")
+        if taken and taken.get("batches"):  # the user's program: what it took from train_dataset() by then
+            point["batches_taken"] = taken["batches"]
         span = now - self._hist_t
         if self.history.points and span >= MIN_RATE_WINDOW_S:
             point["examples_per_sec"] = round(self._hist_ex / span, 1)
@@ -186,12 +198,23 @@ class ProgressReporter:
 
     def snapshot(self) -> dict[str, Any]:
         """The ``progress/<task>`` record. ``global_steps_per_sec`` is how fast the job's global step moved over
-        the last window as this task saw it: a single status read (``tfyarn status`` on YARN) has an ETA from it."""
+        the last window as this task saw it: a single status read (``tfyarn status`` on YARN) has an ETA from it.
+        A user's program that has reported no step has none of those: ``reported: false`` and what tfyarn knows
+        itself (``extra``: the batches taken from ``train_dataset()``, the log heartbeat). A program that reports
+        steps without examples has no examples/s of its own (``None``, not 0)."""
+        if self.program and not self.reported:
+            return {
+                "reported": False,
+                "time": time.time(),
+                "attempt": self.attempt,
+                "restart": self.restart,
+                **self.extra,
+            }
         return {
             "step": self.step,
             "global_step": self.global_step,
             "epoch": self.epoch,
-            "examples_per_sec": round(self._rate, 1),
+            "examples_per_sec": None if self.program and not self.examples else round(self._rate, 1),
             "steps_per_sec": round(self._step_rate, 3),
             "global_steps_per_sec": None if self._gs_rate is None else round(self._gs_rate, 3),
             "loss": self.last_loss,
@@ -250,17 +273,22 @@ def publish_total_steps(kv: KV, total: int) -> None:
 def wait_for_final_progress(ctx: Any, timeout: float, reporting_only: bool = False) -> dict[str, dict[str, Any]]:
     """Chief, before ``control/done``: every training task's progress, once each other one has published its final
     record (``done``), or after ``timeout`` (logged, naming the missing ones). ``reporting_only`` (the user's own
-    program): wait only for the tasks that reported a step (a ParameterServerStrategy worker never does).
+    program): wait only for the tasks that reported a step or took batches from ``train_dataset()`` (a
+    ParameterServerStrategy worker does neither).
 
     Why wait: ``control/done`` lets the ps exit. A worker still starting (a re-run of a finished job: the chief
     restores the last checkpoint and is done at once) would then wait forever on a session to a ps that left.
     """
     others = [t for t in ctx.training_tasks if t != ctx.task_id]
+
+    def worked(p: dict[str, Any]) -> bool:  # a step reported, or batches taken from train_dataset()
+        return bool(p.get("step") or (p.get("taken") or {}).get("batches"))
+
     deadline = time.monotonic() + timeout
     while True:
         raw = {t: ctx.kv.get(progress_key(t)) for t in ctx.training_tasks}
         per_task = {t: json.loads(v) for t, v in raw.items() if v is not None}
-        waited = [t for t in others if not reporting_only or per_task.get(t, {}).get("step")]
+        waited = [t for t in others if not reporting_only or worked(per_task.get(t, {}))]
         missing = [t for t in waited if not per_task.get(t, {}).get("done")]
         if not missing:
             return per_task

@@ -89,14 +89,17 @@ function memoryCell(t, warn) {
             el("span", {style: "width:" + Math.min(100, 100 * frac) + "%"}))
     + " " + num(rss) + " / " + num(mem) + " MiB" + peak;
 }
-function taskRow(t, perTask, rates, warn) {
+function taskRow(t, perTask, rates, warn, taken) {
   const [role, index] = t.task.split(":"), r = rates[t.task];
-  const step = perTask[t.task] != null ? perTask[t.task] : (r || {}).step;
+  let step = perTask[t.task] != null ? perTask[t.task] : (r || {}).step;
+  // a user's program that reports no step: the batches it took from train_dataset(), labelled
+  if (step == null && taken[t.task] != null) step = num(taken[t.task]) + " taken";
+  else step = num(step);
   const href = logHref(t);
   const cells = [el("td", {}, esc(role)), el("td", {}, esc(index)),
     el("td", {class: "l"}, esc(t.host || "-")),
     el("td", {class: "l"}, el("span", {class: "state " + t.state}, esc(t.state))),
-    el("td", {}, t.restarts), el("td", {}, num(step)),
+    el("td", {}, t.restarts), el("td", {}, step),
     el("td", {}, r ? num(r.examples_per_sec) : "-"), el("td", {}, num(t.cpu_percent, 1)),
     el("td", {class: "l"}, memoryCell(t, warn)),
     el("td", {class: "l"}, href ? el("a", {href: href}, "log") : "-")];
@@ -110,15 +113,29 @@ function render(st) {
   $("state").textContent = st.state;
   $("state").className = "state " + st.state;
   $("diag").innerHTML = st.diagnostics ? el("pre", {}, esc(st.diagnostics)) : "";
-  const gs = p.global_step != null ? p.global_step : sum.global_step;
-  const total = p.total_steps || sum.total_steps;
+  const scoring = p.rows_total != null || sum.job === "predict";  // a predict job: rows, not steps
+  const gs = scoring ? (p.rows != null ? p.rows : sum.rows_out)
+    : (p.global_step != null ? p.global_step : sum.global_step);
+  const total = scoring ? (p.rows_total || sum.rows_in) : (p.total_steps || sum.total_steps);
   $("progressfill").style.width = (total ? Math.min(100, 100 * (gs || 0) / total) : 0) + "%";
-  const parts = ["global step " + num(gs) + (total ? " / " + num(total) : "")];
-  if (p.epoch != null) parts.push("epoch " + p.epoch);
+  const program = !scoring && (sum.entrypoint != null || p.taken != null);  // a user's program: "not reported"
+  const parts = [(scoring ? "rows scored " : "global step ") + (gs == null && program ? "not reported" : num(gs))
+                 + (total ? " / " + num(total) : "")];
+  if (scoring && p.rows_per_sec != null) parts.push(num(p.rows_per_sec) + " rows/s");
+  if (scoring && sum.parts != null) parts.push(num(sum.parts) + " parts, " + num(sum.bytes) + " bytes");
+  const taken = p.taken || Object.fromEntries(Object.entries(sum.taken || {}).map(([t, v]) => [t, v.batches]));
+  if (Object.keys(taken).length) {
+    parts.push("batches taken from train_dataset() " + Object.entries(taken).map(
+      ([t, n]) => t + "=" + num(n)).join(" ") + (sum.planned_batches ? " of " + num(sum.planned_batches) : ""));
+  }
+  if (p.epoch != null && !scoring) parts.push("epoch " + p.epoch);
   const eps = p.examples_per_sec != null ? p.examples_per_sec : sum.examples_per_sec;
-  if (eps != null) parts.push(num(eps) + " examples/s");
+  const from = p.examples_from || sum.examples_from;
+  if (eps != null && !scoring) parts.push(num(eps) + " examples/s" + (from ? " (taken from " + from + ")" : ""));
+  else if (program) parts.push("examples/s not reported");
   const loss = p.loss != null ? p.loss : sum.last_loss;
   if (loss != null) parts.push("loss " + num(loss, 4));
+  else if (program) parts.push("loss not reported");
   if (!ended) parts.push("ETA " + eta(p.eta_s));
   else if (st.finished && st.started) parts.push("took " + num(st.finished - st.started, 1) + " s");
   $("progress").textContent = parts.join(" · ");
@@ -130,7 +147,7 @@ function render(st) {
   $("links").innerHTML = links.join(" · ");
   const perTask = p.per_task || {}, rates = lastByTask(), warn = [];
   $("tasks").tBodies[0].innerHTML = (st.tasks || []).map(
-    (t) => taskRow(t, perTask, rates, warn)).join("");
+    (t) => taskRow(t, perTask, rates, warn, taken)).join("");
   $("warnings").innerHTML = warn.map((w) => el("p", {class: "warn"}, "memory: " + esc(w))).join("");
   const ev = p.eval || sum.eval;
   $("eval").innerHTML = !ev ? "" : "<b>latest evaluation</b> (" + esc(ev.checkpoint)

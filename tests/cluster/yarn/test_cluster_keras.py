@@ -7,8 +7,13 @@
 * its tf_keras ParameterServerStrategy ``fit`` script (``mode: ps``), each worker's ``dataset_fn``
   reading its share with ``train_dataset(worker=...)``, a pure-TF pipeline: TF reads no
   ``hdfs://``, so the data is a local directory, the shared filesystem of this one-host cluster;
-* its Keras 3 MultiWorkerMirroredStrategy custom-loop script, on HDFS data.
+* its Keras 3 MultiWorkerMirroredStrategy custom-loop script, on HDFS data;
+* TensorFlow's "Multi-worker training with Keras" tutorial as docs/models.md gives it (issue 39): 2 workers,
+  3 epochs over ``train_dataset()`` of MNIST-like records on HDFS; its run report shows each worker took exactly
+  its planned batches, with fit's steps, loss and accuracy from ``tfyarn.keras.callback()``.
 """
+import json
+
 import pytest
 from clusterutil import (
     JOB_S,
@@ -20,7 +25,7 @@ from clusterutil import (
     unique,
     write_dataset,
 )
-from keras_helpers import doc_examples, require_tf_keras
+from keras_helpers import DIGIT_FEATURES, doc_examples, require_tf_keras, write_digits
 
 from tfyarn import runner
 from tfyarn.cluster import hdfs
@@ -107,4 +112,41 @@ def test_an_entrypoint_keras3_custom_loop_script_trains_on_its_hdfs_share_on_yar
     assert s["entrypoint"] == "custom_loop.py" and s["global_step"] == planned, s
     assert s["first_loss"] is not None and s["last_loss"] is not None, s
     assert st.progress.get("per_task") == {"chief:0": planned, "worker:0": planned}, st.progress
+    assert_clean(yarn, st.app_id, tag=spec.name)
+
+
+def test_the_mwms_tutorial_takes_exactly_its_planned_batches_per_worker_on_yarn(yarn, hdfs_root, tmp_path):
+    require_tf_keras()
+    from tfyarn.display import summary_text
+
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "mwms_tutorial.py").write_text(doc_examples()["mwms_tutorial.py"])
+    name = unique("mwms-tutorial")
+    # 3 epochs x 7 steps per worker of batch 64 (issue 39's run had 26: 3 minutes of a loaded CI box)
+    data = write_digits(hdfs.join(hdfs_root, name, "data"), records=1000)
+    doc = job_doc(data, name, mode="allreduce", epochs=3, batch=64, code=str(code), entrypoint="mwms_tutorial.py",
+                  memory="1536 MiB")
+    del doc["model"], doc["params"]
+    doc["data"]["features"] = DIGIT_FEATURES
+    doc["roles"] = {"worker": {"instances": 2, "memory": "1536 MiB"}}  # the tutorial's cluster: workers only
+    spec = load_spec_dict(doc)
+    planned = 3 * min(planned_steps(spec))
+    assert planned == 21, planned
+    st = runner.run(yarn, spec, timeout=JOB_S)
+    assert st.state is AppState.SUCCEEDED, st.diagnostics
+    workers = ("worker:0", "worker:1")
+    s = st.summary
+    assert s["planned_batches"] == planned and s["reported"] is True, s
+    assert {t: (v["batches"], v["examples"], v["epochs"]) for t, v in s["taken"].items()} == dict.fromkeys(
+        workers, (planned, planned * 64, 3)), s["taken"]
+    assert s["global_step"] == planned and s["steps_per_worker"] == dict.fromkeys(workers, planned), s
+    assert s["last_loss"] is not None and "accuracy" in s["metrics"] and s["examples_per_sec"] > 0, s
+    line = f"batches taken from train_dataset(): worker:0={planned} worker:1={planned} (of {planned} planned"
+    assert line in summary_text(st), summary_text(st)
+    print(summary_text(st))
+    where = yarn.write_report(st)  # the run report (the in-app supervisor's, copied; the job has no checkpoints)
+    rep = json.loads(where.read_text())
+    assert {t: rep["tasks"][t].get("batches_taken") for t in workers} == dict.fromkeys(workers, planned), rep["tasks"]
+    assert {t: v["batches"] for t, v in rep["summary"]["taken"].items()} == dict.fromkeys(workers, planned)
     assert_clean(yarn, st.app_id, tag=spec.name)

@@ -141,6 +141,27 @@ def test_retry_adopts_or_kills_the_running_app_of_an_earlier_try(airflow_env, tm
     assert "on_existing='kill': an earlier try's app is still running" in log
 
 
+@pytest.mark.timeout(300)
+def test_the_operator_runs_a_predict_job_over_what_an_earlier_try_left(airflow_env, tmp_path):
+    """predict=True scores the spec's predict.input; overwrite=True replaces the output an earlier try left."""
+    pytest.importorskip("tensorflow")
+    pytest.importorskip("pyarrow")
+    from predictutil import predict_doc, read_output, write_model, write_parquet
+    model = write_model(tmp_path / "models")
+    total = write_parquet(tmp_path / "in", [1500, 700])
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "part-00000.parquet").write_text("what a failed earlier try left")
+    doc = predict_doc(f"{model.parent}/latest", str(tmp_path / "in"), str(tmp_path / "out"), workers=2)
+    del doc["job"]   # the operator's predict=True makes it a scoring job
+    spec_path = write_spec(tmp_path, doc)
+    states, xcoms, lines = _run_dag(airflow_env, "tfyarn_predict", tmp_path, spec_path)
+    assert states == {"score": "success", "record": "success"}, "\n".join(lines)[-4000:]
+    x = xcoms["score"]
+    assert api.status(x["app_id"]).state is AppState.SUCCEEDED
+    assert (x["summary"]["rows_in"], x["summary"]["rows_out"]) == (total, total)
+    assert read_output(str(tmp_path / "out"))["row"].to_pylist() == list(range(total))
+
+
 @pytest.mark.timeout(120)
 def test_trigger_serializes_and_its_on_kill_kills_the_app(tmp_path):
     from tfyarn.airflow import TfyarnTrigger

@@ -223,3 +223,25 @@ def test_a_task_publishes_the_global_step_rate_it_sees():
         rep.report(step=i, epoch=0, loss=0.5, examples=8, global_step=3 * i)   # async: 3 global steps per own step
     published = json.loads(kv.get("progress/worker:0"))
     assert published["global_steps_per_sec"] == pytest.approx(3 * published["steps_per_sec"], rel=0.05)
+
+
+def test_a_predict_job_shows_rows_scored_of_total_rows_per_second_and_its_totals():
+    from tfyarn.job_progress import aggregate_progress
+    recs = {"progress/worker:0": json.dumps({"step": 3, "rows": 3000, "rows_total": 5000, "examples_per_sec": 1500.0}),
+            "progress/worker:1": json.dumps({"step": 5, "rows": 5000, "rows_total": 5000, "examples_per_sec": 500.0})}
+    p = aggregate_progress(recs, None, ["worker:0", "worker:1"])
+    assert (p["rows"], p["rows_total"], p["rows_per_sec"], p["eta_s"]) == (8000, 10000, 2000.0, 1.0)
+    st = AppStatus("local-1", "local", "score", AppState.RUNNING, progress=p,
+                   tasks=[TaskStatus("worker:0", "RUNNING"), TaskStatus("worker:1", "SUCCEEDED")])
+    assert progress_text(st) == "running · tasks 1/2 running · rows 8,000/10,000 · 2,000 rows/s · ETA 0m01s"
+    summary = {"job": "predict", "rows_in": 10000, "rows_out": 9998, "skipped": 2, "parts": 4, "bytes": 123456,
+               "output": "hdfs:///scores/x", "format": "parquet", "model": "hdfs:///models/ctr/7", "workers": 2,
+               "batch_size": 1024, "skipped_at": ["f.parquet: row 7: column 'user_id' is null"]}
+    done = AppStatus("local-1", "local", "score", AppState.SUCCEEDED, summary=summary, started=100.0, finished=112.0)
+    assert summary_text(done).splitlines() == [
+        "job score SUCCEEDED in 12.0s (local-1)",
+        "  rows: 10,000 in, 9,998 out, 2 skipped as corrupt (on_corrupt: skip)",
+        "  output: hdfs:///scores/x (4 parquet parts, 123,456 bytes)",
+        "  model: hdfs:///models/ctr/7 · 2 workers · batch 1024",
+        "    f.parquet: row 7: column 'user_id' is null",
+    ]

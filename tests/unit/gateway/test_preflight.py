@@ -212,6 +212,63 @@ def test_a_tensorboard_role_needs_tensorboard_where_the_tasks_run_this_env(monke
     assert check_task_env(spec) == []
 
 
+def test_what_a_scripts_code_imports_is_one_preflight_line_where_the_env_can_be_seen(tmp_path, monkeypatch, mem,
+                                                                                   caplog):
+    """Issue 39: a script using tf.keras.callbacks.TensorBoard in an env packed from .[tf-cpu] failed at its first
+    summary (TBNotInstalledError) after packing, uploading and starting every container. Now: one line at submit
+    (exit 2, nothing uploaded) where the tasks run this env; a warning naming the package where they do not (a
+    python on the nodes, a prebuilt archive: not listable from here)."""
+    import logging
+
+    import tfyarn.gateway.preflight as pf
+    from tfyarn.gateway.preflight import check_task_env, needed_packages
+    code = tmp_path / "code"
+    (code / "helpers").mkdir(parents=True)
+    (code / "helpers" / "__init__.py").write_text("")
+    (code / "helpers" / "board.py").write_text(
+        "import tensorflow as tf\n\ndef callbacks(d):\n    return [tf.keras.callbacks.TensorBoard(log_dir=d)]\n")
+    (code / "train.py").write_text("import tfyarn.data\nfrom helpers.board import callbacks\nprint(callbacks)\n")
+    (code / "plain.py").write_text("import tensorflow as tf\n# TensorBoard is not used here\nprint(tf)\n")
+    (code / "tracked.py").write_text("import os\nimport mlflow.tracking\n")
+    (code / "summaries.py").write_text("import tensorflow as tf\nwith w.as_default():\n    tf.summary.scalar('x', 1)\n")
+    base = {"mode": "allreduce", "roles": {"chief": {"instances": 1}}, "code": str(code)}
+
+    def script(entry, **over):
+        return load_spec_dict({"name": "s", "entrypoint": entry, **base, **over})
+
+    missing = {"tensorboard", "mlflow"}
+    monkeypatch.setattr(pf, "_installed", lambda m: m not in missing)
+    (line,) = check_task_env(script("train.py --epochs 3"))          # through a module of code: it imports
+    assert line == ("entrypoint: board.py uses tensorboard: the 'tensorboard' package is not installed in the "
+                    "Python environment the tasks run (it is no longer installed with TensorFlow): pip install "
+                    "'tfyarn[tensorboard]' (or tensorboard)"), line
+    (line,) = check_task_env(script("summaries.py"))
+    assert line.startswith("entrypoint: summaries.py uses tensorboard") and "tfyarn[tensorboard]" in line
+    (line,) = check_task_env(script("tracked.py"))
+    assert line.startswith("entrypoint: tracked.py uses mlflow: the 'mlflow' package is not installed")
+    assert line.endswith("pip install 'tfyarn[tracking]' (or mlflow)"), line
+    assert check_task_env(script("plain.py")) == []                   # a comment is not a use
+    (line,) = check_task_env(script("helpers.board:callbacks"))       # module:function
+    assert line.startswith("entrypoint: board.py uses tensorboard")
+    (line,) = check_task_env(script("plain.py", tracking={"mlflow": "file:///tmp/mlruns"}))
+    assert line.startswith("tracking.mlflow: the 'mlflow' package is not installed") and "tfyarn[tracking]" in line
+    with pytest.raises(PreflightError, match="entrypoint: board.py uses tensorboard"):
+        run_preflight(script("train.py"), check_files=False)           # environment.pack: auto (this env, packed)
+    # a python on the nodes or a prebuilt archive: not listable here, said as a warning naming the package
+    for env, where in (({"python": "/opt/py/bin/python"}, "environment.python /opt/py/bin/python"),
+                       ({"archive": "hdfs:///envs/tf.tar.gz"}, "environment.archive hdfs:///envs/tf.tar.gz")):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="tfyarn.gateway.preflight"):
+            warnings = run_preflight(script("train.py", environment=env), check_files=False)
+        (w,) = [w for w in warnings if "tensorboard" in w]
+        assert w == (f"entrypoint: board.py uses tensorboard needs the 'tensorboard' package: preflight cannot list "
+                     f"the packages of {where} (not this Python environment); install 'tfyarn[tensorboard]' there"), w
+        assert w in caplog.text
+    missing.clear()                                                   # installed: nothing to say
+    assert check_task_env(script("train.py")) == [] and needed_packages(script("plain.py")) == []
+    assert [p for p, _, _ in needed_packages(script("train.py"))] == ["tensorboard"]
+
+
 def test_the_model_module_is_found_without_importing_it(tmp_path, mem):
     """A typo in ``model:`` is exit 2 before anything starts, not every task failing after importing TensorFlow. The
     module is looked up in the spec's code dir and this Python, and never imported (it would import TF, or worse)."""

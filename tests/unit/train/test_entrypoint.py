@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from harness import RECOMMENDER_FEATURES, write_recommender_files
-from keras_helpers import doc_examples, require_tf_keras
+from keras_helpers import DIGIT_FEATURES, doc_examples, require_tf_keras, write_digits
 
 from tfyarn.errors import SpecError
 from tfyarn.spec import load_spec_dict
@@ -85,8 +85,9 @@ def test_the_docs_scripts_train_as_entrypoint_jobs(tmp_path):
     code = tmp_path / "code"
     code.mkdir()
     for name, text in doc_examples().items():
-        (code / name).write_text(text)
-    assert sorted(doc_examples()) == ["custom_loop.py", "mwms_fit.py", "pss_fit.py"]
+        if name != "mwms_tutorial.py":  # its own data: test_the_mwms_tutorial_...
+            (code / name).write_text(text)
+    assert sorted(doc_examples()) == ["custom_loop.py", "mwms_fit.py", "mwms_tutorial.py", "pss_fit.py"]
     jobs = {"mwms_fit.py --epochs 2": {}, "custom_loop.py": {},
             "pss_fit.py": {"mode": "ps", "roles": {"chief": {"instances": 1}, "worker": {"instances": 2},
                                                    "ps": {"instances": 1}}}}
@@ -132,3 +133,66 @@ def test_without_progress_calls_log_output_is_the_heartbeat_the_watchdog_judges(
                  timeouts={"rendezvous": 10, "stall": 4, "shutdown": 10})
     st = _run(spec)
     assert st.state.value == "SUCCEEDED", st.diagnostics
+
+
+def _without_callback(script: str) -> str:
+    """The tutorial as the user first runs it: no tfyarn.keras.callback() in fit."""
+    silent = script.replace("callbacks=[tfyarn.keras.callback()]", "callbacks=[]")
+    assert silent != script and "callback()" not in silent
+    return silent
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_the_mwms_tutorial_has_a_true_run_report_with_and_without_the_keras_callback(tmp_path):
+    """docs/models.md's "Multi-worker training with Keras" tutorial (2 workers, no chief, 3 epochs of
+    steps_per_epoch()): every worker takes exactly its planned batches from train_dataset(), and the summary, status,
+    the report and its text say so; with tfyarn.keras.callback() also steps, loss and accuracy; without it the
+    global step and the loss are not reported (None), never 0 (issue 39: it ended "global step 0 · examples/s: 0")."""
+    require_tf_keras()
+    from tfyarn import api
+    from tfyarn.data import build_manifest, plan
+    from tfyarn.display import progress_text, summary_text
+
+    code = tmp_path / "code"
+    code.mkdir()
+    script = doc_examples()["mwms_tutorial.py"]
+    (code / "mwms_tutorial.py").write_text(script)
+    (code / "silent_tutorial.py").write_text(_without_callback(script))
+    data = write_digits(str(tmp_path / "data"), records=720)
+    for entry, reported in (("silent_tutorial.py", False), ("mwms_tutorial.py", True)):
+        spec = load_spec_dict({
+            "name": entry.split(".")[0].replace("_", "-"), "code": str(code), "entrypoint": entry,
+            "mode": "allreduce", "roles": {"worker": {"instances": 2}},
+            "data": {"train": data, "features": DIGIT_FEATURES, "batch_size": 64, "epochs": 3},
+            "timeouts": {"rendezvous": 120, "stall": 120, "shutdown": 20}})
+        m = build_manifest(spec.data.train)
+        planned = 3 * min(plan(m, 2, e, spec.data.shuffle_seed, 64).steps for e in range(3))
+        assert planned >= 9, planned
+        st = _run(spec)
+        assert st.state.value == "SUCCEEDED", (entry, st.diagnostics)
+        s = st.summary
+        each = {"batches": planned, "examples": planned * 64, "epochs": 3}
+        assert {t: {k: v[k] for k in each} for t, v in s["taken"].items()} == {"worker:0": each, "worker:1": each}, s
+        assert s["planned_batches"] == planned and s["reported"] is reported, s
+        assert set(s["program_s"]) == {"worker:0", "worker:1"} and min(s["program_s"].values()) > 0, s
+        assert s["examples_per_sec"] is not None and s["examples_per_sec"] > 0, s
+        assert st.progress["taken"] == {"worker:0": planned, "worker:1": planned}, st.progress
+        text = summary_text(st)
+        line = f"batches taken from train_dataset(): worker:0={planned} worker:1={planned} (of {planned} planned"
+        assert line in text and "global batch 128" in text, text
+        rep, _ = api.report(st.app_id)
+        assert {t: rep["tasks"][t].get("batches_taken") for t in ("worker:0", "worker:1")} == dict.fromkeys(
+            ("worker:0", "worker:1"), planned), rep["tasks"]
+        if reported:
+            assert s["global_step"] == planned and s["steps_per_worker"] == {"worker:0": planned, "worker:1": planned}
+            assert s["last_loss"] is not None and "accuracy" in s["metrics"], s
+            assert st.progress["per_task"] == {"worker:0": planned, "worker:1": planned}, st.progress
+        else:
+            assert s["global_step"] is None and s["first_loss"] is None and s["last_loss"] is None, s
+            assert s["steps_per_worker"] is None and s["examples_from"] == "train_dataset()", s
+            assert st.progress["global_step"] is None and set(st.progress["per_task"].values()) == {None}
+            assert "global step not reported" in text and "loss: not reported" in text, text
+            assert "examples/s (taken from train_dataset())" in text and "global step 0" not in text, text
+            assert f"batches taken from train_dataset() worker:0={planned}" in progress_text(st)
+            assert all(rep["tasks"][t]["last_step"] is None for t in ("worker:0", "worker:1")), rep["tasks"]

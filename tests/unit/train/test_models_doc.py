@@ -37,9 +37,12 @@ def _data(n: int = 256):
 
 def test_every_yaml_block_is_a_valid_spec():
     blocks = _blocks("yaml")
-    assert len(blocks) == 2
+    assert len(blocks) == 3
     specs = [load_spec_dict(yaml.safe_load(b)) for b in blocks]
     assert specs[0].model == "mymodels:recommender" and specs[1].entrypoint == "mwms_fit.py --epochs 2"
+    tutorial = specs[2]   # the MWMS tutorial: its features are what its script reads (test_entrypoint runs it)
+    assert tutorial.entrypoint == "mwms_tutorial.py" and tutorial.data.features["image"].shape == (28, 28)
+    assert tutorial.data.epochs == 3 and set(tutorial.roles) == {"worker"}
 
 
 def _train_in_graph(model, steps: int = 40) -> list[float]:

@@ -25,6 +25,7 @@ from typing import Any, Iterable
 from tfyarn.cluster._skein import skein
 from tfyarn.gateway.packaging import ENV_DIR, SKIP_DIRS, SKIP_SUFFIXES, EnvRef, hash_tree
 from tfyarn.spec import ROLE_ORDER, SIDECAR_ROLES, JobSpec
+from tfyarn.contracts import startup
 
 #: Every tfyarn application carries this YARN tag (``tfyarn list`` filters on it). YARN lower-cases tags.
 TFYARN_TAG = "tfyarn"
@@ -44,6 +45,9 @@ SUPERVISOR_RESTARTS = 3
 #: On every app that has the supervisor: only those left a record in the staging dir worth reading (an HDFS client
 #: costs ``status`` of an ended app ~1 s of imports).
 SUPERVISED_TAG = "tfyarn-supervised"
+#: The file the in-app supervisor writes in its container's directory once it has started: without it, a supervisor
+#: that exited non-zero could not start, and its container fails the app (container_script).
+SUPERVISOR_STARTED = ".tfyarn-supervisor-started"
 #: First line every task container writes to its log: lets the log reader map YARN container ids to tasks.
 LOG_HEADER = "[tfyarn] container"
 
@@ -63,7 +67,8 @@ def container_script(env: EnvRef, *, code: bool, own_tmpdir: bool = True, superv
     the report of how it ended (:mod:`tfyarn.task.yarn.exit_report`); the container exits with Python's code.
     ``own_tmpdir``: ``TMPDIR`` in the container's dir, deleted with it, so a killed task leaves nothing in the node's
     ``/tmp`` (TF's autograph writes a module per traced function there, deleted only at a clean exit).
-    ``supervisor``: the in-app supervisor's container, which always exits 0 (it must never fail the job)."""
+    ``supervisor``: the in-app supervisor's container, which exits 0 once the supervisor has started (it must never
+    fail the job), non-zero when it could not start (that must: contracts.startup says why in its log)."""
     py = env.python
     lines = [
         "set -eu",
@@ -82,20 +87,51 @@ def container_script(env: EnvRef, *, code: bool, own_tmpdir: bool = True, superv
     if env.source in ("pack", "archive"):
         py = f"./{ENV_DIR}/bin/python"
     py = shlex.quote(py) if not py.startswith("./") else py
+    check = f"{py} -c {shlex.quote(start_check_source())}"
+    missing_python = f'echo "[tfyarn] exit code $code: {startup.MARK}python {py} did not run (environment)" >&2'
     if supervisor:
-        return "\n".join([*lines, f"{py} -m {SUPERVISOR_MODULE} || true", "exit 0"]) + "\n"
+        # it never fails the job once it runs (`|| true`); one that cannot start (no marker file: its imports or
+        # set-up failed) fails the app at once (its service allows no failure): says why, exits non-zero
+        return (
+            "\n".join(
+                [
+                    *lines,
+                    "code=0",
+                    f"{py} -m {SUPERVISOR_MODULE} || code=$?",
+                    f'if [ "$code" -ne 0 ] && [ "$code" -lt 128 ] && [ ! -e {SUPERVISOR_STARTED} ]; then',
+                    f'  {check} "$code" supervisor || {missing_python}',
+                    '  exit "$code"',
+                    "fi",
+                    "exit 0",
+                ]
+            )
+            + "\n"
+        )
     # Python runs as a child, not exec'd: when it dies (kill -9, the kernel's OOM killer, a crash) this shell says
     # how, in the log, the app's KV and the app's diagnostics (tfyarn.task.yarn.exit_report; skein keeps no exit
-    # status). YARN signals the container's whole process group, so a kill still reaches Python directly.
+    # status). YARN signals the container's whole process group, so a kill still reaches Python directly. A report
+    # that could not run (this Python lacks tfyarn or its dependencies) is followed by the stdlib check that says
+    # which module is missing (contracts.startup: the gateway reads that line from the log); the container exits
+    # with Python's code whatever the report did.
     lines += [
         "code=0",
         f"{py} -m tfyarn.task || code=$?",
         'if [ "$code" -ne 0 ]; then',
-        f'  {py} -m tfyarn.task.yarn.exit_report "$code" "$(date +%s.%N)" || true',
+        "  reported=0",
+        f'  {py} -m tfyarn.task.yarn.exit_report "$code" "$(date +%s.%N)" || reported=$?',
+        '  if [ "$reported" -ne 0 ]; then',
+        f'    {check} "$code" || {missing_python}',
+        "  fi",
         "fi",
         'exit "$code"',
     ]
     return "\n".join(lines) + "\n"
+
+
+def start_check_source() -> str:
+    """The stdlib check a container runs after a Python that could not start (:mod:`tfyarn.contracts.startup`, as
+    text: it must run where ``tfyarn`` itself does not import)."""
+    return Path(startup.__file__).read_text()
 
 
 def _files(shipped: Shipped) -> dict[str, Any]:
@@ -184,8 +220,11 @@ def build_application_spec(
             files={k: f for k, f in files.items() if k != CODE_DIR},
             env=env,
             max_restarts=SUPERVISOR_RESTARTS,
-            allow_failures=True,
-        )  # a supervisor killed is restarted (it takes up the app's attempts); one that fails leaves the job running
+            # a supervisor killed is restarted (it takes up the app's attempts); its script exits non-zero otherwise
+            # only when the supervisor could not start: that fails the app (skein's "Failure in service", after its
+            # restarts failed the same way), never leaving the tasks unsupervised; one that fails later exits 0
+            allow_failures=False,
+        )
     acls = sk.ACLs(
         enable=spec.acls.enable,
         view_users=list(spec.acls.view_users),

@@ -91,6 +91,8 @@ class Follower(Reporter):
                 )
         if sup is not None:
             paths.yarn_report_dir(app_id).mkdir(parents=True, exist_ok=True)
+            if sup.history.path is None:  # the runner's: its samples go where the report reads them (a job with
+                sup.history.path = paths.yarn_report_dir(app_id) / HISTORY_FILE  # no checkpoints has no others)
             self._sups[app_id] = sup  # status reads feed its progress rate and history
             sup.begin_attempt()  # its stall watch starts once the app's KV answers
 

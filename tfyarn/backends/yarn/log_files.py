@@ -29,7 +29,7 @@ _CONTAINER_RE = re.compile(rb"container_(?:e\d+_)?\d+_\d+_\d+_\d+")
 _ENTRY_RE = re.compile(rb"\x00([\x01-\xff])([A-Za-z0-9_.\-]{1,255})\x00([\x01-\x14])(\d{1,20})")
 _HEADER_RE = re.compile(r"\[tfyarn\] container (\S+)_(\d+) yarn=(\S+)")
 #: A task's log link (``TaskStatus.log``): ``host:port/node/containerlogs/<container id>/<user>``.
-_NM_LOG_RE = re.compile(r"^(?:https?://)?([^/]+)/node/containerlogs/(container_[0-9_e]+)")
+NM_LOG_RE = _NM_LOG_RE = re.compile(r"^(?:https?://)?([^/]+)/node/containerlogs/(container_[0-9_e]+)")
 #: Files YARN writes around a container that are not the task's output (shown only when asked for all files).
 HOUSEKEEPING_FILES = frozenset(
     {"directory.info", "launch_container.sh", "prelaunch.err", "prelaunch.out", "container-localizer-syslog"}

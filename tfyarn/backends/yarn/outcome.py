@@ -49,3 +49,21 @@ def from_record(
         return state, end.reason  # the follower's own words (its verdict, the stop)
     snap = snapshot or {}
     return state, failure_diagnosis(end.reason, snap.get("failures") or {}, snap.get("exits") or {}, events)
+
+
+#: What the diagnosis of an ended app without an end record says (issue 41: YARN's SUCCEEDED is not a job's).
+NO_RECORD = "the application ended without tfyarn's end record"
+
+
+def verdict(state: AppState, diagnosis: str, end: job_end.JobEnd | None, causes: str = "") -> tuple[AppState, str]:
+    """The job's verdict on an app whose state ``from_record`` could not take from its end record (none, or
+    one YARN's final status disagrees with): SUCCEEDED only when its record says so — YARN ends an app
+    SUCCEEDED whenever its containers have exited and none of its services may fail it, trained or not —
+    else FAILED, naming what YARN said; a failure (or timeout) keeps its state. ``causes``: why its tasks
+    could not start (their logs: start_causes), said first."""
+    if state is AppState.SUCCEEDED and (end is None or end.state != AppState.SUCCEEDED.value):
+        said = diagnosis.strip() or "SUCCEEDED"
+        state, diagnosis = AppState.FAILED, f"{NO_RECORD} (YARN: {said})"
+    if state in (AppState.FAILED, AppState.TIMED_OUT) and causes and causes not in diagnosis:
+        diagnosis = f"{causes}\n{diagnosis}".strip()
+    return state, diagnosis

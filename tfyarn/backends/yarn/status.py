@@ -15,7 +15,7 @@ from typing import Any
 
 from tfyarn.cluster import hdfs
 from tfyarn.common import paths
-from tfyarn.backends.yarn import appspec, in_app_attempts, outcome, records, rest
+from tfyarn.backends.yarn import appspec, in_app_attempts, outcome, records, rest, start_causes
 from tfyarn.backends.yarn.states import (
     ACTIVE_APP_STATES,
     ALL_APP_STATES,
@@ -82,10 +82,18 @@ class StatusReader(Submitter):
             diag = diag.strip()[: -len(app_end.DONE_DIAGNOSTICS)].strip()
         # the ender's record read first (the text above: apps without one)
         recorded = outcome.from_record(rep.state, rep.final_status, snap, events, diag_end)
+        causes: dict[str, tuple[int, str]] = {}
         if recorded is not None:
             state, recorded_diag = recorded
             if state is not AppState.SUCCEEDED:  # a success keeps only what YARN did (cluster_events, above)
                 diag = recorded_diag
+        elif state.is_terminal and state is not AppState.KILLED:
+            # no end record (issue 41): never SUCCEEDED; why its tasks could not start, from their logs
+            causes = self._start_causes(app_id, rep, saved, snap)
+            order = spec.tasks() if spec is not None else [t["task"] for t in snap.get("tasks") or []]
+            state, diag = outcome.verdict(
+                state, diag, outcome.ended_by(snap, diag_end), start_causes.diagnosis(causes, order)
+            )
         final = saved.get("final") or {}
         if state is AppState.KILLED and final.get("state") == AppState.TIMED_OUT.value:
             state, diag = AppState.TIMED_OUT, final.get("diagnostics", diag)  # tfyarn killed it for a deadline
@@ -98,12 +106,16 @@ class StatusReader(Submitter):
         summary = snap.get("summary") or final.get("summary")
         if summary is None and state.is_terminal:
             summary = self._summary_from_checkpoints(app_id, spec)
+        tasks = [TaskStatus(**t) for t in snap.get("tasks", [])]
+        for t in tasks:
+            if t.task in causes:  # its container's script said why it could not start
+                t.state, t.exit_code, t.diagnostics = "FAILED", causes[t.task][0], causes[t.task][1]
         st = settle(
             app_status(
                 rep,
                 state,
                 diag,
-                tasks=[TaskStatus(**t) for t in snap.get("tasks", [])],
+                tasks=tasks,
                 progress=snap.get("progress") or {},
                 summary=summary,
                 causes=snap.get("causes") or [],
@@ -117,6 +129,20 @@ class StatusReader(Submitter):
         if state.is_terminal and not saved.get("final"):
             records.save(app_id, name=rep.name, final=st.to_dict())
         return st
+
+    def _start_causes(
+        self, app_id: str, rep: Any, saved: dict[str, Any], snap: dict[str, Any]
+    ) -> dict[str, tuple[int, str]]:
+        """Task → (exit code, why it could not start) from the ended app's container logs (start_causes), read
+        once and kept in this machine's record."""
+        found = saved.get("start_causes")
+        if found is None:
+            found = start_causes.read(
+                app_id, rep.user or self.user, self.conf, snap, self.aggregation_wait_s, timestamp(rep.finish_time)
+            )
+            if found is not None:
+                records.save(app_id, start_causes=found)
+        return start_causes.by_task(found or {}, snap)
 
     def _live(self, app_id: str, spec: JobSpec | None) -> dict[str, Any] | None:
         """Tasks, progress, summary and failures from the running application master; None if unreachable."""
@@ -172,8 +198,9 @@ class StatusReader(Submitter):
         out = []
         for r in reps:
             if appspec.TFYARN_TAG in {t.lower() for t in r.tags}:
-                diag = job_end.from_diagnostics(r.diagnostics)[1]  # the end record's line: not for people
-                out.append(app_status(r, app_state(r.state, r.final_status, diag), diag))
+                end, diag = job_end.from_diagnostics(r.diagnostics)  # the end record's line: not for people
+                state, diag = outcome.verdict(app_state(r.state, r.final_status, diag), diag, end)
+                out.append(app_status(r, state, diag))
         return sorted(out, key=lambda s: s.started or 0)
 
     def kill(self, app_id: str) -> None:

@@ -5,8 +5,10 @@ trigger), so what supervises it runs in the app: a small skein service (no Tenso
 :class:`tfyarn.supervisor.Supervisor` every second — stall watch, active deadline, allocation timeout (each shuts the
 app down FAILED with a ``timed out: …`` diagnosis: TIMED_OUT, exit 4) — writes the run report and then ends the app
 once every task is done (unless a live follower does it first), and publishes the spec (KV :data:`SPEC_KEY`,
-:func:`~tfyarn.backends.yarn.records.record_url` on HDFS) for followers on other machines. It never fails the job:
-errors are logged and it exits 0. A follower that sees its heartbeat (``control/supervisor``) leaves the stall watch to
+:func:`~tfyarn.backends.yarn.records.record_url` on HDFS) for followers on other machines. Once started it never fails
+the job: errors are logged and it exits 0. One that cannot start (its Python lacks a module, no spec, no application
+master) fails the app at once with why (:func:`cannot_start`; its container's exit, else): the tasks never run
+unsupervised. A follower that sees its heartbeat (``control/supervisor``) leaves the stall watch to
 it; the job's end is the follower's while one is alive.
 
 **Attempts**: a task failure that would end the app (its exit report, a container that died without one, a lost
@@ -45,6 +47,7 @@ from tfyarn.spec import JobSpec
 from tfyarn.supervisor import Supervisor, checkpoint_url, settle, write_report
 from tfyarn.backends.yarn.node_watch import NodeWatch, last_heard
 from tfyarn.backends.yarn.rerequest import Rerequest
+from tfyarn.backends.yarn.appspec import SUPERVISOR_STARTED
 
 log = logging.getLogger(__name__)
 
@@ -385,10 +388,12 @@ def app_started(app_id: str) -> float | None:
 
 
 def main() -> int:
-    """Supervise the application this container belongs to; always 0 (see the module docstring)."""
+    """Supervise the application this container belongs to: 0 once it has started, whatever happens after
+    (see the module docstring); 1 when it could not start (after failing the app with why, when it can)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     t0 = time.time()
     os.nice(10)  # its imports and matplotlib preload must not delay the tasks' TF imports on a shared node
+    app: Any = None
     try:
         import threading
 
@@ -397,8 +402,8 @@ def main() -> int:
         from tfyarn.task.yarn.kv_yarn import SkeinKV
         from tfyarn.spec import load_spec_json
 
-        spec = load_spec_json(Path(os.environ["TFYARN_SPEC_FILE"]).read_text())
         app = skein().ApplicationClient.from_current()
+        spec = load_spec_json(Path(os.environ["TFYARN_SPEC_FILE"]).read_text())
         app_id = os.environ.get("TFYARN_APP_ID") or os.environ["SKEIN_APPLICATION_ID"]
         sup = InAppSupervisor(
             spec,
@@ -409,6 +414,10 @@ def main() -> int:
             attempt=int(os.environ.get("TFYARN_ATTEMPT") or 0),
             staging_dir=os.environ.get("TFYARN_STAGING_DIR"),
         )
+    except BaseException as exc:  # noqa: BLE001 - it cannot supervise: the job must not run unsupervised
+        return cannot_start(app, exc)
+    Path(SUPERVISOR_STARTED).touch()  # (the container script: a later exit leaves the job running)
+    try:
         resume(sup)
         threading.Thread(target=preload_plotting, name="tfyarn-preload-matplotlib", daemon=True).start()
         sup.publish()
@@ -430,6 +439,30 @@ def main() -> int:
     except BaseException:
         log.exception("the in-app supervisor failed; the job goes on without it")
     return 0
+
+
+def cannot_start(app: Any, exc: BaseException) -> int:
+    """A supervisor that could not start: its log says why (contracts.startup's line, which the gateway reads) and,
+    with the application's client, the app is ended FAILED with that reason at once (an end record); else its
+    container's non-zero exit fails it (skein: its service allows no failure). Returns the exit code, 1."""
+    from tfyarn.contracts import startup
+
+    why = startup.cannot_start(
+        startup.import_error_text(exc) if isinstance(exc, ImportError) else f"{type(exc).__name__}: {exc}"
+    )
+    log.error("the in-app supervisor cannot start", exc_info=exc)
+    print(startup.log_line(1, why), file=sys.stderr, flush=True)
+    if app is not None:
+        try:
+            from tfyarn.backends.yarn.appspec import SUPERVISOR_SERVICE
+            from tfyarn.task.yarn.kv_yarn import SkeinKV
+
+            reason = f"{SUPERVISOR_SERVICE}: {why}"
+            end = job_end.decide(job_end.SUPERVISOR, failure=reason)
+            job_end.end_job(SkeinKV(app.kv), end, app.shutdown, reason)
+        except Exception as err:  # noqa: BLE001 - the container's exit fails the app anyway
+            log.warning("could not end the application: %s", err)
+    return 1
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ application master is gone with the app. So the container script runs Python as 
 container log, ``exit/<task>`` in the KV (read by ``status``), and, when this failure ends the application, a FAILED
 shutdown whose diagnosis names every task that ended badly, the first to die first (``ps:0: exit code 137 (killed by
 SIGKILL)``), so the ResourceManager's report says it. Never raises and is bounded (:data:`REPORT_TIMEOUT_S`): the
-container's exit code stays the task's.
+container's exit code stays the task's; its own is :data:`NOT_REPORTED` when it could not report.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 REPORT_TIMEOUT_S = 30.0
+#: The report's own exit code when it could not report (the container script then runs contracts.startup's check).
+NOT_REPORTED = 3
 #: A fatal failure waits this long before shutting the app down, so tasks failing from the same cause (a ps killed:
 #: the chief's next step fails) are named too.
 SETTLE_S = 1.0
@@ -299,7 +301,9 @@ def main(argv: list[str] | None = None) -> int:
         )
     elif outcome[0].startswith("! "):
         print(f"[tfyarn] could not report the exit: {outcome[0][2:]}", file=sys.stderr)
-    return 0
+    else:
+        return 0
+    return NOT_REPORTED
 
 
 if __name__ == "__main__":

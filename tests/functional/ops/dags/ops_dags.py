@@ -52,9 +52,12 @@ retry_dag = _dag("tfyarn_retry", {
     "adopt": {"on_existing": "adopt"},
     "replace": {"on_existing": "kill"},
 })
+predict_dag = _dag("tfyarn_predict", {
+    "score": {"predict": True, "overwrite": True},
+})
 
 if __name__ == "__main__":
-    dag = {"tfyarn_ops": ops_dag, "tfyarn_retry": retry_dag}[sys.argv[1]]
+    dag = {"tfyarn_ops": ops_dag, "tfyarn_retry": retry_dag, "tfyarn_predict": predict_dag}[sys.argv[1]]
     dr = dag.test(logical_date=DATE, run_after=DATE)
     states = {ti.task_id: str(getattr(ti.state, "value", ti.state)) for ti in dr.get_task_instances()}
     print("TI_STATES " + json.dumps(states), flush=True)

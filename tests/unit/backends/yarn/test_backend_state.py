@@ -28,6 +28,12 @@ from tfyarn.errors import AppNotFound, ExitCode, PreflightError
 from tfyarn.gateway.preflight import QueueInfo
 from tfyarn.tasklib.kv import put_json
 from tfyarn.task.yarn.kv_yarn import SkeinKV, claim_task_index
+from tfyarn.contracts import job_end
+
+#: The diagnostics of an app tfyarn ended SUCCEEDED: the end record's line (job_end.with_record). YARN's SUCCEEDED
+#: without it is no success of the job (issue 41).
+DONE = job_end.with_record("tfyarn: every task reported done; application ended",
+                           job_end.decide("task:chief:0", done=True, now=1.0))
 
 APP = "application_1700000000000_0042"
 T0 = datetime(2026, 1, 1, 12, 0, 0)
@@ -265,7 +271,7 @@ class SequenceRM(FakeRM):
 def test_run_submits_a_new_attempt_after_a_failure_and_stops_on_success(tmp_path, monkeypatch):
     monkeypatch.setenv("TFYARN_HOME", str(tmp_path / "home"))
     spec = make_spec(environment={"python": "/opt/py/bin/python"}, retry={"max_attempts": 3, "backoff": 0.1})
-    rm = SequenceRM([("FINISHED", "FAILED", "Failure in service ps: ps:0 lost"), ("FINISHED", "SUCCEEDED", "")])
+    rm = SequenceRM([("FINISHED", "FAILED", "Failure in service ps: ps:0 lost"), ("FINISHED", "SUCCEEDED", DONE)])
     st = runner.run(_backend(rm, tmp_path / "staging"), spec, poll=0.01)
     assert st.state is AppState.SUCCEEDED and st.attempt == 1
     assert [a.services["chief"].env["TFYARN_ATTEMPT"] for a in rm.submitted] == ["0", "1"]
@@ -369,7 +375,7 @@ class _Ctx:
 def test_run_stopped_after_its_application_ended_reports_that_outcome(tmp_path, monkeypatch):
     monkeypatch.setenv("TFYARN_HOME", str(tmp_path / "home"))
     spec = make_spec(environment={"python": "/opt/py/bin/python"})
-    rm = SequenceRM([("FINISHED", "SUCCEEDED", "")])
+    rm = SequenceRM([("FINISHED", "SUCCEEDED", DONE)])
     b = YarnBackend(client=rm, preflight=False, staging_dir=str(tmp_path / "s"))
     from tfyarn.common.interrupts import Interrupted
     b.submit(spec)
@@ -405,7 +411,7 @@ def test_a_followed_job_gets_a_run_report(running, tmp_path):
     put_json(kv, "progress/chief:0", {"step": 90, "global_step": 90, "examples_per_sec": 110.0, "loss": 0.2,
                                       "time": 2.0})
     b.status(APP)
-    rm.reports[APP] = report("FINISHED", "SUCCEEDED")
+    rm.reports[APP] = report("FINISHED", "SUCCEEDED", DONE)
     st = runner.wait(b, APP, timeout=10, poll=0.01)
     assert st.state is AppState.SUCCEEDED
     rep, png = api.report(APP)
@@ -452,7 +458,7 @@ def test_a_followed_job_that_advances_is_not_a_stall(monkeypatch, tmp_path):
             step += 1
             put_json(kv, f"progress/{spec.training_tasks[0]}", {"step": step, "global_step": step, "time": step})
             if step == 20:
-                rm.reports[APP] = report("FINISHED", "SUCCEEDED")
+                rm.reports[APP] = report("FINISHED", "SUCCEEDED", DONE)
     t = threading.Thread(target=train, daemon=True)
     t.start()
     try:

@@ -149,8 +149,10 @@ def test_record_phase_merges_and_survives_a_lost_am():
 
 # ----------------------------------------------------------------------------------------------------- RM REST
 def _app(state="RUNNING", final="UNDEFINED", app_id=APP, tags="tfyarn,tfyarn-name:x"):
+    from tfyarn.contracts import job_end
+    done = job_end.with_record("", job_end.decide("task:chief:0", done=True, now=1.0)) if final == "SUCCEEDED" else ""
     return {"id": app_id, "user": "root", "name": "x", "queue": "default", "state": state, "finalStatus": final,
-            "diagnostics": "", "applicationType": "skein", "applicationTags": tags, "startedTime": 1795504196018,
+            "diagnostics": done, "applicationType": "skein", "applicationTags": tags, "startedTime": 1795504196018,
             "launchTime": 1795504196252, "finishedTime": 0 if state == "RUNNING" else 1795504216574,
             "trackingUrl": f"http://localhost:8088/proxy/{app_id}/", "amRPCAddress": "127.0.0.2:37221"}
 

@@ -177,13 +177,18 @@ def test_a_bare_submits_failure_says_that_no_attempt_follows():
     assert user.startswith("not retried: the job's own code failed (raised ValueError)"), user
 
 
-def test_the_service_imports_no_tensorflow_and_a_crash_exits_0(tmp_path):
+def test_the_service_imports_no_tensorflow_and_one_that_cannot_start_says_why_and_exits_1(tmp_path):
     code = ("import sys, tfyarn.backends.yarn.supervise as m, tfyarn.cluster._skein as s; s.skein(); "
             "import tfyarn.task.yarn.kv_yarn, tfyarn.tasklib.watchdog, tfyarn.report; "
             "assert 'tensorflow' not in sys.modules, 'tensorflow imported'; sys.exit(m.main())")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TFYARN_SPEC", "SKEIN_"))}
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
-    assert r.returncode == 0 and "the in-app supervisor failed; the job goes on" in r.stderr, r.stderr[-2000:]
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env,
+                       cwd=tmp_path)
+    # outside a container it cannot start (no application master): exit 1 (its container fails the app), why in
+    # contracts.startup's line; no marker file (a supervisor that started exits 0 whatever happens: test_yarn_spec)
+    assert r.returncode == 1, r.stderr[-2000:]
+    assert "exit code 1: cannot start: ValueError: Not running inside a container (python " in r.stderr, r.stderr
+    assert not (tmp_path / ".tfyarn-supervisor-started").exists()
 
 
 def test_a_task_on_a_node_that_stopped_answering_ends_the_attempt_naming_it(tmp_path):

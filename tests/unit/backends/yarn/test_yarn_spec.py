@@ -43,12 +43,13 @@ def test_round_trip_and_fields(spec):
     assert app.master.resources == skein.Resources(memory=1024, vcores=2)
     assert app.acls == skein.ACLs(enable=True, view_users=["bob"], modify_groups=["ml-ops"], ui_users=["*"])
     assert set(app.services) == {"ps", "chief", "worker", appspec.SUPERVISOR_SERVICE}
-    sup = app.services[appspec.SUPERVISOR_SERVICE]      # not a task: small, restarted if killed, never fails the app
+    sup = app.services[appspec.SUPERVISOR_SERVICE]  # not a task: small, restarted if killed; fails the app only when
+    # it cannot start (its script exits 0 once it has: test_the_supervisor_container_exits_0_once_started…)
     assert (sup.instances, sup.resources.vcores, sup.max_restarts, sup.allow_failures) == (
-        1, 1, appspec.SUPERVISOR_RESTARTS, True)
+        1, 1, appspec.SUPERVISOR_RESTARTS, False)
     assert sup.resources.memory == appspec.SUPERVISOR_MEMORY_MIB and "TFYARN_ROLE" not in sup.env
     assert set(sup.files) == {"env", "tfyarn_src", "tfyarn-spec.json"}
-    assert f"-m {appspec.SUPERVISOR_MODULE} || true\nexit 0\n" in sup.script
+    assert f"-m {appspec.SUPERVISOR_MODULE} || code=$?\n" in sup.script and sup.script.endswith("exit 0\n")
     assert "tfyarn.task" not in sup.script.replace(appspec.SUPERVISOR_MODULE, "")
     w = app.services["worker"]
     assert (w.instances, w.resources.memory, w.resources.vcores, w.resources.gpus) == (3, 4096, 4, 1)
@@ -102,13 +103,45 @@ def test_python_source_ships_no_env_and_kerberos_ships_no_keytab(tmp_path):
     assert "\n'/opt/py 3/bin/python' -m tfyarn.task || code=$?\n" in w.script
 
 
-def test_the_supervisor_container_exits_0_whatever_its_python_does(tmp_path):
-    """A supervisor that crashes (or is killed) must not fail the job: skein would count a non-zero exit."""
+def test_the_supervisor_container_exits_0_once_started_and_fails_the_app_when_it_cannot_start(tmp_path):
+    """A supervisor that crashes (or is killed) after it started must not fail the job: skein would count a
+    non-zero exit (its service allows none). One that could not start (no marker file) must (issue 41): its exit
+    fails the app at once, its log says why."""
     script = container_script(ENV, code=False, supervisor=True)
-    cdir = _fake_container_dir(tmp_path, script, "#!/bin/sh\necho \"ARGS $*\"; exit 3\n")
-    r = subprocess.run(["bash", "script.sh"], cwd=cdir, capture_output=True, text=True, timeout=60,
-                       env={"PATH": os.environ["PATH"], "SKEIN_APPLICATION_ID": "application_1_0007"})
+    env = {"PATH": os.environ["PATH"], "SKEIN_APPLICATION_ID": "application_1_0007"}
+    started = f"#!/bin/sh\necho \"ARGS $*\"; touch {appspec.SUPERVISOR_STARTED}; exit 3\n"
+    cdir = _fake_container_dir(tmp_path / "a", script, started)
+    r = subprocess.run(["bash", "script.sh"], cwd=cdir, capture_output=True, text=True, timeout=60, env=env)
     assert r.returncode == 0 and f"ARGS -m {appspec.SUPERVISOR_MODULE}" in r.stdout, (r.stdout, r.stderr)
+    assert "-c" not in r.stdout  # no check: it had started
+    cdir = _fake_container_dir(tmp_path / "b", script, "#!/bin/sh\necho \"ARGS $*\"; exit 3\n")
+    r = subprocess.run(["bash", "script.sh"], cwd=cdir, capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 3 and "ARGS -c " in r.stdout and r.stdout.rstrip().endswith("3 supervisor"), r.stdout
+    killed = "#!/bin/sh\nkill -9 $$\n"  # killed before its marker (the app's own shutdown): not a start failure
+    cdir = _fake_container_dir(tmp_path / "c", script, killed)
+    r = subprocess.run(["bash", "script.sh"], cwd=cdir, capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 0, (r.stdout, r.stderr)
+
+
+def test_a_task_whose_python_lacks_tfyarn_says_so_and_keeps_its_exit_code(tmp_path):
+    """The exit report cannot run (it needs tfyarn and skein): the container script's stdlib check names the missing
+    module and the interpreter in the log, and the container exits with the task's own code (YARN: FAILED)."""
+    from tfyarn.contracts import startup
+    script = container_script(EnvRef("python", "/usr/bin/python3"), code=False)
+    if subprocess.run(["/usr/bin/python3", "-c", "import pydantic"], capture_output=True).returncode == 0:
+        pytest.skip("/usr/bin/python3 has pydantic here")
+    cdir = _fake_container_dir(tmp_path, script, "#!/bin/sh\nexit 0\n")
+    r = subprocess.run(["bash", "script.sh"], cwd=cdir, capture_output=True, text=True, timeout=60,
+                       env={"PATH": os.environ["PATH"], "TFYARN_ROLE": "chief"})
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    code, why = startup.parse_log(r.stderr)
+    assert code == 1 and why.startswith("cannot start: No module named 'pydantic' (python /usr/bin/python3 3."), why
+    script = container_script(EnvRef("python", str(tmp_path / "no-such-python")), code=False)
+    (cdir / "script.sh").write_text(script)
+    r = subprocess.run(["bash", "script.sh"], cwd=cdir, capture_output=True, text=True, timeout=60,
+                       env={"PATH": os.environ["PATH"]})
+    assert r.returncode == 127 and startup.parse_log(r.stderr) == (
+        127, f"cannot start: python {tmp_path / 'no-such-python'} did not run (environment)"), r.stderr
 
 
 def _fake_container_dir(tmp_path, script, python_impl):
