@@ -436,7 +436,7 @@ def check_task_env(spec: JobSpec) -> list[str]:
     return problems
 
 
-def check_ps_memory(spec: JobSpec, timeout: float = 300.0) -> list[str]:
+def check_ps_memory(spec: JobSpec, timeout: float = 120.0) -> list[str]:
     """ps mode: the model's graph built in a child process of this Python (``tfyarn.train.ps.memory_check``) to
     see what each ps would hold (variables, split tables' shards, optimizer slots) against ``roles.ps.memory``: a
     job whose tables cannot fit is refused here, in one line, not killed by YARN mid-run."""
@@ -614,15 +614,18 @@ def run_preflight(
     master_memory_mib: int = 512,
     master_vcores: int = 1,
     check_files: bool = True,
+    size_ps: bool = False,
 ) -> list[str]:
     """Run every check (``cluster=None``: no queue/resource checks); raise :class:`PreflightError` listing all
-    problems, else return warnings (may be empty)."""
+    problems, else return warnings (may be empty). ``size_ps`` (a YARN submit: containers have a memory to
+    exceed): also :func:`check_ps_memory`, in a child process importing TF, beside the other checks."""
     from concurrent.futures import ThreadPoolExecutor
 
-    # (YARN only: containers have a memory to exceed.) A child process importing TF: it runs beside the rest.
-    sizing = ThreadPoolExecutor(1, thread_name_prefix="tfyarn-ps-sizing")
-    ps_memory = sizing.submit(check_ps_memory, spec) if runs_this_python(spec) else None
-    sizing.shutdown(wait=False)
+    ps_memory = None
+    if size_ps and runs_this_python(spec):
+        sizing = ThreadPoolExecutor(1, thread_name_prefix="tfyarn-ps-sizing")
+        ps_memory = sizing.submit(check_ps_memory, spec)
+        sizing.shutdown(wait=False)
     problems = check_kerberos(spec)
     # issue 31: can the containers' account (LinuxContainerExecutor) run the tasks' Python?
     from tfyarn.gateway import task_python
