@@ -149,17 +149,22 @@ def ps_pids(ports: list[int]) -> set[int]:
     return {int(x) for x in re.findall(r"pid=(\d+)", out)}
 
 
+_SEEN: dict[str, int] = {}  # socket (local, peer) → its highest byte count seen: a closed socket keeps its bytes
+
+
 def ps_bytes(pids: set[int]) -> int:
-    """Bytes sent + received by the ps processes over every established TCP socket they hold (both the
-    connections workers open to them and those they open to workers: a ps pulls gradients with RecvTensor)."""
+    """Bytes sent + received by the ps processes over every TCP socket they held so far (both the connections
+    workers open to them and those they open to workers: a ps pulls gradients with RecvTensor); a socket closed
+    since it was last seen keeps its last count."""
     out = subprocess.run(["ss", "-tinpH", "state", "established"], capture_output=True, text=True, check=False).stdout
-    total = 0
     lines = out.splitlines()
     for head, info in zip(lines[::2], lines[1::2]):
         owners = {int(x) for x in re.findall(r"pid=(\d+)", head)}
         if owners & pids:
-            total += sum(int(x) for x in re.findall(r"bytes_(?:acked|received):(\d+)", info))
-    return total
+            key = " ".join(head.split()[2:4]) + str(sorted(owners))
+            n = sum(int(x) for x in re.findall(r"bytes_(?:acked|received):(\d+)", info))
+            _SEEN[key] = max(_SEEN.get(key, 0), n)
+    return sum(_SEEN.values())
 
 
 def run_one(files: list[str], work: Path, kind: str, rows: int, ps: int, sync: bool) -> dict[str, Any]:
@@ -175,6 +180,7 @@ def run_one(files: list[str], work: Path, kind: str, rows: int, ps: int, sync: b
             launchers.append(Launcher(spec, work / "app", f"local-bench-{work.name}", supervisor=sup))
             return launchers[-1]
 
+    _SEEN.clear()
     samples: list[tuple[float, int]] = []  # (time, ps bytes)
     summary: dict[str, Any] = {}
     progress: dict[float, int] = {}  # the chief's progress records: time → global step
