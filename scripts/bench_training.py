@@ -304,7 +304,7 @@ def run_job(spec, work: Path, forkserver: bool | None = None) -> dict:
     """Run one local job in this process (the lead's Launcher), watching the KV for each task's first step.
 
     ``forkserver``: the Launcher's switch (None: its default, on unless TFYARN_FORKSERVER=0)."""
-    from tfyarn.backends.local.launcher import Launcher
+    from tfyarn.runner.local_app import Launcher
     from tfyarn.runner import run
     work.mkdir(parents=True, exist_ok=True)
     launchers: list[Launcher] = []
@@ -491,7 +491,7 @@ def report(res: dict) -> str:
         goal = res["tf_import_s"] + 1.5
         lines += [f"`import tensorflow`: {res['tf_import_s']:.2f} s (median of 3, same machine, same time). Goal: "
                   f"Launcher start → first step of any training task ≤ TF import + 1.5 s = {goal:.2f} s. Measured "
-                  f"through the local backend's Launcher (`tfyarn.backends.local.launcher`, what `tfyarn run` uses).", "",
+                  f"through the local backend's Launcher (`tfyarn.runner.local_app`, what `tfyarn run` uses).", "",
                   "| tasks start | launch → first step (any training task), median run | every run | → every training "
                   "task past step 1 | goal | state |", "|---|---|---|---|---|---|"]
         for key, how in (("ps-launch", "forked from the forkserver (default)"),

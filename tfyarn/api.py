@@ -268,6 +268,21 @@ def check_files(spec: JobSpec, backend: str | None = None) -> None:
     run_file_checks(spec, task_env=(backend or default_backend_name()) == "local" or spec.environment.source == "pack")
 
 
+def probe(spec: JobSpec, timeout: float = 180.0) -> dict[str, Any]:
+    """What the nodes' Python of ``spec``'s environment can import, from one short YARN container (issue 41):
+    ``{python, version, modules: {name: {ok, version | error}}, missing, app_id}`` (``missing``: the first module a
+    task needs that does not import, as a diagnosis says it; None when it can start), or ``{failed, app_id}``."""
+    from tfyarn.backends.yarn.probe import run_probe
+
+    with get_backend("yarn") as b:
+        return run_probe(b, spec, timeout=timeout)
+
+
+def probe_problem(report: dict[str, Any]) -> str | None:
+    """What a probe's report says stops the job (None: its tasks can start)."""
+    return report.get("missing") or report.get("failed")
+
+
 def pack(spec: JobSpec, staging_dir: str | None = None, progress: Callable[[str, int, int | None], None] | None = None):
     """Pack the spec's environment and stage it for YARN now (the cache submit uses); 0 bytes when already staged.
     Returns the :class:`tfyarn.gateway.packaging.EnvRef`."""
@@ -282,18 +297,22 @@ def index_data(
     on_corrupt: str = "fail",
     cache_dir: str | None = None,
     staging_dir: str | None = None,
+    *,
+    format: str = "auto",
 ) -> tuple[Any, str, dict[str, int], str | None]:
-    """Index TFRecord files ahead of the jobs that read them: (the manifest, its summary for people, what it took —
-    files_indexed, bytes_read, cache_hits —, the cache dir of read-only data). HDFS/viewfs data with no
-    ``cache_dir``: the YARN staging dir's ``index/`` (what YARN jobs read)."""
+    """Index data files (``format``: ``data.format``) ahead of the jobs that read them: (the manifest, its summary
+    for people, what it took — files_indexed, bytes_read, cache_hits —, the cache dir of read-only data). HDFS/viewfs
+    data with no ``cache_dir``: the YARN staging dir's ``index/`` (what YARN jobs read)."""
     from tfyarn.data import build_manifest, summarize
-    from tfyarn.data.manifest import STATS
+    from tfyarn.data.fileindex import STATS
 
     if cache_dir is None and any(u.split(":", 1)[0] in ("hdfs", "viewfs") for u in urls):
         with get_backend("yarn", staging_dir=staging_dir) as b:
             cache_dir = b.index_cache_dir()
     before = STATS.snapshot()
-    m = build_manifest(urls, compression=compression, on_corrupt=on_corrupt, cache_dir=cache_dir, whole=True)
+    m = build_manifest(
+        urls, compression=compression, format=format, on_corrupt=on_corrupt, cache_dir=cache_dir, whole=True
+    )
     got = STATS.snapshot()
     return m, summarize(m), {k: got[k] - before[k] for k in ("files_indexed", "bytes_read", "cache_hits")}, cache_dir
 

@@ -16,7 +16,7 @@ from typing import Any, Callable
 import click
 
 from tfyarn import __version__
-from tfyarn.errors import SpecError, TfyarnError
+from tfyarn.errors import ExitCode, SpecError, TfyarnError
 from tfyarn.common.interrupts import Interrupted
 
 log = logging.getLogger("tfyarn")
@@ -118,14 +118,22 @@ def cli(ctx: click.Context, verbose: int, quiet: bool) -> None:
     "removed), checkpoint.init_from holds a checkpoint, and (when the tasks run this Python) the "
     "model's module and the roles' packages are installed.",
 )
+@click.option(
+    "--probe",
+    is_flag=True,
+    help="YARN: start one short container with the job's environment and report what its Python imports "
+    "(tfyarn's dependencies, TensorFlow, pyarrow, tf_keras); exit 2 when a task could not start.",
+)
 @_backend_option
-def validate(spec_path: str, overrides: tuple[str, ...], check_files: bool, backend: str | None) -> None:
+def validate(spec_path: str, overrides: tuple[str, ...], check_files: bool, probe: bool, backend: str | None) -> None:
     """Check a spec and print what it would run (exit 2 and every problem if invalid)."""
     spec = _load(spec_path, overrides)
     if check_files:
         from tfyarn import api
 
         api.check_files(spec, backend)
+    if probe:
+        _probe(spec, backend, show=True)
     roles = ", ".join(f"{r}x{spec.instances(r)}" for r in spec.roles if spec.instances(r))
     if spec.job == "predict" and spec.predict:
         p = spec.predict
@@ -181,13 +189,23 @@ def export_(spec_path: str, overrides: tuple[str, ...], checkpoint: str | None, 
 @_set_option
 @_backend_option
 @click.option("--output", type=click.Choice(["text", "json"]), default="text", help="Final status format.")
+@click.option(
+    "--probe",
+    is_flag=True,
+    help="YARN: first probe the job's environment in one short container (validate --probe); exit 2 without "
+    "starting the job when its tasks could not start.",
+)
 @click.pass_context
-def run(ctx: click.Context, spec_path: str, overrides: tuple[str, ...], backend: str | None, output: str) -> None:
+def run(
+    ctx: click.Context, spec_path: str, overrides: tuple[str, ...], backend: str | None, output: str, probe: bool
+) -> None:
     """Run a job to its end and print a summary; the exit code is the job's outcome."""
     from tfyarn import api
     from tfyarn.display import progress_view
 
     spec = _load(spec_path, overrides)
+    if probe:
+        _probe(spec, backend, show=not ctx.obj["quiet"])
     quiet = ctx.obj["quiet"]
     view = None if quiet else progress_view()
     try:
@@ -199,6 +217,23 @@ def run(ctx: click.Context, spec_path: str, overrides: tuple[str, ...], backend:
         if view:
             view.close()
     _print_final(st, output)
+
+
+def _probe(spec, backend: str | None, show: bool) -> None:
+    """The probe of ``spec``'s environment on YARN, said; exit 2 when its tasks could not start."""
+    from tfyarn import api
+
+    if (backend or api.default_backend_name()) != "yarn":
+        _fail(TfyarnError("--probe starts a YARN container: give --yarn (or set HADOOP_CONF_DIR)"))
+    report = api.probe(spec)
+    if show:
+        click.echo(f"probe {report.get('app_id')}: python {report.get('python', '?')} {report.get('version', '')}")
+        for name, m in (report.get("modules") or {}).items():
+            click.echo(f"  {name:14} {m.get('version') or 'ok' if m.get('ok') else 'missing: ' + str(m.get('error'))}")
+    problem = api.probe_problem(report)
+    if problem:
+        click.echo(f"error: the job's tasks could not start: {problem}", err=True)
+        sys.exit(ExitCode.INVALID)
 
 
 @cli.command()
@@ -572,10 +607,18 @@ def data() -> None:
 )
 @_set_option
 @click.option(
+    "--format",
+    "data_format",
+    type=click.Choice(["auto", "tfrecord", "parquet", "orc"]),
+    default=None,
+    help="[default: auto (by extension), or the spec's data.format]; parquet/orc: tables without a .parquet/.orc "
+    "extension",
+)
+@click.option(
     "--compression",
     type=click.Choice(["auto", "none", "gzip", "parquet", "orc"]),
     default=None,
-    help="[default: auto, or the spec's]; parquet/orc: tables without a .parquet/.orc extension",
+    help="TFRecord's [default: auto, or the spec's] (parquet/orc: the same as --format, kept for old scripts)",
 )
 @click.option("--on-corrupt", type=click.Choice(["fail", "skip"]), default=None, help="[default: fail, or the spec's]")
 @click.option(
@@ -590,12 +633,13 @@ def data_index(
     urls: tuple[str, ...],
     spec_path: str | None,
     overrides: tuple[str, ...],
+    data_format: str | None,
     compression: str | None,
     on_corrupt: str | None,
     cache_dir: str | None,
     staging_dir: str | None,
 ) -> None:
-    """Index TFRecord files once, ahead of the jobs that read them, and print a summary.
+    """Index data files once, ahead of the jobs that read them, and print a summary.
 
     Each file's index is cached beside it, or where its directory is not writable in the cache dir; the whole
     manifest is cached too, so a job over the same files reads no data before its first step."""
@@ -607,10 +651,12 @@ def data_index(
         sections = [("data.train", list(spec.data.train))]
         if spec.data.eval:
             sections.append(("data.eval", list(spec.data.eval)))
-        fmt = spec.data.format  # a table format goes where TFRecord's compression goes
-        compression = compression or (fmt if fmt in ("parquet", "orc") else spec.data.compression)
+        data_format = data_format or spec.data.format
+        compression = compression or spec.data.compression
         on_corrupt = on_corrupt or spec.data.on_corrupt
         cache_dir = cache_dir or spec.data.index_cache
+    if compression in ("parquet", "orc"):  # the old spelling of --format
+        data_format, compression = compression, "auto"
     if urls:
         sections.append(("", list(urls)))
     if not sections:
@@ -618,7 +664,7 @@ def data_index(
     for name, us in sections:
         t0 = time.monotonic()
         _, summary, took, cache_dir = api.index_data(
-            us, compression or "auto", on_corrupt or "fail", cache_dir, staging_dir
+            us, compression or "auto", on_corrupt or "fail", cache_dir, staging_dir, format=data_format or "auto"
         )
         if name:
             click.echo(f"{name}:")

@@ -12,7 +12,7 @@ import time
 from typing import Any, Callable, TextIO
 
 from tfyarn.contracts.status import AppStatus
-from tfyarn.job_progress import memory_warnings
+from tfyarn.contracts.progress import memory_warnings
 
 #: Seconds between two plain progress lines when nothing changed state (non-TTY).
 LINE_EVERY_S = 10.0

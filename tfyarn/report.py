@@ -15,8 +15,9 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
+from tfyarn.contracts.status import AppState, AppStatus
 from tfyarn.common.fsio import replace
 from tfyarn.common.fsretry import retry
 
@@ -399,3 +400,58 @@ def copy_report(report: dict[str, Any], png: str | None, dest: Path) -> list[Pat
             (dest / REPORT_PNG).write_bytes(src.read())
         out.append(dest / REPORT_PNG)
     return out
+
+
+def write_report(
+    out_dir: Path,
+    st: AppStatus,
+    points: list[dict[str, Any]],
+    checkpoint_url: str | None,
+    extra: Mapping[str, Any] | None = None,
+) -> Path | None:
+    """The run report of an ended job in ``out_dir`` and next to its checkpoints; returns the report.json (None:
+    nothing to report, or it failed: a warning). A run that failed before its first step keeps its report in
+    ``out_dir`` only: beside the checkpoints it would replace the report of the run that wrote them. Never changes
+    the job's outcome."""
+    try:
+        if not points and not checkpoint_url and not extra:
+            return None
+        trained = st.state is AppState.SUCCEEDED or any((p.get("step") or 0) > 0 for p in points)
+        out_dir = Path(out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        write_run_report(
+            out_dir,
+            st.to_dict() | dict(extra or {}),
+            points,
+            checkpoint_url if trained else None,
+            history_from=checkpoint_url,
+        )
+        if (st.summary or {}).get("mlflow"):  # tracking.mlflow: the report and the outcome into the run
+            from tfyarn.train.tracking import log_report
+
+            log_report(st.to_dict(), out_dir)
+        return out_dir / REPORT_JSON
+    except Exception:
+        log.warning("could not write the run report of %s", st.app_id, exc_info=True)
+        return None
+
+
+def checkpoint_url(spec: Any) -> str | None:
+    """The spec's resolved checkpoint dir (None without a spec or a dir): where the report also goes."""
+    return spec.checkpoint.dir if spec is not None and spec.checkpoint.dir else None
+
+
+def checkpoint_step(url: str | None, name: str) -> int | None:
+    """The global step of the committed checkpoint ``name`` under ``url`` (its index entry; async ps names a
+    checkpoint by the step read before the save, its entry holds the step saved), else None."""
+    if not name or not url:
+        return None
+    try:
+        from tfyarn.train.checkpoint import CheckpointStore
+
+        entries = CheckpointStore(url).index().get("checkpoints", [])
+        found = [int(e["global_step"]) for e in entries if e.get("name") == name]
+    except Exception as exc:  # noqa: BLE001 - a summary figure must not fail the job
+        log.debug("checkpoint index of %s: %s", url, exc)
+        found = []
+    return found[0] if found else None

@@ -54,6 +54,29 @@ def test_success_at_the_planned_global_step_and_the_logs_of_a_task_and_of_a_role
     backend.assert_clean(st.app_id, tag=name)
 
 
+def test_a_task_that_cannot_import_what_it_needs_fails_the_job_naming_the_module_and_the_python(backend):
+    """Issue 41's verdict on both backends: a job whose tasks cannot start (their model's code imports a module the
+    job's Python lacks) ends FAILED, exit 1, in the API, `status` and its JSON, the diagnosis saying which module and
+    which Python; no training task SUCCEEDED."""
+    from clusterutil import FAULT_JOBS, job_doc
+    from tfyarn.spec import load_spec_dict
+    name = backend.new_name("nostart")
+    spec = load_spec_dict(job_doc(backend.data, name, model="cannot_start:model", code=str(FAULT_JOBS)))
+    st = api.run(spec, backend.name, timeout=JOB_S)
+    why = "cannot start: No module named 'tfyarn_test_absent_module' (python "
+    assert st.state is AppState.FAILED and st.state.exit_code == 1, (st.state, st.diagnostics)
+    assert why in st.diagnostics.splitlines()[0], st.diagnostics
+    tasks = {t.task: t for t in st.tasks}  # the first to die ends the job: the other may be stopped meanwhile
+    assert any(tasks[n].state == "FAILED" and why in tasks[n].diagnostics for n in ("chief:0", "worker:0")), \
+        st.to_dict()["tasks"]
+    assert not any(t.state == "SUCCEEDED" for n, t in tasks.items() if n != "ps:0"), st.to_dict()["tasks"]
+    shown = backend.cli("status", st.app_id, "--output", "json")
+    doc = json.loads(shown.stdout)
+    assert (shown.returncode, doc["state"], doc["exit_code"]) == (1, "FAILED", 1), shown.stdout + shown.stderr
+    assert why in doc["diagnostics"], doc["diagnostics"]
+    backend.assert_clean(st.app_id, tag=name)
+
+
 def test_a_task_whose_step_raises_fails_the_job_naming_it(backend):
     name = backend.new_name("raises")
     spec = backend.spec(name, epochs=2, delay=0.05, params={"fail_task": "worker:0", "fail_at_step": 4})

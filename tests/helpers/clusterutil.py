@@ -90,7 +90,7 @@ def task_process(backend, app_id: str, task: str, timeout: float = 60.0) -> psut
     """The Python process of ``task`` (``role:index``): the container whose skein id the app's task map gives it."""
     deadline = time.monotonic() + timeout
     while True:
-        live = backend._live(app_id, records.saved_spec(app_id)) or {}
+        live = backend.reader._live(app_id, records.saved_spec(app_id)) or {}
         ids = [cid for cid, t in (live.get("taskmap") or {}).items() if t == task]
         for p in app_processes(app_id):
             try:
@@ -210,9 +210,9 @@ def watch_end(backend, app_id: str, timeout: float = JOB_S) -> Callable[[], Any]
     from tfyarn.contracts.kv_keys import END_KEY
     from tfyarn.task.yarn.kv_yarn import SkeinKV
 
-    app = wait_until(lambda: backend._app_client(app_id), timeout,
+    app = wait_until(lambda: backend.conn.app_client(app_id), timeout,
                      f"the application master of {app_id}", poll=0.5)
-    backend._apps.pop(app_id, None)
+    backend.conn._apps.pop(app_id, None)
     got: list[Any] = []
 
     def run() -> None:

@@ -1,12 +1,12 @@
 """docs/ARCHITECTURE.md's module tree is the code's: every file and folder it names exists, and every module of the
-packages it lists whole (tfyarn's root, contracts/, backends/, gateway/, cluster/, common/, task/, tasklib/) is
+packages it lists whole (tfyarn's root, contracts/, runner/, backends/, gateway/, cluster/, common/, task/, tasklib/) is
 in it."""
 import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 #: folders whose every module the tree lists (recursively below)
-COMPLETE = ("", "contracts", "backends", "gateway", "cluster", "common", "task", "tasklib")
+COMPLETE = ("", "contracts", "runner", "backends", "gateway", "cluster", "common", "task", "tasklib")
 
 
 def tree_entries() -> list[str]:
@@ -31,6 +31,7 @@ def tree_entries() -> list[str]:
 def test_the_tree_is_read():
     entries = tree_entries()
     assert "backends/yarn/connection.py" in entries and "contracts/kv_keys.py" in entries and "api.py" in entries
+    assert "runner/yarn_app/supervise.py" in entries
 
 
 def test_every_entry_of_the_tree_exists():

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 from tfyarn.contracts.status import AppState, AppStatus, TaskStatus
 from tfyarn.display import progress_line, progress_text, summary_text
-from tfyarn.job_progress import aggregate_progress
+from tfyarn.contracts.progress import aggregate_progress
 from tfyarn.report import ProgressHistory, build_report
 from tfyarn.task.entrypoint import _Taken, program_summary
 from tfyarn.tasklib.kv import MemoryKV

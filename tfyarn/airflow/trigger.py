@@ -36,10 +36,12 @@ class TfyarnTrigger(BaseTrigger):
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        """Follow the app as ``tfyarn wait`` does (``Backend.follow``: on YARN the job's deadline, allocation timeout
-        and stall watch are enforced from here too), with this trigger's own ``timeout`` (``WaitClock``)."""
+        """Follow the app as ``tfyarn wait`` does (:class:`tfyarn.runner.follow.Follower`: on YARN the job's deadline,
+        allocation timeout and stall watch are enforced from here too), with this trigger's own ``timeout``
+        (``WaitClock``)."""
         from tfyarn import api
         from tfyarn.contracts.status import WaitClock
+        from tfyarn.runner.follow import Follower, supervisor_for
 
         show = progress_logger(self.log, self.log_interval)
         clock = WaitClock(self.timeout, f"tfyarn app {self.app_id}")
@@ -49,7 +51,8 @@ class TfyarnTrigger(BaseTrigger):
             yield self._error(exc)
             return
         try:
-            step = await asyncio.to_thread(backend.follow, self.app_id)
+            sup = await asyncio.to_thread(supervisor_for, backend, self.app_id)
+            step = Follower(backend, self.app_id, sup).step
             while True:
                 try:
                     st = await asyncio.to_thread(step)

@@ -1,31 +1,30 @@
-"""The backend interface: turn a spec into running tasks, then describe, follow, and stop them.
+"""The backend interface: the scheduler's verbs over a spec's apps.
 
-Modelled on torchx's Scheduler: the verbs are ``dryrun`` (the :class:`Request`, nothing started or
-uploaded), ``schedule`` (exactly that request), ``submit`` (the two in one), ``status``, ``logs``,
-``kill``, ``list`` and ``end`` (the end of an app a stopped run owns). Every backend returns the same
-:class:`AppStatus`, so the CLI, the Airflow operator and users' scripts work the same against any.
+Modelled on torchx's Scheduler: ``dryrun`` (the :class:`Request`, nothing started or uploaded),
+``schedule`` (exactly that request), ``submit`` (the two in one), ``status``, ``logs``, ``kill``,
+``list``, ``end`` (an app ended as a :class:`~tfyarn.contracts.job_end.JobEnd` says: recorded where
+the app keeps its end, then killed or shut down), ``kv`` (a running app's KV store, where its tasks
+publish), ``queue_note`` and the run report's place (``keep_report``, ``report_location``,
+``saved_report``). Every backend returns the same :class:`AppStatus`, so the CLI, the Airflow operator
+and users' scripts work the same against any.
 
-A run to the end — attempts, deadlines, following, the report's moment — is the runner's
-(:mod:`tfyarn.runner`, torchx's Runner), once for every backend; what is truly a backend's own
-stays behind four documented hooks: ``attempts`` (how one attempt runs: YARN schedules an app and
-follows it, local's launcher supervises its processes), ``follow`` (one judged status read), ``pause``
-(between reads) and ``followed`` (an app followed to its end). A backend does not run jobs: callers
-run one through the runner (``runner.run(backend, spec)``, ``runner.wait(backend, app_id)``, or
-:mod:`tfyarn.api`), which takes the backend.
+A backend decides nothing about a job: a run to its end — attempts, deadlines, the stall watch, when
+to end an app — is :mod:`tfyarn.runner`'s (torchx's Runner), which sits above the backends and drives
+them through these verbs: it asks for the status, its supervisor decides, it tells the backend to
+end. A backend does not run jobs (no run/wait): callers use ``runner.run(backend, spec)``,
+``runner.wait(backend, app_id)`` or :mod:`tfyarn.api`.
 """
 
 from __future__ import annotations
 
-import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Callable, Iterator, TypeVar
+from typing import Any, Iterator, TypeVar
 
+from tfyarn.contracts.job_end import JobEnd
 from tfyarn.contracts.status import AppState, AppStatus, Echo, TaskStatus, WaitClock
 from tfyarn.errors import TfyarnError
-from tfyarn.runner import Attempts, ScheduledAttempts
 from tfyarn.spec import JobSpec
-from tfyarn.supervisor import Supervisor
 
 B = TypeVar("B", bound="Backend")
 
@@ -38,6 +37,7 @@ class Request:
 
     spec: JobSpec
     attempt: int = 0  # job attempt (0-based): TFYARN_ATTEMPT of the tasks
+    run_started: float | None = None  # wall time the run that schedules it began (None: a bare submit)
 
 
 class Backend(ABC):
@@ -94,40 +94,28 @@ class Backend(ABC):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # ------------------------------------------------------------------------------------- the end of an app
-    def end(self, app_id: str, exc: BaseException) -> AppStatus:
-        """End ``app_id`` because the run that started it was stopped (``exc``: why) or failed: the
-        runner never leaves an app running (:func:`tfyarn.runner.never_left_running`). An app that had
-        ended on its own stays as it ended. Default: a kill, then its status."""
+    # ------------------------------------------------------------------------------------- a followed app
+    def end(self, app_id: str, end: JobEnd) -> AppStatus:
+        """End ``app_id`` as ``end`` says (the runner's decision: a verdict, a stop, every task done):
+        recorded where the app keeps its end, then killed (a SUCCEEDED end: shut down). An app that
+        had ended on its own stays as it ended. Its status after, in ``end``'s state. Default: a kill."""
         st = self.status(app_id)
-        if not st.state.is_terminal:
-            self.kill(app_id)
-            st = self.status(app_id)
+        if st.state.is_terminal:
+            return st
+        self.kill(app_id)
+        st = self.status(app_id)
+        st.state, st.diagnostics = AppState(end.state), end.reason
         return st
 
-    # ------------------------------------------------------------------------------------- the runner's hooks
-    def attempts(
-        self,
-        spec: JobSpec,
-        sup: Supervisor,
-        echo: Echo | None = None,
-        on_update: Callable[[AppStatus], None] | None = None,
-        poll: float = 2.0,
-    ) -> Attempts:
-        """How this backend runs the attempts of ``spec`` for :func:`tfyarn.runner.run` (``sup``: the
-        run's rules). Default: each attempt an app of its own, scheduled and followed through the
-        verbs (:class:`tfyarn.runner.ScheduledAttempts`)."""
-        return ScheduledAttempts(self, spec, sup, on_update, poll)
+    def kv(self, app_id: str) -> Any:
+        """The running app's KV store (:mod:`tfyarn.contracts.kv_keys`: ``get``, ``put``, ``items``) for its
+        follower, or None when this backend offers none (the local launcher follows its own)."""
+        return None
 
-    def follow(self, app_id: str, sup: Supervisor | None = None) -> Callable[[], AppStatus]:
-        """One status read per call for a follower (the runner, the Airflow trigger); a backend whose
-        apps are supervised by their follower (YARN) judges each status by ``sup`` (else its own)."""
-        return lambda: self.status(app_id)
+    def queue_note(self, queue: str | None) -> str:
+        """What an allocation timeout's diagnosis adds: the queue's state and use (default: nothing)."""
+        return ""
 
-    def pause(self, app_id: str, seconds: float) -> None:
-        """Between two status reads of a follower (YARN watches for the job's end meanwhile)."""
-        time.sleep(seconds)
-
-    def followed(self, st: AppStatus) -> None:  # noqa: B027 - a hook: most backends keep nothing
-        """An app this process followed (a run's attempt, a wait) has ended: what the backend keeps of
-        it (YARN: the run report). Default: nothing (local: the launcher wrote it)."""
+    def keep_report(self, st: AppStatus) -> None:  # noqa: B027 - most backends keep nothing
+        """An app followed to its end (a run's attempt, a wait): its run report kept where this backend keeps
+        them (YARN: written now, or by a detached process). Default: nothing (local: the launcher wrote it)."""

@@ -3,7 +3,7 @@ its, which KV keys are its, and whether a failed attempt's end may be handed to 
 
 Why: a job submitted without a gateway that follows it (a bare ``submit``, ``wait`` from another machine,
 Airflow's deferrable trigger) gets its attempts from the in-app supervisor
-(:mod:`tfyarn.backends.yarn.supervise`), which kills every task container of the failed attempt and
+(:mod:`tfyarn.runner.yarn_app.supervise`), which kills every task container of the failed attempt and
 starts them again in the same application. The tasks, their container scripts' exit reports and the
 supervisor must agree on these rules; pure functions of KV values, so each side imports them from here.
 """
@@ -164,3 +164,20 @@ def clear_attempt(items: Iterable[str], delete: Callable[[str], Any]) -> list[st
     for k in gone:
         delete(k)
     return gone
+
+
+def no_more_attempts_note(spec: Any, attempt: int, diagnosis: str = "") -> str:
+    """What a failed app of a job with attempts left says: its supervisor did not run the next one in it and
+    nobody submitted one (or, when the user's code failed, that no attempt would: contracts.triage.should_retry)."""
+    if attempt + 1 >= spec.retry.max_attempts:
+        return ""
+    decision = should_retry(diagnosis)
+    if not decision:
+        return decision.reason
+    return (
+        f"attempt {attempt + 1} of {spec.retry.max_attempts} (retry.max_attempts): the app's in-app supervisor "
+        f"runs further attempts after a task's failure, a stall or an allocation timeout (not past the deadline, "
+        f"nor once it or the application master is gone), and a new YARN application is submitted only by a "
+        f"gateway that follows the job "
+        f"(`tfyarn run`); none was"
+    )

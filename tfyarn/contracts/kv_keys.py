@@ -119,7 +119,7 @@ KEYS: tuple[KvKey, ...] = (
         "addr/<task>",
         "host:port of the task's TF server",
         "task.rendezvous (again after an in-place restart)",
-        "task.rendezvous of every peer; backends.local.launcher clears it on a restart",
+        "task.rendezvous of every peer; runner.local_app clears it on a restart",
     ),
     KvKey(
         "progress/<task>",
@@ -127,13 +127,13 @@ KEYS: tuple[KvKey, ...] = (
         "loss, time, attempt, restart, done}; a user's program's also {reported (false: no step of its own), "
         "taken {batches, examples, epochs, seconds, examples_per_sec}, beat, program_s}",
         "train.progress (trainers, ≤ 1/s; task.entrypoint's program records through it)",
-        "supervisor, job_progress, tasklib.watchdog, backends.yarn.states (status snapshots)",
+        "runner.supervisor, contracts.progress, tasklib.watchdog, backends.yarn.states (status snapshots)",
     ),
     KvKey(
         "failure/<task>",
         "one-line diagnosis",
         "task.main (before a non-zero exit), train.strategy",
-        "backends.yarn.states, backends.local.launcher, task.yarn.app_end, data.shared_index",
+        "backends.yarn.states, runner.local_app, task.yarn.app_end, data.shared_index",
     ),
     KvKey(
         "exit/<task>",
@@ -176,7 +176,7 @@ KEYS: tuple[KvKey, ...] = (
         "resources/<task>",
         "JSON {cpu_percent, rss_mib, peak_rss_mib, memory_mib, time}",
         "task.resources (every task, every 2 s)",
-        "job_progress (status: backends.local.launcher, backends.yarn.states)",
+        "contracts.progress (status: runner.local_app, backends.yarn.states)",
     ),
     KvKey(
         "index/<attempt>/<name>/…",
@@ -187,10 +187,10 @@ KEYS: tuple[KvKey, ...] = (
     KvKey(
         "control/done",
         "set when training finished",
-        "train (the chief); backends.local.launcher",
-        "train (ps, evaluator), train.tensorboard, backends.local.launcher, tasklib.watchdog",
+        "train (the chief); runner.local_app",
+        "train (ps, evaluator), train.tensorboard, runner.local_app, tasklib.watchdog",
     ),
-    KvKey("control/abort", "reason", "backends.local.launcher", "train (ps server, loop, evaluator, strategy)"),
+    KvKey("control/abort", "reason", "runner.local_app", "train (ps server, loop, evaluator, strategy)"),
     KvKey("control/steps_aligned", "set once step counters agree", "train.ps (the chief)", "train.ps (workers)"),
     KvKey(
         "control/dump_stacks",
@@ -202,49 +202,49 @@ KEYS: tuple[KvKey, ...] = (
         "control/all_done",
         "JSON {time, by}",
         "task.yarn.app_end (the last task done)",
-        "backends.yarn (the follower), backends.yarn.supervise",
+        "runner.follow (the follower), runner.yarn_app.supervise",
     ),
     KvKey(
         "control/follower",
         "wall time of the follower's last poll",
-        "backends.yarn (the follower)",
-        "task.yarn.app_end, backends.yarn.supervise",
+        "runner.follow (the follower)",
+        "task.yarn.app_end, runner.yarn_app.supervise",
     ),
     KvKey(
         "control/supervisor",
         "wall time of the in-app supervisor's last round",
-        "backends.yarn.supervise",
-        "task.yarn.app_end, backends.yarn (the follower)",
+        "runner.yarn_app.supervise",
+        "task.yarn.app_end, runner.follow (the follower)",
     ),
     KvKey(
         "control/end",
         "JSON {state, reason, exit_codes, by, time}: how the app ends, put before its shutdown",
         "the ender, through contracts.job_end: task.yarn.app_end (the last task), "
-        "task.yarn.exit_report (a failed task), backends.yarn.supervise, "
-        "backends.yarn.end (the follower)",
+        "task.yarn.exit_report (a failed task), runner.yarn_app.supervise, "
+        "backends.yarn.end (the follower's end)",
         "backends.yarn.states (snapshots: status, the follower's record, the supervisor's staging-dir record)",
     ),
-    KvKey("summary", "final run summary JSON", "train (the chief)", "supervisor, backends.yarn.states"),
-    KvKey("plan/total_steps", "global step target", "train (the chief)", "train (workers), supervisor"),
-    KvKey("eval/latest", "latest evaluation metrics", "train.evaluator", "job_progress"),
-    KvKey("tensorboard/url", "URL", "train.tensorboard", "job_progress"),
-    KvKey("page/url", "URL of the job's page", "backends.local.launcher, backends.yarn.page", "job_progress"),
+    KvKey("summary", "final run summary JSON", "train (the chief)", "runner.supervisor, backends.yarn.states"),
+    KvKey("plan/total_steps", "global step target", "train (the chief)", "train (workers), runner.supervisor"),
+    KvKey("eval/latest", "latest evaluation metrics", "train.evaluator", "contracts.progress"),
+    KvKey("tensorboard/url", "URL", "train.tensorboard", "contracts.progress"),
+    KvKey("page/url", "URL of the job's page", "runner.local_app, runner.yarn_app.page", "contracts.progress"),
     KvKey(
         "control/attempt",
         "JSON {attempt, first, time}: the attempt running now, the first skein instance of each service in it",
-        "backends.yarn.in_app_attempts (the in-app supervisor, before it starts an attempt's containers)",
+        "runner.yarn_app.attempts (the in-app supervisor, before it starts an attempt's containers)",
         "task.main (the task's attempt), task.yarn.kv_yarn (restarts), task.yarn.exit_report, backends.yarn.states",
     ),
     KvKey(
         "control/attempt_end",
         "JSON {by, diagnosis, time}: the attempt's end handed to the in-app supervisor",
         "task.yarn.exit_report (a failed task, when the supervisor is alive and may retry)",
-        "backends.yarn.supervise, task.yarn.exit_report",
+        "runner.yarn_app.supervise, task.yarn.exit_report",
     ),
     KvKey(
         "attempts/<n>",
         "JSON {attempt, diagnosis, cause, started, ended, wall_s, reached, resumes_at, lost_steps}",
-        "backends.yarn.in_app_attempts (the in-app supervisor, each attempt's end)",
+        "runner.yarn_app.attempts (the in-app supervisor, each attempt's end)",
         "backends.yarn.states (status: attempt, totals), task.yarn.exit_report (the attempt budget)",
     ),
     KvKey(
@@ -257,7 +257,7 @@ KEYS: tuple[KvKey, ...] = (
     KvKey(
         "spec",
         "the job's spec JSON (as shipped, no kerberos)",
-        "backends.yarn.supervise",
+        "runner.yarn_app.supervise",
         "backends.yarn (status/wait on a machine that did not submit the app)",
     ),
 )

@@ -5,20 +5,19 @@ Pipeline per epoch (two threads, bounded queues; optionally a framing process)::
     [framing process ──chunks (socket)──▶] reader thread ──raw groups (≤ 2)──▶ parser thread
                                           ──ready batches (≤ prefetch + a group)──▶ consumer (training loop)
 
-* The reader thread frames records (:mod:`tfrecord`, both CRCs) itself when the C loops of :mod:`native` are built
-  (~0.02 us of CPU a record, mostly without the GIL: measured, a separate process would only add pickling). Without
-  them (``framing="auto"``) it takes chunks from a framing process (:mod:`framer`: one per feeder, reused every epoch,
-  started once the first batch has been taken so its start-up does not compete with the training process's own) and
-  frames ranges itself until that is up, so no step waits for it. ``memory://`` files exist only in this process:
-  the reader always frames them. It also drops data-CRC-corrupt records (``on_corrupt="skip"``), applies the seeded
-  shuffle buffer and groups records for the parser.
-* The parser turns a group into numpy arrays with one call of the C parser (:func:`parse.native_parser`) or of TF's
-  ``ParseExampleV2`` (both release the GIL), diagnoses bad records, and re-assembles exact batches after skips.
+* The reader thread is the data set's record source's (:mod:`tfyarn.data.sources`: TFRecord, Parquet, ORC): it reads
+  this worker's record ranges of the epoch's plan in order and hands groups of records to the parser. TFRecords are
+  framed in the thread by the C loops of :mod:`native` (~0.02 us of CPU a record, mostly without the GIL), or without
+  them by a framing process (:mod:`framer`: one per feeder, reused every epoch, started once the first batch has been
+  taken so its start-up does not compete with the training process's own); tables are read by pyarrow.
+* The parser thread turns a group into numpy arrays with the source's parser (TFRecord: one call of the C parser,
+  :func:`parse.native_parser`, or of TF's ``ParseExampleV2``; both release the GIL), has the source diagnose a group
+  that does not parse (fail naming the record, or skip it), and re-assembles exact batches after skips.
 * Exactly ``steps(epoch) - start_step`` batches are yielded — the same on every worker: records lost to ``skip`` are
   made up by reading the start of the worker's own share again (a short epoch on one worker is the stall this layer
   exists to prevent).
 
-Resuming mid-epoch (``start_step``) reproduces exactly the batches of the uninterrupted epoch (see ``_Run._read``).
+Resuming mid-epoch (``start_step``) reproduces exactly the batches of the uninterrupted epoch (the sources' ``read``).
 
 Memory bound: serialized records of at most 4 parse groups (raw queue of 2, one being filled, one being parsed; ~16k
 records each), the parsed arrays of ``prefetch`` batches plus two groups, one read block (8 MiB) and
@@ -33,27 +32,24 @@ from __future__ import annotations
 import logging
 import os
 import queue
-import random
 import threading
 import time
-from contextlib import closing
-from typing import Any, Callable, Generator, Iterator, Mapping, cast
+from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 
-from tfyarn.data import native, parse as parse_mod, ragged
+from tfyarn.data import native, parse as parse_mod, ragged, sources
 from tfyarn.data.errors import DataError, NoDataError
-from tfyarn.data.manifest import Manifest, describe_hole
-from tfyarn.data.planner import EpochPlan, RecordRange, plan
-from tfyarn.data.framer import FrameJob, Framer, protocol_shared
-from tfyarn.data.table import TABLE_FORMATS, check_columns
-from tfyarn.data.tablefeed import make_run_class, table_parser
-from tfyarn.data.tfrecord import DEFAULT_BLOCK, Chunk
+from tfyarn.data.fileindex import describe_hole
+from tfyarn.data.framer import Framer, protocol_shared
+from tfyarn.data.manifest import Manifest
+from tfyarn.data.planner import EpochPlan, plan
+from tfyarn.data.sources.base import POLL as _POLL
+from tfyarn.data.tfrecord import DEFAULT_BLOCK
 from tfyarn.errors import WaitTimeout
 
 log = logging.getLogger(__name__)
 
-_POLL = 0.1  # seconds between checks of the stop flag while a producer waits on a full/empty queue
 _RAW_DEPTH = 2
 _MAX_ERRORS_KEPT = 100
 
@@ -73,7 +69,7 @@ class _Run:
             raise ValueError(f"start_step {start_step} is outside 0..{self.plan.steps} (steps of epoch {epoch})")
         self.start_step = start_step
         self.target = self.plan.steps - start_step
-        self.replay = (feeder.shuffle_buffer > 0 and not feeder.tables) or feeder.on_corrupt == "skip"
+        self.replay = (feeder.shuffle_buffer > 0 and feeder.source.shuffles) or feeder.on_corrupt == "skip"
         self.yielded = 0
         self.stop = threading.Event()
         self.raw: queue.Queue = queue.Queue(maxsize=_RAW_DEPTH)
@@ -113,7 +109,7 @@ class _Run:
         t0 = time.monotonic()
         try:
             while True:
-                self._check_stop()
+                self.check_stop()
                 try:
                     return op()
                 except (queue.Full, queue.Empty):
@@ -121,11 +117,11 @@ class _Run:
         finally:
             self.blocked_s[threading.current_thread().name.rsplit("-", 1)[-1]] += time.monotonic() - t0
 
-    def _check_stop(self) -> None:
+    def check_stop(self) -> None:
         if self.stop.is_set():
             raise _Stopped
 
-    def _put(self, q: queue.Queue, item: Any) -> None:
+    def put(self, q: queue.Queue, item: Any) -> None:
         self._blocking(lambda: q.put(item, timeout=_POLL))
 
     def _get(self, q: queue.Queue) -> Any:
@@ -140,7 +136,7 @@ class _Run:
             if not isinstance(exc, DataError):
                 log.exception("feeder %s thread failed", name)
             try:
-                self._put(self.ready, ("error", exc))
+                self.put(self.ready, ("error", exc))
             except _Stopped:
                 pass
         finally:
@@ -148,147 +144,8 @@ class _Run:
 
     # ------------------------------------------------------------------------------------------------------- reader
     def _read(self) -> None:
-        f, B = self.f, self.f.batch_size
-        share = self.plan.shares[f.rank]
-        shuffle = f.shuffle_buffer > 0
-        # Resume: seek past the first start_step batches when the stream is a plain function of the share. With a
-        # shuffle buffer or skipped records it is not (which records came first depends on what was read and
-        # rejected), so the reader replays the whole share and the parser drops the first start_step x B good rows.
-        skip_front = 0 if self.replay else self.start_step * B
-        need = (self.plan.steps if self.replay else self.target) * B
-        G = f.group  # records per parse call (a multiple of B)
-        rng = random.Random(f"{f.seed}|{self.epoch}|{f.rank}|shuffle")
-        sbuf: list[tuple[bytes, str, int, int]] = []
-        pay: list[bytes] = []
-        meta: list[tuple[str, np.ndarray, np.ndarray]] = []  # segments: (path, record indexes, byte offsets)
-        emitted = 0  # records handed to the parser
-
-        def remaining() -> int:
-            with self.deficit_lock:
-                return need + self.deficit - emitted - len(pay)
-
-        def emit(pays: list[bytes], path: str, recs: np.ndarray, offs: np.ndarray) -> int:
-            """Append records to the pending batch; hand full batches (or the last needed records) to the parser.
-            Returns how many of ``pays`` were taken (all, unless no more were needed)."""
-            nonlocal emitted, pay, meta
-            i, n = 0, len(pays)
-            while i < n:
-                rem = remaining()
-                if rem <= 0:
-                    return i
-                take = min(G - len(pay), rem, n - i)
-                pay.extend(pays[i : i + take])
-                meta.append((path, recs[i : i + take], offs[i : i + take]))
-                i += take
-                if len(pay) == G or remaining() <= 0:
-                    self._put(self.raw, ("batch", pay, meta))
-                    emitted += len(pay)
-                    pay, meta = [], []
-            return n
-
-        def stream() -> Generator[tuple[list[bytes], str, np.ndarray, np.ndarray], None, None]:
-            """The records to emit, in order: the share (after ``skip_front``), then — only while more are wanted,
-            to replace records rejected as corrupt — the share again from its start, as often as needed. Lazy: what
-            is emitted is a prefix of this one sequence however late the parser's rejections arrive, so a resumed
-            epoch replays exactly."""
-            nonlocal sbuf
-            passes = 0
-            while True:
-                if passes:
-                    self.reader_state = "re-reading the share to replace skipped records"
-                    log.info(
-                        "worker %d epoch %d: %d records still needed after skips; re-reading the share (pass %d)",
-                        f.rank,
-                        self.epoch,
-                        remaining(),
-                        passes + 1,
-                    )
-                ranges = _advance(share, skip_front) if passes == 0 else list(share)
-                good = 0
-                with closing(self._chunks(ranges)) as chunks:  # closing early cancels the framing process's work
-                    for rr, chunk in chunks:
-                        self._check_stop()
-                        got, offs = chunk.payloads, chunk.offsets
-                        self.records_read += len(got)
-                        recs = np.arange(chunk.first, chunk.first + len(got))
-                        if chunk.skipped:
-                            f._record_skips(chunk.skipped, self)
-                            keep = np.array([p is not None for p in got])
-                            pays = [p for p in got if p is not None]
-                            recs, offs = recs[keep], offs[keep]
-                        else:
-                            pays = cast("list[bytes]", got)  # (None marks only a skipped record)
-                        good += len(pays)
-                        if not shuffle:
-                            yield pays, rr.path, recs, offs
-                            continue
-                        for p, r, o in zip(pays, recs.tolist(), offs.tolist()):
-                            if len(sbuf) < f.shuffle_buffer:
-                                sbuf.append((p, rr.path, r, o))
-                                continue
-                            j = rng.randrange(f.shuffle_buffer)
-                            out_p, out_path, out_r, out_o = sbuf[j]
-                            sbuf[j] = (p, rr.path, r, o)
-                            yield [out_p], out_path, np.array([out_r]), np.array([out_o])
-                rng.shuffle(sbuf)
-                rest, sbuf = sbuf, []
-                for p, path, r, o in rest:
-                    yield [p], path, np.array([r]), np.array([o])
-                passes += 1
-                if good == 0:
-                    raise DataError(
-                        f"worker {f.rank}, epoch {self.epoch}: no readable record in this worker's share "
-                        f"({len(share)} ranges, first {share[0].path if share else '-'}); "
-                        f"{f.skipped} records skipped as corrupt"
-                    )
-
-        # Only ``skip`` makes the parser ask for more records after the reader has emitted all it needed.
-        more_may_be_wanted = f.on_corrupt == "skip"
-        pending = None  # the part of an item that was not needed (yet)
-        with closing(stream()) as records:
-            while True:
-                while remaining() > 0:
-                    item = pending if pending is not None else next(records)
-                    pending = None
-                    taken = emit(*item)
-                    if taken < len(item[0]):
-                        p_, path_, r_, o_ = item
-                        pending = (p_[taken:], path_, r_[taken:], o_[taken:])
-                if not more_may_be_wanted or self.parser_finished.is_set():
-                    records.close()  # let the framing process go: nothing more will be read this epoch
-                # Park (polling, noticing close) until the parser finishes or reports rejected records.
-                self.reader_state = "done, waiting for the parser"
-                while remaining() <= 0:
-                    self._check_stop()
-                    if self.parser_finished.is_set():
-                        records.close()
-                    time.sleep(_POLL / 4)
-
-    def _chunks(self, ranges: list[RecordRange]) -> Generator[tuple[RecordRange, Chunk], None, None]:
-        """The framed records of ``ranges`` in order: from the framing process (:mod:`framer`) once it is up, framed
-        in this thread before that (range by range: nothing ever waits for the process to start), and always in this
-        thread when the files are not reachable from another process (``memory://``) or ``framing="thread"``."""
-        f = self.f
-        jobs = []
-        for rr in ranges:
-            off, first = f.files[rr.path].boundary(rr.start)
-            jobs.append(FrameJob(rr.path, rr.start, rr.stop, off, first, f.files[rr.path].gz, f.holes.get(rr.path)))
-        framer = f.framer
-        for k, (rr, j) in enumerate(zip(ranges, jobs)):
-            # auto: the process is started once the epoch's first batch is taken (see __next__); strict: now, and
-            # chunks() waits for it
-            if framer is not None and (f.framing_strict or framer.ready()):
-                for index, chunk in framer.chunks(jobs[k:], self._check_stop):
-                    rr = ranges[k + index]
-                    self.reader_state = (
-                        f"reading {rr.path} records {rr.start}..{rr.stop} (framing process {framer.pid})"
-                    )
-                    self.records_from_framer += len(chunk.payloads)
-                    yield rr, chunk
-                return
-            self.reader_state = f"reading {rr.path} records {rr.start}..{rr.stop}"
-            for chunk in j.chunks(f.frame_opts):
-                yield rr, chunk
+        """The reader thread: the source's (:meth:`sources.base.Source.read`)."""
+        self.f.source.read(self)
 
     # ------------------------------------------------------------------------------------------------------- parser
     def _parse(self) -> None:
@@ -308,7 +165,7 @@ class _Run:
             try:
                 out = parse(payloads)
             except parse_mod.BatchParseError as exc:
-                out = self._salvage(parse, payloads, meta, str(exc))
+                out = self.f.source.salvage(self, parse, payloads, meta, str(exc))
             n = len(next(iter(out.values()))) if out else 0
             self.rows_parsed += n
             if drop:
@@ -324,7 +181,7 @@ class _Run:
             while n - start >= B and produced < self.target:
                 batch = out if (start == 0 and n == B) else {k: v[start : start + B] for k, v in out.items()}
                 batch = {k: ragged.finish(v) for k, v in batch.items()}
-                self._put(self.ready, ("batch", batch))
+                self.put(self.ready, ("batch", batch))
                 produced += 1
                 start += B
             if start < n:
@@ -333,63 +190,6 @@ class _Run:
         with self.deficit_lock:
             self.deficit = -(1 << 60)  # the reader sees nothing wanted and parks until stop
         self.parser_finished.set()
-
-    def _salvage(self, parse: Callable, payloads: list[bytes], meta: list, tf_msg: str) -> dict[str, np.ndarray]:
-        """A batch failed to parse: find the bad records, fail with a precise message or skip them."""
-        f = self.f
-        good, bad = [], []
-        meta = [(path, r, o) for path, recs, offs in meta for r, o in zip(recs.tolist(), offs.tolist())]
-        for p, (path, rec, off) in zip(payloads, meta):
-            problem = parse_mod.diagnose(p, f.fields)
-            if problem is None:
-                good.append(p)
-                continue
-            feature, what = problem
-            err = DataError(
-                f"{path}: record {rec} at byte offset {off}: {what}", path=path, offset=off, record=rec, feature=feature
-            )
-            if f.on_corrupt != "skip":
-                raise err
-            bad.append(err)
-        if not bad:
-            path, rec, off = meta[0]
-            raise DataError(
-                f"{path}: batch starting at record {rec} (byte offset {off}) does not parse: {tf_msg}",
-                path=path,
-                offset=off,
-                record=rec,
-            )
-        f._record_skips(bad, self)
-        with self.deficit_lock:
-            self.deficit += len(bad)
-        self.rows_rejected += len(bad)
-        self.first_rejected = self.first_rejected or bad[0]
-        share_records = sum(len(r) for r in self.plan.shares[f.rank])
-        if self.rows_parsed == 0 and self.rows_rejected >= share_records:
-            # a whole share's worth rejected and not one row parsed: re-reading it again would loop until the
-            # consumer's timeout, with a message about waiting instead of the data
-            first = self.first_rejected
-            raise DataError(
-                f"worker {f.rank}, epoch {self.epoch}: no record of this worker's share fits the schema "
-                f"({self.rows_rejected} rejected, on_corrupt: skip); the first: {first}",
-                path=first.path,
-                offset=first.offset,
-                record=first.record,
-                feature=first.feature,
-            )
-        if not good:
-            return {fl.name: fl.empty() for fl in f.fields}
-        try:
-            return parse(good)
-        except parse_mod.BatchParseError as exc:
-            path, rec, off = meta[0]
-            raise DataError(
-                f"{path}: batch starting at record {rec} (byte offset {off}) does not parse even "
-                f"without the records diagnosed as bad: {exc}",
-                path=path,
-                offset=off,
-                record=rec,
-            ) from None
 
     # ----------------------------------------------------------------------------------------------------- consumer
     def __iter__(self) -> "_Run":
@@ -445,41 +245,6 @@ class _Run:
                     t.name,
                 )
         self.f._finished(self)
-
-
-def _check_tables(manifest: Manifest, fields: tuple) -> bool:
-    """Whether the data are tables (all files, or none); their columns checked against ``fields``."""
-    formats = {fi.format for fi in manifest.files}
-    if not formats & set(TABLE_FORMATS):
-        return False
-    if len(formats) > 1:
-        raise NoDataError(
-            f"one data set mixes file formats ({', '.join(sorted(formats))}); give each format its own job, or convert"
-        )
-    for fi in manifest.files:
-        check_columns(fi.path, fi.columns, fields)
-    return True
-
-
-_TABLE_RUN: list[type] = []
-
-
-def _table_run() -> type:
-    if not _TABLE_RUN:
-        _TABLE_RUN.append(make_run_class(_Run, _advance))
-    return _TABLE_RUN[0]
-
-
-def _advance(share: tuple[RecordRange, ...], n: int) -> list[RecordRange]:
-    """The share without its first ``n`` records (resume mid-epoch by seeking, not by reading)."""
-    out = []
-    for r in share:
-        if n >= len(r):
-            n -= len(r)
-            continue
-        out.append(RecordRange(r.path, r.start + n, r.stop))
-        n = 0
-    return out
 
 
 #: Skipped records and damaged ranges named (with file and offset) in a task's final progress and the run summary;
@@ -542,12 +307,14 @@ class Feeder:
         self.files = {fi.path: fi for fi in manifest.files}
         self.holes = {fi.path: dict(fi.holes) for fi in manifest.files if fi.holes}
         self.fields = parse_mod.schema(features)
-        #: Parquet / ORC rows instead of TFRecords (tablefeed.py): columns checked now, before any step
-        self.tables = _check_tables(manifest, self.fields)
+        #: the data set's format (:mod:`tfyarn.data.sources`): how its records are read and parsed; the features
+        #: checked against it now, before any step
+        self.source = sources.of_files(manifest.files)
+        self.source.check(manifest.files, self.fields)
         self.batch_size, self.rank, self.num_workers = batch_size, rank, num_workers
         self.seed, self.shuffle_buffer, self.prefetch = seed, shuffle_buffer, prefetch
         self.on_corrupt, self.timeout = on_corrupt, timeout
-        self.parser_factory = parser or (table_parser if self.tables else parse_mod.default_parser)
+        self.parser_factory = parser or self.source.parser
         #: records per parse call: a TF parse op costs ~0.5 ms per call on top of its per-record work, so parsing
         #: ~16k records at once (then slicing into batches, which is free) measured 1.05 us CPU/record for the whole
         #: feeder against 1.33 at 4k and 1.20 at 8k (32k: no further gain).
@@ -562,7 +329,8 @@ class Feeder:
             raise ValueError("framing='process' cannot read memory:// files (they exist only in this process)")
         self.framing = (
             "process"
-            if not self.tables and (framing == "process" or (framing == "auto" and shared and native.records is None))
+            if self.source.frames_in_process
+            and (framing == "process" or (framing == "auto" and shared and native.records is None))
             else "thread"
         )
         #: ``framing="process"`` asked for explicitly: wait for the process to start instead of framing here until
@@ -601,11 +369,11 @@ class Feeder:
         """Exactly ``steps(epoch) - start_step`` batches. Starting another epoch closes the previous one."""
         if self._active is not None:
             self._active.close()
-        run = (_table_run() if self.tables else _Run)(self, epoch, start_step)
+        run = _Run(self, epoch, start_step)
         self._active = run
         return run
 
-    def _record_skips(self, errors: list[DataError], run: _Run) -> None:
+    def record_skips(self, errors: list[DataError], run: _Run) -> None:
         """Count each corrupt record once per epoch (a refill pass meets the same bad records again)."""
         with self._lock:
             errors = [e for e in errors if (e.path, e.record) not in run.seen_bad]

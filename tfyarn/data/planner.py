@@ -155,6 +155,18 @@ def round_robin_steps(counts: Iterable[int], num_workers: int, batch_size: int) 
     return [r // batch_size for r in per]
 
 
+def advance(share: tuple[RecordRange, ...] | list[RecordRange], n: int) -> list[RecordRange]:
+    """The share without its first ``n`` records (resume mid-epoch by seeking, not by reading)."""
+    out = []
+    for r in share:
+        if n >= len(r):
+            n -= len(r)
+            continue
+        out.append(RecordRange(r.path, r.start + n, r.stop))
+        n = 0
+    return out
+
+
 @dataclass(frozen=True)
 class Part:
     """One output part of a scoring run: records ``ranges`` (in order, possibly across files), scored by ``worker``.

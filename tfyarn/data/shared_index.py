@@ -38,7 +38,8 @@ from typing import Any, Callable
 
 import fsspec
 
-from tfyarn.data import manifest as mf
+from tfyarn.data import index_cache, listing as listing_mod, manifest as mf, sources
+from tfyarn.data.fileindex import DEFAULT_STRIDE, STATS, FileInfo, fileinfo
 from tfyarn.data.errors import DataError
 from tfyarn.common import paths
 from tfyarn.contracts.kv_keys import EXIT_PREFIX, FAILURE_PREFIX, exit_key, failure_key, index_namespace
@@ -84,7 +85,7 @@ class Exchange:
         if len(text) > self.inline_max:
             url = f"{self.dir}/{kind}-{'x' if rank is None else rank}.json"
             try:
-                mf.write_text(url, text)
+                index_cache.write_text(url, text)
                 self.kv.put(self.key(kind, rank), json.dumps({"file": url}))
                 return
             except OSError as exc:
@@ -96,7 +97,7 @@ class Exchange:
         """What :meth:`put` published, from the raw KV value."""
         ref = json.loads(raw)
         if "file" in ref:
-            text = mf.read_text(ref["file"])
+            text = index_cache.read_text(ref["file"])
             if text is None:
                 raise IndexAborted(f"the shared index file {ref['file']} cannot be read")
             return json.loads(text)
@@ -129,7 +130,7 @@ class Heartbeat:
         self._tick += 1
         self.ex.kv.put(
             self.ex.key("beat", self.ex.rank),
-            json.dumps({"tick": self._tick, "bytes": mf.STATS.snapshot()["bytes_read"], "waiting": self.waiting}),
+            json.dumps({"tick": self._tick, "bytes": STATS.snapshot()["bytes_read"], "waiting": self.waiting}),
         )
 
     def _run(self) -> None:
@@ -203,9 +204,10 @@ def shared_manifest(
     app_id: str,
     attempt: int = 0,
     compression: str = "auto",
+    format: str = "auto",
     on_corrupt: str = "fail",
     cache_dir: str | None = None,
-    stride: int = mf.DEFAULT_STRIDE,
+    stride: int = DEFAULT_STRIDE,
     stall: float = 600.0,
     timeout: float = 3600.0,
 ) -> mf.Manifest:
@@ -213,19 +215,26 @@ def shared_manifest(
     every task, each having read ~1/N of the bytes not indexed yet (see the module docstring). Only the leader logs
     the manifest's warnings as warnings."""
     t0 = time.monotonic()
-    before = mf.STATS.snapshot()
+    before = STATS.snapshot()
     if len(tasks) <= 1:
         m = mf.build_manifest(
-            urls, compression, cache_dir, stride=stride, on_corrupt=on_corrupt, timeout=timeout, whole=True
+            urls,
+            compression,
+            cache_dir,
+            format=format,
+            stride=stride,
+            on_corrupt=on_corrupt,
+            timeout=timeout,
+            whole=True,
         )
     else:
         ex = Exchange(kv, tasks, rank, app_id, attempt, cache_dir)
-        opts = dict(compression=compression, stride=stride, on_corrupt=on_corrupt)
-        listing = mf.list_data(urls)
+        opts = dict(compression=compression, format=format, stride=stride, on_corrupt=on_corrupt)
+        listing = listing_mod.list_data(urls)
         # beats slow down for large jobs (1,000 tasks: every 10 s, ~100 KV writes a second)
         with Heartbeat(ex, max(BEAT_S, len(tasks) / 100)) as hb:
             m = _Run(ex, listing, cache_dir, opts, stall, timeout, hb).go()
-    cost = {k: v - before[k] for k, v in mf.STATS.snapshot().items()}
+    cost = {k: v - before[k] for k, v in STATS.snapshot().items()}
     log.info(
         "%s: manifest of %d files ready in %.2fs; this task read %d data bytes indexing %d files, used %d "
         "cached indexes",
@@ -245,7 +254,7 @@ class _Run:
     def __init__(
         self,
         ex: Exchange,
-        listing: mf.Listing,
+        listing: listing_mod.Listing,
         cache_dir: str | None,
         opts: dict[str, Any],
         stall: float,
@@ -257,17 +266,19 @@ class _Run:
         self.loud = ex.rank == 0
         self.deadline = time.monotonic() + timeout
         self.timeout = timeout
-        self.digest = listing.digest(opts["stride"], opts["compression"], opts["on_corrupt"])
+        option = sources.cache_option(opts["format"], opts["compression"])
+        self.digest = listing.digest(opts["stride"], option, opts["on_corrupt"])
         self.n = len(ex.tasks)
 
     # -- pieces --------------------------------------------------------------------------------------------------
-    def index(self, ids: list[int], read: bool = True) -> dict[int, mf.FileInfo]:
+    def index(self, ids: list[int], read: bool = True) -> dict[int, FileInfo]:
         left = max(1.0, self.deadline - time.monotonic())
         return mf.index_files(
             self.listing,
             ids,
             self.opts["compression"],
             self.cache_dir,
+            format=self.opts["format"],
             stride=self.opts["stride"],
             on_corrupt=self.opts["on_corrupt"],
             timeout=left,
@@ -424,7 +435,7 @@ class _Run:
         """``manifest``: the cache entry's URL when it is large and cached, else the manifest itself."""
         ex = self.ex
         url = (
-            mf.manifest_entry(self.cache_dir, self.digest)
+            index_cache.manifest_entry(self.cache_dir, self.digest)
             if cached
             else mf.store_manifest(self.cache_dir, self.digest, m)
         )
@@ -436,10 +447,10 @@ class _Run:
 
     def build(self, probes: dict[int, Any]) -> mf.Manifest:
         ex = self.ex
-        infos: dict[int, mf.FileInfo] = {}
+        infos: dict[int, FileInfo] = {}
         missing: list[int] = []
         for p in probes.values():
-            infos.update((int(i), mf.fileinfo(d)) for i, d in p["cached"].items())
+            infos.update((int(i), fileinfo(d)) for i, d in p["cached"].items())
             missing += p["missing"]
         assign = ex.get("assign")  # a restarted leader keeps the plan the others follow
         if assign is None:
@@ -452,7 +463,7 @@ class _Run:
         if errors:
             raise IndexAborted(errors[0])
         for p in parts.values():
-            infos.update((int(i), mf.fileinfo(d)) for i, d in p["files"].items())
+            infos.update((int(i), fileinfo(d)) for i, d in p["files"].items())
         lost = [i for i in range(len(self.listing.files)) if i not in infos]
         if lost:  # cannot happen unless a task published less than assigned
             infos.update(self.index(lost))

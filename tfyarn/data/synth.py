@@ -18,7 +18,7 @@ import fsspec
 import numpy as np
 
 from tfyarn.data.example import _field, _varint, entry, float_feature
-from tfyarn.data.manifest import data_files
+from tfyarn.data.listing import data_files
 from tfyarn.data.tfrecord import TFRecordWriter
 from tfyarn.errors import ExitCode, TfyarnError
 
@@ -65,7 +65,7 @@ def _clear(fs: Any, root: str, url_dir: str, overwrite: bool) -> None:
     """Make sure the shards written next are the directory's whole data set, not mixed with older shards that a
     job reading the directory would train on without a word.
 
-    Without ``overwrite`` any data file (:func:`tfyarn.data.manifest.data_files`) refuses; with it, the shards a
+    Without ``overwrite`` any data file (:func:`tfyarn.data.listing.data_files`) refuses; with it, the shards a
     previous run wrote and their cached indexes are removed, and any other data file still refuses (not ours).
     """
     if not fs.isdir(root):

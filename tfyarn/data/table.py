@@ -1,5 +1,6 @@
-"""Parquet and ORC tables as training data: the format of a file, its index from the footer, its
-columns checked against the spec's features, and its rows as the feeder's numpy columns.
+"""Parquet and ORC tables as training data, for their record sources (:mod:`tfyarn.data.sources.tables`): a
+file's index from the footer, its columns checked against the spec's features, and its rows as the feeder's numpy
+columns.
 
 Why pyarrow over fsspec: Hive and Spark tables on HDFS are Parquet or ORC; pyarrow reads them
 through any fsspec file (hdfs-native on HDFS: no JVM, no libhdfs), only the columns named in
@@ -8,7 +9,7 @@ indexed: a gateway that submits a TFRecord job needs none (``pip install tfyarn[
 tasks run and where ``tfyarn data index`` runs on tables).
 
 Indexing reads the footer only (row group / stripe row counts):
-:class:`tfyarn.data.manifest.FileInfo` keeps the first row of each row group / stripe in
+:class:`tfyarn.data.fileindex.FileInfo` keeps the first row of each row group / stripe in
 ``offsets``, so a worker's row range starts at its row group, never at the file's start. Mapping to
 the feeder: a list column is a variable-length feature (a null list = an empty one, as a missing
 VarLenFeature); a null in any other column is filled with the feature's ``default`` or is bad input.
@@ -27,12 +28,10 @@ from tfyarn.errors import ExitCode
 
 log = logging.getLogger(__name__)
 
-TABLE_FORMATS = ("parquet", "orc")
 #: pyarrow decodes a batch's columns in parallel, as its own scan does (the feeder's reader thread
 # would otherwise
 #: decode them one after the other; the CPU per row is the same)
 THREADS = True
-_EXTENSIONS = {".parquet": "parquet", ".pq": "parquet", ".parq": "parquet", ".orc": "orc"}
 
 
 class SchemaError(DataError):
@@ -40,25 +39,6 @@ class SchemaError(DataError):
     INVALID."""
 
     exit_code = ExitCode.INVALID
-
-
-def file_format(url: str, declared: str = "auto") -> str:
-    """``data.format`` if given, else by extension (.parquet/.pq/.parq, .orc; anything else is
-    TFRecord)."""
-    if declared not in ("auto", None):
-        return declared
-    name = url.rstrip("/").rsplit("/", 1)[-1].lower()
-    for ext, fmt in _EXTENSIONS.items():
-        if name.endswith(ext) or name.endswith(ext + ".gz"):
-            return fmt
-    return "tfrecord"
-
-
-def read_option(compression: str, fmt: str) -> str:
-    """The one reading option the manifest functions take (their ``compression``): TFRecord's
-    compression, or the table format ``data.format`` names (files without a .parquet/.orc extension,
-    as Hive writes them)."""
-    return fmt if fmt in TABLE_FORMATS else compression
 
 
 def _pyarrow() -> Any:

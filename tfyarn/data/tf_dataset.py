@@ -10,8 +10,10 @@ Two ways to read the share:
 
 * default: tfyarn's feeder (any fsspec URL, CRC checks, the C parser) behind ``from_generator`` — for a program
   whose input pipeline runs in its own Python (MWMS, custom loops);
-* ``worker=N`` (a ParameterServerStrategy ``dataset_fn``, which runs on bare TF servers where Python cannot):
-  a pure-TF pipeline of ``TFRecordDataset`` record ranges + ``tf.io.parse_example`` — paths TF itself can read.
+* ``worker=N`` (a ParameterServerStrategy ``dataset_fn``, traced once on the chief and run on every worker server,
+  where Python cannot run): TF ops over the share that tfyarn's process on that worker staged on its own disk with
+  the feeder (:mod:`staging`, :func:`stage`) — so any source and any filesystem (``hdfs://``, Parquet, ORC, GZIP
+  TFRecords), the same batches as the feeder's, and TF reads only local bytes.
 
 The runtime binds the job's data and this task's rank (:func:`bind`) before the program starts; TF is imported only
 when a dataset is made. The feeder's pipeline tells the runtime each batch it hands over (``on_batch``): what a
@@ -33,6 +35,7 @@ class _Binding:
     rank: int  # this task's share (-1: none)
     num_workers: int  # shares of each epoch
     cache_dir: str | None
+    wait_s: float = 900.0  # how long a worker's dataset waits for a staged epoch (timeouts.stall)
     manifest: Any = None
     on_batch: Callable[[int, int], None] | None = None  # (epoch, examples) of each batch the feeder pipeline yields
 
@@ -46,12 +49,14 @@ def bind(
     num_workers: int,
     cache_dir: str | None = None,
     on_batch: Callable[[int, int], None] | None = None,
+    wait_s: float = 900.0,
 ) -> None:
     """Called by the runtime in each task of an entrypoint job, before the user's program runs: ``num_workers``
     shares, this task's is ``rank`` (-1: none; in mode ps the shares are the workers', the chief coordinates);
-    ``on_batch(epoch, examples)`` is called for each batch this task's feeder pipeline yields."""
+    ``on_batch(epoch, examples)`` is called for each batch this task's feeder pipeline yields; ``wait_s``: how long
+    a worker's staged epoch may keep its dataset waiting (``timeouts.stall``)."""
     global _BOUND
-    _BOUND = _Binding(data, rank, num_workers, cache_dir, on_batch=on_batch)
+    _BOUND = _Binding(data, rank, num_workers, cache_dir, wait_s, on_batch=on_batch)
 
 
 def planned_batches() -> int | None:
@@ -81,7 +86,12 @@ def _manifest(b: _Binding) -> Any:
 
         d = b.data
         b.manifest = build_manifest(
-            list(d.train), compression=d.compression, on_corrupt=d.on_corrupt, cache_dir=b.cache_dir, whole=True
+            list(d.train),
+            compression=d.compression,
+            format=d.format,
+            on_corrupt=d.on_corrupt,
+            cache_dir=b.cache_dir,
+            whole=True,
         )
     return b.manifest
 
@@ -113,8 +123,10 @@ def train_dataset(epoch: int | None = None, worker: int | None = None) -> Any:
     (else the feature dict), with exactly the planned number of steps (its cardinality says so).
 
     ``epoch``: that epoch's share only; None: every epoch of ``data.epochs``, each cut to :func:`steps_per_epoch`.
-    ``worker``: read that worker's share with a pure-TF pipeline (a ParameterServerStrategy ``dataset_fn``: pass
-    ``input_context.input_pipeline_id``); default: this task's share through tfyarn's feeder."""
+    ``worker``: TF ops only, for a ParameterServerStrategy ``dataset_fn`` (pass ``input_context.input_pipeline_id``):
+    the share staged on the worker server that runs the traced function — worker N's server reads worker N's share
+    (TF runs one traced ``dataset_fn`` on every worker and passes them all pipeline id 0, so the share cannot be
+    chosen by the id); default: this task's share through tfyarn's feeder."""
     b = _bound()
     plan_steps = _steps(b, epoch)
     if worker is not None:
@@ -212,74 +224,46 @@ def _feeder_pipeline(b: _Binding, plan_steps: list[tuple[int, int]]) -> Any:
 
 
 def _tf_pipeline(b: _Binding, plan_steps: list[tuple[int, int]], worker: int) -> Any:
-    """TFRecord record ranges of ``worker``'s share, batched and parsed by TF ops only."""
-    import tensorflow as tf
+    """TF ops only: the share staged on the server that runs this graph (:mod:`staging`), each epoch cut to its
+    planned steps, decoded into the feeder's batches."""
+    from tfyarn.data import staging
 
     d = b.data
     if not 0 <= worker < b.num_workers:
         raise ValueError(f"worker={worker}: the job has {b.num_workers} training workers")
-    spec = {n: _parse_spec(f) for n, f in d.features.items()}
-    dtypes = {n: _tf_dtype(f.dtype) for n, f in d.features.items()}
-
-    def parse(serialized: Any) -> Any:
-        parsed = tf.io.parse_example(serialized, spec)
-        out = {}
-        for n, v in parsed.items():
-            f = d.features[n]
-            if f.varlen and f.pad_to is not None:  # dense [B, pad_to]: truncated, padded with default
-                v = _pad(v, d.batch_size, f.pad_to, _default(f))
-            if isinstance(v, tf.SparseTensor):  # [B, None] as the feeder's pipeline declares it
-                out[n] = tf.SparseTensor(v.indices, tf.cast(v.values, dtypes[n]), v.dense_shape)
-                out[n].set_shape([d.batch_size, None])
-            else:
-                out[n] = tf.cast(v, dtypes[n]) if v.dtype != dtypes[n] else v
-        return out
-
-    parts = []
-    for e, n in plan_steps:
-        ranges = _plan(b, e).shares[worker]
-        records = None
-        for r in ranges:
-            gz = d.compression == "gzip" or (d.compression == "auto" and r.path.endswith(".gz"))
-            one = tf.data.TFRecordDataset(r.path, compression_type="GZIP" if gz else "").skip(r.start).take(len(r))
-            records = one if records is None else records.concatenate(one)
-        if records is not None:
-            parts.append(records.batch(d.batch_size, drop_remainder=True).take(n))
+    # epoch 0 is staged before the worker's program starts; a later one may still be being written
+    parts = [staging.epoch_records(e, 2.0 if e == 0 else float(b.wait_s)).take(n) for e, n in plan_steps]
     ds = parts[0]
     for p in parts[1:]:
         ds = ds.concatenate(p)
-    return ds.map(parse).map(_split(d.label)).prefetch(2)
+
+    def decode(record: Any) -> Any:
+        return staging.decode(record, dict(d.features), d.batch_size, _tf_dtype)
+
+    return ds.map(decode).map(_split(d.label)).prefetch(2)
 
 
-def _wire(f: Any) -> Any:
-    """The Example list a feature is stored in (int64, float or bytes)."""
-    import tensorflow as tf
+def stage(worker: int | None = None) -> Any:
+    """Stage this worker's share for ``train_dataset(worker=...)`` (:mod:`staging`), in this process's working
+    directory: what tfyarn's process on a ParameterServerStrategy worker does before the program starts its server.
+    Returns the :class:`staging.Stager` (epoch 0 written, the rest being written)."""
+    from tfyarn.data import staging
+    from tfyarn.data.feeder import Feeder
 
-    return tf.int64 if "int" in f.dtype else tf.float32 if "float" in f.dtype else tf.string
-
-
-def _default(f: Any) -> Any:
-    """The spec's ``default`` (a padded list's filler: 0 or the empty string when not given)."""
-    return f.default if f.default is not None else ("" if _wire(f).name == "string" else 0)
-
-
-def _parse_spec(f: Any) -> Any:
-    """TF's parse spec of a feature: a VarLenFeature for a variable-length list, else fixed (with the spec's
-    ``default`` for a record that lacks it)."""
-    import tensorflow as tf
-
-    if f.varlen:
-        return tf.io.VarLenFeature(_wire(f))
-    if f.default is None:
-        return tf.io.FixedLenFeature(f.shape, _wire(f))
-    value = f.default if f.shape == () else [f.default] * int(f.size)
-    return tf.io.FixedLenFeature(f.shape, _wire(f), default_value=value)
-
-
-def _pad(sp: Any, batch: int, width: int, default: Any) -> Any:
-    """A SparseTensor [batch, any] → dense [batch, width]: rows truncated or padded with ``default``."""
-    import tensorflow as tf
-
-    dense = tf.sparse.to_dense(sp, default_value=tf.constant(default, sp.dtype))[:, :width]
-    padding = tf.fill([tf.shape(dense)[0], width - tf.shape(dense)[1]], tf.constant(default, sp.dtype))
-    return tf.ensure_shape(tf.concat([dense, padding], 1), [batch, width])
+    b = _bound()
+    rank = b.rank if worker is None else int(worker)
+    if not 0 <= rank < b.num_workers:
+        raise ValueError(f"worker {rank}: the job has {b.num_workers} training workers")
+    d = b.data
+    feeder = Feeder(
+        _manifest(b),
+        dict(d.features),
+        d.batch_size,
+        rank,
+        b.num_workers,
+        seed=d.shuffle_seed,
+        shuffle_buffer=d.shuffle_buffer,
+        prefetch=d.prefetch,
+        on_corrupt=d.on_corrupt,
+    )
+    return staging.Stager(feeder, dict(d.features), d.epochs).start()

@@ -67,7 +67,7 @@ class _Listed:
 
 def list_data(spec: JobSpec, get_fs: GetFs = hdfs.get_fs) -> list[_Listed]:
     """Every data URL's files (sorted), or why it could not be listed: one listing per URL (an RPC each on HDFS)."""
-    from tfyarn.data.manifest import data_files
+    from tfyarn.data.listing import data_files
 
     out = []
     sections: tuple[tuple[str, list[str]], ...] = (("data.train", spec.data.train), ("data.eval", spec.data.eval))
@@ -106,7 +106,7 @@ def check_data_schema(spec: JobSpec, get_fs: GetFs = hdfs.get_fs, listed: list[_
     one bad sample is not a problem (the record may be one to skip); every sample of a URL not fitting is.
     """
     from tfyarn.data.errors import DataError
-    from tfyarn.data.manifest import side_file_hint
+    from tfyarn.data.listing import side_file_hint
     from tfyarn.data.parse import decode_example, diagnose, schema
     from tfyarn.data.tfrecord import first_record
 
@@ -148,16 +148,14 @@ def check_data_schema(spec: JobSpec, get_fs: GetFs = hdfs.get_fs, listed: list[_
 
 
 def _table_problem(name: str, spec: JobSpec, fields: tuple, found: list[str]) -> bool:
-    """For a Parquet / ORC file: its columns checked against the features from its footer (a problem appended to
-    ``found``); True when the file is a table (checked, or not checkable here: no pyarrow on this host)."""
-    from tfyarn.data import table
+    """For a file whose source checks the features without reading records (Parquet / ORC: from the footer), that
+    check (a problem appended to ``found``); True when the source did (or could not here: no pyarrow on this host),
+    False when records must be sampled (TFRecord)."""
+    from tfyarn.data import sources
     from tfyarn.data.errors import DataError
 
-    fmt = table.file_format(name, spec.data.format)
-    if fmt not in table.TABLE_FORMATS:
-        return False
     try:
-        table.check_columns(name, table.index_table(name, 0, "", fmt)[2], fields)
+        return sources.for_file(name, spec.data.format).check_file(name, fields)
     except DataError as exc:
         if "needs pyarrow" in str(exc):
             log.debug("preflight: %s", exc)  # the tasks check it (they need pyarrow anyway)
@@ -181,19 +179,18 @@ def check_enough_records(spec: JobSpec, listed: list[_Listed]) -> list[str]:
     and every training task fails at start. Counted from the cached indexes, then by indexing the smallest files
     within :data:`COUNT_BUDGET_BYTES`; data that cannot be counted that cheaply, or not indexed (damaged data is the
     tasks' to report, with file and offset), passes."""
+    from tfyarn.data import sources
     from tfyarn.data.errors import DataError
-    from tfyarn.data.manifest import cached_or_indexed
-    from tfyarn.data.table import file_format
+    from tfyarn.data.index_cache import cached_or_indexed
 
     train = [d for d in listed if d.section == "data.train"]
     if not train or any(d.error is not None or not d.files for d in train):
         return []  # check_data reports these
     files = _train_files(listed)
     need, data = spec.global_batch_size, spec.data
-    from tfyarn.data.table import read_option
-
     opts: dict[str, Any] = {
-        "compression": read_option(data.compression, data.format),
+        "compression": data.compression,
+        "format": data.format,
         "on_corrupt": data.on_corrupt,
         "cache_dir": _index_cache(spec),
     }
@@ -211,7 +208,8 @@ def check_enough_records(spec: JobSpec, listed: list[_Listed]) -> list[str]:
                 return []
         budget = COUNT_BUDGET_BYTES
         for size, url, mtime in sorted(uncounted):
-            cost = size if file_format(url, data.format) == "tfrecord" else min(size, 1 << 16)  # tables: footer
+            reads_all = sources.for_file(url, data.format).index_reads_data
+            cost = size if reads_all else min(size, 1 << 16)  # (tables: a footer)
             if cost > budget:
                 return []  # not cheap to know
             budget -= cost
@@ -236,7 +234,7 @@ INDEX_PROBE_FILES = 200
 
 def _train_files(listed: list[_Listed]) -> dict[str, tuple[int, str]]:
     """Every non-empty file ``data.train`` lists: URL → (size, mtime)."""
-    from tfyarn.data.manifest import mtime_of
+    from tfyarn.data.listing import mtime_of
 
     return {
         d.fs.unstrip_protocol(p): (int(d.info[p]["size"]), mtime_of(d.info[p]))
@@ -260,7 +258,11 @@ def index_notes(spec: JobSpec, listed: list[_Listed]) -> list[str]:
     step — once, the indexes are then cached. Nothing when the whole manifest is cached (one read)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from tfyarn.data.manifest import DEFAULT_STRIDE, Listing, cached_or_indexed, load_manifest
+    from tfyarn.data import sources
+    from tfyarn.data.fileindex import DEFAULT_STRIDE
+    from tfyarn.data.index_cache import cached_or_indexed
+    from tfyarn.data.listing import Listing
+    from tfyarn.data.manifest import load_manifest
 
     files = _train_files(listed)
     if not files:
@@ -268,7 +270,8 @@ def index_notes(spec: JobSpec, listed: list[_Listed]) -> list[str]:
     data, cache = spec.data, _index_cache(spec)
     listing = Listing(tuple((u, s, m) for u, (s, m) in sorted(files.items())), (), frozenset())
     try:
-        if load_manifest(cache, listing.digest(DEFAULT_STRIDE, data.compression, data.on_corrupt)) is not None:
+        option = sources.cache_option(data.format, data.compression)
+        if load_manifest(cache, listing.digest(DEFAULT_STRIDE, option, data.on_corrupt)) is not None:
             return []
         step = max(1, len(listing.files) // INDEX_PROBE_FILES)
         sample = listing.files[::step]
@@ -280,6 +283,7 @@ def index_notes(spec: JobSpec, listed: list[_Listed]) -> list[str]:
                         f[1],
                         f[2],
                         compression=data.compression,
+                        format=data.format,
                         cache_dir=cache,
                         on_corrupt=data.on_corrupt,
                         read=False,

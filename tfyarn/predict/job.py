@@ -26,12 +26,12 @@ log = logging.getLogger("tfyarn.predict")
 
 def manifest_of(spec: Any) -> Any:
     from tfyarn.data import build_manifest
-    from tfyarn.data.table import read_option
 
     p = spec.predict
     return build_manifest(
         list(p.input),
-        compression=read_option(p.compression, p.format),
+        compression=p.compression,
+        format=p.format,
         cache_dir=p.index_cache,
         on_corrupt=p.on_corrupt,
         whole=True,

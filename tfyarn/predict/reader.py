@@ -14,7 +14,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from tfyarn.data import parse as parse_mod, table
+from tfyarn.data import parse as parse_mod, sources, table
 from tfyarn.data.errors import DataError
 from tfyarn.data.manifest import Manifest
 from tfyarn.data.planner import Part
@@ -64,12 +64,11 @@ class PartReader:
         self.files = {fi.path: fi for fi in manifest.files}
         self.fields = parse_mod.schema(features)
         formats = {fi.format for fi in manifest.files}
-        self.tables = bool(formats & set(table.TABLE_FORMATS))
+        self.tables = bool(formats - {sources.DEFAULT})  # (Parquet / ORC: read with pyarrow below)
         if self.tables and len(formats) > 1:
             raise DataError(f"predict.input mixes file formats ({', '.join(sorted(formats))}); score each alone")
         if self.tables:
-            for fi in manifest.files:
-                table.check_columns(fi.path, fi.columns, self.fields)
+            sources.of_files(manifest.files).check(manifest.files, self.fields)
         elif keep == "all":
             keep = list(features)
         elif set(keep) - set(features):

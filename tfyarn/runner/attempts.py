@@ -5,24 +5,32 @@ by another one (``TFYARN_ATTEMPT=n``, resuming from the latest checkpoint) after
 up to ``retry.max_attempts`` (attempts the cluster ended counted apart,
 :class:`~tfyarn.contracts.triage.AttemptBudget`), never past the deadline, never after a stop; the
 final diagnosis names the earlier attempts — are the same on every backend, and decided by one
-:class:`~tfyarn.supervisor.Supervisor` per run. A backend says only how one attempt runs, through
-its hook ``attempts(spec, sup, ...)``, which returns an :class:`Attempts`: on YARN each attempt is
-an application of its own, scheduled through the verbs and followed here
-(:class:`ScheduledAttempts`); locally the launcher runs every attempt as a round of one app, its
-processes supervised by itself.
+:class:`~tfyarn.runner.supervisor.Supervisor` per run. How one attempt runs is an
+:class:`Attempts`: on YARN each attempt is an application of its own, scheduled through the verbs
+and followed here (:class:`ScheduledAttempts`, with what the app's in-app supervisor ran taken in:
+:mod:`tfyarn.runner.yarn_app.follower`); locally the launcher (:mod:`tfyarn.runner.local_app`) runs
+every attempt as a round of one app, its processes supervised by itself (:data:`APP_MASTERS`).
 """
 
 from __future__ import annotations
 
+import importlib
 import threading
 import time
 from typing import Any, Callable, Protocol
 
 from tfyarn.contracts.status import AppStatus, Echo
-from tfyarn.runner.follow import Followable, follow_to_end
-from tfyarn.runner.owned import never_left_running
+from tfyarn.runner.follow import follow_to_end
+from tfyarn.runner.owned import never_left_running, stop_app
+from tfyarn.runner.supervisor import Supervisor
 from tfyarn.spec import JobSpec
-from tfyarn.supervisor import Supervisor
+
+#: A backend whose attempts are not each an app scheduled and followed here: its application master's attempts
+#: (a factory like :class:`ScheduledAttempts`), by backend name.
+APP_MASTERS = {
+    "local": "tfyarn.runner.local_app.attempts",
+    "yarn": "tfyarn.runner.yarn_app.follower.YarnAttempts",
+}
 
 
 class Attempts(Protocol):
@@ -60,19 +68,6 @@ class Attempts(Protocol):
         ...
 
 
-class Runnable(Followable, Protocol):
-    """What :func:`run` needs of a backend (:class:`tfyarn.backends.base.Backend` has it)."""
-
-    def attempts(
-        self,
-        spec: JobSpec,
-        sup: Supervisor,
-        echo: Echo | None = None,
-        on_update: Callable[[AppStatus], None] | None = None,
-        poll: float = 2.0,
-    ) -> Attempts: ...
-
-
 class ScheduledAttempts:
     """Attempts of a backend whose every attempt is an app of its own: ``schedule(dryrun(spec,
     attempt))``, followed to its end by :func:`~tfyarn.runner.follow.follow_to_end` under the run's
@@ -86,6 +81,7 @@ class ScheduledAttempts:
         backend: Any,
         spec: JobSpec,
         sup: Supervisor,
+        echo: Echo | None = None,
         on_update: Callable[[AppStatus], None] | None = None,
         poll: float = 2.0,
     ):
@@ -104,15 +100,33 @@ class ScheduledAttempts:
         return follow_to_end(self.backend, app_id, self.sup, None, self.poll, self.on_update)
 
     def end(self, app_id: str, exc: BaseException) -> AppStatus:
-        st: AppStatus = self.backend.end(app_id, exc)
-        return st
+        return stop_app(self.backend, app_id, exc, self.spec)
 
     def finish(self, st: AppStatus) -> AppStatus:
         return st
 
 
+def attempts_for(
+    backend: Any,
+    spec: JobSpec,
+    sup: Supervisor,
+    echo: Echo | None = None,
+    on_update: Callable[[AppStatus], None] | None = None,
+    poll: float = 2.0,
+) -> Attempts:
+    """How ``backend`` runs the attempts of ``spec`` under ``sup``: its application master's
+    (:data:`APP_MASTERS`), else each attempt an app of its own (:class:`ScheduledAttempts`)."""
+    path = APP_MASTERS.get(backend.name)
+    if path is None:
+        return ScheduledAttempts(backend, spec, sup, echo, on_update, poll)
+    module, _, name = path.rpartition(".")
+    factory = getattr(importlib.import_module(module), name)
+    job: Attempts = factory(backend, spec, sup, echo=echo, on_update=on_update, poll=poll)
+    return job
+
+
 def run(
-    backend: Runnable,
+    backend: Any,
     spec: JobSpec,
     echo: Echo | None = None,
     on_update: Callable[[AppStatus], None] | None = None,
@@ -125,7 +139,11 @@ def run(
     the app ended ends it (:func:`~tfyarn.runner.owned.never_left_running`): a stop returns the
     ended app's status, an error propagates."""
     sup = Supervisor(spec, started=time.time(), timeout=timeout)
-    job = backend.attempts(spec, sup, echo=echo, on_update=on_update, poll=poll)
+    return run_attempts(attempts_for(backend, spec, sup, echo, on_update, poll), sup)
+
+
+def run_attempts(job: Attempts, sup: Supervisor) -> AppStatus:
+    """The attempt loop of :func:`run` over ``job`` (also the local launcher's detached process's)."""
     with never_left_running(job.end) as owned:
         with job:
             while True:

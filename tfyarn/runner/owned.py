@@ -15,10 +15,14 @@ from __future__ import annotations
 
 import logging
 from contextlib import contextmanager
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
-from tfyarn.contracts.status import AppStatus
+from tfyarn.contracts import job_end
+from tfyarn.contracts.status import AppState, AppStatus
 from tfyarn.common.interrupts import Interrupted, ignoring_stop_signals, interruptible
+from tfyarn.report import checkpoint_url
+from tfyarn.runner.supervisor import training_end_note
+from tfyarn.spec import JobSpec
 
 log = logging.getLogger(__name__)
 
@@ -58,3 +62,20 @@ def never_left_running(end: Callable[[str, BaseException], AppStatus]) -> Iterat
                 raise exc from end_exc
         if not isinstance(exc, Interrupted):
             raise
+
+
+def stop_app(backend: Any, app_id: str, exc: BaseException, spec: JobSpec | None) -> AppStatus:
+    """End ``app_id`` of a run that was stopped (Ctrl-C, a scheduler's SIGTERM) or failed (``exc``): the
+    backend records the follower's end and kills it; its status says why, and whether training had completed
+    (:func:`~tfyarn.runner.supervisor.training_end_note`). One that ended on its own is left as it is."""
+    st = backend.status(app_id)
+    if st.state.is_terminal:
+        return st  # it had ended on its own just before: its outcome stands
+    why = str(exc) if isinstance(exc, Interrupted) else f"{type(exc).__name__}: {exc}"
+    log.warning("%s: killing %s", why, app_id)
+    reason = f"{why}: killed {app_id}"
+    last, st = st, backend.end(app_id, job_end.decide(job_end.FOLLOWER, stopped=reason))
+    st.state = AppState.KILLED  # YARN reports the kill asynchronously; it was asked for, and accepted
+    progress, summary = st.progress or last.progress or {}, st.summary or last.summary
+    st.diagnostics = reason + training_end_note(progress, summary, checkpoint_url(spec))
+    return st

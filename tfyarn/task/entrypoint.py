@@ -216,15 +216,19 @@ def run(ctx: TaskContext, finish: Callable[[], None] | None = None) -> dict[str,
     """Run the program on this chief or worker (``finish``: what the runtime does after a task succeeded, for a
     worker ended at ``control/done``). The chief then writes the summary and sets ``control/done``."""
     global _REPORTER, _HEARTBEAT
-    from tfyarn.data.tf_dataset import bind, planned_batches
+    from tfyarn.data.tf_dataset import bind, planned_batches, stage
     from tfyarn.train.helpers import index_cache
     from tfyarn.train.progress import ProgressReporter, loop_summary, wait_for_final_progress, write_summary
 
     spec = ctx.spec
     cache = index_cache(spec) if spec.has_data else None
     taken = _Taken()
+    stall = float(spec.timeouts.stall)
     if spec.mode == "ps":  # ParameterServerStrategy: the workers read (a dataset_fn per worker), the chief drives
-        bind(spec.data, ctx.index if ctx.role == "worker" else -1, max(1, spec.instances("worker")), cache, taken.add)
+        worker = ctx.index if ctx.role == "worker" else -1
+        bind(spec.data, worker, max(1, spec.instances("worker")), cache, taken.add, wait_s=stall)
+        if ctx.role == "worker" and spec.data.train:  # its share on local disk, for the dataset_fn's TF ops
+            stage()
     else:
         bind(spec.data, ctx.data_rank, ctx.num_data_workers, cache, taken.add)
     _REPORTER = ProgressReporter.for_task(ctx, program=True)

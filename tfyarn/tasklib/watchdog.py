@@ -241,7 +241,7 @@ class StallWatchdog:
     ``tasks``: the training tasks to watch, as a list or ``{task: pid}`` (local). ``all_tasks`` (``{task: pid or
     None}``, default ``tasks``): those asked for stack dumps (every task of the job: ps and evaluator stacks too). No
     step within ``startup_s`` of the first :meth:`check` is a stall too. It runs no thread: the supervisor
-    (:class:`tfyarn.supervisor.Supervisor`) calls :meth:`poll` from its loop.
+    (:class:`tfyarn.runner.supervisor.Supervisor`) calls :meth:`poll` from its loop.
     """
 
     def __init__(

@@ -61,13 +61,13 @@ def _restartable(spec: Any, task: str) -> bool:
 def make_eval_feeder(ctx: TaskContext) -> Any:
     """One reader over the whole eval set (rank 0 of 1): full batches of ``data.batch_size``, same order every time."""
     from tfyarn.data import Feeder, build_manifest
-    from tfyarn.data.table import read_option
     from tfyarn.train.helpers import index_cache
 
     d = ctx.spec.data
     manifest = build_manifest(
         list(d.eval),
-        compression=read_option(d.compression, d.format),
+        compression=d.compression,
+        format=d.format,
         on_corrupt=d.on_corrupt,
         cache_dir=index_cache(ctx.spec),
         whole=True,

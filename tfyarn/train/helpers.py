@@ -26,7 +26,6 @@ def train_manifest(ctx: Any) -> Any:
     indexed yet and every one ends with the identical manifest (:mod:`tfyarn.data.shared_index`; a task's silence
     is judged by ``timeouts.stall``)."""
     from tfyarn.data.shared_index import shared_manifest
-    from tfyarn.data.table import read_option
 
     d = ctx.spec.data
     urls = list(d.train)
@@ -37,7 +36,8 @@ def train_manifest(ctx: Any) -> Any:
         rank=ctx.data_rank,
         app_id=ctx.app_id,
         attempt=ctx.attempt,
-        compression=read_option(d.compression, d.format),
+        compression=d.compression,
+        format=d.format,
         on_corrupt=d.on_corrupt,
         cache_dir=index_cache(ctx.spec),
         stall=ctx.spec.timeouts.stall,

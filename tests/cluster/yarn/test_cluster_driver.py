@@ -22,7 +22,7 @@ import json
 from tfyarn.backends.yarn.backend import YarnBackend
 b = YarnBackend()
 b.client().get_applications()
-print(json.dumps({"jvm_pid": b._lease.record.jvm_pid, "keeper_pid": b._lease.record.keeper_pid}))
+print(json.dumps({"jvm_pid": b.conn._lease.record.jvm_pid, "keeper_pid": b.conn._lease.record.keeper_pid}))
 b.close()
 """
 

@@ -122,7 +122,7 @@ def test_a_task_raising_in_its_container_fails_the_app_with_its_exception(yarn, 
     assert end.exit_codes["worker:0"] == 1, end
     assert "RuntimeError: boom from worker:0" in end.reason, end
     assert "RuntimeError: boom from worker:0" in st.diagnostics, st.diagnostics
-    said, _ = job_end.from_diagnostics(yarn._app_report(st.app_id).diagnostics)   # the same record, after the KV
+    said, _ = job_end.from_diagnostics(yarn.conn.app_report(st.app_id).diagnostics)   # the same record, after the KV
     assert said == end and job_end.DIAGNOSTICS_MARK not in st.diagnostics, st.diagnostics
     tasks = {t.task: t for t in st.tasks}
     assert tasks["worker:0"].state == "FAILED" and "boom from worker:0" in tasks["worker:0"].diagnostics

@@ -5,8 +5,8 @@
 * ``entrypoint:`` docs/models.md's tf_keras MultiWorkerMirroredStrategy ``fit`` script shipped in ``code:``, reading
   its equal-steps share of HDFS data through ``tfyarn.data.train_dataset()``;
 * its tf_keras ParameterServerStrategy ``fit`` script (``mode: ps``), each worker's ``dataset_fn``
-  reading its share with ``train_dataset(worker=...)``, a pure-TF pipeline: TF reads no
-  ``hdfs://``, so the data is a local directory, the shared filesystem of this one-host cluster;
+  reading its share with ``train_dataset(worker=...)`` (TF ops over the share its tfyarn process staged; from
+  HDFS and tables: test_cluster_pss_share.py), here from a local directory;
 * its Keras 3 MultiWorkerMirroredStrategy custom-loop script, on HDFS data;
 * TensorFlow's "Multi-worker training with Keras" tutorial as docs/models.md gives it (issue 39): 2 workers,
   3 epochs over ``train_dataset()`` of MNIST-like records on HDFS; its run report shows each worker took exactly

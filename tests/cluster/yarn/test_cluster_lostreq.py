@@ -4,7 +4,7 @@ skein 0.8.2's application master restarts its request priorities at the *lowest*
 (YARN's ``Priority`` sorts in reverse): with two requests of a service pending, the next gets the
 second one's priority, replaces it in skein's map, the RM is asked for two containers there and
 skein releases the second it gets. The older instance then stays REQUESTED with nothing pending at
-the RM (tfyarn/backends/yarn/rerequest.py). This test drives that sequence in one bare skein app
+the RM (tfyarn/runner/yarn_app/rerequest.py). This test drives that sequence in one bare skein app
 whose services are named as a tfyarn job's roles — ``worker`` sized so that one fits on the node
 it is pinned to, ``ps`` small (keeps the app alive and makes the allocation that renumbers) —
 shows the instance stuck while the node has room, then runs the real :class:`InAppSupervisor`
@@ -53,7 +53,7 @@ def _node(rm: RmRest, host: str) -> dict:
 
 def test_skein_loses_a_request_and_the_supervisor_requests_it_again(yarn):
     from tfyarn.cluster._skein import skein
-    from tfyarn.backends.yarn.supervise import InAppSupervisor
+    from tfyarn.runner.yarn_app.supervise import InAppSupervisor
     from tfyarn.task.yarn.kv_yarn import SkeinKV
 
     sk = skein()

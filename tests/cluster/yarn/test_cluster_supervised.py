@@ -1,5 +1,5 @@
 """Issue 20 on the real cluster: a job is supervised however it was submitted — by the supervisor inside its
-application (tfyarn.backends.yarn.supervise), with nobody following it.
+application (tfyarn.runner.yarn_app.supervise), with nobody following it.
 
 Five small apps are submitted at once (the suite's time): a stalled one, one past its active deadline, one that
 succeeds (its report, and status/wait from machines that did not submit it), one whose supervisor is killed, one

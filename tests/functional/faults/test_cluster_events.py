@@ -1,5 +1,5 @@
 """What YARN did to a job's containers, said in words (backends/yarn/cluster_events.py, states.py),
-and job attempts the cluster ended kept apart from ``retry.max_attempts`` (supervisor.py +
+and job attempts the cluster ended kept apart from ``retry.max_attempts`` (runner/supervisor.py +
 contracts.triage). skein's own texts, as seen on Hadoop 3.3.6 with the CapacityScheduler preempting
 (issue 30's reproduction)."""
 
@@ -15,7 +15,7 @@ from tfyarn.backends.yarn.states import (
 )
 from tfyarn.contracts.status import AppState
 from tfyarn.spec import load_spec_dict
-from tfyarn.supervisor import Supervisor
+from tfyarn.runner.supervisor import Supervisor
 
 T0 = datetime(2026, 11, 26, 6, 0, tzinfo=timezone.utc)
 PREEMPTED = "Container preempted by scheduler"

@@ -1,4 +1,4 @@
-"""A lost node noticed in seconds (backends/yarn/node_watch.py): a real NodeManager-like web server
+"""A lost node noticed in seconds (runner/yarn_app/node_watch.py): a real NodeManager-like web server
 answers, then stops; the watch names the silent task once both signs (no answer, no progress) last
 ``timeouts.node_lost``, and the attempt's diagnosis reads as the cluster's doing (contracts.triage:
 free of retry.max_attempts)."""
@@ -9,7 +9,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import SimpleNamespace
 
-from tfyarn.backends.yarn.node_watch import NodeWatch, last_heard, probe
+from tfyarn.runner.yarn_app.node_watch import NodeWatch, last_heard, probe
 from tfyarn.contracts.triage import attempt_cause
 
 

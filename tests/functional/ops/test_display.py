@@ -142,8 +142,8 @@ EVAL = {"checkpoint": "ckpt-120", "global_step": 120, "epoch": 3, "batches": 20,
 def test_the_evaluators_newest_result_is_in_the_progress_line_and_the_final_summary(tmp_path):
     """The evaluator publishes each evaluation to the KV (eval/latest); status shows it live, and the final summary
     (which the chief wrote before the final evaluation) gets it joined by the launcher / the YARN backend."""
-    from tfyarn.backends.local.launcher import Launcher
-    from tfyarn.job_progress import side_roles
+    from tfyarn.runner.local_app import Launcher
+    from tfyarn.contracts.progress import side_roles
     kv = {"eval/latest": json.dumps(EVAL), "tensorboard/url": "http://node7:6006",
           "summary": json.dumps({"mode": "ps", "epochs": 3, "global_step": 120, "total_steps": 120})}
     assert side_roles(kv.get) == {"tensorboard_url": "http://node7:6006", "eval": EVAL}
@@ -201,7 +201,7 @@ def test_eta_from_the_tasks_own_global_step_rate_on_a_single_status_read():
     """Issue 19: JSON `eta_s` was null while running on YARN: each `tfyarn status` is a fresh process with one
     sample of the global step. The training tasks publish the global step's rate they measured; its median gives
     the ETA."""
-    from tfyarn.job_progress import GlobalStepRate, aggregate_progress
+    from tfyarn.contracts.progress import GlobalStepRate, aggregate_progress
     rec = lambda gs, r: json.dumps({"step": gs, "global_step": gs, "examples_per_sec": 10.0, "loss": 0.5,
                                     "global_steps_per_sec": r})
     items = {"progress/chief:0": rec(100, 4.0), "progress/worker:0": rec(100, 5.0), "progress/worker:1": rec(99, 50.0)}
@@ -226,7 +226,7 @@ def test_a_task_publishes_the_global_step_rate_it_sees():
 
 
 def test_a_predict_job_shows_rows_scored_of_total_rows_per_second_and_its_totals():
-    from tfyarn.job_progress import aggregate_progress
+    from tfyarn.contracts.progress import aggregate_progress
     recs = {"progress/worker:0": json.dumps({"step": 3, "rows": 3000, "rows_total": 5000, "examples_per_sec": 1500.0}),
             "progress/worker:1": json.dumps({"step": 5, "rows": 5000, "rows_total": 5000, "examples_per_sec": 500.0})}
     p = aggregate_progress(recs, None, ["worker:0", "worker:1"])

@@ -123,7 +123,7 @@ def test_a_run_that_failed_before_training_leaves_the_checkpoint_dirs_report_alo
     """The report beside the checkpoints describes the run that wrote them, as summary.json does: a rerun that fails
     before its first step (the model no longer fits them) keeps its own report in its app dir only."""
     from tfyarn.backends.base import AppStatus
-    from tfyarn.supervisor import checkpoint_url, write_report
+    from tfyarn.report import checkpoint_url, write_report
     spec = load_spec_dict(job_spec(tmp_path, checkpoint={"dir": str(tmp_path / "ckpt")}))
     for d in ("ckpt", "app-f", "app-g"):
         (tmp_path / d).mkdir()

@@ -92,7 +92,7 @@ def test_a_local_task_over_its_roles_memory_is_named_with_its_peak(tmp_path, cap
     from tfyarn.display import summary_text
     doc = job_spec(tmp_path, params={"steps": 20, "dt": 0.05})
     doc["roles"] = {"chief": {"instances": 1}, "worker": {"instances": 1, "memory": "64 MiB"}}
-    with caplog.at_level("WARNING", logger="tfyarn.backends.local.launcher"):
+    with caplog.at_level("WARNING", logger="tfyarn.runner.local_app"):
         st = api.run(load_spec_dict(doc), backend="local")
     assert st.state.value == "SUCCEEDED", st.diagnostics
     tasks = {t.task: t for t in st.tasks}

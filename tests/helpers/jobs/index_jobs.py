@@ -12,7 +12,8 @@ import tfyarn.train
 def _kill_self_mid_share(ctx, pattern: str, at_least: int) -> None:
     """SIGKILL this process once ``at_least`` of the files the chief handed it (``assign``) have their index cached
     beside them: dead mid-indexing, part of its own work saved (what its replacement must reuse, not redo)."""
-    from tfyarn.data.manifest import _beside, list_data
+    from tfyarn.data.index_cache import _beside
+    from tfyarn.data.listing import list_data
     from tfyarn.data.shared_index import Exchange
     ex = Exchange(ctx.kv, list(ctx.training_tasks), ctx.data_rank, ctx.app_id, ctx.attempt, None)
 

@@ -38,12 +38,11 @@ def test_a_backend_whose_dependency_is_missing_says_how_to_install_it(monkeypatc
 @pytest.mark.parametrize("name", list(registry.KNOWN))
 def test_every_backend_takes_the_interface_arguments_of_each_verb(name):
     """A caller (api, the CLI, the Airflow operator) can use any backend the same way: each verb of the ABC exists
-    and accepts the ABC's arguments, and so does each hook the runner calls; a backend may only add optional keywords
-    (test knobs such as YARN's poll)."""
+    and accepts the ABC's arguments; a backend may only add optional keywords (test knobs such as YARN's poll)."""
     cls = registry.backend_class(name)
     assert not inspect.isabstract(cls), f"{cls.__name__} leaves {sorted(cls.__abstractmethods__)} abstract"
     for verb in ("dryrun", "schedule", "submit", "status", "logs", "kill", "list", "end",
-                 "attempts", "follow", "pause", "followed"):
+                 "kv", "queue_note", "keep_report", "report_location", "saved_report"):
         base = inspect.signature(getattr(Backend, verb)).parameters
         own = inspect.signature(getattr(cls, verb)).parameters
         assert list(own)[:len(base)] == list(base), (cls.__name__, verb, list(own), list(base))

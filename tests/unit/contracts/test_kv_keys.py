@@ -35,7 +35,7 @@ def test_every_key_constant_has_a_row_and_every_row_a_constant():
 def test_the_modules_named_as_writers_and_readers_exist():
     named = set()
     for k in kv_keys.KEYS:
-        named |= set(re.findall(r"\b((?:backends|task|tasklib|train|data)(?:\.\w+)*|supervisor|job_progress)\b",
+        named |= set(re.findall(r"\b((?:backends|task|tasklib|train|data|runner|contracts)(?:\.\w+)*)\b",
                                 f"{k.writers} {k.readers}"))
     assert len(named) > 15
     for mod in named:

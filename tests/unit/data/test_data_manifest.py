@@ -11,7 +11,8 @@ import pytest
 
 from tfyarn.data import build_manifest, summarize
 from tfyarn.data.errors import NoDataError
-from tfyarn.data.manifest import Manifest, _beside
+from tfyarn.data.index_cache import _beside
+from tfyarn.data.manifest import Manifest
 
 from _datahelpers import job_spec, write_ids
 
@@ -123,16 +124,16 @@ def test_no_tensorflow_imported():
 
 
 def test_build_is_bounded_by_a_timeout(mem, monkeypatch):
-    from tfyarn.data import manifest as manifest_mod
+    from tfyarn.data.sources import tfrecords
     from tfyarn.errors import WaitTimeout
     for i in range(4):
         write_ids(f"{mem}/p{i:02d}", 0, 20)
-    real = manifest_mod.index_file
+    real = tfrecords.index_file
 
     def slow(*args, **kw):                       # a slow filesystem (indexing itself is too fast to outrun)
         time.sleep(0.5)
         return real(*args, **kw)
-    monkeypatch.setattr(manifest_mod, "index_file", slow)
+    monkeypatch.setattr(tfrecords, "index_file", slow)
     with pytest.raises(WaitTimeout, match=r"^indexing 4 files: \d+ not finished within 0.1s \(e\.g\. memory:///"):
         build_manifest([f"{mem}/p*"], use_cache=False, parallel=2, timeout=0.1)
 
@@ -185,7 +186,7 @@ def test_a_file_named_explicitly_is_data_whatever_its_name(mem, cache_dir):
 
 def test_data_files_is_the_one_listing_rule(mem):
     """``data_files(fs, path)``: what every listing of data (manifest, preflight, synth) uses."""
-    from tfyarn.data.manifest import data_files, hidden
+    from tfyarn.data.listing import data_files, hidden
     data = _hadoop_output(f"{mem}/out")
     build_manifest(f"{mem}/out")                                 # caches indexes beside the data
     fs, root = fsspec.core.url_to_fs(f"{mem}/out")

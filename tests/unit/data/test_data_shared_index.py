@@ -14,8 +14,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from _datahelpers import write_ids
-from tfyarn.data import manifest as mf
-from tfyarn.data.manifest import build_manifest, cached_or_indexed, mtime_of
+from tfyarn.data import manifest as mf, tfrecord
+from tfyarn.data.index_cache import cached_or_indexed
+from tfyarn.data.listing import mtime_of
+from tfyarn.data.manifest import build_manifest
 from tfyarn.data.shared_index import IndexAborted, Exchange, plan_work, shared_manifest
 from tfyarn.errors import WaitTimeout
 from tfyarn.tasklib.kv import MemoryKV
@@ -132,7 +134,7 @@ def test_a_changed_file_is_reindexed_and_only_it(change, tmp_path):
     after = mf.STATS.snapshot()
     assert after["files_indexed"] - before["files_indexed"] == 1
     # the file once, plus its first 12 bytes read apart (what says whether it is gzip)
-    assert after["bytes_read"] - before["bytes_read"] == os.path.getsize(path) + mf.tfrecord.HEADER
+    assert after["bytes_read"] - before["bytes_read"] == os.path.getsize(path) + tfrecord.HEADER
     want = build_manifest(glob, use_cache=False)
     assert second[0] == second[1] == want
     assert [f.records for f in want.files] == [30, 40, 70 if change == "size" else 50, 60]

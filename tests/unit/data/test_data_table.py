@@ -10,7 +10,8 @@ from tfyarn.data import Feeder, build_manifest
 from tfyarn.data.errors import DataError
 from tfyarn.data.manifest import STATS
 from tfyarn.data.ragged import SparseValue
-from tfyarn.data.table import SchemaError, file_format
+from tfyarn.data.sources import for_file
+from tfyarn.data.table import SchemaError
 from tfyarn.errors import ExitCode
 
 pa = pytest.importorskip("pyarrow")
@@ -53,8 +54,8 @@ def _epoch(m, rank, workers, batch=100, epoch=0, **kw):
 
 
 def test_format_by_extension_or_declared():
-    assert file_format("hdfs://nn/t/part-0.parquet") == "parquet" and file_format("x/a.ORC") == "orc"
-    assert file_format("x/000000_0") == "tfrecord" and file_format("x/000000_0", "orc") == "orc"
+    assert for_file("hdfs://nn/t/part-0.parquet").name == "parquet" and for_file("x/a.ORC").name == "orc"
+    assert for_file("x/000000_0").name == "tfrecord" and for_file("x/000000_0", "orc").name == "orc"
 
 
 @pytest.mark.parametrize("fmt", ["parquet", "orc"])

@@ -52,6 +52,18 @@ def test_index_and_preflight_of_parquet(tmp_path):
                                     "data.batch_size 500 = 1500)") in few.stderr, few.stderr
 
 
+def test_index_of_tables_named_without_extension_by_format(tmp_path):
+    _parquet(tmp_path / "data", [200, 100])
+    for k in range(2):                                 # as Hive writes them: 000000_0
+        (tmp_path / "data" / f"part-{k}.parquet").rename(tmp_path / "data" / f"00000{k}_0")
+    index = _cli("data", "index", "--format", "parquet", str(tmp_path / "data"))
+    assert index.returncode == 0 and index.stdout.startswith("2 files, 300 records"), index.stderr
+    old = _cli("data", "index", "--compression", "parquet", str(tmp_path / "data"))   # the old spelling still works
+    assert old.returncode == 0 and old.stdout.startswith("2 files, 300 records"), old.stderr
+    wrong = _cli("data", "index", str(tmp_path / "data"))                              # read as TFRecords: refused
+    assert wrong.returncode != 0 and "_0: not a TFRecord file" in wrong.stderr, wrong.stderr   # (either file)
+
+
 @pytest.mark.parametrize("change,message", [
     ({"item_id": {"dtype": "string"}}, "column 'item_id' is int64, but feature 'item_id' is string shape []"),
     ({"age": {"dtype": "int64"}}, "no column 'age' for feature 'age'"),

@@ -60,9 +60,9 @@ def _padded(sp, width, default):
     return np.pad(dense, ((0, 0), (0, width - dense.shape[1])), constant_values=default)
 
 
-def test_train_dataset_gives_a_sparse_tensor_and_padded_dense_equal_to_parse_example(tmp_path):
+def test_train_dataset_gives_a_sparse_tensor_and_padded_dense_equal_to_parse_example(tmp_path, monkeypatch):
     import tfyarn.data
-    from tfyarn.data.tf_dataset import bind
+    from tfyarn.data.tf_dataset import bind, stage
 
     files, payloads = _write(tmp_path / "data", [130, 70])
     spec = load_spec_dict(
@@ -77,6 +77,8 @@ def test_train_dataset_gives_a_sparse_tensor_and_padded_dense_equal_to_parse_exa
     bind(spec.data, 1, 2)
     steps = tfyarn.data.steps_per_epoch()
     assert steps == 3  # 200 records, 2 workers, batches of 32
+    monkeypatch.chdir(tmp_path)                 # worker 1's process stages its share here; its TF ops read it
+    stage(1).join(60)
     fed, by_tf = tfyarn.data.train_dataset(), tfyarn.data.train_dataset(worker=1)
     for ds in (fed, by_tf):
         feats, label = ds.element_spec

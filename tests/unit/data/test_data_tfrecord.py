@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tfyarn.data import tfrecord
-from tfyarn.data.manifest import index_file
+from tfyarn.data.sources.tfrecords import index_file
 from tfyarn.data.tfrecord import TFRecordWriter, iter_chunks, masked_crc
 
 from _datahelpers import write_ids

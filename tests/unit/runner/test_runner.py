@@ -1,5 +1,5 @@
 """The runner (tfyarn/runner): one attempt loop and one poll loop for every backend, which keeps only the scheduler's
-verbs and documented hooks (no run/wait: callers hand the backend to the runner). Attempts run on the real local
+verbs (no run/wait, no hooks: callers hand the backend to the runner, which decides). Attempts run on the real local
 backend (real processes, a custom job that fails its first attempt); YARN's side of the same loop is
 tests/unit/backends/yarn/test_backend_state.py's ``run`` tests."""
 import logging
@@ -22,15 +22,18 @@ VERBS = {"dryrun", "schedule", "status", "logs", "kill"}
 
 
 @pytest.mark.parametrize("name", list(registry.KNOWN))
-def test_a_backend_is_its_verbs_and_hooks_and_runs_through_the_one_runner(name):
-    """No backend has an attempt loop or a poll loop of its own, nor a run/wait: the runner takes the backend
-    (torchx's Runner over its Scheduler), so a job runs only through ``runner.run``/``runner.wait``."""
+def test_a_backend_is_its_verbs_and_runs_through_the_one_runner(name):
+    """No backend has an attempt loop or a poll loop of its own, nor a run/wait, nor the runner's hooks: the runner
+    takes the backend (torchx's Runner over its Scheduler), so a job runs only through ``runner.run``/``runner.wait``,
+    and the job's rules are applied there."""
     cls = registry.backend_class(name)
     assert Backend.__abstractmethods__ == VERBS
     for cl in (Backend, cls):
         assert not hasattr(cl, "run") and not hasattr(cl, "wait"), [k for k in ("run", "wait") if hasattr(cl, k)]
-    assert all(callable(getattr(cls, verb)) for verb in (*VERBS, "submit", "list", "end"))
-    assert all(callable(getattr(cls, hook)) for hook in ("attempts", "follow", "pause", "followed"))
+    assert all(callable(getattr(cls, verb)) for verb in (*VERBS, "submit", "list", "end", "kv", "keep_report"))
+    for cl in (Backend, cls):
+        hooks = [h for h in ("attempts", "follow", "pause", "followed") if hasattr(cl, h)]
+        assert hooks == [], (cl.__name__, hooks)
 
 
 def _spec(tmp_path, backoff: str):
@@ -63,13 +66,13 @@ def test_a_stop_during_the_backoff_ends_the_run_killed_at_once(tmp_path):
     """The backoff (60 s here) waits on the backend's stop: a SIGTERM then ends the run KILLED, saying so, with the
     earlier attempt in the diagnosis — no second attempt starts, no task is left."""
     handler = _StopOnBackoff()
-    logging.getLogger("tfyarn.supervisor").addHandler(handler)
+    logging.getLogger("tfyarn.runner.supervisor").addHandler(handler)
     try:
         t0 = time.monotonic()
         st = runner.run(LocalBackend(), _spec(tmp_path, "60s"))
         took = time.monotonic() - t0
     finally:
-        logging.getLogger("tfyarn.supervisor").removeHandler(handler)
+        logging.getLogger("tfyarn.runner.supervisor").removeHandler(handler)
     assert st.state is AppState.KILLED, st.diagnostics
     assert st.diagnostics.startswith("interrupted by SIGTERM"), st.diagnostics
     assert "earlier attempts:" in st.diagnostics, st.diagnostics

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from tfyarn.contracts.status import AppState, AppStatus, TaskStatus
-from tfyarn.job_progress import apply_resources, memory_warnings
+from tfyarn.contracts.progress import apply_resources, memory_warnings
 from tfyarn.display import status_text, summary_text
 from tfyarn.tasklib.kv import MemoryKV
 from tfyarn.contracts.kv_keys import resources_key

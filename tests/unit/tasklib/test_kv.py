@@ -56,7 +56,7 @@ def test_unreachable_service_is_a_clear_error():
 
 
 def test_progress_eta_follows_the_global_step_rate():
-    from tfyarn.job_progress import GlobalStepRate, aggregate_progress
+    from tfyarn.contracts.progress import GlobalStepRate, aggregate_progress
     rate = GlobalStepRate()
     items = lambda g: {"progress/chief:0": json.dumps({"step": g, "global_step": g, "examples_per_sec": 100.0,
                                                        "loss": 0.5}),

@@ -56,16 +56,22 @@ def test_progress_outside_a_task_is_a_no_op():
     tfyarn.progress(step=1, loss=0.5)          # a script runs unchanged outside tfyarn
 
 
-def test_train_dataset_is_the_planned_share_by_feeder_and_by_tf_ops_alike(tmp_path):
-    """Both readers give this worker exactly epochs x steps_per_epoch() full batches, the same records."""
+def test_train_dataset_is_the_planned_share_by_feeder_and_by_tf_ops_alike(tmp_path, monkeypatch):
+    """Both readers give this worker exactly epochs x steps_per_epoch() full batches, the same records: the TF ops
+    read the share the worker's process staged in its working directory (worker 0's elsewhere is another share)."""
     import tfyarn.data
     from tfyarn.data import build_manifest, plan
-    from tfyarn.data.tf_dataset import bind
+    from tfyarn.data.tf_dataset import bind, stage
     spec = _spec(tmp_path, "t.py", tmp_path)
     bind(spec.data, 1, 2)
     steps = tfyarn.data.steps_per_epoch()
     want = min(plan(build_manifest(spec.data.train), 2, e, 0, 200).steps for e in range(2))
     assert steps == want == 5
+    for w in (0, 1):
+        (tmp_path / f"w{w}").mkdir()
+        monkeypatch.chdir(tmp_path / f"w{w}")
+        stage(w).join(60)
+    monkeypatch.chdir(tmp_path / "w1")
     fed = list(tfyarn.data.train_dataset().as_numpy_iterator())
     by_tf = list(tfyarn.data.train_dataset(worker=1).as_numpy_iterator())
     assert len(fed) == len(by_tf) == 2 * steps
@@ -74,6 +80,7 @@ def test_train_dataset_is_the_planned_share_by_feeder_and_by_tf_ops_alike(tmp_pa
         assert sorted(f1) == ["item_id", "user_id"] and y1.shape == (200,)
         np.testing.assert_array_equal(f1["user_id"], f2["user_id"])
         np.testing.assert_array_equal(y1, y2)
+    monkeypatch.chdir(tmp_path / "w0")
     other = list(tfyarn.data.train_dataset(epoch=0, worker=0).as_numpy_iterator())
     assert len(other) == steps and not np.array_equal(other[0][0]["user_id"], fed[0][0]["user_id"])
 
@@ -85,9 +92,10 @@ def test_the_docs_scripts_train_as_entrypoint_jobs(tmp_path):
     code = tmp_path / "code"
     code.mkdir()
     for name, text in doc_examples().items():
-        if name != "mwms_tutorial.py":  # its own data: test_the_mwms_tutorial_...
-            (code / name).write_text(text)
-    assert sorted(doc_examples()) == ["custom_loop.py", "mwms_fit.py", "mwms_tutorial.py", "pss_fit.py"]
+        if name not in ("mwms_tutorial.py", "pss_tutorial.py"):  # their own data (pss_tutorial: on YARN,
+            (code / name).write_text(text)                          # tests/cluster/yarn/test_cluster_pss_share.py)
+    assert sorted(doc_examples()) == ["custom_loop.py", "mwms_fit.py", "mwms_tutorial.py", "pss_fit.py",
+                                      "pss_tutorial.py"]
     jobs = {"mwms_fit.py --epochs 2": {}, "custom_loop.py": {},
             "pss_fit.py": {"mode": "ps", "roles": {"chief": {"instances": 1}, "worker": {"instances": 2},
                                                    "ps": {"instances": 1}}}}

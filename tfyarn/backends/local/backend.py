@@ -12,7 +12,6 @@ prevent only show up between processes. Layout of one app (``$TFYARN_HOME/apps/<
 from __future__ import annotations
 
 import json
-import logging
 import os
 import secrets
 import signal
@@ -21,22 +20,23 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Iterator
 
 import psutil
 
-from tfyarn import runner
 from tfyarn.common import paths
 from tfyarn.backends.base import Backend, Request
-from tfyarn.contracts.status import AppState, AppStatus, Echo
-from tfyarn.backends.local.launcher import KILL_REQUEST, Launcher, write_atomic
-from tfyarn.errors import AppNotFound
+from tfyarn.backends.local.processes import KILL_REQUEST, write_atomic
+from tfyarn.backends.tasks import select_tasks, settle
+from tfyarn.contracts.status import AppState, AppStatus, WaitClock
+from tfyarn.errors import AppNotFound, WaitTimeout
 from tfyarn.gateway.preflight import run_local_preflight
 from tfyarn.report import HISTORY_FILE, REPORT_JSON, ProgressHistory, write_run_report
 from tfyarn.spec import JobSpec, load_spec_json
-from tfyarn.supervisor import Supervisor, select_tasks, settle
 
-__all__ = ["LocalBackend", "Launcher", "new_app_id"]
+__all__ = ["LocalBackend", "new_app_id"]
+#: The module a submit runs detached, the app's launcher (its "application master": tfyarn.runner.local_app).
+LAUNCHER_MODULE = "tfyarn.runner.local_app"
 
 
 def new_app_id() -> str:
@@ -74,12 +74,9 @@ class LocalPlan(Request):
 
 class LocalBackend(Backend):
     """Runs jobs on this machine. ``runner.run`` runs the launcher in the foreground; ``submit``
-    detaches a launcher process, which runs the job through the runner too."""
+    detaches a launcher process (:data:`LAUNCHER_MODULE`), which runs the job through the runner too."""
 
     name = "local"
-
-    def __init__(self) -> None:
-        self._detached: tuple[Path, str] | None = None  # (app dir, app id) in a submit's launcher
 
     def app_dir(self, app_id: str) -> Path:
         d = paths.apps_dir() / app_id
@@ -89,25 +86,7 @@ class LocalBackend(Backend):
 
     def dryrun(self, spec: JobSpec, attempt: int = 0) -> LocalPlan:
         tasks = {t: {**spec.role(t.split(":")[0]).env} for t in spec.tasks()}
-        return LocalPlan(spec, attempt, paths.apps_dir(), sys.executable, tasks)
-
-    def attempts(
-        self,
-        spec: JobSpec,
-        sup: Supervisor,
-        echo: Echo | None = None,
-        on_update: Callable[[AppStatus], None] | None = None,
-        poll: float = 2.0,
-    ) -> Launcher:
-        """The launcher of a new app (after the local preflight), in this process: every attempt a
-        round of that one app, its processes supervised by the launcher (``echo``: their lines)."""
-        if self._detached is not None:  # the launcher process of a submit: its app exists
-            app_dir, app_id = self._detached
-        else:
-            run_local_preflight(spec, count_records=True)
-            app_id = new_app_id()
-            app_dir = paths.apps_dir() / app_id
-        return Launcher(spec, app_dir, app_id, echo=echo, on_update=on_update, supervisor=sup)
+        return LocalPlan(spec, attempt, apps=paths.apps_dir(), python=sys.executable, tasks=tasks)
 
     def schedule(self, request: Request) -> str:
         """Start the plan's launcher as a detached process (it outlives this one) and return the app id."""
@@ -124,7 +103,7 @@ class LocalBackend(Backend):
         write_atomic(d / "status.json", json.dumps(pending.to_dict(), indent=1))
         with open(d / "launcher.log", "ab") as out:
             proc = subprocess.Popen(
-                [request.python, "-m", "tfyarn.backends.local.backend", str(d), app_id],
+                [request.python, "-m", LAUNCHER_MODULE, str(d), app_id],
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -184,7 +163,12 @@ class LocalBackend(Backend):
             # says who asked, for the final diagnosis (a SIGTERM alone could come from anyone)
             write_atomic(d / KILL_REQUEST, f"killed by `tfyarn kill` (user {_user()}, pid {os.getpid()})")
             os.kill(pid, signal.SIGTERM)
-        runner.wait(self, app_id, timeout=timeout, poll=0.2)
+        clock = WaitClock(timeout, f"local app {app_id}")
+        while not (st := self.status(app_id)).state.is_terminal:
+            expired = clock.expired(st.state)
+            if expired:
+                raise WaitTimeout(expired)
+            time.sleep(0.2)
 
     def report_location(self, st: AppStatus, build: bool = True) -> str | None:
         """The app dir's report.json (written by the launcher at the end)."""
@@ -216,18 +200,3 @@ def _user() -> str:
         return getpass.getuser()
     except (KeyError, OSError):
         return str(os.getuid())
-
-
-def _launch_detached(app_dir: str, app_id: str) -> int:
-    """Body of a detached launcher (``submit``): run the app whose spec.json is in ``app_dir``."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    d = Path(app_dir)
-    spec = load_spec_json((d / "spec.json").read_text())
-    backend = LocalBackend()
-    backend._detached = (d, app_id)
-    st = runner.run(backend, spec, echo=lambda task, line: print(f"{task:>13} | {line}", flush=True))
-    return int(st.state.exit_code)
-
-
-if __name__ == "__main__":
-    sys.exit(_launch_detached(sys.argv[1], sys.argv[2]))

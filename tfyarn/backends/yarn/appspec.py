@@ -34,9 +34,9 @@ CODE_DIR = "code"
 SRC_DIR = "tfyarn_src"
 #: ``tfyarn-attempt:<n>`` on the application of job attempt n > 0: ``status`` on any machine says the attempt.
 ATTEMPT_TAG = "tfyarn-attempt:"
-#: The in-app supervisor's skein service (:mod:`tfyarn.backends.yarn.supervise`): never a task of the job.
+#: The in-app supervisor's skein service (:mod:`tfyarn.runner.yarn_app.supervise`): never a task of the job.
 SUPERVISOR_SERVICE = "tfyarn-supervisor"
-SUPERVISOR_MODULE = "tfyarn.backends.yarn.supervise"
+SUPERVISOR_MODULE = "tfyarn.runner.yarn_app.supervise"
 #: Its container: Python + skein's gRPC client + matplotlib for the report's plot (~150 MB resident measured).
 SUPERVISOR_MEMORY_MIB = 384
 #: skein restarts an in-app supervisor whose container died (killed, preempted, its node lost): every task service
@@ -179,7 +179,7 @@ def build_application_spec(
 ) -> Any:
     """A validated ``skein.ApplicationSpec`` for ``spec``; pure (no cluster, no upload). ``supervise`` adds the
     in-app supervisor's service; ``staging_dir`` is where it records the app for other machines
-    (:func:`tfyarn.backends.yarn.supervise.record_url`)."""
+    (:func:`tfyarn.backends.yarn.records.record_url`)."""
     sk = skein()
     files = _files(shipped)
     scripts = {own: container_script(shipped.env, code=bool(shipped.code), own_tmpdir=own) for own in (True, False)}

@@ -1,32 +1,43 @@
 """YarnBackend: a tfyarn job as a skein application on YARN (:class:`~tfyarn.backends.base.Backend`).
 
-One class for callers, one file per job for readers: each part is a subclass of the one below it and uses only the
-parts below it —
+A thin facade: it owns one part per job, each with its own state, and hands each verb to its part. The parts share
+only the connection, and none knows another —
 
 ============================  ==========================================================================
-:mod:`.connection`            Kerberos login, staging dir, skein driver and client, RM REST, the app's AM
+:mod:`.connection`            Kerberos login, staging dir, skein driver and client, RM REST, the apps' AMs
 :mod:`.submit`                dry run (the ApplicationSpec built by :mod:`.appspec`) and schedule
-:mod:`.status`                status, list, kill (YARN's states mapped by :mod:`.states`)
+:mod:`.status`                status and list (YARN's states mapped by :mod:`.states`)
 :mod:`.logs`                  logs by task, live or aggregated (files read by :mod:`.log_files`)
 :mod:`.reports`               the run report and the job's timeline (:mod:`.phases`)
-:mod:`.end`                   the runner's hooks (attempts, follow, pause, followed) and the app's end
+:mod:`.end`                   kill, the app's end as the runner decides it, the running app's KV
 ============================  ==========================================================================
 
-This machine's and the staging dir's records of an app are :mod:`.records`; the supervisor inside every application
-is :mod:`.supervise`; tfyarn's shared skein driver is :mod:`.driver`.
+This machine's and the staging dir's records of an app are :mod:`.records`; tfyarn's shared skein driver is
+:mod:`.driver`. What runs inside every application besides the tasks, the job's in-app supervisor, is job control:
+:mod:`tfyarn.runner.yarn_app`.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any, Iterator
+
 from tfyarn.gateway import packaging
-from tfyarn.backends.yarn.end import Follower
-from tfyarn.backends.yarn.submit import SubmittedThenInterrupted, YarnRequest
+from tfyarn.backends.base import Backend, Request
+from tfyarn.backends.yarn.connection import YarnConnection
+from tfyarn.backends.yarn.end import Ender
+from tfyarn.backends.yarn.logs import LogReader
+from tfyarn.backends.yarn.reports import Reporter
+from tfyarn.backends.yarn.status import StatusReader
+from tfyarn.backends.yarn.submit import SubmittedThenInterrupted, Submitter, YarnRequest
+from tfyarn.contracts.job_end import JobEnd
+from tfyarn.contracts.status import AppStatus
 from tfyarn.spec import JobSpec
 
 __all__ = ["SubmittedThenInterrupted", "YarnBackend", "YarnRequest", "pack"]
 
 
-class YarnBackend(Follower):
+class YarnBackend(Backend):
     """tfyarn on YARN through skein. Options: ``staging_dir`` (env archives, index cache, app records; default
     ``$TFYARN_STAGING_DIR`` or ``/user/<user>/.tfyarn``); ``driver``: "auto" (a global skein driver, else tfyarn's
     shared one) | "global" (start skein's global one, leave it running) | "private" (stopped by close());
@@ -37,6 +48,93 @@ class YarnBackend(Follower):
 
     name = "yarn"
 
+    def __init__(
+        self,
+        staging_dir: str | None = None,
+        hadoop_conf_dir: str | None = None,
+        driver: str = "auto",
+        master_memory_mib: int = 512,
+        master_vcores: int = 1,
+        preflight: bool = True,
+        progress: packaging.Progress | None = None,
+        client: Any = None,
+        cluster: Any = None,
+        log_poll_s: float = 1.0,
+        aggregation_wait_s: float = 30.0,
+        detached_report: bool = False,
+    ):
+        self.detached_report = detached_report
+        self.conn = YarnConnection(staging_dir, hadoop_conf_dir, driver, client, one_shot=detached_report)
+        self.submitter = Submitter(self.conn, master_memory_mib, master_vcores, preflight, progress, cluster)
+        self.reader = StatusReader(self.conn, aggregation_wait_s)
+        self.log_reader = LogReader(self.conn, log_poll_s, aggregation_wait_s)
+        self.reporter = Reporter(self.conn, self.reader.status, detached_report)
+        self.ender = Ender(self.conn, self.reader.status)
+
+    # ---------------------------------------------------------------------------------------------- the verbs
+    def dryrun(self, spec: JobSpec, attempt: int = 0) -> YarnRequest:
+        return self.submitter.dryrun(spec, attempt)
+
+    def schedule(self, request: Request) -> str:
+        return self.submitter.schedule(request)
+
+    def status(self, app_id: str) -> AppStatus:
+        return self.reader.status(app_id)
+
+    def list(self, all_states: bool = False) -> list[AppStatus]:
+        return self.reader.list(all_states)
+
+    def logs(
+        self,
+        app_id: str,
+        task: str | None = None,
+        follow: bool = False,
+        all_files: bool = False,
+        follow_timeout: float | None = None,
+    ) -> Iterator[str]:
+        return self.log_reader.logs(app_id, task, follow, all_files, follow_timeout)
+
+    def kill(self, app_id: str) -> None:
+        self.ender.kill(app_id)
+
+    def end(self, app_id: str, end: JobEnd) -> AppStatus:
+        return self.ender.end(app_id, end)
+
+    def kv(self, app_id: str) -> Any:
+        return self.ender.kv(app_id)
+
+    def queue_note(self, queue: str | None) -> str:
+        return self.ender.queue_note(queue)
+
+    def keep_report(self, st: AppStatus) -> None:
+        self.reporter.keep(st)
+
+    def report_location(self, st: AppStatus, build: bool = True) -> str | None:
+        return self.reporter.report_location(st, build)
+
+    def saved_report(self, app_id: str) -> str:
+        return self.reporter.saved_report(app_id)
+
+    def write_report(self, st: AppStatus) -> Path | None:
+        return self.reporter.write_report(st)
+
+    def index_cache_dir(self) -> str | None:
+        return self.conn.index_cache_dir()
+
+    def close(self) -> None:
+        self.conn.close()
+
+    # the connection's, for callers (pack, scripts, tests)
+    conf = property(lambda self: self.conn.conf)
+    user = property(lambda self: self.conn.user)
+    staging_dir = property(lambda self: self.conn.staging_dir)
+
+    def login(self, spec: JobSpec | None = None, app_id: str | None = None) -> Any:
+        return self.conn.login(spec, app_id)
+
+    def client(self, spec: JobSpec | None = None) -> Any:
+        return self.conn.client(spec)
+
 
 def pack(
     spec: JobSpec,
@@ -45,6 +143,6 @@ def pack(
     hadoop_conf_dir: str | None = None,
 ) -> packaging.EnvRef:
     """``tfyarn pack``: stage the spec's environment now (same cache as submit); 0 bytes when already staged."""
-    b = YarnBackend(staging_dir=staging_dir, hadoop_conf_dir=hadoop_conf_dir, progress=progress)
-    b.login(spec)
-    return packaging.ensure_env(spec, b.staging_dir, progress, conf=b.conf)
+    conn = YarnConnection(staging_dir=staging_dir, hadoop_conf_dir=hadoop_conf_dir)
+    conn.login(spec)
+    return packaging.ensure_env(spec, conn.staging_dir, progress, conf=conn.conf)

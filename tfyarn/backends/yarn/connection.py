@@ -6,8 +6,8 @@ one is reused, else tfyarn's shared one (:mod:`~tfyarn.backends.yarn.driver`). `
 ``TFYARN_DRIVER_IDLE=0``) starts one of this backend's own, stopped by :meth:`YarnConnection.close`. Whatever the RM's
 REST API (:mod:`~tfyarn.backends.yarn.rest`) can answer needs no JVM at all.
 
-The first floor of :class:`~tfyarn.backends.yarn.backend.YarnBackend`: each part above (submit, status, logs,
-reports, the app's end) is a subclass that uses the parts below it, one job per file (skein's own split of
+One part of :class:`~tfyarn.backends.yarn.backend.YarnBackend`, which every other part (submit, status, logs,
+reports, the app's end) is given: they share this connection and own their own state (skein's own split of
 ``Client`` from ``ApplicationClient``).
 """
 
@@ -23,62 +23,41 @@ import threading
 from typing import Any, Callable
 
 from tfyarn.cluster import hdfs, kerberos
-from tfyarn.gateway import packaging
 from tfyarn.cluster._skein import skein
-from tfyarn.backends.base import Backend
 from tfyarn.backends.yarn import driver as skein_driver
 from tfyarn.backends.yarn import records, rest
 from tfyarn.errors import AppNotFound, YarnUnavailable
 from tfyarn.spec import JobSpec
-from tfyarn.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
 
 
-class YarnConnection(Backend):
-    """The cluster connection every part of the YARN backend shares (options: see ``YarnBackend``)."""
+class YarnConnection:
+    """The cluster connection every part of the YARN backend shares (options: see ``YarnBackend``; ``one_shot``:
+    a one-shot command's, whose private driver is let go once a run's app is submitted)."""
 
     def __init__(
         self,
         staging_dir: str | None = None,
         hadoop_conf_dir: str | None = None,
         driver: str = "auto",
-        master_memory_mib: int = 512,
-        master_vcores: int = 1,
-        preflight: bool = True,
-        progress: packaging.Progress | None = None,
         client: Any = None,
-        cluster: Any = None,
-        log_poll_s: float = 1.0,
-        aggregation_wait_s: float = 30.0,
-        detached_report: bool = False,
+        one_shot: bool = False,
     ):
         if driver not in ("auto", "global", "private"):
             raise ValueError(f"driver must be auto, global or private, not {driver!r}")
         self._staging_opt = staging_dir
         self.hadoop_conf_dir = hadoop_conf_dir
         self.driver = driver
-        self.master_memory_mib = master_memory_mib
-        self.master_vcores = master_vcores
-        self.preflight = preflight
-        self.progress = progress
-        self.log_poll_s = log_poll_s
-        self.aggregation_wait_s = aggregation_wait_s
-        self.detached_report = detached_report
+        self.one_shot = one_shot
         self._client = client
         self._owns_client = False
         self._rest: Any = None  # rest.RmRest, False when the REST API cannot be used
-        self._injected = client is not None  # a test's fake client answers everything itself
-        self._run_started: float | None = None  # wall time run() began (the first phase of the job's timeline)
+        self.injected = client is not None  # a test's fake client answers everything itself
         self._driver_thread: threading.Thread | None = None  # start_driver(): the JVM starting in the background
         self._driver_error: BaseException | None = None
         self._lease: Any = None  # skein_driver.Lease on tfyarn's shared driver, released by close()
-        self._cluster = cluster
-        self._apps: dict[str, Any] = {}
-        # per app: the job's rules while this process follows it (attempts, deadline, stall, progress, ETA)
-        self._sups: dict[str, Supervisor] = {}
-        self._preloading = False  # follow(): matplotlib being imported for the run report
-        self._no_record: set[str] = set()  # apps whose in-app supervisor record was looked for (_recover)
+        self._apps: dict[str, Any] = {}  # running apps' skein ApplicationClients
         self._krb: Any = None  # the Kerberos login (tfyarn.cluster.kerberos) once self.login() has run
         self._logged_in = False
 
@@ -153,7 +132,7 @@ class YarnConnection(Backend):
         self._join_driver()
         if self._client is not None:
             return self._client
-        self._require_hadoop()
+        self.require_hadoop()
         sk = skein()
         kw = kerberos.driver_options(self.login(spec))
         if self.driver in ("auto", "global"):
@@ -194,11 +173,11 @@ class YarnConnection(Backend):
         )
         return skein_driver.identity(self.user, principal, self.hadoop_conf_dir, kw)
 
-    def _release_driver(self) -> None:
+    def release_driver(self) -> None:
         """A one-shot command's (``detached_report``: the CLI) private driver is stopped now, in the background, when
         following needs no JVM (the RM's REST API and the AM's own address): its JVM's exit overlaps the job instead
         of delaying the CLI's exit. A long-lived backend (tests, a scheduler) keeps it for its next submit."""
-        if self.detached_report and (self._owns_client or self._lease) and self._rm():
+        if self.one_shot and (self._owns_client or self._lease) and self.rm():
             self._drop_driver(background=True)
 
     def _drop_driver(self, background: bool = False) -> None:
@@ -213,7 +192,7 @@ class YarnConnection(Backend):
             else:
                 client.close()
 
-    def _require_hadoop(self) -> None:
+    def require_hadoop(self) -> None:
         """Fail with a usage error, before skein tries to start a JVM, on a machine with no Hadoop at all."""
         if self.hadoop_conf_dir or os.environ.get("HADOOP_CONF_DIR") or shutil.which("yarn"):
             return
@@ -235,21 +214,21 @@ class YarnConnection(Backend):
         self._apps.clear()
         self._drop_driver()
 
-    def _rm(self) -> rest.RmRest | None:
+    def rm(self) -> rest.RmRest | None:
         """The RM's REST API when it takes simple auth and no driver is injected (tests): status, list, logs and
-        kill then need no JVM (:mod:`tfyarn.backends.yarn.rest`); None = use the skein skein_driver."""
+        kill then need no JVM (:mod:`tfyarn.backends.yarn.rest`); None = use the skein driver."""
         if self._rest is None:
             self._rest = False
-            if not self._injected and os.environ.get("TFYARN_YARN_REST", "1") != "0":
+            if not self.injected and os.environ.get("TFYARN_YARN_REST", "1") != "0":
                 try:
                     self._rest = rest.RmRest(self.conf, self.user)
                 except rest.RestUnavailable as exc:
                     log.debug("not using the RM REST API: %s", exc)
         return self._rest or None
 
-    def _app_report(self, app_id: str) -> Any:
+    def app_report(self, app_id: str) -> Any:
         self.login(app_id=app_id)
-        rm = self._rm()
+        rm = self.rm()
         if rm is not None:
             try:
                 return rm.report(app_id)
@@ -261,11 +240,11 @@ class YarnConnection(Backend):
         except (sk.exceptions.ApplicationError, ValueError) as exc:
             raise AppNotFound(f"no YARN application {app_id}: {exc}") from None
 
-    def _app_client(self, app_id: str) -> Any | None:
+    def app_client(self, app_id: str) -> Any | None:
         app = self._apps.get(app_id)
         if app is None:
             sk = skein()
-            rep = self._app_report(app_id) if self._rm() else None
+            rep = self.app_report(app_id) if self.rm() else None
             try:
                 if isinstance(rep, rest.AppReport):  # straight to the AM's address: no driver needed
                     if rep.state != "RUNNING" or not rep.am_address:
@@ -279,10 +258,10 @@ class YarnConnection(Backend):
             self._apps[app_id] = app
         return app
 
-    def _on_am(self, app_id: str, what: str, call: Callable[[Any], Any]) -> Any:
+    def on_am(self, app_id: str, what: str, call: Callable[[Any], Any]) -> Any:
         """``call(app)`` on the running app's application master; None when it has none or the call fails (the AM may
         exit between the report and this call: the next status read says so), dropping the connection."""
-        app = self._app_client(app_id)
+        app = self.app_client(app_id)
         if app is None:
             return None
         try:
@@ -292,5 +271,12 @@ class YarnConnection(Backend):
             self._apps.pop(app_id, None)
             return None
 
-    def index_cache_dir(self) -> str | None:
+    def forget(self, app_id: str) -> None:
+        """Close and drop the connection to ``app_id``'s application master (it was killed or shut down)."""
+        app = self._apps.pop(app_id, None)
+        if app is not None:
+            with contextlib.suppress(Exception):
+                app.close()
+
+    def index_cache_dir(self) -> str:
         return hdfs.join(self.staging_dir, "index")

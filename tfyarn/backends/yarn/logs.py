@@ -10,18 +10,22 @@ import time
 import urllib.error
 from typing import Any, Iterator
 
+from tfyarn.backends.tasks import select_tasks, task_matches
 from tfyarn.backends.yarn import appspec, log_files, records, rest
+from tfyarn.backends.yarn.connection import YarnConnection
 from tfyarn.backends.yarn.states import ALL_CONTAINER_STATES
-from tfyarn.backends.yarn.status import StatusReader
 from tfyarn.contracts.kv_keys import TASKMAP_PREFIX
 from tfyarn.errors import AppNotFound, WaitTimeout
-from tfyarn.supervisor import select_tasks, task_matches
 
 log = logging.getLogger(__name__)
 
 
-class LogReader(StatusReader):
-    """The logs part of the YARN backend."""
+class LogReader:
+    """The logs part of the YARN backend: ``log_poll_s`` between two reads of followed logs, ``aggregation_wait_s``
+    for the aggregated logs of an ended app."""
+
+    def __init__(self, conn: YarnConnection, log_poll_s: float = 1.0, aggregation_wait_s: float = 30.0):
+        self.conn, self.log_poll_s, self.aggregation_wait_s = conn, log_poll_s, aggregation_wait_s
 
     def logs(
         self,
@@ -33,11 +37,11 @@ class LogReader(StatusReader):
     ) -> Iterator[str]:
         """``<task> | <line>`` for one task (``worker:1``), one role (``worker``) or all; ``follow`` streams new lines
         of running containers until the app ends (or ``follow_timeout`` s)."""
-        rep = self._app_report(app_id)
+        rep = self.conn.app_report(app_id)
         spec = records.saved_spec(app_id)
         if task is not None and spec is not None and not task.startswith("container_"):
             select_tasks(spec.tasks(), task, app_id)  # an unknown task: AppNotFound naming the app's tasks
-        user = rep.user or self.user
+        user = rep.user or self.conn.user
         if str(rep.state) not in rest.TERMINAL:
             yield from self._tail_live(app_id, task, user, follow, all_files, follow_timeout)
         else:
@@ -46,7 +50,7 @@ class LogReader(StatusReader):
 
     def _live_containers(self, app_id: str, task: str | None) -> list[tuple[str, Any]]:
         """(task label, skein container) of the running app's containers that have a log on a NodeManager."""
-        got = self._on_am(
+        got = self.conn.on_am(
             app_id,
             "containers and task map",
             lambda app: (app.get_containers(states=ALL_CONTAINER_STATES), app.kv.get_prefix(TASKMAP_PREFIX)),
@@ -88,7 +92,7 @@ class LogReader(StatusReader):
     def _finished_logs(self, app_id: str, task: str | None, user: str) -> list[tuple[str, log_files.ContainerLog]]:
         snap = records.load(app_id).get("snapshot") or {}
         taskmap = snap.get("taskmap") or {}
-        if log_files.aggregation_disabled(self.conf):  # nothing to wait for: the logs stay on the NodeManagers
+        if log_files.aggregation_disabled(self.conn.conf):  # nothing to wait for: the logs stay on the NodeManagers
             found = log_files.nm_finished_logs(snap.get("tasks") or [])
             if not found:
                 raise AppNotFound(
@@ -99,7 +103,7 @@ class LogReader(StatusReader):
         deadline = time.monotonic() + self.aggregation_wait_s
         ran = {t["task"] for t in snap.get("tasks") or [] if t.get("state") != "PENDING"}
         while True:
-            logs = log_files.read_aggregated_logs(app_id, user, self.conf)
+            logs = log_files.read_aggregated_logs(app_id, user, self.conn.conf)
             if (
                 logs
                 and ran - {taskmap.get(cl.task.replace(":", "_"), cl.task) for cl in logs}
@@ -116,7 +120,7 @@ class LogReader(StatusReader):
             if logs:
                 break
             if time.monotonic() >= deadline:
-                dirs = ", ".join(log_files.aggregated_log_dirs(app_id, user, self.conf))
+                dirs = ", ".join(log_files.aggregated_log_dirs(app_id, user, self.conn.conf))
                 raise WaitTimeout(
                     f"timed out after {self.aggregation_wait_s:g}s waiting for the aggregated logs of "
                     f"{app_id} (looked in {dirs}; is yarn.log-aggregation-enable true?)"
@@ -139,7 +143,7 @@ class LogReader(StatusReader):
                 yield from self._read_live(app_id, label, c, tail, all_files)
             if not follow:
                 break
-            if str(self._app_report(app_id).state) in rest.TERMINAL:
+            if str(self.conn.app_report(app_id).state) in rest.TERMINAL:
                 yield from self._tail_after_end(app_id, task, user, tail, labels, all_files)
                 break
             if deadline is not None and time.monotonic() >= deadline:

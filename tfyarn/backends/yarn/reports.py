@@ -8,21 +8,33 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from tfyarn.common import paths
 from tfyarn.backends.yarn import phases, records
-from tfyarn.backends.yarn.logs import LogReader
+from tfyarn.backends.yarn.connection import YarnConnection
 from tfyarn.contracts.status import AppStatus
 from tfyarn.errors import TfyarnError
-from tfyarn.report import HISTORY_FILE, REPORT_JSON, REPORT_PNG, ProgressHistory, copy_report, report_at
-from tfyarn.supervisor import checkpoint_url, write_report
+from tfyarn.report import (
+    HISTORY_FILE,
+    REPORT_JSON,
+    REPORT_PNG,
+    ProgressHistory,
+    checkpoint_url,
+    copy_report,
+    report_at,
+    write_report,
+)
 
 log = logging.getLogger(__name__)
 
 
-class Reporter(LogReader):
-    """The report part of the YARN backend."""
+class Reporter:
+    """The report part of the YARN backend: ``status`` reads an app's (the status part's); ``detached``: the report
+    of a followed job is written by a detached process (``YarnBackend``'s ``detached_report``)."""
+
+    def __init__(self, conn: YarnConnection, status: Callable[[str], AppStatus], detached: bool = False):
+        self.conn, self.status, self.detached = conn, status, detached
 
     def phases(self, app_id: str, st: AppStatus | None = None) -> dict[str, Any]:
         """Seconds of each phase of the job's timeline (:mod:`tfyarn.backends.yarn.phases`), from what this machine saw:
@@ -61,10 +73,12 @@ class Reporter(LogReader):
             )
         return where
 
-    def _report_at_end(self, st: AppStatus) -> None:
-        """The run report of a job this process followed: now, or by a detached process (``detached_report``) that
-        outlives this one, so the caller's exit does not wait ~3 s for a plot and HDFS uploads."""
-        if not self.detached_report:
+    def keep(self, st: AppStatus) -> None:
+        """An app this process followed has ended: its timeline logged, its run report written now, or by a detached
+        process (``detached``) that outlives this one, so the caller's exit does not wait ~3 s for a plot and HDFS
+        uploads."""
+        log.debug("%s phases: %s", st.app_id, phases.text(self.phases(st.app_id, st)))
+        if not self.detached:
             self.write_report(st)
             return
         import subprocess
@@ -85,7 +99,7 @@ class Reporter(LogReader):
     def write_report(self, st: AppStatus) -> Path | None:
         """The run report of an ended job in ``$TFYARN_HOME/yarn/<app>/`` (None: nothing to report): a copy of the
         in-app supervisor's, which saw the whole run, else one written here and next to the checkpoints
-        (:func:`tfyarn.supervisor.write_report`) from the tasks' recorded points and this machine's samples. Called
+        (:func:`tfyarn.report.write_report`) from the tasks' recorded points and this machine's samples. Called
         by whoever followed the job, and by the Airflow operator after a deferred wait. Never changes the outcome."""
         d = paths.yarn_report_dir(st.app_id)
         try:
@@ -105,14 +119,14 @@ class Reporter(LogReader):
         """What the in-app supervisor leaves for other machines when this follower ended the app: the report in the
         staging dir (unless next to the checkpoints), the last snapshot (tasks, progress) and final status in the
         app's record."""
-        rec = records.read_record(self.staging_dir, st.app_id)
+        rec = records.read_record(self.conn.staging_dir, st.app_id)
         if not rec:  # an app without a supervisor, or another staging dir
             return
-        records.publish_report(self.staging_dir, st.app_id, report_dir, ckpt)
+        records.publish_report(self.conn.staging_dir, st.app_id, report_dir, ckpt)
         if not rec.get("final"):  # the supervisor wrote its record at the start only: the end is ours
             snap = records.load(st.app_id).get("snapshot") or rec.get("snapshot")
             try:
-                records.write_record(self.staging_dir, st.app_id, rec | {"final": st.to_dict(), "snapshot": snap})
+                records.write_record(self.conn.staging_dir, st.app_id, rec | {"final": st.to_dict(), "snapshot": snap})
             except Exception as exc:  # noqa: BLE001 - a record is a convenience for other machines
                 log.warning("could not write the final record of %s: %s", st.app_id, exc)
 
@@ -121,7 +135,7 @@ class Reporter(LogReader):
         saw the whole run. ``phases``: this follower's, which add the gateway's (preflight, submit, ...)."""
         import fsspec
 
-        for where in filter(None, (ckpt, records.report_url(self.staging_dir, app_id))):
+        for where in filter(None, (ckpt, records.report_url(self.conn.staging_dir, app_id))):
             try:
                 url = report_at(where, app_id)
             except Exception as exc:  # noqa: BLE001 - e.g. HDFS unreachable (hdfs-native's RuntimeError): ours, then

@@ -120,10 +120,10 @@ def snapshot(
 ) -> dict[str, Any]:
     """What a status read keeps of a running app (tasks, progress, summary, failures, phases …), from its containers
     and its whole KV: the follower's saved snapshot and the in-app supervisor's record have this one shape.
-    ``progress``: the caller's :meth:`tfyarn.supervisor.Supervisor.progress` of ``kv``."""
+    ``progress``: the caller's reading of ``kv`` (:func:`tfyarn.contracts.progress.read_progress`)."""
     import json
 
-    from tfyarn.job_progress import side_roles, summary_with_eval
+    from tfyarn.contracts.progress import side_roles, summary_with_eval
     from tfyarn.backends.yarn import phases
 
     taskmap = {k[len(TASKMAP_PREFIX) :]: v for k, v in kv.items() if k.startswith(TASKMAP_PREFIX)}
@@ -133,7 +133,7 @@ def snapshot(
     from tfyarn.contracts.kv_keys import ATTEMPT_KEY
 
     tasks = tasks_from_containers(containers, taskmap, spec, failures, exits, parse_attempt(kv.get(ATTEMPT_KEY)))
-    from tfyarn.job_progress import apply_resources
+    from tfyarn.contracts.progress import apply_resources
 
     apply_resources(tasks, kv)  # CPU % and RSS each task publishes of itself (issue 32)
     from tfyarn.backends.yarn.appspec import SUPERVISOR_SERVICE

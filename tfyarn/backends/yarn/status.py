@@ -1,5 +1,5 @@
 """What a YARN app is doing: its status (the RM's report, the running AM's containers and KV, this machine's record of
-it), the list of tfyarn apps and the kill.
+it) and the list of tfyarn apps.
 
 A running app's status is read live (containers and KV from its application master) and saved in this machine's
 record (:mod:`~tfyarn.backends.yarn.records`); an ended app's comes from that record, else from the record its
@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from typing import Any
 
 from tfyarn.cluster import hdfs
 from tfyarn.common import paths
-from tfyarn.backends.yarn import appspec, in_app_attempts, outcome, records, rest, start_causes
+from tfyarn.backends.tasks import settle
+from tfyarn.backends.yarn import appspec, outcome, records, rest, start_causes
+from tfyarn.backends.yarn.cluster_events import rm_events
+from tfyarn.backends.yarn.connection import YarnConnection
 from tfyarn.backends.yarn.states import (
     ACTIVE_APP_STATES,
     ALL_APP_STATES,
@@ -27,22 +31,28 @@ from tfyarn.backends.yarn.states import (
     snapshot,
     timestamp,
 )
-from tfyarn.backends.yarn.submit import Submitter
 from tfyarn.contracts import job_end
+from tfyarn.contracts.in_app import no_more_attempts_note
 from tfyarn.contracts.kv_keys import SPEC_KEY
+from tfyarn.contracts.progress import GlobalStepRate, attempt_totals, read_progress
 from tfyarn.contracts.status import AppState, AppStatus, TaskStatus
 from tfyarn.errors import without_timeout_mark
-from tfyarn.report import HISTORY_FILE
+from tfyarn.report import HISTORY_FILE, ProgressHistory, checkpoint_step, checkpoint_url
 from tfyarn.task.yarn import app_end
 from tfyarn.spec import JobSpec
-from tfyarn.supervisor import Supervisor, settle
-from tfyarn.backends.yarn.cluster_events import rm_events
 
 log = logging.getLogger(__name__)
 
 
-class StatusReader(Submitter):
-    """The status part of the YARN backend: ``status``, ``list``, ``kill``."""
+class StatusReader:
+    """The status part of the YARN backend: ``status`` and ``list`` over the connection ``conn``. It keeps, per app
+    this process reads, the global step's rate (the ETA across reads) and the progress points of its run report;
+    ``aggregation_wait_s`` bounds the wait for an ended app's container logs (why its tasks could not start)."""
+
+    def __init__(self, conn: YarnConnection, aggregation_wait_s: float = 30.0):
+        self.conn, self.aggregation_wait_s = conn, aggregation_wait_s
+        self._progress: dict[str, tuple[GlobalStepRate, ProgressHistory]] = {}
+        self._no_record: set[str] = set()  # apps whose in-app supervisor record was looked for (_recover)
 
     def _recover(self, app_id: str, running: bool, tags: Any = ()) -> dict[str, Any]:
         """This machine's state of ``app_id``, with the spec (and the last snapshot) of an app submitted elsewhere
@@ -51,11 +61,11 @@ class StatusReader(Submitter):
         saved = records.load(app_id)
         if saved.get("spec"):
             return saved
-        text = running and self._on_am(app_id, "spec in the KV", lambda app: app.kv.get(SPEC_KEY))
+        text = running and self.conn.on_am(app_id, "spec in the KV", lambda app: app.kv.get(SPEC_KEY))
         found: dict[str, Any] = {"spec": text.decode()} if text else {}
         if not found and not running and appspec.SUPERVISED_TAG in (tags or ()) and app_id not in self._no_record:
             self._no_record.add(app_id)  # read once: an app with no supervisor has none
-            rec = records.read_record(self.staging_dir, app_id)
+            rec = records.read_record(self.conn.staging_dir, app_id)
             found = {k: rec[k] for k in ("spec", "snapshot") if rec.get(k) and not saved.get(k)}
         if found:
             log.debug("%s: spec recovered from the application", app_id)
@@ -64,7 +74,7 @@ class StatusReader(Submitter):
         return saved
 
     def status(self, app_id: str) -> AppStatus:
-        rep = self._app_report(app_id)
+        rep = self.conn.app_report(app_id)
         # the end record an ender left in the final diagnostics (contracts.job_end), read apart
         diag_end, rm_diag = job_end.from_diagnostics(rep.diagnostics)
         saved = self._recover(app_id, running=str(rep.state) == "RUNNING", tags=rep.tags)
@@ -98,8 +108,6 @@ class StatusReader(Submitter):
         if state is AppState.KILLED and final.get("state") == AppState.TIMED_OUT.value:
             state, diag = AppState.TIMED_OUT, final.get("diagnostics", diag)  # tfyarn killed it for a deadline
         if state in (AppState.FAILED, AppState.TIMED_OUT) and spec is not None and not saved.get("run_started"):
-            from tfyarn.backends.yarn.supervise import no_more_attempts_note
-
             # a bare submit: nobody resubmits
             note = no_more_attempts_note(spec, max(attempt_of(rep.tags), snap.get("attempt") or 0), diag)
             diag = f"{diag}\n{note}".strip() if note and note not in diag else diag
@@ -122,7 +130,7 @@ class StatusReader(Submitter):
             ),
             end=outcome.ended_by(snap, diag_end) if recorded is not None else None,
         )
-        st = in_app_attempts.fold(st, snap, spec)  # attempts the in-app supervisor ran: the number, the totals
+        st = fold_in_app(st, snap, spec)  # attempts the in-app supervisor ran: the number, the totals
         launched = timestamp(getattr(rep, "launch_time", None))  # the RM's REST report has it, skein's not
         if live is not None:
             records.save(app_id, name=rep.name, snapshot=live, **({"am_launched": launched} if launched else {}))
@@ -138,7 +146,12 @@ class StatusReader(Submitter):
         found = saved.get("start_causes")
         if found is None:
             found = start_causes.read(
-                app_id, rep.user or self.user, self.conf, snap, self.aggregation_wait_s, timestamp(rep.finish_time)
+                app_id,
+                rep.user or self.conn.user,
+                self.conn.conf,
+                snap,
+                self.aggregation_wait_s,
+                timestamp(rep.finish_time),
             )
             if found is not None:
                 records.save(app_id, start_causes=found)
@@ -146,7 +159,7 @@ class StatusReader(Submitter):
 
     def _live(self, app_id: str, spec: JobSpec | None) -> dict[str, Any] | None:
         """Tasks, progress, summary and failures from the running application master; None if unreachable."""
-        got = self._on_am(
+        got = self.conn.on_am(
             app_id,
             "containers and KV",
             lambda app: (app.get_containers(states=ALL_CONTAINER_STATES), app.kv.get_range()),
@@ -154,17 +167,19 @@ class StatusReader(Submitter):
         if got is None:
             return None
         kv = {k: v.decode("utf-8", "replace") for k, v in got[1].items()}
-        return snapshot(got[0], kv, spec, progress=self._supervisor(app_id, spec).progress(kv))
+        return snapshot(got[0], kv, spec, progress=self._read_progress(app_id, spec, kv))
 
-    def _supervisor(self, app_id: str, spec: JobSpec | None) -> Supervisor:
-        """This process's supervisor of ``app_id``: its progress rate (the ETA) and progress points (the run report)
-        across status reads. The runner's ``run`` and ``wait`` install theirs; a bare ``status`` gets one here."""
-        sup = self._sups.get(app_id)
-        if sup is None:
+    def _read_progress(self, app_id: str, spec: JobSpec | None, kv: dict[str, str]) -> dict[str, Any]:
+        """The job's progress from its KV; its points appended to this machine's history of the app (the run
+        report's curves, ``$TFYARN_HOME/yarn/<app>/``)."""
+        got = self._progress.get(app_id)
+        if got is None:
             d = paths.yarn_report_dir(app_id)
             d.mkdir(parents=True, exist_ok=True)
-            sup = self._sups[app_id] = Supervisor(spec, history_path=d / HISTORY_FILE)
-        return sup
+            got = self._progress[app_id] = (GlobalStepRate(), ProgressHistory(d / HISTORY_FILE))
+        out, _, items = read_progress(kv, spec.training_tasks if spec is not None else [], got[0])
+        got[1].record(items)
+        return out
 
     def _summary_from_checkpoints(self, app_id: str, spec: JobSpec | None) -> dict[str, Any] | None:
         """The chief's ``summary.json`` beside the checkpoints, when it is this app's: an app that ended before anyone
@@ -184,17 +199,17 @@ class StatusReader(Submitter):
 
     def list(self, all_states: bool = False) -> list[AppStatus]:
         """tfyarn applications (YARN tag ``tfyarn``): active ones, or every one the RM still knows."""
-        self.login()
+        self.conn.login()
         states = ALL_APP_STATES if all_states else ACTIVE_APP_STATES
         reps = None
-        rm = self._rm()
+        rm = self.conn.rm()
         if rm is not None:
             try:
                 reps = rm.apps(states, tags=[appspec.TFYARN_TAG])
             except rest.RestUnavailable as exc:
                 log.debug("RM REST list: %s; asking the skein driver", exc)
         if reps is None:
-            reps = self.client().get_applications(states=states)
+            reps = self.conn.client().get_applications(states=states)
         out = []
         for r in reps:
             if appspec.TFYARN_TAG in {t.lower() for t in r.tags}:
@@ -203,19 +218,22 @@ class StatusReader(Submitter):
                 out.append(app_status(r, state, diag))
         return sorted(out, key=lambda s: s.started or 0)
 
-    def kill(self, app_id: str) -> None:
-        """Kill ``app_id``; through the RM's REST API (no JVM) this returns once the RM says KILLED (or ended)."""
-        rep = self._app_report(app_id)  # AppNotFound for an unknown id, before asking YARN to kill
-        rm = self._rm() if isinstance(rep, rest.AppReport) else None
-        try:
-            if rm is None:
-                raise rest.RestUnavailable("no REST API")
-            rm.kill(app_id)
-        except rest.RestUnavailable as exc:
-            log.debug("RM REST kill of %s: %s; asking the skein driver", app_id, exc)
-            spec = records.saved_spec(app_id)
-            # a job submitted for a proxy user (spec.user) is that user's: killing it as the submitter may be refused
-            self.client().kill_application(app_id, user=(spec.user or "") if spec else "")
-        app = self._apps.pop(app_id, None)
-        if app is not None:
-            app.close()
+
+def fold_in_app(st: AppStatus, snap: dict[str, Any], spec: JobSpec | None) -> AppStatus:
+    """``st`` with the in-app attempts of its snapshot (:func:`~tfyarn.backends.yarn.states.in_app_attempts`): the
+    attempt running or last run, and the summary's totals over every attempt (as the runner's
+    ``Supervisor.fold_totals`` counts them)."""
+    n = snap.get("attempt")
+    if isinstance(n, int):
+        st.attempt = max(st.attempt, n)
+    ended = snap.get("attempts") or []
+    if not ended or st.summary is None or spec is None or "attempts" in st.summary:
+        return st
+    st.started = st.started or time.time()
+    redone = [{k: int(r.get(k) or 0) for k in ("attempt", "reached", "resumes_at", "lost_steps")} for r in ended]
+    step = st.summary.get("resumed_step")
+    if not isinstance(step, int):
+        step = checkpoint_step(checkpoint_url(spec), str(st.summary.get("resumed_from") or ""))
+    wall = (st.finished or time.time()) - st.started
+    st.summary = {**st.summary, "attempts": attempt_totals(st.attempt + 1, wall, redone, step)}
+    return st

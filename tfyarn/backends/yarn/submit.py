@@ -69,15 +69,29 @@ class _LazyClient:
         return getattr(self._get(), name)
 
 
-class Submitter(YarnConnection):
-    """The submit part of the YARN backend."""
+class Submitter:
+    """The submit part of the YARN backend: ``conn`` its connection, the AM's container, ``preflight`` (checks in
+    ``schedule``), ``progress`` (of the environment's packing and upload), ``cluster`` (an injected preflight
+    ClusterInfo)."""
+
+    def __init__(
+        self,
+        conn: YarnConnection,
+        master_memory_mib: int = 512,
+        master_vcores: int = 1,
+        preflight: bool = True,
+        progress: packaging.Progress | None = None,
+        cluster: Any = None,
+    ):
+        self.conn, self.master_memory_mib, self.master_vcores = conn, master_memory_mib, master_vcores
+        self.preflight, self.progress, self.cluster = preflight, progress, cluster
 
     def dryrun(self, spec: JobSpec, attempt: int = 0) -> YarnRequest:
         """The skein ApplicationSpec for ``spec`` and the files it ships. Nothing is packed, uploaded or written: the
         env archive's URL and the shipped files' paths are content hashes, made to exist by :meth:`schedule`."""
-        self.login(spec)
+        self.conn.login(spec)
         submitted, spec = spec, self.with_index_cache(spec)  # the spec saved and shown is the one given
-        env = packaging.ensure_env(spec, self.staging_dir, self.progress, dry_run=True, conf=self.conf)
+        env = packaging.ensure_env(spec, self.conn.staging_dir, self.progress, dry_run=True, conf=self.conn.conf)
         shipped = self._ship(submitted, env, write=False)
         # every filesystem a task reads or writes: each needs a delegation token on a secure cluster
         urls = [
@@ -86,9 +100,9 @@ class Submitter(YarnConnection):
             spec.checkpoint.dir,
             spec.checkpoint.init_from,
             spec.export.dir if spec.export else None,
-            self.staging_dir,
+            self.conn.staging_dir,
         ]
-        fss = hdfs.filesystems_for_tokens([u for u in urls if u], self.conf)
+        fss = hdfs.filesystems_for_tokens([u for u in urls if u], self.conn.conf)
         app = appspec.build_application_spec(
             spec,
             shipped,
@@ -96,9 +110,9 @@ class Submitter(YarnConnection):
             master_vcores=self.master_vcores,
             file_systems=fss,
             attempt=attempt,
-            staging_dir=self.staging_dir,
+            staging_dir=self.conn.staging_dir,
         )
-        return YarnRequest(submitted, attempt, app, shipped)
+        return YarnRequest(submitted, attempt, app=app, shipped=shipped)
 
     def _ship(self, spec: JobSpec, env: packaging.EnvRef, write: bool) -> appspec.Shipped:
         spec, local = self.with_index_cache(spec), paths.cache_dir() / "ship"
@@ -115,18 +129,18 @@ class Submitter(YarnConnection):
         cache of data indexes (read-only data is indexed once per cluster, not once per node or run)."""
         if spec.data.index_cache:
             return spec
-        data = spec.data.model_copy(update={"index_cache": self.index_cache_dir()})
+        data = spec.data.model_copy(update={"index_cache": self.conn.index_cache_dir()})
         return spec.model_copy(update={"data": data})
 
     def run_preflight(self, spec: JobSpec) -> list[str]:
         from tfyarn.gateway import preflight
         from tfyarn.backends.yarn.cluster_info import SkeinClusterInfo
 
-        self.login(spec)
+        self.conn.login(spec)
         spec = self.with_index_cache(spec)  # staging dir: the user may be the keytab's
-        cluster = self._cluster
+        cluster = self.cluster
         if cluster is None:  # the client only when the RM's REST API cannot say: the driver may still be starting
-            cluster = SkeinClusterInfo(_LazyClient(lambda: self.client(spec)), self.conf)
+            cluster = SkeinClusterInfo(_LazyClient(lambda: self.conn.client(spec)), self.conn.conf)
         return preflight.run_preflight(
             spec, cluster, master_memory_mib=self.master_memory_mib, master_vcores=self.master_vcores, size_ps=True
         )
@@ -137,16 +151,16 @@ class Submitter(YarnConnection):
         its JVM is the only one a job needs."""
         assert isinstance(request, YarnRequest) and request.shipped is not None, f"not a YARN request: {request!r}"
         spec, attempt, app = request.spec, request.attempt, request.app
-        if not self._injected:
-            self._require_hadoop()  # a usage error before anything starts, not a driver thread's
-        self.start_driver(spec)
+        if not self.conn.injected:
+            self.conn.require_hadoop()  # a usage error before anything starts, not a driver thread's
+        self.conn.start_driver(spec)
         if self.preflight and attempt == 0:
             self.run_preflight(spec)
-        env = packaging.stage_env(request.shipped.env, self.progress, conf=self.conf)
+        env = packaging.stage_env(request.shipped.env, self.progress, conf=self.conn.conf)
         if self._ship(spec, env, write=True) != dataclasses.replace(request.shipped, env=env):
             raise TfyarnError("the job's code, spec or tfyarn changed since its dry run: dry-run it again")
         env_ready = time.time()
-        client = self.client(spec)  # the driver started in the background: waited for here
+        client = self.conn.client(spec)  # the driver started in the background: waited for here
         t0 = time.monotonic()
         submit_call = time.time()
         with deferring_stop_signals() as stopped:  # a stop until app_id is known must not leave an app nobody knows of
@@ -172,9 +186,11 @@ class Submitter(YarnConnection):
                 submitted=time.time(),
                 env=env.to_dict(),
                 submit_call=submit_call,
-                run_started=self._run_started,
+                run_started=request.run_started,
                 env_ready=env_ready,
             )
         if stopped:
             raise SubmittedThenInterrupted(stopped[0], app_id)
+        if request.run_started is not None:  # a run follows it: no JVM needed for that (connection.release_driver)
+            self.conn.release_driver()
         return app_id

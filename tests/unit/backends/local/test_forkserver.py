@@ -218,7 +218,7 @@ def test_sigkilled_launcher_takes_the_forkserver_and_its_tasks_with_it(tmp_path)
 
 
 def test_a_role_env_setting_a_startup_variable_starts_that_role_as_processes(tmp_path, caplog):
-    caplog.set_level(logging.INFO, logger="tfyarn.backends.local.launcher")
+    caplog.set_level(logging.INFO, logger="tfyarn.backends.local.processes")
     st = api.run(probe_spec(tmp_path, worker_env={"OMP_NUM_THREADS": "1"}), backend="local")
     assert st.state is AppState.SUCCEEDED, st.diagnostics
     assert probe(st.app_id, "chief:0")["ppid"] == server_pid(st.app_id)
@@ -230,7 +230,7 @@ def test_a_role_env_setting_a_startup_variable_starts_that_role_as_processes(tmp
 
 def test_disabled_forkserver_starts_every_task_as_a_process(tmp_path, monkeypatch, caplog):
     monkeypatch.setenv("TFYARN_FORKSERVER", "0")
-    caplog.set_level(logging.INFO, logger="tfyarn.backends.local.launcher")
+    caplog.set_level(logging.INFO, logger="tfyarn.backends.local.processes")
     st = api.run(probe_spec(tmp_path), backend="local")
     assert st.state is AppState.SUCCEEDED, st.diagnostics
     infos = {task: probe(st.app_id, task) for task in TASKS}
@@ -256,7 +256,7 @@ def _site_hook(tmp_path, body: str) -> str:
 def test_forkserver_that_cannot_start_falls_back_to_processes(tmp_path, monkeypatch, caplog):
     monkeypatch.setenv("PYTHONPATH", _site_hook(tmp_path, "print('forkserver broken by the test', flush=True)\n"
                                                           "os._exit(7)"))
-    caplog.set_level(logging.INFO, logger="tfyarn.backends.local.launcher")
+    caplog.set_level(logging.INFO, logger="tfyarn.backends.local.processes")
     st = api.run(probe_spec(tmp_path), backend="local")
     assert st.state is AppState.SUCCEEDED, st.diagnostics
     assert {task: probe(st.app_id, task)["ppid"] for task in TASKS} == {task: os.getpid() for task in TASKS}

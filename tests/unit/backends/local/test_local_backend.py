@@ -225,7 +225,7 @@ def test_logs_follow_every_task_until_the_end(tmp_path):
 def test_final_states_of_tasks_that_ended_unseen_or_were_stopped(tmp_path):
     """A task that exits between the follow loop's last look and the stop (the job ended meanwhile) gets its own
     outcome in the final status — never RUNNING in an ended app; a task still running is KILLED."""
-    from tfyarn.backends.local.launcher import Launcher
+    from tfyarn.runner.local_app import Launcher
     spec = load_spec_dict(small_spec(tmp_path, roles={"chief": {"instances": 1}, "worker": {"instances": 2}}))
     launcher = Launcher(spec, tmp_path / "app", "local-test")
     codes = {"chief:0": "import sys; sys.exit(0)", "worker:0": "import sys; sys.exit(3)",
@@ -237,7 +237,7 @@ def test_final_states_of_tasks_that_ended_unseen_or_were_stopped(tmp_path):
     for name in ("chief:0", "worker:0"):
         launcher.tasks[name].proc.wait(timeout=30)
     t0 = time.monotonic()
-    launcher._stop_tasks(list(launcher.tasks.values()), grace=5.0)
+    launcher.procs.stop(list(launcher.tasks.values()), grace=5.0)
     assert time.monotonic() - t0 < 5                     # SIGTERM ends the sleeper at once
     got = {t.task: (t.state, t.exit_code) for t in launcher.status().tasks}
     assert got == {"chief:0": ("SUCCEEDED", 0), "worker:0": ("FAILED", 3), "worker:1": ("KILLED", -signal.SIGTERM)}
@@ -246,7 +246,7 @@ def test_final_states_of_tasks_that_ended_unseen_or_were_stopped(tmp_path):
 def test_diagnosis_from_output_names_a_dump_from_c_and_what_the_task_was_doing():
     """A task ended by faulthandler (allreduce's GIL-free start-up bound) or a crash in C++ prints stack frames last;
     the diagnosis was one of those frames. Real output of ``faulthandler.dump_traceback_later(..., exit=True)``."""
-    from tfyarn.backends.local.launcher import diagnosis_from_output
+    from tfyarn.backends.local.processes import diagnosis_from_output
     waiting = ("2026-11-22 16:29:11,331 INFO [chief:0] tfyarn.train.allreduce: chief:0: waiting up to 5s for "
                "MultiWorkerMirroredStrategy start-up (all workers connecting)")
     dump = [waiting, "Timeout (0:00:15)!", "Thread 0x00007f29f17bbb80 (most recent call first):",
@@ -267,7 +267,7 @@ def test_a_failed_tensorboard_does_not_fail_the_training_as_on_yarn(tmp_path, mo
     """TensorBoard is a sidecar on both backends (YARN: skein's allow_failures): its failure is reported, the job
     trains to its end. Here it fails as it does without the tensorboard package (preflight, which would refuse the
     spec for that, is bypassed)."""
-    import tfyarn.backends.local.backend as local
+    import tfyarn.runner.local_app as local
     monkeypatch.setattr(local, "run_local_preflight", lambda spec, **checks: None)
     spec = load_spec_dict(small_spec(tmp_path, model="custom_jobs:count", params={"steps": 60},
                                      roles={"chief": {"instances": 1}, "worker": {"instances": 1},

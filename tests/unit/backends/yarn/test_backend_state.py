@@ -19,6 +19,7 @@ from yarnutil import StaticClusterInfo, make_spec
 from fake_am import FakeAM
 from tfyarn import runner
 from tfyarn.backends.yarn import records
+from tfyarn.runner.owned import stop_app
 from tfyarn.backends.base import AppState
 from tfyarn.backends.yarn.backend import YarnBackend
 from tfyarn.backends.yarn.states import app_state
@@ -179,7 +180,7 @@ def test_status_after_the_am_is_gone_uses_the_last_snapshot(running):
     kv.put("failure/worker:2", "ValueError: bad record in part-3 at offset 77")
     b.status(APP)
     rm.reports[APP] = report("FINISHED", "FAILED", "Failure in service worker, see logs")
-    b._apps.clear()
+    b.conn._apps.clear()
     st = b.status(APP)
     assert st.state == AppState.FAILED and st.state.exit_code == 1
     assert st.diagnostics.startswith("worker:2: ValueError: bad record in part-3 at offset 77")
@@ -196,7 +197,7 @@ def test_timed_out_from_task_failure_text(running):
     kv.put("failure/chief:0", "timed out after 300s waiting for rendezvous: missing addr/worker:2")
     b.status(APP)
     rm.reports[APP] = report("FINISHED", "FAILED", "Failure in service chief")
-    b._apps.clear()
+    b.conn._apps.clear()
     assert b.status(APP).state == AppState.TIMED_OUT
 
 
@@ -205,7 +206,7 @@ def test_the_in_app_supervisors_timeout_mark_is_not_in_the_diagnosis(running):
     b, rm, app, kv = running
     b.status(APP)
     rm.reports[APP] = report("FINISHED", "FAILED", "timed out: training stalled: no task's step advanced for 15s")
-    b._apps.clear()
+    b.conn._apps.clear()
     st = b.status(APP)
     assert st.state == AppState.TIMED_OUT and st.state.exit_code == ExitCode.TIMED_OUT
     assert st.diagnostics.startswith("training stalled: no task's step advanced for 15s"), st.diagnostics
@@ -241,7 +242,7 @@ def test_submit_runs_preflight_first_and_saves_the_spec(tmp_path, monkeypatch):
         b.submit(spec)
     assert "roles.worker.memory: 4096 MiB exceeds the maximum container size of queue 'ml' (2048 MiB)" in str(ei.value)
     assert rm.submitted == [] and not (tmp_path / "cache").exists()
-    b._cluster = StaticClusterInfo({"ml": QueueInfo("ml")}, max_memory_mib=8192, max_vcores=8)
+    b.submitter.cluster = StaticClusterInfo({"ml": QueueInfo("ml")}, max_memory_mib=8192, max_vcores=8)
     assert b.submit(spec) == APP
     sent = rm.submitted[0]
     assert sent.services["worker"].instances == 3 and "tfyarn" in sent.tags
@@ -379,7 +380,7 @@ def test_run_stopped_after_its_application_ended_reports_that_outcome(tmp_path, 
     b = YarnBackend(client=rm, preflight=False, staging_dir=str(tmp_path / "s"))
     from tfyarn.common.interrupts import Interrupted
     b.submit(spec)
-    st = b.end("application_1700000000000_0001", Interrupted("SIGTERM"))
+    st = stop_app(b, "application_1700000000000_0001", Interrupted("SIGTERM"), spec)
     assert st.state is AppState.SUCCEEDED and rm.killed == []
 
 
@@ -498,11 +499,11 @@ def test_staging_tokens_and_kill_follow_the_cluster_and_the_proxy_user(monkeypat
     monkeypatch.setenv("HADOOP_USER_NAME", "alice")
     monkeypatch.delenv("TFYARN_STAGING_DIR", raising=False)
     b = YarnBackend(client=FakeRM([report()]), preflight=False)
-    b.conf = {"fs.defaultFS": "viewfs://cluster"}
+    b.conn.conf = {"fs.defaultFS": "viewfs://cluster"}
     assert b.staging_dir == "viewfs://cluster/user/alice/.tfyarn"
-    b.conf = {"fs.defaultFS": "hdfs://ns1"}
+    b.conn.conf = {"fs.defaultFS": "hdfs://ns1"}
     assert b.staging_dir == "hdfs://ns1/user/alice/.tfyarn"
-    b._staging_opt = "hdfs://staging-ns/tmp/tfyarn"
+    b.conn._staging_opt = "hdfs://staging-ns/tmp/tfyarn"
     spec = make_spec(environment={"python": "/opt/py/bin/python"},
                      checkpoint={"dir": "hdfs://ns1/ckpt", "init_from": "hdfs://old-ns/ckpt"},
                      export={"dir": "hdfs://serving-ns/models"})
@@ -580,7 +581,7 @@ def test_the_tasks_that_died_are_named_with_their_exit_codes_after_the_end(monke
                                   "failure": "UnavailableError: Socket closed"})
     b.status(APP)                                              # the follower's last poll before the AM went away
     rm.reports[APP] = report("FINISHED", "FAILED", "Failure in service ps, see logs for more information.")
-    b._apps.clear()
+    b.conn._apps.clear()
     st = b.status(APP)
     assert st.state is AppState.FAILED
     assert st.diagnostics == ("ps:0: exit code 137 (killed by SIGKILL); chief:0: exit code 1: UnavailableError: "
@@ -598,7 +599,7 @@ def test_the_diagnosis_the_container_gave_the_application_names_the_tasks_withou
     b.status(APP)                                              # the last poll saw no failure yet
     diag = "chief:0: exit code 137 (killed by SIGKILL); worker:2: exit code 1: UnavailableError: chief:0 gone"
     rm.reports[APP] = report("FINISHED", "FAILED", diag)
-    b._apps.clear()
+    b.conn._apps.clear()
     st = YarnBackend(client=rm, preflight=False).status(APP)   # another process, after the end
     assert st.diagnostics == diag and st.state is AppState.FAILED
     tasks = {t.task: t for t in st.tasks}
@@ -620,7 +621,7 @@ def test_an_app_ended_with_nobody_reading_its_kv_is_judged_by_the_record_in_its_
     end = job_end.decide("failed-task:chief:0", failure="chief:0 died; worker:2 lost it",
                          exits={"chief:0": {"code": 137}, "worker:2": {"code": 1}})
     rm.reports[APP] = report("FINISHED", "FAILED", job_end.with_record("Failure in service chief", end))
-    b._apps.clear()
+    b.conn._apps.clear()
     st = YarnBackend(client=rm, preflight=False).status(APP)   # another process, after the end
     assert st.state is AppState.FAILED and st.diagnostics == "chief:0 died; worker:2 lost it"
     tasks = {t.task: t for t in st.tasks}
@@ -654,7 +655,7 @@ def test_a_task_that_raised_is_failed_with_its_code_though_the_shutdown_it_asked
     assert tasks["worker:0"].diagnostics == "RuntimeError: boom from worker:0"
     assert all(tasks[t].state == "KILLED" for t in ("ps:0", "chief:0", "worker:1", "worker:2"))
     rm.reports[APP] = report("FINISHED", "FAILED", "worker:0: exit code 1: RuntimeError: boom from worker:0")
-    b._apps.clear()
+    b.conn._apps.clear()
     for backend in (b, YarnBackend(client=rm, preflight=False)):   # the follower, and another process after the end
         st = backend.status(APP)
         tasks = {t.task: t for t in st.tasks}
@@ -678,16 +679,16 @@ def test_run_stopped_after_training_completed_says_so_in_its_diagnosis(monkeypat
     kv.put("plan/total_steps", "40")
     for t in ("chief:0", "worker:0", "worker:1", "worker:2"):
         put_json(kv, f"progress/{t}", {"step": 10, "global_step": 40, "loss": 0.5})
-    st = b.end(APP, Interrupted("SIGTERM"))   # the chief has not written its summary yet
+    st = stop_app(b, APP, Interrupted("SIGTERM"), records.saved_spec(APP))   # the chief has not written its summary yet
     assert rm.killed == [APP] and st.state is AppState.KILLED
     assert st.diagnostics == (f"interrupted by SIGTERM: killed {APP}; training had completed (global step 40/40): "
                               "the summary was not written (no checkpoint.dir)")
     rm.reports[APP] = report()                              # a second job, stopped mid-training: no note
-    b._apps.clear()
+    b.conn._apps.clear()
     for t in ("chief:0", "worker:0", "worker:1", "worker:2"):
         put_json(kv, f"progress/{t}", {"step": 2, "global_step": 8, "loss": 0.5})
     records.save(APP, final=None)
-    st = b.end(APP, Interrupted("SIGINT"))
+    st = stop_app(b, APP, Interrupted("SIGINT"), records.saved_spec(APP))
     assert st.diagnostics == f"interrupted by SIGINT: killed {APP}"
 
 

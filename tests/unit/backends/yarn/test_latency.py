@@ -13,6 +13,7 @@ import pytest
 
 from tfyarn.backends.yarn import phases
 from tfyarn.backends.yarn.backend import YarnBackend
+from tfyarn.backends.yarn.connection import YarnConnection
 from tfyarn.backends.yarn.rest import AppReport, RestUnavailable, RmRest
 from tfyarn.contracts import job_end
 from tfyarn.errors import AppNotFound
@@ -260,15 +261,15 @@ def test_rest_with_spnego_only_where_it_can_authenticate_and_not_without_an_rm(m
 def test_backend_status_list_kill_need_no_skein_driver(rm, tmp_path, monkeypatch):
     monkeypatch.setenv("TFYARN_HOME", str(tmp_path))
     b = YarnBackend(hadoop_conf_dir=str(tmp_path))
-    b.conf = dict(rm.conf)
-    b._app_client = lambda app_id: None            # the AM's KV is another test's subject
+    b.conn.conf = dict(rm.conf)
+    b.conn.app_client = lambda app_id: None            # the AM's KV is another test's subject
     started = []
-    monkeypatch.setattr(YarnBackend, "client", lambda self, spec=None: started.append(1) or pytest.fail("JVM"))
+    monkeypatch.setattr(YarnConnection, "client", lambda self, spec=None: started.append(1) or pytest.fail("JVM"))
     assert b.status(APP).state.value == "RUNNING"  # (no AM reachable here: no per-task states)
     assert [s.app_id for s in b.list(all_states=True)] == [APP]
     b.kill(APP)
     assert b.status(APP).state.value == "KILLED"
-    assert started == [] and b._client is None
+    assert started == [] and b.conn._client is None
 
 
 #: Modules a gateway command answered by the RM's REST API must not import (each costs 0.1-2 CPU s, or starts

@@ -237,7 +237,7 @@ def test_follow_prints_every_line_once_without_the_nodemanagers_footer(tmp_path,
     (d / "node1_8041").write_bytes(tfile({cid: {"worker.log": (header + b"".join(lines)).decode()}}))
     (d / "node2_8041.tmp").write_bytes(b"partial upload")       # still being uploaded: not read
     b = YarnBackend(client=RM(), preflight=False, log_poll_s=0.01, aggregation_wait_s=5)
-    b.conf = {"fs.defaultFS": "file:///", "yarn.nodemanager.remote-app-log-dir": str(root)}
+    b.conn.conf = {"fs.defaultFS": "file:///", "yarn.nodemanager.remote-app-log-dir": str(root)}
     try:
         got = list(b.logs(APP, task="worker:1", follow=True, follow_timeout=60))
     finally:

@@ -271,7 +271,7 @@ def test_submit_sends_exactly_the_dry_run_request_and_refuses_a_stale_one(tmp_pa
             submitted.append(app)
             return "application_1_0001"
     b = YarnBackend(client=RM(), preflight=False, staging_dir=str(tmp_path / "staging"))
-    b.conf = {}
+    b.conn.conf = {}
     request = b.dryrun(spec)
     assert not Path(request.shipped.code).exists()
     assert b.schedule(request) == "application_1_0001" and submitted == [request.app]

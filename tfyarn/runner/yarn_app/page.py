@@ -18,7 +18,7 @@ from typing import Any
 from tfyarn.backends.yarn.states import app_state, app_status
 from tfyarn.contracts.kv_keys import PAGE_URL_KEY
 from tfyarn.contracts.status import AppState, AppStatus, TaskStatus
-from tfyarn.job_progress import memory_warnings
+from tfyarn.contracts.progress import memory_warnings
 from tfyarn.web import StatusPage, page_enabled
 
 log = logging.getLogger(__name__)
@@ -71,7 +71,7 @@ def live_status(sup: Any, rep: Any) -> AppStatus:
 
 
 def serve(sup: Any) -> StatusPage | None:
-    """Start the page of ``sup`` (an :class:`~tfyarn.backends.yarn.supervise.InAppSupervisor`) on
+    """Start the page of ``sup`` (an :class:`~tfyarn.runner.yarn_app.supervise.InAppSupervisor`) on
     every interface of this container's node, add it to skein's web UI, publish its URL; None when
     off or it cannot start (a warning: the job goes on)."""
     if not page_enabled():

@@ -5,7 +5,7 @@ trigger) still gets its ``retry.max_attempts``: the supervisor (:mod:`.supervise
 attempt — every task container killed and waited for, the attempt's KV keys cleared
 (:mod:`tfyarn.contracts.in_app`), its end recorded (``attempts/<n>``) — and starts every task container
 again after ``retry.backoff``; the chief resumes from the latest checkpoint as on any attempt. The
-decisions (triage, budgets, deadline) are :class:`tfyarn.supervisor.Supervisor`'s, the runner's own.
+decisions (triage, budgets, deadline) are :class:`tfyarn.runner.supervisor.Supervisor`'s, the runner's own.
 """
 
 from __future__ import annotations
@@ -212,27 +212,8 @@ def restart(
     return True
 
 
-def fold(st: Any, snap: dict[str, Any], spec: JobSpec | None) -> Any:
-    """``st`` (a status read of the app) with the in-app attempts of its snapshot
-    (:func:`~tfyarn.backends.yarn.states.in_app_attempts`): the attempt running or last run, and the
-    summary's totals over every attempt (:meth:`tfyarn.supervisor.Supervisor.fold_totals`, the runner's)."""
-    from tfyarn.supervisor import Supervisor
-
-    n = snap.get("attempt")
-    if isinstance(n, int):
-        st.attempt = max(st.attempt, n)
-    ended = snap.get("attempts") or []
-    if not ended or st.summary is None or spec is None or "attempts" in st.summary:
-        return st
-    started = st.started or time.time()
-    sup = Supervisor(spec, started=started, clock=lambda: st.finished or time.time())
-    sup.attempt = st.attempt
-    sup.redone = [{k: int(r.get(k) or 0) for k in ("attempt", "reached", "resumes_at", "lost_steps")} for r in ended]
-    return sup.fold_totals(st)
-
-
 def absorb(sup: Any, snap: dict[str, Any], label: str) -> None:
-    """A run's supervisor (``tfyarn run``: :class:`tfyarn.supervisor.Supervisor`) takes in the attempts the app
+    """A run's supervisor (``tfyarn run``, or a restarted in-app supervisor) takes in the attempts the app
     ``label`` ran itself (its snapshot's ``attempts``): numbered on from them, each counted in the budget, its
     diagnosis kept for the final one and its redone steps in the totals — as if the run had started them."""
     from tfyarn.contracts.triage import AttemptBudget

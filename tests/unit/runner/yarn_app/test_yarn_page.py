@@ -5,7 +5,7 @@ overview link dropped when skein's overview cannot render it)."""
 import logging
 from types import SimpleNamespace
 
-from tfyarn.backends.yarn import page as yarn_page
+from tfyarn.runner.yarn_app import page as yarn_page
 from tfyarn.spec import load_spec_dict
 
 SPEC = load_spec_dict(

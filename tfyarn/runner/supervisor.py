@@ -1,8 +1,9 @@
-"""Job control, written once for every backend: attempts, deadlines, the stall watch, progress, settling, logs, report.
+"""The job's rules, written once for every backend: attempts, deadlines, allocation, the stall watch, progress.
 
-A backend only starts one attempt, reads raw task states and the KV, streams logs and kills; whatever *decides* about
-the job is here, in pure calls (no thread of its own, a :class:`Verdict` value rather than an exception), so the same
-rules also run inside a YARN application. One :class:`Supervisor` per job, across all its attempts::
+A backend only starts apps, reads their status and KV, streams logs and kills; whatever *decides* about the job is
+here, in pure calls (no thread of its own, a :class:`Verdict` value rather than an exception), applied by the runner
+(:mod:`tfyarn.runner`) and by the in-app drivers (:mod:`tfyarn.runner.local_app`, :mod:`tfyarn.runner.yarn_app`).
+One :class:`Supervisor` per job, across all its attempts::
 
     sup = Supervisor(spec, started=time.time(), timeout=None)   # timeout: the caller's, besides active_deadline
     sup.begin_attempt(kv, pids=None)   # a new stall watch over this attempt's KV (kv may come later: sup.watch(kv))
@@ -12,7 +13,6 @@ rules also run inside a YARN application. One :class:`Supervisor` per job, acros
     if sup.next_attempt(state, diagnosis, stopped=False):   # FAILED/TIMED_OUT, attempts left, deadline not passed
         sup.backoff(stop_event)        # interruptible; False when stopped meanwhile
     diagnosis = sup.final_diagnosis(diagnosis)   # the earlier attempts' diagnoses folded in
-    st = settle(st)                    # RUNNING/PENDING tasks of an ended app → what they became
 """
 
 from __future__ import annotations
@@ -22,15 +22,11 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Mapping
 
-from tfyarn.contracts.job_end import JobEnd
+from tfyarn.contracts.progress import GlobalStepRate, attempt_totals, read_progress
 from tfyarn.contracts.status import AppState, AppStatus
-from tfyarn.job_progress import GlobalStepRate, aggregate_progress, side_roles, summary_with_eval
-from tfyarn.errors import AppNotFound
-from tfyarn.report import REPORT_JSON, ProgressHistory, write_run_report
-from tfyarn.contracts.kv_keys import PROGRESS_PREFIX, SUMMARY_KEY, TOTAL_STEPS_KEY
-from tfyarn.tasklib.kv import MemoryKV
+from tfyarn.report import ProgressHistory, checkpoint_step, checkpoint_url
 from tfyarn.tasklib.watchdog import StallWatchdog
 from tfyarn.spec import JobSpec
 from tfyarn.contracts.triage import AttemptBudget
@@ -189,21 +185,9 @@ class Supervisor:
         return True
 
     def _checkpoint_step(self, name: str) -> int | None:
-        """The global step of the committed checkpoint ``name`` (its index entry; async ps names a
-        checkpoint by the step read before the save, its entry holds the step saved), else None."""
-        url = checkpoint_url(self.spec)
-        if not name or not url:
-            return None
+        """The global step of the committed checkpoint ``name`` (read once per name)."""
         if name not in self._ckpt_steps:
-            try:
-                from tfyarn.train.checkpoint import CheckpointStore
-
-                entries = CheckpointStore(url).index().get("checkpoints", [])
-                found = [int(e["global_step"]) for e in entries if e.get("name") == name]
-            except Exception as exc:  # noqa: BLE001 - a summary figure must not fail the job
-                log.debug("checkpoint index of %s: %s", url, exc)
-                found = []
-            self._ckpt_steps[name] = found[0] if found else None
+            self._ckpt_steps[name] = checkpoint_step(checkpoint_url(self.spec), name)
         return self._ckpt_steps[name]
 
     def _count_redone(self) -> None:
@@ -236,21 +220,11 @@ class Supervisor:
         the next one resumed from). The last attempt's ``summary`` names the checkpoint it really
         resumed from: an ended attempt's tasks may still commit one after its end was seen (an AM
         killed: YARN stops its containers seconds later)."""
-        redone = [dict(r) for r in self.redone]
         s = summary or {}
         step = s.get("resumed_step")  # ps and allreduce say it; else its index entry while it is kept
         if not isinstance(step, int):
             step = self._checkpoint_step(str(s.get("resumed_from") or ""))
-        if redone and step is not None:
-            last = redone[-1]
-            last["resumes_at"] = step
-            last["lost_steps"] = max(0, last["reached"] - step)
-        return {
-            "attempts": self.attempt + 1,
-            "wall_s": round(self.clock() - self.started, 1),
-            "lost_steps": sum(r["lost_steps"] for r in redone),
-            "by_attempt": redone,
-        }
+        return attempt_totals(self.attempt + 1, self.clock() - self.started, self.redone, step)
 
     def fold_totals(self, st: AppStatus) -> AppStatus:
         """``st`` (the last attempt's) counting every attempt: started at the first one's start, its
@@ -334,97 +308,19 @@ class Supervisor:
         """The job's progress for ``AppStatus.progress`` from ``kv`` (a KV, or a dict of every KV item), with the
         side roles' (tensorboard URL, newest evaluation); records :attr:`history` points and the chief's
         :attr:`summary`."""
-        store = MemoryKV(dict(kv)) if isinstance(kv, Mapping) else kv
-        items = store.items(PROGRESS_PREFIX)
-        self.history.record(items)
-        total = store.get(TOTAL_STEPS_KEY)
-        sides = side_roles(store.get)
         training = self.spec.training_tasks if self.spec is not None else []
-        out = (
-            aggregate_progress(items, int(total) if total and str(total).isdigit() else None, training, self.rate)
-            | sides
-        )
-        summary = summary_with_eval(store.get(SUMMARY_KEY), sides)
+        out, summary, items = read_progress(kv, training, self.rate)
+        self.history.record(items)
         if summary is not None:
             self.summary = summary | ({"attempts": self.totals(summary)} if self.redone else {})
-        if isinstance(out.get("global_step"), int):
-            self._last_step = out["global_step"]
+        self.seen(out)
         return out
 
-
-# ----------------------------------------------------------------------------------------------------- settling
-def settle(st: AppStatus, note: str = "", end: JobEnd | None = None) -> AppStatus:
-    """The tasks of an ended app as they ended (the last snapshot may predate the end): a task the app's end
-    record (``end``: :mod:`tfyarn.contracts.job_end`) gives an exit code — without a record, the diagnosis
-    (``worker:1: exit code 137``) — FAILED with it; a RUNNING or PENDING one SUCCEEDED (exit 0) when the
-    app succeeded, else KILLED (with ``note`` as its diagnosis when it has none). A running app is unchanged."""
-    from tfyarn.task.yarn.exit_report import exit_codes_in
-
-    if not st.state.is_terminal:
-        return st
-    codes = dict(end.exit_codes) if end is not None else exit_codes_in(st.diagnostics)
-    for t in st.tasks:
-        if t.task in codes and t.state != "SUCCEEDED":
-            t.state = "FAILED"  # the snapshot may say KILLED: the shutdown it caused killed its container
-            t.exit_code = codes[t.task] if t.exit_code is None else t.exit_code
-        elif t.state in ("RUNNING", "PENDING"):
-            t.state = "SUCCEEDED" if st.state is AppState.SUCCEEDED else "KILLED"
-            t.exit_code = 0 if t.state == "SUCCEEDED" else None
-            if t.state == "KILLED" and note and not t.diagnostics:
-                t.diagnostics = note
-    return st
-
-
-# ----------------------------------------------------------------------------------------------------- logs
-def task_matches(task: str | None, label: str, container_id: str | None = None) -> bool:
-    """Does the selection ``task`` (None = all, ``worker:1``, a role ``worker``, a YARN container id) take the task
-    ``label``?"""
-    return task is None or task in (label, container_id, label.split(":")[0])
-
-
-def select_tasks(names: Iterable[str], task: str | None, app_id: str) -> list[str]:
-    """The tasks of ``names`` that ``task`` selects (None: all; ``worker:1``; a role ``worker``: its tasks); an
-    unknown one is :class:`AppNotFound` naming the app's tasks."""
-    names = list(names)
-    chosen = [n for n in names if task_matches(task, n)]
-    if not chosen:
-        raise AppNotFound(f"app {app_id} has no task {task!r} (tasks: {', '.join(names)})")
-    return chosen
-
-
-# ----------------------------------------------------------------------------------------------------- report
-def write_report(
-    out_dir: Path,
-    st: AppStatus,
-    points: list[dict[str, Any]],
-    checkpoint_url: str | None,
-    extra: Mapping[str, Any] | None = None,
-) -> Path | None:
-    """The run report of an ended job in ``out_dir`` and next to its checkpoints; returns the report.json (None:
-    nothing to report, or it failed: a warning). A run that failed before its first step keeps its report in
-    ``out_dir`` only: beside the checkpoints it would replace the report of the run that wrote them. Never changes
-    the job's outcome."""
-    try:
-        if not points and not checkpoint_url and not extra:
-            return None
-        trained = st.state is AppState.SUCCEEDED or any((p.get("step") or 0) > 0 for p in points)
-        out_dir = Path(out_dir)
-        out_dir.mkdir(parents=True, exist_ok=True)
-        write_run_report(
-            out_dir,
-            st.to_dict() | dict(extra or {}),
-            points,
-            checkpoint_url if trained else None,
-            history_from=checkpoint_url,
-        )
-        if (st.summary or {}).get("mlflow"):  # tracking.mlflow: the report and the outcome into the run
-            from tfyarn.train.tracking import log_report
-
-            log_report(st.to_dict(), out_dir)
-        return out_dir / REPORT_JSON
-    except Exception:
-        log.warning("could not write the run report of %s", st.app_id, exc_info=True)
-        return None
+    def seen(self, progress: Mapping[str, Any]) -> None:
+        """A status read's ``progress`` (a follower's, whose backend read it): the global step this attempt
+        reached, which :meth:`next_attempt` counts as done again by the next one."""
+        if isinstance(progress.get("global_step"), int):
+            self._last_step = progress["global_step"]
 
 
 def training_end_note(
@@ -462,8 +358,3 @@ def training_end_note(
         )
     had = f"the latest is {latest['name']}, global step {latest.get('global_step')}" if latest else "none was committed"
     return f"; training had completed ({step}): the final checkpoint was not written ({had}), nor the summary"
-
-
-def checkpoint_url(spec: JobSpec | None) -> str | None:
-    """The spec's resolved checkpoint dir (None without a spec or a dir)."""
-    return spec.checkpoint.dir if spec is not None and spec.checkpoint.dir else None

@@ -15,7 +15,15 @@ import time
 from collections import deque
 from typing import Any, Callable, Iterable, Mapping
 
-from tfyarn.contracts.kv_keys import EVAL_KEY, PAGE_URL_KEY, RESOURCES_PREFIX, TENSORBOARD_URL_KEY
+from tfyarn.contracts.kv_keys import (
+    EVAL_KEY,
+    PAGE_URL_KEY,
+    PROGRESS_PREFIX,
+    RESOURCES_PREFIX,
+    SUMMARY_KEY,
+    TENSORBOARD_URL_KEY,
+    TOTAL_STEPS_KEY,
+)
 
 
 class GlobalStepRate:
@@ -91,6 +99,43 @@ def aggregate_progress(
         ok = steps_per_s and gstep is not None and gstep < total_steps
         out["eta_s"] = round((total_steps - (gstep or 0)) / (steps_per_s or 1.0), 1) if ok else None
     return out
+
+
+def read_progress(
+    kv: Any, training: list[str], rate: GlobalStepRate
+) -> tuple[dict[str, Any], dict[str, Any] | None, dict[str, str]]:
+    """One read of the job's progress from ``kv`` (a KV, or a dict of every KV item): the dict for
+    ``AppStatus.progress`` (with the side roles': tensorboard URL, newest evaluation), the chief's summary (None
+    before it wrote one) and the raw ``progress/<task>`` items (a run report's history points)."""
+    if isinstance(kv, Mapping):
+        get: Callable[[str], str | None] = kv.get
+        items = {k: v for k, v in kv.items() if k.startswith(PROGRESS_PREFIX)}
+    else:
+        get, items = kv.get, kv.items(PROGRESS_PREFIX)
+    total = get(TOTAL_STEPS_KEY)
+    sides = side_roles(get)
+    out = aggregate_progress(items, int(total) if total and str(total).isdigit() else None, training, rate) | sides
+    return out, summary_with_eval(get(SUMMARY_KEY), sides), items
+
+
+def attempt_totals(
+    attempts: int, wall_s: float, redone: list[dict[str, int]], resumed_step: int | None
+) -> dict[str, Any]:
+    """Every attempt's figures for the summary: how many, the wall time from the first one's start, the global
+    steps done again (``lost_steps``: each attempt's steps past the checkpoint the next one resumed from).
+    ``resumed_step``: the step the last attempt really resumed at (its summary says it; an ended attempt's tasks
+    may still commit a checkpoint after its end was seen), which corrects the last entry."""
+    by_attempt = [dict(r) for r in redone]
+    if by_attempt and resumed_step is not None:
+        last = by_attempt[-1]
+        last["resumes_at"] = resumed_step
+        last["lost_steps"] = max(0, last["reached"] - resumed_step)
+    return {
+        "attempts": attempts,
+        "wall_s": round(wall_s, 1),
+        "lost_steps": sum(r["lost_steps"] for r in by_attempt),
+        "by_attempt": by_attempt,
+    }
 
 
 def side_roles(get: Callable[[str], str | None]) -> dict[str, Any]:

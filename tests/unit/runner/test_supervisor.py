@@ -1,4 +1,4 @@
-"""tfyarn.supervisor: the job-control rules both backends use, driven by a fake clock over a MemoryKV (no TF)."""
+"""tfyarn.runner.supervisor: the job-control rules both backends use, driven by a fake clock over a MemoryKV (no TF)."""
 from __future__ import annotations
 
 import json
@@ -12,7 +12,8 @@ from tfyarn.tasklib.context import DONE_KEY, SUMMARY_KEY, TOTAL_STEPS_KEY
 from tfyarn.tasklib.kv import MemoryKV
 from tfyarn.tasklib.watchdog import DUMP_REQUEST_KEY
 from tfyarn.spec import load_spec_dict
-from tfyarn.supervisor import Supervisor, select_tasks, settle, task_matches, training_end_note
+from tfyarn.backends.tasks import select_tasks, settle, task_matches
+from tfyarn.runner.supervisor import Supervisor, training_end_note
 
 
 def _spec(**over):

@@ -12,8 +12,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from tfyarn.backends.yarn import in_app_attempts
-from tfyarn.backends.yarn.in_app_attempts import nm_container_gone
+from tfyarn.runner.yarn_app import attempts as in_app_attempts
+from tfyarn.runner.yarn_app.attempts import nm_container_gone
 
 STATES = {"container_1_0001_01_000002": "RUNNING", "container_1_0001_01_000003": "DONE"}
 

@@ -1,4 +1,4 @@
-"""The re-request of a container skein lost (tfyarn.backends.yarn.rerequest) without a cluster:
+"""The re-request of a container skein lost (tfyarn.runner.yarn_app.rerequest) without a cluster:
 real skein Container objects, the RM's JSON as Hadoop 3.3.6 answers it, a fake clock;
 tests/cluster/yarn/test_cluster_lostreq.py reproduces the loss on a real cluster and runs the same
 code there."""
@@ -8,8 +8,8 @@ from datetime import datetime
 import pytest
 from skein.model import Container
 
-from tfyarn.backends.yarn import rerequest
-from tfyarn.backends.yarn.rerequest import (
+from tfyarn.runner.yarn_app import rerequest
+from tfyarn.runner.yarn_app.rerequest import (
     CONFIRM_S,
     GRACE_S,
     MAX_PER_TASK,
@@ -17,8 +17,8 @@ from tfyarn.backends.yarn.rerequest import (
     RmView,
     Waiting,
 )
-from tfyarn.backends.yarn.rerequest import choose, lost_count, rm_view
-from tfyarn.backends.yarn.supervise import InAppSupervisor
+from tfyarn.runner.yarn_app.rerequest import choose, lost_count, rm_view
+from tfyarn.runner.yarn_app.supervise import InAppSupervisor
 from tfyarn.tasklib.kv import MemoryKV
 from yarnutil import make_spec
 

@@ -1,10 +1,10 @@
-"""``python -m tfyarn.backends.yarn.supervise``: the job's supervisor inside its own YARN application.
+"""``python -m tfyarn.runner.yarn_app.supervise``: the job's supervisor inside its own YARN application.
 
 Why: the gateway that submitted a job may be gone (a bare ``submit``, a ``wait`` from elsewhere, Airflow's deferrable
 trigger), so what supervises it runs in the app: a small skein service (no TensorFlow, not a task) that applies
-:class:`tfyarn.supervisor.Supervisor` every second — stall watch, active deadline, allocation timeout (each shuts the
-app down FAILED with a ``timed out: …`` diagnosis: TIMED_OUT, exit 4) — writes the run report and then ends the app
-once every task is done (unless a live follower does it first), and publishes the spec (KV :data:`SPEC_KEY`,
+:class:`tfyarn.runner.supervisor.Supervisor` every second — stall watch, active deadline, allocation timeout (each
+shuts the app down FAILED with a ``timed out: …`` diagnosis: TIMED_OUT, exit 4) — writes the run report and then ends
+the app once every task is done (unless a live follower does it first), and publishes the spec (KV :data:`SPEC_KEY`,
 :func:`~tfyarn.backends.yarn.records.record_url` on HDFS) for followers on other machines. Once started it never fails
 the job: errors are logged and it exits 0. One that cannot start (its Python lacks a module, no spec, no application
 master) fails the app at once with why (:func:`cannot_start`; its container's exit, else): the tasks never run
@@ -14,7 +14,7 @@ it; the job's end is the follower's while one is alive.
 **Attempts**: a task failure that would end the app (its exit report, a container that died without one, a lost
 node) or a timeout (stall, allocation; never the deadline) is the attempt's end when triage retries it and the budget
 allows (:mod:`tfyarn.contracts.in_app`): the supervisor kills every task container, clears the attempt's KV keys,
-records its end and starts every task again in the same application (:mod:`.in_app_attempts`; ``control/attempt``
+records its end and starts every task again in the same application (:mod:`.attempts`; ``control/attempt``
 says the attempt), so a bare ``submit`` gets the attempts ``tfyarn run`` does.
 
 **What it cannot do**: outlive its application master: an AM killed or lost ends the app FAILED, and only a gateway
@@ -33,20 +33,21 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from tfyarn.contracts.status import AppState, AppStatus, TaskStatus
+from tfyarn.backends.tasks import settle
+from tfyarn.backends.yarn.records import publish_report, write_record
 from tfyarn.backends.yarn.states import ALL_CONTAINER_STATES, snapshot
-from tfyarn.backends.yarn.records import publish_report, read_record, record_url, report_url, write_record  # noqa: F401
 from tfyarn.contracts import job_end
 from tfyarn.contracts.in_app import handover_record, parse_attempt
 from tfyarn.contracts.kv_keys import ATTEMPT_END_KEY, ATTEMPT_KEY, END_KEY, SPEC_KEY
+from tfyarn.contracts.status import AppState, AppStatus, TaskStatus
 from tfyarn.errors import timeout_message
-from tfyarn.report import HISTORY_FILE
+from tfyarn.report import HISTORY_FILE, checkpoint_url, write_report
+from tfyarn.runner.supervisor import Supervisor
+from tfyarn.runner.yarn_app.node_watch import NodeWatch, last_heard
+from tfyarn.runner.yarn_app.rerequest import Rerequest
 from tfyarn.task.yarn import app_end
 from tfyarn.tasklib.kv import KV
 from tfyarn.spec import JobSpec
-from tfyarn.supervisor import Supervisor, checkpoint_url, settle, write_report
-from tfyarn.backends.yarn.node_watch import NodeWatch, last_heard
-from tfyarn.backends.yarn.rerequest import Rerequest
 from tfyarn.backends.yarn.appspec import SUPERVISOR_STARTED
 
 log = logging.getLogger(__name__)
@@ -55,25 +56,6 @@ POLL_S = 1.0
 #: How often the tasks' ``control/all_done`` is looked for between rounds (the job ends within this of it).
 DONE_CHECK_S = 0.2
 _ENDED = ("SUCCEEDED", "FAILED", "KILLED")
-
-
-def no_more_attempts_note(spec: JobSpec, attempt: int, diagnosis: str = "") -> str:
-    """What a failed app of a job with attempts left says: its supervisor did not run the next one in it and
-    nobody submitted one (or, when the user's code failed, that no attempt would: contracts.triage.should_retry)."""
-    if attempt + 1 >= spec.retry.max_attempts:
-        return ""
-    from tfyarn.contracts.triage import should_retry
-
-    decision = should_retry(diagnosis)
-    if not decision:
-        return decision.reason
-    return (
-        f"attempt {attempt + 1} of {spec.retry.max_attempts} (retry.max_attempts): the app's in-app supervisor "
-        f"runs further attempts after a task's failure, a stall or an allocation timeout (not past the deadline, "
-        f"nor once it or the application master is gone), and a new YARN application is submitted only by a "
-        f"gateway that follows the job "
-        f"(`tfyarn run`); none was"
-    )
 
 
 class InAppSupervisor:
@@ -102,14 +84,14 @@ class InAppSupervisor:
             spec, started=started, clock=clock, history_path=self.report_dir / HISTORY_FILE, ack_wait_s=ack_wait_s
         )
         self.sup.begin_attempt(kv)  # no pids: the tasks are asked for their stacks through the KV
-        self.sup.attempt = attempt  # further attempts run in this app (in_app_attempts): numbered on from the app's
+        self.sup.attempt = attempt  # further attempts run in this app (.attempts): numbered on from the app's
         self.attempt_started = started
-        #: has a NodeManager stopped a killed container (nm address, YARN id)? None: ask it (in_app_attempts)
+        #: has a NodeManager stopped a killed container (nm address, YARN id)? None: ask it (.attempts)
         self.container_gone: Callable[[str, str], bool] | None = None
         self.snap: dict[str, Any] = {}
         self.outcome: tuple[str, str] | None = None  # (YARN final status, diagnosis) it ended the app with
         self._done_seen: float | None = None  # when it first saw every task done (monotonic)
-        from tfyarn.backends.yarn.page import MemoryWatch
+        from tfyarn.runner.yarn_app.page import MemoryWatch
 
         self.memory_watch = MemoryWatch()
         self.nodes = NodeWatch(spec.timeouts.node_lost)  # a lost node noticed in seconds, not at YARN's expiry
@@ -192,7 +174,7 @@ class InAppSupervisor:
         skein did not replace (what skein would have failed the app for: its services here allow failures)."""
         import json
 
-        from tfyarn.backends.yarn.in_app_attempts import lost_task
+        from tfyarn.runner.yarn_app.attempts import lost_task
 
         if END_KEY in kv:
             return None  # the app is ending (a failed task's exit report, a follower): skein ends it next
@@ -216,10 +198,10 @@ class InAppSupervisor:
 
     def attempt_failed(self, diagnosis: str, state: AppState = AppState.FAILED) -> bool:
         """The running attempt ended ``state`` (FAILED; TIMED_OUT: a verdict) with ``diagnosis``: the next
-        one starts in this application when :meth:`tfyarn.supervisor.Supervisor.next_attempt` says so
+        one starts in this application when :meth:`tfyarn.runner.supervisor.Supervisor.next_attempt` says so
         (triage, budgets, deadline: the runner's rules), else the app ends so with it. True when the
         supervisor's work is over."""
-        from tfyarn.backends.yarn.in_app_attempts import restart
+        from tfyarn.runner.yarn_app.attempts import restart
 
         self.sup.progress(self.kv.items())  # the step the attempt reached: the steps redone
         ended = self.attempt
@@ -325,7 +307,7 @@ class InAppSupervisor:
         return self.sup.fold_totals(st)  # wall time and work redone over every attempt
 
     def write_report(self, st: AppStatus) -> None:
-        """report.json (+ PNG when matplotlib imports) next to the checkpoints (:func:`tfyarn.supervisor.write_report`:
+        """report.json (+ PNG when matplotlib imports) next to the checkpoints (:func:`tfyarn.report.write_report`:
         not there when training never ran), else under the staging dir's ``apps/<app>/`` (readers look next to the
         checkpoints first; the app's end waits for these uploads). Never raises."""
         from tfyarn.backends.yarn import phases
@@ -360,7 +342,7 @@ def resume(sup: InAppSupervisor) -> None:
     """A supervisor skein restarted (appspec.SUPERVISOR_RESTARTS: the last one's container died) takes up the app's
     in-app attempts from the KV: the running attempt's number and the ended ones in its budget, as a follower absorbs
     them. A first supervisor finds none."""
-    from tfyarn.backends.yarn.in_app_attempts import absorb
+    from tfyarn.runner.yarn_app.attempts import absorb
     from tfyarn.backends.yarn.states import in_app_attempts
 
     rec = in_app_attempts(sup.kv.items())
@@ -421,7 +403,7 @@ def main() -> int:
         resume(sup)
         threading.Thread(target=preload_plotting, name="tfyarn-preload-matplotlib", daemon=True).start()
         sup.publish()
-        from tfyarn.backends.yarn import page as job_page
+        from tfyarn.runner.yarn_app import page as job_page
 
         page = job_page.serve(sup)  # the job's page, under skein's web UI (issue 32)
         log.info(

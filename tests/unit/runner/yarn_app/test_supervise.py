@@ -1,4 +1,4 @@
-"""The in-app supervisor's decisions without a cluster (tfyarn.backends.yarn.supervise): real skein Container objects,
+"""The in-app supervisor's decisions without a cluster (tfyarn.runner.yarn_app.supervise): real skein Container objects,
 the job's KV in memory, a fake clock; the cluster suite (test_cluster_supervised.py) runs it inside real apps."""
 import json
 import os
@@ -12,9 +12,10 @@ from skein.model import Container
 from yarnutil import make_spec
 from tfyarn.backends.base import AppState
 from tfyarn.backends.yarn.appspec import SUPERVISOR_SERVICE
-from tfyarn.backends.yarn.in_app_attempts import ACTIVE
+from tfyarn.runner.yarn_app.attempts import ACTIVE
 from tfyarn.backends.yarn.states import app_state
-from tfyarn.backends.yarn.supervise import InAppSupervisor, no_more_attempts_note
+from tfyarn.contracts.in_app import no_more_attempts_note
+from tfyarn.runner.yarn_app.supervise import InAppSupervisor
 from tfyarn.contracts import job_end
 from tfyarn.task.yarn import app_end
 from tfyarn.tasklib.kv import MemoryKV
@@ -145,7 +146,7 @@ def test_a_live_follower_ends_the_app_itself_and_the_supervisor_only_after_its_g
     """A follower (run/wait) ends the app at once and writes the report after: the job's end does not wait for a plot
     and HDFS uploads. One that does not do it within its grace leaves the end to the supervisor, report first."""
     monkeypatch.setattr(app_end, "FOLLOWER_GRACE_S", 0.3)
-    monkeypatch.setattr("tfyarn.backends.yarn.supervise.POLL_S", 0.0)
+    monkeypatch.setattr("tfyarn.runner.yarn_app.supervise.POLL_S", 0.0)
     sup, app, kv, clock = supervisor(tmp_path, {"chief": "RUNNING", "worker": "RUNNING"})
     for t in ("chief:0", "worker:0"):
         mark_slot_done(kv, t)
@@ -178,7 +179,7 @@ def test_a_bare_submits_failure_says_that_no_attempt_follows():
 
 
 def test_the_service_imports_no_tensorflow_and_one_that_cannot_start_says_why_and_exits_1(tmp_path):
-    code = ("import sys, tfyarn.backends.yarn.supervise as m, tfyarn.cluster._skein as s; s.skein(); "
+    code = ("import sys, tfyarn.runner.yarn_app.supervise as m, tfyarn.cluster._skein as s; s.skein(); "
             "import tfyarn.task.yarn.kv_yarn, tfyarn.tasklib.watchdog, tfyarn.report; "
             "assert 'tensorflow' not in sys.modules, 'tensorflow imported'; sys.exit(m.main())")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TFYARN_SPEC", "SKEIN_"))}
@@ -320,7 +321,7 @@ def test_a_restarted_supervisor_takes_up_the_apps_attempts_and_judges_the_contai
     supervisor's to judge; a supervisor whose own container died is restarted by skein (SUPERVISOR_RESTARTS) and
     the new one takes up the app's attempts from the KV (their number, their budget), then ends the attempt."""
     from tfyarn.backends.yarn.appspec import SUPERVISOR_RESTARTS
-    from tfyarn.backends.yarn.supervise import resume
+    from tfyarn.runner.yarn_app.supervise import resume
 
     assert SUPERVISOR_RESTARTS >= 1
     sup, app, kv, clock = supervisor(tmp_path, {"chief": "SUCCEEDED", "worker": "FAILED"},

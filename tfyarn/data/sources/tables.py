@@ -1,0 +1,213 @@
+"""Parquet and ORC tables: rows read by pyarrow over fsspec (:mod:`tfyarn.data.table`), the same threads, queues,
+plan and guarantees as TFRecords.
+
+* index: the footer alone (row counts per row group / stripe, the schema's columns; no data bytes).
+* check: every feature is a column of a fitting type (:func:`table.check_columns`), before any step.
+* read: the reader thread reads this worker's row ranges (only the features' columns, from the row group holding the
+  range's first row, :func:`table.read_rows`) in arrow batches of at most ``frame_records`` rows, and hands groups of
+  ``group`` rows to the parser: memory is bounded by ``prefetch`` whatever the row group size (Parquet is streamed
+  inside a row group; an ORC stripe is read whole).
+* parse: a group's arrow batches to numpy columns (:func:`table.to_columns`). A null in a column without
+  ``default`` fails naming the file, row group, row and column, or under ``on_corrupt: skip`` drops the row, counts
+  it, and the reader reads that many more rows (the start of the share again), so every worker still yields exactly
+  ``steps`` batches.
+* ``shuffle_buffer`` is not applied to tables: the plan's per-epoch order of row ranges is the shuffle.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+from tfyarn.data import parse as parse_mod, table
+from tfyarn.data.errors import DataError
+from tfyarn.data.fileindex import DEFAULT_STRIDE, STATS, FileInfo
+from tfyarn.data.planner import advance
+from tfyarn.data.sources.base import POLL, Parse, Source, concat, empty
+
+
+class TableSource(Source):
+    """A columnar table format pyarrow reads (``name``: "parquet" or "orc", :func:`table.read_rows`)."""
+
+    compressed = False
+    shuffles = False
+    frames_in_process = False
+    index_reads_data = False
+
+    def index(
+        self,
+        url: str,
+        size: int,
+        mtime: str,
+        *,
+        compression: str = "auto",
+        stride: int = DEFAULT_STRIDE,
+        on_corrupt: str = "fail",
+    ) -> FileInfo:
+        rows, starts, columns, nbytes = table.index_table(url, size, mtime, self.name)
+        STATS.add(bytes_read=nbytes)
+        return FileInfo(url, size, mtime, rows, False, 0, starts, size, (), self.name, columns)
+
+    def check(self, files: tuple[FileInfo, ...], fields: tuple[Any, ...]) -> None:
+        for fi in files:
+            table.check_columns(fi.path, fi.columns, fields)
+
+    def check_file(self, url: str, fields: tuple[Any, ...]) -> bool:
+        table.check_columns(url, table.index_table(url, 0, "", self.name)[2], fields)
+        return True
+
+    def parser(self, fields: tuple[Any, ...]) -> Parse:
+        """Arrow batches → one dict of columns; a null without default raises :class:`parse.BatchParseError`."""
+
+        def parse(batches: list[Any]) -> dict[str, Any]:
+            try:
+                return concat([table.to_columns(b, fields) for b in batches], fields)
+            except table.NullRows as exc:
+                raise parse_mod.BatchParseError(str(exc)) from None
+
+        return parse
+
+    def read_range(self, fi: FileInfo, start: int, stop: int, fields: tuple[Any, ...]) -> dict[str, Any]:
+        columns = [fl.name for fl in fields]
+        rows = table.read_rows(fi.path, self.name, fi.offsets, fi.records, start, stop, columns)
+        return concat([table.to_columns(b, fields) for _, _, b in rows], fields)
+
+    def read(self, run: Any) -> None:
+        f, B = run.f, run.f.batch_size
+        share = run.plan.shares[f.rank]
+        skip_front = 0 if run.replay else run.start_step * B
+        need = (run.plan.steps if run.replay else run.target) * B
+        G = f.group
+        columns = [fl.name for fl in f.fields]
+        parts: list[Any] = []
+        meta: list[tuple[str, int, int, int]] = []  # (path, row group, first row, rows) per part
+        state = {"emitted": 0, "held": 0}
+
+        def remaining() -> int:
+            with run.deficit_lock:
+                return need + run.deficit - state["emitted"] - state["held"]
+
+        def flush() -> None:
+            nonlocal parts, meta
+            if parts:
+                run.put(run.raw, ("batch", parts, meta))
+                state["emitted"] += state["held"]
+                parts, meta, state["held"] = [], [], 0
+
+        def park() -> None:
+            flush()
+            run.reader_state = "done, waiting for the parser"
+            while remaining() <= 0:
+                run.check_stop()
+                time.sleep(POLL / 4)
+
+        passes = 0
+        while True:
+            ranges = advance(share, skip_front) if passes == 0 else list(share)
+            good = 0
+            for rr in ranges:
+                fi = f.files[rr.path]
+                run.reader_state = f"reading {rr.path} rows {rr.start}..{rr.stop}"
+                for g, first, batch in table.read_rows(
+                    rr.path,
+                    fi.format,
+                    fi.offsets,
+                    fi.records,
+                    rr.start,
+                    rr.stop,
+                    columns,
+                    f.frame_records,
+                ):
+                    run.check_stop()
+                    run.records_read += batch.num_rows
+                    good += batch.num_rows
+                    i = 0
+                    while i < batch.num_rows:
+                        if remaining() <= 0:
+                            park()
+                        take = min(G - state["held"], remaining(), batch.num_rows - i)
+                        parts.append(batch.slice(i, take))
+                        meta.append((rr.path, g, first + i, take))
+                        state["held"] += take
+                        i += take
+                        if state["held"] >= G or remaining() <= 0:
+                            flush()
+            passes += 1
+            if good == 0:
+                raise DataError(
+                    f"worker {f.rank}, epoch {run.epoch}: no readable row in this worker's "
+                    "share "
+                    f"({len(share)} ranges, first {share[0].path if share else '-'})"
+                )
+            if remaining() > 0:
+                continue  # rows were skipped: read the share again for more
+            park()
+
+    def salvage(self, run: Any, parse: Callable, batches: list[Any], meta: list, msg: str) -> dict[str, Any]:
+        """A group has nulls: fail naming file, row group, row and column, or drop those rows
+        (skip)."""
+        f = run.f
+        kept, bad = [], []
+        for batch, (path, g, first, _) in zip(batches, meta):
+            orig = np.arange(batch.num_rows)  # rows of the file's batch left after drops
+            while True:
+                try:
+                    table.to_columns(batch, f.fields)
+                    break
+                except table.NullRows as exc:
+                    row = int(orig[exc.rows[0]])
+                    err = DataError(
+                        f"{path}: row group {g}, row {first + row}: column {exc.column!r} is "
+                        "null "
+                        f"and feature {exc.column!r} has no default ({len(exc.rows)} null rows "
+                        "in "
+                        f"this batch)",
+                        path=path,
+                        record=first + row,
+                        feature=exc.column,
+                    )
+                    if f.on_corrupt != "skip":
+                        raise err from None
+                    mask = np.ones(batch.num_rows, dtype=bool)
+                    mask[exc.rows] = False
+                    for r in orig[exc.rows].tolist():
+                        bad.append(
+                            DataError(
+                                f"{path}: row group {g}, row {first + r}: column {exc.column!r} is null",
+                                path=path,
+                                record=first + r,
+                                feature=exc.column,
+                            )
+                        )
+                    keep_idx = np.flatnonzero(mask)
+                    batch, orig = batch.take(keep_idx), orig[keep_idx]
+            kept.append(batch)
+        f.record_skips(bad, run)
+        with run.deficit_lock:
+            run.deficit += len(bad)
+        run.rows_rejected += len(bad)
+        run.first_rejected = run.first_rejected or (bad[0] if bad else None)
+        share_rows = sum(len(r) for r in run.plan.shares[f.rank])
+        if run.rows_parsed == 0 and run.rows_rejected >= share_rows:
+            raise DataError(
+                f"worker {f.rank}, epoch {run.epoch}: every row of this worker's share has a "
+                "null "
+                f"without default ({run.rows_rejected} skipped); the first: "
+                f"{run.first_rejected}"
+            )
+        kept = [b for b in kept if b.num_rows]
+        if not kept:
+            return empty(f.fields)
+        return parse(kept)
+
+
+class ParquetSource(TableSource):
+    name = "parquet"
+    extensions = (".parquet", ".pq", ".parq")
+
+
+class OrcSource(TableSource):
+    name = "orc"
+    extensions = (".orc",)

@@ -1,0 +1,344 @@
+"""TFRecord files of ``tf.train.Example`` records (optionally GZIP): tfyarn's own framing and C parser.
+
+* index: the file read once (:func:`index_file`): records counted, every ``stride``-th boundary noted, every length
+  CRC checked; damaged framing fails, or under ``on_corrupt: skip`` becomes a hole readers jump over.
+* read: the reader thread frames records itself (the C loops of :mod:`tfyarn.data.native`), or takes chunks from the
+  feeder's framing process (:mod:`tfyarn.data.framer`) once it is up; it drops data-CRC-corrupt records
+  (``skip``), applies the seeded shuffle buffer and groups records for the parser.
+* parse: :func:`tfyarn.data.parse.default_parser` (C, else TF's ParseExampleV2); a group that does not parse is
+  diagnosed record by record (:meth:`TFRecordSource.salvage`).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from contextlib import closing
+from typing import Any, Callable, Generator, cast
+
+import numpy as np
+
+from tfyarn.data import parse as parse_mod, tfrecord
+from tfyarn.data.errors import DataError
+from tfyarn.data.fileindex import DEFAULT_STRIDE, MAX_OFFSETS, STATS, FileInfo
+from tfyarn.data.framer import FrameJob
+from tfyarn.data.planner import RecordRange, advance
+from tfyarn.data.sources.base import POLL, Parse, Source, concat
+from tfyarn.data.tfrecord import Chunk
+from tfyarn.common.fsretry import open_read
+
+log = logging.getLogger(__name__)
+
+
+class TFRecordSource(Source):
+    """TFRecord files (the default format: any file name not claimed by another source)."""
+
+    name = "tfrecord"
+    extensions = (".tfrecord", ".tfrecords")
+    compressed = True
+    shuffles = True
+    frames_in_process = True
+    index_reads_data = True
+
+    def index(
+        self,
+        url: str,
+        size: int,
+        mtime: str,
+        *,
+        compression: str = "auto",
+        stride: int = DEFAULT_STRIDE,
+        on_corrupt: str = "fail",
+    ) -> FileInfo:
+        return index_file(url, size, mtime, compression, stride, on_corrupt=on_corrupt)
+
+    def parser(self, fields: tuple[Any, ...]) -> Parse:
+        return parse_mod.default_parser(fields)
+
+    def read_range(self, fi: FileInfo, start: int, stop: int, fields: tuple[Any, ...]) -> dict[str, Any]:
+        off, first = fi.boundary(start)
+        job = FrameJob(fi.path, start, stop, off, first, fi.gz, dict(fi.holes) or None)
+        opts = dict(check_crc=True, on_corrupt="fail", block_bytes=tfrecord.DEFAULT_BLOCK, max_records=8192)
+        parse = self.parser(fields)
+        return concat([parse(cast("list[bytes]", c.payloads)) for c in job.chunks(opts)], fields)
+
+    def read(self, run: Any) -> None:
+        f, B = run.f, run.f.batch_size
+        share = run.plan.shares[f.rank]
+        shuffle = f.shuffle_buffer > 0
+        # Resume: seek past the first start_step batches when the stream is a plain function of the share. With a
+        # shuffle buffer or skipped records it is not (which records came first depends on what was read and
+        # rejected), so the reader replays the whole share and the parser drops the first start_step x B good rows.
+        skip_front = 0 if run.replay else run.start_step * B
+        need = (run.plan.steps if run.replay else run.target) * B
+        G = f.group  # records per parse call (a multiple of B)
+        rng = random.Random(f"{f.seed}|{run.epoch}|{f.rank}|shuffle")
+        sbuf: list[tuple[bytes, str, int, int]] = []
+        pay: list[bytes] = []
+        meta: list[tuple[str, np.ndarray, np.ndarray]] = []  # segments: (path, record indexes, byte offsets)
+        emitted = 0  # records handed to the parser
+
+        def remaining() -> int:
+            with run.deficit_lock:
+                return need + run.deficit - emitted - len(pay)
+
+        def emit(pays: list[bytes], path: str, recs: np.ndarray, offs: np.ndarray) -> int:
+            """Append records to the pending batch; hand full batches (or the last needed records) to the parser.
+            Returns how many of ``pays`` were taken (all, unless no more were needed)."""
+            nonlocal emitted, pay, meta
+            i, n = 0, len(pays)
+            while i < n:
+                rem = remaining()
+                if rem <= 0:
+                    return i
+                take = min(G - len(pay), rem, n - i)
+                pay.extend(pays[i : i + take])
+                meta.append((path, recs[i : i + take], offs[i : i + take]))
+                i += take
+                if len(pay) == G or remaining() <= 0:
+                    run.put(run.raw, ("batch", pay, meta))
+                    emitted += len(pay)
+                    pay, meta = [], []
+            return n
+
+        def stream() -> Generator[tuple[list[bytes], str, np.ndarray, np.ndarray], None, None]:
+            """The records to emit, in order: the share (after ``skip_front``), then — only while more are wanted,
+            to replace records rejected as corrupt — the share again from its start, as often as needed. Lazy: what
+            is emitted is a prefix of this one sequence however late the parser's rejections arrive, so a resumed
+            epoch replays exactly."""
+            nonlocal sbuf
+            passes = 0
+            while True:
+                if passes:
+                    run.reader_state = "re-reading the share to replace skipped records"
+                    log.info(
+                        "worker %d epoch %d: %d records still needed after skips; re-reading the share (pass %d)",
+                        f.rank,
+                        run.epoch,
+                        remaining(),
+                        passes + 1,
+                    )
+                ranges = advance(share, skip_front) if passes == 0 else list(share)
+                good = 0
+                with closing(self._chunks(run, ranges)) as chunks:  # closing early cancels the framing process's work
+                    for rr, chunk in chunks:
+                        run.check_stop()
+                        got, offs = chunk.payloads, chunk.offsets
+                        run.records_read += len(got)
+                        recs = np.arange(chunk.first, chunk.first + len(got))
+                        if chunk.skipped:
+                            f.record_skips(chunk.skipped, run)
+                            keep = np.array([p is not None for p in got])
+                            pays = [p for p in got if p is not None]
+                            recs, offs = recs[keep], offs[keep]
+                        else:
+                            pays = cast("list[bytes]", got)  # (None marks only a skipped record)
+                        good += len(pays)
+                        if not shuffle:
+                            yield pays, rr.path, recs, offs
+                            continue
+                        for p, r, o in zip(pays, recs.tolist(), offs.tolist()):
+                            if len(sbuf) < f.shuffle_buffer:
+                                sbuf.append((p, rr.path, r, o))
+                                continue
+                            j = rng.randrange(f.shuffle_buffer)
+                            out_p, out_path, out_r, out_o = sbuf[j]
+                            sbuf[j] = (p, rr.path, r, o)
+                            yield [out_p], out_path, np.array([out_r]), np.array([out_o])
+                rng.shuffle(sbuf)
+                rest, sbuf = sbuf, []
+                for p, path, r, o in rest:
+                    yield [p], path, np.array([r]), np.array([o])
+                passes += 1
+                if good == 0:
+                    raise DataError(
+                        f"worker {f.rank}, epoch {run.epoch}: no readable record in this worker's share "
+                        f"({len(share)} ranges, first {share[0].path if share else '-'}); "
+                        f"{f.skipped} records skipped as corrupt"
+                    )
+
+        # Only ``skip`` makes the parser ask for more records after the reader has emitted all it needed.
+        more_may_be_wanted = f.on_corrupt == "skip"
+        pending = None  # the part of an item that was not needed (yet)
+        with closing(stream()) as records:
+            while True:
+                while remaining() > 0:
+                    item = pending if pending is not None else next(records)
+                    pending = None
+                    taken = emit(*item)
+                    if taken < len(item[0]):
+                        p_, path_, r_, o_ = item
+                        pending = (p_[taken:], path_, r_[taken:], o_[taken:])
+                if not more_may_be_wanted or run.parser_finished.is_set():
+                    records.close()  # let the framing process go: nothing more will be read this epoch
+                # Park (polling, noticing close) until the parser finishes or reports rejected records.
+                run.reader_state = "done, waiting for the parser"
+                while remaining() <= 0:
+                    run.check_stop()
+                    if run.parser_finished.is_set():
+                        records.close()
+                    time.sleep(POLL / 4)
+
+    def _chunks(self, run: Any, ranges: list[RecordRange]) -> Generator[tuple[RecordRange, Chunk], None, None]:
+        """The framed records of ``ranges`` in order: from the framing process (:mod:`framer`) once it is up, framed
+        in this thread before that (range by range: nothing ever waits for the process to start), and always in this
+        thread when the files are not reachable from another process (``memory://``) or ``framing="thread"``."""
+        f = run.f
+        jobs = []
+        for rr in ranges:
+            off, first = f.files[rr.path].boundary(rr.start)
+            jobs.append(FrameJob(rr.path, rr.start, rr.stop, off, first, f.files[rr.path].gz, f.holes.get(rr.path)))
+        framer = f.framer
+        for k, (rr, j) in enumerate(zip(ranges, jobs)):
+            # auto: the process is started once the epoch's first batch is taken (see __next__); strict: now, and
+            # chunks() waits for it
+            if framer is not None and (f.framing_strict or framer.ready()):
+                for index, chunk in framer.chunks(jobs[k:], run.check_stop):
+                    rr = ranges[k + index]
+                    run.reader_state = f"reading {rr.path} records {rr.start}..{rr.stop} (framing process {framer.pid})"
+                    run.records_from_framer += len(chunk.payloads)
+                    yield rr, chunk
+                return
+            run.reader_state = f"reading {rr.path} records {rr.start}..{rr.stop}"
+            for chunk in j.chunks(f.frame_opts):
+                yield rr, chunk
+
+    def salvage(
+        self, run: Any, parse: Callable, payloads: list[bytes], meta: list, tf_msg: str
+    ) -> dict[str, np.ndarray]:
+        """A batch failed to parse: find the bad records, fail with a precise message or skip them."""
+        f = run.f
+        good, bad = [], []
+        meta = [(path, r, o) for path, recs, offs in meta for r, o in zip(recs.tolist(), offs.tolist())]
+        for p, (path, rec, off) in zip(payloads, meta):
+            problem = parse_mod.diagnose(p, f.fields)
+            if problem is None:
+                good.append(p)
+                continue
+            feature, what = problem
+            err = DataError(
+                f"{path}: record {rec} at byte offset {off}: {what}", path=path, offset=off, record=rec, feature=feature
+            )
+            if f.on_corrupt != "skip":
+                raise err
+            bad.append(err)
+        if not bad:
+            path, rec, off = meta[0]
+            raise DataError(
+                f"{path}: batch starting at record {rec} (byte offset {off}) does not parse: {tf_msg}",
+                path=path,
+                offset=off,
+                record=rec,
+            )
+        f.record_skips(bad, run)
+        with run.deficit_lock:
+            run.deficit += len(bad)
+        run.rows_rejected += len(bad)
+        run.first_rejected = run.first_rejected or bad[0]
+        share_records = sum(len(r) for r in run.plan.shares[f.rank])
+        if run.rows_parsed == 0 and run.rows_rejected >= share_records:
+            # a whole share's worth rejected and not one row parsed: re-reading it again would loop until the
+            # consumer's timeout, with a message about waiting instead of the data
+            first = run.first_rejected
+            raise DataError(
+                f"worker {f.rank}, epoch {run.epoch}: no record of this worker's share fits the schema "
+                f"({run.rows_rejected} rejected, on_corrupt: skip); the first: {first}",
+                path=first.path,
+                offset=first.offset,
+                record=first.record,
+                feature=first.feature,
+            )
+        if not good:
+            return {fl.name: fl.empty() for fl in f.fields}
+        try:
+            return parse(good)
+        except parse_mod.BatchParseError as exc:
+            path, rec, off = meta[0]
+            raise DataError(
+                f"{path}: batch starting at record {rec} (byte offset {off}) does not parse even "
+                f"without the records diagnosed as bad: {exc}",
+                path=path,
+                offset=off,
+                record=rec,
+            ) from None
+
+
+def index_file(
+    url: str,
+    size: int,
+    mtime: str,
+    compression: str = "auto",
+    stride: int = DEFAULT_STRIDE,
+    block_bytes: int = tfrecord.DEFAULT_BLOCK,
+    on_corrupt: str = "fail",
+) -> FileInfo:
+    """Read one file once: count records, note every ``stride``-th boundary, check every length CRC (framing). Data
+    CRCs are checked when records are read for training, not here: indexing must stay I/O bound.
+
+    ``on_corrupt="skip"``: damaged framing becomes a *hole*, the bytes from the damage to the next valid record
+    (:func:`tfrecord.find_resync`) or to the end of the file. Otherwise damage raises with the file, offset and record.
+    """
+    with open_read(url) as raw:
+        head = raw.read(tfrecord.HEADER)
+    STATS.add(bytes_read=len(head))
+    gz = tfrecord.detect_gzip(url, compression, head)  # a wrong data.compression fails here, naming the file
+    offsets: list[int] = []
+    holes: list[tuple[int, int]] = []
+    rec = base = pos = 0  # records counted; file offset of buf[0]; position in buf
+    buf, eof = b"", False
+    skip = on_corrupt == "skip"
+    with tfrecord.open_records(url, gz) as f:
+        while True:
+            if not eof:
+                block = f.read(block_bytes)
+                STATS.add(bytes_read=len(block))  # decompressed bytes for gz: what was processed
+                if block:
+                    base += pos
+                    buf = buf[pos:] + block if pos < len(buf) else block
+                    pos = 0
+                else:
+                    eof = True
+            fr = tfrecord.scan(buf, pos, 1 << 62)
+            bad_at = None
+            if len(fr.offsets):
+                offs = fr.offsets
+                bad = tfrecord.check_headers(np.frombuffer(buf, dtype=np.uint8), offs)
+                if bad >= 0:
+                    bad_at, offs = int(offs[bad]), offs[:bad]
+                first = (-rec) % stride
+                offsets.extend((offs[first::stride] + base).tolist())
+                rec += len(offs)
+                while len(offsets) > MAX_OFFSETS:  # bounded size per file: keep every other one
+                    offsets, stride = offsets[::2], stride * 2
+                pos = fr.end if bad_at is None else bad_at
+            if bad_at is None and len(buf) - pos >= tfrecord.HEADER and not tfrecord.header_ok(buf, pos):
+                bad_at = pos  # a bad length: do not buffer to EOF
+            if bad_at is not None:
+                if not skip:
+                    tfrecord._raise_bad_header(url, base + bad_at, rec)
+                resync = tfrecord.find_resync(buf, bad_at + 1)
+                if resync is None and not eof:
+                    pos = bad_at
+                    continue  # look further (the buffer grows until found)
+                end = resync if resync is not None else len(buf)
+                holes.append((base + bad_at, base + end))
+                log.debug(
+                    "%s: bytes %d..%d skipped (damaged record header at record %d); %s",
+                    url,
+                    base + bad_at,
+                    base + end,
+                    rec,
+                    "resumed at the next valid record" if resync is not None else "no valid record after it",
+                )
+                pos = end
+                continue
+            if eof:
+                if pos < len(buf):
+                    if not skip:
+                        tfrecord._raise_incomplete(url, buf, pos, base, rec)
+                    holes.append((base + pos, base + len(buf)))
+                    log.debug("%s: bytes %d..%d skipped (truncated last record)", url, base + pos, base + len(buf))
+                    pos = len(buf)
+                break
+    return FileInfo(url, size, mtime, rec, gz, stride, tuple(offsets), base + pos, tuple(holes))
