@@ -24,6 +24,7 @@ from pydantic import (
     BaseModel,
     BeforeValidator,
     ConfigDict,
+    PlainSerializer,
     Field,
     StrictBool,
     StrictInt,
@@ -99,6 +100,11 @@ def parse_memory_mib(value: Any) -> int:
     return int(-(-_quantity(value, "size", _SIZE_RE, _SIZE_UNITS_MIB, "'2 GiB', '512 MiB', 2048") // 1))
 
 
+def parse_size_bytes(value: Any) -> int:
+    """'64 MiB', '1 KiB', 64 (MiB) → bytes."""
+    return int(_quantity(value, "size", _SIZE_RE, _SIZE_UNITS_MIB, "'64 MiB', '1 GiB', 64") * 2**20)
+
+
 def parse_duration_s(value: Any) -> float:
     """'30s', '5m', '1h', 90 (seconds) → seconds."""
     return _quantity(value, "duration", _DURATION_RE, _DURATION_S, "'30s', '5m', '1h', 90")
@@ -113,6 +119,12 @@ _DurationInput = Union[_PositiveNumber, Annotated[str, StringConstraints(pattern
 
 #: MiB; a spec gives '2 GiB', '512 MiB' or MiB as a number.
 MemoryMiB = Annotated[int, BeforeValidator(parse_memory_mib, json_schema_input_type=_SizeInput)]
+#: Bytes; a spec gives '64 MiB', '1 KiB' or MiB as a number.
+SizeBytes = Annotated[
+    int,
+    BeforeValidator(parse_size_bytes, json_schema_input_type=_SizeInput),
+    PlainSerializer(lambda b: f"{b / 1024!r} KiB", return_type=str),  # (a bare number would read back as MiB)
+]
 #: Seconds; a spec gives '30s', '5m', '1h' or seconds as a number.
 Duration = Annotated[float, BeforeValidator(parse_duration_s, json_schema_input_type=_DurationInput)]
 
@@ -285,6 +297,19 @@ class Export(_Model):
         "written under a temporary name then renamed",
     )
     keep: StrictInt = Field(3, gt=0, description="newest versions kept under dir")
+
+
+class Ps(_Model):
+    """ps mode: how big variables (embedding tables) are split by rows over the ps (docs/training.md)."""
+
+    min_shard_size: SizeBytes = Field(
+        64,  # MiB (parsed like a spec's value: validate_default)
+        description="a variable of this size or more is split by rows over the ps, each shard on its own ps "
+        "(lookups gather on the shards' ps); '64 MiB', '1 KiB' or MiB as a number",
+    )
+    max_shards: StrictInt | None = Field(
+        None, gt=0, description="shards per variable at most (default: the number of ps); 1 keeps every variable whole"
+    )
 
 
 class Predict(_Model):
@@ -488,6 +513,7 @@ class JobSpec(_Model):
     params: dict[str, Any] = Field(default_factory=dict, description="keyword arguments passed to the model callable")
     mode: Literal["ps", "allreduce"] = "ps"
     sync: StrictBool = False
+    ps: Ps = Field(default_factory=Ps, description="ps mode: splitting big variables over the ps")
     data: Data = Field(
         default_factory=lambda: _NO_DATA,
         validate_default=False,

@@ -5,7 +5,8 @@ Every problem found is reported at once, like spec errors:
   ``data.train`` holds one global batch; ``checkpoint.dir``/``export.dir`` writable; ``init_from`` a checkpoint;
 * the queue RUNNING; each role's (and the application master's) memory / vcores within the queue's and the cluster's
   maxima; node labels the queue can use; the Kerberos keytab private (the login itself: :mod:`tfyarn.cluster.kerberos`);
-* the model's module and the roles' packages in the tasks' Python, where that Python is this one.
+* the model's module and the roles' packages in the tasks' Python, where that Python is this one; then (YARN, ps
+  mode) that each ps can hold the variables, split tables' shards and optimizer slots placed on it.
 
 The cluster is behind :class:`ClusterInfo` (two methods) so the rules are tested without a ResourceManager;
 :class:`SkeinClusterInfo` asks a live one. File checks go through fsspec (``hdfs://`` via hdfs-native).
@@ -433,6 +434,46 @@ def check_task_env(spec: JobSpec) -> list[str]:
     return problems
 
 
+def check_ps_memory(spec: JobSpec, timeout: float = 120.0) -> list[str]:
+    """ps mode: the model's graph built in a child process of this Python (``tfyarn.train.ps.memory_check``) to
+    see what each ps would hold (variables, split tables' shards, optimizer slots) against ``roles.ps.memory``: a
+    job whose tables cannot fit is refused here, in one line, not killed by YARN mid-run."""
+    if spec.mode != "ps" or not spec.instances("ps") or spec.entrypoint or not spec.model:
+        return []
+    found = _child_check(spec, "tfyarn.train.ps.memory_check", "sizing the ps of", timeout)
+    if found and not found[0].startswith("roles.ps.memory"):  # the sizing itself failed: said, not a refusal
+        log.warning("preflight: ps memory not checked: %s", found[0])
+        return []
+    return found
+
+
+def _child_check(spec: JobSpec, module: str, what: str, timeout: float) -> list[str]:
+    """Run ``python -m module SPEC_JSON`` (exit 2: its output lines are problems)."""
+    import subprocess
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
+        f.write(spec.to_json())
+        f.flush()
+        try:
+            proc = subprocess.run(
+                [sys.executable, "-m", module, f.name],
+                check=False,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+            )
+        except subprocess.TimeoutExpired:
+            return [f"model: {what} {spec.model} took over {timeout:g}s"]
+    if proc.returncode == 2:
+        return [line for line in proc.stdout.splitlines() if line.strip()]
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        return [f"model: {spec.model} failed when called to check it: {last}"]
+    return []
+
+
 #: Packages a job's code may import that TensorFlow does not bring: (package, tfyarn's extra, what in an
 #: entrypoint program's code refers to it).
 _CODE_PACKAGES = (
@@ -565,20 +606,31 @@ def run_preflight(
     master_memory_mib: int = 512,
     master_vcores: int = 1,
     check_files: bool = True,
+    size_ps: bool = False,
 ) -> list[str]:
     """Run every check (``cluster=None``: no queue/resource checks); raise :class:`PreflightError` listing all
-    problems, else return warnings (may be empty)."""
+    problems, else return warnings (may be empty). ``size_ps`` (a YARN submit: containers have a memory to
+    exceed): also :func:`check_ps_memory`, in a child process importing TF, beside the other checks."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    ps_memory = None
+    if size_ps and runs_this_python(spec):
+        sizing = ThreadPoolExecutor(1, thread_name_prefix="tfyarn-ps-sizing")
+        ps_memory = sizing.submit(check_ps_memory, spec)
+        sizing.shutdown(wait=False)
     problems = check_kerberos(spec)
     # issue 31: can the containers' account (LinuxContainerExecutor) run the tasks' Python?
 
     problems += task_python.check(spec, hdfs.load_hadoop_conf())
-    if runs_this_python(spec):  # the gateway's env is what the containers will run
-        problems += check_task_env(spec)
+    env_problems = check_task_env(spec) if runs_this_python(spec) else []  # the env the containers will run
+    problems += env_problems
     if cluster is not None:
         problems += check_resources(spec, cluster, master_memory_mib, master_vcores)
     if check_files:
         listed = list_data(spec, get_fs)
         problems += _file_checks(spec, get_fs, listed)
+    if ps_memory is not None and not env_problems:  # (a model that cannot load has said so above)
+        problems += ps_memory.result()
     _raise(problems, "nothing was uploaded or submitted")
     warnings = local_path_warnings(spec) + unchecked_packages(spec)
     for w in warnings + (index_notes(spec, listed) if check_files else []):  # notes are said, not returned

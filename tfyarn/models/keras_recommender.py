@@ -101,6 +101,9 @@ def _history_bag(K: Any, emb: Any, size: int) -> Any:
     class HistoryBag(K.layers.Layer):
         def call(self, hist: Any) -> Any:
             ids = tf.SparseTensor(hist.indices, tf.math.floormod(hist.values, size), hist.dense_shape)
-            return tf.nn.safe_embedding_lookup_sparse(tf.convert_to_tensor(emb.embeddings), ids, combiner="mean")
+            # ps mode with the table split over the ps: look up on its shards (never a read of the whole table)
+            table = getattr(emb, "tfyarn_table", None)
+            weights = table if table is not None else tf.convert_to_tensor(emb.embeddings)
+            return tf.nn.safe_embedding_lookup_sparse(weights, ids, combiner="mean")
 
     return HistoryBag(name="history_bag")

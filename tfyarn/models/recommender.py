@@ -2,7 +2,9 @@
 
 Data schema (``tfyarn.data.synth`` kind ``recommender``): ``label float32 ()``, ``user_id int64 ()``,
 ``item_id int64 ()``. Ids are taken modulo the table sizes so any id space trains. Embedding gradients are sparse
-(IndexedSlices), so in ps mode a step only moves the looked-up rows over the network.
+(IndexedSlices), so in ps mode a step only moves the looked-up rows over the network; the tables are declared with
+:func:`tfyarn.train.table`, so in ps mode one of ``ps.min_shard_size`` or more is split by rows over the ps and each
+shard is initialised on its own ps.
 
 Optional ``history: <feature>``: a variable-length list of item ids the user saw (``{dtype: int64, shape: [null]}``,
 a SparseTensor; or with ``pad_to`` a dense [B, N] padded with -1); the mean of their item embeddings is added to
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 from tfyarn.models import binary_logit_metrics
 from tfyarn.train.model import Model
+from tfyarn.train.sharding import table
 
 
 class Recommender(Model):
@@ -33,10 +36,10 @@ class Recommender(Model):
         import tensorflow as tf
 
         init = tf.random_normal_initializer(stddev=0.1, seed=self.seed)
-        self.users = tf.Variable(init([self.num_users, self.dim]), name="user_embedding")
-        self.items = tf.Variable(init([self.num_items, self.dim]), name="item_embedding")
-        self.user_bias = tf.Variable(tf.zeros([self.num_users]), name="user_bias")
-        self.item_bias = tf.Variable(tf.zeros([self.num_items]), name="item_bias")
+        self.users = table("user_embedding", [self.num_users, self.dim], init)
+        self.items = table("item_embedding", [self.num_items, self.dim], init)
+        self.user_bias = table("user_bias", [self.num_users], tf.zeros_initializer())
+        self.item_bias = table("item_bias", [self.num_items], tf.zeros_initializer())
         self.bias = tf.Variable(0.0, name="global_bias")
 
     def __call__(self, features, training):

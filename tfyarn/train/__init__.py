@@ -7,8 +7,9 @@ import logging
 from typing import Any
 
 from tfyarn.train.model import Model, build_model, custom_train, is_custom_train, load, resolve_ref
+from tfyarn.train.sharding import table
 
-__all__ = ["Model", "custom_train", "is_custom_train", "build_model", "load", "run_task"]
+__all__ = ["Model", "custom_train", "is_custom_train", "build_model", "load", "run_task", "table"]
 
 log = logging.getLogger("tfyarn.train")
 

@@ -90,6 +90,9 @@ class KerasModel:
 
     variables: list[Any]  # set by build_model, as on a Model
     trainable_variables: list[Any]
+    tfyarn_shards_itself = (
+        True  # ps mode: its Embeddings' tables are split here (sharding.keras_tables), not by a creator
+    )
 
     def __init__(
         self,
@@ -116,17 +119,21 @@ class KerasModel:
     # -- the contract ------------------------------------------------------------------------------------------------
     def build(self) -> None:
         """Make (or take) the Keras model in the current scope, build it on the spec's features, check it."""
-        if self._pending is not None and self._pending_graph is _current_graph():
-            km = self._pending
-        else:
-            km = _fresh_names(self.flavour, self.factory)
-        self._pending = None
-        if not is_keras_model(km):
-            raise ModelSpecError(f"{self.ref} returned a {type(km).__name__} on a later call (a Keras model first)")
-        self.keras = km
-        self._check_compiled()
-        if not km.weights or not getattr(km, "built", True):
-            km(self._example_inputs(), training=False)  # an unbuilt Sequential or subclassed model
+        from tfyarn.train import sharding
+
+        policy = sharding.current() if _current_graph() is not None else None  # (ps mode's graph only)
+        with sharding.keras_tables(_keras_module(self.flavour), policy):
+            if self._pending is not None and self._pending_graph is _current_graph() and policy is None:
+                km = self._pending
+            else:
+                km = _fresh_names(self.flavour, self.factory)
+            self._pending = None
+            if not is_keras_model(km):
+                raise ModelSpecError(f"{self.ref} returned a {type(km).__name__} on a later call (a Keras model first)")
+            self.keras = km
+            self._check_compiled()
+            if not km.weights or not getattr(km, "built", True):
+                km(self._example_inputs(), training=False)  # an unbuilt Sequential or subclassed model
         self._check_inputs()
         self.keras_trainable = list(km.trainable_weights)
         self._loss_fn = self._resolve_loss()
@@ -135,7 +142,9 @@ class KerasModel:
     def tfyarn_variables(self) -> list:
         """The model's variables in Keras's weight order (what checkpoints, warm start and export key on): not every
         variable the factory created (compile and the optimizer create some too)."""
-        return [_as_tf_variable(w) for w in self.keras.weights]
+        from tfyarn.train.sharding import tables
+
+        return tables([_as_tf_variable(w) for w in self.keras.weights])  # (a split table: one of them)
 
     def tfyarn_trainable_variables(self) -> list:
         """The trainable ones, in the order the Keras optimizer gets them (``keras_trainable``)."""

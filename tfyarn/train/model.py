@@ -155,6 +155,8 @@ def build_model(model: _M) -> _M:
     under a strategy alike. A build that creates none fails here, before any step runs."""
     import tensorflow as tf
 
+    from tfyarn.train.sharding import flatten, tables
+
     created: list = []
 
     def record(next_creator, **kwargs):
@@ -163,6 +165,7 @@ def build_model(model: _M) -> _M:
 
     with tf.variable_creator_scope(record):
         model.build()
+    created = tables(created)  # a table split over the ps (tfyarn.train.sharding): one variable of the model
     own = getattr(model, "tfyarn_variables", None)  # a Keras model: its weights, not compile's or the optimizer's
     if callable(own):
         created = list(own())
@@ -170,9 +173,11 @@ def build_model(model: _M) -> _M:
         raise ValueError(f"{type(model).__name__}.build() created no tf.Variable")
     model.variables = created
     own_trainable = getattr(model, "tfyarn_trainable_variables", None)  # in the optimizer's order
-    model.trainable_variables = (
+    trainable = (
         list(own_trainable()) if callable(own_trainable) else [v for v in created if getattr(v, "trainable", True)]
     )
+    # a table split over the ps (ps mode, tfyarn.train.sharding) is one of ``variables``; the optimizer gets its shards
+    model.trainable_variables = flatten(trainable)
     return model
 
 

@@ -142,7 +142,7 @@ class Submitter:
         if cluster is None:  # the client only when the RM's REST API cannot say: the driver may still be starting
             cluster = SkeinClusterInfo(_LazyClient(lambda: self.conn.client(spec)), self.conn.conf)
         return preflight.run_preflight(
-            spec, cluster, master_memory_mib=self.master_memory_mib, master_vcores=self.master_vcores
+            spec, cluster, master_memory_mib=self.master_memory_mib, master_vcores=self.master_vcores, size_ps=True
         )
 
     def schedule(self, request: Request) -> str:

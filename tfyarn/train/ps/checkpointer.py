@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from tfyarn.train import helpers
+from tfyarn.train import helpers, sharding
 from tfyarn.train.checkpoint import PeriodicCheckpoints, check_fits, check_model_fits, local_dir_for, warm_start_source
 from tfyarn.train.progress import NonFiniteLoss
 from tfyarn.train.ps.graph import TrainGraph
@@ -35,8 +35,8 @@ class Checkpointer(PeriodicCheckpoints):
         prefix = self.store.download(entry, local_dir_for(self.ctx.workdir, "restore"))
         import tensorflow as tf
 
-        expected = {
-            v.op.name: v.shape.as_list()  # the Saver's list: every global variable of the graph
+        expected = {  # the Saver's list: every global variable of the graph (a shard: its table's full tensor)
+            sharding.checkpoint_key(v): sharding.checkpoint_shape(v)
             for v in self.tg.graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES)
         }
         check_fits(prefix, expected, f"{entry['name']} in {self.store.url}")
@@ -63,8 +63,11 @@ class Checkpointer(PeriodicCheckpoints):
 
             reader = tf.train.load_checkpoint(prefix)
             for key, var in zip(keys, self.tg.model_vars):
-                # the variable's initializer fed with the value: no new op in the finalized graph (Variable.load)
-                sess.run(var.initializer, feed_dict={var.initializer.inputs[1]: reader.get_tensor(key)})
+                # the variable's initializer fed with the value: no new op in the finalized graph (Variable.load);
+                # a split table: each shard its rows of the full tensor, whatever the writer's number of ps
+                value = reader.get_tensor(key)
+                for shard, rows in sharding.shard_slices(var, value):
+                    sess.run(shard.initializer, feed_dict={shard.initializer.inputs[1]: rows})
             log.info("%s: model variables initialised from %s", self.ctx.task_id, what)
 
         return init_fn

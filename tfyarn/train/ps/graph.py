@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from tfyarn.train import sharding
 from tfyarn.train.inputs import placeholders as input_placeholders
 from tfyarn.train.model import build_model, split_features
 from tfyarn.train.ps.packing import pack_gradients
@@ -35,6 +36,7 @@ class TrainGraph:
     sync: "LockstepSync | None" = None
     placement: dict[str, int] = field(default_factory=dict)
     metrics: dict[str, Any] = field(default_factory=dict)  # compiled metrics of the step's batch, fetched with loss
+    predictions: Any = None  # the model's output on the fed batch (tests compare it with an export's)
 
 
 class LockstepSync:
@@ -101,8 +103,9 @@ def build_graph(ctx: Any, model: Any) -> TrainGraph:  # noqa: PLR0915 - listed i
 
     spec = ctx.spec
     num_ps = len(ctx.cluster["ps"])
+    policy = sharding.policy_for(spec, num_ps)
     # (one ps: everything goes to it; skip building the model a second time just to size its variables)
-    planned = plan_placement(variable_sizes(model), num_ps) if num_ps > 1 else {}
+    planned = plan_placement(variable_sizes(model, policy), num_ps) if num_ps > 1 else {}
     balancer = SizeBalancer(num_ps, planned)
     worker_device = f"/job:{ctx.role}/task:{ctx.index}"
     graph = tf.Graph()
@@ -114,7 +117,9 @@ def build_graph(ctx: Any, model: Any) -> TrainGraph:  # noqa: PLR0915 - listed i
             ps_strategy=balancer,
         )
         with tf.compat.v1.device(setter):
-            build_model(model)
+            # big variables split by rows over the ps (sharding.py), each shard placed by the balancer's plan
+            with sharding.sharding(policy, intercept=not sharding.builds_own_tables(model)):
+                build_model(model)
             global_step = tf.compat.v1.train.get_or_create_global_step()
             with tf.compat.v1.device(global_step.device):  # with the global step: counted in the ps's partition
                 worker_steps = tf.Variable(
@@ -134,8 +139,9 @@ def build_graph(ctx: Any, model: Any) -> TrainGraph:  # noqa: PLR0915 - listed i
             predictions = model(feats, training=True)
             loss = tf.reduce_mean(model.loss(labels, predictions), name="loss")
             metrics = step_metrics(model, labels, predictions)  # the same predictions: no second forward pass
-            opt = model.optimizer()
-            gvs = [(g, v) for g, v in opt.compute_gradients(loss, var_list=model.trainable_variables) if g is not None]
+            opt = sharding.touched_rows_only(model.optimizer())  # (Adam: lazy on split tables)
+            trainable = model.trainable_variables  # (a split table: its shards, each with its own sparse gradient)
+            gvs = [(g, v) for g, v in opt.compute_gradients(loss, var_list=trainable) if g is not None]
             if not gvs:
                 raise ValueError(f"{type(model).__name__}: the loss depends on no trainable variable")
             sync = None
@@ -191,11 +197,12 @@ def build_graph(ctx: Any, model: Any) -> TrainGraph:  # noqa: PLR0915 - listed i
         local_init_op=local_init_op,
         ready_op=ready_op,
         saver=saver,
-        model_var_keys=[v.op.name for v in model.variables],
+        model_var_keys=[sharding.checkpoint_key(v) for v in model.variables],
         model_vars=list(model.variables),
         align_steps=align_steps,
         all_finite=all_finite,
         sync=sync,
         placement=dict(balancer.placed),
         metrics=metrics,
+        predictions=predictions,
     )

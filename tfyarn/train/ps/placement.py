@@ -1,11 +1,16 @@
 """Variables to ps tasks by size (largest first, to the least-loaded ps), not round-robin: round-robin can put two
-big embeddings on one ps and make every worker wait on it (seed 001's fast-worker problem)."""
+big embeddings on one ps and make every worker wait on it (seed 001's fast-worker problem). The shards of a split
+table (:mod:`tfyarn.train.sharding`) are placed the same way, each on a ps that holds no other shard of it."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
+from tfyarn.train import sharding
 from tfyarn.train.model import build_model
+
+_SHARD_RE = re.compile(r"^(.*)(?:/|_)part_\d+$")  # (tfyarn.train.table's; a Keras Embedding's: embeddings_part_0)
 
 _VAR_OPS = ("VarHandleOp", "VariableV2", "Variable", "AutoReloadVariable")
 
@@ -22,13 +27,19 @@ def _op_bytes(op: Any) -> int:
 
 
 def plan_placement(sizes: dict[str, int], num_ps: int) -> dict[str, int]:
-    """Largest-first greedy (LPT): each variable to the ps with the fewest bytes so far. name → ps index."""
+    """Largest-first greedy (LPT): each variable to the ps with the fewest bytes so far, a table's shard to the
+    least-loaded ps without another shard of that table (while there is one). name → ps index."""
     loads = [0] * num_ps
-    out = {}
+    out: dict[str, int] = {}
+    used: dict[str, set[int]] = {}  # table → ps holding one of its shards
     for name, size in sorted(sizes.items(), key=lambda kv: (-kv[1], kv[0])):
-        i = min(range(num_ps), key=lambda j: (loads[j], j))
+        m = _SHARD_RE.match(name)
+        taken = used.setdefault(m.group(1), set()) if m else set()
+        free = [j for j in range(num_ps) if j not in taken] or list(range(num_ps))
+        i = min(free, key=lambda j: (loads[j], j))
         out[name] = i
         loads[i] += size
+        taken.add(i)
     return out
 
 
@@ -63,11 +74,12 @@ class SizeBalancer:
         return self.placed[max(owners, key=len)] if owners else None
 
 
-def variable_sizes(model_factory: Any) -> dict[str, int]:
-    """Build the model in a scratch graph: op name → bytes of each variable it creates (no session, no devices)."""
+def variable_sizes(model_factory: Any, policy: sharding.Policy | None = None) -> dict[str, int]:
+    """Build the model in a scratch graph (split by ``policy``): op name → bytes of each variable it creates (no
+    session, no devices; nothing is initialised, so a big table costs no memory here)."""
     import tensorflow as tf
 
     g = tf.Graph()
-    with g.as_default():
+    with g.as_default(), sharding.sharding(policy, intercept=not sharding.builds_own_tables(model_factory)):
         build_model(model_factory)
         return {op.name: _op_bytes(op) for op in g.get_operations() if op.type in _VAR_OPS}

@@ -1,0 +1,349 @@
+"""Tables split by rows over the ps (tfyarn.train.sharding): placement, lookups on the ps, sparse updates by every
+supported v1 optimizer, and checkpoints read back by another number of ps."""
+
+from __future__ import annotations
+
+import re
+import warnings
+
+import numpy as np
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+
+from tfyarn.tasklib.context import TaskContext  # noqa: E402
+from tfyarn.tasklib.kv import MemoryKV  # noqa: E402
+from tfyarn.spec import load_spec_dict  # noqa: E402
+from tfyarn.train import load, sharding  # noqa: E402
+from tfyarn.train.ps.graph import build_graph  # noqa: E402
+from tfyarn.train.ps.placement import plan_placement  # noqa: E402
+
+FEATURES = {"label": {"dtype": "float32"}, "user_id": {"dtype": "int64"}, "item_id": {"dtype": "int64"}}
+OPTIMIZERS = {  # v1 optimizer → its sparse update op on a resource variable
+    "GradientDescentOptimizer": "ResourceScatterAdd",
+    "MomentumOptimizer": "ResourceSparseApplyMomentum",
+    "AdagradOptimizer": "ResourceSparseApplyAdagrad",
+    "AdamOptimizer": "ResourceScatterSub",  # lazy on shards (sharding.touched_rows_only)
+    "RMSPropOptimizer": "ResourceSparseApplyRMSProp",
+    "FtrlOptimizer": "ResourceSparseApplyFtrl",
+}
+
+
+def spec_doc(ps: int, *, sync: bool = False, min_shard: str = "16 KiB", max_shards: int | None = None, **params):
+    return {
+        "name": "shardtest",
+        "model": "tfyarn.models.recommender:model",
+        "params": {"num_users": 5000, "num_items": 3001, "dim": 8, **params},
+        "mode": "ps",
+        "sync": sync,
+        "ps": {"min_shard_size": min_shard, "max_shards": max_shards},
+        "data": {"train": ["unused"], "features": FEATURES, "batch_size": 10},
+        "roles": {"ps": {"instances": ps}, "chief": {"instances": 1}, "worker": {"instances": 1}},
+    }
+
+
+def graph_of(doc, model=None):
+    spec = load_spec_dict(doc)
+    n = spec.instances("ps")
+    cluster = {"ps": [f"127.0.0.1:{i + 1}" for i in range(n)], "chief": ["127.0.0.1:90"], "worker": ["127.0.0.1:91"]}
+    ctx = TaskContext(spec=spec, role="worker", index=0, kv=MemoryKV(), cluster=cluster)
+    return build_graph(ctx, model or load(spec.model, spec.params))
+
+
+def test_spec_keys_parse_sizes_and_default_to_64_mib_and_the_number_of_ps():
+    spec = load_spec_dict(spec_doc(3, min_shard="1 KiB", max_shards=2))
+    assert (spec.ps.min_shard_size, spec.ps.max_shards) == (1024, 2)
+    spec = load_spec_dict({**spec_doc(3), "ps": {}})
+    assert spec.ps.min_shard_size == 64 * 2**20
+    assert sharding.policy_for(spec, 3) == sharding.Policy(64 * 2**20, 3)
+    from tfyarn.spec import load_spec_json
+
+    for size in ("1 KiB", "0.5 KiB", 100, "1.5 GiB"):  # what the tasks read back from the gateway's JSON
+        spec = load_spec_dict({**spec_doc(3), "ps": {"min_shard_size": size}})
+        assert load_spec_json(spec.to_json()).ps == spec.ps
+
+
+def test_policy_splits_only_big_variables_with_rows_and_div_layout():
+    pol = sharding.Policy(min_bytes=1000, max_shards=3)
+    assert pol.shards([250, 1], tf.float32) == 3  # 1000 bytes
+    assert pol.shards([249, 1], tf.float32) == 1
+    assert pol.shards([2, 1000], tf.float32) == 2  # no more shards than rows
+    assert pol.shards([], tf.float32) == 1
+    assert sharding.row_splits(10, 3) == [4, 3, 3]  # tf.nn.embedding_lookup's "div": the first ones one more
+
+
+def test_plan_puts_each_shard_of_a_table_on_its_own_ps_balanced_with_the_rest():
+    sizes = {"big/part_0": 100, "big/part_1": 100, "big/part_2": 100, "other": 150, "small": 10}
+    plan = plan_placement(sizes, 3)
+    assert len({plan[f"big/part_{i}"] for i in range(3)}) == 3
+    # 'other' (largest) first on ps0, then the shards on ps1, ps2 and — the only one left free — ps0
+    loads = [sum(s for n, s in sizes.items() if plan[n] == j) for j in range(3)]
+    assert max(loads) - min(loads) <= 150
+    two = plan_placement({"t/part_0": 5, "t/part_1": 5, "t/part_2": 5}, 2)  # more shards than ps: spread anyway
+    assert sorted(two.values()) == [0, 0, 1]
+
+
+def test_tables_split_over_three_ps_lookups_gather_on_each_shards_ps():
+    tg = graph_of(spec_doc(3))
+    ops = tg.graph.get_operations()
+    var_dev = {op.name: op.device for op in ops if op.type == "VarHandleOp"}
+    for table in ("user_embedding", "item_embedding"):
+        shards = [n for n in var_dev if re.fullmatch(f"{table}/part_\\d", n)]
+        assert len(shards) == 3, var_dev
+        assert len({var_dev[s] for s in shards}) == 3, "two shards of one table on one ps"
+        assert all(var_dev[f"{s}/Adagrad"] == var_dev[s] for s in shards)
+    assert "user_embedding" not in var_dev  # no whole table anywhere
+    # 5000 x 8 floats = 160 KB: split, in rows 1667 / 1667 / 1666
+    rows = [tf.TensorShape(tg.graph.get_operation_by_name(f"user_embedding/part_{i}").get_attr("shape"))[0] for i in range(3)]
+    assert rows == [1667, 1667, 1666]
+    gathers = [op for op in ops if op.type == "ResourceGather" and "/part_" in op.inputs[0].op.name]
+    assert len(gathers) == 3 * 3  # users, items, user_bias; item_bias (12 KB) stays whole; 3 shards each
+    for op in gathers:  # every lookup reads a shard where it lives (colocated with it, on its ps)
+        handle = op.inputs[0].op
+        assert op.colocation_groups() == handle.colocation_groups()
+        assert op.device == handle.device and "/job:ps" in op.device
+    # no read of a whole shard travels to the worker for the forward pass
+    reads = [op for op in ops if op.type == "ReadVariableOp" and "embedding" in op.name and "/job:worker" in op.device]
+    assert reads == []
+    assert tg.model_var_keys[:2] == ["user_embedding", "item_embedding"]
+
+
+def test_one_ps_or_max_shards_1_keeps_tables_whole_and_small_ones_stay_whole():
+    for doc in (spec_doc(1), spec_doc(3, max_shards=1), spec_doc(3, min_shard="64 MiB")):
+        names = {op.name for op in graph_of(doc).graph.get_operations() if op.type == "VarHandleOp"}
+        assert "user_embedding" in names and not any("/part_" in n for n in names)
+
+
+class _WithOptimizer:
+    """The recommender with another v1 optimizer."""
+
+    def __init__(self, name: str, sync: bool):
+        from tfyarn.models.recommender import Recommender
+
+        self.inner, self.name, self.sync = Recommender(5000, 3001, 8), name, sync
+
+    def __getattr__(self, item):
+        return getattr(self.inner, item)
+
+    def __call__(self, features, training):
+        return self.inner(features, training)
+
+    def build(self):
+        self.inner.build()
+
+    def optimizer(self):
+        cls = getattr(tf.compat.v1.train, self.name)
+        return cls(0.1, 0.9) if self.name in ("MomentumOptimizer",) else cls(0.1)
+
+
+@pytest.mark.parametrize("sync", [False, True])
+@pytest.mark.parametrize("opt", sorted(OPTIMIZERS))
+def test_every_v1_optimizer_updates_only_touched_rows_on_the_shards_ps_without_densifying(opt, sync):
+    model = _WithOptimizer(opt, sync)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        tg = graph_of(spec_doc(3, sync=sync), model)
+    dense = [str(w.message) for w in caught if "IndexedSlices" in str(w.message)]
+    assert dense == [], dense
+    ops = tg.graph.get_operations()
+    shard_handles = {op.name for op in ops if op.type == "VarHandleOp" and re.fullmatch(r".*_embedding/part_\d", op.name)}
+    updates = [op for op in ops if op.type == OPTIMIZERS[opt]]
+    hit = set()
+    for op in updates:
+        for t in op.inputs:
+            if t.op.name in shard_handles:
+                hit.add(t.op.name)
+                assert op.device == t.op.device and "/job:ps" in op.device, (op.name, op.device)
+    assert hit == shard_handles, f"{opt}: shards without a sparse update: {shard_handles - hit}"
+    # no dense update of a shard (a densified gradient) by the apply ops
+    dense_applies = [
+        op.name
+        for op in ops
+        if (op.type.startswith("ResourceApply") or op.type == "AssignSubVariableOp") and any(t.op.name in shard_handles for t in op.inputs)
+    ]
+    assert dense_applies == []
+
+
+# ----------------------------------------------------------------------------- checkpoints across numbers of ps
+@pytest.fixture(scope="module")
+def servers():
+    """In-process TF servers: 3 ps and a worker (a graph built for 2 ps uses the first two)."""
+    from harness import free_port
+
+    cluster = {"ps": [f"127.0.0.1:{free_port()}" for _ in range(3)], "worker": [f"127.0.0.1:{free_port()}"]}
+    spec = tf.train.ClusterSpec(cluster)
+    out = {
+        (job, i): tf.distribute.Server(spec, job_name=job, task_index=i, start=True)
+        for job in cluster
+        for i in range(len(cluster[job]))
+    }
+    return cluster, out
+
+
+def _train_graph(cluster, num_ps: int, doc: dict):
+    spec = load_spec_dict(doc)
+    ctx = TaskContext(
+        spec=spec, role="worker", index=0, kv=MemoryKV(), cluster={"ps": cluster["ps"][:num_ps], "worker": cluster["worker"]}
+    )
+    return spec, build_graph(ctx, load(spec.model, spec.params))
+
+
+def _feed(tg, rng, n=64):
+    batch = {
+        "user_id": rng.integers(0, 5000, n),
+        "item_id": rng.integers(0, 3001, n),
+        "label": rng.integers(0, 2, n).astype("float32"),
+    }
+    return {tg.feeds[k][0]: v for k, v in batch.items()}
+
+
+def _values(sess, tg) -> list:
+    """The model's variables, a split table's shards joined."""
+    return [np.concatenate(sess.run(list(v))) if sharding.is_sharded(v) else sess.run(v) for v in tg.model_vars]
+
+
+def keras_doc(ps: int, flavour: str, optimizer: str = "Adagrad", **kw):
+    doc = spec_doc(ps, **kw)
+    params = {"num_users": 5000, "num_items": 3001, "dim": 8, "keras": flavour, "optimizer": optimizer}
+    doc.update(model="tfyarn.models.keras_recommender:model", params=params)
+    return doc
+
+
+@pytest.mark.parametrize("flavour", ["keras", "tf_keras"])
+def test_keras_embeddings_split_over_the_ps_and_looked_up_there(flavour):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        tg = graph_of(keras_doc(3, flavour))
+    assert [str(w.message) for w in caught if "IndexedSlices" in str(w.message)] == []
+    ops = tg.graph.get_operations()
+    var_dev = {op.name: op.device for op in ops if op.type == "VarHandleOp"}
+    for layer in ("user_embedding", "item_embedding"):
+        shards = [f"{layer}/embeddings_part_{i}" for i in range(3)]
+        assert len({var_dev[s] for s in shards}) == 3 and f"{layer}/embeddings" not in var_dev, var_dev
+    assert tg.model_var_keys[:2] == ["user_embedding/embeddings", "item_embedding/embeddings"]  # as unsplit
+    gathers = [op for op in ops if op.type == "ResourceGather" and "_part_" in op.inputs[0].op.name]
+    assert gathers and len(gathers) % 6 == 0  # (tf_keras also traces the layers once when it builds the model)
+    assert all(op.device == op.inputs[0].op.device for op in gathers)
+    reads = [op for op in ops if op.type == "ReadVariableOp" and "embeddings_part" in op.inputs[0].op.name]
+    assert all("/job:ps" in op.device for op in reads), [(op.name, op.device) for op in reads]
+    sparse = {op.inputs[0].op.name for op in ops if op.type == "ResourceSparseApplyAdagrad"}
+    assert {f"{layer}/embeddings_part_{i}" for layer in ("user_embedding", "item_embedding") for i in range(3)} <= sparse
+    # a Dense layer stays one variable, updated densely
+    assert "hidden/kernel" in var_dev
+
+
+@pytest.mark.parametrize(
+    "make_doc",
+    [spec_doc, lambda ps: keras_doc(ps, "keras"), lambda ps: keras_doc(ps, "tf_keras")],
+    ids=["plain", "keras", "tf_keras"],
+)
+def test_a_checkpoint_of_3_shards_restores_into_2_and_1_and_the_export_serves_the_trained_graph(
+    servers, tmp_path, make_doc
+):
+    from tfyarn.train.export import write_saved_model
+
+    cluster, srv = servers
+    target = srv[("worker", 0)].target
+    doc = make_doc(3)
+    spec3, tg3 = _train_graph(cluster, 3, doc)
+    rng = np.random.default_rng(0)
+    probe = _feed(tg3, np.random.default_rng(9))
+    with tf.compat.v1.Session(target, graph=tg3.graph) as s:
+        s.run([tg3.init_op, tg3.local_init_op])
+        for _ in range(5):
+            s.run(tg3.train_op, _feed(tg3, rng))
+        prefix = tg3.saver.save(s, str(tmp_path / "ck" / "ckpt"))
+        want = _values(s, tg3)
+        served_graph = s.run(tg3.predictions, probe)
+    table = want[0]
+    third = len(table) // 3  # shards of one table start as different rows (seed + i), not copies of each other
+    assert not np.allclose(table[:third], table[third : 2 * third])
+    keys = dict(tf.train.list_variables(prefix))
+    table = tg3.model_var_keys[0]
+    assert keys[table] == [5000, 8] and keys[f"{table}/Adagrad"] == [5000, 8]
+    assert not any("/part_" in k for k in keys)  # one full tensor per table, whatever the number of ps
+    for num_ps in (2, 1):
+        _, tg = _train_graph(cluster, num_ps, make_doc(num_ps))
+        with tf.compat.v1.Session(target, graph=tg.graph) as s:
+            tg.saver.restore(s, prefix)
+            got = _values(s, tg)
+            assert len(got) == len(want)
+            for a, b in zip(want, got):
+                np.testing.assert_array_equal(a, b)
+            np.testing.assert_allclose(s.run(tg.predictions, {tg.feeds[k][0]: probe[tg3.feeds[k][0]] for k in tg3.feeds}),
+                                       served_graph, rtol=1e-6)
+    out = write_saved_model(spec3, prefix, tg3.model_var_keys, tmp_path / "export", "test")
+    serve = tf.saved_model.load(str(out)).signatures["serving_default"]
+    feats = {k: tf.constant(probe[tg3.feeds[k][0]]) for k in ("user_id", "item_id")}
+    served = serve(**feats)["predictions"].numpy()
+    np.testing.assert_allclose(served.reshape(served_graph.shape), served_graph, rtol=1e-5, atol=1e-6)
+    assert np.std(served) > 0
+
+
+# --------------------------------------------------------------------------------------------------- real processes
+def _job(tmp_path, urls, name, *, ps, epochs, lr=0.2, sync=False, init_from=None, model=None, params=None):
+    doc = spec_doc(ps, sync=sync, learning_rate=lr)
+    doc.update(name=name, data={"train": urls, "features": FEATURES, "batch_size": 100, "epochs": epochs})
+    if model:
+        doc.update(model=model, params=params)
+    doc["checkpoint"] = {"dir": f"file://{tmp_path / ('ckpt-' + name.split('-')[0])}", "every_secs": None}
+    if init_from:
+        doc["checkpoint"]["init_from"] = f"file://{tmp_path / ('ckpt-' + init_from)}"
+    doc["timeouts"] = {"step": 60, "rendezvous": 120}
+    return load_spec_dict(doc)
+
+
+def _run(spec, tmp_path, tag):
+    from harness import LocalCluster
+    from test_ps import run_ok
+
+    with LocalCluster(spec, tmp_path / f"run-{tag}", target="tfyarn.train:run_task") as c:
+        c.start()
+        return run_ok(c, timeout=200), c.log("chief:0")
+
+
+def _model_values(ckpt) -> list:
+    import json
+
+    index = json.loads((ckpt / "tfyarn-checkpoint.json").read_text())
+    entry = index["checkpoints"][-1]
+    reader = tf.train.load_checkpoint(str(ckpt / entry["name"]))
+    return [reader.get_tensor(k) for k in entry["model_variables"]]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(420)
+def test_plain_job_on_3_ps_resumes_on_2_and_warm_starts_on_1_values_equal(tmp_path):
+    """A plain recommender trained with its tables split over 3 ps (async, Adagrad); resumed with 2 ps for one
+    epoch more and a learning rate of ~0, its model variables are the first run's; a job warm-started from it on 1
+    ps (tables whole) starts from the same values."""
+    from test_ps import write_sized
+
+    urls = write_sized(tmp_path / "data", [1200, 800])
+    s1, log1 = _run(_job(tmp_path, urls, "a", ps=3, epochs=1), tmp_path, "a1")
+    assert s1["global_step"] == s1["total_steps"] == 20
+    assert "user_embedding/part_2" in log1  # the placement log names the shards
+    first = _model_values(tmp_path / "ckpt-a")
+    s2, log2 = _run(_job(tmp_path, urls, "a-resume", ps=2, epochs=2, lr=1e-12), tmp_path, "a2")
+    assert s2["resumed_from"] == s1["last_checkpoint"] and s2["global_step"] == s2["total_steps"] == 40, s2
+    for x, y in zip(first, _model_values(tmp_path / "ckpt-a")):
+        np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
+    s3, _ = _run(_job(tmp_path, urls, "c", ps=1, epochs=1, lr=1e-12, init_from="a"), tmp_path, "c")
+    assert s3["warm_started_from"] and s3["resumed_from"] is None
+    for x, y in zip(first, _model_values(tmp_path / "ckpt-c")):
+        np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
+
+
+def test_preflight_sizing_refuses_tables_one_ps_cannot_hold_in_one_line_and_passes_them_split():
+    """Two 1,600,000 x 64 tables + Adagrad slots (1.6 GB) over 3 ps of 1 GiB: split, ~530 MiB a ps; whole
+    (ps.max_shards: 1), 781 MiB on one ps + TF's own: refused, naming the bytes and the ps memory."""
+    from tfyarn.train.ps import memory_check
+
+    doc = spec_doc(3, min_shard="64 MiB", num_users=1_600_000, num_items=1_600_000, dim=64)
+    doc["roles"]["ps"]["memory"] = "1 GiB"
+    assert memory_check.problems(load_spec_dict(doc).to_json()) == []
+    total, tables = memory_check.ps_loads(load_spec_dict(doc).to_json())
+    assert max(total) < 600 * 2**20 and sum(tables) >= 2 * 1_600_000 * 64 * 4
+    doc["ps"]["max_shards"] = 1
+    (line,) = memory_check.problems(load_spec_dict(doc).to_json())
+    assert "would hold 781 MiB of variables (391 MiB of model variables" in line and "over its 1,024 MiB" in line

@@ -1,0 +1,84 @@
+"""``python -m tfyarn.train.ps.memory_check SPEC_JSON_FILE``: whether every ps can hold what ps mode places on it.
+Run in a child process by preflight (:func:`tfyarn.gateway.preflight.check_ps_memory`) for a ps-mode job whose
+tasks run this Python: the gateway itself never imports TensorFlow. Exit 2 with one line when the busiest ps's
+variables and optimizer slots (a split table's shards counted where they go) plus TensorFlow's own memory exceed
+``roles.ps.memory``: YARN would kill that ps mid-run, after the allocation, the upload and the start-up."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+#: What a ps process holds besides its variables (Python, TensorFlow, gRPC buffers), MiB.
+RUNTIME_MIB = 400
+
+_MIB = 2**20
+
+
+def ps_loads(spec_json: str) -> tuple[list[int], list[int]] | None:
+    """(bytes of every variable on each ps, of the model's own variables on each ps), as the chief's graph places
+    them; None when there is nothing tfyarn places (an entrypoint, a custom train function)."""
+    from tfyarn.spec import load_spec_json
+    from tfyarn.tasklib.context import TaskContext
+    from tfyarn.tasklib.kv import MemoryKV
+    from tfyarn.train.model import is_custom_train, load
+    from tfyarn.train.ps.graph import build_graph
+    from tfyarn.train.ps.placement import _VAR_OPS, _op_bytes
+
+    spec = load_spec_json(spec_json)
+    if spec.mode != "ps" or spec.entrypoint:
+        return None
+    model = load(spec.model, spec.params, spec.code or None, data=spec.data)
+    if is_custom_train(model):
+        return None
+    n = spec.instances("ps")
+    cluster = {"ps": [f"127.0.0.1:{i + 1}" for i in range(n)], "chief": ["127.0.0.1:0"]}
+    workers = spec.instances("worker")
+    if workers:
+        cluster["worker"] = [f"127.0.0.1:{100 + i}" for i in range(workers)]
+    ctx = TaskContext(spec=spec, role="chief", index=0, kv=MemoryKV(), cluster=cluster)
+    tg = build_graph(ctx, model)
+    own = {name.split("/part_")[0] for name in tg.model_var_keys}
+    total, tables = [0] * n, [0] * n
+    for op in tg.graph.get_operations():
+        m = re.search(r"/job:ps/task:(\d+)", op.device)
+        if op.type in _VAR_OPS and m:
+            i = int(m.group(1))
+            total[i] += _op_bytes(op)
+            if re.sub(r"(/|_)part_\d+$", "", op.name) in own or op.name in own:
+                tables[i] += _op_bytes(op)
+    return total, tables
+
+
+def problems(spec_json: str) -> list[str]:
+    from tfyarn.spec import load_spec_json
+
+    loads = ps_loads(spec_json)
+    if loads is None:
+        return []
+    total, tables = loads
+    spec = load_spec_json(spec_json)
+    memory = spec.role("ps").memory_mib
+    i = max(range(len(total)), key=lambda j: total[j])
+    need = total[i] / _MIB + RUNTIME_MIB
+    if need <= memory:
+        return []
+    shards = spec.ps.max_shards or spec.instances("ps")
+    return [
+        f"roles.ps.memory: ps:{i} would hold {total[i] / _MIB:,.0f} MiB of variables ({tables[i] / _MIB:,.0f} MiB "
+        f"of model variables, the rest optimizer slots) + ~{RUNTIME_MIB} MiB of TensorFlow = {need:,.0f} MiB, over "
+        f"its {memory:,} MiB (all ps: {sum(total) / _MIB:,.0f} MiB over {len(total)}, tables split in up to "
+        f"{shards}): give the ps more memory, add ps, or raise ps.max_shards / lower ps.min_shard_size"
+    ]
+
+
+def main() -> int:
+    found = problems(Path(sys.argv[1]).read_text())
+    for p in found:
+        print(p)
+    return 2 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
