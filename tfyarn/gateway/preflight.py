@@ -449,8 +449,6 @@ def check_ps_memory(spec: JobSpec, timeout: float = 120.0) -> list[str]:
 
 def _child_check(spec: JobSpec, module: str, what: str, timeout: float) -> list[str]:
     """Run ``python -m module SPEC_JSON`` (exit 2: its output lines are problems)."""
-    import subprocess
-    import tempfile
 
     with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
         f.write(spec.to_json())
@@ -611,7 +609,6 @@ def run_preflight(
     """Run every check (``cluster=None``: no queue/resource checks); raise :class:`PreflightError` listing all
     problems, else return warnings (may be empty). ``size_ps`` (a YARN submit: containers have a memory to
     exceed): also :func:`check_ps_memory`, in a child process importing TF, beside the other checks."""
-    from concurrent.futures import ThreadPoolExecutor
 
     ps_memory = None
     if size_ps and runs_this_python(spec):

@@ -28,8 +28,10 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from tfyarn.train import sharding
 from tfyarn.train.inputs import dims, is_sparse, tf_dtype
 from tfyarn.train.keras_optim import optimizer_config, v1_equivalent
+from tfyarn.train.sharding import tables
 
 
 def keras_flavour(obj: Any) -> str | None:
@@ -119,7 +121,6 @@ class KerasModel:
     # -- the contract ------------------------------------------------------------------------------------------------
     def build(self) -> None:
         """Make (or take) the Keras model in the current scope, build it on the spec's features, check it."""
-        from tfyarn.train import sharding
 
         policy = sharding.current() if _current_graph() is not None else None  # (ps mode's graph only)
         with sharding.keras_tables(_keras_module(self.flavour), policy):
@@ -142,7 +143,6 @@ class KerasModel:
     def tfyarn_variables(self) -> list:
         """The model's variables in Keras's weight order (what checkpoints, warm start and export key on): not every
         variable the factory created (compile and the optimizer create some too)."""
-        from tfyarn.train.sharding import tables
 
         return tables([_as_tf_variable(w) for w in self.keras.weights])  # (a split table: one of them)
 

@@ -28,6 +28,7 @@ import sys
 from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar
 
 from tfyarn.train.inputs import spec_of
+from tfyarn.train.sharding import flatten, tables
 
 if TYPE_CHECKING:
     from typing_extensions import TypeIs
@@ -154,8 +155,6 @@ def build_model(model: _M) -> _M:
     """Call ``model.build()`` (inside the placement scope) recording the variables it creates, in graph mode and
     under a strategy alike. A build that creates none fails here, before any step runs."""
     import tensorflow as tf
-
-    from tfyarn.train.sharding import flatten, tables
 
     created: list = []
 

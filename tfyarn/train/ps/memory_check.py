@@ -10,6 +10,13 @@ import re
 import sys
 from pathlib import Path
 
+from tfyarn.spec import load_spec_json
+from tfyarn.tasklib.context import TaskContext
+from tfyarn.tasklib.kv import MemoryKV
+from tfyarn.train.model import is_custom_train, load
+from tfyarn.train.ps.graph import build_graph
+from tfyarn.train.ps.placement import _VAR_OPS, _op_bytes
+
 #: What a ps process holds besides its variables (Python, TensorFlow, gRPC buffers), MiB.
 RUNTIME_MIB = 400
 
@@ -19,12 +26,6 @@ _MIB = 2**20
 def ps_loads(spec_json: str) -> tuple[list[int], list[int]] | None:
     """(bytes of every variable on each ps, of the model's own variables on each ps), as the chief's graph places
     them; None when there is nothing tfyarn places (an entrypoint, a custom train function)."""
-    from tfyarn.spec import load_spec_json
-    from tfyarn.tasklib.context import TaskContext
-    from tfyarn.tasklib.kv import MemoryKV
-    from tfyarn.train.model import is_custom_train, load
-    from tfyarn.train.ps.graph import build_graph
-    from tfyarn.train.ps.placement import _VAR_OPS, _op_bytes
 
     spec = load_spec_json(spec_json)
     if spec.mode != "ps" or spec.entrypoint:
@@ -52,7 +53,6 @@ def ps_loads(spec_json: str) -> tuple[list[int], list[int]] | None:
 
 
 def problems(spec_json: str) -> list[str]:
-    from tfyarn.spec import load_spec_json
 
     loads = ps_loads(spec_json)
     if loads is None:
