@@ -25,9 +25,10 @@ ROWS = 1_600_000
 
 
 @pytest.mark.xfail(
-    reason="issue 37, open: run 2026-11-28 02:39 (app 0052) SUCCEEDED but its chief's placement log shows both "
-    "1.6M-row tables whole (ps.min_shard_size left at its 64 MiB default), ps:0/ps:1 peaking at 1942/1948 MiB of "
-    "1024; the same code splits them in local jobs and on YARN with min_shard_size: 16 KiB (the resume test)",
+    reason="issue 37, open: on 2026-11-28 02:50 (app 0061) preflight refused max_shards: 1 in one line and the job "
+    "SUCCEEDED with each table split over the 3 ps and no container lost, but every ps peaked at 1654-1805 MiB "
+    "resident for ~550 MB of variables and slots (its 1 GiB is not enforced here: pmem check off); preflight's "
+    "~400 MiB allowance for TF is too low, or shard initialisation holds transient copies",
     strict=False,
 )
 def test_tables_bigger_than_one_ps_train_over_three_and_one_shard_is_refused_by_preflight(yarn, dataset):
@@ -35,7 +36,8 @@ def test_tables_bigger_than_one_ps_train_over_three_and_one_shard_is_refused_by_
     doc = job_doc(dataset, name, sync=False, ps=3, workers=0, epochs=1, memory="1 GiB")
     doc["params"] = {"num_users": ROWS, "num_items": ROWS, "dim": 64, "learning_rate": 0.1}
     doc["roles"]["chief"]["memory"] = "2 GiB"
-    refused = load_spec_dict({**doc, "ps": {"max_shards": 1}})
+    # (a name of its own: a job of the same name reuses what its dry run shipped, the refused spec included)
+    refused = load_spec_dict({**doc, "name": unique("bigemb-whole"), "ps": {"max_shards": 1}})
     with pytest.raises(PreflightError) as exc:
         runner.run(yarn, refused, timeout=JOB_S)
     (line,) = exc.value.problems
