@@ -284,13 +284,30 @@ class Launcher:
             self.procs.stop(list(self.tasks.values()), STOP_GRACE_S)
 
     def _restartable(self, task: TaskProcess) -> bool:
-        """May this failed task be restarted in place? (Role policy, its budget, and the job not stopping.)"""
+        """May this failed task be restarted in place? (Role policy, its budget, and the job not stopping.) A role
+        that can rejoin (async ps workers, the evaluator) is restarted for the cluster's faults (triage: free) up to
+        ``retry.cluster_faults`` more, as on YARN."""
         role = self.spec.role(task.role)
         code = task.exit_code if task.exit_code is not None else 1
         code = 128 - code if code < 0 else code  # killed by signal N → 128+N, as a shell reports it
-        if role.restart == "never" or task.restarts >= role.max_restarts or self._stop.is_set():
+        if role.restart == "never" or self._stop.is_set():
             return False
-        return restarts(role.restart, code, classify(exit_code=code, failure=task.diagnostics or ""))
+        if self._free_restart(task, code):
+            return True
+        if task.restarts - task.free_restarts >= role.max_restarts:
+            return False
+        return restarts(role.restart, code, classify(exit_code=code, failure=task.diagnostics or "", task=task.name))
+
+    def _free_restart(self, task: TaskProcess, code: int) -> bool:
+        """Is this failure the cluster's (a peer's or the transport's TF error) with ``retry.cluster_faults`` left
+        for a task that can rejoin? Counted in :attr:`TaskProcess.free_restarts` when so."""
+        rejoins = task.role == "evaluator" or (task.role == "worker" and self.spec.mode == "ps" and not self.spec.sync)
+        t = classify(exit_code=code, failure=task.diagnostics or "", task=task.name)
+        if not (rejoins and t.free and task.free_restarts < self.spec.retry.cluster_faults):
+            return False
+        task.free_restarts += 1
+        log.warning("%s: the cluster's fault, not counted in max_restarts: %s; rule: %s", task.name, t.words, t.rule)
+        return True
 
     def _restart(self, task: TaskProcess) -> None:
         assert self.kv is not None

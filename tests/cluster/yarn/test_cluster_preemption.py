@@ -14,7 +14,7 @@ import urllib.request
 
 import pytest
 import yaml
-from clusterutil import (
+from clusterutil import (  # noqa: F401 - cpu_hog: a fixture
     FAULT_JOBS,
     JOB_S,
     ROOT,
@@ -23,6 +23,7 @@ from clusterutil import (
     assert_causes_named,
     assert_clean,
     attempt_record,
+    cpu_hog,
     job_doc,
     needs_yarn,
     planned_steps,
@@ -132,7 +133,8 @@ def test_async_workers_preempted_come_back_in_place_without_using_the_restart_bu
         name,
         sync=False,
         workers=3,
-        epochs=30,
+        # under the hog the queue-b app's AM and the preemption take a minute or two: a longer job, still mid-run
+        epochs=30 if load is None else 60,
         ckpt=hdfs.join(hdfs_root, name, "ckpt"),
         every_steps=50,
         model="fault_models:slow_recommender",
@@ -141,7 +143,9 @@ def test_async_workers_preempted_come_back_in_place_without_using_the_restart_bu
         memory="512 MiB",
     )
     doc["roles"]["worker"]["memory"] = f"{WORKER_MIB} MiB"
-    doc["params"]["step_delay_s"] = 0.15
+    # under the hog the job's start takes minutes and training only seconds: slower steps keep it mid-run while
+    # the queue-b app's AM starts and the scheduler preempts (measured: hog launched 66 s before a 0.15 s-step end)
+    doc["params"]["step_delay_s"] = 0.15 if load is None else 0.4
     spec = load_spec_dict(doc)
     total = (
         sum(planned_steps(spec)) * spec.num_training_workers
@@ -171,7 +175,7 @@ def test_async_workers_preempted_come_back_in_place_without_using_the_restart_bu
                 raise AssertionError(f"{app_id} ended before the scheduler preempted a worker ({exc})") from exc
             return [c for c in got if "preempted" in (c.exit_message or "")]
 
-        gone = wait_until(preempted, 120, "the scheduler to preempt a worker of queue a")
+        gone = wait_until(preempted, 120 if load is None else 300, "the scheduler to preempt a worker of queue a")
         st = yarn.status(app_id)
         assert st.state in (AppState.RUNNING, AppState.PENDING), (st.state, st.diagnostics)
         yarn.kill(hog)
@@ -225,7 +229,8 @@ def test_a_sync_job_preempted_resumes_from_its_checkpoint_without_using_an_attem
         retry={"max_attempts": 1, "backoff": "1s"},
     )
     doc["roles"]["worker"]["memory"] = f"{WORKER_MIB} MiB"
-    doc["params"]["step_delay_s"] = 0.2
+    # under the hog training is seconds after minutes of start-up: slower steps keep it running until the preemption
+    doc["params"]["step_delay_s"] = 0.5
     spec = load_spec_dict(doc)
     total = sum(planned_steps(spec))
     hog = None

@@ -67,3 +67,18 @@ def test_a_task_silent_on_a_node_that_stopped_answering_is_lost_within_the_bound
     # the node answers again: the clock starts over
     alive[good] = True
     assert watch.check(cs, taskmap, heard) is None and watch._down_since == {}
+
+
+def test_the_supervisors_own_container_is_never_a_task_lost_with_its_node():
+    """Issue 40, under a CPU hog (load 56): a NodeManager slow to answer for 18 s while every task kept reporting
+    progress ended an attempt as "tfyarn-supervisor:0 lost with its node": the supervisor's container (no task, never
+    heard through progress/, the one asking) was counted. It is not."""
+    from tfyarn.backends.yarn.appspec import SUPERVISOR_SERVICE
+
+    now = [1000.0]
+    watch = NodeWatch(15, prober=lambda addr: False, clock=lambda: now[0])
+    cs = [running("worker", 0, "127.0.0.2:1"), running(SUPERVISOR_SERVICE, 0, "127.0.0.2:1")]
+    assert watch.check(cs, {"worker_0": "worker:0"}, {"worker:0": 1000.0}) is None
+    now[0] = 1020.0
+    assert watch.check(cs, {"worker_0": "worker:0"}, {"worker:0": 1019.0}) is None  # the worker still heard
+    assert "worker:0 lost" in watch.check(cs, {"worker_0": "worker:0"}, {"worker:0": 1000.0})

@@ -93,6 +93,8 @@ class TaskProcess:
     state: str = "PENDING"
     exit_code: int | None = None
     restarts: int = 0
+    #: of those, the cluster's faults (a peer's or the transport's TF error: contracts.triage), not in max_restarts
+    free_restarts: int = 0
     diagnostics: str = ""
     tail: deque[str] = field(default_factory=lambda: deque(maxlen=TAIL_LINES))
     peak_rss: int = 0  # bytes, task + its children (framing processes), highest sample

@@ -49,10 +49,14 @@ class NodeWatch:
         """``containers``: skein's (RUNNING ones are looked at); ``taskmap``: skein id → task;
         ``last_heard``: task → wall time of its newest progress record (or its start). None while
         every node answers."""
+        from tfyarn.backends.yarn.appspec import SUPERVISOR_SERVICE
+
         now = self.clock()
         nodes: dict[str, list[str]] = {}
         for c in containers:
-            if str(c.state) == "RUNNING" and c.yarn_node_http_address:
+            # not the supervisor's own container: it is no task (never heard through progress/) and it is the one
+            # asking; a NodeManager slow to answer under load made it "lost with its node" (issue 40's CPU hog)
+            if str(c.state) == "RUNNING" and c.yarn_node_http_address and c.service_name != SUPERVISOR_SERVICE:
                 task = taskmap.get(f"{c.service_name}_{c.instance}", f"{c.service_name}:{c.instance}")
                 nodes.setdefault(c.yarn_node_http_address, []).append(task)
         for addr in list(self._down_since):
