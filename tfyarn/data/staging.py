@@ -91,7 +91,13 @@ def epoch_records(epoch: int, wait_s: float) -> Any:
     path = epoch_path(epoch)
     polls = max(1, int(wait_s * 1e6 / POLL_US))
     tries = tf.data.Dataset.range(1).concatenate(tf.data.Dataset.range(polls).apply(sleep(POLL_US)))
-    found = tries.map(lambda _: tf.size(tf.io.matching_files(path)) > 0).filter(lambda ok: ok).take(1)
+    # the pattern depends on the element (an empty suffix), or graph optimisation folds the look-up into one
+    # constant taken when the iterator is made, and a file staged later is never seen
+    def present(i: Any) -> Any:
+        pattern = tf.strings.join([path, tf.strings.substr(tf.strings.as_string(i), 0, 0)])
+        return tf.size(tf.io.matching_files(pattern)) > 0
+
+    found = tries.map(present).filter(lambda ok: ok).take(1)
     why = (
         f"tfyarn: {path} (the share staged for epoch {epoch}) is not in the working directory of the TF server "
         f"running this dataset after {wait_s:g}s: train_dataset(worker=...) reads the share that the tfyarn "
