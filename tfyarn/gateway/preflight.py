@@ -539,26 +539,7 @@ def check_keras_model(spec: JobSpec, timeout: float = 300.0) -> list[str]:
 
     if not code_uses_keras(spec.model.partition(":")[0], spec.code):
         return []
-    with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
-        f.write(spec.to_json())
-        f.flush()
-        try:
-            proc = subprocess.run(
-                [sys.executable, "-m", "tfyarn.train.keras_check", f.name],
-                check=False,
-                capture_output=True,
-                text=True,
-                timeout=timeout,
-                env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
-            )
-        except subprocess.TimeoutExpired:
-            return [f"model: checking the Keras model {spec.model} took over {timeout:g}s"]
-    if proc.returncode == 2:
-        return [line for line in proc.stdout.splitlines() if line.strip()]
-    if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-        return [f"model: {spec.model} failed when called to check it: {last}"]
-    return []
+    return _child_check(spec, "tfyarn.train.keras_check", "checking the Keras model", timeout)
 
 
 def runs_this_python(spec: JobSpec) -> bool:
