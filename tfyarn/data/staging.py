@@ -91,6 +91,7 @@ def epoch_records(epoch: int, wait_s: float) -> Any:
     path = epoch_path(epoch)
     polls = max(1, int(wait_s * 1e6 / POLL_US))
     tries = tf.data.Dataset.range(1).concatenate(tf.data.Dataset.range(polls).apply(sleep(POLL_US)))
+
     # the pattern depends on the element (an empty suffix), or graph optimisation folds the look-up into one
     # constant taken when the iterator is made, and a file staged later is never seen
     def present(i: Any) -> Any:
