@@ -21,7 +21,6 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping
 
-import psutil
 
 from tfyarn.contracts.kv_keys import (
     DONE_KEY,
@@ -234,6 +233,7 @@ def _progress(value: str | None) -> tuple[int | None, bool]:
 
 def process_state(pid: int) -> str:
     """'running', 'stopped', 'zombie' or 'dead'."""
+    import psutil  # noqa: PLC0415 - lazy: the gateway's status path imports this module and must stay light
 
     try:
         st = psutil.Process(pid).status()
