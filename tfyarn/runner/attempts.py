@@ -14,6 +14,7 @@ every attempt as a round of one app, its processes supervised by itself (:data:`
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import threading
 import time
@@ -94,7 +95,9 @@ class ScheduledAttempts:
         return None
 
     def start(self, attempt: int) -> str:
-        return str(self.backend.schedule(self.backend.dryrun(self.spec, attempt=attempt)))
+        # the run's start marks the first phase of the job's timeline (and tells the backend a run follows)
+        request = dataclasses.replace(self.backend.dryrun(self.spec, attempt=attempt), run_started=self.sup.started)
+        return str(self.backend.schedule(request))
 
     def to_end(self, app_id: str) -> AppStatus:
         return follow_to_end(self.backend, app_id, self.sup, None, self.poll, self.on_update)

@@ -13,8 +13,10 @@ import pytest
 from launch_helpers import small_spec, wait_no_processes
 from tfyarn import runner
 from tfyarn.backends import registry
-from tfyarn.backends.base import AppState, Backend
+from tfyarn.backends.base import AppState, Backend, Request
 from tfyarn.backends.local.backend import LocalBackend
+from tfyarn.runner.attempts import ScheduledAttempts
+from tfyarn.runner.supervisor import Supervisor
 from tfyarn.spec import load_spec_dict
 
 pytestmark = pytest.mark.timeout(180)
@@ -106,3 +108,24 @@ def test_a_run_ended_by_an_error_in_its_follower_still_leaves_its_run_report(tmp
     assert st.state is AppState.KILLED, st.diagnostics
     assert (apps[0] / "report.json").is_file(), sorted(p.name for p in apps[0].iterdir())
     assert wait_no_processes(st.app_id, 10) == []
+
+
+def test_an_attempt_scheduled_by_the_runner_carries_the_runs_start(tmp_path):
+    """The run's start is the first mark of the job's timeline (YARN's ``start → app end`` phase) and tells the
+    backend a run follows its submit (YARN then releases its JVM): the runner puts it on every request it schedules."""
+    class Recording:
+        name = "recording"
+        scheduled: list[Request] = []
+
+        def dryrun(self, spec, attempt=0):
+            return Request(spec, attempt)
+
+        def schedule(self, request):
+            self.scheduled.append(request)
+            return f"app-{request.attempt}"
+
+    spec = _spec(tmp_path, "0.2s")
+    sup = Supervisor(spec, started=1234.5)
+    backend = Recording()
+    assert ScheduledAttempts(backend, spec, sup).start(1) == "app-1"
+    assert [(r.attempt, r.run_started) for r in backend.scheduled] == [(1, 1234.5)]

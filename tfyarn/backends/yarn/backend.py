@@ -63,7 +63,6 @@ class YarnBackend(Backend):
         aggregation_wait_s: float = 30.0,
         detached_report: bool = False,
     ):
-        self.detached_report = detached_report
         self.conn = YarnConnection(staging_dir, hadoop_conf_dir, driver, client, one_shot=detached_report)
         self.submitter = Submitter(self.conn, master_memory_mib, master_vcores, preflight, progress, cluster)
         self.reader = StatusReader(self.conn, aggregation_wait_s)
@@ -118,11 +117,34 @@ class YarnBackend(Backend):
     def write_report(self, st: AppStatus) -> Path | None:
         return self.reporter.write_report(st)
 
+    def phases(self, app_id: str, st: AppStatus | None = None) -> dict[str, Any]:
+        return self.reporter.phases(app_id, st)
+
     def index_cache_dir(self) -> str | None:
         return self.conn.index_cache_dir()
 
     def close(self) -> None:
         self.conn.close()
+
+    @property
+    def detached_report(self) -> bool:
+        """A one-shot command (the CLI): the run report is written by a detached process and the skein driver is
+        released once following needs no JVM. Set after construction too (``api.run``), so the parts follow it."""
+        return self.reporter.detached
+
+    @detached_report.setter
+    def detached_report(self, on: bool) -> None:
+        self.reporter.detached = self.conn.one_shot = on
+
+    @property
+    def preflight(self) -> bool:
+        """Whether ``schedule`` runs the preflight checks first (a probe, or a test submitting past them, turns them
+        off for one submit)."""
+        return self.submitter.preflight
+
+    @preflight.setter
+    def preflight(self, on: bool) -> None:
+        self.submitter.preflight = on
 
     # the connection's, for callers (pack, scripts, tests)
     conf = property(lambda self: self.conn.conf)

@@ -112,7 +112,7 @@ def run_probe(backend: Any, spec: JobSpec, timeout: float = 180.0, poll: float =
 
 def _read(backend: Any, app_id: str) -> dict[str, Any] | None:
     """The report, once the probe's container has written it; None before (or while its AM cannot be asked)."""
-    rep = backend._app_report(app_id)
+    rep = backend.conn.app_report(app_id)
     if str(rep.state) in ("FINISHED", "FAILED", "KILLED"):
         return {"failed": f"the probe's application ended {rep.state}: {rep.diagnostics}"}
     if str(rep.state) != "RUNNING":

@@ -28,6 +28,7 @@ from tfyarn.contracts.kv_keys import (
     SLOT_DONE_PREFIX,
     SUPERVISOR_KEY,
 )
+from tfyarn.spec import SIDECAR_ROLES
 from tfyarn.tasklib.kv import KV, KVUnavailable
 
 log = logging.getLogger(__name__)
@@ -53,9 +54,16 @@ def record_phase(kv: KV, task: str, **times: float) -> None:
 
 
 def all_done(kv: KV, tasks: Iterable[str]) -> bool:
-    """Every task has reported done and no task has a failure record."""
-    done = kv.items(SLOT_DONE_PREFIX)
-    return all(f"{SLOT_DONE_PREFIX}{t}" in done for t in tasks) and not kv.items(FAILURE_PREFIX)
+    """Every task has reported done and no task has a failure record; a side task (tensorboard) that failed counts
+    as done: its failure is allowed (the job trains on without it, and its report says so)."""
+    done, failed = kv.items(SLOT_DONE_PREFIX), kv.items(FAILURE_PREFIX)
+
+    def side(task: str) -> bool:
+        return task.split(":", 1)[0] in SIDECAR_ROLES
+
+    if any(not side(key[len(FAILURE_PREFIX) :]) for key in failed):
+        return False
+    return all(f"{SLOT_DONE_PREFIX}{t}" in done or (side(t) and f"{FAILURE_PREFIX}{t}" in failed) for t in tasks)
 
 
 def follower_alive(kv: KV, now: float, key: str = FOLLOWER_KEY) -> bool:

@@ -94,6 +94,18 @@ def test_a_failure_record_leaves_the_end_to_yarn():
     assert down.calls == 0
 
 
+def test_a_failed_side_task_counts_as_done_and_the_app_ends_succeeded():
+    """A tensorboard that failed (its failure allowed) neither blocks the end nor fails the job: without the end
+    record the app would be FAILED (issue 41's verdict) although it trained."""
+    kv, down = MemoryKV(), Shutdowns()
+    tasks = [*TASKS, "tensorboard:0"]
+    _done(kv, TASKS)
+    assert app_end.finish_if_last(kv, tasks, "worker:0", down, grace_s=0.1) is False   # tensorboard still runs
+    kv.put("failure/tensorboard:0", "MissingTensorBoard: the tensorboard role needs the 'tensorboard' package")
+    assert app_end.finish_if_last(kv, tasks, "worker:0", down, grace_s=0.1) is True
+    assert down.calls == 1 and job_end.from_diagnostics(down.diagnostics[0])[0].state == "SUCCEEDED"
+
+
 def test_a_live_follower_gets_the_shutdown_then_the_task_ends_it_itself():
     import time
     kv, down = MemoryKV(), Shutdowns()
