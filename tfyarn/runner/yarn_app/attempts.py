@@ -20,6 +20,10 @@ from typing import Any, Callable, Iterable
 from tfyarn.contracts import in_app
 from tfyarn.contracts.kv_keys import ATTEMPT_KEY, attempt_record_key
 from tfyarn.spec import SIDECAR_ROLES, JobSpec
+from tfyarn.backends.yarn.log_files import nm_container_state
+from tfyarn.cluster.webauth import SpnegoUnavailable
+from tfyarn.backends.yarn.states import ALL_CONTAINER_STATES
+from tfyarn.contracts.triage import attempt_cause, AttemptBudget
 
 log = logging.getLogger(__name__)
 
@@ -69,9 +73,6 @@ def nm_container_gone(nm_http_address: str, container_id: str, timeout: float = 
     NodeManager client: SPNEGO when the web UI wants it): a state past running, unknown, or the NodeManager
     gone with its node. A NodeManager that refuses this process (401/403, no Kerberos credentials) is said
     once in the log and the container taken as stopped after :data:`REFUSED_GRACE_S`."""
-    from tfyarn.backends.yarn.log_files import nm_container_state
-    from tfyarn.cluster.webauth import SpnegoUnavailable
-
     try:
         state = nm_container_state(nm_http_address, container_id, timeout)
     except urllib.error.HTTPError as exc:
@@ -144,8 +145,6 @@ def kill_attempt(app: Any, services: list[str], rounds: int = 5) -> list[Any]:
 
 def next_first(app: Any, services: list[str]) -> dict[str, int]:
     """Per service, the instance number skein gives its next container (its containers are numbered in order)."""
-    from tfyarn.backends.yarn.states import ALL_CONTAINER_STATES
-
     first = {s: 0 for s in services}
     for c in app.get_containers(services=services, states=ALL_CONTAINER_STATES):
         first[c.service_name] = max(first[c.service_name], c.instance + 1)
@@ -154,8 +153,6 @@ def next_first(app: Any, services: list[str]) -> dict[str, int]:
 
 def attempt_record(attempt: int, diagnosis: str, started: float, ended: float, redone: dict[str, Any]) -> str:
     """``attempts/<n>``'s JSON: how in-app attempt ``attempt`` ended, and the steps the next one redoes."""
-    from tfyarn.contracts.triage import attempt_cause
-
     cause = attempt_cause(diagnosis)
     return json.dumps(
         {
@@ -216,8 +213,6 @@ def absorb(sup: Any, snap: dict[str, Any], label: str) -> None:
     """A run's supervisor (``tfyarn run``, or a restarted in-app supervisor) takes in the attempts the app
     ``label`` ran itself (its snapshot's ``attempts``): numbered on from them, each counted in the budget, its
     diagnosis kept for the final one and its redone steps in the totals — as if the run had started them."""
-    from tfyarn.contracts.triage import AttemptBudget
-
     ended = snap.get("attempts") or []
     n = snap.get("attempt")
     if isinstance(n, int):
