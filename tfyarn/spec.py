@@ -154,7 +154,7 @@ class Environment(_Model):
     archive: str | None = Field(None, description="Prebuilt packed env (tar.gz) URL, e.g. hdfs:///envs/tf.tar.gz")
     python: str | None = Field(
         None,
-        description="A python already installed on every node, e.g. /opt/py311/bin/python (a local run's tasks use it too)",
+        description="A python already installed on every node, e.g. /opt/py311/bin/python (local runs use it too)",
     )
 
     @model_validator(mode="after")
