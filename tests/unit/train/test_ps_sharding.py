@@ -423,15 +423,21 @@ def test_plain_job_on_3_ps_resumes_on_2_and_warm_starts_on_1_values_equal(tmp_pa
 
 
 def test_preflight_sizing_refuses_tables_one_ps_cannot_hold_in_one_line_and_passes_them_split():
-    """Two 1,600,000 x 64 tables + Adagrad slots (1.6 GB) over 3 ps of 1 GiB: split, ~530 MiB a ps; whole
-    (ps.max_shards: 1), 781 MiB on one ps + TF's own: refused, naming the bytes and the ps memory."""
+    """Two 3,200,000 x 64 tables + Adagrad slots (3.3 GB, 1.5x one ps's 2 GiB) over 3 ps: split, ~1,060 MiB a ps +
+    its biggest shard's initial value + TF's own: accepted; whole (ps.max_shards: 1), 1,563 MiB on one ps: refused,
+    naming the bytes and the ps memory; split but checkpointed (the Saver's reads copy every variable): refused."""
     from tfyarn.train.ps import memory_check
 
-    doc = spec_doc(3, min_shard="64 MiB", num_users=1_600_000, num_items=1_600_000, dim=64)
-    doc["roles"]["ps"]["memory"] = "1 GiB"
+    doc = spec_doc(3, min_shard="64 MiB", num_users=3_200_000, num_items=3_200_000, dim=64)
+    doc["roles"]["ps"]["memory"] = "2 GiB"
     assert memory_check.problems(load_spec_dict(doc).to_json()) == []
-    total, tables = memory_check.ps_loads(load_spec_dict(doc).to_json())
-    assert max(total) < 600 * 2**20 and sum(tables) >= 2 * 1_600_000 * 64 * 4
+    total, tables, biggest = memory_check.ps_loads(load_spec_dict(doc).to_json())
+    assert max(total) < 1100 * 2**20 and sum(tables) >= 2 * 3_200_000 * 64 * 4
+    assert max(biggest) == (3_200_000 // 3 + 1) * 64 * 4  # a shard of a table (its slot is as big)
+    (line,) = memory_check.problems(load_spec_dict({**doc, "checkpoint": {"dir": "/tmp/unused"}}).to_json())
+    assert "at its peak (a copy of them while a checkpoint is read)" in line and "over its 2,048 MiB" in line, line
     doc["ps"]["max_shards"] = 1
     (line,) = memory_check.problems(load_spec_dict(doc).to_json())
-    assert "would hold 781 MiB of variables (391 MiB of model variables" in line and "over its 1,024 MiB" in line
+    assert "would hold 1,562 MiB of variables (781 MiB of model variables" in line, line
+    assert "over its 2,048 MiB" in line, line
+    assert "+ 781 MiB at its peak (its biggest variable's initial value)" in line, line
