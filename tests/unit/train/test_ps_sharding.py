@@ -331,6 +331,26 @@ def test_every_initial_value_is_computed_on_its_variables_ps(ps):
     assert sorted(op.name for ops in stages for op in ops) == sorted(v.initializer.name for v in variables)
 
 
+@pytest.mark.parametrize("ps", [1, 3])
+@pytest.mark.parametrize("flavour", ["keras", "tf_keras"])
+def test_keras_tables_and_slots_are_initialised_on_their_ps(ps, flavour):
+    """A Keras Embedding's table (whole or split), its Dense layers and their optimizer slots: initial values on
+    the ps. (Keras 3's optimizer makes its scalar iteration and learning rate from a value computed on the worker:
+    4 bytes each, left as they are.)"""
+    tg = graph_of(keras_doc(ps, flavour))
+    checked = 0
+    for v in tg.graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES):
+        if v.shape.rank == 0:
+            continue
+        for op in _initial_value_ops(v):
+            where = op.device or next(
+                (tg.graph.get_operation_by_name(g.decode()[5:]).device for g in op.colocation_groups()), ""
+            )
+            assert where == v.device, f"{op.name} ({op.type}) of {v.op.name}: on {where!r}, not {v.device}"
+        checked += 1
+    assert checked >= 8, checked  # tables (or their shards), Dense kernels and biases, and their slots
+
+
 def test_initial_values_run_on_the_ps(servers):
     """Run for real (in-process servers): the init runs' partition graphs put every random op of an initial
     value on the ps, none on the worker."""
