@@ -26,6 +26,7 @@ class TrainGraph:
     worker_started: Any
     reset_started: Any  # this worker's started := counted (after reading what was in flight)
     init_op: Any
+    init_stages: list[list[Any]]  # the variables' initializers in the order the chief runs them (init_stages())
     local_init_op: Any
     ready_op: Any
     saver: Any
@@ -95,6 +96,31 @@ class LockstepSync:
         with tf.control_dependencies([self.apply_op]):
             gs = tf.identity(global_step.read_value())
             self.aggregate = tf.group(*[q.enqueue(gs) for q in self.queues], name="tfyarn_sync_aggregate")
+
+
+#: A variable of this many bytes or more is initialised in a run of its own on its ps (init_stages).
+BIG_INIT_BYTES = 16 * 2**20
+
+
+def init_stages(variables: list[Any]) -> list[list[Any]]:
+    """The initializers of ``variables`` in runs the chief makes one after the other: the first run initialises
+    every small variable and the biggest of each ps, each next run the next biggest of each ps. Why: a variable's
+    initial value is a tensor of its size beside it (a random one a second copy while it is scaled), and TF's CPU
+    allocator keeps what it freed for reuse rather than return it; one ``global_variables_initializer`` computes
+    every initial value of a ps at once, so its peak holds them all, while in turns one at a time is reused."""
+    small: list[Any] = []
+    big: dict[str, list[tuple[int, str, Any]]] = {}
+    for v in variables:
+        nbytes = (v.shape.num_elements() or 0) * v.dtype.size if v.shape.is_fully_defined() else 0
+        if nbytes < BIG_INIT_BYTES:
+            small.append(v.initializer)
+        else:
+            big.setdefault(v.device, []).append((nbytes, v.name, v.initializer))
+    for on_ps in big.values():
+        on_ps.sort(key=lambda x: (-x[0], x[1]))
+    turns = max((len(x) for x in big.values()), default=0)
+    stages = [[on_ps[k][2] for on_ps in big.values() if k < len(on_ps)] for k in range(turns)]
+    return [small + stages[0], *stages[1:]] if stages else [small]
 
 
 def build_graph(ctx: Any, model: Any) -> TrainGraph:  # noqa: PLR0915 - listed in tests/unit/test_code_habits.py
@@ -171,6 +197,7 @@ def build_graph(ctx: Any, model: Any) -> TrainGraph:  # noqa: PLR0915 - listed i
                     align_steps = global_step.assign(tf.reduce_sum(worker_steps.read_value()))
         with tf.compat.v1.device(worker_device):
             init_op = tf.compat.v1.global_variables_initializer()
+            stages = init_stages(tf.compat.v1.global_variables())
             local_init_op = tf.group(tf.compat.v1.local_variables_initializer(), tf.compat.v1.tables_initializer())
             ready_op = tf.compat.v1.report_uninitialized_variables(tf.compat.v1.global_variables())
             saver = tf.compat.v1.train.Saver(
@@ -194,6 +221,7 @@ def build_graph(ctx: Any, model: Any) -> TrainGraph:  # noqa: PLR0915 - listed i
         worker_started=worker_started,
         reset_started=reset_started,
         init_op=init_op,
+        init_stages=stages,
         local_init_op=local_init_op,
         ready_op=ready_op,
         saver=saver,
