@@ -373,6 +373,22 @@ def test_initial_values_run_on_the_ps(servers):
     assert random_on and all("/job:ps/replica:0/task:0" in d for d in random_on.values()), random_on
 
 
+def test_the_saver_reads_each_variable_on_its_ps_after_disabling_copy_on_read():
+    """The chief's Saver (train/ps/saver.py) writes TF's keys (a split table as one full tensor) and reads each
+    variable where it lives, after a DisableCopyOnRead (else a sparse-updated variable is copied whole per read)."""
+    tg = graph_of(spec_doc(3))
+    save = next(op for op in tg.graph.get_operations() if op.type == "SaveV2")
+    names = tf.make_ndarray(save.inputs[1].op.get_attr("value"))
+    keys = {sharding.checkpoint_key(v) for v in tg.graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES)}
+    assert {n.decode() for n in names} == keys and "user_embedding" in keys and "user_embedding/Adagrad" in keys
+    reads = [t.op for t in save.inputs[3:]]
+    assert len(reads) == len(names) > 8
+    for read in reads:
+        assert read.type == "ReadVariableOp" and "/job:ps" in read.device, (read.name, read.type, read.device)
+        (off,) = read.control_inputs
+        assert off.type == "DisableCopyOnRead" and off.inputs[0] is read.inputs[0] and off.device == read.device
+
+
 def test_init_stages_initialise_big_variables_of_each_ps_one_at_a_time():
     rows = BIG_INIT_BYTES // 4 // 8 + 1
     g = tf.Graph()

@@ -7,8 +7,9 @@ variables and optimizer slots (a split table's shards counted where they go) plu
 What a ps peaks at (measured with ``scripts/bench_ps_memory.py``, BENCHMARKS.md "Embedding tables in ps mode"):
 TensorFlow and its server (:data:`RUNTIME_MIB`), its variables and slots, and one transient beside them: while it
 initialises, the initial value of its biggest variable (the chief initialises one big variable of each ps at a
-time); with checkpoints, a copy of every variable it holds (the Saver reads them all at once, and a variable that
-took sparse updates is copied on each read)."""
+time); with checkpoints, a copy of every variable it holds: the Saver reads them all at once without copying
+(:mod:`tfyarn.train.ps.saver`), but a sparse update that lands while a read is in flight copies that variable
+(TF's copy-on-write), which async workers and the sync aggregator can do to each of them."""
 
 from __future__ import annotations
 
@@ -71,8 +72,8 @@ def problems(spec_json: str) -> list[str]:
     spec = load_spec_json(spec_json)
     memory = spec.role("ps").memory_mib
     saves = bool(spec.checkpoint.dir)
-    # the transient beside the variables: a copy of them all while a checkpoint is read, else the biggest one's
-    # initial value (module docstring)
+    # the transient beside the variables: up to a copy of them all while a checkpoint is read, else the biggest
+    # one's initial value (module docstring)
     transient = total if saves else biggest
     i = max(range(len(total)), key=lambda j: total[j] + transient[j])
     need = (total[i] + transient[i]) / _MIB + RUNTIME_MIB
