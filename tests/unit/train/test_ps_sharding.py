@@ -477,3 +477,15 @@ def test_preflight_sizing_refuses_tables_one_ps_cannot_hold_in_one_line_and_pass
     assert "would hold 1,562 MiB of variables (781 MiB of model variables" in line, line
     assert "over its 2,048 MiB" in line, line
     assert "+ 781 MiB at its peak (its biggest variable's initial value)" in line, line
+
+
+def test_preflight_sizing_leaves_a_small_models_ps_in_a_small_container_alone():
+    """A recommender of a few MiB on a 512 MiB ps (the YARN tests' jobs; TensorFlow alone is ~600 MiB resident, which
+    a cluster that does not enforce physical memory allows): its variables are not what decides, so no refusal."""
+    from tfyarn.train.ps import memory_check
+
+    doc = spec_doc(1, min_shard="64 MiB", num_users=1000, num_items=1000, dim=16)
+    doc["roles"]["ps"]["memory"] = "512 MiB"
+    total, _, _ = memory_check.ps_loads(load_spec_dict(doc).to_json())
+    assert 0 < max(total) < memory_check.MATERIAL_MIB * 2**20
+    assert memory_check.problems(load_spec_dict(doc).to_json()) == []

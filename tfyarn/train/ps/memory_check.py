@@ -30,6 +30,9 @@ from tfyarn.train.ps.placement import _VAR_OPS, _op_bytes
 RUNTIME_MIB = 650
 
 _MIB = 2**20
+#: Below this, a ps's variables are not what decides its memory (TensorFlow's own RUNTIME_MIB is): a small model's
+#: ps in a small container (512 MiB, where YARN does not enforce physical memory) is not refused for TF's footprint.
+MATERIAL_MIB = 64
 
 
 def ps_loads(spec_json: str) -> tuple[list[int], list[int], list[int]] | None:
@@ -77,7 +80,7 @@ def problems(spec_json: str) -> list[str]:
     transient = total if saves else biggest
     i = max(range(len(total)), key=lambda j: total[j] + transient[j])
     need = (total[i] + transient[i]) / _MIB + RUNTIME_MIB
-    if need <= memory:
+    if need <= memory or (total[i] + transient[i]) / _MIB < MATERIAL_MIB:
         return []
     shards = spec.ps.max_shards or spec.instances("ps")
     peak = "a copy of them while a checkpoint is read" if saves else "its biggest variable's initial value"
