@@ -169,16 +169,14 @@ def ps_bytes(pids: set[int]) -> int:
 
 def run_one(files: list[str], work: Path, kind: str, rows: int, ps: int, sync: bool) -> dict[str, Any]:
     """One job in this process (the local backend's Launcher), its ps bytes sampled beside it."""
-    from tfyarn.backends.local.launcher import Launcher
-    from tfyarn.runner import run
+    from tfyarn.runner.attempts import run_attempts
+    from tfyarn.runner.local_app import Launcher
+    from tfyarn.runner.supervisor import Supervisor
 
     spec = job_spec(files, work, kind, rows, ps, sync)
-    launchers: list[Any] = []
-
-    class OneLauncher:  # the local backend's `attempts` hook, minus its preflight
-        def attempts(self, spec: Any, sup: Any, echo: Any = None, on_update: Any = None, poll: float = 2.0) -> Any:
-            launchers.append(Launcher(spec, work / "app", f"local-bench-{work.name}", supervisor=sup))
-            return launchers[-1]
+    sup = Supervisor(spec, started=time.time())
+    # the local backend's application master in this process, minus its preflight
+    launchers: list[Any] = [Launcher(spec, work / "app", f"local-bench-{work.name}", supervisor=sup)]
 
     _SEEN.clear()
     samples: list[tuple[float, int]] = []  # (time, ps bytes)
@@ -209,7 +207,7 @@ def run_one(files: list[str], work: Path, kind: str, rows: int, ps: int, sync: b
     th = threading.Thread(target=watch, daemon=True)
     t0 = time.time()
     th.start()
-    status = run(OneLauncher(), spec)
+    status = run_attempts(launchers[0], sup)
     stop.set()
     th.join()
     kv = launchers[-1].kv if launchers else None

@@ -645,7 +645,9 @@ def run_local_preflight(spec: JobSpec, get_fs: GetFs = hdfs.get_fs, count_record
     Kerberos, and local paths are what a local run uses). ``count_records``: also :func:`check_enough_records` (it
     may index the data: the local backend asks for it, right before a start)."""
     listed = list_data(spec, get_fs)
-    _raise(_file_checks(spec, get_fs, listed, count_records) + check_task_env(spec), "nothing was started")
+    # the tasks' own Python (environment.python) is asked what it imports; this one is looked into without running
+    env = task_python.check_local(spec) if task_python.local_python(spec) != sys.executable else check_task_env(spec)
+    _raise(_file_checks(spec, get_fs, listed, count_records) + env, "nothing was started")
     for w in local_resource_warnings(spec) + index_notes(spec, listed):
         log.warning("preflight: %s", w)
 

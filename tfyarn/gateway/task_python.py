@@ -12,9 +12,11 @@ from __future__ import annotations
 import os
 import pwd
 import stat
+import subprocess
 import sys
 from pathlib import Path
 
+from tfyarn.contracts import startup
 from tfyarn.spec import JobSpec
 
 FIX = (
@@ -93,3 +95,40 @@ def check(spec: JobSpec, conf: dict[str, str]) -> list[str]:
             f"Kerberized cluster containers run as the submitting user's account; {FIX}"
         )
     ]
+
+
+def local_python(spec: JobSpec) -> str:
+    """The interpreter a local run starts its tasks with: ``environment.python`` when the spec names one (the same
+    Python a YARN job's containers would run), else this one. A packed env or an archive is YARN's: locally the
+    tasks run this Python, which is what would be packed."""
+    return (
+        spec.environment.python if spec.environment.source == "python" and spec.environment.python else sys.executable
+    )
+
+
+def check_local(spec: JobSpec, timeout: float = 120.0) -> list[str]:
+    """``environment.python`` on a local run: it must run, and import what a task imports (tfyarn's dependencies,
+    TensorFlow for training), else one line saying which module is missing in which Python — the words a YARN
+    container that cannot start leaves in its log (:mod:`tfyarn.contracts.startup`, run there as text too)."""
+    python = local_python(spec)
+    if python == sys.executable:
+        return []
+    if not os.access(python, os.X_OK) or os.path.isdir(python):
+        return [
+            f"environment.python: {python} is not an executable file on this machine (a local run starts its "
+            "tasks with it)"
+        ]
+    training = spec.job != "predict"
+    argv = [python, "-c", Path(startup.__file__).read_text(), "1", *([] if training else ["supervisor"])]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return [f"environment.python: {python} did not finish its start-up check within {timeout:g}s"]
+    except OSError as exc:
+        return [f"environment.python: {python} does not run: {exc}"]
+    said = startup.parse_log(done.stderr)
+    if said is not None:
+        return [f"environment.python: {said[1]}: the tasks of a local run start with it"]
+    if done.returncode != 0:
+        return [f"environment.python: {python} exited {done.returncode}: {done.stderr.strip()[-300:]}"]
+    return []

@@ -40,6 +40,7 @@ from tfyarn.contracts.status import AppState, AppStatus, Echo
 from tfyarn.contracts.triage import classify, restarts
 from tfyarn.errors import ExitCode
 from tfyarn.gateway.preflight import run_local_preflight
+from tfyarn.gateway.task_python import local_python
 from tfyarn.report import HISTORY_FILE, ProgressHistory, checkpoint_url, write_report
 from tfyarn.runner.attempts import run_attempts
 from tfyarn.runner.supervisor import Supervisor, training_end_note
@@ -60,7 +61,7 @@ class Launcher:
         app_id: str,
         echo: Echo | None = None,
         on_update: Callable[[AppStatus], None] | None = None,
-        python: str = sys.executable,
+        python: str | None = None,
         forkserver: bool | None = None,
         timeout: float | None = None,
         supervisor: Supervisor | None = None,
@@ -72,6 +73,7 @@ class Launcher:
         self.spec, self.app_dir, self.app_id = spec, app_dir, app_id
         self.on_update = on_update
         self._stop = threading.Event()
+        python = python or local_python(spec)  # environment.python, as on YARN, else this Python
         self.procs = TaskProcesses(spec, app_dir, app_id, echo, python, forkserver, abort=self._stop)
         self.tasks = self.procs.tasks
         self._stop_state = AppState.KILLED

@@ -47,6 +47,18 @@ def _children(pid: int) -> list[int]:
             return []
 
 
+def _high_water_mark(pid: int) -> int:
+    """Peak resident bytes of ``pid`` so far (``VmHWM``), 0 where /proc does not say."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) << 10
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
 class TreeMeter:
     """CPU % (since the previous sample) and resident bytes of a process and its descendants."""
 
@@ -85,7 +97,9 @@ class TreeMeter:
         if self._last is not None and now > self._last[0]:
             percent = round(max(0.0, cpu - self._last[1]) / (now - self._last[0]) * 100, 1)
         self._last = (now, cpu)
-        self.peak_rss = max(self.peak_rss, int(rss))
+        # (the kernel's high-water mark of the task's own process: a peak between two samples, as a ps's while it
+        # initialises its variables, is not missed)
+        self.peak_rss = max(self.peak_rss, int(rss), _high_water_mark(self.root.pid))
         return {
             "cpu_percent": percent,
             "rss_mib": int(rss) >> 20,

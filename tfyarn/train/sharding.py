@@ -16,6 +16,7 @@ variable stays whole, so one model definition serves everywhere.
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -185,9 +186,9 @@ def table(name: str, shape: Any, initializer: Any = None, dtype: Any = "float32"
     dtype = tf.as_dtype(dtype)
     pol = current()
     n = pol.shards(shape, dtype) if pol is not None else 1
-    if n < 2:
-        return tf.Variable(lambda: init(shape, dtype), name=name, dtype=dtype, trainable=trainable)
-    with _suspended():
+    with _suspended():  # (the creator would compute a callable's value on the worker; TF colocates it with the var)
+        if n < 2:
+            return tf.Variable(lambda: init(shape, dtype), name=name, dtype=dtype, trainable=trainable)
 
         def create(i: int, start: list[int], shard_shape: list[int]) -> Any:
             shard_init = shard_initializer(init, i)
@@ -257,7 +258,15 @@ def _maybe_split(policy: Policy, next_creator: Callable[..., Any], kw: Any) -> A
     import tensorflow as tf
 
     value = kw.get("initial_value")
+    if not callable(value) and not tf.is_tensor(value):  # a Python or NumPy value: its Const made on the ps too
+        kw = {**kw, "initial_value": functools.partial(_identity, value)}
+        value = kw["initial_value"]
     if callable(value):
+        known = _callable_value_type(value, kw)
+        if known is not None and policy.shards(*known) < 2:
+            # kept whole, the callable left to TF: its ops colocated with the variable, on its ps (called here, the
+            # value would be computed on the worker and sent: over 2 GB, gRPC refuses it)
+            return next_creator(**kw)
         value = value()
     dtype = kw.get("dtype")
     value = tf.convert_to_tensor(value, dtype=dtype)
@@ -278,6 +287,23 @@ def _maybe_split(policy: Policy, next_creator: Callable[..., Any], kw: Any) -> A
         return make_sharded(full, value.shape, value.dtype, n, create)
     finally:
         _state.active = old
+
+
+def _identity(value: Any) -> Any:
+    return value
+
+
+def _callable_value_type(value: Callable[[], Any], kw: Any) -> tuple[Any, Any] | None:
+    """(shape, dtype) of what a variable's callable initial value makes, learnt by building it in a scratch graph
+    (nothing runs); None when it cannot be built there (it reads the model's graph, say)."""
+    import tensorflow as tf
+
+    try:
+        with tf.Graph().as_default():
+            t = tf.convert_to_tensor(value(), dtype=kw.get("dtype"))
+    except Exception:  # noqa: BLE001 - whatever the user's callable raises away from its graph: build it in place
+        return None
+    return t.shape, t.dtype
 
 
 def touched_rows_only(opt: Any) -> Any:

@@ -15,7 +15,8 @@ from tfyarn.tasklib.context import TaskContext  # noqa: E402
 from tfyarn.tasklib.kv import MemoryKV  # noqa: E402
 from tfyarn.spec import load_spec_dict  # noqa: E402
 from tfyarn.train import load, sharding  # noqa: E402
-from tfyarn.train.ps.graph import build_graph  # noqa: E402
+from tfyarn.models.recommender import Recommender  # noqa: E402
+from tfyarn.train.ps.graph import BIG_INIT_BYTES, build_graph, init_stages  # noqa: E402
 from tfyarn.train.ps.placement import plan_placement  # noqa: E402
 
 FEATURES = {"label": {"dtype": "float32"}, "user_id": {"dtype": "int64"}, "item_id": {"dtype": "int64"}}
@@ -280,6 +281,129 @@ def test_a_checkpoint_of_3_shards_restores_into_2_and_1_and_the_export_serves_th
     assert np.std(served) > 0
 
 
+# ------------------------------------------------------------------------- initial values computed on their ps
+class _PlainVariables:
+    """The recommender plus a variable made from a callable by plain ``tf.Variable`` (split or not by the
+    policy's interception, as any model's)."""
+
+    def __init__(self):
+        self.inner = Recommender(5000, 3001, 8)
+
+    def __getattr__(self, item):
+        return getattr(self.inner, item)
+
+    def build(self):
+        self.inner.build()
+        self.w = tf.Variable(lambda: tf.random_uniform_initializer(-0.1, 0.1)([300, 8]), name="plain_w")
+
+    def __call__(self, features, training):
+        return self.inner(features, training) + tf.reduce_sum(tf.gather(self.w, features["item_id"] % 300), 1)
+
+
+def _initial_value_ops(v):
+    """The ops computing ``v``'s initial value (its initializer's value input, back to the graph's sources)."""
+    seen, todo = {}, [v.initializer.inputs[1].op]
+    while todo:
+        op = todo.pop()
+        if op.name not in seen:
+            seen[op.name] = op
+            todo.extend(t.op for t in op.inputs)
+    return list(seen.values())
+
+
+@pytest.mark.parametrize("ps", [1, 3])
+def test_every_initial_value_is_computed_on_its_variables_ps(ps):
+    """Whole tables (1 ps), shards (3 ps), a plain tf.Variable(callable) and the optimizer's slots: every op of
+    an initial value is placed on its variable's ps or colocated with it, none on the worker (a whole 10^7 x 64
+    table's value computed there and sent hit gRPC's 2 GB limit)."""
+    tg = graph_of(spec_doc(ps), _PlainVariables())
+    variables = tg.graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES)
+    names = {v.op.name for v in variables}
+    assert {"user_embedding" if ps == 1 else "user_embedding/part_0", "plain_w", "plain_w/Adagrad"} <= names, names
+    for v in variables:
+        assert "/job:ps" in v.device, (v.op.name, v.device)
+        for op in _initial_value_ops(v):
+            where = op.device or next(
+                (tg.graph.get_operation_by_name(g.decode()[5:]).device for g in op.colocation_groups()), ""
+            )
+            assert where == v.device, f"{op.name} ({op.type}) of {v.op.name}: on {where!r}, not {v.device}"
+    stages = tg.init_stages  # every variable initialised once, the big ones (none here) in turns
+    assert sorted(op.name for ops in stages for op in ops) == sorted(v.initializer.name for v in variables)
+
+
+@pytest.mark.parametrize("ps", [1, 3])
+@pytest.mark.parametrize("flavour", ["keras", "tf_keras"])
+def test_keras_tables_and_slots_are_initialised_on_their_ps(ps, flavour):
+    """A Keras Embedding's table (whole or split), its Dense layers and their optimizer slots: initial values on
+    the ps. (Keras 3's optimizer makes its scalar iteration and learning rate from a value computed on the worker:
+    4 bytes each, left as they are.)"""
+    tg = graph_of(keras_doc(ps, flavour))
+    checked = 0
+    for v in tg.graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES):
+        if v.shape.rank == 0:
+            continue
+        for op in _initial_value_ops(v):
+            where = op.device or next(
+                (tg.graph.get_operation_by_name(g.decode()[5:]).device for g in op.colocation_groups()), ""
+            )
+            assert where == v.device, f"{op.name} ({op.type}) of {v.op.name}: on {where!r}, not {v.device}"
+        checked += 1
+    assert checked >= 8, checked  # tables (or their shards), Dense kernels and biases, and their slots
+
+
+def test_initial_values_run_on_the_ps(servers):
+    """Run for real (in-process servers): the init runs' partition graphs put every random op of an initial
+    value on the ps, none on the worker."""
+    cluster, srv = servers
+    _, tg = _train_graph(cluster, 1, spec_doc(1))
+    opts = tf.compat.v1.RunOptions(output_partition_graphs=True)
+    cfg = tf.compat.v1.ConfigProto()  # (else Grappler folds these small seeded values into constants)
+    cfg.graph_options.rewrite_options.constant_folding = cfg.graph_options.rewrite_options.OFF
+    random_on = {}
+    with tf.compat.v1.Session(srv[("worker", 0)].target, graph=tg.graph, config=cfg) as s:
+        for ops in tg.init_stages:
+            meta = tf.compat.v1.RunMetadata()
+            s.run(ops, options=opts, run_metadata=meta)
+            for part in meta.partition_graphs:
+                for node in part.node:
+                    if "Random" in node.op:
+                        random_on[node.name] = node.device
+        assert len(s.run(tg.ready_op)) == 0
+    assert any(n.startswith("user_embedding/Initializer/") for n in random_on), random_on
+    assert random_on and all("/job:ps/replica:0/task:0" in d for d in random_on.values()), random_on
+
+
+def test_the_saver_reads_each_variable_on_its_ps_after_disabling_copy_on_read():
+    """The chief's Saver (train/ps/saver.py) writes TF's keys (a split table as one full tensor) and reads each
+    variable where it lives, after a DisableCopyOnRead (else a sparse-updated variable is copied whole per read)."""
+    tg = graph_of(spec_doc(3))
+    save = next(op for op in tg.graph.get_operations() if op.type == "SaveV2")
+    names = tf.make_ndarray(save.inputs[1].op.get_attr("value"))
+    keys = {sharding.checkpoint_key(v) for v in tg.graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES)}
+    assert {n.decode() for n in names} == keys and "user_embedding" in keys and "user_embedding/Adagrad" in keys
+    reads = [t.op for t in save.inputs[3:]]
+    assert len(reads) == len(names) > 8
+    for read in reads:
+        assert read.type == "ReadVariableOp" and "/job:ps" in read.device, (read.name, read.type, read.device)
+        (off,) = read.control_inputs
+        assert off.type == "DisableCopyOnRead" and off.inputs[0] is read.inputs[0] and off.device == read.device
+
+
+def test_init_stages_initialise_big_variables_of_each_ps_one_at_a_time():
+    rows = BIG_INIT_BYTES // 4 // 8 + 1
+    g = tf.Graph()
+    with g.as_default():
+        made = {}
+        for name, ps, n in (("a", 0, rows), ("b", 0, 2 * rows), ("c", 1, rows), ("small", 1, 10)):
+            with tf.compat.v1.device(f"/job:ps/task:{ps}"):
+                made[name] = tf.Variable(tf.zeros([n, 8]), name=name)
+    stages = init_stages(list(made.values()))
+    assert [sorted(op.name for op in ops) for ops in stages] == [
+        ["b/Assign", "c/Assign", "small/Assign"],  # the biggest of each ps and every small one
+        ["a/Assign"],
+    ]
+
+
 # --------------------------------------------------------------------------------------------------- real processes
 def _job(tmp_path, urls, name, *, ps, epochs, lr=0.2, sync=False, init_from=None, model=None, params=None):
     doc = spec_doc(ps, sync=sync, learning_rate=lr)
@@ -335,15 +459,33 @@ def test_plain_job_on_3_ps_resumes_on_2_and_warm_starts_on_1_values_equal(tmp_pa
 
 
 def test_preflight_sizing_refuses_tables_one_ps_cannot_hold_in_one_line_and_passes_them_split():
-    """Two 1,600,000 x 64 tables + Adagrad slots (1.6 GB) over 3 ps of 1 GiB: split, ~530 MiB a ps; whole
-    (ps.max_shards: 1), 781 MiB on one ps + TF's own: refused, naming the bytes and the ps memory."""
+    """Two 3,200,000 x 64 tables + Adagrad slots (3.3 GB, 1.5x one ps's 2 GiB) over 3 ps: split, ~1,060 MiB a ps +
+    its biggest shard's initial value + TF's own: accepted; whole (ps.max_shards: 1), 1,563 MiB on one ps: refused,
+    naming the bytes and the ps memory; split but checkpointed (the Saver's reads copy every variable): refused."""
     from tfyarn.train.ps import memory_check
 
-    doc = spec_doc(3, min_shard="64 MiB", num_users=1_600_000, num_items=1_600_000, dim=64)
-    doc["roles"]["ps"]["memory"] = "1 GiB"
+    doc = spec_doc(3, min_shard="64 MiB", num_users=3_200_000, num_items=3_200_000, dim=64)
+    doc["roles"]["ps"]["memory"] = "2 GiB"
     assert memory_check.problems(load_spec_dict(doc).to_json()) == []
-    total, tables = memory_check.ps_loads(load_spec_dict(doc).to_json())
-    assert max(total) < 600 * 2**20 and sum(tables) >= 2 * 1_600_000 * 64 * 4
+    total, tables, biggest = memory_check.ps_loads(load_spec_dict(doc).to_json())
+    assert max(total) < 1100 * 2**20 and sum(tables) >= 2 * 3_200_000 * 64 * 4
+    assert max(biggest) == (3_200_000 // 3 + 1) * 64 * 4  # a shard of a table (its slot is as big)
+    (line,) = memory_check.problems(load_spec_dict({**doc, "checkpoint": {"dir": "/tmp/unused"}}).to_json())
+    assert "at its peak (a copy of them while a checkpoint is read)" in line and "over its 2,048 MiB" in line, line
     doc["ps"]["max_shards"] = 1
     (line,) = memory_check.problems(load_spec_dict(doc).to_json())
-    assert "would hold 781 MiB of variables (391 MiB of model variables" in line and "over its 1,024 MiB" in line
+    assert "would hold 1,562 MiB of variables (781 MiB of model variables" in line, line
+    assert "over its 2,048 MiB" in line, line
+    assert "+ 781 MiB at its peak (its biggest variable's initial value)" in line, line
+
+
+def test_preflight_sizing_leaves_a_small_models_ps_in_a_small_container_alone():
+    """A recommender of a few MiB on a 512 MiB ps (the YARN tests' jobs; TensorFlow alone is ~600 MiB resident, which
+    a cluster that does not enforce physical memory allows): its variables are not what decides, so no refusal."""
+    from tfyarn.train.ps import memory_check
+
+    doc = spec_doc(1, min_shard="64 MiB", num_users=1000, num_items=1000, dim=16)
+    doc["roles"]["ps"]["memory"] = "512 MiB"
+    total, _, _ = memory_check.ps_loads(load_spec_dict(doc).to_json())
+    assert 0 < max(total) < memory_check.MATERIAL_MIB * 2**20
+    assert memory_check.problems(load_spec_dict(doc).to_json()) == []

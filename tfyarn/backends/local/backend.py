@@ -32,6 +32,7 @@ from tfyarn.backends.tasks import select_tasks, settle
 from tfyarn.contracts.status import AppState, AppStatus, WaitClock
 from tfyarn.errors import AppNotFound, WaitTimeout
 from tfyarn.gateway.preflight import run_local_preflight
+from tfyarn.gateway.task_python import local_python
 from tfyarn.report import HISTORY_FILE, REPORT_JSON, ProgressHistory, write_run_report
 from tfyarn.spec import JobSpec, load_spec_json
 
@@ -87,7 +88,7 @@ class LocalBackend(Backend):
 
     def dryrun(self, spec: JobSpec, attempt: int = 0) -> LocalPlan:
         tasks = {t: {**spec.role(t.split(":")[0]).env} for t in spec.tasks()}
-        return LocalPlan(spec, attempt, apps=paths.apps_dir(), python=sys.executable, tasks=tasks)
+        return LocalPlan(spec, attempt, apps=paths.apps_dir(), python=local_python(spec), tasks=tasks)
 
     def schedule(self, request: Request) -> str:
         """Start the plan's launcher as a detached process (it outlives this one) and return the app id."""

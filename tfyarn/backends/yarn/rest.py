@@ -3,7 +3,8 @@
 Why: a skein driver (a JVM) took 5-15 s to start on a loaded gateway, while the RM answers over HTTP in
 milliseconds. Used when the RM's web endpoints take simple (pseudo) authentication, the Hadoop default; the skein
 driver otherwise (SPNEGO, a refusal, an RM that does not answer). A running skein AM is then reached at its own
-address (``amRPCAddress``) with skein's TLS credentials: no driver either.
+address (``amRPCAddress``) with skein's TLS credentials: no driver either. Inside a container of a secure cluster
+(no Kerberos login) the app's RM delegation token authenticates instead (``token``: :mod:`tfyarn.cluster.tokens`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from tfyarn.cluster import webauth
+from tfyarn.cluster import tokens, webauth
 from tfyarn.errors import AppNotFound, WaitTimeout
 
 log = logging.getLogger(__name__)
@@ -92,17 +93,45 @@ class AppReport:
         )
 
 
-class RmRest:
-    """A small client of ``/ws/v1/cluster``; every call is bounded by ``timeout`` and tries each HA RM in turn."""
+def rows(d: Any, outer: str, inner: str) -> list[dict[str, Any]]:
+    """The list ``d[outer][inner]`` of the RM's JSON (also ``d[inner]``; one row alone, or none: ``null``)."""
+    if isinstance(d, dict) and isinstance(d.get(outer), dict):
+        d = d[outer]
+    found = d.get(inner) if isinstance(d, dict) else None
+    if isinstance(found, dict):
+        return [found]
+    return [r for r in found or [] if isinstance(r, dict)]
 
-    def __init__(self, conf: dict[str, str], user: str, timeout: float = HTTP_TIMEOUT_S):
+
+def attempt_of(container_id: str) -> str:
+    """The application attempt a container id belongs to (``container_[e<epoch>_]<ts>_<app>_<attempt>_<n>``)."""
+    parts = container_id.split("_")
+    if len(parts) > 5 and parts[1].startswith("e"):
+        del parts[1]
+    if len(parts) != 5 or parts[0] != "container" or not all(p.isdigit() for p in parts[1:]):
+        raise ValueError(f"not a YARN container id: {container_id!r}")
+    return f"appattempt_{parts[1]}_{parts[2]}_{int(parts[3]):06d}"
+
+
+def host_port(address: str) -> str:
+    """``http://host:port/`` or ``host:port`` as ``host:port``, lower-cased (a NodeManager's web address)."""
+    return address.split("://", 1)[-1].strip("/").lower()
+
+
+class RmRest:
+    """A small client of ``/ws/v1/cluster``; every call is bounded by ``timeout`` and tries each HA RM in turn.
+    ``token``: an RM delegation token (:meth:`tfyarn.cluster.tokens.Token.url_string`) sent with every request, the
+    credential of a container on a secure cluster (never logged)."""
+
+    def __init__(self, conf: dict[str, str], user: str, timeout: float = HTTP_TIMEOUT_S, token: str | None = None):
         self.bases = rm_webapp_urls(conf)
         self.user = user
         self.timeout = timeout
+        self._token = token
         simple = conf.get("hadoop.http.authentication.type", "simple").strip().lower() == "simple"  # user.name
         if not self.bases:
             raise RestUnavailable("no ResourceManager web address in the client config")
-        if not simple and not webauth.available():  # else SPNEGO with this process's Kerberos login
+        if not simple and not token and not webauth.available():  # else SPNEGO with this process's Kerberos login
             raise RestUnavailable(f"the ResourceManager's web API needs Kerberos (SPNEGO): {webauth.INSTALL_HINT}")
 
     def _call(
@@ -113,12 +142,10 @@ class RmRest:
         errors = []
         for base in self.bases:
             url = f"{base}/ws/v1/cluster/{path}?{urllib.parse.urlencode(q)}"
-            req = urllib.request.Request(
-                url,
-                data=data,
-                method=method,
-                headers={"Accept": "application/json", "Content-Type": "application/json"},
-            )
+            headers = {"Accept": "application/json", "Content-Type": "application/json"}
+            if self._token:
+                headers[tokens.HEADER] = self._token
+            req = urllib.request.Request(url, data=data, method=method, headers=headers)
             try:
                 with webauth.urlopen(req, timeout=self.timeout) as r:
                     return json.loads(r.read() or b"null")
@@ -150,6 +177,27 @@ class RmRest:
         d = self._call("GET", "apps", q) or {}
         rows = (d.get("apps") or {}).get("app") or []
         return [AppReport.from_json(r) for r in rows]
+
+    def live_containers(self, attempt_id: str) -> dict[str, str]:
+        """The containers the RM holds live for an application attempt (id -> its node's id): not yet completed,
+        and not released by the application master."""
+        app_id = "application_" + attempt_id.split("_", 1)[1].rsplit("_", 1)[0]
+        d = self._call("GET", f"apps/{app_id}/appattempts/{attempt_id}/containers")
+        return {
+            r["containerId"]: str(r.get("assignedNodeId") or r.get("nodeId") or "")
+            for r in rows(d, "containers", "container")
+            if r.get("containerId")
+        }
+
+    def node_containers(self) -> dict[str, tuple[str, int]]:
+        """Per NodeManager web address (``host:port``): its node id and the containers the RM counts on it, of
+        every application, until the NodeManager reports each completed (``numContainers``)."""
+        d = self._call("GET", "nodes")
+        return {
+            host_port(str(r["nodeHTTPAddress"])): (str(r.get("id") or ""), int(r.get("numContainers") or 0))
+            for r in rows(d, "nodes", "node")
+            if r.get("nodeHTTPAddress")
+        }
 
     def kill(self, app_id: str, timeout: float = 30.0, poll: float = 0.2) -> AppReport:
         """Ask the RM to kill ``app_id`` and return its report once it is KILLED (or ended otherwise first)."""

@@ -17,11 +17,13 @@ import urllib.error
 import urllib.request
 from typing import Any, Callable, Iterable
 
+from tfyarn.backends.yarn.log_files import nm_container_state
+from tfyarn.backends.yarn.rest import RestUnavailable
+from tfyarn.cluster.webauth import SpnegoUnavailable
 from tfyarn.contracts import in_app
 from tfyarn.contracts.kv_keys import ATTEMPT_KEY, attempt_record_key
+from tfyarn.runner.yarn_app import rm_relay
 from tfyarn.spec import SIDECAR_ROLES, JobSpec
-from tfyarn.backends.yarn.log_files import nm_container_state
-from tfyarn.cluster.webauth import SpnegoUnavailable
 from tfyarn.backends.yarn.states import ALL_CONTAINER_STATES
 from tfyarn.contracts.triage import attempt_cause, AttemptBudget
 
@@ -62,17 +64,21 @@ def lost_task(spec: JobSpec, containers: Iterable[Any], attempt: dict[str, Any] 
 
 
 #: A NodeManager this process may not ask (a secure web UI and no Kerberos login here: a container has delegation
-#: tokens only) takes a killed container as stopped after this long: past YARN's SIGTERM-to-SIGKILL delay (3 s on
-#: the test clusters, 250 ms by default), instead of GONE_TIMEOUT_S of refused requests
+#: tokens only) is asked through the ResourceManager instead (:mod:`.rm_relay`, with the app's RM delegation token);
+#: a killed container the RM cannot answer for is taken as stopped after this long (counted from its release when the
+#: RM answers, else from the first refusal): past YARN's SIGTERM-to-SIGKILL delay (3 s on the test clusters, 250 ms
+#: by default), instead of GONE_TIMEOUT_S of refused requests
 REFUSED_GRACE_S = 5.0
-_refused: dict[str, float] = {}  # container id -> when its NodeManager first refused this process
+_refused: dict[str, float] = {}  # container id -> when the grace started (its release, or the first refusal)
+_said: set[tuple[str, str]] = set()  # (container id or NodeManager, what) said once in the log
+_relay: list[rm_relay.RmRelay | None] = []  # this container's relay, built on the first refusal
 
 
 def nm_container_gone(nm_http_address: str, container_id: str, timeout: float = 2.0) -> bool:
     """Has the NodeManager stopped ``container_id``? Asked as ``tfyarn logs`` asks it (log_files'
     NodeManager client: SPNEGO when the web UI wants it): a state past running, unknown, or the NodeManager
     gone with its node. A NodeManager that refuses this process (401/403, no Kerberos credentials) is said
-    once in the log and the container taken as stopped after :data:`REFUSED_GRACE_S`."""
+    once in the log and asked through the ResourceManager (:func:`_refused_gone`)."""
     try:
         state = nm_container_state(nm_http_address, container_id, timeout)
     except urllib.error.HTTPError as exc:
@@ -86,18 +92,53 @@ def nm_container_gone(nm_http_address: str, container_id: str, timeout: float = 
     return state is None or state not in _NM_ALIVE
 
 
+def _once(key: str, what: str) -> bool:
+    if (key, what) in _said:
+        return False
+    _said.add((key, what))
+    return True
+
+
 def _refused_gone(nm: str, container_id: str, why: str) -> bool:
+    """The NodeManager ``nm`` refused this process: the RM's relay of its answer (:mod:`.rm_relay`) when this
+    container has an RM delegation token, else (or while the RM cannot tell) the grace."""
+    if _once(nm, "refused"):
+        log.warning("the NodeManager %s refuses this process (%s): asking the ResourceManager instead", nm, why)
+    if not _relay:
+        _relay.append(rm_relay.from_container())
+    relay, said = _relay[0], None
+    if relay is not None:
+        try:
+            said = relay.state(container_id, nm)
+        except (RestUnavailable, ValueError) as exc:
+            if _once(container_id, "rm"):
+                log.warning("the ResourceManager cannot say whether %s stopped: %s", container_id, exc)
     now = time.monotonic()
+    if said == rm_relay.STOPPED:
+        log.info(
+            "%s stopped: answered by the ResourceManager (its NodeManager %s reported it completed)",
+            container_id,
+            nm,
+        )
+        return True
+    if said == rm_relay.LIVE:
+        return False  # the release not processed yet: the grace starts at the release
     if container_id not in _refused:
         _refused[container_id] = now
         log.warning(
-            "the NodeManager %s refuses this process (%s): %s taken as stopped %gs after its kill",
-            nm,
-            why,
+            "%s: %s; taken as stopped %gs after %s unless answered sooner",
             container_id,
+            "released by the ResourceManager, its node still counts containers beyond the app's live ones (it "
+            "stopping, or another app's)"
+            if said
+            else "no answer from the ResourceManager",
             REFUSED_GRACE_S,
+            "its release" if said else "the refusal",
         )
-    return now - _refused[container_id] >= REFUSED_GRACE_S
+    if now - _refused[container_id] < REFUSED_GRACE_S:
+        return False
+    log.info("%s taken as stopped: the grace of %gs passed, unanswered", container_id, REFUSED_GRACE_S)
+    return True
 
 
 def wait_gone(

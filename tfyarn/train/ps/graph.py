@@ -11,6 +11,8 @@ from tfyarn.train.inputs import placeholders as input_placeholders
 from tfyarn.train.model import build_model, split_features
 from tfyarn.train.ps.packing import pack_gradients
 from tfyarn.train.ps.placement import SizeBalancer, plan_placement, variable_sizes
+from tfyarn.train.ps.saver import read_no_copy
+from tfyarn.train.ps.saver import saver as no_copy_saver
 from tfyarn.train.step_metrics import step_metrics
 
 
@@ -26,6 +28,7 @@ class TrainGraph:
     worker_started: Any
     reset_started: Any  # this worker's started := counted (after reading what was in flight)
     init_op: Any
+    init_stages: list[list[Any]]  # the variables' initializers in the order the chief runs them (init_stages())
     local_init_op: Any
     ready_op: Any
     saver: Any
@@ -95,6 +98,31 @@ class LockstepSync:
         with tf.control_dependencies([self.apply_op]):
             gs = tf.identity(global_step.read_value())
             self.aggregate = tf.group(*[q.enqueue(gs) for q in self.queues], name="tfyarn_sync_aggregate")
+
+
+#: A variable of this many bytes or more is initialised in a run of its own on its ps (init_stages).
+BIG_INIT_BYTES = 16 * 2**20
+
+
+def init_stages(variables: list[Any]) -> list[list[Any]]:
+    """The initializers of ``variables`` in runs the chief makes one after the other: the first run initialises
+    every small variable and the biggest of each ps, each next run the next biggest of each ps. Why: a variable's
+    initial value is a tensor of its size beside it (a random one a second copy while it is scaled), and TF's CPU
+    allocator keeps what it freed for reuse rather than return it; one ``global_variables_initializer`` computes
+    every initial value of a ps at once, so its peak holds them all, while in turns one at a time is reused."""
+    small: list[Any] = []
+    big: dict[str, list[tuple[int, str, Any]]] = {}
+    for v in variables:
+        nbytes = (v.shape.num_elements() or 0) * v.dtype.size if v.shape.is_fully_defined() else 0
+        if nbytes < BIG_INIT_BYTES:
+            small.append(v.initializer)
+        else:
+            big.setdefault(v.device, []).append((nbytes, v.name, v.initializer))
+    for on_ps in big.values():
+        on_ps.sort(key=lambda x: (-x[0], x[1]))
+    turns = max((len(x) for x in big.values()), default=0)
+    stages = [[on_ps[k][2] for on_ps in big.values() if k < len(on_ps)] for k in range(turns)]
+    return [small + stages[0], *stages[1:]] if stages else [small]
 
 
 def build_graph(ctx: Any, model: Any) -> TrainGraph:  # noqa: PLR0915 - listed in tests/unit/test_code_habits.py
@@ -171,15 +199,16 @@ def build_graph(ctx: Any, model: Any) -> TrainGraph:  # noqa: PLR0915 - listed i
                     align_steps = global_step.assign(tf.reduce_sum(worker_steps.read_value()))
         with tf.compat.v1.device(worker_device):
             init_op = tf.compat.v1.global_variables_initializer()
+            stages = init_stages(tf.compat.v1.global_variables())
             local_init_op = tf.group(tf.compat.v1.local_variables_initializer(), tf.compat.v1.tables_initializer())
             ready_op = tf.compat.v1.report_uninitialized_variables(tf.compat.v1.global_variables())
-            saver = tf.compat.v1.train.Saver(
+            saver = no_copy_saver(  # (TF1's Saver reading each variable without copying it on its ps)
                 tf.compat.v1.global_variables(), sharded=False, max_to_keep=2, save_relative_paths=True
             )
         finite = []
         for v in model.trainable_variables:  # each check runs where its variable lives: one bool travels
             with tf.compat.v1.device(v.device):
-                finite.append(tf.reduce_all(tf.math.is_finite(v.read_value())))
+                finite.append(tf.reduce_all(tf.math.is_finite(read_no_copy(v))))
         with tf.compat.v1.device(worker_device):
             all_finite = tf.reduce_all(tf.stack(finite))
     graph.finalize()
@@ -194,6 +223,7 @@ def build_graph(ctx: Any, model: Any) -> TrainGraph:  # noqa: PLR0915 - listed i
         worker_started=worker_started,
         reset_started=reset_started,
         init_op=init_op,
+        init_stages=stages,
         local_init_op=local_init_op,
         ready_op=ready_op,
         saver=saver,

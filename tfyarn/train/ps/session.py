@@ -33,15 +33,7 @@ def open_session(ctx: Any, tg: TrainGraph, server: Any, restore_prefix: str | No
     cfg.experimental.share_session_state_in_clusterspec_propagation = True  # one set of variables for all sessions
     t0 = time.monotonic()
     if ctx.is_chief:
-        sess = sm.prepare_session(
-            server.target,
-            init_op=tg.init_op,
-            saver=tg.saver,
-            checkpoint_filename_with_path=restore_prefix,
-            config=cfg,
-            max_wait_secs=ctx.spec.timeouts.rendezvous,
-            init_fn=init_fn,
-        )
+        sess = _initialised(ctx, tg, sm, server, cfg, restore_prefix, init_fn)
     else:
         # in slices, so a worker restarted after training finished (killed on its way out) notices control/done
         # and leaves instead of waiting for a chief and ps that are gone
@@ -66,4 +58,38 @@ def open_session(ctx: Any, tg: TrainGraph, server: Any, restore_prefix: str | No
         time.monotonic() - t0,
         f" (restored {restore_prefix})" if restore_prefix else "",
     )
+    return sess
+
+
+def _initialised(
+    ctx: Any, tg: TrainGraph, sm: Any, server: Any, cfg: Any, restore_prefix: str | None, init_fn: Any
+) -> Any:
+    """The chief's training session, on variables initialised (or restored) in a session of their own, closed
+    before training. Why: the ps keep the graphs of a session's runs until it closes, and with them each
+    constant an initializer holds (Adagrad's accumulators start as one full-size ``Const``; TF folds a ``fill`` of
+    zeros into one); a variable sharing its buffer with such a constant is copied whole at its first sparse update.
+    Closed first, each ps holds every variable once. The variables outlive the session (each ps keeps its
+    sessions' state: ``share_session_state_in_clusterspec_propagation``), as the workers' sessions rely on."""
+    import tensorflow as tf
+
+    def staged(sess: Any) -> None:  # (graph.init_stages: one initial value at a time on each ps)
+        for ops in tg.init_stages:
+            sess.run(ops)
+        if init_fn is not None:
+            init_fn(sess)
+
+    first = sm.prepare_session(
+        server.target,
+        saver=tg.saver,
+        checkpoint_filename_with_path=restore_prefix,
+        config=cfg,
+        max_wait_secs=ctx.spec.timeouts.rendezvous,
+        init_fn=staged,
+    )
+    first.close()
+    sess = tf.compat.v1.Session(server.target, graph=tg.graph, config=cfg)
+    missing = sess.run(tg.ready_op)
+    if len(missing):
+        sess.close()
+        raise RuntimeError(f"{ctx.task_id}: variables initialised in the first session are gone in the next: {missing}")
     return sess
