@@ -10,10 +10,7 @@ MAX_LINES = 60
 LONG = {
     "tfyarn/backends/yarn/appspec.py::container_script",  # 64
     "tfyarn/backends/yarn/appspec.py::build_application_spec",  # 80
-    "tfyarn/backends/yarn/states.py::tasks_from_containers",  # 66
-    "tfyarn/backends/yarn/status.py::StatusReader.status",  # 64
     "tfyarn/data/feeder.py::Feeder.__init__",  # 79
-    "tfyarn/data/parse.py::native_parser",  # 61
     "tfyarn/data/planner.py::plan",  # 62
     "tfyarn/data/sources/tables.py::TableSource.read",  # 70
     "tfyarn/data/sources/tfrecords.py::TFRecordSource.read",  # 116

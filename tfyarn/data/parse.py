@@ -357,20 +357,28 @@ def native_parser(
                 )
             return fallback(payloads)
         handed_back = 0
-        out: dict[str, Any] = {}
-        with np.errstate(invalid="ignore"):  # float32 -> float64 of a signalling NaN sets the FP invalid flag
-            for i, (f, a, t) in enumerate(zip(fields, outs, raw_types)):
-                want = f.np_dtype
-                if modes[i] == 2:
-                    v = np.frombuffer(values[i], dtype=t)
-                    out[f.name] = Ragged.from_lengths(v if v.dtype == want else v.astype(want), aux[i])
-                    continue
-                if modes[i] == 1:
-                    a[aux[i] == 0] = f.default
-                out[f.name] = (a if a.dtype == want else a.astype(want)).reshape((n,) + f.shape)
-        return finalize(fields, out)
+        return finalize(fields, _native_columns(fields, modes, raw_types, n, outs, aux, values))
 
     return parse
+
+
+def _native_columns(
+    fields: tuple[Field, ...], modes: list[int], raw_types: list[Any], n: int, outs: Any, aux: Any, values: Any
+) -> dict[str, Any]:
+    """The C parser's buffers as one column a feature, in its dtype and shape: variable-length ones (mode 2) as
+    :class:`Ragged`, defaults (mode 1) filled in where a record had no value."""
+    out: dict[str, Any] = {}
+    with np.errstate(invalid="ignore"):  # float32 -> float64 of a signalling NaN sets the FP invalid flag
+        for i, (f, a, t) in enumerate(zip(fields, outs, raw_types)):
+            want = f.np_dtype
+            if modes[i] == 2:
+                v = np.frombuffer(values[i], dtype=t)
+                out[f.name] = Ragged.from_lengths(v if v.dtype == want else v.astype(want), aux[i])
+                continue
+            if modes[i] == 1:
+                a[aux[i] == 0] = f.default
+            out[f.name] = (a if a.dtype == want else a.astype(want)).reshape((n,) + f.shape)
+    return out
 
 
 def default_parser(fields: tuple[Field, ...]) -> Callable[[list[bytes]], dict[str, np.ndarray]]:

@@ -229,6 +229,23 @@ def in_app_attempts(kv: dict[str, str]) -> dict[str, Any]:
     return {"attempt": rec["attempt"], "attempts": sorted(ended, key=lambda r: r.get("attempt") or 0)}
 
 
+def _state_and_code(c: Any, ex: dict[str, Any]) -> tuple[str, int | None]:
+    """A task's state and exit code from its newest container ``c`` and that container's exit record ``ex``."""
+    state = str(c.state)
+    state = "PENDING" if state in ("WAITING", "REQUESTED") else state
+    if ex and state in ("RUNNING", "KILLED"):
+        # its process died (exit/ records only non-zero exits): RUNNING = the application master has not heard
+        # yet; KILLED = its container script was still reporting when the app's shutdown, which that report
+        # asked for, killed the container
+        state = "FAILED"
+    code = None
+    if state in _ENDED:
+        code = ex["code"] if ex else _exit_code(c.exit_message)
+    elif state == "SUCCEEDED":
+        code = 0
+    return state, code
+
+
 def tasks_from_containers(
     containers: list[Any],
     taskmap: dict[str, str],
@@ -255,21 +272,10 @@ def tasks_from_containers(
             out.append(TaskStatus(task=task, state="PENDING", diagnostics=failures.get(task, ""), memory_mib=memory))
             continue
         c = cs[-1]
-        state = str(c.state)
-        state = "PENDING" if state in ("WAITING", "REQUESTED") else state
         ex = exits.get(task) or {}
         if ex.get("container") != c.yarn_container_id:
             ex = {}  # how an earlier container of this task ended
-        if ex and state in ("RUNNING", "KILLED"):
-            # its process died (exit/ records only non-zero exits): RUNNING = the application master has not heard
-            # yet; KILLED = its container script was still reporting when the app's shutdown, which that report
-            # asked for, killed the container
-            state = "FAILED"
-        code = None
-        if state in _ENDED:
-            code = ex["code"] if ex else _exit_code(c.exit_message)
-        elif state == "SUCCEEDED":
-            code = 0
+        state, code = _state_and_code(c, ex)
         diag = failures.get(task) or ""
         if state in _ENDED and not diag:
             diag = exit_text(ex["code"]) if ex else c.exit_message

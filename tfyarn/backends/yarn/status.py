@@ -85,11 +85,7 @@ class StatusReader:
         events = rm_events(rep, snap.get("events")) if str(rep.state) != "RUNNING" else None
         diag = failure_diagnosis(rm_diag, snap.get("failures") or {}, snap.get("exits") or {}, events)
         state = app_state(rep.state, rep.final_status, diag, task_states)
-        if state is AppState.TIMED_OUT:
-            diag = without_timeout_mark(diag)  # the in-app supervisor's marker: the state says it now
-        if state is AppState.SUCCEEDED and diag.strip().endswith(app_end.DONE_DIAGNOSTICS):
-            # ended early by tfyarn (task.yarn.app_end): nothing to diagnose but what YARN did (cluster_events)
-            diag = diag.strip()[: -len(app_end.DONE_DIAGNOSTICS)].strip()
+        diag = _without_marks(state, diag)
         # the ender's record read first (the text above: apps without one)
         recorded = outcome.from_record(rep.state, rep.final_status, snap, events, diag_end)
         causes: dict[str, tuple[int, str]] = {}
@@ -131,11 +127,7 @@ class StatusReader:
             end=outcome.ended_by(snap, diag_end) if recorded is not None else None,
         )
         st = fold_in_app(st, snap, spec)  # attempts the in-app supervisor ran: the number, the totals
-        launched = timestamp(getattr(rep, "launch_time", None))  # the RM's REST report has it, skein's not
-        if live is not None:
-            records.save(app_id, name=rep.name, snapshot=live, **({"am_launched": launched} if launched else {}))
-        if state.is_terminal and not saved.get("final"):
-            records.save(app_id, name=rep.name, final=st.to_dict())
+        _save(app_id, rep, live, st, first_final=state.is_terminal and not saved.get("final"))
         return st
 
     def _start_causes(
@@ -237,3 +229,22 @@ def fold_in_app(st: AppStatus, snap: dict[str, Any], spec: JobSpec | None) -> Ap
     wall = (st.finished or time.time()) - st.started
     st.summary = {**st.summary, "attempts": attempt_totals(st.attempt + 1, wall, redone, step)}
     return st
+
+
+def _without_marks(state: AppState, diag: str) -> str:
+    """YARN's diagnostics without what tfyarn wrote there for itself, once the state says it."""
+    if state is AppState.TIMED_OUT:
+        diag = without_timeout_mark(diag)  # the in-app supervisor's marker: the state says it now
+    if state is AppState.SUCCEEDED and diag.strip().endswith(app_end.DONE_DIAGNOSTICS):
+        # ended early by tfyarn (task.yarn.app_end): nothing to diagnose but what YARN did (cluster_events)
+        diag = diag.strip()[: -len(app_end.DONE_DIAGNOSTICS)].strip()
+    return diag
+
+
+def _save(app_id: str, rep: Any, live: dict[str, Any] | None, st: AppStatus, first_final: bool) -> None:
+    """Keep what this read learnt: a running app's snapshot, an ended app's final status (once)."""
+    launched = timestamp(getattr(rep, "launch_time", None))  # the RM's REST report has it, skein's not
+    if live is not None:
+        records.save(app_id, name=rep.name, snapshot=live, **({"am_launched": launched} if launched else {}))
+    if first_final:
+        records.save(app_id, name=rep.name, final=st.to_dict())
