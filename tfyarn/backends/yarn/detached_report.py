@@ -2,7 +2,7 @@
 
 Why a process of its own: the CLI that followed the job exits as soon as the app's outcome is known; the report's
 plot and its HDFS uploads (~3 s on a loaded gateway) are done here, detached from it
-(:meth:`YarnBackend._report_at_end`), from what the follower saved in ``$TFYARN_HOME/yarn/<app>.json``.
+(:meth:`tfyarn.backends.yarn.reports.Reporter.keep` starts it), from what the follower saved in ``$TFYARN_HOME/yarn/<app>.json``.
 """
 
 from __future__ import annotations
