@@ -1,8 +1,9 @@
 """``python -m tfyarn.backends.yarn.detached_report APP_ID``: write the run report of an ended YARN app, then exit.
 
 Why a process of its own: the CLI that followed the job exits as soon as the app's outcome is known; the report's
-plot and its HDFS uploads (~3 s on a loaded gateway) are done here, detached from it
-(:meth:`tfyarn.backends.yarn.reports.Reporter.keep` starts it), from what the follower saved in ``$TFYARN_HOME/yarn/<app>.json``.
+plot and its HDFS uploads (~3 s on a loaded gateway) are done here, detached from it (:meth:`Reporter.keep
+<tfyarn.backends.yarn.reports.Reporter.keep>` starts it), from what the follower saved in
+``$TFYARN_HOME/yarn/<app>.json``.
 """
 
 from __future__ import annotations
