@@ -186,7 +186,7 @@ def test_the_service_imports_no_tensorflow_and_one_that_cannot_start_says_why_an
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env,
                        cwd=tmp_path)
     # outside a container it cannot start (no application master): exit 1 (its container fails the app), why in
-    # contracts.startup's line; no marker file (a supervisor that started exits 0 whatever happens: test_yarn_spec)
+    # contracts.startup's line; no marker file (a supervisor that started exits 0 whatever happens: test_appspec)
     assert r.returncode == 1, r.stderr[-2000:]
     assert "exit code 1: cannot start: ValueError: Not running inside a container (python " in r.stderr, r.stderr
     assert not (tmp_path / ".tfyarn-supervisor-started").exists()
