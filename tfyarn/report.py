@@ -85,7 +85,7 @@ def load_task_history(url: str, app_id: str) -> list[dict[str, Any]]:
     with its ``segment`` (the file: one task process); [] when there are none. A torn line is skipped."""
     import fsspec
 
-    from tfyarn.train.history import TASK_HISTORY_DIR  # the writer owns the layout
+    from tfyarn.train.history import TASK_HISTORY_DIR  # noqa: PLC0415 - the writer owns it (tfyarn.train loads numpy)
 
     fs, root = fsspec.core.url_to_fs(url.rstrip("/"))
     d = f"{root.rstrip('/')}/{TASK_HISTORY_DIR}/{app_id}"
@@ -427,7 +427,7 @@ def write_report(
             history_from=checkpoint_url,
         )
         if (st.summary or {}).get("mlflow"):  # tracking.mlflow: the report and the outcome into the run
-            from tfyarn.train.tracking import log_report
+            from tfyarn.train.tracking import log_report  # noqa: PLC0415 - tfyarn.train loads numpy; status stays light
 
             log_report(st.to_dict(), out_dir)
         return out_dir / REPORT_JSON
@@ -447,7 +447,7 @@ def checkpoint_step(url: str | None, name: str) -> int | None:
     if not name or not url:
         return None
     try:
-        from tfyarn.train.checkpoint import CheckpointStore
+        from tfyarn.train.checkpoint import CheckpointStore  # noqa: PLC0415 - tfyarn.train loads numpy; status stays light
 
         entries = CheckpointStore(url).index().get("checkpoints", [])
         found = [int(e["global_step"]) for e in entries if e.get("name") == name]

@@ -11,6 +11,7 @@ from typing import Iterable
 from tfyarn.contracts.job_end import JobEnd
 from tfyarn.contracts.status import AppState, AppStatus
 from tfyarn.errors import AppNotFound
+from tfyarn.task.yarn.exit_report import exit_codes_in
 
 
 def settle(st: AppStatus, note: str = "", end: JobEnd | None = None) -> AppStatus:
@@ -18,8 +19,6 @@ def settle(st: AppStatus, note: str = "", end: JobEnd | None = None) -> AppStatu
     record (``end``: :mod:`tfyarn.contracts.job_end`) gives an exit code — without a record, the diagnosis
     (``worker:1: exit code 137``) — FAILED with it; a RUNNING or PENDING one SUCCEEDED (exit 0) when the
     app succeeded, else KILLED (with ``note`` as its diagnosis when it has none). A running app is unchanged."""
-    from tfyarn.task.yarn.exit_report import exit_codes_in
-
     if not st.state.is_terminal:
         return st
     codes = dict(end.exit_codes) if end is not None else exit_codes_in(st.diagnostics)

@@ -21,6 +21,7 @@ from tfyarn.errors import WaitTimeout
 from tfyarn.report import preload_plotting
 from tfyarn.runner.supervisor import Supervisor, Verdict
 from tfyarn.task.yarn.app_end import follower_alive
+from tfyarn.backends.yarn import records
 
 log = logging.getLogger(__name__)
 _preloading = threading.Event()  # matplotlib imported once per process, meanwhile, for the report at the end
@@ -152,8 +153,6 @@ def supervisor_for(backend: Backend, app_id: str) -> Supervisor | None:
     submit; None when the spec is unknown. A local app's launcher applies them itself (None)."""
     if backend.name != "yarn":
         return None
-    from tfyarn.backends.yarn import records
-
     spec = records.saved_spec(app_id)
     if spec is None:
         backend.status(app_id)  # an app submitted elsewhere: its status read recovers its spec from the app

@@ -198,7 +198,7 @@ class Supervisor:
         url = checkpoint_url(self.spec)
         if url:
             try:
-                from tfyarn.train.checkpoint import CheckpointStore
+                from tfyarn.train.checkpoint import CheckpointStore  # noqa: PLC0415 - tfyarn.train loads numpy; status stays light
 
                 latest = CheckpointStore(url).latest()
                 resumes = int(latest.get("global_step") or 0) if latest else 0
@@ -346,7 +346,7 @@ def training_end_note(
     if not checkpoint_url:
         return f"; training had completed ({step}): the summary was not written (no checkpoint.dir)"
     try:
-        from tfyarn.train.checkpoint import CheckpointStore
+        from tfyarn.train.checkpoint import CheckpointStore  # noqa: PLC0415 - tfyarn.train loads numpy; status stays light
 
         latest = CheckpointStore(checkpoint_url).latest()
     except Exception as exc:  # noqa: BLE001 - a note on the diagnosis must not fail the caller

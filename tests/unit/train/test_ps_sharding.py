@@ -331,6 +331,26 @@ def test_every_initial_value_is_computed_on_its_variables_ps(ps):
     assert sorted(op.name for ops in stages for op in ops) == sorted(v.initializer.name for v in variables)
 
 
+@pytest.mark.parametrize("ps", [1, 3])
+@pytest.mark.parametrize("flavour", ["keras", "tf_keras"])
+def test_keras_tables_and_slots_are_initialised_on_their_ps(ps, flavour):
+    """A Keras Embedding's table (whole or split), its Dense layers and their optimizer slots: initial values on
+    the ps. (Keras 3's optimizer makes its scalar iteration and learning rate from a value computed on the worker:
+    4 bytes each, left as they are.)"""
+    tg = graph_of(keras_doc(ps, flavour))
+    checked = 0
+    for v in tg.graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES):
+        if v.shape.rank == 0:
+            continue
+        for op in _initial_value_ops(v):
+            where = op.device or next(
+                (tg.graph.get_operation_by_name(g.decode()[5:]).device for g in op.colocation_groups()), ""
+            )
+            assert where == v.device, f"{op.name} ({op.type}) of {v.op.name}: on {where!r}, not {v.device}"
+        checked += 1
+    assert checked >= 8, checked  # tables (or their shards), Dense kernels and biases, and their slots
+
+
 def test_initial_values_run_on_the_ps(servers):
     """Run for real (in-process servers): the init runs' partition graphs put every random op of an initial
     value on the ps, none on the worker."""
@@ -351,6 +371,22 @@ def test_initial_values_run_on_the_ps(servers):
         assert len(s.run(tg.ready_op)) == 0
     assert any(n.startswith("user_embedding/Initializer/") for n in random_on), random_on
     assert random_on and all("/job:ps/replica:0/task:0" in d for d in random_on.values()), random_on
+
+
+def test_the_saver_reads_each_variable_on_its_ps_after_disabling_copy_on_read():
+    """The chief's Saver (train/ps/saver.py) writes TF's keys (a split table as one full tensor) and reads each
+    variable where it lives, after a DisableCopyOnRead (else a sparse-updated variable is copied whole per read)."""
+    tg = graph_of(spec_doc(3))
+    save = next(op for op in tg.graph.get_operations() if op.type == "SaveV2")
+    names = tf.make_ndarray(save.inputs[1].op.get_attr("value"))
+    keys = {sharding.checkpoint_key(v) for v in tg.graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES)}
+    assert {n.decode() for n in names} == keys and "user_embedding" in keys and "user_embedding/Adagrad" in keys
+    reads = [t.op for t in save.inputs[3:]]
+    assert len(reads) == len(names) > 8
+    for read in reads:
+        assert read.type == "ReadVariableOp" and "/job:ps" in read.device, (read.name, read.type, read.device)
+        (off,) = read.control_inputs
+        assert off.type == "DisableCopyOnRead" and off.inputs[0] is read.inputs[0] and off.device == read.device
 
 
 def test_init_stages_initialise_big_variables_of_each_ps_one_at_a_time():
@@ -441,3 +477,15 @@ def test_preflight_sizing_refuses_tables_one_ps_cannot_hold_in_one_line_and_pass
     assert "would hold 1,562 MiB of variables (781 MiB of model variables" in line, line
     assert "over its 2,048 MiB" in line, line
     assert "+ 781 MiB at its peak (its biggest variable's initial value)" in line, line
+
+
+def test_preflight_sizing_leaves_a_small_models_ps_in_a_small_container_alone():
+    """A recommender of a few MiB on a 512 MiB ps (the YARN tests' jobs; TensorFlow alone is ~600 MiB resident, which
+    a cluster that does not enforce physical memory allows): its variables are not what decides, so no refusal."""
+    from tfyarn.train.ps import memory_check
+
+    doc = spec_doc(1, min_shard="64 MiB", num_users=1000, num_items=1000, dim=16)
+    doc["roles"]["ps"]["memory"] = "512 MiB"
+    total, _, _ = memory_check.ps_loads(load_spec_dict(doc).to_json())
+    assert 0 < max(total) < memory_check.MATERIAL_MIB * 2**20
+    assert memory_check.problems(load_spec_dict(doc).to_json()) == []

@@ -11,6 +11,7 @@ prevent only show up between processes. Layout of one app (``$TFYARN_HOME/apps/<
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import secrets
@@ -196,8 +197,6 @@ class LocalBackend(Backend):
 
 def _user() -> str:
     try:
-        import getpass
-
         return getpass.getuser()
     except (KeyError, OSError):
         return str(os.getuid())

@@ -22,6 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
+import tfyarn
+import yaml
+
 from tfyarn.cluster._skein import skein
 from tfyarn.gateway.packaging import ENV_DIR, SKIP_DIRS, SKIP_SUFFIXES, EnvRef, hash_tree
 from tfyarn.spec import ROLE_ORDER, SIDECAR_ROLES, JobSpec
@@ -284,8 +287,6 @@ def build_code_zip(code_dir: str | os.PathLike, dest_dir: str | os.PathLike, wri
 
 def build_tfyarn_zip(dest_dir: str | os.PathLike, write: bool = True) -> str:
     """This tfyarn package, zipped with ``tfyarn/…`` at the archive root (:func:`_zip`)."""
-    import tfyarn
-
     return _zip(Path(tfyarn.__file__).resolve().parent, dest_dir, "tfyarn", write, arc_prefix="tfyarn/")
 
 
@@ -305,7 +306,6 @@ def write_spec_file(spec: JobSpec, dest_dir: str | os.PathLike, write: bool = Tr
 def to_yaml(app_spec: Any) -> str:
     """Stable, readable YAML of ``app_spec`` (sorted keys and tags, scripts as literal blocks; skein's own writes
     tags in set order and folds scripts); ``skein.ApplicationSpec.from_yaml`` loads it back to an equal object."""
-    import yaml
 
     class _Dumper(yaml.SafeDumper):
         pass

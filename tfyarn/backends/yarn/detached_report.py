@@ -10,10 +10,10 @@ from __future__ import annotations
 import logging
 import sys
 
+from tfyarn.backends.yarn.backend import YarnBackend
+
 
 def main(argv: list[str] | None = None) -> int:
-    from tfyarn.backends.yarn.backend import YarnBackend
-
     args = sys.argv[1:] if argv is None else argv
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     with YarnBackend() as b:

@@ -38,6 +38,7 @@ from typing import Any, Iterator
 
 from tfyarn.common import paths
 from tfyarn.errors import YarnUnavailable
+from tfyarn.cluster._skein import skein
 
 log = logging.getLogger(__name__)
 
@@ -246,8 +247,6 @@ class Lease:
 def acquire(ident: dict[str, Any], kw: dict[str, Any], env: dict[str, str] | None = None) -> Lease:
     """A lease on the shared driver of ``ident``: the running one if it answers, else a new keeper + JVM (waited
     for, bounded by :data:`START_TIMEOUT_S`). ``kw``: skein driver options (keytab, principal, java_options)."""
-    from tfyarn.cluster._skein import skein
-
     sk = skein()
     files = _Files(paths.driver_dir(), key_of(ident))
     with files.locked():
@@ -281,8 +280,6 @@ def acquire(ident: dict[str, Any], kw: dict[str, Any], env: dict[str, str] | Non
 def answers(address: str, timeout: float = PING_TIMEOUT_S) -> bool:
     """The driver at ``address`` answers a ping within ``timeout`` (skein's own Client pings with no bound: a hung
     JVM would hang every command that reuses it)."""
-    from tfyarn.cluster._skein import skein
-
     sk = skein()
     from skein import proto
     from skein.core import secure_channel

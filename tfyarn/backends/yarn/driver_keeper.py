@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tfyarn.backends.yarn.driver import Record, _Files, _start_time
+from tfyarn.cluster._skein import skein
 
 
 class _Stop(Exception):
@@ -36,8 +37,6 @@ def keep(args: dict[str, Any]) -> int:
     idle = float(args["idle"])
     proc = None
     try:
-        from tfyarn.cluster._skein import skein
-
         sk = skein()
         from skein.core import _start_driver  # skein's own start: security, `yarn classpath`, callback port
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from tfyarn.contracts.kv_keys import ALL_DONE_KEY, PHASE_PREFIX
+
 #: (name, from, to) of each phase, in order; every mark is a wall time (epoch seconds) in :func:`marks`.
 PHASES = (
     ("preflight+env", "run_started", "env_ready"),
@@ -31,8 +33,6 @@ PHASES = (
 def task_phases(kv: dict[str, str], progress: dict[str, str]) -> dict[str, Any]:
     """The phase records in an app's KV (``phase/<task>``, ``control/all_done``) and each training task's first and
     last step times (its ``progress/<task>``): what the follower keeps in its snapshot."""
-    from tfyarn.contracts.kv_keys import ALL_DONE_KEY, PHASE_PREFIX
-
     tasks: dict[str, dict[str, float]] = {}
     for key, raw in kv.items():
         if key.startswith(PHASE_PREFIX):

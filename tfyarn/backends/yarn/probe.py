@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import shlex
 import time
 from typing import Any
 
@@ -40,8 +41,6 @@ def probe_app(app: Any, training: bool) -> Any:
     py = next(ln for ln in first.script.splitlines() if ln.endswith(" -m tfyarn.task || code=$?"))
     py = py[: -len(" -m tfyarn.task || code=$?")]
     src = appspec.start_check_source()
-    import shlex
-
     script = (
         f"{head}{py} -c {shlex.quote(src)} probe {'' if training else 'no-tf'} >&2 "
         f'|| echo "{REPORT_MARK}{{\\"failed\\": \\"python {py} exited $?\\"}}" >&2\n'

@@ -17,6 +17,9 @@ from typing import Any
 
 from tfyarn.common import paths
 from tfyarn.spec import JobSpec, load_spec_json
+from tfyarn.cluster import hdfs
+from tfyarn.common.fsio import replace
+from tfyarn.report import report_at
 
 log = logging.getLogger(__name__)
 
@@ -51,15 +54,11 @@ def saved_spec(app_id: str, saved: dict[str, Any] | None = None) -> JobSpec | No
 
 # ------------------------------------------------------------------------------------ the staging dir's record
 def record_url(staging_dir: str, app_id: str) -> str:
-    from tfyarn.cluster import hdfs
-
     return hdfs.join(staging_dir, RECORD_DIR, f"{app_id}.json")
 
 
 def report_url(staging_dir: str, app_id: str) -> str:
     """Where the supervisor puts the app's run report (any job: one without a checkpoint dir has it only here)."""
-    from tfyarn.cluster import hdfs
-
     return hdfs.join(staging_dir, RECORD_DIR, app_id)
 
 
@@ -79,8 +78,6 @@ def read_record(staging_dir: str, app_id: str) -> dict[str, Any]:
 def write_record(staging_dir: str, app_id: str, record: dict[str, Any]) -> None:
     import fsspec
 
-    from tfyarn.common.fsio import replace
-
     url = record_url(staging_dir, app_id)
     fs, path = fsspec.core.url_to_fs(url)
     fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
@@ -93,8 +90,6 @@ def write_record(staging_dir: str, app_id: str, record: dict[str, Any]) -> None:
 def publish_report(staging_dir: str, app_id: str, report_dir: Path, ckpt: str | None) -> None:
     """Copy a written run report into the staging dir's ``apps/<app>/`` unless one of this app is next to the
     checkpoints (where readers look first). Never raises: a report is a convenience."""
-    from tfyarn.report import report_at
-
     try:
         if ckpt and report_at(ckpt, app_id):
             return

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import logging
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Callable
 
@@ -81,9 +83,6 @@ class Reporter:
         if not self.detached:
             self.write_report(st)
             return
-        import subprocess
-        import sys
-
         d = paths.yarn_report_dir(st.app_id)
         d.mkdir(parents=True, exist_ok=True)
         with open(d / "report.log", "ab") as out:

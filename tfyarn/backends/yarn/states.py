@@ -3,14 +3,31 @@
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
 from tfyarn.contracts.status import AppState, AppStatus, TaskStatus
 from tfyarn.errors import TIMEOUT_MARK
-from tfyarn.contracts.kv_keys import END_KEY, EXIT_PREFIX, FAILURE_PREFIX, PROGRESS_PREFIX, SUMMARY_KEY, TASKMAP_PREFIX
+from tfyarn.contracts.kv_keys import (
+    END_KEY,
+    EXIT_PREFIX,
+    FAILURE_PREFIX,
+    PROGRESS_PREFIX,
+    SUMMARY_KEY,
+    TASKMAP_PREFIX,
+    ATTEMPT_KEY,
+    ATTEMPTS_PREFIX,
+    CAUSE_PREFIX,
+)
 from tfyarn.spec import JobSpec
-from tfyarn.backends.yarn.cluster_events import container_cause
+from tfyarn.backends.yarn.cluster_events import container_cause, task_events, event_parts
+from tfyarn.backends.yarn.appspec import ATTEMPT_TAG, SUPERVISOR_SERVICE
+from tfyarn.contracts.progress import side_roles, summary_with_eval, apply_resources
+from tfyarn.backends.yarn import phases
+from tfyarn.contracts.in_app import parse_attempt, in_attempt
+from tfyarn.contracts.triage import attempt_cause
+from tfyarn.task.yarn.exit_report import exit_text, diagnosis
 
 ALL_CONTAINER_STATES = ("WAITING", "REQUESTED", "RUNNING", "SUCCEEDED", "FAILED", "KILLED")
 ACTIVE_APP_STATES = ("SUBMITTED", "ACCEPTED", "RUNNING")
@@ -44,8 +61,6 @@ def app_state(
 
 def attempt_of(tags: Any) -> int:
     """The job attempt an application runs (its ``tfyarn-attempt:<n>`` tag; none: the first, 0)."""
-    from tfyarn.backends.yarn.appspec import ATTEMPT_TAG
-
     for t in tags or ():
         if t.startswith(ATTEMPT_TAG) and t[len(ATTEMPT_TAG) :].isdigit():
             return int(t[len(ATTEMPT_TAG) :])
@@ -121,24 +136,11 @@ def snapshot(
     """What a status read keeps of a running app (tasks, progress, summary, failures, phases …), from its containers
     and its whole KV: the follower's saved snapshot and the in-app supervisor's record have this one shape.
     ``progress``: the caller's reading of ``kv`` (:func:`tfyarn.contracts.progress.read_progress`)."""
-    import json
-
-    from tfyarn.contracts.progress import side_roles, summary_with_eval
-    from tfyarn.backends.yarn import phases
-
     taskmap = {k[len(TASKMAP_PREFIX) :]: v for k, v in kv.items() if k.startswith(TASKMAP_PREFIX)}
     failures = {k[len(FAILURE_PREFIX) :]: v for k, v in kv.items() if k.startswith(FAILURE_PREFIX)}
     exits = {k[len(EXIT_PREFIX) :]: json.loads(v) for k, v in kv.items() if k.startswith(EXIT_PREFIX)}
-    from tfyarn.contracts.in_app import parse_attempt
-    from tfyarn.contracts.kv_keys import ATTEMPT_KEY
-
     tasks = tasks_from_containers(containers, taskmap, spec, failures, exits, parse_attempt(kv.get(ATTEMPT_KEY)))
-    from tfyarn.contracts.progress import apply_resources
-
     apply_resources(tasks, kv)  # CPU % and RSS each task publishes of itself (issue 32)
-    from tfyarn.backends.yarn.appspec import SUPERVISOR_SERVICE
-    from tfyarn.backends.yarn.cluster_events import task_events
-
     events = task_events(_by_task([c for c in containers if c.service_name != SUPERVISOR_SERVICE], taskmap, spec))
     progress_items = {k: v for k, v in kv.items() if k.startswith(PROGRESS_PREFIX)}
     sides = side_roles(kv.get)
@@ -162,12 +164,6 @@ def restart_causes(containers: list[Any], kv: dict[str, str], taskmap: dict[str,
     """Why each task's container failed or was taken and each in-app attempt ended, oldest first, with the triage
     rule that decided (status ``causes``): the exit reports' ``cause/`` records, the containers YARN took (no report
     of their own: preempted, a lost node) and the ``attempts/<n>`` records."""
-    import json
-
-    from tfyarn.backends.yarn.cluster_events import container_cause
-    from tfyarn.contracts.kv_keys import ATTEMPTS_PREFIX, CAUSE_PREFIX
-    from tfyarn.contracts.triage import attempt_cause
-
     out: list[dict[str, Any]] = []
     reported = set()
     for k, v in kv.items():
@@ -220,11 +216,6 @@ def restart_causes(containers: list[Any], kv: dict[str, str], taskmap: dict[str,
 def in_app_attempts(kv: dict[str, str]) -> dict[str, Any]:
     """The in-app attempt running (``attempt``: ``control/attempt``'s number) and the ended ones
     (``attempts``: their ``attempts/<n>`` records, in order), when the in-app supervisor ran any."""
-    import json
-
-    from tfyarn.contracts.in_app import parse_attempt
-    from tfyarn.contracts.kv_keys import ATTEMPT_KEY, ATTEMPTS_PREFIX
-
     rec = parse_attempt(kv.get(ATTEMPT_KEY))
     if rec is None:
         return {}
@@ -252,10 +243,6 @@ def tasks_from_containers(
     ``exits`` (``exit/<task>`` records, :mod:`tfyarn.task.yarn.exit_report`) give a failed task's exit code and tell
     a container that died before the application master noticed (FAILED at once, not RUNNING for seconds).
     ``attempt`` (``control/attempt``): restarts count only the running in-app attempt's containers."""
-    from tfyarn.backends.yarn.appspec import SUPERVISOR_SERVICE
-    from tfyarn.contracts.in_app import in_attempt
-    from tfyarn.task.yarn.exit_report import exit_text
-
     by_task = _by_task([c for c in containers if c.service_name != SUPERVISOR_SERVICE], taskmap, spec)  # no task
     out = []
     order = spec.tasks() if spec is not None else []
@@ -316,9 +303,6 @@ def failure_diagnosis(
     code and its own failure record (the ``failure/`` and ``exit/`` keys the follower saw), before YARN's text,
     skipping tasks that text already names (the container script's shutdown writes the same parts). ``events``:
     containers YARN took (preempted, lost node: cluster_events), said first: the root cause a peer's error follows."""
-    from tfyarn.backends.yarn.cluster_events import event_parts
-    from tfyarn.task.yarn.exit_report import diagnosis
-
     diag = (app_diagnostics or "").strip()
     records = {
         t: {"code": r.get("code"), "died_at": r.get("died_at"), "failure": failures.get(t) or r.get("failure")}

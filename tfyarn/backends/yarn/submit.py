@@ -133,8 +133,9 @@ class Submitter:
         return spec.model_copy(update={"data": data})
 
     def run_preflight(self, spec: JobSpec) -> list[str]:
-        from tfyarn.gateway import preflight
-        from tfyarn.backends.yarn.cluster_info import SkeinClusterInfo
+        # preflight loads the data layer, predict and numpy: only a submission pays for them (status stays light)
+        from tfyarn.gateway import preflight  # noqa: PLC0415
+        from tfyarn.backends.yarn.cluster_info import SkeinClusterInfo  # noqa: PLC0415 - (preflight's)
 
         self.conn.login(spec)
         spec = self.with_index_cache(spec)  # staging dir: the user may be the keytab's

@@ -24,6 +24,8 @@ from tfyarn.contracts import in_app
 from tfyarn.contracts.kv_keys import ATTEMPT_KEY, attempt_record_key
 from tfyarn.runner.yarn_app import rm_relay
 from tfyarn.spec import SIDECAR_ROLES, JobSpec
+from tfyarn.backends.yarn.states import ALL_CONTAINER_STATES
+from tfyarn.contracts.triage import attempt_cause, AttemptBudget
 
 log = logging.getLogger(__name__)
 
@@ -184,8 +186,6 @@ def kill_attempt(app: Any, services: list[str], rounds: int = 5) -> list[Any]:
 
 def next_first(app: Any, services: list[str]) -> dict[str, int]:
     """Per service, the instance number skein gives its next container (its containers are numbered in order)."""
-    from tfyarn.backends.yarn.states import ALL_CONTAINER_STATES
-
     first = {s: 0 for s in services}
     for c in app.get_containers(services=services, states=ALL_CONTAINER_STATES):
         first[c.service_name] = max(first[c.service_name], c.instance + 1)
@@ -194,8 +194,6 @@ def next_first(app: Any, services: list[str]) -> dict[str, int]:
 
 def attempt_record(attempt: int, diagnosis: str, started: float, ended: float, redone: dict[str, Any]) -> str:
     """``attempts/<n>``'s JSON: how in-app attempt ``attempt`` ended, and the steps the next one redoes."""
-    from tfyarn.contracts.triage import attempt_cause
-
     cause = attempt_cause(diagnosis)
     return json.dumps(
         {
@@ -256,8 +254,6 @@ def absorb(sup: Any, snap: dict[str, Any], label: str) -> None:
     """A run's supervisor (``tfyarn run``, or a restarted in-app supervisor) takes in the attempts the app
     ``label`` ran itself (its snapshot's ``attempts``): numbered on from them, each counted in the budget, its
     diagnosis kept for the final one and its redone steps in the totals — as if the run had started them."""
-    from tfyarn.contracts.triage import AttemptBudget
-
     ended = snap.get("attempts") or []
     n = snap.get("attempt")
     if isinstance(n, int):

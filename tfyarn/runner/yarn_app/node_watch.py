@@ -11,11 +11,15 @@ container), with a short timeout."""
 
 from __future__ import annotations
 
+import json
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
 from typing import Any
+
+from tfyarn.contracts.kv_keys import PROGRESS_PREFIX
+from tfyarn.backends.yarn.appspec import SUPERVISOR_SERVICE
 
 PROBE_TIMEOUT_S = 2.0
 
@@ -49,8 +53,6 @@ class NodeWatch:
         """``containers``: skein's (RUNNING ones are looked at); ``taskmap``: skein id → task;
         ``last_heard``: task → wall time of its newest progress record (or its start). None while
         every node answers."""
-        from tfyarn.backends.yarn.appspec import SUPERVISOR_SERVICE
-
         now = self.clock()
         nodes: dict[str, list[str]] = {}
         for c in containers:
@@ -82,10 +84,6 @@ class NodeWatch:
 def last_heard(kv: dict[str, str]) -> dict[str, float]:
     """Task → wall time of its newest progress record (``progress/<task>``'s ``time``) in a KV
     snapshot."""
-    import json
-
-    from tfyarn.contracts.kv_keys import PROGRESS_PREFIX
-
     out = {}
     for k, v in kv.items():
         if k.startswith(PROGRESS_PREFIX):

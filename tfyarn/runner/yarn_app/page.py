@@ -13,6 +13,8 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import urllib.error
+import urllib.request
 from typing import Any
 
 from tfyarn.backends.yarn.states import app_state, app_status
@@ -20,6 +22,8 @@ from tfyarn.contracts.kv_keys import PAGE_URL_KEY
 from tfyarn.contracts.status import AppState, AppStatus, TaskStatus
 from tfyarn.contracts.progress import memory_warnings
 from tfyarn.web import StatusPage, page_enabled
+from tfyarn.cluster import hdfs
+from tfyarn.backends.yarn.rest import RmRest
 
 log = logging.getLogger(__name__)
 
@@ -31,9 +35,6 @@ def rm_report(app_id: str) -> Any:
     """The ResourceManager's report of the app (tracking URL, tags, start), read once; None when it
     cannot say."""
     try:
-        from tfyarn.cluster import hdfs
-        from tfyarn.backends.yarn.rest import RmRest
-
         return RmRest(hdfs.load_hadoop_conf(None), os.environ.get("USER") or "").report(app_id)
     except Exception as exc:  # noqa: BLE001 - (a secure RM, no Hadoop conf in the container)
         log.info("no report of %s from the ResourceManager for its page: %s", app_id, exc)
@@ -104,9 +105,6 @@ def add_page(ui: Any, target: str) -> str:
     17+ (its template reads the pages' map entries by reflection: HTTP 500 for the whole overview,
     seen on the test cluster) unless the master opens java.util (``appspec.MASTER_ENV``): when the
     overview still fails with the link, the page stays proxied without it."""
-    import urllib.error
-    import urllib.request
-
     address = ui.add_page(ROUTE, target, link_name=LINK).address
     try:
         with urllib.request.urlopen(ui.address.rstrip("/") + "/overview", timeout=10):

@@ -20,10 +20,16 @@ ends the job naming the task.
 
 from __future__ import annotations
 
+import getpass
 import logging
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
+
+from tfyarn.backends.yarn.appspec import SUPERVISOR_SERVICE
+from tfyarn.backends.yarn.states import _by_task
+from tfyarn.cluster import hdfs
+from tfyarn.backends.yarn.rest import RmRest
 
 log = logging.getLogger(__name__)
 
@@ -132,19 +138,11 @@ class Rerequest:
 
     def _rest(self) -> Any:
         if self.rest is None:
-            import getpass
-
-            from tfyarn.cluster import hdfs
-            from tfyarn.backends.yarn.rest import RmRest
-
             self.rest = RmRest(hdfs.load_hadoop_conf(None), getpass.getuser())  # "": HTTP 500
         return self.rest
 
     def waiting(self, containers: list[Any], taskmap: dict[str, str]) -> list[Waiting]:
         """The app's REQUESTED task containers, with the task each is for (states._by_task)."""
-        from tfyarn.backends.yarn.appspec import SUPERVISOR_SERVICE
-        from tfyarn.backends.yarn.states import _by_task
-
         now = self.clock()
         tasks = [c for c in containers if c.service_name != SUPERVISOR_SERVICE]
         by_task = _by_task(tasks, taskmap, self.spec)

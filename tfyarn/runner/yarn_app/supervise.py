@@ -25,30 +25,40 @@ further attempt in the app).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
 
 from tfyarn.backends.tasks import settle
 from tfyarn.backends.yarn.records import publish_report, write_record
-from tfyarn.backends.yarn.states import ALL_CONTAINER_STATES, snapshot
-from tfyarn.contracts import job_end
+from tfyarn.backends.yarn.states import ALL_CONTAINER_STATES, snapshot, in_app_attempts
+from tfyarn.contracts import job_end, startup
 from tfyarn.contracts.in_app import handover_record, parse_attempt
 from tfyarn.contracts.kv_keys import ATTEMPT_END_KEY, ATTEMPT_KEY, END_KEY, SPEC_KEY
 from tfyarn.contracts.status import AppState, AppStatus, TaskStatus
 from tfyarn.errors import timeout_message
-from tfyarn.report import HISTORY_FILE, checkpoint_url, write_report
+from tfyarn.report import HISTORY_FILE, checkpoint_url, write_report, preload_plotting
 from tfyarn.runner.supervisor import Supervisor
 from tfyarn.runner.yarn_app.node_watch import NodeWatch, last_heard
 from tfyarn.runner.yarn_app.rerequest import Rerequest
 from tfyarn.task.yarn import app_end
-from tfyarn.tasklib.kv import KV
-from tfyarn.spec import JobSpec
-from tfyarn.backends.yarn.appspec import SUPERVISOR_STARTED
+from tfyarn.tasklib.kv import KV, KVUnavailable
+from tfyarn.spec import JobSpec, load_spec_json
+from tfyarn.backends.yarn.appspec import SUPERVISOR_STARTED, SUPERVISOR_SERVICE
+from tfyarn.runner.yarn_app.attempts import absorb, lost_task, restart
+from tfyarn.runner.yarn_app.page import MemoryWatch
+from tfyarn.backends.yarn import phases
+from tfyarn.cluster import hdfs
+from tfyarn.backends.yarn.rest import RmRest
+from tfyarn.cluster._skein import skein
+from tfyarn.task.yarn.kv_yarn import SkeinKV
+from tfyarn.runner.yarn_app import page as job_page
 
 log = logging.getLogger(__name__)
 
@@ -91,8 +101,6 @@ class InAppSupervisor:
         self.snap: dict[str, Any] = {}
         self.outcome: tuple[str, str] | None = None  # (YARN final status, diagnosis) it ended the app with
         self._done_seen: float | None = None  # when it first saw every task done (monotonic)
-        from tfyarn.runner.yarn_app.page import MemoryWatch
-
         self.memory_watch = MemoryWatch()
         self.nodes = NodeWatch(spec.timeouts.node_lost)  # a lost node noticed in seconds, not at YARN's expiry
         self.requests = Rerequest(spec, app, app_id, clock=clock)  # skein's lost requests, asked again
@@ -172,10 +180,6 @@ class InAppSupervisor:
         """The running attempt's end, when it has one: the diagnosis a failed task handed over
         (``control/attempt_end``), or the failure of containers that died without an exit report and that
         skein did not replace (what skein would have failed the app for: its services here allow failures)."""
-        import json
-
-        from tfyarn.runner.yarn_app.attempts import lost_task
-
         if END_KEY in kv:
             return None  # the app is ending (a failed task's exit report, a follower): skein ends it next
         rec = kv.get(ATTEMPT_END_KEY) or self.kv.get(ATTEMPT_END_KEY)
@@ -201,8 +205,6 @@ class InAppSupervisor:
         one starts in this application when :meth:`tfyarn.runner.supervisor.Supervisor.next_attempt` says so
         (triage, budgets, deadline: the runner's rules), else the app ends so with it. True when the
         supervisor's work is over."""
-        from tfyarn.runner.yarn_app.attempts import restart
-
         self.sup.progress(self.kv.items())  # the step the attempt reached: the steps redone
         ended = self.attempt
         if not self.sup.next_attempt(state, diagnosis, label=f"attempt {ended}"):
@@ -261,8 +263,6 @@ class InAppSupervisor:
     def finish(self, final_status: str, diagnosis: str, state: AppState | None = None) -> None:
         """The run report and the record (at once, two threads), then the app's end: the shutdown ends this
         container, so they come first — the job's end waits for them (~0.5-1 s)."""
-        import threading
-
         t0 = time.monotonic()
         state = state or (AppState.SUCCEEDED if final_status == "SUCCEEDED" else AppState.TIMED_OUT)
         end = job_end.decide(
@@ -310,8 +310,6 @@ class InAppSupervisor:
         """report.json (+ PNG when matplotlib imports) next to the checkpoints (:func:`tfyarn.report.write_report`:
         not there when training never ran), else under the staging dir's ``apps/<app>/`` (readers look next to the
         checkpoints first; the app's end waits for these uploads). Never raises."""
-        from tfyarn.backends.yarn import phases
-
         rm = {"started": self.started, "finished": st.finished}
         extra = {"phases": phases.durations(phases.marks({}, rm, self.snap.get("phases") or {}))}
         ckpt = checkpoint_url(self.spec)
@@ -322,8 +320,6 @@ class InAppSupervisor:
     def run(self, poll: float = POLL_S, check_s: float = DONE_CHECK_S) -> None:
         """Rounds every ``poll`` s, looking for ``control/all_done`` every ``check_s`` s between them, until the
         supervisor's work is over or the application master is gone."""
-        from tfyarn.tasklib.kv import KVUnavailable
-
         while True:
             try:
                 if self.round():
@@ -342,9 +338,6 @@ def resume(sup: InAppSupervisor) -> None:
     """A supervisor skein restarted (appspec.SUPERVISOR_RESTARTS: the last one's container died) takes up the app's
     in-app attempts from the KV: the running attempt's number and the ended ones in its budget, as a follower absorbs
     them. A first supervisor finds none."""
-    from tfyarn.runner.yarn_app.attempts import absorb
-    from tfyarn.backends.yarn.states import in_app_attempts
-
     rec = in_app_attempts(sup.kv.items())
     if not rec:
         return
@@ -359,9 +352,6 @@ def app_started(app_id: str) -> float | None:
     """The app's start (epoch s) from the ResourceManager (the active deadline counts from there); None when the RM
     cannot say (then the supervisor's own start, seconds later, is used)."""
     try:
-        from tfyarn.cluster import hdfs
-        from tfyarn.backends.yarn.rest import RmRest
-
         rep = RmRest(hdfs.load_hadoop_conf(None), os.environ.get("USER") or "").report(app_id)
         return rep.start_time.timestamp() if rep.start_time is not None else None
     except Exception as exc:  # noqa: BLE001 - (a secure RM, no Hadoop conf in the container)
@@ -377,13 +367,6 @@ def main() -> int:
     os.nice(10)  # its imports and matplotlib preload must not delay the tasks' TF imports on a shared node
     app: Any = None
     try:
-        import threading
-
-        from tfyarn.cluster._skein import skein
-        from tfyarn.report import preload_plotting
-        from tfyarn.task.yarn.kv_yarn import SkeinKV
-        from tfyarn.spec import load_spec_json
-
         app = skein().ApplicationClient.from_current()
         spec = load_spec_json(Path(os.environ["TFYARN_SPEC_FILE"]).read_text())
         app_id = os.environ.get("TFYARN_APP_ID") or os.environ["SKEIN_APPLICATION_ID"]
@@ -403,8 +386,6 @@ def main() -> int:
         resume(sup)
         threading.Thread(target=preload_plotting, name="tfyarn-preload-matplotlib", daemon=True).start()
         sup.publish()
-        from tfyarn.runner.yarn_app import page as job_page
-
         page = job_page.serve(sup)  # the job's page, under skein's web UI (issue 32)
         log.info(
             "supervising %s (%s): stall %gs, deadline %s, allocation %s",
@@ -427,8 +408,6 @@ def cannot_start(app: Any, exc: BaseException) -> int:
     """A supervisor that could not start: its log says why (contracts.startup's line, which the gateway reads) and,
     with the application's client, the app is ended FAILED with that reason at once (an end record); else its
     container's non-zero exit fails it (skein: its service allows no failure). Returns the exit code, 1."""
-    from tfyarn.contracts import startup
-
     why = startup.cannot_start(
         startup.import_error_text(exc) if isinstance(exc, ImportError) else f"{type(exc).__name__}: {exc}"
     )
@@ -436,9 +415,6 @@ def cannot_start(app: Any, exc: BaseException) -> int:
     print(startup.log_line(1, why), file=sys.stderr, flush=True)
     if app is not None:
         try:
-            from tfyarn.backends.yarn.appspec import SUPERVISOR_SERVICE
-            from tfyarn.task.yarn.kv_yarn import SkeinKV
-
             reason = f"{SUPERVISOR_SERVICE}: {why}"
             end = job_end.decide(job_end.SUPERVISOR, failure=reason)
             job_end.end_job(SkeinKV(app.kv), end, app.shutdown, reason)

@@ -11,6 +11,8 @@ from tfyarn.train.inputs import placeholders as input_placeholders
 from tfyarn.train.model import build_model, split_features
 from tfyarn.train.ps.packing import pack_gradients
 from tfyarn.train.ps.placement import SizeBalancer, plan_placement, variable_sizes
+from tfyarn.train.ps.saver import read_no_copy
+from tfyarn.train.ps.saver import saver as no_copy_saver
 from tfyarn.train.step_metrics import step_metrics
 
 
@@ -200,13 +202,13 @@ def build_graph(ctx: Any, model: Any) -> TrainGraph:  # noqa: PLR0915 - listed i
             stages = init_stages(tf.compat.v1.global_variables())
             local_init_op = tf.group(tf.compat.v1.local_variables_initializer(), tf.compat.v1.tables_initializer())
             ready_op = tf.compat.v1.report_uninitialized_variables(tf.compat.v1.global_variables())
-            saver = tf.compat.v1.train.Saver(
+            saver = no_copy_saver(  # (TF1's Saver reading each variable without copying it on its ps)
                 tf.compat.v1.global_variables(), sharded=False, max_to_keep=2, save_relative_paths=True
             )
         finite = []
         for v in model.trainable_variables:  # each check runs where its variable lives: one bool travels
             with tf.compat.v1.device(v.device):
-                finite.append(tf.reduce_all(tf.math.is_finite(v.read_value())))
+                finite.append(tf.reduce_all(tf.math.is_finite(read_no_copy(v))))
         with tf.compat.v1.device(worker_device):
             all_finite = tf.reduce_all(tf.stack(finite))
     graph.finalize()

@@ -7,8 +7,9 @@ variables and optimizer slots (a split table's shards counted where they go) plu
 What a ps peaks at (measured with ``scripts/bench_ps_memory.py``, BENCHMARKS.md "Embedding tables in ps mode"):
 TensorFlow and its server (:data:`RUNTIME_MIB`), its variables and slots, and one transient beside them: while it
 initialises, the initial value of its biggest variable (the chief initialises one big variable of each ps at a
-time); with checkpoints, a copy of every variable it holds (the Saver reads them all at once, and a variable that
-took sparse updates is copied on each read)."""
+time); with checkpoints, a copy of every variable it holds: the Saver reads them all at once without copying
+(:mod:`tfyarn.train.ps.saver`), but a sparse update that lands while a read is in flight copies that variable
+(TF's copy-on-write), which async workers and the sync aggregator can do to each of them."""
 
 from __future__ import annotations
 
@@ -29,6 +30,9 @@ from tfyarn.train.ps.placement import _VAR_OPS, _op_bytes
 RUNTIME_MIB = 650
 
 _MIB = 2**20
+#: Below this, a ps's variables are not what decides its memory (TensorFlow's own RUNTIME_MIB is): a small model's
+#: ps in a small container (512 MiB, where YARN does not enforce physical memory) is not refused for TF's footprint.
+MATERIAL_MIB = 64
 
 
 def ps_loads(spec_json: str) -> tuple[list[int], list[int], list[int]] | None:
@@ -71,12 +75,12 @@ def problems(spec_json: str) -> list[str]:
     spec = load_spec_json(spec_json)
     memory = spec.role("ps").memory_mib
     saves = bool(spec.checkpoint.dir)
-    # the transient beside the variables: a copy of them all while a checkpoint is read, else the biggest one's
-    # initial value (module docstring)
+    # the transient beside the variables: up to a copy of them all while a checkpoint is read, else the biggest
+    # one's initial value (module docstring)
     transient = total if saves else biggest
     i = max(range(len(total)), key=lambda j: total[j] + transient[j])
     need = (total[i] + transient[i]) / _MIB + RUNTIME_MIB
-    if need <= memory:
+    if need <= memory or (total[i] + transient[i]) / _MIB < MATERIAL_MIB:
         return []
     shards = spec.ps.max_shards or spec.instances("ps")
     peak = "a copy of them while a checkpoint is read" if saves else "its biggest variable's initial value"

@@ -704,3 +704,34 @@ def test_an_error_while_following_kills_the_application_and_propagates(tmp_path,
     with pytest.raises(RuntimeError, match="display broke"):
         runner.run(_backend(rm, tmp_path / "s"), spec, poll=0.01, on_update=broken)
     assert rm.killed == ["application_1700000000000_0001"] and len(rm.submitted) == 1
+
+
+def test_a_shared_driver_that_died_is_replaced_on_the_next_call(monkeypatch):
+    """A long-lived backend (a scheduler, the YARN test session) kept the client of a shared driver whose JVM had
+    died (UNAVAILABLE on every later call: a CI run failed 18 tests so); the next call joins or starts another."""
+    from tfyarn.backends.yarn import connection as conn_mod
+
+    class FakeRecord:
+        def __init__(self, alive):
+            self._alive, self.jvm_pid = alive, 4242
+
+        def alive(self):
+            return self._alive
+
+    class FakeLease:
+        def __init__(self, name, alive):
+            self.client, self.record, self.released = name, FakeRecord(alive), False
+
+        def release(self):
+            self.released = True
+
+    dead, fresh = FakeLease("dead driver's client", False), FakeLease("new driver's client", True)
+    acquired = []
+    monkeypatch.setattr(conn_mod.skein_driver, "acquire", lambda ident, kw, env=None: acquired.append(1) or fresh)
+    monkeypatch.setattr(skein.Client, "from_global_driver",
+                        staticmethod(lambda: (_ for _ in ()).throw(skein.exceptions.DriverNotRunningError("none"))))
+    monkeypatch.setenv("HADOOP_CONF_DIR", "/etc/hadoop/conf")
+    b = YarnBackend()
+    b.conn._lease, b.conn._client = dead, dead.client
+    assert b.client() == "new driver's client" and dead.released and acquired == [1]
+    assert b.client() == "new driver's client" and acquired == [1]      # a live one is kept
