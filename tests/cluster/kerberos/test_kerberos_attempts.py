@@ -75,13 +75,18 @@ def test_an_in_app_attempts_killed_containers_are_answered_by_the_resourcemanage
     st = json.loads(r.stdout)
     assert r.returncode == 0 and st["state"] == "SUCCEEDED", f"{r.stdout}\n{r.stderr}"
     assert st["attempt"] == 1 and st["progress"]["global_step"] == 60, (st["attempt"], st["progress"])
-    assert "worker:0: exit code 137 (killed by SIGKILL)" in json.dumps(st), st
+    causes = [(c["kind"], c["task"], c["rule"]) for c in st["causes"]]     # the kill named: the worker, then attempt 0
+    assert ("restart", "worker:0", "exit code 137: killed from outside") in causes, st["causes"]
+    assert ("attempt", "attempt 0", "exit code 137: killed from outside") in causes, st["causes"]
 
     log = supervisor_log(cluster, app_id)
     asked = [ln for ln in log.splitlines() if "asking the ResourceManager instead" in ln]
     answered = [ln for ln in log.splitlines() if "stopped: answered by the ResourceManager" in ln]
     print(f"{app_id}: the NodeManager refused {len(asked)}x; answered by the RM:\n" + "\n".join(answered))
     assert asked, f"the NodeManager was not asked and refused (SPNEGO): not the secure path\n{log[-3000:]}"
-    assert len(answered) >= 2, f"the killed chief's and ps's containers not answered\n{log[-3000:]}"   # chief, ps
+    ended = [ln for ln in log.splitlines() if "attempt 0 ended:" in ln]
+    assert len(ended) == 1 and "containers killed and gone" in ended[0], ended
+    killed = int(ended[0].split("attempt 0 ended: ", 1)[1].split()[0])
+    assert killed >= 2 and len(answered) == killed, (killed, answered)  # every container killed (chief, ps, ...)
     for unanswered in ("the grace of", "cannot say whether", "no answer from the ResourceManager", "timed out"):
         assert unanswered not in log, f"{unanswered!r} in the supervisor's log\n{log[-3000:]}"

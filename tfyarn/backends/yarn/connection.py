@@ -130,7 +130,7 @@ class YarnConnection:
     def client(self, spec: JobSpec | None = None) -> Any:
         """The skein Client: the global driver's if one runs, else a driver of our own (see module docstring)."""
         self._join_driver()
-        if self._lease is not None and not self._lease.record.alive():
+        if self._lease is not None and not self._lease.record.alive:
             # a long-lived backend (a scheduler, a test session) outlives a shared driver that died (its JVM
             # OOM-killed, its keeper killed): join or start another instead of failing every later call
             log.warning(

@@ -711,12 +711,9 @@ def test_a_shared_driver_that_died_is_replaced_on_the_next_call(monkeypatch):
     died (UNAVAILABLE on every later call: a CI run failed 18 tests so); the next call joins or starts another."""
     from tfyarn.backends.yarn import connection as conn_mod
 
-    class FakeRecord:
+    class FakeRecord:   # driver.Record's fields the connection reads (alive: a property there too)
         def __init__(self, alive):
-            self._alive, self.jvm_pid = alive, 4242
-
-        def alive(self):
-            return self._alive
+            self.alive, self.jvm_pid = alive, 4242
 
     class FakeLease:
         def __init__(self, name, alive):
@@ -726,6 +723,10 @@ def test_a_shared_driver_that_died_is_replaced_on_the_next_call(monkeypatch):
             self.released = True
 
     dead, fresh = FakeLease("dead driver's client", False), FakeLease("new driver's client", True)
+    # the dead one's record is a real one, of processes that are gone
+    dead.record = conn_mod.skein_driver.Record(key="k", address="127.0.0.1:1", jvm_pid=2**22 + 7, keeper_pid=2**22 + 9,
+                                               keeper_started="", user="u", principal="", hadoop_conf_dir="",
+                                               idle_s=1.0, started=0.0, log="")
     acquired = []
     monkeypatch.setattr(conn_mod.skein_driver, "acquire", lambda ident, kw, env=None: acquired.append(1) or fresh)
     monkeypatch.setattr(skein.Client, "from_global_driver",
