@@ -25,9 +25,9 @@ from tfyarn.train.ps.graph import build_graph
 from tfyarn.train.ps.placement import _VAR_OPS, _op_bytes
 
 #: What a ps process holds besides its variables (Python, TensorFlow, its gRPC server), MiB: 524 measured locally
-#: without the fork server, ~620 on the YARN test cluster (a ps's peak less its variables and its biggest shard's
-#: initial value, issue 37).
-RUNTIME_MIB = 650
+#: without the fork server, ~620 on the YARN test cluster, and a ps of CI's YARN suite peaked 35 MiB above the 650
+#: first allowed here (2049 MiB in its 2048 MiB container, issue 37): a margin over the measured.
+RUNTIME_MIB = 700
 
 _MIB = 2**20
 #: Below this, a ps's variables are not what decides its memory (TensorFlow's own RUNTIME_MIB is): a small model's
