@@ -19,6 +19,15 @@ def progress(
     the program runs unchanged anywhere. Imports no TensorFlow. A Keras ``fit`` can call it through the
     callback of ``tfyarn/keras.py`` (the name spelled out here would make this package look like Keras code to
     warm_imports.code_uses_keras, which reads the sources a model module imports)."""
-    from tfyarn.task.entrypoint import report_progress
+    from tfyarn.task.entrypoint import program_reporter
 
-    report_progress(step, loss=loss, examples=examples, epoch=epoch, global_step=global_step, metrics=metrics)
+    reporter = program_reporter()
+    if reporter is not None:
+        reporter.report(
+            step=int(step),
+            epoch=int(epoch),
+            loss=loss,
+            examples=int(examples),
+            global_step=global_step,
+            metrics=metrics,
+        )

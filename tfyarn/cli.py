@@ -107,9 +107,16 @@ def cli(ctx: click.Context, verbose: int, quiet: bool) -> None:
 
 
 # ------------------------------------------------------------------------------------------------------------ spec
-@cli.command()
-@click.argument("spec_path", metavar="SPEC")
-@_set_option
+def _spec_command(name: str | None = None) -> Callable[[Callable], click.Command]:
+    """A command on a job spec: its ``SPEC`` argument and ``--set`` overrides (``spec_path``, ``overrides``)."""
+
+    def command(f: Callable) -> click.Command:
+        return cli.command(name)(click.argument("spec_path", metavar="SPEC")(_set_option(f)))
+
+    return command
+
+
+@_spec_command()
 @click.option(
     "--check-files",
     is_flag=True,
@@ -158,9 +165,7 @@ def schema() -> None:
     click.echo(json.dumps(json_schema(), indent=2))
 
 
-@cli.command("export")
-@click.argument("spec_path", metavar="SPEC")
-@_set_option
+@_spec_command("export")
 @click.option(
     "--checkpoint",
     default=None,
@@ -184,9 +189,7 @@ def export_(spec_path: str, overrides: tuple[str, ...], checkpoint: str | None, 
 
 
 # ------------------------------------------------------------------------------------------------------------ run
-@cli.command()
-@click.argument("spec_path", metavar="SPEC")
-@_set_option
+@_spec_command()
 @_backend_option
 @click.option("--output", type=click.Choice(["text", "json"]), default="text", help="Final status format.")
 @click.option(
@@ -236,9 +239,7 @@ def _probe(spec, backend: str | None, show: bool) -> None:
         sys.exit(ExitCode.INVALID)
 
 
-@cli.command()
-@click.argument("spec_path", metavar="SPEC")
-@_set_option
+@_spec_command()
 @_backend_option
 @click.option("--overwrite", is_flag=True, help="Replace predict.output when it holds anything (else refused).")
 @click.option("--submit", "submit_", is_flag=True, help="Submit, print the app id and return (then status, wait ...).")
@@ -308,9 +309,7 @@ def _exit(code: int) -> None:
     os._exit(code)
 
 
-@cli.command()
-@click.argument("spec_path", metavar="SPEC")
-@_set_option
+@_spec_command()
 @_backend_option
 @click.option("--dry-run", is_flag=True, help="Print what would be submitted (YARN: the skein spec YAML).")
 @click.option("--wait", "wait_", is_flag=True, help="Follow progress until the job ends; exit with its outcome.")
@@ -511,9 +510,7 @@ def report(
     click.echo(json.dumps(rep, indent=1, sort_keys=True) if output == "json" else report_text(rep, png))
 
 
-@cli.command()
-@click.argument("spec_path", metavar="SPEC")
-@_set_option
+@_spec_command()
 @click.option(
     "--staging-dir",
     default=None,

@@ -21,6 +21,7 @@ from typing import Annotated, Any, Iterator, Literal, Union, get_args, get_origi
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -128,6 +129,24 @@ SizeBytes = Annotated[
 #: Seconds; a spec gives '30s', '5m', '1h' or seconds as a number.
 Duration = Annotated[float, BeforeValidator(parse_duration_s, json_schema_input_type=_DurationInput)]
 
+
+def _listify(v: Any) -> Any:
+    """One URL or glob needs no list around it."""
+    return [v] if isinstance(v, str) else v
+
+
+def _nonempty(v: list[str]) -> list[str]:
+    if not v:
+        raise ValueError("at least one URL or glob is needed")
+    return v
+
+
+#: fsspec URLs or globs; a spec gives one without a list around it.
+Urls = Annotated[list[str], BeforeValidator(_listify, json_schema_input_type=Union[str, list[str]])]
+#: At least one of them.
+SomeUrls = Annotated[Urls, AfterValidator(_nonempty)]
+
+
 # Integer and boolean fields use pydantic's strict types: in lax mode ``epochs: true`` would be 1 epoch, ``sync: 1``
 # or ``sync: "no"`` a boolean and ``batch_size: 32.0`` an int. YAML (files, ``--set`` values) and JSON already give
 # real ints and booleans, so strictness rejects only mistakes, and the JSON Schema says exactly what is accepted.
@@ -229,8 +248,8 @@ class Feature(_Model):
 
 
 class Data(_Model):
-    train: list[str] = Field(..., description="fsspec URLs or globs of TFRecord files (hdfs://, file://, s3://, ...)")
-    eval: list[str] = Field(default_factory=list)
+    train: SomeUrls = Field(..., description="fsspec URLs or globs of TFRecord files (hdfs://, file://, s3://, ...)")
+    eval: Urls = Field(default_factory=list)
     features: dict[str, Feature]
     label: str | None = Field(None, description="name of the label feature (default: 'label' if present)")
     batch_size: StrictInt = Field(..., gt=0, description="per worker; global batch = batch_size x training workers")
@@ -254,19 +273,6 @@ class Data(_Model):
         "not writable, on a filesystem every task sees (default: "
         "<staging dir>/index on YARN, this machine's cache locally)",
     )
-
-    @field_validator("train", "eval", mode="before", json_schema_input_type=Union[str, list[str]])
-    @classmethod
-    def _listify(cls, v: Any) -> Any:
-        """One URL or glob needs no list around it."""
-        return [v] if isinstance(v, str) else v
-
-    @field_validator("train")
-    @classmethod
-    def _nonempty(cls, v: list[str]) -> list[str]:
-        if not v:
-            raise ValueError("at least one URL or glob is needed")
-        return v
 
     @model_validator(mode="after")
     def _label(self) -> "Data":
@@ -330,7 +336,7 @@ class Predict(_Model):
         "restored from the dir's latest checkpoint",
     )
     signature: str = Field("serving_default", description="the SavedModel's signature to call")
-    input: list[str] = Field(..., description="fsspec URLs, globs or table roots, as data.train")
+    input: SomeUrls = Field(..., description="fsspec URLs, globs or table roots, as data.train")
     format: Literal["auto", "tfrecord", "parquet", "orc"] = Field(
         "auto", description="input format; auto: by extension (.parquet, .orc; anything else is TFRecord)"
     )
@@ -354,19 +360,6 @@ class Predict(_Model):
         "fail", description="a corrupt record or a null without default: fail, or skip (counted and listed)"
     )
     index_cache: str | None = Field(None, description="where input indexes are cached (as data.index_cache)")
-
-    @field_validator("input", mode="before", json_schema_input_type=Union[str, list[str]])
-    @classmethod
-    def _listify(cls, v: Any) -> Any:
-        """One URL or glob needs no list around it."""
-        return [v] if isinstance(v, str) else v
-
-    @field_validator("input")
-    @classmethod
-    def _nonempty(cls, v: list[str]) -> list[str]:
-        if not v:
-            raise ValueError("at least one URL or glob")
-        return v
 
     @model_validator(mode="after")
     def _one_model(self) -> "Predict":

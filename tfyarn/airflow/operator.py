@@ -52,14 +52,10 @@ class TfyarnOperator(BaseOperator):
         super().__init__(**kwargs)
         if on_existing not in ON_EXISTING:
             raise ValueError(f"on_existing must be one of {ON_EXISTING}, not {on_existing!r}")
-        self.spec = spec
-        self.overrides = list(overrides)
-        self.backend = backend
-        self.on_existing = on_existing
-        self.deferrable = deferrable
-        self.poll_interval = poll_interval
-        self.log_interval = log_interval
-        self.wait_timeout = wait_timeout
+        self.spec, self.overrides, self.backend = spec, list(overrides), backend  # the template_fields
+        self.on_existing, self.deferrable = on_existing, deferrable
+        #: how the job is followed: seconds between two polls and two progress lines, and the wait's bound
+        self.poll_interval, self.log_interval, self.wait_timeout = poll_interval, log_interval, wait_timeout
         #: ``tfyarn predict``: score the spec's predict.input (docs/predict.md); ``overwrite`` replaces an output dir
         #: an earlier try left (a retry of a failed scoring run is refused without it)
         self.predict, self.overwrite = predict, overwrite

@@ -9,7 +9,7 @@ together, and finds key literals written anywhere else in tfyarn).
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 # ---------------------------------------------------------------------------------------------------- per task
 ADDR_PREFIX = "addr/"
@@ -63,37 +63,30 @@ ATTEMPTS_PREFIX = "attempts/"
 CAUSE_PREFIX = "cause/"
 
 
-def addr_key(task: str) -> str:
-    """``addr/worker:1`` → 'host:port' of that task's TF server."""
-    return ADDR_PREFIX + task
+def _per_task(prefix: str) -> Callable[[str], str]:
+    """The key of one task's record under ``prefix``: ``addr/worker:1``."""
+
+    def key(task: str) -> str:
+        return prefix + task
+
+    return key
+
+
+#: ``addr/worker:1`` → 'host:port' of that task's TF server; the others likewise, one record per task.
+addr_key = _per_task(ADDR_PREFIX)
+progress_key = _per_task(PROGRESS_PREFIX)
+failure_key = _per_task(FAILURE_PREFIX)
+exit_key = _per_task(EXIT_PREFIX)
+stacks_ack_key = _per_task(STACKS_PREFIX)
+resources_key = _per_task(RESOURCES_PREFIX)
 
 
 def cause_key(task: str, container: str) -> str:
     return f"{CAUSE_PREFIX}{task}/{container}"
 
 
-def progress_key(task: str) -> str:
-    return PROGRESS_PREFIX + task
-
-
-def failure_key(task: str) -> str:
-    return FAILURE_PREFIX + task
-
-
-def exit_key(task: str) -> str:
-    return EXIT_PREFIX + task
-
-
-def stacks_ack_key(task: str) -> str:
-    return STACKS_PREFIX + task
-
-
 def rejoin_key(task: str, restart: int) -> str:
     return f"{REJOIN_PREFIX}{task}/{restart}"
-
-
-def resources_key(task: str) -> str:
-    return RESOURCES_PREFIX + task
 
 
 def attempt_record_key(attempt: int) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Iterator
 
 INFRA = "infrastructure"
 USER = "user code"
@@ -210,36 +211,29 @@ def tf_distributed(failure: str, task: str | None = None) -> Triage | None:
         hit = rx.search(text)
         if hit:
             return Triage(INFRA, cause, words, f"{kind}: " + rule.format(m=f'"{hit.group(0)}"'))
-    for hit in _TF_FROM.finditer(text):
+    for hit, words, rule in _peer_mentions(text, kind):
         name, other = _tf_task(hit.group(1), hit.group(2), task)
         if other:
-            return Triage(
-                INFRA,
-                "peer_lost",
-                f"got {kind} from its peer {name}",
-                f'{kind} came "{hit.group(0)}", another task than {task or "this one"}',
-            )
+            said = {"kind": kind, "name": name, "hit": hit.group(0), "this": task or "this one"}
+            return Triage(INFRA, "peer_lost", words.format(**said), rule.format(**said))
+    return None
+
+
+def _peer_mentions(text: str, kind: str) -> Iterator[tuple[re.Match[str], str, str]]:
+    """Where a TF error of ``kind`` names a task, in the order :func:`tf_distributed` trusts them, each with the
+    words and the rule that blame that task when it is a peer (``{name}``, ``{kind}``, ``{hit}``, ``{this}``)."""
+    for hit in _TF_FROM.finditer(text):
+        yield hit, "got {kind} from its peer {name}", '{kind} came "{hit}", another task than {this}'
     op = _TF_OP_DEVICE.search(text)
     if op:
-        name, other = _tf_task(op.group(1), op.group(2), task)
-        if other:
-            return Triage(
-                INFRA,
-                "peer_lost",
-                f"got {kind} from an op on its peer {name}",
-                f"{kind} raised by an op placed on {name}, another task than {task or 'this one'}",
-            )
+        yield (
+            op,
+            "got {kind} from an op on its peer {name}",
+            "{kind} raised by an op placed on {name}, another task than {this}",
+        )
     if kind in ("UnavailableError", "CancelledError"):
         for hit in _TF_TASK.finditer(text):
-            name, other = _tf_task(hit.group(1), hit.group(2), task)
-            if other:
-                return Triage(
-                    INFRA,
-                    "peer_lost",
-                    f"lost its peer {name}",
-                    f"{kind} names another task ({hit.group(0)})",
-                )
-    return None
+            yield hit, "lost its peer {name}", "{kind} names another task ({hit})"
 
 
 _NODE_LINE = re.compile(r"^Node: '[^']*'\s*$", re.MULTILINE)

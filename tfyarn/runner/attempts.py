@@ -27,11 +27,21 @@ from tfyarn.runner.supervisor import Supervisor
 from tfyarn.spec import JobSpec
 
 #: A backend whose attempts are not each an app scheduled and followed here: its application master's attempts
-#: (a factory like :class:`ScheduledAttempts`), by backend name.
+#: (a factory like :class:`ScheduledAttempts`: ``(backend, spec, sup, watch)``), by backend name.
 APP_MASTERS = {
     "local": "tfyarn.runner.local_app.attempts",
     "yarn": "tfyarn.runner.yarn_app.follower.YarnAttempts",
 }
+
+
+@dataclasses.dataclass(frozen=True)
+class Watch:
+    """What the caller of :func:`run` sees of it, handed to whoever runs its attempts: ``echo`` the task log lines
+    (where the backend streams them), ``on_update`` each status, polled every ``poll`` seconds."""
+
+    echo: Echo | None = None
+    on_update: Callable[[AppStatus], None] | None = None
+    poll: float = 2.0
 
 
 class Attempts(Protocol):
@@ -77,16 +87,8 @@ class ScheduledAttempts:
     app_per_attempt = True
     stop_event: threading.Event | None = None
 
-    def __init__(
-        self,
-        backend: Any,
-        spec: JobSpec,
-        sup: Supervisor,
-        echo: Echo | None = None,
-        on_update: Callable[[AppStatus], None] | None = None,
-        poll: float = 2.0,
-    ):
-        self.backend, self.spec, self.sup, self.on_update, self.poll = backend, spec, sup, on_update, poll
+    def __init__(self, backend: Any, spec: JobSpec, sup: Supervisor, watch: Watch | None = None):
+        self.backend, self.spec, self.sup, self.watch = backend, spec, sup, watch or Watch()
 
     def __enter__(self) -> ScheduledAttempts:
         return self
@@ -100,7 +102,7 @@ class ScheduledAttempts:
         return str(self.backend.schedule(request))
 
     def to_end(self, app_id: str) -> AppStatus:
-        return follow_to_end(self.backend, app_id, self.sup, None, self.poll, self.on_update)
+        return follow_to_end(self.backend, app_id, self.sup, None, self.watch.poll, self.watch.on_update)
 
     def end(self, app_id: str, exc: BaseException) -> AppStatus:
         return stop_app(self.backend, app_id, exc, self.spec)
@@ -109,22 +111,15 @@ class ScheduledAttempts:
         return st
 
 
-def attempts_for(
-    backend: Any,
-    spec: JobSpec,
-    sup: Supervisor,
-    echo: Echo | None = None,
-    on_update: Callable[[AppStatus], None] | None = None,
-    poll: float = 2.0,
-) -> Attempts:
+def attempts_for(backend: Any, spec: JobSpec, sup: Supervisor, watch: Watch) -> Attempts:
     """How ``backend`` runs the attempts of ``spec`` under ``sup``: its application master's
     (:data:`APP_MASTERS`), else each attempt an app of its own (:class:`ScheduledAttempts`)."""
     path = APP_MASTERS.get(backend.name)
     if path is None:
-        return ScheduledAttempts(backend, spec, sup, echo, on_update, poll)
+        return ScheduledAttempts(backend, spec, sup, watch)
     module, _, name = path.rpartition(".")
     factory = getattr(importlib.import_module(module), name)
-    job: Attempts = factory(backend, spec, sup, echo=echo, on_update=on_update, poll=poll)
+    job: Attempts = factory(backend, spec, sup, watch)
     return job
 
 
@@ -142,7 +137,7 @@ def run(
     the app ended ends it (:func:`~tfyarn.runner.owned.never_left_running`): a stop returns the
     ended app's status, an error propagates."""
     sup = Supervisor(spec, started=time.time(), timeout=timeout)
-    return run_attempts(attempts_for(backend, spec, sup, echo, on_update, poll), sup)
+    return run_attempts(attempts_for(backend, spec, sup, Watch(echo, on_update, poll)), sup)
 
 
 def run_attempts(job: Attempts, sup: Supervisor) -> AppStatus:

@@ -45,23 +45,13 @@ _REPORTER: Any = None  # this task's ProgressReporter, once the program runs
 _HEARTBEAT: _LogHeartbeat | None = None
 
 
-def report_progress(
-    step: int,
-    loss: float | None = None,
-    examples: int = 0,
-    epoch: int = 0,
-    global_step: int | None = None,
-    metrics: dict[str, float] | None = None,
-) -> None:
-    """What ``tfyarn.progress`` does inside a task (outside one it is a no-op): the first call stops the log
-    heartbeat, every call publishes like tfyarn's own loops (a NaN loss fails the task when fail_on_nan_loss)."""
-    if _REPORTER is None:
-        return
-    if _HEARTBEAT is not None:
+def program_reporter() -> Any:
+    """The reporter ``tfyarn.progress`` publishes through inside a task, like tfyarn's own loops (a NaN loss fails
+    the task when fail_on_nan_loss); None outside one (a no-op there). The program reports its own steps from its
+    first call on, so the log heartbeat stops."""
+    if _REPORTER is not None and _HEARTBEAT is not None:
         _HEARTBEAT.stop()
-    _REPORTER.report(
-        step=int(step), epoch=int(epoch), loss=loss, examples=int(examples), global_step=global_step, metrics=metrics
-    )
+    return _REPORTER
 
 
 class _Taken:

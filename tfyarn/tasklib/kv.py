@@ -77,27 +77,29 @@ def put_json(kv: KV, key: str, value: Any) -> None:
 
 
 class MemoryKV(KV):
-    """In-process KV (tests, a single-task run, a snapshot of another KV's ``items``)."""
+    """In-process KV (tests, a single-task run, a snapshot of another KV's ``items``; the local launcher's KV
+    service keeps its keys in one, :class:`tfyarn.backends.local.kvserver.KVStore`). Thread-safe; a put wakes
+    whoever waits on its condition."""
 
     def __init__(self, items: dict[str, str] | None = None) -> None:
-
         self._d: dict[str, str] = dict(items or {})
-        self._lock = threading.Lock()
+        self._cond = threading.Condition()
 
     def get(self, key: str) -> str | None:
-        with self._lock:
+        with self._cond:
             return self._d.get(key)
 
     def put(self, key: str, value: str) -> None:
-        with self._lock:
+        with self._cond:
             self._d[key] = str(value)
+            self._cond.notify_all()
 
     def delete(self, key: str) -> None:
-        with self._lock:
+        with self._cond:
             self._d.pop(key, None)
 
     def items(self, prefix: str = "") -> dict[str, str]:
-        with self._lock:
+        with self._cond:
             return {k: v for k, v in self._d.items() if k.startswith(prefix)}
 
 

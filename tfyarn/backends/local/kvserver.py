@@ -15,37 +15,19 @@ import threading
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from tfyarn.tasklib.kv import MemoryKV
 
-class KVStore:
-    """Thread-safe dict with a condition to wake long-polling waiters."""
 
-    def __init__(self) -> None:
-        self._d: dict[str, str] = {}
-        self._cond = threading.Condition()
-
-    def get(self, key: str) -> str | None:
-        with self._cond:
-            return self._d.get(key)
-
-    def put(self, key: str, value: str) -> None:
-        with self._cond:
-            self._d[key] = value
-            self._cond.notify_all()
-
-    def delete(self, key: str) -> None:
-        with self._cond:
-            self._d.pop(key, None)
-
-    def items(self, prefix: str = "") -> dict[str, str]:
-        with self._cond:
-            return {k: v for k, v in self._d.items() if k.startswith(prefix)}
+class KVStore(MemoryKV):
+    """The service's store: tfyarn's in-process KV, whose condition also wakes the long-polling ``/wait`` requests."""
 
     def clear(self) -> None:
         """Forget everything (a new job attempt rendezvous afresh)."""
         with self._cond:
             self._d.clear()
 
-    def wait(self, keys: list[str], timeout: float) -> dict[str, str]:
+    def long_poll(self, keys: list[str], timeout: float) -> dict[str, str]:
+        """The keys present once all are, or once ``timeout`` s have passed (``GET /wait``)."""
         with self._cond:
             self._cond.wait_for(lambda: all(k in self._d for k in keys), timeout=max(0.0, timeout))
             return {k: self._d[k] for k in keys if k in self._d}
@@ -79,7 +61,7 @@ class _Handler(BaseHTTPRequestHandler):
         elif path == "/kv":
             self._send(200, json.dumps(store.items(q.get("prefix", [""])[0])).encode(), "application/json")
         elif path == "/wait":
-            found = store.wait(q.get("key", []), float(q.get("timeout", ["0"])[0]))
+            found = store.long_poll(q.get("key", []), float(q.get("timeout", ["0"])[0]))
             self._send(200, json.dumps(found).encode(), "application/json")
         else:
             self._send(404)

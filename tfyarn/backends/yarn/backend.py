@@ -83,15 +83,9 @@ class YarnBackend(Backend):
     def list(self, all_states: bool = False) -> list[AppStatus]:
         return self.reader.list(all_states)
 
-    def logs(
-        self,
-        app_id: str,
-        task: str | None = None,
-        follow: bool = False,
-        all_files: bool = False,
-        follow_timeout: float | None = None,
-    ) -> Iterator[str]:
-        return self.log_reader.logs(app_id, task, follow, all_files, follow_timeout)
+    def logs(self, app_id: str, task: str | None = None, follow: bool = False) -> Iterator[str]:
+        """The verb; the log reader's own options (every log file, a bound on following) are on ``log_reader``."""
+        return self.log_reader.logs(app_id, task, follow)
 
     def kill(self, app_id: str) -> None:
         self.ender.kill(app_id)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Any, Iterator
 
 from tfyarn.contracts.status import AppState, AppStatus, TaskStatus
 from tfyarn.errors import TIMEOUT_MARK
@@ -166,14 +166,9 @@ def restart_causes(containers: list[Any], kv: dict[str, str], taskmap: dict[str,
     of their own: preempted, a lost node) and the ``attempts/<n>`` records."""
     out: list[dict[str, Any]] = []
     reported = set()
-    for k, v in kv.items():
-        if k.startswith(CAUSE_PREFIX):
-            try:
-                rec = json.loads(v)
-            except ValueError:
-                continue
-            reported.add(rec.get("container"))
-            out.append({"kind": "restart", **rec})
+    for rec in json_records(kv, CAUSE_PREFIX):
+        reported.add(rec.get("container"))
+        out.append({"kind": "restart", **rec})
     for c in containers:
         cid = f"{c.service_name}_{c.instance}"
         t = container_cause(c)
@@ -192,24 +187,19 @@ def restart_causes(containers: list[Any], kv: dict[str, str], taskmap: dict[str,
                 **t.to_dict(),
             }
         )
-    for k, v in kv.items():
-        if k.startswith(ATTEMPTS_PREFIX):
-            try:
-                rec = json.loads(v)
-            except ValueError:
-                continue
-            t = attempt_cause(str(rec.get("diagnosis") or ""))
-            if t is not None:
-                out.append(
-                    {
-                        "kind": "attempt",
-                        "task": f"attempt {rec.get('attempt')}",
-                        "time": rec.get("ended") or 0.0,
-                        "free": t.free,
-                        "then": "the next in-app attempt",
-                        **t.to_dict(),
-                    }
-                )
+    for rec in json_records(kv, ATTEMPTS_PREFIX):
+        t = attempt_cause(str(rec.get("diagnosis") or ""))
+        if t is not None:
+            out.append(
+                {
+                    "kind": "attempt",
+                    "task": f"attempt {rec.get('attempt')}",
+                    "time": rec.get("ended") or 0.0,
+                    "free": t.free,
+                    "then": "the next in-app attempt",
+                    **t.to_dict(),
+                }
+            )
     return sorted(out, key=lambda r: r.get("time") or 0.0)
 
 
@@ -219,14 +209,19 @@ def in_app_attempts(kv: dict[str, str]) -> dict[str, Any]:
     rec = parse_attempt(kv.get(ATTEMPT_KEY))
     if rec is None:
         return {}
-    ended = []
+    ended = list(json_records(kv, ATTEMPTS_PREFIX))
+    return {"attempt": rec["attempt"], "attempts": sorted(ended, key=lambda r: r.get("attempt") or 0)}
+
+
+def json_records(kv: dict[str, str], prefix: str) -> Iterator[Any]:
+    """The JSON values of ``kv``'s keys under ``prefix``; one that does not parse (its writer died mid-write) is
+    left out: a status snapshot reads what it can."""
     for k, v in kv.items():
-        if k.startswith(ATTEMPTS_PREFIX):
+        if k.startswith(prefix):
             try:
-                ended.append(json.loads(v))
+                yield json.loads(v)
             except ValueError:
                 continue
-    return {"attempt": rec["attempt"], "attempts": sorted(ended, key=lambda r: r.get("attempt") or 0)}
 
 
 def _state_and_code(c: Any, ex: dict[str, Any]) -> tuple[str, int | None]:

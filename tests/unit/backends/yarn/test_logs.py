@@ -239,7 +239,7 @@ def test_follow_prints_every_line_once_without_the_nodemanagers_footer(tmp_path,
     b = YarnBackend(client=RM(), preflight=False, log_poll_s=0.01, aggregation_wait_s=5)
     b.conn.conf = {"fs.defaultFS": "file:///", "yarn.nodemanager.remote-app-log-dir": str(root)}
     try:
-        got = list(b.logs(APP, task="worker:1", follow=True, follow_timeout=60))
+        got = list(b.log_reader.logs(APP, task="worker:1", follow=True, follow_timeout=60))
     finally:
         nm.close()
     want = ["worker:1 | " + x.decode().rstrip("\n") for x in [header, *lines]]
