@@ -38,13 +38,23 @@ def progress_text(st: AppStatus) -> str:
     p = st.progress or {}
     running = sum(1 for t in st.tasks if t.state == "RUNNING")
     parts = [f"{st.state.value.lower()}", f"tasks {running}/{len(st.tasks)} running"]
-    if p.get("rows_total") is not None:  # a predict job
-        parts.append(f"rows {p.get('rows') or 0:,}/{p['rows_total']:,}")
-        if p.get("rows_per_sec"):
-            parts.append(f"{p['rows_per_sec']:,.0f} rows/s")
-        if p.get("eta_s") is not None:
-            parts.append(f"ETA {_fmt_eta(p['eta_s'])}")
-        return " · ".join(parts)
+    parts += _predict_parts(p) if p.get("rows_total") is not None else _training_parts(p)
+    if p.get("eta_s") is not None:
+        parts.append(f"ETA {_fmt_eta(p['eta_s'])}")
+    return " · ".join(parts)
+
+
+def _predict_parts(p: dict[str, Any]) -> list[str]:
+    """A predict job's rows done of all and its rate."""
+    parts = [f"rows {p.get('rows') or 0:,}/{p['rows_total']:,}"]
+    if p.get("rows_per_sec"):
+        parts.append(f"{p['rows_per_sec']:,.0f} rows/s")
+    return parts
+
+
+def _training_parts(p: dict[str, Any]) -> list[str]:
+    """A training job's step, what a user's program took, epoch, examples/s, loss and latest evaluation."""
+    parts = []
     if p.get("global_step") is not None:
         total = p.get("total_steps")
         parts.append(f"step {p['global_step']}" + (f"/{total}" if total else ""))
@@ -58,9 +68,7 @@ def progress_text(st: AppStatus) -> str:
         parts.append(f"loss {p['loss']:.4f}")
     if p.get("eval"):
         parts.append(f"eval {_eval_text(p['eval'], brief=True)}")
-    if p.get("eta_s") is not None:
-        parts.append(f"ETA {_fmt_eta(p['eta_s'])}")
-    return " · ".join(parts)
+    return parts
 
 
 #: Keys of an evaluation record that are not metrics.
@@ -308,63 +316,83 @@ def _predict_lines(s: dict[str, Any]) -> list[str]:
     return lines + [f"    {w}" for w in (s.get("skipped_at") or [])[:5]]
 
 
-def summary_text(st: AppStatus) -> str:  # noqa: PLR0915 - listed in tests/unit/test_code_habits.py
+def summary_text(st: AppStatus) -> str:
     """The end-of-run summary: outcome, steps per worker, examples/s, first and last loss."""
     took = f" in {st.finished - st.started:.1f}s" if st.finished and st.started else ""
     lines = [f"job {st.name} {st.state.value}{took} ({st.app_id})"]
     if st.diagnostics:
         lines.append(f"  diagnosis: {st.diagnostics}")
     s = st.summary or {}
-    program = "entrypoint" in s  # the user's own program: what it did not report is not known
     if s.get("job") == "predict":
         lines += _predict_lines(s)
     elif s:
-        gs = s.get("global_step")
-        head = [
-            f"global step {'not reported' if gs is None else gs}"
-            + (f"/{s['total_steps']}" if s.get("total_steps") else ""),
-        ]
-        if s.get("epochs") is not None:
-            head.append(f"{s.get('epochs')} epochs")
-        head.append(
-            f"mode {s.get('mode')}{' sync' if s.get('sync') else ''}{' (custom train)' if s.get('custom') else ''}"
+        lines += _training_lines(s)
+    lines += _memory_lines(st)
+    for t in st.tasks:
+        if t.state == "FAILED":
+            lines.append(f"  {t.task} failed (exit {t.exit_code}); log: {t.log}")
+    return "\n".join(lines)
+
+
+def _training_lines(s: dict[str, Any]) -> list[str]:
+    """A training run's summary: its steps, rate and loss (what a user's program did not report said so), then
+    where it resumed or warm-started from, what it skipped, its evaluation and what it wrote."""
+    program = "entrypoint" in s  # the user's own program: what it did not report is not known
+    lines = ["  " + " · ".join(_training_head(s))]
+    spw = s.get("steps_per_worker") or {}
+    if spw:
+        lines.append("  steps per worker: " + " ".join(f"{k}={v}" for k, v in spw.items()))
+    if program:
+        lines += _program_lines(s)
+    if s.get("examples_per_sec") is not None:
+        taken = " (taken from train_dataset())" if s.get("examples_from") else ""
+        lines.append(f"  examples/s{taken}: {s['examples_per_sec']:,.0f}")
+    elif program:
+        lines.append("  examples/s: not reported")
+    first, last = s.get("first_loss"), s.get("last_loss")
+    if first is not None and last is not None:
+        change = (last - first) / abs(first) * 100 if first else 0.0
+        word = "down" if last < first else "UP"
+        lines.append(f"  loss: first {first:.4f} -> last {last:.4f} ({word} {abs(change):.1f}%)")
+    elif program:
+        lines.append("  loss: not reported (tfyarn.progress(loss=...), or fit's tfyarn.keras.callback())")
+    if s.get("resumed_from"):
+        nothing_ran = first is None and s.get("total_steps") and s.get("global_step") == s.get("total_steps")
+        lines.append(
+            f"  resumed from {s['resumed_from']}"
+            + (" — training had already finished: no step ran" if nothing_ran else "")
         )
-        if s.get("global_batch_size"):
-            head.append(f"global batch {s['global_batch_size']}")
-        lines.append("  " + " · ".join(head))
-        spw = s.get("steps_per_worker") or {}
-        if spw:
-            lines.append("  steps per worker: " + " ".join(f"{k}={v}" for k, v in spw.items()))
-        if program:
-            lines += _program_lines(s)
-        if s.get("examples_per_sec") is not None:
-            taken = " (taken from train_dataset())" if s.get("examples_from") else ""
-            lines.append(f"  examples/s{taken}: {s['examples_per_sec']:,.0f}")
-        elif program:
-            lines.append("  examples/s: not reported")
-        first, last = s.get("first_loss"), s.get("last_loss")
-        if first is not None and last is not None:
-            change = (last - first) / abs(first) * 100 if first else 0.0
-            word = "down" if last < first else "UP"
-            lines.append(f"  loss: first {first:.4f} -> last {last:.4f} ({word} {abs(change):.1f}%)")
-        elif program:
-            lines.append("  loss: not reported (tfyarn.progress(loss=...), or fit's tfyarn.keras.callback())")
-        if s.get("resumed_from"):
-            nothing_ran = first is None and s.get("total_steps") and s.get("global_step") == s.get("total_steps")
-            lines.append(
-                f"  resumed from {s['resumed_from']}"
-                + (" — training had already finished: no step ran" if nothing_ran else "")
-            )
-        if s.get("warm_started_from"):
-            lines.append(f"  warm start: model variables from {s['warm_started_from']}")
-        if s.get("skipped_records"):
-            lines += _skipped_lines(s)
-        if s.get("eval"):
-            lines.append(f"  eval: {_eval_text(s['eval'])}")
-        if s.get("checkpoint_dir"):
-            lines.append(f"  checkpoints: {s['checkpoint_dir']}")
-        if isinstance(s.get("export"), dict) and s["export"].get("url"):
-            lines.append(f"  model (SavedModel): {s['export']['url']}  (from {s['export'].get('checkpoint')})")
+    if s.get("warm_started_from"):
+        lines.append(f"  warm start: model variables from {s['warm_started_from']}")
+    if s.get("skipped_records"):
+        lines += _skipped_lines(s)
+    if s.get("eval"):
+        lines.append(f"  eval: {_eval_text(s['eval'])}")
+    if s.get("checkpoint_dir"):
+        lines.append(f"  checkpoints: {s['checkpoint_dir']}")
+    if isinstance(s.get("export"), dict) and s["export"].get("url"):
+        lines.append(f"  model (SavedModel): {s['export']['url']}  (from {s['export'].get('checkpoint')})")
+    return lines
+
+
+def _training_head(s: dict[str, Any]) -> list[str]:
+    """The summary's first line: global step (of the total), epochs, mode, global batch."""
+    gs = s.get("global_step")
+    head = [
+        f"global step {'not reported' if gs is None else gs}"
+        + (f"/{s['total_steps']}" if s.get("total_steps") else ""),
+    ]
+    if s.get("epochs") is not None:
+        head.append(f"{s.get('epochs')} epochs")
+    head.append(f"mode {s.get('mode')}{' sync' if s.get('sync') else ''}{' (custom train)' if s.get('custom') else ''}")
+    if s.get("global_batch_size"):
+        head.append(f"global batch {s['global_batch_size']}")
+    return head
+
+
+def _memory_lines(st: AppStatus) -> list[str]:
+    """Tasks whose resident memory came near (or, locally, over) their role's memory: YARN would kill them."""
+    lines = []
     for t in st.tasks:
         role = t.task.split(":")[0]
         if t.peak_rss_mib and t.memory_mib and t.peak_rss_mib > t.memory_mib and st.backend == "local":
@@ -378,10 +406,7 @@ def summary_text(st: AppStatus) -> str:  # noqa: PLR0915 - listed in tests/unit/
                 f"{100 * t.peak_rss_mib / t.memory_mib:.0f}% of roles.{role}.memory ({t.memory_mib:,} MiB): "
                 f"YARN kills a container above it"
             )
-    failed = [t for t in st.tasks if t.state == "FAILED"]
-    for t in failed:
-        lines.append(f"  {t.task} failed (exit {t.exit_code}); log: {t.log}")
-    return "\n".join(lines)
+    return lines
 
 
 def _program_lines(s: dict[str, Any]) -> list[str]:

@@ -259,6 +259,16 @@ def history_figure(
         _resource_panel(fig.add_subplot(grid[2]), used)
     else:
         ax_loss, ax_rate = fig.subplots(2, 1, sharex=True)
+    _plot_tasks(ax_loss, ax_rate, points, t0)
+    _label_axes(ax_loss, ax_rate, title)
+    if not points:
+        ax_loss.text(0.5, 0.5, "no progress was reported", ha="center", va="center", transform=ax_loss.transAxes)
+    return fig
+
+
+def _plot_tasks(ax_loss: Any, ax_rate: Any, points: list[dict[str, Any]], t0: float) -> None:
+    """Each task's loss and examples/s in its colour, one line per task process, and a dashed mark where a task
+    started again (restart or attempt)."""
     by_task = _by_task(points)
     for i, (task, pts) in enumerate(sorted(by_task.items())):
         colour = f"C{i % 10}"  # matplotlib's default cycle: one colour per task
@@ -285,6 +295,10 @@ def history_figure(
             fontsize="small",
             color=colour,
         )
+
+
+def _label_axes(ax_loss: Any, ax_rate: Any, title: str) -> None:
+    """Titles, grids, plain tick labels and a legend where a line has one."""
     ax_loss.set_ylabel("loss")
     ax_loss.set_title(title)
     ax_rate.set_ylabel("examples/s")
@@ -294,9 +308,6 @@ def history_figure(
         ax.ticklabel_format(axis="both", style="plain", useOffset=False)
         if ax.get_legend_handles_labels()[0]:  # a task may have reported no loss or no rate
             ax.legend(loc="best", fontsize="small")
-    if not points:
-        ax_loss.text(0.5, 0.5, "no progress was reported", ha="center", va="center", transform=ax_loss.transAxes)
-    return fig
 
 
 def _resource_panel(ax: Any, tasks: list[dict[str, Any]]) -> None:

@@ -8,8 +8,6 @@ ROOT = Path(__file__).resolve().parents[2]
 MAX_LINES = 60
 #: ``path::qualified name`` of the functions over MAX_LINES today (their length then).
 LONG = {
-    "tfyarn/backends/yarn/appspec.py::container_script",  # 64
-    "tfyarn/backends/yarn/appspec.py::build_application_spec",  # 80
     "tfyarn/data/feeder.py::Feeder.__init__",  # 79
     "tfyarn/data/planner.py::plan",  # 62
     "tfyarn/data/sources/tables.py::TableSource.read",  # 70
@@ -17,10 +15,7 @@ LONG = {
     "tfyarn/data/sources/tfrecords.py::index_file",  # 78
     "tfyarn/data/synth.py::write_synthetic",  # 75
     "tfyarn/data/tfrecord.py::iter_chunks",  # 117
-    "tfyarn/display.py::summary_text",  # 74
     "tfyarn/models/keras_recommender.py::model",  # 63
-    "tfyarn/report.py::history_figure",  # 62
-    "tfyarn/runner/local_app.py::Launcher._follow",  # 75
     "tfyarn/train/allreduce.py::run",  # 91
     "tfyarn/train/progress.py::ProgressReporter.report",  # 64
     "tfyarn/train/ps/graph.py::build_graph",  # 104

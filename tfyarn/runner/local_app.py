@@ -42,7 +42,7 @@ from tfyarn.errors import ExitCode
 from tfyarn.gateway.preflight import run_local_preflight
 from tfyarn.gateway.task_python import local_python
 from tfyarn.report import HISTORY_FILE, ProgressHistory, checkpoint_url, write_report
-from tfyarn.runner.attempts import run_attempts
+from tfyarn.runner.attempts import Watch, run_attempts
 from tfyarn.runner.supervisor import Supervisor, training_end_note
 from tfyarn.spec import SIDECAR_ROLES, JobSpec, load_spec_json
 from tfyarn.web import page_enabled
@@ -91,6 +91,7 @@ class Launcher:
         supervisor.history = ProgressHistory(app_dir / HISTORY_FILE)  # the run report's curves
         self.supervisor = supervisor
         self._between = False  # an attempt failed and the next one has not started (a stop ends the job)
+        self._shutdown_deadline: float | None = None  # training finished: when tasks still running are stopped
         self.page: StatusPage | None = None  # the job's page (tfyarn.web), while the launcher runs
 
     # ------------------------------------------------------------------------------------------------- control
@@ -333,11 +334,11 @@ class Launcher:
         self.procs.start(task, self.kv.url, self.supervisor.attempt)
         self.supervisor.task_restarted(task.name, task.proc.pid if task.proc is not None else None)
 
-    def _follow(self, training: set[str]) -> None:  # noqa: PLR0915 - listed in tests/unit/test_code_habits.py
-        assert self.kv is not None
-        store = self.kv.store
+    def _follow(self, training: set[str]) -> None:
+        """Until the attempt ends: a stop, the supervisor's verdict, a task's exit that ends it, or the end of
+        training; the status refreshed every 0.5 s."""
         last_refresh = 0.0
-        shutdown_deadline: float | None = None
+        self._shutdown_deadline = None
         while True:
             if self._stop.is_set():
                 self._end(self._stop_state, self._stop_reason)
@@ -349,65 +350,74 @@ class Launcher:
             for t in self.tasks.values():
                 if t.state != "RUNNING" or t.proc is None or t.proc.poll() is None:
                     continue
-                t.exit_code = t.proc.returncode
-                self.procs.kill_leftovers(t)
-                if t.exit_code == 0:
-                    t.state = "SUCCEEDED"
-                    self.supervisor.task_ended(t.name)
-                    # ps/evaluator/tensorboard end when the chief publishes done; before that, their exit is a bug
-                    done = store.get(DONE_KEY) is not None
-                    if t.name not in training and not done and not self._training_done(training):
-                        t.diagnostics = "exited before training finished"
-                        self._end(AppState.FAILED, f"{t.name} exited before training finished")
-                        return
-                    continue
-                t.state = "FAILED"
-                if t.reader:
-                    t.reader.join(timeout=2.0)
-                t.diagnostics = store.get(failure_key(t.name)) or diagnosis_from_output(t.tail)
-                if self._restartable(t):
-                    self._restart(t)
-                    continue
-                if t.role in SIDECAR_ROLES:
-                    log.warning(
-                        "%s failed (exit %s: %s); training goes on without it", t.name, t.exit_code, t.diagnostics
-                    )
-                    self._sidecar_failures.append(
-                        f"{t.name} failed (exit {t.exit_code}), training went on: {t.diagnostics}"
-                    )
-                    continue
-                timed_out = t.exit_code == ExitCode.TIMED_OUT
-                self._end(
-                    AppState.TIMED_OUT if timed_out else AppState.FAILED,
-                    f"{t.name} exited with code {t.exit_code}: {t.diagnostics}",
-                )
+                if self._exited(t, training):
+                    return
+            if self._training_done(training) and self._shut_down():
                 return
-            if self._training_done(training):
-                store.put(DONE_KEY, "1")  # a chief that died mid-shutdown must not leave ps waiting
-                rest = [t for t in self.tasks.values() if t.state == "RUNNING"]
-                if not rest:
-                    self._end(AppState.SUCCEEDED, "; ".join(self._sidecar_failures))
-                    return
-                if shutdown_deadline is None:
-                    shutdown_deadline = time.monotonic() + self.spec.timeouts.shutdown
-                elif time.monotonic() > shutdown_deadline:
-                    names = ", ".join(t.name for t in rest)
-                    log.warning(
-                        "%s still running %gs after training finished; stopping them",
-                        names,
-                        self.spec.timeouts.shutdown,
-                    )
-                    self._end(
-                        AppState.SUCCEEDED,
-                        f"stopped {names}: still running {self.spec.timeouts.shutdown:g}s "
-                        f"after training finished (timeouts.shutdown)",
-                    )
-                    return
             now = time.monotonic()
             if now - last_refresh >= 0.5:
                 self._refresh()
                 last_refresh = now
             self._stop.wait(0.1)
+
+    def _exited(self, t: TaskProcess, training: set[str]) -> bool:
+        """Task ``t``'s process has exited: restarted, let go, or the attempt's end (True)."""
+        assert self.kv is not None
+        store = self.kv.store
+        assert t.proc is not None
+        t.exit_code = t.proc.returncode
+        self.procs.kill_leftovers(t)
+        if t.exit_code == 0:
+            t.state = "SUCCEEDED"
+            self.supervisor.task_ended(t.name)
+            # ps/evaluator/tensorboard end when the chief publishes done; before that, their exit is a bug
+            done = store.get(DONE_KEY) is not None
+            if t.name not in training and not done and not self._training_done(training):
+                t.diagnostics = "exited before training finished"
+                self._end(AppState.FAILED, f"{t.name} exited before training finished")
+                return True
+            return False
+        t.state = "FAILED"
+        if t.reader:
+            t.reader.join(timeout=2.0)
+        t.diagnostics = store.get(failure_key(t.name)) or diagnosis_from_output(t.tail)
+        if self._restartable(t):
+            self._restart(t)
+            return False
+        if t.role in SIDECAR_ROLES:
+            log.warning("%s failed (exit %s: %s); training goes on without it", t.name, t.exit_code, t.diagnostics)
+            self._sidecar_failures.append(f"{t.name} failed (exit {t.exit_code}), training went on: {t.diagnostics}")
+            return False
+        timed_out = t.exit_code == ExitCode.TIMED_OUT
+        self._end(
+            AppState.TIMED_OUT if timed_out else AppState.FAILED,
+            f"{t.name} exited with code {t.exit_code}: {t.diagnostics}",
+        )
+        return True
+
+    def _shut_down(self) -> bool:
+        """Training has finished: the tasks still running get ``timeouts.shutdown`` to end, then are stopped; True
+        once the attempt has ended (SUCCEEDED)."""
+        assert self.kv is not None
+        self.kv.store.put(DONE_KEY, "1")  # a chief that died mid-shutdown must not leave ps waiting
+        rest = [t for t in self.tasks.values() if t.state == "RUNNING"]
+        if not rest:
+            self._end(AppState.SUCCEEDED, "; ".join(self._sidecar_failures))
+            return True
+        if self._shutdown_deadline is None:
+            self._shutdown_deadline = time.monotonic() + self.spec.timeouts.shutdown
+        elif time.monotonic() > self._shutdown_deadline:
+            names = ", ".join(t.name for t in rest)
+            log.warning(
+                "%s still running %gs after training finished; stopping them", names, self.spec.timeouts.shutdown
+            )
+            self._end(
+                AppState.SUCCEEDED,
+                f"stopped {names}: still running {self.spec.timeouts.shutdown:g}s "
+                f"after training finished (timeouts.shutdown)",
+            )
+            return True
+        return False
 
     def _training_done(self, training: set[str]) -> bool:
         """Success policy: every training task finished (default), or the chief did (``success_policy: chief``)."""
@@ -423,20 +433,13 @@ class Launcher:
                 self.kv.store.put(ABORT_KEY, diagnostics)  # allreduce start-up) stops at its next abort check
 
 
-def attempts(
-    backend: Any,
-    spec: JobSpec,
-    sup: Supervisor,
-    echo: Echo | None = None,
-    on_update: Callable[[AppStatus], None] | None = None,
-    poll: float = 2.0,
-) -> Launcher:
+def attempts(backend: Any, spec: JobSpec, sup: Supervisor, watch: Watch) -> Launcher:
     """The runner's attempts on the local backend: the launcher of a new app (after the local preflight), in
-    this process; every attempt a round of that one app, its processes supervised by the launcher (``echo``:
+    this process; every attempt a round of that one app, its processes supervised by the launcher (``watch.echo``:
     their lines)."""
     run_local_preflight(spec, count_records=True)
     app_id = new_app_id()
-    return Launcher(spec, paths.apps_dir() / app_id, app_id, echo=echo, on_update=on_update, supervisor=sup)
+    return Launcher(spec, paths.apps_dir() / app_id, app_id, echo=watch.echo, on_update=watch.on_update, supervisor=sup)
 
 
 def main(app_dir: str, app_id: str) -> int:

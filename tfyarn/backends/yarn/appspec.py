@@ -27,7 +27,7 @@ import yaml
 
 from tfyarn.cluster._skein import skein
 from tfyarn.gateway.packaging import ENV_DIR, SKIP_DIRS, SKIP_SUFFIXES, EnvRef, hash_tree
-from tfyarn.spec import ROLE_ORDER, SIDECAR_ROLES, JobSpec
+from tfyarn.spec import ROLE_ORDER, SIDECAR_ROLES, JobSpec, Role
 from tfyarn.contracts import startup
 
 #: Every tfyarn application carries this YARN tag (``tfyarn list`` filters on it). YARN lower-cases tags.
@@ -72,7 +72,22 @@ def container_script(env: EnvRef, *, code: bool, own_tmpdir: bool = True, superv
     ``/tmp`` (TF's autograph writes a module per traced function there, deleted only at a clean exit).
     ``supervisor``: the in-app supervisor's container, which exits 0 once the supervisor has started (it must never
     fail the job), non-zero when it could not start (that must: contracts.startup says why in its log)."""
-    py = env.python
+    py = _container_python(env)
+    check = f"{py} -c {shlex.quote(start_check_source())}"
+    missing_python = f'echo "[tfyarn] exit code $code: {startup.MARK}python {py} did not run (environment)" >&2'
+    run = _supervisor_run if supervisor else _task_run
+    return "\n".join([*_contract_env(code=code, own_tmpdir=own_tmpdir), *run(py, check, missing_python)]) + "\n"
+
+
+def _container_python(env: EnvRef) -> str:
+    """The Python a container runs, as the script spells it: the shipped env's (``./env/bin/python``) or the
+    spec's, quoted."""
+    py = f"./{ENV_DIR}/bin/python" if env.source in ("pack", "archive") else env.python
+    return shlex.quote(py) if not py.startswith("./") else py
+
+
+def _contract_env(*, code: bool, own_tmpdir: bool) -> list[str]:
+    """The script's first lines: the task contract's environment (docs/ARCHITECTURE.md)."""
     lines = [
         "set -eu",
         'export TFYARN_CONTAINER_START="$(date +%s.%N)"',  # phase/<task>.start: when YARN started the container
@@ -87,36 +102,32 @@ def container_script(env: EnvRef, *, code: bool, own_tmpdir: bool = True, superv
         lines += ['mkdir -p "$PWD/tmp"', 'export TMPDIR="$PWD/tmp"']
     if code:
         lines.append(f'export TFYARN_CODE_DIR="$PWD/{CODE_DIR}"')
-    if env.source in ("pack", "archive"):
-        py = f"./{ENV_DIR}/bin/python"
-    py = shlex.quote(py) if not py.startswith("./") else py
-    check = f"{py} -c {shlex.quote(start_check_source())}"
-    missing_python = f'echo "[tfyarn] exit code $code: {startup.MARK}python {py} did not run (environment)" >&2'
-    if supervisor:
-        # it never fails the job once it runs (`|| true`); one that cannot start (no marker file: its imports or
-        # set-up failed) fails the app at once (its service allows no failure): says why, exits non-zero
-        return (
-            "\n".join(
-                [
-                    *lines,
-                    "code=0",
-                    f"{py} -m {SUPERVISOR_MODULE} || code=$?",
-                    f'if [ "$code" -ne 0 ] && [ "$code" -lt 128 ] && [ ! -e {SUPERVISOR_STARTED} ]; then',
-                    f'  {check} "$code" supervisor || {missing_python}',
-                    '  exit "$code"',
-                    "fi",
-                    "exit 0",
-                ]
-            )
-            + "\n"
-        )
-    # Python runs as a child, not exec'd: when it dies (kill -9, the kernel's OOM killer, a crash) this shell says
-    # how, in the log, the app's KV and the app's diagnostics (tfyarn.task.yarn.exit_report; skein keeps no exit
-    # status). YARN signals the container's whole process group, so a kill still reaches Python directly. A report
-    # that could not run (this Python lacks tfyarn or its dependencies) is followed by the stdlib check that says
-    # which module is missing (contracts.startup: the gateway reads that line from the log); the container exits
-    # with Python's code whatever the report did.
-    lines += [
+    return lines
+
+
+def _supervisor_run(py: str, check: str, missing_python: str) -> list[str]:
+    """The in-app supervisor's run: it never fails the job once it runs (``|| true``); one that cannot start (no
+    marker file: its imports or set-up failed) fails the app at once (its service allows no failure): says why,
+    exits non-zero."""
+    return [
+        "code=0",
+        f"{py} -m {SUPERVISOR_MODULE} || code=$?",
+        f'if [ "$code" -ne 0 ] && [ "$code" -lt 128 ] && [ ! -e {SUPERVISOR_STARTED} ]; then',
+        f'  {check} "$code" supervisor || {missing_python}',
+        '  exit "$code"',
+        "fi",
+        "exit 0",
+    ]
+
+
+def _task_run(py: str, check: str, missing_python: str) -> list[str]:
+    """A task's run. Python runs as a child, not exec'd: when it dies (kill -9, the kernel's OOM killer, a crash)
+    this shell says how, in the log, the app's KV and the app's diagnostics (tfyarn.task.yarn.exit_report; skein
+    keeps no exit status). YARN signals the container's whole process group, so a kill still reaches Python
+    directly. A report that could not run (this Python lacks tfyarn or its dependencies) is followed by the stdlib
+    check that says which module is missing (contracts.startup: the gateway reads that line from the log); the
+    container exits with Python's code whatever the report did."""
+    return [
         "code=0",
         f"{py} -m tfyarn.task || code=$?",
         'if [ "$code" -ne 0 ]; then',
@@ -128,7 +139,6 @@ def container_script(env: EnvRef, *, code: bool, own_tmpdir: bool = True, superv
         "fi",
         'exit "$code"',
     ]
-    return "\n".join(lines) + "\n"
 
 
 def start_check_source() -> str:
@@ -189,46 +199,73 @@ def build_application_spec(
     services: dict[str, Any] = {}
     for role in ROLE_ORDER:
         r = spec.roles.get(role)
-        if r is None or r.instances == 0:
-            continue
-        env = dict(r.env)
-        env.update({"TFYARN_ROLE": role, "TFYARN_ATTEMPT": str(attempt)})
-        services[role] = sk.Service(
-            resources=sk.Resources(memory=r.memory_mib, vcores=r.vcores, gpus=r.gpus),
-            script=scripts["TMPDIR" not in r.env],
-            instances=r.instances,
-            files=dict(files),
-            env=env,
-            # skein counts restarts per service (all instances share one budget), tfyarn's spec per task:
-            # max_restarts x instances, enforced by the container's exit report (task/yarn/exit_report.py), which
-            # counts only the failures triage puts on the task. A role that can rejoin gets retry.cluster_faults more
-            # per task from skein: a preempted container or a lost node's is replaced without using the budget.
-            # Not a side role (allow_failures): its failures never end the app, so no exit report could hold
-            # a failing one (a tensorboard that cannot start) to the spec's budget.
-            max_restarts=(r.max_restarts + (spec.retry.cluster_faults * free_restarts(spec, role))) * r.instances
-            if r.restart != "never"
-            else 0,
-            # with the in-app supervisor, skein never fails the app on its own: a task's exit report (or the
-            # supervisor, for a container that died without one) ends the app, or the supervisor runs the job's
-            # next attempt in it (contracts.in_app); skein's "Failure in service" would end that too
-            allow_failures=role in SIDECAR_ROLES or supervise,
-            node_label=r.node_label or "",
-        )
+        if r is not None and r.instances > 0:
+            services[role] = _role_service(spec, role, r, files, scripts["TMPDIR" not in r.env], attempt, supervise)
     if supervise:
-        env = {"TFYARN_ATTEMPT": str(attempt), **({"TFYARN_STAGING_DIR": staging_dir} if staging_dir else {})}
-        services[SUPERVISOR_SERVICE] = sk.Service(
-            resources=sk.Resources(memory=SUPERVISOR_MEMORY_MIB, vcores=1),
-            script=container_script(shipped.env, code=False, supervisor=True),
-            instances=1,
-            files={k: f for k, f in files.items() if k != CODE_DIR},
-            env=env,
-            max_restarts=SUPERVISOR_RESTARTS,
-            # a supervisor killed is restarted (it takes up the app's attempts); its script exits non-zero otherwise
-            # only when the supervisor could not start: that fails the app (skein's "Failure in service", after its
-            # restarts failed the same way), never leaving the tasks unsupervised; one that fails later exits 0
-            allow_failures=False,
-        )
-    acls = sk.ACLs(
+        services[SUPERVISOR_SERVICE] = _supervisor_service(shipped, files, attempt, staging_dir)
+    return sk.ApplicationSpec(
+        name=spec.name,
+        queue=spec.queue,
+        user=spec.user or "",
+        tags=_tags(spec, attempt, supervise),
+        services=services,
+        acls=_acls(spec),
+        file_systems=list(file_systems),
+        master=sk.Master(resources=sk.Resources(memory=master_memory_mib, vcores=master_vcores), env=MASTER_ENV),
+    )
+
+
+def _role_service(
+    spec: JobSpec, role: str, r: Role, files: dict[str, Any], script: str, attempt: int, supervise: bool
+) -> Any:
+    """The skein service of one tfyarn role: its instances, resources, files, env and restart budget."""
+    sk = skein()
+    env = dict(r.env)
+    env.update({"TFYARN_ROLE": role, "TFYARN_ATTEMPT": str(attempt)})
+    return sk.Service(
+        resources=sk.Resources(memory=r.memory_mib, vcores=r.vcores, gpus=r.gpus),
+        script=script,
+        instances=r.instances,
+        files=dict(files),
+        env=env,
+        # skein counts restarts per service (all instances share one budget), tfyarn's spec per task:
+        # max_restarts x instances, enforced by the container's exit report (task/yarn/exit_report.py), which
+        # counts only the failures triage puts on the task. A role that can rejoin gets retry.cluster_faults more
+        # per task from skein: a preempted container or a lost node's is replaced without using the budget.
+        # Not a side role (allow_failures): its failures never end the app, so no exit report could hold
+        # a failing one (a tensorboard that cannot start) to the spec's budget.
+        max_restarts=(r.max_restarts + (spec.retry.cluster_faults * free_restarts(spec, role))) * r.instances
+        if r.restart != "never"
+        else 0,
+        # with the in-app supervisor, skein never fails the app on its own: a task's exit report (or the
+        # supervisor, for a container that died without one) ends the app, or the supervisor runs the job's
+        # next attempt in it (contracts.in_app); skein's "Failure in service" would end that too
+        allow_failures=role in SIDECAR_ROLES or supervise,
+        node_label=r.node_label or "",
+    )
+
+
+def _supervisor_service(shipped: Shipped, files: dict[str, Any], attempt: int, staging_dir: str | None) -> Any:
+    """The in-app supervisor's skein service (:data:`SUPERVISOR_SERVICE`): one small container, restarted if
+    killed, without the job's code."""
+    sk = skein()
+    env = {"TFYARN_ATTEMPT": str(attempt), **({"TFYARN_STAGING_DIR": staging_dir} if staging_dir else {})}
+    return sk.Service(
+        resources=sk.Resources(memory=SUPERVISOR_MEMORY_MIB, vcores=1),
+        script=container_script(shipped.env, code=False, supervisor=True),
+        instances=1,
+        files={k: f for k, f in files.items() if k != CODE_DIR},
+        env=env,
+        max_restarts=SUPERVISOR_RESTARTS,
+        # a supervisor killed is restarted (it takes up the app's attempts); its script exits non-zero otherwise
+        # only when the supervisor could not start: that fails the app (skein's "Failure in service", after its
+        # restarts failed the same way), never leaving the tasks unsupervised; one that fails later exits 0
+        allow_failures=False,
+    )
+
+
+def _acls(spec: JobSpec) -> Any:
+    return skein().ACLs(
         enable=spec.acls.enable,
         view_users=list(spec.acls.view_users),
         view_groups=list(spec.acls.view_groups),
@@ -236,19 +273,13 @@ def build_application_spec(
         modify_groups=list(spec.acls.modify_groups),
         ui_users=list(spec.acls.ui_users),
     )
-    # YARN lower-cases tags and takes at most 100 characters
+
+
+def _tags(spec: JobSpec, attempt: int, supervise: bool) -> set[str]:
+    """The app's YARN tags: tfyarn's, the job's name and the spec's tags (YARN lower-cases tags and takes at most
+    100 characters), the attempt's and the supervised mark."""
     tags = {t.strip().lower()[:100] for t in (TFYARN_TAG, f"tfyarn-name:{spec.name}", *spec.tags) if t.strip()}
-    tags |= ({f"{ATTEMPT_TAG}{attempt}"} if attempt else set()) | ({SUPERVISED_TAG} if supervise else set())
-    return sk.ApplicationSpec(
-        name=spec.name,
-        queue=spec.queue,
-        user=spec.user or "",
-        tags=tags,
-        services=services,
-        acls=acls,
-        file_systems=list(file_systems),
-        master=sk.Master(resources=sk.Resources(memory=master_memory_mib, vcores=master_vcores), env=MASTER_ENV),
-    )
+    return tags | ({f"{ATTEMPT_TAG}{attempt}"} if attempt else set()) | ({SUPERVISED_TAG} if supervise else set())
 
 
 # ----------------------------------------------------------------------------------------------------- shipped files
