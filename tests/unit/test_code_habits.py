@@ -14,9 +14,7 @@ LONG = {
     "tfyarn/data/planner.py::plan",  # 62
     "tfyarn/data/sources/tables.py::TableSource.read",  # 70
     "tfyarn/data/sources/tfrecords.py::TFRecordSource.read",  # 116
-    "tfyarn/data/sources/tfrecords.py::index_file",  # 78
     "tfyarn/data/synth.py::write_synthetic",  # 75
-    "tfyarn/data/tfrecord.py::iter_chunks",  # 117
     "tfyarn/display.py::summary_text",  # 74
     "tfyarn/models/keras_recommender.py::model",  # 63
     "tfyarn/report.py::history_figure",  # 62

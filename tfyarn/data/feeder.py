@@ -355,6 +355,18 @@ class Feeder:
                 f"({num_workers} workers x batch {batch_size}): no step can be planned"
             )
 
+    @classmethod
+    def for_data(cls, manifest: Manifest, data: Any, rank: int, num_workers: int, **options: Any) -> "Feeder":
+        """The feeder a spec's ``data:`` section describes (features, batch size, seed, shuffle buffer, prefetch,
+        on_corrupt) over ``manifest``; ``options`` override or add to those (the evaluator reads in order)."""
+        kw = dict(
+            seed=data.shuffle_seed,
+            shuffle_buffer=data.shuffle_buffer,
+            prefetch=data.prefetch,
+            on_corrupt=data.on_corrupt,
+        )
+        return cls(manifest, dict(data.features), data.batch_size, rank, num_workers, **{**kw, **options})
+
     def plan(self, epoch: int) -> EpochPlan:
         p = self._plans.get(epoch)
         if p is None:

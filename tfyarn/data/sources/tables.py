@@ -23,7 +23,7 @@ import numpy as np
 
 from tfyarn.data import parse as parse_mod, table
 from tfyarn.data.errors import DataError
-from tfyarn.data.fileindex import DEFAULT_STRIDE, STATS, FileInfo
+from tfyarn.data.fileindex import STATS, FileInfo
 from tfyarn.data.planner import advance
 from tfyarn.data.sources.base import POLL, Parse, Source, concat, empty
 
@@ -36,16 +36,9 @@ class TableSource(Source):
     frames_in_process = False
     index_reads_data = False
 
-    def index(
-        self,
-        url: str,
-        size: int,
-        mtime: str,
-        *,
-        compression: str = "auto",
-        stride: int = DEFAULT_STRIDE,
-        on_corrupt: str = "fail",
-    ) -> FileInfo:
+    def index(self, url: str, size: int, mtime: str, **_: Any) -> FileInfo:
+        """The footer's row counts: the options are TFRecord's (a table has its own codecs, starts at each row
+        group / stripe, and a damaged footer cannot be stepped over)."""
         rows, starts, columns, nbytes = table.index_table(url, size, mtime, self.name)
         STATS.add(bytes_read=nbytes)
         return FileInfo(url, size, mtime, rows, False, 0, starts, size, (), self.name, columns)

@@ -41,17 +41,8 @@ class TFRecordSource(Source):
     frames_in_process = True
     index_reads_data = True
 
-    def index(
-        self,
-        url: str,
-        size: int,
-        mtime: str,
-        *,
-        compression: str = "auto",
-        stride: int = DEFAULT_STRIDE,
-        on_corrupt: str = "fail",
-    ) -> FileInfo:
-        return index_file(url, size, mtime, compression, stride, on_corrupt=on_corrupt)
+    def index(self, url: str, size: int, mtime: str, **opts: Any) -> FileInfo:
+        return index_file(url, size, mtime, **opts)
 
     def parser(self, fields: tuple[Any, ...]) -> Parse:
         return parse_mod.default_parser(fields)
@@ -264,7 +255,7 @@ class TFRecordSource(Source):
             ) from None
 
 
-def index_file(  # noqa: PLR0915 - listed in tests/unit/test_code_habits.py
+def index_file(
     url: str,
     size: int,
     mtime: str,
@@ -283,62 +274,81 @@ def index_file(  # noqa: PLR0915 - listed in tests/unit/test_code_habits.py
         head = raw.read(tfrecord.HEADER)
     STATS.add(bytes_read=len(head))
     gz = tfrecord.detect_gzip(url, compression, head)  # a wrong data.compression fails here, naming the file
-    offsets: list[int] = []
-    holes: list[tuple[int, int]] = []
-    rec = base = pos = 0  # records counted; file offset of buf[0]; position in buf
-    buf, eof = b"", False
-    skip = on_corrupt == "skip"
     with tfrecord.open_records(url, gz) as f:
+        ix = _Indexer(url, tfrecord.Window(f), stride, on_corrupt == "skip")
+        ix.run(block_bytes)
+    w = ix.w
+    return FileInfo(url, size, mtime, ix.rec, gz, ix.stride, tuple(ix.offsets), w.base + w.pos, tuple(ix.holes))
+
+
+class _Indexer:
+    """:func:`index_file`'s pass over one file, a block at a time: ``rec`` records counted so far, ``offsets`` of
+    every ``stride``-th, ``holes`` (``skip``) stepped over."""
+
+    def __init__(self, url: str, w: tfrecord.Window, stride: int, skip: bool):
+        self.url, self.w, self.stride, self.skip = url, w, stride, skip
+        self.rec = 0
+        self.offsets: list[int] = []
+        self.holes: list[tuple[int, int]] = []
+
+    def run(self, block_bytes: int) -> None:
+        w = self.w
         while True:
-            if not eof:
-                block = f.read(block_bytes)
-                STATS.add(bytes_read=len(block))  # decompressed bytes for gz: what was processed
-                if block:
-                    base += pos
-                    buf = buf[pos:] + block if pos < len(buf) else block
-                    pos = 0
-                else:
-                    eof = True
-            fr = tfrecord.scan(buf, pos, 1 << 62)
-            bad_at = None
-            if len(fr.offsets):
-                offs = fr.offsets
-                bad = tfrecord.check_headers(np.frombuffer(buf, dtype=np.uint8), offs)
-                if bad >= 0:
-                    bad_at, offs = int(offs[bad]), offs[:bad]
-                first = (-rec) % stride
-                offsets.extend((offs[first::stride] + base).tolist())
-                rec += len(offs)
-                while len(offsets) > MAX_OFFSETS:  # bounded size per file: keep every other one
-                    offsets, stride = offsets[::2], stride * 2
-                pos = fr.end if bad_at is None else bad_at
-            if bad_at is None and len(buf) - pos >= tfrecord.HEADER and not tfrecord.header_ok(buf, pos):
-                bad_at = pos  # a bad length: do not buffer to EOF
+            STATS.add(bytes_read=w.fill(block_bytes))  # decompressed bytes for gz: what was processed
+            bad_at = self._count(tfrecord.scan(w.buf, w.pos, 1 << 62))
+            if bad_at is None and len(w.buf) - w.pos >= tfrecord.HEADER and not tfrecord.header_ok(w.buf, w.pos):
+                bad_at = w.pos  # a bad length: do not buffer to EOF
             if bad_at is not None:
-                if not skip:
-                    tfrecord._raise_bad_header(url, base + bad_at, rec)
-                resync = tfrecord.find_resync(buf, bad_at + 1)
-                if resync is None and not eof:
-                    pos = bad_at
-                    continue  # look further (the buffer grows until found)
-                end = resync if resync is not None else len(buf)
-                holes.append((base + bad_at, base + end))
-                log.debug(
-                    "%s: bytes %d..%d skipped (damaged record header at record %d); %s",
-                    url,
-                    base + bad_at,
-                    base + end,
-                    rec,
-                    "resumed at the next valid record" if resync is not None else "no valid record after it",
-                )
-                pos = end
+                if not self.skip:
+                    tfrecord._raise_bad_header(self.url, w.base + bad_at, self.rec)
+                self._step_over(bad_at)
                 continue
-            if eof:
-                if pos < len(buf):
-                    if not skip:
-                        tfrecord._raise_incomplete(url, buf, pos, base, rec)
-                    holes.append((base + pos, base + len(buf)))
-                    log.debug("%s: bytes %d..%d skipped (truncated last record)", url, base + pos, base + len(buf))
-                    pos = len(buf)
-                break
-    return FileInfo(url, size, mtime, rec, gz, stride, tuple(offsets), base + pos, tuple(holes))
+            if w.eof:
+                self._truncated_end()
+                return
+
+    def _count(self, fr: tfrecord.Framed) -> int | None:
+        """Count the records a scan framed, up to the first bad length CRC; its position in the buffer, or None."""
+        w, bad_at = self.w, None
+        if len(fr.offsets):
+            offs = fr.offsets
+            bad = tfrecord.check_headers(np.frombuffer(w.buf, dtype=np.uint8), offs)
+            if bad >= 0:
+                bad_at, offs = int(offs[bad]), offs[:bad]
+            first = (-self.rec) % self.stride
+            self.offsets.extend((offs[first :: self.stride] + w.base).tolist())
+            self.rec += len(offs)
+            while len(self.offsets) > MAX_OFFSETS:  # bounded size per file: keep every other one
+                self.offsets, self.stride = self.offsets[::2], self.stride * 2
+            w.pos = fr.end if bad_at is None else bad_at
+        return bad_at
+
+    def _step_over(self, bad_at: int) -> None:
+        """``skip``: a hole from the damage at ``bad_at`` to the next valid record (or the end of the file); until
+        one is found in the buffer, ``pos`` stays at the damage and the buffer grows."""
+        w = self.w
+        resync = tfrecord.find_resync(w.buf, bad_at + 1)
+        if resync is None and not w.eof:
+            w.pos = bad_at
+            return  # look further (the buffer grows until found)
+        end = resync if resync is not None else len(w.buf)
+        self.holes.append((w.base + bad_at, w.base + end))
+        log.debug(
+            "%s: bytes %d..%d skipped (damaged record header at record %d); %s",
+            self.url,
+            w.base + bad_at,
+            w.base + end,
+            self.rec,
+            "resumed at the next valid record" if resync is not None else "no valid record after it",
+        )
+        w.pos = end
+
+    def _truncated_end(self) -> None:
+        """At the end of the file: bytes left that are not a whole record raise, or (``skip``) are a last hole."""
+        w = self.w
+        if w.pos < len(w.buf):
+            if not self.skip:
+                tfrecord._raise_incomplete(self.url, w.buf, w.pos, w.base, self.rec)
+            self.holes.append((w.base + w.pos, w.base + len(w.buf)))
+            log.debug("%s: bytes %d..%d skipped (truncated last record)", self.url, w.base + w.pos, w.base + len(w.buf))
+            w.pos = len(w.buf)

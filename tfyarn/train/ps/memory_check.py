@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import re
 import sys
-from pathlib import Path
 
 from tfyarn.spec import load_spec_json
+from tfyarn.train import child_check
 from tfyarn.tasklib.context import TaskContext
 from tfyarn.tasklib.kv import MemoryKV
 from tfyarn.train.model import is_custom_train, load
@@ -93,12 +93,5 @@ def problems(spec_json: str) -> list[str]:
     ]
 
 
-def main() -> int:
-    found = problems(Path(sys.argv[1]).read_text())
-    for p in found:
-        print(p)
-    return 2 if found else 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(child_check.run(problems))
