@@ -10,13 +10,7 @@ MAX_LINES = 60
 LONG = {
     "tfyarn/backends/yarn/appspec.py::container_script",  # 64
     "tfyarn/backends/yarn/appspec.py::build_application_spec",  # 80
-    "tfyarn/data/feeder.py::Feeder.__init__",  # 79
-    "tfyarn/data/planner.py::plan",  # 62
-    "tfyarn/data/sources/tables.py::TableSource.read",  # 70
-    "tfyarn/data/sources/tfrecords.py::TFRecordSource.read",  # 116
-    "tfyarn/data/synth.py::write_synthetic",  # 75
     "tfyarn/display.py::summary_text",  # 74
-    "tfyarn/models/keras_recommender.py::model",  # 63
     "tfyarn/report.py::history_figure",  # 62
     "tfyarn/runner/local_app.py::Launcher._follow",  # 75
     "tfyarn/train/allreduce.py::run",  # 91

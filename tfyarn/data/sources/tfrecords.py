@@ -15,7 +15,7 @@ import logging
 import random
 import time
 from contextlib import closing
-from typing import Any, Callable, Generator, cast
+from typing import Any, Callable, Generator, Iterator, cast
 
 import numpy as np
 
@@ -29,6 +29,48 @@ from tfyarn.data.tfrecord import Chunk
 from tfyarn.common.fsretry import open_read
 
 log = logging.getLogger(__name__)
+
+
+#: what the reader emits: payloads of one file, their record indexes and byte offsets
+_Item = tuple[list[bytes], str, np.ndarray, np.ndarray]
+
+
+def _good_records(run: Any, chunk: Chunk) -> tuple[list[bytes], np.ndarray, np.ndarray]:
+    """A chunk's records but those skipped as corrupt (counted once an epoch), with their indexes and offsets."""
+    got, offs = chunk.payloads, chunk.offsets
+    run.records_read += len(got)
+    recs = np.arange(chunk.first, chunk.first + len(got))
+    if not chunk.skipped:
+        return cast("list[bytes]", got), recs, offs  # (None marks only a skipped record)
+    run.f.record_skips(chunk.skipped, run)
+    keep = np.array([p is not None for p in got])
+    return [p for p in got if p is not None], recs[keep], offs[keep]
+
+
+class _ShuffleBuffer:
+    """The feeder's seeded shuffle buffer of ``size`` records: each record read takes the place of a random one
+    held, which goes out; what is held goes out shuffled at the end of a pass over the share."""
+
+    def __init__(self, size: int, rng: random.Random):
+        self.size, self.rng = size, rng
+        self.held: list[tuple[bytes, str, int, int]] = []
+
+    def add(self, pays: list[bytes], path: str, recs: np.ndarray, offs: np.ndarray) -> Iterator[_Item]:
+        held, size, rng = self.held, self.size, self.rng
+        for p, r, o in zip(pays, recs.tolist(), offs.tolist()):
+            if len(held) < size:
+                held.append((p, path, r, o))
+                continue
+            j = rng.randrange(size)
+            out_p, out_path, out_r, out_o = held[j]
+            held[j] = (p, path, r, o)
+            yield [out_p], out_path, np.array([out_r]), np.array([out_o])
+
+    def drain(self) -> Iterator[_Item]:
+        self.rng.shuffle(self.held)
+        rest, self.held = self.held, []
+        for p, path, r, o in rest:
+            yield [p], path, np.array([r]), np.array([o])
 
 
 class TFRecordSource(Source):
@@ -54,18 +96,14 @@ class TFRecordSource(Source):
         parse = self.parser(fields)
         return concat([parse(cast("list[bytes]", c.payloads)) for c in job.chunks(opts)], fields)
 
-    def read(self, run: Any) -> None:  # noqa: PLR0915 - listed in tests/unit/test_code_habits.py
+    def read(self, run: Any) -> None:
         f, B = run.f, run.f.batch_size
-        share = run.plan.shares[f.rank]
-        shuffle = f.shuffle_buffer > 0
         # Resume: seek past the first start_step batches when the stream is a plain function of the share. With a
         # shuffle buffer or skipped records it is not (which records came first depends on what was read and
         # rejected), so the reader replays the whole share and the parser drops the first start_step x B good rows.
         skip_front = 0 if run.replay else run.start_step * B
         need = (run.plan.steps if run.replay else run.target) * B
         G = f.group  # records per parse call (a multiple of B)
-        rng = random.Random(f"{f.seed}|{run.epoch}|{f.rank}|shuffle")
-        sbuf: list[tuple[bytes, str, int, int]] = []
         pay: list[bytes] = []
         meta: list[tuple[str, np.ndarray, np.ndarray]] = []  # segments: (path, record indexes, byte offsets)
         emitted = 0  # records handed to the parser
@@ -93,66 +131,10 @@ class TFRecordSource(Source):
                     pay, meta = [], []
             return n
 
-        def stream() -> Generator[tuple[list[bytes], str, np.ndarray, np.ndarray], None, None]:
-            """The records to emit, in order: the share (after ``skip_front``), then — only while more are wanted,
-            to replace records rejected as corrupt — the share again from its start, as often as needed. Lazy: what
-            is emitted is a prefix of this one sequence however late the parser's rejections arrive, so a resumed
-            epoch replays exactly."""
-            nonlocal sbuf
-            passes = 0
-            while True:
-                if passes:
-                    run.reader_state = "re-reading the share to replace skipped records"
-                    log.info(
-                        "worker %d epoch %d: %d records still needed after skips; re-reading the share (pass %d)",
-                        f.rank,
-                        run.epoch,
-                        remaining(),
-                        passes + 1,
-                    )
-                ranges = advance(share, skip_front) if passes == 0 else list(share)
-                good = 0
-                with closing(self._chunks(run, ranges)) as chunks:  # closing early cancels the framing process's work
-                    for rr, chunk in chunks:
-                        run.check_stop()
-                        got, offs = chunk.payloads, chunk.offsets
-                        run.records_read += len(got)
-                        recs = np.arange(chunk.first, chunk.first + len(got))
-                        if chunk.skipped:
-                            f.record_skips(chunk.skipped, run)
-                            keep = np.array([p is not None for p in got])
-                            pays = [p for p in got if p is not None]
-                            recs, offs = recs[keep], offs[keep]
-                        else:
-                            pays = cast("list[bytes]", got)  # (None marks only a skipped record)
-                        good += len(pays)
-                        if not shuffle:
-                            yield pays, rr.path, recs, offs
-                            continue
-                        for p, r, o in zip(pays, recs.tolist(), offs.tolist()):
-                            if len(sbuf) < f.shuffle_buffer:
-                                sbuf.append((p, rr.path, r, o))
-                                continue
-                            j = rng.randrange(f.shuffle_buffer)
-                            out_p, out_path, out_r, out_o = sbuf[j]
-                            sbuf[j] = (p, rr.path, r, o)
-                            yield [out_p], out_path, np.array([out_r]), np.array([out_o])
-                rng.shuffle(sbuf)
-                rest, sbuf = sbuf, []
-                for p, path, r, o in rest:
-                    yield [p], path, np.array([r]), np.array([o])
-                passes += 1
-                if good == 0:
-                    raise DataError(
-                        f"worker {f.rank}, epoch {run.epoch}: no readable record in this worker's share "
-                        f"({len(share)} ranges, first {share[0].path if share else '-'}); "
-                        f"{f.skipped} records skipped as corrupt"
-                    )
-
         # Only ``skip`` makes the parser ask for more records after the reader has emitted all it needed.
         more_may_be_wanted = f.on_corrupt == "skip"
         pending = None  # the part of an item that was not needed (yet)
-        with closing(stream()) as records:
+        with closing(self._stream(run, skip_front, remaining)) as records:
             while True:
                 while remaining() > 0:
                     item = pending if pending is not None else next(records)
@@ -170,6 +152,44 @@ class TFRecordSource(Source):
                     if run.parser_finished.is_set():
                         records.close()
                     time.sleep(POLL / 4)
+
+    def _stream(self, run: Any, skip_front: int, remaining: Callable[[], int]) -> Generator[_Item, None, None]:
+        """The records to emit, in order: the share (after ``skip_front``), then — only while more are wanted, to
+        replace records rejected as corrupt — the share again from its start, as often as needed. Lazy: what is
+        emitted is a prefix of this one sequence however late the parser's rejections arrive, so a resumed epoch
+        replays exactly."""
+        f, share = run.f, run.plan.shares[run.f.rank]
+        sbuf = _ShuffleBuffer(f.shuffle_buffer, random.Random(f"{f.seed}|{run.epoch}|{f.rank}|shuffle"))
+        passes = 0
+        while True:
+            if passes:
+                run.reader_state = "re-reading the share to replace skipped records"
+                log.info(
+                    "worker %d epoch %d: %d records still needed after skips; re-reading the share (pass %d)",
+                    f.rank,
+                    run.epoch,
+                    remaining(),
+                    passes + 1,
+                )
+            ranges = advance(share, skip_front) if passes == 0 else list(share)
+            good = 0
+            with closing(self._chunks(run, ranges)) as chunks:  # closing early cancels the framing process's work
+                for rr, chunk in chunks:
+                    run.check_stop()
+                    pays, recs, offs = _good_records(run, chunk)
+                    good += len(pays)
+                    if sbuf.size:
+                        yield from sbuf.add(pays, rr.path, recs, offs)
+                    else:
+                        yield pays, rr.path, recs, offs
+            yield from sbuf.drain()
+            passes += 1
+            if good == 0:
+                raise DataError(
+                    f"worker {f.rank}, epoch {run.epoch}: no readable record in this worker's share "
+                    f"({len(share)} ranges, first {share[0].path if share else '-'}); "
+                    f"{f.skipped} records skipped as corrupt"
+                )
 
     def _chunks(self, run: Any, ranges: list[RecordRange]) -> Generator[tuple[RecordRange, Chunk], None, None]:
         """The framed records of ``ranges`` in order: from the framing process (:mod:`framer`) once it is up, framed
