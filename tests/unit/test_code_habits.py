@@ -13,11 +13,6 @@ LONG = {
     "tfyarn/display.py::summary_text",  # 74
     "tfyarn/report.py::history_figure",  # 62
     "tfyarn/runner/local_app.py::Launcher._follow",  # 75
-    "tfyarn/train/allreduce.py::run",  # 91
-    "tfyarn/train/progress.py::ProgressReporter.report",  # 64
-    "tfyarn/train/ps/graph.py::build_graph",  # 104
-    "tfyarn/train/ps/loop.py::_run",  # 95
-    "tfyarn/train/ps/loop.py::_finish",  # 61
 }
 
 
