@@ -153,6 +153,18 @@ def tfyarn(*args: str, timeout: float = 120, env: dict | None = None) -> subproc
                           timeout=timeout, env={**os.environ, **(env or {})})
 
 
+def submitted_by(proc: subprocess.Popen, find: Callable[[], Any], timeout: float, what: str) -> Any:
+    """``find()``'s first truthy value while the background CLI ``proc`` runs: its stdout/stderr in the failure if
+    it exits before ``find`` sees anything."""
+    def found() -> Any:
+        v = find()
+        if not v and proc.poll() is not None:
+            out, err = proc.communicate()
+            raise AssertionError(f"the CLI exited ({proc.returncode}) before {what}:\n{out[-2000:]}\n{err[-4000:]}")
+        return v
+    return wait_until(found, timeout, what)
+
+
 class CliRun:
     """``tfyarn run JOB --yarn --output json`` of a job doc in the background, as a gateway a test acts beside (kills
     a task, the AM, a NodeManager); killed on the way out of the ``with`` unless it has ended."""
@@ -172,6 +184,11 @@ class CliRun:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.communicate()
+
+    def submitted(self, find: Callable[[], Any], timeout: float, what: str) -> Any:
+        """``find()``'s first truthy value (the app the CLI submits), failing at once with the CLI's stderr if it
+        exits first: a broken submit shows in seconds, not after ``timeout``."""
+        return submitted_by(self.proc, find, timeout, what)
 
     def status(self, timeout: float) -> dict:
         """The final status it printed, once it exited 0 within ``timeout`` s (its stderr's tail otherwise)."""

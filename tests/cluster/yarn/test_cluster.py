@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from clusterutil import JOB_S, ROOT, SESSION_TAG, assert_clean, needs_yarn, planned_steps, task_process, unique, \
-    wait_until
+from clusterutil import JOB_S, ROOT, SESSION_TAG, assert_clean, needs_yarn, planned_steps, submitted_by, \
+    task_process, unique
 from tfyarn.cluster import hdfs
 from tfyarn.spec import load_spec
 
@@ -70,7 +70,8 @@ def test_quickstart_from_a_packed_env_localized_by_yarn_and_a_resubmit_uploads_n
                             "json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                            env={**os.environ, **env})
     try:
-        app_id = wait_until(lambda: [a.app_id for a in yarn.list() if name in a.tags], JOB_S, f"{name} submitted")[0]
+        app_id = submitted_by(run, lambda: [a.app_id for a in yarn.list() if name in a.tags], JOB_S,
+                              f"{name} submitted")[0]
         proc = task_process(yarn, app_id, "worker:0", timeout=JOB_S)
         localized = (Path(proc.cwd()) / "env").resolve()
         cmd = proc.cmdline()

@@ -63,7 +63,7 @@ def test_sigkilled_worker_chief_and_ps_each_start_a_job_attempt_from_the_hdfs_ch
     total = sum(planned_steps(spec))
     killed = []     # (app id, victim, global step seen just before the kill)
     with CliRun(doc, tmp_path) as run:
-        app_id = wait_until(lambda: _apps(yarn, name, active_only=True), JOB_S, f"the application of {name}")[0]
+        app_id = run.submitted(lambda: _apps(yarn, name, active_only=True), JOB_S, f"the application of {name}")[0]
         for attempt, victim in enumerate(("worker:0", "chief:0", "ps:0", "am")):
             # this backend did not submit it: the attempt is the app's own (control/attempt in its KV)
             running = wait_until(lambda: (s := yarn.status(app_id)).attempt == attempt and s, JOB_S,
@@ -177,7 +177,7 @@ def test_a_chief_stopped_by_its_nodemanager_checkpoints_before_the_sigkill(yarn,
     spec = load_spec_dict(doc)
     total = sum(planned_steps(spec))
     with CliRun(doc, tmp_path) as run:
-        app_id = wait_until(lambda: _apps(yarn, name, active_only=True), JOB_S, f"attempt 0 of {name}")[0]
+        app_id = run.submitted(lambda: _apps(yarn, name, active_only=True), JOB_S, f"attempt 0 of {name}")[0]
         wait_for_step(yarn, app_id, "chief:0", 20)
         seen = int(yarn.status(app_id).progress.get("global_step") or 0)
         chief = task_process(yarn, app_id, "chief:0")

@@ -236,7 +236,7 @@ def test_a_sync_job_preempted_resumes_from_its_checkpoint_without_using_an_attem
     hog = None
     with CliRun(doc, tmp_path) as run:
         try:
-            first = wait_until(
+            first = run.submitted(
                 lambda: [a.app_id for a in yarn.list() if name in a.tags], JOB_S, f"{name}'s app"
             )[0]
             wait_for_step(yarn, first, "chief:0", 2 * every)  # past a checkpoint

@@ -86,7 +86,7 @@ def test_a_lost_node_ends_the_attempt_in_seconds_naming_it_and_uses_no_attempt(
     frozen: list[psutil.Process] = []
     with CliRun(doc, tmp_path) as run:
         try:
-            first = wait_until(
+            first = run.submitted(
                 lambda: [a.app_id for a in yarn.list() if name in a.tags], JOB_S, f"{name}'s app"
             )[0]
             wait_for_step(yarn, first, "chief:0", 2 * every)
