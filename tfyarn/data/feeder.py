@@ -46,7 +46,7 @@ from tfyarn.data.framer import Framer, protocol_shared
 from tfyarn.data.manifest import Manifest
 from tfyarn.data.planner import EpochPlan, plan
 from tfyarn.data.sources.base import POLL as _POLL
-from tfyarn.data.tfrecord import DEFAULT_BLOCK
+from tfyarn.data.tfrecord import DEFAULT_BLOCK, FrameOptions
 from tfyarn.errors import WaitTimeout
 
 log = logging.getLogger(__name__)
@@ -313,7 +313,6 @@ class Feeder:
         _check_options(rank, num_workers, framing, on_corrupt, batch_size, prefetch, shuffle_buffer)
         self.manifest = manifest
         self.files = {fi.path: fi for fi in manifest.files}
-        self.holes = {fi.path: dict(fi.holes) for fi in manifest.files if fi.holes}
         self.fields = parse_mod.schema(features)
         #: the data set's format (:mod:`tfyarn.data.sources`): how its records are read and parsed; the features
         #: checked against it now, before any step
@@ -360,9 +359,7 @@ class Feeder:
         #: it is up (``auto``), so every record goes through it (tests, benchmarks).
         self.framing_strict = asked == "process"
         native.warn_if_missing()
-        self.frame_opts = dict(
-            check_crc=check_crc, on_corrupt=on_corrupt, block_bytes=block_bytes, max_records=self.frame_records
-        )
+        self.frame_opts = FrameOptions(check_crc, on_corrupt, block_bytes, self.frame_records)
         self.framer = Framer(self.frame_opts) if self.framing == "process" else None
 
     @classmethod

@@ -273,6 +273,21 @@ class Chunk:
     skipped: list[DataError] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class FrameOptions:
+    """How :func:`iter_chunks` frames records: the feeder's choice travels as one value to its reader thread or its
+    framing process (:mod:`tfyarn.data.framer`). ``block_bytes``: read at a time; ``max_records``: a chunk's most;
+    ``on_corrupt="skip"``: a record whose data CRC is wrong is left out (see :func:`iter_chunks`)."""
+
+    check_crc: bool = True
+    on_corrupt: str = "fail"
+    block_bytes: int = DEFAULT_BLOCK
+    max_records: int = 1 << 16
+
+
+FRAME_DEFAULTS = FrameOptions()
+
+
 def _describe(path: str, offset: int, record: int) -> str:
     return f"{path}: record {record} at byte offset {offset}"
 
@@ -317,26 +332,23 @@ def iter_chunks(
     offset: int = 0,
     first_record: int = 0,
     gz: bool = False,
-    check_crc: bool = True,
-    on_corrupt: str = "fail",
-    block_bytes: int = DEFAULT_BLOCK,
-    max_records: int = 1 << 16,
     holes: Mapping[int, int] | None = None,
+    opts: FrameOptions = FRAME_DEFAULTS,
 ) -> Iterator[Chunk]:
-    """Yield records ``[start, stop)`` of one TFRecord file in chunks of at most ``max_records``.
+    """Yield records ``[start, stop)`` of one TFRecord file in chunks of at most ``opts.max_records``.
 
     ``offset``/``first_record`` is a known record boundary at or before ``start`` (the manifest's sparse index);
     records between it and ``start`` are framed and their headers checked, their data CRCs not computed.
 
-    ``on_corrupt="skip"``: a record whose *data* CRC is wrong is left out and reported in ``Chunk.skipped``. Damaged
-    *framing* is only skipped where the manifest (built with ``skip``) found the next valid record: ``holes`` maps
-    the byte offset of the damage to the offset to resume at. Anywhere else it raises.
+    ``opts.on_corrupt="skip"``: a record whose *data* CRC is wrong is left out and reported in ``Chunk.skipped``.
+    Damaged *framing* is only skipped where the manifest (built with ``skip``) found the next valid record: ``holes``
+    maps the byte offset of the damage to the offset to resume at. Anywhere else it raises.
     """
     if stop <= start:
         return
     with open_records(path, gz) as f:
         reader = _ChunkReader(path, start, stop, Window(f, offset), first_record, holes or {})
-        yield from reader.chunks(check_crc, on_corrupt, block_bytes, max_records)
+        yield from reader.chunks(opts.check_crc, opts.on_corrupt, opts.block_bytes, opts.max_records)
 
 
 class _ChunkReader:

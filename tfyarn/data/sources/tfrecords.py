@@ -90,11 +90,9 @@ class TFRecordSource(Source):
         return parse_mod.default_parser(fields)
 
     def read_range(self, fi: FileInfo, start: int, stop: int, fields: tuple[Any, ...]) -> dict[str, Any]:
-        off, first = fi.boundary(start)
-        job = FrameJob(fi.path, start, stop, off, first, fi.gz, dict(fi.holes) or None)
-        opts = dict(check_crc=True, on_corrupt="fail", block_bytes=tfrecord.DEFAULT_BLOCK, max_records=8192)
+        chunks = FrameJob.of(fi, start, stop).chunks(tfrecord.FrameOptions(max_records=8192))
         parse = self.parser(fields)
-        return concat([parse(cast("list[bytes]", c.payloads)) for c in job.chunks(opts)], fields)
+        return concat([parse(cast("list[bytes]", c.payloads)) for c in chunks], fields)
 
     def read(self, run: Any) -> None:
         f, B = run.f, run.f.batch_size
@@ -196,10 +194,7 @@ class TFRecordSource(Source):
         in this thread before that (range by range: nothing ever waits for the process to start), and always in this
         thread when the files are not reachable from another process (``memory://``) or ``framing="thread"``."""
         f = run.f
-        jobs = []
-        for rr in ranges:
-            off, first = f.files[rr.path].boundary(rr.start)
-            jobs.append(FrameJob(rr.path, rr.start, rr.stop, off, first, f.files[rr.path].gz, f.holes.get(rr.path)))
+        jobs = [FrameJob.of(f.files[rr.path], rr.start, rr.stop) for rr in ranges]
         framer = f.framer
         for k, (rr, j) in enumerate(zip(ranges, jobs)):
             # auto: the process is started once the epoch's first batch is taken (see __next__); strict: now, and

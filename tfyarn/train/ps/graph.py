@@ -150,14 +150,10 @@ def build_graph(ctx: Any, model: Any) -> TrainGraph:
                 build_model(model)
             global_step = tf.compat.v1.train.get_or_create_global_step()
             counters = _step_counters(ctx, global_step)
-            placeholders, feeds = input_placeholders(spec.data.features)  # (sparse: 3 placeholders each)
-            feats, labels = split_features(placeholders, spec.data.label)
-            predictions = model(feats, training=True)
-            loss = tf.reduce_mean(model.loss(labels, predictions), name="loss")
-            metrics = step_metrics(model, labels, predictions)  # the same predictions: no second forward pass
+            fwd = _forward(model, spec.data)
             opt = sharding.touched_rows_only(model.optimizer())  # (Adam: lazy on split tables)
             trainable = model.trainable_variables  # (a split table: its shards, each with its own sparse gradient)
-            gvs = [(g, v) for g, v in opt.compute_gradients(loss, var_list=trainable) if g is not None]
+            gvs = [(g, v) for g, v in opt.compute_gradients(fwd["loss"], var_list=trainable) if g is not None]
             if not gvs:
                 raise ValueError(f"{type(model).__name__}: the loss depends on no trainable variable")
             train_op, sync = _train_op(ctx, opt, gvs, global_step, counters, worker_device)
@@ -167,11 +163,9 @@ def build_graph(ctx: Any, model: Any) -> TrainGraph:
     graph.finalize()
     return TrainGraph(
         graph=graph,
-        placeholders=placeholders,
-        loss=loss,
+        **fwd,
         train_op=train_op,
         global_step=global_step,
-        feeds=feeds,
         worker_steps=counters.worker_steps,
         worker_started=counters.worker_started,
         reset_started=counters.reset_started,
@@ -182,9 +176,24 @@ def build_graph(ctx: Any, model: Any) -> TrainGraph:
         all_finite=all_finite,
         sync=sync,
         placement=dict(balancer.placed),
-        metrics=metrics,
-        predictions=predictions,
     )
+
+
+def _forward(model: Any, data: Any) -> dict[str, Any]:
+    """The step's forward pass on fed placeholders: its loss, and the compiled metrics from the same predictions (no
+    second pass); the placeholders fed per feature (sparse: 3 each)."""
+    import tensorflow as tf
+
+    placeholders, feeds = input_placeholders(data.features)
+    feats, labels = split_features(placeholders, data.label)
+    predictions = model(feats, training=True)
+    return {
+        "placeholders": placeholders,
+        "feeds": feeds,
+        "loss": tf.reduce_mean(model.loss(labels, predictions), name="loss"),
+        "metrics": step_metrics(model, labels, predictions),
+        "predictions": predictions,
+    }
 
 
 @dataclass
