@@ -20,7 +20,7 @@ from tfyarn.spec import load_spec_json
 from tfyarn.train import child_check
 from tfyarn.tasklib.context import TaskContext
 from tfyarn.tasklib.kv import MemoryKV
-from tfyarn.train.model import is_custom_train, load
+from tfyarn.train.model import is_custom_train, load_unbuilt
 from tfyarn.train.ps.graph import build_graph
 from tfyarn.train.ps.placement import _VAR_OPS, _op_bytes
 
@@ -43,7 +43,7 @@ def ps_loads(spec_json: str) -> tuple[list[int], list[int], list[int]] | None:
     spec = load_spec_json(spec_json)
     if spec.mode != "ps" or spec.entrypoint:
         return None
-    model = load(spec.model, spec.params, spec.code or None, data=spec.data)
+    model = load_unbuilt(spec.model, spec.params, spec.code or None, data=spec.data)
     if is_custom_train(model):
         return None
     n = spec.instances("ps")
