@@ -365,8 +365,7 @@ def keras_tables(keras: Any, policy: Policy | None) -> Iterator[None]:
     if policy is None:
         yield
         return
-    cls = keras.layers.Embedding
-    original = cls.build
+    original = keras.layers.Embedding.build
 
     def build(self: Any, input_shape: Any = None) -> Any:
         if self.built:
@@ -406,11 +405,8 @@ def keras_tables(keras: Any, policy: Policy | None) -> Iterator[None]:
         self.built = True
         return None
 
-    cls.build = build
-    try:
+    with _embedding_build(keras, build):
         yield
-    finally:
-        cls.build = original
 
 
 def tf_twin(init: Any) -> Any:
@@ -434,8 +430,7 @@ def stub_tables(keras: Any) -> Iterator[None]:
     """While a Keras model is made eagerly only to be read (its compiled optimizer's config): every ``Embedding``
     builds a one-row table. Why: an eager weight is allocated at once, and a ps-mode worker or preflight would hold
     whole the tables the ps are there to split; the layer's output shape does not depend on its rows."""
-    cls = keras.layers.Embedding
-    original = cls.build
+    original = keras.layers.Embedding.build
 
     def build(self: Any, input_shape: Any = None) -> Any:
         rows, self.input_dim = self.input_dim, 1
@@ -444,6 +439,15 @@ def stub_tables(keras: Any) -> Iterator[None]:
         finally:
             self.input_dim = rows
 
+    with _embedding_build(keras, build):
+        yield
+
+
+@contextlib.contextmanager
+def _embedding_build(keras: Any, build: Callable[..., Any]) -> Iterator[None]:
+    """Keras's ``Embedding.build`` replaced by ``build`` while the block runs, put back after."""
+    cls = keras.layers.Embedding
+    original = cls.build
     cls.build = build
     try:
         yield
