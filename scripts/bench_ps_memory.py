@@ -4,14 +4,15 @@
 One job through the local backend (a process per task, the same task runtime as on YARN) with the built-in
 recommender (``tfyarn.models.recommender``: two tables of ``--rows`` x ``--dim`` floats, their biases, Adagrad) or
 ``--model plain``: bench_embeddings' plain twin (a user table of ``--rows`` x 64 initialised by an unseeded
-``tf.random_uniform_initializer``, an item table of 10,000 rows, a small MLP). Each ps's process tree is sampled
+``tf.random_uniform_initializer``, an item table of 10,000 rows, a small MLP) or ``--model keras``: its
+Keras original (``tfyarn.models.keras_recommender``, Adagrad). Each task's process tree (the chief too) is sampled
 every ``--interval`` s (psutil) beside the job, and its kernel high-water mark (``VmHWM`` of /proc, the true peak of
-the process: no sample can miss it) read while it lives. Printed: a JSON line per ps (its peak, its RSS when the
+the process: no sample can miss it) read while it lives. Printed: a JSON line per task (its peak, its RSS when the
 chief's session was ready, at the first step, at the end) and the job's outcome, and with ``--timeline`` each
 sample. The phases come from the chief's KV records (progress) and its log (``session ready``).
 
 Usage: ``python scripts/bench_ps_memory.py [--rows 1600000] [--ps 3] [--memory "1 GiB"] [--records 4000]
-[--batch 100] [--model recommender|plain] [--max-shards N] [--checkpoint] [--timeline]``. The issue-37 YARN test's
+[--batch 100] [--model recommender|plain|keras] [--max-shards N] [--checkpoint] [--timeline]``. The issue-37 YARN test's
 job is the default (2 x 1.6M x 64 tables over 3 ps of 1 GiB); the 2 GB whole-table case is
 ``--model plain --rows 9000000 --ps 1 --memory "8 GiB" --records 3000 --batch 1000``.
 """
@@ -54,6 +55,9 @@ def hwm_bytes(pid: int) -> int:
 def job_spec(args: argparse.Namespace, data: str, work: Path) -> Any:
     if args.model == "plain":
         model, params = "bench_embeddings:plain_twin", {"num_users": args.rows, "num_items": 10_000}
+    elif args.model == "keras":  # the plain twin's Keras original (bench_embeddings' other kind)
+        model = "tfyarn.models.keras_recommender:model"
+        params = {"num_users": args.rows, "num_items": 10_000, "dim": 64, "optimizer": "Adagrad", "learning_rate": 0.05}
     else:
         model = "tfyarn.models.recommender:model"
         params = {"num_users": args.rows, "num_items": args.rows, "dim": args.dim, "learning_rate": 0.1}
@@ -98,7 +102,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     def watch() -> None:
         while not stop.is_set():
             tasks = launchers[-1].tasks if launchers else {}
-            live = {t.proc.pid: name for name, t in tasks.items() if name.startswith("ps:") and t.proc is not None}
+            live = {t.proc.pid: name for name, t in tasks.items() if t.proc is not None}  # every task: the chief too
             now = time.time()
             for pid, rss in tree_rss(live).items():
                 if rss:
@@ -121,7 +125,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         "wall_s": round(time.time() - t0, 1),
         "diagnostics": "" if status.state.value == "SUCCEEDED" else status.diagnostics[-2000:],
         "summary_steps": (status.summary or {}).get("global_step"),
-        "ps": {},
+        "tasks": {},
     }
     mib = 2**20
     for name in sorted({s[1] for s in samples}):
@@ -131,7 +135,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             before = [r for t, r in mine if when is not None and t <= when]
             return before[-1] // mib if before else None
 
-        out["ps"][name] = {
+        out["tasks"][name] = {
             "peak_mib_vmhwm": hwm.get(name, 0) // mib,
             "peak_mib_sampled": max(r for _, r in mine) // mib,
             "at_session_ready_mib": at(ready),
@@ -166,7 +170,7 @@ def main() -> None:
     ap.add_argument("--memory", default="1 GiB", help="roles.ps.memory (the local backend warns, kills nothing)")
     ap.add_argument("--records", type=int, default=4000)
     ap.add_argument("--batch", type=int, default=100)
-    ap.add_argument("--model", choices=("recommender", "plain"), default="recommender")
+    ap.add_argument("--model", choices=("recommender", "plain", "keras"), default="recommender")
     ap.add_argument("--max-shards", type=int, default=None)
     ap.add_argument("--checkpoint", action="store_true", help="with a checkpoint dir (the final save is measured)")
     ap.add_argument("--interval", type=float, default=0.1)

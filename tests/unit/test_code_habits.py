@@ -7,21 +7,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 MAX_LINES = 60
 #: ``path::qualified name`` of the functions over MAX_LINES today (their length then).
-LONG = {
-    "tfyarn/data/feeder.py::Feeder.__init__",  # 79
-    "tfyarn/data/planner.py::plan",  # 62
-    "tfyarn/data/sources/tables.py::TableSource.read",  # 70
-    "tfyarn/data/sources/tfrecords.py::TFRecordSource.read",  # 116
-    "tfyarn/data/sources/tfrecords.py::index_file",  # 78
-    "tfyarn/data/synth.py::write_synthetic",  # 75
-    "tfyarn/data/tfrecord.py::iter_chunks",  # 117
-    "tfyarn/models/keras_recommender.py::model",  # 63
-    "tfyarn/train/allreduce.py::run",  # 91
-    "tfyarn/train/progress.py::ProgressReporter.report",  # 64
-    "tfyarn/train/ps/graph.py::build_graph",  # 104
-    "tfyarn/train/ps/loop.py::_run",  # 95
-    "tfyarn/train/ps/loop.py::_finish",  # 61
-}
+LONG: set[str] = set()
 
 
 def long_functions(source: str) -> dict[str, int]:

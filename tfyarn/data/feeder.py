@@ -46,7 +46,7 @@ from tfyarn.data.framer import Framer, protocol_shared
 from tfyarn.data.manifest import Manifest
 from tfyarn.data.planner import EpochPlan, plan
 from tfyarn.data.sources.base import POLL as _POLL
-from tfyarn.data.tfrecord import DEFAULT_BLOCK
+from tfyarn.data.tfrecord import DEFAULT_BLOCK, FrameOptions
 from tfyarn.errors import WaitTimeout
 
 log = logging.getLogger(__name__)
@@ -266,6 +266,20 @@ def skip_report(feeders: list[Any], manifest: Any) -> dict[str, Any]:
     }
 
 
+def _check_options(
+    rank: int, num_workers: int, framing: str, on_corrupt: str, batch_size: int, prefetch: int, shuffle_buffer: int
+) -> None:
+    """The feeder's arguments a caller got wrong raise before anything is read."""
+    if not 0 <= rank < num_workers:
+        raise ValueError(f"rank {rank} is not in 0..{num_workers - 1}")
+    if framing not in ("auto", "process", "thread"):
+        raise ValueError(f"framing must be 'auto', 'process' or 'thread', not {framing!r}")
+    if on_corrupt not in ("fail", "skip"):
+        raise ValueError(f"on_corrupt must be 'fail' or 'skip', not {on_corrupt!r}")
+    if batch_size <= 0 or prefetch <= 0 or shuffle_buffer < 0:
+        raise ValueError("batch_size and prefetch must be positive, shuffle_buffer >= 0")
+
+
 class Feeder:
     """This worker's batches, epoch by epoch (the module docstring has the pipeline and its memory bound).
 
@@ -295,18 +309,10 @@ class Feeder:
         parser: Callable[[tuple], Callable[[list[bytes]], dict[str, np.ndarray]]] | None = None,
         framing: str | None = None,
     ):
-        if not 0 <= rank < num_workers:
-            raise ValueError(f"rank {rank} is not in 0..{num_workers - 1}")
         framing = framing or os.environ.get("TFYARN_FRAMING", "auto")
-        if framing not in ("auto", "process", "thread"):
-            raise ValueError(f"framing must be 'auto', 'process' or 'thread', not {framing!r}")
-        if on_corrupt not in ("fail", "skip"):
-            raise ValueError(f"on_corrupt must be 'fail' or 'skip', not {on_corrupt!r}")
-        if batch_size <= 0 or prefetch <= 0 or shuffle_buffer < 0:
-            raise ValueError("batch_size and prefetch must be positive, shuffle_buffer >= 0")
+        _check_options(rank, num_workers, framing, on_corrupt, batch_size, prefetch, shuffle_buffer)
         self.manifest = manifest
         self.files = {fi.path: fi for fi in manifest.files}
-        self.holes = {fi.path: dict(fi.holes) for fi in manifest.files if fi.holes}
         self.fields = parse_mod.schema(features)
         #: the data set's format (:mod:`tfyarn.data.sources`): how its records are read and parsed; the features
         #: checked against it now, before any step
@@ -320,28 +326,7 @@ class Feeder:
         #: ~16k records at once (then slicing into batches, which is free) measured 1.05 us CPU/record for the whole
         #: feeder against 1.33 at 4k and 1.20 at 8k (32k: no further gain).
         self.group = batch_size * max(1, round(parse_group / batch_size))
-        #: records framed per step of the reader. Python loops: 2048, so its GIL-holding stretches stay short (2 ms
-        #: consumer steps took 2.45 ms at 2048 vs 2.83 at 8192). C loops: 8192, where a chunk holds the GIL only to
-        #: create its payloads and the per-chunk Python is what is left to save (feeder CPU 0.19 vs 0.25 ms a batch).
-        self.frame_records = frame_records or (8192 if native.records is not None else 2048)
-        #: where records are framed (the module docstring says why)
-        shared = all(protocol_shared(fi.path) for fi in manifest.files)
-        if framing == "process" and not shared:
-            raise ValueError("framing='process' cannot read memory:// files (they exist only in this process)")
-        self.framing = (
-            "process"
-            if self.source.frames_in_process
-            and (framing == "process" or (framing == "auto" and shared and native.records is None))
-            else "thread"
-        )
-        #: ``framing="process"`` asked for explicitly: wait for the process to start instead of framing here until
-        #: it is up (``auto``), so every record goes through it (tests, benchmarks).
-        self.framing_strict = framing == "process"
-        native.warn_if_missing()
-        self.frame_opts = dict(
-            check_crc=check_crc, on_corrupt=on_corrupt, block_bytes=block_bytes, max_records=self.frame_records
-        )
-        self.framer = Framer(self.frame_opts) if self.framing == "process" else None
+        self._set_up_framing(framing, frame_records, check_crc, on_corrupt, block_bytes)
         self.skipped = 0
         self.skipped_errors: list[DataError] = []
         self._lock = threading.Lock()
@@ -354,6 +339,40 @@ class Feeder:
                 f"{manifest.total_records} records are fewer than one global batch "
                 f"({num_workers} workers x batch {batch_size}): no step can be planned"
             )
+
+    def _set_up_framing(
+        self, asked: str, frame_records: int | None, check_crc: bool, on_corrupt: str, block_bytes: int
+    ) -> None:
+        """How and where records are framed: ``process`` when asked, or under ``auto`` when the C loops are missing
+        and the files are reachable from another process; else in the reader thread (always, for a source that
+        frames nothing). The module docstring says why."""
+        #: records framed per step of the reader. Python loops: 2048, so its GIL-holding stretches stay short (2 ms
+        #: consumer steps took 2.45 ms at 2048 vs 2.83 at 8192). C loops: 8192, where a chunk holds the GIL only to
+        #: create its payloads and the per-chunk Python is what is left to save (feeder CPU 0.19 vs 0.25 ms a batch).
+        self.frame_records = frame_records or (8192 if native.records is not None else 2048)
+        shared = all(protocol_shared(fi.path) for fi in self.manifest.files)
+        if asked == "process" and not shared:
+            raise ValueError("framing='process' cannot read memory:// files (they exist only in this process)")
+        by_process = asked == "process" or (asked == "auto" and shared and native.records is None)
+        self.framing = "process" if self.source.frames_in_process and by_process else "thread"
+        #: ``framing="process"`` asked for explicitly: wait for the process to start instead of framing here until
+        #: it is up (``auto``), so every record goes through it (tests, benchmarks).
+        self.framing_strict = asked == "process"
+        native.warn_if_missing()
+        self.frame_opts = FrameOptions(check_crc, on_corrupt, block_bytes, self.frame_records)
+        self.framer = Framer(self.frame_opts) if self.framing == "process" else None
+
+    @classmethod
+    def for_data(cls, manifest: Manifest, data: Any, rank: int, num_workers: int, **options: Any) -> "Feeder":
+        """The feeder a spec's ``data:`` section describes (features, batch size, seed, shuffle buffer, prefetch,
+        on_corrupt) over ``manifest``; ``options`` override or add to those (the evaluator reads in order)."""
+        kw = dict(
+            seed=data.shuffle_seed,
+            shuffle_buffer=data.shuffle_buffer,
+            prefetch=data.prefetch,
+            on_corrupt=data.on_corrupt,
+        )
+        return cls(manifest, dict(data.features), data.batch_size, rank, num_workers, **{**kw, **options})
 
     def plan(self, epoch: int) -> EpochPlan:
         p = self._plans.get(epoch)

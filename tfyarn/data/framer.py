@@ -37,10 +37,11 @@ import weakref
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Callable, Iterator, Mapping
 
 from tfyarn.data.errors import DataError
-from tfyarn.data.tfrecord import Chunk, iter_chunks
+from tfyarn.data.fileindex import FileInfo
+from tfyarn.data.tfrecord import Chunk, FrameOptions, iter_chunks
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +72,13 @@ class FrameJob:
     gz: bool
     holes: Mapping[int, int] | None = None
 
-    def chunks(self, opts: Mapping[str, Any]) -> Iterator[Chunk]:
+    @classmethod
+    def of(cls, fi: FileInfo, start: int, stop: int) -> "FrameJob":
+        """Records ``[start, stop)`` of an indexed file, from the nearest boundary its index knows."""
+        off, first = fi.boundary(start)
+        return cls(fi.path, start, stop, off, first, fi.gz, dict(fi.holes) or None)
+
+    def chunks(self, opts: FrameOptions) -> Iterator[Chunk]:
         """The range's records framed by :func:`tfrecord.iter_chunks` with the feeder's ``opts``."""
         return iter_chunks(
             self.path,
@@ -81,7 +88,7 @@ class FrameJob:
             first_record=self.first,
             gz=self.gz,
             holes=self.holes,
-            **opts,
+            opts=opts,
         )
 
 
@@ -131,7 +138,7 @@ class Framer:
     epoch. One caller at a time (the feeder's reader thread); :meth:`close` may be called from any thread.
     """
 
-    def __init__(self, opts: Mapping[str, Any]):
+    def __init__(self, opts: FrameOptions):
         self.opts = opts  # iter_chunks' framing options
         self._proc: subprocess.Popen | None = None
         self._conn: Connection | None = None
@@ -319,7 +326,7 @@ class _Cancelled(Exception):
     pass
 
 
-def _frame(conn: Connection, job: int, jobs: list[FrameJob], opts: Mapping[str, Any]) -> None:
+def _frame(conn: Connection, job: int, jobs: list[FrameJob], opts: FrameOptions) -> None:
     for index, j in enumerate(jobs):
         for chunk in j.chunks(opts):
             while conn.poll():

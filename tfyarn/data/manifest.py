@@ -46,6 +46,7 @@ __all__ = [
     "index_files",
     "load_manifest",
     "report_warnings",
+    "section_manifest",
     "store_manifest",
     "summarize",
 ]
@@ -121,17 +122,15 @@ def index_files(
     compression: str = "auto",
     cache_dir: str | None = None,
     *,
-    format: str = "auto",
-    stride: int = DEFAULT_STRIDE,
-    parallel: int = 8,
     use_cache: bool = True,
-    on_corrupt: str = "fail",
+    parallel: int = 8,
     timeout: float = 3600.0,
-    read: bool = True,
+    **opts: Any,
 ) -> dict[int, FileInfo]:
     """The indexes of ``listing.files[i]`` for ``i`` in ``which``, in parallel: cached ones, else read (and cached)
-    by each file's source (``format``: ``data.format``). ``read=False``: only the cached ones (a cheap probe).
-    Bounded by ``timeout`` (the error names files not done)."""
+    by each file's source. ``opts``: each file's, as :func:`cached_or_indexed` takes them (``format``, ``stride``,
+    ``on_corrupt``; ``read=False``: only the cached ones, a cheap probe). Bounded by ``timeout`` (the error names
+    files not done)."""
     ids = list(which)
     if not ids:
         return {}
@@ -143,7 +142,7 @@ def index_files(
         with store.lock:
             store.batches += 1
     try:
-        opts = dict(format=format, stride=stride, use_cache=use_cache, on_corrupt=on_corrupt, read=read)
+        opts["use_cache"] = use_cache
         return _index_files(listing, ids, compression, cache_dir, opts, parallel, timeout)
     finally:
         for store in shared:
@@ -244,22 +243,29 @@ def build_manifest(
             )
             report_warnings(hit.warnings, log_warnings)
             return hit
+    every = range(len(listing.files))
+    per_file: dict[str, Any] = {"format": format, "stride": stride, "on_corrupt": on_corrupt}
     got = index_files(
-        listing,
-        range(len(listing.files)),
-        compression,
-        cache_dir,
-        format=format,
-        stride=stride,
-        parallel=parallel,
-        use_cache=use_cache,
-        on_corrupt=on_corrupt,
-        timeout=timeout,
+        listing, every, compression, cache_dir, use_cache=use_cache, parallel=parallel, timeout=timeout, **per_file
     )
-    manifest = assemble(listing, (got[i] for i in range(len(listing.files))), log_warnings)
+    manifest = assemble(listing, (got[i] for i in every), log_warnings)
     if whole and use_cache:
         store_manifest(cache_dir, digest, manifest)
     return manifest
+
+
+def section_manifest(urls: Iterable[str], section: Any, cache_dir: str | None) -> Manifest:
+    """The manifest of ``urls`` read as a spec section says (``data:`` or ``predict:``: its ``format``,
+    ``compression`` and ``on_corrupt``), through the whole-manifest cache: every task of a job builds the same one,
+    so all but the first read one file."""
+    return build_manifest(
+        list(urls),
+        section.compression,
+        cache_dir,
+        format=section.format,
+        on_corrupt=section.on_corrupt,
+        whole=True,
+    )
 
 
 def summarize(manifest: Manifest) -> str:

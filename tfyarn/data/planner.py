@@ -127,6 +127,13 @@ def plan(manifest: Any, num_workers: int, epoch: int, seed: int, batch_size: int
     kept = cyclic(drop_at + dropped, total - dropped)
     prefix = f"{seed}|{epoch}|"
     kept.sort(key=lambda r: blake2b(f"{prefix}{r[0]}|{r[1]}".encode(), digest_size=16).digest())
+    shares = _deal(kept, num_workers, per_worker)
+    return EpochPlan(epoch, num_workers, batch_size, steps, tuple(shares), dropped, tuple(dropped_ranges))
+
+
+def _deal(kept: list[tuple[str, int, int]], num_workers: int, per_worker: int) -> list[tuple[RecordRange, ...]]:
+    """``kept`` (in the epoch's order) cut into ``num_workers`` consecutive shares of ``per_worker`` records each,
+    neighbouring pieces of one file merged into one range."""
     shares: list[tuple[RecordRange, ...]] = []
     it = iter(kept)
     cur = next(it, None)
@@ -144,7 +151,7 @@ def plan(manifest: Any, num_workers: int, epoch: int, seed: int, batch_size: int
             need -= take
             cur = (path, start + take, stop) if start + take < stop else next(it, None)
         shares.append(tuple(RecordRange(p, a, b) for p, a, b in share))
-    return EpochPlan(epoch, num_workers, batch_size, steps, tuple(shares), dropped, tuple(dropped_ranges))
+    return shares
 
 
 def round_robin_steps(counts: Iterable[int], num_workers: int, batch_size: int) -> list[int]:

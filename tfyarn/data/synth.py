@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Any
+from typing import Any, Iterator
 
 import fsspec  # noqa: TID253 - the data path writes through fsspec
 import numpy as np
@@ -106,6 +106,50 @@ def _int_feature(v: int) -> bytes:
     return _field(3, _field(1, _varint(v)))
 
 
+class _Recommender:
+    """Like real click data: strong user/item popularity (biases, learnt within an epoch) plus a taste interaction
+    (the dot product, learnt more slowly). Scales chosen so the quickstart's loss visibly drops."""
+
+    def __init__(self, rng: np.random.Generator, users: int, items: int, dim: int):
+        self.users, self.items = users, items
+        self.U = rng.normal(size=(users, dim)) / np.sqrt(dim)
+        self.V = rng.normal(size=(items, dim))
+        self.bu = rng.normal(scale=1.5, size=users)
+        self.bi = rng.normal(scale=1.5, size=items)
+
+    def examples(self, rng: np.random.Generator, n: int) -> Iterator[bytes]:
+        """``n`` serialized Examples (label, user_id, item_id)."""
+        u = rng.integers(0, self.users, n)
+        it = rng.integers(0, self.items, n)
+        label = ((self.U[u] * self.V[it]).sum(axis=1) + self.bu[u] + self.bi[it] > 0).astype("<f4")
+        raw = label.tobytes()
+        labs = [raw[4 * k : 4 * k + 4] for k in range(n)]
+        for uu, ii, lab in zip(u.tolist(), it.tolist(), labs):
+            yield _field(
+                1,
+                entry(b"item_id", _int_feature(ii))
+                + entry(b"label", float_feature(lab))
+                + entry(b"user_id", _int_feature(uu)),
+            )
+
+
+class _LogReg:
+    """A noisy linear boundary over 16 normal features."""
+
+    def __init__(self, rng: np.random.Generator):
+        self.w = rng.normal(size=16)
+
+    def examples(self, rng: np.random.Generator, n: int) -> Iterator[bytes]:
+        """``n`` serialized Examples (label, x)."""
+        x = rng.normal(size=(n, 16)).astype("<f4")
+        label = ((x @ self.w + rng.normal(scale=0.5, size=n)) > 0).astype("<f4")
+        for k in range(n):
+            yield _field(
+                1,
+                entry(b"label", float_feature(label[k : k + 1].tobytes())) + entry(b"x", float_feature(x[k].tobytes())),
+            )
+
+
 def write_synthetic(
     url_dir: str,
     kind: str = "recommender",
@@ -137,45 +181,13 @@ def write_synthetic(
     _clear(fs, root, url_dir, overwrite)
     fs.makedirs(root, exist_ok=True)
     ext = ".tfrecord.gz" if compression == "gzip" else ".tfrecord"
-    if kind == "recommender":
-        # Like real click data: strong user/item popularity (biases, learnt within an epoch) plus a taste
-        # interaction (the dot product, learnt more slowly). Scales chosen so the quickstart's loss visibly drops.
-        U = rng.normal(size=(users, dim)) / np.sqrt(dim)
-        V = rng.normal(size=(items, dim))
-        bu = rng.normal(scale=1.5, size=users)
-        bi = rng.normal(scale=1.5, size=items)
-    else:
-        w = rng.normal(size=16)
+    kind_of = _Recommender(rng, users, items, dim) if kind == "recommender" else _LogReg(rng)
     urls = []
     for i, n in enumerate(sizes):
         url = f"{url_dir.rstrip('/')}/part-{i:05d}{ext}"
         with TFRecordWriter(url, compression="gzip" if compression == "gzip" else "none") as wr:
-            if kind == "recommender":
-                u = rng.integers(0, users, n)
-                it = rng.integers(0, items, n)
-                label = ((U[u] * V[it]).sum(axis=1) + bu[u] + bi[it] > 0).astype("<f4")
-                raw = label.tobytes()
-                labs = [raw[4 * k : 4 * k + 4] for k in range(n)]
-                for uu, ii, lab in zip(u.tolist(), it.tolist(), labs):
-                    wr.write(
-                        _field(
-                            1,
-                            entry(b"item_id", _int_feature(ii))
-                            + entry(b"label", float_feature(lab))
-                            + entry(b"user_id", _int_feature(uu)),
-                        )
-                    )
-            else:
-                x = rng.normal(size=(n, 16)).astype("<f4")
-                label = ((x @ w + rng.normal(scale=0.5, size=n)) > 0).astype("<f4")
-                for k in range(n):
-                    wr.write(
-                        _field(
-                            1,
-                            entry(b"label", float_feature(label[k : k + 1].tobytes()))
-                            + entry(b"x", float_feature(x[k].tobytes())),
-                        )
-                    )
+            for example in kind_of.examples(rng, n):
+                wr.write(example)
         urls.append(url)
     log.info(
         "wrote %d %s records in %d files under %s (sizes %d..%d)", records, kind, files, url_dir, min(sizes), max(sizes)

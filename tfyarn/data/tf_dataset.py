@@ -29,7 +29,7 @@ from typing import Any
 from tfyarn.data import staging
 from tfyarn.data.errors import NoDataError
 from tfyarn.data.feeder import Feeder
-from tfyarn.data.manifest import build_manifest
+from tfyarn.data.manifest import section_manifest
 from tfyarn.data.planner import plan
 from tfyarn.data.ragged import SparseValue
 
@@ -87,15 +87,7 @@ def _bound() -> _Binding:
 def _manifest(b: _Binding) -> Any:
     """The manifest of ``data.train`` (indexes cached, so a second task or run reads no data to build it)."""
     if b.manifest is None:
-        d = b.data
-        b.manifest = build_manifest(
-            list(d.train),
-            compression=d.compression,
-            format=d.format,
-            on_corrupt=d.on_corrupt,
-            cache_dir=b.cache_dir,
-            whole=True,
-        )
+        b.manifest = section_manifest(b.data.train, b.data, b.cache_dir)
     return b.manifest
 
 
@@ -197,18 +189,7 @@ def _feeder_pipeline(b: _Binding, plan_steps: list[tuple[int, int]]) -> Any:
     d = b.data
 
     def batches() -> Any:
-        feeder = Feeder(
-            _manifest(b),
-            dict(d.features),
-            d.batch_size,
-            b.rank,
-            b.num_workers,
-            seed=d.shuffle_seed,
-            shuffle_buffer=d.shuffle_buffer,
-            prefetch=d.prefetch,
-            on_corrupt=d.on_corrupt,
-        )
-        with feeder:
+        with Feeder.for_data(_manifest(b), d, b.rank, b.num_workers) as feeder:
             for e, n in plan_steps:
                 for i, batch in enumerate(feeder.epoch(e)):
                     if i >= n:

@@ -16,7 +16,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 from io import FileIO
 from itertools import repeat
-from typing import IO, Iterator, Mapping, cast
+from typing import IO, Generator, Iterator, Mapping, cast
 
 import fsspec  # noqa: TID253 - the data path reads through fsspec
 import numpy as np
@@ -273,11 +273,58 @@ class Chunk:
     skipped: list[DataError] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class FrameOptions:
+    """How :func:`iter_chunks` frames records: the feeder's choice travels as one value to its reader thread or its
+    framing process (:mod:`tfyarn.data.framer`). ``block_bytes``: read at a time; ``max_records``: a chunk's most;
+    ``on_corrupt="skip"``: a record whose data CRC is wrong is left out (see :func:`iter_chunks`)."""
+
+    check_crc: bool = True
+    on_corrupt: str = "fail"
+    block_bytes: int = DEFAULT_BLOCK
+    max_records: int = 1 << 16
+
+
+FRAME_DEFAULTS = FrameOptions()
+
+
 def _describe(path: str, offset: int, record: int) -> str:
     return f"{path}: record {record} at byte offset {offset}"
 
 
-def iter_chunks(  # noqa: PLR0915 - listed in tests/unit/test_code_habits.py
+class Window:
+    """The bytes of an open TFRecord stream being framed block by block: ``buf`` holds the stream from offset
+    ``base``; the next record begins at ``buf[pos]``. Shared by reading (:func:`iter_chunks`) and indexing
+    (:func:`tfyarn.data.sources.tfrecords.index_file`), which differ only in what they do with a block's records."""
+
+    def __init__(self, f: IO[bytes], offset: int = 0):
+        if offset:
+            f.seek(offset)
+        self.f, self.buf, self.base, self.pos, self.eof = f, b"", offset, 0, False
+
+    def fill(self, block_bytes: int) -> int:
+        """Read the next block after what is not framed yet (keeping that); the bytes read (0 at the end)."""
+        if self.eof:
+            return 0
+        block = self.f.read(max(block_bytes, 1))
+        if not block:
+            self.eof = True
+        else:
+            self.base += self.pos
+            self.buf = self.buf[self.pos :] + block if self.pos < len(self.buf) else block
+            self.pos = 0
+        return len(block)
+
+    def jump(self, to: int) -> None:
+        """Go on at stream offset ``to`` (past damage): in the buffer when it holds it, else by seeking."""
+        if to - self.base <= len(self.buf):
+            self.pos = to - self.base
+        else:
+            self.f.seek(to)
+            self.buf, self.base, self.pos = b"", to, 0
+
+
+def iter_chunks(
     path: str,
     start: int,
     stop: int,
@@ -285,115 +332,121 @@ def iter_chunks(  # noqa: PLR0915 - listed in tests/unit/test_code_habits.py
     offset: int = 0,
     first_record: int = 0,
     gz: bool = False,
-    check_crc: bool = True,
-    on_corrupt: str = "fail",
-    block_bytes: int = DEFAULT_BLOCK,
-    max_records: int = 1 << 16,
     holes: Mapping[int, int] | None = None,
+    opts: FrameOptions = FRAME_DEFAULTS,
 ) -> Iterator[Chunk]:
-    """Yield records ``[start, stop)`` of one TFRecord file in chunks of at most ``max_records``.
+    """Yield records ``[start, stop)`` of one TFRecord file in chunks of at most ``opts.max_records``.
 
     ``offset``/``first_record`` is a known record boundary at or before ``start`` (the manifest's sparse index);
     records between it and ``start`` are framed and their headers checked, their data CRCs not computed.
 
-    ``on_corrupt="skip"``: a record whose *data* CRC is wrong is left out and reported in ``Chunk.skipped``. Damaged
-    *framing* is only skipped where the manifest (built with ``skip``) found the next valid record: ``holes`` maps
-    the byte offset of the damage to the offset to resume at. Anywhere else it raises.
+    ``opts.on_corrupt="skip"``: a record whose *data* CRC is wrong is left out and reported in ``Chunk.skipped``.
+    Damaged *framing* is only skipped where the manifest (built with ``skip``) found the next valid record: ``holes``
+    maps the byte offset of the damage to the offset to resume at. Anywhere else it raises.
     """
     if stop <= start:
         return
-    holes = holes or {}
     with open_records(path, gz) as f:
-        if offset:
-            f.seek(offset)
-        buf = b""
-        base = offset  # file offset of buf[0]
-        rec = first_record  # record index of the record at buf[pos]
-        pos = 0
-        eof = False
-        while rec < stop:
-            if not eof:
-                block = f.read(max(block_bytes, 1))
-                if not block:
-                    eof = True
-                else:
-                    base += pos
-                    buf = buf[pos:] + block if pos < len(buf) else block
-                    pos = 0
-            if eof and pos >= len(buf):
+        reader = _ChunkReader(path, start, stop, Window(f, offset), first_record, holes or {})
+        yield from reader.chunks(opts.check_crc, opts.on_corrupt, opts.block_bytes, opts.max_records)
+
+
+class _ChunkReader:
+    """:func:`iter_chunks`' walk through one file: a block at a time (Python per block and per chunk, never per
+    record); ``rec`` is the index of the record at ``w.buf[w.pos]``."""
+
+    def __init__(self, path: str, start: int, stop: int, w: Window, rec: int, holes: Mapping[int, int]):
+        self.path, self.start, self.stop, self.w, self.rec, self.holes = path, start, stop, w, rec, holes
+
+    def chunks(self, check_crc: bool, on_corrupt: str, block_bytes: int, max_records: int) -> Iterator[Chunk]:
+        w = self.w
+        while self.rec < self.stop:
+            w.fill(block_bytes)
+            if w.eof and w.pos >= len(w.buf):
                 raise DataError(
-                    f"{_describe(path, base + pos, rec)}: file ends after {rec} records but the manifest "
-                    f"says it has at least {stop} (file changed since it was indexed? rebuild the index)",
-                    path=path,
-                    offset=base + pos,
-                    record=rec,
+                    f"{_describe(self.path, w.base + w.pos, self.rec)}: file ends after {self.rec} records but the "
+                    f"manifest says it has at least {self.stop} (file changed since it was indexed? rebuild the index)",
+                    path=self.path,
+                    offset=w.base + w.pos,
+                    record=self.rec,
                 )
-            arr = np.frombuffer(buf, dtype=np.uint8)
-            progressed = False
-            jump = None
-            while rec < stop:
-                want = min(stop - rec, max_records) if rec >= start else start - rec
-                fr = scan(buf, pos, want)
-                n = len(fr.offsets)
-                if n == 0:
-                    if base + pos in holes:
-                        jump = holes[base + pos]
-                        break
-                    if eof:
-                        _raise_incomplete(path, buf, pos, base, rec)
-                    if len(buf) - pos >= HEADER and not header_ok(buf, pos):
-                        _raise_bad_header(path, base + pos, rec)
-                    break
-                progressed = True
-                offs = np.asarray(fr.offsets, dtype=np.int64)
-                bad_h = check_headers(arr, offs)
-                end = fr.end
-                if bad_h >= 0:
-                    at = base + int(fr.offsets[bad_h])
-                    if at not in holes:
-                        _raise_bad_header(path, at, rec + bad_h)
-                    jump = holes[at]  # known damage: keep the records before it, then jump
-                    n, offs, end = bad_h, offs[:bad_h], int(fr.offsets[bad_h])
-                    fr = Framed(fr.offsets[:bad_h], end)
-                if n and rec < start:  # framing only: records before the range
-                    take = min(n, start - rec)
-                    if take < n:  # (only when a jump cut a scan that was meant to stop at start)
-                        end = int(fr.offsets[take])
-                    rec += take
-                    pos = end
-                elif n:
-                    lens = fr.lengths()
-                    good, bad = payloads_and_check(buf, arr, offs, lens, check_crc)
-                    payloads = cast("list[bytes | None]", good)  # None: skipped (below)
-                    skipped: list[DataError] = []
-                    for i in bad.tolist():
-                        at = base + int(fr.offsets[i])
-                        err = DataError(
-                            f"{_describe(path, at, rec + i)}: corrupted data (data CRC mismatch)",
-                            path=path,
-                            offset=at,
-                            record=rec + i,
-                        )
-                        if on_corrupt != "skip":
-                            raise err
-                        skipped.append(err)
-                        payloads[i] = None
-                    chunk = Chunk(payloads, rec, offs + base, skipped)
-                    rec += n
-                    pos = end
-                    yield chunk
-                if jump is not None:
-                    break
+            jump, progressed = yield from self._block(check_crc, on_corrupt, max_records)
             if jump is not None:
-                progressed = True
-                if jump - base <= len(buf):
-                    pos = jump - base
-                else:
-                    f.seek(jump)
-                    buf, base, pos = b"", jump, 0
-                continue
-            if eof and not progressed and rec < stop:
-                _raise_incomplete(path, buf, pos, base, rec)
+                w.jump(jump)
+            elif w.eof and not progressed and self.rec < self.stop:
+                _raise_incomplete(self.path, w.buf, w.pos, w.base, self.rec)
+
+    def _block(
+        self, check_crc: bool, on_corrupt: str, max_records: int
+    ) -> Generator[Chunk, None, tuple[int | None, bool]]:
+        """The chunks of the records the buffer holds; then (where to jump past a hole, or None; whether any record
+        was framed)."""
+        w = self.w
+        arr = np.frombuffer(w.buf, dtype=np.uint8)
+        progressed = False
+        while self.rec < self.stop:
+            rec = self.rec
+            fr = scan(w.buf, w.pos, min(self.stop - rec, max_records) if rec >= self.start else self.start - rec)
+            if len(fr.offsets) == 0:
+                return self._stuck(), progressed
+            progressed = True
+            fr, jump = self._cut_at_damage(arr, fr)
+            n = len(fr.offsets)
+            if n and rec < self.start:  # framing only: records before the range
+                take = min(n, self.start - rec)
+                # (take < n only when a jump cut a scan that was meant to stop at start)
+                self.rec, w.pos = rec + take, fr.end if take == n else int(fr.offsets[take])
+            elif n:
+                chunk = self._chunk(arr, fr, check_crc, on_corrupt)
+                self.rec, w.pos = rec + n, fr.end
+                yield chunk
+            if jump is not None:
+                return jump, True
+        return None, progressed
+
+    def _stuck(self) -> int | None:
+        """No complete record at ``pos``: a known hole's end to jump to, or None to read more (damage raises)."""
+        w, at = self.w, self.w.base + self.w.pos
+        if at in self.holes:
+            return self.holes[at]
+        if w.eof:
+            _raise_incomplete(self.path, w.buf, w.pos, w.base, self.rec)
+        if len(w.buf) - w.pos >= HEADER and not header_ok(w.buf, w.pos):
+            _raise_bad_header(self.path, at, self.rec)
+        return None
+
+    def _cut_at_damage(self, arr: np.ndarray, fr: Framed) -> tuple[Framed, int | None]:
+        """``fr`` up to its first record with a bad length CRC, and where to jump past it (a known hole: the records
+        before it are kept), or ``fr`` whole and None; damage that is not a known hole raises."""
+        bad = check_headers(arr, np.asarray(fr.offsets, dtype=np.int64))
+        if bad < 0:
+            return fr, None
+        at = self.w.base + int(fr.offsets[bad])
+        if at not in self.holes:
+            _raise_bad_header(self.path, at, self.rec + bad)
+        return Framed(fr.offsets[:bad], int(fr.offsets[bad])), self.holes[at]
+
+    def _chunk(self, arr: np.ndarray, fr: Framed, check_crc: bool, on_corrupt: str) -> Chunk:
+        """The records of ``fr`` with their data CRCs checked: a wrong one raises, or under ``skip`` is left out
+        (None) and reported in ``Chunk.skipped``."""
+        base, rec = self.w.base, self.rec
+        offs = np.asarray(fr.offsets, dtype=np.int64)
+        good, bad = payloads_and_check(self.w.buf, arr, offs, fr.lengths(), check_crc)
+        payloads = cast("list[bytes | None]", good)  # None: skipped (below)
+        skipped: list[DataError] = []
+        for i in bad.tolist():
+            at = base + int(offs[i])
+            err = DataError(
+                f"{_describe(self.path, at, rec + i)}: corrupted data (data CRC mismatch)",
+                path=self.path,
+                offset=at,
+                record=rec + i,
+            )
+            if on_corrupt != "skip":
+                raise err
+            skipped.append(err)
+            payloads[i] = None
+        return Chunk(payloads, rec, offs + base, skipped)
 
 
 def find_resync(buf: bytes, start: int, window: int = 1 << 20) -> int | None:

@@ -42,7 +42,32 @@ def model(
     """``model: tfyarn.models.keras_recommender:model``; params as the signature (``optimizer``: a Keras optimizer
     class name; ``keras``: ``keras`` or ``tf_keras``)."""
     K = _keras(keras)
-    layer_base: Any = K.layers.Layer  # (a base class from a module chosen at run time)
+    ModuloIds = _modulo_ids(K)
+    user_emb = K.layers.Embedding(num_users, dim, name="user_embedding")
+    item_emb = K.layers.Embedding(num_items, dim, name="item_embedding")
+    mlp = K.layers.Dense(hidden, activation="relu", name="hidden")
+    head = K.layers.Dense(1, name="logit")
+    users, items = ModuloIds(num_users, name="user_rows"), ModuloIds(num_items, name="item_rows")
+    parts = [users, items, user_emb, item_emb, mlp, head]
+    if history is not None and kind != "functional":
+        raise ValueError("history: only with kind: functional")
+    if kind == "functional":
+        net = _functional(K, parts, history, num_items)
+    elif kind == "subclassed":
+        net = _subclassed(K, parts)
+    else:
+        raise ValueError(f"kind: {kind!r} is not 'functional' or 'subclassed'")
+    net.compile(
+        optimizer=_optimizer(K, optimizer, learning_rate),
+        loss=K.losses.BinaryCrossentropy(from_logits=True),
+        metrics=["accuracy"],
+    )
+    return net
+
+
+def _modulo_ids(K: Any) -> Any:
+    """The custom layer's class (its base comes from the Keras chosen at run time)."""
+    layer_base: Any = K.layers.Layer
 
     class ModuloIds(layer_base):
         """The custom layer: any id space → table rows (ids modulo the table size)."""
@@ -54,43 +79,37 @@ def model(
         def call(self, ids: Any) -> Any:
             return K.ops.mod(ids, self.size) if hasattr(K, "ops") else ids % self.size
 
-    user_emb = K.layers.Embedding(num_users, dim, name="user_embedding")
-    item_emb = K.layers.Embedding(num_items, dim, name="item_embedding")
-    mlp = K.layers.Dense(hidden, activation="relu", name="hidden")
-    head = K.layers.Dense(1, name="logit")
-    users, items = ModuloIds(num_users, name="user_rows"), ModuloIds(num_items, name="item_rows")
-    if history is not None and kind != "functional":
-        raise ValueError("history: only with kind: functional")
-    if kind == "functional":
-        u = K.Input(shape=(), dtype="int64", name="user_id")
-        i = K.Input(shape=(), dtype="int64", name="item_id")
-        inputs, item = {"user_id": u, "item_id": i}, item_emb(items(i))
-        if history is not None:
-            inputs[history] = K.Input(shape=(None,), sparse=True, dtype="int64", name=history)
-            item = K.layers.Add()([item, _history_bag(K, item_emb, num_items)(inputs[history])])
-        x = K.layers.Concatenate()([user_emb(users(u)), item])
-        net = K.Model(inputs, head(mlp(x)), name="keras_recommender")
-    elif kind == "subclassed":
-        model_base: Any = K.Model
+    return ModuloIds
 
-        class Recommender(model_base):
-            def __init__(self, **kw: Any):
-                super().__init__(**kw)
-                self.parts = [users, items, user_emb, item_emb, mlp, head]  # tracked: their weights are ours
 
-            def call(self, features: Any, training: bool = False) -> Any:
-                x = K.layers.concatenate([user_emb(users(features["user_id"])), item_emb(items(features["item_id"]))])
-                return head(mlp(x))
+def _functional(K: Any, parts: list[Any], history: str | None, num_items: int) -> Any:
+    """``kind: functional``: inputs named after the features (and the sparse ``history`` input, if any)."""
+    users, items, user_emb, item_emb, mlp, head = parts
+    u = K.Input(shape=(), dtype="int64", name="user_id")
+    i = K.Input(shape=(), dtype="int64", name="item_id")
+    inputs, item = {"user_id": u, "item_id": i}, item_emb(items(i))
+    if history is not None:
+        inputs[history] = K.Input(shape=(None,), sparse=True, dtype="int64", name=history)
+        item = K.layers.Add()([item, _history_bag(K, item_emb, num_items)(inputs[history])])
+    x = K.layers.Concatenate()([user_emb(users(u)), item])
+    return K.Model(inputs, head(mlp(x)), name="keras_recommender")
 
-        net = Recommender(name="keras_recommender")
-    else:
-        raise ValueError(f"kind: {kind!r} is not 'functional' or 'subclassed'")
-    net.compile(
-        optimizer=_optimizer(K, optimizer, learning_rate),
-        loss=K.losses.BinaryCrossentropy(from_logits=True),
-        metrics=["accuracy"],
-    )
-    return net
+
+def _subclassed(K: Any, parts: list[Any]) -> Any:
+    """``kind: subclassed``: a ``Model`` subclass that takes the feature dict."""
+    users, items, user_emb, item_emb, mlp, head = parts
+    model_base: Any = K.Model
+
+    class Recommender(model_base):
+        def __init__(self, **kw: Any):
+            super().__init__(**kw)
+            self.parts = [users, items, user_emb, item_emb, mlp, head]  # tracked: their weights are ours
+
+        def call(self, features: Any, training: bool = False) -> Any:
+            x = K.layers.concatenate([user_emb(users(features["user_id"])), item_emb(items(features["item_id"]))])
+            return head(mlp(x))
+
+    return Recommender(name="keras_recommender")
 
 
 def _history_bag(K: Any, emb: Any, size: int) -> Any:

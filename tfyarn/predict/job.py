@@ -18,7 +18,7 @@ import time
 from typing import Any
 
 from tfyarn.contracts.kv_keys import SUMMARY_KEY
-from tfyarn.data import build_manifest
+from tfyarn.data.manifest import section_manifest
 from tfyarn.data.planner import scoring_plan
 from tfyarn.predict.model import BatchModel, fetch_saved_model
 from tfyarn.predict.output import OutputDir, PartWriter
@@ -29,16 +29,8 @@ log = logging.getLogger("tfyarn.predict")
 
 
 def manifest_of(spec: Any) -> Any:
-
-    p = spec.predict
-    return build_manifest(
-        list(p.input),
-        compression=p.compression,
-        format=p.format,
-        cache_dir=p.index_cache,
-        on_corrupt=p.on_corrupt,
-        whole=True,
-    )
+    """The manifest of ``predict.input`` (what every scoring task plans from)."""
+    return section_manifest(spec.predict.input, spec.predict, spec.predict.index_cache)
 
 
 class _Reader:

@@ -18,7 +18,8 @@ from tfyarn.data import parse as parse_mod, sources, table
 from tfyarn.data.errors import DataError
 from tfyarn.data.manifest import Manifest
 from tfyarn.data.planner import Part
-from tfyarn.data.tfrecord import iter_chunks
+from tfyarn.data.framer import FrameJob
+from tfyarn.data.tfrecord import FrameOptions
 
 #: rows per parse call (a multiple of the batch size)
 GROUP_ROWS = 16384
@@ -120,20 +121,9 @@ class PartReader:
         pays: list[bytes] = []
         meta: list[tuple[str, np.ndarray, np.ndarray]] = []  # (path, record numbers, byte offsets) per segment
         for rr in part.ranges:
-            fi = self.files[rr.path]
-            off, first = fi.boundary(rr.start)
             stats.rows_in += len(rr)
-            for chunk in iter_chunks(
-                rr.path,
-                rr.start,
-                rr.stop,
-                offset=off,
-                first_record=first,
-                gz=fi.gz,
-                on_corrupt=self.on_corrupt,
-                holes=dict(fi.holes) or None,
-                max_records=8192,
-            ):
+            framing = FrameOptions(on_corrupt=self.on_corrupt, max_records=8192)
+            for chunk in FrameJob.of(self.files[rr.path], rr.start, rr.stop).chunks(framing):
                 got: list[Any] = chunk.payloads
                 recs = np.arange(chunk.first, chunk.first + len(got))
                 offs = np.asarray(chunk.offsets)

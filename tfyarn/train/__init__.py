@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from tfyarn.train.model import Model, build_model, custom_train, is_custom_train, load, resolve_ref
+from tfyarn.train.model import Model, build_model, custom_train, is_custom_train, load, load_unbuilt, resolve_ref
 from tfyarn.train.sharding import table
 
 __all__ = ["Model", "custom_train", "is_custom_train", "build_model", "load", "run_task", "table"]
@@ -37,7 +37,7 @@ def run_task(ctx: Any) -> Any:
     # TF's eager context, and MultiWorkerMirroredStrategy must then configure collectives ("at program startup")
     target = resolve_ref(spec.model, code_dir)
     if not is_custom_train(target) and spec.mode == "ps":
-        target = load(spec.model, spec.params, code_dir, data=spec.data)
+        target = load_unbuilt(spec.model, spec.params, code_dir, data=spec.data)
     if is_custom_train(target):
         if spec.export is not None:
             raise ValueError(

@@ -323,14 +323,11 @@ def collective_failure(ctx: TaskContext, exc: BaseException, step: int) -> str |
     return msg
 
 
-def run(ctx: TaskContext) -> dict[str, Any]:
-    """Train this task's share in allreduce mode; the chief also checkpoints, summarises and sets control/done."""
-
-    spec = ctx.spec
-    install_stack_dumps(ctx.kv, ctx.task_id)
+def _start(ctx: TaskContext) -> tuple[Any, int]:
+    """This training task's strategy, one CPU replica per training worker, and the global batch."""
     if ctx.data_rank < 0:
         raise ValueError(f"{ctx.task_id} is not a training task ({', '.join(ctx.training_tasks)})")
-    workers, batch = ctx.num_data_workers, spec.data.batch_size
+    workers, batch = ctx.num_data_workers, ctx.spec.data.batch_size
     global_batch = batch * workers
     log.info(
         "%s: allreduce over %d training workers, per-worker batch %d x %d workers = global batch %d "
@@ -348,6 +345,40 @@ def run(ctx: TaskContext) -> dict[str, Any]:
             f"{ctx.task_id}: the strategy has {strategy.num_replicas_in_sync} replicas, the spec has "
             f"{workers} training workers (one CPU replica per worker expected)"
         )
+    return strategy, global_batch
+
+
+def _figures(
+    ctx: TaskContext, figures: dict[str, Any], gstep: int, total: int, step_fn: Any, boundary_waits: list[float]
+) -> dict[str, Any]:
+    """The task's final figures (its progress's, with the global step, the plan and the step's traces), logged."""
+    figures = figures | {
+        "global_step": gstep,
+        "planned_total": total,
+        "traces": int(step_fn.experimental_get_tracing_count()),
+        "max_epoch_boundary_wait_s": round(max(boundary_waits, default=0.0), 4),
+    }
+    log.info(
+        "%s: ran %d steps (global step %d of %d planned), %.0f examples/s, last loss %s%s, step traced %d time(s)",
+        ctx.task_id,
+        figures["steps_this_attempt"],
+        gstep,
+        total,
+        figures["examples_per_sec"],
+        figures["last_loss"],
+        fmt_metrics(figures.get("metrics")),
+        figures["traces"],
+    )
+    return figures
+
+
+def run(ctx: TaskContext) -> dict[str, Any]:
+    """Train this task's share in allreduce mode; the chief also checkpoints, summarises and sets control/done."""
+
+    spec = ctx.spec
+    install_stack_dumps(ctx.kv, ctx.task_id)
+    batch = spec.data.batch_size
+    strategy, global_batch = _start(ctx)
     model, optimizer, global_step, state = build(ctx, strategy)
     step_fn = make_step(
         strategy,
@@ -388,27 +419,7 @@ def run(ctx: TaskContext) -> dict[str, Any]:
     mine = {"worker_steps": start + ran, "steps_this_attempt": ran}
     progress.extra.update(mine, **feeder.skip_report())  # skipped records and damaged ranges, with file and offset
     gstep = int(global_step.numpy())
-    figures = (
-        progress.final()
-        | mine
-        | {
-            "global_step": gstep,
-            "planned_total": total,
-            "traces": int(step_fn.experimental_get_tracing_count()),
-            "max_epoch_boundary_wait_s": round(max(boundary_waits, default=0.0), 4),
-        }
-    )
-    log.info(
-        "%s: ran %d steps (global step %d of %d planned), %.0f examples/s, last loss %s%s, step traced %d time(s)",
-        ctx.task_id,
-        ran,
-        gstep,
-        total,
-        figures["examples_per_sec"],
-        figures["last_loss"],
-        fmt_metrics(figures.get("metrics")),
-        figures["traces"],
-    )
+    figures = _figures(ctx, progress.final() | mine, gstep, total, step_fn, boundary_waits)
     if gstep != total:
         raise RuntimeError(f"{ctx.task_id}: finished at global step {gstep}, planned {total}")
     if ctx.is_chief:

@@ -38,8 +38,9 @@ log = logging.getLogger("tfyarn.train.checkpoint")
 INDEX = "tfyarn-checkpoint.json"
 
 
-class CheckpointStore:
-    """Upload, list, prune and download checkpoints under one fsspec URL."""
+class KeptDir:
+    """A directory under one fsspec URL that keeps its newest ``keep`` entries (checkpoints here, a SavedModel's
+    versions in :class:`tfyarn.train.export.ExportStore`)."""
 
     def __init__(self, url: str, keep: int = 3):
         import fsspec
@@ -48,6 +49,13 @@ class CheckpointStore:
         self.keep = max(1, int(keep))
         self.fs, root = fsspec.core.url_to_fs(self.url)
         self.root = root.rstrip("/")
+
+
+class CheckpointStore(KeptDir):
+    """Upload, list, prune and download checkpoints under one fsspec URL."""
+
+    def __init__(self, url: str, keep: int = 3):
+        super().__init__(url, keep)
         #: what the last :meth:`latest` skipped, ``"ckpt-120: ckpt-120.index missing"``, newest first
         self.skipped: list[str] = []
 

@@ -19,7 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tfyarn.data import Feeder, build_manifest
+from tfyarn.data import Feeder
+from tfyarn.data.manifest import section_manifest
 from tfyarn.tasklib.context import ABORT_KEY, DONE_KEY, EVAL_KEY, FAILURE_PREFIX, TaskContext
 from tfyarn.tasklib.watchdog import install_stack_dumps
 from tfyarn.train.checkpoint import CheckpointStore, download_model_checkpoint, local_dir_for, restore_model_variables
@@ -65,25 +66,7 @@ def make_eval_feeder(ctx: TaskContext) -> Any:
     """One reader over the whole eval set (rank 0 of 1): full batches of ``data.batch_size``, same order every time."""
 
     d = ctx.spec.data
-    manifest = build_manifest(
-        list(d.eval),
-        compression=d.compression,
-        format=d.format,
-        on_corrupt=d.on_corrupt,
-        cache_dir=index_cache(ctx.spec),
-        whole=True,
-    )
-    return Feeder(
-        manifest,
-        dict(d.features),
-        d.batch_size,
-        0,
-        1,
-        seed=d.shuffle_seed,
-        shuffle_buffer=0,
-        prefetch=d.prefetch,
-        on_corrupt=d.on_corrupt,
-    )
+    return Feeder.for_data(section_manifest(d.eval, d, index_cache(ctx.spec)), d, 0, 1, shuffle_buffer=0)
 
 
 def make_eval_step(model: Any, features: dict[str, Any], batch_size: int, label: str | None) -> Any:

@@ -25,6 +25,7 @@ from typing import Any
 from tfyarn.errors import ExportError
 from tfyarn.train.checkpoint import (
     CheckpointStore,
+    KeptDir,
     download_model_checkpoint,
     has_checkpoint_files,
     restore_model_variables,
@@ -70,16 +71,8 @@ def write_saved_model(spec: Any, prefix: str, keys: list[str], local_dir: Path, 
     return local_dir
 
 
-class ExportStore:
+class ExportStore(KeptDir):
     """Numbered SavedModel versions under one fsspec URL: upload (temp dir, rename), list, prune to ``keep``."""
-
-    def __init__(self, url: str, keep: int = 3):
-        import fsspec
-
-        self.url = url.rstrip("/")
-        self.keep = max(1, int(keep))
-        self.fs, root = fsspec.core.url_to_fs(self.url)
-        self.root = root.rstrip("/")
 
     def versions(self) -> list[int]:
         """Committed versions, oldest first (names that are not numbers, such as ``.tmp-*``, are not versions)."""

@@ -59,17 +59,7 @@ def make_feeder(ctx: Any, manifest: Any = None) -> Any:
     if ctx.data_rank < 0:
         raise ValueError(f"{ctx.task_id} is not a training task; it has no share of the data")
     manifest = manifest if manifest is not None else train_manifest(ctx)
-    return Feeder(
-        manifest,
-        d.features,
-        d.batch_size,
-        ctx.data_rank,
-        ctx.num_data_workers,
-        seed=d.shuffle_seed,
-        shuffle_buffer=d.shuffle_buffer,
-        prefetch=d.prefetch,
-        on_corrupt=d.on_corrupt,
-    )
+    return Feeder.for_data(manifest, d, ctx.data_rank, ctx.num_data_workers)
 
 
 def epoch_steps(feeder: Any, epochs: int) -> list[int]:

@@ -7,19 +7,19 @@ Python: the gateway itself never imports TensorFlow."""
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 from tfyarn.spec import load_spec_json
+from tfyarn.train import child_check
 from tfyarn.train.keras_model import KerasModel, ModelSpecError
 from tfyarn.train.keras_optim import UnsupportedOptimizer, v1_equivalent
-from tfyarn.train.model import build_model, load
+from tfyarn.train.model import build_model, load_unbuilt
 
 
 def problems(spec_json: str) -> list[str]:
     import tensorflow as tf
 
     spec = load_spec_json(spec_json)
-    model: object = load(spec.model, spec.params, spec.code or None, data=spec.data)
+    model: object = load_unbuilt(spec.model, spec.params, spec.code or None, data=spec.data)
     if not isinstance(model, KerasModel):
         return []
     try:
@@ -32,12 +32,5 @@ def problems(spec_json: str) -> list[str]:
     return []
 
 
-def main() -> int:
-    found = problems(Path(sys.argv[1]).read_text())
-    for p in found:
-        print(p)
-    return 2 if found else 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(child_check.run(problems))

@@ -203,10 +203,17 @@ class KerasModel:
 
     def ps_optimizer_config(self) -> tuple[str, dict[str, Any]]:
         """The compiled optimizer's class and config, read eagerly: from the model :func:`load` made, or else from
-        one made in a thread of its own (TF's default graph is per thread: a new thread is eager)."""
+        one made in a thread of its own (TF's default graph is per thread: a new thread is eager), its Embedding
+        tables one row each (:func:`sharding.stub_tables`)."""
         if self._opt_config is None:
+            keras = _keras_module(self.flavour)
+
+            def read() -> tuple[str, dict[str, Any]]:
+                with sharding.stub_tables(keras):  # eager: a real table would be allocated here, whole
+                    return optimizer_config(self.factory().optimizer)
+
             with ThreadPoolExecutor(1, thread_name_prefix="tfyarn-keras-config") as pool:
-                self._opt_config = pool.submit(lambda: optimizer_config(self.factory().optimizer)).result()
+                self._opt_config = pool.submit(read).result()
         return self._opt_config
 
     # -- helpers -----------------------------------------------------------------------------------------------------

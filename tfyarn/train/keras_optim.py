@@ -24,6 +24,37 @@ SUPPORTED = {
 _UNMAPPED = ("weight_decay", "clipnorm", "clipvalue", "global_clipnorm", "use_ema", "amsgrad", "loss_scale_factor")
 
 
+#: Keras optimizer → (its v1 twin, {v1 argument: (Keras option, default)}) besides the learning rate; a value is
+#: taken as its default's type. SGD is apart: its twin depends on ``momentum``.
+_TWINS: dict[str, tuple[str, dict[str, tuple[str, Any]]]] = {
+    "Adagrad": ("AdagradOptimizer", {"initial_accumulator_value": ("initial_accumulator_value", 0.1)}),
+    "Adam": ("AdamOptimizer", {"beta1": ("beta_1", 0.9), "beta2": ("beta_2", 0.999), "epsilon": ("epsilon", 1e-7)}),
+    "RMSprop": (
+        "RMSPropOptimizer",
+        {
+            "decay": ("rho", 0.9),
+            "momentum": ("momentum", 0.0),
+            "epsilon": ("epsilon", 1e-7),
+            "centered": ("centered", False),
+        },
+    ),
+    "Ftrl": (
+        "FtrlOptimizer",
+        {  # the same names in both
+            arg: (arg, default)
+            for arg, default in (
+                ("learning_rate_power", -0.5),
+                ("initial_accumulator_value", 0.1),
+                ("l1_regularization_strength", 0.0),
+                ("l2_regularization_strength", 0.0),
+                ("l2_shrinkage_regularization_strength", 0.0),
+                ("beta", 0.0),
+            )
+        },
+    ),
+}
+
+
 class UnsupportedOptimizer(ValueError):
     """The compiled optimizer (or one of its options) has no ps-mode equivalent."""
 
@@ -64,32 +95,8 @@ def v1_equivalent(name: str, config: dict[str, Any], ref: str = "model") -> Any:
             if not c.get("momentum"):
                 return v1.GradientDescentOptimizer(lr)
             return v1.MomentumOptimizer(lr, float(c["momentum"]), use_nesterov=bool(c.get("nesterov")))
-        if name == "Adagrad":
-            return v1.AdagradOptimizer(lr, initial_accumulator_value=float(c.get("initial_accumulator_value", 0.1)))
-        if name == "Adam":
-            return v1.AdamOptimizer(
-                lr,
-                beta1=float(c.get("beta_1", 0.9)),
-                beta2=float(c.get("beta_2", 0.999)),
-                epsilon=float(c.get("epsilon", 1e-7)),
-            )
-        if name == "RMSprop":
-            return v1.RMSPropOptimizer(
-                lr,
-                decay=float(c.get("rho", 0.9)),
-                momentum=float(c.get("momentum", 0.0)),
-                epsilon=float(c.get("epsilon", 1e-7)),
-                centered=bool(c.get("centered")),
-            )
-        return v1.FtrlOptimizer(
-            lr,
-            learning_rate_power=float(c.get("learning_rate_power", -0.5)),
-            initial_accumulator_value=float(c.get("initial_accumulator_value", 0.1)),
-            l1_regularization_strength=float(c.get("l1_regularization_strength", 0.0)),
-            l2_regularization_strength=float(c.get("l2_regularization_strength", 0.0)),
-            l2_shrinkage_regularization_strength=float(c.get("l2_shrinkage_regularization_strength", 0.0)),
-            beta=float(c.get("beta", 0.0)),
-        )
+        twin, options = _TWINS[name]
+        return getattr(v1, twin)(lr, **{arg: type(d)(c.get(key, d)) for arg, (key, d) in options.items()})
     except UnsupportedOptimizer as exc:
         raise UnsupportedOptimizer(
             f"{ref}: the compiled optimizer cannot run in ps mode: {exc}. Supported in ps "

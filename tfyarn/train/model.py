@@ -142,6 +142,18 @@ def load(
     return model
 
 
+def load_unbuilt(
+    ref: str, params: dict[str, Any] | None = None, code_dir: str | None = None, data: Any = None
+) -> Model | CustomTrain:
+    """:func:`load` in a scratch graph, for ps mode (whose build makes the model again in the training graph): a
+    Keras factory's weights are graph variables there, never allocated, so neither a worker nor preflight holds a
+    table that only the ps should."""
+    import tensorflow as tf
+
+    with tf.Graph().as_default():
+        return load(ref, params, code_dir, data)
+
+
 def load_model(spec: Any) -> Model:
     """The spec's model (:func:`load`) where the model itself is needed (the evaluator, an export):
     a custom train function has none tfyarn could build, so it is refused here, by name."""

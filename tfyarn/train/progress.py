@@ -115,17 +115,7 @@ class ProgressReporter:
         self.examples += examples
         self._win_ex += examples
         if loss is not None:
-            loss = float(loss)
-            if self.fail_on_nan_loss and not math.isfinite(loss):
-                self.publish()  # the position reached, for status
-                raise NonFiniteLoss(
-                    f"{self.task}: loss is {loss} at step {step} (global step {self.global_step}, epoch {epoch}; last "
-                    f"finite loss {_fmt(self.last_loss)}): training diverged. Lower the learning rate or look for "
-                    f"NaN/inf in the data; fail_on_nan_loss: false trains on regardless"
-                )
-            if self.first_loss is None:
-                self.first_loss = loss
-            self.last_loss = loss
+            self._note_loss(float(loss))
         now = time.monotonic()
         self._last_step_at = time.time()  # wall clock: the job's phase times (status, bench_yarn) compare hosts
         if self._first_step_at is None:
@@ -137,15 +127,7 @@ class ProgressReporter:
         if self._hist_gs is None:
             self._hist_gs = self.global_step
         if force or now - self._last_pub >= self.interval:
-            # A rate over a window shorter than MIN_RATE_WINDOW_S (the first step right after begin()) would be
-            # noise (millions of examples/s); publish the position, keep the rate until a real window has passed.
-            if now - self._win_t >= MIN_RATE_WINDOW_S:
-                self._rate = self._win_ex / (now - self._win_t)
-                self._step_rate = self._win_steps / (now - self._win_t)
-                self._win_t, self._win_ex, self._win_steps = now, 0, 0
-            if now - self._win_gs_t >= MIN_RATE_WINDOW_S:
-                self._gs_rate = max(0, self.global_step - self._win_gs) / (now - self._win_gs_t)
-                self._win_gs, self._win_gs_t = self.global_step, now
+            self._roll_rates(now)
             self._last_pub = now
             self.publish()
         if self.history is not None and (force or self.history.due(now)):
@@ -162,6 +144,32 @@ class ProgressReporter:
                 fmt_metrics(self.last_metrics, sep=" "),
                 self._rate,
             )
+
+    def _note_loss(self, loss: float) -> None:
+        """The step's loss: a NaN or infinite one fails the task (``fail_on_nan_loss``), after publishing where."""
+        if self.fail_on_nan_loss and not math.isfinite(loss):
+            self.publish()  # the position reached, for status
+            raise NonFiniteLoss(
+                f"{self.task}: loss is {loss} at step {self.step} (global step {self.global_step}, epoch "
+                f"{self.epoch}; last finite loss {_fmt(self.last_loss)}): training diverged. Lower the learning rate "
+                f"or look for NaN/inf in the data; fail_on_nan_loss: false trains on regardless"
+            )
+        if self.first_loss is None:
+            self.first_loss = loss
+        self.last_loss = loss
+
+    def _roll_rates(self, now: float) -> None:
+        """Close the rate windows that are long enough. A rate over a window shorter than MIN_RATE_WINDOW_S (the
+        first step right after begin()) would be noise (millions of examples/s): the position is published, the
+        rate kept until a real window has passed."""
+        if now - self._win_t >= MIN_RATE_WINDOW_S:
+            self._rate = self._win_ex / (now - self._win_t)
+            self._step_rate = self._win_steps / (now - self._win_t)
+            self._win_t, self._win_ex, self._win_steps = now, 0, 0
+        if now - self._win_gs_t >= MIN_RATE_WINDOW_S:
+            assert self._win_gs is not None  # set by report before any publish
+            self._gs_rate = max(0, self.global_step - self._win_gs) / (now - self._win_gs_t)
+            self._win_gs, self._win_gs_t = self.global_step, now
 
     @property
     def elapsed(self) -> float:

@@ -39,8 +39,14 @@ class Policy:
         shape = tf.TensorShape(shape)
         if shape.rank is None or shape.rank < 1 or not shape.is_fully_defined() or self.max_shards < 2:
             return 1
-        nbytes = shape.num_elements() * tf.as_dtype(dtype).size
-        return min(self.max_shards, shape[0]) if nbytes >= self.min_bytes else 1
+        return min(self.max_shards, shape[0]) if self.is_big(shape, dtype) else 1
+
+    def is_big(self, shape: Any, dtype: Any) -> bool:
+        """Whether a fully defined variable of ``shape`` reaches ``min_bytes`` (split or not)."""
+        import tensorflow as tf
+
+        shape = tf.TensorShape(shape)
+        return shape.is_fully_defined() and shape.num_elements() * tf.as_dtype(dtype).size >= self.min_bytes
 
 
 def policy_for(spec: Any, num_ps: int) -> Policy:
@@ -359,8 +365,7 @@ def keras_tables(keras: Any, policy: Policy | None) -> Iterator[None]:
     if policy is None:
         yield
         return
-    cls = keras.layers.Embedding
-    original = cls.build
+    original = keras.layers.Embedding.build
 
     def build(self: Any, input_shape: Any = None) -> Any:
         if self.built:
@@ -370,8 +375,14 @@ def keras_tables(keras: Any, policy: Policy | None) -> Iterator[None]:
         n = policy.shards(shape, dtype)
         if getattr(self, "quantization_mode", None) or getattr(self, "lora_rank", None):
             return original(self, input_shape)
+        keras_init = self.embeddings_initializer
+        init = tf_twin(keras_init) if policy.is_big(shape, dtype) else keras_init
         if n < 2:  # whole, but looked up on its ps too (Keras would read the whole table into the step)
-            original(self, input_shape)
+            self.embeddings_initializer = init
+            try:
+                original(self, input_shape)
+            finally:
+                self.embeddings_initializer = keras_init
             w = getattr(self, "_embeddings", None)
             w = self.embeddings if w is None else w
             self.tfyarn_table = w if _is_tf_variable(w) else w.value
@@ -380,7 +391,7 @@ def keras_tables(keras: Any, policy: Policy | None) -> Iterator[None]:
         weights = [
             self.add_weight(
                 shape=(rows, shape[1]),
-                initializer=shard_initializer(self.embeddings_initializer, i),
+                initializer=shard_initializer(init, i),
                 name=f"embeddings_part_{i}",
                 dtype=dtype,
                 trainable=True,
@@ -394,6 +405,49 @@ def keras_tables(keras: Any, policy: Policy | None) -> Iterator[None]:
         self.built = True
         return None
 
+    with _embedding_build(keras, build):
+        yield
+
+
+def tf_twin(init: Any) -> Any:
+    """TF's own initializer for a Keras random one (same distribution, bounds and seed), else ``init``. Why: Keras's
+    stateless random ops hold a second copy of the value while it is made (measured: a 976 MiB table's init took
+    2022 MiB on its ps, TF's 1013), and a big table's ps has no room for it."""
+    import tensorflow as tf
+
+    config = init.get_config() if hasattr(init, "get_config") else {}
+    seed = config.get("seed") if isinstance(config.get("seed"), int) else None
+    kind = type(init).__name__
+    if kind == "RandomUniform":
+        return tf.random_uniform_initializer(config["minval"], config["maxval"], seed)
+    if kind == "RandomNormal":
+        return tf.random_normal_initializer(config["mean"], config["stddev"], seed)
+    return init
+
+
+@contextlib.contextmanager
+def stub_tables(keras: Any) -> Iterator[None]:
+    """While a Keras model is made eagerly only to be read (its compiled optimizer's config): every ``Embedding``
+    builds a one-row table. Why: an eager weight is allocated at once, and a ps-mode worker or preflight would hold
+    whole the tables the ps are there to split; the layer's output shape does not depend on its rows."""
+    original = keras.layers.Embedding.build
+
+    def build(self: Any, input_shape: Any = None) -> Any:
+        rows, self.input_dim = self.input_dim, 1
+        try:
+            return original(self, input_shape)
+        finally:
+            self.input_dim = rows
+
+    with _embedding_build(keras, build):
+        yield
+
+
+@contextlib.contextmanager
+def _embedding_build(keras: Any, build: Callable[..., Any]) -> Iterator[None]:
+    """Keras's ``Embedding.build`` replaced by ``build`` while the block runs, put back after."""
+    cls = keras.layers.Embedding
+    original = cls.build
     cls.build = build
     try:
         yield

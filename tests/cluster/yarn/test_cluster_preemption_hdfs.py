@@ -52,7 +52,7 @@ def test_a_datanode_restart_of_30s_is_survived_by_reads_and_checkpoint_uploads(
     import fsspec
 
     from tfyarn.cluster import hdfs
-    from tfyarn.data.tfrecord import TFRecordWriter, iter_chunks
+    from tfyarn.data.tfrecord import FrameOptions, TFRecordWriter, iter_chunks
     from tfyarn.common.fsretry import HdfsUnavailable, ReopeningReader
     from tfyarn.train.checkpoint import CheckpointStore
 
@@ -68,7 +68,7 @@ def test_a_datanode_restart_of_30s_is_survived_by_reads_and_checkpoint_uploads(
         (local / name).write_bytes(os.urandom(size))
     store = CheckpointStore(hdfs.join(hdfs_root, "dn-restart", "ckpt"))
 
-    chunks = iter_chunks(url, 0, n, block_bytes=256 << 10, max_records=500)
+    chunks = iter_chunks(url, 0, n, opts=FrameOptions(block_bytes=256 << 10, max_records=500))
     seen = [int.from_bytes(p[:4], "little") for p in next(chunks).payloads]
     fs, path = fsspec.core.url_to_fs(url)
     datanode("stop")

@@ -9,7 +9,7 @@ import pytest
 
 from tfyarn.data import tfrecord
 from tfyarn.data.sources.tfrecords import index_file
-from tfyarn.data.tfrecord import TFRecordWriter, iter_chunks, masked_crc
+from tfyarn.data.tfrecord import FrameOptions, TFRecordWriter, iter_chunks, masked_crc
 
 from _datahelpers import write_ids
 
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.usefixtures("loops")
 
 def read_all(url, n, **kw):
     out = []
-    for c in iter_chunks(url, 0, n, **kw):
+    for c in iter_chunks(url, 0, n, opts=FrameOptions(**kw)):
         out.extend(c.payloads)
     return out
 
@@ -77,7 +77,7 @@ def test_range_from_sparse_boundary_reads_only_the_range(mem):
     assert len(fi.offsets) == 10 and fi.offsets[0] == 0
     off, first = fi.boundary(457)
     assert first == 400 and off == sum(len(p) + 16 for p in payloads[:400])
-    chunks = list(iter_chunks(url, 457, 731, offset=off, first_record=first, max_records=100))
+    chunks = list(iter_chunks(url, 457, 731, offset=off, first_record=first, opts=FrameOptions(max_records=100)))
     assert [p for c in chunks for p in c.payloads] == payloads[457:731]
     assert chunks[0].first == 457 and all(len(c.payloads) <= 100 for c in chunks)
     assert chunks[0].offsets[0] == sum(len(p) + 16 for p in payloads[:457])

@@ -489,3 +489,61 @@ def test_preflight_sizing_leaves_a_small_models_ps_in_a_small_container_alone():
     total, _, _ = memory_check.ps_loads(load_spec_dict(doc).to_json())
     assert 0 < max(total) < memory_check.MATERIAL_MIB * 2**20
     assert memory_check.problems(load_spec_dict(doc).to_json()) == []
+
+
+@pytest.mark.parametrize("flavour", ["keras", "tf_keras"])
+def test_a_ps_mode_keras_model_is_never_made_with_real_tables_on_the_worker(flavour):
+    """A ps-mode worker (and preflight) loads the Keras factory in a scratch graph and reads its optimizer from an
+    eager twin whose Embeddings have one row: a 2.56 GB table allocates nothing there (measured before: the chief
+    of a 1 GB-table job peaked at 3166 MiB, its ps' 312 MiB)."""
+    import subprocess
+    import sys
+
+    code = f"""
+import resource, json
+from tfyarn.train.model import load_unbuilt
+from tfyarn.train.keras_model import KerasModel
+import tensorflow as tf
+peak = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+params = {{"num_users": 10_000_000, "num_items": 10_000, "dim": 64, "keras": "{flavour}", "optimizer": "Adagrad",
+          "learning_rate": 0.05}}
+load_unbuilt("tfyarn.models.keras_recommender:model", params)  # (Keras's own imports, counted before)
+before = peak()
+m = load_unbuilt("tfyarn.models.keras_recommender:model", params)
+config = m.ps_optimizer_config()
+print(json.dumps({{"grew_mib": peak() - before, "keras": isinstance(m, KerasModel), "eager": tf.executing_eagerly(),
+                  "config": [config[0], float(config[1]["learning_rate"])]}}))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = __import__("json").loads(out.stdout.strip().splitlines()[-1])
+    assert got["keras"] and got["eager"], got  # (the scratch graph does not leak into the caller)
+    assert got["config"][0] == "Adagrad" and abs(got["config"][1] - 0.05) < 1e-6, got
+    assert got["grew_mib"] < 600, got  # a 10^7 x 64 float table is 2441 MiB
+
+
+def test_big_keras_tables_start_from_tfs_fused_random_ops():
+    """Keras's stateless random initializers hold a second copy of the value while it is made (a 976 MiB table took
+    2022 MiB to initialise on its ps): a big Embedding table starts from TF's own op of the same distribution and
+    seed; other initializers, and small tables, are left as Keras makes them."""
+    import keras
+
+    twin = sharding.tf_twin(keras.initializers.RandomUniform(-0.2, 0.3, seed=7))
+    assert isinstance(twin, tf.random_uniform_initializer)
+    assert twin.get_config() == {"minval": -0.2, "maxval": 0.3, "seed": 7}
+    normal = sharding.tf_twin(keras.initializers.RandomNormal(0.1, 0.02))
+    assert isinstance(normal, tf.random_normal_initializer) and normal.get_config()["stddev"] == 0.02
+    ortho = keras.initializers.Orthogonal()
+    assert sharding.tf_twin(ortho) is ortho
+    for ps, min_shard in ((3, "16 KiB"), (1, "16 KiB"), (3, "64 MiB")):  # split, whole (big), small
+        tg = graph_of(keras_doc(ps, "keras", min_shard=min_shard))
+        ops = {
+            v.op.name: {op.type for op in _initial_value_ops(v)}
+            for v in tg.graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES)
+            if re.fullmatch(r"user_embedding/embeddings(_part_\d+)?", v.op.name)  # (not its optimizer slots)
+        }
+        assert ops, (ps, min_shard)
+        big = min_shard == "16 KiB"
+        for name, types in ops.items():
+            assert ("RandomUniform" in types) is big, (ps, min_shard, name, types)
+            assert ("StatelessRandomUniformV2" in types) is not big, (ps, min_shard, name, types)

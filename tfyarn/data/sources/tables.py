@@ -23,7 +23,7 @@ import numpy as np
 
 from tfyarn.data import parse as parse_mod, table
 from tfyarn.data.errors import DataError
-from tfyarn.data.fileindex import DEFAULT_STRIDE, STATS, FileInfo
+from tfyarn.data.fileindex import STATS, FileInfo
 from tfyarn.data.planner import advance
 from tfyarn.data.sources.base import POLL, Parse, Source, concat, empty
 
@@ -36,16 +36,9 @@ class TableSource(Source):
     frames_in_process = False
     index_reads_data = False
 
-    def index(
-        self,
-        url: str,
-        size: int,
-        mtime: str,
-        *,
-        compression: str = "auto",
-        stride: int = DEFAULT_STRIDE,
-        on_corrupt: str = "fail",
-    ) -> FileInfo:
+    def index(self, url: str, size: int, mtime: str, **_: Any) -> FileInfo:
+        """The footer's row counts: the options are TFRecord's (a table has its own codecs, starts at each row
+        group / stripe, and a damaged footer cannot be stepped over)."""
         rows, starts, columns, nbytes = table.index_table(url, size, mtime, self.name)
         STATS.add(bytes_read=nbytes)
         return FileInfo(url, size, mtime, rows, False, 0, starts, size, (), self.name, columns)
@@ -75,75 +68,7 @@ class TableSource(Source):
         return concat([table.to_columns(b, fields) for _, _, b in rows], fields)
 
     def read(self, run: Any) -> None:
-        f, B = run.f, run.f.batch_size
-        share = run.plan.shares[f.rank]
-        skip_front = 0 if run.replay else run.start_step * B
-        need = (run.plan.steps if run.replay else run.target) * B
-        G = f.group
-        columns = [fl.name for fl in f.fields]
-        parts: list[Any] = []
-        meta: list[tuple[str, int, int, int]] = []  # (path, row group, first row, rows) per part
-        state = {"emitted": 0, "held": 0}
-
-        def remaining() -> int:
-            with run.deficit_lock:
-                return need + run.deficit - state["emitted"] - state["held"]
-
-        def flush() -> None:
-            nonlocal parts, meta
-            if parts:
-                run.put(run.raw, ("batch", parts, meta))
-                state["emitted"] += state["held"]
-                parts, meta, state["held"] = [], [], 0
-
-        def park() -> None:
-            flush()
-            run.reader_state = "done, waiting for the parser"
-            while remaining() <= 0:
-                run.check_stop()
-                time.sleep(POLL / 4)
-
-        passes = 0
-        while True:
-            ranges = advance(share, skip_front) if passes == 0 else list(share)
-            good = 0
-            for rr in ranges:
-                fi = f.files[rr.path]
-                run.reader_state = f"reading {rr.path} rows {rr.start}..{rr.stop}"
-                for g, first, batch in table.read_rows(
-                    rr.path,
-                    fi.format,
-                    fi.offsets,
-                    fi.records,
-                    rr.start,
-                    rr.stop,
-                    columns,
-                    f.frame_records,
-                ):
-                    run.check_stop()
-                    run.records_read += batch.num_rows
-                    good += batch.num_rows
-                    i = 0
-                    while i < batch.num_rows:
-                        if remaining() <= 0:
-                            park()
-                        take = min(G - state["held"], remaining(), batch.num_rows - i)
-                        parts.append(batch.slice(i, take))
-                        meta.append((rr.path, g, first + i, take))
-                        state["held"] += take
-                        i += take
-                        if state["held"] >= G or remaining() <= 0:
-                            flush()
-            passes += 1
-            if good == 0:
-                raise DataError(
-                    f"worker {f.rank}, epoch {run.epoch}: no readable row in this worker's "
-                    "share "
-                    f"({len(share)} ranges, first {share[0].path if share else '-'})"
-                )
-            if remaining() > 0:
-                continue  # rows were skipped: read the share again for more
-            park()
+        _RowReader(run).go()
 
     def salvage(self, run: Any, parse: Callable, batches: list[Any], meta: list, msg: str) -> dict[str, Any]:
         """A group has nulls: fail naming file, row group, row and column, or drop those rows
@@ -211,3 +136,84 @@ class ParquetSource(TableSource):
 class OrcSource(TableSource):
     name = "orc"
     extensions = (".orc",)
+
+
+class _RowReader:
+    """:meth:`TableSource.read`'s reader thread: this worker's row ranges as arrow slices, in groups of ``group``
+    rows (``parts``, with where each came from in ``meta``) handed to the parser; Python per arrow batch and per
+    group, never per row."""
+
+    def __init__(self, run: Any):
+        f, B = run.f, run.f.batch_size
+        self.run, self.f = run, f
+        self.share = run.plan.shares[f.rank]
+        self.skip_front = 0 if run.replay else run.start_step * B
+        self.need = (run.plan.steps if run.replay else run.target) * B
+        self.columns = [fl.name for fl in f.fields]
+        self.parts: list[Any] = []
+        self.meta: list[tuple[str, int, int, int]] = []  # (path, row group, first row, rows) per part
+        self.emitted = self.held = 0
+
+    def remaining(self) -> int:
+        with self.run.deficit_lock:
+            return self.need + self.run.deficit - self.emitted - self.held
+
+    def flush(self) -> None:
+        if self.parts:
+            self.run.put(self.run.raw, ("batch", self.parts, self.meta))
+            self.emitted += self.held
+            self.parts, self.meta, self.held = [], [], 0
+
+    def park(self) -> None:
+        self.flush()
+        self.run.reader_state = "done, waiting for the parser"
+        while self.remaining() <= 0:
+            self.run.check_stop()
+            time.sleep(POLL / 4)
+
+    def go(self) -> None:
+        """The share (after ``skip_front``), then the share again while rows skipped as null are to be replaced."""
+        f, share = self.f, self.share
+        passes = 0
+        while True:
+            ranges = advance(share, self.skip_front) if passes == 0 else list(share)
+            good = sum(self._read(rr) for rr in ranges)
+            passes += 1
+            if good == 0:
+                raise DataError(
+                    f"worker {f.rank}, epoch {self.run.epoch}: no readable row in this worker's "
+                    "share "
+                    f"({len(share)} ranges, first {share[0].path if share else '-'})"
+                )
+            if self.remaining() > 0:
+                continue  # rows were skipped: read the share again for more
+            self.park()
+
+    def _read(self, rr: Any) -> int:
+        """One row range into groups; the rows read."""
+        run, fi = self.run, self.f.files[rr.path]
+        run.reader_state = f"reading {rr.path} rows {rr.start}..{rr.stop}"
+        good = 0
+        rows = table.read_rows(
+            rr.path, fi.format, fi.offsets, fi.records, rr.start, rr.stop, self.columns, self.f.frame_records
+        )
+        for g, first, batch in rows:
+            run.check_stop()
+            run.records_read += batch.num_rows
+            good += batch.num_rows
+            self._group(rr.path, g, first, batch)
+        return good
+
+    def _group(self, path: str, g: int, first: int, batch: Any) -> None:
+        """Slices of one arrow batch into the group being filled, handed over whenever it is full."""
+        G, i = self.f.group, 0
+        while i < batch.num_rows:
+            if self.remaining() <= 0:
+                self.park()
+            take = min(G - self.held, self.remaining(), batch.num_rows - i)
+            self.parts.append(batch.slice(i, take))
+            self.meta.append((path, g, first + i, take))
+            self.held += take
+            i += take
+            if self.held >= G or self.remaining() <= 0:
+                self.flush()

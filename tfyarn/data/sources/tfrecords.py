@@ -15,7 +15,7 @@ import logging
 import random
 import time
 from contextlib import closing
-from typing import Any, Callable, Generator, cast
+from typing import Any, Callable, Generator, Iterator, cast
 
 import numpy as np
 
@@ -31,6 +31,48 @@ from tfyarn.common.fsretry import open_read
 log = logging.getLogger(__name__)
 
 
+#: what the reader emits: payloads of one file, their record indexes and byte offsets
+_Item = tuple[list[bytes], str, np.ndarray, np.ndarray]
+
+
+def _good_records(run: Any, chunk: Chunk) -> tuple[list[bytes], np.ndarray, np.ndarray]:
+    """A chunk's records but those skipped as corrupt (counted once an epoch), with their indexes and offsets."""
+    got, offs = chunk.payloads, chunk.offsets
+    run.records_read += len(got)
+    recs = np.arange(chunk.first, chunk.first + len(got))
+    if not chunk.skipped:
+        return cast("list[bytes]", got), recs, offs  # (None marks only a skipped record)
+    run.f.record_skips(chunk.skipped, run)
+    keep = np.array([p is not None for p in got])
+    return [p for p in got if p is not None], recs[keep], offs[keep]
+
+
+class _ShuffleBuffer:
+    """The feeder's seeded shuffle buffer of ``size`` records: each record read takes the place of a random one
+    held, which goes out; what is held goes out shuffled at the end of a pass over the share."""
+
+    def __init__(self, size: int, rng: random.Random):
+        self.size, self.rng = size, rng
+        self.held: list[tuple[bytes, str, int, int]] = []
+
+    def add(self, pays: list[bytes], path: str, recs: np.ndarray, offs: np.ndarray) -> Iterator[_Item]:
+        held, size, rng = self.held, self.size, self.rng
+        for p, r, o in zip(pays, recs.tolist(), offs.tolist()):
+            if len(held) < size:
+                held.append((p, path, r, o))
+                continue
+            j = rng.randrange(size)
+            out_p, out_path, out_r, out_o = held[j]
+            held[j] = (p, path, r, o)
+            yield [out_p], out_path, np.array([out_r]), np.array([out_o])
+
+    def drain(self) -> Iterator[_Item]:
+        self.rng.shuffle(self.held)
+        rest, self.held = self.held, []
+        for p, path, r, o in rest:
+            yield [p], path, np.array([r]), np.array([o])
+
+
 class TFRecordSource(Source):
     """TFRecord files (the default format: any file name not claimed by another source)."""
 
@@ -41,40 +83,25 @@ class TFRecordSource(Source):
     frames_in_process = True
     index_reads_data = True
 
-    def index(
-        self,
-        url: str,
-        size: int,
-        mtime: str,
-        *,
-        compression: str = "auto",
-        stride: int = DEFAULT_STRIDE,
-        on_corrupt: str = "fail",
-    ) -> FileInfo:
-        return index_file(url, size, mtime, compression, stride, on_corrupt=on_corrupt)
+    def index(self, url: str, size: int, mtime: str, **opts: Any) -> FileInfo:
+        return index_file(url, size, mtime, **opts)
 
     def parser(self, fields: tuple[Any, ...]) -> Parse:
         return parse_mod.default_parser(fields)
 
     def read_range(self, fi: FileInfo, start: int, stop: int, fields: tuple[Any, ...]) -> dict[str, Any]:
-        off, first = fi.boundary(start)
-        job = FrameJob(fi.path, start, stop, off, first, fi.gz, dict(fi.holes) or None)
-        opts = dict(check_crc=True, on_corrupt="fail", block_bytes=tfrecord.DEFAULT_BLOCK, max_records=8192)
+        chunks = FrameJob.of(fi, start, stop).chunks(tfrecord.FrameOptions(max_records=8192))
         parse = self.parser(fields)
-        return concat([parse(cast("list[bytes]", c.payloads)) for c in job.chunks(opts)], fields)
+        return concat([parse(cast("list[bytes]", c.payloads)) for c in chunks], fields)
 
-    def read(self, run: Any) -> None:  # noqa: PLR0915 - listed in tests/unit/test_code_habits.py
+    def read(self, run: Any) -> None:
         f, B = run.f, run.f.batch_size
-        share = run.plan.shares[f.rank]
-        shuffle = f.shuffle_buffer > 0
         # Resume: seek past the first start_step batches when the stream is a plain function of the share. With a
         # shuffle buffer or skipped records it is not (which records came first depends on what was read and
         # rejected), so the reader replays the whole share and the parser drops the first start_step x B good rows.
         skip_front = 0 if run.replay else run.start_step * B
         need = (run.plan.steps if run.replay else run.target) * B
         G = f.group  # records per parse call (a multiple of B)
-        rng = random.Random(f"{f.seed}|{run.epoch}|{f.rank}|shuffle")
-        sbuf: list[tuple[bytes, str, int, int]] = []
         pay: list[bytes] = []
         meta: list[tuple[str, np.ndarray, np.ndarray]] = []  # segments: (path, record indexes, byte offsets)
         emitted = 0  # records handed to the parser
@@ -102,66 +129,10 @@ class TFRecordSource(Source):
                     pay, meta = [], []
             return n
 
-        def stream() -> Generator[tuple[list[bytes], str, np.ndarray, np.ndarray], None, None]:
-            """The records to emit, in order: the share (after ``skip_front``), then — only while more are wanted,
-            to replace records rejected as corrupt — the share again from its start, as often as needed. Lazy: what
-            is emitted is a prefix of this one sequence however late the parser's rejections arrive, so a resumed
-            epoch replays exactly."""
-            nonlocal sbuf
-            passes = 0
-            while True:
-                if passes:
-                    run.reader_state = "re-reading the share to replace skipped records"
-                    log.info(
-                        "worker %d epoch %d: %d records still needed after skips; re-reading the share (pass %d)",
-                        f.rank,
-                        run.epoch,
-                        remaining(),
-                        passes + 1,
-                    )
-                ranges = advance(share, skip_front) if passes == 0 else list(share)
-                good = 0
-                with closing(self._chunks(run, ranges)) as chunks:  # closing early cancels the framing process's work
-                    for rr, chunk in chunks:
-                        run.check_stop()
-                        got, offs = chunk.payloads, chunk.offsets
-                        run.records_read += len(got)
-                        recs = np.arange(chunk.first, chunk.first + len(got))
-                        if chunk.skipped:
-                            f.record_skips(chunk.skipped, run)
-                            keep = np.array([p is not None for p in got])
-                            pays = [p for p in got if p is not None]
-                            recs, offs = recs[keep], offs[keep]
-                        else:
-                            pays = cast("list[bytes]", got)  # (None marks only a skipped record)
-                        good += len(pays)
-                        if not shuffle:
-                            yield pays, rr.path, recs, offs
-                            continue
-                        for p, r, o in zip(pays, recs.tolist(), offs.tolist()):
-                            if len(sbuf) < f.shuffle_buffer:
-                                sbuf.append((p, rr.path, r, o))
-                                continue
-                            j = rng.randrange(f.shuffle_buffer)
-                            out_p, out_path, out_r, out_o = sbuf[j]
-                            sbuf[j] = (p, rr.path, r, o)
-                            yield [out_p], out_path, np.array([out_r]), np.array([out_o])
-                rng.shuffle(sbuf)
-                rest, sbuf = sbuf, []
-                for p, path, r, o in rest:
-                    yield [p], path, np.array([r]), np.array([o])
-                passes += 1
-                if good == 0:
-                    raise DataError(
-                        f"worker {f.rank}, epoch {run.epoch}: no readable record in this worker's share "
-                        f"({len(share)} ranges, first {share[0].path if share else '-'}); "
-                        f"{f.skipped} records skipped as corrupt"
-                    )
-
         # Only ``skip`` makes the parser ask for more records after the reader has emitted all it needed.
         more_may_be_wanted = f.on_corrupt == "skip"
         pending = None  # the part of an item that was not needed (yet)
-        with closing(stream()) as records:
+        with closing(self._stream(run, skip_front, remaining)) as records:
             while True:
                 while remaining() > 0:
                     item = pending if pending is not None else next(records)
@@ -180,15 +151,50 @@ class TFRecordSource(Source):
                         records.close()
                     time.sleep(POLL / 4)
 
+    def _stream(self, run: Any, skip_front: int, remaining: Callable[[], int]) -> Generator[_Item, None, None]:
+        """The records to emit, in order: the share (after ``skip_front``), then — only while more are wanted, to
+        replace records rejected as corrupt — the share again from its start, as often as needed. Lazy: what is
+        emitted is a prefix of this one sequence however late the parser's rejections arrive, so a resumed epoch
+        replays exactly."""
+        f, share = run.f, run.plan.shares[run.f.rank]
+        sbuf = _ShuffleBuffer(f.shuffle_buffer, random.Random(f"{f.seed}|{run.epoch}|{f.rank}|shuffle"))
+        passes = 0
+        while True:
+            if passes:
+                run.reader_state = "re-reading the share to replace skipped records"
+                log.info(
+                    "worker %d epoch %d: %d records still needed after skips; re-reading the share (pass %d)",
+                    f.rank,
+                    run.epoch,
+                    remaining(),
+                    passes + 1,
+                )
+            ranges = advance(share, skip_front) if passes == 0 else list(share)
+            good = 0
+            with closing(self._chunks(run, ranges)) as chunks:  # closing early cancels the framing process's work
+                for rr, chunk in chunks:
+                    run.check_stop()
+                    pays, recs, offs = _good_records(run, chunk)
+                    good += len(pays)
+                    if sbuf.size:
+                        yield from sbuf.add(pays, rr.path, recs, offs)
+                    else:
+                        yield pays, rr.path, recs, offs
+            yield from sbuf.drain()
+            passes += 1
+            if good == 0:
+                raise DataError(
+                    f"worker {f.rank}, epoch {run.epoch}: no readable record in this worker's share "
+                    f"({len(share)} ranges, first {share[0].path if share else '-'}); "
+                    f"{f.skipped} records skipped as corrupt"
+                )
+
     def _chunks(self, run: Any, ranges: list[RecordRange]) -> Generator[tuple[RecordRange, Chunk], None, None]:
         """The framed records of ``ranges`` in order: from the framing process (:mod:`framer`) once it is up, framed
         in this thread before that (range by range: nothing ever waits for the process to start), and always in this
         thread when the files are not reachable from another process (``memory://``) or ``framing="thread"``."""
         f = run.f
-        jobs = []
-        for rr in ranges:
-            off, first = f.files[rr.path].boundary(rr.start)
-            jobs.append(FrameJob(rr.path, rr.start, rr.stop, off, first, f.files[rr.path].gz, f.holes.get(rr.path)))
+        jobs = [FrameJob.of(f.files[rr.path], rr.start, rr.stop) for rr in ranges]
         framer = f.framer
         for k, (rr, j) in enumerate(zip(ranges, jobs)):
             # auto: the process is started once the epoch's first batch is taken (see __next__); strict: now, and
@@ -264,7 +270,7 @@ class TFRecordSource(Source):
             ) from None
 
 
-def index_file(  # noqa: PLR0915 - listed in tests/unit/test_code_habits.py
+def index_file(
     url: str,
     size: int,
     mtime: str,
@@ -283,62 +289,81 @@ def index_file(  # noqa: PLR0915 - listed in tests/unit/test_code_habits.py
         head = raw.read(tfrecord.HEADER)
     STATS.add(bytes_read=len(head))
     gz = tfrecord.detect_gzip(url, compression, head)  # a wrong data.compression fails here, naming the file
-    offsets: list[int] = []
-    holes: list[tuple[int, int]] = []
-    rec = base = pos = 0  # records counted; file offset of buf[0]; position in buf
-    buf, eof = b"", False
-    skip = on_corrupt == "skip"
     with tfrecord.open_records(url, gz) as f:
+        ix = _Indexer(url, tfrecord.Window(f), stride, on_corrupt == "skip")
+        ix.run(block_bytes)
+    w = ix.w
+    return FileInfo(url, size, mtime, ix.rec, gz, ix.stride, tuple(ix.offsets), w.base + w.pos, tuple(ix.holes))
+
+
+class _Indexer:
+    """:func:`index_file`'s pass over one file, a block at a time: ``rec`` records counted so far, ``offsets`` of
+    every ``stride``-th, ``holes`` (``skip``) stepped over."""
+
+    def __init__(self, url: str, w: tfrecord.Window, stride: int, skip: bool):
+        self.url, self.w, self.stride, self.skip = url, w, stride, skip
+        self.rec = 0
+        self.offsets: list[int] = []
+        self.holes: list[tuple[int, int]] = []
+
+    def run(self, block_bytes: int) -> None:
+        w = self.w
         while True:
-            if not eof:
-                block = f.read(block_bytes)
-                STATS.add(bytes_read=len(block))  # decompressed bytes for gz: what was processed
-                if block:
-                    base += pos
-                    buf = buf[pos:] + block if pos < len(buf) else block
-                    pos = 0
-                else:
-                    eof = True
-            fr = tfrecord.scan(buf, pos, 1 << 62)
-            bad_at = None
-            if len(fr.offsets):
-                offs = fr.offsets
-                bad = tfrecord.check_headers(np.frombuffer(buf, dtype=np.uint8), offs)
-                if bad >= 0:
-                    bad_at, offs = int(offs[bad]), offs[:bad]
-                first = (-rec) % stride
-                offsets.extend((offs[first::stride] + base).tolist())
-                rec += len(offs)
-                while len(offsets) > MAX_OFFSETS:  # bounded size per file: keep every other one
-                    offsets, stride = offsets[::2], stride * 2
-                pos = fr.end if bad_at is None else bad_at
-            if bad_at is None and len(buf) - pos >= tfrecord.HEADER and not tfrecord.header_ok(buf, pos):
-                bad_at = pos  # a bad length: do not buffer to EOF
+            STATS.add(bytes_read=w.fill(block_bytes))  # decompressed bytes for gz: what was processed
+            bad_at = self._count(tfrecord.scan(w.buf, w.pos, 1 << 62))
+            if bad_at is None and len(w.buf) - w.pos >= tfrecord.HEADER and not tfrecord.header_ok(w.buf, w.pos):
+                bad_at = w.pos  # a bad length: do not buffer to EOF
             if bad_at is not None:
-                if not skip:
-                    tfrecord._raise_bad_header(url, base + bad_at, rec)
-                resync = tfrecord.find_resync(buf, bad_at + 1)
-                if resync is None and not eof:
-                    pos = bad_at
-                    continue  # look further (the buffer grows until found)
-                end = resync if resync is not None else len(buf)
-                holes.append((base + bad_at, base + end))
-                log.debug(
-                    "%s: bytes %d..%d skipped (damaged record header at record %d); %s",
-                    url,
-                    base + bad_at,
-                    base + end,
-                    rec,
-                    "resumed at the next valid record" if resync is not None else "no valid record after it",
-                )
-                pos = end
+                if not self.skip:
+                    tfrecord._raise_bad_header(self.url, w.base + bad_at, self.rec)
+                self._step_over(bad_at)
                 continue
-            if eof:
-                if pos < len(buf):
-                    if not skip:
-                        tfrecord._raise_incomplete(url, buf, pos, base, rec)
-                    holes.append((base + pos, base + len(buf)))
-                    log.debug("%s: bytes %d..%d skipped (truncated last record)", url, base + pos, base + len(buf))
-                    pos = len(buf)
-                break
-    return FileInfo(url, size, mtime, rec, gz, stride, tuple(offsets), base + pos, tuple(holes))
+            if w.eof:
+                self._truncated_end()
+                return
+
+    def _count(self, fr: tfrecord.Framed) -> int | None:
+        """Count the records a scan framed, up to the first bad length CRC; its position in the buffer, or None."""
+        w, bad_at = self.w, None
+        if len(fr.offsets):
+            offs = fr.offsets
+            bad = tfrecord.check_headers(np.frombuffer(w.buf, dtype=np.uint8), offs)
+            if bad >= 0:
+                bad_at, offs = int(offs[bad]), offs[:bad]
+            first = (-self.rec) % self.stride
+            self.offsets.extend((offs[first :: self.stride] + w.base).tolist())
+            self.rec += len(offs)
+            while len(self.offsets) > MAX_OFFSETS:  # bounded size per file: keep every other one
+                self.offsets, self.stride = self.offsets[::2], self.stride * 2
+            w.pos = fr.end if bad_at is None else bad_at
+        return bad_at
+
+    def _step_over(self, bad_at: int) -> None:
+        """``skip``: a hole from the damage at ``bad_at`` to the next valid record (or the end of the file); until
+        one is found in the buffer, ``pos`` stays at the damage and the buffer grows."""
+        w = self.w
+        resync = tfrecord.find_resync(w.buf, bad_at + 1)
+        if resync is None and not w.eof:
+            w.pos = bad_at
+            return  # look further (the buffer grows until found)
+        end = resync if resync is not None else len(w.buf)
+        self.holes.append((w.base + bad_at, w.base + end))
+        log.debug(
+            "%s: bytes %d..%d skipped (damaged record header at record %d); %s",
+            self.url,
+            w.base + bad_at,
+            w.base + end,
+            self.rec,
+            "resumed at the next valid record" if resync is not None else "no valid record after it",
+        )
+        w.pos = end
+
+    def _truncated_end(self) -> None:
+        """At the end of the file: bytes left that are not a whole record raise, or (``skip``) are a last hole."""
+        w = self.w
+        if w.pos < len(w.buf):
+            if not self.skip:
+                tfrecord._raise_incomplete(self.url, w.buf, w.pos, w.base, self.rec)
+            self.holes.append((w.base + w.pos, w.base + len(w.buf)))
+            log.debug("%s: bytes %d..%d skipped (truncated last record)", self.url, w.base + w.pos, w.base + len(w.buf))
+            w.pos = len(w.buf)

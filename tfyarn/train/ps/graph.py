@@ -125,7 +125,7 @@ def init_stages(variables: list[Any]) -> list[list[Any]]:
     return [small + stages[0], *stages[1:]] if stages else [small]
 
 
-def build_graph(ctx: Any, model: Any) -> TrainGraph:  # noqa: PLR0915 - listed in tests/unit/test_code_habits.py
+def build_graph(ctx: Any, model: Any) -> TrainGraph:
     """The between-graph replica for this task (every task builds the same variables, so names agree)."""
     import tensorflow as tf
 
@@ -149,90 +149,144 @@ def build_graph(ctx: Any, model: Any) -> TrainGraph:  # noqa: PLR0915 - listed i
             with sharding.sharding(policy, intercept=not sharding.builds_own_tables(model)):
                 build_model(model)
             global_step = tf.compat.v1.train.get_or_create_global_step()
-            with tf.compat.v1.device(global_step.device):  # with the global step: counted in the ps's partition
-                worker_steps = tf.Variable(
-                    tf.zeros([ctx.num_data_workers], tf.int64), trainable=False, name="tfyarn_worker_steps"
-                )
-                worker_started = tf.Variable(
-                    tf.zeros([ctx.num_data_workers], tf.int64), trainable=False, name="tfyarn_worker_started"
-                )
-                rank = tf.constant([ctx.data_rank])
-                # no input from this worker: runs as soon as the ps partition of a step starts
-                started = worker_started.scatter_add(tf.IndexedSlices(tf.constant([1], tf.int64), rank))
-                reset_started = worker_started.scatter_update(
-                    tf.IndexedSlices(tf.gather(worker_steps.read_value(), rank), rank)
-                )
-            placeholders, feeds = input_placeholders(spec.data.features)  # (sparse: 3 placeholders each)
-            feats, labels = split_features(placeholders, spec.data.label)
-            predictions = model(feats, training=True)
-            loss = tf.reduce_mean(model.loss(labels, predictions), name="loss")
-            metrics = step_metrics(model, labels, predictions)  # the same predictions: no second forward pass
+            counters = _step_counters(ctx, global_step)
+            fwd = _forward(model, spec.data)
             opt = sharding.touched_rows_only(model.optimizer())  # (Adam: lazy on split tables)
             trainable = model.trainable_variables  # (a split table: its shards, each with its own sparse gradient)
-            gvs = [(g, v) for g, v in opt.compute_gradients(loss, var_list=trainable) if g is not None]
+            gvs = [(g, v) for g, v in opt.compute_gradients(fwd["loss"], var_list=trainable) if g is not None]
             if not gvs:
                 raise ValueError(f"{type(model).__name__}: the loss depends on no trainable variable")
-            sync = None
-            if spec.sync:
-                sync = LockstepSync(opt, gvs, ctx.num_data_workers, ctx.data_rank, global_step, worker_device)
-                step_value = sync.step_op
-                counted_after = step_value
-            else:
-                # each gradient part crossing to a ps is an RPC: packed, 2 per ps (packing.py)
-                apply = opt.apply_gradients(pack_gradients(gvs, worker_device), global_step=global_step)
-                counted_after = apply  # on the ps, right after the update: no round trip to this worker between
-            with tf.control_dependencies([counted_after, started]), tf.compat.v1.device(global_step.device):
-                count = worker_steps.scatter_add(tf.IndexedSlices(tf.constant([1], tf.int64), rank))
-            if not spec.sync:  # the global step read after the count, on its ps: one tensor back, one RPC
-                with tf.control_dependencies([count]), tf.compat.v1.device(global_step.device):
-                    step_value = tf.identity(global_step.read_value())
-            with tf.control_dependencies([count, step_value]):
-                train_op = tf.identity(step_value, name="train_step")
-            # Resume: a checkpoint is read while steps run, so it may catch the global step and the worker counters
-            # a step apart. sync: every worker is exactly at the global step (a counter caught mid-round). async: the
-            # global step is the sum of the worker counters, which say where each worker is in its plan (seen: a
-            # resumed job ending at global step 191 of 192 with every worker at its planned step).
-            with tf.compat.v1.device(global_step.device):
-                if spec.sync:
-                    align_steps = worker_steps.assign(tf.fill([ctx.num_data_workers], global_step.read_value()))
-                else:
-                    align_steps = global_step.assign(tf.reduce_sum(worker_steps.read_value()))
-        with tf.compat.v1.device(worker_device):
-            init_op = tf.compat.v1.global_variables_initializer()
-            stages = init_stages(tf.compat.v1.global_variables())
-            local_init_op = tf.group(tf.compat.v1.local_variables_initializer(), tf.compat.v1.tables_initializer())
-            ready_op = tf.compat.v1.report_uninitialized_variables(tf.compat.v1.global_variables())
-            saver = no_copy_saver(  # (TF1's Saver reading each variable without copying it on its ps)
-                tf.compat.v1.global_variables(), sharded=False, max_to_keep=2, save_relative_paths=True
-            )
-        finite = []
-        for v in model.trainable_variables:  # each check runs where its variable lives: one bool travels
-            with tf.compat.v1.device(v.device):
-                finite.append(tf.reduce_all(tf.math.is_finite(read_no_copy(v))))
-        with tf.compat.v1.device(worker_device):
-            all_finite = tf.reduce_all(tf.stack(finite))
+            train_op, sync = _train_op(ctx, opt, gvs, global_step, counters, worker_device)
+            align_steps = _align_steps(ctx, global_step, counters.worker_steps)
+        session = _session_ops(worker_device)
+        all_finite = _all_finite(model, worker_device)
     graph.finalize()
     return TrainGraph(
         graph=graph,
-        placeholders=placeholders,
-        loss=loss,
+        **fwd,
         train_op=train_op,
         global_step=global_step,
-        feeds=feeds,
-        worker_steps=worker_steps,
-        worker_started=worker_started,
-        reset_started=reset_started,
-        init_op=init_op,
-        init_stages=stages,
-        local_init_op=local_init_op,
-        ready_op=ready_op,
-        saver=saver,
+        worker_steps=counters.worker_steps,
+        worker_started=counters.worker_started,
+        reset_started=counters.reset_started,
+        **session,
         model_var_keys=[sharding.checkpoint_key(v) for v in model.variables],
         model_vars=list(model.variables),
         align_steps=align_steps,
         all_finite=all_finite,
         sync=sync,
         placement=dict(balancer.placed),
-        metrics=metrics,
-        predictions=predictions,
     )
+
+
+def _forward(model: Any, data: Any) -> dict[str, Any]:
+    """The step's forward pass on fed placeholders: its loss, and the compiled metrics from the same predictions (no
+    second pass); the placeholders fed per feature (sparse: 3 each)."""
+    import tensorflow as tf
+
+    placeholders, feeds = input_placeholders(data.features)
+    feats, labels = split_features(placeholders, data.label)
+    predictions = model(feats, training=True)
+    return {
+        "placeholders": placeholders,
+        "feeds": feeds,
+        "loss": tf.reduce_mean(model.loss(labels, predictions), name="loss"),
+        "metrics": step_metrics(model, labels, predictions),
+        "predictions": predictions,
+    }
+
+
+@dataclass
+class _Counters:
+    worker_steps: Any
+    worker_started: Any
+    reset_started: Any
+    started: Any  # this worker's step has started (a dependency of its count)
+    rank: Any  # this worker's index into both, as a tensor
+
+
+def _step_counters(ctx: Any, global_step: Any) -> _Counters:
+    """Each worker's steps counted and started, beside the global step (counted in the ps's partition of a step):
+    what makes resume and rejoin exact."""
+    import tensorflow as tf
+
+    with tf.compat.v1.device(global_step.device):
+        worker_steps = tf.Variable(
+            tf.zeros([ctx.num_data_workers], tf.int64), trainable=False, name="tfyarn_worker_steps"
+        )
+        worker_started = tf.Variable(
+            tf.zeros([ctx.num_data_workers], tf.int64), trainable=False, name="tfyarn_worker_started"
+        )
+        rank = tf.constant([ctx.data_rank])
+        # no input from this worker: runs as soon as the ps partition of a step starts
+        started = worker_started.scatter_add(tf.IndexedSlices(tf.constant([1], tf.int64), rank))
+        reset_started = worker_started.scatter_update(
+            tf.IndexedSlices(tf.gather(worker_steps.read_value(), rank), rank)
+        )
+    return _Counters(worker_steps, worker_started, reset_started, started, rank)
+
+
+def _train_op(
+    ctx: Any, opt: Any, gvs: list, global_step: Any, counters: _Counters, worker_device: str
+) -> tuple[Any, LockstepSync | None]:
+    """One local step (lockstep-sync or async), then this worker's count; its value is the global step after it."""
+    import tensorflow as tf
+
+    sync = None
+    if ctx.spec.sync:
+        sync = LockstepSync(opt, gvs, ctx.num_data_workers, ctx.data_rank, global_step, worker_device)
+        step_value = sync.step_op
+        counted_after = step_value
+    else:
+        # each gradient part crossing to a ps is an RPC: packed, 2 per ps (packing.py)
+        apply = opt.apply_gradients(pack_gradients(gvs, worker_device), global_step=global_step)
+        counted_after = apply  # on the ps, right after the update: no round trip to this worker between
+    with tf.control_dependencies([counted_after, counters.started]), tf.compat.v1.device(global_step.device):
+        count = counters.worker_steps.scatter_add(tf.IndexedSlices(tf.constant([1], tf.int64), counters.rank))
+    if not ctx.spec.sync:  # the global step read after the count, on its ps: one tensor back, one RPC
+        with tf.control_dependencies([count]), tf.compat.v1.device(global_step.device):
+            step_value = tf.identity(global_step.read_value())
+    with tf.control_dependencies([count, step_value]):
+        return tf.identity(step_value, name="train_step"), sync
+
+
+def _align_steps(ctx: Any, global_step: Any, worker_steps: Any) -> Any:
+    """Resume: a checkpoint is read while steps run, so it may catch the global step and the worker counters a step
+    apart. sync: every worker is exactly at the global step (a counter caught mid-round). async: the global step is
+    the sum of the worker counters, which say where each worker is in its plan (seen: a resumed job ending at global
+    step 191 of 192 with every worker at its planned step)."""
+    import tensorflow as tf
+
+    with tf.compat.v1.device(global_step.device):
+        if ctx.spec.sync:
+            return worker_steps.assign(tf.fill([ctx.num_data_workers], global_step.read_value()))
+        return global_step.assign(tf.reduce_sum(worker_steps.read_value()))
+
+
+def _session_ops(worker_device: str) -> dict[str, Any]:
+    """The ops a session starts from: initializers (in the chief's stages), readiness, the Saver."""
+    import tensorflow as tf
+
+    with tf.compat.v1.device(worker_device):
+        return {
+            "init_op": tf.compat.v1.global_variables_initializer(),
+            "init_stages": init_stages(tf.compat.v1.global_variables()),
+            "local_init_op": tf.group(tf.compat.v1.local_variables_initializer(), tf.compat.v1.tables_initializer()),
+            "ready_op": tf.compat.v1.report_uninitialized_variables(tf.compat.v1.global_variables()),
+            # (TF1's Saver reading each variable without copying it on its ps)
+            "saver": no_copy_saver(
+                tf.compat.v1.global_variables(), sharded=False, max_to_keep=2, save_relative_paths=True
+            ),
+        }
+
+
+def _all_finite(model: Any, worker_device: str) -> Any:
+    """Every trainable variable free of NaN/inf; each check runs where its variable lives: one bool travels."""
+    import tensorflow as tf
+
+    finite = []
+    for v in model.trainable_variables:
+        with tf.compat.v1.device(v.device):
+            finite.append(tf.reduce_all(tf.math.is_finite(read_no_copy(v))))
+    with tf.compat.v1.device(worker_device):
+        return tf.reduce_all(tf.stack(finite))

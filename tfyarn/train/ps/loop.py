@@ -201,7 +201,7 @@ def _rejoins(kv: Any, tasks: list[str]) -> dict[str, Any]:
     return out
 
 
-def _run(  # noqa: PLR0915 - listed in tests/unit/test_code_habits.py
+def _run(
     ctx: Any,
     tg: TrainGraph,
     sess: Any,
@@ -212,29 +212,13 @@ def _run(  # noqa: PLR0915 - listed in tests/unit/test_code_habits.py
     t_start: float,
 ) -> dict[str, Any] | None:
     spec = ctx.spec
-    if ctx.is_chief:
-        if spec.sync or (ckpt is not None and ckpt.resumed_from):
-            sess.run(tg.align_steps)
-        ctx.kv.put(STEPS_ALIGNED_KEY, "1")
-    else:
-        _wait_for_aligned_steps(ctx)
-    lost = _rejoin(ctx, tg, sess, steps)
-    gs0, ws0 = sess.run([tg.global_step, tg.worker_steps])
-    gs0 = int(gs0)
-    if spec.sync:
-        ws0 = [gs0] * ctx.num_data_workers
-    done = gs0 if spec.sync else int(ws0[ctx.data_rank])
+    lost, gs0, ws0, done = _start_position(ctx, tg, sess, steps, ckpt)
     epoch, start = helpers.position(done, steps)
-    if done:
-        log.info("%s: resuming at epoch %d step %d (global step %d)", ctx.task_id, epoch, start, gs0)
-    if ckpt:
-        ckpt.last_step = gs0
     names = list(tg.placeholders)
     fetches = [tg.train_op, tg.loss, *tg.metrics.values()]  # the compiled metrics ride on the step's own run
     step_fn = sess.make_callable(fetches, feed_list=[p for n in names for p in tg.feeds[n]])
-    aggregator = None
-    if spec.sync and ctx.is_chief:
-        aggregator = _Aggregator(sess, tg, target, gs0)
+    aggregator = _Aggregator(sess, tg, target, gs0) if spec.sync and ctx.is_chief else None
+    if aggregator is not None:
         aggregator.start()
     progress = ProgressReporter.for_task(ctx)
     local, gs = done, gs0
@@ -264,15 +248,63 @@ def _run(  # noqa: PLR0915 - listed in tests/unit/test_code_habits.py
             examples=len(batch[label]) if label else spec.data.batch_size,
             metrics=dict(zip(tg.metrics, map(float, values))) if values else None,
         )
-        if aggregator is not None and aggregator.error is not None:
-            raise RuntimeError(f"sync aggregation failed: {aggregator.error}") from aggregator.error
-        if notice is not None and notice.pending and ckpt is not None:  # a notice only with a ckpt
-            notice.save_and_exit(functools.partial(ckpt.save, sess, final=True), gs)
-        if ckpt and ckpt.due(gs):
-            ckpt.save(sess)
+        _after_step(sess, ckpt, notice, aggregator, gs)
         if spec.sync and gs >= target:
             break
     progress.extra.update(feeder.skip_report())  # skipped records and damaged ranges, with file and offset
+    mine = _task_figures(ctx, progress, ws0, lost, gs)
+    if not ctx.is_chief:
+        return mine
+    if aggregator is not None:
+        aggregator.join(timeout=spec.timeouts.step)
+        if aggregator.is_alive():
+            raise WaitTimeout(f"sync aggregator still running {spec.timeouts.step:g}s after the last step")
+    worker_steps = _wait_for_workers(ctx, tg, sess, steps, ckpt, notice)
+    return _finish(ctx, tg, sess, ckpt, mine, worker_steps, target, t_start)
+
+
+def _start_position(
+    ctx: Any, tg: TrainGraph, sess: Any, steps: list[int], ckpt: Checkpointer | None
+) -> tuple[int, int, Any, int]:
+    """Where this task starts: the chief aligns the step counters (sync, or a resumed checkpoint) and the workers wait
+    for it; a restarted worker rejoins. (steps lost in flight, global step, every worker's steps, this task's)."""
+    spec = ctx.spec
+    if ctx.is_chief:
+        if spec.sync or (ckpt is not None and ckpt.resumed_from):
+            sess.run(tg.align_steps)
+        ctx.kv.put(STEPS_ALIGNED_KEY, "1")
+    else:
+        _wait_for_aligned_steps(ctx)
+    lost = _rejoin(ctx, tg, sess, steps)
+    gs0, ws0 = sess.run([tg.global_step, tg.worker_steps])
+    gs0 = int(gs0)
+    if spec.sync:
+        ws0 = [gs0] * ctx.num_data_workers
+    done = gs0 if spec.sync else int(ws0[ctx.data_rank])
+    if done:
+        epoch, start = helpers.position(done, steps)
+        log.info("%s: resuming at epoch %d step %d (global step %d)", ctx.task_id, epoch, start, gs0)
+    if ckpt:
+        ckpt.last_step = gs0
+    return lost, gs0, ws0, done
+
+
+def _after_step(
+    sess: Any, ckpt: Checkpointer | None, notice: StopNotice | None, aggregator: "_Aggregator | None", gs: int
+) -> None:
+    """What may follow a step: a failed sync aggregation fails the task, a stop notice saves and exits, a due
+    checkpoint is saved."""
+    if aggregator is not None and aggregator.error is not None:
+        raise RuntimeError(f"sync aggregation failed: {aggregator.error}") from aggregator.error
+    if notice is not None and notice.pending and ckpt is not None:  # a notice only with a ckpt
+        notice.save_and_exit(functools.partial(ckpt.save, sess, final=True), gs)
+    if ckpt and ckpt.due(gs):
+        ckpt.save(sess)
+
+
+def _task_figures(ctx: Any, progress: ProgressReporter, ws0: Any, lost: int, gs: int) -> dict[str, Any]:
+    """This task's figures once its steps are done (logged): its progress's, where every worker started, what a
+    rejoin lost."""
     mine = progress.final() | {
         "start_worker_steps": [int(x) for x in ws0],
         "lost_steps": lost,
@@ -288,14 +320,7 @@ def _run(  # noqa: PLR0915 - listed in tests/unit/test_code_habits.py
         mine["last_loss"],
         fmt_metrics(mine.get("metrics")),
     )
-    if not ctx.is_chief:
-        return mine
-    if aggregator is not None:
-        aggregator.join(timeout=spec.timeouts.step)
-        if aggregator.is_alive():
-            raise WaitTimeout(f"sync aggregator still running {spec.timeouts.step:g}s after the last step")
-    worker_steps = _wait_for_workers(ctx, tg, sess, steps, ckpt, notice)
-    return _finish(ctx, tg, sess, ckpt, mine, worker_steps, target, t_start)
+    return mine
 
 
 def _wait_for_workers(
@@ -372,6 +397,14 @@ def _finish(
         **skip_counts(progress),
         **_rejoins(ctx.kv, ctx.training_tasks),
     )
+    _log_done(summary, gs, target, elapsed)
+    summary["summary_url"] = write_summary(ctx, summary)
+    ctx.kv.put(DONE_KEY, "1")
+    return summary
+
+
+def _log_done(summary: dict[str, Any], gs: int, target: int, elapsed: float) -> None:
+    """The chief's last word on the run (and on workers that rejoined, whose in-flight steps ran again)."""
     log.info(
         "training done: global step %d/%d, steps per worker %s, %.0f examples/s, loss %s -> %s%s, %.1fs",
         gs,
@@ -389,6 +422,3 @@ def _finish(
             summary["rejoins"],
             summary["lost_steps"],
         )
-    summary["summary_url"] = write_summary(ctx, summary)
-    ctx.kv.put(DONE_KEY, "1")
-    return summary

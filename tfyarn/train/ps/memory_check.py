@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import re
 import sys
-from pathlib import Path
 
 from tfyarn.spec import load_spec_json
+from tfyarn.train import child_check
 from tfyarn.tasklib.context import TaskContext
 from tfyarn.tasklib.kv import MemoryKV
-from tfyarn.train.model import is_custom_train, load
+from tfyarn.train.model import is_custom_train, load_unbuilt
 from tfyarn.train.ps.graph import build_graph
 from tfyarn.train.ps.placement import _VAR_OPS, _op_bytes
 
@@ -43,7 +43,7 @@ def ps_loads(spec_json: str) -> tuple[list[int], list[int], list[int]] | None:
     spec = load_spec_json(spec_json)
     if spec.mode != "ps" or spec.entrypoint:
         return None
-    model = load(spec.model, spec.params, spec.code or None, data=spec.data)
+    model = load_unbuilt(spec.model, spec.params, spec.code or None, data=spec.data)
     if is_custom_train(model):
         return None
     n = spec.instances("ps")
@@ -93,12 +93,5 @@ def problems(spec_json: str) -> list[str]:
     ]
 
 
-def main() -> int:
-    found = problems(Path(sys.argv[1]).read_text())
-    for p in found:
-        print(p)
-    return 2 if found else 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(child_check.run(problems))
