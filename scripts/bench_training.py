@@ -304,16 +304,13 @@ def run_job(spec, work: Path, forkserver: bool | None = None) -> dict:
     """Run one local job in this process (the lead's Launcher), watching the KV for each task's first step.
 
     ``forkserver``: the Launcher's switch (None: its default, on unless TFYARN_FORKSERVER=0)."""
+    from tfyarn.runner.attempts import run_attempts
     from tfyarn.runner.local_app import Launcher
-    from tfyarn.runner import run
+    from tfyarn.runner.supervisor import Supervisor
     work.mkdir(parents=True, exist_ok=True)
-    launchers: list[Launcher] = []
-
-    class OneLauncher:  # the local backend's `attempts` hook, minus its preflight: the launcher in this process
-        def attempts(self, spec, sup, echo=None, on_update=None, poll=2.0) -> Launcher:
-            launchers.append(Launcher(spec, work / "app", f"local-bench-{work.name}", forkserver=forkserver,
-                                      supervisor=sup))
-            return launchers[-1]
+    sup = Supervisor(spec, started=time.time())
+    # the local backend's application master in this process, minus its preflight (as `tfyarn run` starts it)
+    launchers = [Launcher(spec, work / "app", f"local-bench-{work.name}", forkserver=forkserver, supervisor=sup)]
 
     first: dict[str, float] = {}
     stop = threading.Event()
@@ -331,7 +328,7 @@ def run_job(spec, work: Path, forkserver: bool | None = None) -> dict:
     th = threading.Thread(target=watch, daemon=True)
     t0 = time.time()
     th.start()
-    status = run(OneLauncher(), spec)
+    status = run_attempts(launchers[0], sup)
     stop.set()
     th.join()
     out = {"state": str(getattr(status.state, "value", status.state)), "wall_s": time.time() - t0,
