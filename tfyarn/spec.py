@@ -317,7 +317,9 @@ class Ps(_Model):
         "(lookups gather on the shards' ps); '64 MiB', '1 KiB' or MiB as a number",
     )
     max_shards: StrictInt | None = Field(
-        None, gt=0, description="shards per variable at most (default: the number of ps); 1 keeps every variable whole"
+        None,
+        gt=0,
+        description="shards per variable at most (default: the number of ps); 1 keeps every variable whole up to 1 GiB",
     )
 
 

@@ -387,7 +387,8 @@ def check_model_fits(prefix: str, variables: list[Any], keys: list[str], what: s
             f"point checkpoint.dir at a new directory to train afresh"
         )
     pairs = list(zip(keys, variables))
-    check_fits(prefix, {k: v.shape.as_list() for k, v in pairs}, what, {k: v.name.split(":")[0] for k, v in pairs})
+    # (list(): a split table's shape is a list, a variable's a TensorShape)
+    check_fits(prefix, {k: list(v.shape) for k, v in pairs}, what, {k: v.name.split(":")[0] for k, v in pairs})
 
 
 def restore_model_variables(variables: list[Any], prefix: str, keys: list[str], what: str | None = None) -> None:

@@ -25,21 +25,31 @@ from typing import Any
 _state = threading.local()
 
 
+#: The most bytes one shard holds, whatever ``max_shards`` says. Why: TF's gRPC refuses a tensor over 2 GiB
+#: (``Cannot encode a Tensor that exceeds the 2GB protobuf limit``), and the chief's Saver, its warm start and
+#: any whole read move each variable between its ps and the chief in one tensor.
+MAX_SHARD_BYTES = 2**30
+
+
 @dataclass(frozen=True)
 class Policy:
     """Which variables are split, in how many shards: a variable of ``min_bytes`` or more with at least 2 rows,
-    in ``min(max_shards, rows)`` shards (``max_shards`` defaults to the number of ps)."""
+    in ``min(max_shards, rows)`` shards (``max_shards`` defaults to the number of ps), and any variable in enough
+    shards that none holds more than ``max_shard_bytes`` (two shards may then share a ps)."""
 
     min_bytes: int
     max_shards: int
+    max_shard_bytes: int = MAX_SHARD_BYTES
 
     def shards(self, shape: Any, dtype: Any) -> int:
         import tensorflow as tf
 
         shape = tf.TensorShape(shape)
-        if shape.rank is None or shape.rank < 1 or not shape.is_fully_defined() or self.max_shards < 2:
+        if shape.rank is None or shape.rank < 1 or not shape.is_fully_defined():
             return 1
-        return min(self.max_shards, shape[0]) if self.is_big(shape, dtype) else 1
+        wanted = min(self.max_shards, shape[0]) if self.max_shards >= 2 and self.is_big(shape, dtype) else 1
+        pieces = -(-shape.num_elements() * tf.as_dtype(dtype).size // self.max_shard_bytes)
+        return min(shape[0], max(wanted, pieces))
 
     def is_big(self, shape: Any, dtype: Any) -> bool:
         """Whether a fully defined variable of ``shape`` reaches ``min_bytes`` (split or not)."""
@@ -52,7 +62,7 @@ class Policy:
 def policy_for(spec: Any, num_ps: int) -> Policy:
     """The spec's ``ps:`` section for a job of ``num_ps`` ps."""
     ps = spec.ps
-    return Policy(int(ps.min_shard_size), int(ps.max_shards or num_ps))
+    return Policy(int(ps.min_shard_size), int(ps.max_shards or num_ps), MAX_SHARD_BYTES)
 
 
 def current() -> Policy | None:

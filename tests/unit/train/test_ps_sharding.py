@@ -71,6 +71,23 @@ def test_policy_splits_only_big_variables_with_rows_and_div_layout():
     assert pol.shards([2, 1000], tf.float32) == 2  # no more shards than rows
     assert pol.shards([], tf.float32) == 1
     assert sharding.row_splits(10, 3) == [4, 3, 3]  # tf.nn.embedding_lookup's "div": the first ones one more
+    capped = sharding.Policy(min_bytes=1000, max_shards=1, max_shard_bytes=400)
+    assert capped.shards([250, 1], tf.float32) == 3  # 1000 bytes in pieces of <= 400, whatever max_shards says
+    assert capped.shards([2, 1000], tf.float32) == 2  # still no more shards than rows
+    # a 2.4 GB table on 1 ps: pieces under gRPC's 2 GiB limit (the chief's Saver reads each in one tensor)
+    assert sharding.Policy(64 * 2**20, 1).shards([600_000_000, 1], tf.float32) == 3
+
+
+def test_a_variable_over_the_shard_cap_is_cut_into_pieces_on_one_ps(monkeypatch):
+    """1 ps, the cap lowered to 50 KB: the 160 KB user table is 4 pieces on ps:0 (its Adagrad slots beside them)."""
+    monkeypatch.setattr(sharding, "MAX_SHARD_BYTES", 50_000)
+    tg = graph_of(spec_doc(1, min_shard="64 MiB"))
+    ops = tg.graph.get_operations()
+    pieces = {op.name: op.device for op in ops if op.type == "VarHandleOp" and op.name.startswith("user_embedding/")
+              and "Adagrad" not in op.name}
+    assert sorted(pieces) == [f"user_embedding/part_{i}" for i in range(4)], pieces
+    assert all("/job:ps/task:0" in d for d in pieces.values()), pieces
+    assert tg.model_var_keys[0] == "user_embedding"  # one table in checkpoints, as unsplit
 
 
 def test_plan_puts_each_shard_of_a_table_on_its_own_ps_balanced_with_the_rest():
@@ -437,10 +454,10 @@ def _model_values(ckpt) -> list:
 
 @pytest.mark.slow
 @pytest.mark.timeout(420)
-def test_plain_job_on_3_ps_resumes_on_2_and_warm_starts_on_1_values_equal(tmp_path):
-    """A plain recommender trained with its tables split over 3 ps (async, Adagrad); resumed with 2 ps for one
-    epoch more and a learning rate of ~0, its model variables are the first run's; a job warm-started from it on 1
-    ps (tables whole) starts from the same values."""
+def test_plain_job_on_3_ps_resumes_on_1_and_warm_starts_split_over_2_values_equal(tmp_path):
+    """A plain recommender trained with its tables split over 3 ps (async, Adagrad); resumed with 1 ps (tables whole)
+    for one epoch more and a learning rate of ~0, its model variables are the first run's; a job warm-started from
+    it on 2 ps (tables split in 2) starts from the same values."""
     from test_ps import write_sized
 
     urls = write_sized(tmp_path / "data", [1200, 800])
@@ -448,12 +465,13 @@ def test_plain_job_on_3_ps_resumes_on_2_and_warm_starts_on_1_values_equal(tmp_pa
     assert s1["global_step"] == s1["total_steps"] == 20
     assert "user_embedding/part_2" in log1  # the placement log names the shards
     first = _model_values(tmp_path / "ckpt-a")
-    s2, log2 = _run(_job(tmp_path, urls, "a-resume", ps=2, epochs=2, lr=1e-12), tmp_path, "a2")
+    s2, log2 = _run(_job(tmp_path, urls, "a-resume", ps=1, epochs=2, lr=1e-12), tmp_path, "a2")
     assert s2["resumed_from"] == s1["last_checkpoint"] and s2["global_step"] == s2["total_steps"] == 40, s2
     for x, y in zip(first, _model_values(tmp_path / "ckpt-a")):
         np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
-    s3, _ = _run(_job(tmp_path, urls, "c", ps=1, epochs=1, lr=1e-12, init_from="a"), tmp_path, "c")
+    s3, log3 = _run(_job(tmp_path, urls, "c", ps=2, epochs=1, lr=1e-12, init_from="a"), tmp_path, "c")
     assert s3["warm_started_from"] and s3["resumed_from"] is None
+    assert "user_embedding/part_1" in log3 and "user_embedding/part_2" not in log3
     for x, y in zip(first, _model_values(tmp_path / "ckpt-c")):
         np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
 
