@@ -47,8 +47,9 @@ class Policy:
         shape = tf.TensorShape(shape)
         if shape.rank is None or shape.rank < 1 or not shape.is_fully_defined():
             return 1
-        wanted = min(self.max_shards, shape[0]) if self.max_shards >= 2 and self.is_big(shape, dtype) else 1
-        pieces = -(-shape.num_elements() * tf.as_dtype(dtype).size // self.max_shard_bytes)
+        nbytes = shape.num_elements() * tf.as_dtype(dtype).size
+        wanted = min(self.max_shards, shape[0]) if self.max_shards >= 2 and nbytes >= self.min_bytes else 1
+        pieces = -(-nbytes // self.max_shard_bytes)
         return min(shape[0], max(wanted, pieces))
 
     def is_big(self, shape: Any, dtype: Any) -> bool:
@@ -62,7 +63,7 @@ class Policy:
 def policy_for(spec: Any, num_ps: int) -> Policy:
     """The spec's ``ps:`` section for a job of ``num_ps`` ps."""
     ps = spec.ps
-    return Policy(int(ps.min_shard_size), int(ps.max_shards or num_ps), MAX_SHARD_BYTES)
+    return Policy(int(ps.min_shard_size), int(ps.max_shards or num_ps), MAX_SHARD_BYTES)  # (read now: tests lower it)
 
 
 def current() -> Policy | None:
