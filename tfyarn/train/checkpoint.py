@@ -32,6 +32,7 @@ from typing import Any
 
 from tfyarn.common.fsio import replace, retry_vanished
 from tfyarn.common.fsretry import retry
+from tfyarn.train import sharding
 
 log = logging.getLogger("tfyarn.train.checkpoint")
 
@@ -387,8 +388,8 @@ def check_model_fits(prefix: str, variables: list[Any], keys: list[str], what: s
             f"point checkpoint.dir at a new directory to train afresh"
         )
     pairs = list(zip(keys, variables))
-    # (list(): a split table's shape is a list, a variable's a TensorShape)
-    check_fits(prefix, {k: list(v.shape) for k, v in pairs}, what, {k: v.name.split(":")[0] for k, v in pairs})
+    shapes = {k: sharding.checkpoint_shape(v) for k, v in pairs}
+    check_fits(prefix, shapes, what, {k: v.name.split(":")[0] for k, v in pairs})
 
 
 def restore_model_variables(variables: list[Any], prefix: str, keys: list[str], what: str | None = None) -> None:

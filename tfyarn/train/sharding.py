@@ -133,7 +133,7 @@ def checkpoint_key(v: Any) -> str:
 def checkpoint_shape(v: Any) -> list[int]:
     """The shape ``v`` has in a checkpoint: a table's (or a shard's) full shape."""
     info = getattr(v, "_save_slice_info", None) if not is_sharded(v) else None
-    return list(info.full_shape) if info is not None else v.shape.as_list()
+    return list(info.full_shape) if info is not None else list(v.shape)  # (a split table's shape is a list)
 
 
 def flatten(variables: list[Any]) -> list[Any]:
