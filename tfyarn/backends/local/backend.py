@@ -127,8 +127,7 @@ class LocalBackend(Backend):
                 # the launcher may have just written its final status: read once more before declaring it dead
                 st = AppStatus.from_dict(json.loads((d / "status.json").read_text()))
                 if not st.state.is_terminal:
-                    st.state, st.diagnostics = AppState.FAILED, f"launcher process {pid} died"
-                    settle(st, "its launcher died")  # they die with it (task.main._die_with_parent)
+                    _launcher_died(st, pid, d / KILL_REQUEST)
         return st
 
     def logs(self, app_id: str, task: str | None = None, follow: bool = False) -> Iterator[str]:
@@ -193,6 +192,17 @@ class LocalBackend(Backend):
             except AppNotFound:
                 continue
         return out
+
+
+def _launcher_died(st: AppStatus, pid: int, kill_request: Path) -> None:
+    """The end of an app whose launcher died before writing one. A kill that came before the launcher had its
+    signal handlers (a kill right after submit) ended it by SIGTERM's default: KILLED, as asked, not FAILED."""
+    if kill_request.exists():
+        st.state, st.diagnostics = AppState.KILLED, kill_request.read_text().strip()
+        settle(st, "killed with its launcher")
+    else:
+        st.state, st.diagnostics = AppState.FAILED, f"launcher process {pid} died"
+        settle(st, "its launcher died")  # they die with it (task.main._die_with_parent)
 
 
 def _user() -> str:

@@ -160,6 +160,17 @@ def test_submit_status_logs_kill_and_orphan_protection(tmp_path):
     assert api.kill(app_id).diagnostics == st.diagnostics
 
 
+def test_a_kill_right_after_submit_ends_killed_not_failed(tmp_path):
+    """The kill may reach the launcher before it has its signal handlers (CI saw FAILED: 'launcher died')."""
+    backend = LocalBackend()
+    app_id = backend.submit(load_spec_dict(small_spec(tmp_path, model="custom_jobs:run_long")))
+    backend.kill(app_id, timeout=60)
+    st = backend.status(app_id)
+    assert st.state is AppState.KILLED, st.diagnostics
+    assert st.diagnostics.startswith("killed by `tfyarn kill` (user "), st.diagnostics
+    assert wait_no_processes(app_id, 10) == []
+
+
 def test_tasks_die_with_a_sigkilled_launcher(tmp_path):
     spec = load_spec_dict(small_spec(tmp_path, model="custom_jobs:run_long"))
     backend = LocalBackend()
