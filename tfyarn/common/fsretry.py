@@ -24,11 +24,9 @@ from typing import Any, TypeVar
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-# : hdfs-native error kinds (``Kind("detail")`` in the RuntimeError's text) that a DataNode, a
-# NameNode failover or the
-# : network explain, so that trying again later may work. Not: FileNotFound, AlreadyExists,
-# InvalidPath, SASL/GSSAPI
-#: (credentials), Unsupported* (these say the same on every try).
+#: hdfs-native error kinds (``Kind("detail")`` in the RuntimeError's text) that a DataNode, a NameNode failover or
+#: the network explain, so that trying again later may work. Not: FileNotFound, AlreadyExists, InvalidPath,
+#: SASL/GSSAPI (credentials), Unsupported* (these say the same on every try).
 TRANSIENT_KINDS = frozenset(
     {
         "DataTransferError",

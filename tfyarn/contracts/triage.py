@@ -22,14 +22,11 @@ ABORTED, DISKS_FAILED, PREEMPTED = -100, -101, -102
 KILLED_EXCEEDED_VMEM, KILLED_EXCEEDED_PMEM = -103, -104
 KILLED_BY_APPMASTER, KILLED_BY_RESOURCEMANAGER, KILLED_AFTER_APP_COMPLETION = -105, -106, -107
 
-# : causes that do not use up ``max_restarts`` / ``retry.max_attempts`` (a separate bound limits
-# them): the cluster
-# : took the container away. Memory kills and HDFS/token faults are infrastructure too, but they
-# repeat when the spec
+#: Causes that use none of ``max_restarts`` / ``retry.max_attempts`` (a separate bound limits them): the cluster
+#: took the container away. Memory kills and HDFS/token faults are infrastructure too, but they repeat when the spec
 #: asks too little memory or the cluster stays broken, so they keep counting.
 FREE_CAUSES = frozenset({"preempted", "node_lost", "peer_lost", "transport", "peer_restarted"})
-# : The separate, generous bounds that keep a job on a cluster that keeps taking its containers from
-# looping forever:
+#: The separate, generous bounds that keep a job on a cluster that keeps taking its containers from looping forever:
 #: in-place replacements per task (YARN: added to skein's per-service budget) and job attempts.
 FREE_RESTARTS = 10
 FREE_ATTEMPTS = 10
@@ -37,9 +34,8 @@ FREE_ATTEMPTS = 10
 
 @dataclass(frozen=True)
 class Triage:
-    """``cls``: :data:`INFRA` or :data:`USER`; ``cause``: a short key (``preempted``, ``node_lost``,
-    ``memory``, ``hdfs``, ``token``, ``peer_lost``, ``io``, ``am_lost``, ``timeout``, ``signal``, ``nan_loss``,
-    ``bad_input``,
+    """``cls``: :data:`INFRA` or :data:`USER`; ``cause``: a short key (``preempted``, ``node_lost``, ``memory``,
+    ``hdfs``, ``token``, ``peer_lost``, ``io``, ``am_lost``, ``timeout``, ``signal``, ``nan_loss``, ``bad_input``,
     ``exception``, ``exit``, ``transport``, ``peer_restarted``); ``words``: what happened, for status and the
     summary ("preempted by the scheduler"); ``rule``: which rule decided and on what evidence, in words."""
 
@@ -68,74 +64,27 @@ _TEXT_RULES: tuple[tuple[str, str, str, re.Pattern[str]], ...] = tuple(
         # its Python lacks a module it needs (contracts.startup): no attempt on the same nodes would start
         (USER, "cannot_start", "could not start (its Python lacks a module)", r"^cannot start: "),
         (INFRA, "preempted", "preempted by the scheduler", r"preempt"),
-        (
-            INFRA,
-            "node_lost",
-            "lost with its node",
-            (
-                r"lost with its node|lost node|\*lost\* node|node .*(lost|expired|unhealthy)"
-                r"|nodemanager .*(not answer|unreachable)"
-            ),
-        ),
-        (
-            INFRA,
-            "memory",
-            "killed by the NodeManager for memory",
-            (
-                r"beyond (physical|virtual) memory|"
-                r"exceeded (p|v)mem"
-            ),
-        ),
-        (
-            INFRA,
-            "token",
-            "its delegation token expired",
-            (
-                r"token .*(expired|is expired|not found in cache)|"
-                r"InvalidToken|CREDENTIALS_EXPIRED"
-            ),
-        ),
-        (
-            INFRA,
-            "hdfs",
-            "HDFS unavailable",
-            (
-                r"HdfsUnavailable|HDFS unavailable|All DataNodes failed|"
-                r"Failed to complete file in time|BlocksNotFound|DataTransferError"
-            ),
-        ),
-        (
-            INFRA,
-            "peer_lost",
-            "lost a peer (another task died)",
-            r"failed because a peer is unreachable",  # train.allreduce.collective_failure's words
-        ),
-        (
-            INFRA,
-            "io",
-            "lost its connection or disk",
-            (
-                r"^(ConnectionError|ConnectionRefusedError|ConnectionResetError|BrokenPipeError|"
-                r"TimeoutError|KVUnavailable)\b|No space left on device"
-            ),
-        ),
-        (
-            INFRA,
-            "am_lost",
-            "its ApplicationMaster died",
-            r"AM Container for appattempt\S* exited",  # YARN's words for a killed/lost skein AM
-        ),
-        (
-            INFRA,
-            "timeout",
-            "timed out waiting on its peers (timeouts.step)",
-            # a step or collective past timeouts.step (tfyarn's exit 4): a peer gone or stuck, not the code
-            r"^(timed out: )?(DeadlineExceededError|WaitTimeout)\b|^timed out\b|collective .*timed out",
-        ),
+        (INFRA, "node_lost", "lost with its node", r"lost with its node|lost node|\*lost\* node"
+         r"|node .*(lost|expired|unhealthy)|nodemanager .*(not answer|unreachable)"),
+        (INFRA, "memory", "killed by the NodeManager for memory",
+         r"beyond (physical|virtual) memory|exceeded (p|v)mem"),
+        (INFRA, "token", "its delegation token expired",
+         r"token .*(expired|is expired|not found in cache)|InvalidToken|CREDENTIALS_EXPIRED"),
+        (INFRA, "hdfs", "HDFS unavailable", r"HdfsUnavailable|HDFS unavailable|All DataNodes failed"
+         r"|Failed to complete file in time|BlocksNotFound|DataTransferError"),
+        # train.allreduce.collective_failure's words
+        (INFRA, "peer_lost", "lost a peer (another task died)", r"failed because a peer is unreachable"),
+        (INFRA, "io", "lost its connection or disk", r"^(ConnectionError|ConnectionRefusedError|ConnectionResetError"
+         r"|BrokenPipeError|TimeoutError|KVUnavailable)\b|No space left on device"),
+        # YARN's words for a killed/lost skein AM
+        (INFRA, "am_lost", "its ApplicationMaster died", r"AM Container for appattempt\S* exited"),
+        # a step or collective past timeouts.step (tfyarn's exit 4): a peer gone or stuck, not the code
+        (INFRA, "timeout", "timed out waiting on its peers (timeouts.step)",
+         r"^(timed out: )?(DeadlineExceededError|WaitTimeout)\b|^timed out\b|collective .*timed out"),
         (USER, "nan_loss", "its loss became NaN/inf", r"^NonFiniteLoss\b|training diverged"),
         (USER, "bad_input", "bad input data", r"^(DataError|NoDataError)\b"),
     )
-)
+)  # fmt: skip
 
 
 #: TF's error classes of the distributed runtime: a peer or the transport may have raised them (TF's own
@@ -156,28 +105,18 @@ TIMED_OUT = "timed out: "  # tfyarn.errors.timeout_message's mark (a step past t
 _TF_TRANSPORT: tuple[tuple[str, str, str, re.Pattern[str]], ...] = tuple(
     (cause, words, rule, re.compile(rx, re.IGNORECASE))
     for cause, words, rule, rx in (
-        (
-            "transport",
-            "lost a call to a peer (TF retried it under load)",
-            "TF's gRPC retried a call and its peer refused the duplicate ({m})",
-            r"The same \w+ \(\w+\) request was received twice",
-        ),
-        (
-            "peer_restarted",
-            "lost its session on a restarted peer",
-            "TF names a session or graph a restarted peer no longer knows ({m})",
-            r"(Session|Graph) handle is not found|is not found\. Possibly,? this (master|worker)"
-            r"|Possibly,? this worker .*just restarted",
-        ),
-        (
-            "transport",
-            "lost its connection to a peer",
-            "TF's gRPC transport failed ({m})",
-            r"Socket closed|Connection reset|failed to connect to all addresses|Stream removed"
-            r"|Connection refused|Broken pipe|RecvAsync is cancelled|RecvFromRemote\w* is cancelled",
-        ),
+        ("transport", "lost a call to a peer (TF retried it under load)",
+         "TF's gRPC retried a call and its peer refused the duplicate ({m})",
+         r"The same \w+ \(\w+\) request was received twice"),
+        ("peer_restarted", "lost its session on a restarted peer",
+         "TF names a session or graph a restarted peer no longer knows ({m})",
+         r"(Session|Graph) handle is not found|is not found\. Possibly,? this (master|worker)"
+         r"|Possibly,? this worker .*just restarted"),
+        ("transport", "lost its connection to a peer", "TF's gRPC transport failed ({m})",
+         r"Socket closed|Connection reset|failed to connect to all addresses|Stream removed"
+         r"|Connection refused|Broken pipe|RecvAsync is cancelled|RecvFromRemote\w* is cancelled"),
     )
-)
+)  # fmt: skip
 
 
 def _tf_task(job: str, index: str, task: str | None) -> tuple[str, bool | None]:
