@@ -15,6 +15,7 @@ every planned part exists once and rows out = rows in - rows skipped.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import queue
@@ -79,14 +80,6 @@ class OutputDir:
         self.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
         replace(self.fs, tmp, path)
 
-    def success(self) -> dict[str, Any] | None:
-        path = f"{self.root}/{SUCCESS}"
-        if not self.fs.exists(path):
-            return None
-        with self.fs.open(path, "rb") as f:
-            text = f.read()
-        return json.loads(text) if text.strip() else {}
-
     def finish(self, planned: int, summary: dict[str, Any]) -> dict[str, Any] | None:
         """When every one of the ``planned`` parts has its record: the totals written as ``_SUCCESS`` (the same from
         whichever task sees the last record; a store that orders writes, as HDFS's NameNode does, lets at least one
@@ -106,10 +99,8 @@ class OutputDir:
             "format": self.fmt,
         }
         self.put_json(f"{self.root}/{SUCCESS}", doc, tmp_dir="_tfyarn")  # not in TMP, which a peer may remove now
-        try:
+        with contextlib.suppress(OSError):  # another finisher removed it first
             self.fs.rm(f"{self.root}/{TMP}", recursive=True)
-        except (FileNotFoundError, OSError):  # another finisher removed it first
-            pass
         return doc
 
 
@@ -256,17 +247,14 @@ class _OpenPart:
         return nbytes
 
     def abandon(self) -> None:
-        try:
+        with contextlib.suppress(Exception):  # a temporary file left behind is removed with the run's tmp dir
             if self.writer is not None:
                 self.writer.close()
             self.f.close()
             self.out.fs.rm(self.tmp)
-        except Exception:  # noqa: BLE001 - a temporary file left behind is removed with the run's tmp dir
-            pass
 
 
 def _value(v: Any) -> Any:
-
     if isinstance(v, np.ndarray):
         return v
     if isinstance(v, (list, tuple)):

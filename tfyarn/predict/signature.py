@@ -42,8 +42,7 @@ def _saved_model_class() -> Any:
         return m
 
     opt, rep = F.LABEL_OPTIONAL, F.LABEL_REPEATED
-    dim = message("Dim", [("size", 1, F.TYPE_INT64, opt, ""), ("name", 2, F.TYPE_STRING, opt, "")])
-    del dim
+    message("Dim", [("size", 1, F.TYPE_INT64, opt, ""), ("name", 2, F.TYPE_STRING, opt, "")])
     message(
         "TensorShape",
         [("dim", 2, F.TYPE_MESSAGE, rep, ".tfyarn_sm.Dim"), ("unknown_rank", 3, F.TYPE_BOOL, opt, "")],

@@ -22,7 +22,6 @@ import re
 import time
 from typing import Any
 
-from tfyarn.data.pipeline import EpochPipeline
 from tfyarn.errors import WaitTimeout
 from tfyarn.tasklib.context import DONE_KEY, TOTAL_STEPS_KEY, TaskContext
 from tfyarn.tasklib.watchdog import dump_stacks, install_stack_dumps
@@ -154,19 +153,16 @@ class FedStep:
     def __init__(self, function: Any, signature: dict[str, Any], metric_names: list[str] | None = None):
         import tensorflow as tf
 
-        self.function, self.metric_names = function, list(metric_names or [])
+        self.function, self.metric_names, self.signature = function, list(metric_names or []), signature
         self.concrete = function.get_concrete_function()  # the one trace (creates optimizer slots)
         self.dtypes = {k: spec.dtype for k, spec in signature.items()}
-        self._tf = tf
-
-        self.signature, self._to_tensors = signature, to_tensors
+        self.convert = tf.convert_to_tensor
         self.sparse = any(isinstance(s, tf.SparseTensorSpec) for s in signature.values())
 
     def __call__(self, batch: dict[str, Any]) -> Any:
         if self.sparse:  # a variable-length feature: tf.SparseTensor (tfyarn.train.inputs)
-            return self.concrete(self._to_tensors(batch, self.signature))
-        conv = self._tf.convert_to_tensor
-        return self.concrete({k: conv(batch[k], dtype=d) for k, d in self.dtypes.items()})
+            return self.concrete(to_tensors(batch, self.signature))
+        return self.concrete({k: self.convert(batch[k], dtype=d) for k, d in self.dtypes.items()})
 
     def experimental_get_tracing_count(self) -> int:
         return int(self.function.experimental_get_tracing_count())
@@ -250,10 +246,8 @@ class Checkpointer(PeriodicCheckpoints):
 
     def restore_latest(self) -> dict[str, Any] | None:
         """Every worker restores the newest committed checkpoint (same values everywhere); None if there is none."""
-        if self.store is None:
-            return None
-        entry = self.store.latest()
-        if entry is None:
+        entry = self.store.latest() if self.store else None
+        if self.store is None or entry is None:
             return None
         if entry.get("format") != CHECKPOINT_FORMAT:
             raise ValueError(
@@ -390,9 +384,7 @@ def run(ctx: TaskContext) -> dict[str, Any]:
         global_batch,
     )
 
-    manifest = helpers.train_manifest(ctx)  # built (or read from its cache) once for both feeders
-    feeder = EpochPipeline(lambda: helpers.make_feeder(ctx, manifest), spec.data.epochs)
-    with feeder:
+    with helpers.train_pipeline(ctx) as feeder:
         steps = helpers.epoch_steps(feeder, spec.data.epochs)
         total = sum(steps)
         agree_on_total(ctx, total)

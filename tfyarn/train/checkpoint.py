@@ -20,6 +20,7 @@ Layout under the URL::
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -168,10 +169,8 @@ class CheckpointStore(KeptDir):
 
     def _remove(self, pattern: str) -> None:
         for p in self.fs.glob(self._p(pattern)):
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 self.fs.rm(p)
-            except FileNotFoundError:
-                pass
 
     def download(self, entry: dict[str, Any], local_dir: str | Path) -> str:
         """Copy the checkpoint ``entry`` into ``local_dir``; returns the local prefix to restore from."""
@@ -339,8 +338,7 @@ def remove_checkpoint_files(prefix: str | Path) -> None:
 def local_dir_for(workdir: str | Path, sub: str) -> Path:
     """A fresh local scratch directory for checkpoints (``<workdir>/ckpt-<sub>``)."""
     d = Path(workdir) / f"ckpt-{sub}"
-    if d.exists():
-        shutil.rmtree(d, ignore_errors=True)
+    shutil.rmtree(d, ignore_errors=True)
     d.mkdir(parents=True, exist_ok=True)
     return d
 

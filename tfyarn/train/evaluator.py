@@ -41,8 +41,7 @@ SIDE_ROLES = ("evaluator", "tensorboard")
 
 def training_ended_badly(ctx: TaskContext) -> str | None:
     """Why training will never set ``control/done`` (abort, or a training task or ps reported a failure), or None:
-    a follower role must not depend on the launcher to end it. A side role's failure is not training's (a
-    tensorboard without its package once stopped the evaluator while training went on to SUCCEEDED)."""
+    a follower role must not depend on the launcher to end it. A side role's failure is not training's."""
     reason = ctx.kv.get(ABORT_KEY)
     if reason is not None:
         return f"job aborted: {reason}"
@@ -64,7 +63,6 @@ def _restartable(spec: Any, task: str) -> bool:
 
 def make_eval_feeder(ctx: TaskContext) -> Any:
     """One reader over the whole eval set (rank 0 of 1): full batches of ``data.batch_size``, same order every time."""
-
     d = ctx.spec.data
     return Feeder.for_data(section_manifest(d.eval, d, index_cache(ctx.spec)), d, 0, 1, shuffle_buffer=0)
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from tfyarn.train.events import EventWriter, upload_file
+from tfyarn.train.tracking import POINT_METRICS
 
 log = logging.getLogger("tfyarn.train.history")
 
@@ -79,8 +80,7 @@ class TaskHistory:
     def for_task(cls, ctx: Any) -> "TaskHistory":
         """The history of this task process; uploaded next to the checkpoints when the spec has a checkpoint dir.
         The chief also writes the ``train`` TensorBoard run."""
-        ckpt = ctx.spec.checkpoint.dir
-        url = ckpt or None
+        url = ctx.spec.checkpoint.dir or None
         return cls(
             url, ctx.app_id, ctx.task_id, ctx.attempt, Path(ctx.workdir) / "history", events=bool(ctx.is_chief and url)
         )
@@ -113,7 +113,7 @@ class TaskHistory:
             self.sink(pending)
         if self.events is not None:
             for p in pending:
-                values = {k: p.get(k) for k in ("loss", "examples_per_sec", "global_steps_per_sec")}
+                values = {k: p.get(k) for k in POINT_METRICS}
                 self.events.scalars(int(p.get("global_step") or p.get("step") or 0), values, p.get("time"))
 
     def flush(self) -> None:

@@ -24,14 +24,7 @@ def tf_dtype(name: str) -> Any:
     """Spec dtype name → tf.DType (``bytes`` and ``string`` are both tf.string)."""
     import tensorflow as tf
 
-    return {
-        "float32": tf.float32,
-        "float64": tf.float64,
-        "int64": tf.int64,
-        "int32": tf.int32,
-        "string": tf.string,
-        "bytes": tf.string,
-    }[name]
+    return tf.as_dtype("string" if name == "bytes" else name)
 
 
 def is_sparse(f: Any) -> bool:
@@ -61,11 +54,7 @@ def to_tensors(batch: dict[str, Any], signature: dict[str, Any]) -> dict[str, An
     for k, spec in signature.items():
         v = batch[k]
         if isinstance(spec, tf.SparseTensorSpec):
-            out[k] = tf.SparseTensor(
-                tf.convert_to_tensor(v[0], tf.int64),
-                tf.convert_to_tensor(v[1], spec.dtype),
-                tf.convert_to_tensor(v[2], tf.int64),
-            )
+            out[k] = tf.SparseTensor(*map(tf.convert_to_tensor, v, (tf.int64, spec.dtype, tf.int64)))
         else:
             out[k] = tf.convert_to_tensor(v, dtype=spec.dtype)
     return out

@@ -210,14 +210,9 @@ class ProgressReporter:
         A user's program that has reported no step has none of those: ``reported: false`` and what tfyarn knows
         itself (``extra``: the batches taken from ``train_dataset()``, the log heartbeat). A program that reports
         steps without examples has no examples/s of its own (``None``, not 0)."""
+        tail = {"time": time.time(), "attempt": self.attempt, "restart": self.restart, **self.extra}
         if self.program and not self.reported:
-            return {
-                "reported": False,
-                "time": time.time(),
-                "attempt": self.attempt,
-                "restart": self.restart,
-                **self.extra,
-            }
+            return {"reported": False, **tail}
         return {
             "step": self.step,
             "global_step": self.global_step,
@@ -227,10 +222,7 @@ class ProgressReporter:
             "global_steps_per_sec": None if self._gs_rate is None else round(self._gs_rate, 3),
             "loss": self.last_loss,
             **({"metrics": self.last_metrics} if self.last_metrics else {}),
-            "time": time.time(),
-            "attempt": self.attempt,
-            "restart": self.restart,
-            **self.extra,
+            **tail,
         }
 
     def publish(self) -> None:

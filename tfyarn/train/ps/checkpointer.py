@@ -27,10 +27,8 @@ class Checkpointer(PeriodicCheckpoints):
 
     def restore_prefix(self) -> str | None:
         """Download the latest checkpoint (if any) for the chief to restore from."""
-        if self.store is None:
-            return None
-        entry = self.store.latest()
-        if entry is None:
+        entry = self.store.latest() if self.store else None
+        if self.store is None or entry is None:
             return None
         prefix = self.store.download(entry, local_dir_for(self.ctx.workdir, "restore"))
         import tensorflow as tf
