@@ -123,6 +123,17 @@ def check_output(url: str, overwrite: bool, get_fs: Callable[[str], tuple[Any, s
     return None
 
 
+def put_unless(q: queue.Queue, item: tuple, stopped: Callable[[], bool]) -> bool:
+    """Put ``item`` on the bounded queue ``q``, waiting while it is full unless ``stopped()``; whether it was put."""
+    while not stopped():
+        try:
+            q.put(item, timeout=0.2)
+            return True
+        except queue.Full:
+            continue
+    return False
+
+
 class PartWriter:
     """The background thread that writes and commits parts: ``("rows", index, kept, predictions)`` and
     ``("end", index, stats, rows_out, seconds)`` are queued in order; ``on_commit(record)`` is called after each
@@ -136,14 +147,8 @@ class PartWriter:
         self.thread.start()
 
     def put(self, item: tuple) -> None:
-        while True:
-            if self.error is not None:
-                raise RuntimeError(f"the output writer failed: {type(self.error).__name__}: {self.error}")
-            try:
-                self.q.put(item, timeout=0.2)
-                return
-            except queue.Full:
-                continue
+        if not put_unless(self.q, item, lambda: self.error is not None):
+            raise RuntimeError(f"the output writer failed: {type(self.error).__name__}: {self.error}")
 
     def close(self, timeout: float = 600.0) -> None:
         self.put(("stop",))

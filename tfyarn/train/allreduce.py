@@ -136,8 +136,7 @@ def make_step(
 
     @tf.function(input_signature=[signature])
     def step(batch):
-        local_loss = strategy.run(replica_step, args=(batch,))
-        return strategy.experimental_local_results(local_loss)[0]
+        return strategy.experimental_local_results(strategy.run(replica_step, args=(batch,)))[0]
 
     return FedStep(step, signature, metric_names(model))
 
@@ -163,9 +162,6 @@ class FedStep:
         if self.sparse:  # a variable-length feature: tf.SparseTensor (tfyarn.train.inputs)
             return self.concrete(to_tensors(batch, self.signature))
         return self.concrete({k: self.convert(batch[k], dtype=d) for k, d in self.dtypes.items()})
-
-    def experimental_get_tracing_count(self) -> int:
-        return int(self.function.experimental_get_tracing_count())
 
 
 def build(ctx: TaskContext, strategy: Any) -> tuple[Any, Any, Any, Any]:
@@ -349,7 +345,7 @@ def _figures(
     figures = figures | {
         "global_step": gstep,
         "planned_total": total,
-        "traces": int(step_fn.experimental_get_tracing_count()),
+        "traces": int(step_fn.function.experimental_get_tracing_count()),
         "max_epoch_boundary_wait_s": round(max(boundary_waits, default=0.0), 4),
     }
     log.info(
@@ -371,18 +367,10 @@ def run(ctx: TaskContext) -> dict[str, Any]:
 
     spec = ctx.spec
     install_stack_dumps(ctx.kv, ctx.task_id)
-    batch = spec.data.batch_size
     strategy, global_batch = _start(ctx)
     model, optimizer, global_step, state = build(ctx, strategy)
-    step_fn = make_step(
-        strategy,
-        model,
-        optimizer,
-        global_step,
-        input_signature(spec.data.features, batch),
-        spec.data.label,
-        global_batch,
-    )
+    signature = input_signature(spec.data.features, spec.data.batch_size)
+    step_fn = make_step(strategy, model, optimizer, global_step, signature, spec.data.label, global_batch)
 
     with helpers.train_pipeline(ctx) as feeder:
         steps = helpers.epoch_steps(feeder, spec.data.epochs)
@@ -470,6 +458,10 @@ def _loop(
     return ran, waits
 
 
+#: Each task's figures in the summary's ``tasks``.
+TASK_FIGURES = ("step", "worker_steps", "examples_per_sec", "loss")
+
+
 def _finish(
     ctx: TaskContext,
     ckpt: Checkpointer,
@@ -503,15 +495,7 @@ def _finish(
         chief=figures,
         export=exported,
         **skip_counts(per_task),
-        tasks={
-            t: {
-                "step": p.get("step"),
-                "worker_steps": p.get("worker_steps"),
-                "examples_per_sec": p.get("examples_per_sec"),
-                "loss": p.get("loss"),
-            }
-            for t, p in per_task.items()
-        },
+        tasks={t: {k: p.get(k) for k in TASK_FIGURES} for t, p in per_task.items()},
     )
     write_summary(ctx, summary)
     ctx.kv.put(DONE_KEY, "1")

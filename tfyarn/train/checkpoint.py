@@ -84,12 +84,11 @@ class CheckpointStore(KeptDir):
         idx = self.index()
         ckpts = list(idx.get("checkpoints", []))
         names = [c["name"] for c in ckpts]
+        self.skipped = []
         if idx.get("latest") not in names:
-            self.skipped = []
             return None
         order = list(reversed(ckpts[: names.index(idx["latest"]) + 1]))
         sizes = self._sizes()
-        self.skipped = []
         for entry in order:
             why = incomplete(entry, sizes)
             if why is None:

@@ -133,8 +133,7 @@ def export_checkpoint(
         else:
             prefix, entry, keys = download_model_checkpoint(store, Path(tmp) / "ckpt", "export", entry)
         saved = write_saved_model(spec, prefix, keys, Path(tmp) / "saved_model", f"{entry['name']} in {store.url}")
-        keep = spec.export.keep if spec.export else 3
-        url = ExportStore(dest, keep=keep).upload(saved, int(entry["global_step"]))
+        url = ExportStore(dest, keep=spec.export.keep if spec.export else 3).upload(saved, int(entry["global_step"]))
     secs = time.monotonic() - t0
     log.info(
         "exported %s (global step %d) as a SavedModel to %s in %.2fs (%s)",

@@ -60,9 +60,7 @@ class TaskHistory:
 
             self.fs, root = fsspec.core.url_to_fs(url.rstrip("/"))
             self.remote = f"{root.rstrip('/')}/{TASK_HISTORY_DIR}/{app_id}/{self.name}"
-        self.events = None
-        if events:
-            self.events = EventWriter(url, "train", Path(local_dir) / "events")
+        self.events = EventWriter(url, "train", Path(local_dir) / "events") if events else None
         self.points = 0
         self.sink: Any = None  # also gets each batch of points (tfyarn.train.tracking: MLflow)
         self._next = 0.0  # monotonic time the next point is due

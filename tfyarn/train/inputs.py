@@ -110,9 +110,8 @@ def from_serving(flat: dict[str, Any], features: dict[str, Any], exclude: str | 
     """The model's inputs from the serving function's flat inputs."""
     import tensorflow as tf
 
-    out = {}
-    for name, f in features.items():
-        if name == exclude:
-            continue
-        out[name] = tf.SparseTensor(*(flat[f"{name}_{p}"] for p in SPARSE_PARTS)) if is_sparse(f) else flat[name]
-    return out
+    return {
+        name: tf.SparseTensor(*(flat[f"{name}_{p}"] for p in SPARSE_PARTS)) if is_sparse(f) else flat[name]
+        for name, f in features.items()
+        if name != exclude
+    }

@@ -102,8 +102,7 @@ class KerasModel:
         self.flavour = keras_flavour(first) or "keras"
         self._pending: Any = first
         self._pending_graph = _current_graph()
-        self.features = dict(features or {})
-        self.label = label
+        self.features, self.label = dict(features or {}), label
         self.keras: Any = first
         self.keras_trainable: list = []
         self._loss_fn: Callable | None = None
@@ -296,13 +295,11 @@ class KerasModel:
     @property
     def _loss_name(self) -> str:
         loss = self._compiled.get("loss")
-        return (
-            loss
-            if isinstance(loss, str)
-            else type(loss).__name__
-            if not callable(loss) or hasattr(loss, "get_config")
-            else getattr(loss, "__name__", "loss")
-        )
+        if isinstance(loss, str):
+            return loss
+        if not callable(loss) or hasattr(loss, "get_config"):
+            return type(loss).__name__
+        return getattr(loss, "__name__", "loss")
 
     @staticmethod
     def _sparse(name: str) -> bool:
@@ -363,17 +360,11 @@ class KerasModel:
         import tensorflow as tf
 
         y, p = labels, predictions
-        if (
-            not sparse
-            and p.shape.rank is not None
-            and y.shape.rank is not None
-            and p.shape.rank == y.shape.rank + 1
-            and p.shape[-1] == 1
-        ):
+        if sparse:
+            return y, p
+        if y.shape.rank is not None and p.shape.rank == y.shape.rank + 1 and p.shape[-1] == 1:
             y = tf.expand_dims(y, -1)
-        if not sparse and y.dtype != p.dtype:
-            y = tf.cast(y, p.dtype)
-        return y, p
+        return (y if y.dtype == p.dtype else tf.cast(y, p.dtype)), p
 
 
 def _with_kwargs(fn: Callable, kwargs: dict[str, Any]) -> Callable:
@@ -392,6 +383,4 @@ def _current_graph() -> Any:
 
 def wrap(factory: Callable[[], Any], first: Any, data: Any, ref: str) -> KerasModel:
     """``first`` (what ``factory()`` returned) as a tfyarn model bound to the spec's ``data`` (features, label)."""
-    return KerasModel(
-        factory, first, dict(data.features) if data is not None else None, data.label if data is not None else None, ref
-    )
+    return KerasModel(factory, first, getattr(data, "features", None), getattr(data, "label", None), ref)

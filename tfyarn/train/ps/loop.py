@@ -344,11 +344,7 @@ def _wait_for_workers(
                 f"{want} steps; no progress from: {behind}"
             )
         if ckpt:
-            gs = int(sess.run(tg.global_step))
-            if notice is not None and notice.pending:
-                notice.save_and_exit(lambda: ckpt.save(sess, final=True), gs)
-            if ckpt.due(gs):
-                ckpt.save(sess)
+            _after_step(sess, ckpt, notice, None, int(sess.run(tg.global_step)))
         time.sleep(0.1)
 
 
