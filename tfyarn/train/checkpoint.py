@@ -34,6 +34,7 @@ from typing import Any
 from tfyarn.common.fsio import replace, retry_vanished
 from tfyarn.common.fsretry import retry
 from tfyarn.train import sharding
+from tfyarn.train.events import fs_path
 
 log = logging.getLogger("tfyarn.train.checkpoint")
 
@@ -45,12 +46,8 @@ class KeptDir:
     versions in :class:`tfyarn.train.export.ExportStore`)."""
 
     def __init__(self, url: str, keep: int = 3):
-        import fsspec
-
-        self.url = url.rstrip("/")
-        self.keep = max(1, int(keep))
-        self.fs, root = fsspec.core.url_to_fs(self.url)
-        self.root = root.rstrip("/")
+        self.url, self.keep = url.rstrip("/"), max(1, int(keep))
+        self.fs, self.root = fs_path(self.url)
 
 
 class CheckpointStore(KeptDir):

@@ -24,7 +24,7 @@ from tfyarn.data.manifest import section_manifest
 from tfyarn.tasklib.context import ABORT_KEY, DONE_KEY, EVAL_KEY, FAILURE_PREFIX, TaskContext
 from tfyarn.tasklib.watchdog import install_stack_dumps
 from tfyarn.train.checkpoint import CheckpointStore, download_model_checkpoint, local_dir_for, restore_model_variables
-from tfyarn.train.events import EventWriter, upload_file
+from tfyarn.train.events import EventWriter, fs_path, upload_file
 from tfyarn.train.helpers import index_cache
 from tfyarn.train.inputs import to_tensors
 from tfyarn.train.model import build_model, input_signature, load_model, split_features
@@ -101,10 +101,7 @@ class MetricsLog:
     """metrics.jsonl kept locally in full and re-uploaded whole (temp name, rename): HDFS has no reliable append."""
 
     def __init__(self, url: str, local_dir: Path):
-        import fsspec
-
-        self.fs, root = fsspec.core.url_to_fs(url.rstrip("/"))
-        self.remote = f"{root.rstrip('/')}/eval/metrics.jsonl"
+        self.fs, self.remote = fs_path(url, "eval/metrics.jsonl")
         self.local = Path(local_dir) / "metrics.jsonl"
         self.local.parent.mkdir(parents=True, exist_ok=True)
         self.local.write_text("")

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tfyarn.train.events import EventWriter, upload_file
+from tfyarn.train.events import EventWriter, fs_path, upload_file
 from tfyarn.train.tracking import POINT_METRICS
 
 log = logging.getLogger("tfyarn.train.history")
@@ -53,13 +53,7 @@ class TaskHistory:
         self.local = Path(local_dir) / self.name
         self.local.parent.mkdir(parents=True, exist_ok=True)
         self.local.write_text("")
-        self.fs: Any = None
-        self.remote: str | None = None
-        if url:
-            import fsspec
-
-            self.fs, root = fsspec.core.url_to_fs(url.rstrip("/"))
-            self.remote = f"{root.rstrip('/')}/{TASK_HISTORY_DIR}/{app_id}/{self.name}"
+        self.fs, self.remote = fs_path(url, f"{TASK_HISTORY_DIR}/{app_id}/{self.name}")
         self.events = EventWriter(url, "train", Path(local_dir) / "events") if events else None
         self.points = 0
         self.sink: Any = None  # also gets each batch of points (tfyarn.train.tracking: MLflow)
@@ -117,7 +111,7 @@ class TaskHistory:
     def flush(self) -> None:
         """Write what is queued and upload the file (and the chief's event file) when it changed."""
         self._write_pending()
-        if self.fs is None or self.remote is None:  # (both set, or neither)
+        if self.fs is None:  # (no checkpoint dir: nowhere to upload)
             return
         size = self.local.stat().st_size
         if size != self._uploaded_size:
