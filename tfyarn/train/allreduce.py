@@ -163,6 +163,9 @@ class FedStep:
             return self.concrete(to_tensors(batch, self.signature))
         return self.concrete({k: self.convert(batch[k], dtype=d) for k, d in self.dtypes.items()})
 
+    def experimental_get_tracing_count(self) -> int:
+        return int(self.function.experimental_get_tracing_count())
+
 
 def build(ctx: TaskContext, strategy: Any) -> tuple[Any, Any, Any, Any]:
     """Model, optimizer and global step created under the strategy (mirrored, initial values from the chief)."""
@@ -307,7 +310,6 @@ def collective_failure(ctx: TaskContext, exc: BaseException, step: int) -> str |
         + (f"; peers named by TF: {', '.join(peers)}" if peers else "")
         + f". TF said: {kind}: {first[:300]}"
     )
-
     dump_stacks(msg)
     log.error("%s", msg)
     return msg
@@ -345,7 +347,7 @@ def _figures(
     figures = figures | {
         "global_step": gstep,
         "planned_total": total,
-        "traces": int(step_fn.function.experimental_get_tracing_count()),
+        "traces": int(step_fn.experimental_get_tracing_count()),
         "max_epoch_boundary_wait_s": round(max(boundary_waits, default=0.0), 4),
     }
     log.info(

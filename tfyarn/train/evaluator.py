@@ -124,8 +124,7 @@ def run(ctx: TaskContext) -> list[dict[str, Any]]:
         raise ValueError("the evaluator needs checkpoint.dir and data.eval")
     url = spec.checkpoint.dir
     store = CheckpointStore(url, keep=spec.checkpoint.keep)
-    model = load_model(spec)
-    build_model(model)
+    model = build_model(load_model(spec))
     step = make_eval_step(model, dict(spec.data.features), spec.data.batch_size, spec.data.label)
     scratch = local_dir_for(ctx.workdir, "evaluator")
     events = EventWriter(url, "eval", scratch / "events")

@@ -61,8 +61,7 @@ def write_saved_model(spec: Any, prefix: str, keys: list[str], local_dir: Path, 
     """Build the spec's model eagerly, restore it from the local checkpoint ``prefix`` and write a SavedModel."""
     import tensorflow as tf
 
-    model = load_model(spec)
-    build_model(model)
+    model = build_model(load_model(spec))
     restore_model_variables(model.variables, prefix, keys, what)
     module, fn = serving_module(model, dict(spec.data.features), spec.data.label)
     if local_dir.exists():

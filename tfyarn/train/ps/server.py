@@ -63,22 +63,26 @@ def serve(ctx: Any) -> None:
     """The ps task: serve variables until the chief sets ``control/done`` (or anyone ``control/abort``); fails when
     the KV has been unreachable for ``PS_KV_GRACE_S`` (its launcher is gone: a ps must never outlive its job)."""
     server = start_server(ctx)  # serves while referenced; the gRPC server dies with the process
-    task, last_ok = ctx.task_id, time.monotonic()
+    wait_for_end(ctx.kv, ctx.task_id)
+    del server
+
+
+def wait_for_end(kv: Any, task: str, poll: float = PS_POLL_S, kv_grace: float = PS_KV_GRACE_S) -> str:
+    """Poll the KV until done/abort; returns 'done' or 'abort'. Raises when the KV is unreachable for ``kv_grace``."""
+    last_ok = time.monotonic()
     while True:
         try:
-            if ctx.kv.get(DONE_KEY) is not None:
+            if kv.get(DONE_KEY) is not None:
                 log.info("%s: training done, exiting", task)
-                break
-            reason = ctx.kv.get(ABORT_KEY)
+                return "done"
+            reason = kv.get(ABORT_KEY)
             if reason is not None:
                 log.warning("%s: job aborted (%s), exiting", task, reason)
-                break
+                return "abort"
             last_ok = time.monotonic()
         except KVUnavailable as exc:
-            if time.monotonic() - last_ok > PS_KV_GRACE_S:
+            if time.monotonic() - last_ok > kv_grace:
                 raise RuntimeError(
-                    f"{task}: KV unreachable for {PS_KV_GRACE_S:g}s while waiting for {DONE_KEY} "
-                    f"(launcher gone?): {exc}"
+                    f"{task}: KV unreachable for {kv_grace:g}s while waiting for {DONE_KEY} (launcher gone?): {exc}"
                 ) from None
-        time.sleep(PS_POLL_S)
-    del server
+        time.sleep(poll)
