@@ -109,9 +109,8 @@ def run(ctx: Any) -> dict[str, Any]:
         _score(ctx, reader, todo, model, out, reporter, committed, p.prefetch, spec.timeouts.stall)
     else:
         source = p.saved_model or p.checkpoint
-    final = reporter.final()
-    figures = {"task": ctx.task_id, "seconds": round(time.monotonic() - t0, 3), **mine_figures}
-    figures["rows_per_sec"] = final["examples_per_sec"]
+    rate = reporter.final()["examples_per_sec"]
+    figures = {"task": ctx.task_id, "seconds": round(time.monotonic() - t0, 3), **mine_figures, "rows_per_sec": rate}
     log.info("%s: %s", ctx.task_id, json.dumps(figures))
     totals = out.finish(len(plan), {"job": "predict", "model": source, "workers": workers, "batch_size": p.batch_size})
     if totals is not None:
@@ -143,10 +142,7 @@ def _score(
     writer = PartWriter(out, ctx.index, committed)
     feed = _Reader(reader, todo, prefetch)
     reporter.begin()
-    step = 0
-    rows = reporter.extra["rows"]
-    part_rows_out = 0
-    part_t0 = time.monotonic()
+    step, rows, part_rows_out, part_t0 = 0, reporter.extra["rows"], 0, time.monotonic()
     try:
         while True:
             item = feed.get(timeout)
