@@ -7,8 +7,8 @@ Why it is built this way (each point a failure of the seeds or a measured TF 2.2
   ``distribute_datasets_from_function`` (which pads short workers with empty batches).
 * **Equal steps, so no worker waits for a peer that ran out of data**: every worker plans the same ``steps(epoch)``
   from the shared manifest and checks its total against the chief's before the first step.
-* **The loss is averaged over the GLOBAL batch** (per-worker batch x training workers; seed 003 divided by the local
-  batch, which makes the summed gradients N times too large).
+* **The loss is averaged over the GLOBAL batch** (per-worker batch x training workers): over the local batch, the
+  summed gradients would be N times too large.
 * **Collectives time out** (``timeouts.step``): a lost or frozen peer is a DeadlineExceeded error, not a hang.
 * **Only the chief checkpoints** (saving mirrored variables needs no collective), writes the summary and sets
   ``control/done``; every worker resumes from the latest checkpoint, whose global step gives the plan position.
