@@ -389,14 +389,13 @@ def write_summary(ctx: Any, summary: dict[str, Any]) -> str:
     summary = with_run(ctx, summary)  # tracking.mlflow: the run named in the summary, the summary logged
     ckpt = ctx.spec.checkpoint.dir
     url = ckpt.rstrip("/") + "/summary.json" if ckpt else str(Path(ctx.workdir) / "summary.json")
-    text = json.dumps(summary, indent=1, sort_keys=True)
     fs, path = fsspec.core.url_to_fs(url)
     parent = path.rsplit("/", 1)[0]
     if parent:
         fs.makedirs(parent, exist_ok=True)
     tmp = f"{parent}/.summary.json.tmp-{ctx.attempt}" if parent else f".summary.json.tmp-{ctx.attempt}"
     with fs.open(tmp, "w") as f:
-        f.write(text)
+        f.write(json.dumps(summary, indent=1, sort_keys=True))
     replace(fs, tmp, path)  # a summary of an earlier run of this spec may be there (HDFS refuses a plain mv)
     ctx.kv.put(SUMMARY_KEY, json.dumps(summary, separators=(",", ":")))
     log.info("summary written to %s", url)
