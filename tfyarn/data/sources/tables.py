@@ -25,15 +25,12 @@ from tfyarn.data import parse as parse_mod, table
 from tfyarn.data.errors import DataError
 from tfyarn.data.fileindex import STATS, FileInfo
 from tfyarn.data.planner import advance
-from tfyarn.data.sources.base import POLL, Parse, Source, concat, empty
+from tfyarn.data.sources.base import POLL, Parse, Source, concat, empty, reject
 
 
 class TableSource(Source):
     """A columnar table format pyarrow reads (``name``: "parquet" or "orc", :func:`table.read_rows`)."""
 
-    compressed = False
-    shuffles = False
-    frames_in_process = False
     index_reads_data = False
 
     def index(self, url: str, size: int, mtime: str, **_: Any) -> FileInfo:
@@ -71,8 +68,7 @@ class TableSource(Source):
         _RowReader(run).go()
 
     def salvage(self, run: Any, parse: Callable, batches: list[Any], meta: list, msg: str) -> dict[str, Any]:
-        """A group has nulls: fail naming file, row group, row and column, or drop those rows
-        (skip)."""
+        """A group has nulls: fail naming file, row group, row and column, or drop those rows (skip)."""
         f = run.f
         kept, bad = [], []
         for batch, (path, g, first, _) in zip(batches, meta):
@@ -84,11 +80,8 @@ class TableSource(Source):
                 except table.NullRows as exc:
                     row = int(orig[exc.rows[0]])
                     err = DataError(
-                        f"{path}: row group {g}, row {first + row}: column {exc.column!r} is "
-                        "null "
-                        f"and feature {exc.column!r} has no default ({len(exc.rows)} null rows "
-                        "in "
-                        f"this batch)",
+                        f"{path}: row group {g}, row {first + row}: column {exc.column!r} is null and feature "
+                        f"{exc.column!r} has no default ({len(exc.rows)} null rows in this batch)",
                         path=path,
                         record=first + row,
                         feature=exc.column,
@@ -98,30 +91,16 @@ class TableSource(Source):
                     mask = np.ones(batch.num_rows, dtype=bool)
                     mask[exc.rows] = False
                     for r in orig[exc.rows].tolist():
+                        at = f"{path}: row group {g}, row {first + r}"
                         bad.append(
                             DataError(
-                                f"{path}: row group {g}, row {first + r}: column {exc.column!r} is null",
-                                path=path,
-                                record=first + r,
-                                feature=exc.column,
+                                f"{at}: column {exc.column!r} is null", path=path, record=first + r, feature=exc.column
                             )
                         )
-                    keep_idx = np.flatnonzero(mask)
-                    batch, orig = batch.take(keep_idx), orig[keep_idx]
+                    keep = np.flatnonzero(mask)
+                    batch, orig = batch.take(keep), orig[keep]
             kept.append(batch)
-        f.record_skips(bad, run)
-        with run.deficit_lock:
-            run.deficit += len(bad)
-        run.rows_rejected += len(bad)
-        run.first_rejected = run.first_rejected or (bad[0] if bad else None)
-        share_rows = sum(len(r) for r in run.plan.shares[f.rank])
-        if run.rows_parsed == 0 and run.rows_rejected >= share_rows:
-            raise DataError(
-                f"worker {f.rank}, epoch {run.epoch}: every row of this worker's share has a "
-                "null "
-                f"without default ({run.rows_rejected} skipped); the first: "
-                f"{run.first_rejected}"
-            )
+        reject(run, bad, "every row of this worker's share has a null without default ({} skipped)")
         kept = [b for b in kept if b.num_rows]
         if not kept:
             return empty(f.fields)
@@ -181,8 +160,7 @@ class _RowReader:
             passes += 1
             if good == 0:
                 raise DataError(
-                    f"worker {f.rank}, epoch {self.run.epoch}: no readable row in this worker's "
-                    "share "
+                    f"worker {f.rank}, epoch {self.run.epoch}: no readable row in this worker's share "
                     f"({len(share)} ranges, first {share[0].path if share else '-'})"
                 )
             if self.remaining() > 0:

@@ -24,7 +24,7 @@ from tfyarn.data.errors import DataError
 from tfyarn.data.fileindex import DEFAULT_STRIDE, MAX_OFFSETS, STATS, FileInfo
 from tfyarn.data.framer import FrameJob
 from tfyarn.data.planner import RecordRange, advance
-from tfyarn.data.sources.base import POLL, Parse, Source, concat
+from tfyarn.data.sources.base import POLL, Parse, Source, concat, empty, reject
 from tfyarn.data.tfrecord import Chunk
 from tfyarn.common.fsretry import open_read
 
@@ -81,7 +81,6 @@ class TFRecordSource(Source):
     compressed = True
     shuffles = True
     frames_in_process = True
-    index_reads_data = True
 
     def index(self, url: str, size: int, mtime: str, **opts: Any) -> FileInfo:
         return index_file(url, size, mtime, **opts)
@@ -237,26 +236,9 @@ class TFRecordSource(Source):
                 offset=off,
                 record=rec,
             )
-        f.record_skips(bad, run)
-        with run.deficit_lock:
-            run.deficit += len(bad)
-        run.rows_rejected += len(bad)
-        run.first_rejected = run.first_rejected or bad[0]
-        share_records = sum(len(r) for r in run.plan.shares[f.rank])
-        if run.rows_parsed == 0 and run.rows_rejected >= share_records:
-            # a whole share's worth rejected and not one row parsed: re-reading it again would loop until the
-            # consumer's timeout, with a message about waiting instead of the data
-            first = run.first_rejected
-            raise DataError(
-                f"worker {f.rank}, epoch {run.epoch}: no record of this worker's share fits the schema "
-                f"({run.rows_rejected} rejected, on_corrupt: skip); the first: {first}",
-                path=first.path,
-                offset=first.offset,
-                record=first.record,
-                feature=first.feature,
-            )
+        reject(run, bad, "no record of this worker's share fits the schema ({} rejected, on_corrupt: skip)")
         if not good:
-            return {fl.name: fl.empty() for fl in f.fields}
+            return empty(f.fields)
         try:
             return parse(good)
         except parse_mod.BatchParseError as exc:
