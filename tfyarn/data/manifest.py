@@ -218,10 +218,8 @@ def build_manifest(
             report_warnings(hit.warnings, log_warnings)
             return hit
     every = range(len(listing.files))
-    per_file: dict[str, Any] = {"format": format, "stride": stride, "on_corrupt": on_corrupt}
-    got = index_files(
-        listing, every, compression, cache_dir, use_cache=use_cache, parallel=parallel, timeout=timeout, **per_file
-    )
+    opts: dict[str, Any] = dict(format=format, stride=stride, on_corrupt=on_corrupt, use_cache=use_cache)
+    got = index_files(listing, every, compression, cache_dir, parallel=parallel, timeout=timeout, **opts)
     manifest = assemble(listing, (got[i] for i in every), log_warnings)
     if whole and use_cache:
         store_manifest(cache_dir, digest, manifest)

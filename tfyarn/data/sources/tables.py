@@ -16,6 +16,7 @@ plan and guarantees as TFRecords.
 
 from __future__ import annotations
 
+import itertools
 import time
 from typing import Any, Callable
 
@@ -78,26 +79,20 @@ class TableSource(Source):
                     table.to_columns(batch, f.fields)
                     break
                 except table.NullRows as exc:
-                    row = int(orig[exc.rows[0]])
-                    err = DataError(
-                        f"{path}: row group {g}, row {first + row}: column {exc.column!r} is null and feature "
-                        f"{exc.column!r} has no default ({len(exc.rows)} null rows in this batch)",
-                        path=path,
-                        record=first + row,
-                        feature=exc.column,
-                    )
+                    col, rows = exc.column, [first + r for r in orig[exc.rows].tolist()]
+                    at = f"{path}: row group {g}, row"
                     if f.on_corrupt != "skip":
-                        raise err from None
-                    mask = np.ones(batch.num_rows, dtype=bool)
-                    mask[exc.rows] = False
-                    for r in orig[exc.rows].tolist():
-                        at = f"{path}: row group {g}, row {first + r}"
-                        bad.append(
-                            DataError(
-                                f"{at}: column {exc.column!r} is null", path=path, record=first + r, feature=exc.column
-                            )
-                        )
-                    keep = np.flatnonzero(mask)
+                        raise DataError(
+                            f"{at} {rows[0]}: column {col!r} is null and feature {col!r} has no default ({len(rows)} "
+                            "null rows in this batch)",
+                            path=path,
+                            record=rows[0],
+                            feature=col,
+                        ) from None
+                    bad += [
+                        DataError(f"{at} {r}: column {col!r} is null", path=path, record=r, feature=col) for r in rows
+                    ]
+                    keep = np.setdiff1d(np.arange(batch.num_rows), exc.rows)
                     batch, orig = batch.take(keep), orig[keep]
             kept.append(batch)
         reject(run, bad, "every row of this worker's share has a null without default ({} skipped)")
@@ -153,11 +148,9 @@ class _RowReader:
     def go(self) -> None:
         """The share (after ``skip_front``), then the share again while rows skipped as null are to be replaced."""
         f, share = self.f, self.share
-        passes = 0
-        while True:
+        for passes in itertools.count():
             ranges = advance(share, self.skip_front) if passes == 0 else list(share)
             good = sum(self._read(rr) for rr in ranges)
-            passes += 1
             if good == 0:
                 raise DataError(
                     f"worker {f.rank}, epoch {self.run.epoch}: no readable row in this worker's share "
