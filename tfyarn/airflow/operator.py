@@ -158,9 +158,7 @@ class TfyarnOperator(BaseOperator):
         ti.xcom_push(key="summary", value=st.summary)
         if st.state.value != "SUCCEEDED":
             lines = [f"tfyarn app {st.app_id} {st.state.value}: {st.diagnostics or '(no diagnosis)'}"]
-            lines += [
-                f"  {t.task} {t.state} (exit {t.exit_code}); log: {t.log}" for t in st.tasks if t.state in ("FAILED",)
-            ]
+            lines += [f"  {t.task} FAILED (exit {t.exit_code}); log: {t.log}" for t in st.tasks if t.state == "FAILED"]
             raise AirflowException("\n".join(lines))
         self.log.info("tfyarn app %s SUCCEEDED; summary: %s", st.app_id, json.dumps(st.summary, sort_keys=True))
 

@@ -26,11 +26,7 @@ def normalise_tag(tag: str) -> str:
 def airflow_tags(dag_id: str, task_id: str, run_id: str, map_index: int | None = None) -> list[str]:
     """The tags identifying one task instance (all its tries share them)."""
     task = task_id if map_index is None or map_index < 0 else f"{task_id}[{map_index}]"
-    return [
-        normalise_tag(f"airflow-dag={dag_id}"),
-        normalise_tag(f"airflow-task={task}"),
-        normalise_tag(f"airflow-run={run_id}"),
-    ]
+    return [normalise_tag(f"airflow-{k}={v}") for k, v in (("dag", dag_id), ("task", task), ("run", run_id))]
 
 
 def matches(app_tags: Iterable[str], wanted: Iterable[str]) -> bool:

@@ -22,21 +22,12 @@ class TfyarnTrigger(BaseTrigger):
         self, app_id: str, poll_interval: float = 5.0, log_interval: float = 30.0, timeout: float | None = None
     ):
         super().__init__()
-        self.app_id = app_id
-        self.poll_interval = poll_interval
-        self.log_interval = log_interval
-        self.timeout = timeout
+        self.app_id, self.poll_interval, self.log_interval, self.timeout = app_id, poll_interval, log_interval, timeout
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (
-            "tfyarn.airflow.trigger.TfyarnTrigger",
-            {
-                "app_id": self.app_id,
-                "poll_interval": self.poll_interval,
-                "log_interval": self.log_interval,
-                "timeout": self.timeout,
-            },
-        )
+        """This class and its ``__init__``'s arguments, as the triggerer rebuilds it."""
+        names = ("app_id", "poll_interval", "log_interval", "timeout")
+        return "tfyarn.airflow.trigger.TfyarnTrigger", {k: getattr(self, k) for k in names}
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         """Follow the app as ``tfyarn wait`` does (:class:`tfyarn.runner.follow.Follower`: on YARN the job's deadline,
@@ -72,13 +63,8 @@ class TfyarnTrigger(BaseTrigger):
             await asyncio.to_thread(backend.close)
 
     def _error(self, exc: Exception) -> TriggerEvent:
-        return TriggerEvent(
-            {
-                "status": "error",
-                "app_id": self.app_id,
-                "message": f"cannot read the status of tfyarn app {self.app_id}: {exc}",
-            }
-        )
+        message = f"cannot read the status of tfyarn app {self.app_id}: {exc}"
+        return TriggerEvent({"status": "error", "app_id": self.app_id, "message": message})
 
     async def on_kill(self) -> None:
         """A user killed the deferred task (mark failed / clear): kill the app too (Airflow 3.3+ calls this)."""

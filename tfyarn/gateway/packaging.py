@@ -43,24 +43,8 @@ ENV_DIR = "env"
 EXCLUDED_DISTS = frozenset({"tfyarn"})
 #: Directories never hashed in editable source trees (caches, VCS data, nested environments, build output).
 SKIP_DIRS = frozenset(
-    {
-        ".git",
-        ".hg",
-        ".svn",
-        "__pycache__",
-        ".venv",
-        "venv",
-        "env",
-        ".tox",
-        ".nox",
-        "node_modules",
-        "build",
-        "dist",
-        ".mypy_cache",
-        ".pytest_cache",
-        ".ruff_cache",
-        ".ipynb_checkpoints",
-    }
+    ".git .hg .svn __pycache__ .venv venv env .tox .nox node_modules build dist .mypy_cache .pytest_cache "
+    ".ruff_cache .ipynb_checkpoints".split()
 )
 SKIP_SUFFIXES = (".pyc", ".pyo", ".egg-info")
 HASH_FORMAT = 1
@@ -181,7 +165,6 @@ def _python_tag(prefix: Path, kind: str) -> str:
 class Fingerprint:
     env_hash: str
     kind: str
-    prefix: str
     document: dict[str, Any] = field(repr=False)
 
 
@@ -208,7 +191,7 @@ def env_fingerprint(
         "editable": local,
     }
     digest = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
-    return Fingerprint(digest, kind, str(p), doc)
+    return Fingerprint(digest, kind, doc)
 
 
 # ------------------------------------------------------------------------------------------------------------ packing

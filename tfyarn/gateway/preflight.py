@@ -192,13 +192,7 @@ def check_enough_records(spec: JobSpec, listed: list[_Listed]) -> list[str]:
     if not train or any(d.error is not None or not d.files for d in train):
         return []  # check_data reports these
     files = _train_files(listed)
-    need, data = spec.global_batch_size, spec.data
-    opts: dict[str, Any] = {
-        "compression": data.compression,
-        "format": data.format,
-        "on_corrupt": data.on_corrupt,
-        "cache_dir": _index_cache(spec),
-    }
+    need, data, opts = spec.global_batch_size, spec.data, _index_options(spec)
     count, uncounted = 0, []
     try:
         for i, (url, (size, mtime)) in enumerate(sorted(files.items())):
@@ -249,8 +243,15 @@ def _train_files(listed: list[_Listed]) -> dict[str, tuple[int, str]]:
     }
 
 
-def _index_cache(spec: JobSpec) -> str | None:
-    return spec.data.index_cache or None
+def _index_options(spec: JobSpec) -> dict[str, Any]:
+    """How the tasks index ``data.train`` (the cache keys and where the indexes are cached)."""
+    data = spec.data
+    return {
+        "compression": data.compression,
+        "format": data.format,
+        "on_corrupt": data.on_corrupt,
+        "cache_dir": data.index_cache or None,
+    }
 
 
 def _mb(n: float) -> str:
@@ -264,7 +265,8 @@ def index_notes(spec: JobSpec, listed: list[_Listed]) -> list[str]:
     files = _train_files(listed)
     if not files:
         return []
-    data, cache = spec.data, _index_cache(spec)
+    data, opts = spec.data, _index_options(spec)
+    cache = opts["cache_dir"]
     listing = Listing(tuple((u, s, m) for u, (s, m) in sorted(files.items())), (), frozenset())
     try:
         option = sources.cache_option(data.format, data.compression)
@@ -273,21 +275,7 @@ def index_notes(spec: JobSpec, listed: list[_Listed]) -> list[str]:
         step = max(1, len(listing.files) // INDEX_PROBE_FILES)
         sample = listing.files[::step]
         with ThreadPoolExecutor(8, thread_name_prefix="tfyarn-preflight") as ex:
-            hits = list(
-                ex.map(
-                    lambda f: cached_or_indexed(
-                        f[0],
-                        f[1],
-                        f[2],
-                        compression=data.compression,
-                        format=data.format,
-                        cache_dir=cache,
-                        on_corrupt=data.on_corrupt,
-                        read=False,
-                    ),
-                    sample,
-                )
-            )
+            hits = list(ex.map(lambda f: cached_or_indexed(*f, read=False, **opts), sample))
     except Exception as exc:  # noqa: BLE001 - a note, never a reason to refuse the job
         log.debug("preflight: cannot tell how much data is indexed: %s", exc)
         return []
@@ -374,7 +362,6 @@ def check_warm_start(spec: JobSpec) -> list[str]:
     one listing its model variables (two small reads here, instead of every task failing after TF's import)."""
     if not spec.checkpoint.init_from:
         return []
-
     try:
         if spec.checkpoint.dir and CheckpointStore(spec.checkpoint.dir).latest() is not None:
             return []  # the job resumes from its own checkpoint: init_from is not read
@@ -393,7 +380,6 @@ def check_warm_start(spec: JobSpec) -> list[str]:
 
 
 def _installed(module: str) -> bool:
-
     return find_module(module, sys.path) is not None
 
 
@@ -551,29 +537,21 @@ def runs_this_python(spec: JobSpec) -> bool:
         return True
     if env.source != "python" or not env.python:
         return False
-
     theirs, ours = os.path.abspath(env.python), os.path.abspath(sys.executable)
     # a venv's python is a symlink to its base interpreter: compare the bin dir itself, then the executable
-    return os.path.realpath(os.path.dirname(theirs)) == os.path.realpath(os.path.dirname(ours)) and os.path.realpath(
-        theirs
-    ) == os.path.realpath(ours)
+    real = os.path.realpath
+    return real(os.path.dirname(theirs)) == real(os.path.dirname(ours)) and real(theirs) == real(ours)
 
 
 def local_path_warnings(spec: JobSpec) -> list[str]:
     """Paths on the gateway's own disk: YARN containers on other hosts cannot read them (fine on a shared mount)."""
-    urls = [("data.train", u) for u in spec.data.train] + [("data.eval", u) for u in spec.data.eval]
-    urls += [
-        (where, u)
-        for where, u in (
-            ("checkpoint.dir", spec.checkpoint.dir),
-            ("export.dir", spec.export.dir if spec.export else None),
-        )
-        if u
-    ]
+    urls: list[tuple[str, str | None]] = [("data.train", u) for u in spec.data.train]
+    urls += [("data.eval", u) for u in spec.data.eval]
+    urls += [("checkpoint.dir", spec.checkpoint.dir), ("export.dir", spec.export.dir if spec.export else None)]
     return [
         f"{where}: {u} is a local path; YARN containers on other hosts cannot see it unless it is a shared mount"
         for where, u in urls
-        if "://" not in u or u.startswith("file://")
+        if u and ("://" not in u or u.startswith("file://"))
     ]
 
 
@@ -597,8 +575,7 @@ def run_preflight(
         ps_memory = sizing.submit(check_ps_memory, spec)
         sizing.shutdown(wait=False)
     problems = check_kerberos(spec)
-    # issue 31: can the containers' account (LinuxContainerExecutor) run the tasks' Python?
-
+    # can the containers' account (LinuxContainerExecutor) run the tasks' Python?
     problems += task_python.check(spec, hdfs.load_hadoop_conf())
     env_problems = check_task_env(spec) if runs_this_python(spec) else []  # the env the containers will run
     problems += env_problems

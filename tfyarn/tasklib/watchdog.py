@@ -184,11 +184,11 @@ class StallReport:
                 extra.append("did not answer the stack-dump request")
             return f"{t} {where}" + (f" ({', '.join(extra)})" if extra else "")
 
+        stopped = "; ".join(one(t, self.tasks[t]) for t in self.stopped_tasks)
         if self.after_done:
             lines = [
                 f"training finished (control/done) but these tasks neither finished nor advanced for "
-                f"{self.stalled_for:.0f}s (timeouts.stall = {self.stall_s:g}s): "
-                + "; ".join(one(t, self.tasks[t]) for t in self.stopped_tasks)
+                f"{self.stalled_for:.0f}s (timeouts.stall = {self.stall_s:g}s): {stopped}"
             ]
         elif self.tasks and all(s.finished for s in self.tasks.values()):
             # every step ran; what is left before control/done is the chief's final checkpoint, export and summary
@@ -200,14 +200,12 @@ class StallReport:
         elif self.startup:
             lines = [
                 f"training did not start: no task reported a first step within {self.stalled_for:.0f}s "
-                f"(timeouts.rendezvous + timeouts.stall = {self.stall_s:g}s): "
-                + "; ".join(one(t, self.tasks[t]) for t in self.stopped_tasks)
+                f"(timeouts.rendezvous + timeouts.stall = {self.stall_s:g}s): {stopped}"
             ]
         else:
             lines = [
                 f"training stalled: no task's step advanced for {self.stalled_for:.0f}s "
-                f"(timeouts.stall = {self.stall_s:g}s); stopped advancing: "
-                + "; ".join(one(t, self.tasks[t]) for t in self.stopped_tasks)
+                f"(timeouts.stall = {self.stall_s:g}s); stopped advancing: {stopped}"
             ]
         if self.suspects:
             lines.append(f"likely cause: {', '.join(self.suspects)}")
