@@ -16,14 +16,11 @@ def _varint(n: int) -> bytes:
     if n < 0:
         n += 1 << 64  # int64 two's complement, as protobuf encodes negative int64
     out = bytearray()
-    while True:
-        b = n & 0x7F
+    while n > 0x7F:
+        out.append(n & 0x7F | 0x80)
         n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
+    out.append(n)
+    return bytes(out)
 
 
 def _field(num: int, payload: bytes) -> bytes:
@@ -43,13 +40,7 @@ def entry(name: bytes, feature: bytes) -> bytes:
 def encode_feature(values: Any, kind: str | None = None) -> bytes:
     """Serialize one Feature. ``kind`` is 'float', 'int64' or 'bytes' (guessed from the values when None)."""
     arr = np.asarray(values)
-    if kind is None:
-        if arr.dtype.kind == "f":
-            kind = "float"
-        elif arr.dtype.kind in "iub":
-            kind = "int64"
-        else:
-            kind = "bytes"
+    kind = kind or ("float" if arr.dtype.kind == "f" else "int64" if arr.dtype.kind in "iub" else "bytes")
     flat = arr.reshape(-1)
     if kind == "float":
         return float_feature(flat.astype("<f4").tobytes())

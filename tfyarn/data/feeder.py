@@ -98,7 +98,7 @@ class _Run:
             tag = f"tfyarn-feeder-r{feeder.rank}-e{epoch}"
             self.threads = [
                 threading.Thread(target=self._guard, args=(fn, name), name=f"{tag}-{name}", daemon=True)
-                for fn, name in ((self._read, "reader"), (self._parse, "parser"))
+                for fn, name in ((lambda: feeder.source.read(self), "reader"), (self._parse, "parser"))
             ]
             for t in self.threads:
                 t.start()
@@ -142,11 +142,6 @@ class _Run:
                 pass
         finally:
             setattr(self, f"{name}_state", "finished")
-
-    # ------------------------------------------------------------------------------------------------------- reader
-    def _read(self) -> None:
-        """The reader thread: the source's (:meth:`sources.base.Source.read`)."""
-        self.f.source.read(self)
 
     # ------------------------------------------------------------------------------------------------------- parser
     def _parse(self) -> None:

@@ -64,14 +64,8 @@ class FileInfo:
 
 def fileinfo(doc: dict[str, Any]) -> FileInfo:
     """A :class:`FileInfo` from its JSON form (``asdict``)."""
-    return FileInfo(
-        **{
-            **doc,
-            "offsets": tuple(doc["offsets"]),
-            "holes": tuple(tuple(h) for h in doc.get("holes", ())),
-            "columns": tuple(tuple(c) for c in doc.get("columns", ())),
-        }
-    )
+    holes, columns = (tuple(map(tuple, doc.get(k, ()))) for k in ("holes", "columns"))
+    return FileInfo(**{**doc, "offsets": tuple(doc["offsets"]), "holes": holes, "columns": columns})
 
 
 def describe_hole(fi: FileInfo, start: int, end: int) -> str:

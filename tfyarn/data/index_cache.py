@@ -17,6 +17,7 @@ import logging
 import time
 import uuid
 from dataclasses import asdict
+from typing import Any
 
 import fsspec  # noqa: TID253 - the data path reads through fsspec
 
@@ -50,6 +51,15 @@ def read_text(url: str) -> str | None:
         return None
 
 
+def read_json(url: str) -> Any:
+    """A small JSON file's document, or None when it is missing, unreadable or not JSON (a cache miss)."""
+    text = read_text(url)
+    try:
+        return json.loads(text) if text else None
+    except ValueError:
+        return None
+
+
 def write_text(url: str, text: str) -> None:
     """Write-then-rename (readers never see half a file; a concurrent writer of the same content may win)."""
     fs, path = fsspec.core.url_to_fs(url)
@@ -72,7 +82,7 @@ def write_text(url: str, text: str) -> None:
 
 def segment_store(cache_dir: str | None) -> segments.SegmentStore:
     """The segment files of the cache dir (indexes of data on shared filesystems)."""
-    return segments.store_for(cache_dir or paths.index_cache_dir(), write_text, read_text)
+    return segments.store_for(cache_dir or paths.index_cache_dir(), write_text, read_json)
 
 
 def _cache_key(url: str, size: int, mtime: str, stride: int, option: str) -> str:
@@ -85,27 +95,12 @@ def _load_cached(
     if segments.segmented(url):
         docs = [segment_store(cache_dir).get(_cache_key(url, size, mtime, stride, option))]
     else:
-        docs = []
-        for loc in (_beside(url), cache_entry(url, size, mtime, stride, option, cache_dir)):
-            text = read_text(loc)
-            try:
-                docs.append(json.loads(text) if text else None)
-            except ValueError:
-                docs.append(None)
+        docs = [read_json(loc) for loc in (_beside(url), cache_entry(url, size, mtime, stride, option, cache_dir))]
+    # (the cache option's key is "compression" since version 1)
+    want = dict(version=INDEX_VERSION, path=url, size=size, mtime=mtime, asked_stride=stride, compression=option)
     for doc in docs:
-        doc = dict(doc) if isinstance(doc, dict) else None
-        if (
-            isinstance(doc, dict)
-            and doc.get("version") == INDEX_VERSION
-            and doc.get("path") == url
-            and doc.get("size") == size
-            and doc.get("mtime") == mtime
-            and doc.get("asked_stride") == stride
-            and doc.get("compression") == option  # (the key of the option since version 1)
-        ):
-            for k in ("version", "compression", "asked_stride"):
-                doc.pop(k)
-            fi = fileinfo(doc)
+        if isinstance(doc, dict) and all(doc.get(k) == v for k, v in want.items()):
+            fi = fileinfo({k: v for k, v in doc.items() if k not in ("version", "compression", "asked_stride")})
             if fi.holes and on_corrupt != "skip":
                 return None  # indexed leniently before; now damage must fail: re-index to raise
             return fi

@@ -20,16 +20,8 @@ from dataclasses import asdict, dataclass
 from typing import Any, Iterable
 
 from tfyarn.data import segments, sources
-from tfyarn.data.fileindex import (
-    DEFAULT_STRIDE,
-    INDEX_VERSION,
-    MAX_OFFSETS,
-    STATS,
-    FileInfo,
-    describe_hole,
-    fileinfo,
-)
-from tfyarn.data.index_cache import cached_or_indexed, manifest_entry, read_text, segment_store, write_text
+from tfyarn.data.fileindex import DEFAULT_STRIDE, INDEX_VERSION, MAX_OFFSETS, STATS, FileInfo, describe_hole, fileinfo
+from tfyarn.data.index_cache import cached_or_indexed, manifest_entry, read_json, segment_store, write_text
 from tfyarn.data.listing import Listing, list_data
 from tfyarn.errors import WaitTimeout
 
@@ -94,11 +86,7 @@ def report_warnings(warnings: Iterable[str], loud: bool) -> None:
 
 def load_manifest(cache_dir: str | None, digest: str) -> Manifest | None:
     """The cached whole manifest of a listing, or None (missing, unreadable or of another version)."""
-    text = read_text(manifest_entry(cache_dir, digest))
-    try:
-        doc = json.loads(text) if text else None
-    except ValueError:
-        return None
+    doc = read_json(manifest_entry(cache_dir, digest))
     if not isinstance(doc, dict) or doc.get("version") != INDEX_VERSION or doc.get("digest") != digest:
         return None
     return Manifest.from_doc(doc)
@@ -141,28 +129,13 @@ def index_files(
         store.refresh()
         with store.lock:
             store.batches += 1
-    try:
-        opts["use_cache"] = use_cache
-        return _index_files(listing, ids, compression, cache_dir, opts, parallel, timeout)
-    finally:
-        for store in shared:
-            with store.lock:
-                store.batches -= 1
-            store.flush()
 
-
-def _index_files(
-    listing: Listing,
-    ids: list[int],
-    compression: str,
-    cache_dir: str | None,
-    opts: dict[str, Any],
-    parallel: int,
-    timeout: float,
-) -> dict[int, FileInfo]:
     def one(i: int) -> FileInfo | None:
         url, size, mtime = listing.files[i]
-        return cached_or_indexed(url, size, mtime, compression, cache_dir, listed=url not in listing.named, **opts)
+        named = url in listing.named
+        return cached_or_indexed(
+            url, size, mtime, compression, cache_dir, use_cache=use_cache, listed=not named, **opts
+        )
 
     ex = ThreadPoolExecutor(max_workers=max(1, min(parallel, len(ids))), thread_name_prefix="tfyarn-index")
     try:
@@ -181,6 +154,11 @@ def _index_files(
     except BaseException:
         ex.shutdown(wait=False, cancel_futures=True)  # do not wait for a hung read: the error says what hung
         raise
+    finally:
+        for store in shared:
+            with store.lock:
+                store.batches -= 1
+            store.flush()
     ex.shutdown(wait=True)  # all done: the threads exit at once, none is left behind
     return {i: fi for i, fi in out.items() if fi is not None}
 
@@ -196,13 +174,9 @@ def assemble(listing: Listing, files: Iterable[FileInfo], loud: bool = True) -> 
         if fi.records == 0:
             warnings.append(f"{fi.path}: no records")
     report_warnings(warnings, loud)
-    log.info(
-        "manifest: %d files, %d records, %d bytes",
-        len(files),
-        sum(f.records for f in files),
-        sum(f.size for f in files),
-    )
-    return Manifest(files, tuple(warnings))
+    m = Manifest(files, tuple(warnings))
+    log.info("manifest: %d files, %d records, %d bytes", len(files), m.total_records, m.total_bytes)
+    return m
 
 
 def build_manifest(
@@ -244,10 +218,8 @@ def build_manifest(
             report_warnings(hit.warnings, log_warnings)
             return hit
     every = range(len(listing.files))
-    per_file: dict[str, Any] = {"format": format, "stride": stride, "on_corrupt": on_corrupt}
-    got = index_files(
-        listing, every, compression, cache_dir, use_cache=use_cache, parallel=parallel, timeout=timeout, **per_file
-    )
+    opts: dict[str, Any] = dict(format=format, stride=stride, on_corrupt=on_corrupt, use_cache=use_cache)
+    got = index_files(listing, every, compression, cache_dir, parallel=parallel, timeout=timeout, **opts)
     manifest = assemble(listing, (got[i] for i in every), log_warnings)
     if whole and use_cache:
         store_manifest(cache_dir, digest, manifest)
@@ -259,12 +231,7 @@ def section_manifest(urls: Iterable[str], section: Any, cache_dir: str | None) -
     ``compression`` and ``on_corrupt``), through the whole-manifest cache: every task of a job builds the same one,
     so all but the first read one file."""
     return build_manifest(
-        list(urls),
-        section.compression,
-        cache_dir,
-        format=section.format,
-        on_corrupt=section.on_corrupt,
-        whole=True,
+        list(urls), section.compression, cache_dir, format=section.format, on_corrupt=section.on_corrupt, whole=True
     )
 
 
@@ -289,6 +256,5 @@ def summarize(manifest: Manifest) -> str:
         if len(files) > 20 and i == 10:
             lines.append(f"... {len(files) - 20} more files ...")
         lines.append(f"{f.path:<{width}}  {f.records:>12,}  {f.size:>14,}")
-    for w in manifest.warnings:
-        lines.append(f"warning: {w}")
+    lines += [f"warning: {w}" for w in manifest.warnings]
     return "\n".join(lines)

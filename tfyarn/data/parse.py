@@ -9,6 +9,7 @@ tiny pure-Python Example decoder says which record and which feature is wrong (T
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import logging
 import math
@@ -156,12 +157,8 @@ def decode_example(payload: bytes) -> dict[str, tuple[str, list[Any]]]:
         for fnum, _, entry in _fields(features):
             if fnum != 1:
                 continue
-            key, value = b"", b""
-            for enum_, _, v in _fields(entry):
-                if enum_ == 1:
-                    key = v
-                elif enum_ == 2:
-                    value = v
+            parts = {num: v for num, _, v in _fields(entry)}  # 1: key, 2: value (the last one given wins)
+            key, value = parts.get(1, b""), parts.get(2, b"")
             kind = "empty"
             values: list[Any] = []
             for knum, _, lst in _fields(value):
@@ -291,14 +288,14 @@ def python_parser(fields: tuple[Field, ...]) -> Callable[[list[bytes]], dict[str
                 # int64 first, then cast: an int32 feature wraps exactly as on the TF path, instead of raising.
                 r = Ragged.from_rows(cols[f.name], object if f.np_dtype is object else wide)
                 out[f.name] = Ragged(r.values.astype(f.np_dtype), r.splits)
-            elif f.np_dtype is object:
+                continue
+            if f.np_dtype is object:
                 a = np.empty((len(payloads), f.size), dtype=object)
                 for i, v in enumerate(cols[f.name]):
                     a[i, :] = v
-                out[f.name] = a.reshape((len(payloads),) + f.shape)
             else:
-                a = np.asarray(cols[f.name], dtype=wide).astype(f.np_dtype).reshape(len(payloads), f.size)
-                out[f.name] = a.reshape((len(payloads),) + f.shape)
+                a = np.asarray(cols[f.name], dtype=wide).astype(f.np_dtype)
+            out[f.name] = a.reshape((len(payloads),) + f.shape)
         return finalize(fields, out)
 
     return parse
@@ -387,19 +384,10 @@ def default_parser(fields: tuple[Field, ...]) -> Callable[[list[bytes]], dict[st
 
     if native.records is None or not all(f.dtype in _NUMERIC_KIND and (f.size > 0 or f.varlen) for f in fields):
         return general_parser(fields)
-    general: list[Callable[[list[bytes]], dict[str, np.ndarray]]] = []
-
-    def fallback(payloads: list[bytes]) -> dict[str, np.ndarray]:
-        if not general:
-            general.append(general_parser(fields))
-        return general[0](payloads)
-
-    return native_parser(fields, fallback)
+    general = functools.cache(lambda: general_parser(fields))
+    return native_parser(fields, lambda payloads: general()(payloads))
 
 
 def general_parser(fields: tuple[Field, ...]) -> Callable[[list[bytes]], dict[str, np.ndarray]]:
     """Any schema, any valid encoding: TensorFlow's parser (training hosts have TF), else the pure-Python one."""
-
-    if importlib.util.find_spec("tensorflow") is not None:
-        return tf_parser(fields)
-    return python_parser(fields)
+    return tf_parser(fields) if importlib.util.find_spec("tensorflow") is not None else python_parser(fields)

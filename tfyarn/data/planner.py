@@ -28,6 +28,7 @@ import logging
 from bisect import bisect_right
 from dataclasses import dataclass
 from hashlib import blake2b
+from itertools import accumulate
 from typing import Any, Iterable, Sequence
 
 log = logging.getLogger(__name__)
@@ -61,9 +62,13 @@ def _rotation(seed: int, total: int) -> int:
     return int.from_bytes(h, "little") % total
 
 
-def _counts(manifest: Any) -> list[tuple[str, int]]:
+def _numbered(manifest: Any) -> tuple[list[tuple[str, int]], list[int], int]:
+    """The non-empty files in path order as (path, records), each one's first record's global number, the total."""
     files = getattr(manifest, "files", manifest)
-    return sorted((f.path, f.records) if hasattr(f, "records") else (str(f[0]), int(f[1])) for f in files)
+    pairs = sorted((f.path, f.records) if hasattr(f, "records") else (str(f[0]), int(f[1])) for f in files)
+    files = [(p, n) for p, n in pairs if n > 0]
+    starts = list(accumulate((n for _, n in files), initial=0))
+    return files, starts[:-1], starts[-1]
 
 
 def _slice(files: Sequence[tuple[str, int]], starts: Sequence[int], lo: int, hi: int) -> list[tuple[str, int, int]]:
@@ -89,9 +94,8 @@ def plan(manifest: Any, num_workers: int, epoch: int, seed: int, batch_size: int
         raise ValueError(
             f"plan needs num_workers > 0, batch_size > 0, epoch >= 0 (got {num_workers}, {batch_size}, {epoch})"
         )
-    files = [(p, n) for p, n in _counts(manifest) if n > 0]
-    total = sum(n for _, n in files)
-    steps = total // (num_workers * batch_size) if total else 0
+    files, starts, total = _numbered(manifest)
+    steps = total // (num_workers * batch_size)
     per_worker = steps * batch_size
     dropped = total - num_workers * per_worker
     if steps == 0:
@@ -102,18 +106,8 @@ def plan(manifest: Any, num_workers: int, epoch: int, seed: int, batch_size: int
             batch_size,
         )
         return EpochPlan(
-            epoch,
-            num_workers,
-            batch_size,
-            0,
-            tuple(() for _ in range(num_workers)),
-            total,
-            tuple(RecordRange(p, 0, n) for p, n in files),
+            epoch, num_workers, batch_size, 0, ((),) * num_workers, total, tuple(RecordRange(p, 0, n) for p, n in files)
         )
-    starts, acc = [], 0
-    for _, n in files:
-        starts.append(acc)
-        acc += n
 
     def cyclic(lo: int, length: int) -> list[tuple[str, int, int]]:
         lo %= total
@@ -197,12 +191,7 @@ def scoring_plan(manifest: Any, num_workers: int, part_rows: int) -> tuple[Part,
     those without a committed output."""
     if num_workers <= 0 or part_rows <= 0:
         raise ValueError(f"scoring_plan needs num_workers > 0 and part_rows > 0 (got {num_workers}, {part_rows})")
-    files = [(p, n) for p, n in _counts(manifest) if n > 0]
-    total = sum(n for _, n in files)
-    starts, acc = [], 0
-    for _, n in files:
-        starts.append(acc)
-        acc += n
+    files, starts, total = _numbered(manifest)
     parts: list[Part] = []
     for w in range(num_workers):
         lo, hi = total * w // num_workers, total * (w + 1) // num_workers

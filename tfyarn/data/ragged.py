@@ -1,10 +1,9 @@
 """Variable-length feature values inside the feeder, and the sparse form a batch hands to the model.
 
-Why two forms: parse groups (~16k records) are cut into batches and carried across group boundaries,
-which is a slice of ``values`` by row splits (O(1) per batch); the model wants what TF's
-``parse_example`` gives for a ``VarLenFeature``: a SparseTensor ``[B, longest list in the batch]``,
-made once per batch by :meth:`Ragged.sparse`. No TensorFlow here: the feeder's batches are numpy;
-the training loop wraps them.
+Why two forms: parse groups (~16k records) are cut into batches and carried across group boundaries, which is a slice
+of ``values`` by row splits (O(1) per batch); the model wants what TF's ``parse_example`` gives for a ``VarLenFeature``:
+a SparseTensor ``[B, longest list in the batch]``, made once per batch by :meth:`Ragged.sparse`. No TensorFlow here:
+the feeder's batches are numpy; the training loop wraps them.
 """
 
 from __future__ import annotations
@@ -17,10 +16,9 @@ from tfyarn.data import native
 
 
 class SparseValue(NamedTuple):
-    """A batch of a variable-length feature: TF's SparseTensorValue layout (``indices`` [nnz, 2]
-    int64 in row-major order, ``values`` [nnz], ``dense_shape`` [2] int64). A session's
-    ``feed_dict`` takes it for a sparse placeholder as it is; ``tf.SparseTensor(*value)`` makes the
-    tensor."""
+    """A batch of a variable-length feature: TF's SparseTensorValue layout (``indices`` [nnz, 2] int64 in row-major
+    order, ``values`` [nnz], ``dense_shape`` [2] int64). A session's ``feed_dict`` takes it for a sparse placeholder as
+    it is; ``tf.SparseTensor(*value)`` makes the tensor."""
 
     indices: np.ndarray
     values: np.ndarray
@@ -28,9 +26,8 @@ class SparseValue(NamedTuple):
 
 
 class Ragged:
-    """Rows of variable length: ``values`` of every row concatenated, row ``i`` =
-    ``values[splits[i]:splits[i+1]]`` (``splits[0]`` may be > 0: a slice shares its parent's
-    values)."""
+    """Rows of variable length: ``values`` of every row concatenated, row ``i`` = ``values[splits[i]:splits[i+1]]``
+    (``splits[0]`` may be > 0: a slice shares its parent's values)."""
 
     __slots__ = ("values", "splits")
 
@@ -67,9 +64,8 @@ class Ragged:
         return self.values[self.splits[0] : self.splits[-1]]
 
     def sparse(self) -> SparseValue:
-        """As TF's VarLenFeature: indices (row, position), values, dense_shape [rows, longest
-        row]. The indices in one C pass when the extension is built (``_records.sparse_indices``)."""
-
+        """As TF's VarLenFeature: indices (row, position), values, dense_shape [rows, longest row]. The indices in one
+        C pass when the extension is built (``_records.sparse_indices``)."""
         lengths = self.lengths
         n, nnz = len(lengths), int(self.splits[-1] - self.splits[0])
         indices = np.empty((nnz, 2), dtype=np.int64)
@@ -78,11 +74,7 @@ class Ragged:
             native.records.sparse_indices(splits, indices)
         else:
             indices[:, 0] = np.repeat(np.arange(n, dtype=np.int64), lengths)
-            np.subtract(
-                np.arange(nnz, dtype=np.int64),
-                np.repeat(splits[:-1] - splits[0], lengths),
-                out=indices[:, 1],
-            )
+            np.subtract(np.arange(nnz, dtype=np.int64), np.repeat(splits[:-1] - splits[0], lengths), out=indices[:, 1])
         width = int(lengths.max()) if n and nnz else 0
         return SparseValue(indices, self.flat(), np.array([n, width], dtype=np.int64))
 
@@ -107,6 +99,5 @@ def concat(parts: Sequence[Any]) -> Any:
 
 
 def finish(value: Any) -> Any:
-    """A batch column as the model gets it: Ragged rows become a :class:`SparseValue`; arrays
-    stay."""
+    """A batch column as the model gets it: Ragged rows become a :class:`SparseValue`; arrays stay."""
     return value.sparse() if isinstance(value, Ragged) else value

@@ -1,18 +1,14 @@
-"""The index cache of data on a shared filesystem (HDFS, viewfs, object stores) as a few segment
-files per run.
+"""The index cache of data on a shared filesystem (HDFS, viewfs, object stores) as a few segment files per run.
 
-Why: one small index file per data file (beside it or in the cache dir) made a 100,000-file data set
-add 100,000 files to the NameNode (HDFS's small-files problem), and creating each cost more than
-reading the data file (385 ms measured under load against 0.7 ms to read a 22 KB file). Here each
-indexing call (one per task of a shared index, one per ``tfyarn data index``) writes its new indexes
-as one segment, ``<cache dir>/segments/<time>-<id>.json`` (every :data:`FLUSH_EVERY` indexes or
-:data:`FLUSH_S` seconds too, so a task that dies mid-work leaves most of it), and a reader lists the
-segments once and reads the new ones. Past :data:`COMPACT_AT` segments the writer merges them into
-one. Keys are as before: path + size + mtime + stride + compression, so a rewritten file is never
-mis-split.
+Why: one small index file per data file (beside it or in the cache dir) made a 100,000-file data set add 100,000 files
+to the NameNode (HDFS's small-files problem), and creating each cost more than reading the data file (385 ms measured
+under load against 0.7 ms to read a 22 KB file). Here each indexing call (one per task of a shared index, one per
+``tfyarn data index``) writes its new indexes as one segment, ``<cache dir>/segments/<time>-<id>.json`` (every
+:data:`FLUSH_EVERY` indexes or :data:`FLUSH_S` seconds too, so a task that dies mid-work leaves most of it), and a
+reader lists the segments once and reads the new ones. Past :data:`COMPACT_AT` segments the writer merges them into
+one. Keys are path + size + mtime + stride + compression, so a rewritten file is never mis-split.
 
-Local (``file://``) and ``memory://`` data keep their index beside each file (:mod:`manifest`): no
-NameNode there.
+Local (``file://``) and ``memory://`` data keep their index beside each file (:mod:`index_cache`): no NameNode there.
 """
 
 from __future__ import annotations
@@ -44,7 +40,7 @@ def segmented(url: str) -> bool:
 class SegmentStore:
     """The segments of one cache dir, as this process knows them (thread-safe)."""
 
-    def __init__(self, cache_dir: str, write: Callable[[str, str], None], read: Callable[[str], str | None]):
+    def __init__(self, cache_dir: str, write: Callable[[str, str], None], read: Callable[[str], Any]):
         self.dir = f"{cache_dir.rstrip('/')}/segments"
         self._write, self._read = write, read
         self.entries: dict[str, dict[str, Any]] = {}
@@ -56,8 +52,7 @@ class SegmentStore:
         self.lock = threading.RLock()
 
     def refresh(self) -> None:
-        """List the segments and read the ones not read yet (in parallel); a missing one is
-        skipped."""
+        """List the segments and read the ones not read yet (in parallel); a missing one is skipped."""
         fs, path = fsspec.core.url_to_fs(self.dir)
         try:
             names = [p for p in fs.ls(path, detail=False) if p.endswith(".json")]
@@ -66,13 +61,9 @@ class SegmentStore:
         new = [n for n in names if n not in self.seen]
         if new:
             with ThreadPoolExecutor(min(8, len(new)), thread_name_prefix="tfyarn-segments") as ex:
-                texts = list(ex.map(lambda n: self._read(fs.unstrip_protocol(n)), new))
+                docs = list(ex.map(lambda n: self._read(fs.unstrip_protocol(n)), new))
             with self.lock:
-                for name, text in zip(new, texts):
-                    try:
-                        doc = json.loads(text) if text else None
-                    except ValueError:
-                        doc = None
+                for name, doc in zip(new, docs):
                     if isinstance(doc, dict) and doc.get("version") == SEGMENT_VERSION:
                         self.entries.update(doc.get("entries", {}))
                         self.seen.add(name)
@@ -93,8 +84,7 @@ class SegmentStore:
             self.flush()
 
     def flush(self) -> str | None:
-        """Write the pending indexes as one segment (merging every known segment once there are
-        many)."""
+        """Write the pending indexes as one segment (merging every known segment once there are many)."""
         with self.lock:
             if not self.pending:
                 return None
@@ -105,16 +95,9 @@ class SegmentStore:
             merged = set(self.seen) if compact else set()
         url = f"{self.dir}/{int(time.time() * 1000):013d}-{uuid.uuid4().hex[:12]}.json"
         try:
-            self._write(
-                url,
-                json.dumps({"version": SEGMENT_VERSION, "entries": body}, separators=(",", ":")),
-            )
+            self._write(url, json.dumps({"version": SEGMENT_VERSION, "entries": body}, separators=(",", ":")))
         except Exception as exc:  # noqa: BLE001 - an unwritable cache costs the next run a re-index, nothing more
-            log.warning(
-                "cannot write the index segment %s (%s); those files are re-indexed next time",
-                url,
-                exc,
-            )
+            log.warning("cannot write the index segment %s (%s); those files are re-indexed next time", url, exc)
             return None
         fs, path = fsspec.core.url_to_fs(url)
         with self.lock:
@@ -135,9 +118,8 @@ _STORES: dict[str, SegmentStore] = {}
 _STORES_LOCK = threading.Lock()
 
 
-def store_for(cache_dir: str, write: Callable[[str, str], None], read: Callable[[str], str | None]) -> SegmentStore:
+def store_for(cache_dir: str, write: Callable[[str, str], None], read: Callable[[str], Any]) -> SegmentStore:
     with _STORES_LOCK:
-        s = _STORES.get(cache_dir)
-        if s is None:
-            s = _STORES[cache_dir] = SegmentStore(cache_dir, write, read)
-        return s
+        if cache_dir not in _STORES:
+            _STORES[cache_dir] = SegmentStore(cache_dir, write, read)
+        return _STORES[cache_dir]

@@ -273,17 +273,7 @@ class _Run:
     # -- pieces --------------------------------------------------------------------------------------------------
     def index(self, ids: list[int], read: bool = True) -> dict[int, FileInfo]:
         left = max(1.0, self.deadline - time.monotonic())
-        return mf.index_files(
-            self.listing,
-            ids,
-            self.opts["compression"],
-            self.cache_dir,
-            format=self.opts["format"],
-            stride=self.opts["stride"],
-            on_corrupt=self.opts["on_corrupt"],
-            timeout=left,
-            read=read,
-        )
+        return mf.index_files(self.listing, ids, cache_dir=self.cache_dir, timeout=left, read=read, **self.opts)
 
     def stripe(self, rank: int) -> list[int]:
         return list(range(rank, len(self.listing.files), self.n))

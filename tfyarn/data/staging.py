@@ -43,6 +43,11 @@ def columns(features: dict[str, Any]) -> list[tuple[str, bool]]:
     return [(n, bool(f.varlen and f.pad_to is None)) for n, f in sorted(features.items())]
 
 
+def dims(f: Any) -> tuple[int, ...]:
+    """A dense feature's dimensions after the batch (a padded variable-length one: ``(pad_to,)``)."""
+    return (f.pad_to,) if f.varlen else tuple(f.shape)
+
+
 def serialize(batch: dict[str, Any], cols: list[tuple[str, bool]]) -> bytes:
     """One feeder batch as one record (TF's own encoding: :func:`decode` reads it with TF ops)."""
     from tensorflow import make_tensor_proto
@@ -64,11 +69,7 @@ def decode(record: Any, features: dict[str, Any], batch_size: int, dtype_of: Any
     for name, sparse in columns(features):
         f, dt = features[name], dtype_of(features[name].dtype)
         if sparse:
-            sp = tf.SparseTensor(
-                tf.io.parse_tensor(parts[i], tf.int64),
-                tf.io.parse_tensor(parts[i + 1], dt),
-                tf.io.parse_tensor(parts[i + 2], tf.int64),
-            )
+            sp = tf.SparseTensor(*(tf.io.parse_tensor(parts[i + k], t) for k, t in enumerate((tf.int64, dt, tf.int64))))
             sp.indices.set_shape([None, 2])
             sp.values.set_shape([None])
             sp.dense_shape.set_shape([2])
@@ -76,8 +77,7 @@ def decode(record: Any, features: dict[str, Any], batch_size: int, dtype_of: Any
             out[name] = sp
             i += 3
         else:
-            dims = (f.pad_to,) if f.varlen else tuple(f.shape)
-            out[name] = tf.ensure_shape(tf.io.parse_tensor(parts[i], dt), (batch_size, *dims))
+            out[name] = tf.ensure_shape(tf.io.parse_tensor(parts[i], dt), (batch_size, *dims(f)))
             i += 1
     return out
 

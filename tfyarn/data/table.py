@@ -2,16 +2,14 @@
 file's index from the footer, its columns checked against the spec's features, and its rows as the feeder's numpy
 columns.
 
-Why pyarrow over fsspec: Hive and Spark tables on HDFS are Parquet or ORC; pyarrow reads them
-through any fsspec file (hdfs-native on HDFS: no JVM, no libhdfs), only the columns named in
-``data.features``. pyarrow is imported lazily, in functions, and only when a table is read or
-indexed: a gateway that submits a TFRecord job needs none (``pip install tfyarn[parquet]`` where
-tasks run and where ``tfyarn data index`` runs on tables).
+Why pyarrow over fsspec: Hive and Spark tables on HDFS are Parquet or ORC; pyarrow reads them through any fsspec file
+(hdfs-native on HDFS: no JVM, no libhdfs), only the columns named in ``data.features``. pyarrow is imported lazily, in
+functions, and only when a table is read or indexed: a gateway that submits a TFRecord job needs none (``pip install
+tfyarn[parquet]`` where tasks run and where ``tfyarn data index`` runs on tables).
 
-Indexing reads the footer only (row group / stripe row counts):
-:class:`tfyarn.data.fileindex.FileInfo` keeps the first row of each row group / stripe in
-``offsets``, so a worker's row range starts at its row group, never at the file's start. Mapping to
-the feeder: a list column is a variable-length feature (a null list = an empty one, as a missing
+Indexing reads the footer only (row group / stripe row counts): :class:`tfyarn.data.fileindex.FileInfo` keeps the first
+row of each row group / stripe in ``offsets``, so a worker's row range starts at its row group, never at the file's
+start. Mapping to the feeder: a list column is a variable-length feature (a null list = an empty one, as a missing
 VarLenFeature); a null in any other column is filled with the feature's ``default`` or is bad input.
 """
 
@@ -30,15 +28,13 @@ from tfyarn.errors import ExitCode
 
 log = logging.getLogger(__name__)
 
-#: pyarrow decodes a batch's columns in parallel, as its own scan does (the feeder's reader thread
-# would otherwise
+#: pyarrow decodes a batch's columns in parallel, as its own scan does (the feeder's reader thread would otherwise
 #: decode them one after the other; the CPU per row is the same)
 THREADS = True
 
 
 class SchemaError(DataError):
-    """A table's columns do not fit the features (missing, wrong type): found before any step, so
-    INVALID."""
+    """A table's columns do not fit the features (missing, wrong type): found before any step, so INVALID."""
 
     exit_code = ExitCode.INVALID
 
@@ -48,9 +44,8 @@ def _pyarrow() -> Any:
         import pyarrow
     except ImportError:
         raise DataError(
-            "reading Parquet/ORC data needs pyarrow: pip install 'tfyarn[parquet]' (on the hosts "
-            "that "
-            "run tasks, and where `tfyarn data index` runs)"
+            "reading Parquet/ORC data needs pyarrow: pip install 'tfyarn[parquet]' (on the hosts that run tasks, "
+            "and where `tfyarn data index` runs)"
         ) from None
     return pyarrow
 
@@ -71,8 +66,7 @@ class _Counting:
 
 
 def open_file(url: str) -> Any:
-    """An fsspec file for pyarrow: no read-ahead cache (a footer read must not pull in megabytes of
-    data)."""
+    """An fsspec file for pyarrow: no read-ahead cache (a footer read must not pull in megabytes of data)."""
     import fsspec
 
     fs, path = fsspec.core.url_to_fs(url)
@@ -85,8 +79,7 @@ def open_file(url: str) -> Any:
 def index_table(
     url: str, size: int, mtime: str, fmt: str
 ) -> tuple[int, tuple[int, ...], tuple[tuple[str, str], ...], int]:
-    """(rows, first row of each row group / stripe, (column, arrow type) pairs, bytes read) from the
-    footer."""
+    """(rows, first row of each row group / stripe, (column, arrow type) pairs, bytes read) from the footer."""
     pa = _pyarrow()
     with open_file(url) as raw:
         size = size or int(getattr(raw, "size", 0) or 0)
@@ -105,8 +98,6 @@ def index_table(
                 schema = of.schema
                 counts = _orc_stripe_rows(of, url, f, size)
         except (pa.ArrowException, OSError, ValueError) as exc:
-            if isinstance(exc, DataError):
-                raise
             raise DataError(
                 f"{url}: not a readable {fmt} file (corrupt or truncated footer? {size} bytes): "
                 f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
@@ -118,11 +109,9 @@ def index_table(
 
 
 def _orc_footer_stripe_rows(f: Any, size: int) -> list[int] | None:
-    """Rows per stripe from the ORC footer's StripeInformation (pyarrow does not expose it): the
-    file tail is ``footer, postscript, 1 byte postscript length``; the footer is protobuf, in
-    compression chunks (3-byte header: length << 1 | original). None when the codec is not one
-    decoded here (then stripes are counted by reading)."""
-
+    """Rows per stripe from the ORC footer's StripeInformation (pyarrow does not expose it): the file tail is
+    ``footer, postscript, 1 byte postscript length``; the footer is protobuf, in compression chunks (3-byte header:
+    length << 1 | original). None when the codec is not one decoded here (then stripes are counted by reading)."""
     tail_len = min(size, 1 << 16)
     f.seek(size - tail_len)
     tail = f.read(tail_len)
@@ -163,8 +152,7 @@ def _orc_footer_stripe_rows(f: Any, size: int) -> list[int] | None:
 
 
 def _zstd_content_size(frame: bytes) -> int | None:
-    """The decompressed size a zstd frame header states (RFC 8878 3.1.1.1), or None when it states
-    none."""
+    """The decompressed size a zstd frame header states (RFC 8878 3.1.1.1), or None when it states none."""
     if frame[:4] != b"\x28\xb5\x2f\xfd":
         return None
     fhd = frame[4]
@@ -177,22 +165,17 @@ def _zstd_content_size(frame: bytes) -> int | None:
     return n + 256 if width == 2 else n
 
 
-def _orc_stripe_rows(of: Any, url: str, f: Any = None, size: int = 0) -> list[int]:
-    """Rows per stripe: from the footer (no data read), else by reading each stripe's first
-    column."""
+def _orc_stripe_rows(of: Any, url: str, f: Any, size: int) -> list[int]:
+    """Rows per stripe: from the footer (no data read), else by reading each stripe's first column."""
     if of.nstripes <= 1:
         return [int(of.nrows)] if of.nstripes else []
-    if f is not None:
-        try:
-            counts = _orc_footer_stripe_rows(f, size)
-        except (IndexError, ValueError, OSError, Exception):  # noqa: BLE001 - any surprise: count by reading
-            counts = None
-        if counts is not None and len(counts) == of.nstripes and sum(counts) == of.nrows:
-            return counts
-        log.info(
-            "%s: ORC stripe rows counted by reading each stripe's first column (codec not decoded here)",
-            url,
-        )
+    try:
+        counts = _orc_footer_stripe_rows(f, size)
+    except Exception:  # noqa: BLE001 - any surprise: count by reading
+        counts = None
+    if counts is not None and len(counts) == of.nstripes and sum(counts) == of.nrows:
+        return counts
+    log.info("%s: ORC stripe rows counted by reading each stripe's first column (codec not decoded here)", url)
     first = of.schema[0].name
     counts = [int(of.read_stripe(i, columns=[first]).num_rows) for i in range(of.nstripes)]
     if sum(counts) != of.nrows:
@@ -202,55 +185,40 @@ def _orc_stripe_rows(of: Any, url: str, f: Any = None, size: int = 0) -> list[in
 
 # ------------------------------------------------------------------------------------ column checks
 
-_NUMERIC = {"float32": "floating", "float64": "floating", "int64": "integer", "int32": "integer"}
+#: the arrow column type a feature's dtype needs, as an error names it
+_WANTED = {"float32": "float", "float64": "float/double", "int64": "integer", "int32": "integer"}
 
 
-def _fits(arrow_type: Any, f: Any) -> bool:
+def _listed(t: Any) -> bool:
     import pyarrow as pa
 
-    t = arrow_type
-    if pa.types.is_dictionary(t):
-        t = t.value_type
-    listed = pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)
-    if f.varlen or f.shape:
-        if not listed:
-            return False
-        t = t.value_type
-        if pa.types.is_dictionary(t):
-            t = t.value_type
-    elif listed:
+    return pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)
+
+
+def _fits(t: Any, f: Any) -> bool:
+    import pyarrow as pa
+
+    t = t.value_type if pa.types.is_dictionary(t) else t
+    if bool(f.varlen or f.shape) != _listed(t):
         return False
+    if _listed(t):
+        t = t.value_type.value_type if pa.types.is_dictionary(t.value_type) else t.value_type
     if f.dtype in ("string", "bytes"):
         return (
             pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t)
         )
-    if _NUMERIC[f.dtype] == "floating":
-        return pa.types.is_floating(t)
-    return pa.types.is_integer(t)
+    return pa.types.is_floating(t) if f.dtype.startswith("float") else pa.types.is_integer(t)
 
 
 def _wanted(f: Any) -> str:
-    base = {
-        "float32": "float",
-        "float64": "float/double",
-        "int64": "integer",
-        "int32": "integer",
-        "string": "string/binary",
-        "bytes": "string/binary",
-    }[f.dtype]
+    base = _WANTED.get(f.dtype, "string/binary")
     return f"list<{base}>" if f.varlen or f.shape else base
 
 
 def check_columns(
-    path: str,
-    columns: tuple[tuple[str, str], ...],
-    fields: tuple[Any, ...],
-    arrow_schema: Any = None,
+    path: str, columns: tuple[tuple[str, str], ...], fields: tuple[Any, ...], arrow_schema: Any = None
 ) -> None:
-    """Every feature is a column of a fitting type, else :class:`SchemaError` naming the column and
-    both types."""
-    import pyarrow as pa
-
+    """Every feature is a column of a fitting type, else :class:`SchemaError` naming the column and both types."""
     types = dict(columns)
     for f in fields:
         if f.name not in types:
@@ -270,34 +238,21 @@ def check_columns(
                 path=path,
                 feature=f.name,
             )
-    del pa
+
+
+#: the plain arrow types a manifest's column type is parsed back into (others are not checked)
+_SIMPLE_TYPES = frozenset(
+    "int8 int16 int32 int64 uint8 uint16 uint32 uint64 halffloat float double string large_string binary large_binary"
+    " bool".split()
+)
 
 
 def _parse_type(text: str) -> Any:
-    """An arrow type from its string form (as stored in the manifest); None when not understood (not
-    checked)."""
+    """An arrow type from its string form (as stored in the manifest); None when not understood (not checked)."""
     import pyarrow as pa
 
-    simple = {
-        "int8": pa.int8(),
-        "int16": pa.int16(),
-        "int32": pa.int32(),
-        "int64": pa.int64(),
-        "uint8": pa.uint8(),
-        "uint16": pa.uint16(),
-        "uint32": pa.uint32(),
-        "uint64": pa.uint64(),
-        "halffloat": pa.float16(),
-        "float": pa.float32(),
-        "double": pa.float64(),
-        "string": pa.string(),
-        "large_string": pa.large_string(),
-        "binary": pa.binary(),
-        "large_binary": pa.large_binary(),
-        "bool": pa.bool_(),
-    }
-    if text in simple:
-        return simple[text]
+    if text in _SIMPLE_TYPES:
+        return pa.type_for_alias(text)
     for prefix, make in (("list<", pa.list_), ("large_list<", pa.large_list)):
         if text.startswith(prefix) and text.endswith(">") and ": " in text:
             inner = _parse_type(text[len(prefix) : -1].split(": ", 1)[1])
@@ -312,14 +267,7 @@ def _parse_type(text: str) -> Any:
 
 
 def read_rows(
-    url: str,
-    fmt: str,
-    starts: tuple[int, ...],
-    rows: int,
-    lo: int,
-    hi: int,
-    columns: list[str],
-    chunk: int = 8192,
+    url: str, fmt: str, starts: tuple[int, ...], rows: int, lo: int, hi: int, columns: list[str], chunk: int = 8192
 ) -> Iterator[tuple[int, int, Any]]:
     """Rows [lo, hi) of one file as ``(row group, first row, arrow RecordBatch)``, at most ``chunk``
     rows each: only ``columns``, starting at the row group holding ``lo``. Parquet is streamed
@@ -404,8 +352,7 @@ def to_columns(batch: Any, fields: tuple[Any, ...]) -> dict[str, Any]:
     n = batch.num_rows
     for f in fields:
         arr = _plain(batch.column(f.name))
-        listed = pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type) or pa.types.is_fixed_size_list(arr.type)
-        if not listed:
+        if not _listed(arr.type):
             if arr.null_count:
                 if f.default is None:
                     raise NullRows(f.name, np.flatnonzero(arr.is_null().to_numpy(zero_copy_only=False)))

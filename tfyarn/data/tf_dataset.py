@@ -22,6 +22,7 @@ program that reports nothing itself took from ``train_dataset()`` is still known
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -91,17 +92,12 @@ def _manifest(b: _Binding) -> Any:
     return b.manifest
 
 
-def _plan(b: _Binding, epoch: int) -> Any:
-
-    return plan(_manifest(b), b.num_workers, epoch, b.data.shuffle_seed, b.data.batch_size)
-
-
 def steps_per_epoch(epoch: int | None = None) -> int:
     """Planned steps of ``epoch`` (the same on every worker); None: the fewest of any epoch, which is what
     ``fit(steps_per_epoch=...)`` takes (:func:`train_dataset` then holds exactly ``epochs x`` that many batches)."""
     b = _bound()
-    epochs = [epoch] if epoch is not None else list(range(b.data.epochs))
-    return min(int(_plan(b, e).steps) for e in epochs)
+    epochs = [epoch] if epoch is not None else range(b.data.epochs)
+    return min(plan(_manifest(b), b.num_workers, e, b.data.shuffle_seed, b.data.batch_size).steps for e in epochs)
 
 
 def _steps(b: _Binding, epoch: int | None) -> list[tuple[int, int]]:
@@ -150,13 +146,8 @@ def _signature(b: _Binding) -> dict[str, Any]:
         if f.varlen and f.pad_to is None:
             out[n] = tf.SparseTensorSpec([d.batch_size, None], _tf_dtype(f.dtype))
         else:
-            out[n] = tf.TensorSpec((d.batch_size, *_dims(f)), _tf_dtype(f.dtype), name=n)
+            out[n] = tf.TensorSpec((d.batch_size, *staging.dims(f)), _tf_dtype(f.dtype), name=n)
     return out
-
-
-def _dims(f: Any) -> tuple[int, ...]:
-    """A dense feature's dimensions after the batch (a padded variable-length one: ``(pad_to,)``)."""
-    return (f.pad_to,) if f.varlen else tuple(f.shape)
 
 
 def _tf_values(batch: dict[str, Any]) -> dict[str, Any]:
@@ -174,13 +165,9 @@ def _tf_dtype(name: str) -> Any:
 
 
 def _split(label: str | None) -> Callable[[dict[str, Any]], Any]:
-    def split(batch: dict[str, Any]) -> Any:
-        if label is None:
-            return batch
-        feats = {k: v for k, v in batch.items() if k != label}
-        return feats, batch[label]
-
-    return split
+    if label is None:
+        return lambda batch: batch
+    return lambda batch: ({k: v for k, v in batch.items() if k != label}, batch[label])
 
 
 def _feeder_pipeline(b: _Binding, plan_steps: list[tuple[int, int]]) -> Any:
@@ -211,9 +198,7 @@ def _tf_pipeline(b: _Binding, plan_steps: list[tuple[int, int]], worker: int) ->
         raise ValueError(f"worker={worker}: the job has {b.num_workers} training workers")
     # epoch 0 is staged before the worker's program starts; a later one may still be being written
     parts = [staging.epoch_records(e, 2.0 if e == 0 else float(b.wait_s)).take(n) for e, n in plan_steps]
-    ds = parts[0]
-    for p in parts[1:]:
-        ds = ds.concatenate(p)
+    ds = functools.reduce(lambda a, p: a.concatenate(p), parts)
 
     def decode(record: Any) -> Any:
         return staging.decode(record, dict(d.features), d.batch_size, _tf_dtype)
@@ -230,16 +215,5 @@ def stage(worker: int | None = None) -> Any:
     rank = b.rank if worker is None else int(worker)
     if not 0 <= rank < b.num_workers:
         raise ValueError(f"worker {rank}: the job has {b.num_workers} training workers")
-    d = b.data
-    feeder = Feeder(
-        _manifest(b),
-        dict(d.features),
-        d.batch_size,
-        rank,
-        b.num_workers,
-        seed=d.shuffle_seed,
-        shuffle_buffer=d.shuffle_buffer,
-        prefetch=d.prefetch,
-        on_corrupt=d.on_corrupt,
-    )
-    return staging.Stager(feeder, dict(d.features), d.epochs).start()
+    feeder = Feeder.for_data(_manifest(b), b.data, rank, b.num_workers)
+    return staging.Stager(feeder, dict(b.data.features), b.data.epochs).start()

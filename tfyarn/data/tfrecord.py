@@ -16,7 +16,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 from io import FileIO
 from itertools import repeat
-from typing import IO, Generator, Iterator, Mapping, cast
+from typing import IO, Any, Callable, Generator, Iterator, Mapping, cast
 
 import fsspec  # noqa: TID253 - the data path reads through fsspec
 import numpy as np
@@ -72,15 +72,11 @@ GZIP_MAGIC = b"\x1f\x8b"
 def is_gzip(path: str, compression: str = "auto", head: bytes | None = None) -> bool:
     """GZIP by option, by extension, or (auto) by the magic bytes — Hadoop jobs often write ``part-00000`` without
     an extension, so the extension alone is not enough."""
-    if compression == "gzip":
-        return True
-    if compression == "none":
-        return False
-    if compression != "auto":
+    if compression not in ("auto", "none", "gzip"):
         raise ValueError(f"compression must be auto, none or gzip, not {compression!r}")
-    if path.endswith((".gz", ".gzip")):
-        return True
-    return head is not None and head[:2] == GZIP_MAGIC
+    if compression != "auto":
+        return compression == "gzip"
+    return path.endswith((".gz", ".gzip")) or (head is not None and head[:2] == GZIP_MAGIC)
 
 
 def detect_gzip(path: str, compression: str, head: bytes) -> bool:
@@ -129,20 +125,19 @@ class _Gunzip(gzip.GzipFile):
             # FileIO, gzip only calls its close()
             self.myfileobj = cast(FileIO, fileobj)
 
-    def _failed(self, exc: Exception) -> DataError:
-        return DataError(f"{self._path}: cannot decompress (gzip): {type(exc).__name__}: {exc}", path=self._path)
+    def _named(self, op: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return op(*args)
+        except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
+            raise DataError(
+                f"{self._path}: cannot decompress (gzip): {type(exc).__name__}: {exc}", path=self._path
+            ) from exc
 
     def read(self, size: int | None = -1) -> bytes:
-        try:
-            return super().read(size)
-        except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
-            raise self._failed(exc) from exc
+        return self._named(super().read, size)
 
     def seek(self, offset: int, whence: int = 0) -> int:
-        try:
-            return super().seek(offset, whence)
-        except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
-            raise self._failed(exc) from exc
+        return self._named(super().seek, offset, whence)
 
 
 def open_records(path: str, gz: bool) -> IO[bytes]:
@@ -288,8 +283,11 @@ class FrameOptions:
 FRAME_DEFAULTS = FrameOptions()
 
 
-def _describe(path: str, offset: int, record: int) -> str:
-    return f"{path}: record {record} at byte offset {offset}"
+def _error(path: str, offset: int, record: int, what: str) -> DataError:
+    """A :class:`DataError` about the record at ``offset``, naming the file, the offset and the record index."""
+    return DataError(
+        f"{path}: record {record} at byte offset {offset}: {what}", path=path, offset=offset, record=record
+    )
 
 
 class Window:
@@ -363,12 +361,12 @@ class _ChunkReader:
         while self.rec < self.stop:
             w.fill(block_bytes)
             if w.eof and w.pos >= len(w.buf):
-                raise DataError(
-                    f"{_describe(self.path, w.base + w.pos, self.rec)}: file ends after {self.rec} records but the "
-                    f"manifest says it has at least {self.stop} (file changed since it was indexed? rebuild the index)",
-                    path=self.path,
-                    offset=w.base + w.pos,
-                    record=self.rec,
+                raise _error(
+                    self.path,
+                    w.base + w.pos,
+                    self.rec,
+                    f"file ends after {self.rec} records but the manifest says it has at least {self.stop} (file "
+                    "changed since it was indexed? rebuild the index)",
                 )
             jump, progressed = yield from self._block(check_crc, on_corrupt, max_records)
             if jump is not None:
@@ -435,13 +433,7 @@ class _ChunkReader:
         payloads = cast("list[bytes | None]", good)  # None: skipped (below)
         skipped: list[DataError] = []
         for i in bad.tolist():
-            at = base + int(offs[i])
-            err = DataError(
-                f"{_describe(self.path, at, rec + i)}: corrupted data (data CRC mismatch)",
-                path=self.path,
-                offset=at,
-                record=rec + i,
-            )
+            err = _error(self.path, base + int(offs[i]), rec + i, "corrupted data (data CRC mismatch)")
             if on_corrupt != "skip":
                 raise err
             skipped.append(err)
@@ -481,12 +473,7 @@ def _raise_bad_header(path: str, offset: int, rec: int) -> None:
             offset=0,
             record=0,
         )
-    raise DataError(
-        f"{_describe(path, offset, rec)}: corrupted record header (length CRC mismatch)",
-        path=path,
-        offset=offset,
-        record=rec,
-    )
+    raise _error(path, offset, rec, "corrupted record header (length CRC mismatch)")
 
 
 def _raise_incomplete(path: str, buf: bytes, pos: int, base: int, rec: int) -> None:
@@ -497,12 +484,7 @@ def _raise_incomplete(path: str, buf: bytes, pos: int, base: int, rec: int) -> N
         )
     if left >= HEADER and not header_ok(buf, pos):
         _raise_bad_header(path, base + pos, rec)
-    raise DataError(
-        f"{_describe(path, base + pos, rec)}: truncated file ({left} trailing bytes are not a complete record)",
-        path=path,
-        offset=base + pos,
-        record=rec,
-    )
+    raise _error(path, base + pos, rec, f"truncated file ({left} trailing bytes are not a complete record)")
 
 
 # ------------------------------------------------------------------------------------------------------------ writing

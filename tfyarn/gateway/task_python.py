@@ -16,6 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tfyarn.cluster import kerberos
 from tfyarn.contracts import startup
 from tfyarn.spec import JobSpec
 
@@ -48,10 +49,7 @@ def blocker(path: str | os.PathLike, user: str | None = None, execute: bool = Tr
             st = p.stat()
         except OSError:
             return None  # not on this machine: nothing to say
-        if stat.S_ISDIR(st.st_mode):
-            need = stat.S_IXUSR
-        else:
-            need = stat.S_IRUSR | (stat.S_IXUSR if execute else 0)
+        need = stat.S_IXUSR if stat.S_ISDIR(st.st_mode) else stat.S_IRUSR | (stat.S_IXUSR if execute else 0)
         if not _can(st, user, need):
             try:
                 owner = pwd.getpwuid(st.st_uid).pw_name
@@ -61,20 +59,12 @@ def blocker(path: str | os.PathLike, user: str | None = None, execute: bool = Tr
     return None
 
 
-def _app_user(spec: JobSpec) -> str | None:
-    if spec.user:
-        return spec.user
-    if spec.kerberos is not None:
-        return spec.kerberos.principal.split("@")[0].split("/")[0]
-    return None
-
-
 def check(spec: JobSpec, conf: dict[str, str]) -> list[str]:
     """One line per interpreter the containers' account could not run, on a Kerberized cluster (only there do
     containers run as the user: elsewhere as the NodeManager's account, which reads what the gateway reads)."""
-    if conf.get("hadoop.security.authentication", "simple").strip().lower() != "kerberos":
+    if not kerberos.secure(conf):
         return []
-    env, user = spec.environment, _app_user(spec)
+    env, user = spec.environment, spec.user or (kerberos.short_name(spec.kerberos.principal) if spec.kerberos else None)
     who = f"the account {user!r}" if user else "other users"
     if env.source == "python" and env.python:
         what, path = "environment.python", env.python
@@ -90,10 +80,8 @@ def check(spec: JobSpec, conf: dict[str, str]) -> list[str]:
     if where is None:
         return []
     return [
-        (
-            f"environment: {what} is {os.path.realpath(path)}, which {who} cannot read ({where}): on a "
-            f"Kerberized cluster containers run as the submitting user's account; {FIX}"
-        )
+        f"environment: {what} is {os.path.realpath(path)}, which {who} cannot read ({where}): on a "
+        f"Kerberized cluster containers run as the submitting user's account; {FIX}"
     ]
 
 

@@ -88,15 +88,9 @@ class Supervisor:
     def deadline(self) -> tuple[float, str] | None:
         """The earlier of ``timeouts.active_deadline`` and the caller's ``timeout`` (seconds from the start), with
         what set it; None without either."""
-        limits = [
-            (d, w)
-            for d, w in (
-                (self.job.timeouts.active_deadline, "timeouts.active_deadline"),
-                (self.timeout, "the caller's timeout"),
-            )
-            if d is not None
-        ]
-        return min(limits) if limits else None
+        t = self.job.timeouts
+        asked = ((t.active_deadline, "timeouts.active_deadline"), (self.timeout, "the caller's timeout"))
+        return min(((d, w) for d, w in asked if d is not None), default=None)
 
     def time_left(self) -> float | None:
         """Seconds until the deadline (may be negative); None without one."""

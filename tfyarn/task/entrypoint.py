@@ -30,6 +30,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -135,10 +136,8 @@ class _LogHeartbeat(threading.Thread):
     def _size() -> int:
         total = 0
         for fd in (1, 2):
-            try:
+            with suppress(OSError):
                 total += os.fstat(fd).st_size
-            except OSError:
-                pass
         return total
 
     def _now(self) -> tuple[int, int, int]:

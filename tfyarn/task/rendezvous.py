@@ -66,10 +66,6 @@ def reserve_port(tries: int = 64) -> int:
     return port
 
 
-def cluster_tasks(spec: JobSpec) -> list[str]:
-    return [t for t in spec.tasks() if t.split(":")[0] in CLUSTER_ROLES]
-
-
 def build_cluster(spec: JobSpec, addrs: dict[str, str]) -> dict[str, list[str]]:
     """TF cluster spec from published addresses; roles with no instances are left out (TF rejects empty jobs)."""
     return {
@@ -83,26 +79,16 @@ def rendezvous(spec: JobSpec, role: str, index: int, kv: KV, host: str) -> tuple
     """Publish this task's address (cluster roles) and wait for every cluster task's. Returns (cluster, port)."""
     if role not in CLUSTER_ROLES or spec.job == "predict":  # scoring workers never talk to each other
         return {}, None
-    port = reserve_port()
+    port, wait_s = reserve_port(), spec.timeouts.rendezvous
     me = f"{role}:{index}"
     kv.put(addr_key(me), f"{host}:{port}")
-    tasks = cluster_tasks(spec)
-    log.info(
-        "published %s at %s:%d; waiting for %d peers (timeout %gs)",
-        me,
-        host,
-        port,
-        len(tasks) - 1,
-        spec.timeouts.rendezvous,
-    )
+    tasks = [t for t in spec.tasks() if t.split(":")[0] in CLUSTER_ROLES]
+    log.info("published %s at %s:%d; waiting for %d peers (timeout %gs)", me, host, port, len(tasks) - 1, wait_s)
     try:
-        addrs = kv.wait_all(
-            [addr_key(t) for t in tasks], spec.timeouts.rendezvous, what="peers to publish their addresses"
-        )
+        addrs = kv.wait_all([addr_key(t) for t in tasks], wait_s, what="peers to publish their addresses")
     except WaitTimeout:
         missing = [t for t in tasks if kv.get(addr_key(t)) is None]
         raise WaitTimeout(
-            f"rendezvous timed out after {spec.timeouts.rendezvous:g}s: "
-            f"{', '.join(missing)} never started (no address published)"
+            f"rendezvous timed out after {wait_s:g}s: {', '.join(missing)} never started (no address published)"
         ) from None
     return build_cluster(spec, addrs), port

@@ -7,6 +7,7 @@ cluster of one's own: TFYARN_BREAKABLE_CLUSTER=1."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -14,7 +15,7 @@ import urllib.request
 
 import pytest
 import yaml
-from clusterutil import (  # noqa: F401 - cpu_hog: a fixture
+from clusterutil import (
     FAULT_JOBS,
     JOB_S,
     ROOT,
@@ -23,7 +24,6 @@ from clusterutil import (  # noqa: F401 - cpu_hog: a fixture
     assert_causes_named,
     assert_clean,
     attempt_record,
-    cpu_hog,
     job_doc,
     needs_yarn,
     planned_steps,
@@ -109,13 +109,11 @@ def _hog(yarn, tag: str) -> str:
 
 @pytest.fixture(params=["quiet", "cpu-hog"])
 def load(request):
-    """The async preemption test twice: as it is, and with the box's cores saturated (issue 40: at load 30-47 a
-    returning worker's next step got TF's "RunGraph request received twice" from the ps, and the job FAILED)."""
-    if request.param == "quiet":
-        yield None
-        return
-    with CpuHog() as hog:
-        yield hog
+    """The async preemption test twice: as it is, and with the box's cores saturated from its first steps to its
+    end (issue 40: at load 30-47 a returning worker's next step got TF's "RunGraph request received twice" from
+    the ps, and the job FAILED). The hog starts once the job trains: a start under it took minutes, testing
+    nothing more."""
+    return None if request.param == "quiet" else CpuHog()
 
 
 @pytest.mark.timeout(5 * JOB_S)
@@ -159,33 +157,36 @@ def test_async_workers_preempted_come_back_in_place_without_using_the_restart_bu
         text=True,
     )
     hog = None
-    try:
-        app_id = wait_until(
-            lambda: [a.app_id for a in yarn.list() if name in a.tags], JOB_S, f"{name}'s app"
-        )[0]
-        # under the hog the queue-b app's AM starts slowly: asked for sooner, so that it preempts mid-run
-        wait_for_step(yarn, app_id, "worker:0", 20 if load is None else 3)
-        hog = _hog(yarn, name)
-        app = yarn.client().connect(app_id)
+    with contextlib.ExitStack() as loaded:  # the hog (load) from the job's first steps to its end
+        try:
+            app_id = wait_until(
+                lambda: [a.app_id for a in yarn.list() if name in a.tags], JOB_S, f"{name}'s app"
+            )[0]
+            # under the hog the queue-b app's AM starts slowly: asked for sooner, so that it preempts mid-run
+            wait_for_step(yarn, app_id, "worker:0", 20 if load is None else 3)
+            if load is not None:
+                loaded.enter_context(load)
+            hog = _hog(yarn, name)
+            app = yarn.client().connect(app_id)
 
-        def preempted():
-            try:
-                got = app.get_containers(services=["worker"], states=["FAILED"])
-            except Exception as exc:  # noqa: BLE001 - skein's ConnectionError: the app has ended
-                raise AssertionError(f"{app_id} ended before the scheduler preempted a worker ({exc})") from exc
-            return [c for c in got if "preempted" in (c.exit_message or "")]
+            def preempted():
+                try:
+                    got = app.get_containers(services=["worker"], states=["FAILED"])
+                except Exception as exc:  # noqa: BLE001 - skein's ConnectionError: the app has ended
+                    raise AssertionError(f"{app_id} ended before the scheduler preempted a worker ({exc})") from exc
+                return [c for c in got if "preempted" in (c.exit_message or "")]
 
-        gone = wait_until(preempted, 120 if load is None else 300, "the scheduler to preempt a worker of queue a")
-        st = yarn.status(app_id)
-        assert st.state in (AppState.RUNNING, AppState.PENDING), (st.state, st.diagnostics)
-        yarn.kill(hog)
-        hog = None
-        _, err = run.communicate(timeout=2 * JOB_S)
-    finally:
-        if hog:
+            gone = wait_until(preempted, 120 if load is None else 300, "the scheduler to preempt a worker of queue a")
+            st = yarn.status(app_id)
+            assert st.state in (AppState.RUNNING, AppState.PENDING), (st.state, st.diagnostics)
             yarn.kill(hog)
-        if run.poll() is None:
-            run.kill()
+            hog = None
+            _, err = run.communicate(timeout=2 * JOB_S)
+        finally:
+            if hog:
+                yarn.kill(hog)
+            if run.poll() is None:
+                run.kill()
     assert run.returncode == 0, err[-3000:]
     final = yarn.status(app_id)
     assert final.state is AppState.SUCCEEDED and final.attempt == 0, (
@@ -205,13 +206,14 @@ def test_async_workers_preempted_come_back_in_place_without_using_the_restart_bu
 
 @pytest.mark.timeout(6 * JOB_S)
 def test_a_sync_job_preempted_resumes_from_its_checkpoint_without_using_an_attempt(
-    yarn, dataset, hdfs_root, tmp_path, queues, cpu_hog
+    yarn, dataset, hdfs_root, tmp_path, queues
 ):
     """Sync ps job with ``retry.max_attempts: 1``: a preempted worker cannot rejoin a lockstep
     round, so the attempt ends; the preemption is said in its record and uses none of the one
     attempt: the in-app supervisor starts attempt 1 in the same application, which resumes from the
     latest checkpoint and reaches the planned global step (followed by ``tfyarn run``, which
-    submits nothing more). Under a CPU hog (issue 40), one run: the quiet case is the async test's."""
+    submits nothing more). Under a CPU hog (issue 40) from past its first checkpoint to its end, one run: the quiet
+    case is the async test's."""
     name = unique("preempt-sync")
     every = 20
     doc = job_doc(
@@ -234,12 +236,13 @@ def test_a_sync_job_preempted_resumes_from_its_checkpoint_without_using_an_attem
     spec = load_spec_dict(doc)
     total = sum(planned_steps(spec))
     hog = None
-    with CliRun(doc, tmp_path) as run:
+    with CliRun(doc, tmp_path) as run, contextlib.ExitStack() as loaded:
         try:
             first = run.submitted(
                 lambda: [a.app_id for a in yarn.list() if name in a.tags], JOB_S, f"{name}'s app"
             )[0]
             wait_for_step(yarn, first, "chief:0", 2 * every)  # past a checkpoint
+            loaded.enter_context(CpuHog())
             hog = _hog(yarn, name)
             ended = wait_until(
                 lambda: attempt_record(yarn, first, 0), 180, "the preemption to end attempt 0"

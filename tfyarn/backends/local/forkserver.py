@@ -16,6 +16,7 @@ import subprocess
 import threading
 import time
 from collections import deque
+from contextlib import suppress
 from pathlib import Path
 from typing import BinaryIO
 
@@ -235,10 +236,8 @@ class ForkServer:
         die with it: close after the tasks were stopped."""
         sock = self._sock
         if sock is not None:
-            try:
+            with suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)  # wakes the reader (EOF) and tells the server to exit
-            except OSError:
-                pass
         if self.proc is not None:
             try:
                 self.proc.wait(timeout=timeout)
@@ -254,7 +253,5 @@ class ForkServer:
 
 def killpg(pid: int, sig: int = signal.SIGKILL) -> None:
     """Signal the process group ``pid`` leads; one already gone (or not ours) is left alone."""
-    try:
+    with suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass

@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 from collections import deque
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
@@ -305,10 +306,8 @@ class TaskProcesses:
             self.signal(t, signal.SIGTERM)
         deadline = time.monotonic() + grace
         for _, proc in live:
-            try:
+            with suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
         for t, proc in live:
             self.signal(t, signal.SIGKILL)
             proc.wait()

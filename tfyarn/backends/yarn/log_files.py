@@ -110,8 +110,7 @@ def parse_tfile_logs(data: bytes) -> dict[str, dict[str, str]] | None:
             continue
         name, length = m.group(2).decode(), int(m.group(4))
         start = m.end()
-        if start + length > len(data):
-            length = len(data) - start
+        length = min(length, len(data) - start)
         text = data[start : start + length].decode("utf-8", "replace")
         files = out.setdefault(current, {})
         files[name] = files.get(name, "") + text

@@ -15,14 +15,11 @@ from tfyarn.cluster import hdfs
 log = logging.getLogger(__name__)
 
 
-def skein_staging_url(conf: dict[str, str], user: str, app_id: str) -> str:
-    """Where skein stages ``app_id``: the user's HDFS home's ``.skein/<app id>``."""
-    return hdfs.qualify(f"/user/{user}/.skein/{app_id}", conf)
-
-
-def remove_skein_staging(conf: dict[str, str], user: str, app_id: str) -> bool:
-    """Remove ``app_id``'s skein staging dir if an ended app left it; True when something was."""
-    url = skein_staging_url(conf, user, app_id)
+def remove_after(backend: Any, app_id: str) -> bool:
+    """Remove ``app_id``'s skein staging dir (the YARN ``backend`` user's HDFS home's ``.skein/<app id>``) if an
+    ended app left it; True when something was."""
+    conf = backend.conf
+    url = hdfs.qualify(f"/user/{backend.user}/.skein/{app_id}", conf)
     try:
         fs, path = hdfs.get_fs(url, conf)
         if not fs.exists(path):
@@ -33,8 +30,3 @@ def remove_skein_staging(conf: dict[str, str], user: str, app_id: str) -> bool:
         return False
     log.info("removed %s (skein's staging dir, left by the ended application)", url)
     return True
-
-
-def remove_after(backend: Any, app_id: str) -> bool:
-    """:func:`remove_skein_staging` with a YARN backend's conf and user."""
-    return remove_skein_staging(backend.conf, backend.user, app_id)

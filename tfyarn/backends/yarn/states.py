@@ -90,10 +90,6 @@ def app_status(rep: Any, state: AppState, diagnostics: str, **more: Any) -> AppS
     )
 
 
-def _host(nm_http_address: str) -> str | None:
-    return (nm_http_address or "").split("://")[-1].rsplit(":", 1)[0] or None
-
-
 def _exit_code(msg: str) -> int | None:
     m = re.search(r"[Ee]xit (?:code|status):?\s*(-?\d+)", msg or "")
     return int(m.group(1)) if m else None
@@ -283,7 +279,7 @@ def tasks_from_containers(
             TaskStatus(
                 task=task,
                 state=state,
-                host=_host(c.yarn_node_http_address),
+                host=(c.yarn_node_http_address or "").split("://")[-1].rsplit(":", 1)[0] or None,
                 restarts=sum(1 for x in cs[:-1] if in_attempt(f"{x.service_name}_{x.instance}", attempt)),
                 exit_code=code,
                 diagnostics=diag,

@@ -26,6 +26,7 @@ from abc import ABC, abstractmethod
 from typing import Any, Callable, ClassVar
 
 from tfyarn.data import ragged
+from tfyarn.data.errors import DataError
 from tfyarn.data.fileindex import DEFAULT_STRIDE, FileInfo
 
 #: seconds between checks of the stop flag while a producer waits (the feeder's poll)
@@ -93,6 +94,25 @@ class Source(ABC):
     def read_range(self, fi: FileInfo, start: int, stop: int, fields: tuple[Any, ...]) -> dict[str, Any]:
         """Records ``[start, stop)`` of one file, parsed (a bad record raises): the unit every reader is built of,
         for tests and tools."""
+
+
+def reject(run: Any, bad: list[DataError], what: str) -> None:
+    """Count the records a salvage dropped (``on_corrupt: skip``): the reader reads that many more. A whole share's
+    worth rejected and not one row parsed raises (``what``, formatted with the count): re-reading the share again
+    would loop until the consumer's timeout, with a message about waiting instead of the data."""
+    run.f.record_skips(bad, run)
+    with run.deficit_lock:
+        run.deficit += len(bad)
+    run.rows_rejected += len(bad)
+    run.first_rejected = first = run.first_rejected or (bad[0] if bad else None)
+    if first and run.rows_parsed == 0 and run.rows_rejected >= sum(len(r) for r in run.plan.shares[run.f.rank]):
+        raise DataError(
+            f"worker {run.f.rank}, epoch {run.epoch}: {what.format(run.rows_rejected)}; the first: {first}",
+            path=first.path,
+            offset=first.offset,
+            record=first.record,
+            feature=first.feature,
+        )
 
 
 def empty(fields: tuple[Any, ...]) -> dict[str, Any]:

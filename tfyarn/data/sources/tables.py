@@ -16,6 +16,7 @@ plan and guarantees as TFRecords.
 
 from __future__ import annotations
 
+import itertools
 import time
 from typing import Any, Callable
 
@@ -25,15 +26,12 @@ from tfyarn.data import parse as parse_mod, table
 from tfyarn.data.errors import DataError
 from tfyarn.data.fileindex import STATS, FileInfo
 from tfyarn.data.planner import advance
-from tfyarn.data.sources.base import POLL, Parse, Source, concat, empty
+from tfyarn.data.sources.base import POLL, Parse, Source, concat, empty, reject
 
 
 class TableSource(Source):
     """A columnar table format pyarrow reads (``name``: "parquet" or "orc", :func:`table.read_rows`)."""
 
-    compressed = False
-    shuffles = False
-    frames_in_process = False
     index_reads_data = False
 
     def index(self, url: str, size: int, mtime: str, **_: Any) -> FileInfo:
@@ -71,8 +69,7 @@ class TableSource(Source):
         _RowReader(run).go()
 
     def salvage(self, run: Any, parse: Callable, batches: list[Any], meta: list, msg: str) -> dict[str, Any]:
-        """A group has nulls: fail naming file, row group, row and column, or drop those rows
-        (skip)."""
+        """A group has nulls: fail naming file, row group, row and column, or drop those rows (skip)."""
         f = run.f
         kept, bad = [], []
         for batch, (path, g, first, _) in zip(batches, meta):
@@ -82,46 +79,23 @@ class TableSource(Source):
                     table.to_columns(batch, f.fields)
                     break
                 except table.NullRows as exc:
-                    row = int(orig[exc.rows[0]])
-                    err = DataError(
-                        f"{path}: row group {g}, row {first + row}: column {exc.column!r} is "
-                        "null "
-                        f"and feature {exc.column!r} has no default ({len(exc.rows)} null rows "
-                        "in "
-                        f"this batch)",
-                        path=path,
-                        record=first + row,
-                        feature=exc.column,
-                    )
+                    col, rows = exc.column, [first + r for r in orig[exc.rows].tolist()]
+                    at = f"{path}: row group {g}, row"
                     if f.on_corrupt != "skip":
-                        raise err from None
-                    mask = np.ones(batch.num_rows, dtype=bool)
-                    mask[exc.rows] = False
-                    for r in orig[exc.rows].tolist():
-                        bad.append(
-                            DataError(
-                                f"{path}: row group {g}, row {first + r}: column {exc.column!r} is null",
-                                path=path,
-                                record=first + r,
-                                feature=exc.column,
-                            )
-                        )
-                    keep_idx = np.flatnonzero(mask)
-                    batch, orig = batch.take(keep_idx), orig[keep_idx]
+                        raise DataError(
+                            f"{at} {rows[0]}: column {col!r} is null and feature {col!r} has no default ({len(rows)} "
+                            "null rows in this batch)",
+                            path=path,
+                            record=rows[0],
+                            feature=col,
+                        ) from None
+                    bad += [
+                        DataError(f"{at} {r}: column {col!r} is null", path=path, record=r, feature=col) for r in rows
+                    ]
+                    keep = np.setdiff1d(np.arange(batch.num_rows), exc.rows)
+                    batch, orig = batch.take(keep), orig[keep]
             kept.append(batch)
-        f.record_skips(bad, run)
-        with run.deficit_lock:
-            run.deficit += len(bad)
-        run.rows_rejected += len(bad)
-        run.first_rejected = run.first_rejected or (bad[0] if bad else None)
-        share_rows = sum(len(r) for r in run.plan.shares[f.rank])
-        if run.rows_parsed == 0 and run.rows_rejected >= share_rows:
-            raise DataError(
-                f"worker {f.rank}, epoch {run.epoch}: every row of this worker's share has a "
-                "null "
-                f"without default ({run.rows_rejected} skipped); the first: "
-                f"{run.first_rejected}"
-            )
+        reject(run, bad, "every row of this worker's share has a null without default ({} skipped)")
         kept = [b for b in kept if b.num_rows]
         if not kept:
             return empty(f.fields)
@@ -174,15 +148,12 @@ class _RowReader:
     def go(self) -> None:
         """The share (after ``skip_front``), then the share again while rows skipped as null are to be replaced."""
         f, share = self.f, self.share
-        passes = 0
-        while True:
+        for passes in itertools.count():
             ranges = advance(share, self.skip_front) if passes == 0 else list(share)
             good = sum(self._read(rr) for rr in ranges)
-            passes += 1
             if good == 0:
                 raise DataError(
-                    f"worker {f.rank}, epoch {self.run.epoch}: no readable row in this worker's "
-                    "share "
+                    f"worker {f.rank}, epoch {self.run.epoch}: no readable row in this worker's share "
                     f"({len(share)} ranges, first {share[0].path if share else '-'})"
                 )
             if self.remaining() > 0:

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import random
 import time
@@ -24,7 +25,7 @@ from tfyarn.data.errors import DataError
 from tfyarn.data.fileindex import DEFAULT_STRIDE, MAX_OFFSETS, STATS, FileInfo
 from tfyarn.data.framer import FrameJob
 from tfyarn.data.planner import RecordRange, advance
-from tfyarn.data.sources.base import POLL, Parse, Source, concat
+from tfyarn.data.sources.base import POLL, Parse, Source, concat, empty, reject
 from tfyarn.data.tfrecord import Chunk
 from tfyarn.common.fsretry import open_read
 
@@ -81,7 +82,6 @@ class TFRecordSource(Source):
     compressed = True
     shuffles = True
     frames_in_process = True
-    index_reads_data = True
 
     def index(self, url: str, size: int, mtime: str, **opts: Any) -> FileInfo:
         return index_file(url, size, mtime, **opts)
@@ -158,8 +158,7 @@ class TFRecordSource(Source):
         replays exactly."""
         f, share = run.f, run.plan.shares[run.f.rank]
         sbuf = _ShuffleBuffer(f.shuffle_buffer, random.Random(f"{f.seed}|{run.epoch}|{f.rank}|shuffle"))
-        passes = 0
-        while True:
+        for passes in itertools.count():
             if passes:
                 run.reader_state = "re-reading the share to replace skipped records"
                 log.info(
@@ -181,7 +180,6 @@ class TFRecordSource(Source):
                     else:
                         yield pays, rr.path, recs, offs
             yield from sbuf.drain()
-            passes += 1
             if good == 0:
                 raise DataError(
                     f"worker {f.rank}, epoch {run.epoch}: no readable record in this worker's share "
@@ -210,13 +208,13 @@ class TFRecordSource(Source):
             for chunk in j.chunks(f.frame_opts):
                 yield rr, chunk
 
-    def salvage(
-        self, run: Any, parse: Callable, payloads: list[bytes], meta: list, tf_msg: str
-    ) -> dict[str, np.ndarray]:
+    def salvage(self, run: Any, parse: Callable, payloads: list[bytes], meta: list, msg: str) -> dict[str, np.ndarray]:
         """A batch failed to parse: find the bad records, fail with a precise message or skip them."""
         f = run.f
         good, bad = [], []
         meta = [(path, r, o) for path, recs, offs in meta for r, o in zip(recs.tolist(), offs.tolist())]
+        p0, r0, o0 = meta[0]
+        unparsable = f"{p0}: batch starting at record {r0} (byte offset {o0}) does not parse"
         for p, (path, rec, off) in zip(payloads, meta):
             problem = parse_mod.diagnose(p, f.fields)
             if problem is None:
@@ -230,43 +228,15 @@ class TFRecordSource(Source):
                 raise err
             bad.append(err)
         if not bad:
-            path, rec, off = meta[0]
-            raise DataError(
-                f"{path}: batch starting at record {rec} (byte offset {off}) does not parse: {tf_msg}",
-                path=path,
-                offset=off,
-                record=rec,
-            )
-        f.record_skips(bad, run)
-        with run.deficit_lock:
-            run.deficit += len(bad)
-        run.rows_rejected += len(bad)
-        run.first_rejected = run.first_rejected or bad[0]
-        share_records = sum(len(r) for r in run.plan.shares[f.rank])
-        if run.rows_parsed == 0 and run.rows_rejected >= share_records:
-            # a whole share's worth rejected and not one row parsed: re-reading it again would loop until the
-            # consumer's timeout, with a message about waiting instead of the data
-            first = run.first_rejected
-            raise DataError(
-                f"worker {f.rank}, epoch {run.epoch}: no record of this worker's share fits the schema "
-                f"({run.rows_rejected} rejected, on_corrupt: skip); the first: {first}",
-                path=first.path,
-                offset=first.offset,
-                record=first.record,
-                feature=first.feature,
-            )
+            raise DataError(f"{unparsable}: {msg}", path=p0, offset=o0, record=r0)
+        reject(run, bad, "no record of this worker's share fits the schema ({} rejected, on_corrupt: skip)")
         if not good:
-            return {fl.name: fl.empty() for fl in f.fields}
+            return empty(f.fields)
         try:
             return parse(good)
         except parse_mod.BatchParseError as exc:
-            path, rec, off = meta[0]
             raise DataError(
-                f"{path}: batch starting at record {rec} (byte offset {off}) does not parse even "
-                f"without the records diagnosed as bad: {exc}",
-                path=path,
-                offset=off,
-                record=rec,
+                f"{unparsable} even without the records diagnosed as bad: {exc}", path=p0, offset=o0, record=r0
             ) from None
 
 
