@@ -116,9 +116,7 @@ def _refused_gone(nm: str, container_id: str, why: str) -> bool:
     now = time.monotonic()
     if said == rm_relay.STOPPED:
         log.info(
-            "%s stopped: answered by the ResourceManager (its NodeManager %s reported it completed)",
-            container_id,
-            nm,
+            "%s stopped: answered by the ResourceManager (its NodeManager %s reported it completed)", container_id, nm
         )
         return True
     if said == rm_relay.LIVE:
