@@ -29,8 +29,7 @@ def callback() -> Any:
 
         def __init__(self) -> None:
             super().__init__()
-            self.step = 0
-            self.epoch = 0
+            self.step = self.epoch = 0
 
         def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
             self.epoch = int(epoch)

@@ -12,15 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-
-def _keras(flavour: str) -> Any:
-    if flavour == "tf_keras":
-        import tf_keras
-
-        return tf_keras
-    import keras
-
-    return keras
+from tfyarn.train.keras_model import keras_module
 
 
 def _optimizer(keras: Any, name: str, lr: float) -> Any:
@@ -41,7 +33,7 @@ def model(
 ) -> Any:
     """``model: tfyarn.models.keras_recommender:model``; params as the signature (``optimizer``: a Keras optimizer
     class name; ``keras``: ``keras`` or ``tf_keras``)."""
-    K = _keras(keras)
+    K = keras_module(keras)
     ModuloIds = _modulo_ids(K)
     user_emb = K.layers.Embedding(num_users, dim, name="user_embedding")
     item_emb = K.layers.Embedding(num_items, dim, name="item_embedding")

@@ -21,16 +21,11 @@ from tfyarn.contracts.kv_keys import SUMMARY_KEY
 from tfyarn.data.manifest import section_manifest
 from tfyarn.data.planner import scoring_plan
 from tfyarn.predict.model import BatchModel, fetch_saved_model
-from tfyarn.predict.output import OutputDir, PartWriter
+from tfyarn.predict.output import OutputDir, PartWriter, put_unless
 from tfyarn.predict.reader import PartReader, PartStats
 from tfyarn.train.progress import ProgressReporter
 
 log = logging.getLogger("tfyarn.predict")
-
-
-def manifest_of(spec: Any) -> Any:
-    """The manifest of ``predict.input`` (what every scoring task plans from)."""
-    return section_manifest(spec.predict.input, spec.predict, spec.predict.index_cache)
 
 
 class _Reader:
@@ -45,12 +40,7 @@ class _Reader:
         self.thread.start()
 
     def _put(self, item: tuple) -> None:
-        while not self.stop.is_set():
-            try:
-                self.q.put(item, timeout=0.2)
-                return
-            except queue.Full:
-                continue
+        put_unless(self.q, item, self.stop.is_set)
 
     def _run(self) -> None:
         try:
@@ -85,7 +75,7 @@ def run(ctx: Any) -> dict[str, Any]:
     rank, workers = ctx.index, spec.instances("worker")
     out = OutputDir(p.output, p.output_format)
     features = spec.scoring_features
-    manifest = manifest_of(spec)
+    manifest = section_manifest(p.input, p, p.index_cache)  # what every scoring task plans from
     plan = scoring_plan(manifest, workers, p.part_rows)
     mine = [part for part in plan if part.worker == rank]
     done = out.committed()
@@ -119,9 +109,8 @@ def run(ctx: Any) -> dict[str, Any]:
         _score(ctx, reader, todo, model, out, reporter, committed, p.prefetch, spec.timeouts.stall)
     else:
         source = p.saved_model or p.checkpoint
-    final = reporter.final()
-    figures = {"task": ctx.task_id, "seconds": round(time.monotonic() - t0, 3), **mine_figures}
-    figures["rows_per_sec"] = final["examples_per_sec"]
+    rate = reporter.final()["examples_per_sec"]
+    figures = {"task": ctx.task_id, "seconds": round(time.monotonic() - t0, 3), **mine_figures, "rows_per_sec": rate}
     log.info("%s: %s", ctx.task_id, json.dumps(figures))
     totals = out.finish(len(plan), {"job": "predict", "model": source, "workers": workers, "batch_size": p.batch_size})
     if totals is not None:
@@ -153,10 +142,7 @@ def _score(
     writer = PartWriter(out, ctx.index, committed)
     feed = _Reader(reader, todo, prefetch)
     reporter.begin()
-    step = 0
-    rows = reporter.extra["rows"]
-    part_rows_out = 0
-    part_t0 = time.monotonic()
+    step, rows, part_rows_out, part_t0 = 0, reporter.extra["rows"], 0, time.monotonic()
     try:
         while True:
             item = feed.get(timeout)

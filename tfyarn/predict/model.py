@@ -18,6 +18,7 @@ import numpy as np
 
 from tfyarn.predict.signature import TensorInfo, mismatches, resolve_latest
 from tfyarn.spec import Data
+from tfyarn.train.events import fs_path
 from tfyarn.train.export import export_checkpoint
 
 log = logging.getLogger("tfyarn.predict.model")
@@ -28,11 +29,8 @@ def fetch_saved_model(spec: Any, workdir: Path) -> tuple[Path, str]:
     p = spec.predict
     dest = workdir / "model"
     if p.saved_model:
-        import fsspec
-
         url = resolve_latest(p.saved_model)
-        fs, root = fsspec.core.url_to_fs(url)
-        root = root.rstrip("/")
+        fs, root = fs_path(url)
         if not fs.exists(f"{root}/saved_model.pb"):
             raise FileNotFoundError(f"predict.saved_model: no saved_model.pb in {url}")
         for path in fs.find(root):

@@ -15,6 +15,7 @@ every planned part exists once and rows out = rows in - rows skipped.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import queue
@@ -79,14 +80,6 @@ class OutputDir:
         self.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
         replace(self.fs, tmp, path)
 
-    def success(self) -> dict[str, Any] | None:
-        path = f"{self.root}/{SUCCESS}"
-        if not self.fs.exists(path):
-            return None
-        with self.fs.open(path, "rb") as f:
-            text = f.read()
-        return json.loads(text) if text.strip() else {}
-
     def finish(self, planned: int, summary: dict[str, Any]) -> dict[str, Any] | None:
         """When every one of the ``planned`` parts has its record: the totals written as ``_SUCCESS`` (the same from
         whichever task sees the last record; a store that orders writes, as HDFS's NameNode does, lets at least one
@@ -106,10 +99,8 @@ class OutputDir:
             "format": self.fmt,
         }
         self.put_json(f"{self.root}/{SUCCESS}", doc, tmp_dir="_tfyarn")  # not in TMP, which a peer may remove now
-        try:
+        with contextlib.suppress(OSError):  # another finisher removed it first
             self.fs.rm(f"{self.root}/{TMP}", recursive=True)
-        except (FileNotFoundError, OSError):  # another finisher removed it first
-            pass
         return doc
 
 
@@ -132,6 +123,17 @@ def check_output(url: str, overwrite: bool, get_fs: Callable[[str], tuple[Any, s
     return None
 
 
+def put_unless(q: queue.Queue, item: tuple, stopped: Callable[[], bool]) -> bool:
+    """Put ``item`` on the bounded queue ``q``, waiting while it is full unless ``stopped()``; whether it was put."""
+    while not stopped():
+        try:
+            q.put(item, timeout=0.2)
+            return True
+        except queue.Full:
+            continue
+    return False
+
+
 class PartWriter:
     """The background thread that writes and commits parts: ``("rows", index, kept, predictions)`` and
     ``("end", index, stats, rows_out, seconds)`` are queued in order; ``on_commit(record)`` is called after each
@@ -145,14 +147,8 @@ class PartWriter:
         self.thread.start()
 
     def put(self, item: tuple) -> None:
-        while True:
-            if self.error is not None:
-                raise RuntimeError(f"the output writer failed: {type(self.error).__name__}: {self.error}")
-            try:
-                self.q.put(item, timeout=0.2)
-                return
-            except queue.Full:
-                continue
+        if not put_unless(self.q, item, lambda: self.error is not None):
+            raise RuntimeError(f"the output writer failed: {type(self.error).__name__}: {self.error}")
 
     def close(self, timeout: float = 600.0) -> None:
         self.put(("stop",))
@@ -256,17 +252,14 @@ class _OpenPart:
         return nbytes
 
     def abandon(self) -> None:
-        try:
+        with contextlib.suppress(Exception):  # a temporary file left behind is removed with the run's tmp dir
             if self.writer is not None:
                 self.writer.close()
             self.f.close()
             self.out.fs.rm(self.tmp)
-        except Exception:  # noqa: BLE001 - a temporary file left behind is removed with the run's tmp dir
-            pass
 
 
 def _value(v: Any) -> Any:
-
     if isinstance(v, np.ndarray):
         return v
     if isinstance(v, (list, tuple)):

@@ -41,9 +41,12 @@ def _saved_model_class() -> Any:
                 f.type_name = type_name
         return m
 
+    def map_entry(name: str, value_type: str, parent: Any) -> None:  # a map<string, value_type> field's entry
+        fields = [("key", 1, F.TYPE_STRING, opt, ""), ("value", 2, F.TYPE_MESSAGE, opt, value_type)]
+        message(name, fields, parent).options.map_entry = True
+
     opt, rep = F.LABEL_OPTIONAL, F.LABEL_REPEATED
-    dim = message("Dim", [("size", 1, F.TYPE_INT64, opt, ""), ("name", 2, F.TYPE_STRING, opt, "")])
-    del dim
+    message("Dim", [("size", 1, F.TYPE_INT64, opt, ""), ("name", 2, F.TYPE_STRING, opt, "")])
     message(
         "TensorShape",
         [("dim", 2, F.TYPE_MESSAGE, rep, ".tfyarn_sm.Dim"), ("unknown_rank", 3, F.TYPE_BOOL, opt, "")],
@@ -65,19 +68,9 @@ def _saved_model_class() -> Any:
         ],
     )
     for entry in ("InputsEntry", "OutputsEntry"):
-        e = message(
-            entry,
-            [("key", 1, F.TYPE_STRING, opt, ""), ("value", 2, F.TYPE_MESSAGE, opt, ".tfyarn_sm.TensorInfo")],
-            sig,
-        )
-        e.options.map_entry = True
+        map_entry(entry, ".tfyarn_sm.TensorInfo", sig)
     meta = message("MetaGraph", [("signature_def", 5, F.TYPE_MESSAGE, rep, ".tfyarn_sm.MetaGraph.SignatureDefEntry")])
-    e = message(
-        "SignatureDefEntry",
-        [("key", 1, F.TYPE_STRING, opt, ""), ("value", 2, F.TYPE_MESSAGE, opt, ".tfyarn_sm.SignatureDef")],
-        meta,
-    )
-    e.options.map_entry = True
+    map_entry("SignatureDefEntry", ".tfyarn_sm.SignatureDef", meta)
     message(
         "SavedModel",
         [("schema_version", 1, F.TYPE_INT64, opt, ""), ("meta_graphs", 2, F.TYPE_MESSAGE, rep, ".tfyarn_sm.MetaGraph")],

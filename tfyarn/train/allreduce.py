@@ -7,8 +7,8 @@ Why it is built this way (each point a failure of the seeds or a measured TF 2.2
   ``distribute_datasets_from_function`` (which pads short workers with empty batches).
 * **Equal steps, so no worker waits for a peer that ran out of data**: every worker plans the same ``steps(epoch)``
   from the shared manifest and checks its total against the chief's before the first step.
-* **The loss is averaged over the GLOBAL batch** (per-worker batch x training workers; seed 003 divided by the local
-  batch, which makes the summed gradients N times too large).
+* **The loss is averaged over the GLOBAL batch** (per-worker batch x training workers): over the local batch, the
+  summed gradients would be N times too large.
 * **Collectives time out** (``timeouts.step``): a lost or frozen peer is a DeadlineExceeded error, not a hang.
 * **Only the chief checkpoints** (saving mirrored variables needs no collective), writes the summary and sets
   ``control/done``; every worker resumes from the latest checkpoint, whose global step gives the plan position.
@@ -22,7 +22,6 @@ import re
 import time
 from typing import Any
 
-from tfyarn.data.pipeline import EpochPipeline
 from tfyarn.errors import WaitTimeout
 from tfyarn.tasklib.context import DONE_KEY, TOTAL_STEPS_KEY, TaskContext
 from tfyarn.tasklib.watchdog import dump_stacks, install_stack_dumps
@@ -137,8 +136,7 @@ def make_step(
 
     @tf.function(input_signature=[signature])
     def step(batch):
-        local_loss = strategy.run(replica_step, args=(batch,))
-        return strategy.experimental_local_results(local_loss)[0]
+        return strategy.experimental_local_results(strategy.run(replica_step, args=(batch,)))[0]
 
     return FedStep(step, signature, metric_names(model))
 
@@ -154,19 +152,16 @@ class FedStep:
     def __init__(self, function: Any, signature: dict[str, Any], metric_names: list[str] | None = None):
         import tensorflow as tf
 
-        self.function, self.metric_names = function, list(metric_names or [])
+        self.function, self.metric_names, self.signature = function, list(metric_names or []), signature
         self.concrete = function.get_concrete_function()  # the one trace (creates optimizer slots)
         self.dtypes = {k: spec.dtype for k, spec in signature.items()}
-        self._tf = tf
-
-        self.signature, self._to_tensors = signature, to_tensors
+        self.convert = tf.convert_to_tensor
         self.sparse = any(isinstance(s, tf.SparseTensorSpec) for s in signature.values())
 
     def __call__(self, batch: dict[str, Any]) -> Any:
         if self.sparse:  # a variable-length feature: tf.SparseTensor (tfyarn.train.inputs)
-            return self.concrete(self._to_tensors(batch, self.signature))
-        conv = self._tf.convert_to_tensor
-        return self.concrete({k: conv(batch[k], dtype=d) for k, d in self.dtypes.items()})
+            return self.concrete(to_tensors(batch, self.signature))
+        return self.concrete({k: self.convert(batch[k], dtype=d) for k, d in self.dtypes.items()})
 
     def experimental_get_tracing_count(self) -> int:
         return int(self.function.experimental_get_tracing_count())
@@ -250,10 +245,8 @@ class Checkpointer(PeriodicCheckpoints):
 
     def restore_latest(self) -> dict[str, Any] | None:
         """Every worker restores the newest committed checkpoint (same values everywhere); None if there is none."""
-        if self.store is None:
-            return None
-        entry = self.store.latest()
-        if entry is None:
+        entry = self.store.latest() if self.store else None
+        if self.store is None or entry is None:
             return None
         if entry.get("format") != CHECKPOINT_FORMAT:
             raise ValueError(
@@ -317,7 +310,6 @@ def collective_failure(ctx: TaskContext, exc: BaseException, step: int) -> str |
         + (f"; peers named by TF: {', '.join(peers)}" if peers else "")
         + f". TF said: {kind}: {first[:300]}"
     )
-
     dump_stacks(msg)
     log.error("%s", msg)
     return msg
@@ -377,22 +369,12 @@ def run(ctx: TaskContext) -> dict[str, Any]:
 
     spec = ctx.spec
     install_stack_dumps(ctx.kv, ctx.task_id)
-    batch = spec.data.batch_size
     strategy, global_batch = _start(ctx)
     model, optimizer, global_step, state = build(ctx, strategy)
-    step_fn = make_step(
-        strategy,
-        model,
-        optimizer,
-        global_step,
-        input_signature(spec.data.features, batch),
-        spec.data.label,
-        global_batch,
-    )
+    signature = input_signature(spec.data.features, spec.data.batch_size)
+    step_fn = make_step(strategy, model, optimizer, global_step, signature, spec.data.label, global_batch)
 
-    manifest = helpers.train_manifest(ctx)  # built (or read from its cache) once for both feeders
-    feeder = EpochPipeline(lambda: helpers.make_feeder(ctx, manifest), spec.data.epochs)
-    with feeder:
+    with helpers.train_pipeline(ctx) as feeder:
         steps = helpers.epoch_steps(feeder, spec.data.epochs)
         total = sum(steps)
         agree_on_total(ctx, total)
@@ -478,6 +460,10 @@ def _loop(
     return ran, waits
 
 
+#: Each task's figures in the summary's ``tasks``.
+TASK_FIGURES = ("step", "worker_steps", "examples_per_sec", "loss")
+
+
 def _finish(
     ctx: TaskContext,
     ckpt: Checkpointer,
@@ -511,15 +497,7 @@ def _finish(
         chief=figures,
         export=exported,
         **skip_counts(per_task),
-        tasks={
-            t: {
-                "step": p.get("step"),
-                "worker_steps": p.get("worker_steps"),
-                "examples_per_sec": p.get("examples_per_sec"),
-                "loss": p.get("loss"),
-            }
-            for t, p in per_task.items()
-        },
+        tasks={t: {k: p.get(k) for k in TASK_FIGURES} for t, p in per_task.items()},
     )
     write_summary(ctx, summary)
     ctx.kv.put(DONE_KEY, "1")

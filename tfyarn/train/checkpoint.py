@@ -20,6 +20,7 @@ Layout under the URL::
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -33,6 +34,7 @@ from typing import Any
 from tfyarn.common.fsio import replace, retry_vanished
 from tfyarn.common.fsretry import retry
 from tfyarn.train import sharding
+from tfyarn.train.events import fs_path
 
 log = logging.getLogger("tfyarn.train.checkpoint")
 
@@ -44,12 +46,8 @@ class KeptDir:
     versions in :class:`tfyarn.train.export.ExportStore`)."""
 
     def __init__(self, url: str, keep: int = 3):
-        import fsspec
-
-        self.url = url.rstrip("/")
-        self.keep = max(1, int(keep))
-        self.fs, root = fsspec.core.url_to_fs(self.url)
-        self.root = root.rstrip("/")
+        self.url, self.keep = url.rstrip("/"), max(1, int(keep))
+        self.fs, self.root = fs_path(self.url)
 
 
 class CheckpointStore(KeptDir):
@@ -83,12 +81,11 @@ class CheckpointStore(KeptDir):
         idx = self.index()
         ckpts = list(idx.get("checkpoints", []))
         names = [c["name"] for c in ckpts]
+        self.skipped = []
         if idx.get("latest") not in names:
-            self.skipped = []
             return None
         order = list(reversed(ckpts[: names.index(idx["latest"]) + 1]))
         sizes = self._sizes()
-        self.skipped = []
         for entry in order:
             why = incomplete(entry, sizes)
             if why is None:
@@ -168,10 +165,8 @@ class CheckpointStore(KeptDir):
 
     def _remove(self, pattern: str) -> None:
         for p in self.fs.glob(self._p(pattern)):
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 self.fs.rm(p)
-            except FileNotFoundError:
-                pass
 
     def download(self, entry: dict[str, Any], local_dir: str | Path) -> str:
         """Copy the checkpoint ``entry`` into ``local_dir``; returns the local prefix to restore from."""
@@ -339,8 +334,7 @@ def remove_checkpoint_files(prefix: str | Path) -> None:
 def local_dir_for(workdir: str | Path, sub: str) -> Path:
     """A fresh local scratch directory for checkpoints (``<workdir>/ckpt-<sub>``)."""
     d = Path(workdir) / f"ckpt-{sub}"
-    if d.exists():
-        shutil.rmtree(d, ignore_errors=True)
+    shutil.rmtree(d, ignore_errors=True)
     d.mkdir(parents=True, exist_ok=True)
     return d
 

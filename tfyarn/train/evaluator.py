@@ -24,7 +24,7 @@ from tfyarn.data.manifest import section_manifest
 from tfyarn.tasklib.context import ABORT_KEY, DONE_KEY, EVAL_KEY, FAILURE_PREFIX, TaskContext
 from tfyarn.tasklib.watchdog import install_stack_dumps
 from tfyarn.train.checkpoint import CheckpointStore, download_model_checkpoint, local_dir_for, restore_model_variables
-from tfyarn.train.events import EventWriter, upload_file
+from tfyarn.train.events import EventWriter, fs_path, upload_file
 from tfyarn.train.helpers import index_cache
 from tfyarn.train.inputs import to_tensors
 from tfyarn.train.model import build_model, input_signature, load_model, split_features
@@ -41,8 +41,7 @@ SIDE_ROLES = ("evaluator", "tensorboard")
 
 def training_ended_badly(ctx: TaskContext) -> str | None:
     """Why training will never set ``control/done`` (abort, or a training task or ps reported a failure), or None:
-    a follower role must not depend on the launcher to end it. A side role's failure is not training's (a
-    tensorboard without its package once stopped the evaluator while training went on to SUCCEEDED)."""
+    a follower role must not depend on the launcher to end it. A side role's failure is not training's."""
     reason = ctx.kv.get(ABORT_KEY)
     if reason is not None:
         return f"job aborted: {reason}"
@@ -64,7 +63,6 @@ def _restartable(spec: Any, task: str) -> bool:
 
 def make_eval_feeder(ctx: TaskContext) -> Any:
     """One reader over the whole eval set (rank 0 of 1): full batches of ``data.batch_size``, same order every time."""
-
     d = ctx.spec.data
     return Feeder.for_data(section_manifest(d.eval, d, index_cache(ctx.spec)), d, 0, 1, shuffle_buffer=0)
 
@@ -103,10 +101,7 @@ class MetricsLog:
     """metrics.jsonl kept locally in full and re-uploaded whole (temp name, rename): HDFS has no reliable append."""
 
     def __init__(self, url: str, local_dir: Path):
-        import fsspec
-
-        self.fs, root = fsspec.core.url_to_fs(url.rstrip("/"))
-        self.remote = f"{root.rstrip('/')}/eval/metrics.jsonl"
+        self.fs, self.remote = fs_path(url, "eval/metrics.jsonl")
         self.local = Path(local_dir) / "metrics.jsonl"
         self.local.parent.mkdir(parents=True, exist_ok=True)
         self.local.write_text("")
@@ -129,8 +124,7 @@ def run(ctx: TaskContext) -> list[dict[str, Any]]:
         raise ValueError("the evaluator needs checkpoint.dir and data.eval")
     url = spec.checkpoint.dir
     store = CheckpointStore(url, keep=spec.checkpoint.keep)
-    model = load_model(spec)
-    build_model(model)
+    model = build_model(load_model(spec))
     step = make_eval_step(model, dict(spec.data.features), spec.data.batch_size, spec.data.label)
     scratch = local_dir_for(ctx.workdir, "evaluator")
     events = EventWriter(url, "eval", scratch / "events")

@@ -26,6 +26,17 @@ log = logging.getLogger("tfyarn.train.events")
 Scalars = Mapping[str, float | None]
 
 
+def fs_path(url: str | None, sub: str = "") -> tuple[Any, str]:
+    """(fsspec filesystem of ``url``, the path of ``sub`` under it; without ``sub``, of ``url`` itself); for no
+    ``url``, (None, "")."""
+    import fsspec
+
+    if not url:
+        return None, ""
+    fs, root = fsspec.core.url_to_fs(url.rstrip("/"))
+    return fs, f"{root.rstrip('/')}/{sub}" if sub else root.rstrip("/")
+
+
 def upload_file(fs: Any, local: Path, remote: str) -> None:
     """Copy ``local`` to ``remote`` under a temporary name, then rename over the old copy (retried: fsretry)."""
     retry(lambda: _upload_file(fs, local, remote), "upload to", remote)
@@ -85,12 +96,7 @@ class EventWriter:
         self._file = open(self.path, "ab")
         self._file.write(encode_record(version.SerializeToString()))
         self._file.flush()
-        self.fs = self.remote = None
-        if url:
-            import fsspec
-
-            self.fs, root = fsspec.core.url_to_fs(url.rstrip("/"))
-            self.remote = f"{root.rstrip('/')}/{run}"
+        self.fs, self.remote = fs_path(url, run)
         self._sizes: dict[str, int] = {}
 
     def scalars(self, step: int, values: Scalars, wall_time: float | None = None) -> None:

@@ -61,8 +61,7 @@ def write_saved_model(spec: Any, prefix: str, keys: list[str], local_dir: Path, 
     """Build the spec's model eagerly, restore it from the local checkpoint ``prefix`` and write a SavedModel."""
     import tensorflow as tf
 
-    model = load_model(spec)
-    build_model(model)
+    model = build_model(load_model(spec))
     restore_model_variables(model.variables, prefix, keys, what)
     module, fn = serving_module(model, dict(spec.data.features), spec.data.label)
     if local_dir.exists():
@@ -133,8 +132,7 @@ def export_checkpoint(
         else:
             prefix, entry, keys = download_model_checkpoint(store, Path(tmp) / "ckpt", "export", entry)
         saved = write_saved_model(spec, prefix, keys, Path(tmp) / "saved_model", f"{entry['name']} in {store.url}")
-        keep = spec.export.keep if spec.export else 3
-        url = ExportStore(dest, keep=keep).upload(saved, int(entry["global_step"]))
+        url = ExportStore(dest, keep=spec.export.keep if spec.export else 3).upload(saved, int(entry["global_step"]))
     secs = time.monotonic() - t0
     log.info(
         "exported %s (global step %d) as a SavedModel to %s in %.2fs (%s)",

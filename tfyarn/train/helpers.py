@@ -12,6 +12,7 @@ from typing import Any, Callable
 import numpy as np
 
 from tfyarn.data import Feeder
+from tfyarn.data.pipeline import EpochPipeline
 from tfyarn.data.shared_index import shared_manifest
 from tfyarn.tasklib.context import DONE_KEY
 from tfyarn.train.checkpoint import CheckpointStore
@@ -24,19 +25,16 @@ log = logging.getLogger("tfyarn.train")
 def index_cache(spec: Any) -> str | None:
     """``data.index_cache`` (the YARN backend sets it to ``<staging dir>/index`` when unset), else None: this
     machine's cache (``tfyarn.data.manifest.default_cache_dir``), which is what every local task shares."""
-    d = spec.data.index_cache
-    return d or None
+    return spec.data.index_cache or None
 
 
 def train_manifest(ctx: Any) -> Any:
     """The manifest of ``data.train``, built together by the training tasks: each indexes ~1/N of the files not
     indexed yet and every one ends with the identical manifest (:mod:`tfyarn.data.shared_index`; a task's silence
     is judged by ``timeouts.stall``)."""
-
     d = ctx.spec.data
-    urls = list(d.train)
     return shared_manifest(
-        urls,
+        list(d.train),
         kv=ctx.kv,
         tasks=list(ctx.training_tasks),
         rank=ctx.data_rank,
@@ -54,12 +52,17 @@ def train_manifest(ctx: Any) -> Any:
 def make_feeder(ctx: Any, manifest: Any = None) -> Any:
     """This task's share of ``data.train`` as ready numpy batches (``tfyarn.data.Feeder``, rank = ``ctx.data_rank``);
     ``manifest``: :func:`train_manifest`'s, when the task already has it (else built here)."""
-
-    d = ctx.spec.data
     if ctx.data_rank < 0:
         raise ValueError(f"{ctx.task_id} is not a training task; it has no share of the data")
     manifest = manifest if manifest is not None else train_manifest(ctx)
-    return Feeder.for_data(manifest, d, ctx.data_rank, ctx.num_data_workers)
+    return Feeder.for_data(manifest, ctx.spec.data, ctx.data_rank, ctx.num_data_workers)
+
+
+def train_pipeline(ctx: Any) -> EpochPipeline:
+    """This task's share of ``data.train`` epoch after epoch: two feeders alternating, so the next epoch is read while
+    this one trains (no cold start at a boundary), on the one manifest (built, or read from its cache, once)."""
+    manifest = train_manifest(ctx)
+    return EpochPipeline(lambda: make_feeder(ctx, manifest), ctx.spec.data.epochs)
 
 
 def epoch_steps(feeder: Any, epochs: int) -> list[int]:
@@ -112,10 +115,6 @@ class Helpers:
         if store is None:
             raise ValueError("checkpoint.dir is not set in the spec")
         return store.upload(local_prefix, global_step, meta)
-
-    def latest_checkpoint(self) -> dict[str, Any] | None:
-        store = self.checkpoint_store()
-        return store.latest() if store else None
 
 
 def jsonable(values: dict[str, Any], what: str) -> dict[str, Any]:

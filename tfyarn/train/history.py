@@ -22,7 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tfyarn.train.events import EventWriter, upload_file
+from tfyarn.train.events import EventWriter, fs_path, upload_file
+from tfyarn.train.tracking import POINT_METRICS
 
 log = logging.getLogger("tfyarn.train.history")
 
@@ -52,16 +53,8 @@ class TaskHistory:
         self.local = Path(local_dir) / self.name
         self.local.parent.mkdir(parents=True, exist_ok=True)
         self.local.write_text("")
-        self.fs: Any = None
-        self.remote: str | None = None
-        if url:
-            import fsspec
-
-            self.fs, root = fsspec.core.url_to_fs(url.rstrip("/"))
-            self.remote = f"{root.rstrip('/')}/{TASK_HISTORY_DIR}/{app_id}/{self.name}"
-        self.events = None
-        if events:
-            self.events = EventWriter(url, "train", Path(local_dir) / "events")
+        self.fs, self.remote = fs_path(url, f"{TASK_HISTORY_DIR}/{app_id}/{self.name}")
+        self.events = EventWriter(url, "train", Path(local_dir) / "events") if events else None
         self.points = 0
         self.sink: Any = None  # also gets each batch of points (tfyarn.train.tracking: MLflow)
         self._next = 0.0  # monotonic time the next point is due
@@ -79,8 +72,7 @@ class TaskHistory:
     def for_task(cls, ctx: Any) -> "TaskHistory":
         """The history of this task process; uploaded next to the checkpoints when the spec has a checkpoint dir.
         The chief also writes the ``train`` TensorBoard run."""
-        ckpt = ctx.spec.checkpoint.dir
-        url = ckpt or None
+        url = ctx.spec.checkpoint.dir or None
         return cls(
             url, ctx.app_id, ctx.task_id, ctx.attempt, Path(ctx.workdir) / "history", events=bool(ctx.is_chief and url)
         )
@@ -113,13 +105,13 @@ class TaskHistory:
             self.sink(pending)
         if self.events is not None:
             for p in pending:
-                values = {k: p.get(k) for k in ("loss", "examples_per_sec", "global_steps_per_sec")}
+                values = {k: p.get(k) for k in POINT_METRICS}
                 self.events.scalars(int(p.get("global_step") or p.get("step") or 0), values, p.get("time"))
 
     def flush(self) -> None:
         """Write what is queued and upload the file (and the chief's event file) when it changed."""
         self._write_pending()
-        if self.fs is None or self.remote is None:  # (both set, or neither)
+        if self.fs is None:  # (no checkpoint dir: nowhere to upload)
             return
         size = self.local.stat().st_size
         if size != self._uploaded_size:

@@ -24,14 +24,7 @@ def tf_dtype(name: str) -> Any:
     """Spec dtype name → tf.DType (``bytes`` and ``string`` are both tf.string)."""
     import tensorflow as tf
 
-    return {
-        "float32": tf.float32,
-        "float64": tf.float64,
-        "int64": tf.int64,
-        "int32": tf.int32,
-        "string": tf.string,
-        "bytes": tf.string,
-    }[name]
+    return tf.as_dtype("string" if name == "bytes" else name)
 
 
 def is_sparse(f: Any) -> bool:
@@ -61,11 +54,7 @@ def to_tensors(batch: dict[str, Any], signature: dict[str, Any]) -> dict[str, An
     for k, spec in signature.items():
         v = batch[k]
         if isinstance(spec, tf.SparseTensorSpec):
-            out[k] = tf.SparseTensor(
-                tf.convert_to_tensor(v[0], tf.int64),
-                tf.convert_to_tensor(v[1], spec.dtype),
-                tf.convert_to_tensor(v[2], tf.int64),
-            )
+            out[k] = tf.SparseTensor(*map(tf.convert_to_tensor, v, (tf.int64, spec.dtype, tf.int64)))
         else:
             out[k] = tf.convert_to_tensor(v, dtype=spec.dtype)
     return out
@@ -121,9 +110,8 @@ def from_serving(flat: dict[str, Any], features: dict[str, Any], exclude: str | 
     """The model's inputs from the serving function's flat inputs."""
     import tensorflow as tf
 
-    out = {}
-    for name, f in features.items():
-        if name == exclude:
-            continue
-        out[name] = tf.SparseTensor(*(flat[f"{name}_{p}"] for p in SPARSE_PARTS)) if is_sparse(f) else flat[name]
-    return out
+    return {
+        name: tf.SparseTensor(*(flat[f"{name}_{p}"] for p in SPARSE_PARTS)) if is_sparse(f) else flat[name]
+        for name, f in features.items()
+        if name != exclude
+    }

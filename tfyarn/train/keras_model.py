@@ -23,6 +23,7 @@ loss, timeouts) and takes from the model what it declares:
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -31,7 +32,7 @@ from typing import Any
 from tfyarn.train import sharding
 from tfyarn.train.inputs import dims, is_sparse, tf_dtype
 from tfyarn.train.keras_optim import optimizer_config, v1_equivalent
-from tfyarn.train.sharding import tables
+from tfyarn.train.sharding import as_tf_variable, tables
 
 
 def keras_flavour(obj: Any) -> str | None:
@@ -68,14 +69,8 @@ def _fresh_names(flavour: str, fn: Callable[[], Any]) -> Any:
         global_state.set_global_attribute("object_name_uids", old)
 
 
-def _as_tf_variable(w: Any) -> Any:
-    """A Keras weight → its ``tf.Variable`` (Keras 3 wraps one in ``.value``; tf_keras weights are tf.Variables)."""
-    import tensorflow as tf
-
-    return w if isinstance(w, tf.Variable) else w.value
-
-
-def _keras_module(flavour: str) -> Any:
+def keras_module(flavour: str) -> Any:
+    """The Keras package of ``flavour`` (``'keras'`` or ``'tf_keras'``), imported."""
     if flavour == "tf_keras":
         import tf_keras
 
@@ -92,9 +87,8 @@ class KerasModel:
 
     variables: list[Any]  # set by build_model, as on a Model
     trainable_variables: list[Any]
-    tfyarn_shards_itself = (
-        True  # ps mode: its Embeddings' tables are split here (sharding.keras_tables), not by a creator
-    )
+    # ps mode: its Embeddings' tables are split here (sharding.keras_tables), not by a creator
+    tfyarn_shards_itself = True
 
     def __init__(
         self,
@@ -108,8 +102,7 @@ class KerasModel:
         self.flavour = keras_flavour(first) or "keras"
         self._pending: Any = first
         self._pending_graph = _current_graph()
-        self.features = dict(features or {})
-        self.label = label
+        self.features, self.label = dict(features or {}), label
         self.keras: Any = first
         self.keras_trainable: list = []
         self._loss_fn: Callable | None = None
@@ -123,7 +116,7 @@ class KerasModel:
         """Make (or take) the Keras model in the current scope, build it on the spec's features, check it."""
 
         policy = sharding.current() if _current_graph() is not None else None  # (ps mode's graph only)
-        with sharding.keras_tables(_keras_module(self.flavour), policy):
+        with sharding.keras_tables(keras_module(self.flavour), policy):
             if self._pending is not None and self._pending_graph is _current_graph() and policy is None:
                 km = self._pending
             else:
@@ -144,11 +137,11 @@ class KerasModel:
         """The model's variables in Keras's weight order (what checkpoints, warm start and export key on): not every
         variable the factory created (compile and the optimizer create some too)."""
 
-        return tables([_as_tf_variable(w) for w in self.keras.weights])  # (a split table: one of them)
+        return tables([as_tf_variable(w) for w in self.keras.weights])  # (a split table: one of them)
 
     def tfyarn_trainable_variables(self) -> list:
         """The trainable ones, in the order the Keras optimizer gets them (``keras_trainable``)."""
-        return [_as_tf_variable(w) for w in self.keras_trainable]
+        return [as_tf_variable(w) for w in self.keras_trainable]
 
     def __call__(self, features: dict[str, Any], training: bool) -> Any:
         out = self.keras(self._inputs(features), training=training)
@@ -206,7 +199,7 @@ class KerasModel:
         one made in a thread of its own (TF's default graph is per thread: a new thread is eager), its Embedding
         tables one row each (:func:`sharding.stub_tables`)."""
         if self._opt_config is None:
-            keras = _keras_module(self.flavour)
+            keras = keras_module(self.flavour)
 
             def read() -> tuple[str, dict[str, Any]]:
                 with sharding.stub_tables(keras):  # eager: a real table would be allocated here, whole
@@ -302,20 +295,18 @@ class KerasModel:
     @property
     def _loss_name(self) -> str:
         loss = self._compiled.get("loss")
-        return (
-            loss
-            if isinstance(loss, str)
-            else type(loss).__name__
-            if not callable(loss) or hasattr(loss, "get_config")
-            else getattr(loss, "__name__", "loss")
-        )
+        if isinstance(loss, str):
+            return loss
+        if not callable(loss) or hasattr(loss, "get_config"):
+            return type(loss).__name__
+        return getattr(loss, "__name__", "loss")
 
     @staticmethod
     def _sparse(name: str) -> bool:
         return "sparse" in name.lower()
 
     def _resolve_loss(self) -> Callable:
-        keras = _keras_module(self.flavour)
+        keras = keras_module(self.flavour)
         loss = self._compiled.get("loss")
         if isinstance(loss, (dict, list, tuple)):
             raise ModelSpecError(
@@ -331,7 +322,7 @@ class KerasModel:
         raise ModelSpecError(f"{self.ref}: cannot use the compiled loss {loss!r}")
 
     def _resolve_metrics(self) -> dict[str, Callable]:
-        keras = _keras_module(self.flavour)
+        keras = keras_module(self.flavour)
         metrics = self._compiled.get("metrics") or []
         if isinstance(metrics, dict):
             raise ModelSpecError(f"{self.ref}: metrics per output (a dict) are not supported; give a list")
@@ -369,29 +360,16 @@ class KerasModel:
         import tensorflow as tf
 
         y, p = labels, predictions
-        if (
-            not sparse
-            and p.shape.rank is not None
-            and y.shape.rank is not None
-            and p.shape.rank == y.shape.rank + 1
-            and p.shape[-1] == 1
-        ):
+        if sparse:
+            return y, p
+        if y.shape.rank is not None and p.shape.rank == y.shape.rank + 1 and p.shape[-1] == 1:
             y = tf.expand_dims(y, -1)
-        if not sparse and y.dtype != p.dtype:
-            y = tf.cast(y, p.dtype)
-        return y, p
+        return (y if y.dtype == p.dtype else tf.cast(y, p.dtype)), p
 
 
 def _with_kwargs(fn: Callable, kwargs: dict[str, Any]) -> Callable:
     """A Metric class's per-example function with its keyword arguments bound (its ``__name__`` kept)."""
-    if not kwargs:
-        return fn
-
-    def bound(y: Any, p: Any) -> Any:
-        return fn(y, p, **kwargs)
-
-    bound.__name__ = getattr(fn, "__name__", "metric")
-    return bound
+    return functools.update_wrapper(functools.partial(fn, **kwargs), fn) if kwargs else fn
 
 
 def _current_graph() -> Any:
@@ -405,6 +383,4 @@ def _current_graph() -> Any:
 
 def wrap(factory: Callable[[], Any], first: Any, data: Any, ref: str) -> KerasModel:
     """``first`` (what ``factory()`` returned) as a tfyarn model bound to the spec's ``data`` (features, label)."""
-    return KerasModel(
-        factory, first, dict(data.features) if data is not None else None, data.label if data is not None else None, ref
-    )
+    return KerasModel(factory, first, getattr(data, "features", None), getattr(data, "label", None), ref)

@@ -59,25 +59,9 @@ class UnsupportedOptimizer(ValueError):
     """The compiled optimizer (or one of its options) has no ps-mode equivalent."""
 
 
-def supported_text() -> str:
-    return ", ".join(f"{k} ({v})" for k, v in SUPPORTED.items())
-
-
 def optimizer_config(opt: Any) -> tuple[str, dict[str, Any]]:
     """(class name, ``get_config()``) of a Keras optimizer; call it eagerly (Keras 3 reads its variables)."""
     return type(opt).__name__, dict(opt.get_config())
-
-
-def _config(cfg: dict[str, Any]) -> dict[str, Any]:
-    lr = cfg.get("learning_rate")
-    if not isinstance(lr, numbers.Real):
-        raise UnsupportedOptimizer(
-            f"learning_rate {lr!r}: ps mode takes a constant learning rate (a schedule has no v1 equivalent here)"
-        )
-    for key in _UNMAPPED:
-        if cfg.get(key) not in (None, False, 0, 0.0):
-            raise UnsupportedOptimizer(f"option {key}={cfg[key]!r} has no tf.compat.v1.train equivalent")
-    return cfg
 
 
 def v1_equivalent(name: str, config: dict[str, Any], ref: str = "model") -> Any:
@@ -85,20 +69,26 @@ def v1_equivalent(name: str, config: dict[str, Any], ref: str = "model") -> Any:
     :class:`UnsupportedOptimizer` otherwise."""
     import tensorflow as tf
 
-    v1 = tf.compat.v1.train
+    v1, c, lr = tf.compat.v1.train, config, config.get("learning_rate")
     try:
         if name not in SUPPORTED:
             raise UnsupportedOptimizer(f"{name} has no ps-mode equivalent")
-        c = _config(config)
-        lr = float(c["learning_rate"])
+        if not isinstance(lr, numbers.Real):
+            raise UnsupportedOptimizer(
+                f"learning_rate {lr!r}: ps mode takes a constant learning rate (a schedule has no v1 equivalent here)"
+            )
+        for key in _UNMAPPED:
+            if c.get(key) not in (None, False, 0, 0.0):
+                raise UnsupportedOptimizer(f"option {key}={c[key]!r} has no tf.compat.v1.train equivalent")
         if name == "SGD":
             if not c.get("momentum"):
-                return v1.GradientDescentOptimizer(lr)
-            return v1.MomentumOptimizer(lr, float(c["momentum"]), use_nesterov=bool(c.get("nesterov")))
+                return v1.GradientDescentOptimizer(float(lr))
+            return v1.MomentumOptimizer(float(lr), float(c["momentum"]), use_nesterov=bool(c.get("nesterov")))
         twin, options = _TWINS[name]
-        return getattr(v1, twin)(lr, **{arg: type(d)(c.get(key, d)) for arg, (key, d) in options.items()})
+        return getattr(v1, twin)(float(lr), **{arg: type(d)(c.get(key, d)) for arg, (key, d) in options.items()})
     except UnsupportedOptimizer as exc:
+        supported = ", ".join(f"{k} ({v})" for k, v in SUPPORTED.items())
         raise UnsupportedOptimizer(
             f"{ref}: the compiled optimizer cannot run in ps mode: {exc}. Supported in ps "
-            f"mode: {supported_text()}; or use mode: allreduce (the Keras optimizer itself)"
+            f"mode: {supported}; or use mode: allreduce (the Keras optimizer itself)"
         ) from None

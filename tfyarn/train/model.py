@@ -8,7 +8,7 @@ The contract itself is plain TensorFlow ops:
 * :meth:`Model.__call__` maps ``features`` (every feature of ``data.features`` but the label, leading dim = batch) to
   predictions, on graph tensors (placeholders) and inside a ``tf.function`` alike.
 * :meth:`Model.loss` returns the **per-example** loss, shape ``(B,)``: only tfyarn knows the right denominator (in
-  allreduce mode the **global** batch; dividing by the local batch was seed 003's bug: gradients N times too large).
+  allreduce mode the **global** batch: dividing by the local batch makes the gradients N times too large).
 * :meth:`Model.optimizer` returns a ``tf.compat.v1.train.Optimizer``: it works in graph mode and under strategies
   (``apply_gradients`` in replica context aggregates across replicas). Called once, in the scope, after :meth:`build`.
 * :meth:`Model.metrics` (optional): scalar batch metrics for logs and the evaluator; default ``{"loss": mean}``.

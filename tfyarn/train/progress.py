@@ -210,14 +210,9 @@ class ProgressReporter:
         A user's program that has reported no step has none of those: ``reported: false`` and what tfyarn knows
         itself (``extra``: the batches taken from ``train_dataset()``, the log heartbeat). A program that reports
         steps without examples has no examples/s of its own (``None``, not 0)."""
+        tail = {"time": time.time(), "attempt": self.attempt, "restart": self.restart, **self.extra}
         if self.program and not self.reported:
-            return {
-                "reported": False,
-                "time": time.time(),
-                "attempt": self.attempt,
-                "restart": self.restart,
-                **self.extra,
-            }
+            return {"reported": False, **tail}
         return {
             "step": self.step,
             "global_step": self.global_step,
@@ -227,10 +222,7 @@ class ProgressReporter:
             "global_steps_per_sec": None if self._gs_rate is None else round(self._gs_rate, 3),
             "loss": self.last_loss,
             **({"metrics": self.last_metrics} if self.last_metrics else {}),
-            "time": time.time(),
-            "attempt": self.attempt,
-            "restart": self.restart,
-            **self.extra,
+            **tail,
         }
 
     def publish(self) -> None:
@@ -397,14 +389,13 @@ def write_summary(ctx: Any, summary: dict[str, Any]) -> str:
     summary = with_run(ctx, summary)  # tracking.mlflow: the run named in the summary, the summary logged
     ckpt = ctx.spec.checkpoint.dir
     url = ckpt.rstrip("/") + "/summary.json" if ckpt else str(Path(ctx.workdir) / "summary.json")
-    text = json.dumps(summary, indent=1, sort_keys=True)
     fs, path = fsspec.core.url_to_fs(url)
     parent = path.rsplit("/", 1)[0]
     if parent:
         fs.makedirs(parent, exist_ok=True)
     tmp = f"{parent}/.summary.json.tmp-{ctx.attempt}" if parent else f".summary.json.tmp-{ctx.attempt}"
     with fs.open(tmp, "w") as f:
-        f.write(text)
+        f.write(json.dumps(summary, indent=1, sort_keys=True))
     replace(fs, tmp, path)  # a summary of an earlier run of this spec may be there (HDFS refuses a plain mv)
     ctx.kv.put(SUMMARY_KEY, json.dumps(summary, separators=(",", ":")))
     log.info("summary written to %s", url)

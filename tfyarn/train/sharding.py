@@ -20,6 +20,7 @@ import functools
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 _state = threading.local()
@@ -77,10 +78,9 @@ def row_splits(rows: int, n: int) -> list[int]:
     return [base + (1 if i < extra else 0) for i in range(n)]
 
 
+@functools.cache
 def _sharded_class() -> type:
     """:class:`ShardedVariable`, made on first use (its base class is TensorFlow's: no TF import at module load)."""
-    if "_CLS" in globals():
-        return globals()["_CLS"]
     from tensorflow.python.ops.variables import PartitionedVariable
 
     class ShardedVariable(PartitionedVariable):
@@ -101,15 +101,9 @@ def _sharded_class() -> type:
 
         @property
         def op(self) -> Any:  # (the first shard's: code that names variables by ``v.op.name`` gets the table's)
-            return _NamedOp(self.name)
+            return SimpleNamespace(name=self.name)
 
-    globals()["_CLS"] = ShardedVariable
     return ShardedVariable
-
-
-@dataclass(frozen=True)
-class _NamedOp:
-    name: str
 
 
 def builds_own_tables(model: Any) -> bool:
@@ -119,7 +113,7 @@ def builds_own_tables(model: Any) -> bool:
 
 
 def is_sharded(v: Any) -> bool:
-    return "_CLS" in globals() and isinstance(v, globals()["_CLS"])
+    return _sharded_class.cache_info().currsize > 0 and isinstance(v, _sharded_class())
 
 
 def checkpoint_key(v: Any) -> str:
@@ -298,12 +292,8 @@ def _maybe_split(policy: Policy, next_creator: Callable[..., Any], kw: Any) -> A
         piece = tf.slice(value, start, shard_shape)
         return next_creator(**{**rest, "initial_value": piece, "name": f"{name}/part_{i}"})
 
-    old = _state.active
-    _state.active = False
-    try:
+    with _suspended():
         return make_sharded(full, value.shape, value.dtype, n, create)
-    finally:
-        _state.active = old
 
 
 def _identity(value: Any) -> Any:
@@ -336,9 +326,8 @@ def touched_rows_only(opt: Any) -> Any:
     return opt
 
 
+@functools.cache
 def _lazy_adam_class() -> type:
-    if "_LAZY_ADAM" in globals():
-        return globals()["_LAZY_ADAM"]
     import tensorflow as tf
 
     class LazyAdamOnShards(tf.compat.v1.train.AdamOptimizer):
@@ -360,7 +349,6 @@ def _lazy_adam_class() -> type:
             step = lr * m_rows / (tf.sqrt(v_rows) + eps)
             return tf.group(var.scatter_sub(tf.IndexedSlices(step, indices)), m_up, v_up)
 
-    globals()["_LAZY_ADAM"] = LazyAdamOnShards
     return LazyAdamOnShards
 
 
@@ -396,7 +384,7 @@ def keras_tables(keras: Any, policy: Policy | None) -> Iterator[None]:
                 self.embeddings_initializer = keras_init
             w = getattr(self, "_embeddings", None)
             w = self.embeddings if w is None else w
-            self.tfyarn_table = w if _is_tf_variable(w) else w.value
+            self.tfyarn_table = as_tf_variable(w)
             self.call = _sharded_call(self)
             return None
         weights = [
@@ -409,7 +397,7 @@ def keras_tables(keras: Any, policy: Policy | None) -> Iterator[None]:
             )
             for i, rows in enumerate(row_splits(shape[0], n))
         ]
-        shards = [w if not hasattr(w, "value") or _is_tf_variable(w) else w.value for w in weights]
+        shards = [as_tf_variable(w) for w in weights]
         full = shards[0].op.name.rsplit("_part_0", 1)[0]
         self.tfyarn_table = make_sharded(full, shape, dtype, n, lambda i, start, shard_shape: shards[i])
         self.call = _sharded_call(self)
@@ -466,10 +454,11 @@ def _embedding_build(keras: Any, build: Callable[..., Any]) -> Iterator[None]:
         cls.build = original
 
 
-def _is_tf_variable(w: Any) -> bool:
+def as_tf_variable(w: Any) -> Any:
+    """A Keras weight → its ``tf.Variable`` (Keras 3 wraps one in ``.value``; tf_keras weights are tf.Variables)."""
     import tensorflow as tf
 
-    return isinstance(w, tf.Variable)
+    return w if isinstance(w, tf.Variable) or not hasattr(w, "value") else w.value
 
 
 def _sharded_call(layer: Any) -> Callable[..., Any]:

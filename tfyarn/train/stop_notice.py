@@ -12,6 +12,7 @@ timer then ends the task as before, :data:`BACKSTOP_S` after the signal.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -106,10 +107,8 @@ class StopNotice:
 
 def _flush() -> None:
     for h in logging.getLogger().handlers + log.handlers:
-        try:
+        with contextlib.suppress(Exception):  # best effort before dying
             h.flush()
-        except Exception:  # noqa: BLE001 - best effort before dying
-            pass
 
 
 def chief_notice(ctx: Any, saves: bool) -> StopNotice | None:

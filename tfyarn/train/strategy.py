@@ -51,7 +51,6 @@ class _Bounded:
         self.timer.daemon = True
 
     def _fire(self) -> None:
-
         msg = f"{self.ctx.task_id}: timed out after {self.timeout:g}s waiting for {self.what}"
         log.error("%s", msg)
         dump_stacks(msg)

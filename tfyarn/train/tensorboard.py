@@ -17,6 +17,7 @@ from tfyarn.errors import WaitTimeout
 from tfyarn.tasklib.context import DONE_KEY, TENSORBOARD_URL_KEY, TaskContext
 from tfyarn.tasklib.watchdog import install_stack_dumps
 from tfyarn.train.evaluator import training_ended_badly
+from tfyarn.train.events import fs_path
 
 log = logging.getLogger("tfyarn.train.tensorboard")
 
@@ -31,10 +32,7 @@ class EventMirror:
     """Copy new or grown event files from ``url`` (any fsspec URL) into ``local``, keeping relative paths."""
 
     def __init__(self, url: str, local: Path):
-        import fsspec
-
-        self.fs, root = fsspec.core.url_to_fs(url.rstrip("/"))
-        self.root = root.rstrip("/")
+        self.fs, self.root = fs_path(url)
         self.local = Path(local)
         self.local.mkdir(parents=True, exist_ok=True)
         self._sizes: dict[str, int] = {}

@@ -20,12 +20,8 @@ from typing import Any
 
 log = logging.getLogger("tfyarn.train.tracking")
 
-#: Metrics taken from the chief's progress points (and their MLflow names).
-POINT_METRICS = {
-    "loss": "loss",
-    "examples_per_sec": "examples_per_sec",
-    "global_steps_per_sec": "global_steps_per_sec",
-}
+#: Metrics taken from the chief's progress points (MLflow metrics and the chief's TensorBoard scalars alike).
+POINT_METRICS = ("loss", "examples_per_sec", "global_steps_per_sec")
 #: Keys of an evaluation record that are not metrics (``display`` shows the same split).
 EVAL_META = ("checkpoint", "global_step", "epoch", "batches", "examples", "time", "eval_seconds")
 
@@ -99,13 +95,13 @@ class MlflowRun:
 
         metrics = [
             Metric(
-                name,
+                key,
                 float(p[key]),
                 int(float(p.get("time") or time.time()) * 1000),
                 int(p.get("global_step") or p.get("step") or 0),
             )
             for p in pending
-            for key, name in POINT_METRICS.items()
+            for key in POINT_METRICS
             if p.get(key) is not None
         ]
         try:
@@ -119,11 +115,7 @@ class MlflowRun:
     def record(self) -> dict[str, str]:
         """What the summary keeps of the run (``summary["mlflow"]``): the report writer logs into
         it."""
-        return {
-            "tracking_uri": self.uri,
-            "run_id": self.run_id,
-            "experiment_id": self.experiment_id,
-        }
+        return {"tracking_uri": self.uri, "run_id": self.run_id, "experiment_id": self.experiment_id}
 
 
 def attach(ctx: Any, history: Any) -> MlflowRun | None:

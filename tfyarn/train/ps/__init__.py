@@ -3,7 +3,7 @@
 Why each piece is the way it is (the seeds' failures and NOTES.md's measurements):
 
 * **Placement by size** (:mod:`.placement`), not round-robin, which can put two big embeddings on one ps and make
-  every worker wait on it (seed 001).
+  every worker wait on it.
 * **Placeholders fed from the Feeder**: no dataset or iterator op exists in the graph, so none can land on a ps.
 * **Sync without deadlock** (:class:`.graph.LockstepSync`): ``SyncReplicasOptimizer`` aggregates *any* N gradients
   and shares one token queue, so a fast worker takes a slow worker's token, runs ahead, and the job hangs at epoch

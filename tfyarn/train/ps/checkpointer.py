@@ -27,10 +27,8 @@ class Checkpointer(PeriodicCheckpoints):
 
     def restore_prefix(self) -> str | None:
         """Download the latest checkpoint (if any) for the chief to restore from."""
-        if self.store is None:
-            return None
-        entry = self.store.latest()
-        if entry is None:
+        entry = self.store.latest() if self.store else None
+        if self.store is None or entry is None:
             return None
         prefix = self.store.download(entry, local_dir_for(self.ctx.workdir, "restore"))
         import tensorflow as tf
@@ -78,8 +76,9 @@ class Checkpointer(PeriodicCheckpoints):
             return None
         if final:
             self.uploads.wait()
-        gs, ws = sess.run([self.tg.global_step, self.tg.worker_steps])
-        gs = int(gs)
+        import tensorflow as tf
+
+        gs = int(sess.run(self.tg.global_step))
         if gs == self.last_step:
             return None
         prefix = self.tg.saver.save(
@@ -96,8 +95,10 @@ class Checkpointer(PeriodicCheckpoints):
             )
         # Async workers keep stepping while the Saver reads the ps: the counters in the files can be a step or two
         # past what was read above. The index must describe what was saved, so read them back from the files.
-        gs, ws = self._saved_counters(prefix)
-        ws = [gs] * len(ws) if self.ctx.spec.sync else [int(x) for x in ws]
+        reader = tf.compat.v1.train.NewCheckpointReader(prefix)
+        gs = int(reader.get_tensor(self.tg.global_step.op.name))
+        ws = [int(x) for x in reader.get_tensor(self.tg.worker_steps.op.name)]
+        ws = [gs] * len(ws) if self.ctx.spec.sync else ws
         meta = {
             "format": "v1-saver",
             "model_variables": self.tg.model_var_keys,
@@ -107,11 +108,3 @@ class Checkpointer(PeriodicCheckpoints):
             "sync": self.ctx.spec.sync,
         }
         return self.commit(prefix, gs, meta, final)
-
-    def _saved_counters(self, prefix: str) -> tuple[int, list[int]]:
-        import tensorflow as tf
-
-        reader = tf.compat.v1.train.NewCheckpointReader(prefix)
-        gs = int(reader.get_tensor(self.tg.global_step.op.name))
-        ws = [int(x) for x in reader.get_tensor(self.tg.worker_steps.op.name)]
-        return gs, ws

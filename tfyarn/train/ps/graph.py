@@ -253,8 +253,8 @@ def _train_op(
 def _align_steps(ctx: Any, global_step: Any, worker_steps: Any) -> Any:
     """Resume: a checkpoint is read while steps run, so it may catch the global step and the worker counters a step
     apart. sync: every worker is exactly at the global step (a counter caught mid-round). async: the global step is
-    the sum of the worker counters, which say where each worker is in its plan (seen: a resumed job ending at global
-    step 191 of 192 with every worker at its planned step)."""
+    the sum of the worker counters, which say where each worker is in its plan (else a resumed job can end a step
+    short of its target with every worker at its planned step)."""
     import tensorflow as tf
 
     with tf.compat.v1.device(global_step.device):

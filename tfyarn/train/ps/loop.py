@@ -12,7 +12,6 @@ from typing import Any
 
 from tfyarn.contracts.kv_keys import REJOIN_PREFIX, rejoin_key
 from tfyarn.errors import WaitTimeout
-from tfyarn.data.pipeline import EpochPipeline
 from tfyarn.tasklib.context import ABORT_KEY, DONE_KEY, STEPS_ALIGNED_KEY
 from tfyarn.tasklib.kv import put_json
 from tfyarn.train import helpers
@@ -63,10 +62,7 @@ def train(ctx: Any, model: Any) -> dict[str, Any] | None:
 
     spec = ctx.spec
     t_start = time.monotonic()
-    # two feeders alternating epochs: the next epoch is read while this one trains (no cold start at a boundary)
-    manifest = helpers.train_manifest(ctx)  # built (or read from its cache) once for both feeders
-    feeder = EpochPipeline(lambda: helpers.make_feeder(ctx, manifest), spec.data.epochs)
-    with feeder:
+    with helpers.train_pipeline(ctx) as feeder:
         steps = helpers.epoch_steps(feeder, spec.data.epochs)
         per_worker = sum(steps)
         target = per_worker if spec.sync else per_worker * ctx.num_data_workers
@@ -348,11 +344,7 @@ def _wait_for_workers(
                 f"{want} steps; no progress from: {behind}"
             )
         if ckpt:
-            gs = int(sess.run(tg.global_step))
-            if notice is not None and notice.pending:
-                notice.save_and_exit(lambda: ckpt.save(sess, final=True), gs)
-            if ckpt.due(gs):
-                ckpt.save(sess)
+            _after_step(sess, ckpt, notice, None, int(sess.run(tg.global_step)))
         time.sleep(0.1)
 
 

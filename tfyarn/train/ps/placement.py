@@ -1,5 +1,5 @@
 """Variables to ps tasks by size (largest first, to the least-loaded ps), not round-robin: round-robin can put two
-big embeddings on one ps and make every worker wait on it (seed 001's fast-worker problem). The shards of a split
+big embeddings on one ps and make every worker wait on it. The shards of a split
 table (:mod:`tfyarn.train.sharding`) are placed the same way, each on a ps that holds no other shard of it."""
 
 from __future__ import annotations

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from tfyarn.train.sharding import checkpoint_key
+
 
 def read_no_copy(v: Any) -> Any:
     """``v``'s value read on its ps after ``DisableCopyOnRead`` (a variable that is not a resource variable: its own
@@ -36,8 +38,7 @@ def saver(variables: list[Any], **kwargs: Any) -> Any:
 
     names: dict[str, Any] = {}
     for v in variables:
-        info = getattr(v, "_save_slice_info", None)
-        key = info.full_name if info is not None else v.op.name
+        info, key = getattr(v, "_save_slice_info", None), checkpoint_key(v)
         read = read_no_copy(v)
         item = ResourceVariableSaveable(read, info.spec if info else "", key) if read.op.type == "ReadVariableOp" else v
         if info is None:
