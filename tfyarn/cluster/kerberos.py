@@ -176,9 +176,7 @@ def login(krb: Kerberos | None, conf: dict[str, str]) -> Kerberos | None:
         check(krb, conf)
         _CHECKED.add(key)
     hdfs.set_login(krb)
-    # the same login for SPNEGO to the web endpoints
-
-    webauth.set_login(krb)
+    webauth.set_login(krb)  # the same login for SPNEGO to the web endpoints
     return krb
 
 

@@ -28,10 +28,7 @@ from tfyarn.spec import JobSpec
 
 #: A backend whose attempts are not each an app scheduled and followed here: its application master's attempts
 #: (a factory like :class:`ScheduledAttempts`: ``(backend, spec, sup, watch)``), by backend name.
-APP_MASTERS = {
-    "local": "tfyarn.runner.local_app.attempts",
-    "yarn": "tfyarn.runner.yarn_app.follower.YarnAttempts",
-}
+APP_MASTERS = {"local": "tfyarn.runner.local_app.attempts", "yarn": "tfyarn.runner.yarn_app.follower.YarnAttempts"}
 
 
 @dataclasses.dataclass(frozen=True)

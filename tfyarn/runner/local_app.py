@@ -61,20 +61,17 @@ class Launcher:
         app_id: str,
         echo: Echo | None = None,
         on_update: Callable[[AppStatus], None] | None = None,
-        python: str | None = None,
         forkserver: bool | None = None,
-        timeout: float | None = None,
         supervisor: Supervisor | None = None,
     ):
         """``forkserver``: fork tasks from a warm fork server (default: unless ``TFYARN_FORKSERVER=0``).
         ``supervisor``: the run's (:func:`tfyarn.runner.run`; its progress points go to this app's dir);
-        without one, a supervisor of its own with ``timeout``: seconds after which the job is stopped
-        as TIMED_OUT (as ``timeouts.active_deadline``)."""
+        without one, a supervisor of its own (the spec's rules only)."""
         self.spec, self.app_dir, self.app_id = spec, app_dir, app_id
         self.on_update = on_update
         self._stop = threading.Event()
-        python = python or local_python(spec)  # environment.python, as on YARN, else this Python
-        self.procs = TaskProcesses(spec, app_dir, app_id, echo, python, forkserver, abort=self._stop)
+        # the tasks run environment.python, as on YARN, else this Python
+        self.procs = TaskProcesses(spec, app_dir, app_id, echo, local_python(spec), forkserver, abort=self._stop)
         self.tasks = self.procs.tasks
         self._stop_state = AppState.KILLED
         self._stop_reason = ""
@@ -86,8 +83,7 @@ class Launcher:
         self.kv: KVServer | None = None
         self._kv_service: KVServer | None = None
         self._sidecar_failures: list[str] = []  # SIDECAR_ROLES tasks that failed for good (the job went on)
-        if supervisor is None:
-            supervisor = Supervisor(spec, started=self._started, timeout=timeout)
+        supervisor = supervisor or Supervisor(spec, started=self._started)
         supervisor.history = ProgressHistory(app_dir / HISTORY_FILE)  # the run report's curves
         self.supervisor = supervisor
         self._between = False  # an attempt failed and the next one has not started (a stop ends the job)
@@ -314,23 +310,13 @@ class Launcher:
 
     def _restart(self, task: TaskProcess) -> None:
         assert self.kv is not None
-        role = self.spec.role(task.role)
         task.restarts += 1
-        log.warning(
-            "%s exited with code %s (%s); restarting it (%d/%d)",
-            task.name,
-            task.exit_code,
-            task.diagnostics,
-            task.restarts,
-            role.max_restarts,
-        )
+        n = f"{task.restarts}/{self.spec.role(task.role).max_restarts}"
+        log.warning("%s exited with code %s (%s); restarting it (%s)", task.name, task.exit_code, task.diagnostics, n)
         for key in (addr_key(task.name), failure_key(task.name)):
             self.kv.store.delete(key)  # it publishes a new address; the old diagnosis is history
         with open(task.log_path, "ab") as f:
-            f.write(
-                f"==== tfyarn: restart {task.restarts}/{role.max_restarts} after exit code {task.exit_code} "
-                f"====\n".encode()
-            )
+            f.write(f"==== tfyarn: restart {n} after exit code {task.exit_code} ====\n".encode())
         self.procs.start(task, self.kv.url, self.supervisor.attempt)
         self.supervisor.task_restarted(task.name, task.proc.pid if task.proc is not None else None)
 

@@ -264,11 +264,7 @@ def run(ctx: TaskContext, finish: Callable[[], None] | None = None) -> dict[str,
 
 
 def program_summary(
-    summary: dict[str, Any],
-    ctx: Any,
-    per_task: dict[str, dict[str, Any]],
-    chief_reported: bool,
-    planned: int | None,
+    summary: dict[str, Any], ctx: Any, per_task: dict[str, dict[str, Any]], chief_reported: bool, planned: int | None
 ) -> dict[str, Any]:
     """The run summary of the user's program, true to what is known: each task's batches, examples and epochs
     taken from ``train_dataset()`` (``taken``, with ``planned_batches`` per worker) and how long its program ran

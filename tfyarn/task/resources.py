@@ -100,11 +100,7 @@ class TreeMeter:
         # (the kernel's high-water mark of the task's own process: a peak between two samples, as a ps's while it
         # initialises its variables, is not missed)
         self.peak_rss = max(self.peak_rss, int(rss), _high_water_mark(self.root.pid))
-        return {
-            "cpu_percent": percent,
-            "rss_mib": int(rss) >> 20,
-            "peak_rss_mib": self.peak_rss >> 20,
-        }
+        return {"cpu_percent": percent, "rss_mib": int(rss) >> 20, "peak_rss_mib": self.peak_rss >> 20}
 
 
 class ResourcePublisher:

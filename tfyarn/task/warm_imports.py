@@ -173,24 +173,17 @@ def code_refers(module: str, pattern: re.Pattern[bytes], code_dir: str | None = 
         own_tops |= {
             Path(n).stem for n in os.listdir(code_dir) if n.endswith(".py") or os.path.isdir(os.path.join(code_dir, n))
         }
-    files: dict[str, Path | None] = {}
-
-    if script is not None:
-        files[module] = script.resolve()
-
-    def file_of(name: str) -> Path | None:
-        """The module's source file (None for namespace packages, extension modules, bytecode only)."""
-        if name not in files:
-            spec = find_module(name, path)
-            origin = spec.origin if spec else None
-            files[name] = Path(origin).resolve() if origin and origin.endswith(".py") else None
-        return files[name]
-
+    # each module's source file (None for namespace packages, extension modules, bytecode only)
+    files: dict[str, Path | None] = {module: script.resolve()} if script is not None else {}
     seen: set[Path] = set()
     todo = [module]
     while todo and len(seen) < MAX_FILES:
         name = todo.pop()
-        file = file_of(name)
+        if name not in files:
+            spec = find_module(name, path)
+            origin = spec.origin if spec else None
+            files[name] = Path(origin).resolve() if origin and origin.endswith(".py") else None
+        file = files[name]
         if file is None or file in seen:
             continue
         seen.add(file)

@@ -94,15 +94,9 @@ class Submitter:
         env = packaging.ensure_env(spec, self.conn.staging_dir, self.progress, dry_run=True, conf=self.conn.conf)
         shipped = self._ship(submitted, env, write=False)
         # every filesystem a task reads or writes: each needs a delegation token on a secure cluster
-        urls = [
-            *spec.data.train,
-            *spec.data.eval,
-            spec.checkpoint.dir,
-            spec.checkpoint.init_from,
-            spec.export.dir if spec.export else None,
-            self.conn.staging_dir,
-        ]
-        fss = hdfs.filesystems_for_tokens([u for u in urls if u], self.conn.conf)
+        ckpt, export = spec.checkpoint, spec.export.dir if spec.export else None
+        urls = [*spec.data.train, *spec.data.eval, ckpt.dir, ckpt.init_from, export, self.conn.staging_dir]
+        fss = hdfs.filesystems_for_tokens(urls, self.conn.conf)  # (None: not set)
         app = appspec.build_application_spec(
             spec,
             shipped,

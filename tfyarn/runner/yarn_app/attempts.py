@@ -39,11 +39,6 @@ _NM_ALIVE = frozenset(
 )
 
 
-def task_services(spec: JobSpec) -> list[str]:
-    """The skein services of the job's tasks (every role with instances; not the supervisor's)."""
-    return [r for r in spec.roles if spec.instances(r) > 0]
-
-
 def lost_task(spec: JobSpec, containers: Iterable[Any], attempt: dict[str, Any] | None) -> list[Any]:
     """The attempt's FAILED containers of a role (not a side role) that is short of a task for good: skein
     did not replace them (no restart left) — the containers skein would fail the app for. Empty when
@@ -116,9 +111,7 @@ def _refused_gone(nm: str, container_id: str, why: str) -> bool:
     now = time.monotonic()
     if said == rm_relay.STOPPED:
         log.info(
-            "%s stopped: answered by the ResourceManager (its NodeManager %s reported it completed)",
-            container_id,
-            nm,
+            "%s stopped: answered by the ResourceManager (its NodeManager %s reported it completed)", container_id, nm
         )
         return True
     if said == rm_relay.LIVE:
@@ -225,7 +218,7 @@ def restart(
     an old container sees it is not the running attempt's), its keys cleared, its end recorded, the
     backoff, every task container started again. False when the backoff was cut short (nothing started).
     ``beat``: the supervisor's heartbeat, kept fresh while it waits (a task or follower sees it alive)."""
-    services = task_services(spec)
+    services: list[str] = [r for r in spec.roles if spec.instances(r) > 0]  # the tasks' (not the supervisor's)
     t0 = time.monotonic()
     killed = kill_attempt(app, services)
     wait_gone(killed, gone=gone or nm_container_gone, beat=beat)

@@ -40,12 +40,7 @@ class NodeWatch:
     """One attempt's watch of its tasks' nodes. :meth:`check` with the app's containers and the
     tasks' last progress times returns a diagnosis once a task is lost with its node, else None."""
 
-    def __init__(
-        self,
-        bound_s: float,
-        prober: Callable[[str], bool] = probe,
-        clock: Callable[[], float] = time.time,
-    ):
+    def __init__(self, bound_s: float, prober: Callable[[str], bool] = probe, clock: Callable[[], float] = time.time):
         self.bound_s, self.prober, self.clock = bound_s, prober, clock
         self._down_since: dict[str, float] = {}  # NodeManager address → first failed probe (wall time)
 

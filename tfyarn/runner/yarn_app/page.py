@@ -50,11 +50,7 @@ def live_status(sup: Any, rep: Any) -> AppStatus:
     state = app_state("RUNNING", "UNDEFINED", "", [t.state for t in tasks])
     if sup.outcome is not None:  # it is ending the app: the page says how
         state = AppState.SUCCEEDED if sup.outcome[0] == "SUCCEEDED" else AppState.TIMED_OUT
-    more = {
-        "tasks": tasks,
-        "progress": snap.get("progress") or {},
-        "summary": snap.get("summary") or sup.sup.summary,
-    }
+    more = {"tasks": tasks, "progress": snap.get("progress") or {}, "summary": snap.get("summary") or sup.sup.summary}
     if rep is not None:
         st = app_status(rep, state, "", **more)
         st.finished = None
@@ -81,10 +77,7 @@ def serve(sup: Any) -> StatusPage | None:
     host = os.environ.get("NM_HOST") or socket.getfqdn()
     try:
         page = StatusPage(
-            lambda: live_status(sup, rep).to_dict(),
-            lambda: sup.sup.history.points,
-            host="",
-            advertise=host,
+            lambda: live_status(sup, rep).to_dict(), lambda: sup.sup.history.points, host="", advertise=host
         ).start()
     except OSError as exc:
         log.warning("no page for %s: %s", sup.app_id, exc)
@@ -112,10 +105,7 @@ def add_page(ui: Any, target: str) -> str:
     except urllib.error.HTTPError as exc:
         if exc.code < 500:
             return address
-        log.info(
-            "skein's overview fails with a link to the page (HTTP %s): proxied without it",
-            exc.code,
-        )
+        log.info("skein's overview fails with a link to the page (HTTP %s): proxied without it", exc.code)
     except OSError as exc:  # the RM's proxy cannot be reached from here: keep the link
         log.info("could not check skein's overview (%s)", exc)
         return address

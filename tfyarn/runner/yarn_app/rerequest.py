@@ -120,14 +120,7 @@ class Rerequest:
     :class:`~tfyarn.backends.yarn.rest.RmRest` or None (made on first need; unreadable: no action).
     """
 
-    def __init__(
-        self,
-        spec: Any,
-        app: Any,
-        app_id: str,
-        rest: Any = None,
-        clock: Callable[[], float] = time.time,
-    ):
+    def __init__(self, spec: Any, app: Any, app_id: str, rest: Any = None, clock: Callable[[], float] = time.time):
         self.spec, self.app, self.app_id, self.rest, self.clock = spec, app, app_id, rest, clock
         self.bound = float(spec.timeouts.rerequest)
         self.tries: dict[str, int] = {}  # task → re-requests made
