@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from typing import Any
@@ -48,10 +49,8 @@ def open_session(ctx: Any, tg: TrainGraph, server: Any, restore_prefix: str | No
                     f"{ctx.task_id}: the chief did not initialise the variables within "
                     f"{ctx.spec.timeouts.rendezvous:g}s (timeouts.rendezvous)"
                 )
-            try:
+            with contextlib.suppress(tf.errors.DeadlineExceededError):  # not yet: look at control/done again
                 sess = sm.wait_for_session(server.target, config=cfg, max_wait_secs=min(2.0, left))
-            except tf.errors.DeadlineExceededError:
-                sess = None
     log.info(
         "%s: session ready in %.2fs%s",
         ctx.task_id,
