@@ -84,9 +84,7 @@ class PartReader:
         self._parse = None if self.tables else parse_mod.default_parser(self.fields)
 
     def keep_columns(self, path: str) -> list[str]:
-        if self.keep != "all":
-            return list(self.keep)
-        return [name for name, _ in self.files[path].columns]
+        return list(self.keep) if self.keep != "all" else [name for name, _ in self.files[path].columns]
 
     def batches(self, part: Part, stats: PartStats) -> Iterator[tuple[dict[str, Any], Any, int]]:
         """``(features, kept columns or None, rows)`` for every batch of ``part`` in order; ``stats`` counts its

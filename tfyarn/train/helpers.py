@@ -104,10 +104,7 @@ class Helpers:
     def checkpoint_store(self) -> Any:
         """A :class:`tfyarn.train.checkpoint.CheckpointStore` on ``checkpoint.dir``, or None when none is set."""
         ck = self.ctx.spec.checkpoint
-        if not ck.dir:
-            return None
-
-        return CheckpointStore(ck.dir, keep=ck.keep)
+        return CheckpointStore(ck.dir, keep=ck.keep) if ck.dir else None
 
     def upload_checkpoint(self, local_prefix: str, global_step: int, meta: dict[str, Any] | None = None) -> Any:
         """Commit the local TF checkpoint ``local_prefix`` to ``checkpoint.dir`` (:meth:`CheckpointStore.upload`)."""

@@ -350,9 +350,7 @@ class KerasModel:
         last = outputs[0].shape[-1] if outputs and len(outputs[0].shape) > 1 else 1
         if "sparse" in loss:
             return "sparse_categorical_accuracy"
-        if "binary" in loss or last == 1:
-            return "binary_accuracy"
-        return "categorical_accuracy"
+        return "binary_accuracy" if "binary" in loss or last == 1 else "categorical_accuracy"
 
     def _align(self, labels: Any, predictions: Any, sparse: bool) -> tuple[Any, Any]:
         """Labels (B,) against predictions (B, 1) get a last axis, as Keras does; a non-sparse loss gets labels in

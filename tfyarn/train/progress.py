@@ -261,9 +261,7 @@ def _fmt(x: float | None) -> str:
 
 def fmt_metrics(metrics: dict[str, float] | None, sep: str = ", ") -> str:
     """``metrics`` for a log line after the loss: ``", accuracy 0.8125"`` (``""`` without any)."""
-    if not metrics:
-        return ""
-    return sep + " ".join(f"{name} {_fmt(value)}" for name, value in metrics.items())
+    return sep + " ".join(f"{name} {_fmt(value)}" for name, value in metrics.items()) if metrics else ""
 
 
 def publish_total_steps(kv: KV, total: int) -> None:
