@@ -204,18 +204,22 @@ def run(
 ) -> None:
     """Run a job to its end and print a summary; the exit code is the job's outcome."""
     from tfyarn import api
-    from tfyarn.display import progress_view
 
     spec = _load(spec_path, overrides)
     if probe:
         _probe(spec, backend, show=not ctx.obj["quiet"])
-    quiet = ctx.obj["quiet"]
+    _follow_to_end(lambda **follow: api.run(spec, backend=backend, **follow), ctx.obj["quiet"], output)
+
+
+def _follow_to_end(start: Callable[..., Any], quiet: bool, output: str) -> None:
+    """Run a job through ``start`` (``api.run`` or ``api.predict`` given the progress view's echo and updates),
+    print its outcome and exit with it. Task lines go through the view: on a TTY they must print above the live
+    table, not through it; on YARN the run report's plot and uploads are not on the exit path (detached)."""
+    from tfyarn.display import progress_view
+
     view = None if quiet else progress_view()
     try:
-        # task lines go through the view: on a TTY they must print above the live table, not through it
-        st = api.run(
-            spec, backend=backend, echo=view.echo if view else None, on_update=view, detach_report=True
-        )  # YARN: the report's plot and uploads are not on the exit path
+        st = start(echo=view.echo if view else None, on_update=view, detach_report=True)
     finally:
         if view:
             view.close()
@@ -257,27 +261,14 @@ def predict(
     """Score predict.input with the trained model (docs/predict.md): workers only, every row written once; the
     exit code is the job's outcome, as for run."""
     from tfyarn import api
-    from tfyarn.display import progress_view
 
     spec = _load(spec_path, overrides + ("job=predict",))
     if submit_:
         app_id = api.submit(api.predict_job(spec, overwrite), backend)
         click.echo(json.dumps({"app_id": app_id}, indent=1) if output == "json" else app_id)
         return
-    view = None if ctx.obj["quiet"] else progress_view()
-    try:
-        st = api.predict(
-            spec,
-            backend=backend,
-            overwrite=overwrite,
-            echo=view.echo if view else None,
-            on_update=view,
-            detach_report=True,
-        )
-    finally:
-        if view:
-            view.close()
-    _print_final(st, output)
+    start = lambda **follow: api.predict(spec, backend=backend, overwrite=overwrite, **follow)  # noqa: E731
+    _follow_to_end(start, ctx.obj["quiet"], output)
 
 
 def _print_final(st, output: str) -> None:

@@ -88,10 +88,8 @@ def detect_env_kind(prefix: str | os.PathLike | None = None) -> str:
 
 
 def site_packages(prefix: str | os.PathLike) -> list[Path]:
-    p = Path(prefix)
-    return sorted(d for d in p.glob("lib/python3*/site-packages") if d.is_dir()) + sorted(
-        d for d in p.glob("Lib/site-packages") if d.is_dir()
-    )
+    globs = ("lib/python3*/site-packages", "Lib/site-packages")
+    return [d for g in globs for d in sorted(Path(prefix).glob(g)) if d.is_dir()]
 
 
 @dataclass(frozen=True)
@@ -151,11 +149,8 @@ def hash_tree(root: str | os.PathLike, max_files: int = 50_000) -> str:
 
 def _python_tag(prefix: Path, kind: str) -> str:
     if kind == "venv":
-        cfg = {}
-        for line in (prefix / "pyvenv.cfg").read_text().splitlines():
-            if "=" in line:
-                k, v = line.split("=", 1)
-                cfg[k.strip().lower()] = v.strip()
+        lines = (prefix / "pyvenv.cfg").read_text().splitlines()
+        cfg = {k.strip().lower(): v.strip() for k, _, v in (ln.partition("=") for ln in lines if "=" in ln)}
         return f"venv home={cfg.get('home', '?')} version={cfg.get('version') or cfg.get('version_info', '?')}"
     libs = sorted(p.name for p in prefix.glob("lib/python3*") if p.is_dir())
     return f"conda {','.join(libs)}"

@@ -105,10 +105,7 @@ class Follower:
         app is ended SUCCEEDED (the backend reads its KV one last time first)."""
         end = time.monotonic() + seconds
         watch = self.backend.kv(self.app_id) is not None
-        while True:
-            left = end - time.monotonic()
-            if left <= 0:
-                return
+        while (left := end - time.monotonic()) > 0:
             time.sleep(min(check_s, left))
             if not watch:
                 continue
