@@ -43,40 +43,16 @@ from tfyarn.errors import SpecError
 # The patterns are ECMAScript-compatible (no inline flags): the JSON Schema hands them to editors as they are.
 _SIZE_PATTERN = r"^\s*(\d+(?:\.\d+)?)\s*([KkMmGgTt][Ii]?[Bb]?)?\s*$"
 _SIZE_RE = re.compile(_SIZE_PATTERN)
-_SIZE_UNITS_MIB = {
-    "": 1,
-    "m": 1,
-    "mi": 1,
-    "mib": 1,
-    "mb": 1e6 / 2**20,
-    "g": 1024,
-    "gi": 1024,
-    "gib": 1024,
-    "gb": 1e9 / 2**20,
-    "t": 1024**2,
-    "ti": 1024**2,
-    "tib": 1024**2,
-    "tb": 1e12 / 2**20,
-    "k": 1 / 1024,
-    "ki": 1 / 1024,
-    "kib": 1 / 1024,
-    "kb": 1e3 / 2**20,
+#: MiB per unit (lower-cased): 1024-based with or without "i" ("2g", "2 GiB"); KB/MB/GB/TB decimal.
+_SIZE_UNITS_MIB = {"": 1, "mb": 1e6 / 2**20, "gb": 1e9 / 2**20, "tb": 1e12 / 2**20, "kb": 1e3 / 2**20} | {
+    p + tail: 1024.0**e for p, e in (("k", -1), ("m", 0), ("g", 1), ("t", 2)) for tail in ("", "i", "ib")
 }
 _DURATION_PATTERN = r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|sec|secs|m|min|mins|h|hr|hrs|d)?\s*$"
 _DURATION_RE = re.compile(_DURATION_PATTERN)
-_DURATION_S = {
-    "": 1,
-    "ms": 1e-3,
-    "s": 1,
-    "sec": 1,
-    "secs": 1,
-    "m": 60,
-    "min": 60,
-    "mins": 60,
-    "h": 3600,
-    "hr": 3600,
-    "hrs": 3600,
-    "d": 86400,
+_DURATION_S = {"": 1, "ms": 1e-3, "d": 86400} | {
+    unit: scale
+    for scale, units in ((1, "s sec secs"), (60, "m min mins"), (3600, "h hr hrs"))
+    for unit in units.split()
 }
 
 
