@@ -13,59 +13,20 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Iterable, Mapping
 
-from tfyarn.contracts.kv_keys import (
-    ABORT_KEY,
-    ADDR_PREFIX,
-    ALL_DONE_KEY,
-    ATTEMPT_END_KEY,
-    DONE_KEY,
-    DUMP_REQUEST_KEY,
-    END_KEY,
-    EVAL_KEY,
-    EXIT_PREFIX,
-    FAILURE_PREFIX,
-    PHASE_PREFIX,
-    PROGRESS_PREFIX,
-    REJOIN_PREFIX,
-    RESOURCES_PREFIX,
-    SLOT_DONE_PREFIX,
-    SLOT_PREFIX,
-    STACKS_PREFIX,
-    STEPS_ALIGNED_KEY,
-    SUMMARY_KEY,
-    TENSORBOARD_URL_KEY,
-    TOTAL_STEPS_KEY,
-)
+from tfyarn.contracts import kv_keys as K
 from tfyarn.contracts.triage import FREE_ATTEMPTS, AttemptBudget, RetryDecision, should_retry
 
 #: What one attempt's tasks write and the next must not see: cleared between in-app attempts. Kept: the
 #: spec, the supervisor's and followers' heartbeats, ``taskmap/`` (logs of earlier containers), ``index/``
 #: (namespaced by attempt), ``attempts/`` (the history), ``control/attempt`` (replaced), ``page/url``.
 ATTEMPT_SCOPED_PREFIXES: tuple[str, ...] = (
-    ADDR_PREFIX,
-    PROGRESS_PREFIX,
-    FAILURE_PREFIX,
-    EXIT_PREFIX,
-    PHASE_PREFIX,
-    STACKS_PREFIX,
-    REJOIN_PREFIX,
-    SLOT_PREFIX,
-    SLOT_DONE_PREFIX,
-    RESOURCES_PREFIX,
-)
+    K.ADDR_PREFIX, K.PROGRESS_PREFIX, K.FAILURE_PREFIX, K.EXIT_PREFIX, K.PHASE_PREFIX, K.STACKS_PREFIX,
+    K.REJOIN_PREFIX, K.SLOT_PREFIX, K.SLOT_DONE_PREFIX, K.RESOURCES_PREFIX,
+)  # fmt: skip
 ATTEMPT_SCOPED_KEYS: tuple[str, ...] = (
-    DONE_KEY,
-    ABORT_KEY,
-    STEPS_ALIGNED_KEY,
-    DUMP_REQUEST_KEY,
-    ALL_DONE_KEY,
-    END_KEY,
-    SUMMARY_KEY,
-    TOTAL_STEPS_KEY,
-    EVAL_KEY,
-    TENSORBOARD_URL_KEY,
-    ATTEMPT_END_KEY,
-)
+    K.DONE_KEY, K.ABORT_KEY, K.STEPS_ALIGNED_KEY, K.DUMP_REQUEST_KEY, K.ALL_DONE_KEY, K.END_KEY, K.SUMMARY_KEY,
+    K.TOTAL_STEPS_KEY, K.EVAL_KEY, K.TENSORBOARD_URL_KEY, K.ATTEMPT_END_KEY,
+)  # fmt: skip
 
 
 #: A supervisor whose heartbeat (``control/supervisor``) is this fresh is alive (task.yarn.app_end's bound too).
