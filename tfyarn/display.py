@@ -379,8 +379,7 @@ def _training_head(s: dict[str, Any]) -> list[str]:
     """The summary's first line: global step (of the total), epochs, mode, global batch."""
     gs = s.get("global_step")
     head = [
-        f"global step {'not reported' if gs is None else gs}"
-        + (f"/{s['total_steps']}" if s.get("total_steps") else ""),
+        f"global step {'not reported' if gs is None else gs}" + (f"/{s['total_steps']}" if s.get("total_steps") else "")
     ]
     if s.get("epochs") is not None:
         head.append(f"{s.get('epochs')} epochs")

@@ -148,8 +148,7 @@ class Environment(_Model):
     pack: PackMode = PackMode.auto
     archive: str | None = Field(None, description="Prebuilt packed env (tar.gz) URL, e.g. hdfs:///envs/tf.tar.gz")
     python: str | None = Field(
-        None,
-        description="A python already installed on every node, e.g. /opt/py311/bin/python (local runs use it too)",
+        None, description="A python already installed on every node, e.g. /opt/py311/bin/python (local runs use it too)"
     )
 
     @model_validator(mode="after")

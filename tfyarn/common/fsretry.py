@@ -63,14 +63,7 @@ class HdfsUnavailable(OSError):
     offset, cause). An OSError, so callers that handle I/O errors handle it; triage classes it as
     infrastructure."""
 
-    def __init__(
-        self,
-        what: str,
-        path: str,
-        cause: BaseException,
-        offset: int | None = None,
-        tried_s: float = 0,
-    ):
+    def __init__(self, what: str, path: str, cause: BaseException, offset: int | None = None, tried_s: float = 0):
         where = f"{path} at byte {offset:,}" if offset is not None else path
         self.path, self.offset, self.cause = path, offset, one_line(cause)
         super().__init__(f"HDFS unavailable: {what} {where} failed for {tried_s:.0f}s: {self.cause}")
@@ -212,12 +205,7 @@ class ReopeningReader(io.RawIOBase):
                     raise HdfsUnavailable("read", self.path, exc, offset=self._pos, tried_s=spent) from exc
                 if first is None:
                     first = exc
-                    log.warning(
-                        "read of %s at byte %d failed (%s); reopening",
-                        self.path,
-                        self._pos,
-                        one_line(exc),
-                    )
+                    log.warning("read of %s at byte %d failed (%s); reopening", self.path, self._pos, one_line(exc))
                 self._sleep(pause)
                 pause = min(pause * 2, 8.0)
 

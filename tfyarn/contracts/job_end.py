@@ -29,12 +29,7 @@ ENDERS = (TASK, FAILED_TASK, SUPERVISOR, FOLLOWER)
 #: The reason of a job whose tasks all reported done (YARN's diagnostics: ``DONE_DIAGNOSTICS``).
 DONE_REASON = "every task reported done"
 #: YARN's final status for each state a record can hold (TIMED_OUT is a FAILED app to YARN).
-_FINAL_STATUS = {
-    "SUCCEEDED": "SUCCEEDED",
-    "FAILED": "FAILED",
-    "TIMED_OUT": "FAILED",
-    "KILLED": "KILLED",
-}
+_FINAL_STATUS = {"SUCCEEDED": "SUCCEEDED", "FAILED": "FAILED", "TIMED_OUT": "FAILED", "KILLED": "KILLED"}
 
 
 class _KV(Protocol):

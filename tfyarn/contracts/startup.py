@@ -20,17 +20,7 @@ import sys
 
 #: What every tfyarn task and the in-app supervisor import (the ``dependencies`` of pyproject.toml,
 #: by import name), tfyarn first.
-TFYARN_MODULES = (
-    "tfyarn",
-    "pydantic",
-    "yaml",
-    "skein",
-    "numpy",
-    "fsspec",
-    "hdfs_native",
-    "google_crc32c",
-    "psutil",
-)
+TFYARN_MODULES = ("tfyarn", "pydantic", "yaml", "skein", "numpy", "fsspec", "hdfs_native", "google_crc32c", "psutil")
 #: What a training task imports beyond them.
 TRAINING_MODULES = ("tensorflow",)
 #: Optional: what some jobs need (Parquet/ORC data, a ``tf_keras`` model); a probe reports them.

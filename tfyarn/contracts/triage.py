@@ -302,10 +302,7 @@ def attempt_cause(diagnosis: str) -> Triage | None:
             text = p[m.end() :]
             causes.append(
                 classify(
-                    diagnostics=text,
-                    failure=text,
-                    exit_code=int(m.group(2)) if m.group(2) else None,
-                    task=m.group(1),
+                    diagnostics=text, failure=text, exit_code=int(m.group(2)) if m.group(2) else None, task=m.group(1)
                 )
             )
         elif p:  # YARN's/skein's own text ("Failure in service worker"): only a rule's match counts

@@ -48,8 +48,7 @@ def _saved_model_class() -> Any:
     opt, rep = F.LABEL_OPTIONAL, F.LABEL_REPEATED
     message("Dim", [("size", 1, F.TYPE_INT64, opt, ""), ("name", 2, F.TYPE_STRING, opt, "")])
     message(
-        "TensorShape",
-        [("dim", 2, F.TYPE_MESSAGE, rep, ".tfyarn_sm.Dim"), ("unknown_rank", 3, F.TYPE_BOOL, opt, "")],
+        "TensorShape", [("dim", 2, F.TYPE_MESSAGE, rep, ".tfyarn_sm.Dim"), ("unknown_rank", 3, F.TYPE_BOOL, opt, "")]
     )
     message(
         "TensorInfo",

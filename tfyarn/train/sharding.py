@@ -146,13 +146,7 @@ def shard_slices(v: Any, value: Any) -> list[tuple[Any, Any]]:
     return out
 
 
-def make_sharded(
-    name: str,
-    shape: Any,
-    dtype: Any,
-    n: int,
-    create: Callable[[int, list[int], list[int]], Any],
-) -> Any:
+def make_sharded(name: str, shape: Any, dtype: Any, n: int, create: Callable[[int, list[int], list[int]], Any]) -> Any:
     """A :class:`ShardedVariable` ``name`` of ``shape`` in ``n`` row shards; ``create(i, offset, shard_shape)``
     makes shard ``i`` (a ``tf.Variable`` named ``<name>/part_<i>``)."""
     import tensorflow as tf

@@ -320,12 +320,7 @@ def _task_figures(ctx: Any, progress: ProgressReporter, ws0: Any, lost: int, gs:
 
 
 def _wait_for_workers(
-    ctx: Any,
-    tg: TrainGraph,
-    sess: Any,
-    steps: list[int],
-    ckpt: Checkpointer | None,
-    notice: StopNotice | None = None,
+    ctx: Any, tg: TrainGraph, sess: Any, steps: list[int], ckpt: Checkpointer | None, notice: StopNotice | None = None
 ) -> list[int]:
     """Chief: wait until every worker has run its share (async workers finish at their own pace). Bounded: fails
     when no worker step happened for ``timeouts.step`` (a stopped worker, named in the error)."""
