@@ -10,8 +10,20 @@ from __future__ import annotations
 import queue
 import threading
 
+import grpc
+
 from skein.kv import KeyValueStore
 from skein.proto import skein_pb2 as pb
+
+
+class _StreamBroken(grpc.RpcError):
+    """How grpc ends a stream whose connection the server sent a GOAWAY on."""
+
+    def code(self):
+        return grpc.StatusCode.INTERNAL
+
+    def details(self):
+        return "Received RST_STREAM with error code 2: Stream 19 sent too many headers"
 
 
 def _cid(owner) -> str:
@@ -27,6 +39,9 @@ class FakeAM:
         self.down = False
         #: keys whose next put stores the value, sends no watch event and fails (skein 0.8.2's AM race, see kv_yarn)
         self.fail_puts: set[str] = set()
+        #: the watch stream dies at its next create request, unanswered (the AM's HTTP/2 GOAWAY "sent too many
+        #: headers" seen under load): skein's subscribe then waits forever
+        self.break_watch = False
         self.kv = KeyValueStore(self)
 
     # -- helpers -------------------------------------------------------------------------------------------------
@@ -125,7 +140,9 @@ class FakeAM:
         def pump():
             for r in requests:
                 with self.lock:
-                    if r.WhichOneof("request") == "create":
+                    if r.WhichOneof("request") == "create" and self.break_watch:
+                        out.put(_StreamBroken())
+                    elif r.WhichOneof("request") == "create":
                         wid = self.next_watch
                         self.next_watch += 1
                         self.watches[wid] = (r.create.start, r.create.end,
@@ -142,7 +159,10 @@ class FakeAM:
                 return self
 
             def __next__(self):
-                return out.get()
+                item = out.get()
+                if isinstance(item, Exception):
+                    raise item
+                return item
 
         return _Stream()
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import queue
+import threading
 import time
 from contextlib import suppress
 from typing import Any, Iterable, Mapping
@@ -34,6 +35,8 @@ log = logging.getLogger(__name__)
 PUT_TRIES = 3
 #: A wait re-reads the keys it still misses this often, besides waking on their watch events.
 WAIT_REREAD_S = 5.0
+#: How long a wait gives skein to confirm its watch before it goes on without it (:meth:`SkeinKV._subscribed`).
+SUBSCRIBE_S = 10.0
 
 
 def slot_key(role: str, index: int) -> str:
@@ -96,41 +99,69 @@ class SkeinKV(KV):
         return {k: v.decode() for k, v in got.items()}
 
     def wait_all(self, keys: Iterable[str], timeout: float, what: str | None = None) -> dict[str, str]:
-        """Block until every key exists, woken by skein's watch events; bounded by ``timeout``. Subscribing before
-        the first read closes the race where a key appears between the read and the watch."""
+        """Block until every key exists, woken by skein's watch events and re-reading the missing keys every
+        :data:`WAIT_REREAD_S`; bounded by ``timeout``. Subscribing before the first read closes the race where a key
+        appears between the read and the watch."""
         keys = list(dict.fromkeys(keys))
         deadline = time.monotonic() + timeout
-        found: dict[str, str] = {}
-        eq = self._call(self.store.event_queue)
+        eq: Any = self._subscribed(keys, min(timeout, SUBSCRIBE_S), what)
         try:
-            for k in keys:
-                self._call(eq.subscribe, key=k, event_type="PUT")
-            for k in keys:
-                v = self.get(k)
-                if v is not None:
-                    found[k] = v
+            found = {k: v for k in keys if (v := self.get(k)) is not None}
             while len(found) < len(keys):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise wait_timeout(keys, found, timeout, what)
-                try:
-                    ev = eq.get(timeout=min(left, WAIT_REREAD_S))
-                except queue.Empty:
-                    # an event the application master failed to send (see put) is not waited for forever
-                    for k in keys:
-                        if k not in found and (v := self.get(k)) is not None:
-                            found[k] = v
-                    continue
-                except ConnectionError as exc:
-                    raise KVUnavailable(
-                        f"skein application master unreachable while waiting for {what or 'keys'}: {exc}"
-                    ) from None
-                if ev.key in keys and ev.result is not None and ev.result.value is not None:
+                ev, eq = self._next_event(eq, min(left, WAIT_REREAD_S), what)
+                if ev is None:  # an event the application master failed to send (see put) is not waited for
+                    found.update({k: v for k in keys if k not in found and (v := self.get(k)) is not None})
+                elif ev.key in keys and ev.result is not None and ev.result.value is not None:
                     found[ev.key] = ev.result.value.decode()
             return {k: found[k] for k in keys}
         finally:
             with suppress(Exception):  # the AM may be gone; the wait's outcome matters, not the cleanup
                 eq.unsubscribe_all()
+
+    def _subscribed(self, keys: list[str], bound: float, what: str | None) -> Any:
+        """An event queue watching PUTs of ``keys``. skein 0.8.2 waits for a subscription's answer without a bound,
+        forever once its watch stream has died (the AM's HTTP/2 GOAWAY "sent too many headers", seen under load):
+        past ``bound`` the wait goes on without it, on its re-reads."""
+        eq = self._call(self.store.event_queue)
+        failed: list[BaseException] = []
+
+        def subscribe() -> None:
+            try:
+                for k in keys:
+                    eq.subscribe(key=k, event_type="PUT")
+            except Exception as exc:  # noqa: BLE001 - handed to the waiting thread
+                failed.append(exc)
+
+        t = threading.Thread(target=subscribe, name="tfyarn-kv-subscribe", daemon=True)
+        t.start()
+        t.join(bound)
+        if failed and isinstance(failed[0], ConnectionError):
+            raise KVUnavailable(f"skein application master unreachable: {failed[0]}")
+        if t.is_alive() or failed:
+            why = failed[0] if failed else f"no answer within {bound:g}s"
+            log.warning("skein's watch for %s failed (%s); re-reading every %gs", what or "keys", why, WAIT_REREAD_S)
+        return eq
+
+    def _next_event(self, eq: Any, wait_s: float, what: str | None) -> tuple[Any, Any]:
+        """The next watch event within ``wait_s`` (None: none came) and the queue to read next (None once skein's
+        watch stream has died: the wait sleeps between its re-reads)."""
+        if eq is None:
+            time.sleep(wait_s)
+            return None, None
+        try:
+            return eq.get(timeout=wait_s), eq
+        except queue.Empty:
+            return None, eq
+        except ConnectionError as exc:
+            raise KVUnavailable(
+                f"skein application master unreachable while waiting for {what or 'keys'}: {exc}"
+            ) from None
+        except skein().exceptions.ApplicationError as exc:
+            log.warning("skein's watch for %s died (%s); re-reading every %gs", what or "keys", exc, WAIT_REREAD_S)
+            return None, None
 
     def claim(self, key: str, value: str, owner: str | None = None, also: Mapping[str, str] | None = None) -> bool:
         """Atomically create ``key`` if absent; with ``owner`` (a container id) skein deletes it when that exits.

@@ -212,3 +212,24 @@ def test_a_wait_rereads_keys_whose_event_never_came(am, monkeypatch):
         am.data["addr/ps:0"] = (b"h:1", None)         # stored, no event sent (what the AM's race leaves)
     waiter.join(5)
     assert got == {"addr/ps:0": "h:1"}
+
+
+def test_a_wait_whose_watch_stream_died_goes_on_by_re_reading(am, monkeypatch):
+    """skein 0.8.2 waits for a subscription's answer without a bound: a watch stream that died on the AM's GOAWAY
+    ("sent too many headers", once under load) held a worker's rendezvous until the chief's step timed out."""
+    from tfyarn.task.yarn import kv_yarn
+    monkeypatch.setattr(kv_yarn, "WAIT_REREAD_S", 0.2)
+    monkeypatch.setattr(kv_yarn, "SUBSCRIBE_S", 0.5)
+    am.break_watch = True
+    kv = SkeinKV(am.kv)
+    got = {}
+    waiter = threading.Thread(target=lambda: got.update(kv.wait_all(["addr/ps:0", "addr/chief:0"], timeout=30)))
+    waiter.start()
+    kv.put("addr/ps:0", "h:1")
+    time.sleep(1.0)              # past the subscription's bound
+    kv.put("addr/chief:0", "h:2")
+    waiter.join(10)
+    assert got == {"addr/ps:0": "h:1", "addr/chief:0": "h:2"}
+    # a later wait on the dead stream is bounded too, and a missing key is still named
+    with pytest.raises(WaitTimeout, match="addr/worker:0"):
+        kv.wait_all(["addr/worker:0"], timeout=1.5, what="peers")
