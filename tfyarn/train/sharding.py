@@ -449,7 +449,7 @@ def _embedding_build(keras: Any, build: Callable[..., Any]) -> Iterator[None]:
 
 
 def as_tf_variable(w: Any) -> Any:
-    """A Keras weight → its ``tf.Variable`` (Keras 3 wraps one in ``.value``; tf_keras weights are tf.Variables)."""
+    """A Keras weight → its ``tf.Variable`` (Keras 3 wraps one in ``.value``; Keras 2 weights are tf.Variables)."""
     import tensorflow as tf
 
     return w if isinstance(w, tf.Variable) or not hasattr(w, "value") else w.value
