@@ -132,7 +132,7 @@ KEYS: tuple[KvKey, ...] = (
         "exit/<task>",
         "JSON {code, died_at, container, skein_container, failure}",
         "task.yarn.exit_report (YARN container script); task.main deletes it when the task restarts",
-        "backends.yarn.states, data.shared_index",
+        "backends.yarn.states, data.shared_index, task.yarn.app_end (a side task's failure)",
     ),
     KvKey(
         "phase/<task>",

@@ -8,7 +8,8 @@ what ``status`` says while a job runs.
   when nobody followed), a fresh ``tfyarn status --output json`` has an ETA while it runs.
 * The same spec through the CLI: preflight refuses it (``environment.python`` is this interpreter, which has no
   ``tensorboard``), exit 2, nothing submitted.
-* A job with a working TensorBoard: ``tfyarn status`` (text) shows its URL, and it serves the ``train`` run's loss.
+* A job with a working TensorBoard: ``tfyarn status`` (text) shows its URL, and it serves the ``train`` run's loss;
+  its process killed after every other task reported done, the job still ends SUCCEEDED.
 """
 import json
 import os
@@ -199,7 +200,22 @@ def test_text_status_shows_the_tensorboard_url_which_serves_training_loss(yarn, 
         return len(seen["loss"]) >= 2
 
     wait_until(train_loss_served, JOB_S, f"training loss served by TensorBoard at {url}", poll=2.0)
+    # then its process fails once every other task has reported done (frozen until then: it never sees
+    # control/done): the job trained, so it ends SUCCEEDED, the failure in its status (it ended FAILED before:
+    # nothing ended the app, and skein's end had no end record)
+    board = task_process(yarn, app_id, "tensorboard:0")
+    board.send_signal(signal.SIGSTOP)
+
+    def others_done():
+        st = yarn.status(app_id)
+        assert not st.state.is_terminal, f"{app_id} ended before its tensorboard failed: {st.diagnostics}"
+        return all(t.state == "SUCCEEDED" for t in st.tasks if t.task != "tensorboard:0")
+
+    wait_until(others_done, JOB_S, f"every task of {app_id} but tensorboard:0 done", poll=1.0)
+    board.send_signal(signal.SIGKILL)
     st = runner.wait(yarn, app_id, timeout=JOB_S)
     assert st.state is AppState.SUCCEEDED, st.diagnostics
+    board_status = next(t for t in st.tasks if t.task == "tensorboard:0")
+    assert (board_status.state, board_status.exit_code) == ("FAILED", 137), board_status
     assert all(step > 0 and value > 0 for _, step, value in seen["loss"]), seen["loss"][:5]
     assert_clean(yarn, app_id, tag=name)

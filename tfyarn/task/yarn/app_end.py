@@ -6,8 +6,9 @@ one that finds every task done puts :data:`ALL_DONE_KEY`, and the app is shut do
 (the end recorded first: :func:`tfyarn.contracts.job_end.end_job`) by a live follower
 (:data:`FOLLOWER_KEY` fresh: it reads the KV one last time, then writes the report after the end), else by the
 in-app supervisor (:data:`SUPERVISOR_KEY` fresh: it writes the run report first), else, or after their grace, by that
-task. A job with a failure record or a task that never reports done ends as skein decides, from the containers'
-exits.
+task. A side task (tensorboard) that failed counts as done; its container's exit report makes the same check
+(:func:`finish_if_last`), so one failing *after* every other task reported done ends the job SUCCEEDED too. A job
+with a failure record or a task that never reports done ends as skein decides, from the containers' exits.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from tfyarn.contracts import job_end
 from tfyarn.contracts.in_app import heartbeat_fresh
 from tfyarn.contracts.kv_keys import (
     ALL_DONE_KEY,
+    EXIT_PREFIX,
     FAILURE_PREFIX,
     FOLLOWER_KEY,
     PHASE_PREFIX,
@@ -54,16 +56,22 @@ def record_phase(kv: KV, task: str, **times: float) -> None:
 
 
 def all_done(kv: KV, tasks: Iterable[str]) -> bool:
-    """Every task has reported done and no task has a failure record; a side task (tensorboard) that failed counts
-    as done: its failure is allowed (the job trains on without it, and its report says so)."""
-    done, failed = kv.items(SLOT_DONE_PREFIX), kv.items(FAILURE_PREFIX)
+    """Every task has reported done and no task has a failure record; a side task (tensorboard) that failed (its
+    failure record, or its container's exit record: a kill writes no failure) counts as done: its failure is allowed
+    (the job trains on without it, and its status says so)."""
+    done, failed, exited = kv.items(SLOT_DONE_PREFIX), kv.items(FAILURE_PREFIX), kv.items(EXIT_PREFIX)
 
     def side(task: str) -> bool:
         return task.split(":", 1)[0] in SIDECAR_ROLES
 
+    def ended(task: str) -> bool:
+        return f"{SLOT_DONE_PREFIX}{task}" in done or (
+            side(task) and (f"{FAILURE_PREFIX}{task}" in failed or f"{EXIT_PREFIX}{task}" in exited)
+        )
+
     if any(not side(key[len(FAILURE_PREFIX) :]) for key in failed):
         return False
-    return all(f"{SLOT_DONE_PREFIX}{t}" in done or (side(t) and f"{FAILURE_PREFIX}{t}" in failed) for t in tasks)
+    return all(ended(t) for t in tasks)
 
 
 def follower_alive(kv: KV, now: float, key: str = FOLLOWER_KEY) -> bool:
@@ -80,9 +88,10 @@ def finish_if_last(
     poll_s: float = 0.1,
     supervisor_grace_s: float = SUPERVISOR_GRACE_S,
 ) -> bool:
-    """Called by each task after its ``slot-done``: when every task is done, end the application now (see the
-    module docstring): ``shutdown(diagnostics)``, whose diagnostics carry the end record (the KV that holds it
-    dies with the app). Returns True when this task found the job done. Never raises (the task has succeeded)."""
+    """Called by each task after its ``slot-done``, and by a failed task's exit report when its failure ends
+    nothing (a side task's): when every task is done, end the application now (see the module docstring):
+    ``shutdown(diagnostics)``, whose diagnostics carry the end record (the KV that holds it dies with the app).
+    Returns True when this task found the job done. Never raises (the task has ended already)."""
     try:
         if not all_done(kv, tasks):
             return False

@@ -38,7 +38,9 @@ from tfyarn.contracts.kv_keys import (
     failure_key,
 )
 from tfyarn.contracts.triage import FREE_RESTARTS, classify, restarts
-from tfyarn.spec import SIDECAR_ROLES
+from tfyarn.errors import TfyarnError
+from tfyarn.spec import SIDECAR_ROLES, load_spec_json
+from tfyarn.task.yarn.app_end import finish_if_last
 from tfyarn.task.yarn.kv_yarn import SkeinKV, parse_container_id
 from tfyarn.tasklib.kv import put_json
 
@@ -103,6 +105,13 @@ def ends_the_app(
     # skein's allow_failures is set on every task service of a supervised app (the app's end is tfyarn's)
     sidecar = svc is not None and svc.allow_failures if r is None else role in SIDECAR_ROLES
     if svc is None or sidecar or svc.max_restarts == -1:
+        return False
+    return _budget_spent(app, role, svc, attempt, free_ids)
+
+
+def _budget_spent(app: Any, role: str, svc: Any, attempt: dict[str, Any] | None, free_ids: frozenset[str]) -> bool:
+    """Has the role used its restart budget (:func:`ends_the_app`'s count) in this attempt?"""
+    if svc.max_restarts == -1:
         return False
     budget = _spec_budget(role)
     budget = svc.max_restarts if budget is None else min(budget, svc.max_restarts)
@@ -200,8 +209,9 @@ def policy_refuses(role: str, code: int, failure: str | None) -> bool:
 def report(app: Any, code: int, died_at: float, settle_s: float = SETTLE_S) -> str:
     """Write this container's ``exit/<task>`` record and, when the failure ends the app, shut it down FAILED with
     the diagnosis — or, when the in-app supervisor may run another attempt, hand the attempt's end to it
-    (:func:`hand_over`). A container of an attempt that is ending or has ended reports nothing (the supervisor
-    killed it, or clears its records). Returns the task label used."""
+    (:func:`hand_over`); when it ends nothing, end a job that is done (:func:`finish_if_done`). A container of an
+    attempt that is ending or has ended reports nothing (the supervisor killed it, or clears its records). Returns
+    the task label used."""
 
     cid = os.environ.get("SKEIN_CONTAINER_ID", "")
     kv = SkeinKV(app.kv)
@@ -226,21 +236,39 @@ def report(app: Any, code: int, died_at: float, settle_s: float = SETTLE_S) -> s
         )
         return task
     ends = ends_the_app(app, role, attempt, free_ids) or policy_refuses(role, code, failure)
-    put_json(kv, cause_key(task, cid), {**record, "then": "the attempt's end" if ends else "restarted in place"})
+    svc = app.get_specification().services.get(role)
+    gone = not ends and role in SIDECAR_ROLES and (svc is None or _budget_spent(app, role, svc, attempt, free_ids))
+    then = "the attempt's end" if ends else ("the job goes on without it" if gone else "restarted in place")
+    put_json(kv, cause_key(task, cid), {**record, "then": then})
     print(f"[tfyarn] {task}: {t.cls}: {t.words}; rule: {t.rule}", file=sys.stderr)
-    if ends:
-        time.sleep(settle_s)
-        records = {k[len(EXIT_PREFIX) :]: json.loads(v) for k, v in kv.items(EXIT_PREFIX).items()}
-        # a task that wrote its failure but whose process has not ended yet is named too (after the dead ones)
-        for key, text in kv.items(FAILURE_PREFIX).items():
-            records.setdefault(key.split("/", 1)[1], {"code": None, "died_at": time.time(), "failure": text})
+    if not ends:
+        finish_if_done(app, kv, task)
+        return task
+    time.sleep(settle_s)
+    records = {k[len(EXIT_PREFIX) :]: json.loads(v) for k, v in kv.items(EXIT_PREFIX).items()}
+    # a task that wrote its failure but whose process has not ended yet is named too (after the dead ones)
+    for key, text in kv.items(FAILURE_PREFIX).items():
+        records.setdefault(key.split("/", 1)[1], {"code": None, "died_at": time.time(), "failure": text})
 
-        diag = diagnosis(records)
-        if hand_over(kv, task, diag):
-            return task
-        end = job_end.decide(f"{job_end.FAILED_TASK}:{task}", failure=diag, exits=records)
-        job_end.end_job(kv, end, app.shutdown, diag)
+    diag = diagnosis(records)
+    if hand_over(kv, task, diag):
+        return task
+    end = job_end.decide(f"{job_end.FAILED_TASK}:{task}", failure=diag, exits=records)
+    job_end.end_job(kv, end, app.shutdown, diag)
     return task
+
+
+def finish_if_done(app: Any, kv: Any, task: str) -> bool:
+    """A failure that ends nothing may be the last end the job waited for: a side task (tensorboard) failing after
+    every other task reported done. So it makes the check every task's success makes
+    (:func:`tfyarn.task.yarn.app_end.finish_if_last`: the job done, the end left to a live supervisor or follower,
+    else made here): the app ends SUCCEEDED, not as skein's end without a record (FAILED). True when it was done."""
+    try:
+        tasks = load_spec_json(Path(os.environ["TFYARN_SPEC_FILE"]).read_text()).tasks()
+    except (KeyError, OSError, ValueError, TfyarnError) as exc:
+        print(f"[tfyarn] {task}: no spec to tell whether the job is done ({exc})", file=sys.stderr)
+        return False
+    return finish_if_last(kv, tasks, task, lambda diagnostics: app.shutdown("SUCCEEDED", diagnostics))
 
 
 def hand_over(kv: Any, task: str, diag: str) -> bool:

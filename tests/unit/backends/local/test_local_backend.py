@@ -5,6 +5,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -287,6 +288,43 @@ def test_a_failed_tensorboard_does_not_fail_the_training_as_on_yarn(tmp_path, mo
     st = api.run(spec, backend="local")
     assert st.state is AppState.SUCCEEDED, st.diagnostics
     assert st.diagnostics.startswith("tensorboard:0 failed (exit 1), training went on: "), st.diagnostics
+    states = {t.task: t.state for t in st.tasks}
+    assert states == {"chief:0": "SUCCEEDED", "worker:0": "SUCCEEDED", "tensorboard:0": "FAILED"}, states
+
+
+def test_a_tensorboard_failing_after_training_ended_leaves_the_job_succeeded(tmp_path, monkeypatch):
+    """The other order: its process fails once every other task has ended (frozen until then: it never sees
+    control/done). The job trained: SUCCEEDED, the failure said, as on YARN (tests/cluster/yarn/test_cluster_report.py);
+    timeouts.shutdown is long, so nothing but the kill ends it."""
+    import threading
+    import tfyarn.runner.local_app as local
+    monkeypatch.setattr(local, "run_local_preflight", lambda spec, **checks: None)
+    stub = str(Path(__file__).resolve().parents[3] / "helpers" / "stub_tensorboard")
+    spec = load_spec_dict(small_spec(tmp_path, model="custom_jobs:count", params={"steps": 40},
+                                     roles={"chief": {"instances": 1}, "worker": {"instances": 1},
+                                            "tensorboard": {"instances": 1, "env": {"PYTHONPATH": stub}}},
+                                     checkpoint={"dir": str(tmp_path / "ck")},
+                                     timeouts={"rendezvous": 60, "shutdown": 600}))
+    ids, ended = [], {}
+    run = threading.Thread(target=lambda: ended.setdefault("st", api.run(
+        spec, backend="local", on_update=lambda st: ids.append(st.app_id) if not ids else None)), daemon=True)
+    run.start()
+    deadline = time.monotonic() + 90
+    while not ids:
+        assert time.monotonic() < deadline and run.is_alive(), "the run did not start its app within 90s"
+        time.sleep(0.1)
+    board = wait_for_tasks(ids[0], {"tensorboard:0"}, 60)["tensorboard:0"]
+    board.send_signal(signal.SIGSTOP)
+    backend = LocalBackend()
+    while {t.task: t.state for t in backend.status(ids[0]).tasks if t.task != "tensorboard:0"} != {
+            "chief:0": "SUCCEEDED", "worker:0": "SUCCEEDED"}:
+        assert time.monotonic() < deadline and run.is_alive(), backend.status(ids[0])
+        time.sleep(0.1)
+    board.send_signal(signal.SIGKILL)
+    run.join(60)
+    st = ended["st"]
+    assert st.state is AppState.SUCCEEDED, st.diagnostics
+    assert st.diagnostics.startswith("tensorboard:0 failed (exit -9), training went on: "), st.diagnostics
     states = {t.task: t.state for t in st.tasks}
     assert states == {"chief:0": "SUCCEEDED", "worker:0": "SUCCEEDED", "tensorboard:0": "FAILED"}, states
 

@@ -96,6 +96,58 @@ def test_a_worker_with_restarts_left_or_a_side_role_does_not_end_the_app(contain
     assert side.shutdowns == [] and json.loads(side.kv.get("exit/tensorboard_0"))["code"] == 1
 
 
+def _shipped_spec(tmp_path, monkeypatch):
+    """The tasks' spec file of a ps job with a tensorboard (ps:0, chief:0, worker:0, worker:1, tensorboard:0)."""
+    from tfyarn.spec import load_spec_dict
+    spec = load_spec_dict({"name": "tb", "model": "tfyarn.models.recommender:model", "mode": "ps",
+                           "data": {"train": ["x"], "features": {"label": {"dtype": "float32"}}, "batch_size": 1},
+                           "roles": {"ps": {"instances": 1}, "chief": {"instances": 1}, "worker": {"instances": 2},
+                                     "tensorboard": {"instances": 1}},
+                           "checkpoint": {"dir": str(tmp_path / "ckpt")}})
+    (tmp_path / "spec.json").write_text(spec.to_json())
+    monkeypatch.setenv("TFYARN_SPEC_FILE", str(tmp_path / "spec.json"))
+    return spec
+
+
+def test_a_side_task_failing_after_every_other_task_reported_done_ends_the_job_succeeded(container_env, tmp_path,
+                                                                                         monkeypatch):
+    """Its failure ends nothing, but it was the last end the job waited for: its exit report makes the check a
+    task's success makes (app_end.finish_if_last), so the app ends SUCCEEDED with an end record. It ended nothing
+    before, and skein's end without a record made the job FAILED although it trained."""
+    _shipped_spec(tmp_path, monkeypatch)
+    app = FakeAppClient(app_spec())
+    app.kv.put("taskmap/tensorboard_0", b"tensorboard:0")
+    for task in ("ps:0", "chief:0", "worker:0", "worker:1"):
+        app.kv.put(f"slot-done/{task}", b"1")
+    container_env("tensorboard_0", "tensorboard")
+    assert exit_report.report(app, 137, died_at=1.0, settle_s=0) == "tensorboard:0"   # killed: no failure record
+    assert len(app.shutdowns) == 1 and app.shutdowns[0][0] == "SUCCEEDED", app.shutdowns
+    end, _ = job_end.from_diagnostics(app.shutdowns[0][1])
+    assert (end.state, end.by) == ("SUCCEEDED", "task:tensorboard:0")
+    assert json.loads(app.kv.get("control/end"))["state"] == "SUCCEEDED"
+    (cause,) = [json.loads(v) for k, v in app.kv.get_prefix("cause/").items()]
+    assert cause["then"] == "the job goes on without it", cause      # (it said "restarted in place")
+
+
+def test_a_side_task_failing_first_is_counted_done_when_training_ends(container_env, tmp_path, monkeypatch):
+    """The other order: its report ends nothing while training runs; the last training task's end then finds the
+    job done, a killed side task (its exit record, no failure record) counted as done too."""
+    from tfyarn.task.yarn import app_end
+    from tfyarn.task.yarn.kv_yarn import SkeinKV
+    spec = _shipped_spec(tmp_path, monkeypatch)
+    app = FakeAppClient(app_spec())
+    app.kv.put("taskmap/tensorboard_0", b"tensorboard:0")
+    container_env("tensorboard_0", "tensorboard")
+    exit_report.report(app, 137, died_at=1.0, settle_s=0)
+    assert app.shutdowns == [] and app.kv.get("control/all_done") is None
+    kv = SkeinKV(app.kv)
+    for task in ("ps:0", "chief:0", "worker:0", "worker:1"):
+        kv.put(f"slot-done/{task}", "1")
+        last = app_end.finish_if_last(kv, spec.tasks(), task, lambda d: app.shutdown("SUCCEEDED", d), grace_s=0)
+        assert last is (task == "worker:1"), task
+    assert len(app.shutdowns) == 1 and job_end.from_diagnostics(app.shutdowns[0][1])[0].by == "task:worker:1"
+
+
 def test_restart_exit_code_on_yarn_ends_the_app_at_the_codes_own_exit(container_env, tmp_path, monkeypatch):
     """``restart: exit_code`` as locally: skein would restart any failure, so the container's report ends the app
     when the policy refuses the restart (the code's own exit 1-127); a kill or an infrastructure fault is left to
