@@ -423,18 +423,19 @@ def check_task_env(spec: JobSpec) -> list[str]:
 def check_ps_memory(spec: JobSpec, timeout: float = 120.0) -> list[str]:
     """ps mode: the model's graph built in a child process of this Python (``tfyarn.train.ps.memory_check``) to
     see what each ps would hold (variables, split tables' shards, optimizer slots) against ``roles.ps.memory``: a
-    job whose tables cannot fit is refused here, in one line, not killed by YARN mid-run."""
+    job whose tables cannot fit, or with a weight over what one ps variable may hold (1 GiB), is refused here, in
+    one line, not killed by YARN or failed by TF's gRPC mid-run."""
     if spec.mode != "ps" or not spec.instances("ps") or spec.entrypoint or not spec.model:
         return []
-    found = _child_check(spec, "tfyarn.train.ps.memory_check", "sizing the ps of", timeout)
-    if found and not found[0].startswith("roles.ps.memory"):  # the sizing itself failed: said, not a refusal
-        log.warning("preflight: ps memory not checked: %s", found[0])
-        return []
+    found, failed = _child_check(spec, "tfyarn.train.ps.memory_check", "sizing the ps of", timeout)
+    if failed:  # the sizing itself failed: said, not a refusal
+        log.warning("preflight: ps memory not checked: %s", failed)
     return found
 
 
-def _child_check(spec: JobSpec, module: str, what: str, timeout: float) -> list[str]:
-    """Run ``python -m module SPEC_JSON`` (exit 2: its output lines are problems)."""
+def _child_check(spec: JobSpec, module: str, what: str, timeout: float) -> tuple[list[str], str | None]:
+    """Run ``python -m module SPEC_JSON``: (the problems it found: its lines when it exits 2, why the check itself
+    failed or None)."""
 
     with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
         f.write(spec.to_json())
@@ -449,13 +450,13 @@ def _child_check(spec: JobSpec, module: str, what: str, timeout: float) -> list[
                 env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
             )
         except subprocess.TimeoutExpired:
-            return [f"model: {what} {spec.model} took over {timeout:g}s"]
+            return [], f"model: {what} {spec.model} took over {timeout:g}s"
     if proc.returncode == 2:
-        return [line for line in proc.stdout.splitlines() if line.strip()]
+        return [line for line in proc.stdout.splitlines() if line.strip()], None
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-        return [f"model: {spec.model} failed when called to check it: {last}"]
-    return []
+        return [], f"model: {spec.model} failed when called to check it: {last}"
+    return [], None
 
 
 #: Packages a job's code may import that TensorFlow does not bring: (package, tfyarn's extra, what in an
@@ -525,7 +526,8 @@ def check_keras_model(spec: JobSpec, timeout: float = 300.0) -> list[str]:
 
     if not code_uses_keras(spec.model.partition(":")[0], spec.code):
         return []
-    return _child_check(spec, "tfyarn.train.keras_check", "checking the Keras model", timeout)
+    found, failed = _child_check(spec, "tfyarn.train.keras_check", "checking the Keras model", timeout)
+    return found + ([failed] if failed else [])
 
 
 def runs_this_python(spec: JobSpec) -> bool:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -59,6 +60,60 @@ class Policy:
 
         shape = tf.TensorShape(shape)
         return shape.is_fully_defined() and shape.num_elements() * tf.as_dtype(dtype).size >= self.min_bytes
+
+
+class TooBigForPs(ValueError):
+    """Weights ps mode would hold over :data:`MAX_SHARD_BYTES` in one piece; ``lines``: one per weight."""
+
+    def __init__(self, lines: list[str]):
+        super().__init__("\n".join(lines))
+        self.lines = lines
+
+
+def refuse_too_big(variables: list[Any], keras: bool) -> None:
+    """Raise :class:`TooBigForPs` if any of ``variables`` (built under the ps policy: a split table's shards) holds
+    more than :data:`MAX_SHARD_BYTES`: a Keras weight other than an Embedding's (never split), or a variable whose
+    rows are too big to cut it small enough (ps mode splits by rows). Shapes only, nothing allocated: run before
+    the session starts (preflight's ps sizing and Keras check, each ps-mode task), since such a job would fail late
+    in TF's gRPC, or hang or run out of memory, after its tasks started."""
+    limit, lines, seen = MAX_SHARD_BYTES, list[str](), set[int]()
+    for v in variables:
+        nbytes = v.shape.num_elements() * v.dtype.size if v.shape.is_fully_defined() else 0
+        table = getattr(v, "_tfyarn_table", None)
+        whole = v if table is None else table  # (a shard: its table)
+        if nbytes <= limit or id(whole) in seen:
+            continue
+        seen.add(id(whole))
+        shape = [int(d) for d in whole.get_shape()]  # (a TensorShape, or a split table's list)
+        name = v.op.name if whole is v else whole.name
+        size = _size(math.prod(shape) * v.dtype.size, limit)
+        what = f"model: weight {name} is {size} ({' x '.join(map(str, shape))} {v.dtype.base_dtype.name}) and ps mode"
+        why = f"over the {_size(limit)} it allows a variable (TF's gRPC moves no tensor over 2 GiB; checkpoints move "
+        why += "each ps variable in one piece)"
+        if keras and whole is v:
+            lines.append(
+                f"{what} would keep it whole on one ps, {why}: ps mode splits only Embedding tables, so make it a "
+                f"keras.layers.Embedding if it is a lookup table, make the layer smaller, or train with mode: "
+                f"allreduce (no ps)"
+            )
+        else:
+            lines.append(
+                f"{what}, which splits by rows ({shape[0]} here), would keep {_size(nbytes, limit)} of it in one "
+                f"piece on a ps, {why}: give it more, shorter rows (a lookup table: tfyarn.train.table with a row "
+                f"per id), make it smaller, or train with mode: allreduce (no ps)"
+            )
+    if lines:
+        raise TooBigForPs(lines)
+
+
+def _size(n: int, limit: int | None = None) -> str:
+    """``n`` bytes in GiB, MiB or KiB (2 decimals at most); in bytes if it would read as ``limit`` but is not."""
+    text = f"{n:,} bytes"
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            text = f"{n / scale:.2f}".rstrip("0").rstrip(".") + f" {unit}"
+            break
+    return f"{n:,} bytes" if limit is not None and n != limit and text == _size(limit) else text
 
 
 def policy_for(spec: Any, num_ps: int) -> Policy:

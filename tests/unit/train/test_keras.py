@@ -312,6 +312,31 @@ def test_a_keras_model_tfyarn_cannot_train_is_refused_before_anything_starts_wit
     assert not (tmp_path / "home" / "apps").exists() or not any((tmp_path / "home" / "apps").iterdir())
 
 
+def test_a_ps_mode_keras_weight_over_1_gib_is_refused_by_tfyarn_run_local_with_exit_2(tmp_path):
+    """A Dense kernel of 1.22 GiB (ps mode splits only Embeddings; TF's gRPC moves no tensor over 2 GiB): preflight's
+    Keras check refuses it from its shape before its optimizer's eager twin would allocate it, exit 2, nothing started
+    (the rule itself: test_ps_sharding's test_a_weight_over_1_gib_...)."""
+    import os
+    import subprocess
+    import sys
+
+    import yaml
+    doc = {"name": "wide", "model": MODEL, "mode": "ps",
+           "params": {**SMALL, "dim": 8192, "hidden": 20_000},  # hidden/kernel: 16384 x 20000 float32
+           "data": {"train": write_recommender_files(tmp_path / "train", [200]), "features": RECOMMENDER_FEATURES,
+                    "batch_size": 100},
+           "roles": {"ps": {"instances": 1}, "chief": {"instances": 1}}}
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(doc))
+    proc = subprocess.run([sys.executable, "-m", "tfyarn.cli", "run", str(tmp_path / "spec.yaml"), "--local"],
+                          check=False, capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                          env={**os.environ, "TFYARN_HOME": str(tmp_path / "home")})
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "1 problem found before starting the job (nothing was started):\n  - model: weight hidden/kernel is " \
+           "1.22 GiB (16384 x 20000 float32) and ps mode would keep it whole on one ps, over the 1 GiB" in proc.stderr
+    assert "make it a keras.layers.Embedding if it is a lookup table" in proc.stderr, proc.stderr[-3000:]
+    assert not (tmp_path / "home" / "apps").exists() or not any((tmp_path / "home" / "apps").iterdir())
+
+
 def test_a_sequential_model_with_or_without_an_input_trains_on_its_one_feature():
     """Sequential: with ``keras.Input(name=<feature>)`` it is fed by name; without one (unbuilt) it takes the single
     non-label feature and is built on it."""

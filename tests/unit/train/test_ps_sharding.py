@@ -48,7 +48,7 @@ def graph_of(doc, model=None):
     n = spec.instances("ps")
     cluster = {"ps": [f"127.0.0.1:{i + 1}" for i in range(n)], "chief": ["127.0.0.1:90"], "worker": ["127.0.0.1:91"]}
     ctx = TaskContext(spec=spec, role="worker", index=0, kv=MemoryKV(), cluster=cluster)
-    return build_graph(ctx, model or load(spec.model, spec.params))
+    return build_graph(ctx, model or load(spec.model, spec.params, spec.code or None))
 
 
 def test_spec_keys_parse_sizes_and_default_to_64_mib_and_the_number_of_ps():
@@ -453,6 +453,30 @@ def _model_values(ckpt) -> list:
     return [reader.get_tensor(k) for k in entry["model_variables"]]
 
 
+def test_tfyarn_run_local_fails_a_ps_job_with_a_plain_weight_over_1_gib_in_its_chief_before_the_session(tmp_path):
+    """A local run skips preflight's ps sizing (a TF child for every ps job): the chief refuses the 1-row variable of
+    1 GiB + 4 bytes when it builds its graph, before its session, nothing allocated; the job FAILED (exit 1) with the
+    line, not retried (the model's own doing). The rule and its preflight side: the test above."""
+    import os
+    import subprocess
+    import sys
+
+    import yaml
+    from test_ps import write_sized
+
+    doc = {**spec_doc(1), "name": "wide", "model": "big_weights:model", "code": JOBS, "params": {}}
+    doc["data"] = {"train": write_sized(tmp_path / "data", [200]), "features": FEATURES, "batch_size": 100}
+    doc["roles"] = {"ps": {"instances": 1}, "chief": {"instances": 1}}
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(doc))
+    proc = subprocess.run([sys.executable, "-m", "tfyarn.cli", "run", str(tmp_path / "spec.yaml"), "--local"],
+                          check=False, capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                          env={**os.environ, "TFYARN_HOME": str(tmp_path / "home")})
+    assert proc.returncode == 1, (proc.stdout, proc.stderr[-3000:])
+    assert "diagnosis: chief:0 exited with code 1: TooBigForPs: model: weight wide is 1,073,741,828 bytes (1 x " \
+           "268435457 float32) and ps mode, which splits by rows (1 here)" in proc.stdout, proc.stdout
+    assert "not retried: the job's own code failed (raised TooBigForPs)" in proc.stdout, proc.stdout
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(1800)  # three runs of _run's 600 s
 def test_plain_job_on_3_ps_resumes_on_1_and_warm_starts_split_over_2_values_equal(tmp_path):
@@ -508,6 +532,61 @@ def test_preflight_sizing_leaves_a_small_models_ps_in_a_small_container_alone():
     total, _, _ = memory_check.ps_loads(load_spec_dict(doc).to_json())
     assert 0 < max(total) < memory_check.MATERIAL_MIB * 2**20
     assert memory_check.problems(load_spec_dict(doc).to_json()) == []
+
+
+JOBS = str(__import__("pathlib").Path(__file__).resolve().parents[2] / "helpers" / "jobs")  # (big_weights.py)
+
+
+def test_a_weight_over_1_gib_ps_mode_cannot_cut_is_refused_by_name_size_and_way_out_from_its_shape():
+    """TF's gRPC moves no tensor over 2 GiB, so no ps variable may hold more than 1 GiB (sharding.MAX_SHARD_BYTES): a
+    Keras Dense kernel (only Embeddings are split) and a plain variable of one row over it are refused in one line
+    when the graph is built (every ps-mode task, before its session), by preflight's ps sizing and by its Keras
+    check, from shapes: the process grows by no GiB (building the Keras one's graph used to peak at 4547 MiB: its
+    optimizer's eager twin). 1 GiB exactly passes; a plain variable of many rows over it is split, not refused."""
+    import resource
+
+    from tfyarn.gateway.preflight import check_ps_memory
+    from tfyarn.train import keras_check
+    from tfyarn.train.model import build_model, load_unbuilt
+    from tfyarn.train.ps import memory_check
+
+    peak_mib = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024  # noqa: E731
+    before = peak_mib()
+    dense = keras_doc(2, "keras", min_shard="64 MiB")
+    dense["params"].update(num_users=60, num_items=60, dim=8192, hidden=20_000)  # hidden/kernel: 16384 x 20000
+    with pytest.raises(sharding.TooBigForPs) as refused:  # (loaded as the tasks load it: in a scratch graph)
+        graph_of(dense, load_unbuilt(dense["model"], dense["params"], data=load_spec_dict(dense).data))
+    (line,) = refused.value.lines
+    assert line.startswith("model: weight hidden/kernel is 1.22 GiB (16384 x 20000 float32) and ps mode would keep "
+                           "it whole on one ps, over the 1 GiB it allows a variable (TF's gRPC moves no tensor over "
+                           "2 GiB"), line
+    assert "make it a keras.layers.Embedding if it is a lookup table, make the layer smaller, or train with mode: " \
+           "allreduce (no ps)" in line, line
+    spec_json = load_spec_dict(dense).to_json()
+    assert memory_check.problems(spec_json) == keras_check.problems(spec_json) == [line]
+
+    plain = {**spec_doc(1), "model": "big_weights:model", "code": JOBS, "params": {}}  # 1 x (2^28 + 1) float32
+    with pytest.raises(sharding.TooBigForPs) as refused:
+        graph_of(plain)
+    (line,) = refused.value.lines
+    assert line.startswith("model: weight wide is 1,073,741,828 bytes (1 x 268435457 float32) and ps mode, which "
+                           "splits by rows (1 here), would keep 1,073,741,828 bytes of it in one piece on a ps, over "
+                           "the 1 GiB"), line
+    assert "tfyarn.train.table with a row per id), make it smaller, or train with mode: allreduce" in line, line
+    assert check_ps_memory(load_spec_dict(plain)) == [line]  # (the gateway's side: a child process, exit 2)
+
+    graph_of({**plain, "params": {"cols": 2**28}})  # 1 GiB exactly: whole, allowed
+    tg = graph_of({**plain, "params": {"rows": 300_000, "cols": 1024}})  # 1.14 GiB of rows: split, under 1 GiB each
+    pieces = {op.name for op in tg.graph.get_operations() if re.fullmatch(r"wide(/part_\d+)?", op.name)}
+    assert pieces == {"wide/part_0", "wide/part_1"}, pieces
+    exact = {**dense, "params": {**dense["params"], "hidden": 16_384}}  # a 1 GiB kernel (the rule only: the eager
+    with tf.Graph().as_default():  # twin of its optimizer would allocate it)
+        spec = load_spec_dict(exact)
+        with sharding.sharding(sharding.policy_for(spec, 2), intercept=False):
+            build_model(load(spec.model, spec.params, data=spec.data))
+        sharding.refuse_too_big(tf.compat.v1.global_variables(), keras=True)
+        assert "hidden/kernel" in {v.op.name for v in tf.compat.v1.global_variables()}
+    assert peak_mib() - before < 512, (before, peak_mib())
 
 
 @pytest.mark.parametrize("flavour", ["keras", "tf_keras"])

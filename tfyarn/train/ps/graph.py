@@ -148,6 +148,9 @@ def build_graph(ctx: Any, model: Any) -> TrainGraph:
             # big variables split by rows over the ps (sharding.py), each shard placed by the balancer's plan
             with sharding.sharding(policy, intercept=not sharding.builds_own_tables(model)):
                 build_model(model)
+            # a weight over gRPC's limit: said now, from its shape, before the optimizer (a Keras model's eager
+            # twin would allocate it) and any session
+            sharding.refuse_too_big(tf.compat.v1.global_variables(), keras=sharding.builds_own_tables(model))
             global_step = tf.compat.v1.train.get_or_create_global_step()
             counters = _step_counters(ctx, global_step)
             fwd = _forward(model, spec.data)

@@ -2,7 +2,8 @@
 Run in a child process by preflight (:func:`tfyarn.gateway.preflight.check_ps_memory`) for a ps-mode job whose
 tasks run this Python: the gateway itself never imports TensorFlow. Exit 2 with one line when the busiest ps's
 variables and optimizer slots (a split table's shards counted where they go) plus TensorFlow's own memory exceed
-``roles.ps.memory``: YARN would kill that ps mid-run, after the allocation, the upload and the start-up.
+``roles.ps.memory``: YARN would kill that ps mid-run, after the allocation, the upload and the start-up; or when
+a weight is over what ps mode keeps in one piece (:func:`tfyarn.train.sharding.refuse_too_big`).
 
 What a ps peaks at (measured with ``scripts/bench_ps_memory.py``, BENCHMARKS.md "Embedding tables in ps mode"):
 TensorFlow and its server (:data:`RUNTIME_MIB`), its variables and slots, and one transient beside them: while it
@@ -17,7 +18,7 @@ import re
 import sys
 
 from tfyarn.spec import load_spec_json
-from tfyarn.train import child_check
+from tfyarn.train import child_check, sharding
 from tfyarn.tasklib.context import TaskContext
 from tfyarn.tasklib.kv import MemoryKV
 from tfyarn.train.model import is_custom_train, load_unbuilt
@@ -65,7 +66,10 @@ def ps_loads(spec_json: str) -> tuple[list[int], list[int], list[int]] | None:
 
 
 def problems(spec_json: str) -> list[str]:
-    loads = ps_loads(spec_json)
+    try:
+        loads = ps_loads(spec_json)
+    except sharding.TooBigForPs as exc:  # a weight no ps may hold in one piece (the graph's build says which)
+        return exc.lines
     if loads is None:
         return []
     total, tables, biggest = loads
