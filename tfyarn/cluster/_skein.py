@@ -13,6 +13,11 @@ import re
 import sys
 from types import ModuleType
 
+#: JVM options for skein's own JVMs (the gateway's driver, each job's application master): the client JIT only.
+#: Both do light, I/O-bound work, so C2's compilations were most of their start-up: the driver reached ready with
+#: 1.6 CPU s instead of 3.3 (BENCHMARKS.md, "skein's JVMs"). Options given later on a command line win.
+JIT_OPTIONS = ("-XX:TieredStopAtLevel=1",)
+
 
 class _LooseVersion:
     """What skein uses ``distutils.version.LooseVersion`` for: one comparison of grpc's version with a string."""

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tfyarn.cluster import hdfs, webauth
+from tfyarn.cluster._skein import JIT_OPTIONS
 from tfyarn.errors import PreflightError
 from tfyarn.spec import JobSpec, Kerberos
 
@@ -196,11 +197,13 @@ def proxy_refusal(exc: BaseException, user: str | None) -> PreflightError | None
 
 
 def driver_options(krb: Kerberos | None) -> dict[str, Any]:
-    """skein ``Client`` keyword arguments: the keytab login, and the krb5.conf for its JVM (Java ignores
+    """skein ``Client`` keyword arguments: the keytab login, and the driver JVM's options: the client JIT
+    (:data:`~tfyarn.cluster._skein.JIT_OPTIONS`), ``$SKEIN_DRIVER_JAVA_OPTIONS``, and the krb5.conf (Java ignores
     ``KRB5_CONFIG``, which MIT tools and hdfs-native honour; without it the driver says "Cannot locate KDC")."""
     kw: dict[str, Any] = {"keytab": krb.keytab, "principal": krb.principal} if krb else {}
     conf = os.environ.get("KRB5_CONFIG")
-    opts = os.environ.get("SKEIN_DRIVER_JAVA_OPTIONS", "")
-    if conf and "java.security.krb5.conf" not in opts:
-        kw["java_options"] = [*opts.split(), f"-Djava.security.krb5.conf={conf}"]
+    opts = os.environ.get("SKEIN_DRIVER_JAVA_OPTIONS", "").split()  # skein's own variable: after ours, so it wins
+    if conf and not any("java.security.krb5.conf" in o for o in opts):
+        opts.append(f"-Djava.security.krb5.conf={conf}")
+    kw["java_options"] = [*JIT_OPTIONS, *opts]
     return kw

@@ -56,14 +56,15 @@ def test_gss_text_and_proxy_refusal():
 def test_driver_options(monkeypatch, tmp_path):
     monkeypatch.delenv("SKEIN_DRIVER_JAVA_OPTIONS", raising=False)
     monkeypatch.delenv("KRB5_CONFIG", raising=False)
-    assert kerberos.driver_options(None) == {}
+    assert kerberos.driver_options(None) == {"java_options": ["-XX:TieredStopAtLevel=1"]}
     monkeypatch.setenv("KRB5_CONFIG", "/etc/r/krb5.conf")
-    monkeypatch.setenv("SKEIN_DRIVER_JAVA_OPTIONS", "-Xmx256m")
+    monkeypatch.setenv("SKEIN_DRIVER_JAVA_OPTIONS", "-Xmx256m -XX:TieredStopAtLevel=4")  # the user's come after ours
     kw = kerberos.driver_options(Kerberos(principal="a@R", keytab="/k/a.keytab"))
     assert kw == {"principal": "a@R", "keytab": "/k/a.keytab",
-                  "java_options": ["-Xmx256m", "-Djava.security.krb5.conf=/etc/r/krb5.conf"]}
+                  "java_options": ["-XX:TieredStopAtLevel=1", "-Xmx256m", "-XX:TieredStopAtLevel=4",
+                                   "-Djava.security.krb5.conf=/etc/r/krb5.conf"]}
     monkeypatch.setenv("SKEIN_DRIVER_JAVA_OPTIONS", "-Djava.security.krb5.conf=/mine")
-    assert "java_options" not in kerberos.driver_options(None)
+    assert kerberos.driver_options(None)["java_options"] == ["-XX:TieredStopAtLevel=1", "-Djava.security.krb5.conf=/mine"]
 
 
 def test_login_without_kerberos_on_a_simple_cluster_is_nothing(tmp_path):

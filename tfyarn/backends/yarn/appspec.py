@@ -25,7 +25,7 @@ from typing import Any, Iterable
 import tfyarn
 import yaml
 
-from tfyarn.cluster._skein import skein
+from tfyarn.cluster._skein import JIT_OPTIONS, skein
 from tfyarn.gateway.packaging import ENV_DIR, SKIP_DIRS, SKIP_SUFFIXES, EnvRef, hash_tree
 from tfyarn.spec import ROLE_ORDER, SIDECAR_ROLES, JobSpec, Role
 from tfyarn.contracts import startup
@@ -163,8 +163,9 @@ def _files(shipped: Shipped) -> dict[str, Any]:
 
 #: The application master's environment. skein 0.8.2's web UI (its overview: the page the RM's tracking link opens)
 #: reads its proxied pages' map entries by reflection, which Java 17 refuses (HTTP 500 once a page has a link): the
-#: launcher of Java 9+ reads JDK_JAVA_OPTIONS (Java 8 ignores it), so the job's page gets its link there.
-MASTER_ENV = {"JDK_JAVA_OPTIONS": "--add-opens=java.base/java.util=ALL-UNNAMED"}
+#: launcher of Java 9+ reads JDK_JAVA_OPTIONS (Java 8 ignores it), so the job's page gets its link there. The
+#: client JIT halves the master's start-up CPU (:data:`~tfyarn.cluster._skein.JIT_OPTIONS`).
+MASTER_ENV = {"JDK_JAVA_OPTIONS": " ".join(("--add-opens=java.base/java.util=ALL-UNNAMED", *JIT_OPTIONS))}
 
 
 def free_restarts(spec: JobSpec, role: str) -> bool:

@@ -488,7 +488,8 @@ def test_a_stale_global_driver_record_is_dropped_not_fatal(monkeypatch):
     monkeypatch.setenv("HADOOP_CONF_DIR", "/etc/hadoop/conf")
     b = YarnBackend()
     client = b.client()
-    assert type(client).__name__ == "PrivateClient" and calls == [True, ("private", {"log": False})]
+    jit = {"java_options": ["-XX:TieredStopAtLevel=1"]}
+    assert type(client).__name__ == "PrivateClient" and calls == [True, ("private", {"log": False, **jit})]
 
 
 def test_staging_tokens_and_kill_follow_the_cluster_and_the_proxy_user(monkeypatch, tmp_path):
