@@ -194,7 +194,7 @@ KEYS: tuple[KvKey, ...] = (
     KvKey(
         "control/all_done",
         "JSON {time, by}",
-        "task.yarn.app_end (the last task done)",
+        "task.yarn.app_end (the last task done), runner.yarn_app.supervise (a side task's container failed last)",
         "runner.follow (the follower), runner.yarn_app.supervise",
     ),
     KvKey(

@@ -156,7 +156,7 @@ class InAppSupervisor:
         containers = self.app.get_containers(states=ALL_CONTAINER_STATES)
         snap = self.snap = snapshot(containers, kv, self.spec, progress=self.sup.progress(kv))
         self.memory_watch(snap["tasks"])  # 90 % of a container's memory: warned (issue 32)
-        if app_end.ALL_DONE_KEY in kv:
+        if app_end.ALL_DONE_KEY in kv or self.done_without_report(kv):
             if self._follower_ends_it():
                 return False
             self.finish("SUCCEEDED", app_end.DONE_DIAGNOSTICS)
@@ -174,6 +174,19 @@ class InAppSupervisor:
             log.error("%s: %s; ending the attempt", self.app_id, diag)
             return self.attempt_failed(diag, AppState.TIMED_OUT)
         return bool(snap["tasks"]) and all(x["state"] in _ENDED for x in snap["tasks"])
+
+    def done_without_report(self, kv: dict[str, str]) -> bool:
+        """Is the job done although no task said so: every other task reported done and a side task's container
+        (tensorboard's) has failed, ended without its exit report (YARN killed it whole: memory, a preemption)
+        whose check (:func:`tfyarn.task.yarn.app_end.done_in`) would have said so? Then ``control/all_done`` is put
+        (a follower ends the app on it), else the app would end as skein decides, without an end record: FAILED."""
+        tasks = self.snap.get("tasks", [])
+        gone = [t["task"] for t in tasks if t["state"] in ("FAILED", "KILLED") and app_end.side_task(t["task"])]
+        if not gone or not app_end.done_in(kv, self.spec.tasks(), gone):
+            return False
+        log.info("%s: every task is done (%s failed)", self.app_id, ", ".join(gone))
+        self.kv.put(app_end.ALL_DONE_KEY, json.dumps({"time": round(time.time(), 3), "by": job_end.SUPERVISOR}))
+        return True
 
     # -- in-app attempts ---------------------------------------------------------------------------------------------
     def attempt_ended(self, kv: dict[str, str], containers: list[Any]) -> str | None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 from tfyarn.cluster._skein import skein
 from tfyarn.contracts import job_end
@@ -56,20 +56,28 @@ def record_phase(kv: KV, task: str, **times: float) -> None:
 
 
 def all_done(kv: KV, tasks: Iterable[str]) -> bool:
-    """Every task has reported done and no task has a failure record; a side task (tensorboard) that failed (its
-    failure record, or its container's exit record: a kill writes no failure) counts as done: its failure is allowed
-    (the job trains on without it, and its status says so)."""
-    done, failed, exited = kv.items(SLOT_DONE_PREFIX), kv.items(FAILURE_PREFIX), kv.items(EXIT_PREFIX)
+    """:func:`done_in` over the app's KV records."""
+    return done_in({**kv.items(SLOT_DONE_PREFIX), **kv.items(FAILURE_PREFIX), **kv.items(EXIT_PREFIX)}, tasks)
 
-    def side(task: str) -> bool:
-        return task.split(":", 1)[0] in SIDECAR_ROLES
+
+def side_task(task: str) -> bool:
+    """Is ``task`` (``role:index``) of a side role (tensorboard), whose failure is allowed?"""
+    return task.split(":", 1)[0] in SIDECAR_ROLES
+
+
+def done_in(items: Mapping[str, Any], tasks: Iterable[str], gone: Iterable[str] = ()) -> bool:
+    """The job's rule, over KV ``items``: every task has reported done and no task has a failure record; a side
+    task that failed (its failure record, or its container's exit record: a kill writes no failure; or in ``gone``:
+    its container ended without a report) counts as done: its failure is allowed (the job trains on without it,
+    and its status says so)."""
+    gone = set(gone)
 
     def ended(task: str) -> bool:
-        return f"{SLOT_DONE_PREFIX}{task}" in done or (
-            side(task) and (f"{FAILURE_PREFIX}{task}" in failed or f"{EXIT_PREFIX}{task}" in exited)
+        return f"{SLOT_DONE_PREFIX}{task}" in items or (
+            side_task(task) and (f"{FAILURE_PREFIX}{task}" in items or f"{EXIT_PREFIX}{task}" in items or task in gone)
         )
 
-    if any(not side(key[len(FAILURE_PREFIX) :]) for key in failed):
+    if any(k.startswith(FAILURE_PREFIX) and not side_task(k[len(FAILURE_PREFIX) :]) for k in items):
         return False
     return all(ended(t) for t in tasks)
 

@@ -316,11 +316,13 @@ def test_a_tensorboard_failing_after_training_ended_leaves_the_job_succeeded(tmp
     board = wait_for_tasks(ids[0], {"tensorboard:0"}, 60)["tensorboard:0"]
     board.send_signal(signal.SIGSTOP)
     backend = LocalBackend()
-    while {t.task: t.state for t in backend.status(ids[0]).tasks if t.task != "tensorboard:0"} != {
-            "chief:0": "SUCCEEDED", "worker:0": "SUCCEEDED"}:
-        assert time.monotonic() < deadline and run.is_alive(), backend.status(ids[0])
-        time.sleep(0.1)
-    board.send_signal(signal.SIGKILL)
+    try:
+        while {t.task: t.state for t in backend.status(ids[0]).tasks if t.task != "tensorboard:0"} != {
+                "chief:0": "SUCCEEDED", "worker:0": "SUCCEEDED"}:
+            assert time.monotonic() < deadline and run.is_alive(), backend.status(ids[0])
+            time.sleep(0.1)
+    finally:
+        board.send_signal(signal.SIGKILL)           # (also when the wait failed: nothing left stopped)
     run.join(60)
     st = ended["st"]
     assert st.state is AppState.SUCCEEDED, st.diagnostics

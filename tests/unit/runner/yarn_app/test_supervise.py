@@ -74,7 +74,7 @@ class Clock:
 
 
 def supervisor(tmp_path, states, **spec_over):
-    spec = make_spec(roles=ROLES, mode="allreduce", **spec_over)
+    spec = make_spec(**{"roles": ROLES, "mode": "allreduce", **spec_over})
     app, kv, clock = App(states), MemoryKV(), Clock()
     sup = InAppSupervisor(spec, app, kv, APP, started=clock.t, clock=clock, report_dir=tmp_path, ack_wait_s=0.2)
     sup.container_gone = lambda nm, cid: True               # the NodeManagers stopped what was killed
@@ -167,6 +167,25 @@ def test_a_task_that_died_without_its_report_and_no_attempt_left_ends_the_app_fa
     [(status, diag)] = people(app.shutdowns)
     assert status == "FAILED" and diag.startswith("worker:0: "), diag
     assert app.scaled == [] and kv.get("control/attempt") is None
+
+
+def test_a_side_task_killed_whole_after_every_other_task_reported_done_ends_the_job_succeeded(tmp_path):
+    """A tensorboard container YARN killed whole (memory, a preemption: no exit report, so no check of its own)
+    once every other task reported done: the supervisor finds the job done (app_end.done_in) and ends it SUCCEEDED.
+    It returned once every container had ended, and skein's end without a record made the job FAILED."""
+    roles = {**ROLES, "tensorboard": {"instances": 1}}
+    sup, app, kv, clock = supervisor(tmp_path, {"chief": "SUCCEEDED", "worker": "SUCCEEDED", "tensorboard": "RUNNING"},
+                                     roles=roles, checkpoint={"dir": str(tmp_path / "ckpt")})
+    kv.put("taskmap/tensorboard_0", "tensorboard:0")
+    mark_slot_done(kv, "chief:0")
+    assert sup.round() is False and kv.get(app_end.ALL_DONE_KEY) is None       # worker:0 has not said it is done
+    mark_slot_done(kv, "worker:0")
+    assert sup.round() is False and kv.get(app_end.ALL_DONE_KEY) is None       # tensorboard:0 still runs
+    next(c for c in app.containers if c.service_name == "tensorboard").state = "FAILED"
+    assert sup.round() is True
+    assert people(app.shutdowns) == [("SUCCEEDED", app_end.DONE_DIAGNOSTICS)]
+    assert json.loads(kv.get(app_end.ALL_DONE_KEY))["by"] == "supervisor"
+    assert json.loads(kv.get("control/end"))["state"] == "SUCCEEDED"
 
 
 def test_a_bare_submits_failure_says_that_no_attempt_follows():
