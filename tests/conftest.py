@@ -15,6 +15,29 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "helpers"))
 REQUIRE_YARN = os.environ.get("TFYARN_REQUIRE_YARN") == "1"
 
 
+def pytest_addoption(parser):
+    parser.addoption("--part", metavar="K/N", help="run only part K of N of the selected tests, whole modules "
+                     "each, parts of about equal time by --part-durations (tests/helpers/halves.py)")
+    parser.addoption("--part-durations", metavar="JSON", help="test node id -> seconds, for --part")
+
+
+@pytest.hookimpl(trylast=True)  # after -m / -k deselected theirs: every part splits the same list
+def pytest_collection_modifyitems(config, items):
+    if not config.getoption("--part"):
+        return
+    import halves  # tests/helpers
+
+    try:
+        k, n = halves.parse_part(config.getoption("--part"))
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    path = config.getoption("--part-durations")
+    parts = halves.split(items, halves.load_durations(path) if path else {}, n)
+    keep = {id(i) for i in parts[k - 1]}
+    config.hook.pytest_deselected(items=[i for i in items if id(i) not in keep])
+    items[:] = parts[k - 1]
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
