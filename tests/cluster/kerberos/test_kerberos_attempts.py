@@ -3,7 +3,9 @@ SIGKILL; the app's in-app supervisor ends the attempt — the chief's and the ps
 and starts the next in the same application, which SUCCEEDS. The supervisor, a container with delegation tokens only,
 is refused by the NodeManagers' SPNEGO web UI: it asks the ResourceManager with the app's RM delegation token
 instead, and its log shows every killed container answered there (its NodeManager's report, relayed), none taken
-as stopped by the grace. Real CLI processes, real TF tasks running as alice (LinuxContainerExecutor)."""
+as stopped by the grace. Its other RM reads, the app's start time and its page's report, go with the same token
+(backends/yarn/rest.in_container) and are answered too. Real CLI processes, real TF tasks running as alice
+(LinuxContainerExecutor)."""
 import json
 import signal
 import time
@@ -88,5 +90,9 @@ def test_an_in_app_attempts_killed_containers_are_answered_by_the_resourcemanage
     assert len(ended) == 1 and "containers killed and gone" in ended[0], ended
     killed = int(ended[0].split("attempt 0 ended: ", 1)[1].split()[0])
     assert killed >= 2 and len(answered) == killed, (killed, answered)  # every container killed (chief, ps, ...)
-    for unanswered in ("the grace of", "cannot say whether", "no answer from the ResourceManager", "timed out"):
+    started = [ln for ln in log.splitlines() if f"{app_id} started at " in ln]     # one per attempt's supervisor
+    assert started and all("read with the app's RM delegation token" in ln for ln in started), started
+    assert f"page of {app_id}: " in log, f"no page served\n{log[-3000:]}"
+    for unanswered in ("the grace of", "cannot say whether", "no answer from the ResourceManager", "timed out",
+                       "no start time of", "no report of"):
         assert unanswered not in log, f"{unanswered!r} in the supervisor's log\n{log[-3000:]}"

@@ -4,12 +4,14 @@ Why: a skein driver (a JVM) took 5-15 s to start on a loaded gateway, while the 
 milliseconds. Used when the RM's web endpoints take simple (pseudo) authentication, the Hadoop default; the skein
 driver otherwise (SPNEGO, a refusal, an RM that does not answer). A running skein AM is then reached at its own
 address (``amRPCAddress``) with skein's TLS credentials: no driver either. Inside a container of a secure cluster
-(no Kerberos login) the app's RM delegation token authenticates instead (``token``: :mod:`tfyarn.cluster.tokens`).
+(no Kerberos login) the app's RM delegation token authenticates instead (``token``: :mod:`tfyarn.cluster.tokens`);
+every RM read made inside the app's containers goes through :func:`in_container`, which passes it when there is one.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import getpass
 import json
 import logging
 import time
@@ -19,7 +21,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from tfyarn.cluster import tokens, webauth
+from tfyarn.cluster import hdfs, tokens, webauth
 from tfyarn.errors import AppNotFound, WaitTimeout
 
 log = logging.getLogger(__name__)
@@ -134,6 +136,11 @@ class RmRest:
         if not simple and not token and not webauth.available():  # else SPNEGO with this process's Kerberos login
             raise RestUnavailable(f"the ResourceManager's web API needs Kerberos (SPNEGO): {webauth.INSTALL_HINT}")
 
+    @property
+    def has_token(self) -> bool:
+        """Whether every request carries an RM delegation token (a container's on a secure cluster)."""
+        return bool(self._token)
+
     def _call(
         self, method: str, path: str, query: dict[str, Any] | None = None, body: dict[str, Any] | None = None
     ) -> Any:
@@ -213,3 +220,18 @@ class RmRest:
                     f"(the ResourceManager still says {rep.state})"
                 )
             time.sleep(poll)
+
+
+def in_container(timeout: float = HTTP_TIMEOUT_S) -> RmRest:
+    """The RM client of a process in the app's containers (the in-app supervisor's start time, page, re-request and
+    relay reads): the container's Hadoop config and user, with the app's RM delegation token when the container has
+    one (``$HADOOP_TOKEN_FILE_LOCATION``). Why: on a secure cluster that token is a container's only credential for
+    the RM's web API (no Kerberos login there); on an insecure one there is none and ``user.name`` is read as before.
+    :class:`RestUnavailable` when no RM can be asked (no address, an unreadable config, SPNEGO wanted and no token)."""
+    token = tokens.container_token(tokens.RM_DELEGATION_TOKEN)
+    try:
+        conf = hdfs.load_hadoop_conf(None)
+        user = getpass.getuser()  # $USER in a container ("" would be refused with HTTP 500)
+    except (OSError, KeyError) as exc:  # an unreadable config dir; no user name at all (pwd: KeyError)
+        raise RestUnavailable(f"no ResourceManager config or user in this container: {exc}") from None
+    return RmRest(conf, user, timeout, token=token.url_string() if token else None)

@@ -22,8 +22,7 @@ from tfyarn.contracts.kv_keys import PAGE_URL_KEY
 from tfyarn.contracts.status import AppState, AppStatus, TaskStatus
 from tfyarn.contracts.progress import memory_warnings
 from tfyarn.web import StatusPage, page_enabled
-from tfyarn.cluster import hdfs
-from tfyarn.backends.yarn.rest import RmRest
+from tfyarn.backends.yarn import rest
 
 log = logging.getLogger(__name__)
 
@@ -35,8 +34,8 @@ def rm_report(app_id: str) -> Any:
     """The ResourceManager's report of the app (tracking URL, tags, start), read once; None when it
     cannot say."""
     try:
-        return RmRest(hdfs.load_hadoop_conf(None), os.environ.get("USER") or "").report(app_id)
-    except Exception as exc:  # noqa: BLE001 - (a secure RM, no Hadoop conf in the container)
+        return rest.in_container().report(app_id)
+    except Exception as exc:  # noqa: BLE001 - (no Hadoop conf in the container, an RM down)
         log.info("no report of %s from the ResourceManager for its page: %s", app_id, exc)
         return None
 

@@ -20,7 +20,6 @@ ends the job naming the task.
 
 from __future__ import annotations
 
-import getpass
 import logging
 import time
 from dataclasses import dataclass
@@ -28,8 +27,7 @@ from typing import Any, Callable
 
 from tfyarn.backends.yarn.appspec import SUPERVISOR_SERVICE
 from tfyarn.backends.yarn.states import _by_task
-from tfyarn.cluster import hdfs
-from tfyarn.backends.yarn.rest import RmRest
+from tfyarn.backends.yarn import rest as rm_rest
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +129,7 @@ class Rerequest:
 
     def _rest(self) -> Any:
         if self.rest is None:
-            self.rest = RmRest(hdfs.load_hadoop_conf(None), getpass.getuser())  # "": HTTP 500
+            self.rest = rm_rest.in_container()  # the app's RM token on a secure cluster
         return self.rest
 
     def waiting(self, containers: list[Any], taskmap: dict[str, str]) -> list[Waiting]:

@@ -17,11 +17,9 @@ until the NodeManager reports it completed, after its process exited. So, per ki
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
 
-from tfyarn.backends.yarn.rest import RestUnavailable, RmRest, attempt_of, host_port
-from tfyarn.cluster import hdfs, tokens
+from tfyarn.backends.yarn.rest import RestUnavailable, RmRest, attempt_of, host_port, in_container
 from tfyarn.errors import AppNotFound
 
 log = logging.getLogger(__name__)
@@ -72,14 +70,11 @@ class RmRelay:
 
 
 def from_container() -> RmRelay | None:
-    """The relay of this container's RM delegation token (``$HADOOP_TOKEN_FILE_LOCATION``); None without one (a
-    cluster without security, or outside YARN) or without an RM address in the Hadoop config."""
-    token = tokens.container_token(tokens.RM_DELEGATION_TOKEN)
-    if token is None:
-        return None
+    """The relay, asking with this container's RM delegation token (:func:`~tfyarn.backends.yarn.rest.in_container`);
+    None without one (a cluster without security, or outside YARN) or without an RM address in the Hadoop config."""
     try:
-        rest = RmRest(hdfs.load_hadoop_conf(None), os.environ.get("USER") or "", token=token.url_string())
-    except (RestUnavailable, OSError, ValueError) as exc:
+        rest = in_container()
+    except RestUnavailable as exc:
         log.info("no ResourceManager to ask about killed containers: %s", exc)
         return None
-    return RmRelay(rest)
+    return RmRelay(rest) if rest.has_token else None

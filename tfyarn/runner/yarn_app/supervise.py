@@ -54,8 +54,7 @@ from tfyarn.backends.yarn.appspec import SUPERVISOR_STARTED, SUPERVISOR_SERVICE
 from tfyarn.runner.yarn_app.attempts import absorb, lost_task, restart
 from tfyarn.runner.yarn_app.page import MemoryWatch
 from tfyarn.backends.yarn import phases
-from tfyarn.cluster import hdfs
-from tfyarn.backends.yarn.rest import RmRest
+from tfyarn.backends.yarn import rest
 from tfyarn.cluster._skein import skein
 from tfyarn.task.yarn.kv_yarn import SkeinKV
 from tfyarn.runner.yarn_app import page as job_page
@@ -365,9 +364,12 @@ def app_started(app_id: str) -> float | None:
     """The app's start (epoch s) from the ResourceManager (the active deadline counts from there); None when the RM
     cannot say (then the supervisor's own start, seconds later, is used)."""
     try:
-        rep = RmRest(hdfs.load_hadoop_conf(None), os.environ.get("USER") or "").report(app_id)
+        rm = rest.in_container()
+        rep = rm.report(app_id)
+        how = "with the app's RM delegation token" if rm.has_token else "as user.name"
+        log.info("%s started at %s (the ResourceManager's report, read %s)", app_id, rep.start_time, how)
         return rep.start_time.timestamp() if rep.start_time is not None else None
-    except Exception as exc:  # noqa: BLE001 - (a secure RM, no Hadoop conf in the container)
+    except Exception as exc:  # noqa: BLE001 - (no Hadoop conf in the container, an RM down)
         log.info("no start time of %s from the ResourceManager (%s): counting from now", app_id, exc)
         return None
 
