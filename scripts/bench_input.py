@@ -32,9 +32,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tfyarn.data import Feeder, build_manifest, native, plan, write_synthetic  # noqa: E402
-from tfyarn.data.planner import round_robin_steps  # noqa: E402
-from tfyarn.data.synth import SCHEMAS  # noqa: E402
+from tfyarn.data import Feeder, build_manifest, native, plan, write_synthetic
+from tfyarn.data.planner import round_robin_steps
+from tfyarn.data.synth import SCHEMAS
 
 BATCH = 1000
 

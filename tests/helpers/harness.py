@@ -170,7 +170,7 @@ def _task_main() -> int:
     mod, _, fn = os.environ["TFYARN_HARNESS_TARGET"].partition(":")
     try:
         getattr(importlib.import_module(mod), fn)(ctx)
-    except BaseException as exc:  # noqa: BLE001 - report like the runtime does
+    except BaseException as exc:
         logging.getLogger("harness").exception("task %s failed", task)
         try:
             kv.put(failure_key(task), f"{type(exc).__name__}: {exc}"[:2000])

@@ -90,7 +90,7 @@ def _workflow_arguments(wf_id: str) -> list[str]:
     ns = {"wf": "uri:oozie:workflow:0.5", "sh": "uri:oozie:shell-action:0.3"}
     shell = ET.parse(OOZIE / "workflow.xml").getroot().find("wf:action/sh:shell", ns)
     fill = lambda text: re.sub(r"\$\{([^}]+)\}", lambda m: wf_id if m.group(1) == "wf:id()" else props[m.group(1)],
-                               text)  # noqa: E731
+                               text)
     return [fill(a.text) for a in shell.findall("sh:argument", ns)]
 
 

@@ -172,7 +172,7 @@ def test_async_workers_preempted_come_back_in_place_without_using_the_restart_bu
             def preempted():
                 try:
                     got = app.get_containers(services=["worker"], states=["FAILED"])
-                except Exception as exc:  # noqa: BLE001 - skein's ConnectionError: the app has ended
+                except Exception as exc:  # skein's ConnectionError: the app has ended
                     raise AssertionError(f"{app_id} ended before the scheduler preempted a worker ({exc})") from exc
                 return [c for c in got if "preempted" in (c.exit_message or "")]
 

@@ -2,7 +2,6 @@
 covered — by its in-place restart, which reuses what it had cached, or, for the chief, by the job's next attempt —
 and every task of the run that completes plans from the same manifest as a single reader would build."""
 import json
-import os
 from pathlib import Path
 
 import pytest

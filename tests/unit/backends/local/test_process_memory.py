@@ -1,7 +1,6 @@
 """tree_rss: a process tree's resident memory in one table scan (what the launcher compares with roles.*.memory)."""
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 

@@ -22,7 +22,7 @@ STATES = {"container_1_0001_01_000002": "RUNNING", "container_1_0001_01_000003":
 class NodeManager(BaseHTTPRequestHandler):
     secure = False
 
-    def do_GET(self):  # noqa: N802 - http.server's name
+    def do_GET(self):
         if self.secure and "Authorization" not in self.headers:
             self.send_response(401)
             self.send_header("WWW-Authenticate", "Negotiate")
@@ -87,7 +87,7 @@ class SecureRM(BaseHTTPRequestHandler):
     token = ""
     asked: list = []
 
-    def do_GET(self):  # noqa: N802 - http.server's name
+    def do_GET(self):
         type(self).asked.append(self.path)
         if self.headers.get("X-Hadoop-Delegation-Token") != self.token:
             self.send_response(401)

@@ -36,7 +36,7 @@ class FakeRm(BaseHTTPRequestHandler):
     token: str | None = None
     seen: list[tuple[str, str | None, str]] = []  # (path, token header, user.name)
 
-    def do_GET(self):  # noqa: N802 - http.server's name
+    def do_GET(self):
         url = urllib.parse.urlsplit(self.path)
         path = url.path.removeprefix("/ws/v1/cluster/")
         user = urllib.parse.parse_qs(url.query).get("user.name", [""])[0]
