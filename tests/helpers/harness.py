@@ -174,7 +174,7 @@ def _task_main() -> int:
         logging.getLogger("harness").exception("task %s failed", task)
         try:
             kv.put(failure_key(task), f"{type(exc).__name__}: {exc}"[:2000])
-        except Exception:
+        except Exception:  # noqa: BLE001 - best effort: exit code 1 still reports the failure
             pass
         return 1
     return 0

@@ -66,10 +66,10 @@ def test_sigkilled_worker_chief_and_ps_each_start_a_job_attempt_from_the_hdfs_ch
         app_id = run.submitted(lambda: _apps(yarn, name, active_only=True), JOB_S, f"the application of {name}")[0]
         for attempt, victim in enumerate(("worker:0", "chief:0", "ps:0", "am")):
             # this backend did not submit it: the attempt is the app's own (control/attempt in its KV)
-            running = wait_until(lambda: (s := yarn.status(app_id)).attempt == attempt and s, JOB_S,
+            running = wait_until(lambda a=attempt: (s := yarn.status(app_id)).attempt == a and s, JOB_S,
                                  f"in-app attempt {attempt} of {app_id}")
             if attempt:     # how the attempt before ended, recorded in the app: the task killed, first
-                rec = wait_until(lambda: attempt_record(yarn, app_id, attempt - 1), 30, f"attempts/{attempt - 1}")
+                rec = wait_until(lambda a=attempt: attempt_record(yarn, app_id, a - 1), 30, f"attempts/{attempt - 1}")
                 assert rec["diagnosis"].startswith(f"{killed[-1][1]}: exit code 137 (killed by SIGKILL)"), rec
             start = int(running.progress.get("per_task", {}).get("chief:0") or 0)
             # past a checkpoint of this attempt (the first progress of a resumed attempt may still be unpublished)

@@ -89,8 +89,10 @@ def _workflow_arguments(wf_id: str) -> list[str]:
             props[k.strip()] = v.strip()
     ns = {"wf": "uri:oozie:workflow:0.5", "sh": "uri:oozie:shell-action:0.3"}
     shell = ET.parse(OOZIE / "workflow.xml").getroot().find("wf:action/sh:shell", ns)
-    fill = lambda text: re.sub(r"\$\{([^}]+)\}", lambda m: wf_id if m.group(1) == "wf:id()" else props[m.group(1)],
-                               text)
+
+    def fill(text):
+        return re.sub(r"\$\{([^}]+)\}", lambda m: wf_id if m.group(1) == "wf:id()" else props[m.group(1)], text)
+
     return [fill(a.text) for a in shell.findall("sh:argument", ns)]
 
 

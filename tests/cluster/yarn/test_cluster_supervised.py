@@ -106,7 +106,7 @@ def test_a_stalled_bare_submit_runs_its_next_attempt_in_the_app_and_is_timed_out
     frozen = []
     try:
         for attempt in (0, 1):
-            wait_until(lambda: yarn.status(app_id).attempt == attempt, JOB_S, f"attempt {attempt} of {app_id}")
+            wait_until(lambda a=attempt: yarn.status(app_id).attempt == a, JOB_S, f"attempt {attempt} of {app_id}")
             wait_for_step(yarn, app_id, "worker:0", 3)
             proc = task_process(yarn, app_id, "worker:0")
             proc.send_signal(signal.SIGSTOP)

@@ -202,8 +202,11 @@ def test_eta_from_the_tasks_own_global_step_rate_on_a_single_status_read():
     sample of the global step. The training tasks publish the global step's rate they measured; its median gives
     the ETA."""
     from tfyarn.contracts.progress import GlobalStepRate, aggregate_progress
-    rec = lambda gs, r: json.dumps({"step": gs, "global_step": gs, "examples_per_sec": 10.0, "loss": 0.5,
-                                    "global_steps_per_sec": r})
+
+    def rec(gs, r):
+        return json.dumps({"step": gs, "global_step": gs, "examples_per_sec": 10.0, "loss": 0.5,
+                           "global_steps_per_sec": r})
+
     items = {"progress/chief:0": rec(100, 4.0), "progress/worker:0": rec(100, 5.0), "progress/worker:1": rec(99, 50.0)}
     p = aggregate_progress(items, 300, ["chief:0", "worker:0", "worker:1"], GlobalStepRate())
     assert p["eta_s"] == pytest.approx(200 / 5.0)

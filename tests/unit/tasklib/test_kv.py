@@ -58,10 +58,11 @@ def test_unreachable_service_is_a_clear_error():
 def test_progress_eta_follows_the_global_step_rate():
     from tfyarn.contracts.progress import GlobalStepRate, aggregate_progress
     rate = GlobalStepRate()
-    items = lambda g: {"progress/chief:0": json.dumps({"step": g, "global_step": g, "examples_per_sec": 100.0,
-                                                       "loss": 0.5}),
-                       "progress/worker:0": json.dumps({"step": g, "global_step": g, "examples_per_sec": 50.0,
-                                                        "loss": 0.3})}
+
+    def items(g):
+        return {"progress/chief:0": json.dumps({"step": g, "global_step": g, "examples_per_sec": 100.0, "loss": 0.5}),
+                "progress/worker:0": json.dumps({"step": g, "global_step": g, "examples_per_sec": 50.0, "loss": 0.3})}
+
     assert rate.add(0, now=0.0) is None
     assert rate.add(10, now=1.0) == 10.0
     p = aggregate_progress(items(20), 120, ["chief:0", "worker:0"])

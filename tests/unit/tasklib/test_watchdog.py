@@ -41,9 +41,11 @@ def test_no_stall_while_any_task_advances():
 def test_stall_after_flat_progress_names_tasks_and_steps():
     kv = MemoryKV()
     wd = StallWatchdog(kv, TASKS, stall_s=10)
-    report(kv, "chief:0", 1); report(kv, "worker:0", 1)
+    report(kv, "chief:0", 1)
+    report(kv, "worker:0", 1)
     assert wd.check(now=0.0) is None
-    report(kv, "chief:0", 2); report(kv, "worker:0", 2)
+    report(kv, "chief:0", 2)
+    report(kv, "worker:0", 2)
     assert wd.check(now=3.0) is None
     assert wd.check(now=12.9) is None         # 9.9 s flat
     r = wd.check(now=13.0)                    # 10 s flat
@@ -59,7 +61,8 @@ def test_heartbeat_without_step_change_is_not_progress():
     kv = MemoryKV()
     wd = StallWatchdog(kv, TASKS, stall_s=5)
     for t in range(8):
-        report(kv, "chief:0", 7, time=t); report(kv, "worker:0", 7, time=t)
+        report(kv, "chief:0", 7, time=t)
+        report(kv, "worker:0", 7, time=t)
         r = wd.check(now=float(t))
     assert r is not None and r.stalled_for == pytest.approx(7.0)
 
@@ -125,17 +128,20 @@ def test_after_done_a_task_that_never_reported_is_reported_stall_s_after_done():
 def test_a_finished_job_never_stalls():
     kv = MemoryKV()
     wd = StallWatchdog(kv, TASKS, stall_s=1)
-    report(kv, "chief:0", 5); report(kv, "worker:0", 5)
+    report(kv, "chief:0", 5)
+    report(kv, "worker:0", 5)
     assert wd.check(now=0.0) is None
     kv.put(DONE_KEY, "1")
-    report(kv, "chief:0", 5, done=True); report(kv, "worker:0", 5, done=True)
+    report(kv, "chief:0", 5, done=True)
+    report(kv, "worker:0", 5, done=True)
     assert wd.check(now=100.0) is None
 
 
 def test_a_chief_stuck_in_its_final_checkpoint_or_export_is_named_as_such():
     kv = MemoryKV()
     wd = StallWatchdog(kv, TASKS, stall_s=10)
-    report(kv, "chief:0", 5, done=True); report(kv, "worker:0", 5, done=True)   # every step ran, no control/done
+    report(kv, "chief:0", 5, done=True)  # every step ran, no control/done
+    report(kv, "worker:0", 5, done=True)
     assert wd.check(now=0.0) is None and wd.check(now=9.0) is None
     r = wd.check(now=10.0)
     assert r is not None
@@ -159,7 +165,9 @@ def test_frozen_async_worker_is_not_a_stall_while_others_advance():
 def test_laggard_is_the_suspect_when_everyone_answers():
     kv = MemoryKV()
     wd = StallWatchdog(kv, ["worker:0", "worker:1", "worker:2"], stall_s=2)
-    report(kv, "worker:0", 9); report(kv, "worker:1", 4); report(kv, "worker:2", 9)
+    report(kv, "worker:0", 9)
+    report(kv, "worker:1", 4)
+    report(kv, "worker:2", 9)
     wd.check(now=0.0)
     r = wd.check(now=2.0)
     assert r.suspects == ["worker:1"]
@@ -170,7 +178,8 @@ def test_the_watch_keeps_watching_the_chiefs_finishing_phase_until_control_done(
     there must still fail the job (the watch used to end as soon as every task was finished)."""
     kv = MemoryKV()
     calls = []
-    report(kv, "chief:0", 5, done=True); report(kv, "worker:0", 5, done=True)   # every step ran, no control/done
+    report(kv, "chief:0", 5, done=True)  # every step ran, no control/done
+    report(kv, "worker:0", 5, done=True)
     wd = StallWatchdog(kv, TASKS, stall_s=0.5, on_stall=calls.append, ack_wait_s=0.1, signal_pids=False)
     assert wd.poll(now=0.0) is None
     assert wd.poll(now=1.0) is not None
@@ -178,7 +187,8 @@ def test_the_watch_keeps_watching_the_chiefs_finishing_phase_until_control_done(
     # with control/done set, finished tasks are never a stall
     kv2 = MemoryKV()
     kv2.put(DONE_KEY, "1")
-    report(kv2, "chief:0", 5, done=True); report(kv2, "worker:0", 5, done=True)
+    report(kv2, "chief:0", 5, done=True)
+    report(kv2, "worker:0", 5, done=True)
     wd2 = StallWatchdog(kv2, TASKS, stall_s=0.5, on_stall=calls.append, signal_pids=False)
     assert wd2.poll(now=0.0) is None and wd2.poll(now=100.0) is None and len(calls) == 1
 
@@ -187,7 +197,8 @@ def test_poll_requests_dumps_collects_acks_and_calls_back_once():
     kv = MemoryKV()
     calls = []
     wd = StallWatchdog(kv, TASKS, stall_s=1, on_stall=calls.append, ack_wait_s=0.3, signal_pids=False)
-    report(kv, "chief:0", 1); report(kv, "worker:0", 1)
+    report(kv, "chief:0", 1)
+    report(kv, "worker:0", 1)
     assert wd.poll(now=0.0) is None
     # chief answers any dump request instantly; worker:0 never does (frozen)
     orig_put = kv.put

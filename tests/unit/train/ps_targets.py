@@ -23,12 +23,7 @@ class FakeFeeder:
         return self.n
 
     def epoch(self, epoch: int, start_step: int = 0):
-        rng = np.random.default_rng(1000 * epoch + self.ctx.data_rank)
-        for _ in range(self.n):
-            u = rng.integers(0, 100, self.bs)
-            i = rng.integers(0, 100, self.bs)
-            batch = {"user_id": u, "item_id": i, "label": ((u + i) % 2).astype(np.float32)}
-        # regenerate deterministically so start_step skips exactly the first batches
+        # generated deterministically (seeded by epoch and rank), so start_step skips exactly the first batches
         rng = np.random.default_rng(1000 * epoch + self.ctx.data_rank)
         for s in range(self.n):
             u = rng.integers(0, 100, self.bs)

@@ -147,7 +147,7 @@ def test_skewed_files_two_workers_three_epochs_finish_with_equal_steps_and_evalu
         c.start()
         codes = c.wait(timeout=240)
         logs = {t: c.log(t) for t in c.procs}
-        assert codes == {t: 0 for t in c.procs}, "\n".join(f"--- {t}\n{l[-3000:]}" for t, l in logs.items())
+        assert codes == {t: 0 for t in c.procs}, "\n".join(f"--- {t}\n{log[-3000:]}" for t, log in logs.items())
         progress = {t: json.loads(c.kv.get(progress_key(t))) for t in spec.training_tasks}
         assert c.kv.get(DONE_KEY) is not None
     planned = 3 * (sum(SKEWED) // (2 * 1000))              # 5 steps per epoch, nothing dropped
@@ -170,7 +170,7 @@ def test_skewed_files_two_workers_three_epochs_finish_with_equal_steps_and_evalu
     index = json.loads((tmp_path / "ckpt" / "tfyarn-checkpoint.json").read_text())
     assert index["latest"] == "ckpt-15" and len(index["checkpoints"]) == 2     # keep: 2
     # evaluator: evaluated the final checkpoint, metrics as JSON lines and as TF event files
-    lines = [json.loads(l) for l in (tmp_path / "ckpt" / "eval" / "metrics.jsonl").read_text().splitlines()]
+    lines = [json.loads(line) for line in (tmp_path / "ckpt" / "eval" / "metrics.jsonl").read_text().splitlines()]
     assert lines and lines[-1]["checkpoint"] == "ckpt-15" and lines[-1]["global_step"] == 15
     assert lines[-1]["examples"] == 2000 and 0 < lines[-1]["loss"] < 1.0 and 0 <= lines[-1]["accuracy"] <= 1
     assert list((tmp_path / "ckpt" / "eval").glob("events.out.tfevents.*"))
@@ -228,7 +228,7 @@ def test_killed_job_resumes_at_the_checkpointed_epoch_and_step(tmp_path):
         c.start()
         codes = c.wait(timeout=240)
         logs = {t: c.log(t) for t in c.procs}
-        assert codes == {t: 0 for t in c.procs}, "\n".join(f"--- {t}\n{l[-3000:]}" for t, l in logs.items())
+        assert codes == {t: 0 for t in c.procs}, "\n".join(f"--- {t}\n{log[-3000:]}" for t, log in logs.items())
         progress = {t: json.loads(c.kv.get(progress_key(t))) for t in spec.training_tasks}
     summary = json.loads((ckpt / "summary.json").read_text())
     assert summary["resumed_from"] == f"ckpt-{resumed}"

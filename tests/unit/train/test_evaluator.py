@@ -116,7 +116,7 @@ def test_a_checkpoint_pruned_during_download_is_skipped_and_the_final_one_evalua
     assert calls == ["ckpt-7", "ckpt-9"]
     assert [r["checkpoint"] for r in results] == ["ckpt-9"] and results[0]["examples"] == 1000
     lines = (tmp_path / "ckpt" / "eval" / "metrics.jsonl").read_text().splitlines()
-    assert [json.loads(l)["global_step"] for l in lines] == [9]
+    assert [json.loads(line)["global_step"] for line in lines] == [9]
     assert json.loads(ctx.kv.get("eval/latest"))["checkpoint"] == "ckpt-9"
 
 

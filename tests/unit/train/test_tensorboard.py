@@ -6,6 +6,7 @@ without the ``tensorboard`` package must be readable by TensorBoard.
 """
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import subprocess
@@ -82,7 +83,7 @@ def test_serves_scalars_written_without_the_tensorboard_package(tmp_path, tensor
         while time.monotonic() < deadline and len(scalars) < 5:    # TensorBoard loads the mirror asynchronously
             try:
                 scalars = json.loads(_get(url + "data/plugin/scalars/scalars?run=train&tag=loss"))
-            except Exception:
+            except (OSError, http.client.HTTPException, ValueError):  # not serving yet, or no JSON yet
                 scalars = []
             time.sleep(1)
         c.kv.put(DONE_KEY, "1")
