@@ -163,7 +163,8 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="bench-predict-"))
     model, tfr, pqt = make_data(root, args.rows)
     load0 = os.getloadavg()[0]
-    res: dict[str, list[float]] = {k: [] for k in ("plain_tfdata", "tfyarn_tfrecord", "plain_pyarrow", "tfyarn_parquet")}
+    kinds = ("plain_tfdata", "tfyarn_tfrecord", "plain_pyarrow", "tfyarn_parquet")
+    res: dict[str, list[float]] = {k: [] for k in kinds}
     for rep in range(args.reps):
         for name, fn in (
             ("plain_tfdata", lambda: plain_tfdata(model, tfr, str(root / "plain.parquet"), args.batch)),

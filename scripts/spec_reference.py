@@ -15,8 +15,8 @@ OUT = ROOT / "docs" / "spec-reference.md"
 HEADER = """# Job spec reference
 
 Generated from the spec's JSON Schema (`tfyarn schema`) by `scripts/spec_reference.py`; do not edit by hand
-(`tests/unit/test_spec_reference.py` fails when this file is stale). Relative local paths are made absolute against the spec
-file's directory when the spec is loaded. The README shows a whole spec; `specs/` holds more examples.
+(`tests/unit/test_spec_reference.py` fails when this file is stale). Relative local paths are made absolute against the
+spec file's directory when the spec is loaded. The README shows a whole spec; `specs/` holds more examples.
 """
 
 

@@ -300,7 +300,8 @@ class CpuHog:
               f"(load average now {os.getloadavg()[0]:.1f})")
         # a hog that got nothing did not load the box: the run did not test what it says (at load 37 on 2 cores
         # two busy loops got 7 % of a core between them: their share of a saturated box)
-        assert kind is not None or self.cpu_s >= 0.02 * self.wall_s, f"the CPU hog took only {self.cpu_s:.1f} CPU s in {self.wall_s:.0f} s"
+        assert kind is not None or self.cpu_s >= 0.02 * self.wall_s, (
+            f"the CPU hog took only {self.cpu_s:.1f} CPU s in {self.wall_s:.0f} s")
 
 
 def assert_causes_named(causes: list[dict], restarts: int) -> None:

@@ -2,8 +2,8 @@
 
 Why not the real launcher: trainer tests must not depend on the launcher's progress, and must exercise exactly what a
 task receives (a TaskContext, TF_CONFIG, the KV) — real gRPC over loopback, the real KV service
-(:class:`tfyarn.backends.local.kvserver.KVServer` + :class:`HttpKV`). Ports are reserved here (the rendezvous does that in
-production), each task gets ``TFYARN_*`` env and a JSON cluster, builds its context and calls ``target(ctx)``.
+(:class:`tfyarn.backends.local.kvserver.KVServer` + :class:`HttpKV`). Ports are reserved here (the rendezvous does that
+in production), each task gets ``TFYARN_*`` env and a JSON cluster, builds its context and calls ``target(ctx)``.
 
 Usage::
 
@@ -75,8 +75,9 @@ class LocalCluster:
                    "TFYARN_SPEC_FILE": str(self.spec_file), "TFYARN_ROLE": role, "TFYARN_INDEX": index,
                    "TFYARN_KV": self.server.url, "TFYARN_APP_ID": "test", "TFYARN_HARNESS_CLUSTER":
                    json.dumps(self.cluster), "TFYARN_HARNESS_TARGET": self.targets.get(task, self.target),
-                   "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), self.env.get("PYTHONPATH", ""),
-                                                                        os.environ.get("PYTHONPATH", "")) if p)}
+                   "TF_CPP_MIN_LOG_LEVEL": "2",
+                   "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), self.env.get("PYTHONPATH", ""),
+                                                             os.environ.get("PYTHONPATH", "")) if p)}
             taskdir = self.workdir / task.replace(":", "_")
             taskdir.mkdir(exist_ok=True)
             with open(self.log_path(task), "w") as err:

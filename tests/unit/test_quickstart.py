@@ -90,6 +90,6 @@ def test_running_a_finished_job_again_succeeds_at_once(tfyarn_home, tmp_path):
     out = other.stdout + other.stderr
     assert other.returncode == 1, out[-3000:]
     assert (f"chief:0 exited with code 1: CheckpointMismatch: checkpoint ckpt-{s['total_steps']} in "
-            f"{tmp_path / 'ckpt'} does not fit this job's model: user_embedding has shape [1000, 16] in the checkpoint, "
-            f"[1000, 32] in the model (and ") in out, out[-3000:]
+            f"{tmp_path / 'ckpt'} does not fit this job's model: user_embedding has shape [1000, 16] in the "
+            f"checkpoint, [1000, 32] in the model (and ") in out, out[-3000:]
     assert "point checkpoint.dir at a new directory to train afresh" in out

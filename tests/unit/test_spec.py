@@ -5,7 +5,8 @@ import pytest
 import yaml
 
 from tfyarn.errors import SpecError
-from tfyarn.spec import JobSpec, json_schema, load_spec, load_spec_dict, load_spec_json, parse_duration_s, parse_memory_mib
+from tfyarn.spec import (JobSpec, json_schema, load_spec, load_spec_dict, load_spec_json, parse_duration_s,
+                         parse_memory_mib)
 
 BASE = {
     "name": "t", "model": "tfyarn.models.recommender:model", "mode": "ps",

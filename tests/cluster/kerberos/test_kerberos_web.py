@@ -1,6 +1,6 @@
 """The secure cluster's web endpoints (issue 31): SPNEGO on the NameNode, DataNode, ResourceManager and NodeManager;
-tfyarn.cluster.webauth authenticates with a keytab and no ticket cache (no JVM), says what is missing in one line otherwise;
-preflight's scheduler read goes through it. A packed venv the containers' account cannot run is refused by
+tfyarn.cluster.webauth authenticates with a keytab and no ticket cache (no JVM), says what is missing in one line
+otherwise; preflight's scheduler read goes through it. A packed venv the containers' account cannot run is refused by
 preflight in one line (scripts/kerberos-cluster runs containers as alice/bob: LinuxContainerExecutor)."""
 import json
 import sys

@@ -46,7 +46,9 @@ def datanode(action: str) -> None:
 
 
 @pytest.mark.usefixtures("cpu_hog")
-def test_a_datanode_restart_of_30s_is_survived_by_reads_and_checkpoint_uploads(hdfs_root, tmp_path, caplog, monkeypatch):
+def test_a_datanode_restart_of_30s_is_survived_by_reads_and_checkpoint_uploads(
+    hdfs_root, tmp_path, caplog, monkeypatch
+):
     """Under a CPU hog (issue 40): the box's cores saturated for the whole outage."""
     import fsspec
 

@@ -19,7 +19,8 @@ STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d{4} ")
 def _status(state=AppState.RUNNING, step=120, worker1="RUNNING", restarts=0):
     tasks = [TaskStatus("ps:0", "RUNNING", "10.0.0.5"), TaskStatus("chief:0", "RUNNING", "10.0.0.6"),
              TaskStatus("worker:0", "RUNNING", "10.0.0.7"),
-             TaskStatus("worker:1", worker1, "10.0.0.8", restarts=restarts, exit_code=1 if worker1 == "FAILED" else None)]
+             TaskStatus("worker:1", worker1, "10.0.0.8", restarts=restarts,
+                        exit_code=1 if worker1 == "FAILED" else None)]
     progress = {"global_step": step, "total_steps": 300, "examples_per_sec": 51234.0, "loss": 0.41, "epoch": 1,
                 "eta_s": 12.3, "per_task": {"chief:0": 40, "worker:0": 41, "worker:1": 39}}
     return AppStatus("local-x", "local", "ctr", state, tasks=tasks, progress=progress)

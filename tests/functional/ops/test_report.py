@@ -136,8 +136,9 @@ def test_a_run_that_failed_before_training_leaves_the_checkpoint_dirs_report_alo
     assert json.loads((tmp_path / "app-f" / "report.json").read_text())["state"] == "FAILED"
     trained = ProgressHistory()
     trained.record({"progress/chief:0": json.dumps({"step": 3, "time": 2.0, "loss": 0.5})})
-    write_report(tmp_path / "app-g", failed, trained.points, checkpoint_url(spec))          # a run that trained, then failed: its
-    assert json.loads((tmp_path / "ckpt" / "report.json").read_text())["state"] == "FAILED"   # report is the news
+    # a run that trained, then failed: its report is the news
+    write_report(tmp_path / "app-g", failed, trained.points, checkpoint_url(spec))
+    assert json.loads((tmp_path / "ckpt" / "report.json").read_text())["state"] == "FAILED"
 
 
 def _record_segment(url, task, attempt=0, restart=0, seconds=1.2, start_step=0):

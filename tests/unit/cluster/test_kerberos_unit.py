@@ -1,5 +1,5 @@
-"""tfyarn.cluster.kerberos without a cluster: the keytab reader (against keytabs MIT's ktutil writes), the one-line errors'
-texts, the JVM option, and hdfs.set_login swapping fsspec's hdfs class (and back)."""
+"""tfyarn.cluster.kerberos without a cluster: the keytab reader (against keytabs MIT's ktutil writes), the one-line
+errors' texts, the JVM option, and hdfs.set_login swapping fsspec's hdfs class (and back)."""
 import shutil
 import subprocess
 
@@ -64,7 +64,8 @@ def test_driver_options(monkeypatch, tmp_path):
                   "java_options": ["-XX:TieredStopAtLevel=1", "-Xmx256m", "-XX:TieredStopAtLevel=4",
                                    "-Djava.security.krb5.conf=/etc/r/krb5.conf"]}
     monkeypatch.setenv("SKEIN_DRIVER_JAVA_OPTIONS", "-Djava.security.krb5.conf=/mine")
-    assert kerberos.driver_options(None)["java_options"] == ["-XX:TieredStopAtLevel=1", "-Djava.security.krb5.conf=/mine"]
+    assert kerberos.driver_options(None)["java_options"] == [
+        "-XX:TieredStopAtLevel=1", "-Djava.security.krb5.conf=/mine"]
 
 
 def test_login_without_kerberos_on_a_simple_cluster_is_nothing(tmp_path):

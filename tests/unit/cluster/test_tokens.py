@@ -30,7 +30,8 @@ def test_tokens_written_by_hadoop_are_read_in_either_format(fmt):
         "RM_DELEGATION_TOKEN", "127.0.0.1:28032", bytes(range(200)), b"p" * 20)
     assert rm.url_string() == RM_URL
     hdfs = got["ha-hdfs:tfyarn"]
-    assert (hdfs.kind, hdfs.identifier, hdfs.password) == ("HDFS_DELEGATION_TOKEN", b"hdfs-identifier", b"hdfs-password")
+    assert (hdfs.kind, hdfs.identifier, hdfs.password) == (
+        "HDFS_DELEGATION_TOKEN", b"hdfs-identifier", b"hdfs-password")
     assert "p" * 20 not in repr(rm) and "identifier" not in repr(rm)       # a token's secret never in a repr
 
 

@@ -94,8 +94,8 @@ def test_start_causes_name_each_task_from_the_snapshot_the_supervisor_last():
                           "container_1_0001_01_000005"}
     snap = {"tasks": [{"task": "ps:0", "log": "h:8042/node/containerlogs/container_1_0001_01_000003/root"},
                       {"task": "worker:0", "log": "h:8042/node/containerlogs/container_1_0001_01_000009/root"}],
-            "containers": {"tfyarn-supervisor_0": "container_1_0001_01_000002", "worker_0": "container_1_0001_01_000005",
-                           "worker_4": "container_1_0001_01_000009"}}
+            "containers": {"tfyarn-supervisor_0": "container_1_0001_01_000002",
+                           "worker_0": "container_1_0001_01_000005", "worker_4": "container_1_0001_01_000009"}}
     causes = start_causes.by_task(found, snap)
     assert causes == {"ps:0": (1, "cannot start: No module named 'pydantic' (python /usr/bin/python3 3.11.2)"),
                       "worker:0": (1, "cannot start: No module named 'pydantic' (python /usr/bin/python3 3.11.2)"),

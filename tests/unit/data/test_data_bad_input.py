@@ -64,14 +64,16 @@ def test_corrupted_length_crc(mem, cache_dir):
     with pytest.raises(DataError) as e:
         build_manifest([url], cache_dir=cache_dir)
     full = build_url(url)
-    assert str(e.value) == f"{full}: record 2 at byte offset {offsets(p)[2]}: corrupted record header (length CRC mismatch)"
+    assert str(e.value) == (
+        f"{full}: record 2 at byte offset {offsets(p)[2]}: corrupted record header (length CRC mismatch)")
 
 
 def test_corrupted_length_itself_is_caught_without_reading_to_the_end(mem, cache_dir):
     url = f"{mem}/a.tfrecord"
     p = write_ids(url, 0, 5)
     patch(url, offsets(p)[1] + 6, flip)         # a huge length: framing would otherwise wait for terabytes
-    with pytest.raises(DataError, match=r"record 1 at byte offset \d+: corrupted record header \(length CRC mismatch\)"):
+    header_crc = r"record 1 at byte offset \d+: corrupted record header \(length CRC mismatch\)"
+    with pytest.raises(DataError, match=header_crc):
         build_manifest([url], cache_dir=cache_dir)
 
 
@@ -87,7 +89,8 @@ def test_corrupted_data_crc_fails_with_location(src, cache_dir):
     m = build_manifest([url], cache_dir=cache_dir)          # framing is intact: indexing succeeds
     with feeder(m) as f, pytest.raises(DataError) as e:
         drain(f)
-    assert str(e.value) == f"{build_url(url)}: record 3 at byte offset {offsets(p)[3]}: corrupted data (data CRC mismatch)"
+    assert str(e.value) == (
+        f"{build_url(url)}: record 3 at byte offset {offsets(p)[3]}: corrupted data (data CRC mismatch)")
     assert (e.value.path, e.value.record, e.value.offset) == (build_url(url), 3, offsets(p)[3])
 
 

@@ -98,7 +98,8 @@ def test_with_on_corrupt_skip_one_fitting_sample_is_enough(tmp_path):
     data = {"train": [f"{tmp_path}/*.tfrecord"], "features": RECO, "batch_size": 2}
     assert check_data_schema(make_spec(data=data | {"on_corrupt": "skip"})) == []
     (problem,) = check_data_schema(make_spec(data=data))                              # fail mode: any bad sample
-    assert problem == f"data.train[0]: file://{tmp_path}/a.tfrecord: not a TFRecord file (no valid record header at byte 0)"
+    assert problem == (
+        f"data.train[0]: file://{tmp_path}/a.tfrecord: not a TFRecord file (no valid record header at byte 0)")
     (tmp_path / "b.tfrecord").write_bytes(encode_record(encode_example({"label": 1.0})))
     (problem,) = check_data_schema(make_spec(data=data | {"on_corrupt": "skip"}))   # every sample bad: reported
     assert problem.startswith(f"data.train[0]: file://{tmp_path}/a.tfrecord: not a TFRecord file")
@@ -136,8 +137,8 @@ def test_run_preflight_reports_everything_at_once(tmp_path, mem):
     kt = tmp_path / "me.keytab"
     kt.write_bytes(b"k")
     kt.chmod(0o644)
-    spec = make_spec(queue="nosuch", data=data("memory:///pf/none/*"), kerberos={"principal": "me@R", "keytab": str(kt)},
-                     checkpoint={"dir": "memory:///pf/ck"})
+    spec = make_spec(queue="nosuch", data=data("memory:///pf/none/*"),
+                     kerberos={"principal": "me@R", "keytab": str(kt)}, checkpoint={"dir": "memory:///pf/ck"})
     with pytest.raises(PreflightError) as ei:
         run_preflight(spec, CLUSTER)
     err = ei.value
@@ -193,7 +194,8 @@ def test_a_tensorboard_role_needs_tensorboard_where_the_tasks_run_this_env(monke
     spec = make_spec(roles=roles, **common)
     monkeypatch.setattr(pf, "_installed", lambda m: m != "tensorboard")
     (problem,) = check_task_env(spec)
-    assert problem.startswith("roles.tensorboard: the 'tensorboard' package is not installed") and "pip install" in problem
+    assert problem.startswith("roles.tensorboard: the 'tensorboard' package is not installed")
+    assert "pip install" in problem
     with pytest.raises(PreflightError, match="roles.tensorboard"):
         run_local_preflight(spec)
     with pytest.raises(PreflightError, match="roles.tensorboard"):

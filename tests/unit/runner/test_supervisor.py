@@ -239,7 +239,8 @@ def test_totals_count_every_attempt_its_wall_time_and_the_steps_done_again(tmp_p
     totals = sup.summary["attempts"]
     assert totals == {"attempts": 2, "wall_s": 100.0, "lost_steps": 10,
                       "by_attempt": [{"attempt": 0, "reached": 40, "resumes_at": 30, "lost_steps": 10}]}
-    st = AppStatus("app-2", "yarn", "sup", AppState.SUCCEEDED, started=clock.t - 30, summary={"resumed_from": "ckpt-30"})
+    st = AppStatus("app-2", "yarn", "sup", AppState.SUCCEEDED, started=clock.t - 30,
+                   summary={"resumed_from": "ckpt-30"})
     assert sup.fold_totals(st).started == 1000.0 and st.summary["attempts"]["lost_steps"] == 10
     # the summary's own resumed_step wins (the index keeps only the newest checkpoints)
     st.summary = {"resumed_from": "ckpt-pruned", "resumed_step": 33}

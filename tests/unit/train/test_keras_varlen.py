@@ -134,7 +134,8 @@ def test_keras_model_with_a_history_feature_trains_and_serves_it_sparse(tmp_path
     )
     p, q = got["predictions"].numpy().reshape(-1), none["predictions"].numpy().reshape(-1)
     assert p.shape == (2,) and np.isfinite(p).all()
-    assert float(p[1]) == pytest.approx(float(q[1])) and float(p[0]) != pytest.approx(float(q[0]))  # the history reaches the served model
+    # the history reaches the served model
+    assert float(p[1]) == pytest.approx(float(q[1])) and float(p[0]) != pytest.approx(float(q[0]))
 
 
 def test_an_unbuilt_keras_model_is_built_on_a_sparse_history_and_a_padded_one():

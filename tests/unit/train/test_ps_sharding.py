@@ -112,7 +112,8 @@ def test_tables_split_over_three_ps_lookups_gather_on_each_shards_ps():
         assert all(var_dev[f"{s}/Adagrad"] == var_dev[s] for s in shards)
     assert "user_embedding" not in var_dev  # no whole table anywhere
     # 5000 x 8 floats = 160 KB: split, in rows 1667 / 1667 / 1666
-    rows = [tf.TensorShape(tg.graph.get_operation_by_name(f"user_embedding/part_{i}").get_attr("shape"))[0] for i in range(3)]
+    parts = [tg.graph.get_operation_by_name(f"user_embedding/part_{i}") for i in range(3)]
+    rows = [tf.TensorShape(part.get_attr("shape"))[0] for part in parts]
     assert rows == [1667, 1667, 1666]
     gathers = [op for op in ops if op.type == "ResourceGather" and "/part_" in op.inputs[0].op.name]
     assert len(gathers) == 3 * 3  # users, items, user_bias; item_bias (12 KB) stays whole; 3 shards each
@@ -164,7 +165,9 @@ def test_every_v1_optimizer_updates_only_touched_rows_on_the_shards_ps_without_d
     dense = [str(w.message) for w in caught if "IndexedSlices" in str(w.message)]
     assert dense == [], dense
     ops = tg.graph.get_operations()
-    shard_handles = {op.name for op in ops if op.type == "VarHandleOp" and re.fullmatch(r".*_embedding/part_\d", op.name)}
+    shard_handles = {
+        op.name for op in ops if op.type == "VarHandleOp" and re.fullmatch(r".*_embedding/part_\d", op.name)
+    }
     updates = [op for op in ops if op.type == OPTIMIZERS[opt]]
     hit = set()
     for op in updates:
@@ -177,7 +180,8 @@ def test_every_v1_optimizer_updates_only_touched_rows_on_the_shards_ps_without_d
     dense_applies = [
         op.name
         for op in ops
-        if (op.type.startswith("ResourceApply") or op.type == "AssignSubVariableOp") and any(t.op.name in shard_handles for t in op.inputs)
+        if (op.type.startswith("ResourceApply") or op.type == "AssignSubVariableOp")
+        and any(t.op.name in shard_handles for t in op.inputs)
     ]
     assert dense_applies == []
 
@@ -200,9 +204,8 @@ def servers():
 
 def _train_graph(cluster, num_ps: int, doc: dict):
     spec = load_spec_dict(doc)
-    ctx = TaskContext(
-        spec=spec, role="worker", index=0, kv=MemoryKV(), cluster={"ps": cluster["ps"][:num_ps], "worker": cluster["worker"]}
-    )
+    sub_cluster = {"ps": cluster["ps"][:num_ps], "worker": cluster["worker"]}
+    ctx = TaskContext(spec=spec, role="worker", index=0, kv=MemoryKV(), cluster=sub_cluster)
     return spec, build_graph(ctx, load(spec.model, spec.params))
 
 
@@ -245,7 +248,8 @@ def test_keras_embeddings_split_over_the_ps_and_looked_up_there(flavour):
     reads = [op for op in ops if op.type == "ReadVariableOp" and "embeddings_part" in op.inputs[0].op.name]
     assert all("/job:ps" in op.device for op in reads), [(op.name, op.device) for op in reads]
     sparse = {op.inputs[0].op.name for op in ops if op.type == "ResourceSparseApplyAdagrad"}
-    assert {f"{layer}/embeddings_part_{i}" for layer in ("user_embedding", "item_embedding") for i in range(3)} <= sparse
+    layers = ("user_embedding", "item_embedding")
+    assert {f"{layer}/embeddings_part_{i}" for layer in layers for i in range(3)} <= sparse
     # a Dense layer stays one variable, updated densely
     assert "hidden/kernel" in var_dev
 
@@ -288,8 +292,8 @@ def test_a_checkpoint_of_3_shards_restores_into_2_and_1_and_the_export_serves_th
             assert len(got) == len(want)
             for a, b in zip(want, got):
                 np.testing.assert_array_equal(a, b)
-            np.testing.assert_allclose(s.run(tg.predictions, {tg.feeds[k][0]: probe[tg3.feeds[k][0]] for k in tg3.feeds}),
-                                       served_graph, rtol=1e-6)
+            feed = {tg.feeds[k][0]: probe[tg3.feeds[k][0]] for k in tg3.feeds}
+            np.testing.assert_allclose(s.run(tg.predictions, feed), served_graph, rtol=1e-6)
     out = write_saved_model(spec3, prefix, tg3.model_var_keys, tmp_path / "export", "test")
     serve = tf.saved_model.load(str(out)).signatures["serving_default"]
     feats = {k: tf.constant(probe[tg3.feeds[k][0]]) for k in ("user_id", "item_id")}

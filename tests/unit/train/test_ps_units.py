@@ -150,7 +150,8 @@ def test_summary_goes_next_to_checkpoints_and_to_kv(tmp_path):
     from tfyarn.train.progress import write_summary
     spec = load_spec_dict({"name": "s", "model": "tfyarn.models.logreg:model",
                            "data": {"train": ["x"], "features": {"label": {"dtype": "float32"}}, "batch_size": 1},
-                           "checkpoint": {"dir": str(tmp_path / "ck")}, "roles": {"ps": {"instances": 1}, "worker": {"instances": 1}}})
+                           "checkpoint": {"dir": str(tmp_path / "ck")},
+                           "roles": {"ps": {"instances": 1}, "worker": {"instances": 1}}})
     kv = MemoryKV()
     ctx = TaskContext(spec=spec, role="worker", index=0, kv=kv, workdir=tmp_path / "wd")
     url = write_summary(ctx, {"global_step": 7})

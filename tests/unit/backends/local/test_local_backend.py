@@ -1,4 +1,5 @@
-"""Local backend with real processes: stop-all on failure, signals, rendezvous timeout, no orphans, submit/status/kill."""
+"""Local backend with real processes: stop-all on failure, signals, rendezvous timeout, no orphans,
+submit/status/kill."""
 import json
 import os
 import signal

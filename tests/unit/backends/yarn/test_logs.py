@@ -27,7 +27,8 @@ def entry(name: str, text: str) -> bytes:
 def tfile(containers: dict[str, dict[str, str]]) -> bytes:
     """Bytes laid out like an uncompressed aggregated-log TFile: header junk, VERSION/ACL keys, then per container
     a key (vint length + writeUTF(id)) and its value (chunk length + records), and a trailing index repeating keys."""
-    out = bytearray(b"\x00\x01\xfe\xedTFile\x00data:BCFile\x00" + b"\x09" + utf("VERSION") + b"\x04" + b"\x00\x00\x00\x01")
+    out = bytearray(b"\x00\x01\xfe\xedTFile\x00data:BCFile\x00")
+    out += b"\x09" + utf("VERSION") + b"\x04" + b"\x00\x00\x00\x01"
     out += b"\x12" + utf("APPLICATION_ACL") + b"\x00\x00" + b"\x13" + utf("APPLICATION_OWNER") + utf("alice")
     for cid, files in containers.items():
         out += bytes([len(cid) + 2]) + utf(cid) + b"\x8f\x01"
