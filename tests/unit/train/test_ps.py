@@ -177,7 +177,7 @@ def test_async_two_ps_trains_to_the_planned_global_step_and_loss_goes_down(tmp_p
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(900)
 def test_killed_mid_run_resumes_at_the_right_epoch_and_step(tmp_path):
     from tfyarn.train.checkpoint import CheckpointStore
     from tfyarn.train.helpers import position
@@ -206,7 +206,7 @@ def test_killed_mid_run_resumes_at_the_right_epoch_and_step(tmp_path):
     epoch, in_epoch = position(g, steps)
     with LocalCluster(spec, tmp_path / "run2", target="tfyarn.train:run_task") as c:
         c.start()
-        summary = run_ok(c, timeout=200)
+        summary = run_ok(c, timeout=450)
         chief_log, worker_log = c.log("chief:0"), c.log("worker:0")
     expected = f"resuming at epoch {epoch} step {in_epoch} (global step {g})"
     assert expected in chief_log and expected in worker_log, chief_log[-3000:]
@@ -217,11 +217,11 @@ def test_killed_mid_run_resumes_at_the_right_epoch_and_step(tmp_path):
     # done at once, the ps leave; a worker still starting must end cleanly, not fail on the vanished ps.
     with LocalCluster(spec, tmp_path / "run3", target="tfyarn.train:run_task") as c:
         c.start()
-        again = run_ok(c, timeout=200)
+        again = run_ok(c, timeout=450)
     assert again["global_step"] == total and again["resumed_from"] == f"ckpt-{total}", again
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(900)
 def test_warm_start_loads_another_jobs_model_in_both_modes_and_starts_the_run_afresh(tmp_path):
     """checkpoint.init_from: a ps job's model warm-starts an allreduce job, whose model warm-starts a ps job. With a
     learning rate of ~0 the warm-started job's final model variables equal its source's exactly (loaded, by creation
@@ -233,7 +233,7 @@ def test_warm_start_loads_another_jobs_model_in_both_modes_and_starts_the_run_af
     a = make_spec(urls, sync=False, batch=100, epochs=2, ckpt=tmp_path / "A", params=params)
     with LocalCluster(a, tmp_path / "run-a", target="tfyarn.train:run_task") as c:
         c.start()
-        sa = run_ok(c, timeout=120)
+        sa = run_ok(c, timeout=450)
 
     def second(name, mode, source, ckpt):
         doc = json.loads(a.model_dump_json(by_alias=True))
@@ -244,7 +244,7 @@ def test_warm_start_loads_another_jobs_model_in_both_modes_and_starts_the_run_af
         spec = load_spec_dict(doc)
         with LocalCluster(spec, tmp_path / f"run-{name}", target="tfyarn.train:run_task") as c:
             c.start()
-            return spec, run_ok(c, timeout=120)
+            return spec, run_ok(c, timeout=450)
 
     def model_values(ckpt: Path) -> list:
         index = json.loads((ckpt / "tfyarn-checkpoint.json").read_text())
